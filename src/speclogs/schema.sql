@@ -1,0 +1,137 @@
+-- speclogs SQL contract, schema version 1. Stable: columns may be added, never renamed or removed.
+-- Every parsed row carries run_id, source_file, line_no (1-based physical line in the source file),
+-- and launch_no / ts / tp_rank where the line has them. Units are in the column names.
+
+CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+
+-- One row per run: a log file (its stem is the run name) or a launcher launch directory (run.json names it).
+CREATE TABLE IF NOT EXISTS runs (
+  run_id VARCHAR PRIMARY KEY,          -- stable id: sha1 of the run's key, 12 hex
+  run_name VARCHAR NOT NULL,           -- log stem, or '<cell>_<launch>' from a launch plan
+  cell VARCHAR,                        -- launch-plan cell (NULL for plain logs)
+  launch_index INTEGER,                -- launch number within the cell (launcher runs)
+  source_dir VARCHAR,
+  sglang_version VARCHAR,              -- from run.json, or inferred from the log ('0.5.9+' style) when possible
+  model_path VARCHAR,
+  speculative_algorithm VARCHAR,       -- from server_args (NULL = no speculation)
+  tp_size INTEGER,
+  hostname VARCHAR,
+  gpu_name VARCHAR,
+  env JSON,                            -- server process env (run.json), secrets redacted; NULL when unknown
+  argv JSON,                           -- exact server argv (run.json)
+  run_json JSON,                       -- the whole run.json when there is one
+  outcome VARCHAR,                     -- launcher outcome: ok | failed_start | health_timeout | bench_failed | interrupted; NULL for plain logs
+  ingested_at TIMESTAMP
+);
+
+-- One row per server start inside a log file (split at each server_args dump).
+CREATE TABLE IF NOT EXISTS launches (
+  run_id VARCHAR, source_file VARCHAR, launch_no INTEGER,
+  first_line BIGINT, last_line BIGINT,
+  start_ts TIMESTAMP,                  -- ts of the server_args line
+  ready_ts TIMESTAMP,                  -- first 'fired up and ready to roll' (or first /health 200)
+  first_health_200_ts TIMESTAMP,
+  cuda_graph_end_ts TIMESTAMP,         -- last 'Capture ... CUDA graph end' line
+  shutdown_ts TIMESTAMP,               -- SIGTERM received
+  PRIMARY KEY (run_id, source_file, launch_no)
+);
+
+-- server_args=ServerArgs(...) parsed into name/value rows (value as its Python repr text; value_json when it is a literal).
+CREATE TABLE IF NOT EXISTS server_args (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
+  name VARCHAR, value VARCHAR, value_json JSON
+);
+
+CREATE TABLE IF NOT EXISTS prefill_batches (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
+  dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, rank_tags VARCHAR,
+  iter INTEGER, new_seq INTEGER, new_tokens BIGINT, cached_tokens BIGINT, cache_hit_rate_pct DOUBLE,
+  num_tokens BIGINT, token_usage DOUBLE, full_token_usage DOUBLE, swa_token_usage DOUBLE, mamba_usage DOUBLE,
+  running_req INTEGER, queue_req INTEGER, pending_tokens BIGINT,
+  prealloc_req INTEGER, inflight_req INTEGER, bootstrap_req INTEGER, transferring_req INTEGER,
+  graph_kind VARCHAR, cuda_graph BOOLEAN, input_throughput_tok_s DOUBLE, est_tflops_per_gpu DOUBLE, fwd_occupancy_pct DOUBLE
+);
+
+CREATE TABLE IF NOT EXISTS decode_batches (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
+  dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, rank_tags VARCHAR,
+  iter INTEGER, running_req INTEGER, num_tokens BIGINT, token_usage DOUBLE,
+  full_num_tokens BIGINT, full_token_usage DOUBLE, swa_num_tokens BIGINT, swa_token_usage DOUBLE, mamba_num INTEGER, mamba_usage DOUBLE,
+  accept_len DOUBLE, accept_rate DOUBLE, largest_len INTEGER,
+  pre_allocated_usage DOUBLE, prealloc_req INTEGER, transfer_req INTEGER, retracted_req INTEGER,
+  graph_kind VARCHAR, cuda_graph BOOLEAN, gen_throughput_tok_s DOUBLE, queue_req INTEGER,
+  est_tflops_per_gpu DOUBLE, fwd_occupancy_pct DOUBLE
+);
+
+-- uvicorn access lines (GET /health → status) and uvicorn INFO lines are server_events.
+CREATE TABLE IF NOT EXISTS http_requests (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
+  level VARCHAR, client_ip VARCHAR, client_port INTEGER, method VARCHAR, path VARCHAR, http_version VARCHAR,
+  status INTEGER, status_text VARCHAR
+);
+
+-- lifecycle and other recognised single-line records: kind is a stable identifier
+-- (init_dist_begin, init_dist_end, load_weight_begin, load_weight_end, kv_cache_allocated, memory_pool_end,
+--  cuda_graph_begin, cuda_graph_end, max_total_num_tokens, ready, sigterm, graceful_exit, watchdog_timeout,
+--  retract, uvicorn_info, warning, message …). Numeric details go to the typed columns; the rest stays in message.
+CREATE TABLE IF NOT EXISTS server_events (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
+  dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, rank_tags VARCHAR,
+  kind VARCHAR, graph VARCHAR,         -- graph: target_verify | draft_decode | draft_extend | decode | prefill (cuda_graph_* kinds)
+  elapsed_s DOUBLE, avail_mem_gb DOUBLE, mem_usage_gb DOUBLE, num_tokens BIGINT,
+  message VARCHAR
+);
+
+-- multi-line tracebacks / exception dumps as one record.
+CREATE TABLE IF NOT EXISTS errors (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, last_line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
+  tp_rank INTEGER, rank_tags VARCHAR, kind VARCHAR,   -- traceback | scheduler_exception | cuda_error | …
+  first_line VARCHAR, last_line VARCHAR, exception_type VARCHAR, text VARCHAR
+);
+
+-- NCCL INFO lines: host:pid:tid [rank] NCCL INFO <message>
+CREATE TABLE IF NOT EXISTS nccl_events (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER,
+  host VARCHAR, pid INTEGER, tid INTEGER, nccl_rank INTEGER,
+  kind VARCHAR,                        -- version | env | transport | channels | tuning | comm_init | tuning_table | plugin | other
+  name VARCHAR, value VARCHAR,         -- env: NCCL_PROTO / LL ; version: nccl / 2.28.9+cuda13.0
+  collective VARCHAR, bytes BIGINT, algo VARCHAR, proto VARCHAR, channel_lo INTEGER, channel_hi INTEGER,
+  channel INTEGER, peer_from INTEGER, peer_to INTEGER, transport VARCHAR,
+  message VARCHAR
+);
+
+-- one row per benchmark request (our *.bench.jsonl / *.bench.json) or per bench_serving run summary.
+CREATE TABLE IF NOT EXISTS bench_requests (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT,
+  request_index INTEGER, warmup BOOLEAN, latency_s DOUBLE, prompt_tokens INTEGER, completion_tokens INTEGER,
+  output_tok_s DOUBLE, spec_accept_length DOUBLE, spec_accept_rate DOUBLE, spec_verify_ct INTEGER,
+  e2e_latency_s DOUBLE, source_kind VARCHAR,   -- bench_jsonl | bench_json | bench_serving_jsonl | bench_serving_summary
+  extra JSON
+);
+
+-- speclogs' own eagle-worker profiling lines (python -m speclogs.profile).
+CREATE TABLE IF NOT EXISTS spec_cycles (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP, tp_rank INTEGER,
+  cycle BIGINT, batch_size INTEGER, draft_ms DOUBLE, verify_ms DOUBLE, extend_ms DOUBLE, other_ms DOUBLE, cycle_ms DOUBLE,
+  accepted_tokens INTEGER, proposed_tokens INTEGER
+);
+
+-- results of `speclogs probe nccl`
+CREATE TABLE IF NOT EXISTS nccl_probe (
+  probe_id VARCHAR, env_set VARCHAR, env JSON, collective VARCHAR, dtype VARCHAR, world_size INTEGER,
+  bytes BIGINT, tokens INTEGER, iters INTEGER, latency_us DOUBLE, latency_us_p10 DOUBLE, latency_us_p90 DOUBLE,
+  algbw_gb_s DOUBLE, busbw_gb_s DOUBLE, gpu_name VARCHAR, topology VARCHAR, torch_version VARCHAR, nccl_version VARCHAR,
+  hostname VARCHAR, measured_at TIMESTAMP
+);
+
+-- every line no grammar matched, with its raw text (never dropped).
+CREATE TABLE IF NOT EXISTS unparsed_lines (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, reason VARCHAR, raw VARCHAR
+);
+
+-- one row per ingested file: content hash for idempotency, and line accounting.
+CREATE TABLE IF NOT EXISTS files (
+  source_file VARCHAR, sha256 VARCHAR, run_id VARCHAR, size_bytes BIGINT, total_lines BIGINT,
+  parsed_lines BIGINT, continuation_lines BIGINT, unparsed_lines BIGINT, skipped_reason VARCHAR,
+  ingested_at TIMESTAMP, PRIMARY KEY (sha256, source_file)
+);

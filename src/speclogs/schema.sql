@@ -9,6 +9,7 @@ CREATE TABLE IF NOT EXISTS runs (
   run_id VARCHAR PRIMARY KEY,          -- stable id: sha1 of the run's key, 12 hex
   run_name VARCHAR NOT NULL,           -- log stem, or '<cell>_<launch>' from a launch plan
   cell VARCHAR,                        -- launch-plan cell (NULL for plain logs)
+  factors JSON,                        -- launch-plan factor levels of the cell, e.g. {"spec": "eagle3", "nccl": "tuned"}
   launch_index INTEGER,                -- launch number within the cell (launcher runs)
   source_dir VARCHAR,
   sglang_version VARCHAR,              -- from run.json, or inferred from the log ('0.5.9+' style) when possible

@@ -1,0 +1,171 @@
+"""speclogs command line: thin typer commands over the library.
+
+Each command parses its options, makes one library call and renders the result. Library errors
+(speclogs.errors.SpeclogsError) are turned into `Error: …` on stderr and exit 1 in ONE place: main().
+
+Heavy modules (duckdb, polars, altair, scipy) are imported inside the command functions only: some
+commands (launch, probe) run on a GPU box that has typer/rich but neither duckdb nor polars.
+
+Adding a command (other parts of speclogs do this): define it below with `@app.command()` or add a
+sub-app with `app.add_typer(...)`; raise SpeclogsError subclasses for user-facing failures.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from speclogs.errors import SpeclogsError
+
+app = typer.Typer(
+    name="speclogs",
+    help="Forensics for SGLang speculative-decoding runs: logs → DuckDB → statistics → reports.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+DEFAULT_DB = Path("speclogs.duckdb")
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+class SqlFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+@app.command()
+def ingest(
+    paths: list[str] = typer.Argument(
+        ..., help="Log files, directories (recursive), .gz files, run.json / bench files, or '-' for stdin."
+    ),
+    db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB file to write (created when missing)."),
+    replace: bool = typer.Option(False, "--replace", help="Re-ingest files already in the database (their rows are deleted first)."),
+    json_output: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    run_name: Optional[str] = typer.Option(None, "--run-name", help="Run name for stdin or single-file input (default: the file stem)."),
+    progress: Optional[bool] = typer.Option(
+        None, "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal and the input is large)."
+    ),
+) -> None:
+    """Parse SGLang logs, NCCL lines and benchmark files into DuckDB tables (idempotent)."""
+    from speclogs.store import ingest_paths
+
+    from speclogs.ingest.render import render_summary_rich, summary_to_json
+
+    reporter = _make_progress(progress)
+    try:
+        summary = ingest_paths(paths, db, replace=replace, run_name=run_name, on_progress=reporter.update if reporter else None)
+    finally:
+        if reporter is not None:
+            reporter.close()
+    if json_output:
+        typer.echo(summary_to_json(summary))
+    render_summary_rich(summary, _stderr_console())
+
+
+@app.command()
+def sql(
+    query: str = typer.Argument(..., help='SQL to run read-only, e.g. "SELECT run_name, count(*) FROM decode_batches JOIN runs USING (run_id) GROUP BY 1".'),
+    db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB file to read."),
+    output_format: SqlFormat = typer.Option(SqlFormat.table, "--format", "-f", help="Output format."),
+) -> None:
+    """Run a read-only SQL query against the speclogs database and print the result."""
+    from speclogs.store import run_query
+
+    from speclogs.ingest.render import query_result_to_csv, query_result_to_json, render_query_result_rich
+
+    result = run_query(db, query)
+    if output_format is SqlFormat.csv:
+        sys.stdout.write(query_result_to_csv(result))
+    elif output_format is SqlFormat.json:
+        typer.echo(query_result_to_json(result))
+    else:
+        from rich.console import Console
+
+        render_query_result_rich(result, Console(highlight=False))
+
+
+class _ProgressReporter:
+    """A rich progress bar on stderr, fed by the library's progress callback (bytes done / total)."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+        self._progress = Progress(
+            TextColumn("[bold]ingest[/] {task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=_stderr_console(),
+            transient=True,
+        )
+        self._task = None
+        self._started = False
+
+    def update(self, event) -> None:
+        if not event.show:
+            return
+        if not self._started:
+            self._progress.start()
+            self._started = True
+        if self._task is None:
+            self._task = self._progress.add_task(event.current, total=event.total_bytes)
+        self._progress.update(self._task, completed=event.done_bytes, total=event.total_bytes, description=event.current)
+
+    def close(self) -> None:
+        if self._started:
+            self._progress.stop()
+
+
+def _make_progress(flag: bool | None) -> _ProgressReporter | None:
+    if flag is False:
+        return None
+    if flag is None and not sys.stderr.isatty():
+        return None
+    return _ProgressReporter()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point (`speclogs`, `python -m speclogs`): runs the app and maps errors to exit codes.
+
+    SpeclogsError → `Error: message` (+ `hint: …`) on stderr, exit 1 — the one place where library errors
+    become exit codes. Bad usage → typer's message, exit 2. Ctrl-C → exit 130. No traceback for any of these.
+    """
+    try:
+        app(args=argv, prog_name="speclogs")
+    except SpeclogsError as error:
+        _print_error(str(error), error.hint)
+        return 1
+    except KeyboardInterrupt:
+        _print_error("interrupted", None)
+        return 130
+    except SystemExit as exit_:
+        if exit_.code is None:
+            return 0
+        return exit_.code if isinstance(exit_.code, int) else 1
+    return 0
+
+
+def _print_error(message: str, hint: str | None) -> None:
+    from rich.text import Text
+
+    console = _stderr_console()
+    console.print(Text.assemble(("Error:", "bold red"), " ", message), soft_wrap=True)
+    if hint:
+        console.print(Text(f"  hint: {hint}"), soft_wrap=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Commands added by other parts of speclogs go below this line (small additive edits, lazy imports).
+# ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,132 @@
+"""Line grammars: data files under grammars/, built into pyparsing elements and compiled to regexes.
+
+Public API (consumed by speclogs.ingest):
+    load_grammars(extra_paths) -> GrammarSet      bundled grammars + user files, validated; raises GrammarError
+    check_grammar_file(path) -> list[GrammarProblem]
+    parse_server_args(text) -> list[(name, repr_text, value_or_None)]
+    Field, Pattern, GrammarSet, GrammarProblem, cast_value, RANK_TAG_REGEXES
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from speclogs.errors import GrammarError
+from speclogs.grammar.loader import (
+    LoadedFile,
+    bundled_grammar_dir,
+    find_prefix,
+    ordered_patterns,
+    read_grammar_file,
+    validate,
+)
+from speclogs.grammar.model import (
+    RANK_TAG_REGEXES,
+    RANK_TAGS,
+    Field,
+    GrammarProblem,
+    GrammarSet,
+    Pattern,
+    cast_value,
+    split_rank_tags,
+)
+from speclogs.grammar.server_args import parse_server_args
+
+__all__ = [
+    "Field",
+    "GrammarProblem",
+    "GrammarSet",
+    "Pattern",
+    "RANK_TAGS",
+    "RANK_TAG_REGEXES",
+    "bundled_grammar_files",
+    "cast_value",
+    "check_grammar_file",
+    "load_grammars",
+    "parse_server_args",
+    "split_rank_tags",
+]
+
+_MAX_SHOWN = 10
+
+
+def bundled_grammar_files() -> list[Path]:
+    return sorted(bundled_grammar_dir().glob("*.toml"))
+
+
+def _expand(paths: Sequence[Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(p.glob("*.toml"))
+        else:
+            out.append(p)
+    return out
+
+
+def _read_all(paths: Sequence[Path]) -> list[LoadedFile]:
+    return [read_grammar_file(p) for p in paths]
+
+
+def _assemble(files: list[LoadedFile]) -> tuple[GrammarSet | None, list[GrammarProblem]]:
+    problems = [pr for f in files for pr in f.problems]
+    prefixes = [f for f in files if f.is_prefix]
+    if len(prefixes) > 1:
+        problems += [GrammarProblem(f.path, 1, None, "a second prefix grammar (kind = \"prefix\"); only the bundled prefix.toml may set it")
+                     for f in prefixes[1:]]
+    prefix = find_prefix(files)
+    if prefix is None:
+        problems.append(GrammarProblem("grammars/prefix.toml", 1, None, "no prefix grammar (a file with kind = \"prefix\" and a pattern named 'prefix')"))
+    problems += validate(files, prefix)
+    if prefix is None:
+        return None, problems
+    grammar_set = GrammarSet(prefix=prefix, patterns=ordered_patterns(files), files=tuple(f.path for f in files))
+    return grammar_set, problems
+
+
+_cache: dict[tuple, GrammarSet] = {}
+
+
+def load_grammars(extra_paths: Sequence[Path] = ()) -> GrammarSet:
+    """Bundled grammars/ plus user grammar files (or directories of them), built and validated.
+
+    Raises GrammarError naming file:line of the first problems found (every sample is checked at load).
+    The result is cached per process for the same files (by path, size and mtime).
+    """
+    paths = bundled_grammar_files() + _expand(extra_paths)
+    key = tuple((str(p), *_stat(p)) for p in paths)
+    cached = _cache.get(key)
+    if cached is not None:
+        return cached
+    grammar_set, problems = _assemble(_read_all(paths))
+    if problems or grammar_set is None:
+        shown = "\n".join(str(p) for p in problems[:_MAX_SHOWN])
+        more = f"\n… and {len(problems) - _MAX_SHOWN} more" if len(problems) > _MAX_SHOWN else ""
+        raise GrammarError(
+            f"{len(problems)} grammar problem(s):\n{shown}{more}",
+            hint="run `speclogs grammars check FILE` for the full list",
+        )
+    _cache[key] = grammar_set
+    return grammar_set
+
+
+def _stat(p: Path) -> tuple[int, int]:
+    try:
+        st = p.stat()
+    except OSError:
+        return (-1, -1)
+    return (st.st_size, st.st_mtime_ns)
+
+
+def check_grammar_file(path: Path) -> list[GrammarProblem]:
+    """Validate one user grammar file together with the bundled set; problems located in `path` (or all, if the file is bundled)."""
+    path = Path(path)
+    bundled = bundled_grammar_files()
+    resolved = {p.resolve() for p in bundled}
+    if path.resolve() in resolved:
+        _, problems = _assemble(_read_all(bundled))
+        return [p for p in problems if Path(p.file).resolve() == path.resolve()]
+    user = read_grammar_file(path)
+    _, problems = _assemble(_read_all(bundled) + [user])
+    return [p for p in problems if p.file == user.path]

@@ -1,0 +1,342 @@
+"""Read grammar files (TOML), build their patterns, and validate them against their own samples."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyparsing as pp
+
+from speclogs.errors import GrammarError
+from speclogs.grammar.lower import lower
+from speclogs.grammar.model import (
+    FIELD_ROLES,
+    FIELD_TYPES,
+    SCOPES,
+    CounterSample,
+    Field,
+    GrammarProblem,
+    GrammarSet,
+    Pattern,
+    Sample,
+    split_rank_tags,
+)
+from speclogs.grammar.template import build_element, file_shape_element, parse_template, slot_names
+
+DERIVES = {"rank_tags": lambda values: split_rank_tags(values.get("rank_tags"))}
+PREFIX_NAME = "prefix"
+DEFAULT_PRIORITY = 100
+
+
+def bundled_grammar_dir() -> Path:
+    """grammars/ at the repository root, or speclogs/_grammars inside an installed wheel."""
+    here = Path(__file__).resolve()
+    for candidate in (here.parents[1] / "_grammars", here.parents[3] / "grammars"):
+        if candidate.is_dir():
+            return candidate
+    raise GrammarError(
+        "the bundled grammar files are missing (looked for speclogs/_grammars and <repo>/grammars)",
+        hint="reinstall speclogs, or run from a checkout that has grammars/",
+    )
+
+
+@dataclass
+class LoadedFile:
+    """One grammar file's patterns plus where its parts are (for file:line messages)."""
+
+    path: str
+    priority: int
+    patterns: list[Pattern] = field(default_factory=list)
+    problems: list[GrammarProblem] = field(default_factory=list)
+    is_prefix: bool = False
+
+
+def _header_lines(text: str, header: str) -> list[int]:
+    rx = re.compile(r"^\s*\[\[\s*" + re.escape(header) + r"\s*\]\]\s*(#.*)?$")
+    return [i + 1 for i, line in enumerate(text.splitlines()) if rx.match(line)]
+
+
+def _key_line_after(lines: list[str], start: int, key: str) -> int:
+    """Line number of the first `key =` at or after line `start` (1-based) up to the next table header."""
+    rx = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
+    for i in range(start, min(len(lines), start + 40)):
+        if i > start and lines[i].lstrip().startswith("["):
+            break
+        if rx.match(lines[i]):
+            return i + 1
+    return start
+
+
+def read_grammar_file(path: Path) -> LoadedFile:
+    """Parse one TOML grammar file into patterns; problems (bad TOML, bad fields, bad templates) are collected."""
+    shown = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        loaded = LoadedFile(shown, DEFAULT_PRIORITY)
+        loaded.problems.append(GrammarProblem(shown, 0, None, f"cannot read grammar file: {exc.strerror or exc}"))
+        return loaded
+    except UnicodeDecodeError as exc:
+        loaded = LoadedFile(shown, DEFAULT_PRIORITY)
+        loaded.problems.append(GrammarProblem(shown, 0, None, f"grammar file is not UTF-8 text: {exc.reason}"))
+        return loaded
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        loaded = LoadedFile(shown, DEFAULT_PRIORITY)
+        found = re.search(r"at line (\d+)", str(exc))
+        loaded.problems.append(GrammarProblem(shown, int(found.group(1)) if found else 1, None, f"not valid TOML: {exc}"))
+        return loaded
+    return _build_file(shown, text, doc)
+
+
+def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
+    lines = text.splitlines()
+    priority = doc.get("priority", DEFAULT_PRIORITY)
+    loaded = LoadedFile(shown, priority if isinstance(priority, int) else DEFAULT_PRIORITY)
+    problems = loaded.problems
+
+    def problem(line: int, message: str, sample: str | None = None) -> None:
+        problems.append(GrammarProblem(shown, line, sample, message))
+
+    for key in ("family", "table"):
+        if not isinstance(doc.get(key), str) or not doc.get(key):
+            problem(1, f"missing top-level key '{key}' (a string)")
+    if not isinstance(priority, int):
+        problem(1, f"'priority' must be an integer, got {priority!r}")
+    scope = doc.get("scope", "message")
+    if scope not in SCOPES:
+        problem(1, f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    if problems:
+        return loaded
+    family, table = doc["family"], doc["table"]
+    loaded.is_prefix = doc.get("kind") == "prefix"
+
+    field_lines = _header_lines(text, "field")
+    fields: dict[str, Field] = {}
+    field_shapes: dict[str, str | None] = {}
+    for i, spec in enumerate(doc.get("field", [])):
+        line = field_lines[i] if i < len(field_lines) else 1
+        name, ftype, role = spec.get("name"), spec.get("type"), spec.get("role", "measure")
+        if not isinstance(name, str) or not name.isidentifier():
+            problem(line, f"field name {name!r} is not an identifier")
+            continue
+        if ftype not in FIELD_TYPES:
+            problem(line, f"field '{name}' has type {ftype!r}; use one of {', '.join(FIELD_TYPES)}")
+            continue
+        if role not in FIELD_ROLES:
+            problem(line, f"field '{name}' has role {role!r}; use one of {', '.join(FIELD_ROLES)}")
+            continue
+        if name in fields:
+            problem(line, f"field '{name}' is declared twice")
+            continue
+        fields[name] = Field(name, ftype, spec.get("unit"), role, spec.get("description", ""))
+        field_shapes[name] = spec.get("shape")
+
+    file_shapes: dict[str, pp.ParserElement] = {}
+    for shape_name, spec in (doc.get("shapes") or {}).items():
+        try:
+            file_shapes[shape_name] = file_shape_element(spec, f"{shown}: shape '{shape_name}'")
+        except GrammarError as exc:
+            problem(1, str(exc))
+
+    pattern_lines = _header_lines(text, "pattern")
+    sample_lines = _header_lines(text, "pattern.sample")
+    counter_lines = _header_lines(text, "pattern.counter_sample")
+    sample_index = counter_index = 0
+    specs = doc.get("pattern", [])
+    if not specs:
+        problem(1, "the file declares no [[pattern]]")
+    for i, spec in enumerate(specs):
+        pline = pattern_lines[i] if i < len(pattern_lines) else 1
+        raw_samples = spec.get("sample", [])
+        raw_counters = spec.get("counter_sample", [])
+        samples = []
+        for s in raw_samples:
+            header = sample_lines[sample_index] if sample_index < len(sample_lines) else pline
+            sample_index += 1
+            if not isinstance(s.get("line"), str):
+                problem(header, "a [[pattern.sample]] needs line = \"…\" (a real log line)")
+                continue
+            expect = s.get("expect", {})
+            null = s.get("null", [])
+            if not isinstance(expect, dict) or not isinstance(null, list):
+                problem(header, "a sample's expect must be a table { col = value } and null a list of column names")
+                continue
+            samples.append(Sample(s["line"], dict(expect), _key_line_after(lines, header - 1, "line"), tuple(null)))
+        counters = []
+        for s in raw_counters:
+            header = counter_lines[counter_index] if counter_index < len(counter_lines) else pline
+            counter_index += 1
+            if not isinstance(s.get("line"), str):
+                problem(header, "a [[pattern.counter_sample]] needs line = \"…\"")
+                continue
+            counters.append(CounterSample(s["line"], s.get("claimed_by"), _key_line_after(lines, header - 1, "line")))
+        name = spec.get("name")
+        where = f"{shown}:{pline}"
+        if not isinstance(name, str) or not name.isidentifier():
+            problem(pline, f"pattern name {name!r} is not an identifier")
+            continue
+        template = spec.get("template")
+        if isinstance(template, list) and all(isinstance(t, str) for t in template):
+            template = "".join(template)
+        if not isinstance(template, str) or not template:
+            problem(pline, f"pattern '{name}' needs template = \"…\" (a string or a list of strings)")
+            continue
+        pscope = spec.get("scope", scope)
+        if pscope not in SCOPES:
+            problem(pline, f"pattern '{name}': scope must be one of {', '.join(SCOPES)}, got {pscope!r}")
+            continue
+        try:
+            nodes = parse_template(template, f"{where} pattern '{name}'")
+            names = slot_names(nodes)
+            element = build_element(nodes, field_types={k: f.type for k, f in fields.items()}, field_shapes=field_shapes,
+                                    file_shapes=file_shapes, where=f"{where} pattern '{name}'")
+            full = (element + pp.StringEnd()).leave_whitespace(recursive=True).parse_with_tabs()
+            full.set_name(name)
+            regex = "^" + lower(full, f"{where} pattern '{name}'")
+            re.compile(regex)
+        except GrammarError as exc:
+            problem(pline, str(exc))
+            continue
+        except re.error as exc:
+            problem(pline, f"pattern '{name}': the compiled regex does not compile in Python re: {exc}")
+            continue
+        derive_name = spec.get("derive")
+        if derive_name is not None and derive_name not in DERIVES:
+            problem(pline, f"pattern '{name}': unknown derive {derive_name!r}; known: {', '.join(DERIVES)}")
+            continue
+        constants = dict(spec.get("constants", {}))
+        clash = sorted(set(constants) & set(names))
+        if clash:
+            problem(pline, f"pattern '{name}': {', '.join(clash)} is both a constant and a captured field")
+            continue
+        gate = spec.get("gate", "")
+        if not isinstance(gate, str):
+            problem(pline, f"pattern '{name}': gate must be a string")
+            continue
+        pattern_fields = tuple(fields[n] for n in dict.fromkeys(names))
+        loaded.patterns.append(
+            Pattern(
+                name=name,
+                family=family,
+                table=spec.get("table", table),
+                scope=pscope,
+                gate=gate,
+                regex=regex,
+                element=full,
+                constants=constants,
+                fields=pattern_fields,
+                description=spec.get("description", doc.get("description", "")),
+                versions=str(spec.get("versions", doc.get("versions", ""))),
+                source=f"{shown}:{pline}",
+                samples=tuple(samples),
+                counter_samples=tuple(counters),
+                derive=DERIVES.get(derive_name) if derive_name else None,
+            )
+        )
+    return loaded
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# validation
+
+
+def _message_of(prefix: Pattern | None, pattern: Pattern, line: str) -> tuple[str, dict]:
+    """For a message-scope sample written as a full log line, split the prefix off first."""
+    if pattern.scope != "message" or prefix is None or pattern is prefix:
+        return line, {}
+    head = prefix.parse(line)
+    if head is None:
+        return line, {}
+    message = head.pop("message")
+    return message, head
+
+
+def _same(expected: object, got: object) -> bool:
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return expected is got
+    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+        return float(expected) == float(got)
+    return expected == got
+
+
+def validate(files: list[LoadedFile], prefix: Pattern | None) -> list[GrammarProblem]:
+    """Check every sample and counter-sample of every pattern against the whole ordered set."""
+    problems: list[GrammarProblem] = []
+    ordered = ordered_patterns(files)
+    seen: dict[str, str] = {}
+    for p in ordered:
+        if p.name in seen:
+            file, line = p.source.rsplit(":", 1)
+            problems.append(GrammarProblem(file, int(line), None, f"pattern name '{p.name}' is already used at {seen[p.name]}"))
+        seen[p.name] = p.source
+    by_scope = {s: [p for p in ordered if p.scope == s] for s in SCOPES}
+
+    for p in ordered + ([prefix] if prefix is not None else []):
+        file = p.source.rsplit(":", 1)[0]
+        if not p.samples:
+            problems.append(GrammarProblem(file, int(p.source.rsplit(":", 1)[1]), None,
+                                           f"pattern '{p.name}' has no [[pattern.sample]]; every pattern needs at least one real line"))
+        for s in p.samples:
+            text, head = _message_of(prefix, p, s.line)
+            if p.gate and p.gate not in text:
+                problems.append(GrammarProblem(file, s.line_no, s.line, f"gate {p.gate!r} of pattern '{p.name}' does not occur in the sample"))
+            slow = p.parse(text)
+            if slow is None:
+                problems.append(GrammarProblem(file, s.line_no, s.line, f"sample does not fully match pattern '{p.name}'"))
+                continue
+            fast = p.match(text)
+            if fast != slow:
+                problems.append(GrammarProblem(file, s.line_no, s.line,
+                                               f"pattern '{p.name}': the compiled regex gives {fast} but pyparsing gives {slow}"))
+            values = {**head, **slow}
+            for key, want in s.expect.items():
+                if key not in values:
+                    problems.append(GrammarProblem(file, s.line_no, s.line, f"expect names '{key}', which pattern '{p.name}' does not fill"))
+                elif not _same(want, values[key]):
+                    problems.append(GrammarProblem(file, s.line_no, s.line, f"expected {key} = {want!r}, got {values[key]!r}"))
+            for key in s.null:
+                if key not in values:
+                    problems.append(GrammarProblem(file, s.line_no, s.line, f"null names '{key}', which pattern '{p.name}' does not fill"))
+                elif values[key] is not None:
+                    problems.append(GrammarProblem(file, s.line_no, s.line, f"expected {key} to be NULL, got {values[key]!r}"))
+            if p is prefix:
+                continue
+            for earlier in by_scope[p.scope]:
+                if earlier is p:
+                    break
+                if earlier.parse(text) is not None:
+                    problems.append(GrammarProblem(file, s.line_no, s.line,
+                                                   f"sample of '{p.name}' is claimed first by '{earlier.name}' ({earlier.source}); "
+                                                   "reorder the patterns or make the earlier one stricter"))
+                    break
+        for c in p.counter_samples:
+            text, _ = _message_of(prefix, p, c.line)
+            if p.parse(text) is not None:
+                problems.append(GrammarProblem(file, c.line_no, c.line, f"counter-sample matches pattern '{p.name}'"))
+                continue
+            if c.claimed_by is not None and p is not prefix:
+                winner = next((q for q in by_scope[p.scope] if q.parse(text) is not None), None)
+                if winner is None or winner.name != c.claimed_by:
+                    problems.append(GrammarProblem(file, c.line_no, c.line,
+                                                   f"counter-sample should be claimed by '{c.claimed_by}', "
+                                                   f"but {('pattern ' + repr(winner.name)) if winner else 'no pattern'} takes it"))
+    return problems
+
+
+def ordered_patterns(files: list[LoadedFile]) -> list[Pattern]:
+    """Priority order: the file's priority, then file order, then pattern order inside the file."""
+    indexed = [(f.priority, i, j, p) for i, f in enumerate(files) if not f.is_prefix for j, p in enumerate(f.patterns)]
+    return [p for *_, p in sorted(indexed, key=lambda t: t[:3])]
+
+
+def find_prefix(files: list[LoadedFile]) -> Pattern | None:
+    for f in files:
+        if f.is_prefix:
+            for p in f.patterns:
+                if p.name == PREFIX_NAME:
+                    return p
+    return None

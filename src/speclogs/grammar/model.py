@@ -1,0 +1,220 @@
+"""The grammar data model: fields, patterns, the loaded set, and problems found by the validator."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pyparsing as pp
+
+FIELD_TYPES = ("int", "float", "bool", "str", "pct")
+FIELD_ROLES = ("key", "measure", "label")
+SCOPES = ("message", "line")
+
+# The rank tags SGLang puts inside the prefix brackets, as (tag text, column).
+# Longest tag first so that 'MOE_DP3' is never read as 'DP' by a consumer scanning left to right.
+RANK_TAGS: tuple[tuple[str, str], ...] = (
+    ("ATTN_CP", "attn_cp_rank"),
+    ("MOE_DP", "moe_dp_rank"),
+    ("DP", "dp_rank"),
+    ("TP", "tp_rank"),
+    ("PP", "pp_rank"),
+    ("EP", "ep_rank"),
+)
+
+# One regex per rank column, to run on the prefix's `rank_tags` group (e.g. ' DP0 TP1'): group 1 is the rank.
+# The leading '(?:^| )' keeps 'DP' from matching inside 'MOE_DP'.
+RANK_TAG_REGEXES: dict[str, str] = {column: f"(?:^| ){tag}(-?[0-9]+)" for tag, column in RANK_TAGS}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column a pattern fills: its type decides how the regex text is cast."""
+
+    name: str
+    type: str  # 'int' | 'float' | 'bool' | 'str' | 'pct'
+    unit: str | None
+    role: str  # 'key' | 'measure' | 'label'
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class GrammarProblem:
+    """A validation failure, located at a line of a grammar file."""
+
+    file: str
+    line: int
+    sample: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}"
+        if self.sample is None:
+            return f"{where}: {self.message}"
+        return f"{where}: {self.message}\n    sample: {self.sample}"
+
+
+def cast_value(type_name: str, text: str | None) -> object | None:
+    """Cast one regex group the way the SQL consumer does (int → BIGINT, float/pct → DOUBLE, bool → BOOLEAN)."""
+    if text is None:
+        return None
+    if type_name == "int":
+        return int(text)
+    if type_name == "float":
+        return float(text)
+    if type_name == "pct":
+        return float(text.rstrip("%"))
+    if type_name == "bool":
+        return text == "True"
+    return text
+
+
+def split_rank_tags(rank_tags: str | None) -> dict[str, int | None]:
+    """' DP0 TP1' → {'dp_rank': 0, 'tp_rank': 1, 'pp_rank': None, …} (the tags are an unordered set)."""
+    ranks: dict[str, int | None] = {column: None for _, column in RANK_TAGS}
+    for token in (rank_tags or "").split():
+        for tag, column in RANK_TAGS:
+            rest = token[len(tag):]
+            if token.startswith(tag) and rest.lstrip("-").isdigit():
+                ranks[column] = int(rest)
+                break
+    return ranks
+
+
+@dataclass(frozen=True, eq=False)
+class Sample:
+    """A real line a pattern must parse, with the values it must give (`line_no` is its line in the grammar file)."""
+
+    line: str
+    expect: dict[str, object]
+    line_no: int
+    null: tuple[str, ...] = ()  # columns that must come out NULL
+
+
+@dataclass(frozen=True, eq=False)
+class CounterSample:
+    """A line the pattern must NOT match; `claimed_by` names the pattern that should take it instead (or None)."""
+
+    line: str
+    claimed_by: str | None
+    line_no: int
+
+
+@dataclass(frozen=True, eq=False)
+class Pattern:
+    """One line shape: the pyparsing definition, the regex compiled from it, and what it fills."""
+
+    name: str
+    family: str
+    table: str
+    scope: str
+    gate: str
+    regex: str
+    element: pp.ParserElement
+    constants: dict[str, object]
+    fields: tuple[Field, ...]
+    description: str = ""
+    versions: str = ""
+    source: str = ""  # 'file:line' of the pattern's definition
+    samples: tuple[Sample, ...] = ()
+    counter_samples: tuple[CounterSample, ...] = ()
+    # Columns computed from captured ones in both paths (the prefix's rank tags → dp_rank, tp_rank, …).
+    derive: Callable[[dict], dict] | None = field(default=None, repr=False)
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Every column a match fills: fields, constants, derived columns."""
+        names = list(self.field_names) + [k for k in self.constants if k not in self.field_names]
+        if self.derive is not None:
+            names += [k for k in self.derive({}) if k not in names]
+        return tuple(names)
+
+    def parse(self, text: str) -> dict | None:
+        """Slow path: pyparsing over the whole text → typed dict (constants included), or None."""
+        try:
+            result = self.element.parse_string(text, parse_all=True)
+        except pp.ParseBaseException:
+            return None
+        values: dict[str, object] = {}
+        for f in self.fields:
+            value = result.get(f.name)
+            values[f.name] = value if value is None or not isinstance(value, pp.ParseResults) else value[0]
+        return self._finish(values)
+
+    def match(self, text: str) -> dict | None:
+        """Fast path in Python: the compiled regex + the consumer's casts → the same dict as `parse`."""
+        if self.gate and self.gate not in text:
+            return None
+        found = self.compiled.match(text)
+        if found is None:
+            return None
+        return self.cast_groups(found.groupdict())
+
+    def cast_groups(self, groups: dict[str, str | None]) -> dict:
+        """Regex groups (strings) → typed values, exactly as the SQL consumer casts them."""
+        values = {f.name: cast_value(f.type, groups.get(f.name)) for f in self.fields}
+        return self._finish(values)
+
+    @property
+    def compiled(self) -> re.Pattern:
+        cached = self.__dict__.get("_compiled")
+        if cached is None:
+            cached = re.compile(self.regex)
+            object.__setattr__(self, "_compiled", cached)
+        return cached
+
+    def _finish(self, values: dict) -> dict:
+        values.update(self.constants)
+        if self.derive is not None:
+            values.update(self.derive(values))
+        return values
+
+
+@dataclass(frozen=True, eq=False)
+class GrammarSet:
+    """Every loaded pattern. `prefix` splits an SGLang line; `patterns` are in priority order (first match wins)."""
+
+    prefix: Pattern
+    patterns: list[Pattern]
+    files: tuple[str, ...] = ()
+    rank_tag_regexes: dict[str, str] = field(default_factory=lambda: dict(RANK_TAG_REGEXES))
+
+    def for_scope(self, scope: str) -> list[Pattern]:
+        return [p for p in self.patterns if p.scope == scope]
+
+    def by_name(self, name: str) -> Pattern:
+        for p in self.patterns:
+            if p.name == name:
+                return p
+        if name == self.prefix.name:
+            return self.prefix
+        raise KeyError(name)
+
+    def classify(self, text: str, scope: str) -> tuple[Pattern, dict] | None:
+        """Slow path over all patterns of `scope` (pyparsing): the first that parses the text, with its values."""
+        for p in self.patterns:
+            if p.scope != scope or (p.gate and p.gate not in text):
+                continue
+            values = p.parse(text)
+            if values is not None:
+                return p, values
+        return None
+
+    def match(self, text: str, scope: str) -> tuple[Pattern, dict] | None:
+        """Same as `classify` with the compiled regexes (Python re): what the fast path does row by row."""
+        for p in self.patterns:
+            if p.scope != scope:
+                continue
+            values = p.match(text)
+            if values is not None:
+                return p, values
+        return None
+
+    def split_line(self, line: str) -> dict | None:
+        """Apply the prefix: {'ts', 'ms', 'rank_tags', 'dp_rank', …, 'message'} or None for a prefix-less line."""
+        return self.prefix.match(line)

@@ -1,0 +1,288 @@
+"""The template syntax of grammar files, built into pyparsing elements.
+
+    literal text           matched exactly (spaces included; nothing is skipped)
+    {name}                 a field; its token shape comes from the field's type (or its declared `shape`)
+    {name:shape}           a field with an explicit shape (int, float, pct, bool, token, word, rest, …, or a file shape)
+    {_:shape}              matched but not captured
+    {?text}                optional part
+    {|alt1|alt2|alt3}      alternatives, tried in order
+    \\x                     the character x literally (write \\{ \\} \\| \\\\ for braces, bar, backslash)
+
+See grammars/README.md for the user documentation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyparsing as pp
+
+from speclogs.errors import GrammarError
+
+# ---------------------------------------------------------------------------------------------------------------
+# AST
+
+
+@dataclass(frozen=True)
+class Lit:
+    text: str
+
+
+@dataclass(frozen=True)
+class Slot:
+    name: str  # '_' = not captured
+    shape: str | None
+
+
+@dataclass(frozen=True)
+class Optional_:
+    body: tuple
+
+
+@dataclass(frozen=True)
+class Alternatives:
+    branches: tuple[tuple, ...]
+
+
+def parse_template(template: str, where: str) -> tuple:
+    """Template text → tuple of Lit / Slot / Optional_ / Alternatives nodes; GrammarError names `where`."""
+    nodes, pos, stop = _parse_seq(template, 0, in_group=False, where=where)
+    if pos != len(template):
+        raise GrammarError(
+            f"{where}: unexpected '{template[pos]}' at column {pos + 1} of template {template!r}",
+            hint="a '}' or '|' outside {?…} / {|…} must be escaped as \\} or write it inside a group",
+        )
+    return nodes
+
+
+def _parse_seq(s: str, pos: int, *, in_group: bool, where: str) -> tuple[tuple, int, str | None]:
+    nodes: list = []
+    buf: list[str] = []
+
+    def flush() -> None:
+        if buf:
+            nodes.append(Lit("".join(buf)))
+            buf.clear()
+
+    while pos < len(s):
+        ch = s[pos]
+        if ch == "\\":
+            if pos + 1 >= len(s):
+                raise GrammarError(f"{where}: template ends with a lone backslash", hint="write \\\\ for a backslash")
+            buf.append(s[pos + 1])
+            pos += 2
+        elif ch == "{":
+            flush()
+            node, pos = _parse_group(s, pos, where)
+            nodes.append(node)
+        elif in_group and ch in "|}":
+            flush()
+            return tuple(nodes), pos, ch
+        elif ch == "}":
+            raise GrammarError(
+                f"{where}: unbalanced '}}' at column {pos + 1} of template {s!r}", hint="escape a literal brace as \\}"
+            )
+        else:
+            buf.append(ch)
+            pos += 1
+    flush()
+    if in_group:
+        raise GrammarError(f"{where}: unclosed '{{' in template {s!r}", hint="every {?…} and {|…} needs its closing }")
+    return tuple(nodes), pos, None
+
+
+def _parse_group(s: str, pos: int, where: str) -> tuple[object, int]:
+    start = pos
+    pos += 1
+    if pos < len(s) and s[pos] == "?":
+        body, pos, stop = _parse_seq(s, pos + 1, in_group=True, where=where)
+        if stop != "}":
+            raise GrammarError(
+                f"{where}: '|' inside an optional part {{?…}} at column {pos + 1}", hint="use {|a|b} for alternatives"
+            )
+        return Optional_(body), pos + 1
+    if pos < len(s) and s[pos] == "|":
+        branches = []
+        pos += 1
+        while True:
+            body, pos, stop = _parse_seq(s, pos, in_group=True, where=where)
+            branches.append(body)
+            pos += 1
+            if stop == "}":
+                break
+        if len(branches) < 2:
+            raise GrammarError(f"{where}: alternatives {{|…}} need at least two branches", hint="write {|a|b}")
+        return Alternatives(tuple(branches)), pos
+    end = s.find("}", pos)
+    if end < 0:
+        raise GrammarError(f"{where}: unclosed placeholder starting at column {start + 1} of {s!r}", hint="write {name} or {name:shape}")
+    inner = s[pos:end]
+    name, _, shape = inner.partition(":")
+    if not (name == "_" or name.isidentifier()):
+        raise GrammarError(
+            f"{where}: bad placeholder {{{inner}}} at column {start + 1}",
+            hint="placeholders are {name}, {name:shape} or {_:shape}; escape literal braces as \\{ \\}",
+        )
+    if name == "_" and not shape:
+        raise GrammarError(f"{where}: {{_}} needs a shape, e.g. {{_:int}}", hint="an uncaptured slot has no field to take its type from")
+    return Slot(name, shape or None), end + 1
+
+
+def slot_names(nodes: tuple) -> list[str]:
+    """Captured field names in template order (duplicates kept, so the caller can report them)."""
+    names: list[str] = []
+    for node in nodes:
+        if isinstance(node, Slot) and node.name != "_":
+            names.append(node.name)
+        elif isinstance(node, Optional_):
+            names += slot_names(node.body)
+        elif isinstance(node, Alternatives):
+            for branch in node.branches:
+                names += slot_names(branch)
+    return names
+
+
+def first_literal(nodes: tuple) -> str:
+    """The longest literal that every match contains (mandatory parts only): a default gate."""
+    best = ""
+    for node in nodes:
+        if isinstance(node, Lit) and len(node.text) > len(best):
+            best = node.text
+    return best
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# token shapes → pyparsing elements
+
+_DIGITS = pp.Word(pp.nums)
+
+
+def _int_element() -> pp.ParserElement:
+    return pp.Combine(pp.Opt(pp.Literal("-")) + _DIGITS.copy())
+
+
+def _float_element() -> pp.ParserElement:
+    return pp.Combine(pp.Opt(pp.Literal("-")) + _DIGITS.copy() + pp.Opt(pp.Literal(".") + _DIGITS.copy()))
+
+
+def _timestamp_element() -> pp.ParserElement:
+    def digits(n: int) -> pp.ParserElement:
+        return pp.Word(pp.nums, exact=n)
+
+    clock = digits(2) + ":" + digits(2) + ":" + digits(2)
+    date_time = digits(4) + "-" + digits(2) + "-" + digits(2) + " " + clock
+    month_day_time = digits(2) + "-" + digits(2) + " " + clock  # diffusion server: no year
+    return pp.Combine(pp.MatchFirst([date_time, month_day_time, clock]))
+
+
+def _rank_tags_element() -> pp.ParserElement:
+    from speclogs.grammar.model import RANK_TAGS
+
+    tag = pp.MatchFirst([pp.Literal(t) for t, _ in RANK_TAGS])
+    return pp.Combine(pp.ZeroOrMore(pp.Literal(" ") + tag + pp.Opt(pp.Literal("-")) + _DIGITS.copy()))
+
+
+BUILTIN_SHAPES = {
+    "int": ("int", _int_element),
+    "float": ("float", _float_element),
+    "pct": ("pct", _float_element),
+    "bool": ("bool", lambda: pp.MatchFirst([pp.Literal("True"), pp.Literal("False")])),
+    "token": ("str", lambda: pp.CharsNotIn(" ")),
+    "word": ("str", lambda: pp.Word(pp.alphanums + "_")),
+    "tocomma": ("str", lambda: pp.CharsNotIn(",")),
+    "rest": ("str", lambda: pp.Regex(r".*")),
+    "text": ("str", lambda: pp.Regex(r".+")),
+    "timestamp": ("str", _timestamp_element),
+    "ranktags": ("str", _rank_tags_element),
+}
+
+_CASTS = {
+    "int": lambda t: int(t[0]),
+    "float": lambda t: float(t[0]),
+    "pct": lambda t: float(t[0]),
+    "bool": lambda t: t[0] == "True",
+}
+
+
+def file_shape_element(spec: dict, where: str) -> pp.ParserElement:
+    """A shape declared in a grammar file's [shapes] table: values = [...], chars = "...", or not_chars = "..."."""
+    if "values" in spec:
+        values = spec["values"]
+        if not values or not all(isinstance(v, str) and v for v in values):
+            raise GrammarError(f"{where}: shape 'values' must be a non-empty list of non-empty strings", hint='values = ["cuda graph", "npu graph"]')
+        # Longest first: pyparsing takes the first alternative that matches, a regex may backtrack; longest-first makes them agree.
+        return pp.MatchFirst([pp.Literal(v) for v in sorted(values, key=len, reverse=True)])
+    if "chars" in spec:
+        return pp.Word(spec["chars"])
+    if "not_chars" in spec:
+        return pp.CharsNotIn(spec["not_chars"])
+    raise GrammarError(f"{where}: a shape needs one of values, chars, not_chars", hint='e.g. hexaddr = { chars = "0123456789abcdefx" }')
+
+
+def build_element(
+    nodes: tuple,
+    *,
+    field_types: dict[str, str],
+    field_shapes: dict[str, str | None],
+    file_shapes: dict[str, pp.ParserElement],
+    where: str,
+) -> pp.ParserElement:
+    """Template AST → pyparsing element (no whitespace skipping anywhere; typed parse actions on fields)."""
+
+    def slot(node: Slot) -> pp.ParserElement:
+        shape = node.shape
+        if shape is None:
+            if node.name not in field_types:
+                raise GrammarError(f"{where}: placeholder {{{node.name}}} names no declared field", hint="add it to [[field]] or fix the name")
+            shape = field_shapes.get(node.name) or ("token" if field_types[node.name] == "str" else field_types[node.name])
+        if shape in file_shapes:
+            element, shape_type = file_shapes[shape].copy(), "str"
+        elif shape in BUILTIN_SHAPES:
+            shape_type, make = BUILTIN_SHAPES[shape]
+            element = make()
+        else:
+            raise GrammarError(
+                f"{where}: unknown shape '{shape}' in placeholder {{{node.name}:{shape}}}",
+                hint="built-in shapes: " + ", ".join(BUILTIN_SHAPES) + "; or declare it under [shapes]",
+            )
+        if node.name == "_":
+            return element.set_name(f"_:{shape}")
+        if node.name not in field_types:
+            raise GrammarError(f"{where}: placeholder {{{node.name}}} names no declared field", hint="add it to [[field]] or fix the name")
+        ftype = field_types[node.name]
+        if shape_type != "str" and shape_type != ftype and not (ftype == "float" and shape_type == "int"):
+            raise GrammarError(
+                f"{where}: field '{node.name}' is {ftype} but placeholder shape '{shape}' gives {shape_type}",
+                hint="use the field's own shape or change the field's type",
+            )
+        if shape_type == "str" and ftype != "str":
+            raise GrammarError(
+                f"{where}: field '{node.name}' is {ftype} but shape '{shape}' gives text",
+                hint="typed fields use int, float, pct or bool shapes",
+            )
+        cast = _CASTS.get(ftype)
+        if cast is not None:
+            element = element.add_parse_action(cast)
+        return element.set_name(node.name)(node.name)
+
+    def seq(items: tuple) -> pp.ParserElement:
+        parts = []
+        for node in items:
+            if isinstance(node, Lit):
+                parts.append(pp.Literal(node.text))
+            elif isinstance(node, Slot):
+                parts.append(slot(node))
+            elif isinstance(node, Optional_):
+                body = seq(node.body)
+                parts.append(pp.Opt(body).set_name(f"[{body.name}]"))
+            elif isinstance(node, Alternatives):
+                parts.append(pp.MatchFirst([seq(b) for b in node.branches]))
+            else:  # pragma: no cover - the parser only makes the four node types
+                raise GrammarError(f"{where}: internal: unknown template node {node!r}")
+        if not parts:
+            return pp.Empty()
+        if len(parts) == 1:
+            return parts[0]
+        return pp.And(parts)
+
+    return seq(nodes)

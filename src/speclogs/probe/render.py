@@ -1,0 +1,43 @@
+"""Terminal rendering of a ProbeResult with rich (renders only; computes nothing)."""
+
+from __future__ import annotations
+
+from speclogs.probe.runner import ProbeResult
+
+
+def _size(message_bytes: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if message_bytes >= scale and message_bytes % scale == 0:
+            return f"{message_bytes // scale} {unit}"
+    return f"{message_bytes} B"
+
+
+def render_probe_rich(result: ProbeResult, console) -> None:
+    from rich.table import Table
+
+    if not result.env_sets:
+        return
+    console.print(f"[bold]NCCL probe[/] {result.probe_id} on {result.hostname}: {result.world_size} × "
+                  f"{', '.join(dict.fromkeys(result.gpu_names)) or 'no GPU'}; torch {result.torch_version}, "
+                  f"NCCL {result.nccl_version}")
+    for warning in result.warnings:
+        console.print(f"[bold yellow]warning:[/] {warning}")
+    for env_set in result.env_sets:
+        settings = " ".join(f"{key}={value}" for key, value in sorted(env_set.env.items())) or "(none)"
+        if env_set.outcome != "ok":
+            console.print(f"[bold red]{env_set.name}: {env_set.outcome}[/] {env_set.message}")
+            for line in env_set.log_excerpt[-10:]:
+                console.print(f"  {line}", markup=False, highlight=False)
+            continue
+        table = Table(title=f"{env_set.name}: {settings}  ({env_set.wall_s:.1f} s)", title_justify="left")
+        for column in ("collective", "kind", "size", "tokens", "median µs", "p10 µs", "p90 µs", "algbw GB/s", "busbw GB/s"):
+            table.add_column(column, justify="left" if column in ("collective", "kind") else "right")
+        for measurement in env_set.measurements:
+            table.add_row(
+                measurement.collective, measurement.kind, _size(measurement.bytes),
+                "" if measurement.tokens is None else str(measurement.tokens),
+                f"{measurement.latency_us:.1f}", f"{measurement.latency_us_p10:.1f}", f"{measurement.latency_us_p90:.1f}",
+                "" if measurement.algbw_gb_s is None else f"{measurement.algbw_gb_s:.2f}",
+                "" if measurement.busbw_gb_s is None else f"{measurement.busbw_gb_s:.2f}",
+            )
+        console.print(table)

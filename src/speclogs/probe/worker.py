@@ -1,0 +1,156 @@
+"""One rank of the NCCL probe: `python -m speclogs.probe.worker SPEC.json` (torch + stdlib only).
+
+The parent (speclogs.probe.runner) starts one of these per GPU with RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR, MASTER_PORT and the env set already in the environment, so NCCL reads the env set at init.
+Each rank writes `rank<R>.stage` (how far it got: started, init_begin, init_done, done) and, at the end,
+`rank<R>.json` with per-iteration latencies in microseconds. `--preflight` prints the machine's torch,
+CUDA and GPU facts as JSON instead.
+
+Timing: per size, `warmup_iters` untimed calls, then `iters` calls back to back on the current stream,
+each between two CUDA events (elapsed_time → per-iteration latency), plus the span of all of them
+(mean per call, nccl-tests' way of timing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+
+def preflight() -> dict:
+    """torch / CUDA / NCCL facts of this machine; torch_version None when torch is not installed."""
+    try:
+        import torch
+    except ImportError as err:
+        return {"torch_version": None, "torch_import_error": str(err), "cuda_available": False, "device_count": 0,
+                "gpu_names": [], "nccl_version": None, "nccl_available": False, "cuda_version": None}
+
+    facts: dict = {
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "device_count": 0,
+        "gpu_names": [],
+        "nccl_version": None,
+        "nccl_available": False,
+    }
+    import torch.distributed as dist
+
+    facts["nccl_available"] = bool(dist.is_available() and dist.is_nccl_available())
+    if facts["cuda_available"]:
+        facts["device_count"] = torch.cuda.device_count()
+        facts["gpu_names"] = [torch.cuda.get_device_name(index) for index in range(facts["device_count"])]
+        if facts["nccl_available"]:
+            version = torch.cuda.nccl.version()
+            facts["nccl_version"] = ".".join(str(part) for part in version) if isinstance(version, tuple) else str(version)
+    return facts
+
+
+def _write_stage(out_dir: Path, rank: int, stage: str) -> None:
+    (out_dir / f"rank{rank}.stage").write_text(stage, encoding="utf-8")
+
+
+def run_rank(spec: dict, out_dir: Path) -> None:
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    on_gpu = spec.get("backend", "nccl") == "nccl"     # 'gloo' (CPU) only tests the probe's plumbing
+    _write_stage(out_dir, rank, "init_begin")
+    timeout = timedelta(seconds=float(spec["init_timeout_s"]))
+    if on_gpu:
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        # device_id: eager NCCL communicator init, so a failure or hang shows up here, not later
+        dist.init_process_group(backend="nccl", rank=rank, world_size=world_size, timeout=timeout, device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group(backend="gloo", rank=rank, world_size=world_size, timeout=timeout)
+
+    def synchronize() -> None:
+        if on_gpu:
+            torch.cuda.synchronize(device)
+
+    warm = torch.ones(1, device=device)
+    dist.all_reduce(warm)
+    synchronize()
+    _write_stage(out_dir, rank, "init_done")
+
+    dtype = torch.bfloat16
+    iters = int(spec["iters"])
+    warmup_iters = int(spec["warmup_iters"])
+    measurements = []
+    for item in spec["measurements"]:
+        elements = int(item["elements"])
+        if item["collective"] == "all_reduce":
+            buffer = torch.zeros(elements, dtype=dtype, device=device)
+
+            def call(buffer=buffer):
+                dist.all_reduce(buffer)
+        else:
+            output = torch.zeros(elements, dtype=dtype, device=device)
+            shard = torch.zeros(elements // world_size, dtype=dtype, device=device)
+
+            def call(output=output, shard=shard):
+                dist.all_gather_into_tensor(output, shard)
+
+        for _ in range(warmup_iters):
+            call()
+        synchronize()
+        if on_gpu:
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+            for start, end in zip(starts, ends):
+                start.record()
+                call()
+                end.record()
+            synchronize()
+            samples_us = [start.elapsed_time(end) * 1000.0 for start, end in zip(starts, ends)]
+            span_us = starts[0].elapsed_time(ends[-1]) * 1000.0
+        else:
+            stamps = [time.perf_counter()]
+            for _ in range(iters):
+                call()
+                stamps.append(time.perf_counter())
+            samples_us = [(later - earlier) * 1e6 for earlier, later in zip(stamps, stamps[1:])]
+            span_us = (stamps[-1] - stamps[0]) * 1e6
+        measurements.append({**item, "samples_us": samples_us, "span_mean_us": span_us / iters})
+
+    dist.barrier()
+    dist.destroy_process_group()
+    result = {
+        "rank": rank,
+        "world_size": world_size,
+        "backend": "nccl" if on_gpu else "gloo",
+        "gpu_name": torch.cuda.get_device_name(device) if on_gpu else "cpu",
+        "env": {key: value for key, value in os.environ.items() if key.startswith("NCCL_")},
+        "measurements": measurements,
+    }
+    (out_dir / f"rank{rank}.json").write_text(json.dumps(result), encoding="utf-8")
+    _write_stage(out_dir, rank, "done")
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--preflight":
+        sys.stdout.write(json.dumps(preflight()) + "\n")
+        return 0
+    if len(argv) != 1:
+        sys.stderr.write("usage: python -m speclogs.probe.worker SPEC.json | --preflight\n")
+        return 2
+    spec_path = Path(argv[0])
+    spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    out_dir = spec_path.parent
+    _write_stage(out_dir, int(os.environ["RANK"]), "started")
+    run_rank(spec, out_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

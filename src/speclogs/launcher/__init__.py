@@ -1,0 +1,26 @@
+"""speclogs.launcher: reproduce SGLang runs from a plan file, record each launch in run.json.
+
+Standard library only (+ numpy for `synth`), because it runs on the GPU box where duckdb/polars are absent.
+"""
+
+from speclogs.launcher.plan import BenchServingSpec, BenchSpec, Cell, LaunchSpec, Plan, load_plan, parse_plan
+from speclogs.launcher.run import (
+    Interrupted,
+    LaunchOptions,
+    LaunchResult,
+    PlanRunSummary,
+    launch_plan,
+    server_argv,
+    server_env,
+)
+
+__all__ = [
+    "BenchServingSpec", "BenchSpec", "Cell", "Interrupted", "LaunchOptions", "LaunchResult", "LaunchSpec", "Plan",
+    "PlanRunSummary", "launch_plan", "launch_remote", "load_plan", "parse_plan", "server_argv", "server_env",
+]
+
+
+def launch_remote(*args, **kwargs):
+    """See speclogs.launcher.remote.launch_remote (imported lazily)."""
+    from speclogs.launcher.remote import launch_remote as _launch_remote
+    return _launch_remote(*args, **kwargs)

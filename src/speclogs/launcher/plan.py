@@ -1,0 +1,357 @@
+"""Launch plans: a TOML file naming the server command, a matrix of cells and the benchmark.
+
+`load_plan(path)` returns a frozen `Plan`; every error names file:line and says what to fix.
+Standard library only: this runs on the GPU box.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from speclogs.errors import PlanError
+
+PYTHON_PLACEHOLDER = "{python}"
+DEFAULT_COMMAND = (PYTHON_PLACEHOLDER, "-m", "sglang.launch_server")
+# Flags whose value is a model directory: checked up front when it looks like a local path.
+MODEL_PATH_FLAGS = ("--model-path", "--speculative-draft-model-path", "--tokenizer-path")
+
+_TOP_KEYS = {
+    "name", "command", "model_path", "args", "env", "drop_inherited_env", "port", "host", "health_timeout_s",
+    "health_poll_s", "stop_grace_s", "port_wait_s", "min_free_mb", "launches", "order", "seed", "progress_every_s",
+    "bench", "bench_serving", "cells", "profile_every",
+}
+_CELL_KEYS = {"name", "args", "env", "factors", "launches", "profile", "profile_every", "model_path"}
+_BENCH_KEYS = {
+    "kind", "requests", "warmup_requests", "max_new_tokens", "prompt_tokens", "vocab_size", "prompts", "seed",
+    "request_timeout_s", "temperature",
+}
+_BENCH_SERVING_KEYS = {"args", "timeout_s", "enabled"}
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """The seeds' single-stream method: `requests` sequential /generate calls, the first `warmup_requests` are warm-up."""
+
+    kind: str = "single_stream"
+    requests: int = 11
+    warmup_requests: int = 1
+    max_new_tokens: int = 500
+    prompt_tokens: int = 64
+    vocab_size: int = 2048
+    prompts: tuple[str, ...] = ()  # text prompts instead of random input_ids (cycled)
+    seed: int = 0
+    request_timeout_s: float = 300.0
+    temperature: float = 0.0
+
+
+@dataclass(frozen=True)
+class BenchServingSpec:
+    """Optional `python -m sglang.bench_serving` run after the single-stream benchmark."""
+
+    args: tuple[str, ...] = ()
+    timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    args: tuple[str, ...]
+    env: dict[str, str]
+    factors: dict[str, str]
+    launches: int
+    profile: bool
+    profile_every: int
+    model_path: str | None
+    line_no: int
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """One server start: cell × launch number, at position `order_index` of the plan's launch order."""
+
+    cell: Cell
+    launch: int
+    order_index: int
+
+    @property
+    def run_name(self) -> str:
+        return f"{self.cell.name}_{self.launch}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    path: Path
+    command: tuple[str, ...]
+    model_path: str | None
+    args: tuple[str, ...]
+    env: dict[str, str]
+    drop_inherited_env: tuple[str, ...]
+    host: str
+    port: int
+    health_timeout_s: float
+    health_poll_s: float
+    stop_grace_s: float
+    port_wait_s: float
+    min_free_mb: float
+    progress_every_s: float
+    order: str
+    seed: int
+    bench: BenchSpec
+    bench_serving: BenchServingSpec | None
+    cells: tuple[Cell, ...]
+    text: str = field(repr=False, default="")
+
+    def launch_order(self) -> list[LaunchSpec]:
+        """Interleaved rounds (A1 B1 C1 A2 B2 C2 …); with order = "shuffle" each round is shuffled with `seed`."""
+        rounds = max(cell.launches for cell in self.cells)
+        order: list[LaunchSpec] = []
+        for launch in range(1, rounds + 1):
+            cells = [cell for cell in self.cells if cell.launches >= launch]
+            if self.order == "shuffle":
+                random.Random(self.seed * 1000 + launch).shuffle(cells)
+            for cell in cells:
+                order.append(LaunchSpec(cell=cell, launch=launch, order_index=len(order)))
+        return order
+
+    def line_of(self, key: str, cell: Cell | None = None) -> int:
+        """Line of `key = …` in the plan text (inside `cell`'s table when given); the cell's header line otherwise."""
+        start = cell.line_no if cell else 0
+        return _find_key_line(self.text, key, start) or (cell.line_no if cell else 1)
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate a plan file. Raises PlanError naming file:line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlanError(f"cannot read plan {path}: {exc.strerror}", hint="check the path") from exc
+    return parse_plan(text, path)
+
+
+def parse_plan(text: str, path: Path) -> Plan:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib's message ends with "(at line N, column M)"
+        match = re.search(r"at line (\d+)", str(exc))
+        line = match.group(1) if match else "?"
+        raise PlanError(f"{path}:{line}: TOML syntax error: {exc}", hint="fix the TOML syntax at that line") from exc
+    checker = _Checker(path, text)
+    checker.unknown_keys(data, _TOP_KEYS, 0, "the plan")
+
+    command_raw = data.get("command", list(DEFAULT_COMMAND))
+    command = tuple(checker.str_list(command_raw, "command", 0))
+    if not command:
+        checker.fail("command", 0, "command is empty", "give the server command, e.g. command = [\"{python}\", \"-m\", \"sglang.launch_server\"]")
+
+    bench = _parse_bench(data.get("bench", {}), checker)
+    bench_serving = None
+    if "bench_serving" in data:
+        raw = checker.table(data["bench_serving"], "bench_serving", 0)
+        checker.unknown_keys(raw, _BENCH_SERVING_KEYS, _find_header_line(text, "bench_serving"), "[bench_serving]")
+        if raw.get("enabled", True):
+            bench_serving = BenchServingSpec(
+                args=tuple(checker.str_list(raw.get("args", []), "args", _find_header_line(text, "bench_serving"))),
+                timeout_s=checker.number(raw.get("timeout_s", 600.0), "timeout_s", 0, minimum=1),
+            )
+
+    default_launches = checker.integer(data.get("launches", 2), "launches", 0, minimum=1)
+    profile_every = checker.integer(data.get("profile_every", 16), "profile_every", 0, minimum=1)
+    cells = _parse_cells(data.get("cells"), checker, default_launches, profile_every)
+
+    order = data.get("order", "interleaved")
+    if order not in ("interleaved", "shuffle"):
+        checker.fail("order", 0, f"order must be \"interleaved\" or \"shuffle\", not {order!r}", "use order = \"interleaved\"")
+
+    return Plan(
+        name=checker.string(data.get("name", path.stem), "name", 0),
+        path=path,
+        command=command,
+        model_path=_optional_string(checker, data, "model_path", 0),
+        args=tuple(checker.str_list(data.get("args", []), "args", 0)),
+        env=checker.str_dict(data.get("env", {}), "env", 0),
+        drop_inherited_env=tuple(checker.str_list(data.get("drop_inherited_env", ["NCCL_"]), "drop_inherited_env", 0)),
+        host=checker.string(data.get("host", "127.0.0.1"), "host", 0),
+        port=checker.integer(data.get("port", 30000), "port", 0, minimum=1, maximum=65535),
+        health_timeout_s=checker.number(data.get("health_timeout_s", 1800.0), "health_timeout_s", 0, minimum=0.1),
+        health_poll_s=checker.number(data.get("health_poll_s", 1.0), "health_poll_s", 0, minimum=0.01),
+        stop_grace_s=checker.number(data.get("stop_grace_s", 30.0), "stop_grace_s", 0, minimum=0),
+        port_wait_s=checker.number(data.get("port_wait_s", 10.0), "port_wait_s", 0, minimum=0),
+        min_free_mb=checker.number(data.get("min_free_mb", 100.0), "min_free_mb", 0, minimum=0),
+        progress_every_s=checker.number(data.get("progress_every_s", 10.0), "progress_every_s", 0, minimum=0.01),
+        order=order,
+        seed=checker.integer(data.get("seed", 0), "seed", 0),
+        bench=bench,
+        bench_serving=bench_serving,
+        cells=cells,
+        text=text,
+    )
+
+
+def _parse_bench(raw: object, checker: "_Checker") -> BenchSpec:
+    header = _find_header_line(checker.text, "bench")
+    table = checker.table(raw, "bench", 0)
+    checker.unknown_keys(table, _BENCH_KEYS, header, "[bench]")
+    kind = table.get("kind", "single_stream")
+    if kind not in ("single_stream", "none"):
+        checker.fail("kind", header, f"bench kind must be \"single_stream\" or \"none\", not {kind!r}",
+                     "use kind = \"single_stream\" (add [bench_serving] for sglang.bench_serving)")
+    spec = BenchSpec(
+        kind=kind,
+        requests=checker.integer(table.get("requests", 11), "requests", header, minimum=0),
+        warmup_requests=checker.integer(table.get("warmup_requests", 1), "warmup_requests", header, minimum=0),
+        max_new_tokens=checker.integer(table.get("max_new_tokens", 500), "max_new_tokens", header, minimum=1),
+        prompt_tokens=checker.integer(table.get("prompt_tokens", 64), "prompt_tokens", header, minimum=1),
+        vocab_size=checker.integer(table.get("vocab_size", 2048), "vocab_size", header, minimum=2),
+        prompts=tuple(checker.str_list(table.get("prompts", []), "prompts", header)),
+        seed=checker.integer(table.get("seed", 0), "seed", header),
+        request_timeout_s=checker.number(table.get("request_timeout_s", 300.0), "request_timeout_s", header, minimum=0.1),
+        temperature=checker.number(table.get("temperature", 0.0), "temperature", header, minimum=0),
+    )
+    if spec.warmup_requests > spec.requests:
+        checker.fail("warmup_requests", header, f"warmup_requests ({spec.warmup_requests}) exceeds requests ({spec.requests})",
+                     "requests counts the warm-up requests too")
+    return spec
+
+
+def _parse_cells(raw: object, checker: "_Checker", default_launches: int, profile_every: int) -> tuple[Cell, ...]:
+    text = checker.text
+    if raw is None:
+        raise PlanError(f"{checker.path}:1: the plan has no cells",
+                        hint="add at least one [[cells]] table with name = \"…\" (or a [cells.NAME] table)")
+    entries: list[tuple[str | None, dict, int]] = []
+    if isinstance(raw, list):
+        headers = [i + 1 for i, line in enumerate(text.splitlines()) if re.match(r"\s*\[\[\s*cells\s*\]\]", line)]
+        for index, item in enumerate(raw):
+            line = headers[index] if index < len(headers) else 1
+            entries.append((None, checker.table(item, "cells", line), line))
+    elif isinstance(raw, dict):
+        for name, item in raw.items():
+            line = _find_header_line(text, f"cells.{name}") or _find_key_line(text, name, 0) or 1
+            entries.append((name, checker.table(item, f"cells.{name}", line), line))
+    else:
+        checker.fail("cells", 0, "cells must be [[cells]] tables or [cells.NAME] tables", "see plans/example.toml")
+
+    cells: list[Cell] = []
+    seen: set[str] = set()
+    for name, table, line in entries:
+        checker.unknown_keys(table, _CELL_KEYS, line, f"cell at line {line}")
+        if name is None:
+            if "name" not in table:
+                raise PlanError(f"{checker.path}:{line}: this [[cells]] table has no name", hint="add name = \"baseline\"")
+            name = checker.string(table["name"], "name", line)
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+            checker.fail("name", line, f"cell name {name!r} must be letters, digits, '_', '-', '.'", "it names a directory")
+        if name in seen:
+            checker.fail("name", line, f"cell {name!r} is declared twice", "give each cell its own name")
+        seen.add(name)
+        factors = table.get("factors", {})
+        cells.append(Cell(
+            name=name,
+            args=tuple(checker.str_list(table.get("args", []), "args", line)),
+            env=checker.str_dict(table.get("env", {}), "env", line),
+            factors=checker.str_dict(factors, "factors", line),
+            launches=checker.integer(table.get("launches", default_launches), "launches", line, minimum=1),
+            profile=checker.boolean(table.get("profile", False), "profile", line),
+            profile_every=checker.integer(table.get("profile_every", profile_every), "profile_every", line, minimum=1),
+            model_path=_optional_string(checker, table, "model_path", line),
+            line_no=line,
+        ))
+    if not cells:
+        raise PlanError(f"{checker.path}:1: the plan has no cells", hint="add at least one [[cells]] table")
+    return tuple(cells)
+
+
+def _optional_string(checker: "_Checker", table: dict, key: str, line: int) -> str | None:
+    return checker.string(table[key], key, line) if key in table else None
+
+
+def _find_key_line(text: str, key: str, start_line: int) -> int:
+    pattern = re.compile(rf"^\s*(?:\"{re.escape(key)}\"|{re.escape(key)})\s*=")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if number >= start_line and pattern.match(line):
+            return number
+    return 0
+
+
+def _find_header_line(text: str, dotted: str) -> int:
+    parts = [re.escape(part) for part in dotted.split(".")]
+    pattern = re.compile(r"^\s*\[\s*" + r"\s*\.\s*".join(parts) + r"\s*\]")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if pattern.match(line):
+            return number
+    return 0
+
+
+class _Checker:
+    """Type checks that fail with file:line of the offending key."""
+
+    def __init__(self, path: Path, text: str):
+        self.path = path
+        self.text = text
+
+    def fail(self, key: str, start_line: int, message: str, hint: str) -> None:
+        line = _find_key_line(self.text, key, start_line) or start_line or 1
+        raise PlanError(f"{self.path}:{line}: {message}", hint=hint)
+
+    def unknown_keys(self, table: dict, allowed: set[str], line: int, where: str) -> None:
+        for key in table:
+            if key not in allowed:
+                self.fail(key, line, f"unknown key {key!r} in {where}", f"allowed keys: {', '.join(sorted(allowed))}")
+
+    def table(self, value: object, key: str, line: int) -> dict:
+        if not isinstance(value, dict):
+            self.fail(key, line, f"{key} must be a table, not {type(value).__name__}", f"write it as [{key}]")
+        return value  # type: ignore[return-value]
+
+    def string(self, value: object, key: str, line: int) -> str:
+        if not isinstance(value, str):
+            self.fail(key, line, f"{key} must be a string, not {value!r}", f"quote it: {key} = \"{value}\"")
+        return value  # type: ignore[return-value]
+
+    def boolean(self, value: object, key: str, line: int) -> bool:
+        if not isinstance(value, bool):
+            self.fail(key, line, f"{key} must be true or false, not {value!r}", f"write {key} = true")
+        return value  # type: ignore[return-value]
+
+    def integer(self, value: object, key: str, line: int, minimum: int | None = None, maximum: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(key, line, f"{key} must be an integer, not {value!r}", f"write {key} = 2")
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):  # type: ignore[operator]
+            self.fail(key, line, f"{key} = {value} is out of range [{minimum}, {maximum if maximum is not None else '∞'}]",
+                      "pick a value in range")
+        return value  # type: ignore[return-value]
+
+    def number(self, value: object, key: str, line: int, minimum: float | None = None) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(key, line, f"{key} must be a number, not {value!r}", f"write {key} = 30")
+        if minimum is not None and value < minimum:  # type: ignore[operator]
+            self.fail(key, line, f"{key} = {value} must be at least {minimum}", "pick a larger value")
+        return float(value)  # type: ignore[arg-type]
+
+    def str_list(self, value: object, key: str, line: int) -> list[str]:
+        if not isinstance(value, list):
+            self.fail(key, line, f"{key} must be a list, not {value!r}", f"write {key} = [\"…\"]")
+        out: list[str] = []
+        for item in value:  # type: ignore[union-attr]
+            if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+                self.fail(key, line, f"{key} has an item that is not a string or number: {item!r}", "quote every item")
+            out.append(str(item))
+        return out
+
+    def str_dict(self, value: object, key: str, line: int) -> dict[str, str]:
+        table = self.table(value, key, line)
+        out: dict[str, str] = {}
+        for name, item in table.items():
+            if isinstance(item, bool):
+                item = "1" if item else "0"
+            if not isinstance(item, (str, int, float)):
+                self.fail(name, line, f"{key}.{name} must be a string or number, not {item!r}", "quote the value")
+            out[name] = str(item)
+        return out

@@ -1,0 +1,555 @@
+"""Carry out a plan: each launch starts the server, waits for /health 200, benchmarks, stops, records run.json.
+
+Standard library only (runs on the GPU box). Progress goes to the `progress` callback (the CLI prints it on stderr).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import speclogs
+from speclogs.errors import LaunchError, PlanError
+from speclogs.launcher import bench as _bench
+from speclogs.launcher import process as _proc
+from speclogs.launcher import runinfo
+from speclogs.launcher.plan import MODEL_PATH_FLAGS, PYTHON_PLACEHOLDER, LaunchSpec, Plan
+
+SCHEMA = "speclogs.run/1"
+# Outcomes after which --resume runs the launch again.
+RETRY_OUTCOMES = {"running", "interrupted", "port_in_use", "disk_full", "spawn_failed"}
+FAILED_OUTCOMES = {"failed_start", "health_timeout", "bench_failed"}
+
+Progress = Callable[[str], None]
+
+
+class Interrupted(BaseException):
+    """Ctrl-C, SIGTERM or SIGHUP reached the launcher (BaseException like KeyboardInterrupt)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _DeadlineReached(Exception):
+    pass
+
+
+class _LaunchFailed(LaunchError):
+    def __init__(self, outcome: str, message: str, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.outcome = outcome
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    out_dir: Path
+    resume: bool = False
+    retry_failed: bool = False
+    only: tuple[str, ...] = ()
+    max_launches: int | None = None
+    max_minutes: float | None = None
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    run_name: str
+    cell: str
+    launch: int
+    order_index: int
+    outcome: str
+    outcome_detail: str
+    ready_s: float | None
+    median_tok_s: float | None
+    run_dir: str
+    skipped: bool = False   # --resume found it complete
+
+
+@dataclass(frozen=True)
+class PlanRunSummary:
+    plan_name: str
+    out_dir: str
+    results: tuple[LaunchResult, ...]
+    stopped: str             # complete | max_launches | max_minutes | interrupted
+    pending: tuple[str, ...] = field(default=())   # run names not yet complete
+
+    @property
+    def failed(self) -> tuple[LaunchResult, ...]:
+        return tuple(r for r in self.results if not r.skipped and r.outcome != "ok")
+
+    def to_dict(self) -> dict:
+        return {"plan_name": self.plan_name, "out_dir": self.out_dir, "stopped": self.stopped,
+                "pending": list(self.pending), "results": [r.__dict__ for r in self.results]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PlanRunSummary":
+        return cls(plan_name=data["plan_name"], out_dir=data["out_dir"], stopped=data["stopped"],
+                   pending=tuple(data.get("pending", ())),
+                   results=tuple(LaunchResult(**r) for r in data["results"]))
+
+
+def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = None) -> PlanRunSummary:
+    """Run the plan's launches (interleaved order) into options.out_dir; returns what happened to each.
+
+    Raises PlanError before anything starts when a cell names a local model path that does not exist, or a cell
+    in `only` is unknown; LaunchError when the out dir already holds complete launches and --resume is not given.
+    Interrupted (Ctrl-C/SIGTERM/SIGHUP) stops the running server, marks its run.json `interrupted` and re-raises.
+    """
+    say = progress or (lambda message: None)
+    started = time.monotonic()
+    deadline = started + options.max_minutes * 60 if options.max_minutes else None
+    out_dir = options.out_dir.resolve()
+    order = _select(plan, options.only)
+    _check_model_paths(plan, order)
+    _check_overwrite(order, out_dir, options)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    context = _MachineContext(plan)
+    results: list[LaunchResult] = []
+    stopped = "complete"
+    done = 0
+    with _signals_raise_interrupted():
+        for spec in order:
+            run_dir = out_dir / spec.cell.name / str(spec.launch)
+            previous = _read_run_json(run_dir)
+            if previous and _is_complete(previous, options.retry_failed):
+                results.append(_result_from(previous, spec, run_dir, skipped=True))
+                continue
+            if options.max_launches is not None and done >= options.max_launches:
+                stopped = "max_launches"
+                break
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                estimate = _estimate_launch_s(out_dir)
+                if remaining <= 0 or (estimate is not None and remaining < estimate):
+                    say(f"max-minutes: {remaining:.0f} s left, a launch takes ~{estimate or 0:.0f} s: stopping here")
+                    stopped = "max_minutes"
+                    break
+            say(f"[{spec.order_index + 1}/{len(plan.launch_order())}] {spec.run_name}: starting")
+            try:
+                result = _launch_one(plan, spec, run_dir, previous, context, deadline, say)
+            except _DeadlineReached:
+                results.append(_result_from(_read_run_json(run_dir) or {}, spec, run_dir))
+                stopped = "max_minutes"
+                break
+            except Interrupted:
+                results.append(_result_from(_read_run_json(run_dir) or {}, spec, run_dir))
+                raise
+            results.append(result)
+            done += 1
+            _raise_if_pending()
+            say(f"{spec.run_name}: {result.outcome}" + (f" ({result.outcome_detail})" if result.outcome_detail else ""))
+    pending = tuple(spec.run_name for spec in order
+                    if not _is_complete(_read_run_json(out_dir / spec.cell.name / str(spec.launch)) or {}, options.retry_failed))
+    return PlanRunSummary(plan_name=plan.name, out_dir=str(out_dir), results=tuple(results), stopped=stopped, pending=pending)
+
+
+def server_argv(plan: Plan, spec: LaunchSpec) -> list[str]:
+    """The exact argv of the server process for this launch (profile wrapper included)."""
+    argv = [sys.executable if part == PYTHON_PLACEHOLDER else part for part in plan.command]
+    model_path = spec.cell.model_path or plan.model_path
+    if model_path:
+        argv += ["--model-path", model_path]
+    argv += [*plan.args, *spec.cell.args]
+    if "--port" not in argv:
+        argv += ["--port", str(plan.port)]
+    if spec.cell.profile:
+        argv = [runinfo.python_of(argv), "-m", "speclogs.profile", "--every", str(spec.cell.profile_every), "--", *argv]
+    return argv
+
+
+def server_env(plan: Plan, spec: LaunchSpec, base: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """Base env (minus inherited names matching drop_inherited_env) + plan env + cell env; speclogs on PYTHONPATH when profiled."""
+    env, dropped = runinfo.build_env(dict(os.environ if base is None else base), plan.drop_inherited_env, plan.env,
+                                     spec.cell.env)
+    if spec.cell.profile:
+        runinfo.prepend_path(env, "PYTHONPATH", str(Path(speclogs.__file__).resolve().parent.parent))
+    return env, dropped
+
+
+def _arg_value(argv: list[str], flag: str) -> str | None:
+    for index, part in enumerate(argv):
+        if part == flag and index + 1 < len(argv):
+            return argv[index + 1]
+        if part.startswith(flag + "="):
+            return part.split("=", 1)[1]
+    return None
+
+
+def _select(plan: Plan, only: tuple[str, ...]) -> list[LaunchSpec]:
+    names = {cell.name for cell in plan.cells}
+    wanted = {name for item in only for name in item.split(",") if name}
+    unknown = sorted(wanted - names)
+    if unknown:
+        raise PlanError(f"{plan.path}: --only names unknown cell(s): {', '.join(unknown)}",
+                        hint=f"cells in this plan: {', '.join(sorted(names))}")
+    return [spec for spec in plan.launch_order() if not wanted or spec.cell.name in wanted]
+
+
+def _check_model_paths(plan: Plan, order: list[LaunchSpec]) -> None:
+    checked: set[str] = set()
+    for spec in order:
+        argv = server_argv(plan, spec)
+        for flag in MODEL_PATH_FLAGS:
+            value = _arg_value(argv, flag)
+            if value is None or value in checked:
+                continue
+            checked.add(value)
+            looks_local = value.startswith(("/", "./", "../", "~")) or os.path.exists(value)
+            if looks_local and not Path(value).expanduser().exists():
+                line = _line_containing(plan.text, value) or spec.cell.line_no
+                raise PlanError(f"{plan.path}:{line}: {flag} {value} does not exist (cell {spec.cell.name})",
+                                hint="create the model first (e.g. speclogs synth-pair) or fix the path")
+
+
+def _line_containing(text: str, needle: str) -> int:
+    for number, line in enumerate(text.splitlines(), start=1):
+        if needle in line:
+            return number
+    return 0
+
+
+def _check_overwrite(order: list[LaunchSpec], out_dir: Path, options: LaunchOptions) -> None:
+    if options.resume:
+        return
+    existing = [spec.run_name for spec in order
+                if (out_dir / spec.cell.name / str(spec.launch) / "run.json").exists()]
+    if existing:
+        raise LaunchError(f"{out_dir} already holds launches ({', '.join(existing[:4])}{' …' if len(existing) > 4 else ''})",
+                          hint="add --resume to skip complete ones and redo the rest, or choose a new --out")
+
+
+def _read_run_json(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / "run.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _is_complete(record: dict, retry_failed: bool) -> bool:
+    outcome = record.get("outcome")
+    if outcome is None or outcome in RETRY_OUTCOMES:
+        return False
+    return not (retry_failed and outcome in FAILED_OUTCOMES)
+
+
+def _estimate_launch_s(out_dir: Path) -> float | None:
+    """Longest spawn → stop of the launches already recorded under out_dir (None when there is none)."""
+    longest = None
+    for path in out_dir.glob("*/*/run.json"):
+        try:
+            record = json.loads(path.read_text())
+            stamps = record["timestamps"]
+            span = _seconds_between(stamps["spawn"], stamps["stop"])
+        except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue
+        if record.get("outcome") == "ok":
+            longest = span if longest is None else max(longest, span)
+    return longest
+
+
+def _seconds_between(first: str, second: str) -> float:
+    from datetime import datetime
+    return (datetime.fromisoformat(second) - datetime.fromisoformat(first)).total_seconds()
+
+
+def _result_from(record: dict, spec: LaunchSpec, run_dir: Path, skipped: bool = False) -> LaunchResult:
+    return LaunchResult(run_name=spec.run_name, cell=spec.cell.name, launch=spec.launch, order_index=spec.order_index,
+                        outcome=record.get("outcome", "unknown"), outcome_detail=record.get("outcome_detail", ""),
+                        ready_s=record.get("ready_s"), median_tok_s=(record.get("bench_summary") or {}).get("median_tok_s"),
+                        run_dir=str(run_dir), skipped=skipped)
+
+
+class _MachineContext:
+    """Facts gathered once per plan run: GPUs, hostname, versions per (python, PYTHONPATH)."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.gpus = runinfo.gpu_inventory()
+        self.hostname = runinfo.hostname()
+        self._versions: dict[tuple[str, str], dict] = {}
+
+    def versions(self, python: str, env: dict[str, str]) -> dict:
+        key = (python, env.get("PYTHONPATH", ""))
+        if key not in self._versions:
+            found = runinfo.server_versions(python, env)
+            found["speclogs"] = speclogs.__version__
+            self._versions[key] = found
+        return dict(self._versions[key])
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=1)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | None, context: _MachineContext,
+                deadline: float | None, say: Progress) -> LaunchResult:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    argv = server_argv(plan, spec)
+    env, dropped = server_env(plan, spec)
+    host = _arg_value(argv, "--host") or plan.host
+    probe_host = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+    port = int(_arg_value(argv, "--port") or plan.port)
+    base_url = f"http://{probe_host}:{port}"
+    python = runinfo.python_of(argv)
+    stamps: dict[str, str | None] = {key: None for key in ("spawn", "port_open", "health_200", "bench_start", "bench_end", "stop")}
+    files = {"server_log": "server.log", "bench": "bench.jsonl"}
+    attempts = list((previous or {}).get("previous_attempts", []))
+    if previous:
+        attempts.append({key: previous.get(key) for key in ("run_uid", "outcome", "outcome_detail", "timestamps")})
+    record: dict = {
+        "schema": SCHEMA, "speclogs_version": speclogs.__version__, "run_uid": _uuid_hex(),
+        "run_name": spec.run_name, "plan_name": plan.name, "plan_file": str(plan.path),
+        "cell": spec.cell.name, "launch": spec.launch, "factors": dict(spec.cell.factors), "order_index": spec.order_index,
+        "argv": argv, "env": runinfo.redact_env(env),
+        "env_nccl": {k: v for k, v in runinfo.redact_env(env).items() if k.startswith("NCCL_")},
+        "env_cuda": {k: v for k, v in runinfo.redact_env(env).items() if k.startswith("CUDA_")},
+        "env_dropped": dropped, "profile": spec.cell.profile,
+        "versions": {}, "gpus": context.gpus, "hostname": context.hostname,
+        "bench": _bench_record(plan), "timestamps": stamps, "utc_offset": runinfo.utc_offset(),
+        "host": host, "port": port, "ready_s": None, "outcome": "running", "outcome_detail": "", "complete": False,
+        "exit_code": None, "stop": None, "bench_summary": None, "files": files, "previous_attempts": attempts,
+    }
+    run_json = run_dir / "run.json"
+    proc = None
+    known_pids: set[int] = set()
+    spawn_clock = None
+
+    def finish(outcome: str, detail: str) -> LaunchResult:
+        record["outcome"], record["outcome_detail"] = outcome, detail
+        record["complete"] = outcome not in RETRY_OUTCOMES
+        try:
+            _write_json_atomic(run_json, record)
+        except OSError as exc:
+            detail = f"{detail}; run.json not written: {exc.strerror}"
+        return LaunchResult(run_name=spec.run_name, cell=spec.cell.name, launch=spec.launch,
+                            order_index=spec.order_index, outcome=outcome, outcome_detail=detail,
+                            ready_s=record["ready_s"], median_tok_s=(record["bench_summary"] or {}).get("median_tok_s"),
+                            run_dir=str(run_dir))
+
+    def stop() -> None:
+        nonlocal proc
+        if proc is None:
+            return
+        with _signals_deferred():
+            say(f"{spec.run_name}: stopping (SIGTERM, grace {plan.stop_grace_s:g} s)")
+            result = _proc.stop_server(proc, plan.stop_grace_s, known_pids)
+        stamps["stop"] = runinfo.now_iso()
+        record["exit_code"] = result.exit_code
+        record["stop"] = {"signal": result.signal_used, "stop_s": result.stop_s,
+                          "leftover_pids": list(result.leftover_pids), "gpu_pids": list(result.gpu_pids)}
+        if result.leftover_pids or result.gpu_pids:
+            say(f"{spec.run_name}: WARNING processes left after stop: {result.leftover_pids or result.gpu_pids} (killed)")
+        proc = None
+
+    try:
+        try:
+            if _proc.free_mb(run_dir) < plan.min_free_mb:
+                raise _LaunchFailed("disk_full", f"only {_proc.free_mb(run_dir):.0f} MiB free under {run_dir} "
+                                                 f"(min_free_mb = {plan.min_free_mb:g})", hint="free disk space")
+            if not _wait_port_free(probe_host, port, plan.port_wait_s):
+                raise _LaunchFailed("port_in_use", f"port {port} on {probe_host} is already in use",
+                                    hint="stop whatever listens there or set port = … in the plan")
+            record["versions"] = context.versions(python, env)
+            _write_json_atomic(run_json, record)
+            log_path = run_dir / "server.log"
+            log_path.write_bytes(b"")
+            try:
+                proc = _proc.spawn_server(argv, env, log_path)
+            except OSError as exc:
+                raise _LaunchFailed("spawn_failed", f"cannot start {argv[0]}: {exc.strerror}",
+                                    hint="check the plan's command") from exc
+            spawn_clock = time.monotonic()
+            stamps["spawn"] = runinfo.now_iso()
+            say(f"{spec.run_name}: pid {proc.pid}, log {log_path}")
+            _wait_ready(plan, proc, probe_host, port, base_url, log_path, stamps, known_pids, spawn_clock, deadline,
+                        spec.run_name, run_dir, say)
+            record["ready_s"] = round(time.monotonic() - spawn_clock, 3)
+            say(f"{spec.run_name}: ready in {record['ready_s']:.1f} s")
+            known_pids |= _proc.descendants(proc.pid) | set(_proc.group_pids(proc.pid))
+            _run_benchmarks(plan, spec, run_dir, base_url, python, env, probe_host, port, record, stamps, deadline,
+                            proc, say)
+            known_pids |= _proc.descendants(proc.pid) | set(_proc.group_pids(proc.pid))
+            stop()
+            return finish("ok", "")
+        except _LaunchFailed as exc:
+            stop()
+            return finish(exc.outcome, str(exc))
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            stop()
+            return finish("disk_full", f"disk full while writing under {run_dir}: {exc.strerror}")
+    except _DeadlineReached:
+        stop()
+        finish("interrupted", "max-minutes reached during this launch; --resume runs it again")
+        raise
+    except (Interrupted, KeyboardInterrupt) as exc:
+        stop()
+        reason = exc.reason if isinstance(exc, Interrupted) else "Ctrl-C"
+        finish("interrupted", f"{reason} during this launch; --resume runs it again")
+        raise Interrupted(reason) from None
+
+
+def _wait_port_free(host: str, port: int, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while True:
+        if _proc.port_is_free(host, port):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+
+
+def _wait_ready(plan: Plan, proc, host: str, port: int, base_url: str, log_path: Path, stamps: dict,
+                known_pids: set[int], spawn_clock: float, deadline: float | None, run_name: str, run_dir: Path,
+                say: Progress) -> None:
+    next_report = spawn_clock + plan.progress_every_s
+    last_status: int | None = None
+    while True:
+        now = time.monotonic()
+        code = proc.poll()
+        if code is not None:
+            tail = _proc.last_milestone(log_path)
+            raise _LaunchFailed("failed_start", f"server exited with code {code} after {now - spawn_clock:.1f} s "
+                                                f"before /health answered 200" + (f"; last line: {tail}" if tail else ""),
+                                hint=f"see {log_path}")
+        if stamps["port_open"] is None and _proc.port_is_open(host, port):
+            stamps["port_open"] = runinfo.now_iso()
+        status = _proc.probe_health(f"{base_url}/health", timeout_s=min(5.0, plan.health_poll_s * 5))
+        if status is not None and stamps["port_open"] is None:
+            stamps["port_open"] = runinfo.now_iso()
+        if status == 200:
+            stamps["health_200"] = runinfo.now_iso()
+            return
+        last_status = status
+        now = time.monotonic()
+        if now - spawn_clock > plan.health_timeout_s:
+            raise _LaunchFailed("health_timeout", f"/health did not answer 200 within {plan.health_timeout_s:g} s "
+                                                  f"(last answer: {last_status or 'no connection'})",
+                                hint="raise health_timeout_s, or see server.log for where it stalled")
+        if deadline is not None and now > deadline:
+            raise _DeadlineReached()
+        if now >= next_report:
+            known_pids |= _proc.descendants(proc.pid)
+            if _proc.free_mb(run_dir) < plan.min_free_mb:
+                raise _LaunchFailed("disk_full", f"disk nearly full under {run_dir} while the server starts",
+                                    hint="free disk space")
+            milestone = _proc.last_milestone(log_path)
+            say(f"{run_name}: waiting {now - spawn_clock:.0f} s, /health {last_status or 'no connection'}"
+                + (f" · {milestone}" if milestone else ""))
+            next_report = now + plan.progress_every_s
+        time.sleep(plan.health_poll_s)
+
+
+def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, python: str, env: dict[str, str],
+                    host: str, port: int, record: dict, stamps: dict, deadline: float | None, proc, say: Progress) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise _DeadlineReached()
+    stamps["bench_start"] = runinfo.now_iso()
+
+    def on_request(row: dict) -> None:
+        tok_s = row["tok_per_s"]
+        say(f"{spec.run_name}: request {row['i'] + 1}/{plan.bench.requests}"
+            + (" (warm-up)" if row["warmup"] else "") + (f" {tok_s:.1f} tok/s" if tok_s else ""))
+        if deadline is not None and time.monotonic() > deadline:
+            raise _DeadlineReached()
+
+    if plan.bench.kind == "single_stream" and plan.bench.requests:
+        try:
+            summary = _bench.run_single_stream(base_url, plan.bench, spec.run_name, run_dir / "bench.jsonl", on_request)
+        except _bench.BenchFailed as exc:
+            stamps["bench_end"] = runinfo.now_iso()
+            alive = proc.poll() is None
+            raise _LaunchFailed("bench_failed", str(exc) + ("" if alive else f" (server exited with {proc.returncode})"),
+                                hint=exc.hint) from exc
+        record["bench_summary"] = {"requests_done": summary.requests_done, "median_tok_s": summary.median_tok_s}
+    else:
+        record["files"].pop("bench", None)
+    if plan.bench_serving is not None:
+        code, detail = _bench.run_bench_serving(python, env, host, port, plan.bench_serving, run_dir)
+        record["files"]["bench_serving"] = "bench_serving.jsonl"
+        record["files"]["bench_serving_log"] = "bench_serving.log"
+        if code != 0:
+            stamps["bench_end"] = runinfo.now_iso()
+            raise _LaunchFailed("bench_failed", detail, hint=f"see {run_dir / 'bench_serving.log'}")
+    stamps["bench_end"] = runinfo.now_iso()
+
+
+def _bench_record(plan: Plan) -> dict:
+    spec = plan.bench
+    out = {"kind": spec.kind, "requests": spec.requests, "warmup_requests": spec.warmup_requests,
+           "max_new_tokens": spec.max_new_tokens, "prompt_tokens": None if spec.prompts else spec.prompt_tokens,
+           "prompt_kind": "text" if spec.prompts else "input_ids", "vocab_size": spec.vocab_size, "seed": spec.seed,
+           "temperature": spec.temperature}
+    if plan.bench_serving is not None:
+        out["bench_serving_args"] = list(plan.bench_serving.args)
+    return out
+
+
+def _uuid_hex() -> str:
+    import uuid
+    return uuid.uuid4().hex
+
+
+# --- signals -------------------------------------------------------------------------------------------------------
+_state = threading.local()
+
+
+@contextmanager
+def _signals_raise_interrupted() -> Iterator[None]:
+    """While running a plan on the main thread, SIGINT/SIGTERM/SIGHUP raise Interrupted (deferred inside a stop)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[str] = []
+    _state.pending = pending
+    _state.deferred = False
+
+    def handler(signum, frame):  # noqa: ARG001 - signal handler signature
+        name = signal.Signals(signum).name
+        if getattr(_state, "deferred", False):
+            pending.append(name)
+            return
+        raise Interrupted(name if name != "SIGINT" else "Ctrl-C")
+
+    watched = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+    saved = {sig: signal.signal(sig, handler) for sig in watched}
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
+        _state.deferred = False
+
+
+def _raise_if_pending() -> None:
+    pending = getattr(_state, "pending", None)
+    if pending:
+        name = pending.pop(0)
+        raise Interrupted(name if name != "SIGINT" else "Ctrl-C")
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Signals arriving while a server is being stopped are held until the stop is done (nothing orphaned)."""
+    previous = getattr(_state, "deferred", False)
+    _state.deferred = True
+    try:
+        yield
+    finally:
+        _state.deferred = previous

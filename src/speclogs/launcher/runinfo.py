@@ -1,0 +1,130 @@
+"""What run.json records about the machine: versions, GPUs, environment (secrets redacted), timestamps.
+
+Standard library only (runs on the GPU box). Contract: /work/notes/runjson.md (docs/launcher.md).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
+REDACTED = "<redacted>"
+
+_VERSIONS_SCRIPT = r"""
+import json, sys, importlib.metadata as md
+out = {"python": sys.version.split()[0]}
+for name in ("sglang", "torch"):
+    try:
+        out[name] = md.version(name)
+    except md.PackageNotFoundError:
+        out[name] = None
+try:
+    import torch
+    v = torch.cuda.nccl.version()
+    out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+except (ImportError, AttributeError, RuntimeError, OSError):  # torch absent, no CUDA build, no libnccl
+    out["nccl"] = None
+print(json.dumps(out))
+"""
+
+
+def now_iso() -> str:
+    """Local time, ISO-8601 without timezone (like SGLang's log timestamps)."""
+    return _dt.datetime.now().isoformat(timespec="microseconds")
+
+
+def utc_offset() -> str:
+    offset = _dt.datetime.now().astimezone().utcoffset() or _dt.timedelta(0)
+    minutes = int(offset.total_seconds() // 60)
+    sign = "+" if minutes >= 0 else "-"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def is_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(marker in upper for marker in SECRET_MARKERS)
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    return {name: (REDACTED if is_secret(name) else value) for name, value in sorted(env.items())}
+
+
+def build_env(base: dict[str, str], drop_prefixes: tuple[str, ...], *layers: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """base env minus inherited names with `drop_prefixes`, plus each layer in order. Returns (env, dropped names)."""
+    dropped = sorted(name for name in base if any(name.startswith(prefix) for prefix in drop_prefixes))
+    env = {name: value for name, value in base.items() if name not in dropped}
+    for layer in layers:
+        env.update(layer)
+    return env, dropped
+
+
+def prepend_path(env: dict[str, str], name: str, entry: str) -> None:
+    parts = [p for p in env.get(name, "").split(os.pathsep) if p]
+    if entry not in parts:
+        env[name] = os.pathsep.join([entry, *parts])
+
+
+def python_of(argv: list[str]) -> str:
+    """The interpreter that runs the server: argv[0] when it is a python, else ours."""
+    head = Path(argv[0]).name if argv else ""
+    if head.startswith("python"):
+        return shutil.which(argv[0]) or argv[0]
+    return sys.executable
+
+
+def server_versions(python: str, env: dict[str, str], timeout_s: float = 120.0) -> dict[str, str | None]:
+    """python/sglang/torch/NCCL versions as the server's interpreter with the server's env sees them."""
+    fallback: dict[str, str | None] = {"python": None, "sglang": None, "torch": None, "nccl": None}
+    try:
+        result = subprocess.run([python, "-c", _VERSIONS_SCRIPT], env=env, capture_output=True, text=True,
+                                timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        fallback["error"] = f"{type(exc).__name__}: {exc}"
+        return fallback
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        fallback["error"] = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        return fallback
+    try:
+        return json.loads(lines[-1])
+    except json.JSONDecodeError:
+        fallback["error"] = f"unreadable output: {lines[-1][:200]}"
+        return fallback
+
+
+def gpu_inventory() -> list[dict]:
+    """GPUs from nvidia-smi ([] where there is none)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        result = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if result.returncode != 0:
+        return []
+    gpus = []
+    for line in result.stdout.strip().splitlines():
+        parts = [part.strip() for part in line.split(",")]
+        if len(parts) < 4:
+            continue
+        try:
+            memory = int(float(parts[3].split()[0]))
+        except ValueError:
+            memory = None
+        gpus.append({"index": int(parts[0]) if parts[0].isdigit() else parts[0], "name": parts[1],
+                     "driver": parts[2], "memory_mib": memory})
+    return gpus
+
+
+def hostname() -> str:
+    return socket.gethostname() or platform.node()

@@ -1,0 +1,156 @@
+"""A stand-in for `python -m sglang.launch_server` (stdlib only), for the launcher's CI tests.
+
+It accepts SGLang's flags (ignores the ones it does not use), prints SGLang-0.5.14-format log lines to stdout,
+answers /health 503 for --ready-after seconds then 200, /generate with output_ids + meta_info, and drains on SIGTERM.
+Fault switches: --die-after S (exit 3 during start), --never-ready, --hang-on-sigterm, --generate-status CODE,
+--generate-delay S, --spawn-child (a child process in the same group, like SGLang's schedulers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def log(message: str, tag: str = "") -> None:
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    sys.stdout.write(f"[{stamp}{' ' + tag if tag else ''}] {message}\n")
+    sys.stdout.flush()
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model-path", default="/tmp/model")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--speculative-algorithm", default=None)
+    parser.add_argument("--ready-after", type=float, default=0.5)
+    parser.add_argument("--die-after", type=float, default=None)
+    parser.add_argument("--never-ready", action="store_true")
+    parser.add_argument("--hang-on-sigterm", action="store_true")
+    parser.add_argument("--generate-status", type=int, default=200)
+    parser.add_argument("--generate-delay", type=float, default=0.0)
+    parser.add_argument("--spawn-child", action="store_true")
+    parser.add_argument("--print-env", action="append", default=[])
+    args, _unknown = parser.parse_known_args()
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    started = time.monotonic()
+    spec = args.speculative_algorithm
+    log(f"server_args=ServerArgs(model_path='{args.model_path}', tokenizer_path='{args.model_path}', "
+        f"skip_tokenizer_init=True, host='{args.host}', port={args.port}, tp_size={args.tp}, "
+        f"speculative_algorithm={spec!r})")
+    for name in args.print_env:
+        log(f"env {name}={os.environ.get(name, '<unset>')}")
+    for rank in range(args.tp):
+        log("Init torch distributed begin.", f"TP{rank}")
+    child = None
+    if args.spawn_child:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        log(f"scheduler child pid={child.pid}", "TP0")
+    for rank in range(args.tp):
+        log("Load weight begin. avail mem=138.31 GB", f"TP{rank}")
+        log("Load weight end. elapsed=0.22 s, type=LlamaForCausalLM, avail mem=137.60 GB, mem usage=0.71 GB.", f"TP{rank}")
+    log("Capture target verify CUDA graph begin. backend=full, num_tokens_per_bs=6, bs=[1], avail mem=69.07 GB", "TP0")
+
+    if args.die_after is not None:
+        time.sleep(args.die_after)
+        log("Scheduler hit an exception: RuntimeError: CUDA error: out of memory", "TP0")
+        sys.exit(3)
+
+    state = {"ready": False, "verify_ct": 0}
+    stop_event = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *fmt_args):  # uvicorn-style access line
+            code = fmt_args[1] if len(fmt_args) > 1 else "-"
+            text = {"200": "OK", "503": "Service Unavailable", "500": "Internal Server Error"}.get(str(code), "")
+            log(f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.command} {self.path} '
+                f'HTTP/1.1" {code} {text}')
+
+        def _send(self, code: int, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):  # noqa: N802 - http.server API
+            if self.path == "/health":
+                self._send(200 if state["ready"] else 503, b"")
+            else:
+                self._send(404, b"{}")
+
+        def do_POST(self):  # noqa: N802
+            length = int(self.headers.get("Content-Length", "0"))
+            payload = json.loads(self.rfile.read(length) or b"{}")
+            if self.path != "/generate":
+                self._send(404, b"{}")
+                return
+            if args.generate_status != 200:
+                self._send(args.generate_status, b'{"error": "stand-in failure"}')
+                return
+            started_req = time.perf_counter()
+            time.sleep(args.generate_delay)
+            n_new = payload.get("sampling_params", {}).get("max_new_tokens", 16)
+            prompt = payload.get("input_ids") or list(range(len(payload.get("text", "x").split())))
+            log(f"Prefill batch, #new-seq: 1, #new-token: {len(prompt)}, #cached-token: 0, token usage: 0.00, "
+                "#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 71.81",
+                "TP0")
+            verify_ct = (n_new + 1) // 2 if spec else 0
+            accept = ", accept len: 2.00, accept rate: 0.20" if spec else ""
+            log(f"Decode batch, #running-req: 1, #token: {len(prompt) + n_new}, token usage: 0.00{accept}, "
+                "cuda graph: True, gen throughput (token/s): 521.29, #queue-req: 0", "TP0")
+            meta = {"id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": n_new},
+                    "prompt_tokens": len(prompt), "completion_tokens": n_new, "cached_tokens": 0,
+                    "e2e_latency": time.perf_counter() - started_req}
+            if spec:
+                meta.update({"spec_accept_rate": 0.2, "spec_accept_length": 2.0, "spec_verify_ct": verify_ct})
+            body = json.dumps({"output_ids": [(i * 7) % 2048 for i in range(n_new)], "meta_info": meta}).encode()
+            self._send(200, body)
+
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    server.daemon_threads = True
+
+    def on_sigterm(signum, frame):
+        log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
+        if args.hang_on_sigterm:
+            return
+        stop_event.set()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    log(f"INFO:     Started server process [{os.getpid()}]")
+    log(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+    while not stop_event.is_set():
+        if not state["ready"] and not args.never_ready and time.monotonic() - started >= args.ready_after:
+            log("Capture target verify CUDA graph end. elapsed=0.10 s, mem usage=0.04 GB, avail mem=69.03 GB.", "TP0")
+            log("The server is fired up and ready to roll!")
+            state["ready"] = True
+        stop_event.wait(0.05)
+    server.shutdown()
+    log("Gracefully exiting... Remaining number of requests 0. Remaining requests remaining_rids=[].")
+    if child is not None:
+        child.terminate()
+        child.wait()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -278,12 +278,52 @@ class NGRAMWorker:
     def forward_batch_generation(self, batch):
         return None
 ''',
+    'sglang/srt/managers/utils.py': r'''import dataclasses
+
+
+@dataclasses.dataclass
+class GenerationBatchResult:
+    accept_lens: object = None
+    copy_done: object = None
+''',
+    'sglang/srt/managers/schedule_batch.py': r'''import dataclasses
+
+
+@dataclasses.dataclass
+class ScheduleBatch:
+    seq_lens: object = None
+    forward_mode: object = None
+    is_extend_in_batch: bool = False
+    spec_info: object = None
+''',
+    'sglang/srt/speculative/eagle_info.py': r'''import dataclasses
+
+
+@dataclasses.dataclass
+class EagleVerifyInput:
+    draft_token_num: int
+''',
+    'sglang/srt/model_executor/forward_batch_info.py': r'''import enum
+
+
+class ForwardMode(enum.IntEnum):
+    EXTEND = 1
+    DECODE = 2
+    IDLE = 3
+
+    def is_extend(self):
+        return self == ForwardMode.EXTEND
+
+    def is_idle(self):
+        return self == ForwardMode.IDLE
+''',
 }
 
 
 def write_fake_sglang(root: Path) -> Path:
     """Write the fake SGLang package, fake GPU and fake server under `root`; return `root`."""
-    for package in ("sglang", "sglang/srt", "sglang/srt/speculative", "sglang/srt/managers"):
+    packages = ("sglang", "sglang/srt", "sglang/srt/speculative", "sglang/srt/managers", "sglang/srt/model_executor")
+    for package in packages:
         (root / package).mkdir(parents=True, exist_ok=True)
         (root / package / "__init__.py").write_text("")
     (root / "sglang/version.py").write_text('__version__ = "0.5.14"\n')
@@ -487,3 +527,32 @@ def test_a_missing_program_exits_1_with_a_message():
 
     assert completed.returncode == 1
     assert "Error: cannot run 'no-such-program-xyz'" in completed.stderr
+
+
+def run_selfcheck(root: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPECLOGS_", "FAKE_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(SRC)])
+    env.update(extra_env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "speclogs.profile.selfcheck", "--no-cuda"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_selfcheck_passes_on_the_0_5_14_layout(fake_root):
+    completed = run_selfcheck(fake_root)
+
+    assert completed.returncode == 0, completed.stdout
+    assert completed.stdout.splitlines()[-1] == "selfcheck: OK"
+    assert "OK   hook wrapped the phases: EAGLEWorkerV2.__init__, EAGLEWorkerV2.forward_batch_generation" in completed.stdout
+
+
+def test_selfcheck_names_what_does_not_match(fake_root):
+    completed = run_selfcheck(fake_root, {"FAKE_LAYOUT": "changed-signature"})
+
+    assert completed.returncode == 1
+    assert (
+        "FAIL worker methods and parameters: EAGLEWorkerV2.verify(schedule_batch, spec_info) "
+        "does not start with (batch)"
+    ) in completed.stdout
+    assert completed.stdout.splitlines()[-1] == "selfcheck: FAILED (worker methods and parameters)"

@@ -1,0 +1,199 @@
+"""`python -m speclogs.profile.selfcheck`: seconds-long check on the GPU box, before long runs.
+
+1. Layout: installs the hook in this process, imports SGLang's eagle_worker_v2 and scheduler, and
+   checks every class, method, parameter and field the profiler relies on, and that the hook
+   actually wrapped them.
+2. Timing (only where CUDA is available): drives `CycleProfiler` with real CUDA events around
+   real GPU work of known relative sizes on a side stream (as SGLang's overlap scheduler does),
+   checks that samples resolve later without the host loop ever waiting for the GPU, that phases
+   add up to the cycle and that the heaviest phase comes out heaviest.
+
+Prints one line per check and `selfcheck: OK` (exit 0) or `selfcheck: FAILED …` (exit 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import sys
+import time
+from typing import Any
+
+from speclogs.profile import hook
+from speclogs.profile.timing import CudaEventSource, CycleProfiler, SpecCycleSample
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+def _field_names(cls: Any) -> set[str]:
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+    return set(getattr(cls, "__annotations__", {}))
+
+
+def check_layout() -> list[Check]:
+    """Import real SGLang with the hook installed and check what the profiler relies on."""
+    hook.install(every=hook.DEFAULT_EVERY)
+    checks = []
+    try:
+        worker_module = importlib.import_module(hook.EAGLE_V2_MODULE)
+    except ImportError as error:
+        return [Check("import eagle_worker_v2", False, f"{type(error).__name__}: {error}")]
+    version = hook.sglang_version()
+    checks.append(
+        Check(
+            "sglang version",
+            version in hook.VERIFIED_SGLANG_VERSIONS,
+            f"{version} (verified: {', '.join(hook.VERIFIED_SGLANG_VERSIONS)})",
+        )
+    )
+    problems = hook.check_eagle_v2_module(worker_module)
+    checks.append(
+        Check("worker methods and parameters", not problems, "; ".join(problems) or "all present")
+    )
+    if not problems:
+        wrapped = {
+            "EAGLEWorkerV2.__init__": worker_module.EAGLEWorkerV2.__init__,
+            "EAGLEWorkerV2.forward_batch_generation": worker_module.EAGLEWorkerV2.forward_batch_generation,
+            "EAGLEWorkerV2.verify": worker_module.EAGLEWorkerV2.verify,
+            "EagleDraftWorker.draft": worker_module.EagleDraftWorker.draft,
+            "EagleDraftWorker._draft_extend_for_decode": worker_module.EagleDraftWorker._draft_extend_for_decode,
+        }
+        unwrapped = [name for name, method in wrapped.items() if not hook.is_wrapped(method)]
+        checks.append(
+            Check("hook wrapped the phases", not unwrapped, ", ".join(unwrapped) or ", ".join(wrapped))
+        )
+    checks += _check_fields()
+    checks.append(_check_scheduler())
+    return checks
+
+
+def _check_fields() -> list[Check]:
+    wanted = [
+        ("sglang.srt.managers.utils", "GenerationBatchResult", {"accept_lens"}),
+        ("sglang.srt.speculative.eagle_info", "EagleVerifyInput", {"draft_token_num"}),
+        (
+            "sglang.srt.managers.schedule_batch",
+            "ScheduleBatch",
+            {"seq_lens", "forward_mode", "is_extend_in_batch", "spec_info"},
+        ),
+    ]
+    checks = []
+    for module_name, class_name, fields in wanted:
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError) as error:
+            checks.append(Check(f"{class_name} fields", False, f"{type(error).__name__}: {error}"))
+            continue
+        missing = sorted(fields - _field_names(cls))
+        checks.append(
+            Check(
+                f"{class_name} fields",
+                not missing,
+                f"missing {', '.join(missing)}" if missing else ", ".join(sorted(fields)),
+            )
+        )
+    try:
+        forward_mode = importlib.import_module("sglang.srt.model_executor.forward_batch_info").ForwardMode
+        has_modes = all(callable(getattr(forward_mode, m, None)) for m in ("is_extend", "is_idle"))
+        checks.append(Check("ForwardMode.is_extend / is_idle", has_modes, "present" if has_modes else "missing"))
+    except (ImportError, AttributeError) as error:
+        checks.append(Check("ForwardMode.is_extend / is_idle", False, f"{type(error).__name__}: {error}"))
+    return checks
+
+
+def _check_scheduler() -> Check:
+    try:
+        scheduler = importlib.import_module(hook.SCHEDULER_MODULE).Scheduler
+    except (ImportError, AttributeError) as error:
+        return Check("Scheduler hook", False, f"{type(error).__name__}: {error}")
+    params = inspect.signature(scheduler.__init__).parameters
+    ok = hook.is_wrapped(scheduler.__init__) and "tp_rank" in params
+    return Check("Scheduler hook", ok, "Scheduler.__init__(…, tp_rank, …) wrapped" if ok else "not wrapped or no tp_rank")
+
+
+def check_cuda_timing(cycles: int = 64, every: int = 4) -> list[Check]:
+    """Real CUDA events around real GPU work: draft (small) < extend (medium) < verify (large)."""
+    try:
+        import torch
+    except ImportError:
+        return [Check("CUDA timing", False, "torch is not importable")]
+    if not torch.cuda.is_available():
+        return [Check("CUDA timing", False, "no CUDA device visible")]
+    samples: list[SpecCycleSample] = []
+    profiler = CycleProfiler(every=every, events=CudaEventSource(), emit=samples.append)
+    size = {"draft": 512, "verify": 4096, "extend": 1024}
+    mats = {k: torch.randn(n, n, device="cuda", dtype=torch.float16) for k, n in size.items()}
+    accept_lens = torch.tensor([3, 1, 4, 2], device="cuda", dtype=torch.int32)
+    stream = torch.cuda.Stream()
+    for mat in mats.values():
+        mat @ mat  # warm-up: cuBLAS handles and workspaces are created outside the timed loop
+    torch.cuda.synchronize()
+    host_started = time.perf_counter()
+    with torch.cuda.stream(stream):
+        for _ in range(cycles):
+            profiler.begin_cycle(4)
+            for phase in ("draft", "verify", "extend"):
+                if phase == "verify":
+                    profiler.set_verify_width(4)
+                profiler.begin_phase(phase)
+                for _ in range(4):
+                    mats[phase] @ mats[phase]
+                profiler.end_phase(phase)
+            profiler.end_cycle(accept_lens)
+        host_loop_s = time.perf_counter() - host_started
+    emitted_in_loop = len(samples)
+    stream.synchronize()
+    gpu_done_s = time.perf_counter() - host_started
+    profiler.resolve_ready()
+    checks = [
+        Check(
+            "host loop never waited for the GPU",
+            host_loop_s < 0.5 * gpu_done_s,
+            f"host loop {host_loop_s * 1000:.1f} ms, GPU finished after {gpu_done_s * 1000:.1f} ms, "
+            f"{emitted_in_loop} samples resolved during the loop",
+        ),
+        Check(
+            "every sampled cycle resolved",
+            [s.cycle for s in samples] == list(range(every, cycles + 1, every)),
+            f"{len(samples)} samples for {cycles} cycles every {every}",
+        ),
+    ]
+    if samples:
+        last = samples[-1]
+        phases_sum = last.draft_us + last.verify_us + last.extend_us
+        checks += [
+            Check("verify is the heaviest phase", last.verify_us > last.extend_us > last.draft_us, last.to_line()),
+            Check(
+                "phases cover the cycle",
+                0 <= last.cycle_us - phases_sum <= 0.1 * last.cycle_us,
+                f"phases {phases_sum} us of cycle {last.cycle_us} us",
+            ),
+            Check(
+                "accepted / proposed",
+                (last.accepted_tokens, last.proposed_tokens) == (6, 12),
+                f"accepted={last.accepted_tokens} proposed={last.proposed_tokens} (expected 6 / 12)",
+            ),
+        ]
+    return checks
+
+
+def main() -> int:
+    checks = check_layout()
+    if "--no-cuda" not in sys.argv[1:]:
+        checks += check_cuda_timing()
+    for check in checks:
+        print(f"{'OK  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")
+    failed = [c.name for c in checks if not c.ok]
+    print("selfcheck: OK" if not failed else f"selfcheck: FAILED ({', '.join(failed)})")
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

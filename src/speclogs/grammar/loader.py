@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyparsing as pp
@@ -151,6 +151,16 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
         problem(1, "the file declares no [[pattern]]")
     for i, spec in enumerate(specs):
         pline = pattern_lines[i] if i < len(pattern_lines) else 1
+        if not isinstance(spec.get("template"), (str, list)):
+            problem(pline, f"pattern {spec.get('name')!r} needs template = \"…\" (a string or a list of strings)")
+            continue
+        template = spec["template"]
+        if isinstance(template, list):
+            if not all(isinstance(t, str) for t in template):
+                problem(pline, f"pattern {spec.get('name')!r}: template list must hold strings")
+                continue
+            template = "".join(template)
+        spec = {**spec, "template": doc.get("template_prefix", "") + template}
         raw_samples = spec.get("sample", [])
         raw_counters = spec.get("counter_sample", [])
         samples = []
@@ -179,65 +189,105 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
         if not isinstance(name, str) or not name.isidentifier():
             problem(pline, f"pattern name {name!r} is not an identifier")
             continue
-        template = spec.get("template")
-        if isinstance(template, list) and all(isinstance(t, str) for t in template):
-            template = "".join(template)
-        if not isinstance(template, str) or not template:
-            problem(pline, f"pattern '{name}' needs template = \"…\" (a string or a list of strings)")
-            continue
         pscope = spec.get("scope", scope)
         if pscope not in SCOPES:
             problem(pline, f"pattern '{name}': scope must be one of {', '.join(SCOPES)}, got {pscope!r}")
-            continue
-        try:
-            nodes = parse_template(template, f"{where} pattern '{name}'")
-            names = slot_names(nodes)
-            element = build_element(nodes, field_types={k: f.type for k, f in fields.items()}, field_shapes=field_shapes,
-                                    file_shapes=file_shapes, where=f"{where} pattern '{name}'")
-            full = (element + pp.StringEnd()).leave_whitespace(recursive=True).parse_with_tabs()
-            full.set_name(name)
-            regex = "^" + lower(full, f"{where} pattern '{name}'")
-            re.compile(regex)
-        except GrammarError as exc:
-            problem(pline, str(exc))
-            continue
-        except re.error as exc:
-            problem(pline, f"pattern '{name}': the compiled regex does not compile in Python re: {exc}")
             continue
         derive_name = spec.get("derive")
         if derive_name is not None and derive_name not in DERIVES:
             problem(pline, f"pattern '{name}': unknown derive {derive_name!r}; known: {', '.join(DERIVES)}")
             continue
-        constants = dict(spec.get("constants", {}))
-        clash = sorted(set(constants) & set(names))
-        if clash:
-            problem(pline, f"pattern '{name}': {', '.join(clash)} is both a constant and a captured field")
-            continue
         gate = spec.get("gate", "")
         if not isinstance(gate, str):
             problem(pline, f"pattern '{name}': gate must be a string")
             continue
-        pattern_fields = tuple(fields[n] for n in dict.fromkeys(names))
-        loaded.patterns.append(
-            Pattern(
-                name=name,
-                family=family,
-                table=spec.get("table", table),
-                scope=pscope,
-                gate=gate,
-                regex=regex,
-                element=full,
-                constants=constants,
-                fields=pattern_fields,
+        constants = dict(spec.get("constants", {}))
+        expand = spec.get("expand")
+        if expand is None:
+            variants = [(name, spec["template"], gate, constants)]
+        else:
+            var, values = expand.get("var") if isinstance(expand, dict) else None, expand.get("values") if isinstance(expand, dict) else None
+            if not isinstance(var, str) or not isinstance(values, dict) or not values:
+                problem(pline, f"pattern '{name}': expand needs var = \"name\" and values = {{ \"text\" = \"value\", … }}")
+                continue
+            if "{=" + var + "}" not in spec["template"]:
+                problem(pline, f"pattern '{name}': expand var '{var}' is not used as {{={var}}} in the template")
+                continue
+            as_constant = expand.get("constant", True)
+            variants = []
+            for text, value in values.items():
+                suffix = re.sub(r"[^0-9a-z]+", "_", text.lower()).strip("_")
+                variants.append((
+                    f"{name}_{suffix}",
+                    spec["template"].replace("{=" + var + "}", _escape_template(text)),
+                    gate.replace("{=" + var + "}", text),
+                    {**constants, var: value} if as_constant else constants,
+                ))
+        built: list[Pattern] = []
+        for vname, template, vgate, vconstants in variants:
+            pattern = _build_pattern(
+                problem, pline, shown, vname, template, fields, field_shapes, file_shapes,
+                family=family, table=spec.get("table", table), scope=pscope, gate=vgate, constants=vconstants,
                 description=spec.get("description", doc.get("description", "")),
                 versions=str(spec.get("versions", doc.get("versions", ""))),
-                source=f"{shown}:{pline}",
-                samples=tuple(samples),
-                counter_samples=tuple(counters),
-                derive=DERIVES.get(derive_name) if derive_name else None,
+                derive=DERIVES.get(derive_name) if derive_name else None, group=name,
             )
-        )
+            if pattern is not None:
+                built.append(pattern)
+        if not built:
+            continue
+        if len(built) == 1:
+            built[0] = replace(built[0], samples=tuple(samples), counter_samples=tuple(counters))
+        else:
+            # Each sample goes to the variant that parses it (the first variant when none does, so the failure is reported).
+            own: dict[int, list[Sample]] = {k: [] for k in range(len(built))}
+            for smp in samples:
+                k = next((k for k, b in enumerate(built) if b.parse(smp.line) is not None or
+                          b.parse(_strip_prefix_guess(smp.line)) is not None), 0)
+                own[k].append(smp)
+            built = [replace(b, samples=tuple(own[k]), counter_samples=tuple(counters)) for k, b in enumerate(built)]
+        loaded.patterns.extend(built)
     return loaded
+
+
+def _escape_template(text: str) -> str:
+    return "".join("\\" + ch if ch in "\\{}|" else ch for ch in text)
+
+
+def _strip_prefix_guess(line: str) -> str:
+    """'[ts tags] message' → 'message' (only to route samples among expanded variants)."""
+    if line.startswith("[") and "] " in line:
+        return line.split("] ", 1)[1]
+    return line
+
+
+def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, file_shapes, *, family, table, scope, gate,
+                   constants, description, versions, derive, group) -> Pattern | None:
+    where = f"{shown}:{pline} pattern '{name}'"
+    try:
+        nodes = parse_template(template, where)
+        names = slot_names(nodes)
+        element = build_element(nodes, field_types={k: f.type for k, f in fields.items()}, field_shapes=field_shapes,
+                                file_shapes=file_shapes, where=where)
+        full = (element + pp.StringEnd()).leave_whitespace(recursive=True).parse_with_tabs()
+        full.set_name(name)
+        regex = "^" + lower(full, where)
+        re.compile(regex)
+    except GrammarError as exc:
+        problem(pline, str(exc))
+        return None
+    except re.error as exc:
+        problem(pline, f"pattern '{name}': the compiled regex does not compile in Python re: {exc}")
+        return None
+    clash = sorted(set(constants) & set(names))
+    if clash:
+        problem(pline, f"pattern '{name}': {', '.join(clash)} is both a constant and a captured field")
+        return None
+    return Pattern(
+        name=name, family=family, table=table, scope=scope, gate=gate, regex=regex, element=full,
+        constants=constants, fields=tuple(fields[n] for n in dict.fromkeys(names)), description=description,
+        versions=versions, source=f"{shown}:{pline}", derive=derive, group=group,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -275,9 +325,10 @@ def validate(files: list[LoadedFile], prefix: Pattern | None) -> list[GrammarPro
         seen[p.name] = p.source
     by_scope = {s: [p for p in ordered if p.scope == s] for s in SCOPES}
 
+    groups_with_samples = {p.group for p in ordered if p.samples}
     for p in ordered + ([prefix] if prefix is not None else []):
         file = p.source.rsplit(":", 1)[0]
-        if not p.samples:
+        if not p.samples and p.group not in groups_with_samples and p is not prefix:
             problems.append(GrammarProblem(file, int(p.source.rsplit(":", 1)[1]), None,
                                            f"pattern '{p.name}' has no [[pattern.sample]]; every pattern needs at least one real line"))
         for s in p.samples:

@@ -121,6 +121,7 @@ class Pattern:
     counter_samples: tuple[CounterSample, ...] = ()
     # Columns computed from captured ones in both paths (the prefix's rank tags → dp_rank, tp_rank, …).
     derive: Callable[[dict], dict] | None = field(default=None, repr=False)
+    group: str = ""  # the [[pattern]] name this one was expanded from (= name unless the pattern uses expand)
 
     @property
     def field_names(self) -> tuple[str, ...]:

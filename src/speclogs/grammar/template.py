@@ -212,11 +212,16 @@ def file_shape_element(spec: dict, where: str) -> pp.ParserElement:
             raise GrammarError(f"{where}: shape 'values' must be a non-empty list of non-empty strings", hint='values = ["cuda graph", "npu graph"]')
         # Longest first: pyparsing takes the first alternative that matches, a regex may backtrack; longest-first makes them agree.
         return pp.MatchFirst([pp.Literal(v) for v in sorted(values, key=len, reverse=True)])
+    if "regex" in spec:
+        from speclogs.grammar.lower import check_regex_subset
+
+        check_regex_subset(spec["regex"], where)
+        return pp.Regex(spec["regex"])
     if "chars" in spec:
         return pp.Word(spec["chars"])
     if "not_chars" in spec:
         return pp.CharsNotIn(spec["not_chars"])
-    raise GrammarError(f"{where}: a shape needs one of values, chars, not_chars", hint='e.g. hexaddr = { chars = "0123456789abcdefx" }')
+    raise GrammarError(f"{where}: a shape needs one of values, chars, not_chars, regex", hint='e.g. hexaddr = { chars = "0123456789abcdefx" }')
 
 
 def build_element(

@@ -260,7 +260,7 @@ def _wrap_phase(
     @functools.wraps(original)
     def wrapped(self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
         profiler = state.profiler
-        if profiler is None or state.disabled_reason is not None:
+        if profiler is None or not profiler.sampling:
             return original(self, batch, *args, **kwargs)
         if phase == "verify":
             width = getattr(getattr(batch, "spec_info", None), "draft_token_num", None)

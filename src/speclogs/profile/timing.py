@@ -165,6 +165,11 @@ class CycleProfiler:
         self._phase_starts: dict[str, Event] = {}
 
     @property
+    def sampling(self) -> bool:
+        """Whether the cycle in progress is a sampled one (phases outside it cost nothing)."""
+        return self._current is not None
+
+    @property
     def pending_count(self) -> int:
         return len(self._pending)
 

@@ -32,8 +32,8 @@ FAILED_OUTCOMES = {"failed_start", "health_timeout", "bench_failed"}
 Progress = Callable[[str], None]
 
 
-class Interrupted(BaseException):
-    """Ctrl-C, SIGTERM or SIGHUP reached the launcher (BaseException like KeyboardInterrupt)."""
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, SIGTERM or SIGHUP reached the launcher (a KeyboardInterrupt, so generic Ctrl-C handling applies)."""
 
     def __init__(self, reason: str):
         super().__init__(reason)
@@ -322,7 +322,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
         "versions": {}, "gpus": context.gpus, "hostname": context.hostname,
         "bench": _bench_record(plan), "timestamps": stamps, "utc_offset": runinfo.utc_offset(),
         "host": host, "port": port, "ready_s": None, "outcome": "running", "outcome_detail": "", "complete": False,
-        "exit_code": None, "stop": None, "bench_summary": None, "files": files, "previous_attempts": attempts,
+        "exit_code": None, "server_pid": None, "stop": None, "bench_summary": None, "files": files, "previous_attempts": attempts,
     }
     run_json = run_dir / "run.json"
     proc = None
@@ -375,6 +375,8 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
                                     hint="check the plan's command") from exc
             spawn_clock = time.monotonic()
             stamps["spawn"] = runinfo.now_iso()
+            record["server_pid"] = proc.pid   # also its process group id
+            _write_json_atomic(run_json, record)
             say(f"{spec.run_name}: pid {proc.pid}, log {log_path}")
             _wait_ready(plan, proc, probe_host, port, base_url, log_path, stamps, known_pids, spawn_clock, deadline,
                         spec.run_name, run_dir, say)

@@ -1,0 +1,145 @@
+"""`speclogs launch PLAN --host user@box`: the same launch on a remote box over ssh, outputs pulled back.
+
+How: (1) one ssh call unpacks speclogs' own package + the plan into REMOTE_DIR (tar over stdin: only ssh, tar and
+Python ≥ 3.11 are needed there, no pip install); (2) one ssh call runs `python -m speclogs.launcher` there with
+--json-summary and --stop-on-stdin-eof (if this side goes away or is interrupted, the remote launcher stops its
+server); (3) one ssh call streams REMOTE_DIR/runs/<plan> back as tar into --out. Standard library only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+import subprocess
+import tarfile
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import speclogs
+from speclogs.errors import LaunchError
+from speclogs.launcher.plan import load_plan
+from speclogs.launcher.run import Interrupted, LaunchOptions, PlanRunSummary, Progress, _signals_raise_interrupted
+
+
+def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, ssh_options: tuple[str, ...] = (),
+                  remote_python: str = "python3", remote_dir: str = ".speclogs-remote",
+                  progress: Progress | None = None) -> PlanRunSummary:
+    """Run the plan on `host` (user@box) and pull DIR/<cell>/<launch>/ back into options.out_dir."""
+    say = progress or (lambda message: None)
+    plan = load_plan(plan_path)   # plan errors surface here, with the local file:line
+    out_dir = options.out_dir.resolve()
+    if not options.resume and any(out_dir.glob("*/*/run.json")):
+        raise LaunchError(f"{out_dir} already holds launches", hint="add --resume, or choose a new --out")
+    ssh = ["ssh", "-o", "BatchMode=yes", *ssh_options, host]
+    remote_plan = f"plans/{plan.name}.toml"
+    remote_out = f"runs/{plan.name}"
+    cd = f"cd {shlex.quote(remote_dir)}"
+
+    say(f"{host}: uploading speclogs + plan to {remote_dir}")
+    bundle = _bundle(Path(plan_path), remote_plan)
+    upload = subprocess.run([*ssh, f"mkdir -p {shlex.quote(remote_dir)} && {cd} && rm -rf src/speclogs && tar -xf -"],
+                            input=bundle, capture_output=True, timeout=300)
+    if upload.returncode != 0:
+        raise LaunchError(f"ssh {host}: upload failed (exit {upload.returncode}): {_tail(upload.stderr)}",
+                          hint="check that `ssh " + " ".join(shlex.quote(a) for a in ssh[1:]) + " true` works")
+
+    flags = ["--out", remote_out, "--json-summary", "--stop-on-stdin-eof"]
+    flags += ["--resume"] if options.resume else []
+    flags += ["--retry-failed"] if options.retry_failed else []
+    for cell in options.only:
+        flags += ["--only", cell]
+    if options.max_launches is not None:
+        flags += ["--max-launches", str(options.max_launches)]
+    if options.max_minutes is not None:
+        flags += ["--max-minutes", str(options.max_minutes)]
+    command = (f"{cd} && PYTHONPATH=\"$PWD/src${{PYTHONPATH:+:$PYTHONPATH}}\" exec {shlex.quote(remote_python)} "
+               f"-m speclogs.launcher {shlex.quote(remote_plan)} " + " ".join(shlex.quote(f) for f in flags))
+    say(f"{host}: {remote_python} -m speclogs.launcher {remote_plan}")
+    proc = subprocess.Popen([*ssh, command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stderr_lines: list[str] = []
+    reader = threading.Thread(target=_relay, args=(proc.stderr, stderr_lines, say, host), daemon=True)
+    reader.start()
+    interrupted: str | None = None
+    try:
+        with _signals_raise_interrupted():
+            stdout = proc.stdout.read()
+            proc.wait()
+    except KeyboardInterrupt as exc:
+        interrupted = getattr(exc, "reason", "Ctrl-C")
+        say(f"{host}: interrupted; closing the session so the remote launcher stops its server")
+        proc.stdin.close()        # remote launcher sees EOF → stops the server, marks the launch interrupted
+        try:
+            stdout = proc.stdout.read()
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            stdout = b""
+    reader.join(timeout=5)
+
+    say(f"{host}: pulling {remote_dir}/{remote_out} → {out_dir}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _pull(ssh, f"{cd} && test -d {shlex.quote(remote_out)} && tar -C {shlex.quote(remote_out)} -cf - .", out_dir, host)
+
+    if interrupted is not None:
+        raise Interrupted(interrupted)
+    summary = _summary_from(stdout)
+    if summary is None:
+        if proc.returncode == 130:
+            raise Interrupted(f"remote launcher on {host} was interrupted")
+        raise LaunchError(f"remote launch on {host} failed (exit {proc.returncode}): "
+                          f"{' / '.join(stderr_lines[-3:]) or 'no output'}",
+                          hint=f"run it by hand: ssh {host} '{command}'")
+    results = tuple(replace(r, run_dir=str(out_dir / r.cell / str(r.launch))) for r in summary.results)
+    return replace(summary, out_dir=str(out_dir), results=results)
+
+
+def _bundle(plan_path: Path, remote_plan: str) -> bytes:
+    package = Path(speclogs.__file__).resolve().parent
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        def skip_cache(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+            return None if "__pycache__" in info.name or info.name.endswith(".pyc") else info
+        tar.add(package, arcname="src/speclogs", filter=skip_cache)
+        tar.add(plan_path, arcname=remote_plan)
+    return buffer.getvalue()
+
+
+def _pull(ssh: list[str], command: str, out_dir: Path, host: str) -> None:
+    proc = subprocess.Popen([*ssh, command], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            tar.extractall(out_dir, filter="data")
+    except tarfile.ReadError:
+        pass   # nothing to pull (the remote run stopped before writing anything); the exit code says more
+    finally:
+        err = proc.stderr.read()
+        proc.wait()
+    if proc.returncode not in (0, 1):
+        raise LaunchError(f"ssh {host}: pulling the outputs back failed (exit {proc.returncode}): {_tail(err)}",
+                          hint="the outputs are still on the remote box; rerun with --resume to pull them")
+
+
+def _relay(stream, lines: list[str], say: Progress, host: str) -> None:
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", errors="replace").rstrip()
+        lines.append(line)
+        say(f"{host}| {line}")
+
+
+def _summary_from(stdout: bytes) -> PlanRunSummary | None:
+    for line in reversed(stdout.decode("utf-8", errors="replace").splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return PlanRunSummary.from_dict(json.loads(line))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                return None
+    return None
+
+
+def _tail(raw: bytes) -> str:
+    lines = raw.decode("utf-8", errors="replace").strip().splitlines()
+    return lines[-1] if lines else "no message"

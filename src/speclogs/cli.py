@@ -228,3 +228,100 @@ def probe_nccl(
     _stderr_console().print(f"wrote {out_path} (outcome {result.outcome})", highlight=False)
     if result.outcome != "ok":
         raise ProbeError(result.message, hint=f"the outcome is recorded in {out_path}")
+
+
+# --- speclogs launch / synth-pair (task L) ----------------------------------------------------------
+@app.command()
+def launch(
+    plan: Path = typer.Argument(..., help="Launch plan (TOML): server command, cells, benchmark. See docs/launcher.md."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: runs/<plan name>); DIR/<cell>/<launch>/."),
+    resume: bool = typer.Option(False, "--resume", help="Skip launches whose run.json is complete; redo the rest."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume, also redo failed launches."),
+    only: list[str] = typer.Option([], "--only", help="Run only these cells (repeatable or comma-separated)."),
+    max_launches: Optional[int] = typer.Option(None, "--max-launches", help="Run at most N launches in this call."),
+    max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Stop before a launch would not fit; interrupt at M minutes."),
+    no_ingest: bool = typer.Option(False, "--no-ingest", help="Do not ingest the outputs at the end (GPU box without duckdb)."),
+    db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB file the outputs are ingested into."),
+    host: Optional[str] = typer.Option(None, "--host", help="user@box: run the plan there over ssh and pull the outputs back."),
+    ssh_opt: list[str] = typer.Option([], "--ssh-opt", help="Extra ssh argument (repeatable), e.g. --ssh-opt=-p --ssh-opt=2222."),
+    remote_python: str = typer.Option("python3", "--remote-python", help="Python (≥ 3.11) on the remote box."),
+    remote_dir: str = typer.Option(".speclogs-remote", "--remote-dir", help="Working directory on the remote box."),
+    json_output: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+) -> None:
+    """Start the SGLang server per plan launch, wait for /health 200, benchmark, stop, record run.json."""
+    import json
+
+    from speclogs.errors import LaunchError
+    from speclogs.launcher import Interrupted, LaunchOptions, launch_plan, launch_remote, load_plan
+
+    console = _stderr_console()
+
+    def say(message: str) -> None:
+        console.print(message, highlight=False, markup=False, soft_wrap=True)
+
+    loaded = load_plan(plan)
+    options = LaunchOptions(out_dir=out or Path("runs") / loaded.name, resume=resume, retry_failed=retry_failed,
+                            only=tuple(only), max_launches=max_launches, max_minutes=max_minutes)
+    try:
+        if host:
+            summary = launch_remote(plan, host, options, ssh_options=tuple(ssh_opt), remote_python=remote_python,
+                                    remote_dir=remote_dir, progress=say)
+        else:
+            summary = launch_plan(loaded, options, progress=say)
+    except Interrupted as stop:
+        _print_error(f"interrupted ({stop.args[0] if stop.args else 'Ctrl-C'}): the server was stopped, the launch is "
+                     f"marked interrupted in its run.json", "run again with --resume to continue")
+        raise typer.Exit(130) from None
+    if json_output:
+        typer.echo(json.dumps(summary.to_dict(), indent=1))
+    _render_launch_summary(summary, console)
+    if not no_ingest:
+        try:
+            from speclogs.ingest.render import render_summary_rich
+            from speclogs.store import ingest_paths
+        except ImportError as missing:
+            raise LaunchError(f"the launches are recorded under {summary.out_dir}, but ingest is unavailable here "
+                              f"({missing})", hint=f"run `speclogs ingest {summary.out_dir}` where duckdb is installed, "
+                              "or pass --no-ingest") from missing
+        render_summary_rich(ingest_paths([summary.out_dir], db), console)
+    if summary.failed:
+        raise LaunchError(f"{len(summary.failed)} launch(es) did not end ok: "
+                          + ", ".join(f"{r.run_name} ({r.outcome})" for r in summary.failed),
+                          hint=f"see server.log and run.json under {summary.out_dir}")
+
+
+def _render_launch_summary(summary, console) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{summary.plan_name} → {summary.out_dir} (stopped: {summary.stopped})", title_justify="left")
+    for column in ("run", "order", "outcome", "ready s", "median tok/s", "detail"):
+        table.add_column(column, justify="right" if column in ("order", "ready s", "median tok/s") else "left")
+    for r in summary.results:
+        table.add_row(r.run_name, str(r.order_index), "complete (skipped)" if r.skipped else r.outcome,
+                      "-" if r.ready_s is None else f"{r.ready_s:.1f}",
+                      "-" if r.median_tok_s is None else f"{r.median_tok_s:.1f}", r.outcome_detail[:80])
+    console.print(table)
+    if summary.pending:
+        console.print(f"pending: {len(summary.pending)} launch(es): {', '.join(summary.pending)} — run again with --resume",
+                      highlight=False)
+
+
+@app.command("synth-pair")
+def synth_pair(
+    target_dir: Path = typer.Argument(..., help="Where the HF Llama target is written (config.json + model.safetensors)."),
+    draft_dir: Path = typer.Argument(..., help="Where the EAGLE-3 draft (LlamaForCausalLMEagle3) is written."),
+    noise: float = typer.Option(0.0, "--noise", help="Mix a random map into the draft's fc, 0..1 (0: accept len exactly 2.00)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the embeddings, the permutation and the random weights."),
+    vocab: int = typer.Option(2048, "--vocab", help="Vocab size == hidden size."),
+    layers: int = typer.Option(16, "--layers", help="Target layers."),
+) -> None:
+    """Write a synthetic target + EAGLE-3 draft pair whose acceptance is known (numpy only, no torch)."""
+    from speclogs.launcher.synth import SynthConfig, write_synth_pair
+
+    pair = write_synth_pair(target_dir, draft_dir, SynthConfig(vocab_size=vocab, num_layers=layers, noise=noise, seed=seed))
+    _stderr_console().print(
+        f"wrote {pair.target_dir} ({pair.target_bytes / 2**30:.2f} GiB) and {pair.draft_dir} ({pair.draft_bytes / 2**20:.0f} MiB); "
+        f"first draft token right for {pair.first_draft_hit_fraction:.4f} of tokens → predicted accept len "
+        f"{pair.predicted_accept_len:.2f} with --speculative-num-steps 5 --speculative-eagle-topk 1 "
+        f"--speculative-num-draft-tokens 6; prompts need token ids < {vocab} and --skip-tokenizer-init",
+        highlight=False)

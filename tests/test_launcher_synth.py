@@ -1,0 +1,114 @@
+"""The synthetic target/draft pair: valid safetensors, shapes that match config.json, and the algebra that makes
+the accept length known (target next token = f(t), first draft token = f(f(t)), later ones wrong)."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+
+import numpy as np
+import pytest
+
+from speclogs.errors import SpeclogsError
+from speclogs.launcher.synth import (
+    SynthConfig,
+    cyclic_permutation,
+    from_bf16_bits,
+    predicted_accept_len,
+    read_safetensors,
+    to_bf16_bits,
+    write_synth_pair,
+)
+
+SMALL = SynthConfig(vocab_size=256, num_layers=4, intermediate_size=512, num_heads=4, num_kv_heads=2)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("synth")
+    return write_synth_pair(root / "t", root / "d", SMALL)
+
+
+def rms_norm(x):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6)
+
+
+def test_files_are_valid_safetensors_with_shapes_of_config(pair):
+    for directory in (pair.target_dir, pair.draft_dir):
+        raw = (directory / "model.safetensors").read_bytes()
+        (length,) = struct.unpack("<Q", raw[:8])
+        assert length % 8 == 0
+        header = json.loads(raw[8:8 + length])
+        spans = sorted(info["data_offsets"] for name, info in header.items() if name != "__metadata__")
+        assert spans[0][0] == 0 and spans[-1][1] == len(raw) - 8 - length
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))        # contiguous, no gaps
+        for name, info in header.items():
+            if name != "__metadata__":
+                assert info["dtype"] == "BF16" and (info["data_offsets"][1] - info["data_offsets"][0]) == 2 * math.prod(info["shape"])
+    config = json.loads((pair.target_dir / "config.json").read_text())
+    _, tensors = read_safetensors(pair.target_dir / "model.safetensors")
+    H, V, L = config["hidden_size"], config["vocab_size"], config["num_hidden_layers"]
+    assert tensors["model.embed_tokens.weight"].shape == (V, H) and tensors["lm_head.weight"].shape == (V, H)
+    assert tensors[f"model.layers.{L - 1}.mlp.gate_proj.weight"].shape == (config["intermediate_size"], H)
+    kv = config["num_key_value_heads"] * H // config["num_attention_heads"]
+    assert tensors["model.layers.0.self_attn.k_proj.weight"].shape == (kv, H)
+    assert f"model.layers.{L}.mlp.gate_proj.weight" not in tensors
+    draft_config = json.loads((pair.draft_dir / "config.json").read_text())
+    assert draft_config["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert draft_config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 1, 1]
+    _, draft = read_safetensors(pair.draft_dir / "model.safetensors")
+    assert draft["fc.weight"].shape == (H, 3 * H) and "lm_head.weight" not in draft
+
+
+def test_target_predicts_the_permutation_and_draft_its_square(pair):
+    _, t = read_safetensors(pair.target_dir / "model.safetensors")
+    _, d = read_safetensors(pair.draft_dir / "model.safetensors")
+    perm = cyclic_permutation(SMALL.vocab_size, SMALL.seed)
+    tokens = np.random.default_rng(1).integers(0, SMALL.vocab_size, 64)
+    hidden = t["model.embed_tokens.weight"][tokens]
+    for i in range(SMALL.num_layers):          # layers add nothing: their output projections are zero
+        assert not t[f"model.layers.{i}.self_attn.o_proj.weight"].any()
+        assert not t[f"model.layers.{i}.mlp.down_proj.weight"].any()
+    logits = rms_norm(hidden) @ t["lm_head.weight"].T
+    assert (logits.argmax(axis=1) == perm[tokens]).all()
+    # EAGLE-3 draft: fc over the 3 aux hidden states (all equal here), shared lm_head
+    aux = np.concatenate([hidden, hidden, hidden], axis=1)
+    draft_hidden = aux @ d["fc.weight"].T
+    first = (rms_norm(draft_hidden) @ t["lm_head.weight"].T).argmax(axis=1)
+    assert (first == perm[perm[tokens]]).all()                        # first draft token always right
+    assert (first != perm[perm[perm[tokens]]]).all()                  # reused for step 2: always wrong
+    assert (perm != np.arange(SMALL.vocab_size)).all()                # no fixed point
+    assert pair.first_draft_hit_fraction == 1.0 and pair.predicted_accept_len == 2.0
+
+
+def test_predicted_accept_len():
+    assert predicted_accept_len(5, 1, 6, 0.0) == 2.0
+    assert predicted_accept_len(3, 1, 4, 0.0) == 2.0
+    assert predicted_accept_len(0, 1, 1, 0.0) == 1.0
+    assert predicted_accept_len(5, 1, 6, 0.6) == pytest.approx(2.0, abs=1e-6)   # the recipe saw 2.00 at 0.6
+    values = [predicted_accept_len(5, 1, 6, n) for n in (0.9, 0.93, 0.95, 0.97, 1.0)]
+    assert values == sorted(values, reverse=True) and values[-1] == pytest.approx(1 + 1 / 2048)
+    with pytest.raises(SpeclogsError, match="topk"):
+        predicted_accept_len(5, 4, 6, 0.0)
+    with pytest.raises(SpeclogsError, match="num_steps \\+ 1"):
+        predicted_accept_len(5, 1, 8, 0.0)
+
+
+def test_noise_lowers_the_measured_hit_fraction_as_predicted(tmp_path):
+    noisy = write_synth_pair(tmp_path / "t", tmp_path / "d", SynthConfig(
+        vocab_size=256, num_layers=2, intermediate_size=64, num_heads=4, num_kv_heads=2, noise=0.8))
+    predicted = predicted_accept_len(5, 1, 6, 0.8, vocab_size=256) - 1
+    assert 0.5 < noisy.first_draft_hit_fraction < 1.0
+    assert noisy.first_draft_hit_fraction == pytest.approx(predicted, abs=0.08)
+    meta = json.loads((tmp_path / "d" / "speclogs_synth.json").read_text())
+    assert meta["noise"] == 0.8 and meta["first_draft_hit_fraction"] == noisy.first_draft_hit_fraction
+
+
+def test_bf16_rounding_is_round_to_nearest_even():
+    values = np.array([1.0, -2.5, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, 3.14159], dtype=np.float32)
+    bits = to_bf16_bits(values)
+    assert bits[0] == 0x3F80 and bits[1] == 0xC020
+    assert bits[2] == 0x3F80                     # halfway → even (down)
+    assert bits[3] == 0x3F82                     # halfway → even (up)
+    assert abs(from_bf16_bits(bits)[4] - 3.14159) < 0.01

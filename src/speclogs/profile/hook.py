@@ -129,13 +129,10 @@ class Instrumentation:
         if self.status_logged:
             return
         self.status_logged = True
-        logger.info(
-            "speclogs profiler: active (%s, every=%d, sglang %s)",
-            worker_class,
-            self.every,
-            sglang_version(),
-        )
         version = sglang_version()
+        logger.info(
+            "speclogs profiler: active (%s, every=%d, sglang %s)", worker_class, self.every, version
+        )
         if version not in VERIFIED_SGLANG_VERSIONS:
             logger.warning(
                 "speclogs profiler: sglang %s is not a verified version (verified: %s); its "

@@ -1,0 +1,208 @@
+"""`python -m speclogs.profile.servercheck --log server.log -- <sglang launch command…>`
+
+One-shot proof on the GPU box that the profiler works inside a real SGLang server: starts the
+command under `python -m speclogs.profile`, waits for `/health` to answer 200, sends a few
+`/generate` requests (token ids, so `--skip-tokenizer-init` servers work), stops the server with
+SIGTERM, then reads the log and checks what the profiler wrote (`check_profiler_log`).
+
+Prints a JSON summary and `servercheck: OK` (exit 0) or `servercheck: FAILED …` (exit 1).
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+SPEC_CYCLE_RE = re.compile(
+    r"\[(?P<prefix>[^\]]*)\] speclogs spec_cycle cycle=(?P<cycle>\d+) bs=(?P<bs>\d+) "
+    r"draft_ms=(?P<draft_ms>\d+\.\d{3}) verify_ms=(?P<verify_ms>\d+\.\d{3}) "
+    r"extend_ms=(?P<extend_ms>\d+\.\d{3}) other_ms=(?P<other_ms>\d+\.\d{3}) "
+    r"cycle_ms=(?P<cycle_ms>\d+\.\d{3}) accepted=(?P<accepted>\d+) proposed=(?P<proposed>\d+)$"
+)
+STATUS_RE = re.compile(r"\[(?P<prefix>[^\]]*)\] speclogs profiler: (?P<status>active|disabled)(?P<rest>.*)$")
+PHASES = ("draft_ms", "verify_ms", "extend_ms", "other_ms", "cycle_ms")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfilerLogCheck:
+    """What the profiler wrote into one server log, and what is wrong with it."""
+
+    status_lines: list[str]
+    cycle_lines: int
+    malformed_lines: list[str]
+    median_ms: dict[str, float]
+    verify_share: float | None
+    accepted_tokens: int
+    proposed_tokens: int
+    problems: list[str]
+
+
+def check_profiler_log(text: str, *, every: int) -> ProfilerLogCheck:
+    """Check a server log's `speclogs` lines: one active line, well-formed cycles, sums, order."""
+    status, cycles, malformed = [], [], []
+    for line in text.splitlines():
+        if "speclogs spec_cycle" in line:
+            match = SPEC_CYCLE_RE.search(line)
+            if match:
+                cycles.append(match)
+            else:
+                malformed.append(line)
+        elif "speclogs profiler:" in line:
+            status.append(line.strip())
+    problems = []
+    active = [s for s in status if STATUS_RE.search(s) and STATUS_RE.search(s)["status"] == "active"]
+    if len(active) != 1:
+        problems.append(f"expected one `speclogs profiler: active` line, found {len(active)}")
+    if any("disabled" in s for s in status):
+        problems.append("a `speclogs profiler: disabled` line is present")
+    if not cycles:
+        problems.append("no `speclogs spec_cycle` line")
+    if malformed:
+        problems.append(f"{len(malformed)} malformed spec_cycle line(s)")
+    numbers = [int(m["cycle"]) for m in cycles]
+    if numbers != sorted(numbers) or any(n % every for n in numbers):
+        problems.append(f"cycle numbers are not increasing multiples of {every}")
+    if any("TP" in m["prefix"] and "TP0" not in m["prefix"] for m in cycles):
+        problems.append("spec_cycle lines from a TP rank other than 0")
+    for m in cycles:
+        parts = sum(float(m[p]) for p in PHASES[:4])
+        if abs(parts - float(m["cycle_ms"])) > 0.0015:
+            problems.append(f"phases do not add up to cycle_ms: {m.string.strip()}")
+            break
+    median = {p: statistics.median(float(m[p]) for m in cycles) for p in PHASES} if cycles else {}
+    total_cycle = sum(float(m["cycle_ms"]) for m in cycles)
+    verify_share = sum(float(m["verify_ms"]) for m in cycles) / total_cycle if total_cycle else None
+    return ProfilerLogCheck(
+        status_lines=status,
+        cycle_lines=len(cycles),
+        malformed_lines=malformed[:5],
+        median_ms=median,
+        verify_share=verify_share,
+        accepted_tokens=sum(int(m["accepted"]) for m in cycles),
+        proposed_tokens=sum(int(m["proposed"]) for m in cycles),
+        problems=problems,
+    )
+
+
+def _option(command: list[str], name: str, default: str) -> str:
+    for i, arg in enumerate(command):
+        if arg == name and i + 1 < len(command):
+            return command[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return default
+
+
+def _get_status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def _generate(base_url: str, max_new_tokens: int) -> dict:
+    body = json.dumps(
+        {
+            "input_ids": list(range(1, 65)),
+            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True},
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"{base_url}/generate", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=300) as response:
+        return json.loads(response.read())
+
+
+def run_server_check(args: argparse.Namespace) -> tuple[dict, list[str]]:
+    command = list(args.command)
+    host = _option(command, "--host", "127.0.0.1")
+    port = _option(command, "--port", "30000")
+    base_url = f"http://{host}:{port}"
+    log_path = Path(args.log)
+    wrapped = [sys.executable, "-m", "speclogs.profile", "--every", str(args.every), "--", *command]
+    problems: list[str] = []
+    summary: dict = {"command": wrapped, "log": str(log_path)}
+    with log_path.open("w") as log:
+        server = subprocess.Popen(wrapped, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        started = time.monotonic()
+        try:
+            while _get_status(f"{base_url}/health") != 200:
+                if server.poll() is not None:
+                    problems.append(f"server exited with {server.returncode} before /health answered 200")
+                    break
+                if time.monotonic() - started > args.health_timeout_s:
+                    problems.append(f"/health not 200 after {args.health_timeout_s} s")
+                    break
+                time.sleep(1)
+            summary["health_s"] = round(time.monotonic() - started, 1)
+            if not problems:
+                results = []
+                for _ in range(args.requests):
+                    t0 = time.perf_counter()
+                    reply = _generate(base_url, args.max_new_tokens)
+                    seconds = time.perf_counter() - t0
+                    meta = reply.get("meta_info", {})
+                    results.append(
+                        {
+                            "completion_tokens": meta.get("completion_tokens"),
+                            "tok_s": round((meta.get("completion_tokens") or 0) / seconds, 1),
+                            "spec_accept_length": meta.get("spec_accept_length"),
+                            "spec_verify_ct": meta.get("spec_verify_ct"),
+                        }
+                    )
+                summary["requests"] = results
+        finally:
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGTERM)
+                try:
+                    server.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(server.pid, signal.SIGKILL)
+                    server.wait()
+    check = check_profiler_log(log_path.read_text(errors="replace"), every=args.every)
+    summary["profiler"] = dataclasses.asdict(check)
+    return summary, problems + check.problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m speclogs.profile.servercheck", description=__doc__.split("\n\n")[1])
+    parser.add_argument("--log", required=True, help="where the server's stdout+stderr go")
+    parser.add_argument("--every", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--health-timeout-s", type=float, default=600)
+    parser.add_argument("--check-only", action="store_true", help="only check an existing --log")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if args.check_only:
+        check = check_profiler_log(Path(args.log).read_text(errors="replace"), every=args.every)
+        summary, problems = {"profiler": dataclasses.asdict(check)}, check.problems
+    elif not args.command:
+        parser.error("give the sglang launch command after --")
+    else:
+        summary, problems = run_server_check(args)
+    print(json.dumps(summary, indent=1))
+    print("servercheck: OK" if not problems else f"servercheck: FAILED ({'; '.join(problems)})")
+    return 0 if not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -281,6 +281,7 @@ def inherited_nccl_env() -> dict[str, str]:
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
     """The parent's environment (safety settings such as NCCL_NVLS_ENABLE=0 stay), plus `extra`."""
     env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"          # a killed rank still leaves its last lines in its log
     python_path = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(_SRC_ROOT) + (os.pathsep + python_path if python_path else "")
     env.update(extra)

@@ -6,7 +6,7 @@ Each rank writes `rank<R>.stage` (how far it got: started, init_begin, init_done
 `rank<R>.json` with per-iteration latencies in microseconds. `--preflight` prints the machine's torch,
 CUDA and GPU facts as JSON instead.
 
-Timing: per size, `warmup_iters` untimed calls, then `iters` calls back to back on the current stream,
+Timing: per size, `warmup_iters` untimed calls, a barrier, then `iters` calls back to back on the current stream,
 each between two CUDA events (elapsed_time → per-iteration latency), plus the span of all of them
 (mean per call, nccl-tests' way of timing).
 """
@@ -103,6 +103,8 @@ def run_rank(spec: dict, out_dir: Path) -> None:
 
         for _ in range(warmup_iters):
             call()
+        synchronize()
+        dist.barrier()                      # the ranks start each size's timed calls together
         synchronize()
         if on_gpu:
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]

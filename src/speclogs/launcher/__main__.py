@@ -63,7 +63,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _watch_stdin() -> None:
-    while sys.stdin.buffer.read(4096):
+    # raw fd reads: a daemon thread blocked in a buffered stdin read would abort interpreter shutdown
+    try:
+        while os.read(0, 4096):
+            pass
+    except OSError:
         pass
     os.kill(os.getpid(), signal.SIGHUP)
 

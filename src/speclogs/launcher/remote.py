@@ -78,6 +78,8 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
             proc.wait()
             stdout = b""
     reader.join(timeout=5)
+    if not proc.stdin.closed:
+        proc.stdin.close()
 
     say(f"{host}: pulling {remote_dir}/{remote_out} → {out_dir}")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -151,3 +151,34 @@ def test_latency_interpolation_is_linear_in_log_size():
     assert interpolate_latency_us([4096, 16384], [10.0, 30.0], 8192) == pytest.approx(20.0)
     assert interpolate_latency_us([4096, 16384], [10.0, 30.0], 1024) == 10.0          # clamped
     assert interpolate_latency_us([4096, 4096, 4096], [1.0, 9.0, 5.0], 4096) == 5.0   # median of repeats
+
+
+def test_evidence_from_the_real_ingest_matches(tmp_path):
+    """The same evidence through `speclogs ingest` (tasks I + G) and DuckDB instead of the test scaffolding."""
+    pytest.importorskip("speclogs.store", reason="speclogs ingest (store) is not in this tree yet")
+    import subprocess
+    import sys
+
+    import duckdb
+
+    from speclogs.analysis.nccl import nccl_evidence
+
+    db = tmp_path / "m.duckdb"
+    root = Path(__file__).resolve().parents[1]
+    completed = subprocess.run([sys.executable, "-m", "speclogs", "ingest", str(MATRIX), "--db", str(db)],
+                               capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                               env={"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"})
+    assert completed.returncode == 0, completed.stderr
+    con = duckdb.connect(str(db), read_only=True)
+    ids = dict(con.execute("SELECT run_name, run_id FROM runs").fetchall())
+    evidence = nccl_evidence(con, [ids[name] for name in ("baseline_default", "baseline_nccl", "eagle3_default", "eagle3_nccl")],
+                             hidden_size=2048)
+    scaffold = compute_nccl_evidence(frames_from_logs(ALL_FOUR), hidden_size=2048)
+    for real, expected in zip(evidence.runs, scaffold.runs):
+        assert real.run_name == expected.run_name
+        assert real.nccl_version == expected.nccl_version
+        assert [(s.name, s.log_value) for s in real.settings] == [(s.name, s.log_value) for s in expected.settings]
+        assert real.coll_channels == expected.coll_channels
+        assert real.transports == expected.transports
+        assert real.collectives == expected.collectives
+        assert real.allreduce_verdict == expected.allreduce_verdict

@@ -326,12 +326,21 @@ def _settings(run_name: str, log_settings: dict[str, str], env: dict[str, str] |
 
 
 def _channel_counts(events: pl.DataFrame) -> tuple[int | None, int | None]:
+    """(coll channels, p2p channels): from the "24 coll channels, … 32 p2p channels" text when the message keeps it,
+    else from the grammar's `nchannels` column (the counts line, or the ring lines "Channel 00/24 : 0 1")."""
+    if events.is_empty():
+        return None, None
     coll, p2p = set(), set()
-    for message in events["message"].drop_nulls().to_list() if not events.is_empty() else []:
+    for message in events["message"].drop_nulls().to_list():
         match = _CHANNELS.search(message)
         if match:
             coll.add(int(match.group(1)))
             p2p.add(int(match.group(2)))
+    if not coll and "nchannels" in events.columns:
+        channels = events.filter((pl.col("kind") == "channels") & pl.col("nchannels").is_not_null())
+        counts = channels.filter(pl.col("channel").is_null()) if "channel" in channels.columns else channels
+        values = (counts if not counts.is_empty() else channels)["nchannels"].to_list()
+        coll = {int(value) for value in values}
     return (max(coll) if coll else None), (max(p2p) if p2p else None)
 
 

@@ -1,0 +1,623 @@
+"""`compare_runs`: the one entry of the analysis. DuckDB → frames (load) → pure computation → `Comparison`.
+
+Statistics (see docs/report.md): throughput of an arm = geometric mean over its launches of each launch's
+tokens / seconds; ratios B/A with two-stage bootstrap percentile intervals (launches, then requests or
+blocks of decode rows; criterion.rs-style bootstrap CIs on the change); p-values from the Mann-Whitney U
+test on per-launch values (benchstat/asv's test); a winner only when the interval excludes 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from speclogs.analysis import stats
+from speclogs.analysis.load import RunTables, load_run_tables, parse_json_text, resolve_arms
+from speclogs.analysis.results import (
+    Arm,
+    Attribution,
+    Comparison,
+    Counterfactual,
+    Effect,
+    Estimate,
+    Finding,
+    PhaseStat,
+    RatioComparison,
+    Term,
+)
+from speclogs.analysis.steady import client_rows, mark_steady, server_columns
+from speclogs.errors import AnalysisError
+
+PHASES = ("draft", "verify", "extend", "other", "cycle")
+TIMELINE_POINTS_PER_RUN = 1500
+SEED = 20261130
+
+METHODS = {
+    "replication": "The launch (one server start: a launcher directory or one log file) is the unit of replication; "
+    "requests inside a launch are not independent.",
+    "estimate": "Arm throughput = geometric mean over launches of (Σ tokens / Σ seconds) per launch.",
+    "interval": "Two-stage bootstrap (launches with replacement, then requests — or blocks of decode rows — within "
+    "each drawn launch), percentile interval on the log ratio; fixed seed, so reports are reproducible. "
+    "Follows criterion.rs (bootstrap CI on the change) with a cluster bootstrap for the nested data.",
+    "test": "Mann-Whitney U, two-sided, on per-launch throughputs when both arms have ≥ 2 launches (benchstat/asv); "
+    "with one launch in an arm it runs on requests and says so — that p-value ignores launch-to-launch variation.",
+    "verdict": "A winner is named only when the whole interval lies on one side of 1; otherwise 'no detectable difference'.",
+    "client": "Client source: bench_requests without warm-up requests; per launch Σ completion_tokens / Σ latency_s.",
+    "server": "Server source: steady-state decode_batches (rule in speclogs.analysis.steady); per launch "
+    "Σ tokens per step / Σ seconds per step, from SGLang's gen throughput.",
+    "attribution": "tok/s = accept_len × batch / step time, so log(T_B/T_A) = log accept ratio + log batch ratio − log "
+    "step-time ratio exactly; profiling rows (spec_cycles) split the step time into draft/verify/extend/other with "
+    "logarithmic-mean (LMDI) weights that add up.",
+    "effects": "2^k factorial: main effect = mean over the other factors' levels of the log ratio high/low; interaction = "
+    "difference of simple effects (for 2 factors: effect of A at B=high over effect of A at B=low); cell = geometric mean "
+    "over its launches; bootstrap within cells.",
+}
+
+
+@dataclass(frozen=True)
+class _RunData:
+    run_id: str
+    run_name: str
+    server_units: np.ndarray | None  # (u, 4) [tokens/step, s/step, batch, steps]
+    server_rows: int
+    client_units: np.ndarray | None  # (u, 2) [tokens, seconds]
+    cycle_units: np.ndarray | None  # (u, 8) [draft, verify, extend, other, cycle, accepted, batch, 1]
+    cycle_rows: int
+
+
+def _rng(seed: int, key: str) -> np.random.Generator:
+    digest = hashlib.sha1(key.encode()).digest()
+    return np.random.default_rng([seed, int.from_bytes(digest[:8], "little")])
+
+
+def _client_stat(s: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(s[:, [0]] / s[:, [1]])
+
+
+def _server_stat(s: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.column_stack(
+            [np.log(s[:, 0] / s[:, 1]), np.log(s[:, 0] / s[:, 2]), np.log(s[:, 2] / s[:, 3]), np.log(s[:, 1] / s[:, 3])]
+        )
+
+
+def _cycle_stat(s: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        means = s[:, :5] / s[:, [7]]
+        accept = (s[:, 5] + s[:, 6]) / s[:, 6]
+        return np.column_stack([means, accept])
+
+
+def _prepare_runs(tables: RunTables) -> tuple[dict[str, _RunData], pl.DataFrame, pl.DataFrame]:
+    decode = mark_steady(tables.decode, tables.prefill, tables.launches)
+    clients = client_rows(tables.bench)
+    names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
+    data: dict[str, _RunData] = {}
+    steady_by_run = {key[0]: frame for key, frame in decode.filter(pl.col("steady")).partition_by("run_id", as_dict=True).items()}
+    client_by_run = {
+        key[0]: frame for key, frame in clients.filter(pl.col("excluded_reason").is_null()).partition_by("run_id", as_dict=True).items()
+    }
+    cycles_by_run = {key[0]: frame for key, frame in tables.spec_cycles.partition_by("run_id", as_dict=True).items()}
+    for run_id, run_name in names.items():
+        server_units = None
+        steady = steady_by_run.get(run_id)
+        if steady is not None and steady.height > 0:
+            segments = (steady["launch_no"].fill_null(0).cast(pl.Int64) * 1_000_000 + steady["segment"].fill_null(0)).to_numpy()
+            server_units = stats.block_sums(server_columns(steady), segments)
+        client_units = None
+        requests = client_by_run.get(run_id)
+        if requests is not None and requests.height > 0:
+            client_units = requests.select("tokens", "seconds").to_numpy().astype(float)
+        cycle_units = None
+        cycles = cycles_by_run.get(run_id)
+        n_cycles = 0
+        if cycles is not None:
+            cycles = cycles.filter(pl.col("cycle_ms").is_not_null() & (pl.col("cycle_ms") > 0))
+            n_cycles = cycles.height
+            if n_cycles:
+                columns = cycles.select(
+                    pl.col("draft_ms").fill_null(0.0), pl.col("verify_ms").fill_null(0.0), pl.col("extend_ms").fill_null(0.0),
+                    pl.col("other_ms").fill_null(0.0), pl.col("cycle_ms"),
+                    pl.col("accepted_tokens").fill_null(0).cast(pl.Float64),
+                    pl.col("batch_size").fill_null(1).cast(pl.Float64).clip(lower_bound=1.0),
+                    pl.lit(1.0),
+                ).to_numpy().astype(float)
+                cycle_units = stats.block_sums(columns)
+        data[run_id] = _RunData(
+            run_id, run_name, server_units, 0 if steady is None else steady.height, client_units, cycle_units, n_cycles
+        )
+    return data, decode, clients
+
+
+def _group(units: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    return [u for u in units if u is not None and len(u) > 0]
+
+
+def _estimate(source: str, draws: stats.GroupDraws, confidence: float, n_rows: int) -> Estimate:
+    low, high = stats.percentile_interval(draws.draws[:, 0], confidence)
+    return Estimate(
+        source=source,
+        value_tok_s=float(math.exp(draws.point[0])),
+        ci_low_tok_s=float(math.exp(low)),
+        ci_high_tok_s=float(math.exp(high)),
+        n_launches=draws.n_launches,
+        n_units=draws.n_units,
+        n_rows=n_rows,
+        per_launch_tok_s=tuple(float(math.exp(v)) for v in draws.per_launch[:, 0]),
+    )
+
+
+def _term(name: str, point: float, draws: np.ndarray, confidence: float) -> Term:
+    low, high = stats.percentile_interval(draws, confidence)
+    return Term(name=name, log_ratio=float(point), ci_low=float(low), ci_high=float(high))
+
+
+def parse_factor_options(options: Sequence[str]) -> dict[str, str]:
+    """`name=selector` strings (from --factor) → {name: selector}; AnalysisError on a malformed one."""
+    parsed: dict[str, str] = {}
+    for option in options:
+        name, sep, selector = option.partition("=")
+        if not sep or not name.strip() or not selector.strip():
+            raise AnalysisError(
+                f"--factor {option!r} is not name=selector", hint="e.g. --factor nccl='*_nccl*' --factor spec='eagle3*'"
+            )
+        parsed[name.strip()] = selector.strip()
+    return parsed
+
+
+def compare_runs(
+    con: Any,
+    arms: Sequence[str],
+    factors: Mapping[str, str] | None = None,
+    confidence: float = 0.95,
+    *,
+    n_resamples: int = 2000,
+    seed: int = SEED,
+) -> Comparison:
+    """Compare arms (run names or globs; the first is the reference) read from the DuckDB connection `con`.
+
+    factors: {name: glob over run names} (runs matching are level 'on', others 'off'); when empty, the launch plan's
+    runs.factors are used. Raises AnalysisError when nothing can be computed.
+    """
+    from speclogs.analysis import lint
+
+    if not 0.5 <= confidence < 1.0:
+        raise AnalysisError(f"confidence {confidence} is outside [0.5, 1)", hint="e.g. --confidence 0.95")
+    arm_runs = resolve_arms(con, list(arms))
+    all_ids = [run_id for ids in arm_runs.values() for run_id in ids]
+    tables = load_run_tables(con, all_ids)
+    run_data, decode, clients = _prepare_runs(tables)
+    names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
+
+    for arm, ids in arm_runs.items():
+        if not any(run_data[r].server_units is not None or run_data[r].client_units is not None for r in ids):
+            excluded = decode.filter(pl.col("run_id").is_in(ids))
+            detail = (
+                "no decode rows" if excluded.is_empty()
+                else f"{excluded.height} decode rows, none in steady state ({_reason_counts(excluded)})"
+            )
+            raise AnalysisError(
+                f"arm {arm!r} (runs {', '.join(names[r] for r in ids)}): nothing to measure — {detail} and no usable "
+                "client requests (bench_requests)",
+                hint="ingest the run's bench file, or check the log has 'Decode batch' lines after /health 200",
+            )
+
+    levels, factor_findings = _factor_levels(tables, arm_runs, dict(factors or {}))
+    reference = next(iter(arm_runs))
+    group_draws: dict[tuple[str, str], tuple[stats.GroupDraws, int]] = {}
+
+    def draws_for(key: str, ids: Sequence[str], source: str) -> tuple[stats.GroupDraws, int] | None:
+        cache_key = (source, key)
+        if cache_key in group_draws:
+            return group_draws[cache_key]
+        if source == "client":
+            units = _group([run_data[r].client_units for r in ids])
+            stat, n_rows = _client_stat, sum(len(u) for u in units)
+        elif source == "server":
+            units = _group([run_data[r].server_units for r in ids])
+            stat, n_rows = _server_stat, sum(run_data[r].server_rows for r in ids)
+        else:
+            units = _group([run_data[r].cycle_units for r in ids])
+            stat, n_rows = _cycle_stat, sum(run_data[r].cycle_rows for r in ids)
+        if not units:
+            return None
+        result = (stats.resample_group(units, stat, n_resamples, _rng(seed, f"{source}:{key}")), n_rows)
+        group_draws[cache_key] = result
+        return result
+
+    arm_objects = []
+    for arm, ids in arm_runs.items():
+        client = draws_for(arm, ids, "client")
+        server = draws_for(arm, ids, "server")
+        run_rows = tables.runs.filter(pl.col("run_id").is_in(ids))
+        spec_algos = sorted({a for a in run_rows["speculative_algorithm"].to_list() if a})
+        arm_objects.append(
+            Arm(
+                name=arm,
+                run_names=tuple(names[r] for r in ids),
+                run_ids=tuple(ids),
+                speculative_algorithm=",".join(spec_algos) or None,
+                sglang_versions=tuple(sorted({v for v in run_rows["sglang_version"].to_list() if v})),
+                factor_levels=_arm_levels(levels, ids),
+                client=_estimate("client", client[0], confidence, client[1]) if client else None,
+                server=_estimate("server", server[0], confidence, server[1]) if server else None,
+                accept_len=float(math.exp(server[0].point[1])) if server else None,
+                cycle_ms=float(1000 * math.exp(server[0].point[3])) if server else None,
+                batch_size=float(math.exp(server[0].point[2])) if server else None,
+            )
+        )
+
+    comparisons = []
+    attributions = []
+    for arm_b, ids_b in list(arm_runs.items())[1:]:
+        for source in ("client", "server"):
+            a = draws_for(reference, arm_runs[reference], source)
+            b = draws_for(arm_b, ids_b, source)
+            if a and b:
+                comparisons.append(_ratio(reference, arm_b, source, a[0], b[0], run_data, arm_runs, confidence))
+        a = draws_for(reference, arm_runs[reference], "server")
+        b = draws_for(arm_b, ids_b, "server")
+        if a and b:
+            cyc_a = draws_for(reference, arm_runs[reference], "cycles")
+            cyc_b = draws_for(arm_b, ids_b, "cycles")
+            attributions.append(
+                _attribution(reference, arm_b, a[0], b[0], cyc_a[0] if cyc_a else None, cyc_b[0] if cyc_b else None, confidence)
+            )
+
+    phases = []
+    for arm, ids in arm_runs.items():
+        cyc = draws_for(arm, ids, "cycles")
+        if cyc:
+            phases.extend(_phase_stats(arm, cyc[0], cyc[1], confidence))
+
+    effects, factor_span, effect_findings = _effects(levels, arm_runs, reference, draws_for, confidence)
+
+    timeline = _timeline(decode, tables, arm_runs, names)
+    warmup_spans = _warmup_spans(timeline)
+    accept_hist = _accept_hist(decode, clients, tables, arm_runs)
+    findings = lint.lint_comparison(
+        tables=tables, decode=decode, clients=clients, arm_runs=arm_runs, arms=arm_objects,
+        comparisons=comparisons, levels=levels, run_data_rows={r: d.server_rows for r, d in run_data.items()},
+    )
+    nccl, nccl_findings = _nccl_evidence(con, all_ids)
+    warnings = tuple(factor_findings + effect_findings + findings + nccl_findings)
+    warnings = tuple(sorted(warnings, key=lambda f: 0 if f.severity == "warning" else 1))
+    return Comparison(
+        arms=tuple(arm_objects),
+        reference=reference,
+        confidence=confidence,
+        n_resamples=n_resamples,
+        seed=seed,
+        warnings=warnings,
+        comparisons=tuple(comparisons),
+        attributions=tuple(attributions),
+        effects=tuple(effects),
+        factors=factor_span,
+        timeline=timeline,
+        accept_hist=accept_hist,
+        phases=tuple(phases),
+        warmup_spans=warmup_spans,
+        methods=dict(METHODS),
+        nccl=nccl,
+    )
+
+
+def _reason_counts(rows: pl.DataFrame) -> str:
+    counts = rows.group_by("excluded_reason").len().sort("len", descending=True)
+    return ", ".join(f"{r or 'steady'}: {n}" for r, n in counts.iter_rows())
+
+
+def _ratio(
+    arm_a: str, arm_b: str, source: str, a: stats.GroupDraws, b: stats.GroupDraws,
+    run_data: dict[str, _RunData], arm_runs: dict[str, list[str]], confidence: float,
+) -> RatioComparison:
+    log_draws = b.draws[:, 0] - a.draws[:, 0]
+    low, high = stats.percentile_interval(log_draws, confidence)
+    single = a.n_launches < 2 or b.n_launches < 2
+    if not single:
+        p_value = stats.rank_test(a.per_launch[:, 0], b.per_launch[:, 0])
+        test = f"Mann-Whitney U on per-launch {source} throughput ({a.n_launches} vs {b.n_launches} launches)"
+    else:
+        unit_values = []
+        for arm in (arm_a, arm_b):
+            values = []
+            for r in arm_runs[arm]:
+                units = run_data[r].client_units if source == "client" else run_data[r].server_units
+                if units is not None:
+                    values.extend((units[:, 0] / units[:, 1]).tolist())
+            unit_values.append(values)
+        p_value = stats.rank_test(unit_values[0], unit_values[1])
+        what = "requests" if source == "client" else "request segments of decode rows"
+        test = (
+            f"Mann-Whitney U on {what} ({len(unit_values[0])} vs {len(unit_values[1])}) — one launch per arm: "
+            "ignores launch-to-launch variation"
+        )
+    enough = a.n_units >= 2 and b.n_units >= 2
+    return RatioComparison(
+        metric="throughput",
+        source=source,
+        unit="tok/s",
+        arm_a=arm_a,
+        arm_b=arm_b,
+        a=float(math.exp(a.point[0])),
+        b=float(math.exp(b.point[0])),
+        ratio=float(math.exp(b.point[0] - a.point[0])),
+        ci_low=float(math.exp(low)),
+        ci_high=float(math.exp(high)),
+        p_value=p_value,
+        test=test,
+        n_a=a.n_launches,
+        n_b=b.n_launches,
+        n_units_a=a.n_units,
+        n_units_b=b.n_units,
+        verdict=stats.verdict_for(float(math.exp(low)), float(math.exp(high)), enough=enough),
+        interval_covers="request noise only (one launch per arm)" if single else "launches and requests",
+    )
+
+
+def _attribution(
+    arm_a: str, arm_b: str, a: stats.GroupDraws, b: stats.GroupDraws,
+    cyc_a: stats.GroupDraws | None, cyc_b: stats.GroupDraws | None, confidence: float,
+) -> Attribution:
+    d_point = b.point - a.point
+    d_draws = b.draws - a.draws
+    total = _term("throughput", d_point[0], d_draws[:, 0], confidence)
+    terms = (
+        _term("acceptance", d_point[1], d_draws[:, 1], confidence),
+        _term("batch size", d_point[2], d_draws[:, 2], confidence),
+        _term("step time", -d_point[3], -d_draws[:, 3], confidence),
+    )
+
+    def cf(text: str, point: float, draws: np.ndarray) -> Counterfactual:
+        low, high = stats.percentile_interval(draws, confidence)
+        return Counterfactual(text, float(math.exp(point)), float(math.exp(low)), float(math.exp(high)))
+
+    acc_a, acc_b = math.exp(a.point[1]), math.exp(b.point[1])
+    counterfactuals = [
+        cf(f"{arm_b} with {arm_a}'s acceptance (accept len {acc_a:.2f}) would run at",
+           b.point[0] - b.point[1] + a.point[1], b.draws[:, 0] - b.draws[:, 1] + a.draws[:, 1]),
+        cf(f"{arm_b} with {arm_a}'s step time would run at",
+           b.point[0] + b.point[3] - a.point[3], b.draws[:, 0] + b.draws[:, 3] - a.draws[:, 3]),
+        cf(f"{arm_b} would need accept len (at its own step time and batch) to match {arm_a}:",
+           b.point[1] - d_point[0], b.draws[:, 1] - d_draws[:, 0]),
+    ]
+    phase_terms: tuple[Term, ...] = ()
+    phase_stats: tuple[PhaseStat, ...] = ()
+    if cyc_a is not None and cyc_b is not None:
+        phase_terms = tuple(
+            _term(phase, *_lmdi(cyc_a.point, cyc_b.point, cyc_a.draws, cyc_b.draws, i), confidence)
+            for i, phase in enumerate(PHASES[:4])
+        )
+    return Attribution(
+        arm_a=arm_a, arm_b=arm_b, total=total, terms=terms, accept_len_a=acc_a, accept_len_b=acc_b,
+        cycle_ms_a=1000 * math.exp(a.point[3]), cycle_ms_b=1000 * math.exp(b.point[3]),
+        phase_terms=phase_terms, phases=phase_stats, counterfactuals=tuple(counterfactuals),
+    )
+
+
+def _log_mean(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lm = (x - y) / (np.log(x) - np.log(y))
+    return np.where(np.isclose(x, y), x, lm)
+
+
+def _lmdi(pa: np.ndarray, pb: np.ndarray, da: np.ndarray, db: np.ndarray, i: int) -> tuple[float, np.ndarray]:
+    """Contribution of phase i to −log(cycle_B / cycle_A) (i.e. to the log throughput ratio)."""
+    point = -(pb[i] - pa[i]) / float(_log_mean(np.array(pb[4]), np.array(pa[4])))
+    draws = -(db[:, i] - da[:, i]) / _log_mean(db[:, 4], da[:, 4])
+    return float(point), draws
+
+
+def _phase_stats(arm: str, draws: stats.GroupDraws, n_rows: int, confidence: float) -> list[PhaseStat]:
+    low, high = stats.percentile_interval(draws.draws, confidence)
+    cycle = draws.point[4]
+    return [
+        PhaseStat(arm=arm, phase=phase, mean_ms=float(draws.point[i]), ci_low_ms=float(low[i]), ci_high_ms=float(high[i]),
+                  share=float(draws.point[i] / cycle) if cycle else float("nan"), n_rows=n_rows)
+        for i, phase in enumerate(PHASES)
+    ]
+
+
+def _factor_levels(
+    tables: RunTables, arm_runs: dict[str, list[str]], selectors: dict[str, str]
+) -> tuple[dict[str, dict[str, str]], list[Finding]]:
+    """{factor: {run_id: level}} from --factor globs (levels 'on'/'off') or runs.factors; 2-level factors only."""
+    import fnmatch
+
+    findings: list[Finding] = []
+    ids = [r for rs in arm_runs.values() for r in rs]
+    names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
+    levels: dict[str, dict[str, str]] = {}
+    if selectors:
+        for name, selector in selectors.items():
+            levels[name] = {r: "on" if fnmatch.fnmatchcase(names[r], selector) else "off" for r in ids}
+    else:
+        declared = {
+            r: parse_json_text(f) for r, f in zip(tables.runs["run_id"].to_list(), tables.runs["factors"].to_list())
+        }
+        for name in sorted({k for d in declared.values() for k in d}):
+            levels[name] = {r: str(declared[r].get(name, "unset")) for r in ids}
+    kept: dict[str, dict[str, str]] = {}
+    for name, by_run in levels.items():
+        distinct = sorted(set(by_run.values()))
+        if len(distinct) == 2:
+            kept[name] = by_run
+        elif len(distinct) > 2:
+            findings.append(Finding(
+                "factor_levels", f"factor {name!r} has {len(distinct)} levels ({', '.join(distinct)}) among the compared "
+                "runs; factorial effects use 2-level factors only, so it is left out", "warning"))
+        elif selectors:
+            findings.append(Finding(
+                "factor_constant", f"factor {name!r} ({selectors[name]!r}) takes one level ({distinct[0]}) on every compared "
+                "run: it cannot have an effect here", "warning"))
+    return kept, findings
+
+
+def _arm_levels(levels: dict[str, dict[str, str]], ids: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for name, by_run in levels.items():
+        values = {by_run[r] for r in ids}
+        out[name] = values.pop() if len(values) == 1 else "mixed"
+    return out
+
+
+def _effects(levels, arm_runs, reference, draws_for, confidence):
+    findings: list[Finding] = []
+    if not levels:
+        return [], {}, findings
+    ref_ids = arm_runs[reference]
+    span: dict[str, tuple[str, str]] = {}
+    for name, by_run in levels.items():
+        distinct = sorted(set(by_run.values()))
+        ref_levels = {by_run[r] for r in ref_ids}
+        low = ref_levels.pop() if len(ref_levels) == 1 else distinct[0]
+        if name not in span:
+            span[name] = (low, next(v for v in distinct if v != low))
+    names = sorted(span)
+    all_ids = [r for rs in arm_runs.values() for r in rs]
+    cells: dict[tuple[int, ...], list[str]] = {}
+    for r in all_ids:
+        cells.setdefault(tuple(int(levels[f][r] == span[f][1]) for f in names), []).append(r)
+    k = len(names)
+    missing = [c for c in np.ndindex(*(2,) * k) if tuple(c) not in cells]
+    if missing:
+        labels = ["{" + ", ".join(f"{f}={span[f][c[i]]}" for i, f in enumerate(names)) + "}" for c in missing]
+        findings.append(Finding(
+            "incomplete_design", f"the runs do not form a full 2^{k} design over factors {', '.join(names)}: no runs for "
+            f"{'; '.join(labels)} — no factorial effects", "warning"))
+        return [], span, findings
+    effects: list[Effect] = []
+    for source in ("client", "server"):
+        cell_draws = {}
+        for cell, ids in cells.items():
+            got = draws_for("cell:" + ",".join(f"{f}={span[f][cell[i]]}" for i, f in enumerate(names)), ids, source)
+            if got is None:
+                break
+            cell_draws[cell] = got[0]
+        else:
+            n_launches = sum(d.n_launches for d in cell_draws.values())
+            if any(d.n_launches < 2 for d in cell_draws.values()) and source == "client":
+                findings.append(Finding(
+                    "effects_single_launch", "some factorial cells have one launch: effect intervals cover request noise "
+                    "only, not launch-to-launch variation", "warning"))
+            for size in range(1, k + 1):
+                for subset in combinations(range(k), size):
+                    point, draws = 0.0, 0.0
+                    for cell, d in cell_draws.items():
+                        sign = np.prod([1 if cell[i] else -1 for i in subset])
+                        point = point + sign * d.point[0]
+                        draws = draws + sign * d.draws[:, 0]
+                    scale = 2.0 ** (size - 1) / 2.0 ** (k - 1)
+                    name = " × ".join(names[i] for i in subset)
+                    effects.append(_effect(name, "main" if size == 1 else "interaction", source, point * scale,
+                                           draws * scale, span[names[subset[0]]] if size == 1 else ("", ""),
+                                           n_launches, confidence))
+            if k == 2:
+                for i in range(2):
+                    j = 1 - i
+                    for level in (0, 1):
+                        hi = tuple(1 if x == i else (level if x == j else 0) for x in range(2))
+                        lo = tuple(0 if x == i else (level if x == j else 0) for x in range(2))
+                        point = cell_draws[hi].point[0] - cell_draws[lo].point[0]
+                        draws = cell_draws[hi].draws[:, 0] - cell_draws[lo].draws[:, 0]
+                        effects.append(_effect(f"{names[i]} | {names[j]}={span[names[j]][level]}", "simple", source,
+                                               point, draws, span[names[i]], n_launches, confidence))
+    return effects, span, findings
+
+
+def _effect(name, kind, source, point, draws, span, n_launches, confidence) -> Effect:
+    low, high = stats.percentile_interval(np.asarray(draws), confidence)
+    lo, hi = math.exp(low), math.exp(high)
+    return Effect(name=name, kind=kind, source=source, ratio=math.exp(point), ci_low=lo, ci_high=hi, low=span[0],
+                  high=span[1], verdict=_effect_verdict(lo, hi), n_launches=n_launches)
+
+
+def _effect_verdict(lo: float, hi: float) -> str:
+    if lo > 1:
+        return "increases throughput"
+    if hi < 1:
+        return "decreases throughput"
+    return "no detectable effect"
+
+
+def _timeline(decode: pl.DataFrame, tables: RunTables, arm_runs, names) -> pl.DataFrame:
+    arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
+    if decode.is_empty():
+        return pl.DataFrame(schema={"run_name": pl.Utf8, "arm": pl.Utf8, "t_s": pl.Float64,
+                                    "gen_throughput_tok_s": pl.Float64, "steady": pl.Boolean, "excluded_reason": pl.Utf8})
+    start = tables.launches.group_by("run_id").agg(pl.col("start_ts").min().alias("_start"))
+    rows = decode.join(start, on="run_id", how="left").with_columns(
+        pl.coalesce("_start", pl.col("ts").min().over("run_id")).alias("_start")
+    )
+    rows = rows.with_columns(
+        ((pl.col("ts") - pl.col("_start")).dt.total_milliseconds() / 1000.0).alias("t_s"),
+        pl.col("run_id").replace_strict(names, default=None).alias("run_name"),
+        pl.col("run_id").replace_strict(arm_of, default=None).alias("arm"),
+        pl.int_range(pl.len()).over("run_id").alias("_i"),
+        pl.len().over("run_id").alias("_n"),
+    )
+    stride = (pl.col("_n") // TIMELINE_POINTS_PER_RUN).clip(lower_bound=1)
+    rows = rows.filter(((pl.col("_i") % stride) == 0) | ~pl.col("steady"))
+    return rows.select("run_name", "arm", "t_s", "gen_throughput_tok_s", "accept_len", "steady", "excluded_reason")
+
+
+def _warmup_spans(timeline: pl.DataFrame) -> pl.DataFrame:
+    if timeline.is_empty():
+        return pl.DataFrame(schema={"run_name": pl.Utf8, "arm": pl.Utf8, "t_start_s": pl.Float64, "t_end_s": pl.Float64})
+    return (
+        timeline.group_by("run_name", "arm")
+        .agg(pl.lit(0.0).alias("t_start_s"), pl.col("t_s").filter(pl.col("steady")).min().alias("t_end_s"))
+        .filter(pl.col("t_end_s").is_not_null())
+        .sort("run_name")
+    )
+
+
+def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, tables: RunTables, arm_runs) -> pl.DataFrame:
+    arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
+    frames = []
+    server = decode.filter(pl.col("steady") & pl.col("accept_len").is_not_null())
+    if server.height:
+        frames.append(server.select(pl.col("run_id"), pl.lit("server decode rows").alias("source"),
+                                    pl.col("accept_len").cast(pl.Float64).round(2)))
+    client = clients.filter(pl.col("excluded_reason").is_null() & pl.col("spec_accept_length").is_not_null())
+    if client.height:
+        frames.append(client.select(pl.col("run_id"), pl.lit("client requests").alias("source"),
+                                    pl.col("spec_accept_length").cast(pl.Float64).round(2).alias("accept_len")))
+    cycles = tables.spec_cycles.filter(pl.col("accepted_tokens").is_not_null())
+    if cycles.height:
+        frames.append(cycles.select(
+            pl.col("run_id"), pl.lit("profiled cycles").alias("source"),
+            (1.0 + pl.col("accepted_tokens").cast(pl.Float64) / pl.col("batch_size").fill_null(1).clip(lower_bound=1)).round(2)
+            .alias("accept_len")))
+    if not frames:
+        return pl.DataFrame(schema={"arm": pl.Utf8, "source": pl.Utf8, "accept_len": pl.Float64, "count": pl.UInt32})
+    rows = pl.concat(frames).with_columns(pl.col("run_id").replace_strict(arm_of, default=None).alias("arm"))
+    return rows.group_by("arm", "source", "accept_len").len("count").sort("arm", "source", "accept_len")
+
+
+def _nccl_evidence(con: Any, run_ids: list[str]) -> tuple[Any, list[Finding]]:
+    """Task N's NCCL evidence (speclogs.analysis.nccl.nccl_evidence) when that module exists; its findings are merged
+    into the report's warnings with their code prefixed 'nccl.' unless it already starts with 'nccl'."""
+    try:
+        from speclogs.analysis import nccl as nccl_module
+    except ImportError:
+        return None, []
+    evidence_fn = getattr(nccl_module, "nccl_evidence", None)
+    if evidence_fn is None:
+        return None, []
+    evidence = evidence_fn(con, run_ids)
+    findings = []
+    for item in getattr(evidence, "findings", ()) or ():
+        code = str(getattr(item, "code", "nccl"))
+        findings.append(Finding(
+            code if code.startswith("nccl") else f"nccl.{code}", str(getattr(item, "message", item)),
+            str(getattr(item, "severity", "warning")), tuple(getattr(item, "runs", ()) or ())))
+    return evidence, findings

@@ -1,0 +1,141 @@
+"""Thin loader: resolve arm selectors to runs and read the tables `compare_runs` needs into polars frames.
+
+No statistics here. Arms are run names or shell-style globs over run names (`'baseline_tuned_*'`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from speclogs.errors import AnalysisError
+
+_HINT_LIST = "run `speclogs sql \"SELECT run_name FROM runs ORDER BY 1\"` to see every run name"
+
+
+@dataclass(frozen=True)
+class RunTables:
+    """Rows of the selected runs, one frame per table (only the columns the analysis uses)."""
+
+    runs: pl.DataFrame
+    launches: pl.DataFrame
+    decode: pl.DataFrame
+    prefill: pl.DataFrame
+    bench: pl.DataFrame
+    spec_cycles: pl.DataFrame
+    server_args: pl.DataFrame
+    nccl_settings: pl.DataFrame  # run_id, kind ('env'|'version'), name, value from NCCL INFO lines
+    events: pl.DataFrame  # run_id, kind, n  (counts of server_events kinds that lint cares about)
+
+
+def _select(con: Any, sql: str, run_ids: list[str]) -> pl.DataFrame:
+    return pl.from_arrow(con.sql(sql, params=[run_ids]).to_arrow_table())
+
+
+def resolve_arms(con: Any, selectors: list[str]) -> dict[str, list[str]]:
+    """Map each selector (run name or glob) to the run_ids it names, in run_name order.
+
+    Raises AnalysisError naming the unknown selector and listing the known run names.
+    """
+    if len(selectors) < 1:
+        raise AnalysisError("report --compare needs at least one arm", hint="e.g. speclogs report --compare baseline eagle3")
+    known = con.execute("SELECT run_id, run_name FROM runs ORDER BY run_name, run_id").fetchall()
+    if not known:
+        raise AnalysisError(
+            "the database has no runs", hint="ingest logs first: speclogs ingest PATH --db FILE"
+        )
+    arms: dict[str, list[str]] = {}
+    for selector in selectors:
+        if selector in arms:
+            raise AnalysisError(f"arm {selector!r} is given twice", hint="name each arm once")
+        exact = [run_id for run_id, name in known if name == selector or run_id == selector]
+        matched = exact or [run_id for run_id, name in known if fnmatch.fnmatchcase(name, selector)]
+        if not matched:
+            names = sorted({name for _, name in known})
+            shown = ", ".join(names[:40]) + (f", … ({len(names) - 40} more)" if len(names) > 40 else "")
+            raise AnalysisError(f"no run matches {selector!r}; known runs: {shown}", hint=_HINT_LIST)
+        arms[selector] = matched
+    seen: dict[str, str] = {}
+    for selector, run_ids in arms.items():
+        for run_id in run_ids:
+            if run_id in seen:
+                raise AnalysisError(
+                    f"run {run_id} is selected by both {seen[run_id]!r} and {selector!r}",
+                    hint="make the globs disjoint: every run belongs to one arm",
+                )
+            seen[run_id] = selector
+    return arms
+
+
+def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
+    """Read the rows of `run_ids` from every table the comparison uses."""
+    where = "WHERE run_id IN (SELECT unnest(?::VARCHAR[]))"
+    runs = _select(
+        con,
+        f"""SELECT run_id, run_name, cell, CAST(factors AS VARCHAR) AS factors, launch_index, sglang_version, model_path,
+                   speculative_algorithm, tp_size, hostname, gpu_name, CAST(env AS VARCHAR) AS env,
+                   CAST(run_json AS VARCHAR) AS run_json, outcome
+            FROM runs {where} ORDER BY run_name""",
+        run_ids,
+    )
+    launches = _select(con, f"SELECT * FROM launches {where} ORDER BY run_id, source_file, launch_no", run_ids)
+    decode = _select(
+        con,
+        f"""SELECT run_id, source_file, line_no, launch_no, ts, tp_rank, running_req, accept_len, cuda_graph,
+                   gen_throughput_tok_s, retracted_req
+            FROM decode_batches {where} ORDER BY run_id, source_file, launch_no, line_no""",
+        run_ids,
+    )
+    prefill = _select(
+        con,
+        f"""SELECT run_id, source_file, line_no, launch_no, tp_rank, running_req
+            FROM prefill_batches {where} AND running_req = 0 ORDER BY run_id, source_file, launch_no, line_no""",
+        run_ids,
+    )
+    bench = _select(
+        con,
+        f"""SELECT run_id, source_file, line_no, request_index, warmup, latency_s, e2e_latency_s, completion_tokens,
+                   output_tok_s, spec_accept_length, source_kind, CAST(extra AS VARCHAR) AS extra
+            FROM bench_requests {where} ORDER BY run_id, source_file, line_no""",
+        run_ids,
+    )
+    spec_cycles = _select(
+        con,
+        f"""SELECT run_id, line_no, launch_no, ts, tp_rank, cycle, batch_size, draft_ms, verify_ms, extend_ms, other_ms,
+                   cycle_ms, accepted_tokens, proposed_tokens
+            FROM spec_cycles {where} ORDER BY run_id, source_file, line_no""",
+        run_ids,
+    )
+    server_args = _select(
+        con,
+        f"""SELECT run_id, name, value FROM server_args {where}
+            AND launch_no = (SELECT min(launch_no) FROM server_args s2 WHERE s2.run_id = server_args.run_id)""",
+        run_ids,
+    )
+    nccl_settings = _select(
+        con,
+        f"SELECT DISTINCT run_id, kind, name, value FROM nccl_events {where} AND kind IN ('env', 'version')",
+        run_ids,
+    )
+    events = _select(
+        con,
+        f"""SELECT run_id, kind, count(*) AS n FROM server_events {where}
+            AND kind IN ('retract', 'watchdog_timeout', 'health_check_failed', 'scheduler_dead') GROUP BY 1, 2""",
+        run_ids,
+    )
+    return RunTables(runs, launches, decode, prefill, bench, spec_cycles, server_args, nccl_settings, events)
+
+
+def parse_json_text(text: str | None) -> dict:
+    """JSON object text from a runs column, {} when NULL or not an object."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}

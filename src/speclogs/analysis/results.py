@@ -1,0 +1,182 @@
+"""Result types of `compare_runs`: frozen dataclasses, warnings as data. Reports render these and compute nothing.
+
+Units are in the field names (`*_tok_s`, `*_ms`); ratios are B/A with A the reference arm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A warning or note about the data, shown at the top of every report.
+
+    code: stable identifier (e.g. `confounder_env`, `single_launch`); severity: 'warning' (the numbers below
+    may mislead) or 'info' (how the numbers were made); arms: the arm names it concerns.
+    """
+
+    code: str
+    message: str
+    severity: str = "warning"
+    arms: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A throughput level of one arm from one source: geometric mean over launches, with a bootstrap interval."""
+
+    source: str  # 'client' (bench_requests) | 'server' (steady-state decode_batches)
+    value_tok_s: float
+    ci_low_tok_s: float
+    ci_high_tok_s: float
+    n_launches: int
+    n_units: int  # requests (client) or resampling blocks of decode rows (server)
+    n_rows: int  # requests (client) or decode rows (server) used
+    per_launch_tok_s: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One side of a comparison: the runs (launches) a name or glob selected."""
+
+    name: str  # what the user typed (run name or glob)
+    run_names: tuple[str, ...]
+    run_ids: tuple[str, ...]
+    speculative_algorithm: str | None
+    sglang_versions: tuple[str, ...]
+    factor_levels: dict[str, str]  # factor -> level ('mixed' when its runs disagree)
+    client: Estimate | None
+    server: Estimate | None
+    accept_len: float | None  # token-weighted over steady-state decode rows (1.0 for non-speculative runs)
+    cycle_ms: float | None  # server: seconds per decode step (one draft+verify cycle, or one plain decode step)
+    batch_size: float | None  # mean running requests per decode step
+
+
+@dataclass(frozen=True)
+class RatioComparison:
+    """One row of `comparisons[]`: arm B against the reference arm A on one metric."""
+
+    metric: str  # 'throughput'
+    source: str  # 'client' | 'server'
+    unit: str  # 'tok/s'
+    arm_a: str
+    arm_b: str
+    a: float
+    b: float
+    ratio: float  # b / a (geometric means over launches)
+    ci_low: float
+    ci_high: float
+    p_value: float | None
+    test: str  # which test gave p_value, and on what
+    n_a: int  # launches in A
+    n_b: int
+    n_units_a: int
+    n_units_b: int
+    verdict: str  # 'faster' | 'slower' | 'no detectable difference' | 'insufficient data'
+    interval_covers: str  # 'launches and requests' | 'request noise only (one launch per arm)'
+
+
+@dataclass(frozen=True)
+class Term:
+    """An additive term of a log-ratio decomposition, with its bootstrap interval (natural-log units)."""
+
+    name: str
+    log_ratio: float
+    ci_low: float
+    ci_high: float
+
+    @property
+    def ratio(self) -> float:
+        import math
+
+        return math.exp(self.log_ratio)
+
+
+@dataclass(frozen=True)
+class PhaseStat:
+    """One phase of the speculative cycle for one arm, from spec_cycles profiling rows."""
+
+    arm: str
+    phase: str  # draft | verify | extend | other | cycle
+    mean_ms: float
+    ci_low_ms: float
+    ci_high_ms: float
+    share: float  # of cycle_ms (1.0 for 'cycle')
+    n_rows: int
+
+
+@dataclass(frozen=True)
+class Counterfactual:
+    text: str
+    value_tok_s: float
+    ci_low_tok_s: float
+    ci_high_tok_s: float
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Why B's server throughput differs from A's: log(T_B/T_A) = log(accept ratio) + log(batch ratio) − log(cycle ratio).
+
+    `terms` add up to `total` exactly (point estimates). `phase_terms` split the cycle term over draft/verify/extend/other
+    (logarithmic-mean (LMDI) weights, so they add up to the cycle term) when both arms have spec_cycles rows.
+    """
+
+    arm_a: str
+    arm_b: str
+    total: Term
+    terms: tuple[Term, ...]
+    accept_len_a: float
+    accept_len_b: float
+    cycle_ms_a: float
+    cycle_ms_b: float
+    phase_terms: tuple[Term, ...]
+    phases: tuple[PhaseStat, ...]
+    counterfactuals: tuple[Counterfactual, ...]
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A factorial effect on log throughput, shown as a ratio (exp of the log effect) with its interval.
+
+    kind 'main': mean over the other factors of log(T at high level / T at low level).
+    kind 'interaction': difference of the simple effects (for 2 factors: effect of f at g=high over effect of f at g=low).
+    kind 'simple': effect of one factor with the others held at named levels.
+    """
+
+    name: str
+    kind: str
+    source: str
+    ratio: float
+    ci_low: float
+    ci_high: float
+    low: str
+    high: str
+    verdict: str
+    n_launches: int
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Everything `speclogs report` shows. Built by `compare_runs`; rendered by speclogs.report."""
+
+    arms: tuple[Arm, ...]
+    reference: str
+    confidence: float
+    n_resamples: int
+    seed: int
+    warnings: tuple[Finding, ...]
+    comparisons: tuple[RatioComparison, ...]
+    attributions: tuple[Attribution, ...]
+    effects: tuple[Effect, ...]
+    factors: dict[str, tuple[str, str]]  # factor -> (low level, high level)
+    timeline: pl.DataFrame  # run_name, arm, t_s, gen_throughput_tok_s, steady, excluded_reason (downsampled for charts)
+    accept_hist: pl.DataFrame  # arm, source, accept_len, count
+    phases: tuple[PhaseStat, ...]  # every arm with spec_cycles rows
+    warmup_spans: pl.DataFrame  # run_name, arm, t_start_s, t_end_s: from launch start to the first steady decode row
+    methods: dict[str, str]  # method notes: steady-state rule, bootstrap, tests (shown in reports)
+    nccl: Any = None  # speclogs.analysis.nccl.NcclEvidence when that module exists
+    extra: dict[str, Any] = field(default_factory=dict)

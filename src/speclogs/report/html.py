@@ -1,0 +1,109 @@
+"""`--html FILE`: one self-contained HTML file (works offline): tables + Altair charts, with the Vega, Vega-Lite and
+vega-embed JavaScript inlined (bundled by vl-convert-python; no CDN, no network)."""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+from pathlib import Path
+
+from speclogs.analysis.results import Comparison
+from speclogs.errors import InputError
+from speclogs.report import charts, text
+
+CSS = """
+body { font-family: system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 24px auto; max-width: 1200px; color: #222; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 8px 0; font-size: 0.88em; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; }
+.warn { background: #fff6e0; border-left: 4px solid #e0a000; padding: 6px 10px; margin: 4px 0; }
+.note { color: #666; font-size: 0.9em; margin: 2px 0; }
+.code { font-family: monospace; font-weight: bold; }
+.chart { margin: 16px 0; }
+.chart-error { color: #b00; white-space: pre-wrap; }
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def _vega_bundle() -> str:
+    import vl_convert
+    from altair.utils._importers import vl_version_for_vl_convert
+
+    return vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(comparison: Comparison) -> str:
+    """The whole page as a string."""
+    c = comparison
+    parts = [f"<h1>{html.escape(text.title(c))}</h1>"]
+    warnings = [w for w in c.warnings if w.severity == "warning"]
+    notes = [w for w in c.warnings if w.severity != "warning"]
+    parts.append(f"<h2>Warnings ({len(warnings)})</h2>")
+    parts += [f'<div class="warn"><span class="code">{html.escape(w.code)}</span> {html.escape(w.message)}</div>'
+              for w in warnings] or ["<p>none</p>"]
+    parts += [f'<div class="note"><span class="code">{html.escape(w.code)}</span> {html.escape(w.message)}</div>' for w in notes]
+    chart_list = charts.all_charts(c)
+    chart_ids = {name for name, _ in chart_list}
+
+    def chart_div(name: str) -> str:
+        return f'<div class="chart" id="chart-{name}"></div>' if name in chart_ids else ""
+
+    parts += ["<h2>Throughput per arm</h2>", _table(text.ARM_HEADER, text.arm_rows(c)), chart_div("throughput")]
+    if c.comparisons:
+        parts += [f"<h2>Comparisons against {html.escape(c.reference)}</h2>",
+                  _table(text.COMPARISON_HEADER, text.comparison_rows(c))]
+        parts += [f'<p class="note">test — {html.escape(n)}</p>' for n in text.test_notes(c)]
+    if c.effects or c.comparisons:
+        parts += ["<h2>Effects</h2>"]
+        if c.effects:
+            parts.append(_table(text.EFFECT_HEADER, text.effect_rows(c)))
+        parts.append(chart_div("effects"))
+    parts.append("<h2>Attribution</h2>")
+    if c.attributions:
+        parts.append(_table(text.ATTRIBUTION_HEADER, text.attribution_rows(c)))
+        phase_terms = text.phase_term_rows(c)
+        if phase_terms:
+            parts.append(_table(["B vs A", "phase", "contribution [CI]"], phase_terms))
+        parts.append("<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in text.counterfactual_lines(c)) + "</ul>")
+    if c.phases:
+        parts.append(_table(text.PHASE_HEADER, text.phase_rows(c)))
+    parts += [chart_div("cycle"), "<h2>Acceptance</h2>", chart_div("accept"), "<h2>Decode throughput over time</h2>",
+              chart_div("timeline")]
+    for title, header, rows in text.nccl_sections(c):
+        parts += [f"<h2>{html.escape(title)}</h2>", _table(header, rows)]
+    parts += ["<h2>Methods</h2><ul>"] + [f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in c.methods.items()]
+    parts.append("</ul>")
+    specs = {name: chart.to_dict() for name, chart in chart_list}
+    script = (
+        "const specs = " + json.dumps(specs).replace("</", "<\\/") + ";\n"
+        "for (const [name, spec] of Object.entries(specs)) {\n"
+        "  const el = document.getElementById('chart-' + name);\n"
+        "  vegaEmbed(el, spec, {actions: false, renderer: 'svg'}).catch(err => {\n"
+        "    el.innerHTML = '<pre class=\"chart-error\">chart ' + name + ' failed: ' + err + '</pre>'; });\n"
+        "}\n"
+    )
+    bundle = _vega_bundle().replace("</script", "<\\/script")
+    return (
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>speclogs report</title>"
+        f"<style>{CSS}</style>\n<script>{bundle}</script></head>\n<body>\n" + "\n".join(parts)
+        + f"\n<script>\n{script}</script>\n</body></html>\n"
+    )
+
+
+def write_html(comparison: Comparison, path: Path) -> Path:
+    """Write the page to `path`; InputError when it cannot be written."""
+    page = render_html(comparison)
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"cannot write the HTML report to {path}: {error.strerror}",
+                         hint="choose a writable path with --html") from error
+    return path

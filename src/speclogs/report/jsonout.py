@@ -1,0 +1,95 @@
+"""`--format json`: the Comparison as a JSON document (schema 'speclogs.report/1', documented in docs/report.md).
+
+Non-finite numbers become null. Nothing is computed here except unit conversions of log terms to ratios.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+from speclogs.analysis.results import Comparison, Term
+
+SCHEMA = "speclogs.report/1"
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _clean({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
+    if hasattr(value, "to_dicts"):  # a polars frame inside third-party evidence
+        return _clean(value.to_dicts())
+    return value
+
+
+def _term(term: Term) -> dict:
+    return {
+        "name": term.name,
+        "log_ratio": term.log_ratio,
+        "log_ci_low": term.ci_low,
+        "log_ci_high": term.ci_high,
+        "ratio": math.exp(term.log_ratio),
+        "ci_low": math.exp(term.ci_low),
+        "ci_high": math.exp(term.ci_high),
+    }
+
+
+def comparison_to_dict(comparison: Comparison) -> dict:
+    """The JSON document as a dict (see docs/report.md for every field)."""
+    arms = []
+    for arm in comparison.arms:
+        arms.append({
+            "name": arm.name,
+            "run_names": list(arm.run_names),
+            "run_ids": list(arm.run_ids),
+            "speculative_algorithm": arm.speculative_algorithm,
+            "sglang_versions": list(arm.sglang_versions),
+            "factor_levels": arm.factor_levels,
+            "client": arm.client,
+            "server": arm.server,
+            "accept_len": arm.accept_len,
+            "step_ms": arm.cycle_ms,
+            "batch_size": arm.batch_size,
+        })
+    attribution = []
+    for a in comparison.attributions:
+        attribution.append({
+            "arm_a": a.arm_a,
+            "arm_b": a.arm_b,
+            "total": _term(a.total),
+            "terms": [_term(t) for t in a.terms],
+            "accept_len_a": a.accept_len_a,
+            "accept_len_b": a.accept_len_b,
+            "step_ms_a": a.cycle_ms_a,
+            "step_ms_b": a.cycle_ms_b,
+            "phase_terms": [_term(t) for t in a.phase_terms],
+            "counterfactuals": list(a.counterfactuals),
+        })
+    document = {
+        "schema": SCHEMA,
+        "reference": comparison.reference,
+        "confidence": comparison.confidence,
+        "n_resamples": comparison.n_resamples,
+        "seed": comparison.seed,
+        "warnings": list(comparison.warnings),
+        "arms": arms,
+        "comparisons": list(comparison.comparisons),
+        "attribution": attribution,
+        "phases": list(comparison.phases),
+        "factors": {k: list(v) for k, v in comparison.factors.items()},
+        "effects": list(comparison.effects),
+        "methods": comparison.methods,
+        "nccl": comparison.nccl,
+    }
+    return _clean(document)
+
+
+def render_json(comparison: Comparison) -> str:
+    return json.dumps(comparison_to_dict(comparison), indent=2, allow_nan=False)

@@ -1,0 +1,55 @@
+"""Terminal report: rich tables, warnings first."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from speclogs.analysis.results import Comparison
+from speclogs.report import text
+
+
+def _table(title: str, header: list[str], rows: list[list[str]]) -> Table:
+    table = Table(title=title, title_justify="left", show_lines=False, header_style="bold")
+    for column in header:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def render_terminal(comparison: Comparison, console: Console) -> None:
+    """Print the report to `console`: warnings, arms, comparisons, attribution, phases, effects, NCCL, methods."""
+    c = comparison
+    console.print(Text(text.title(c), style="bold"))
+    warnings = [w for w in c.warnings if w.severity == "warning"]
+    notes = [w for w in c.warnings if w.severity != "warning"]
+    if warnings:
+        console.print(Text(f"\n{len(warnings)} warning(s) — read before the numbers:", style="bold yellow"))
+        for w in warnings:
+            console.print(Text.assemble(("  ! ", "bold yellow"), (f"[{w.code}] ", "yellow"), w.message))
+    for w in notes:
+        console.print(Text.assemble(("  i ", "dim"), (f"[{w.code}] ", "dim"), (w.message, "dim")))
+    console.print()
+    console.print(_table("Throughput per arm (geometric mean over launches)", text.ARM_HEADER, text.arm_rows(c)))
+    if c.comparisons:
+        console.print(_table(f"Comparisons against {c.reference}", text.COMPARISON_HEADER, text.comparison_rows(c)))
+        for note in text.test_notes(c):
+            console.print(Text(f"  test — {note}", style="dim"))
+    if c.attributions:
+        console.print(_table("Attribution of the server throughput ratio (contributions, log-additive)",
+                             text.ATTRIBUTION_HEADER, text.attribution_rows(c)))
+        phase_terms = text.phase_term_rows(c)
+        if phase_terms:
+            console.print(_table("Step-time term split by phase (from spec_cycles profiling)",
+                                 ["B vs A", "phase", "contribution [CI]"], phase_terms))
+        for line in text.counterfactual_lines(c):
+            console.print(f"  • {line}")
+    if c.phases:
+        console.print(_table("Speculative cycle phases (spec_cycles)", text.PHASE_HEADER, text.phase_rows(c)))
+    if c.effects:
+        console.print(_table("Factorial effects on throughput", text.EFFECT_HEADER, text.effect_rows(c)))
+    for title, header, rows in text.nccl_sections(c):
+        console.print(_table(title, header, rows))
+    console.print(Text("Methods: " + " ".join(c.methods[k] for k in ("estimate", "interval", "verdict")), style="dim"))

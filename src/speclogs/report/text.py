@@ -1,0 +1,158 @@
+"""Shared wording for the terminal, Markdown and HTML reports: rows of strings from a Comparison (formatting only)."""
+
+from __future__ import annotations
+
+import math
+
+from speclogs.analysis.results import Comparison, Estimate, Term
+
+
+def pct(ratio: float) -> str:
+    return f"{ratio - 1:+.1%}" if math.isfinite(ratio) else "–"
+
+
+def fmt_interval(low: float, high: float, digits: int = 3) -> str:
+    return f"[{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def fmt_estimate(e: Estimate | None) -> str:
+    if e is None:
+        return "–"
+    return f"{e.value_tok_s:.1f} [{e.ci_low_tok_s:.1f}, {e.ci_high_tok_s:.1f}]"
+
+
+def fmt_p(p: float | None) -> str:
+    if p is None:
+        return "–"
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def fmt_term(t: Term) -> str:
+    return f"{pct(math.exp(t.log_ratio))} [{pct(math.exp(t.ci_low))}, {pct(math.exp(t.ci_high))}]"
+
+
+def verdict_text(verdict: str, ratio: float) -> str:
+    if verdict == "faster":
+        return f"faster by {ratio - 1:.1%}"
+    if verdict == "slower":
+        return f"slower by {1 - ratio:.1%}"
+    return verdict
+
+
+def title(c: Comparison) -> str:
+    return (f"speclogs report — {len(c.arms)} arm(s), reference {c.reference}, {c.confidence:.0%} intervals "
+            f"({c.n_resamples} bootstrap resamples, seed {c.seed})")
+
+
+ARM_HEADER = ["arm", "runs", "speculation", "client tok/s [CI]", "server tok/s [CI]", "accept len", "step ms", "launches"]
+
+
+def arm_rows(c: Comparison) -> list[list[str]]:
+    rows = []
+    for a in c.arms:
+        launches = max((e.n_launches for e in (a.client, a.server) if e), default=0)
+        runs = ", ".join(a.run_names[:4]) + (f" … ({len(a.run_names)})" if len(a.run_names) > 4 else "")
+        rows.append([
+            a.name, runs, a.speculative_algorithm or "none", fmt_estimate(a.client), fmt_estimate(a.server),
+            f"{a.accept_len:.2f}" if a.accept_len is not None else "–",
+            f"{a.cycle_ms:.2f}" if a.cycle_ms is not None else "–", str(launches),
+        ])
+    return rows
+
+
+COMPARISON_HEADER = ["B vs A", "source", "A tok/s", "B tok/s", "B/A [CI]", "p", "n (launches)", "verdict"]
+
+
+def comparison_rows(c: Comparison) -> list[list[str]]:
+    return [[
+        f"{r.arm_b} vs {r.arm_a}", r.source, f"{r.a:.1f}", f"{r.b:.1f}",
+        f"{r.ratio:.3f} {fmt_interval(r.ci_low, r.ci_high)}", fmt_p(r.p_value), f"{r.n_a} vs {r.n_b}",
+        verdict_text(r.verdict, r.ratio) + (" (request noise only)" if r.n_a < 2 or r.n_b < 2 else ""),
+    ] for r in c.comparisons]
+
+
+def test_notes(c: Comparison) -> list[str]:
+    return sorted({f"{r.source}: {r.test}" for r in c.comparisons})
+
+
+ATTRIBUTION_HEADER = ["B vs A", "throughput", "acceptance", "batch size", "step time", "accept len A→B", "step ms A→B"]
+
+
+def attribution_rows(c: Comparison) -> list[list[str]]:
+    rows = []
+    for a in c.attributions:
+        terms = {t.name: t for t in a.terms}
+        rows.append([
+            f"{a.arm_b} vs {a.arm_a}", fmt_term(a.total), fmt_term(terms["acceptance"]), fmt_term(terms["batch size"]),
+            fmt_term(terms["step time"]), f"{a.accept_len_a:.2f} → {a.accept_len_b:.2f}",
+            f"{a.cycle_ms_a:.2f} → {a.cycle_ms_b:.2f}",
+        ])
+    return rows
+
+
+def phase_term_rows(c: Comparison) -> list[list[str]]:
+    rows = []
+    for a in c.attributions:
+        for t in a.phase_terms:
+            rows.append([f"{a.arm_b} vs {a.arm_a}", t.name, fmt_term(t)])
+    return rows
+
+
+def counterfactual_lines(c: Comparison) -> list[str]:
+    lines = []
+    for a in c.attributions:
+        for cf in a.counterfactuals:
+            value = f"{cf.value_tok_s:.2f} [{cf.ci_low_tok_s:.2f}, {cf.ci_high_tok_s:.2f}]"
+            unit = "" if "accept len" in cf.text and "need" in cf.text else " tok/s"
+            lines.append(f"{cf.text} {value}{unit}")
+    return lines
+
+
+PHASE_HEADER = ["arm", "phase", "mean ms [CI]", "share of cycle", "profiled cycles"]
+
+
+def phase_rows(c: Comparison) -> list[list[str]]:
+    return [[p.arm, p.phase, f"{p.mean_ms:.3f} {fmt_interval(p.ci_low_ms, p.ci_high_ms)}", f"{p.share:.1%}", str(p.n_rows)]
+            for p in c.phases]
+
+
+EFFECT_HEADER = ["effect", "kind", "source", "levels", "ratio [CI]", "change", "verdict"]
+
+
+def effect_rows(c: Comparison) -> list[list[str]]:
+    rows = []
+    for e in c.effects:
+        levels = f"{e.low} → {e.high}" if e.low or e.high else "difference of simple effects"
+        rows.append([e.name, e.kind, e.source, levels, f"{e.ratio:.3f} {fmt_interval(e.ci_low, e.ci_high)}", pct(e.ratio),
+                     e.verdict])
+    return rows
+
+
+def nccl_sections(c: Comparison) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) tables from speclogs.analysis.nccl's evidence, read by attribute names."""
+    evidence = c.nccl
+    if evidence is None:
+        return []
+    sections = []
+    runs = getattr(evidence, "runs", ()) or ()
+    if runs:
+        rows = []
+        for run in runs:
+            settings = ", ".join(f"{s.name}={s.log_value if s.log_value is not None else s.env_value}"
+                                 + ("" if s.agrees in (True, None) else " (log≠env!)") for s in getattr(run, "settings", ()))
+            rows.append([run.run_name, str(run.nccl_version or "–"), str(run.info_lines), settings or "–",
+                         str(getattr(run, "coll_channels", None) or "–"), str(getattr(run, "allreduce_verdict", ""))])
+        sections.append(("NCCL per run", ["run", "NCCL", "INFO lines", "settings (log, else env)", "coll channels",
+                                          "all-reduce"], rows))
+    diffs = getattr(evidence, "settings_diff", ()) or ()
+    if diffs:
+        sections.append(("NCCL settings that differ", ["setting", "values"],
+                         [[d.name, "; ".join(f"{run}: {value}" for run, value in d.values)] for d in diffs]))
+    estimates = getattr(evidence, "estimates", ()) or ()
+    if estimates:
+        rows = []
+        for e in estimates:
+            fields = {k: v for k, v in vars(e).items() if k not in ("run_id",)}
+            rows.append([str(fields.pop("run_name", "")), "; ".join(f"{k}={v}" for k, v in fields.items())])
+        sections.append(("Communication share of verify (estimate)", ["run", "estimate"], rows))
+    return sections

@@ -245,7 +245,8 @@ def _wrap_cycle(state: Instrumentation, original: Callable[..., Any]) -> Callabl
         except BaseException:
             state.guard("cycle abandon", profiler.abandon_cycle)
             raise
-        state.guard("cycle end", lambda: profiler.end_cycle(getattr(result, "accept_lens", None)))
+        if state.profiler is profiler:  # not disabled during the cycle
+            state.guard("cycle end", lambda: profiler.end_cycle(getattr(result, "accept_lens", None)))
         return result
 
     return _mark(forward_batch_generation)

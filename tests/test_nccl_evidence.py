@@ -155,21 +155,12 @@ def test_latency_interpolation_is_linear_in_log_size():
 
 def test_evidence_from_the_real_ingest_matches(tmp_path):
     """The same evidence through `speclogs ingest` (tasks I + G) and DuckDB instead of the test scaffolding."""
-    pytest.importorskip("speclogs.store", reason="speclogs ingest (store) is not in this tree yet")
-    import subprocess
-    import sys
-
-    import duckdb
-
+    store = pytest.importorskip("speclogs.store", reason="speclogs ingest (store) is not in this tree yet")
     from speclogs.analysis.nccl import nccl_evidence
 
     db = tmp_path / "m.duckdb"
-    root = Path(__file__).resolve().parents[1]
-    completed = subprocess.run([sys.executable, "-m", "speclogs", "ingest", str(MATRIX), "--db", str(db)],
-                               capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                               env={"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"})
-    assert completed.returncode == 0, completed.stderr
-    con = duckdb.connect(str(db), read_only=True)
+    store.ingest_paths([str(MATRIX)], db)
+    con = store.connect(db, read_only=True)
     ids = dict(con.execute("SELECT run_name, run_id FROM runs").fetchall())
     evidence = nccl_evidence(con, [ids[name] for name in ("baseline_default", "baseline_nccl", "eagle3_default", "eagle3_nccl")],
                              hidden_size=2048)

@@ -157,8 +157,8 @@ def load_nccl_frames(con: Any, run_ids: list[str]) -> NcclFrames:
         raise AnalysisError("no runs to examine", hint="name runs, e.g. speclogs report --compare baseline eagle3")
     where = "WHERE run_id IN (SELECT unnest(?::VARCHAR[]))"
 
-    def select(sql: str) -> pl.DataFrame:
-        return con.execute(sql, [run_ids]).pl()
+    def select(sql: str, parameters: list | None = None) -> pl.DataFrame:
+        return pl.from_arrow(con.sql(sql, params=[run_ids] if parameters is None else parameters).to_arrow_table())
 
     runs = select(f"SELECT run_id, run_name, tp_size, CAST(env AS VARCHAR) AS env FROM runs {where}")
     missing = sorted(set(run_ids) - set(runs["run_id"].to_list()))
@@ -174,7 +174,7 @@ def load_nccl_frames(con: Any, run_ids: list[str]) -> NcclFrames:
                               ('tp_size', 'disable_custom_all_reduce', 'speculative_num_draft_tokens', 'enable_symm_mem',
                                'enable_nccl_nvls', 'speculative_algorithm')"""),
         spec_cycles=select(f"SELECT run_id, batch_size, verify_ms FROM spec_cycles {where}"),
-        probe=con.execute("SELECT * FROM nccl_probe").pl(),
+        probe=select("SELECT * EXCLUDE (env), CAST(env AS VARCHAR) AS env FROM nccl_probe", []),
     )
 
 
@@ -259,7 +259,9 @@ def _examine_run(run_id: str, run_name: str, tp_size: int | None, env: dict[str,
 def _nccl_version(events: pl.DataFrame) -> str | None:
     if events.is_empty():
         return None
-    for row in events.filter(pl.col("kind") == "version").iter_rows(named=True):
+    # NCCL's own line ("NCCL version 2.28.9+cuda13.0", has a rank) before SGLang's "sglang is using nccl==2.28.9"
+    versions = events.filter(pl.col("kind") == "version").sort(pl.col("nccl_rank").is_null(), "line_no")
+    for row in versions.iter_rows(named=True):
         if row.get("name") in (None, "nccl") and row.get("value"):
             return str(row["value"])
     for message in events["message"].drop_nulls().to_list():

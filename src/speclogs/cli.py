@@ -60,8 +60,6 @@ def ingest(
     """Parse SGLang logs, NCCL lines and benchmark files into DuckDB tables (idempotent)."""
     from speclogs.store import ingest_paths
 
-    from speclogs.ingest.render import render_summary_rich, summary_to_json
-
     reporter = _make_progress(progress)
     try:
         summary = ingest_paths(paths, db, replace=replace, run_name=run_name, on_progress=reporter.update if reporter else None)
@@ -69,8 +67,8 @@ def ingest(
         if reporter is not None:
             reporter.close()
     if json_output:
-        typer.echo(summary_to_json(summary))
-    render_summary_rich(summary, _stderr_console())
+        typer.echo(summary.to_json())
+    _render_ingest_summary(summary)
 
 
 @app.command()
@@ -82,17 +80,73 @@ def sql(
     """Run a read-only SQL query against the speclogs database and print the result."""
     from speclogs.store import run_query
 
-    from speclogs.ingest.render import query_result_to_csv, query_result_to_json, render_query_result_rich
-
     result = run_query(db, query)
     if output_format is SqlFormat.csv:
-        sys.stdout.write(query_result_to_csv(result))
+        sys.stdout.write(result.to_csv())
     elif output_format is SqlFormat.json:
-        typer.echo(query_result_to_json(result))
+        typer.echo(result.to_json())
     else:
-        from rich.console import Console
+        _render_query_table(result)
 
-        render_query_result_rich(result, Console(highlight=False))
+
+def _render_ingest_summary(summary) -> None:
+    """The end-of-ingest summary on stderr: totals, rows per table, what was skipped and why, warnings."""
+    from rich.table import Table
+    from rich.text import Text
+
+    console = _stderr_console()
+    head = Table.grid(padding=(0, 2))
+    head.add_row("database", summary.db_path)
+    head.add_row(
+        "files",
+        f"{summary.files_ingested:,} ingested, {summary.files_unchanged:,} unchanged, "
+        f"{summary.files_skipped - summary.files_unchanged:,} skipped (of {summary.files_found:,} found)",
+    )
+    head.add_row(
+        "lines",
+        f"{summary.lines_total:,}: {summary.lines_parsed:,} parsed ({summary.parsed_pct:.1f} %), "
+        f"{summary.lines_continuation:,} continuation, {summary.lines_unparsed:,} unparsed",
+    )
+    head.add_row(
+        "time",
+        f"{summary.seconds:.2f} s, {summary.lines_per_s:,.0f} lines/s, {summary.mb_per_s:,.1f} MB/s",
+    )
+    if summary.runs:
+        shown = ", ".join(summary.runs[:8]) + (f", … ({len(summary.runs)} runs)" if len(summary.runs) > 8 else "")
+        head.add_row("runs", shown)
+    console.print(head)
+    if summary.rows_per_table:
+        rows = Table(title="rows per table", title_justify="left", show_edge=False, pad_edge=False)
+        rows.add_column("table")
+        rows.add_column("rows", justify="right")
+        for table, count in summary.rows_per_table.items():
+            rows.add_row(table, f"{count:,}")
+        console.print(rows)
+    for reason, count in sorted(summary.skipped.items(), key=lambda item: -item[1]):
+        example = summary.skipped_examples.get(reason, "")
+        console.print(Text(f"skipped {count:,} file(s): {reason}" + (f"  (e.g. {example})" if example else ""), style="yellow"))
+    for warning in summary.warnings[:20]:
+        console.print(Text(f"warning: {warning}", style="yellow"))
+    if len(summary.warnings) > 20:
+        console.print(Text(f"… {len(summary.warnings) - 20} more warnings (see the files table: SELECT source_file, warnings FROM files)", style="yellow"))
+
+
+def _render_query_table(result) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    if not result.columns:
+        console.print("(no result set)")
+        return
+    table = Table(show_edge=False, pad_edge=False)
+    for name, type_name in zip(result.columns, result.types):
+        numeric = any(word in type_name.upper() for word in ("INT", "DOUBLE", "FLOAT", "DECIMAL", "NUMBER"))
+        table.add_column(name, justify="right" if numeric else "left", overflow="fold")
+    for row in result.rows:
+        table.add_row(*("NULL" if value is None else str(value) for value in row))
+    console.print(table)
+    console.print(f"({len(result.rows):,} row{'s' if len(result.rows) != 1 else ''})", style="dim")
 
 
 class _ProgressReporter:
@@ -325,3 +379,61 @@ def synth_pair(
         f"{pair.predicted_accept_len:.2f} with --speculative-num-steps 5 --speculative-eagle-topk 1 "
         f"--speculative-num-draft-tokens 6; prompts need token ids < {vocab} and --skip-tokenizer-init",
         highlight=False)
+
+
+# --- speclogs report (task R) -----------------------------------------------------------------------
+class ReportFormat(str, Enum):
+    terminal = "terminal"
+    json = "json"
+    md = "md"
+
+
+@app.command()
+def report(
+    compare: list[str] = typer.Option(
+        ..., "--compare", "-c", help="Arms: run names or globs over run names ('baseline_tuned_*'); repeat or list after "
+        "one --compare. The first arm is the reference."
+    ),
+    arms: list[str] = typer.Argument(None, help="More arms (so `--compare A B C` works)."),
+    db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB file to read."),
+    output_format: ReportFormat = typer.Option(ReportFormat.terminal, "--format", "-f", help="terminal, json or md (stdout)."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write one self-contained HTML file with charts."),
+    factor: list[str] = typer.Option(
+        [], "--factor", help="name=glob (repeatable): runs matching the glob are level 'on', others 'off'; "
+        "default: the launch plan's factors (runs.factors)."
+    ),
+    confidence: float = typer.Option(0.95, "--confidence", help="Interval coverage, e.g. 0.95."),
+    resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples."),
+) -> None:
+    """Compare runs: throughput ratios with intervals, attribution, factorial effects, confounder warnings."""
+    from speclogs.analysis import compare_runs, parse_factor_options
+    from speclogs.store import connect
+
+    connection = connect(db, read_only=True)
+    try:
+        comparison = compare_runs(connection, list(compare) + list(arms or []), parse_factor_options(factor),
+                                  confidence, n_resamples=resamples)
+    finally:
+        connection.close()
+    if output_format is ReportFormat.json:
+        from speclogs.report import render_json
+
+        typer.echo(render_json(comparison))
+    elif output_format is ReportFormat.md:
+        from speclogs.report import render_markdown
+
+        sys.stdout.write(render_markdown(comparison))
+    else:
+        from rich.console import Console
+
+        from speclogs.report import render_terminal
+
+        console = Console(highlight=False)
+        if not console.is_terminal:
+            console = Console(highlight=False, width=160)
+        render_terminal(comparison, console)
+    if html is not None:
+        from speclogs.report import write_html
+
+        write_html(comparison, html)
+        _stderr_console().print(f"wrote {html}", highlight=False)

@@ -381,14 +381,15 @@ def _attribution(
         return Counterfactual(text, float(math.exp(point)), float(math.exp(low)), float(math.exp(high)))
 
     acc_a, acc_b = math.exp(a.point[1]), math.exp(b.point[1])
-    counterfactuals = [
-        cf(f"{arm_b} with {arm_a}'s acceptance (accept len {acc_a:.2f}) would run at",
-           b.point[0] - b.point[1] + a.point[1], b.draws[:, 0] - b.draws[:, 1] + a.draws[:, 1]),
-        cf(f"{arm_b} with {arm_a}'s step time would run at",
-           b.point[0] + b.point[3] - a.point[3], b.draws[:, 0] + b.draws[:, 3] - a.draws[:, 3]),
-        cf(f"{arm_b} would need accept len (at its own step time and batch) to match {arm_a}:",
-           b.point[1] - d_point[0], b.draws[:, 1] - d_draws[:, 0]),
-    ]
+    counterfactuals = []
+    if abs(acc_a - acc_b) > 1e-9:
+        counterfactuals.append(cf(f"{arm_b} with {arm_a}'s acceptance (accept len {acc_a:.2f}) would run at",
+                                  b.point[0] - b.point[1] + a.point[1], b.draws[:, 0] - b.draws[:, 1] + a.draws[:, 1]))
+    counterfactuals.append(cf(f"{arm_b} with {arm_a}'s step time would run at",
+                              b.point[0] + b.point[3] - a.point[3], b.draws[:, 0] + b.draws[:, 3] - a.draws[:, 3]))
+    if acc_b > 1.0 + 1e-9:
+        counterfactuals.append(cf(f"{arm_b} would need accept len (at its own step time and batch) to match {arm_a}:",
+                                  b.point[1] - d_point[0], b.draws[:, 1] - d_draws[:, 0]))
     phase_terms: tuple[Term, ...] = ()
     phase_stats: tuple[PhaseStat, ...] = ()
     if cyc_a is not None and cyc_b is not None:

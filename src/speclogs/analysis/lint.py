@@ -28,7 +28,8 @@ IGNORED_SERVER_ARGS = {"port", "nccl_port", "dist_init_addr", "random_seed", "mo
                        "served_model_name", "file_storage_path", "metrics_port"}
 SPEC_ARG_PREFIXES = ("speculative_",)
 SPEC_ARGS = {"max_running_requests", "disable_overlap_schedule", "enable_mixed_chunk", "cuda_graph_max_bs",
-             "cuda_graph_bs", "disable_cuda_graph_padding"}
+             "cuda_graph_bs", "cuda_graph_config", "disable_cuda_graph_padding"}
+MAX_VALUE_CHARS = 60
 MIN_REQUESTS = 5
 MIN_DECODE_ROWS = 10
 ACCEPT_LEN_ONE = 1.05
@@ -96,7 +97,8 @@ def _values(settings: dict[str, dict[str, str]], ids: Sequence[str], key: str) -
 
 
 def _fmt(values: set[str]) -> str:
-    return "/".join(sorted(values))
+    text = "/".join(sorted(values))
+    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
 
 
 def _describe(key: str, a: set[str], b: set[str]) -> str:

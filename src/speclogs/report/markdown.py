@@ -41,7 +41,7 @@ def render_markdown(comparison: Comparison) -> str:
         out += ["", "## Speculative cycle phases", "", md_table(text.PHASE_HEADER, text.phase_rows(c))]
     if c.effects:
         out += ["", "## Factorial effects", "", md_table(text.EFFECT_HEADER, text.effect_rows(c))]
-    for title, header, rows in text.nccl_sections(c):
+    for title, header, rows in text.nccl_sections(c, brief=True):
         out += ["", f"## {title}", "", md_table(header, rows)]
     out += ["", "## Methods", ""] + [f"- **{k}**: {v}" for k, v in c.methods.items()]
     return "\n".join(out) + "\n"

@@ -50,6 +50,6 @@ def render_terminal(comparison: Comparison, console: Console) -> None:
         console.print(_table("Speculative cycle phases (spec_cycles)", text.PHASE_HEADER, text.phase_rows(c)))
     if c.effects:
         console.print(_table("Factorial effects on throughput", text.EFFECT_HEADER, text.effect_rows(c)))
-    for title, header, rows in text.nccl_sections(c):
+    for title, header, rows in text.nccl_sections(c, brief=True):
         console.print(_table(title, header, rows))
     console.print(Text("Methods: " + " ".join(c.methods[k] for k in ("estimate", "interval", "verdict")), style="dim"))

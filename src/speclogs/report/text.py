@@ -128,7 +128,13 @@ def effect_rows(c: Comparison) -> list[list[str]]:
     return rows
 
 
-def nccl_sections(c: Comparison) -> list[tuple[str, list[str], list[list[str]]]]:
+def first_sentence(sentence: str, limit: int = 160) -> str:
+    head = sentence.split(". ")[0]
+    head = head if head.endswith(".") else head + "."
+    return head if len(head) <= limit else head[: limit - 1] + "…"
+
+
+def nccl_sections(c: Comparison, brief: bool = False) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) tables from speclogs.analysis.nccl's evidence, read by attribute names."""
     evidence = c.nccl
     if evidence is None:
@@ -141,7 +147,9 @@ def nccl_sections(c: Comparison) -> list[tuple[str, list[str], list[list[str]]]]
             settings = ", ".join(f"{s.name}={s.log_value if s.log_value is not None else s.env_value}"
                                  + ("" if s.agrees in (True, None) else " (log≠env!)") for s in getattr(run, "settings", ()))
             rows.append([run.run_name, str(run.nccl_version or "–"), str(run.info_lines), settings or "–",
-                         str(getattr(run, "coll_channels", None) or "–"), str(getattr(run, "allreduce_verdict", ""))])
+                         str(getattr(run, "coll_channels", None) or "–"),
+                         first_sentence(str(getattr(run, "allreduce_verdict", ""))) if brief
+                         else str(getattr(run, "allreduce_verdict", ""))])
         sections.append(("NCCL per run", ["run", "NCCL", "INFO lines", "settings (log, else env)", "coll channels",
                                           "all-reduce"], rows))
     diffs = getattr(evidence, "settings_diff", ()) or ()

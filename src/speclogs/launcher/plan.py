@@ -22,7 +22,7 @@ MODEL_PATH_FLAGS = ("--model-path", "--speculative-draft-model-path", "--tokeniz
 _TOP_KEYS = {
     "name", "command", "model_path", "args", "env", "drop_inherited_env", "port", "host", "health_timeout_s",
     "health_poll_s", "stop_grace_s", "port_wait_s", "min_free_mb", "launches", "order", "seed", "progress_every_s",
-    "bench", "bench_serving", "cells", "profile_every",
+    "bench", "bench_serving", "cells", "profile_every", "launch_estimate_s",
 }
 _CELL_KEYS = {"name", "args", "env", "factors", "launches", "profile", "profile_every", "model_path"}
 _BENCH_KEYS = {
@@ -99,6 +99,7 @@ class Plan:
     port_wait_s: float
     min_free_mb: float
     progress_every_s: float
+    launch_estimate_s: float        # --max-minutes: expected spawn → stop before any launch was measured
     order: str
     seed: int
     bench: BenchSpec
@@ -185,6 +186,7 @@ def parse_plan(text: str, path: Path) -> Plan:
         port_wait_s=checker.number(data.get("port_wait_s", 10.0), "port_wait_s", 0, minimum=0),
         min_free_mb=checker.number(data.get("min_free_mb", 100.0), "min_free_mb", 0, minimum=0),
         progress_every_s=checker.number(data.get("progress_every_s", 10.0), "progress_every_s", 0, minimum=0.01),
+        launch_estimate_s=checker.number(data.get("launch_estimate_s", 0.0), "launch_estimate_s", 0, minimum=0),
         order=order,
         seed=checker.integer(data.get("seed", 0), "seed", 0),
         bench=bench,

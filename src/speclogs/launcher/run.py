@@ -128,9 +128,9 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
                 break
             if deadline is not None:
                 remaining = deadline - time.monotonic()
-                estimate = _estimate_launch_s(out_dir)
-                if remaining <= 0 or (estimate is not None and remaining < estimate):
-                    say(f"max-minutes: {remaining:.0f} s left, a launch takes ~{estimate or 0:.0f} s: stopping here")
+                estimate = _estimate_launch_s(out_dir) or plan.launch_estimate_s
+                if remaining <= 0 or remaining < estimate:
+                    say(f"max-minutes: {remaining:.0f} s left, a launch takes ~{estimate:.0f} s: stopping here")
                     stopped = "max_minutes"
                     break
             say(f"[{spec.order_index + 1}/{len(plan.launch_order())}] {spec.run_name}: starting")

@@ -50,7 +50,12 @@ CREATE TABLE IF NOT EXISTS prefill_batches (
   num_tokens BIGINT, token_usage DOUBLE, full_token_usage DOUBLE, swa_token_usage DOUBLE, mamba_usage DOUBLE,
   running_req INTEGER, queue_req INTEGER, pending_tokens BIGINT,
   prealloc_req INTEGER, inflight_req INTEGER, bootstrap_req INTEGER, transferring_req INTEGER,
-  graph_kind VARCHAR, cuda_graph BOOLEAN, input_throughput_tok_s DOUBLE, est_tflops_per_gpu DOUBLE, fwd_occupancy_pct DOUBLE
+  graph_kind VARCHAR, cuda_graph BOOLEAN, input_throughput_tok_s DOUBLE, est_tflops_per_gpu DOUBLE, fwd_occupancy_pct DOUBLE,
+  -- added with the grammars (schema v1 additions)
+  attn_cp_rank INTEGER, moe_dp_rank INTEGER,
+  mixed_running_req INTEGER,           -- 0.3.x '--enable-mixed-chunk' variant: 'Prefill batch(mixed #running-req: N)'
+  full_num_tokens BIGINT, swa_num_tokens BIGINT,   -- 0.4.9 hybrid SWA '#token: full=N, swa=N'
+  replay_tokens BIGINT, optimistic_req INTEGER, waiting_image_req INTEGER
 );
 
 CREATE TABLE IF NOT EXISTS decode_batches (
@@ -61,14 +66,21 @@ CREATE TABLE IF NOT EXISTS decode_batches (
   accept_len DOUBLE, accept_rate DOUBLE, largest_len INTEGER,
   pre_allocated_usage DOUBLE, prealloc_req INTEGER, transfer_req INTEGER, retracted_req INTEGER,
   graph_kind VARCHAR, cuda_graph BOOLEAN, gen_throughput_tok_s DOUBLE, queue_req INTEGER,
-  est_tflops_per_gpu DOUBLE, fwd_occupancy_pct DOUBLE
+  est_tflops_per_gpu DOUBLE, fwd_occupancy_pct DOUBLE,
+  -- added with the grammars (schema v1 additions)
+  attn_cp_rank INTEGER, moe_dp_rank INTEGER,
+  cached_tokens BIGINT,                -- main after 0.5.23 (PD + decode radix cache)
+  gpu_num_tokens BIGINT, gpu_token_usage DOUBLE, cpu_num_tokens BIGINT, cpu_token_usage DOUBLE,
+  cap_len DOUBLE, block_accept_len DOUBLE, host_receive_req INTEGER, waiting_image_req INTEGER,
+  est_read_bw_gb_s DOUBLE, est_write_bw_gb_s DOUBLE
 );
 
 -- uvicorn access lines (GET /health → status) and uvicorn INFO lines are server_events.
 CREATE TABLE IF NOT EXISTS http_requests (
   run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
   level VARCHAR, client_ip VARCHAR, client_port INTEGER, method VARCHAR, path VARCHAR, http_version VARCHAR,
-  status INTEGER, status_text VARCHAR
+  status INTEGER, status_text VARCHAR,
+  rank_tags VARCHAR, dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, attn_cp_rank INTEGER, moe_dp_rank INTEGER
 );
 
 -- lifecycle and other recognised single-line records: kind is a stable identifier
@@ -80,14 +92,25 @@ CREATE TABLE IF NOT EXISTS server_events (
   dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, rank_tags VARCHAR,
   kind VARCHAR, graph VARCHAR,         -- graph: target_verify | draft_decode | draft_extend | decode | prefill (cuda_graph_* kinds)
   elapsed_s DOUBLE, avail_mem_gb DOUBLE, mem_usage_gb DOUBLE, num_tokens BIGINT,
-  message VARCHAR
+  message VARCHAR,
+  -- added with the grammars (schema v1 additions); each kind fills the ones it prints
+  attn_cp_rank INTEGER, moe_dp_rank INTEGER,
+  level VARCHAR,                       -- uvicorn_info: INFO | WARNING | ERROR
+  model_class VARCHAR, quant VARCHAR,  -- load_weight_end
+  dtype VARCHAR, k_size_gb DOUBLE, v_size_gb DOUBLE, kv_size_gb DOUBLE,   -- kv_cache_allocated
+  chunked_prefill_size BIGINT, max_prefill_tokens BIGINT, context_len BIGINT, max_running_requests BIGINT,
+  remaining_req BIGINT,                -- graceful_exit
+  watchdog_timeout_s DOUBLE, dead_rank BIGINT, exit_code BIGINT, pid BIGINT,
+  retracted_req BIGINT, aborted_req BIGINT, mamba_num BIGINT, new_token_ratio_before DOUBLE, new_token_ratio DOUBLE  -- retract
 );
 
 -- multi-line tracebacks / exception dumps as one record.
 CREATE TABLE IF NOT EXISTS errors (
   run_id VARCHAR, source_file VARCHAR, line_no BIGINT, last_line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
   tp_rank INTEGER, rank_tags VARCHAR, kind VARCHAR,   -- traceback | scheduler_exception | cuda_error | …
-  first_line VARCHAR, last_line VARCHAR, exception_type VARCHAR, text VARCHAR
+  first_line VARCHAR, last_line VARCHAR, exception_type VARCHAR, text VARCHAR,
+  exception_message VARCHAR,           -- text after 'XxxError: ' on the exception line
+  component VARCHAR                    -- who raised it, from the head line (e.g. 'Scheduler')
 );
 
 -- NCCL INFO lines: host:pid:tid [rank] NCCL INFO <message>
@@ -98,7 +121,11 @@ CREATE TABLE IF NOT EXISTS nccl_events (
   name VARCHAR, value VARCHAR,         -- env: NCCL_PROTO / LL ; version: nccl / 2.28.9+cuda13.0
   collective VARCHAR, bytes BIGINT, algo VARCHAR, proto VARCHAR, channel_lo INTEGER, channel_hi INTEGER,
   channel INTEGER, peer_from INTEGER, peer_to INTEGER, transport VARCHAR,
-  message VARCHAR
+  message VARCHAR,
+  nchannels INTEGER,                   -- 'Channel 00/16 : 0 1' → 16
+  -- SGLang-prefixed NCCL lines ('sglang is using nccl==2.28.9') carry the prefix columns
+  ts TIMESTAMP, rank_tags VARCHAR, dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER,
+  attn_cp_rank INTEGER, moe_dp_rank INTEGER
 );
 
 -- one row per benchmark request (our *.bench.jsonl / *.bench.json) or per bench_serving run summary.
@@ -114,7 +141,8 @@ CREATE TABLE IF NOT EXISTS bench_requests (
 CREATE TABLE IF NOT EXISTS spec_cycles (
   run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP, tp_rank INTEGER,
   cycle BIGINT, batch_size INTEGER, draft_ms DOUBLE, verify_ms DOUBLE, extend_ms DOUBLE, other_ms DOUBLE, cycle_ms DOUBLE,
-  accepted_tokens INTEGER, proposed_tokens INTEGER
+  accepted_tokens INTEGER, proposed_tokens INTEGER,
+  rank_tags VARCHAR, dp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, attn_cp_rank INTEGER, moe_dp_rank INTEGER
 );
 
 -- results of `speclogs probe nccl`
@@ -122,7 +150,8 @@ CREATE TABLE IF NOT EXISTS nccl_probe (
   probe_id VARCHAR, env_set VARCHAR, env JSON, collective VARCHAR, dtype VARCHAR, world_size INTEGER,
   bytes BIGINT, tokens INTEGER, iters INTEGER, latency_us DOUBLE, latency_us_p10 DOUBLE, latency_us_p90 DOUBLE,
   algbw_gb_s DOUBLE, busbw_gb_s DOUBLE, gpu_name VARCHAR, topology VARCHAR, torch_version VARCHAR, nccl_version VARCHAR,
-  hostname VARCHAR, measured_at TIMESTAMP
+  hostname VARCHAR, measured_at TIMESTAMP,
+  source_file VARCHAR                  -- the *.nccl_probe.json it came from (idempotent re-ingest, --replace)
 );
 
 -- every line no grammar matched, with its raw text (never dropped).
@@ -134,5 +163,33 @@ CREATE TABLE IF NOT EXISTS unparsed_lines (
 CREATE TABLE IF NOT EXISTS files (
   source_file VARCHAR, sha256 VARCHAR, run_id VARCHAR, size_bytes BIGINT, total_lines BIGINT,
   parsed_lines BIGINT, continuation_lines BIGINT, unparsed_lines BIGINT, skipped_reason VARCHAR,
-  ingested_at TIMESTAMP, PRIMARY KEY (sha256, source_file)
+  ingested_at TIMESTAMP,
+  kind VARCHAR,                        -- log | bench_jsonl | bench_json | jsonl | run_json | nccl_probe
+  invalid_utf8 BIGINT,                 -- invalid UTF-8 sequences replaced by U+FFFD
+  nul_bytes BIGINT,                    -- NUL bytes replaced by U+FFFD
+  warnings JSON,                       -- what was odd about the file (truncated gzip, drift, not an SGLang log …)
+  parse_seconds DOUBLE,
+  PRIMARY KEY (sha256, source_file)
+);
+
+-- lines other tools wrote into the same stream: python warnings, tqdm bars, glog, flashinfer, shell (counted as parsed).
+-- (grammars say table = "foreign"; FOREIGN is an SQL keyword, so the rows land here)
+CREATE TABLE IF NOT EXISTS foreign_lines (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER,
+  tool VARCHAR,                        -- python_warning | tqdm | glog | flashinfer | shell | …
+  message VARCHAR
+);
+
+-- benchmark tools' printed output (bench_serving summary block, bench_one_batch lines), name/value rows
+CREATE TABLE IF NOT EXISTS bench_summary (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER,
+  record VARCHAR, name VARCHAR, value VARCHAR,
+  latency_s DOUBLE, throughput_tok_s DOUBLE, step BIGINT, batch_size BIGINT
+);
+
+-- format drift: lines that contain a pattern's literal but do not match it (first 20 per pattern and file),
+-- with pyparsing's account of where they fail
+CREATE TABLE IF NOT EXISTS parse_drift (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER,
+  pattern VARCHAR, error VARCHAR, text VARCHAR
 );

@@ -1,0 +1,43 @@
+"""Parsing inputs into table frames: logs (grammars, fast and slow paths), benchmark JSON, run.json, NCCL probes.
+
+This package never touches DuckDB (speclogs.store does, and calls these). Public API:
+    discover_inputs(paths, run_name=None) -> Discovery          which files, which runs, what was skipped
+    read_input(InputFile) -> RawInput                            bytes made safe (gzip, binary, NUL, UTF-8)
+    parse_log_chunks(data, engine, slow=False) -> ChunkResult…   one log, chunk by chunk
+    parse_bench_jsonl / parse_bench_json / parse_run_json / parse_nccl_probe -> JsonFileResult
+    IngestSummary, ProgressEvent
+
+Names are imported lazily: `speclogs.ingest.nccl_probe` is also imported on GPU boxes without polars.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "JsonFileResult": "speclogs.ingest.jsonfiles",
+    "parse_bench_json": "speclogs.ingest.jsonfiles",
+    "parse_bench_jsonl": "speclogs.ingest.jsonfiles",
+    "parse_nccl_probe": "speclogs.ingest.jsonfiles",
+    "parse_run_json": "speclogs.ingest.jsonfiles",
+    "DEFAULT_CHUNK_BYTES": "speclogs.ingest.logfile",
+    "parse_log_chunks": "speclogs.ingest.logfile",
+    "ChunkResult": "speclogs.ingest.records",
+    "Discovery": "speclogs.ingest.sources",
+    "InputFile": "speclogs.ingest.sources",
+    "RawInput": "speclogs.ingest.sources",
+    "RunRef": "speclogs.ingest.sources",
+    "discover_inputs": "speclogs.ingest.sources",
+    "read_input": "speclogs.ingest.sources",
+    "IngestSummary": "speclogs.ingest.summary",
+    "ProgressEvent": "speclogs.ingest.summary",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'speclogs.ingest' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

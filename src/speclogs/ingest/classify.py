@@ -1,0 +1,463 @@
+"""Classify pieces of text with the grammars: the fast path (compiled regexes in polars) and the slow path
+(pyparsing, piece by piece). Both return the same `Claims`: one frame per pattern with the typed values
+of the pieces it claimed (first matching pattern wins), plus the pieces nobody claimed.
+
+Fast path shape (perf-anchors.md): the prefix regex (without its message capture) splits SGLang lines;
+then, in priority order, each pattern's gate literal selects candidate rows (`str.contains`), its regex runs
+on those only (`extract_groups`, with an empty `_hit` group that tells a match from a miss) and the claimed
+rows leave the working set. Casts follow the field types (int → Int64, float/pct → Float64, bool → 'True').
+
+Near misses — a piece that contains a pattern's gate but does not match it and ends up with a more
+generic pattern (or with none) — are format drift. Both paths report the same ones; pyparsing is run on
+the first few only, for its exact error location (column and expected text).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import polars as pl
+
+from speclogs.errors import GrammarError
+from speclogs.grammar import GrammarSet, Pattern, split_rank_tags
+
+PREFIX_COLUMNS = ("ts", "rank_tags", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "attn_cp_rank", "moe_dp_rank")
+RANK_COLUMNS = PREFIX_COLUMNS[2:]
+DRIFT_EXAMPLES_PER_PATTERN = 20
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_COMPACT_BELOW = 0.7  # compact the working set when fewer than this share of its rows are still unclaimed
+
+_DTYPES = {"int": pl.Int64, "float": pl.Float64, "pct": pl.Float64, "bool": pl.Boolean, "str": pl.Utf8}
+_TS_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+@dataclass(frozen=True)
+class CompiledPattern:
+    pattern: Pattern
+    hit_regex: str
+    schema: dict[str, pl.DataType]  # output columns (after line_no, piece) in order, with their dtype
+
+    @property
+    def name(self) -> str:
+        return self.pattern.name
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A GrammarSet prepared for both paths."""
+
+    grammars: GrammarSet
+    prefix_regex: str  # '^(?P<_pfx>…)' capturing the prefix span (not the message) plus ts/ms/rank_tags
+    patterns: tuple[CompiledPattern, ...]
+
+    def pattern(self, name: str) -> CompiledPattern:
+        for compiled in self.patterns:
+            if compiled.name == name:
+                return compiled
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    pattern: str
+    line_no: int
+    piece: int
+    text: str
+    error: str  # pyparsing's message with the column, e.g. "Expected '#queue-req:', found end of text (at char 141), (line:1, col:142)"
+
+
+@dataclass
+class Claims:
+    """The classification of one chunk's pieces."""
+
+    frames: dict[str, pl.DataFrame]  # pattern name → line_no, piece, prefix columns (message scope), fields, constants
+    unclaimed: pl.DataFrame  # line_no, piece, text, prefixed (Boolean)
+    prefixed_pieces: int  # pieces with an SGLang prefix
+    near_miss_counts: dict[str, int] = field(default_factory=dict)
+    near_misses: list[NearMiss] = field(default_factory=list)
+    server_args_text: dict[tuple[int, int], str] = field(default_factory=dict)  # (line_no, piece) → message
+
+
+def compile_engine(grammars: GrammarSet) -> Engine:
+    prefix = grammars.prefix
+    regex = prefix.regex
+    cut = regex.find("(?P<message>")
+    if cut < 0 or not regex.startswith("^"):
+        raise GrammarError(
+            f"the prefix grammar ({prefix.source or 'prefix'}) must be anchored and end with a message capture",
+            hint="its template must end with {message}",
+        )
+    prefix_regex = "^(?P<_pfx>" + regex[1:cut] + ")"
+    compiled = []
+    for p in grammars.patterns:
+        body = p.regex[1:] if p.regex.startswith("^") else p.regex
+        schema: dict[str, pl.DataType] = {}
+        if p.scope == "message":
+            schema["ts"] = pl.Datetime("us")
+            schema["rank_tags"] = pl.Utf8
+            for column in RANK_COLUMNS:
+                schema[column] = pl.Int32
+        for f in p.fields:
+            schema[f.name] = _DTYPES.get(f.type, pl.Utf8)
+        for name, value in p.constants.items():
+            if name not in schema:
+                schema[name] = _constant_dtype(value)
+        if p.derive is not None:
+            for name, value in p.derive({}).items():
+                if name not in schema:
+                    schema[name] = pl.Int32 if name.endswith("_rank") else pl.Utf8
+        compiled.append(CompiledPattern(pattern=p, hit_regex="^(?P<_hit>)" + body, schema=schema))
+    return Engine(grammars=grammars, prefix_regex=prefix_regex, patterns=tuple(compiled))
+
+
+def _constant_dtype(value: object) -> pl.DataType:
+    if isinstance(value, bool):
+        return pl.Boolean
+    if isinstance(value, int):
+        return pl.Int64
+    if isinstance(value, float):
+        return pl.Float64
+    return pl.Utf8
+
+
+def is_server_args(pattern: Pattern) -> bool:
+    """The pattern of the `server_args=…` dump, where launches begin."""
+    return pattern.constants.get("kind") == "server_args" or pattern.table == "server_args_header" or pattern.family == "server_args"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# fast path
+
+
+def classify_fast(engine: Engine, pieces: pl.DataFrame) -> Claims:
+    """Classify the piece frame (line_no, piece, text) with the compiled regexes in polars."""
+    text = pieces.get_column("text")
+    groups = text.str.extract_groups(engine.prefix_regex).struct.unnest()
+    prefixed = groups.get_column("_pfx").is_not_null()
+    message_rows = pieces.filter(prefixed)
+    prefix_groups = groups.filter(prefixed)
+    message = message_rows.get_column("text").str.slice(prefix_groups.get_column("_pfx").str.len_chars())
+    msg_work = pl.DataFrame(
+        {
+            "line_no": message_rows.get_column("line_no"),
+            "piece": message_rows.get_column("piece"),
+            "src": message,
+            "ts": _ts_column(prefix_groups),
+            "rank_tags": prefix_groups.get_column("rank_tags").fill_null(""),
+        }
+    )
+    msg_work = _with_ranks(msg_work)
+    line_work = pieces.filter(~prefixed).rename({"text": "src"})
+
+    works = {"message": _Work(msg_work), "line": _Work(line_work)}
+    frames: dict[str, pl.DataFrame] = {}
+    near_ids: dict[str, pl.DataFrame] = {}
+    winners: list[pl.DataFrame] = []
+    server_args_text: dict[tuple[int, int], str] = {}
+    for compiled in engine.patterns:
+        p = compiled.pattern
+        work = works[p.scope]
+        if work.alive_count == 0:
+            continue
+        src = work.frame.get_column("src")
+        candidates = work.alive if not p.gate else work.alive & src.str.contains(p.gate, literal=True)
+        if not candidates.any():
+            continue
+        cand = work.frame.filter(candidates)
+        extracted = cand.get_column("src").str.extract_groups(compiled.hit_regex).struct.unnest()
+        hit = extracted.get_column("_hit").is_not_null()
+        matched = cand.filter(hit)
+        if matched.height:
+            values = extracted.filter(hit)
+            frames[p.name] = _typed_frame(compiled, matched, values)
+            winners.append(matched.select("line_no", "piece", pl.lit(p.name).alias("winner")))
+            if is_server_args(p):
+                for line_no, piece, src_text in matched.select("line_no", "piece", "src").iter_rows():
+                    server_args_text[(line_no, piece)] = src_text
+        misses = cand.filter(~hit)
+        if misses.height:
+            near_ids[p.name] = misses.select("line_no", "piece", "src")
+        work.claim(candidates, hit)
+
+    unclaimed_parts = []
+    for scope, work in works.items():
+        rest = work.frame.filter(work.alive).select("line_no", "piece", pl.col("src").alias("text"))
+        unclaimed_parts.append(rest.with_columns(pl.lit(scope == "message").alias("prefixed")))
+    unclaimed = pl.concat(unclaimed_parts).sort(["line_no", "piece"]) if unclaimed_parts else _empty_unclaimed()
+    # unclaimed message-scope pieces: report the whole piece text, prefix included
+    if unclaimed.filter(pl.col("prefixed")).height:
+        full = pieces.select("line_no", "piece", pl.col("text").alias("full"))
+        unclaimed = (
+            unclaimed.join(full, on=["line_no", "piece"], how="left", maintain_order="left")
+            .with_columns(pl.when(pl.col("prefixed")).then(pl.col("full")).otherwise(pl.col("text")).alias("text"))
+            .drop("full")
+        )
+    counts, misses = _near_misses(engine, near_ids, winners)
+    return Claims(
+        frames=frames,
+        unclaimed=unclaimed,
+        prefixed_pieces=message_rows.height,
+        near_miss_counts=counts,
+        near_misses=misses,
+        server_args_text=server_args_text,
+    )
+
+
+class _Work:
+    """The rows of one scope still to classify; compacted when enough of them were claimed."""
+
+    def __init__(self, frame: pl.DataFrame) -> None:
+        self.frame = frame
+        self.alive = pl.Series("alive", [True] * frame.height, dtype=pl.Boolean) if frame.height else pl.Series("alive", [], dtype=pl.Boolean)
+        self.alive_count = frame.height
+
+    def claim(self, candidates: pl.Series, hit: pl.Series) -> None:
+        claimed = pl.Series("claimed", [False] * self.frame.height, dtype=pl.Boolean)
+        claimed = claimed.scatter(candidates.arg_true(), hit)
+        self.alive = self.alive & ~claimed
+        self.alive_count = int(self.alive.sum())
+        if self.alive_count < _COMPACT_BELOW * self.frame.height:
+            self.frame = self.frame.filter(self.alive)
+            self.alive = pl.Series("alive", [True] * self.alive_count, dtype=pl.Boolean)
+
+
+def _empty_unclaimed() -> pl.DataFrame:
+    return pl.DataFrame(schema={"line_no": pl.Int64, "piece": pl.Int32, "text": pl.Utf8, "prefixed": pl.Boolean})
+
+
+def _ts_column(prefix_groups: pl.DataFrame) -> pl.Series:
+    ts = prefix_groups.get_column("ts")
+    parsed = ts.str.to_datetime(_TS_FORMAT, strict=False, time_unit="us")
+    if "ms" in prefix_groups.columns:
+        ms = prefix_groups.get_column("ms").cast(pl.Int64, strict=False)
+        if ms.null_count() < ms.len():
+            parsed = (
+                pl.DataFrame({"t": parsed, "ms": ms})
+                .select(pl.col("t") + pl.duration(milliseconds=pl.col("ms").fill_null(0)))
+                .to_series()
+            )
+    return parsed.alias("ts")
+
+
+def _with_ranks(work: pl.DataFrame) -> pl.DataFrame:
+    """Rank tags are few distinct strings: split each once (same function as the slow path) and join."""
+    distinct = work.get_column("rank_tags").unique().to_list()
+    mapping = {column: [] for column in RANK_COLUMNS}
+    for tags in distinct:
+        ranks = split_rank_tags(tags)
+        for column in RANK_COLUMNS:
+            mapping[column].append(ranks.get(column))
+    table = pl.DataFrame({"rank_tags": distinct, **mapping}, schema={"rank_tags": pl.Utf8, **{c: pl.Int32 for c in RANK_COLUMNS}})
+    return work.join(table, on="rank_tags", how="left", maintain_order="left")
+
+
+def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame:
+    p = compiled.pattern
+    columns: list[pl.Series | pl.Expr] = [matched.get_column("line_no"), matched.get_column("piece")]
+    data = {"line_no": matched.get_column("line_no"), "piece": matched.get_column("piece")}
+    if p.scope == "message":
+        for column in PREFIX_COLUMNS:
+            data[column] = matched.get_column(column)
+    for f in p.fields:
+        raw = values.get_column(f.name) if f.name in values.columns else pl.Series(f.name, [None] * matched.height, dtype=pl.Utf8)
+        data[f.name] = _cast(raw, f.type)
+    frame = pl.DataFrame(data)
+    constants = [pl.lit(value, dtype=compiled.schema[name]).alias(name) for name, value in p.constants.items() if name not in data]
+    if constants:
+        frame = frame.with_columns(constants)
+    if p.derive is not None and p.scope != "message":
+        rows = frame.to_dicts()
+        derived = [p.derive(row) for row in rows]
+        for name in compiled.schema:
+            if name not in frame.columns:
+                frame = frame.with_columns(pl.Series(name, [d.get(name) for d in derived], dtype=compiled.schema[name]))
+    del columns
+    return frame.select(["line_no", "piece", *compiled.schema]).cast(
+        {"line_no": pl.Int64, "piece": pl.Int32, **compiled.schema}
+    )
+
+
+def _cast(raw: pl.Series, type_name: str) -> pl.Series:
+    if type_name == "int":
+        return raw.cast(pl.Int64, strict=False)
+    if type_name == "float":
+        return raw.cast(pl.Float64, strict=False)
+    if type_name == "pct":
+        return raw.str.strip_chars_end("%").cast(pl.Float64, strict=False)
+    if type_name == "bool":
+        return raw == "True"
+    return raw.cast(pl.Utf8)
+
+
+def _near_misses(
+    engine: Engine, near_ids: dict[str, pl.DataFrame], winners: list[pl.DataFrame]
+) -> tuple[dict[str, int], list[NearMiss]]:
+    """Gate passed, regex failed, and the piece went to a more generic pattern (or to none): drift."""
+    if not near_ids:
+        return {}, []
+    winner_frame = pl.concat(winners) if winners else pl.DataFrame(schema={"line_no": pl.Int64, "piece": pl.Int32, "winner": pl.Utf8})
+    gates = {c.name: c.pattern.gate for c in engine.patterns}
+    counts: dict[str, int] = {}
+    examples: list[NearMiss] = []
+    for name, ids in near_ids.items():
+        joined = ids.join(winner_frame, on=["line_no", "piece"], how="left", maintain_order="left")
+        rows = [
+            (line_no, piece, text)
+            for line_no, piece, text, winner in joined.iter_rows()
+            if is_drift(gates[name], None if winner is None else gates[winner])
+        ]
+        if not rows:
+            continue
+        counts[name] = len(rows)
+        pattern = engine.pattern(name).pattern
+        for line_no, piece, text in sorted(rows)[:DRIFT_EXAMPLES_PER_PATTERN]:
+            examples.append(NearMiss(name, line_no, piece, text, explain_miss(pattern, text)))
+    return counts, examples
+
+
+def is_drift(gate: str, winner_gate: str | None) -> bool:
+    """A near miss is drift when nothing claimed the piece, or a strictly more generic pattern did."""
+    if winner_gate is None:
+        return True
+    return winner_gate != gate and winner_gate in gate
+
+
+def explain_miss(pattern: Pattern, text: str) -> str:
+    """pyparsing's own account of why `text` is not a `pattern` line (exact column and expected element)."""
+    import pyparsing as pp
+
+    try:
+        pattern.element.parse_string(text, parse_all=True)
+    except pp.ParseBaseException as error:
+        return f"{error.msg} at col {error.col}"
+    return "the compiled regex rejects it but pyparsing accepts it (grammar compiler bug)"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# slow path
+
+
+def classify_slow(engine: Engine, pieces: list[tuple[int, int, str]], *, method: str = "pyparsing") -> Claims:
+    """Same result as classify_fast, piece by piece in Python.
+
+    method='pyparsing' runs each pattern's pyparsing element (the definition: for tests and diagnostics);
+    method='regex' runs the compiled regexes with Python's re (the quick path for small inputs, where
+    polars' per-operation cost dominates)."""
+    grammars = engine.grammars
+    prefix = grammars.prefix
+    use_regex = method == "regex"
+    rows: dict[str, list[dict]] = {}
+    unclaimed_rows: list[tuple[int, int, str, bool]] = []
+    near: dict[str, list[tuple[int, int, str, str | None]]] = {}
+    server_args_text: dict[tuple[int, int], str] = {}
+    prefix_re = re.compile(engine.prefix_regex)
+    by_scope = {scope: [p for p in grammars.patterns if p.scope == scope] for scope in ("message", "line")}
+    prefixed_pieces = 0
+    for line_no, piece, text in pieces:
+        head = prefix_re.match(text) if text.startswith("[") else None
+        if head is None:
+            values_prefix = None
+        elif use_regex:
+            values_prefix = {k: v for k, v in head.groupdict().items() if k != "_pfx"}
+            values_prefix["ms"] = None if values_prefix.get("ms") is None else _clamp(int(values_prefix["ms"]))
+            values_prefix["message"] = text[head.end():]
+        else:
+            values_prefix = prefix.parse(text)
+        if values_prefix is not None:
+            prefixed_pieces += 1
+            scope, src = "message", values_prefix.get("message") or ""
+        else:
+            scope, src = "line", text
+        winner: Pattern | None = None
+        winner_values: dict | None = None
+        passed: list[str] = []
+        for p in by_scope[scope]:
+            if p.gate and p.gate not in src:
+                continue
+            values = p.match(src) if use_regex else p.parse(src)
+            if values is None:
+                passed.append(p.name)
+                continue
+            winner, winner_values = p, values
+            break
+        for name in passed:
+            near.setdefault(name, []).append((line_no, piece, src, None if winner is None else winner.gate))
+        if winner is None:
+            unclaimed_rows.append((line_no, piece, text, scope == "message"))
+            continue
+        row = {"line_no": line_no, "piece": piece}
+        if scope == "message":
+            row["ts"] = _ts_value(values_prefix.get("ts"), values_prefix.get("ms"))
+            row["rank_tags"] = values_prefix.get("rank_tags") or ""
+            ranks = _ranks(row["rank_tags"])
+            for column in RANK_COLUMNS:
+                row[column] = ranks.get(column)
+        for name, value in winner_values.items():
+            if name in row:
+                continue
+            row[name] = _clamp(value)
+        rows.setdefault(winner.name, []).append(row)
+        if is_server_args(winner):
+            server_args_text[(line_no, piece)] = src
+    frames = {}
+    for name, pattern_rows in rows.items():
+        compiled = engine.pattern(name)
+        schema = {"line_no": pl.Int64, "piece": pl.Int32, **compiled.schema}
+        frames[name] = pl.DataFrame(
+            [{column: row.get(column) for column in schema} for row in pattern_rows], schema=schema, orient="row"
+        )
+    unclaimed = (
+        pl.DataFrame(unclaimed_rows, schema={"line_no": pl.Int64, "piece": pl.Int32, "text": pl.Utf8, "prefixed": pl.Boolean}, orient="row")
+        if unclaimed_rows
+        else _empty_unclaimed()
+    )
+    gates = {p.name: p.gate for p in grammars.patterns}
+    counts: dict[str, int] = {}
+    examples: list[NearMiss] = []
+    for name, items in near.items():
+        drift = [(line_no, piece, src) for line_no, piece, src, winner_gate in items if is_drift(gates[name], winner_gate)]
+        if not drift:
+            continue
+        counts[name] = len(drift)
+        pattern = engine.pattern(name).pattern
+        for line_no, piece, src in sorted(drift)[:DRIFT_EXAMPLES_PER_PATTERN]:
+            examples.append(NearMiss(name, line_no, piece, src, explain_miss(pattern, src)))
+    return Claims(
+        frames=frames,
+        unclaimed=unclaimed,
+        prefixed_pieces=prefixed_pieces,
+        near_miss_counts=counts,
+        near_misses=examples,
+        server_args_text=server_args_text,
+    )
+
+
+_RANK_CACHE: dict[str, dict[str, int | None]] = {}
+
+
+def _ranks(rank_tags: str) -> dict[str, int | None]:
+    cached = _RANK_CACHE.get(rank_tags)
+    if cached is None:
+        cached = _RANK_CACHE[rank_tags] = split_rank_tags(rank_tags)
+    return cached
+
+
+def _ts_value(ts: str | None, ms: object) -> datetime | None:
+    if not ts or len(ts) != 19:
+        return None
+    try:
+        value = datetime.strptime(ts, _TS_FORMAT)
+    except ValueError:
+        return None
+    if isinstance(ms, int):
+        value += timedelta(milliseconds=ms)
+    return value
+
+
+def _clamp(value: object) -> object:
+    """Integers outside BIGINT become NULL, as the fast path's cast does."""
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _INT64_MAX:
+        return None
+    return value

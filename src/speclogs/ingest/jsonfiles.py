@@ -1,0 +1,296 @@
+"""JSON inputs: benchmark files (→ bench_requests), launcher run.json (→ runs), NCCL probe results (→ nccl_probe).
+
+Benchmark shapes (source_kind column):
+- bench_jsonl: one object per request (`*.bench.jsonl`, the launcher's `bench.jsonl`): run, i, warmup,
+  latency_s, completion_tokens, tok_per_s, meta_info{prompt_tokens, e2e_latency, spec_accept_length, …}.
+- bench_json: the older `*.bench.json`, one JSON array of {run, latency_s, completion_tokens, tok_s, meta};
+  element 0 is the warm-up.
+- bench_serving_jsonl: `python -m sglang.bench_serving` output, one summary object per benchmark run
+  (`Infinity` allowed as a value).
+A line that is not JSON, or JSON of an unknown shape, becomes an unparsed_lines row.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from speclogs.errors import InputError
+
+BENCH_COLUMNS = {
+    "line_no": pl.Int64,
+    "request_index": pl.Int32,
+    "warmup": pl.Boolean,
+    "latency_s": pl.Float64,
+    "prompt_tokens": pl.Int32,
+    "completion_tokens": pl.Int32,
+    "output_tok_s": pl.Float64,
+    "spec_accept_length": pl.Float64,
+    "spec_accept_rate": pl.Float64,
+    "spec_verify_ct": pl.Int32,
+    "e2e_latency_s": pl.Float64,
+    "source_kind": pl.Utf8,
+    "extra": pl.Utf8,
+}
+_UNPARSED_COLUMNS = {"line_no": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8}
+_RAW_KEEP = 8192
+
+
+@dataclass
+class JsonFileResult:
+    """Rows and line accounting of one JSON input (no run_id / source_file: the store adds them)."""
+
+    tables: dict[str, pl.DataFrame]
+    total_lines: int
+    parsed_lines: int
+    unparsed_lines: int
+    warnings: list[str] = field(default_factory=list)
+    run_facts: dict[str, object] = field(default_factory=dict)
+
+
+def count_lines(text: str) -> int:
+    if not text:
+        return 0
+    return text.count("\n") + (0 if text.endswith("\n") else 1)
+
+
+def parse_bench_jsonl(text: str, *, kind: str) -> JsonFileResult:
+    """`*.bench.jsonl`, `bench.jsonl`, or any `*.jsonl` (shape detected per object: our requests or bench_serving)."""
+    rows: list[dict] = []
+    unparsed: list[tuple[int, str, str]] = []
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for index, line in enumerate(lines):
+        line_no = index + 1
+        stripped = line.strip()
+        if not stripped:
+            unparsed.append((line_no, "empty line", line))
+            continue
+        try:
+            document = json.loads(stripped)
+        except ValueError as error:
+            unparsed.append((line_no, f"not JSON ({error})", line))
+            continue
+        row = bench_row(document, line_no=line_no, position=len(rows), hint_kind=kind)
+        if row is None:
+            unparsed.append((line_no, "JSON of an unknown shape (not a bench request nor a bench_serving result)", line))
+            continue
+        rows.append(row)
+    return _result(rows, unparsed, len(lines))
+
+
+def parse_bench_json(text: str) -> JsonFileResult:
+    """The older `*.bench.json`: one JSON array; element 0 is the warm-up."""
+    total = count_lines(text)
+    try:
+        elements = json_array_elements(text)
+    except ValueError as error:
+        unparsed = [(1, f"not a JSON array ({error})", text.split("\n", 1)[0])]
+        return _result([], unparsed, total, all_unparsed=True)
+    rows: list[dict] = []
+    unparsed: list[tuple[int, str, str]] = []
+    for position, (line_no, document) in enumerate(elements):
+        row = bench_row(document, line_no=line_no, position=position, hint_kind="bench_json")
+        if row is None:
+            unparsed.append((line_no, "array element of an unknown shape", json.dumps(document)[:_RAW_KEEP]))
+        else:
+            rows.append(row)
+    return _result(rows, unparsed, total)
+
+
+def _result(rows: list[dict], unparsed: list[tuple[int, str, str]], total: int, *, all_unparsed: bool = False) -> JsonFileResult:
+    tables: dict[str, pl.DataFrame] = {}
+    if rows:
+        tables["bench_requests"] = pl.DataFrame(rows, schema=BENCH_COLUMNS, orient="row")
+    if unparsed:
+        tables["unparsed_lines"] = pl.DataFrame(
+            [(n, r, raw[:_RAW_KEEP]) for n, r, raw in unparsed], schema=_UNPARSED_COLUMNS, orient="row"
+        )
+    unparsed_lines = total if all_unparsed else len({n for n, _, _ in unparsed})
+    return JsonFileResult(tables=tables, total_lines=total, parsed_lines=total - unparsed_lines, unparsed_lines=unparsed_lines)
+
+
+def json_array_elements(text: str) -> list[tuple[int, object]]:
+    """Elements of a top-level JSON array with the (1-based) line each starts on."""
+    decoder = json.JSONDecoder()
+    position = _skip_space(text, 0)
+    if position >= len(text) or text[position] != "[":
+        raise ValueError("expected '[' at the start")
+    position = _skip_space(text, position + 1)
+    elements: list[tuple[int, object]] = []
+    if position < len(text) and text[position] == "]":
+        return elements
+    while True:
+        value, end = decoder.raw_decode(text, position)
+        elements.append((text.count("\n", 0, position) + 1, value))
+        position = _skip_space(text, end)
+        if position < len(text) and text[position] == ",":
+            position = _skip_space(text, position + 1)
+            continue
+        if position < len(text) and text[position] == "]":
+            return elements
+        raise ValueError(f"expected ',' or ']' at character {position}")
+
+
+def _skip_space(text: str, position: int) -> int:
+    while position < len(text) and text[position] in " \t\r\n":
+        position += 1
+    return position
+
+
+def bench_row(document: object, *, line_no: int, position: int, hint_kind: str) -> dict | None:
+    """One benchmark object → a bench_requests row (None when the shape is unknown)."""
+    if not isinstance(document, dict):
+        return None
+    if "latency_s" in document and ("meta_info" in document or "meta" in document or "completion_tokens" in document):
+        meta = document.get("meta_info") if isinstance(document.get("meta_info"), dict) else document.get("meta")
+        meta = meta if isinstance(meta, dict) else {}
+        is_array_shape = hint_kind == "bench_json" or "tok_s" in document and "tok_per_s" not in document
+        warmup = document.get("warmup")
+        if not isinstance(warmup, bool):
+            warmup = position == 0 if is_array_shape else None
+        request_index = document.get("i")
+        if not isinstance(request_index, int) or isinstance(request_index, bool):
+            request_index = position
+        known = {"run", "i", "warmup", "latency_s", "completion_tokens", "tok_per_s", "tok_s", "meta_info", "meta"}
+        extra = {key: value for key, value in document.items() if key not in known}
+        extra["meta"] = meta
+        return {
+            "line_no": line_no,
+            "request_index": request_index,
+            "warmup": warmup,
+            "latency_s": _number(document.get("latency_s")),
+            "prompt_tokens": _int(meta.get("prompt_tokens")),
+            "completion_tokens": _int(document.get("completion_tokens", meta.get("completion_tokens"))),
+            "output_tok_s": _number(document.get("tok_per_s", document.get("tok_s"))),
+            "spec_accept_length": _number(meta.get("spec_accept_length")),
+            "spec_accept_rate": _number(meta.get("spec_accept_rate")),
+            "spec_verify_ct": _int(meta.get("spec_verify_ct")),
+            "e2e_latency_s": _number(meta.get("e2e_latency")),
+            "source_kind": "bench_json" if is_array_shape else "bench_jsonl",
+            "extra": json_text(extra),
+        }
+    if "output_throughput" in document or ("backend" in document and "completed" in document):
+        mean_e2e_ms = _number(document.get("mean_e2e_latency_ms"))
+        return {
+            "line_no": line_no,
+            "request_index": position,
+            "warmup": False,
+            "latency_s": _number(document.get("duration")),
+            "prompt_tokens": _int(document.get("total_input_tokens")),
+            "completion_tokens": _int(document.get("total_output_tokens")),
+            "output_tok_s": _number(document.get("output_throughput")),
+            "spec_accept_length": _number(document.get("accept_length")),
+            "spec_accept_rate": None,
+            "spec_verify_ct": None,
+            "e2e_latency_s": None if mean_e2e_ms is None else mean_e2e_ms / 1000.0,
+            "source_kind": "bench_serving_jsonl",
+            "extra": json_text(document),
+        }
+    return None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if -(2**31) <= value < 2**31 else None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def json_text(value: object) -> str:
+    """JSON text DuckDB's JSON type accepts: Infinity/NaN become strings."""
+    return json.dumps(_finite(value), allow_nan=False, default=str)
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# run.json (launcher) and NCCL probe results
+
+
+def parse_run_json(text: str) -> JsonFileResult:
+    """Launcher run.json → the run's facts (cell, factors, env, argv, versions, outcome …); no table rows."""
+    total = count_lines(text)
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        unparsed = pl.DataFrame([(1, f"run.json is not JSON ({error})", text[:_RAW_KEEP])], schema=_UNPARSED_COLUMNS, orient="row")
+        return JsonFileResult(tables={"unparsed_lines": unparsed}, total_lines=total, parsed_lines=0, unparsed_lines=total,
+                              warnings=[f"run.json is not JSON ({error}); the run keeps its directory name"])
+    if not isinstance(document, dict):
+        unparsed = pl.DataFrame([(1, "run.json is not a JSON object", text[:_RAW_KEEP])], schema=_UNPARSED_COLUMNS, orient="row")
+        return JsonFileResult(tables={"unparsed_lines": unparsed}, total_lines=total, parsed_lines=0, unparsed_lines=total)
+    versions = document.get("versions") if isinstance(document.get("versions"), dict) else {}
+    gpus = document.get("gpus") if isinstance(document.get("gpus"), list) else []
+    gpu_names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict) and g.get("name")})
+    facts: dict[str, object] = {
+        "cell": _str(document.get("cell")),
+        "factors": json_text(document["factors"]) if isinstance(document.get("factors"), dict) else None,
+        "launch_index": _int(document.get("launch")),
+        "sglang_version": _str(versions.get("sglang")),
+        "hostname": _str(document.get("hostname")),
+        "gpu_name": ", ".join(gpu_names) or None,
+        "env": json_text(document["env"]) if isinstance(document.get("env"), dict) else None,
+        "argv": json_text(document["argv"]) if isinstance(document.get("argv"), list) else None,
+        "run_json": json_text(document),
+        "outcome": _str(document.get("outcome")),
+    }
+    warnings = []
+    schema = document.get("schema")
+    if schema is not None and schema != "speclogs.run/1":
+        warnings.append(f"run.json schema {schema!r} is not 'speclogs.run/1'; read what matched")
+    return JsonFileResult(tables={}, total_lines=total, parsed_lines=total, unparsed_lines=0, warnings=warnings,
+                          run_facts={k: v for k, v in facts.items() if v is not None})
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def parse_nccl_probe(text: str, source: str) -> JsonFileResult:
+    """`*.nccl_probe.json` (written by `speclogs probe nccl`) → nccl_probe rows, via its reader."""
+    from speclogs.ingest.nccl_probe import NCCL_PROBE_COLUMNS, nccl_probe_rows_from_dict
+
+    total = count_lines(text)
+    try:
+        document = json.loads(text)
+        probe = nccl_probe_rows_from_dict(document, source=source)
+    except (ValueError, InputError) as error:
+        reason = str(error) if isinstance(error, InputError) else f"not JSON ({error})"
+        unparsed = pl.DataFrame([(1, reason, text[:_RAW_KEEP])], schema=_UNPARSED_COLUMNS, orient="row")
+        return JsonFileResult(tables={"unparsed_lines": unparsed}, total_lines=total, parsed_lines=0, unparsed_lines=total,
+                              warnings=[reason])
+    tables = {}
+    if probe.rows:
+        records = [{column: _jsonish(row.get(column)) for column in NCCL_PROBE_COLUMNS} for row in probe.rows]
+        tables["nccl_probe"] = pl.DataFrame(records, infer_schema_length=None)
+    warnings = list(probe.warnings)
+    if probe.outcome not in ("ok",):
+        warnings.append(f"probe outcome {probe.outcome}: {probe.message}")
+    return JsonFileResult(tables=tables, total_lines=total, parsed_lines=total, unparsed_lines=0, warnings=warnings)
+
+
+def _jsonish(value: object) -> object:
+    return json_text(value) if isinstance(value, (dict, list)) else value

@@ -1,0 +1,195 @@
+"""Bytes → physical lines → pieces of text the grammars can read.
+
+A physical line is one `\\n`-terminated line of the file (CRLF endings are accepted). Most lines are one
+piece as they are. The few odd ones go through `split_pieces` (plain Python, they are rare):
+ANSI colour codes are stripped, tqdm's `\\r` states are split apart, a log record glued after a progress
+bar is cut off into its own piece (it keeps the physical line number), and outer prefixes added by
+docker compose / Ray / kubectl / journald / `docker logs -t` are peeled. Lines longer than MAX_LINE_BYTES
+are not parsed at all: they are stored as unparsed, truncated, with reason 'line too long'.
+
+Both parse paths (the polars fast path and the pyparsing slow path) get their pieces from here, so they
+see exactly the same text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import polars as pl
+
+MAX_LINE_BYTES = 1 << 20  # 1 MiB: longer lines are stored truncated as unparsed ('line too long')
+RAW_KEEP_CHARS = 8192  # how much of an over-long line unparsed_lines keeps
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\^\[\[[0-9;?]*[A-Za-z]")
+# A record header inside a line: SGLang '[YYYY-MM-DD HH:MM:SS' or an NCCL 'host:pid:tid [rank] NCCL '.
+GLUED_RE = re.compile(
+    r"\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}[]. ]"
+    r"|(?<![A-Za-z0-9._-])[A-Za-z0-9][A-Za-z0-9._-]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL "
+)
+# Outer prefixes added by the tool that captured the log, peeled before the SGLang grammar runs.
+OUTER_PREFIX_RE = re.compile(
+    r"^(?:"
+    r"[A-Za-z0-9][A-Za-z0-9_.-]*-[0-9]+ +\| "  # docker compose: 'sglang-1  | '
+    r"|\([A-Za-z_][A-Za-z0-9_]* pid=[0-9]+(?:, ip=[0-9A-Fa-f.:]+)?\) "  # Ray: '(SchedulerActor pid=123, ip=10.0.0.1) '
+    r"|\[pod/[^\]\s]+\] "  # kubectl logs --prefix: '[pod/name/container] '
+    r"|[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [^ ]+ [^ \[]+\[[0-9]+\]: "  # journald
+    r"|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z "  # docker logs -t
+    r")"
+)
+# The same outer-prefix test for polars (Rust regex): which lines need the Python piece splitter.
+_OUTER_PREFIX_POLARS = OUTER_PREFIX_RE.pattern
+
+
+@dataclass(frozen=True)
+class Lines:
+    """The physical lines of one chunk: `frame` has line_no (Int64), piece (Int32), text (Utf8) for the pieces to
+    classify; `blank` / `too_long` list lines that produce no piece; `raw` gives any line's text by line_no."""
+
+    frame: pl.DataFrame
+    total_lines: int
+    first_line_no: int
+    raw: pl.Series  # physical line text, index = line_no - first_line_no
+    blank: tuple[int, ...]
+    too_long: tuple[tuple[int, int], ...]  # (line_no, byte length)
+
+
+def read_lines(data: bytes | memoryview) -> pl.Series:
+    """Split valid UTF-8 bytes into physical lines (CRLF and LF; a final line without newline counts)."""
+    if not len(data):
+        return pl.Series("text", [], dtype=pl.Utf8)
+    if b"\x01" in data:
+        # the fast CSV reader below splits on \x01; such files go through Python
+        text = bytes(data).decode("utf-8")
+        parts = text.split("\n")
+        if parts and parts[-1] == "":
+            parts.pop()
+        parts = [p[:-1] if p.endswith("\r") else p for p in parts]
+        return pl.Series("text", parts, dtype=pl.Utf8)
+    frame = pl.read_csv(
+        bytes(data) if isinstance(data, memoryview) else data,
+        has_header=False,
+        separator="\x01",
+        quote_char=None,
+        infer_schema=False,
+        encoding="utf8-lossy",
+        new_columns=["text"],
+        low_memory=False,
+    )
+    return frame.get_column("text").fill_null("")
+
+
+def split_pieces(text: str) -> list[str]:
+    """One odd physical line → the pieces of text in it (possibly none): ANSI stripped, split at `\\r`,
+    glued records cut off, outer prefixes peeled, whitespace-only pieces dropped."""
+    if "\x1b" in text or "^[[" in text:
+        text = ANSI_RE.sub("", text)
+    pieces: list[str] = []
+    for segment in text.split("\r"):
+        segment = _peel(segment)
+        if not segment.strip():
+            continue
+        if not segment.startswith("["):
+            found = GLUED_RE.search(segment, 1)
+            if found is not None:
+                head = segment[: found.start()]
+                if head.strip():
+                    pieces.append(head)
+                segment = _peel(segment[found.start():])
+        pieces.append(segment)
+    return pieces
+
+
+def _peel(segment: str) -> str:
+    while True:
+        found = OUTER_PREFIX_RE.match(segment)
+        if found is None or not found.end():
+            return segment
+        segment = segment[found.end():]
+
+
+def needs_split(text: pl.Expr) -> pl.Expr:
+    """Rows the Python piece splitter must see (rare): CR, ANSI, outer prefixes, records glued after text."""
+    not_bracket = ~text.str.starts_with("[")
+    return (
+        text.str.contains("\r", literal=True)
+        | text.str.contains("\x1b", literal=True)
+        | text.str.contains("^[[", literal=True)
+        | (not_bracket & text.str.contains("[20", literal=True))
+        | (not_bracket & text.str.contains(_OUTER_PREFIX_POLARS))
+        | (text.str.strip_chars() == "")
+    )
+
+
+def build_lines(data: bytes | memoryview, first_line_no: int = 1) -> Lines:
+    """Physical lines of a chunk → the piece frame both parse paths classify."""
+    raw = read_lines(data)
+    total = raw.len()
+    frame = pl.DataFrame({"text": raw}).with_row_index("line_no", offset=0)
+    frame = frame.with_columns((pl.col("line_no").cast(pl.Int64) + first_line_no).alias("line_no"))
+    too_long_mask = pl.col("text").str.len_bytes() > MAX_LINE_BYTES
+    too_long_frame = frame.filter(too_long_mask)
+    too_long = tuple(
+        zip(too_long_frame["line_no"].to_list(), too_long_frame["text"].str.len_bytes().to_list())
+    )
+    if too_long:
+        frame = frame.filter(~too_long_mask)
+    odd_mask = frame.select(needs_split(pl.col("text"))).to_series()
+    blank: list[int] = []
+    if odd_mask.any():
+        odd = frame.filter(odd_mask)
+        normal = frame.filter(~odd_mask)
+        rows_line: list[int] = []
+        rows_piece: list[int] = []
+        rows_text: list[str] = []
+        for line_no, text in zip(odd["line_no"].to_list(), odd["text"].to_list()):
+            pieces = split_pieces(text)
+            if not pieces:
+                blank.append(line_no)
+            for index, piece in enumerate(pieces):
+                rows_line.append(line_no)
+                rows_piece.append(index)
+                rows_text.append(piece)
+        split_frame = pl.DataFrame(
+            {"line_no": rows_line, "piece": rows_piece, "text": rows_text},
+            schema={"line_no": pl.Int64, "piece": pl.Int32, "text": pl.Utf8},
+        )
+        normal = normal.select("line_no", pl.lit(0, dtype=pl.Int32).alias("piece"), "text")
+        frame = pl.concat([normal, split_frame]).sort(["line_no", "piece"])
+    else:
+        frame = frame.select("line_no", pl.lit(0, dtype=pl.Int32).alias("piece"), "text")
+    return Lines(
+        frame=frame,
+        total_lines=total,
+        first_line_no=first_line_no,
+        raw=raw,
+        blank=tuple(blank),
+        too_long=too_long,
+    )
+
+
+def pieces_slow(data: bytes, first_line_no: int = 1) -> tuple[list[tuple[int, int, str]], int, list[int], list[tuple[int, int]]]:
+    """Pure-Python twin of build_lines for the slow path: (pieces, total_lines, blank, too_long).
+
+    Every line goes through split_pieces (the fast path sends only odd lines there; on ordinary lines
+    split_pieces is the identity, which the path-equivalence test checks)."""
+    text = data.decode("utf-8") if isinstance(data, bytes) else bytes(data).decode("utf-8")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    pieces: list[tuple[int, int, str]] = []
+    blank: list[int] = []
+    too_long: list[tuple[int, int]] = []
+    for offset, line in enumerate(lines):
+        line_no = first_line_no + offset
+        if line.endswith("\r"):
+            line = line[:-1]
+        size = len(line.encode("utf-8"))
+        if size > MAX_LINE_BYTES:
+            too_long.append((line_no, size))
+            continue
+        parts = split_pieces(line)
+        if not parts:
+            blank.append(line_no)
+        pieces.extend((line_no, index, part) for index, part in enumerate(parts))
+    return pieces, len(lines), blank, too_long

@@ -1,0 +1,356 @@
+"""Claims → table frames: multi-line error records, launches, server_args rows, unparsed rows, line accounting.
+
+Shared by both parse paths (they differ only in how pieces are classified), so everything decided here —
+which lines continue a traceback, which launch a line belongs to, which lines count as parsed — is the
+same for both.
+
+Launches: a log file is split at each `server_args=` line (launch_no 1, 2, …). Lines before the first
+server_args line (SGLang prints warnings there) belong to launch 1; a file without any has one launch.
+
+Tracebacks: a head (`… Traceback (most recent call last):`) starts an `errors` record; the following lines
+continue it while they are traceback frames / the exception line, or unrecognised text before the
+exception line (e.g. "During handling of the above exception …"). A frame with no head before it is
+stored as unparsed ('traceback line without a traceback head').
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from speclogs.grammar import parse_server_args
+from speclogs.ingest.classify import Claims, Engine, NearMiss, is_server_args
+from speclogs.ingest.lines import RAW_KEEP_CHARS
+
+ERRORS_TABLE = "errors"
+# grammar table names that cannot be SQL table names as they are (FOREIGN is an SQL keyword)
+TABLE_RENAMES = {"foreign": "foreign_lines"}
+HEAD, FRAME, END = "traceback_head", "traceback_frame", "traceback_end"
+ROLE_COLUMN = "record"
+
+REASON_UNMATCHED_SGLANG = "SGLang line, no pattern matched"
+REASON_UNMATCHED = "no pattern matched"
+REASON_EMPTY = "empty line"
+REASON_ORPHAN_FRAME = "traceback line without a traceback head"
+_FRAGMENT = " (fragment; the same line also holds parsed records)"
+
+
+@dataclass
+class ChunkResult:
+    """One chunk of a log parsed into table frames (no run_id / source_file yet: the store adds them)."""
+
+    tables: dict[str, pl.DataFrame]
+    total_lines: int
+    parsed_lines: int
+    continuation_lines: int
+    unparsed_lines: int
+    prefixed_pieces: int
+    launch_starts: list[int]  # line numbers of server_args lines in this chunk
+    near_miss_counts: dict[str, int] = field(default_factory=dict)
+    near_misses: list[NearMiss] = field(default_factory=list)
+    run_facts: dict[str, object] = field(default_factory=dict)
+    launch_facts: list[tuple[int, str, object]] = field(default_factory=list)  # (launch_no, fact, ts)
+
+
+LAUNCH_EVENT_KINDS = ("server_args", "ready", "cuda_graph_end", "sigterm")
+
+
+def assemble(
+    engine: Engine,
+    claims: Claims,
+    raw_lines: pl.DataFrame,
+    *,
+    total_lines: int,
+    blank: tuple[int, ...] | list[int],
+    too_long: tuple[tuple[int, int], ...] | list[tuple[int, int]],
+    launches_before: int,
+) -> ChunkResult:
+    """Build the table frames of one chunk. `raw_lines` is (line_no, raw) for every physical line of the chunk."""
+    patterns = {c.name: c.pattern for c in engine.patterns}
+    launch_starts = sorted(
+        line_no for name, frame in claims.frames.items() if is_server_args(patterns[name]) for line_no in frame["line_no"].to_list()
+    )
+
+    # 1. error records out of heads / frames / ends and the unclaimed lines around them
+    error_frames = {name: frame for name, frame in claims.frames.items() if patterns[name].table == ERRORS_TABLE}
+    records, continuation_keys, orphan_keys = _group_errors(error_frames, claims.unclaimed)
+
+    # 2. typed tables
+    by_table: dict[str, list[pl.DataFrame]] = {}
+    for name, frame in claims.frames.items():
+        table = patterns[name].table
+        if table == ERRORS_TABLE:
+            continue
+        table = TABLE_RENAMES.get(table, table)
+        by_table.setdefault(table, []).append(frame)
+    tables = {
+        table: pl.concat(frames, how="diagonal_relaxed").sort(["line_no", "piece"])
+        for table, frames in by_table.items()
+    }
+    if records:
+        tables[ERRORS_TABLE] = _errors_frame(records, raw_lines)
+
+    # 3. server_args name/value rows
+    if claims.server_args_text:
+        header_frames = [frame for name, frame in claims.frames.items() if is_server_args(patterns[name])]
+        tables["server_args"] = _server_args_frame(claims, header_frames)
+
+    # 4. line accounting
+    parsed_keys = set()
+    for name, frame in claims.frames.items():
+        if patterns[name].table == ERRORS_TABLE and not _is_head(patterns[name]):
+            continue
+        parsed_keys.update(frame["line_no"].to_list())
+    parsed_lines = parsed_keys
+    continuation_lines = {line for line, _ in continuation_keys} - parsed_lines
+    unclaimed = claims.unclaimed
+    unparsed_rows: list[tuple[int, str]] = []
+    seen_unparsed: set[int] = set()
+    for line_no, piece, _text, prefixed in unclaimed.iter_rows():
+        if (line_no, piece) in continuation_keys or line_no in seen_unparsed:
+            continue
+        seen_unparsed.add(line_no)
+        reason = REASON_UNMATCHED_SGLANG if prefixed else REASON_UNMATCHED
+        unparsed_rows.append((line_no, reason))
+    for line_no, _piece in sorted(orphan_keys):
+        if line_no not in seen_unparsed:
+            seen_unparsed.add(line_no)
+            unparsed_rows.append((line_no, REASON_ORPHAN_FRAME))
+    for line_no in blank:
+        seen_unparsed.add(line_no)
+        unparsed_rows.append((line_no, REASON_EMPTY))
+    for line_no, size in too_long:
+        seen_unparsed.add(line_no)
+        unparsed_rows.append((line_no, f"line too long ({size:,} bytes; kept the first {RAW_KEEP_CHARS:,} characters)"))
+    unparsed_rows = [
+        (line_no, reason + _FRAGMENT if line_no in parsed_lines or line_no in continuation_lines else reason)
+        for line_no, reason in unparsed_rows
+    ]
+    if unparsed_rows:
+        tables["unparsed_lines"] = _unparsed_frame(unparsed_rows, raw_lines)
+    unparsed_count = total_lines - len(parsed_lines) - len(continuation_lines)
+
+    # 5. launch numbers for every table
+    for table, frame in tables.items():
+        tables[table] = _with_launch(frame, launch_starts, launches_before).drop("piece", strict=False)
+
+    return ChunkResult(
+        tables=tables,
+        total_lines=total_lines,
+        parsed_lines=len(parsed_lines),
+        continuation_lines=len(continuation_lines),
+        unparsed_lines=unparsed_count,
+        prefixed_pieces=claims.prefixed_pieces,
+        launch_starts=launch_starts,
+        near_miss_counts=dict(claims.near_miss_counts),
+        near_misses=list(claims.near_misses),
+        run_facts=_run_facts(tables),
+        launch_facts=_launch_facts(tables),
+    )
+
+
+def _launch_facts(tables: dict[str, pl.DataFrame]) -> list[tuple[int, str, object]]:
+    """The few timestamped events launches are summarised by: server_args, ready, cuda_graph_end, sigterm, /health 200."""
+    facts: list[tuple[int, str, object]] = []
+    events = tables.get("server_events")
+    if events is not None and "kind" in events.columns and "ts" in events.columns:
+        picked = events.filter(pl.col("kind").is_in(LAUNCH_EVENT_KINDS) & pl.col("ts").is_not_null())
+        facts += picked.select("launch_no", "kind", "ts").rows()
+    http = tables.get("http_requests")
+    if http is not None and {"path", "status", "ts"} <= set(http.columns):
+        health = http.filter(pl.col("path").str.starts_with("/health") & (pl.col("status") == 200) & pl.col("ts").is_not_null())
+        facts += [(launch, "health_200", ts) for launch, ts in health.select("launch_no", "ts").rows()]
+    return facts
+
+
+def _is_head(pattern) -> bool:
+    return pattern.constants.get(ROLE_COLUMN, HEAD) == HEAD
+
+
+@dataclass
+class _Record:
+    head: dict
+    members: list[tuple[int, int]]  # (line_no, piece), head first
+    ended: bool = False
+    exception_type: str | None = None
+    exception_message: str | None = None
+    last_line: int = 0
+
+
+def _group_errors(
+    error_frames: dict[str, pl.DataFrame], unclaimed: pl.DataFrame
+) -> tuple[list[_Record], set[tuple[int, int]], set[tuple[int, int]]]:
+    events: list[tuple[int, int, str, dict]] = []
+    for frame in error_frames.values():
+        for row in frame.iter_rows(named=True):
+            events.append((row["line_no"], row["piece"], row.get(ROLE_COLUMN) or HEAD, row))
+    if not events:
+        return [], set(), set()
+    for line_no, piece, _text, prefixed in unclaimed.iter_rows():
+        if not prefixed:
+            events.append((line_no, piece, "text", {}))
+    events.sort(key=lambda e: (e[0], e[1]))
+    records: list[_Record] = []
+    continuation: set[tuple[int, int]] = set()
+    orphans: set[tuple[int, int]] = set()
+    current: _Record | None = None
+    for line_no, piece, role, row in events:
+        adjacent = current is not None and line_no <= current.last_line + 1
+        if role == HEAD:
+            current = _Record(head=row, members=[(line_no, piece)], last_line=line_no)
+            records.append(current)
+        elif role in (FRAME, END) and adjacent:
+            current.members.append((line_no, piece))
+            current.last_line = line_no
+            continuation.add((line_no, piece))
+            if role == END:
+                current.ended = True
+                if row.get("exception_type"):
+                    current.exception_type = row["exception_type"]
+                    current.exception_message = row.get("exception_message")
+        elif role in (FRAME, END):
+            orphans.add((line_no, piece))
+            current = None
+        elif role == "text" and adjacent and not current.ended:
+            current.members.append((line_no, piece))
+            current.last_line = line_no
+            continuation.add((line_no, piece))
+        else:
+            current = None  # an unrelated line, or text after the exception line, closes the record
+    return records, continuation, orphans
+
+
+def _errors_frame(records: list[_Record], raw_lines: pl.DataFrame) -> pl.DataFrame:
+    wanted = sorted({line for record in records for line, _ in record.members})
+    raw = dict(raw_lines.filter(pl.col("line_no").is_in(wanted)).iter_rows())
+    rows = []
+    for record in records:
+        head = record.head
+        lines = sorted({line for line, _ in record.members})
+        texts = [raw.get(line, "") for line in lines]
+        rows.append(
+            {
+                "line_no": lines[0],
+                "piece": record.members[0][1],
+                "last_line_no": lines[-1],
+                "ts": head.get("ts"),
+                "tp_rank": head.get("tp_rank"),
+                "rank_tags": head.get("rank_tags"),
+                "kind": head.get("kind") or "traceback",
+                "first_line": texts[0],
+                "last_line": texts[-1],
+                "exception_type": record.exception_type or head.get("exception_type"),
+                "text": "\n".join(texts),
+                "exception_message": record.exception_message or head.get("exception_message"),
+                "component": head.get("component"),
+            }
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "line_no": pl.Int64,
+            "piece": pl.Int32,
+            "last_line_no": pl.Int64,
+            "ts": pl.Datetime("us"),
+            "tp_rank": pl.Int32,
+            "rank_tags": pl.Utf8,
+            "kind": pl.Utf8,
+            "first_line": pl.Utf8,
+            "last_line": pl.Utf8,
+            "exception_type": pl.Utf8,
+            "text": pl.Utf8,
+            "exception_message": pl.Utf8,
+            "component": pl.Utf8,
+        },
+        orient="row",
+    )
+
+
+def _server_args_frame(claims: Claims, header_frames: list[pl.DataFrame]) -> pl.DataFrame:
+    ts_by_key: dict[tuple[int, int], object] = {}
+    for frame in header_frames:
+        if "ts" in frame.columns:
+            for line_no, piece, ts in frame.select("line_no", "piece", "ts").iter_rows():
+                ts_by_key[(line_no, piece)] = ts
+    rows = []
+    for (line_no, piece), message in sorted(claims.server_args_text.items()):
+        body = message.split("=", 1)[1] if "=" in message else message
+        for name, value_text, value in parse_server_args(body):
+            rows.append(
+                {
+                    "line_no": line_no,
+                    "piece": piece,
+                    "ts": ts_by_key.get((line_no, piece)),
+                    "name": name,
+                    "value": value_text,
+                    "value_json": to_json_text(value, value_text),
+                }
+            )
+    return pl.DataFrame(
+        rows,
+        schema={"line_no": pl.Int64, "piece": pl.Int32, "ts": pl.Datetime("us"), "name": pl.Utf8, "value": pl.Utf8, "value_json": pl.Utf8},
+        orient="row",
+    )
+
+
+def to_json_text(value: object, repr_text: str | None = None) -> str | None:
+    """A Python literal as JSON text for a JSON column (non-finite floats as strings); None when unknown."""
+    if value is None:
+        return "null" if repr_text == "None" else None
+    try:
+        return json.dumps(_json_safe(value), allow_nan=False)
+    except (TypeError, ValueError):
+        return json.dumps(str(value))
+
+
+def _json_safe(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def _unparsed_frame(rows: list[tuple[int, str]], raw_lines: pl.DataFrame) -> pl.DataFrame:
+    frame = pl.DataFrame(rows, schema={"line_no": pl.Int64, "reason": pl.Utf8}, orient="row").sort("line_no")
+    frame = frame.join(raw_lines, on="line_no", how="left", maintain_order="left")
+    return frame.with_columns(
+        pl.col("raw").fill_null("").str.slice(0, RAW_KEEP_CHARS),
+        pl.lit(0, dtype=pl.Int32).alias("piece"),
+    )
+
+
+def _with_launch(frame: pl.DataFrame, launch_starts: list[int], launches_before: int) -> pl.DataFrame:
+    if launch_starts:
+        starts = pl.Series("starts", launch_starts, dtype=pl.Int64)
+        within = starts.search_sorted(frame.get_column("line_no"), side="right").cast(pl.Int32)
+        launch = (within + launches_before).clip(lower_bound=1)
+    else:
+        launch = pl.Series([max(1, launches_before)] * frame.height, dtype=pl.Int32)
+    return frame.with_columns(launch.alias("launch_no").cast(pl.Int32))
+
+
+def _run_facts(tables: dict[str, pl.DataFrame]) -> dict[str, object]:
+    """What a log says about its run: model path, speculative algorithm, TP size (first launch), host."""
+    facts: dict[str, object] = {}
+    server_args = tables.get("server_args")
+    if server_args is not None and server_args.height:
+        first = server_args.filter(pl.col("line_no") == server_args["line_no"].min())
+        values = {name: json.loads(v) if v is not None else None for name, v in first.select("name", "value_json").iter_rows()}
+        facts["model_path"] = values.get("model_path")
+        facts["speculative_algorithm"] = values.get("speculative_algorithm")
+        tp_size = values.get("tp_size")
+        facts["tp_size"] = tp_size if isinstance(tp_size, int) else None
+    nccl = tables.get("nccl_events")
+    if nccl is not None and "host" in nccl.columns:
+        hosts = nccl.get_column("host").drop_nulls()
+        if hosts.len():
+            facts["hostname"] = hosts[0]
+    return facts

@@ -1,0 +1,358 @@
+"""Which files to ingest, which run each belongs to, and reading their bytes safely.
+
+Discovery turns the user's PATH arguments (files, directories, `-`) into `InputFile`s, each with the
+run it belongs to, and counts what it skipped and why. Reading (`read_input`) copes with gzip (also
+truncated), binary files, NUL bytes, non-UTF-8 bytes and files that vanish between discovery and read:
+it never raises for a bad file, it returns a skip reason or warnings instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from speclogs.errors import InputError
+
+STDIN_NAME = "<stdin>"
+
+# File kinds and the names that select them inside a directory (explicitly named files are always read).
+LOG_SUFFIXES = (".log", ".txt", ".out", ".log.gz", ".txt.gz", ".out.gz")
+BENCH_JSONL_SUFFIX = ".bench.jsonl"
+BENCH_JSON_SUFFIX = ".bench.json"
+NCCL_PROBE_SUFFIX = ".nccl_probe.json"
+RUN_JSON_NAME = "run.json"
+
+# Longest first: the stem of 'a.bench.jsonl' is 'a', not 'a.bench'.
+_STEM_SUFFIXES = (
+    NCCL_PROBE_SUFFIX,
+    BENCH_JSONL_SUFFIX,
+    BENCH_JSON_SUFFIX,
+    ".log.gz",
+    ".txt.gz",
+    ".out.gz",
+    ".jsonl",
+    ".log",
+    ".txt",
+    ".out",
+    ".gz",
+    ".json",
+)
+
+BINARY_PROBE_BYTES = 8192
+_BINARY_MAGIC = (
+    b"\x7fELF",
+    b"\x89PNG",
+    b"PK\x03\x04",
+    b"%PDF",
+    b"SQLite format 3",
+    b"\xff\xd8\xff",
+    b"GIF8",
+    b"BZh",
+    b"\xfd7zXZ",
+    b"(\xb5/\xfd",
+)
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """The run a file belongs to: a log stem, a launcher launch directory, or a name given with --run-name."""
+
+    run_id: str
+    run_name: str
+    source_dir: str | None
+    cell: str | None = None
+    launch_index: int | None = None
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One file to ingest. `source_file` is what the tables' source_file column holds (resolved path or '<stdin>')."""
+
+    source_file: str
+    kind: str  # 'log' | 'bench_jsonl' | 'bench_json' | 'jsonl' | 'run_json' | 'nccl_probe'
+    run: RunRef
+    path: Path | None  # None for stdin
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What discovery found: the files to read, and what it skipped with a reason (reason → count, examples)."""
+
+    files: tuple[InputFile, ...]
+    skipped: dict[str, int] = field(default_factory=dict)
+    skipped_examples: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RawInput:
+    """A file's decoded-safe bytes (valid UTF-8, NUL bytes replaced) plus what was wrong with it."""
+
+    data: bytes
+    sha256: str
+    size_bytes: int
+    skipped_reason: str | None = None
+    warnings: tuple[str, ...] = ()
+    invalid_utf8: int = 0
+    nul_bytes: int = 0
+
+
+def run_id_for(key: str) -> str:
+    """run_id: 12 hex digits of sha1 over the run's key."""
+    return hashlib.sha1(key.encode("utf-8")).hexdigest()[:12]
+
+
+def file_stem(name: str) -> str:
+    """'eagle3_nccl.bench.jsonl' → 'eagle3_nccl'; 'server.log.gz' → 'server'."""
+    for suffix in _STEM_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return Path(name).stem or name
+
+
+def kind_for_name(name: str) -> str | None:
+    """The file kind a directory walk gives a file name, or None when the name is not one speclogs reads."""
+    if name == RUN_JSON_NAME:
+        return "run_json"
+    if name.endswith(NCCL_PROBE_SUFFIX):
+        return "nccl_probe"
+    if name.endswith(BENCH_JSONL_SUFFIX) or name == "bench.jsonl":
+        return "bench_jsonl"
+    if name.endswith(BENCH_JSON_SUFFIX):
+        return "bench_json"
+    if name.endswith(".jsonl"):
+        return "jsonl"
+    if name.endswith(LOG_SUFFIXES):
+        return "log"
+    return None
+
+
+def _skip_reason_for_name(name: str) -> str:
+    suffix = "".join(Path(name).suffixes[-2:]) or "(no extension)"
+    return f"not a log or bench file name ({suffix})"
+
+
+def discover_inputs(paths: list[str], *, run_name: str | None = None) -> Discovery:
+    """Expand PATH arguments into input files with their runs.
+
+    Explicit files are always read (as logs unless the name says bench/run.json); directories are walked
+    recursively, skipping hidden entries and names that are not logs/bench files. Raises InputError for a
+    named path that does not exist.
+    """
+    files: list[InputFile] = []
+    skipped: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    seen: set[str] = set()
+    launch_dirs: dict[str, RunRef | None] = {}
+
+    def skip(reason: str, where: str) -> None:
+        skipped[reason] += 1
+        examples.setdefault(reason, where)
+
+    def add(path: Path, kind: str, size: int) -> None:
+        resolved = str(path.resolve())
+        if resolved in seen:
+            return
+        seen.add(resolved)
+        run = _run_for(path, run_name, launch_dirs)
+        files.append(InputFile(source_file=resolved, kind=kind, run=run, path=path, size_bytes=size))
+
+    for argument in paths:
+        if argument == "-":
+            if STDIN_NAME in seen:
+                continue
+            seen.add(STDIN_NAME)
+            name = run_name or "stdin"
+            run = RunRef(run_id=run_id_for(f"stdin:{name}"), run_name=name, source_dir=None)
+            files.append(InputFile(source_file=STDIN_NAME, kind="log", run=run, path=None, size_bytes=0))
+            continue
+        path = Path(argument)
+        try:
+            is_dir = path.is_dir()
+            exists = is_dir or path.exists()
+        except OSError as error:
+            raise InputError(f"cannot read {argument}: {error.strerror}", hint="check the path and its permissions") from error
+        if not exists:
+            raise InputError(
+                f"{argument}: no such file or directory",
+                hint="pass log files, directories, .gz files or '-' for stdin",
+            )
+        if is_dir:
+            _walk(path, add, skip)
+        else:
+            kind = kind_for_name(path.name) or "log"
+            add(path, kind, _size(path))
+    return Discovery(files=tuple(files), skipped=dict(skipped), skipped_examples=examples)
+
+
+def _walk(root: Path, add, skip) -> None:
+    def on_error(error: OSError) -> None:
+        skip(f"unreadable directory ({error.strerror})", str(error.filename))
+
+    for directory, dirnames, filenames in os.walk(root, onerror=on_error):
+        hidden_dirs = [d for d in dirnames if d.startswith(".") or d == "__pycache__"]
+        for name in hidden_dirs:
+            skip("hidden directory", os.path.join(directory, name))
+        dirnames[:] = sorted(d for d in dirnames if d not in hidden_dirs)
+        for name in sorted(filenames):
+            where = os.path.join(directory, name)
+            if name.startswith("."):
+                skip("hidden file", where)
+                continue
+            kind = kind_for_name(name)
+            if kind is None:
+                skip(_skip_reason_for_name(name), where)
+                continue
+            path = Path(where)
+            if not path.is_file():
+                skip("not a regular file", where)
+                continue
+            add(path, kind, _size(path))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _run_for(path: Path, run_name: str | None, launch_dirs: dict[str, RunRef | None]) -> RunRef:
+    directory = path.resolve().parent
+    if run_name is not None:
+        return RunRef(run_id=run_id_for(f"name:{run_name}"), run_name=run_name, source_dir=str(directory))
+    key = str(directory)
+    if key not in launch_dirs:
+        launch_dirs[key] = _launch_run(directory)
+    launch = launch_dirs[key]
+    if launch is not None:
+        return launch
+    stem = file_stem(path.name)
+    return RunRef(run_id=run_id_for(f"{directory}/{stem}"), run_name=stem, source_dir=str(directory))
+
+
+def _launch_run(directory: Path) -> RunRef | None:
+    """A launcher launch directory (holds run.json) is one run named '<cell>_<launch>'."""
+    run_json = directory / RUN_JSON_NAME
+    if not run_json.is_file():
+        return None
+    try:
+        document = json.loads(run_json.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        document = None
+    if not isinstance(document, dict):
+        return RunRef(run_id=run_id_for(str(directory)), run_name=directory.name, source_dir=str(directory))
+    cell = document.get("cell") if isinstance(document.get("cell"), str) else None
+    launch = document.get("launch") if isinstance(document.get("launch"), int) else None
+    name = document.get("run_name")
+    if not isinstance(name, str) or not name:
+        name = f"{cell}_{launch}" if cell is not None and launch is not None else directory.name
+    uid = document.get("run_uid")
+    key = f"run_uid:{uid}" if isinstance(uid, str) and uid else str(directory)
+    return RunRef(run_id=run_id_for(key), run_name=name, source_dir=str(directory), cell=cell, launch_index=launch)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# reading
+
+
+def read_input(item: InputFile) -> RawInput:
+    """Read one input's bytes: gunzip, refuse binary files, make the text valid UTF-8. Never raises for a bad file."""
+    warnings: list[str] = []
+    if item.path is None:
+        raw = sys.stdin.buffer.read()
+    else:
+        try:
+            with open(item.path, "rb") as handle:
+                raw = handle.read()
+        except FileNotFoundError:
+            return _skipped("disappeared before it could be read")
+        except IsADirectoryError:
+            return _skipped("is a directory")
+        except PermissionError:
+            return _skipped("permission denied")
+        except OSError as error:
+            return _skipped(f"read error ({error.strerror or error})")
+        if item.size_bytes and len(raw) != item.size_bytes:
+            warnings.append(f"changed while being read ({item.size_bytes:,} bytes when found, {len(raw):,} when read)")
+    sha256 = hashlib.sha256(raw).hexdigest()
+    size = len(raw)
+    if raw.startswith(_GZIP_MAGIC):
+        raw, gzip_problem = gunzip(raw)
+        if gzip_problem:
+            warnings.append(gzip_problem)
+    binary = binary_reason(raw[:BINARY_PROBE_BYTES])
+    if binary is not None:
+        return RawInput(data=b"", sha256=sha256, size_bytes=size, skipped_reason=binary, warnings=tuple(warnings))
+    data, invalid, nuls = make_valid_text(raw)
+    if invalid:
+        warnings.append(f"{invalid:,} invalid UTF-8 byte sequences replaced by U+FFFD")
+    if nuls:
+        warnings.append(f"{nuls:,} NUL bytes replaced by U+FFFD")
+    return RawInput(
+        data=data, sha256=sha256, size_bytes=size, warnings=tuple(warnings), invalid_utf8=invalid, nul_bytes=nuls
+    )
+
+
+def _skipped(reason: str) -> RawInput:
+    return RawInput(data=b"", sha256="", size_bytes=0, skipped_reason=reason)
+
+
+def gunzip(raw: bytes) -> tuple[bytes, str | None]:
+    """Decompress (multi-member) gzip; a truncated or corrupt stream keeps what decompressed and says where it stopped."""
+    pieces: list[bytes] = []
+    remaining = raw
+    produced = 0
+    while remaining:
+        decompressor = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
+        try:
+            out = decompressor.decompress(remaining)
+        except zlib.error as error:
+            return b"".join(pieces), f"corrupt gzip at byte {produced:,} of the decompressed text ({error}); kept what decompressed"
+        pieces.append(out)
+        produced += len(out)
+        if not decompressor.eof:
+            return b"".join(pieces), f"truncated gzip at byte {produced:,} of the decompressed text; kept what decompressed"
+        remaining = decompressor.unused_data
+        if remaining and not remaining.startswith(_GZIP_MAGIC):
+            break  # trailing garbage after the last member, as gzip(1) ignores it
+    return b"".join(pieces), None
+
+
+def binary_reason(head: bytes) -> str | None:
+    """Why the first bytes of a file look binary (None for text): known magic numbers, or mostly control bytes."""
+    for magic in _BINARY_MAGIC:
+        if head.startswith(magic):
+            return "binary file (magic number)"
+    if b"\x00" not in head:
+        return None
+    control = sum(1 for byte in head if byte < 32 and byte not in (9, 10, 13, 27, 12, 8)) + head.count(b"\x7f")
+    if control > 0.3 * len(head):
+        return f"binary file ({control:,} control/NUL bytes in the first {len(head):,})"
+    return None
+
+
+_REPLACEMENT = "\ufffd".encode("utf-8")
+
+
+def make_valid_text(raw: bytes) -> tuple[bytes, int, int]:
+    """→ (valid UTF-8 bytes, invalid sequences replaced, NUL bytes replaced)."""
+    nuls = raw.count(b"\x00")
+    if nuls:
+        raw = raw.replace(b"\x00", _REPLACEMENT)
+    try:
+        raw.decode("utf-8")
+        return raw, 0, nuls
+    except UnicodeDecodeError:
+        pass
+    already = raw.count(_REPLACEMENT)
+    text = raw.decode("utf-8", errors="replace")
+    invalid = text.count("\ufffd") - already
+    return text.encode("utf-8"), invalid, nuls

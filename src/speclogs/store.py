@@ -1,0 +1,524 @@
+"""The DuckDB store: open the database (schema.sql), ingest files into it, run read-only queries.
+
+`ingest_paths` is the library behind `speclogs ingest`: discover the inputs, and for each file, in ONE
+transaction: skip it when the same content is already stored (sha256 in `files`), else delete its old rows
+(with replace=True), parse it (speclogs.ingest), insert every table's rows, record the file and its line
+accounting, and upsert its run. A file that cannot be read or parsed is rolled back and reported in the
+summary; nothing raises for a bad input file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from speclogs.errors import InputError, SpeclogsError, StoreError
+from speclogs.ingest import (
+    DEFAULT_CHUNK_BYTES,
+    IngestSummary,
+    InputFile,
+    ProgressEvent,
+    discover_inputs,
+    parse_bench_json,
+    parse_bench_jsonl,
+    parse_log_chunks,
+    parse_nccl_probe,
+    parse_run_json,
+    read_input,
+)
+from speclogs.ingest.sources import STDIN_NAME
+
+SCHEMA_VERSION = "1"
+PROGRESS_MIN_BYTES = 8 << 20
+_LOCK_PID = re.compile(r"PID (\d+)")
+_POLARS_TO_SQL = {
+    pl.Int8: "INTEGER",
+    pl.Int16: "INTEGER",
+    pl.Int32: "INTEGER",
+    pl.Int64: "BIGINT",
+    pl.UInt32: "BIGINT",
+    pl.Float32: "DOUBLE",
+    pl.Float64: "DOUBLE",
+    pl.Boolean: "BOOLEAN",
+    pl.Utf8: "VARCHAR",
+}
+NO_SGLANG_WARNING = "no SGLang lines: is this an SGLang log?"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# connections
+
+
+def schema_sql() -> str:
+    return resources.files("speclogs").joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+VIEWS_SQL = """
+CREATE OR REPLACE VIEW line_accounting AS
+SELECT f.source_file, f.run_id, f.kind, f.total_lines,
+       f.parsed_lines AS parsed, f.continuation_lines AS continuation, f.unparsed_lines AS unparsed,
+       (f.parsed_lines + f.continuation_lines + f.unparsed_lines = f.total_lines) AS balanced,
+       round(100.0 * f.parsed_lines / nullif(f.total_lines, 0), 2) AS parsed_pct
+FROM files f
+WHERE f.skipped_reason IS NULL;
+"""
+
+
+def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open the speclogs database (creating the schema when writable). Raises StoreError with a clear reason."""
+    path = Path(db_path)
+    if read_only and not path.exists():
+        raise StoreError(f"no database at {path}", hint="run `speclogs ingest PATH… --db FILE` first, or pass --db")
+    try:
+        connection = duckdb.connect(str(path), read_only=read_only)
+    except duckdb.IOException as error:
+        raise _store_error(path, error) from error
+    except duckdb.Error as error:
+        raise StoreError(f"cannot open {path}: {error}", hint="is it a DuckDB file written by speclogs?") from error
+    if not read_only:
+        try:
+            connection.execute(schema_sql())
+            connection.execute(VIEWS_SQL)
+            connection.execute(
+                "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [SCHEMA_VERSION]
+            )
+        except duckdb.Error as error:
+            connection.close()
+            raise StoreError(f"cannot create the speclogs schema in {path}: {error}", hint="use a new --db file") from error
+    return connection
+
+
+def _store_error(path: Path, error: duckdb.Error) -> StoreError:
+    message = str(error)
+    if "lock" in message.lower():
+        found = _LOCK_PID.search(message)
+        pid = found.group(1) if found else "unknown"
+        return StoreError(
+            f"{path} is being written by another process (pid {pid}?)",
+            hint="wait for it to finish (each file is one transaction), or use another --db file",
+        )
+    return StoreError(f"cannot open {path}: {message}", hint="check the path and its permissions")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# queries
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    columns: tuple[str, ...]
+    types: tuple[str, ...]
+    rows: tuple[tuple, ...]
+
+    def to_csv(self) -> str:
+        import csv
+        import io
+
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(self.columns)
+        writer.writerows(["" if v is None else v for v in row] for row in self.rows)
+        return buffer.getvalue()
+
+    def to_json(self) -> str:
+        records = [dict(zip(self.columns, row)) for row in self.rows]
+        return json.dumps(records, default=str, indent=2)
+
+
+def run_query(db_path: str | Path, sql: str) -> QueryResult:
+    """Run SQL read-only against the database. Raises StoreError on a SQL error (with DuckDB's message)."""
+    connection = connect(db_path, read_only=True)
+    try:
+        try:
+            cursor = connection.execute(sql)
+        except duckdb.Error as error:
+            raise StoreError(f"SQL error: {error}", hint="see docs/sql.md for the tables and columns") from error
+        if cursor.description is None:
+            return QueryResult(columns=(), types=(), rows=())
+        columns = tuple(d[0] for d in cursor.description)
+        types = tuple(str(d[1]) for d in cursor.description)
+        rows = tuple(tuple(row) for row in cursor.fetchall())
+        return QueryResult(columns=columns, types=types, rows=rows)
+    finally:
+        connection.close()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# ingest
+
+
+@dataclass
+class _Tally:
+    started: float
+    files_total: int
+    bytes_total: int
+    ingested: int = 0
+    unchanged: int = 0
+    bytes_done: int = 0
+    lines_total: int = 0
+    lines_parsed: int = 0
+    lines_continuation: int = 0
+    lines_unparsed: int = 0
+    rows: Counter = field(default_factory=Counter)
+    skipped: Counter = field(default_factory=Counter)
+    skipped_examples: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)
+    drift: Counter = field(default_factory=Counter)
+    runs: set = field(default_factory=set)
+
+    def skip(self, reason: str, where: str) -> None:
+        self.skipped[reason] += 1
+        self.skipped_examples.setdefault(reason, where)
+
+
+def ingest_paths(
+    paths: Sequence[str | Path],
+    db_path: str | Path,
+    *,
+    replace: bool = False,
+    run_name: str | None = None,
+    on_progress: Callable[[ProgressEvent], None] | None = None,
+    method: str = "auto",
+    grammar_paths: Sequence[Path] = (),
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> IngestSummary:
+    """Ingest files/directories/'-' into the DuckDB file `db_path`; returns what happened (IngestSummary).
+
+    replace=True re-ingests files already stored (their rows are deleted first); without it a file whose
+    content is already stored is skipped as unchanged, and a file whose content changed is skipped with a
+    hint to use replace. Raises InputError for a named path that does not exist, StoreError when the
+    database is locked by another writer, GrammarError for a broken user grammar.
+    """
+    started = time.perf_counter()
+    discovery = discover_inputs([str(p) for p in paths], run_name=run_name)
+    if not discovery.files and not discovery.skipped:
+        raise InputError("nothing to ingest", hint="pass log files, directories, .gz files or '-' for stdin")
+    engine = None
+    if any(f.kind == "log" for f in discovery.files):
+        from speclogs.grammar import load_grammars
+        from speclogs.ingest.classify import compile_engine
+
+        engine = compile_engine(load_grammars(grammar_paths))
+    tally = _Tally(
+        started=started, files_total=len(discovery.files), bytes_total=sum(f.size_bytes for f in discovery.files)
+    )
+    for reason, count in discovery.skipped.items():
+        tally.skipped[reason] += count
+        tally.skipped_examples.setdefault(reason, discovery.skipped_examples.get(reason, ""))
+    show = tally.bytes_total >= PROGRESS_MIN_BYTES or tally.files_total > 50
+    connection = connect(db_path)
+    try:
+        columns = _TableColumns(connection)
+        for index, item in enumerate(discovery.files):
+            if on_progress is not None:
+                on_progress(ProgressEvent(_short(item.source_file), tally.bytes_done, tally.bytes_total, index, tally.files_total, show))
+            _ingest_one(connection, columns, item, engine, tally, replace=replace, method=method, chunk_bytes=chunk_bytes)
+            tally.bytes_done += item.size_bytes
+        if on_progress is not None:
+            on_progress(ProgressEvent("done", tally.bytes_total, tally.bytes_total, tally.files_total, tally.files_total, show))
+    finally:
+        connection.close()
+    seconds = time.perf_counter() - started
+    return IngestSummary(
+        db_path=str(db_path),
+        files_found=tally.files_total,
+        files_ingested=tally.ingested,
+        files_unchanged=tally.unchanged,
+        skipped=dict(tally.skipped),
+        skipped_examples=dict(tally.skipped_examples),
+        lines_total=tally.lines_total,
+        lines_parsed=tally.lines_parsed,
+        lines_continuation=tally.lines_continuation,
+        lines_unparsed=tally.lines_unparsed,
+        rows_per_table=dict(sorted(tally.rows.items())),
+        bytes_read=tally.bytes_done,
+        seconds=seconds,
+        warnings=tuple(tally.warnings),
+        drift=dict(tally.drift),
+        runs=tuple(sorted(tally.runs)),
+    )
+
+
+def _short(source_file: str) -> str:
+    return source_file if len(source_file) <= 60 else "…" + source_file[-59:]
+
+
+def _ingest_one(connection, columns, item: InputFile, engine, tally: _Tally, *, replace: bool, method: str, chunk_bytes: int) -> None:
+    raw = read_input(item)
+    source_file = item.source_file
+    if item.path is None and raw.sha256:
+        source_file = f"{STDIN_NAME[:-1]}:{raw.sha256[:12]}>"
+    for warning in raw.warnings:
+        tally.warnings.append(f"{source_file}: {warning}")
+    if raw.skipped_reason is not None:
+        tally.skip(raw.skipped_reason, source_file)
+        return
+    stored = connection.execute("SELECT sha256 FROM files WHERE source_file = ?", [source_file]).fetchall()
+    if stored and not replace:
+        if any(sha == raw.sha256 for (sha,) in stored):
+            tally.unchanged += 1
+            tally.skip("unchanged, skipped (already ingested; --replace re-ingests)", source_file)
+        else:
+            tally.skip("content changed since it was ingested (use --replace to re-ingest)", source_file)
+        return
+    file_started = time.perf_counter()
+    connection.execute("BEGIN TRANSACTION")
+    try:
+        if stored:
+            _delete_file_rows(connection, columns, source_file)
+        counts = _parse_and_insert(connection, columns, item, source_file, raw, engine, method=method, chunk_bytes=chunk_bytes)
+        _record_file(connection, item, source_file, raw, counts, time.perf_counter() - file_started)
+        connection.execute("COMMIT")
+    except (duckdb.Error, pl.exceptions.PolarsError, SpeclogsError, ValueError, OSError) as error:
+        connection.execute("ROLLBACK")
+        tally.skip(f"failed and rolled back ({type(error).__name__}: {_first_line(error)})", source_file)
+        return
+    tally.ingested += 1
+    tally.runs.add(item.run.run_name)
+    tally.lines_total += counts.total
+    tally.lines_parsed += counts.parsed
+    tally.lines_continuation += counts.continuation
+    tally.lines_unparsed += counts.unparsed
+    tally.rows.update(counts.rows)
+    tally.drift.update(counts.drift)
+    for warning in counts.warnings:
+        tally.warnings.append(f"{source_file}: {warning}")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+@dataclass
+class _FileCounts:
+    kind: str
+    total: int = 0
+    parsed: int = 0
+    continuation: int = 0
+    unparsed: int = 0
+    rows: Counter = field(default_factory=Counter)
+    drift: Counter = field(default_factory=Counter)
+    warnings: list = field(default_factory=list)
+
+
+def _parse_and_insert(connection, columns, item, source_file, raw, engine, *, method, chunk_bytes) -> _FileCounts:
+    counts = _FileCounts(kind=item.kind)
+    run = item.run
+    facts: dict[str, object] = {}
+    if item.kind == "log":
+        launch_starts: list[int] = []
+        prefixed = 0
+        drift_examples = []
+        launch_facts: list[tuple[int, str, object]] = []
+        for chunk in parse_log_chunks(raw.data, engine, method=method, chunk_bytes=chunk_bytes):
+            for table, frame in chunk.tables.items():
+                counts.rows[table] += _insert(connection, columns, table, frame, run.run_id, source_file)
+            counts.total += chunk.total_lines
+            counts.parsed += chunk.parsed_lines
+            counts.continuation += chunk.continuation_lines
+            counts.unparsed += chunk.unparsed_lines
+            counts.drift.update(chunk.near_miss_counts)
+            drift_examples.extend(chunk.near_misses)
+            launch_starts.extend(chunk.launch_starts)
+            launch_facts.extend(chunk.launch_facts)
+            prefixed += chunk.prefixed_pieces
+            for key, value in chunk.run_facts.items():
+                facts.setdefault(key, value)
+        if drift_examples:
+            counts.rows["parse_drift"] += _insert(connection, columns, "parse_drift", _drift_frame(drift_examples, launch_starts), run.run_id, source_file)
+            for name, count in sorted(counts.drift.items()):
+                first = next(m for m in drift_examples if m.pattern == name)
+                counts.warnings.append(
+                    f"{count:,} line(s) look like '{name}' but do not match it (first: line {first.line_no}: {first.error})"
+                )
+        if counts.total and prefixed == 0:
+            counts.warnings.append(NO_SGLANG_WARNING)
+        _insert_launches(connection, run.run_id, source_file, launch_starts, launch_facts, counts.total)
+    else:
+        text = raw.data.decode("utf-8")
+        if item.kind == "run_json":
+            result = parse_run_json(text)
+        elif item.kind == "bench_json":
+            result = parse_bench_json(text)
+        elif item.kind == "nccl_probe":
+            result = parse_nccl_probe(text, source_file)
+        else:
+            result = parse_bench_jsonl(text, kind=item.kind)
+        for table, frame in result.tables.items():
+            counts.rows[table] += _insert(connection, columns, table, frame, run.run_id, source_file)
+        counts.total = result.total_lines
+        counts.parsed = result.parsed_lines
+        counts.unparsed = result.unparsed_lines
+        counts.warnings.extend(result.warnings)
+        facts.update(result.run_facts)
+    _upsert_run(connection, run, facts)
+    return counts
+
+
+def _drift_frame(examples, launch_starts: list[int]) -> pl.DataFrame:
+    frame = pl.DataFrame(
+        [(m.line_no, m.pattern, m.error, m.text[:8192]) for m in examples],
+        schema={"line_no": pl.Int64, "pattern": pl.Utf8, "error": pl.Utf8, "text": pl.Utf8},
+        orient="row",
+    )
+    starts = pl.Series(sorted(launch_starts), dtype=pl.Int64)
+    launch = starts.search_sorted(frame["line_no"], side="right").cast(pl.Int32).clip(lower_bound=1) if len(starts) else pl.Series([1] * frame.height, dtype=pl.Int32)
+    return frame.with_columns(launch.alias("launch_no"))
+
+
+class _TableColumns:
+    """Column names per table, cached; creates tables and adds columns the grammars fill but schema.sql lacks."""
+
+    def __init__(self, connection) -> None:
+        self._connection = connection
+        self._columns: dict[str, dict[str, str]] = {}
+        rows = connection.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = 'main'"
+        ).fetchall()
+        for table, column, data_type in rows:
+            self._columns.setdefault(table, {})[column] = data_type
+
+    def tables_with(self, column: str) -> list[str]:
+        return [t for t, cols in self._columns.items() if column in cols and t != "line_accounting"]
+
+    def ensure(self, table: str, frame: pl.DataFrame) -> None:
+        known = self._columns.get(table)
+        if known is None:
+            definitions = ", ".join(f'"{name}" {_sql_type(dtype)}' for name, dtype in frame.schema.items())
+            self._connection.execute(f'CREATE TABLE IF NOT EXISTS "{table}" ({definitions})')
+            self._columns[table] = {name: _sql_type(dtype) for name, dtype in frame.schema.items()}
+            return
+        for name, dtype in frame.schema.items():
+            if name not in known:
+                self._connection.execute(f'ALTER TABLE "{table}" ADD COLUMN IF NOT EXISTS "{name}" {_sql_type(dtype)}')
+                known[name] = _sql_type(dtype)
+
+
+def _sql_type(dtype: pl.DataType) -> str:
+    if isinstance(dtype, pl.Datetime):
+        return "TIMESTAMP"
+    for polars_type, sql in _POLARS_TO_SQL.items():
+        if dtype == polars_type:
+            return sql
+    return "VARCHAR"
+
+
+def _insert(connection, columns: _TableColumns, table: str, frame: pl.DataFrame, run_id: str, source_file: str) -> int:
+    if frame.height == 0:
+        return 0
+    frame = frame.with_columns(pl.lit(run_id).alias("run_id"), pl.lit(source_file).alias("source_file"))
+    if table == "nccl_probe":
+        frame = frame.drop("run_id")
+    columns.ensure(table, frame)
+    arrow = frame.to_arrow()
+    connection.register("_speclogs_frame", arrow)
+    try:
+        connection.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM _speclogs_frame')
+    finally:
+        connection.unregister("_speclogs_frame")
+    return frame.height
+
+
+def _delete_file_rows(connection, columns: _TableColumns, source_file: str) -> None:
+    for table in columns.tables_with("source_file"):
+        connection.execute(f'DELETE FROM "{table}" WHERE source_file = ?', [source_file])
+
+
+def _record_file(connection, item: InputFile, source_file: str, raw, counts: _FileCounts, seconds: float) -> None:
+    warnings = json.dumps(list(raw.warnings) + counts.warnings) if (raw.warnings or counts.warnings) else None
+    connection.execute(
+        """INSERT INTO files (source_file, sha256, run_id, size_bytes, total_lines, parsed_lines, continuation_lines,
+                              unparsed_lines, skipped_reason, ingested_at, kind, invalid_utf8, nul_bytes, warnings, parse_seconds)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?)""",
+        [
+            source_file,
+            raw.sha256,
+            item.run.run_id,
+            raw.size_bytes,
+            counts.total,
+            counts.parsed,
+            counts.continuation,
+            counts.unparsed,
+            datetime.now(),
+            counts.kind,
+            raw.invalid_utf8,
+            raw.nul_bytes,
+            warnings,
+            round(seconds, 6),
+        ],
+    )
+
+
+_RUN_FACT_COLUMNS = (
+    "cell", "factors", "launch_index", "sglang_version", "model_path", "speculative_algorithm", "tp_size",
+    "hostname", "gpu_name", "env", "argv", "run_json", "outcome",
+)
+
+
+def _upsert_run(connection, run, facts: dict[str, object]) -> None:
+    values = {
+        "run_id": run.run_id,
+        "run_name": run.run_name,
+        "source_dir": run.source_dir,
+        "cell": run.cell,
+        "launch_index": run.launch_index,
+        "ingested_at": datetime.now(),
+    }
+    for column in _RUN_FACT_COLUMNS:
+        if facts.get(column) is not None:
+            values[column] = facts[column]
+    names = list(values)
+    placeholders = ", ".join("?" for _ in names)
+    updates = ", ".join(
+        f"{name} = COALESCE(excluded.{name}, runs.{name})" for name in names if name not in ("run_id",)
+    )
+    connection.execute(
+        f"INSERT INTO runs ({', '.join(names)}) VALUES ({placeholders}) ON CONFLICT (run_id) DO UPDATE SET {updates}",
+        [values[n] for n in names],
+    )
+
+
+def _insert_launches(connection, run_id, source_file, starts, facts, total_lines: int) -> None:
+    """One launches row per server start: its line range and the timestamps of its milestones."""
+    if total_lines == 0:
+        return
+    starts = sorted(starts)
+    bounds = [1] + starts[1:]  # lines before the first server_args belong to launch 1
+    first_ts: dict[tuple[int, str], object] = {}
+    last_ts: dict[tuple[int, str], object] = {}
+    for launch_no, fact, ts in facts:
+        key = (launch_no, fact)
+        if key not in first_ts or ts < first_ts[key]:
+            first_ts[key] = ts
+        if key not in last_ts or ts > last_ts[key]:
+            last_ts[key] = ts
+    rows = []
+    for index, first in enumerate(bounds):
+        launch_no = index + 1
+        last = bounds[index + 1] - 1 if index + 1 < len(bounds) else total_lines
+        health = first_ts.get((launch_no, "health_200"))
+        ready = first_ts.get((launch_no, "ready")) or health
+        rows.append(
+            (
+                run_id, source_file, launch_no, first, last,
+                first_ts.get((launch_no, "server_args")), ready, health,
+                last_ts.get((launch_no, "cuda_graph_end")), first_ts.get((launch_no, "sigterm")),
+            )
+        )
+    connection.executemany(
+        """INSERT INTO launches (run_id, source_file, launch_no, first_line, last_line, start_ts, ready_ts,
+                                 first_health_200_ts, cuda_graph_end_ts, shutdown_ts)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        rows,
+    )

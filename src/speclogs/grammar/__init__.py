@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from speclogs.errors import GrammarError
+from speclogs.grammar.cache import cache_key, read_cached, write_cached
 from speclogs.grammar.loader import (
     LoadedFile,
     bundled_grammar_dir,
@@ -65,12 +66,24 @@ def _expand(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
+_read_cache: dict[tuple, LoadedFile] = {}
+
+
 def _read_all(paths: Sequence[Path]) -> list[LoadedFile]:
-    return [read_grammar_file(p) for p in paths]
+    """Read and build grammar files (bundled ones are kept per process, keyed by path, size and mtime)."""
+    out = []
+    for p in paths:
+        key = (str(p), *_stat(p))
+        loaded = _read_cache.get(key)
+        if loaded is None:
+            loaded = read_grammar_file(p)
+            _read_cache[key] = loaded
+        out.append(loaded)
+    return out
 
 
-def _assemble(files: list[LoadedFile]) -> tuple[GrammarSet | None, list[GrammarProblem]]:
-    problems = [pr for f in files for pr in f.problems]
+def _assemble(files: list[LoadedFile], focus: set[str] | None = None) -> tuple[GrammarSet | None, list[GrammarProblem]]:
+    problems = [pr for f in files for pr in f.problems if focus is None or f.path in focus]
     prefixes = [f for f in files if f.is_prefix]
     if len(prefixes) > 1:
         problems += [GrammarProblem(f.path, 1, None, "a second prefix grammar (kind = \"prefix\"); only the bundled prefix.toml may set it")
@@ -78,7 +91,7 @@ def _assemble(files: list[LoadedFile]) -> tuple[GrammarSet | None, list[GrammarP
     prefix = find_prefix(files)
     if prefix is None:
         problems.append(GrammarProblem("grammars/prefix.toml", 1, None, "no prefix grammar (a file with kind = \"prefix\" and a pattern named 'prefix')"))
-    problems += validate(files, prefix)
+    problems += validate(files, prefix, focus)
     if prefix is None:
         return None, problems
     grammar_set = GrammarSet(prefix=prefix, patterns=ordered_patterns(files), files=tuple(f.path for f in files))
@@ -88,27 +101,42 @@ def _assemble(files: list[LoadedFile]) -> tuple[GrammarSet | None, list[GrammarP
 _cache: dict[tuple, GrammarSet] = {}
 
 
-def load_grammars(extra_paths: Sequence[Path] = ()) -> GrammarSet:
+def load_grammars(extra_paths: Sequence[Path] = (), *, use_cache: bool = True) -> GrammarSet:
     """Bundled grammars/ plus user grammar files (or directories of them), built and validated.
 
     Raises GrammarError naming file:line of the first problems found (every sample is checked at load).
-    The result is cached per process for the same files (by path, size and mtime).
+    A validated set is cached on disk (keyed by the files' content, see grammar/cache.py) and per process.
     """
     paths = bundled_grammar_files() + _expand(extra_paths)
     key = tuple((str(p), *_stat(p)) for p in paths)
     cached = _cache.get(key)
     if cached is not None:
         return cached
-    grammar_set, problems = _assemble(_read_all(paths))
-    if problems or grammar_set is None:
-        shown = "\n".join(str(p) for p in problems[:_MAX_SHOWN])
-        more = f"\n… and {len(problems) - _MAX_SHOWN} more" if len(problems) > _MAX_SHOWN else ""
-        raise GrammarError(
-            f"{len(problems)} grammar problem(s):\n{shown}{more}",
-            hint="run `speclogs grammars check FILE` for the full list",
-        )
+    disk_key = cache_key(paths) if use_cache else None
+    grammar_set = read_cached(disk_key) if disk_key else None
+    if grammar_set is None:
+        files = _read_all(paths)
+        grammar_set, problems = _assemble(files)
+        if problems or grammar_set is None:
+            shown = "\n".join(str(p) for p in problems[:_MAX_SHOWN])
+            more = f"\n… and {len(problems) - _MAX_SHOWN} more" if len(problems) > _MAX_SHOWN else ""
+            raise GrammarError(
+                f"{len(problems)} grammar problem(s):\n{shown}{more}",
+                hint="run `speclogs grammars check FILE` for the full list",
+            )
+        if disk_key:
+            infos = {f.path: {"field_types": _field_types(f), "field_shapes": f.field_shapes, "shape_specs": f.shape_specs}
+                     for f in files}
+            write_cached(disk_key, grammar_set, infos)
     _cache[key] = grammar_set
     return grammar_set
+
+
+def _field_types(f: LoadedFile) -> dict[str, str]:
+    types: dict[str, str] = {}
+    for p in f.patterns:
+        types.update({fl.name: fl.type for fl in p.fields})
+    return types
 
 
 def _stat(p: Path) -> tuple[int, int]:
@@ -120,13 +148,14 @@ def _stat(p: Path) -> tuple[int, int]:
 
 
 def check_grammar_file(path: Path) -> list[GrammarProblem]:
-    """Validate one user grammar file together with the bundled set; problems located in `path` (or all, if the file is bundled)."""
+    """Validate one grammar file together with the bundled set: the problems that involve this file's patterns."""
     path = Path(path)
     bundled = bundled_grammar_files()
-    resolved = {p.resolve() for p in bundled}
-    if path.resolve() in resolved:
-        _, problems = _assemble(_read_all(bundled))
-        return [p for p in problems if Path(p.file).resolve() == path.resolve()]
-    user = read_grammar_file(path)
-    _, problems = _assemble(_read_all(bundled) + [user])
-    return [p for p in problems if p.file == user.path]
+    if path.resolve() in {p.resolve() for p in bundled}:
+        files = _read_all(bundled)
+        target = next(f for f, p in zip(files, bundled) if p.resolve() == path.resolve())
+    else:
+        target = read_grammar_file(path)
+        files = _read_all(bundled) + [target]
+    _, problems = _assemble(files, focus={target.path})
+    return [p for p in problems if p.file == target.path]

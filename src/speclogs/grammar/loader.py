@@ -23,7 +23,7 @@ from speclogs.grammar.model import (
     Sample,
     split_rank_tags,
 )
-from speclogs.grammar.template import build_element, file_shape_element, parse_template, slot_names
+from speclogs.grammar.template import build_element, exact_tree, file_shape_element, parse_template, slot_names
 
 DERIVES = {"rank_tags": lambda values: split_rank_tags(values.get("rank_tags"))}
 PREFIX_NAME = "prefix"
@@ -51,6 +51,8 @@ class LoadedFile:
     patterns: list[Pattern] = field(default_factory=list)
     problems: list[GrammarProblem] = field(default_factory=list)
     is_prefix: bool = False
+    shape_specs: dict[str, dict] = field(default_factory=dict)
+    field_shapes: dict[str, str | None] = field(default_factory=dict)
 
 
 def _header_lines(text: str, header: str) -> list[int]:
@@ -135,12 +137,16 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
         fields[name] = Field(name, ftype, spec.get("unit"), role, spec.get("description", ""))
         field_shapes[name] = spec.get("shape")
 
-    file_shapes: dict[str, pp.ParserElement] = {}
+    shape_specs: dict[str, dict] = {}
     for shape_name, spec in (doc.get("shapes") or {}).items():
         try:
-            file_shapes[shape_name] = file_shape_element(spec, f"{shown}: shape '{shape_name}'")
+            file_shape_element(spec, f"{shown}: shape '{shape_name}'")
         except GrammarError as exc:
             problem(1, str(exc))
+            continue
+        shape_specs[shape_name] = dict(spec)
+    loaded.shape_specs = shape_specs
+    loaded.field_shapes = field_shapes
 
     pattern_lines = _header_lines(text, "pattern")
     sample_lines = _header_lines(text, "pattern.sample")
@@ -226,11 +232,11 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
         built: list[Pattern] = []
         for vname, template, vgate, vconstants in variants:
             pattern = _build_pattern(
-                problem, pline, shown, vname, template, fields, field_shapes, file_shapes,
+                problem, pline, shown, vname, template, fields, field_shapes, shape_specs,
                 family=family, table=spec.get("table", table), scope=pscope, gate=vgate, constants=vconstants,
                 description=spec.get("description", doc.get("description", "")),
                 versions=str(spec.get("versions", doc.get("versions", ""))),
-                derive=DERIVES.get(derive_name) if derive_name else None, group=name,
+                derive_name=derive_name, group=name,
             )
             if pattern is not None:
                 built.append(pattern)
@@ -261,16 +267,28 @@ def _strip_prefix_guess(line: str) -> str:
     return line
 
 
-def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, file_shapes, *, family, table, scope, gate,
-                   constants, description, versions, derive, group) -> Pattern | None:
-    where = f"{shown}:{pline} pattern '{name}'"
-    try:
+def make_element_factory(template: str, where: str, name: str, field_types: dict[str, str],
+                         field_shapes: dict[str, str | None], shape_specs: dict[str, dict]):
+    """A zero-argument builder of the pattern's pyparsing element (used eagerly at build, lazily from the cache)."""
+
+    def factory() -> pp.ParserElement:
+        file_shapes = {k: file_shape_element(v, f"{where}: shape '{k}'") for k, v in shape_specs.items()}
         nodes = parse_template(template, where)
-        names = slot_names(nodes)
-        element = build_element(nodes, field_types={k: f.type for k, f in fields.items()}, field_shapes=field_shapes,
-                                file_shapes=file_shapes, where=where)
-        full = (element + pp.StringEnd()).leave_whitespace(recursive=True).parse_with_tabs()
+        element = build_element(nodes, field_types=field_types, field_shapes=field_shapes, file_shapes=file_shapes, where=where)
+        full = exact_tree(pp.And([element, pp.StringEnd()])).parse_with_tabs()
         full.set_name(name)
+        return full
+
+    return factory
+
+
+def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, shape_specs, *, family, table, scope, gate,
+                   constants, description, versions, derive_name, group) -> Pattern | None:
+    where = f"{shown}:{pline} pattern '{name}'"
+    factory = make_element_factory(template, where, name, {k: f.type for k, f in fields.items()}, field_shapes, shape_specs)
+    try:
+        names = slot_names(parse_template(template, where))
+        full = factory()
         regex = "^" + lower(full, where)
         re.compile(regex)
     except GrammarError as exc:
@@ -283,11 +301,14 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
     if clash:
         problem(pline, f"pattern '{name}': {', '.join(clash)} is both a constant and a captured field")
         return None
-    return Pattern(
-        name=name, family=family, table=table, scope=scope, gate=gate, regex=regex, element=full,
+    pattern = Pattern(
+        name=name, family=family, table=table, scope=scope, gate=gate, regex=regex, element_factory=factory,
         constants=constants, fields=tuple(fields[n] for n in dict.fromkeys(names)), description=description,
-        versions=versions, source=f"{shown}:{pline}", derive=derive, group=group,
+        versions=versions, source=f"{shown}:{pline}", derive=DERIVES.get(derive_name) if derive_name else None,
+        group=group, template=template, derive_name=derive_name,
     )
+    object.__setattr__(pattern, "_element", full)
+    return pattern
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -313,8 +334,12 @@ def _same(expected: object, got: object) -> bool:
     return expected == got
 
 
-def validate(files: list[LoadedFile], prefix: Pattern | None) -> list[GrammarProblem]:
-    """Check every sample and counter-sample of every pattern against the whole ordered set."""
+def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | None = None) -> list[GrammarProblem]:
+    """Check every sample and counter-sample of every pattern against the whole ordered set.
+
+    With `focus` (a set of file paths), only problems that involve a pattern of those files are looked for:
+    their own samples, and other files' samples that one of their patterns would claim first.
+    """
     problems: list[GrammarProblem] = []
     ordered = ordered_patterns(files)
     seen: dict[str, str] = {}
@@ -326,8 +351,14 @@ def validate(files: list[LoadedFile], prefix: Pattern | None) -> list[GrammarPro
     by_scope = {s: [p for p in ordered if p.scope == s] for s in SCOPES}
 
     groups_with_samples = {p.group for p in ordered if p.samples}
+    def focused(q: Pattern) -> bool:
+        return focus is None or q.source.rsplit(":", 1)[0] in focus
+
     for p in ordered + ([prefix] if prefix is not None else []):
         file = p.source.rsplit(":", 1)[0]
+        if not focused(p):
+            _check_claims_only(p, by_scope, prefix, focused, problems)
+            continue
         if not p.samples and p.group not in groups_with_samples and p is not prefix:
             problems.append(GrammarProblem(file, int(p.source.rsplit(":", 1)[1]), None,
                                            f"pattern '{p.name}' has no [[pattern.sample]]; every pattern needs at least one real line"))
@@ -359,6 +390,8 @@ def validate(files: list[LoadedFile], prefix: Pattern | None) -> list[GrammarPro
             for earlier in by_scope[p.scope]:
                 if earlier is p:
                     break
+                if earlier.gate and earlier.gate not in text:
+                    continue
                 if earlier.parse(text) is not None:
                     problems.append(GrammarProblem(file, s.line_no, s.line,
                                                    f"sample of '{p.name}' is claimed first by '{earlier.name}' ({earlier.source}); "
@@ -370,12 +403,34 @@ def validate(files: list[LoadedFile], prefix: Pattern | None) -> list[GrammarPro
                 problems.append(GrammarProblem(file, c.line_no, c.line, f"counter-sample matches pattern '{p.name}'"))
                 continue
             if c.claimed_by is not None and p is not prefix:
-                winner = next((q for q in by_scope[p.scope] if q.parse(text) is not None), None)
+                winner = next((q for q in by_scope[p.scope] if (not q.gate or q.gate in text) and q.parse(text) is not None), None)
                 if winner is None or winner.name != c.claimed_by:
                     problems.append(GrammarProblem(file, c.line_no, c.line,
                                                    f"counter-sample should be claimed by '{c.claimed_by}', "
                                                    f"but {('pattern ' + repr(winner.name)) if winner else 'no pattern'} takes it"))
     return problems
+
+
+def _check_claims_only(p: Pattern, by_scope: dict, prefix: Pattern | None, focused, problems: list[GrammarProblem]) -> None:
+    """For a pattern outside the focus: is one of its samples claimed first by a focused pattern?"""
+    if p is prefix:
+        return
+    earlier_focused = []
+    for q in by_scope[p.scope]:
+        if q is p:
+            break
+        if focused(q):
+            earlier_focused.append(q)
+    if not earlier_focused:
+        return
+    for s in p.samples:
+        text, _ = _message_of(prefix, p, s.line)
+        for q in earlier_focused:
+            if (not q.gate or q.gate in text) and q.parse(text) is not None:
+                problems.append(GrammarProblem(q.source.rsplit(":", 1)[0], int(q.source.rsplit(":", 1)[1]), s.line,
+                                               f"pattern '{q.name}' claims a sample of '{p.name}' ({p.source}) first; "
+                                               "make it stricter or give its file a larger priority"))
+                break
 
 
 def ordered_patterns(files: list[LoadedFile]) -> list[Pattern]:

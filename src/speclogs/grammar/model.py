@@ -111,9 +111,9 @@ class Pattern:
     scope: str
     gate: str
     regex: str
-    element: pp.ParserElement
-    constants: dict[str, object]
-    fields: tuple[Field, ...]
+    element_factory: Callable[[], pp.ParserElement] = field(repr=False)
+    constants: dict[str, object] = field(default_factory=dict)
+    fields: tuple[Field, ...] = ()
     description: str = ""
     versions: str = ""
     source: str = ""  # 'file:line' of the pattern's definition
@@ -122,6 +122,17 @@ class Pattern:
     # Columns computed from captured ones in both paths (the prefix's rank tags → dp_rank, tp_rank, …).
     derive: Callable[[dict], dict] | None = field(default=None, repr=False)
     group: str = ""  # the [[pattern]] name this one was expanded from (= name unless the pattern uses expand)
+    template: str = ""  # the template text the element was built from
+    derive_name: str | None = None
+
+    @property
+    def element(self) -> pp.ParserElement:
+        """The pyparsing definition (built on first use: loading from the compiled cache skips it)."""
+        cached = self.__dict__.get("_element")
+        if cached is None:
+            cached = self.element_factory()
+            object.__setattr__(self, "_element", cached)
+        return cached
 
     @property
     def field_names(self) -> tuple[str, ...]:

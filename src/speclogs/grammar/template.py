@@ -154,15 +154,42 @@ def first_literal(nodes: tuple) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # token shapes → pyparsing elements
 
-_DIGITS = pp.Word(pp.nums)
+def exact(element: pp.ParserElement) -> pp.ParserElement:
+    """No whitespace skipping on this element only (no copies)."""
+    return element.leave_whitespace(recursive=False)
+
+
+def exact_tree(element: pp.ParserElement) -> pp.ParserElement:
+    """No whitespace skipping anywhere in the tree, in place (pyparsing's recursive=True copies every node)."""
+    stack = [element]
+    seen: set[int] = set()
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        e.leave_whitespace(recursive=False)
+        stack.extend(getattr(e, "exprs", ()) or ())
+        inner = getattr(e, "expr", None)
+        if isinstance(inner, pp.ParserElement):
+            stack.append(inner)
+    return element
+
+
+def _lit(text: str) -> pp.ParserElement:
+    return exact(pp.Literal(text))
+
+
+_DIGITS = exact(pp.Word(pp.nums))
 
 
 def _int_element() -> pp.ParserElement:
-    return pp.Combine(pp.Opt(pp.Literal("-")) + _DIGITS.copy())
+    return exact(pp.Combine(exact(pp.And([exact(pp.Opt(_lit("-"))), _DIGITS.copy()]))))
 
 
 def _float_element() -> pp.ParserElement:
-    return pp.Combine(pp.Opt(pp.Literal("-")) + _DIGITS.copy() + pp.Opt(pp.Literal(".") + _DIGITS.copy()))
+    fraction = exact(pp.Opt(exact(pp.And([_lit("."), _DIGITS.copy()]))))
+    return exact(pp.Combine(exact(pp.And([exact(pp.Opt(_lit("-"))), _DIGITS.copy(), fraction]))))
 
 
 def _timestamp_element() -> pp.ParserElement:

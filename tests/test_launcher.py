@@ -267,3 +267,10 @@ def test_profiled_cell_runs_under_speclogs_profile_with_speclogs_importable(tmp_
     assert record["argv"][1:6] == ["-m", "speclogs.profile", "--every", "4", "--"]
     assert record["profile"] is True
     assert str(SRC) in record["env"]["PYTHONPATH"].split(os.pathsep)
+
+
+def test_max_minutes_does_not_start_a_launch_that_cannot_fit(tmp_path):
+    plan = write_plan(tmp_path, '[[cells]]\nname = "a"', extra="launch_estimate_s = 600")
+    summary, messages = run(plan, tmp_path / "out", max_minutes=1)
+    assert summary.stopped == "max_minutes" and summary.results == () and summary.pending == ("a_1",)
+    assert any("a launch takes ~600 s" in m for m in messages)

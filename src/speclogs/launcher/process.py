@@ -34,6 +34,7 @@ class StopResult:
     stop_s: float              # SIGTERM → all of the group gone
     leftover_pids: tuple[int, ...]   # processes of the launch still alive after SIGKILL (should be empty)
     gpu_pids: tuple[int, ...]        # our pids that nvidia-smi still lists (should be empty)
+    gpu_apps_after: tuple[int, ...] | None = None   # every pid nvidia-smi lists after the stop (None: no nvidia-smi)
 
 
 def spawn_server(argv: list[str], env: dict[str, str], log_path: Path, cwd: Path | None = None) -> subprocess.Popen:
@@ -168,12 +169,13 @@ def stop_server(proc: subprocess.Popen, grace_s: float, known_pids: set[int] | N
     leftover = [pid for pid in known if _alive(pid)] + [pid for pid in group_pids(pgid) if pid not in known]
     for pid in leftover:
         _kill(pid)
-    on_gpu = gpu_compute_pids() or []
-    ours_on_gpu = tuple(sorted(pid for pid in on_gpu if pid in known))
+    listed = gpu_compute_pids()
+    ours_on_gpu = tuple(sorted(pid for pid in listed or [] if pid in known))
     for pid in ours_on_gpu:
         _kill(pid)
     return StopResult(exit_code=proc.returncode, signal_used=signal_used, stop_s=round(stop_s, 3),
-                      leftover_pids=tuple(sorted(set(leftover))), gpu_pids=ours_on_gpu)
+                      leftover_pids=tuple(sorted(set(leftover))), gpu_pids=ours_on_gpu,
+                      gpu_apps_after=None if listed is None else tuple(sorted(listed)))
 
 
 def descendants(pid: int) -> set[int]:

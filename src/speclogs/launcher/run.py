@@ -351,7 +351,8 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
         stamps["stop"] = runinfo.now_iso()
         record["exit_code"] = result.exit_code
         record["stop"] = {"signal": result.signal_used, "stop_s": result.stop_s,
-                          "leftover_pids": list(result.leftover_pids), "gpu_pids": list(result.gpu_pids)}
+                          "leftover_pids": list(result.leftover_pids), "gpu_pids": list(result.gpu_pids),
+                          "gpu_apps_after": None if result.gpu_apps_after is None else list(result.gpu_apps_after)}
         if result.leftover_pids or result.gpu_pids:
             say(f"{spec.run_name}: WARNING processes left after stop: {result.leftover_pids or result.gpu_pids} (killed)")
         proc = None
@@ -364,6 +365,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
             if not _wait_port_free(probe_host, port, plan.port_wait_s):
                 raise _LaunchFailed("port_in_use", f"port {port} on {probe_host} is already in use",
                                     hint="stop whatever listens there or set port = … in the plan")
+            record["gpu_apps_before_spawn"] = _wait_gpu_idle(plan.port_wait_s * 3)
             record["versions"] = context.versions(python, env)
             _write_json_atomic(run_json, record)
             log_path = run_dir / "server.log"
@@ -405,6 +407,16 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
         reason = exc.reason if isinstance(exc, Interrupted) else "Ctrl-C"
         finish("interrupted", f"{reason} during this launch; --resume runs it again")
         raise Interrupted(reason) from None
+
+
+def _wait_gpu_idle(wait_s: float) -> list[int] | None:
+    """Give the GPUs up to wait_s to drop compute apps left by an earlier launch; returns those still listed."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        listed = _proc.gpu_compute_pids()
+        if not listed or time.monotonic() >= deadline:
+            return listed
+        time.sleep(1.0)
 
 
 def _wait_port_free(host: str, port: int, wait_s: float) -> bool:

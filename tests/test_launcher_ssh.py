@@ -7,6 +7,7 @@ import getpass
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -122,3 +123,37 @@ def test_remote_plan_error_is_reported_with_the_remote_message(sshd, tmp_path):
     with pytest.raises(LaunchError, match="does not exist"):
         launch_remote(plan, host, LaunchOptions(out_dir=tmp_path / "o"), ssh_options=options,
                       remote_python=sys.executable, remote_dir=str(tmp / "remote-work"))
+
+
+def test_ctrl_c_during_a_remote_launch_stops_the_remote_server(sshd, tmp_path):
+    host, options, tmp = sshd
+    plan = tmp_path / "slow.toml"
+    plan.write_text(f"""
+name = "slow"
+command = ["{{python}}", "{STANDIN}"]
+port = {free_port()}
+health_poll_s = 0.05
+stop_grace_s = 2
+launches = 1
+args = ["--never-ready", "--spawn-child"]
+[[cells]]
+name = "a"
+""")
+    remote_dir = tmp / "remote-ctrl-c"
+    out = tmp_path / "pulled"
+    cli = [sys.executable, "-m", "speclogs", "launch", str(plan), "--out", str(out), "--no-ingest", "--host", host,
+           "--remote-python", sys.executable, "--remote-dir", str(remote_dir)] + [f"--ssh-opt={o}" for o in options]
+    launcher = subprocess.Popen(cli, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), stderr=subprocess.PIPE,
+                                text=True)
+    remote_log = remote_dir / "runs" / "slow" / "a" / "1" / "server.log"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "scheduler child pid=" not in (remote_log.read_text() if remote_log.exists() else ""):
+        time.sleep(0.1)
+    child_pid = int(remote_log.read_text().split("scheduler child pid=")[1].split()[0])
+    launcher.send_signal(signal.SIGINT)
+    _, stderr = launcher.communicate(timeout=60)
+    assert launcher.returncode == 130, stderr[-2000:]
+    record = json.loads((out / "a" / "1" / "run.json").read_text())      # pulled back after the interrupt
+    assert record["outcome"] == "interrupted"
+    for pid in (record["server_pid"], child_pid):
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -22,12 +22,15 @@ GRAPHS = {"target verify": "target_verify", "draft decode": "draft_decode", "dra
 
 def nccl_event_rows(run_id: str, path: Path) -> list[dict]:
     rows = []
+    launch_no = 0
     for line_no, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if "server_args=ServerArgs(" in line:
+            launch_no += 1                      # a new server start (the ingest splits launches the same way)
         match = NCCL.search(line)
         if not match:
             continue
         message = match["message"]
-        row = {"run_id": run_id, "source_file": str(path), "line_no": line_no, "launch_no": 1, "host": match["host"],
+        row = {"run_id": run_id, "source_file": str(path), "line_no": line_no, "launch_no": max(launch_no, 1), "host": match["host"],
                "pid": int(match["pid"]), "tid": int(match["tid"]), "nccl_rank": int(match["rank"]), "kind": "other",
                "name": None, "value": None, "collective": None, "bytes": None, "algo": None, "proto": None,
                "channel_lo": None, "channel_hi": None, "channel": None, "peer_from": None, "peer_to": None,
@@ -95,7 +98,7 @@ def frames_from_logs(paths: list[Path], *, envs: dict[str, dict] | None = None, 
     return NcclFrames(
         runs=runs,
         nccl_events=pl.DataFrame(events, infer_schema_length=None) if events else pl.DataFrame(
-            schema={"run_id": pl.String, "source_file": pl.String, "line_no": pl.Int64, "pid": pl.Int64,
+            schema={"run_id": pl.String, "source_file": pl.String, "line_no": pl.Int64, "launch_no": pl.Int64, "pid": pl.Int64,
                     "nccl_rank": pl.Int64, "kind": pl.String, "name": pl.String, "value": pl.String,
                     "collective": pl.String, "bytes": pl.Int64, "algo": pl.String, "proto": pl.String,
                     "channel": pl.Int64, "peer_from": pl.Int64, "peer_to": pl.Int64, "transport": pl.String,

@@ -173,3 +173,36 @@ def test_evidence_from_the_real_ingest_matches(tmp_path):
         assert real.transports == expected.transports
         assert real.collectives == expected.collectives
         assert real.allreduce_verdict == expected.allreduce_verdict
+
+
+def test_tuning_lost_on_a_restart_is_loud(tmp_path):
+    # one log file holding two server starts: the tuned one, then a restart without the NCCL variables
+    restarted = tmp_path / "restarted.log"
+    restarted.write_text((MATRIX / "eagle3_nccl.log").read_text() + (MATRIX / "eagle3_default.log").read_text())
+    evidence = compute_nccl_evidence(frames_from_logs([restarted]))
+    finding = next(finding for finding in evidence.findings if finding.code == "nccl_launches_differ")
+    assert finding.severity == "warning"
+    assert "NCCL_PROTO: launch 1 LL, launch 2 not set" in finding.message
+
+
+def test_single_gpu_run_needs_no_nccl():
+    frames = frames_from_logs([PROBES / "random-target-baseline.log"])
+    frames = type(frames)(**{**frames.__dict__, "runs": frames.runs.with_columns(pl.lit(1, dtype=pl.Int32).alias("tp_size"))})
+    evidence = compute_nccl_evidence(frames)
+    assert [finding.code for finding in evidence.findings] == ["nccl_single_gpu"]
+    assert evidence.runs[0].allreduce_verdict == "single GPU: no tensor-parallel all-reduce"
+
+
+def test_restart_through_the_real_ingest(tmp_path):
+    store = pytest.importorskip("speclogs.store", reason="speclogs ingest (store) is not in this tree yet")
+    from speclogs.analysis.nccl import nccl_evidence
+
+    restarted = tmp_path / "restarted.log"
+    restarted.write_text((MATRIX / "eagle3_nccl.log").read_text() + (MATRIX / "eagle3_default.log").read_text())
+    db = tmp_path / "r.duckdb"
+    store.ingest_paths([str(restarted)], db)
+    con = store.connect(db, read_only=True)
+    ((run_id,),) = con.execute("SELECT run_id FROM runs").fetchall()
+    evidence = nccl_evidence(con, [run_id])
+    finding = next(finding for finding in evidence.findings if finding.code == "nccl_launches_differ")
+    assert "NCCL_PROTO: launch 1 LL, launch 2 not set" in finding.message

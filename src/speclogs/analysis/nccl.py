@@ -22,7 +22,7 @@ NcclEvidence (frozen; every tuple is in run order as given):
                  verify message size × all-reduces per verify forward / median verify_ms, with its assumptions.
   findings:      NcclFinding(code, message, severity 'warning'|'info', runs) — warnings as data; codes:
                  nccl_no_info_lines, nccl_single_gpu, nccl_env_mismatch, nccl_env_not_in_log, nccl_set_in_process,
-                 nccl_no_env_recorded, nccl_ranks_disagree, nccl_version_differs, nccl_settings_differ,
+                 nccl_no_env_recorded, nccl_ranks_disagree, nccl_launches_differ, nccl_version_differs, nccl_settings_differ,
                  nccl_no_tuning_lines, nccl_allreduce_bypassed, nccl_allreduce_served, nccl_estimate_unavailable,
                  nccl_probe_mismatch.
 """
@@ -231,6 +231,12 @@ def _examine_run(run_id: str, run_name: str, tp_size: int | None, env: dict[str,
                                     f"{run_name}: NCCL processes report different {name}: {', '.join(sorted(values))}",
                                     runs=(run_name,)))
     settings = _settings(run_name, log_settings, env, info_lines, findings)
+    lost = _launch_differences(events)
+    if lost:
+        findings.append(NcclFinding(
+            "nccl_launches_differ",
+            f"{run_name}: THE SERVER STARTS IN THIS RUN HAD DIFFERENT NCCL SETTINGS — {lost} (a restart without the "
+            "same environment loses NCCL tuning silently)", runs=(run_name,)))
 
     if info_lines == 0:
         if tp_size == 1:
@@ -285,6 +291,23 @@ def _log_settings(events: pl.DataFrame) -> tuple[dict[str, str], dict[str, set[s
         seen.setdefault(str(name), set()).add(str(value).strip().rstrip("."))
     settings = {name: sorted(values)[0] for name, values in seen.items()}
     return settings, {name: values for name, values in seen.items() if len(values) > 1}
+
+
+def _launch_differences(events: pl.DataFrame) -> str | None:
+    """Describe how the NCCL settings of the server starts (launch_no) within one run differ; None when they agree."""
+    if events.is_empty() or "launch_no" not in events.columns:
+        return None
+    launches = sorted({int(launch) for launch in events["launch_no"].drop_nulls().to_list()})
+    if len(launches) < 2:
+        return None
+    per_launch = {launch: _log_settings(events.filter(pl.col("launch_no") == launch))[0] for launch in launches}
+    names = sorted({name for settings in per_launch.values() for name in settings})
+    differing = [name for name in names if len({per_launch[launch].get(name) for launch in launches}) > 1]
+    if not differing:
+        return None
+    return "; ".join(
+        f"{name}: " + ", ".join(f"launch {launch} {per_launch[launch].get(name) or 'not set'}" for launch in launches)
+        for name in differing)
 
 
 def _settings(run_name: str, log_settings: dict[str, str], env: dict[str, str] | None, info_lines: int,

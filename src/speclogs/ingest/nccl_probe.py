@@ -3,7 +3,8 @@
 The ingest dispatches `*.nccl_probe.json` here: `read_nccl_probe(path)` returns a NcclProbeFile whose
 `rows` are dicts keyed exactly by NCCL_PROBE_COLUMNS (schema.sql, table nccl_probe). One row per
 (env set, collective, message size) that was measured; env sets that failed have no rows, and the
-file's outcome plus each env set's outcome and message are kept in `env_set_outcomes` / `warnings`.
+file's outcome and message are in `outcome` / `message`, each env set's in `env_set_outcomes`, and `warnings`
+holds the probe's own warnings plus one line per failed env set.
 """
 
 from __future__ import annotations
@@ -120,8 +121,6 @@ def nccl_probe_rows_from_dict(data: object, *, source: str = "<probe>") -> NcclP
     except (KeyError, TypeError, ValueError) as err:
         raise InputError(f"{source}: malformed probe file ({type(err).__name__}: {err})",
                          hint="the file does not match the probe's format; was it edited by hand?") from err
-    if data.get("outcome") != "ok":
-        warnings.insert(0, f"probe outcome {data.get('outcome')}: {data.get('message', '')}")
     return NcclProbeFile(
         source_file=source, probe_id=common["probe_id"], outcome=str(data.get("outcome")),
         message=str(data.get("message", "")), rows=tuple({column: row[column] for column in NCCL_PROBE_COLUMNS} for row in rows),

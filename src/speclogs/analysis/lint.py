@@ -69,7 +69,7 @@ def run_settings(tables: RunTables) -> dict[str, dict[str, str]]:
                 s[f"version {name}"] = str(value)
         if row["sglang_version"]:
             s["version sglang"] = str(row["sglang_version"])
-        for key, column in (("hardware gpu", "gpu_name"), ("hardware host", "hostname"), ("model path", "model_path"),
+        for key, column in (("hardware gpu_name", "gpu_name"), ("hardware hostname", "hostname"), ("model model_path", "model_path"),
                             ("server_arg tp_size", "tp_size")):
             if row[column] is not None:
                 s[key] = str(row[column])
@@ -121,7 +121,7 @@ def confounder_findings(
             "'set by environment' lines): their NCCL_*/CUDA_* settings cannot be compared", "warning"))
     names = {r: r for r in all_ids}
     for arm in arms:
-        inconsistent = [k for k in keys if len(_values(settings, arm_runs[arm], k)) > 1 and not k.startswith("hardware host")]
+        inconsistent = [k for k in keys if len(_values(settings, arm_runs[arm], k)) > 1 and not k.startswith("hardware hostname")]
         if inconsistent:
             shown = ", ".join(f"{k.partition(' ')[2]} ({_fmt(_values(settings, arm_runs[arm], k))})" for k in inconsistent[:8])
             findings.append(Finding(
@@ -151,7 +151,7 @@ def confounder_findings(
                 explained.setdefault("speculative decoding", []).append(key)
             elif factors and _function_of(settings, levels[factors[0]], all_ids, key):
                 explained.setdefault(f"factor {factors[0]}", []).append(key)
-            elif key.startswith("hardware host") and not any(k.startswith("hardware gpu") for k in differing):
+            elif key == "hardware hostname" and "hardware gpu_name" not in differing:
                 explained.setdefault("host name only", []).append(key)
             else:
                 unexplained.append(key)

@@ -204,3 +204,40 @@ def test_load_grammars_raises_with_locations(tmp_path):
         load_grammars([path], use_cache=False)
     assert f"{path}:18" in str(info.value)
     assert info.value.hint
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CLI: speclogs grammars check / list (real subprocesses)
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _speclogs(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "SPECLOGS_CACHE_DIR": str(cwd / "cache")}
+    return subprocess.run([sys.executable, "-m", "speclogs", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_grammars_check_reports_file_line_and_exits_1(tmp_path):
+    bad = _write(tmp_path, GOOD.replace("Warmup done in 1.25 s", "Warmup done after 1.25 s"))
+    result = _speclogs("grammars", "check", str(bad), cwd=tmp_path)
+    assert result.returncode == 1
+    assert f"{bad}:18: sample does not fully match pattern 'my_warmup'" in result.stderr
+    assert "Error: 1 grammar problem(s)" in result.stderr and "Traceback" not in result.stderr
+    good = _write(tmp_path, GOOD, "good.toml")
+    ok = _speclogs("grammars", "check", str(good), cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_cli_grammars_list_shows_patterns_in_priority_order(tmp_path):
+    result = _speclogs("grammars", "list", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    import json
+
+    rows = json.loads(result.stdout)
+    names = [r["pattern"] for r in rows]
+    assert names[0] == "prefix" and "decode_batch" in names and names.index("decode_batch") < names.index("message")
+    assert {"family", "pattern", "table", "scope", "versions", "gate"} == set(rows[0])

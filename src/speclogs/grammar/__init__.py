@@ -44,6 +44,7 @@ __all__ = [
     "bundled_grammar_files",
     "cast_value",
     "check_grammar_file",
+    "check_grammar_files",
     "load_grammars",
     "parse_server_args",
     "split_rank_tags",
@@ -159,3 +160,19 @@ def check_grammar_file(path: Path) -> list[GrammarProblem]:
         files = _read_all(bundled) + [target]
     _, problems = _assemble(files, focus={target.path})
     return [p for p in problems if p.file == target.path]
+
+
+def check_grammar_files(paths: Sequence[Path] = ()) -> list[GrammarProblem]:
+    """`speclogs grammars check`: the given grammar files (or directories), or every bundled file when none is given.
+
+    All files are checked together with the bundled set in one pass (sample conflicts between them are found too).
+    """
+    bundled = bundled_grammar_files()
+    targets = _expand(paths) if paths else list(bundled)
+    bundled_resolved = {p.resolve(): p for p in bundled}
+    user = [p for p in targets if p.resolve() not in bundled_resolved]
+    files = _read_all(bundled) + [read_grammar_file(p) for p in user]
+    target_resolved = {p.resolve() for p in targets}
+    focus = {f.path for f in files if Path(f.path).resolve() in target_resolved}
+    _, problems = _assemble(files, focus=focus)
+    return [p for p in problems if p.file in focus]

@@ -437,3 +437,53 @@ def report(
 
         write_html(comparison, html)
         _stderr_console().print(f"wrote {html}", highlight=False)
+
+
+# --- speclogs grammars check / list (task G) --------------------------------------------------------
+grammars_app = typer.Typer(help="Line grammars: validate your own grammar files, list the loaded patterns.", no_args_is_help=True)
+app.add_typer(grammars_app, name="grammars")
+
+
+@grammars_app.command("check")
+def grammars_check(
+    paths: list[Path] = typer.Argument(None, help="Grammar files (.toml) or directories of them; default: the bundled grammars."),
+) -> None:
+    """Validate grammar files: every sample must match its pattern, give its expected values and not be claimed earlier."""
+    from speclogs.errors import GrammarError
+    from speclogs.grammar import check_grammar_files
+
+    problems = check_grammar_files(paths or [])
+    console = _stderr_console()
+    for problem in problems:
+        console.print(str(problem), soft_wrap=True, markup=False)
+    if problems:
+        raise GrammarError(f"{len(problems)} grammar problem(s)", hint="each line above names file:line; fix the sample or the template")
+    console.print(f"ok: {len(paths) if paths else 'all bundled'} grammar file(s) valid", markup=False)
+
+
+@grammars_app.command("list")
+def grammars_list(
+    extra: list[Path] = typer.Option([], "--grammar", "-g", help="Also load this grammar file or directory (repeatable)."),
+    json_output: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """List families and patterns in priority order (first match wins), with table, scope and SGLang versions."""
+    from speclogs.grammar import load_grammars
+
+    grammars = load_grammars(extra)
+    rows = [(p.family, p.name, p.table, p.scope, p.versions, p.gate) for p in [grammars.prefix, *grammars.patterns]]
+    if json_output:
+        import json
+
+        keys = ("family", "pattern", "table", "scope", "versions", "gate")
+        typer.echo(json.dumps([dict(zip(keys, r)) for r in rows], indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("family", "pattern", "table", "scope", "versions", box=None, pad_edge=False)
+    for family, name, target, scope, versions, _ in rows:
+        table.add_row(family, name, target, scope, versions)
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=200)
+    console.print(table)

@@ -226,7 +226,7 @@ def test_cli_grammars_check_reports_file_line_and_exits_1(tmp_path):
     result = _speclogs("grammars", "check", str(bad), cwd=tmp_path)
     assert result.returncode == 1
     assert f"{bad}:18: sample does not fully match pattern 'my_warmup'" in result.stderr
-    assert "Error: 1 grammar problem(s)" in result.stderr and "Traceback" not in result.stderr
+    assert "Error: 2 grammar problem(s)" in result.stderr and "Traceback" not in result.stderr
     good = _write(tmp_path, GOOD, "good.toml")
     ok = _speclogs("grammars", "check", str(good), cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr

@@ -44,8 +44,11 @@ METHODS = {
     "requests inside a launch are not independent.",
     "estimate": "Arm throughput = geometric mean over launches of (Σ tokens / Σ seconds) per launch.",
     "interval": "Two-stage bootstrap (launches with replacement, then requests — or blocks of decode rows — within "
-    "each drawn launch), percentile interval on the log ratio; fixed seed, so reports are reproducible. "
-    "Follows criterion.rs (bootstrap CI on the change) with a cluster bootstrap for the nested data.",
+    "each drawn launch; fixed seed, so reports are reproducible) gives the standard error of the log ratio; with ≥ 2 "
+    "launches per arm the interval is ± Student t (Welch–Satterthwaite df over launches) × that SE inflated by "
+    "L/(L−1), because percentile intervals over 2–5 launches are too narrow; with one launch, the percentile "
+    "interval of the request-level bootstrap (request noise only). Follows criterion.rs (bootstrap CI on the change) "
+    "with a cluster bootstrap for the nested data.",
     "test": "Mann-Whitney U, two-sided, on per-launch throughputs when both arms have ≥ 2 launches (benchstat/asv); "
     "with one launch in an arm it runs on requests and says so — that p-value ignores launch-to-launch variation.",
     "verdict": "A winner is named only when the whole interval lies on one side of 1; otherwise 'no detectable difference'.",
@@ -142,7 +145,7 @@ def _group(units: Sequence[np.ndarray | None]) -> list[np.ndarray]:
 
 
 def _estimate(source: str, draws: stats.GroupDraws, confidence: float, n_rows: int) -> Estimate:
-    low, high = stats.percentile_interval(draws.draws[:, 0], confidence)
+    low, high = stats.interval(draws.point[0], [(draws.draws[:, 0], draws.n_launches)], confidence)
     return Estimate(
         source=source,
         value_tok_s=float(math.exp(draws.point[0])),
@@ -155,9 +158,17 @@ def _estimate(source: str, draws: stats.GroupDraws, confidence: float, n_rows: i
     )
 
 
-def _term(name: str, point: float, draws: np.ndarray, confidence: float) -> Term:
-    low, high = stats.percentile_interval(draws, confidence)
+Parts = list[tuple[np.ndarray, int]]
+
+
+def _term(name: str, point: float, parts: Parts, confidence: float) -> Term:
+    low, high = stats.interval(float(point), parts, confidence)
     return Term(name=name, log_ratio=float(point), ci_low=float(low), ci_high=float(high))
+
+
+def _diff_parts(a: stats.GroupDraws, b: stats.GroupDraws, column: int, sign: float = 1.0) -> Parts:
+    """Parts of sign × (b[column] − a[column]) for stats.interval."""
+    return [(sign * b.draws[:, column], b.n_launches), (-sign * a.draws[:, column], a.n_launches)]
 
 
 def parse_factor_options(options: Sequence[str]) -> dict[str, str]:
@@ -319,8 +330,7 @@ def _ratio(
     arm_a: str, arm_b: str, source: str, a: stats.GroupDraws, b: stats.GroupDraws,
     run_data: dict[str, _RunData], arm_runs: dict[str, list[str]], confidence: float,
 ) -> RatioComparison:
-    log_draws = b.draws[:, 0] - a.draws[:, 0]
-    low, high = stats.percentile_interval(log_draws, confidence)
+    low, high = stats.interval(float(b.point[0] - a.point[0]), _diff_parts(a, b, 0), confidence)
     single = a.n_launches < 2 or b.n_launches < 2
     if not single:
         p_value = stats.rank_test(a.per_launch[:, 0], b.per_launch[:, 0])
@@ -368,33 +378,32 @@ def _attribution(
     cyc_a: stats.GroupDraws | None, cyc_b: stats.GroupDraws | None, confidence: float,
 ) -> Attribution:
     d_point = b.point - a.point
-    d_draws = b.draws - a.draws
-    total = _term("throughput", d_point[0], d_draws[:, 0], confidence)
+    total = _term("throughput", d_point[0], _diff_parts(a, b, 0), confidence)
     terms = (
-        _term("acceptance", d_point[1], d_draws[:, 1], confidence),
-        _term("batch size", d_point[2], d_draws[:, 2], confidence),
-        _term("step time", -d_point[3], -d_draws[:, 3], confidence),
+        _term("acceptance", d_point[1], _diff_parts(a, b, 1), confidence),
+        _term("batch size", d_point[2], _diff_parts(a, b, 2), confidence),
+        _term("step time", -d_point[3], _diff_parts(a, b, 3, -1.0), confidence),
     )
 
-    def cf(text: str, point: float, draws: np.ndarray) -> Counterfactual:
-        low, high = stats.percentile_interval(draws, confidence)
+    def cf(text: str, point: float, b_draws: np.ndarray, a_draws: np.ndarray) -> Counterfactual:
+        low, high = stats.interval(float(point), [(b_draws, b.n_launches), (a_draws, a.n_launches)], confidence)
         return Counterfactual(text, float(math.exp(point)), float(math.exp(low)), float(math.exp(high)))
 
     acc_a, acc_b = math.exp(a.point[1]), math.exp(b.point[1])
     counterfactuals = []
     if abs(acc_a - acc_b) > 1e-9:
         counterfactuals.append(cf(f"{arm_b} with {arm_a}'s acceptance (accept len {acc_a:.2f}) would run at",
-                                  b.point[0] - b.point[1] + a.point[1], b.draws[:, 0] - b.draws[:, 1] + a.draws[:, 1]))
+                                  b.point[0] - b.point[1] + a.point[1], b.draws[:, 0] - b.draws[:, 1], a.draws[:, 1]))
     counterfactuals.append(cf(f"{arm_b} with {arm_a}'s step time would run at",
-                              b.point[0] + b.point[3] - a.point[3], b.draws[:, 0] + b.draws[:, 3] - a.draws[:, 3]))
+                              b.point[0] + b.point[3] - a.point[3], b.draws[:, 0] + b.draws[:, 3], -a.draws[:, 3]))
     if acc_b > 1.0 + 1e-9:
         counterfactuals.append(cf(f"{arm_b} would need accept len (at its own step time and batch) to match {arm_a}:",
-                                  b.point[1] - d_point[0], b.draws[:, 1] - d_draws[:, 0]))
+                                  b.point[1] - d_point[0], b.draws[:, 1] - b.draws[:, 0], a.draws[:, 0]))
     phase_terms: tuple[Term, ...] = ()
     phase_stats: tuple[PhaseStat, ...] = ()
     if cyc_a is not None and cyc_b is not None:
         phase_terms = tuple(
-            _term(phase, *_lmdi(cyc_a.point, cyc_b.point, cyc_a.draws, cyc_b.draws, i), confidence)
+            _term(phase, *_lmdi(cyc_a, cyc_b, i), confidence)
             for i, phase in enumerate(PHASES[:4])
         )
     return Attribution(
@@ -410,18 +419,20 @@ def _log_mean(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.where(np.isclose(x, y), x, lm)
 
 
-def _lmdi(pa: np.ndarray, pb: np.ndarray, da: np.ndarray, db: np.ndarray, i: int) -> tuple[float, np.ndarray]:
-    """Contribution of phase i to −log(cycle_B / cycle_A) (i.e. to the log throughput ratio)."""
-    point = -(pb[i] - pa[i]) / float(_log_mean(np.array(pb[4]), np.array(pa[4])))
-    draws = -(db[:, i] - da[:, i]) / _log_mean(db[:, 4], da[:, 4])
-    return float(point), draws
+def _lmdi(a: stats.GroupDraws, b: stats.GroupDraws, i: int) -> tuple[float, Parts]:
+    """Contribution of phase i to −log(cycle_B / cycle_A) (i.e. to the log throughput ratio): −Δphase / L(cycle_B,
+    cycle_A) with L the logarithmic mean; the interval holds L at its point value (a linearisation)."""
+    weight = float(_log_mean(np.array(b.point[4]), np.array(a.point[4])))
+    point = -(b.point[i] - a.point[i]) / weight
+    return float(point), [(-b.draws[:, i] / weight, b.n_launches), (a.draws[:, i] / weight, a.n_launches)]
 
 
 def _phase_stats(arm: str, draws: stats.GroupDraws, n_rows: int, confidence: float) -> list[PhaseStat]:
-    low, high = stats.percentile_interval(draws.draws, confidence)
     cycle = draws.point[4]
+    bounds = [stats.interval(float(draws.point[i]), [(draws.draws[:, i], draws.n_launches)], confidence)
+              for i in range(len(PHASES))]
     return [
-        PhaseStat(arm=arm, phase=phase, mean_ms=float(draws.point[i]), ci_low_ms=float(low[i]), ci_high_ms=float(high[i]),
+        PhaseStat(arm=arm, phase=phase, mean_ms=float(draws.point[i]), ci_low_ms=bounds[i][0], ci_high_ms=bounds[i][1],
                   share=float(draws.point[i] / cycle) if cycle else float("nan"), n_rows=n_rows)
         for i, phase in enumerate(PHASES)
     ]
@@ -511,31 +522,30 @@ def _effects(levels, arm_runs, reference, draws_for, confidence):
                     "only, not launch-to-launch variation", "warning"))
             for size in range(1, k + 1):
                 for subset in combinations(range(k), size):
-                    point, draws = 0.0, 0.0
-                    for cell, d in cell_draws.items():
-                        sign = np.prod([1 if cell[i] else -1 for i in subset])
-                        point = point + sign * d.point[0]
-                        draws = draws + sign * d.draws[:, 0]
                     scale = 2.0 ** (size - 1) / 2.0 ** (k - 1)
+                    point, parts = 0.0, []
+                    for cell, d in cell_draws.items():
+                        sign = scale * float(np.prod([1 if cell[i] else -1 for i in subset]))
+                        point += sign * float(d.point[0])
+                        parts.append((sign * d.draws[:, 0], d.n_launches))
                     name = " × ".join(names[i] for i in subset)
-                    effects.append(_effect(name, "main" if size == 1 else "interaction", source, point * scale,
-                                           draws * scale, span[names[subset[0]]] if size == 1 else ("", ""),
-                                           n_launches, confidence))
+                    effects.append(_effect(name, "main" if size == 1 else "interaction", source, point, parts,
+                                           span[names[subset[0]]] if size == 1 else ("", ""), n_launches, confidence))
             if k == 2:
                 for i in range(2):
                     j = 1 - i
                     for level in (0, 1):
                         hi = tuple(1 if x == i else (level if x == j else 0) for x in range(2))
                         lo = tuple(0 if x == i else (level if x == j else 0) for x in range(2))
-                        point = cell_draws[hi].point[0] - cell_draws[lo].point[0]
-                        draws = cell_draws[hi].draws[:, 0] - cell_draws[lo].draws[:, 0]
+                        point = float(cell_draws[hi].point[0] - cell_draws[lo].point[0])
+                        parts = _diff_parts(cell_draws[lo], cell_draws[hi], 0)
                         effects.append(_effect(f"{names[i]} | {names[j]}={span[names[j]][level]}", "simple", source,
-                                               point, draws, span[names[i]], n_launches, confidence))
+                                               point, parts, span[names[i]], n_launches, confidence))
     return effects, span, findings
 
 
-def _effect(name, kind, source, point, draws, span, n_launches, confidence) -> Effect:
-    low, high = stats.percentile_interval(np.asarray(draws), confidence)
+def _effect(name, kind, source, point, parts, span, n_launches, confidence) -> Effect:
+    low, high = stats.interval(point, parts, confidence)
     lo, hi = math.exp(low), math.exp(high)
     return Effect(name=name, kind=kind, source=source, ratio=math.exp(point), ci_low=lo, ci_high=hi, low=span[0],
                   high=span[1], verdict=_effect_verdict(lo, hi), n_launches=n_launches)

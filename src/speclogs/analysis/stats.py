@@ -83,6 +83,32 @@ def percentile_interval(draws: np.ndarray, confidence: float) -> tuple[np.ndarra
     return np.nanquantile(finite, alpha, axis=0), np.nanquantile(finite, 1.0 - alpha, axis=0)
 
 
+def interval(point: float, parts: Sequence[tuple[np.ndarray, int]], confidence: float) -> tuple[float, float]:
+    """Interval for a sum of independent groups' contributions (e.g. log T_B − log T_A).
+
+    parts: per group, (bootstrap draws (B,) of its signed contribution, number of launches in it).
+    When every group has ≥ 2 launches: point ± t × SE, with each group's bootstrap variance inflated by L/(L−1)
+    and Welch–Satterthwaite degrees of freedom over launches (Σ L−1). A plain percentile interval over few
+    launches is too narrow: with 3 launches per arm and 3 % launch-to-launch noise it covered the truth 80 % of
+    the time at nominal 95 % (tests/test_analysis_stats.py measures this). With a single launch in any group,
+    the percentile interval of the summed draws (request noise only — the report says so).
+    """
+    from scipy.stats import t as student_t
+
+    total = np.sum([draws for draws, _ in parts], axis=0)
+    if any(n < 2 for _, n in parts):
+        low, high = percentile_interval(total, confidence)
+        return float(low), float(high)
+    variances = [float(np.nanvar(draws)) * n / (n - 1) for draws, n in parts]
+    se2 = sum(variances)
+    if se2 <= 0 or not np.isfinite(se2):
+        return float(point), float(point)
+    df = se2**2 / sum(v**2 / (n - 1) for v, (_, n) in zip(variances, parts) if v > 0)
+    q = float(student_t.ppf(0.5 + confidence / 2.0, df))
+    half = q * float(np.sqrt(se2))
+    return float(point - half), float(point + half)
+
+
 def rank_test(a: Sequence[float], b: Sequence[float]) -> float | None:
     """Two-sided Mann-Whitney U p-value (scipy picks exact or asymptotic); None with fewer than 2 values a side."""
     from scipy.stats import mannwhitneyu

@@ -112,3 +112,18 @@ def test_bf16_rounding_is_round_to_nearest_even():
     assert bits[2] == 0x3F80                     # halfway → even (down)
     assert bits[3] == 0x3F82                     # halfway → even (up)
     assert abs(from_bf16_bits(bits)[4] - 3.14159) < 0.01
+
+
+def test_hf_transformers_loads_the_target_and_greedy_decoding_follows_the_permutation(pair):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = transformers.LlamaForCausalLM.from_pretrained(str(pair.target_dir), dtype=torch.bfloat16)
+    perm = cyclic_permutation(SMALL.vocab_size, SMALL.seed)
+    prompt = [5, 17, 200, 33]
+    generated = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 4, dtype=torch.long),
+                               max_new_tokens=12, do_sample=False, pad_token_id=0)[0].tolist()[len(prompt):]
+    expected, token = [], prompt[-1]
+    for _ in range(12):
+        token = int(perm[token])
+        expected.append(token)
+    assert generated == expected

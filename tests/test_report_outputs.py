@@ -1,0 +1,95 @@
+"""What a user reads: the JSON schema, Markdown, terminal and HTML reports, and the chart specs (chart.to_dict())."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import duckdb
+import pytest
+from rich.console import Console
+
+from groundtruth import dbs
+from speclogs.analysis import compare_runs
+from speclogs.report import charts, comparison_to_dict, render_html, render_json, render_markdown, render_terminal
+
+ARMS = ["baseline_default_*", "baseline_nccl_*", "eagle3_default_*", "eagle3_nccl_*"]
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory):
+    db, _ = dbs.seeds_db(tmp_path_factory.getbasetemp())
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        yield compare_runs(con, ARMS, n_resamples=400)
+    finally:
+        con.close()
+
+
+def test_json_has_the_documented_schema(comparison):
+    doc = json.loads(render_json(comparison))
+    assert doc["schema"] == "speclogs.report/1"
+    assert doc["reference"] == "baseline_default_*"
+    for row in doc["comparisons"]:
+        assert {"metric", "unit", "a", "b", "ratio", "ci_low", "ci_high", "p_value", "n_a", "n_b", "source", "test",
+                "verdict", "arm_a", "arm_b"} <= row.keys()
+        assert row["ci_low"] <= row["ratio"] <= row["ci_high"]
+        assert row["unit"] == "tok/s"
+    assert all({"code", "message", "severity"} <= w.keys() for w in doc["warnings"])
+    # warnings come before notes
+    severities = [w["severity"] for w in doc["warnings"]]
+    assert severities == sorted(severities, key=lambda s: s != "warning")
+    assert {"terms", "total", "counterfactuals", "phase_terms"} <= doc["attribution"][0].keys()
+    assert {t["name"] for t in doc["attribution"][0]["terms"]} == {"acceptance", "batch size", "step time"}
+    assert {e["kind"] for e in doc["effects"]} == {"main", "interaction", "simple"}
+    assert doc["factors"] == {"nccl": ["default", "tuned"], "spec": ["baseline", "eagle3"]}
+    assert doc["arms"][2]["server"]["n_launches"] == 3
+
+
+def test_json_turns_non_finite_numbers_into_null(comparison):
+    doc = comparison_to_dict(comparison)
+    text = json.dumps(doc, allow_nan=False)  # raises on NaN/inf
+    assert "NaN" not in text
+
+
+def test_markdown_puts_warnings_before_numbers(comparison):
+    md = render_markdown(comparison)
+    assert md.startswith("# speclogs report")
+    assert md.index("## Warnings") < md.index("## Throughput per arm") < md.index("## Factorial effects")
+    assert "confounded_factors" in md
+    assert re.search(r"\| baseline_nccl_\* vs baseline_default_\* \| client \| 63\.\d \| 89\.\d \| 1\.4\d\d", md)
+
+
+def test_terminal_report_shows_warnings_first_and_every_table(comparison):
+    buffer = io.StringIO()
+    render_terminal(comparison, Console(file=buffer, width=220, color_system=None))
+    out = buffer.getvalue()
+    assert out.index("warning(s) — read before the numbers") < out.index("Throughput per arm")
+    for title in ("Comparisons against", "Attribution", "Speculative cycle phases", "Factorial effects"):
+        assert title in out
+    assert "faster by 41." in out
+
+
+def test_charts_specs(comparison):
+    specs = {name: chart.to_dict() for name, chart in charts.all_charts(comparison)}
+    assert set(specs) == {"throughput", "effects", "cycle", "accept", "timeline"}
+    throughput = specs["throughput"]
+    assert len(throughput["layer"]) == 2 and throughput["layer"][1]["mark"]["type"] == "point"
+    assert len(throughput["data"]["values"]) == 8  # 4 arms × (client, server)
+    effects = specs["effects"]
+    assert effects["layer"][1]["encoding"]["x"]["scale"]["type"] == "log"
+    cycle = specs["cycle"]
+    assert cycle["mark"]["type"] == "bar"
+    phases = {row["phase"] for row in cycle["data"]["values"]}
+    assert {"draft", "verify", "extend", "other", "decode step (not profiled)"} <= phases
+    assert "facet" in specs["timeline"] and specs["timeline"]["spec"]["layer"][0]["mark"]["type"] == "rect"
+    assert specs["accept"]["mark"]["type"] == "bar"
+
+
+def test_html_is_self_contained(comparison):
+    page = render_html(comparison)
+    assert not re.search(r"<script[^>]+src=", page)
+    assert not re.search(r"<link[^>]+href=[\"']https?:", page)
+    assert "vegaEmbed" in page and page.count('class="chart"') == 5
+    assert page.index("Warnings") < page.index("Throughput per arm")

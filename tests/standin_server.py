@@ -134,7 +134,7 @@ def main() -> None:
         stop_event.set()
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     log(f"INFO:     Started server process [{os.getpid()}]")
     log(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")

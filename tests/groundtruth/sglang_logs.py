@@ -61,6 +61,7 @@ class RunSpec:
     profile_every: int = 16
     eager_rows_before_ready: int = 2  # decode rows with cuda graph False before the server is ready
     extra_env: dict = field(default_factory=dict)
+    sglang_version: str = "0.5.14"
     seed: int = 0
     start: datetime = datetime(2026, 11, 30, 9, 0, 0)
 
@@ -204,7 +205,7 @@ def _write_run_json(spec: RunSpec, run_dir: Path, env: dict, ready: datetime) ->
         "env": env, "env_nccl": {k: v for k, v in env.items() if k.startswith("NCCL_")},
         "env_cuda": {k: v for k, v in env.items() if k.startswith("CUDA_")},
         "profile": spec.spec and spec.profile,
-        "versions": {"python": "3.12.3", "sglang": "0.5.14", "torch": "2.11.0+cu130", "nccl": "2.28.9", "speclogs": "0.1.0"},
+        "versions": {"python": "3.12.3", "sglang": spec.sglang_version, "torch": "2.11.0+cu130", "nccl": "2.28.9", "speclogs": "0.1.0"},
         "gpus": [{"index": i, "name": "NVIDIA H200", "driver": "580.159.04", "memory_mib": 143771} for i in range(2)],
         "hostname": "vm",
         "bench": {"kind": "single_stream", "requests": spec.requests, "warmup_requests": 1,

@@ -29,6 +29,8 @@ for name in ("sglang", "torch"):
 try:
     import torch
     v = torch.cuda.nccl.version()
+    if isinstance(v, int):  # older torch: 22809 -> 2.28.9
+        v = (v // 10000, v % 10000 // 100, v % 100) if v >= 10000 else (v // 1000, v % 1000 // 100, v % 100)
     out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
 except (ImportError, AttributeError, RuntimeError, OSError):  # torch absent, no CUDA build, no libnccl
     out["nccl"] = None

@@ -331,13 +331,14 @@ def launch(
     _render_launch_summary(summary, console)
     if not no_ingest:
         try:
-            from speclogs.ingest.render import render_summary_rich
             from speclogs.store import ingest_paths
         except ImportError as missing:
             raise LaunchError(f"the launches are recorded under {summary.out_dir}, but ingest is unavailable here "
                               f"({missing})", hint=f"run `speclogs ingest {summary.out_dir}` where duckdb is installed, "
                               "or pass --no-ingest") from missing
-        render_summary_rich(ingest_paths([summary.out_dir], db), console)
+        ingested = ingest_paths([summary.out_dir], db)
+        console.print(f"ingested {summary.out_dir} into {db}: {ingested.files_ingested} file(s), "
+                      f"{ingested.files_unchanged} unchanged, runs: {', '.join(ingested.runs) or '-'}", highlight=False)
     if summary.failed:
         raise LaunchError(f"{len(summary.failed)} launch(es) did not end ok: "
                           + ", ".join(f"{r.run_name} ({r.outcome})" for r in summary.failed),

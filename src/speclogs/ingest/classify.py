@@ -389,7 +389,7 @@ def classify_slow(engine: Engine, pieces: list[tuple[int, int, str]], *, method:
             continue
         row = {"line_no": line_no, "piece": piece}
         if scope == "message":
-            row["ts"] = _ts_value(values_prefix.get("ts"), values_prefix.get("ms"))
+            row["ts"] = ts_value(values_prefix.get("ts"), values_prefix.get("ms"))
             row["rank_tags"] = values_prefix.get("rank_tags") or ""
             ranks = _ranks(row["rank_tags"])
             for column in RANK_COLUMNS:
@@ -444,7 +444,7 @@ def _ranks(rank_tags: str) -> dict[str, int | None]:
     return cached
 
 
-def _ts_value(ts: str | None, ms: object) -> datetime | None:
+def ts_value(ts: str | None, ms: object) -> datetime | None:
     if not ts or len(ts) != 19:
         return None
     try:

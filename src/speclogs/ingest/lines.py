@@ -56,6 +56,8 @@ class Lines:
 
 def read_lines(data: bytes | memoryview) -> pl.Series:
     """Split valid UTF-8 bytes into physical lines (CRLF and LF; a final line without newline counts)."""
+    if isinstance(data, memoryview):
+        data = data.tobytes()  # `in` and the CSV reader want bytes (a memoryview's `in` is a Python-level loop)
     if not len(data):
         return pl.Series("text", [], dtype=pl.Utf8)
     if b"\x01" in data:
@@ -67,7 +69,7 @@ def read_lines(data: bytes | memoryview) -> pl.Series:
         parts = [p[:-1] if p.endswith("\r") else p for p in parts]
         return pl.Series("text", parts, dtype=pl.Utf8)
     frame = pl.read_csv(
-        bytes(data) if isinstance(data, memoryview) else data,
+        data,
         has_header=False,
         separator="\x01",
         quote_char=None,

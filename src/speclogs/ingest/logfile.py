@@ -22,7 +22,7 @@ from speclogs.ingest.lines import build_lines, pieces_slow
 from speclogs.ingest.records import ChunkResult, assemble
 
 DEFAULT_CHUNK_BYTES = 64 << 20
-SMALL_CHUNK_BYTES = 1 << 20
+SMALL_CHUNK_BYTES = 512 << 10
 METHODS = ("auto", "polars", "regex", "pyparsing")
 
 

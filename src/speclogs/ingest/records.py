@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from speclogs.grammar import parse_server_args
-from speclogs.ingest.classify import Claims, Engine, NearMiss, is_server_args
+from speclogs.grammar import parse_server_args, split_rank_tags
+from speclogs.ingest.classify import Claims, Engine, NearMiss, ts_value, is_server_args
 from speclogs.ingest.lines import RAW_KEEP_CHARS
 
 ERRORS_TABLE = "errors"
@@ -74,9 +74,9 @@ def assemble(
         line_no for name, frame in claims.frames.items() if is_server_args(patterns[name]) for line_no in frame["line_no"].to_list()
     )
 
-    # 1. error records out of heads / frames / ends and the unclaimed lines around them
+    # 1. error records out of heads / frames / ends and the unclaimed or blank lines around them
     error_frames = {name: frame for name, frame in claims.frames.items() if patterns[name].table == ERRORS_TABLE}
-    records, continuation_keys, orphan_keys = _group_errors(error_frames, claims.unclaimed)
+    records, continuation_keys, orphan_keys = _group_errors(engine, error_frames, claims.unclaimed, blank, raw_lines)
 
     # 2. typed tables
     by_table: dict[str, list[pl.DataFrame]] = {}
@@ -98,40 +98,43 @@ def assemble(
         header_frames = [frame for name, frame in claims.frames.items() if is_server_args(patterns[name])]
         tables["server_args"] = _server_args_frame(claims, header_frames)
 
-    # 4. line accounting
-    parsed_keys = set()
-    for name, frame in claims.frames.items():
-        if patterns[name].table == ERRORS_TABLE and not _is_head(patterns[name]):
-            continue
-        parsed_keys.update(frame["line_no"].to_list())
-    parsed_lines = parsed_keys
-    continuation_lines = {line for line, _ in continuation_keys} - parsed_lines
-    unclaimed = claims.unclaimed
+    # 4. line accounting: every physical line is parsed, continuation or unparsed
+    claimed = [
+        frame.get_column("line_no")
+        for name, frame in claims.frames.items()
+        if patterns[name].table != ERRORS_TABLE or _is_head(patterns[name])
+    ]
+    continuation_lines = {line for line, _ in continuation_keys}
+    parsed = pl.concat(claimed).unique() if claimed else pl.Series("line_no", [], dtype=pl.Int64)
+    if continuation_lines:
+        parsed = parsed.filter(~parsed.is_in(list(continuation_lines)))
     unparsed_rows: list[tuple[int, str]] = []
     seen_unparsed: set[int] = set()
-    for line_no, piece, _text, prefixed in unclaimed.iter_rows():
+    for line_no, piece, _text, prefixed in claims.unclaimed.iter_rows():
         if (line_no, piece) in continuation_keys or line_no in seen_unparsed:
             continue
         seen_unparsed.add(line_no)
-        reason = REASON_UNMATCHED_SGLANG if prefixed else REASON_UNMATCHED
-        unparsed_rows.append((line_no, reason))
+        unparsed_rows.append((line_no, REASON_UNMATCHED_SGLANG if prefixed else REASON_UNMATCHED))
     for line_no, _piece in sorted(orphan_keys):
         if line_no not in seen_unparsed:
             seen_unparsed.add(line_no)
             unparsed_rows.append((line_no, REASON_ORPHAN_FRAME))
     for line_no in blank:
-        seen_unparsed.add(line_no)
-        unparsed_rows.append((line_no, REASON_EMPTY))
+        if line_no not in continuation_lines:
+            unparsed_rows.append((line_no, REASON_EMPTY))
     for line_no, size in too_long:
-        seen_unparsed.add(line_no)
         unparsed_rows.append((line_no, f"line too long ({size:,} bytes; kept the first {RAW_KEEP_CHARS:,} characters)"))
-    unparsed_rows = [
-        (line_no, reason + _FRAGMENT if line_no in parsed_lines or line_no in continuation_lines else reason)
-        for line_no, reason in unparsed_rows
-    ]
     if unparsed_rows:
-        tables["unparsed_lines"] = _unparsed_frame(unparsed_rows, raw_lines)
-    unparsed_count = total_lines - len(parsed_lines) - len(continuation_lines)
+        frame = _unparsed_frame(unparsed_rows, raw_lines)
+        fragment = frame.get_column("line_no").is_in(parsed) | frame.get_column("line_no").is_in(list(continuation_lines))
+        if fragment.any():
+            frame = frame.with_columns(
+                pl.when(fragment).then(pl.col("reason") + _FRAGMENT).otherwise(pl.col("reason")).alias("reason")
+            )
+        tables["unparsed_lines"] = frame
+    continuation_only = len(continuation_lines) - int(pl.Series(list(continuation_lines), dtype=pl.Int64).is_in(parsed).sum()) if continuation_lines else 0
+    parsed_count = parsed.len()
+    unparsed_count = total_lines - parsed_count - continuation_only
 
     # 5. launch numbers for every table
     for table, frame in tables.items():
@@ -140,8 +143,8 @@ def assemble(
     return ChunkResult(
         tables=tables,
         total_lines=total_lines,
-        parsed_lines=len(parsed_lines),
-        continuation_lines=len(continuation_lines),
+        parsed_lines=parsed_count,
+        continuation_lines=continuation_only,
         unparsed_lines=unparsed_count,
         prefixed_pieces=claims.prefixed_pieces,
         launch_starts=launch_starts,
@@ -175,52 +178,117 @@ class _Record:
     head: dict
     members: list[tuple[int, int]]  # (line_no, piece), head first
     ended: bool = False
+    chained: bool = False  # a frame ('During handling of the above exception …') came after the exception line
     exception_type: str | None = None
     exception_message: str | None = None
     last_line: int = 0
+    pending: list[tuple[int, int]] = field(default_factory=list)  # blank lines kept only if the record goes on
+
+    def reaches(self, line_no: int) -> bool:
+        last = self.pending[-1][0] if self.pending else self.last_line
+        return line_no <= last + 1
+
+    def take(self, line_no: int, piece: int, continuation: set[tuple[int, int]]) -> None:
+        for key in self.pending:
+            self.members.append(key)
+            continuation.add(key)
+        self.pending.clear()
+        self.members.append((line_no, piece))
+        continuation.add((line_no, piece))
+        self.last_line = line_no
 
 
 def _group_errors(
-    error_frames: dict[str, pl.DataFrame], unclaimed: pl.DataFrame
+    engine: Engine,
+    error_frames: dict[str, pl.DataFrame],
+    unclaimed: pl.DataFrame,
+    blank,
+    raw_lines: pl.DataFrame,
 ) -> tuple[list[_Record], set[tuple[int, int]], set[tuple[int, int]]]:
-    events: list[tuple[int, int, str, dict]] = []
-    for frame in error_frames.values():
+    """Multi-line error records. Rules (see the module docstring): a head opens a record; frames, the exception
+    line, and unrecognised text before the exception line continue it while adjacent; blank lines are kept
+    only when the record continues after them; a bare 'Traceback (most recent call last):' right after an
+    open record (or after a chained-exception line) continues it, and right after a recognised SGLang line
+    (e.g. 'ERROR:    Exception in ASGI application') makes that line the record's first line."""
+    events: list[tuple[int, int, str, dict, str]] = []
+    scopes = {c.name: c.pattern.scope for c in engine.patterns}
+    for name, frame in error_frames.items():
         for row in frame.iter_rows(named=True):
-            events.append((row["line_no"], row["piece"], row.get(ROLE_COLUMN) or HEAD, row))
+            events.append((row["line_no"], row["piece"], row.get(ROLE_COLUMN) or HEAD, row, scopes[name]))
     if not events:
         return [], set(), set()
     for line_no, piece, _text, prefixed in unclaimed.iter_rows():
         if not prefixed:
-            events.append((line_no, piece, "text", {}))
+            events.append((line_no, piece, "text", {}, "line"))
+    for line_no in blank:
+        events.append((line_no, 0, "blank", {}, "line"))
     events.sort(key=lambda e: (e[0], e[1]))
     records: list[_Record] = []
     continuation: set[tuple[int, int]] = set()
     orphans: set[tuple[int, int]] = set()
+    bare_heads: list[_Record] = []
     current: _Record | None = None
-    for line_no, piece, role, row in events:
-        adjacent = current is not None and line_no <= current.last_line + 1
+    for line_no, piece, role, row, scope in events:
+        adjacent = current is not None and current.reaches(line_no)
         if role == HEAD:
+            bare = scope == "line" and row.get("kind") == "traceback"
+            if bare and adjacent and (not current.ended or current.chained):
+                current.take(line_no, piece, continuation)
+                current.ended = current.chained = False
+                continue
             current = _Record(head=row, members=[(line_no, piece)], last_line=line_no)
             records.append(current)
+            if bare:
+                bare_heads.append(current)
         elif role in (FRAME, END) and adjacent:
-            current.members.append((line_no, piece))
-            current.last_line = line_no
-            continuation.add((line_no, piece))
+            current.take(line_no, piece, continuation)
             if role == END:
                 current.ended = True
+                current.chained = False
                 if row.get("exception_type"):
                     current.exception_type = row["exception_type"]
                     current.exception_message = row.get("exception_message")
+            elif current.ended:
+                current.chained = True
         elif role in (FRAME, END):
             orphans.add((line_no, piece))
             current = None
-        elif role == "text" and adjacent and not current.ended:
-            current.members.append((line_no, piece))
-            current.last_line = line_no
-            continuation.add((line_no, piece))
+        elif role == "blank" and adjacent:
+            current.pending.append((line_no, piece))
+        elif role == "text" and adjacent and (not current.ended or current.chained):
+            current.take(line_no, piece, continuation)
         else:
-            current = None  # an unrelated line, or text after the exception line, closes the record
+            current = None  # an unrelated line closes the record
+    if bare_heads:
+        _attach_to_previous_line(engine, bare_heads, raw_lines, continuation)
     return records, continuation, orphans
+
+
+def _attach_to_previous_line(engine: Engine, bare_heads: list[_Record], raw_lines: pl.DataFrame, continuation) -> None:
+    """'[ts] ERROR:    Exception in ASGI application' + 'Traceback …': the SGLang line is where the record begins."""
+    import re
+
+    wanted = [record.members[0][0] - 1 for record in bare_heads]
+    raw = dict(raw_lines.filter(pl.col("line_no").is_in(wanted)).iter_rows())
+    prefix = re.compile(engine.prefix_regex)
+    for record in bare_heads:
+        line_no, piece = record.members[0]
+        previous = raw.get(line_no - 1)
+        if previous is None or record.members[0][1] != 0:
+            continue
+        head = prefix.match(previous)
+        message = previous[head.end():] if head else ""
+        if head is None or not ("Exception" in message or "Error" in message or message.rstrip().endswith(":")):
+            continue
+        continuation.add((line_no, piece))
+        record.members.insert(0, (line_no - 1, 0))
+        values = head.groupdict()
+        record.head = {
+            "kind": "traceback",
+            "ts": ts_value(values.get("ts"), int(values["ms"]) if values.get("ms") else None),
+            "rank_tags": values.get("rank_tags") or "",
+            "tp_rank": split_rank_tags(values.get("rank_tags")).get("tp_rank"),
+        }
 
 
 def _errors_frame(records: list[_Record], raw_lines: pl.DataFrame) -> pl.DataFrame:
@@ -230,11 +298,12 @@ def _errors_frame(records: list[_Record], raw_lines: pl.DataFrame) -> pl.DataFra
     for record in records:
         head = record.head
         lines = sorted({line for line, _ in record.members})
+        first_piece = min(record.members)[1]
         texts = [raw.get(line, "") for line in lines]
         rows.append(
             {
                 "line_no": lines[0],
-                "piece": record.members[0][1],
+                "piece": first_piece,
                 "last_line_no": lines[-1],
                 "ts": head.get("ts"),
                 "tp_rank": head.get("tp_rank"),

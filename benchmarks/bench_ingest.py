@@ -1,0 +1,189 @@
+"""Ingest benchmark: a 2,000,000-line generated SGLang log into a fresh DuckDB file, end to end.
+
+    PYTHONPATH=src python benchmarks/bench_ingest.py [--lines 2000000] [--log /tmp/sglang_2m.log] [--runs 3]
+
+Generates the log with ../shared/tools/gen_sglang_log.py when it is missing (plus its .truth.json), then
+for each run, in a fresh subprocess (so peak RSS is that run's own): ingest into a new DuckDB file with
+speclogs.store.ingest_paths, check counts and sums against truth.json, and print lines/s, MB/s, peak RSS.
+Then one staged run in-process prints seconds per stage (read, lines, classify, assemble, insert).
+Prints figures; asserts nothing about speed (the machine is shared and noisy: compare min of runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from decimal import Decimal
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERATOR_CANDIDATES = (ROOT.parent / "shared" / "tools" / "gen_sglang_log.py", ROOT / "shared" / "tools" / "gen_sglang_log.py")
+
+
+def ensure_log(path: Path, lines: int) -> Path:
+    truth = Path(str(path) + ".truth.json")
+    if path.exists() and truth.exists():
+        return truth
+    generator = next((g for g in GENERATOR_CANDIDATES if g.exists()), None)
+    if generator is None:
+        sys.exit(f"no {path} and no generator at {GENERATOR_CANDIDATES[0]}")
+    print(f"generating {path} ({lines:,} lines) …", flush=True)
+    subprocess.run([sys.executable, str(generator), str(path), "-n", str(lines)], check=True)
+    return truth
+
+
+def one_run(log: Path) -> dict:
+    """Runs in a child process: ingest end to end into a fresh DuckDB file, then check against truth."""
+    import duckdb
+
+    from speclogs.store import ingest_paths
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "bench.duckdb"
+        started = time.perf_counter()
+        summary = ingest_paths([str(log)], db)
+        seconds = time.perf_counter() - started
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        con = duckdb.connect(str(db), read_only=True)
+        q = lambda sql: con.execute(sql).fetchone()  # noqa: E731
+        got = {
+            "lines": q("SELECT sum(total_lines) FROM files")[0],
+            "decode": q("SELECT count(*) FROM decode_batches")[0],
+            "prefill": q("SELECT count(*) FROM prefill_batches")[0],
+            "access": q("SELECT count(*) FROM http_requests")[0],
+            "continuation": q("SELECT sum(continuation_lines) FROM files")[0],
+            "n_accept_len": q("SELECT count(accept_len) FROM decode_batches")[0],
+            "sum_gen_throughput": str(q("SELECT sum(gen_throughput_tok_s::DECIMAL(18,2)) FROM decode_batches")[0]),
+            "sum_input_throughput": str(q("SELECT sum(input_throughput_tok_s::DECIMAL(18,2)) FROM prefill_batches")[0]),
+            "sum_num_token": q("SELECT sum(num_tokens) FROM decode_batches")[0],
+            "sum_new_token": q("SELECT sum(new_tokens) FROM prefill_batches")[0],
+            "sum_status": q("SELECT sum(status) FROM http_requests")[0],
+            "errors": q("SELECT count(*) FROM errors")[0],
+            "unparsed": q("SELECT sum(unparsed_lines) FROM files")[0],
+            "balanced": q("SELECT bool_and(balanced) FROM line_accounting")[0],
+        }
+        con.close()
+        db_mb = db.stat().st_size / 1e6
+    return {"seconds": seconds, "peak_rss_mb": peak_mb, "db_mb": db_mb, "got": got, "summary": summary.to_dict()}
+
+
+def check(got: dict, truth: dict) -> list[str]:
+    kinds = truth["kinds"]
+    expected = {
+        "lines": truth["lines"],
+        "decode": kinds["decode"],
+        "prefill": kinds["prefill"],
+        "access": kinds["access"],
+        "continuation": kinds["continuation"],
+        "n_accept_len": truth["n_accept_len"],
+        "sum_num_token": truth["sum_num_token"],
+        "sum_new_token": truth["sum_new_token"],
+        "sum_status": truth["sum_status"],
+    }
+    problems = [f"{k}: got {got[k]}, truth {v}" for k, v in expected.items() if got[k] != v]
+    for key in ("sum_gen_throughput", "sum_input_throughput"):
+        if Decimal(got[key]) != Decimal(truth[key]):
+            problems.append(f"{key}: got {got[key]}, truth {truth[key]}")
+    if not got["balanced"]:
+        problems.append("line_accounting: parsed + continuation + unparsed != total")
+    return problems
+
+
+def staged(log: Path) -> dict[str, float]:
+    """Seconds per stage of the fast path on the whole file (in-process)."""
+    import duckdb
+
+    from speclogs.grammar import load_grammars
+    from speclogs.ingest.classify import classify_fast, compile_engine
+    from speclogs.ingest.lines import build_lines
+    from speclogs.ingest.logfile import chunk_bounds, DEFAULT_CHUNK_BYTES
+    from speclogs.ingest.records import assemble
+    from speclogs.ingest.sources import make_valid_text
+    import polars as pl
+
+    stages = dict.fromkeys(("grammars", "read", "lines", "classify", "assemble", "insert"), 0.0)
+    t = time.perf_counter()
+    engine = compile_engine(load_grammars())
+    stages["grammars"] = time.perf_counter() - t
+    t = time.perf_counter()
+    data, _, _ = make_valid_text(log.read_bytes())
+    stages["read"] = time.perf_counter() - t
+    with tempfile.TemporaryDirectory() as tmp:
+        con = duckdb.connect(str(Path(tmp) / "s.duckdb"))
+        from speclogs.store import schema_sql
+
+        con.execute(schema_sql())
+        first, launches = 1, 0
+        view = memoryview(data)
+        for start, end in chunk_bounds(data, DEFAULT_CHUNK_BYTES):
+            t = time.perf_counter()
+            lines = build_lines(view[start:end], first)
+            stages["lines"] += time.perf_counter() - t
+            t = time.perf_counter()
+            claims = classify_fast(engine, lines.frame)
+            stages["classify"] += time.perf_counter() - t
+            t = time.perf_counter()
+            raw = pl.DataFrame({"line_no": pl.int_range(first, first + lines.total_lines, eager=True, dtype=pl.Int64), "raw": lines.raw})
+            chunk = assemble(engine, claims, raw, total_lines=lines.total_lines, blank=lines.blank, too_long=lines.too_long, launches_before=launches)
+            stages["assemble"] += time.perf_counter() - t
+            t = time.perf_counter()
+            for table, frame in chunk.tables.items():
+                arrow = frame.to_arrow()
+                con.register("f", arrow)
+                con.execute(f'CREATE TABLE IF NOT EXISTS "s_{table}" AS SELECT * FROM f LIMIT 0')
+                con.execute(f'INSERT INTO "s_{table}" SELECT * FROM f')
+                con.unregister("f")
+            stages["insert"] += time.perf_counter() - t
+            first += lines.total_lines
+            launches += len(chunk.launch_starts)
+        con.close()
+    return stages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=2_000_000)
+    parser.add_argument("--log", type=Path, default=Path("/tmp/sglang_2m.log"))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-stages", action="store_true")
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(one_run(args.log)))
+        return
+    truth_path = ensure_log(args.log, args.lines)
+    truth = json.loads(truth_path.read_text())
+    size_mb = args.log.stat().st_size / 1e6
+    print(f"log: {args.log} — {truth['lines']:,} lines, {size_mb:,.1f} MB; {os.cpu_count()} CPUs")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    results = []
+    for run in range(args.runs):
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", "--log", str(args.log)], env=env, check=True, capture_output=True, text=True
+        )
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        results.append(result)
+        problems = check(result["got"], truth)
+        lines_s = truth["lines"] / result["seconds"]
+        print(
+            f"run {run + 1}: {result['seconds']:.2f} s  {lines_s:,.0f} lines/s  {size_mb / result['seconds']:,.1f} MB/s  "
+            f"peak RSS {result['peak_rss_mb']:,.0f} MB ({result['peak_rss_mb'] / size_mb:.1f}× file)  DuckDB file {result['db_mb']:,.0f} MB  "
+            + ("truth: OK" if not problems else "truth MISMATCH: " + "; ".join(problems))
+        )
+    best = min(r["seconds"] for r in results)
+    median = sorted(r["seconds"] for r in results)[len(results) // 2]
+    print(f"min {best:.2f} s = {truth['lines'] / best:,.0f} lines/s ({size_mb / best:,.1f} MB/s); median {median:.2f} s = {truth['lines'] / median:,.0f} lines/s")
+    print("checked against truth.json: " + ", ".join(f"{k}={v}" for k, v in results[0]["got"].items()))
+    if not args.no_stages:
+        stages = staged(args.log)
+        print("stages (in-process, fast path): " + ", ".join(f"{k} {v:.2f} s" for k, v in stages.items()))
+
+
+if __name__ == "__main__":
+    main()

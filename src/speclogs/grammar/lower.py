@@ -50,6 +50,47 @@ def char_class(chars: set[str] | str, *, negate: bool = False) -> str:
     return "[" + ("^" if negate else "") + "".join(parts) + "]"
 
 
+def literal_alternation(words: list[str]) -> str:
+    """Alternatives of plain literals as a prefix-factored group: 'cuda graph|cpu graph' → 'c(?:uda|pu) graph'.
+
+    No two branches start with the same character, so the regex stays one-pass (Rust regex then uses its
+    fast one-pass engine for captures). The set of matched strings is unchanged; where one word is a prefix of
+    another the longer one is tried first, as pyparsing does with the longest-first value lists.
+    """
+    if len(words) != len(set(words)):
+        words = list(dict.fromkeys(words))
+    return "(?:" + _trie(sorted(words, key=len, reverse=True)) + ")" if len(words) > 1 else escape(words[0])
+
+
+def _trie(words: list[str]) -> str:
+    ends = "" in words
+    words = [w for w in words if w]
+    groups: dict[str, list[str]] = {}
+    for w in words:
+        groups.setdefault(w[0], []).append(w)
+    branches = []
+    for first, members in groups.items():
+        if len(members) == 1:
+            branches.append(escape(members[0]))
+            continue
+        common = members[0]
+        for m in members[1:]:
+            while not m.startswith(common):
+                common = common[:-1]
+        branches.append(escape(common) + _group_alt([m[len(common):] for m in members]))
+    body = "|".join(branches)
+    if ends:
+        return f"(?:{body})?" if len(branches) > 1 or len(body) > 1 else f"{body}?"
+    return body
+
+
+def _group_alt(rest: list[str]) -> str:
+    inner = _trie(rest)
+    if "" in rest:
+        return inner  # already wrapped as optional
+    return f"(?:{inner})" if "|" in inner else inner
+
+
 def _repeat(min_len: int, max_len: int) -> str:
     unbounded = max_len >= 2**31
     if unbounded:
@@ -109,6 +150,8 @@ def _lower_body(e: pp.ParserElement, where: str, names: set[str], *, in_repeat: 
     if isinstance(e, pp.And):
         return "".join(sub(x) for x in e.exprs)
     if isinstance(e, pp.MatchFirst):
+        if all(type(x) in (pp.Literal, pp.core._SingleCharLiteral) and not x.resultsName for x in e.exprs):
+            return literal_alternation([x.match for x in e.exprs])
         return "(?:" + "|".join(sub(x) for x in e.exprs) + ")"
     if isinstance(e, pp.Opt):
         inner = sub(e.expr)

@@ -193,13 +193,15 @@ def _float_element() -> pp.ParserElement:
 
 
 def _timestamp_element() -> pp.ParserElement:
+    """'YYYY-MM-DD HH:MM:SS' | 'MM-DD HH:MM:SS' (diffusion server) | 'HH:MM:SS' (≤0.3.0), factored on the first two
+    digits so that the next character alone picks the form (a one-pass regex)."""
+
     def digits(n: int) -> pp.ParserElement:
         return pp.Word(pp.nums, exact=n)
 
-    clock = digits(2) + ":" + digits(2) + ":" + digits(2)
-    date_time = digits(4) + "-" + digits(2) + "-" + digits(2) + " " + clock
-    month_day_time = digits(2) + "-" + digits(2) + " " + clock  # diffusion server: no year
-    return pp.Combine(pp.MatchFirst([date_time, month_day_time, clock]))
+    year_rest = digits(2) + "-" + digits(2) + "-" + digits(2) + " " + digits(2)  # 'YY-MM-DD HH' after 'YY'
+    day_rest = pp.Literal("-") + digits(2) + " " + digits(2)  # '-DD HH' after 'MM'
+    return pp.Combine(digits(2) + pp.Opt(pp.MatchFirst([year_rest, day_rest])) + ":" + digits(2) + ":" + digits(2))
 
 
 def _rank_tags_element() -> pp.ParserElement:

@@ -274,3 +274,27 @@ def test_max_minutes_does_not_start_a_launch_that_cannot_fit(tmp_path):
     summary, messages = run(plan, tmp_path / "out", max_minutes=1)
     assert summary.stopped == "max_minutes" and summary.results == () and summary.pending == ("a_1",)
     assert any("a launch takes ~600 s" in m for m in messages)
+
+
+def test_resume_after_the_launcher_was_killed_stops_the_orphaned_server(tmp_path):
+    plan = write_plan(tmp_path, '[[cells]]\nname = "o"\nargs = ["--spawn-child"]')
+    plan.write_text(plan.read_text().replace('"--ready-after", "0.3"', '"--ready-after", "30"'))
+    out = tmp_path / "out"
+    launcher = subprocess.Popen([sys.executable, "-m", "speclogs.launcher", str(plan), "--out", str(out)],
+                                env=dict(os.environ, PYTHONPATH=str(SRC)), stderr=subprocess.DEVNULL)
+    log = out / "o" / "1" / "server.log"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and "scheduler child pid=" not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.05)
+    launcher.kill()                                          # -9: no chance to stop its server
+    launcher.wait()
+    record = run_json(out, "o")
+    assert record["outcome"] == "running" and alive(record["server_pid"])
+    child_pid = int(log.read_text().split("scheduler child pid=")[1].split()[0])
+
+    plan.write_text(plan.read_text().replace('"--ready-after", "30"', '"--ready-after", "0.2"'))
+    summary, messages = run(plan, out, resume=True)
+    assert summary.results[0].outcome == "ok"                # the orphan no longer holds the port
+    assert not alive(record["server_pid"]) and not alive(child_pid)
+    assert record["server_pid"] in run_json(out, "o")["orphans_stopped"]
+    assert any("left by a killed launcher" in m for m in messages)

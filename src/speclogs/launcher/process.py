@@ -178,6 +178,23 @@ def stop_server(proc: subprocess.Popen, grace_s: float, known_pids: set[int] | N
                       gpu_apps_after=None if listed is None else tuple(sorted(listed)))
 
 
+def stop_orphan_group(pgid: int, grace_s: float) -> list[int]:
+    """Stop a process group left by a launcher that was killed (-9): SIGTERM, SIGKILL after grace. Returns its pids."""
+    pids = group_pids(pgid)
+    if not pids:
+        return []
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while group_pids(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if group_pids(pgid):
+        _signal_group(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while group_pids(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return pids
+
+
 def descendants(pid: int) -> set[int]:
     """All live descendants of `pid` (from /proc), to catch children that left the process group."""
     children: dict[int, list[int]] = {}

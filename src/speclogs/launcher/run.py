@@ -359,6 +359,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
 
     try:
         try:
+            _stop_orphan(previous, context.hostname, plan.stop_grace_s, record, spec.run_name, say)
             if _proc.free_mb(run_dir) < plan.min_free_mb:
                 raise _LaunchFailed("disk_full", f"only {_proc.free_mb(run_dir):.0f} MiB free under {run_dir} "
                                                  f"(min_free_mb = {plan.min_free_mb:g})", hint="free disk space")
@@ -407,6 +408,21 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
         reason = exc.reason if isinstance(exc, Interrupted) else "Ctrl-C"
         finish("interrupted", f"{reason} during this launch; --resume runs it again")
         raise Interrupted(reason) from None
+
+
+def _stop_orphan(previous: dict | None, hostname: str, grace_s: float, record: dict, run_name: str,
+                 say: Progress) -> None:
+    """A run.json still saying `running` means its launcher was killed: stop the server group it left behind."""
+    if not previous or previous.get("outcome") != "running" or previous.get("hostname") != hostname:
+        return
+    pgid = previous.get("server_pid")
+    if not isinstance(pgid, int):
+        return
+    with _signals_deferred():
+        stopped = _proc.stop_orphan_group(pgid, grace_s)
+    if stopped:
+        say(f"{run_name}: stopped {len(stopped)} process(es) left by a killed launcher (group {pgid})")
+        record["orphans_stopped"] = stopped
 
 
 def _wait_gpu_idle(wait_s: float) -> list[int] | None:

@@ -298,3 +298,30 @@ def test_resume_after_the_launcher_was_killed_stops_the_orphaned_server(tmp_path
     assert not alive(record["server_pid"]) and not alive(child_pid)
     assert record["server_pid"] in run_json(out, "o")["orphans_stopped"]
     assert any("left by a killed launcher" in m for m in messages)
+
+
+def test_bench_serving_runs_with_the_server_env_and_its_failure_is_recorded(tmp_path):
+    fake = tmp_path / "fakepkgs" / "sglang"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "bench_serving.py").write_text(
+        "import json, sys, urllib.request\n"
+        "args = sys.argv[1:]\n"
+        "port = args[args.index('--port') + 1]\n"
+        "urllib.request.urlopen(f'http://127.0.0.1:{port}/health').read()\n"
+        "json.dump({'completed': int(args[args.index('--num-prompts') + 1])}, open(args[args.index('--output-file') + 1], 'w'))\n"
+        "sys.exit(0 if '--fail' not in args else 4)\n")
+    for flags, expected in (('"--num-prompts", "7"', "ok"), ('"--num-prompts", "7", "--fail"', "bench_failed")):
+        plan = write_plan(tmp_path, '[[cells]]\nname = "s"',
+                          extra=f'[bench_serving]\nargs = [{flags}]\ntimeout_s = 30\n'
+                                f'[env]\nPYTHONPATH = "{tmp_path / "fakepkgs"}"\n')
+        plan.write_text(plan.read_text().replace('[env]\nNCCL_DEBUG = "INFO"\n', ""))
+        out = tmp_path / f"out-{expected}"
+        summary, _ = run(plan, out)
+        record = run_json(out, "s")
+        assert summary.results[0].outcome == expected, record["outcome_detail"]
+        assert json.loads((out / "s" / "1" / "bench_serving.jsonl").read_text()) == {"completed": 7}
+        assert record["files"]["bench_serving"] == "bench_serving.jsonl"
+        assert record["bench"]["bench_serving_args"][:2] == ["--num-prompts", "7"]
+        if expected == "bench_failed":
+            assert "exited 4" in record["outcome_detail"]

@@ -128,7 +128,8 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
                 break
             if deadline is not None:
                 remaining = deadline - time.monotonic()
-                estimate = _estimate_launch_s(out_dir) or plan.launch_estimate_s
+                measured = _estimate_launch_s(out_dir)   # spawn → stop; +10 % for the version probe and GPU wait
+                estimate = measured * 1.1 if measured else plan.launch_estimate_s
                 if remaining <= 0 or remaining < estimate:
                     say(f"max-minutes: {remaining:.0f} s left, a launch takes ~{estimate:.0f} s: stopping here")
                     stopped = "max_minutes"

@@ -14,16 +14,9 @@ from pathlib import Path
 
 from speclogs.errors import GrammarError
 from speclogs.grammar.cache import cache_key, read_cached, write_cached
-from speclogs.grammar.loader import (
-    LoadedFile,
-    bundled_grammar_dir,
-    find_prefix,
-    ordered_patterns,
-    read_grammar_file,
-    validate,
-)
 from speclogs.grammar.model import (
     RANK_TAG_REGEXES,
+    bundled_grammar_dir,
     RANK_TAGS,
     Field,
     GrammarProblem,
@@ -33,6 +26,15 @@ from speclogs.grammar.model import (
     split_rank_tags,
 )
 from speclogs.grammar.server_args import parse_server_args
+
+# The loader (and pyparsing with it) is imported only when grammar files must be built: a load from the disk
+# cache needs neither, which keeps `speclogs` start-up short.
+
+
+def read_grammar_file(path: Path):
+    from speclogs.grammar.loader import read_grammar_file as read
+
+    return read(path)
 
 __all__ = [
     "Field",
@@ -67,10 +69,10 @@ def _expand(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
-_read_cache: dict[tuple, LoadedFile] = {}
+_read_cache: dict[tuple, object] = {}
 
 
-def _read_all(paths: Sequence[Path]) -> list[LoadedFile]:
+def _read_all(paths: Sequence[Path]) -> list:
     """Read and build grammar files (bundled ones are kept per process, keyed by path, size and mtime)."""
     out = []
     for p in paths:
@@ -83,7 +85,9 @@ def _read_all(paths: Sequence[Path]) -> list[LoadedFile]:
     return out
 
 
-def _assemble(files: list[LoadedFile], focus: set[str] | None = None) -> tuple[GrammarSet | None, list[GrammarProblem]]:
+def _assemble(files: list, focus: set[str] | None = None) -> tuple[GrammarSet | None, list[GrammarProblem]]:
+    from speclogs.grammar.loader import find_prefix, ordered_patterns, validate
+
     problems = [pr for f in files for pr in f.problems if focus is None or f.path in focus]
     prefixes = [f for f in files if f.is_prefix]
     if len(prefixes) > 1:
@@ -133,7 +137,7 @@ def load_grammars(extra_paths: Sequence[Path] = (), *, use_cache: bool = True) -
     return grammar_set
 
 
-def _field_types(f: LoadedFile) -> dict[str, str]:
+def _field_types(f) -> dict[str, str]:
     types: dict[str, str] = {}
     for p in f.patterns:
         types.update({fl.name: fl.type for fl in p.fields})

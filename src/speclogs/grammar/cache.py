@@ -14,8 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from speclogs.grammar.loader import DERIVES, make_element_factory
-from speclogs.grammar.model import CounterSample, Field, GrammarSet, Pattern, Sample
+from speclogs.grammar.model import DERIVES, CounterSample, Field, GrammarSet, Pattern, Sample
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
@@ -59,7 +58,11 @@ def _pattern_to_json(p: Pattern, file_info: dict) -> dict:
 def _pattern_from_json(d: dict) -> Pattern:
     info = d["file"]
     where = f"{d['source']} pattern '{d['name']}'"
-    factory = make_element_factory(d["template"], where, d["name"], info["field_types"], info["field_shapes"], info["shape_specs"])
+    def factory(template=d["template"], name=d["name"]):
+        from speclogs.grammar.loader import make_element_factory  # pyparsing only when an element is needed
+
+        return make_element_factory(template, where, name, info["field_types"], info["field_shapes"], info["shape_specs"])()
+
     return Pattern(
         name=d["name"], family=d["family"], table=d["table"], scope=d["scope"], gate=d["gate"], regex=d["regex"],
         element_factory=factory, constants=d["constants"], fields=tuple(Field(*f) for f in d["fields"]),

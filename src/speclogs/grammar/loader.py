@@ -11,7 +11,8 @@ import pyparsing as pp
 
 from speclogs.errors import GrammarError
 from speclogs.grammar.lower import lower
-from speclogs.grammar.model import (
+from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-exported)
+    DERIVES,
     FIELD_ROLES,
     FIELD_TYPES,
     SCOPES,
@@ -21,25 +22,12 @@ from speclogs.grammar.model import (
     GrammarSet,
     Pattern,
     Sample,
-    split_rank_tags,
+    bundled_grammar_dir,
 )
 from speclogs.grammar.template import build_element, exact_tree, file_shape_element, parse_template, slot_names
 
-DERIVES = {"rank_tags": lambda values: split_rank_tags(values.get("rank_tags"))}
 PREFIX_NAME = "prefix"
 DEFAULT_PRIORITY = 100
-
-
-def bundled_grammar_dir() -> Path:
-    """grammars/ at the repository root, or speclogs/_grammars inside an installed wheel."""
-    here = Path(__file__).resolve()
-    for candidate in (here.parents[1] / "_grammars", here.parents[3] / "grammars"):
-        if candidate.is_dir():
-            return candidate
-    raise GrammarError(
-        "the bundled grammar files are missing (looked for speclogs/_grammars and <repo>/grammars)",
-        hint="reinstall speclogs, or run from a checkout that has grammars/",
-    )
 
 
 @dataclass

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
-import pyparsing as pp
+from speclogs.errors import GrammarError
+
+if TYPE_CHECKING:  # pyparsing is imported only when an element is built or parsed (a cached load needs neither)
+    import pyparsing as pp
 
 FIELD_TYPES = ("int", "float", "bool", "str", "pct")
 FIELD_ROLES = ("key", "measure", "label")
@@ -82,6 +86,22 @@ def split_rank_tags(rank_tags: str | None) -> dict[str, int | None]:
     return ranks
 
 
+# Columns computed from captured ones, by name (a grammar file says `derive = "rank_tags"`).
+DERIVES: dict[str, Callable[[dict], dict]] = {"rank_tags": lambda values: split_rank_tags(values.get("rank_tags"))}
+
+
+def bundled_grammar_dir() -> Path:
+    """grammars/ at the repository root, or speclogs/_grammars inside an installed wheel."""
+    here = Path(__file__).resolve()
+    for candidate in (here.parents[1] / "_grammars", here.parents[3] / "grammars"):
+        if candidate.is_dir():
+            return candidate
+    raise GrammarError(
+        "the bundled grammar files are missing (looked for speclogs/_grammars and <repo>/grammars)",
+        hint="reinstall speclogs, or run from a checkout that has grammars/",
+    )
+
+
 @dataclass(frozen=True, eq=False)
 class Sample:
     """A real line a pattern must parse, with the values it must give (`line_no` is its line in the grammar file)."""
@@ -148,6 +168,8 @@ class Pattern:
 
     def parse(self, text: str) -> dict | None:
         """Slow path: pyparsing over the whole text → typed dict (constants included), or None."""
+        import pyparsing as pp
+
         try:
             result = self.element.parse_string(text, parse_all=True)
         except pp.ParseBaseException:

@@ -444,16 +444,28 @@ def _ranks(rank_tags: str) -> dict[str, int | None]:
     return cached
 
 
+_TS_CACHE: dict[str, datetime | None] = {}
+
+
 def ts_value(ts: str | None, ms: object) -> datetime | None:
+    """The slow paths' twin of _ts_column: 'YYYY-MM-DD HH:MM:SS' (+ ms) → datetime; other forms → None."""
     if not ts or len(ts) != 19:
         return None
-    try:
-        value = datetime.strptime(ts, _TS_FORMAT)
-    except ValueError:
-        return None
-    if isinstance(ms, int):
+    value = _TS_CACHE.get(ts, _MISSING)
+    if value is _MISSING:
+        try:
+            value = datetime.strptime(ts, _TS_FORMAT) if ts[4] == "-" and ts[10] == " " else None
+        except ValueError:
+            value = None
+        if len(_TS_CACHE) > 100_000:
+            _TS_CACHE.clear()
+        _TS_CACHE[ts] = value
+    if value is not None and isinstance(ms, int):
         value += timedelta(milliseconds=ms)
     return value
+
+
+_MISSING = object()
 
 
 def _clamp(value: object) -> object:

@@ -126,13 +126,13 @@ def assemble(
         unparsed_rows.append((line_no, f"line too long ({size:,} bytes; kept the first {RAW_KEEP_CHARS:,} characters)"))
     if unparsed_rows:
         frame = _unparsed_frame(unparsed_rows, raw_lines)
-        fragment = frame.get_column("line_no").is_in(parsed) | frame.get_column("line_no").is_in(list(continuation_lines))
+        fragment = frame.get_column("line_no").is_in(parsed.implode()) | frame.get_column("line_no").is_in(list(continuation_lines))
         if fragment.any():
             frame = frame.with_columns(
                 pl.when(fragment).then(pl.col("reason") + _FRAGMENT).otherwise(pl.col("reason")).alias("reason")
             )
         tables["unparsed_lines"] = frame
-    continuation_only = len(continuation_lines) - int(pl.Series(list(continuation_lines), dtype=pl.Int64).is_in(parsed).sum()) if continuation_lines else 0
+    continuation_only = len(continuation_lines)  # a line with a continuation piece counts as continuation
     parsed_count = parsed.len()
     unparsed_count = total_lines - parsed_count - continuation_only
 

@@ -1,0 +1,62 @@
+"""Shared test helpers: where the real fixtures are, a fresh DuckDB file per test, running the CLI for real."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures" / "h200x2-sglang-0.5.14"
+MATRIX = FIXTURES / "matrix"
+PROBES = FIXTURES / "probes"
+FIXTURE_LOGS = sorted(FIXTURES.glob("*/*.log"))
+SRC = ROOT / "src"
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    """A DuckDB file that does not exist yet (each test gets its own)."""
+    return tmp_path / "speclogs.duckdb"
+
+
+def cli_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(SRC) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["COLUMNS"] = "200"
+    return env
+
+
+def run_cli(*args: str, stdin: bytes | None = None, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -m speclogs ARGS…` in a real subprocess (stdout/stderr as text)."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "speclogs", *args],
+        input=stdin,
+        capture_output=True,
+        cwd=cwd,
+        env=cli_env(),
+        timeout=timeout,
+    )
+    return subprocess.CompletedProcess(
+        completed.args,
+        completed.returncode,
+        completed.stdout.decode("utf-8", "replace"),
+        completed.stderr.decode("utf-8", "replace"),
+    )
+
+
+def query(db: Path, sql: str, params: list | None = None) -> list[tuple]:
+    import duckdb
+
+    connection = duckdb.connect(str(db), read_only=True)
+    try:
+        return connection.execute(sql, params or []).fetchall()
+    finally:
+        connection.close()
+
+
+def scalar(db: Path, sql: str, params: list | None = None):
+    return query(db, sql, params)[0][0]

@@ -241,3 +241,9 @@ def test_cli_grammars_list_shows_patterns_in_priority_order(tmp_path):
     names = [r["pattern"] for r in rows]
     assert names[0] == "prefix" and "decode_batch" in names and names.index("decode_batch") < names.index("message")
     assert {"family", "pattern", "table", "scope", "versions", "gate"} == set(rows[0])
+
+
+def test_rest_token_must_end_the_template(tmp_path):
+    text = GOOD.replace("'Warmup done in {elapsed_s} s'", "'Warmup done in {_:rest} s'")
+    problems = check_grammar_file(_write(tmp_path, text))
+    assert any("takes the rest of the line" in p.message for p in problems)

@@ -24,7 +24,7 @@ from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-expo
     Sample,
     bundled_grammar_dir,
 )
-from speclogs.grammar.template import build_element, exact_tree, file_shape_element, parse_template, slot_names
+from speclogs.grammar.template import build_element, check_rest_is_last, exact_tree, file_shape_element, parse_template, slot_names
 
 PREFIX_NAME = "prefix"
 DEFAULT_PRIORITY = 100
@@ -275,7 +275,9 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
     where = f"{shown}:{pline} pattern '{name}'"
     factory = make_element_factory(template, where, name, {k: f.type for k, f in fields.items()}, field_shapes, shape_specs)
     try:
-        names = slot_names(parse_template(template, where))
+        nodes = parse_template(template, where)
+        check_rest_is_last(nodes, where, field_shapes)
+        names = slot_names(nodes)
         full = factory()
         regex = "^" + lower(full, where)
         re.compile(regex)

@@ -128,6 +128,29 @@ def _parse_group(s: str, pos: int, where: str) -> tuple[object, int]:
     return Slot(name, shape or None), end + 1
 
 
+_GREEDY_TO_END = ("rest", "text")
+
+
+def check_rest_is_last(nodes: tuple, where: str, field_shapes: dict[str, str | None] | None = None, *, followed: bool = False) -> None:
+    """A `rest`/`text` token eats the whole line; pyparsing never gives characters back, so nothing may follow it
+    (a regex would backtrack and the two paths would disagree)."""
+    field_shapes = field_shapes or {}
+    for i, node in enumerate(nodes):
+        after = followed or i + 1 < len(nodes)
+        if isinstance(node, Slot):
+            shape = node.shape or field_shapes.get(node.name)
+            if shape in _GREEDY_TO_END and after:
+                raise GrammarError(
+                    f"{where}: {{{node.name}:{shape}}} takes the rest of the line but the template goes on after it",
+                    hint="put {…:rest} last, or use a shape that stops (e.g. not_chars) before the text that follows",
+                )
+        elif isinstance(node, Optional_):
+            check_rest_is_last(node.body, where, field_shapes, followed=after)
+        elif isinstance(node, Alternatives):
+            for branch in node.branches:
+                check_rest_is_last(branch, where, field_shapes, followed=after)
+
+
 def slot_names(nodes: tuple) -> list[str]:
     """Captured field names in template order (duplicates kept, so the caller can report them)."""
     names: list[str] = []

@@ -282,7 +282,7 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
         regex = "^" + lower(full, where)
         re.compile(regex)
     except GrammarError as exc:
-        problem(pline, str(exc))
+        problem(pline, str(exc).removeprefix(f"{shown}:{pline} "))
         return None
     except re.error as exc:
         problem(pline, f"pattern '{name}': the compiled regex does not compile in Python re: {exc}")

@@ -165,22 +165,8 @@ def slot_names(nodes: tuple) -> list[str]:
     return names
 
 
-def first_literal(nodes: tuple) -> str:
-    """The longest literal that every match contains (mandatory parts only): a default gate."""
-    best = ""
-    for node in nodes:
-        if isinstance(node, Lit) and len(node.text) > len(best):
-            best = node.text
-    return best
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # token shapes → pyparsing elements
-
-def exact(element: pp.ParserElement) -> pp.ParserElement:
-    """No whitespace skipping on this element only (no copies)."""
-    return element.leave_whitespace(recursive=False)
-
 
 def exact_tree(element: pp.ParserElement) -> pp.ParserElement:
     """No whitespace skipping anywhere in the tree, in place (pyparsing's recursive=True copies every node)."""
@@ -199,20 +185,15 @@ def exact_tree(element: pp.ParserElement) -> pp.ParserElement:
     return element
 
 
-def _lit(text: str) -> pp.ParserElement:
-    return exact(pp.Literal(text))
-
-
-_DIGITS = exact(pp.Word(pp.nums))
+_DIGITS = pp.Word(pp.nums)
 
 
 def _int_element() -> pp.ParserElement:
-    return exact(pp.Combine(exact(pp.And([exact(pp.Opt(_lit("-"))), _DIGITS.copy()]))))
+    return pp.Combine(pp.Opt(pp.Literal("-")) + _DIGITS.copy())
 
 
 def _float_element() -> pp.ParserElement:
-    fraction = exact(pp.Opt(exact(pp.And([_lit("."), _DIGITS.copy()]))))
-    return exact(pp.Combine(exact(pp.And([exact(pp.Opt(_lit("-"))), _DIGITS.copy(), fraction]))))
+    return pp.Combine(pp.Opt(pp.Literal("-")) + _DIGITS.copy() + pp.Opt(pp.Literal(".") + _DIGITS.copy()))
 
 
 def _timestamp_element() -> pp.ParserElement:

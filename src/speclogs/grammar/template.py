@@ -6,6 +6,7 @@
     {_:shape}              matched but not captured
     {?text}                optional part
     {|alt1|alt2|alt3}      alternatives, tried in order
+    {=var}                 (patterns with `expand`) replaced by each listed literal before parsing
     \\x                     the character x literally (write \\{ \\} \\| \\\\ for braces, bar, backslash)
 
 See grammars/README.md for the user documentation.

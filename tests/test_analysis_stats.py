@@ -103,14 +103,12 @@ def _decode_frame():
         (42, 15, True, 89.0),
     ]
     decode = pl.DataFrame({
-        "run_id": ["r"] * len(rows), "source_file": ["f"] * len(rows), "line_no": [r[0] for r in rows],
-        "launch_no": [1] * len(rows), "ts": [t0 + timedelta(seconds=r[1]) for r in rows], "tp_rank": [0] * len(rows),
+        "launch_key": [0] * len(rows), "run_id": ["r"] * len(rows), "line_no": [r[0] for r in rows], "ts": [t0 + timedelta(seconds=r[1]) for r in rows], "tp_rank": [0] * len(rows),
         "running_req": [1] * len(rows), "accept_len": [None] * len(rows), "cuda_graph": [r[2] for r in rows],
-        "gen_throughput_tok_s": [r[3] for r in rows], "retracted_req": [0] * len(rows),
+        "gen_throughput_tok_s": [r[3] for r in rows],
     })
-    prefill = pl.DataFrame({"run_id": ["r", "r"], "source_file": ["f", "f"], "line_no": [29, 40], "launch_no": [1, 1],
-                            "tp_rank": [0, 0], "running_req": [0, 0]})
-    launches = pl.DataFrame({"run_id": ["r"], "source_file": ["f"], "launch_no": [1], "start_ts": [t0],
+    prefill = pl.DataFrame({"launch_key": [0, 0], "line_no": [29, 40]})  # prefill rows that found 0 running requests
+    launches = pl.DataFrame({"launch_key": [0], "run_id": ["r"], "start_ts": [t0],
                              "ready_ts": [t0 + timedelta(seconds=5)], "first_health_200_ts": [t0 + timedelta(seconds=8)],
                              "cuda_graph_end_ts": [t0 + timedelta(seconds=2)]})
     return decode, prefill, launches

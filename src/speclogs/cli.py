@@ -404,7 +404,7 @@ def report(
         "default: the launch plan's factors (runs.factors)."
     ),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval coverage, e.g. 0.95."),
-    resamples: int = typer.Option(2000, "--resamples", help="Bootstrap resamples."),
+    resamples: int = typer.Option(1000, "--resamples", help="Bootstrap resamples (the interval uses their standard error; 1000 is plenty)."),
 ) -> None:
     """Compare runs: throughput ratios with intervals, attribution, factorial effects, confounder warnings."""
     from speclogs.analysis import compare_runs, parse_factor_options

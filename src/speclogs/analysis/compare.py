@@ -32,7 +32,7 @@ from speclogs.analysis.results import (
     RatioComparison,
     Term,
 )
-from speclogs.analysis.steady import client_rows, mark_steady, server_columns
+from speclogs.analysis.steady import client_rows, launch_slices, mark_steady, server_columns
 from speclogs.errors import AnalysisError
 
 PHASES = ("draft", "verify", "extend", "other", "cycle")
@@ -104,17 +104,21 @@ def _prepare_runs(tables: RunTables) -> tuple[dict[str, _RunData], pl.DataFrame,
     clients = client_rows(tables.bench)
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
     data: dict[str, _RunData] = {}
-    steady_by_run = {key[0]: frame for key, frame in decode.filter(pl.col("steady")).partition_by("run_id", as_dict=True).items()}
+    steady = decode.filter(pl.col("steady"))
+    steady_columns = server_columns(steady)
+    steady_segments = steady["segment"].to_numpy()
+    server_by_run: dict[str, list[np.ndarray]] = {}
+    rows_by_run: dict[str, int] = {}
+    for run_id, start, stop in launch_slices(steady):
+        server_by_run.setdefault(run_id, []).append(
+            stats.block_sums(steady_columns[start:stop], steady_segments[start:stop]))
+        rows_by_run[run_id] = rows_by_run.get(run_id, 0) + stop - start
     client_by_run = {
         key[0]: frame for key, frame in clients.filter(pl.col("excluded_reason").is_null()).partition_by("run_id", as_dict=True).items()
     }
     cycles_by_run = {key[0]: frame for key, frame in tables.spec_cycles.partition_by("run_id", as_dict=True).items()}
     for run_id, run_name in names.items():
-        server_units = None
-        steady = steady_by_run.get(run_id)
-        if steady is not None and steady.height > 0:
-            segments = (steady["launch_no"].fill_null(0).cast(pl.Int64) * 1_000_000 + steady["segment"].fill_null(0)).to_numpy()
-            server_units = stats.block_sums(server_columns(steady), segments)
+        server_units = np.concatenate(server_by_run[run_id]) if run_id in server_by_run else None
         client_units = None
         requests = client_by_run.get(run_id)
         if requests is not None and requests.height > 0:
@@ -135,7 +139,7 @@ def _prepare_runs(tables: RunTables) -> tuple[dict[str, _RunData], pl.DataFrame,
                 ).to_numpy().astype(float)
                 cycle_units = stats.block_sums(columns)
         data[run_id] = _RunData(
-            run_id, run_name, server_units, 0 if steady is None else steady.height, client_units, cycle_units, n_cycles
+            run_id, run_name, server_units, rows_by_run.get(run_id, 0), client_units, cycle_units, n_cycles
         )
     return data, decode, clients
 
@@ -190,7 +194,7 @@ def compare_runs(
     factors: Mapping[str, str] | None = None,
     confidence: float = 0.95,
     *,
-    n_resamples: int = 2000,
+    n_resamples: int = 1000,
     seed: int = SEED,
 ) -> Comparison:
     """Compare arms (run names or globs; the first is the reference) read from the DuckDB connection `con`.
@@ -226,6 +230,8 @@ def compare_runs(
     group_draws: dict[tuple[str, str], tuple[stats.GroupDraws, int]] = {}
 
     def draws_for(key: str, ids: Sequence[str], source: str) -> tuple[stats.GroupDraws, int] | None:
+        # keyed by the set of runs, so an arm and an identical factorial cell share one resample
+        key = ",".join(sorted(ids))
         cache_key = (source, key)
         if cache_key in group_draws:
             return group_draws[cache_key]
@@ -560,23 +566,25 @@ def _effect_verdict(lo: float, hi: float) -> str:
 
 
 def _timeline(decode: pl.DataFrame, tables: RunTables, arm_runs, names) -> pl.DataFrame:
+    """Decode rows for the over-time chart: every excluded row, and steady rows thinned to about
+    TIMELINE_POINTS_PER_RUN per launch (evenly spaced)."""
     arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
     if decode.is_empty():
-        return pl.DataFrame(schema={"run_name": pl.Utf8, "arm": pl.Utf8, "t_s": pl.Float64,
-                                    "gen_throughput_tok_s": pl.Float64, "steady": pl.Boolean, "excluded_reason": pl.Utf8})
+        return pl.DataFrame(schema={"run_name": pl.Utf8, "arm": pl.Utf8, "t_s": pl.Float64, "gen_throughput_tok_s": pl.Float64,
+                                    "accept_len": pl.Float64, "steady": pl.Boolean, "excluded_reason": pl.Utf8})
+    keep = ~decode["steady"].to_numpy()
+    for _, start, stop in launch_slices(decode):
+        keep[start:stop:max((stop - start) // TIMELINE_POINTS_PER_RUN, 1)] = True
+    rows = decode.filter(pl.Series(keep))
     start = tables.launches.group_by("run_id").agg(pl.col("start_ts").min().alias("_start"))
-    rows = decode.join(start, on="run_id", how="left").with_columns(
+    rows = rows.join(start, on="run_id", how="left").with_columns(
         pl.coalesce("_start", pl.col("ts").min().over("run_id")).alias("_start")
     )
     rows = rows.with_columns(
         ((pl.col("ts") - pl.col("_start")).dt.total_milliseconds() / 1000.0).alias("t_s"),
         pl.col("run_id").replace_strict(names, default=None).alias("run_name"),
         pl.col("run_id").replace_strict(arm_of, default=None).alias("arm"),
-        pl.int_range(pl.len()).over("run_id").alias("_i"),
-        pl.len().over("run_id").alias("_n"),
     )
-    stride = (pl.col("_n") // TIMELINE_POINTS_PER_RUN).clip(lower_bound=1)
-    rows = rows.filter(((pl.col("_i") % stride) == 0) | ~pl.col("steady"))
     return rows.select("run_name", "arm", "t_s", "gen_throughput_tok_s", "accept_len", "steady", "excluded_reason")
 
 
@@ -594,24 +602,26 @@ def _warmup_spans(timeline: pl.DataFrame) -> pl.DataFrame:
 def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, tables: RunTables, arm_runs) -> pl.DataFrame:
     arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
     frames = []
-    server = decode.filter(pl.col("steady") & pl.col("accept_len").is_not_null())
+    server = (decode.filter(pl.col("steady") & pl.col("accept_len").is_not_null())
+              .group_by("run_id", pl.col("accept_len").cast(pl.Float64).round(2)).len("count"))
     if server.height:
-        frames.append(server.select(pl.col("run_id"), pl.lit("server decode rows").alias("source"),
-                                    pl.col("accept_len").cast(pl.Float64).round(2)))
+        frames.append(server.select("run_id", pl.lit("server decode rows").alias("source"), "accept_len", "count"))
     client = clients.filter(pl.col("excluded_reason").is_null() & pl.col("spec_accept_length").is_not_null())
     if client.height:
         frames.append(client.select(pl.col("run_id"), pl.lit("client requests").alias("source"),
-                                    pl.col("spec_accept_length").cast(pl.Float64).round(2).alias("accept_len")))
+                                    pl.col("spec_accept_length").cast(pl.Float64).round(2).alias("accept_len"),
+                                    pl.lit(1, pl.UInt32).alias("count")))
     cycles = tables.spec_cycles.filter(pl.col("accepted_tokens").is_not_null())
     if cycles.height:
         frames.append(cycles.select(
             pl.col("run_id"), pl.lit("profiled cycles").alias("source"),
             (1.0 + pl.col("accepted_tokens").cast(pl.Float64) / pl.col("batch_size").fill_null(1).clip(lower_bound=1)).round(2)
-            .alias("accept_len")))
+            .alias("accept_len"), pl.lit(1, pl.UInt32).alias("count")))
     if not frames:
         return pl.DataFrame(schema={"arm": pl.Utf8, "source": pl.Utf8, "accept_len": pl.Float64, "count": pl.UInt32})
-    rows = pl.concat(frames).with_columns(pl.col("run_id").replace_strict(arm_of, default=None).alias("arm"))
-    return rows.group_by("arm", "source", "accept_len").len("count").sort("arm", "source", "accept_len")
+    rows = pl.concat([f.with_columns(pl.col("count").cast(pl.UInt32)) for f in frames]).with_columns(
+        pl.col("run_id").replace_strict(arm_of, default=None).alias("arm"))
+    return rows.group_by("arm", "source", "accept_len").agg(pl.col("count").sum()).sort("arm", "source", "accept_len")
 
 
 def _nccl_evidence(con: Any, run_ids: list[str]) -> tuple[Any, list[Finding]]:

@@ -18,6 +18,7 @@ import polars as pl
 
 from speclogs.analysis import stats
 from speclogs.analysis.load import RunTables, parse_json_text
+from speclogs.analysis.steady import launch_slices
 from speclogs.analysis.results import Arm, Finding, RatioComparison
 
 IGNORED_ENV = {"PWD", "OLDPWD", "SHLVL", "_", "HOSTNAME", "TERM", "LS_COLORS", "MAIL", "LOGNAME", "COLUMNS", "LINES"}
@@ -292,9 +293,9 @@ def _warmup_findings(decode: pl.DataFrame, arm_of, names) -> list[Finding]:
 def _trend_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:
     findings = []
     steady = decode.filter(pl.col("steady"))
-    for (run_id,), rows in steady.partition_by("run_id", as_dict=True).items():
-        rate = rows["gen_throughput_tok_s"].cast(pl.Float64).to_numpy()
-        trend = stats.trend_test(rate)
+    rates = steady["gen_throughput_tok_s"].cast(pl.Float64).to_numpy()
+    for run_id, start, stop in launch_slices(steady):
+        trend = stats.trend_test(rates[start:stop])
         if trend and trend.p_value < 0.01 and abs(trend.relative_change) > 0.05:
             findings.append(Finding(
                 "non_stationary", f"run {names[run_id]}: server throughput drifts over the run (Kendall tau {trend.tau:+.2f}, "
@@ -319,11 +320,9 @@ def _trend_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) 
 
 def _event_findings(tables: RunTables, decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:
     findings = []
-    retract_rows = decode.filter(pl.col("retracted_req").fill_null(0) > 0).group_by("run_id").agg(
-        pl.col("retracted_req").sum().alias("n"))
-    retracted = dict(retract_rows.iter_rows())
+    retracted: dict[str, int] = {}
     for run_id, kind, n in tables.events.iter_rows():
-        if kind == "retract":
+        if kind in ("retract", "retracted_req"):
             retracted[run_id] = retracted.get(run_id, 0) + n
         else:
             findings.append(Finding(f"server_{kind}", f"run {names[run_id]}: {n} '{kind}' event(s) in the server log",

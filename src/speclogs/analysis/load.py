@@ -29,11 +29,12 @@ class RunTables:
     spec_cycles: pl.DataFrame
     server_args: pl.DataFrame
     nccl_settings: pl.DataFrame  # run_id, kind ('env'|'version'), name, value from NCCL INFO lines
-    events: pl.DataFrame  # run_id, kind, n  (counts of server_events kinds that lint cares about)
+    events: pl.DataFrame  # run_id, kind, n: counts of server_events kinds lint cares about; 'retracted_req' = Σ over decode rows
 
 
-def _select(con: Any, sql: str, run_ids: list[str]) -> pl.DataFrame:
-    return pl.from_arrow(con.sql(sql, params=[run_ids]).to_arrow_table())
+def _select(con: Any, sql: str, run_ids: list) -> pl.DataFrame:
+    params = run_ids if run_ids and isinstance(run_ids[0], list) else [run_ids]
+    return pl.from_arrow(con.sql(sql, params=params).to_arrow_table())
 
 
 def resolve_arms(con: Any, selectors: list[str]) -> dict[str, list[str]]:
@@ -82,20 +83,18 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
             FROM runs {where} ORDER BY run_name""",
         run_ids,
     )
-    launches = _select(con, f"SELECT * FROM launches {where} ORDER BY run_id, source_file, launch_no", run_ids)
+    launch_hash = "hash(run_id, source_file, coalesce(launch_no, 0)) AS launch_hash"
+    launches = _select(
+        con, f"SELECT {launch_hash}, * FROM launches {where} ORDER BY launch_hash", run_ids)
     decode = _select(
         con,
-        f"""SELECT run_id, source_file, line_no, launch_no, ts, tp_rank, running_req, accept_len, cuda_graph,
-                   gen_throughput_tok_s, retracted_req
-            FROM decode_batches {where} ORDER BY run_id, source_file, launch_no, line_no""",
+        f"""SELECT {launch_hash}, run_id, line_no, ts, tp_rank, running_req, accept_len, cuda_graph, gen_throughput_tok_s
+            FROM decode_batches {where} ORDER BY launch_hash, line_no""",
         run_ids,
     )
-    prefill = _select(
-        con,
-        f"""SELECT run_id, source_file, line_no, launch_no, tp_rank, running_req
-            FROM prefill_batches {where} AND running_req = 0 ORDER BY run_id, source_file, launch_no, line_no""",
-        run_ids,
-    )
+    prefill = _select(con, f"""SELECT {launch_hash}, line_no FROM prefill_batches {where} AND running_req = 0
+                               ORDER BY launch_hash, line_no""", run_ids)
+    launches, decode, prefill = _with_launch_keys(launches, decode, prefill)
     bench = _select(
         con,
         f"""SELECT run_id, source_file, line_no, request_index, warmup, latency_s, e2e_latency_s, completion_tokens,
@@ -124,10 +123,33 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
     events = _select(
         con,
         f"""SELECT run_id, kind, count(*) AS n FROM server_events {where}
-            AND kind IN ('retract', 'watchdog_timeout', 'health_check_failed', 'scheduler_dead') GROUP BY 1, 2""",
-        run_ids,
+            AND kind IN ('retract', 'watchdog_timeout', 'health_check_failed', 'scheduler_dead') GROUP BY 1, 2
+            UNION ALL
+            SELECT run_id, 'retracted_req' AS kind, sum(retracted_req) AS n FROM decode_batches {where}
+            AND retracted_req > 0 GROUP BY 1""",
+        [run_ids, run_ids],
     )
     return RunTables(runs, launches, decode, prefill, bench, spec_cycles, server_args, nccl_settings, events)
+
+
+def _with_launch_keys(
+    launches: pl.DataFrame, decode: pl.DataFrame, prefill: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Replace the per-launch hash by a dense integer `launch_key` shared by the three frames. The key is monotone in
+    the hash, so frames that SQL ordered by (launch_hash, line_no) stay ordered by (launch_key, line_no)."""
+    import numpy as np
+
+    hashes = np.unique(np.concatenate([f["launch_hash"].to_numpy() for f in (launches, decode, prefill)]))
+
+    def keyed(frame: pl.DataFrame) -> pl.DataFrame:
+        h = frame["launch_hash"].to_numpy()
+        if len(h) == 0:
+            return frame.with_columns(pl.lit(0, pl.Int64).alias("launch_key")).drop("launch_hash")
+        change = np.r_[True, h[1:] != h[:-1]]
+        key = np.searchsorted(hashes, h[change]).astype(np.int64)[np.cumsum(change) - 1]
+        return frame.with_columns(pl.Series("launch_key", key)).drop("launch_hash")
+
+    return keyed(launches), keyed(decode), keyed(prefill)
 
 
 def parse_json_text(text: str | None) -> dict:

@@ -24,57 +24,79 @@ import math
 import numpy as np
 import polars as pl
 
-KEYS = ["run_id", "source_file", "launch_no"]
+REASONS = ("other_tp_rank", "startup", "before_health_200", "no_cuda_graph", "first_after_idle", "non_finite")
+_NO_TIME = np.iinfo(np.int64).min
+
+
+def _launch_times(launches: pl.DataFrame, n_keys: int, column: pl.Expr) -> np.ndarray:
+    """Per launch_key, a timestamp expression over the launches frame as epoch µs (no constraint where NULL)."""
+    out = np.full(n_keys, _NO_TIME, dtype=np.int64)
+    if launches.is_empty():
+        return out
+    rows = launches.select("launch_key", column.dt.epoch("us").alias("_t")).filter(pl.col("_t").is_not_null())
+    out[rows["launch_key"].to_numpy()] = rows["_t"].to_numpy()
+    return out
 
 
 def mark_steady(decode: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
-    """decode rows + columns steady (bool), excluded_reason (str|null), segment (int: idle points so far in the launch)."""
+    """decode rows (sorted by launch_key, line_no) + columns steady (bool), excluded_reason (str|null) and segment
+    (int: idle points so far in the launch). `launch_key` is an integer id of (run, file, launch) shared by the three
+    frames; prefill holds only the prefill rows that found 0 running requests (the idle points)."""
     if decode.is_empty():
         return decode.with_columns(
-            pl.lit(True).alias("steady"), pl.lit(None, pl.Utf8).alias("excluded_reason"), pl.lit(0).alias("segment")
+            pl.lit(True).alias("steady"), pl.lit(None, pl.Utf8).alias("excluded_reason"), pl.lit(0, pl.Int64).alias("segment")
         )
-    min_rank = decode.group_by(KEYS).agg(pl.col("tp_rank").min().alias("_min_rank"))
-    dec = decode.join(min_rank, on=KEYS, how="left", nulls_equal=True)
-    idle = prefill.select(KEYS + ["line_no"]).with_columns(pl.lit(0, pl.Int8).alias("_kind"))
-    marks = (
-        pl.concat([dec.select(KEYS + ["line_no"]).with_columns(pl.lit(1, pl.Int8).alias("_kind")), idle], how="vertical_relaxed")
-        .sort(KEYS + ["line_no", "_kind"])
-        .with_columns((pl.col("_kind") == 0).cast(pl.Int64).cum_sum().over(KEYS).alias("segment"))
-        .filter(pl.col("_kind") == 1)
-        .with_columns(pl.col("segment").shift(1).over(KEYS).alias("_prev_segment"))
-        .select(KEYS + ["line_no", "segment", "_prev_segment"])
+    key = decode["launch_key"].to_numpy().astype(np.int64)
+    line = decode["line_no"].to_numpy().astype(np.int64)
+    n_keys = int(max(key.max(), launches["launch_key"].max() if not launches.is_empty() else 0)) + 1
+    shift = np.int64(40)
+    idle = np.sort((prefill["launch_key"].to_numpy().astype(np.int64) << shift) | prefill["line_no"].to_numpy().astype(np.int64))
+    segment = np.searchsorted(idle, (key << shift) | line) - np.searchsorted(idle, key << shift)
+
+    rank = decode["tp_rank"].fill_null(-1).to_numpy().astype(np.int64)
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    min_rank = np.repeat(np.minimum.reduceat(rank, starts), np.diff(np.r_[starts, len(key)]))
+    kept = rank == min_rank
+
+    ts = decode["ts"].dt.epoch("us").fill_null(_NO_TIME).to_numpy()
+    ready = np.maximum(_launch_times(launches, n_keys, pl.coalesce("ready_ts", "first_health_200_ts"))[key],
+                       _launch_times(launches, n_keys, pl.col("cuda_graph_end_ts"))[key])
+    health = _launch_times(launches, n_keys, pl.coalesce("first_health_200_ts", "ready_ts"))[key]
+    eager = decode["cuda_graph"].eq(False).fill_null(False).to_numpy()
+    rate = decode["gen_throughput_tok_s"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+
+    # first decode row after idle, among the kept rank's rows
+    kept_index = np.flatnonzero(kept)
+    kept_key, kept_segment = key[kept_index], segment[kept_index]
+    first = np.r_[True, (kept_key[1:] != kept_key[:-1]) | (kept_segment[1:] != kept_segment[:-1])]
+    after_idle = np.zeros(len(key), dtype=bool)
+    after_idle[kept_index] = first
+
+    conditions = [
+        ~kept,
+        (ready != _NO_TIME) & (ts <= ready),
+        (health != _NO_TIME) & (ts < health),
+        eager,
+        after_idle,
+        ~np.isfinite(rate) | (rate <= 0),
+    ]
+    code = np.select(conditions, list(range(len(REASONS))), default=len(REASONS))
+    labels = np.array(list(REASONS) + [None], dtype=object)
+    reason = pl.Series("excluded_reason", labels[code], dtype=pl.Utf8)
+    return decode.with_columns(
+        reason, pl.Series("steady", code == len(REASONS)), pl.Series("segment", segment.astype(np.int64))
     )
-    dec = dec.join(marks, on=KEYS + ["line_no"], how="left", nulls_equal=True)
-    ready = launches.select(
-        KEYS
-        + [
-            pl.coalesce("ready_ts", "first_health_200_ts").alias("_ready_ts"),
-            pl.coalesce("first_health_200_ts", "ready_ts").alias("_health_ts"),
-            pl.col("cuda_graph_end_ts").alias("_graph_end_ts"),
-        ]
-    )
-    dec = dec.join(ready, on=KEYS, how="left", nulls_equal=True)
-    rate = pl.col("gen_throughput_tok_s")
-    ts = pl.col("ts")
-    reason = (
-        pl.when(pl.col("tp_rank").is_not_null() & (pl.col("tp_rank") != pl.col("_min_rank")))
-        .then(pl.lit("other_tp_rank"))
-        .when((pl.col("_ready_ts").is_not_null() & (ts <= pl.col("_ready_ts")))
-              | (pl.col("_graph_end_ts").is_not_null() & (ts < pl.col("_graph_end_ts"))))
-        .then(pl.lit("startup"))
-        .when(pl.col("_health_ts").is_not_null() & (ts < pl.col("_health_ts")))
-        .then(pl.lit("before_health_200"))
-        .when(pl.col("cuda_graph") == False)  # noqa: E712 (polars expression)
-        .then(pl.lit("no_cuda_graph"))
-        .when(pl.col("_prev_segment").is_null() | (pl.col("segment") != pl.col("_prev_segment")))
-        .then(pl.lit("first_after_idle"))
-        .when(rate.is_null() | rate.is_nan() | rate.is_infinite() | (rate <= 0))
-        .then(pl.lit("non_finite"))
-        .otherwise(pl.lit(None, pl.Utf8))
-    )
-    return dec.with_columns(reason.alias("excluded_reason")).with_columns(
-        pl.col("excluded_reason").is_null().alias("steady")
-    ).drop(["_min_rank", "_prev_segment", "_ready_ts", "_health_ts", "_graph_end_ts"])
+
+
+def launch_slices(rows: pl.DataFrame) -> list[tuple[str, int, int]]:
+    """(run_id, start, stop) of each launch's contiguous rows in a frame sorted by launch_key."""
+    if rows.is_empty():
+        return []
+    key = rows["launch_key"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    stops = np.r_[starts[1:], len(key)]
+    run_ids = rows["run_id"].gather(starts).to_list()
+    return list(zip(run_ids, starts.tolist(), stops.tolist()))
 
 
 def server_columns(steady_rows: pl.DataFrame) -> np.ndarray:

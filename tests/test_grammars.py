@@ -247,3 +247,22 @@ def test_rest_token_must_end_the_template(tmp_path):
     text = GOOD.replace("'Warmup done in {elapsed_s} s'", "'Warmup done in {_:rest} s'")
     problems = check_grammar_file(_write(tmp_path, text))
     assert any("takes the rest of the line" in p.message for p in problems)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'family = "x"\ntable = "y"\nfield = 3\n',
+        'family = "x"\ntable = "y"\npattern = [1, 2]\n',
+        'family = "x"\ntable = "y"\n[[pattern]]\nname = "p"\ntemplate = "a {b"\n[[pattern.sample]]\nline = "a"\n',
+        'family = "x"\ntable = "y"\n[shapes]\ns = 5\n[[pattern]]\nname = "p"\ntemplate = "a"\nconstants = 4\n',
+        'family = "x"\ntable = "y"\n[[pattern]]\nname = "p"\ntemplate = "{_:nope}"\nexpand = 1\n',
+        "\x00\x01 not toml at all",
+    ],
+    ids=["field-not-table", "pattern-not-table", "unclosed-brace", "bad-shape-and-constants", "bad-expand", "binary"],
+)
+def test_malformed_user_files_give_problems_not_crashes(tmp_path, text):
+    path = tmp_path / "weird.toml"
+    path.write_text(text, encoding="utf-8")
+    problems = check_grammar_file(path)
+    assert problems and all(p.file == str(path) and p.line >= 1 for p in problems)

@@ -99,36 +99,20 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
     scope = doc.get("scope", "message")
     if scope not in SCOPES:
         problem(1, f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    for key, kind in (("field", list), ("pattern", list), ("shapes", dict)):
+        if key in doc and not isinstance(doc[key], kind):
+            problem(1, f"'{key}' must be {'an array of tables [[' + key + ']]' if kind is list else 'a table [' + key + ']'}")
     if problems:
         return loaded
     family, table = doc["family"], doc["table"]
     loaded.is_prefix = doc.get("kind") == "prefix"
-
-    field_lines = _header_lines(text, "field")
-    fields: dict[str, Field] = {}
-    field_shapes: dict[str, str | None] = {}
-    for i, spec in enumerate(doc.get("field", [])):
-        line = field_lines[i] if i < len(field_lines) else 1
-        name, ftype, role = spec.get("name"), spec.get("type"), spec.get("role", "measure")
-        if not isinstance(name, str) or not name.isidentifier():
-            problem(line, f"field name {name!r} is not an identifier")
-            continue
-        if ftype not in FIELD_TYPES:
-            problem(line, f"field '{name}' has type {ftype!r}; use one of {', '.join(FIELD_TYPES)}")
-            continue
-        if role not in FIELD_ROLES:
-            problem(line, f"field '{name}' has role {role!r}; use one of {', '.join(FIELD_ROLES)}")
-            continue
-        if name in fields:
-            problem(line, f"field '{name}' is declared twice")
-            continue
-        fields[name] = Field(name, ftype, spec.get("unit"), role, spec.get("description", ""))
-        field_shapes[name] = spec.get("shape")
-
+    fields, field_shapes = _read_fields(doc.get("field", []), _header_lines(text, "field"), problem)
     shape_specs: dict[str, dict] = {}
     for shape_name, spec in (doc.get("shapes") or {}).items():
         try:
-            file_shape_element(spec, f"{shown}: shape '{shape_name}'")
+            if not isinstance(spec, dict):
+                raise GrammarError(f"shape '{shape_name}' must be a table, e.g. {{ values = [\"a\", \"b\"] }}")
+            file_shape_element(spec, f"shape '{shape_name}'")
         except GrammarError as exc:
             problem(1, str(exc))
             continue
@@ -137,52 +121,30 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
     loaded.field_shapes = field_shapes
 
     pattern_lines = _header_lines(text, "pattern")
-    sample_lines = _header_lines(text, "pattern.sample")
-    counter_lines = _header_lines(text, "pattern.counter_sample")
-    sample_index = counter_index = 0
+    sample_lines = iter(_header_lines(text, "pattern.sample"))
+    counter_lines = iter(_header_lines(text, "pattern.counter_sample"))
     specs = doc.get("pattern", [])
     if not specs:
         problem(1, "the file declares no [[pattern]]")
     for i, spec in enumerate(specs):
         pline = pattern_lines[i] if i < len(pattern_lines) else 1
-        if not isinstance(spec.get("template"), (str, list)):
-            problem(pline, f"pattern {spec.get('name')!r} needs template = \"…\" (a string or a list of strings)")
+        if not isinstance(spec, dict):
+            problem(pline, "each [[pattern]] must be a table")
             continue
-        template = spec["template"]
-        if isinstance(template, list):
-            if not all(isinstance(t, str) for t in template):
-                problem(pline, f"pattern {spec.get('name')!r}: template list must hold strings")
-                continue
-            template = "".join(template)
-        spec = {**spec, "template": doc.get("template_prefix", "") + template}
-        raw_samples = spec.get("sample", [])
-        raw_counters = spec.get("counter_sample", [])
-        samples = []
-        for s in raw_samples:
-            header = sample_lines[sample_index] if sample_index < len(sample_lines) else pline
-            sample_index += 1
-            if not isinstance(s.get("line"), str):
-                problem(header, "a [[pattern.sample]] needs line = \"…\" (a real log line)")
-                continue
-            expect = s.get("expect", {})
-            null = s.get("null", [])
-            if not isinstance(expect, dict) or not isinstance(null, list):
-                problem(header, "a sample's expect must be a table { col = value } and null a list of column names")
-                continue
-            samples.append(Sample(s["line"], dict(expect), _key_line_after(lines, header - 1, "line"), tuple(null)))
-        counters = []
-        for s in raw_counters:
-            header = counter_lines[counter_index] if counter_index < len(counter_lines) else pline
-            counter_index += 1
-            if not isinstance(s.get("line"), str):
-                problem(header, "a [[pattern.counter_sample]] needs line = \"…\"")
-                continue
-            counters.append(CounterSample(s["line"], s.get("claimed_by"), _key_line_after(lines, header - 1, "line")))
+        # samples first, so the sample line numbers stay in step even when this pattern is rejected below
+        samples = _read_samples(spec.get("sample", []), sample_lines, lines, pline, problem)
+        counters = _read_counter_samples(spec.get("counter_sample", []), counter_lines, lines, pline, problem)
         name = spec.get("name")
-        where = f"{shown}:{pline}"
         if not isinstance(name, str) or not name.isidentifier():
             problem(pline, f"pattern name {name!r} is not an identifier")
             continue
+        template = spec.get("template")
+        if isinstance(template, list) and all(isinstance(t, str) for t in template):
+            template = "".join(template)
+        if not isinstance(template, str) or not template:
+            problem(pline, f"pattern '{name}' needs template = \"…\" (a string or a list of strings)")
+            continue
+        spec = {**spec, "template": doc.get("template_prefix", "") + template}
         pscope = spec.get("scope", scope)
         if pscope not in SCOPES:
             problem(pline, f"pattern '{name}': scope must be one of {', '.join(SCOPES)}, got {pscope!r}")
@@ -194,6 +156,9 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
         gate = spec.get("gate", "")
         if not isinstance(gate, str):
             problem(pline, f"pattern '{name}': gate must be a string")
+            continue
+        if not isinstance(spec.get("constants", {}), dict):
+            problem(pline, f"pattern '{name}': constants must be a table {{ col = value }}")
             continue
         constants = dict(spec.get("constants", {}))
         expand = spec.get("expand")
@@ -242,6 +207,55 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
             built = [replace(b, samples=tuple(own[k]), counter_samples=tuple(counters)) for k, b in enumerate(built)]
         loaded.patterns.extend(built)
     return loaded
+
+
+def _read_fields(specs: list, header_lines: list[int], problem) -> tuple[dict[str, Field], dict[str, str | None]]:
+    fields: dict[str, Field] = {}
+    field_shapes: dict[str, str | None] = {}
+    for i, spec in enumerate(specs):
+        line = header_lines[i] if i < len(header_lines) else 1
+        if not isinstance(spec, dict):
+            problem(line, "each [[field]] must be a table")
+            continue
+        name, ftype, role = spec.get("name"), spec.get("type"), spec.get("role", "measure")
+        if not isinstance(name, str) or not name.isidentifier():
+            problem(line, f"field name {name!r} is not an identifier")
+        elif ftype not in FIELD_TYPES:
+            problem(line, f"field '{name}' has type {ftype!r}; use one of {', '.join(FIELD_TYPES)}")
+        elif role not in FIELD_ROLES:
+            problem(line, f"field '{name}' has role {role!r}; use one of {', '.join(FIELD_ROLES)}")
+        elif name in fields:
+            problem(line, f"field '{name}' is declared twice")
+        else:
+            fields[name] = Field(name, ftype, spec.get("unit"), role, spec.get("description", ""))
+            field_shapes[name] = spec.get("shape")
+    return fields, field_shapes
+
+
+def _read_samples(raw: list, header_lines, lines: list[str], pline: int, problem) -> list[Sample]:
+    samples = []
+    for s in raw if isinstance(raw, list) else [raw]:
+        header = next(header_lines, pline)
+        if not isinstance(s, dict) or not isinstance(s.get("line"), str):
+            problem(header, "a [[pattern.sample]] needs line = \"…\" (a real log line)")
+            continue
+        expect, null = s.get("expect", {}), s.get("null", [])
+        if not isinstance(expect, dict) or not isinstance(null, list):
+            problem(header, "a sample's expect must be a table { col = value } and null a list of column names")
+            continue
+        samples.append(Sample(s["line"], dict(expect), _key_line_after(lines, header - 1, "line"), tuple(null)))
+    return samples
+
+
+def _read_counter_samples(raw: list, header_lines, lines: list[str], pline: int, problem) -> list[CounterSample]:
+    counters = []
+    for s in raw if isinstance(raw, list) else [raw]:
+        header = next(header_lines, pline)
+        if not isinstance(s, dict) or not isinstance(s.get("line"), str):
+            problem(header, "a [[pattern.counter_sample]] needs line = \"…\"")
+            continue
+        counters.append(CounterSample(s["line"], s.get("claimed_by"), _key_line_after(lines, header - 1, "line")))
+    return counters
 
 
 def _escape_template(text: str) -> str:

@@ -90,7 +90,10 @@ def main() -> None:
             rows = gated.filter(~hit)
         elapsed = time.perf_counter() - t0
         print(f"{family}: {candidates:,} gated lines, {claimed:,} claimed by {', '.join(p.name for p in patterns)} "
-              f"(first match wins): {elapsed:.3f} s ({candidates / elapsed / 1e6:.2f} M lines/s)")
+              f"(first match wins): {elapsed:.3f} s ({candidates / elapsed / 1e6:.2f} M lines/s; "
+              f"{elapsed / t_read:.1f}x this run's read_csv time)")
+    print("The VM is noisy (other jobs share its 2 cores): compare stages through their ratio to read_csv, which took "
+          "0.31 s unloaded in shared/reference/perf-anchors.md.")
 
 
 if __name__ == "__main__":

@@ -242,19 +242,22 @@ def _is_complete(record: dict, retry_failed: bool) -> bool:
     return not (retry_failed and outcome in FAILED_OUTCOMES)
 
 
-def _estimate_launch_s(out_dir: Path) -> float | None:
-    """Longest spawn → stop of the launches already recorded under out_dir (None when there is none)."""
-    longest = None
+def _estimate_launch_s(out_dir: Path, recent: int = 3) -> float | None:
+    """Longest spawn → stop among the `recent` latest ok launches under out_dir (None when there is none).
+
+    Only recent ones: the first start on a fresh machine (Triton JIT) is much slower and should not hold back later calls.
+    """
+    spans: list[tuple[str, float]] = []
     for path in out_dir.glob("*/*/run.json"):
         try:
             record = json.loads(path.read_text())
             stamps = record["timestamps"]
-            span = _seconds_between(stamps["spawn"], stamps["stop"])
+            if record.get("outcome") == "ok":
+                spans.append((stamps["spawn"], _seconds_between(stamps["spawn"], stamps["stop"])))
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError):
             continue
-        if record.get("outcome") == "ok":
-            longest = span if longest is None else max(longest, span)
-    return longest
+    latest = sorted(spans)[-recent:]
+    return max(span for _, span in latest) if latest else None
 
 
 def _seconds_between(first: str, second: str) -> float:

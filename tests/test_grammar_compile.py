@@ -182,3 +182,32 @@ def test_parse_server_args_tolerates_non_literals_dicts_and_truncation():
     ]
     assert parse_server_args("") == [] and parse_server_args("garbage (((") == []
     assert parse_server_args("ServerArgs(s='it\\'s, ok', t=\"a)b\")") == [("s", "'it\\'s, ok'", "it's, ok"), ("t", '"a)b"', "a)b")]
+
+
+HOT_PATTERNS = ("decode_batch_common", "decode_batch_legacy", "prefill_batch_common", "prefill_batch_059_common", "uvicorn_access")
+
+
+@pytest.mark.parametrize("name", HOT_PATTERNS)
+def test_hot_patterns_stay_one_pass_sized(name):
+    """≤ 14 named groups (+ the ingest's _hit = 15 < 16): Rust regex's fast one-pass capture engine still applies."""
+    regex = GRAMMARS.by_name(name).regex
+    assert regex.count("(?P<") <= 14
+    assert "(?:cuda graph|" not in regex  # literal alternations are prefix-factored
+
+
+def test_disk_cache_restores_the_same_patterns(tmp_path, monkeypatch):
+    import speclogs.grammar as grammar
+
+    monkeypatch.setenv("SPECLOGS_CACHE_DIR", str(tmp_path))
+    built = grammar.load_grammars(use_cache=False)
+    grammar._cache.clear()
+    grammar.load_grammars()  # writes the cache
+    assert list(tmp_path.glob("grammars-*.json"))
+    grammar._cache.clear()
+    cached = grammar.load_grammars()
+    assert cached is not built
+    assert [(p.name, p.regex, p.constants, p.fields, p.gate, p.scope, p.table) for p in cached.patterns] == [
+        (p.name, p.regex, p.constants, p.fields, p.gate, p.scope, p.table) for p in built.patterns
+    ]
+    line = "Decode batch, #running-req: 1, #token: 96, token usage: 0.00, cuda graph: True, gen throughput (token/s): 3.84, #queue-req: 0"
+    assert cached.classify(line, "message")[1] == built.classify(line, "message")[1]  # lazy pyparsing element works

@@ -295,7 +295,7 @@ def compare_runs(
         if cyc:
             phases.extend(_phase_stats(arm, cyc[0], cyc[1], confidence))
 
-    effects, factor_span, effect_findings = _effects(levels, arm_runs, reference, draws_for, confidence)
+    effects, factor_span, effect_findings = _effects(levels, arm_runs, reference, draws_for, confidence, bool(factors))
 
     timeline = _timeline(decode, tables, arm_runs, names)
     warmup_spans = _warmup_spans(timeline)
@@ -487,7 +487,7 @@ def _arm_levels(levels: dict[str, dict[str, str]], ids: Sequence[str]) -> dict[s
     return out
 
 
-def _effects(levels, arm_runs, reference, draws_for, confidence):
+def _effects(levels, arm_runs, reference, draws_for, confidence, explicit):
     findings: list[Finding] = []
     if not levels:
         return [], {}, findings
@@ -510,7 +510,7 @@ def _effects(levels, arm_runs, reference, draws_for, confidence):
         labels = ["{" + ", ".join(f"{f}={span[f][c[i]]}" for i, f in enumerate(names)) + "}" for c in missing]
         findings.append(Finding(
             "incomplete_design", f"the runs do not form a full 2^{k} design over factors {', '.join(names)}: no runs for "
-            f"{'; '.join(labels)} — no factorial effects", "warning"))
+            f"{'; '.join(labels)} — no factorial effects", "warning" if explicit else "info"))
         return [], span, findings
     effects: list[Effect] = []
     for source in ("client", "server"):

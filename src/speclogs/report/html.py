@@ -49,7 +49,14 @@ def render_html(comparison: Comparison) -> str:
     parts.append(f"<h2>Warnings ({len(warnings)})</h2>")
     parts += [f'<div class="warn"><span class="code">{html.escape(w.code)}</span> {html.escape(w.message)}</div>'
               for w in warnings] or ["<p>none</p>"]
-    parts += [f'<div class="note"><span class="code">{html.escape(w.code)}</span> {html.escape(w.message)}</div>' for w in notes]
+    if notes:
+        parts.append(f"<details><summary>{len(notes)} notes (how the numbers were made, settings, NCCL evidence)</summary>")
+        parts += [f'<div class="note"><span class="code">{html.escape(w.code)}</span> {html.escape(w.message)}</div>'
+                  for w in notes]
+        parts.append("</details>")
+    summary = text.summary_lines(c)
+    if summary:
+        parts += ["<h2>Summary</h2>", "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in summary) + "</ul>"]
     chart_list = charts.all_charts(c)
     chart_ids = {name for name, _ in chart_list}
 

@@ -24,7 +24,11 @@ def render_markdown(comparison: Comparison) -> str:
     out.append("## Warnings")
     out += [f"- **{w.code}**: {w.message}" for w in warnings] or ["- none"]
     if notes:
-        out += ["", "Notes:"] + [f"- {w.code}: {w.message}" for w in notes]
+        out += ["", f"<details><summary>{len(notes)} notes (how the numbers were made, settings, NCCL evidence)</summary>", ""]
+        out += [f"- {w.code}: {w.message}" for w in notes] + ["", "</details>"]
+    summary = text.summary_lines(c)
+    if summary:
+        out += ["", "## Summary", ""] + [f"- {line}" for line in summary]
     out += ["", "## Throughput per arm", "", md_table(text.ARM_HEADER, text.arm_rows(c))]
     if c.comparisons:
         out += ["", f"## Comparisons against {c.reference}", "", md_table(text.COMPARISON_HEADER, text.comparison_rows(c)), ""]

@@ -24,13 +24,18 @@ def render_terminal(comparison: Comparison, console: Console) -> None:
     c = comparison
     console.print(Text(text.title(c), style="bold"))
     warnings = [w for w in c.warnings if w.severity == "warning"]
-    notes = [w for w in c.warnings if w.severity != "warning"]
     if warnings:
         console.print(Text(f"\n{len(warnings)} warning(s) — read before the numbers:", style="bold yellow"))
         for w in warnings:
             console.print(Text.assemble(("  ! ", "bold yellow"), (f"[{w.code}] ", "yellow"), w.message))
-    for w in notes:
-        console.print(Text.assemble(("  i ", "dim"), (f"[{w.code}] ", "dim"), (w.message, "dim")))
+    for code, messages in text.grouped_notes(c):
+        more = f" (+{len(messages) - 1} more like this: --format json lists them)" if len(messages) > 1 else ""
+        console.print(Text.assemble(("  i ", "dim"), (f"[{code}] ", "dim"), (messages[0] + more, "dim")))
+    summary = text.summary_lines(c)
+    if summary:
+        console.print(Text("\nSummary", style="bold"))
+        for line in summary:
+            console.print(f"  • {line}", highlight=False)
     console.print()
     console.print(_table("Throughput per arm (geometric mean over launches)", text.ARM_HEADER, text.arm_rows(c)))
     if c.comparisons:

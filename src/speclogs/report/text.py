@@ -164,3 +164,57 @@ def nccl_sections(c: Comparison, brief: bool = False) -> list[tuple[str, list[st
             rows.append([str(fields.pop("run_name", "")), "; ".join(f"{k}={v}" for k, v in fields.items())])
         sections.append(("Communication share of verify (estimate)", ["run", "estimate"], rows))
     return sections
+
+
+def _preferred(c: Comparison):
+    """One comparison row per pair: the client source when there is one (what users measure), else the server."""
+    chosen = {}
+    for r in c.comparisons:
+        key = (r.arm_a, r.arm_b)
+        if key not in chosen or r.source == "client":
+            chosen[key] = r
+    return list(chosen.values())
+
+
+def summary_lines(c: Comparison) -> list[str]:
+    """The headline sentences: what the data supports, in words (formatting of the results only)."""
+    lines = []
+    for r in _preferred(c):
+        scope = "; one launch per arm: request noise only" if r.n_a < 2 or r.n_b < 2 else ""
+        lines.append(
+            f"{r.arm_b} vs {r.arm_a} ({r.source}): {verdict_text(r.verdict, r.ratio)} — ×{r.ratio:.3f}, "
+            f"{c.confidence:.0%} CI [{r.ci_low:.3f}, {r.ci_high:.3f}], {r.n_a} vs {r.n_b} launches{scope}"
+        )
+    for a in c.attributions:
+        if a.accept_len_a == 1.0 and a.accept_len_b == 1.0:
+            continue
+        terms = {t.name: t for t in a.terms}
+        lines.append(
+            f"{a.arm_b} vs {a.arm_a} (server): accept len {a.accept_len_b:.2f} vs {a.accept_len_a:.2f} "
+            f"(×{math.exp(terms['acceptance'].log_ratio):.2f}), step time {a.cycle_ms_b:.2f} vs {a.cycle_ms_a:.2f} ms "
+            f"(×{a.cycle_ms_b / a.cycle_ms_a:.2f}) → throughput ×{math.exp(a.total.log_ratio):.2f}"
+        )
+    by_arm: dict[str, dict[str, object]] = {}
+    for p in c.phases:
+        by_arm.setdefault(p.arm, {})[p.phase] = p
+    for arm, phases in by_arm.items():
+        verify, draft, cycle = phases.get("verify"), phases.get("draft"), phases.get("cycle")
+        if verify and draft and cycle:
+            lines.append(f"{arm} (profiled cycles): verify {verify.mean_ms:.2f} ms = {verify.share:.0%} of the "
+                         f"{cycle.mean_ms:.2f} ms cycle, draft {draft.share:.1%}")
+    for e in c.effects:
+        if e.kind in ("main", "interaction") and e.source == "client" or (
+                e.kind in ("main", "interaction") and not any(x.source == "client" for x in c.effects)):
+            what = f"{e.low} → {e.high}" if e.kind == "main" else "difference of simple effects"
+            lines.append(f"effect of {e.name} ({what}, {e.source}): ×{e.ratio:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}] — "
+                         f"{e.verdict}")
+    return lines
+
+
+def grouped_notes(c: Comparison) -> list[tuple[str, list[str]]]:
+    """Info findings grouped by code, in first-seen order: (code, messages)."""
+    groups: dict[str, list[str]] = {}
+    for w in c.warnings:
+        if w.severity != "warning":
+            groups.setdefault(w.code, []).append(w.message)
+    return list(groups.items())

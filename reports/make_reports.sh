@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Regenerate every example report in reports/ from the repository's fixtures, with the speclogs CLI only.
+#   bash reports/make_reports.sh            (from anywhere; uses python3 unless PYTHON is set)
+# Writes reports/<name>.{html,md,json}. Deterministic: the bootstrap has a fixed seed.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+py="${PYTHON:-python3}"
+export PYTHONPATH="$root/src${PYTHONPATH:+:$PYTHONPATH}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+report() {  # name db arms… [-- extra options]
+  local name="$1" db="$2"; shift 2
+  "$py" -m speclogs report --db "$db" --format json "$@" > "reports/$name.json"
+  "$py" -m speclogs report --db "$db" --format md --html "reports/$name.html" "$@" > "reports/$name.md"
+  echo "reports/$name.{html,md,json}"
+}
+
+# 1. The real H200 2×2 matrix (SGLang 0.5.14, one launch per cell) as a declared 2×2 design.
+"$py" -m speclogs ingest fixtures/h200x2-sglang-0.5.14 --db "$work/real.duckdb" 2>/dev/null
+report h200-matrix "$work/real.duckdb" -c baseline_default -c baseline_nccl -c eagle3_default -c eagle3_nccl \
+  --factor "nccl=*_nccl" --factor "spec=eagle3*"
+# 2. The real probes: a draft that is never accepted, and the synthetic pair (accept len exactly 2.00).
+report h200-probes "$work/real.duckdb" -c random-draft-baseline -c random-draft-eagle3 -c synth-eagle3-exact -c synth-eagle3-noise06
+
+# 3. The launcher's H200 runs (≥ 2 launches per cell), when fixtures/h200x2/ is there.
+if [ -d fixtures/h200x2 ]; then
+  "$py" -m speclogs ingest fixtures/h200x2 --db "$work/launches.duckdb" 2>/dev/null
+  cells=$("$py" -m speclogs sql "SELECT DISTINCT cell FROM runs WHERE cell IS NOT NULL ORDER BY 1" --db "$work/launches.duckdb" --format csv | tail -n +2)
+  args=()
+  for cell in $cells; do args+=(-c "${cell}_*"); done
+  [ ${#args[@]} -gt 0 ] && report h200x2-launches "$work/launches.duckdb" "${args[@]}"
+fi
+
+# 4. Ground truth: the seeds' story generated with known effects (3 launches per cell, factors spec × nccl).
+"$py" tests/groundtruth/sglang_logs.py "$work/seeds" > /dev/null
+"$py" -m speclogs ingest "$work/seeds" --db "$work/seeds.duckdb" 2>/dev/null
+report seeds-story "$work/seeds.duckdb" -c "baseline_default_*" -c "baseline_nccl_*" -c "eagle3_default_*" -c "eagle3_nccl_*"
+report seeds-confounded "$work/seeds.duckdb" -c "baseline_nccl_*" -c "eagle3_default_*"

@@ -15,7 +15,6 @@ import pytest
 
 from groundtruth.sglang_logs import FIXTURES, RunSpec, write_run
 from speclogs.analysis import compare_runs
-from speclogs.errors import AnalysisError
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

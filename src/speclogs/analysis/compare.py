@@ -200,15 +200,33 @@ def compare_runs(
     """Compare arms (run names or globs; the first is the reference) read from the DuckDB connection `con`.
 
     factors: {name: glob over run names} (runs matching are level 'on', others 'off'); when empty, the launch plan's
-    runs.factors are used. Raises AnalysisError when nothing can be computed.
+    runs.factors are used. Raises AnalysisError when nothing can be computed. This is the thin loading part;
+    `compare_tables` does the (pure) computation.
     """
-    from speclogs.analysis import lint
-
     if not 0.5 <= confidence < 1.0:
         raise AnalysisError(f"confidence {confidence} is outside [0.5, 1)", hint="e.g. --confidence 0.95")
     arm_runs = resolve_arms(con, list(arms))
     all_ids = [run_id for ids in arm_runs.values() for run_id in ids]
     tables = load_run_tables(con, all_ids)
+    nccl = _nccl_evidence(con, all_ids)
+    return compare_tables(tables, arm_runs, factors, confidence, n_resamples=n_resamples, seed=seed, nccl=nccl)
+
+
+def compare_tables(
+    tables: RunTables,
+    arm_runs: Mapping[str, list[str]],
+    factors: Mapping[str, str] | None = None,
+    confidence: float = 0.95,
+    *,
+    n_resamples: int = 1000,
+    seed: int = SEED,
+    nccl: Any = None,
+) -> Comparison:
+    """The computation behind `compare_runs`, pure: frames in (RunTables; arms as {name: run_ids}, reference first),
+    Comparison out. `nccl` is speclogs.analysis.nccl's evidence (its findings join the warnings) or None."""
+    from speclogs.analysis import lint
+
+    arm_runs = dict(arm_runs)
     run_data, decode, clients = _prepare_runs(tables)
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
 
@@ -229,7 +247,7 @@ def compare_runs(
     reference = next(iter(arm_runs))
     group_draws: dict[tuple[str, str], tuple[stats.GroupDraws, int]] = {}
 
-    def draws_for(key: str, ids: Sequence[str], source: str) -> tuple[stats.GroupDraws, int] | None:
+    def draws_for(ids: Sequence[str], source: str) -> tuple[stats.GroupDraws, int] | None:
         # keyed by the set of runs, so an arm and an identical factorial cell share one resample
         key = ",".join(sorted(ids))
         cache_key = (source, key)
@@ -252,8 +270,8 @@ def compare_runs(
 
     arm_objects = []
     for arm, ids in arm_runs.items():
-        client = draws_for(arm, ids, "client")
-        server = draws_for(arm, ids, "server")
+        client = draws_for(ids, "client")
+        server = draws_for(ids, "server")
         run_rows = tables.runs.filter(pl.col("run_id").is_in(ids))
         spec_algos = sorted({a for a in run_rows["speculative_algorithm"].to_list() if a})
         arm_objects.append(
@@ -276,22 +294,22 @@ def compare_runs(
     attributions = []
     for arm_b, ids_b in list(arm_runs.items())[1:]:
         for source in ("client", "server"):
-            a = draws_for(reference, arm_runs[reference], source)
-            b = draws_for(arm_b, ids_b, source)
+            a = draws_for(arm_runs[reference], source)
+            b = draws_for(ids_b, source)
             if a and b:
                 comparisons.append(_ratio(reference, arm_b, source, a[0], b[0], run_data, arm_runs, confidence))
-        a = draws_for(reference, arm_runs[reference], "server")
-        b = draws_for(arm_b, ids_b, "server")
+        a = draws_for(arm_runs[reference], "server")
+        b = draws_for(ids_b, "server")
         if a and b:
-            cyc_a = draws_for(reference, arm_runs[reference], "cycles")
-            cyc_b = draws_for(arm_b, ids_b, "cycles")
+            cyc_a = draws_for(arm_runs[reference], "cycles")
+            cyc_b = draws_for(ids_b, "cycles")
             attributions.append(
                 _attribution(reference, arm_b, a[0], b[0], cyc_a[0] if cyc_a else None, cyc_b[0] if cyc_b else None, confidence)
             )
 
     phases = []
     for arm, ids in arm_runs.items():
-        cyc = draws_for(arm, ids, "cycles")
+        cyc = draws_for(ids, "cycles")
         if cyc:
             phases.extend(_phase_stats(arm, cyc[0], cyc[1], confidence))
 
@@ -304,8 +322,7 @@ def compare_runs(
         tables=tables, decode=decode, clients=clients, arm_runs=arm_runs, arms=arm_objects,
         comparisons=comparisons, levels=levels, run_data_rows={r: d.server_rows for r, d in run_data.items()},
     )
-    nccl, nccl_findings = _nccl_evidence(con, all_ids)
-    warnings = tuple(factor_findings + effect_findings + findings + nccl_findings)
+    warnings = tuple(factor_findings + effect_findings + findings + _nccl_findings(nccl))
     warnings = tuple(sorted(warnings, key=lambda f: 0 if f.severity == "warning" else 1))
     return Comparison(
         arms=tuple(arm_objects),
@@ -406,7 +423,6 @@ def _attribution(
         counterfactuals.append(cf(f"{arm_b} would need accept len (at its own step time and batch) to match {arm_a}:",
                                   b.point[1] - d_point[0], b.draws[:, 1] - b.draws[:, 0], a.draws[:, 0]))
     phase_terms: tuple[Term, ...] = ()
-    phase_stats: tuple[PhaseStat, ...] = ()
     if cyc_a is not None and cyc_b is not None:
         phase_terms = tuple(
             _term(phase, *_lmdi(cyc_a, cyc_b, i), confidence)
@@ -415,7 +431,7 @@ def _attribution(
     return Attribution(
         arm_a=arm_a, arm_b=arm_b, total=total, terms=terms, accept_len_a=acc_a, accept_len_b=acc_b,
         cycle_ms_a=1000 * math.exp(a.point[3]), cycle_ms_b=1000 * math.exp(b.point[3]),
-        phase_terms=phase_terms, phases=phase_stats, counterfactuals=tuple(counterfactuals),
+        phase_terms=phase_terms, counterfactuals=tuple(counterfactuals),
     )
 
 
@@ -516,7 +532,7 @@ def _effects(levels, arm_runs, reference, draws_for, confidence, explicit):
     for source in ("client", "server"):
         cell_draws = {}
         for cell, ids in cells.items():
-            got = draws_for("cell:" + ",".join(f"{f}={span[f][cell[i]]}" for i, f in enumerate(names)), ids, source)
+            got = draws_for(ids, source)
             if got is None:
                 break
             cell_draws[cell] = got[0]
@@ -624,21 +640,22 @@ def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, tables: RunTables,
     return rows.group_by("arm", "source", "accept_len").agg(pl.col("count").sum()).sort("arm", "source", "accept_len")
 
 
-def _nccl_evidence(con: Any, run_ids: list[str]) -> tuple[Any, list[Finding]]:
-    """Task N's NCCL evidence (speclogs.analysis.nccl.nccl_evidence) when that module exists; its findings are merged
-    into the report's warnings with their code prefixed 'nccl.' unless it already starts with 'nccl'."""
+def _nccl_evidence(con: Any, run_ids: list[str]) -> Any:
+    """Task N's NCCL evidence (speclogs.analysis.nccl.nccl_evidence) when that module exists, else None."""
     try:
         from speclogs.analysis import nccl as nccl_module
     except ImportError:
-        return None, []
+        return None
     evidence_fn = getattr(nccl_module, "nccl_evidence", None)
-    if evidence_fn is None:
-        return None, []
-    evidence = evidence_fn(con, run_ids)
+    return evidence_fn(con, run_ids) if evidence_fn is not None else None
+
+
+def _nccl_findings(evidence: Any) -> list[Finding]:
+    """The evidence's findings as report findings (code prefixed 'nccl.' unless it already starts with 'nccl')."""
     findings = []
     for item in getattr(evidence, "findings", ()) or ():
         code = str(getattr(item, "code", "nccl"))
         findings.append(Finding(
             code if code.startswith("nccl") else f"nccl.{code}", str(getattr(item, "message", item)),
             str(getattr(item, "severity", "warning")), tuple(getattr(item, "runs", ()) or ())))
-    return evidence, findings
+    return findings

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 import polars as pl
 
 from speclogs.analysis import stats
@@ -120,7 +119,6 @@ def confounder_findings(
         findings.append(Finding(
             "env_unknown", f"{len(unknown)} of {len(all_ids)} runs have no recorded environment (no run.json, no NCCL "
             "'set by environment' lines): their NCCL_*/CUDA_* settings cannot be compared", "warning"))
-    names = {r: r for r in all_ids}
     for arm in arms:
         inconsistent = [k for k in keys if len(_values(settings, arm_runs[arm], k)) > 1 and not k.startswith("hardware hostname")]
         if inconsistent:

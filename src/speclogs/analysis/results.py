@@ -5,7 +5,7 @@ Units are in the field names (`*_tok_s`, `*_ms`); ratios are B/A with A the refe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -134,7 +134,6 @@ class Attribution:
     cycle_ms_a: float
     cycle_ms_b: float
     phase_terms: tuple[Term, ...]
-    phases: tuple[PhaseStat, ...]
     counterfactuals: tuple[Counterfactual, ...]
 
 
@@ -179,4 +178,3 @@ class Comparison:
     warmup_spans: pl.DataFrame  # run_name, arm, t_start_s, t_end_s: from launch start to the first steady decode row
     methods: dict[str, str]  # method notes: steady-state rule, bootstrap, tests (shown in reports)
     nccl: Any = None  # speclogs.analysis.nccl.NcclEvidence when that module exists
-    extra: dict[str, Any] = field(default_factory=dict)

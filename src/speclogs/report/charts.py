@@ -21,7 +21,7 @@ def throughput_chart(c: Comparison) -> alt.Chart | None:
         return None
     data = alt.Data(values=rows)
     base = alt.Chart(data).encode(
-        y=alt.Y("arm:N", title=None, sort=[a.name for a in c.arms]),
+        y=alt.Y("arm:N", title=None, sort=[a.name for a in c.arms], axis=alt.Axis(labelLimit=300)),
         yOffset=alt.YOffset("source:N"),
         color=alt.Color("source:N", title="source"),
     )
@@ -42,8 +42,11 @@ def effects_chart(c: Comparison) -> alt.Chart | None:
         return None
     data = alt.Data(values=rows)
     order = [row["effect"] for row in rows]
-    x_scale = alt.Scale(type="log", zero=False)
-    base = alt.Chart(data).encode(y=alt.Y("effect:N", sort=order, title=None), color=alt.Color("kind:N", title="kind"))
+    low = min([1.0] + [row["low"] for row in rows if row["low"] and row["low"] > 0])
+    high = max([1.0] + [row["high"] for row in rows if row["high"]])
+    x_scale = alt.Scale(type="log", domain=[low / 1.05, high * 1.05], nice=False)
+    base = alt.Chart(data).encode(y=alt.Y("effect:N", sort=order, title=None, axis=alt.Axis(labelLimit=360)),
+                                  color=alt.Color("kind:N", title="kind"))
     one = alt.Chart(alt.Data(values=[{"x": 1.0}])).mark_rule(strokeDash=[4, 4], color="gray").encode(x="x:Q")
     rules = base.mark_rule(strokeWidth=2).encode(x=alt.X("low:Q", scale=x_scale, title="ratio (log scale; 1 = no effect)"),
                                                 x2="high:Q")
@@ -79,7 +82,7 @@ def accept_chart(c: Comparison) -> alt.Chart | None:
         color=alt.Color("arm:N"),
         row=alt.Row("source:N", title=None),
         tooltip=["arm:N", "source:N", "accept_len:Q", "sum(count):Q"],
-    ).properties(width=WIDTH, height=120, title="Accept-length distribution")
+    ).properties(width=WIDTH, height=120, title="Accept-length distribution").resolve_scale(y="independent")
 
 
 def timeline_chart(c: Comparison) -> alt.Chart | None:

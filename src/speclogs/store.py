@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -180,6 +181,27 @@ class _Tally:
         self.skipped[reason] += 1
         self.skipped_examples.setdefault(reason, where)
 
+    def add(self, prepared: "_Prepared") -> None:
+        counts = prepared.counts
+        self.ingested += 1
+        self.runs.add(prepared.item.run.run_name)
+        self.lines_total += counts.total
+        self.lines_parsed += counts.parsed
+        self.lines_continuation += counts.continuation
+        self.lines_unparsed += counts.unparsed
+        self.rows.update(counts.rows)
+        self.drift.update(counts.drift)
+        for warning in counts.warnings:
+            self.warnings.append(f"{prepared.source_file}: {warning}")
+
+
+# Small files are parsed first and written together, many per transaction (a failing batch is rolled back
+# and written again one file per transaction); a file is never half-written either way. Big logs stream
+# chunk by chunk into their own transaction.
+STREAM_BYTES = 16 << 20
+BATCH_BYTES = 32 << 20
+BATCH_FILES = 400
+
 
 def ingest_paths(
     paths: Sequence[str | Path],
@@ -196,8 +218,9 @@ def ingest_paths(
 
     replace=True re-ingests files already stored (their rows are deleted first); without it a file whose
     content is already stored is skipped as unchanged, and a file whose content changed is skipped with a
-    hint to use replace. Raises InputError for a named path that does not exist, StoreError when the
-    database is locked by another writer, GrammarError for a broken user grammar.
+    hint to use replace. `method` picks the line classifier ('auto', 'polars', 'regex', 'pyparsing'; same rows).
+    Raises InputError for a named path that does not exist, StoreError when the database is locked by
+    another writer, GrammarError for a broken user grammar.
     """
     started = time.perf_counter()
     discovery = discover_inputs([str(p) for p in paths], run_name=run_name)
@@ -218,12 +241,16 @@ def ingest_paths(
     show = tally.bytes_total >= PROGRESS_MIN_BYTES or tally.files_total > 50
     connection = connect(db_path)
     try:
-        columns = _TableColumns(connection)
+        writer = _Writer(connection, tally)
+        stored: dict[str, set[str]] = {}
+        for source, sha in connection.execute("SELECT source_file, sha256 FROM files").fetchall():
+            stored.setdefault(source, set()).add(sha)
         for index, item in enumerate(discovery.files):
             if on_progress is not None:
                 on_progress(ProgressEvent(_short(item.source_file), tally.bytes_done, tally.bytes_total, index, tally.files_total, show))
-            _ingest_one(connection, columns, item, engine, tally, replace=replace, method=method, chunk_bytes=chunk_bytes)
+            _ingest_one(writer, item, engine, stored, replace=replace, method=method, chunk_bytes=chunk_bytes)
             tally.bytes_done += item.size_bytes
+        writer.flush()
         if on_progress is not None:
             on_progress(ProgressEvent("done", tally.bytes_total, tally.bytes_total, tally.files_total, tally.files_total, show))
     finally:
@@ -253,7 +280,11 @@ def _short(source_file: str) -> str:
     return source_file if len(source_file) <= 60 else "…" + source_file[-59:]
 
 
-def _ingest_one(connection, columns, item: InputFile, engine, tally: _Tally, *, replace: bool, method: str, chunk_bytes: int) -> None:
+_FAILURES = (duckdb.Error, pl.exceptions.PolarsError, SpeclogsError, ValueError, OSError)
+
+
+def _ingest_one(writer: "_Writer", item: InputFile, engine, stored: dict[str, set[str]], *, replace: bool, method: str, chunk_bytes: int) -> None:
+    tally = writer.tally
     raw = read_input(item)
     source_file = item.source_file
     if item.path is None and raw.sha256:
@@ -263,36 +294,28 @@ def _ingest_one(connection, columns, item: InputFile, engine, tally: _Tally, *, 
     if raw.skipped_reason is not None:
         tally.skip(raw.skipped_reason, source_file)
         return
-    stored = connection.execute("SELECT sha256 FROM files WHERE source_file = ?", [source_file]).fetchall()
-    if stored and not replace:
-        if any(sha == raw.sha256 for (sha,) in stored):
+    known = stored.get(source_file)
+    if known and not replace:
+        if raw.sha256 in known:
             tally.unchanged += 1
             tally.skip("unchanged, skipped (already ingested; --replace re-ingests)", source_file)
         else:
             tally.skip("content changed since it was ingested (use --replace to re-ingest)", source_file)
         return
-    file_started = time.perf_counter()
-    connection.execute("BEGIN TRANSACTION")
-    try:
-        if stored:
-            _delete_file_rows(connection, columns, source_file)
-        counts = _parse_and_insert(connection, columns, item, source_file, raw, engine, method=method, chunk_bytes=chunk_bytes)
-        _record_file(connection, item, source_file, raw, counts, time.perf_counter() - file_started)
-        connection.execute("COMMIT")
-    except (duckdb.Error, pl.exceptions.PolarsError, SpeclogsError, ValueError, OSError) as error:
-        connection.execute("ROLLBACK")
-        tally.skip(f"failed and rolled back ({type(error).__name__}: {_first_line(error)})", source_file)
+    stored.setdefault(source_file, set()).add(raw.sha256)
+    prepared = _Prepared(item=item, source_file=source_file, raw=raw, replaces=bool(known), counts=_FileCounts(kind=item.kind))
+    if item.kind == "log" and len(raw.data) >= STREAM_BYTES:
+        writer.flush()
+        writer.write_streaming(prepared, engine, method=method, chunk_bytes=chunk_bytes)
         return
-    tally.ingested += 1
-    tally.runs.add(item.run.run_name)
-    tally.lines_total += counts.total
-    tally.lines_parsed += counts.parsed
-    tally.lines_continuation += counts.continuation
-    tally.lines_unparsed += counts.unparsed
-    tally.rows.update(counts.rows)
-    tally.drift.update(counts.drift)
-    for warning in counts.warnings:
-        tally.warnings.append(f"{source_file}: {warning}")
+    started = time.perf_counter()
+    try:
+        _parse_file(prepared, engine, prepared.keep, method=method, chunk_bytes=chunk_bytes)
+    except _FAILURES as error:
+        tally.skip(f"failed ({type(error).__name__}: {_first_line(error)})", source_file)
+        return
+    prepared.seconds = time.perf_counter() - started
+    writer.add(prepared)
 
 
 def _first_line(error: BaseException) -> str:
@@ -312,18 +335,37 @@ class _FileCounts:
     warnings: list = field(default_factory=list)
 
 
-def _parse_and_insert(connection, columns, item, source_file, raw, engine, *, method, chunk_bytes) -> _FileCounts:
-    counts = _FileCounts(kind=item.kind)
-    run = item.run
-    facts: dict[str, object] = {}
+@dataclass
+class _Prepared:
+    """One file on its way into the database: its rows (when held in memory), counts and run facts."""
+
+    item: InputFile
+    source_file: str
+    raw: object
+    replaces: bool
+    counts: _FileCounts
+    frames: list = field(default_factory=list)  # (table, frame)
+    facts: dict = field(default_factory=dict)
+    launch_rows: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    def keep(self, table: str, frame: pl.DataFrame) -> None:
+        if frame.height:
+            self.frames.append((table, frame))
+            self.counts.rows[table] += frame.height
+
+
+def _parse_file(prepared: _Prepared, engine, emit, *, method: str, chunk_bytes: int) -> None:
+    """Parse one file, handing every table frame to `emit(table, frame)`; fills counts, facts, launch rows."""
+    item, raw, counts = prepared.item, prepared.raw, prepared.counts
     if item.kind == "log":
         launch_starts: list[int] = []
-        prefixed = 0
-        drift_examples = []
         launch_facts: list[tuple[int, str, object]] = []
+        drift_examples = []
+        prefixed = 0
         for chunk in parse_log_chunks(raw.data, engine, method=method, chunk_bytes=chunk_bytes):
             for table, frame in chunk.tables.items():
-                counts.rows[table] += _insert(connection, columns, table, frame, run.run_id, source_file)
+                emit(table, frame)
             counts.total += chunk.total_lines
             counts.parsed += chunk.parsed_lines
             counts.continuation += chunk.continuation_lines
@@ -334,9 +376,9 @@ def _parse_and_insert(connection, columns, item, source_file, raw, engine, *, me
             launch_facts.extend(chunk.launch_facts)
             prefixed += chunk.prefixed_pieces
             for key, value in chunk.run_facts.items():
-                facts.setdefault(key, value)
+                prepared.facts.setdefault(key, value)
         if drift_examples:
-            counts.rows["parse_drift"] += _insert(connection, columns, "parse_drift", _drift_frame(drift_examples, launch_starts), run.run_id, source_file)
+            emit("parse_drift", _drift_frame(drift_examples, launch_starts))
             for name, count in sorted(counts.drift.items()):
                 first = next(m for m in drift_examples if m.pattern == name)
                 counts.warnings.append(
@@ -344,26 +386,125 @@ def _parse_and_insert(connection, columns, item, source_file, raw, engine, *, me
                 )
         if counts.total and prefixed == 0:
             counts.warnings.append(NO_SGLANG_WARNING)
-        _insert_launches(connection, run.run_id, source_file, launch_starts, launch_facts, counts.total)
+        prepared.launch_rows = _launch_rows(item.run.run_id, prepared.source_file, launch_starts, launch_facts, counts.total)
+        return
+    text = raw.data.decode("utf-8")
+    if item.kind == "run_json":
+        result = parse_run_json(text)
+    elif item.kind == "bench_json":
+        result = parse_bench_json(text)
+    elif item.kind == "nccl_probe":
+        result = parse_nccl_probe(text, prepared.source_file)
     else:
-        text = raw.data.decode("utf-8")
-        if item.kind == "run_json":
-            result = parse_run_json(text)
-        elif item.kind == "bench_json":
-            result = parse_bench_json(text)
-        elif item.kind == "nccl_probe":
-            result = parse_nccl_probe(text, source_file)
-        else:
-            result = parse_bench_jsonl(text, kind=item.kind)
-        for table, frame in result.tables.items():
-            counts.rows[table] += _insert(connection, columns, table, frame, run.run_id, source_file)
-        counts.total = result.total_lines
-        counts.parsed = result.parsed_lines
-        counts.unparsed = result.unparsed_lines
-        counts.warnings.extend(result.warnings)
-        facts.update(result.run_facts)
-    _upsert_run(connection, run, facts)
-    return counts
+        result = parse_bench_jsonl(text, kind=item.kind)
+    for table, frame in result.tables.items():
+        emit(table, frame)
+    counts.total = result.total_lines
+    counts.parsed = result.parsed_lines
+    counts.unparsed = result.unparsed_lines
+    counts.warnings.extend(result.warnings)
+    prepared.facts.update(result.run_facts)
+
+
+class _Writer:
+    """Writes prepared files: batches of small ones in one transaction, big logs streamed in their own."""
+
+    def __init__(self, connection, tally: _Tally) -> None:
+        self.connection = connection
+        self.columns = _TableColumns(connection)
+        self.tally = tally
+        self.batch: list[_Prepared] = []
+        self.batch_bytes = 0
+
+    def add(self, prepared: _Prepared) -> None:
+        self.batch.append(prepared)
+        self.batch_bytes += len(prepared.raw.data)
+        if self.batch_bytes >= BATCH_BYTES or len(self.batch) >= BATCH_FILES:
+            self.flush()
+
+    def flush(self) -> None:
+        batch, self.batch, self.batch_bytes = self.batch, [], 0
+        if not batch:
+            return
+        try:
+            self._transaction(batch)
+        except _FAILURES:
+            if len(batch) == 1:
+                self._failed(batch[0])
+                return
+            for prepared in batch:  # find the culprit: one transaction per file
+                try:
+                    self._transaction([prepared])
+                except _FAILURES:
+                    self._failed(prepared)
+            return
+        for prepared in batch:
+            self.tally.add(prepared)
+
+    def _failed(self, prepared: _Prepared) -> None:
+        error = sys.exc_info()[1]
+        self.tally.skip(f"failed and rolled back ({type(error).__name__}: {_first_line(error)})", prepared.source_file)
+
+    def _transaction(self, batch: list[_Prepared]) -> None:
+        connection = self.connection
+        connection.execute("BEGIN TRANSACTION")
+        try:
+            for prepared in batch:
+                if prepared.replaces:
+                    _delete_file_rows(connection, self.columns, prepared.source_file)
+            by_table: dict[str, list[pl.DataFrame]] = {}
+            for prepared in batch:
+                for table, frame in prepared.frames:
+                    by_table.setdefault(table, []).append(_with_keys(frame, table, prepared.item.run.run_id, prepared.source_file))
+            for table, frames in by_table.items():
+                frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
+                _insert(connection, self.columns, table, frame)
+            self._finish(batch)
+            connection.execute("COMMIT")
+        except _FAILURES:
+            connection.execute("ROLLBACK")
+            raise
+
+    def _finish(self, batch: list[_Prepared]) -> None:
+        """The files rows, launches rows and runs of a batch (one statement each)."""
+        connection = self.connection
+        launch_rows = [row for prepared in batch for row in prepared.launch_rows]
+        if launch_rows:
+            _insert(connection, self.columns, "launches", pl.DataFrame(launch_rows, schema=_LAUNCH_TYPES, orient="row"))
+        _insert(connection, self.columns, "files", pl.DataFrame([_file_row(p) for p in batch], schema=_FILE_TYPES, orient="row"))
+        _upsert_runs(connection, batch)
+
+    def write_streaming(self, prepared: _Prepared, engine, *, method: str, chunk_bytes: int) -> None:
+        """A big log: chunks are inserted as they are parsed, all in one transaction."""
+        connection = self.connection
+        run_id, source_file = prepared.item.run.run_id, prepared.source_file
+        started = time.perf_counter()
+
+        def emit(table: str, frame: pl.DataFrame) -> None:
+            if frame.height:
+                _insert(connection, self.columns, table, _with_keys(frame, table, run_id, source_file))
+                prepared.counts.rows[table] += frame.height
+
+        connection.execute("BEGIN TRANSACTION")
+        try:
+            if prepared.replaces:
+                _delete_file_rows(connection, self.columns, source_file)
+            _parse_file(prepared, engine, emit, method=method, chunk_bytes=chunk_bytes)
+            prepared.seconds = time.perf_counter() - started
+            self._finish([prepared])
+            connection.execute("COMMIT")
+        except _FAILURES as error:
+            connection.execute("ROLLBACK")
+            self.tally.skip(f"failed and rolled back ({type(error).__name__}: {_first_line(error)})", source_file)
+            return
+        self.tally.add(prepared)
+
+
+def _with_keys(frame: pl.DataFrame, table: str, run_id: str, source_file: str) -> pl.DataFrame:
+    keys = [pl.lit(source_file).alias("source_file")]
+    if table != "nccl_probe":
+        keys.append(pl.lit(run_id).alias("run_id"))
+    return frame.with_columns(keys)
 
 
 def _drift_frame(examples, launch_starts: list[int]) -> pl.DataFrame:
@@ -414,15 +555,11 @@ def _sql_type(dtype: pl.DataType) -> str:
     return "VARCHAR"
 
 
-def _insert(connection, columns: _TableColumns, table: str, frame: pl.DataFrame, run_id: str, source_file: str) -> int:
+def _insert(connection, columns: "_TableColumns", table: str, frame: pl.DataFrame) -> int:
     if frame.height == 0:
         return 0
-    frame = frame.with_columns(pl.lit(run_id).alias("run_id"), pl.lit(source_file).alias("source_file"))
-    if table == "nccl_probe":
-        frame = frame.drop("run_id")
     columns.ensure(table, frame)
-    arrow = frame.to_arrow()
-    connection.register("_speclogs_frame", arrow)
+    connection.register("_speclogs_frame", frame.to_arrow())
     try:
         connection.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM _speclogs_frame')
     finally:
@@ -435,29 +572,32 @@ def _delete_file_rows(connection, columns: _TableColumns, source_file: str) -> N
         connection.execute(f'DELETE FROM "{table}" WHERE source_file = ?', [source_file])
 
 
-def _record_file(connection, item: InputFile, source_file: str, raw, counts: _FileCounts, seconds: float) -> None:
-    warnings = json.dumps(list(raw.warnings) + counts.warnings) if (raw.warnings or counts.warnings) else None
-    connection.execute(
-        """INSERT INTO files (source_file, sha256, run_id, size_bytes, total_lines, parsed_lines, continuation_lines,
-                              unparsed_lines, skipped_reason, ingested_at, kind, invalid_utf8, nul_bytes, warnings, parse_seconds)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?)""",
-        [
-            source_file,
-            raw.sha256,
-            item.run.run_id,
-            raw.size_bytes,
-            counts.total,
-            counts.parsed,
-            counts.continuation,
-            counts.unparsed,
-            datetime.now(),
-            counts.kind,
-            raw.invalid_utf8,
-            raw.nul_bytes,
-            warnings,
-            round(seconds, 6),
-        ],
-    )
+_FILE_TYPES = {
+    "source_file": pl.Utf8, "sha256": pl.Utf8, "run_id": pl.Utf8, "size_bytes": pl.Int64, "total_lines": pl.Int64,
+    "parsed_lines": pl.Int64, "continuation_lines": pl.Int64, "unparsed_lines": pl.Int64, "ingested_at": pl.Datetime("us"),
+    "kind": pl.Utf8, "invalid_utf8": pl.Int64, "nul_bytes": pl.Int64, "warnings": pl.Utf8, "parse_seconds": pl.Float64,
+}
+
+
+def _file_row(prepared: _Prepared) -> list:
+    raw, counts = prepared.raw, prepared.counts
+    warnings = list(raw.warnings) + counts.warnings
+    return [
+        prepared.source_file,
+        raw.sha256,
+        prepared.item.run.run_id,
+        raw.size_bytes,
+        counts.total,
+        counts.parsed,
+        counts.continuation,
+        counts.unparsed,
+        datetime.now(),
+        counts.kind,
+        raw.invalid_utf8,
+        raw.nul_bytes,
+        json.dumps(warnings) if warnings else None,
+        round(prepared.seconds, 6),
+    ]
 
 
 _RUN_FACT_COLUMNS = (
@@ -466,33 +606,51 @@ _RUN_FACT_COLUMNS = (
 )
 
 
-def _upsert_run(connection, run, facts: dict[str, object]) -> None:
-    values = {
-        "run_id": run.run_id,
-        "run_name": run.run_name,
-        "source_dir": run.source_dir,
-        "cell": run.cell,
-        "launch_index": run.launch_index,
-        "ingested_at": datetime.now(),
-    }
-    for column in _RUN_FACT_COLUMNS:
-        if facts.get(column) is not None:
-            values[column] = facts[column]
-    names = list(values)
-    placeholders = ", ".join("?" for _ in names)
-    updates = ", ".join(
-        f"{name} = COALESCE(excluded.{name}, runs.{name})" for name in names if name not in ("run_id",)
-    )
-    connection.execute(
-        f"INSERT INTO runs ({', '.join(names)}) VALUES ({placeholders}) ON CONFLICT (run_id) DO UPDATE SET {updates}",
-        [values[n] for n in names],
-    )
+_RUN_TYPES = {
+    "run_id": pl.Utf8, "run_name": pl.Utf8, "source_dir": pl.Utf8, "cell": pl.Utf8, "factors": pl.Utf8,
+    "launch_index": pl.Int32, "sglang_version": pl.Utf8, "model_path": pl.Utf8, "speculative_algorithm": pl.Utf8,
+    "tp_size": pl.Int32, "hostname": pl.Utf8, "gpu_name": pl.Utf8, "env": pl.Utf8, "argv": pl.Utf8,
+    "run_json": pl.Utf8, "outcome": pl.Utf8, "ingested_at": pl.Datetime("us"),
+}
 
 
-def _insert_launches(connection, run_id, source_file, starts, facts, total_lines: int) -> None:
+def _upsert_runs(connection, batch: list[_Prepared]) -> None:
+    """One statement for the batch: new runs are inserted, known ones keep what the new files do not say."""
+    merged: dict[str, dict] = {}
+    now = datetime.now()
+    for prepared in batch:
+        run = prepared.item.run
+        row = merged.setdefault(
+            run.run_id,
+            {"run_id": run.run_id, "run_name": run.run_name, "source_dir": run.source_dir, "cell": run.cell,
+             "launch_index": run.launch_index, "ingested_at": now},
+        )
+        for column in _RUN_FACT_COLUMNS:
+            value = prepared.facts.get(column)
+            if value is not None and row.get(column) is None:
+                row[column] = value
+    frame = pl.DataFrame([{c: r.get(c) for c in _RUN_TYPES} for r in merged.values()], schema=_RUN_TYPES, orient="row")
+    updates = ", ".join(f"{c} = COALESCE(excluded.{c}, runs.{c})" for c in _RUN_TYPES if c != "run_id")
+    connection.register("_speclogs_runs", frame.to_arrow())
+    try:
+        connection.execute(
+            f"INSERT INTO runs BY NAME SELECT * FROM _speclogs_runs ON CONFLICT (run_id) DO UPDATE SET {updates}"
+        )
+    finally:
+        connection.unregister("_speclogs_runs")
+
+
+_LAUNCH_TYPES = {
+    "run_id": pl.Utf8, "source_file": pl.Utf8, "launch_no": pl.Int32, "first_line": pl.Int64, "last_line": pl.Int64,
+    "start_ts": pl.Datetime("us"), "ready_ts": pl.Datetime("us"), "first_health_200_ts": pl.Datetime("us"),
+    "cuda_graph_end_ts": pl.Datetime("us"), "shutdown_ts": pl.Datetime("us"),
+}
+
+
+def _launch_rows(run_id, source_file, starts, facts, total_lines: int) -> list[tuple]:
     """One launches row per server start: its line range and the timestamps of its milestones."""
     if total_lines == 0:
-        return
+        return []
     starts = sorted(starts)
     bounds = [1] + starts[1:]  # lines before the first server_args belong to launch 1
     first_ts: dict[tuple[int, str], object] = {}
@@ -516,9 +674,4 @@ def _insert_launches(connection, run_id, source_file, starts, facts, total_lines
                 last_ts.get((launch_no, "cuda_graph_end")), first_ts.get((launch_no, "sigterm")),
             )
         )
-    connection.executemany(
-        """INSERT INTO launches (run_id, source_file, launch_no, first_line, last_line, start_ts, ready_ts,
-                                 first_health_200_ts, cuda_graph_end_ts, shutdown_ts)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-        rows,
-    )
+    return rows

@@ -53,10 +53,11 @@ class Engine:
     patterns: tuple[CompiledPattern, ...]
 
     def pattern(self, name: str) -> CompiledPattern:
-        for compiled in self.patterns:
-            if compiled.name == name:
-                return compiled
-        raise KeyError(name)
+        index = self.__dict__.get("_index")
+        if index is None:
+            index = {compiled.name: compiled for compiled in self.patterns}
+            object.__setattr__(self, "_index", index)
+        return index[name]
 
 
 @dataclass(frozen=True)

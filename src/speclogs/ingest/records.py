@@ -347,7 +347,7 @@ def _server_args_frame(claims: Claims, header_frames: list[pl.DataFrame]) -> pl.
     rows = []
     for (line_no, piece), message in sorted(claims.server_args_text.items()):
         body = message.split("=", 1)[1] if "=" in message else message
-        for name, value_text, value in parse_server_args(body):
+        for name, value_text, value in _parsed_server_args(body):
             rows.append(
                 {
                     "line_no": line_no,
@@ -355,7 +355,7 @@ def _server_args_frame(claims: Claims, header_frames: list[pl.DataFrame]) -> pl.
                     "ts": ts_by_key.get((line_no, piece)),
                     "name": name,
                     "value": value_text,
-                    "value_json": to_json_text(value, value_text),
+                    "value_json": value,
                 }
             )
     return pl.DataFrame(
@@ -363,6 +363,21 @@ def _server_args_frame(claims: Claims, header_frames: list[pl.DataFrame]) -> pl.
         schema={"line_no": pl.Int64, "piece": pl.Int32, "ts": pl.Datetime("us"), "name": pl.Utf8, "value": pl.Utf8, "value_json": pl.Utf8},
         orient="row",
     )
+
+
+_SERVER_ARGS_CACHE: dict[str, list] = {}
+
+
+def _parsed_server_args(body: str) -> list:
+    """parse_server_args, remembered per text (the same configuration is dumped again at every restart)."""
+    cached = _SERVER_ARGS_CACHE.get(body)
+    if cached is None:
+        if len(_SERVER_ARGS_CACHE) > 256:
+            _SERVER_ARGS_CACHE.clear()
+        cached = _SERVER_ARGS_CACHE[body] = [
+            (name, text, to_json_text(value, text)) for name, text, value in parse_server_args(body)
+        ]
+    return [(name, text, value) for name, text, value in cached]
 
 
 def to_json_text(value: object, repr_text: str | None = None) -> str | None:
@@ -411,7 +426,10 @@ def _run_facts(tables: dict[str, pl.DataFrame]) -> dict[str, object]:
     facts: dict[str, object] = {}
     server_args = tables.get("server_args")
     if server_args is not None and server_args.height:
-        first = server_args.filter(pl.col("line_no") == server_args["line_no"].min())
+        first = server_args.filter(
+            (pl.col("line_no") == server_args["line_no"].min())
+            & pl.col("name").is_in(["model_path", "speculative_algorithm", "tp_size"])
+        )
         values = {name: json.loads(v) if v is not None else None for name, v in first.select("name", "value_json").iter_rows()}
         facts["model_path"] = values.get("model_path")
         facts["speculative_algorithm"] = values.get("speculative_algorithm")

@@ -1,0 +1,164 @@
+"""The DuckDB store: idempotent ingest, --replace, changed files, a second writer, read-only SQL, launcher runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import MATRIX, SRC, query, scalar
+from speclogs.errors import StoreError
+from speclogs.store import connect, ingest_paths, run_query
+
+EAGLE = MATRIX / "eagle3_nccl.log"
+EAGLE_BENCH = MATRIX / "eagle3_nccl.bench.jsonl"
+
+TABLES = ("decode_batches", "prefill_batches", "http_requests", "server_events", "nccl_events", "server_args",
+          "bench_requests", "unparsed_lines", "launches", "files", "runs")
+
+
+def counts(db: Path) -> dict[str, int]:
+    return {table: scalar(db, f"SELECT count(*) FROM {table}") for table in TABLES}
+
+
+def test_ingesting_twice_adds_nothing(db_path):
+    first = ingest_paths([EAGLE, EAGLE_BENCH], db_path)
+    before = counts(db_path)
+    second = ingest_paths([EAGLE, EAGLE_BENCH], db_path)
+    assert first.files_ingested == 2
+    assert second.files_ingested == 0 and second.files_unchanged == 2
+    assert any("unchanged" in reason for reason in second.skipped)
+    assert counts(db_path) == before
+
+
+def test_replace_reingests_without_duplicates(db_path):
+    ingest_paths([EAGLE], db_path)
+    before = counts(db_path)
+    again = ingest_paths([EAGLE], db_path, replace=True)
+    assert again.files_ingested == 1
+    assert counts(db_path) == before
+
+
+def test_changed_file_needs_replace(db_path, tmp_path):
+    log = tmp_path / "grow.log"
+    lines = EAGLE.read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[:300]))
+    ingest_paths([log], db_path)
+    decode_before = scalar(db_path, "SELECT count(*) FROM decode_batches")
+    log.write_text("".join(lines))
+    skipped = ingest_paths([log], db_path)
+    assert skipped.files_ingested == 0
+    assert any("changed since it was ingested" in reason for reason in skipped.skipped)
+    assert scalar(db_path, "SELECT count(*) FROM decode_batches") == decode_before
+    replaced = ingest_paths([log], db_path, replace=True)
+    assert replaced.files_ingested == 1
+    assert scalar(db_path, "SELECT count(*) FROM decode_batches") == 37
+    assert scalar(db_path, "SELECT count(*) FROM files") == 1
+
+
+def test_a_second_writer_gets_a_clear_error(db_path):
+    ingest_paths([EAGLE_BENCH], db_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); time.sleep(60)", str(db_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreError) as caught:
+            ingest_paths([EAGLE], db_path)
+        message = str(caught.value)
+        assert "is being written by another process" in message
+        assert f"pid {holder.pid}" in message
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_sql_is_read_only(db_path):
+    ingest_paths([EAGLE], db_path)
+    result = run_query(db_path, "SELECT count(*) AS n FROM decode_batches")
+    assert result.columns == ("n",) and result.rows == ((37,),)
+    with pytest.raises(StoreError) as caught:
+        run_query(db_path, "DELETE FROM decode_batches")
+    assert "read-only" in str(caught.value).lower()
+    assert scalar(db_path, "SELECT count(*) FROM decode_batches") == 37
+
+
+def test_sql_without_database_says_so(tmp_path):
+    with pytest.raises(StoreError) as caught:
+        run_query(tmp_path / "missing.duckdb", "SELECT 1")
+    assert "no database" in str(caught.value)
+
+
+def test_schema_is_created_once_and_versioned(db_path):
+    connect(db_path).close()
+    connect(db_path).close()
+    assert scalar(db_path, "SELECT value FROM meta WHERE key = 'schema_version'") == "1"
+
+
+def write_launch_dir(root: Path, cell: str, launch: int, uid: str) -> Path:
+    launch_dir = root / cell / str(launch)
+    launch_dir.mkdir(parents=True)
+    (launch_dir / "server.log").write_bytes(EAGLE.read_bytes())
+    bench = [json.loads(line) for line in EAGLE_BENCH.read_text().splitlines()]
+    (launch_dir / "bench.jsonl").write_text("".join(json.dumps(b) + "\n" for b in bench))
+    run = {
+        "schema": "speclogs.run/1", "run_uid": uid, "run_name": f"{cell}_{launch}", "cell": cell, "launch": launch,
+        "factors": {"spec": "eagle3", "nccl": "tuned"}, "argv": ["python3", "-m", "sglang.launch_server"],
+        "env": {"NCCL_PROTO": "LL", "HF_TOKEN": "<redacted>"}, "versions": {"sglang": "0.5.14", "torch": "2.11.0+cu130"},
+        "gpus": [{"index": 0, "name": "NVIDIA H200"}, {"index": 1, "name": "NVIDIA H200"}], "hostname": "vm",
+        "outcome": "ok", "files": {"server_log": "server.log", "bench": "bench.jsonl"},
+    }
+    (launch_dir / "run.json").write_text(json.dumps(run, indent=2))
+    return launch_dir
+
+
+def test_a_launcher_directory_is_one_run_named_from_run_json(db_path, tmp_path):
+    out = tmp_path / "out"
+    write_launch_dir(out, "eagle3_nccl", 1, "a" * 32)
+    write_launch_dir(out, "eagle3_nccl", 2, "b" * 32)
+    summary = ingest_paths([out], db_path)
+    assert summary.files_ingested == 6
+    rows = query(
+        db_path,
+        """SELECT run_name, cell, launch_index, factors->>'nccl', sglang_version, gpu_name, outcome, argv->>0,
+                  env->>'NCCL_PROTO', speculative_algorithm, tp_size,
+                  (SELECT count(*) FROM files f WHERE f.run_id = r.run_id),
+                  (SELECT count(*) FROM bench_requests b WHERE b.run_id = r.run_id)
+           FROM runs r ORDER BY 1""",
+    )
+    assert rows == [
+        ("eagle3_nccl_1", "eagle3_nccl", 1, "tuned", "0.5.14", "NVIDIA H200", "ok", "python3", "LL", "EAGLE3", 2, 3, 6),
+        ("eagle3_nccl_2", "eagle3_nccl", 2, "tuned", "0.5.14", "NVIDIA H200", "ok", "python3", "LL", "EAGLE3", 2, 3, 6),
+    ]
+
+
+def test_run_name_option_names_every_input(db_path):
+    ingest_paths([EAGLE, EAGLE_BENCH], db_path, run_name="my-run")
+    assert query(db_path, "SELECT run_name, count(*) FROM runs GROUP BY 1") == [("my-run", 1)]
+
+
+def test_progress_events_cover_every_file(db_path):
+    events = []
+    ingest_paths([MATRIX], db_path, on_progress=events.append)
+    assert [e.files_done for e in events] == list(range(9))
+    assert events[-1].done_bytes == events[-1].total_bytes > 0
+
+
+def test_multi_launch_file_is_split_at_each_server_args(db_path, tmp_path):
+    log = tmp_path / "restarts.log"
+    text = EAGLE.read_text()
+    log.write_text(text + (MATRIX / "baseline_default.log").read_text() + text)
+    ingest_paths([log], db_path)
+    launches = query(db_path, "SELECT launch_no, first_line, last_line FROM launches ORDER BY 1")
+    n1, n2 = len(text.splitlines()), len((MATRIX / "baseline_default.log").read_text().splitlines())
+    sa1 = next(i for i, line in enumerate(text.splitlines(), 1) if "server_args=" in line)
+    sa2 = next(i for i, line in enumerate((MATRIX / "baseline_default.log").read_text().splitlines(), 1) if "server_args=" in line)
+    assert launches == [(1, 1, n1 + sa2 - 1), (2, n1 + sa2, n1 + n2 + sa1 - 1), (3, n1 + n2 + sa1, 2 * n1 + n2)]
+    per_launch = query(db_path, "SELECT launch_no, count(*), count(accept_len) FROM decode_batches GROUP BY 1 ORDER BY 1")
+    assert per_launch == [(1, 37, 37), (2, 75, 0), (3, 37, 37)]

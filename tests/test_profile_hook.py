@@ -228,6 +228,7 @@ if worker is not None and args.algorithm == "EAGLE3":
     for cycle in range(1, args.cycles + 1):
         if cycle > args.stall_until:
             fake_gpu.STREAM.complete_all()  # the GPU finished last cycle's work
+        fake_gpu.STREAM.launch(0.5)  # the GPU idles between cycles while the host schedules
         try:
             worker.forward_batch_generation(Batch("decode", args.batch_size))
         except Exception as error:  # the fake scheduler reports what SGLang raised
@@ -416,7 +417,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LINE = re.compile(
     r"^\[2026-01-01 00:00:00 TP0\] speclogs spec_cycle cycle=(\d+) bs=(\d+) "
     r"draft_ms=(\d+\.\d{3}) verify_ms=(\d+\.\d{3}) extend_ms=(\d+\.\d{3}) other_ms=(\d+\.\d{3}) "
-    r"cycle_ms=(\d+\.\d{3}) accepted=(\d+) proposed=(\d+)$"
+    r"gap_ms=(\d+\.\d{3}) cycle_ms=(\d+\.\d{3}) accepted=(\d+) proposed=(\d+)$"
 )
 
 
@@ -460,7 +461,7 @@ def test_profiled_server_logs_active_line_then_one_exact_line_per_sampled_cycle(
     assert log[0] == "[2026-01-01 00:00:00 TP0] speclogs profiler: active (EAGLEWorkerV2, every=16, sglang 0.5.14)"
     assert log[1] == (
         "[2026-01-01 00:00:00 TP0] speclogs spec_cycle cycle=16 bs=4 draft_ms=0.400 verify_ms=1.200 "
-        "extend_ms=0.300 other_ms=0.150 cycle_ms=2.050 accepted=6 proposed=12"
+        "extend_ms=0.300 other_ms=0.150 gap_ms=0.500 cycle_ms=2.050 accepted=6 proposed=12"
     )
     # cycle 64 is still pending when the fake server exits: it would resolve on cycle 65
     assert [int(m[1]) for m in cycle_lines(log)] == [16, 32, 48]
@@ -477,8 +478,17 @@ def test_phase_times_add_up_to_the_cycle_time(fake_root):
     log, _ = run_profiled(fake_root, "--cycles", "40", every=3)
 
     for m in cycle_lines(log):
-        draft, verify, extend, other, cycle = (float(m[i]) for i in range(3, 8))
+        draft, verify, extend, other, gap, cycle = (float(m[i]) for i in range(3, 9))
         assert draft + verify + extend + other == pytest.approx(cycle, abs=1e-9)
+        assert gap == 0.5  # the idle stream time between the previous call's exit and this entry
+
+
+def test_gap_covers_the_idle_time_after_the_prefill_and_between_sampled_cycles(fake_root):
+    log, _ = run_profiled(fake_root, "--cycles", "4", every=1)
+
+    lines = cycle_lines(log)
+    assert [int(m[1]) for m in lines] == [1, 2, 3]  # cycle 1 follows the prefill, 2 and 3 follow sampled cycles
+    assert [m[7] for m in lines] == ["0.500"] * 3
 
 
 def test_unfinished_gpu_work_is_not_waited_for_and_reported_once_done(fake_root):
@@ -510,7 +520,7 @@ def test_a_failing_profiler_disables_itself_with_one_warning_and_the_server_runs
     assert summary["decode_cycles"] == 64 and summary["errors_seen"] == []
     disabled = [line for line in log if "speclogs profiler: disabled" in line]
     assert disabled == [
-        "[2026-01-01 00:00:00 TP0] speclogs profiler: disabled: internal error in cycle start: "
+        "[2026-01-01 00:00:00 TP0] speclogs profiler: disabled: internal error in worker init: "
         "RuntimeError: CUDA error: fake driver failure in cudaEventCreate; the server continues "
         "without profiling"
     ]

@@ -76,14 +76,15 @@ def make_profiler(clock, every=1, **kwargs):
 
 
 def test_line_format_is_exact():
-    sample = SpecCycleSample(1200, 1, 412, 1203, 301, 2066, 250, 1250)
+    sample = SpecCycleSample(1200, 1, 412, 1203, 301, 2066, 250, 1250, gap_us=1100)
 
     assert sample.to_line() == (
         "speclogs spec_cycle cycle=1200 bs=1 draft_ms=0.412 verify_ms=1.203 extend_ms=0.301 "
-        "other_ms=0.150 cycle_ms=2.066 accepted=250 proposed=1250"
+        "other_ms=0.150 gap_ms=1.100 cycle_ms=2.066 accepted=250 proposed=1250"
     )
+    assert sample.wall_us == 3166
     assert SpecCycleSample(1, 2, 12, 21345, 0, 21400, 0, 0).to_line().endswith(
-        "draft_ms=0.012 verify_ms=21.345 extend_ms=0.000 other_ms=0.043 cycle_ms=21.400 accepted=0 proposed=0"
+        "draft_ms=0.012 verify_ms=21.345 extend_ms=0.000 other_ms=0.043 gap_ms=0.000 cycle_ms=21.400 accepted=0 proposed=0"
     )
 
 
@@ -99,7 +100,7 @@ def test_a_sample_is_emitted_only_after_the_gpu_finished_it(clock):
     assert [s.cycle for s in emitted] == [1, 2]
     assert emitted[0].to_line() == (
         "speclogs spec_cycle cycle=1 bs=2 draft_ms=0.400 verify_ms=1.200 extend_ms=0.300 "
-        "other_ms=0.100 cycle_ms=2.000 accepted=3 proposed=6"
+        "other_ms=0.100 gap_ms=0.000 cycle_ms=2.000 accepted=3 proposed=6"
     )
 
 
@@ -161,3 +162,48 @@ def test_missing_phases_count_as_zero_and_other_is_never_negative(clock):
 def test_every_must_be_positive(clock):
     with pytest.raises(SpeclogsError, match="every=0"):
         make_profiler(clock, every=0)
+
+
+def test_gap_is_the_stream_time_between_the_previous_forward_exit_and_the_sampled_entry(clock):
+    profiler, emitted = make_profiler(clock, every=3)
+    clock.enqueued_ms += 5.0  # a prefill forward call …
+    profiler.end_forward()  # … after which cycle 1 is not sampled: no mark
+    for idle_ms in (0.7, 0.8, 0.9, 1.0, 1.1, 1.2):
+        clock.enqueued_ms += idle_ms  # the GPU idles while the host prepares the next cycle
+        run_cycle(profiler, clock)
+    clock.done_ms = clock.enqueued_ms
+    profiler.resolve_ready()
+
+    assert [(s.cycle, s.gap_us, s.cycle_us, s.wall_us) for s in emitted] == [
+        (3, 900, 2000, 2900),
+        (6, 1200, 2000, 3200),
+    ]
+
+
+def test_a_prefill_right_before_a_sampled_cycle_starts_its_gap(clock):
+    profiler, emitted = make_profiler(clock, every=2)
+    run_cycle(profiler, clock)
+    clock.enqueued_ms += 5.0  # a prefill between cycle 1 and cycle 2
+    profiler.end_forward()
+    clock.enqueued_ms += 0.25
+    run_cycle(profiler, clock)
+    clock.done_ms = clock.enqueued_ms
+    profiler.resolve_ready()
+
+    assert [(s.cycle, s.gap_us) for s in emitted] == [(2, 250)]
+
+
+def test_events_are_reused_once_their_sample_is_resolved(clock):
+    created = []
+
+    class CountingSource(Source):
+        def new_event(self):
+            created.append(1)
+            return super().new_event()
+
+    profiler = CycleProfiler(every=2, events=CountingSource(clock), emit=lambda sample: None)
+    for _ in range(40):
+        run_cycle(profiler, clock)
+        clock.done_ms = clock.enqueued_ms
+
+    assert profiler.samples_emitted == 19 and len(created) <= 2 * 11

@@ -142,7 +142,8 @@ CREATE TABLE IF NOT EXISTS spec_cycles (
   run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP, tp_rank INTEGER,
   cycle BIGINT, batch_size INTEGER, draft_ms DOUBLE, verify_ms DOUBLE, extend_ms DOUBLE, other_ms DOUBLE, cycle_ms DOUBLE,
   accepted_tokens INTEGER, proposed_tokens INTEGER,
-  rank_tags VARCHAR, dp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, attn_cp_rank INTEGER, moe_dp_rank INTEGER
+  rank_tags VARCHAR, dp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, attn_cp_rank INTEGER, moe_dp_rank INTEGER,
+  gap_ms DOUBLE                          -- stream time between the previous forward's exit and this cycle's entry; NULL in older profiler lines (wall_ms = gap_ms + cycle_ms)
 );
 
 -- results of `speclogs probe nccl`

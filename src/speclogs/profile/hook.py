@@ -35,6 +35,9 @@ from speclogs.profile.timing import CudaEventSource, CycleProfiler, EventSource,
 ENV_ENABLE = "SPECLOGS_PROFILE"
 ENV_EVERY = "SPECLOGS_PROFILE_EVERY"
 DEFAULT_EVERY = 16
+# Events a sample holds: gap mark, cycle start/end, 3 phases × 2, host-copy done = 10; a few samples
+# are pending at once (resolved a cycle or two later), so this covers the steady state.
+PREALLOCATED_EVENTS = 40
 VERIFIED_SGLANG_VERSIONS = ("0.5.14",)
 
 EAGLE_V2_MODULE = "sglang.srt.speculative.eagle_worker_v2"
@@ -168,6 +171,7 @@ class Instrumentation:
     def start_profiler(self) -> None:
         events = self.event_source_factory()
         self.profiler = CycleProfiler(every=self.every, events=events, emit=_log_sample)
+        self.profiler.preallocate(PREALLOCATED_EVENTS)
 
     def profiler_for(self, worker: Any) -> CycleProfiler | None:
         if self.disabled_reason is not None or getattr(worker, "tp_rank", None) != 0:
@@ -237,16 +241,21 @@ def _wrap_cycle(state: Instrumentation, original: Callable[..., Any]) -> Callabl
     @functools.wraps(original)
     def forward_batch_generation(self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
         profiler = state.profiler_for(self)
-        if profiler is None or not state.guard("batch mode", _is_decode_batch, batch):
+        if profiler is None:
             return original(self, batch, *args, **kwargs)
-        state.guard("cycle start", lambda: profiler.begin_cycle(len(batch.seq_lens)))
+        if not state.guard("batch mode", _is_decode_batch, batch):
+            result = original(self, batch, *args, **kwargs)  # prefill / idle: not a cycle
+            if state.profiler is profiler:
+                state.guard("forward end", profiler.end_forward)  # may start the next gap
+            return result
+        state.guard("cycle start", profiler.begin_cycle, len(batch.seq_lens))
         try:
             result = original(self, batch, *args, **kwargs)
         except BaseException:
             state.guard("cycle abandon", profiler.abandon_cycle)
             raise
         if state.profiler is profiler:  # not disabled during the cycle
-            state.guard("cycle end", lambda: profiler.end_cycle(getattr(result, "accept_lens", None)))
+            state.guard("cycle end", profiler.end_cycle, getattr(result, "accept_lens", None))
         return result
 
     return _mark(forward_batch_generation)

@@ -29,7 +29,11 @@ SPEC_CYCLE_RE = re.compile(
     r"\[(?P<prefix>[^\]]*)\] speclogs spec_cycle cycle=(?P<cycle>\d+) bs=(?P<bs>\d+) "
     r"draft_ms=(?P<draft_ms>\d+\.\d{3}) verify_ms=(?P<verify_ms>\d+\.\d{3}) "
     r"extend_ms=(?P<extend_ms>\d+\.\d{3}) other_ms=(?P<other_ms>\d+\.\d{3}) "
-    r"cycle_ms=(?P<cycle_ms>\d+\.\d{3}) accepted=(?P<accepted>\d+) proposed=(?P<proposed>\d+)$"
+    r"(?:gap_ms=(?P<gap_ms>\d+\.\d{3}) )?cycle_ms=(?P<cycle_ms>\d+\.\d{3}) accepted=(?P<accepted>\d+) proposed=(?P<proposed>\d+)$"
+)
+DECODE_RE = re.compile(
+    r"Decode batch.*?#running-req: (?P<running>\d+).*?accept len: (?P<accept_len>[\d.]+)"
+    r".*?gen throughput \(token/s\): (?P<tok_s>[\d.]+)"
 )
 STATUS_RE = re.compile(r"\[(?P<prefix>[^\]]*)\] speclogs profiler: (?P<status>active|disabled)(?P<rest>.*)$")
 PHASES = ("draft_ms", "verify_ms", "extend_ms", "other_ms", "cycle_ms")
@@ -47,6 +51,9 @@ class ProfilerLogCheck:
     accepted_tokens: int
     proposed_tokens: int
     problems: list[str]
+    gap_lines: int = 0  # lines carrying gap_ms (profiler versions before it lack the field)
+    median_wall_ms: float | None = None  # median of gap_ms + cycle_ms over those lines
+    implied_cycle_ms: float | None = None  # median of bs × accept len / gen throughput (Decode batch lines)
 
 
 def check_profiler_log(text: str, *, every: int) -> ProfilerLogCheck:
@@ -82,6 +89,14 @@ def check_profiler_log(text: str, *, every: int) -> ProfilerLogCheck:
             problems.append(f"phases do not add up to cycle_ms: {m.string.strip()}")
             break
     median = {p: statistics.median(float(m[p]) for m in cycles) for p in PHASES} if cycles else {}
+    with_gap = [m for m in cycles if m["gap_ms"] is not None]
+    if with_gap:
+        median["gap_ms"] = statistics.median(float(m["gap_ms"]) for m in with_gap)
+    implied = [
+        int(d["running"]) * float(d["accept_len"]) / float(d["tok_s"]) * 1000.0
+        for d in map(DECODE_RE.search, text.splitlines())
+        if d and float(d["tok_s"]) > 0 and int(d["running"]) > 0
+    ]
     total_cycle = sum(float(m["cycle_ms"]) for m in cycles)
     verify_share = sum(float(m["verify_ms"]) for m in cycles) / total_cycle if total_cycle else None
     return ProfilerLogCheck(
@@ -93,6 +108,13 @@ def check_profiler_log(text: str, *, every: int) -> ProfilerLogCheck:
         accepted_tokens=sum(int(m["accepted"]) for m in cycles),
         proposed_tokens=sum(int(m["proposed"]) for m in cycles),
         problems=problems,
+        gap_lines=len(with_gap),
+        median_wall_ms=(
+            statistics.median(float(m["gap_ms"]) + float(m["cycle_ms"]) for m in with_gap)
+            if with_gap
+            else None
+        ),
+        implied_cycle_ms=round(statistics.median(implied), 3) if implied else None,
     )
 
 

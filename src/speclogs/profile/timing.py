@@ -1,7 +1,10 @@
 """Per-cycle phase timing with CUDA events, resolved later without synchronising.
 
 A sampled speculative cycle records one event at the entry and one at the exit of the cycle and of
-each phase (draft, verify, extend), all on the current stream. Nothing waits for the GPU: the
+each phase (draft, verify, extend), all on the current stream. The forward call just before a
+sampled cycle (the previous decode cycle, or a prefill) records one more event at its exit, so the
+sample also carries `gap`: stream time between that exit and this cycle's entry (the GPU idle while
+the host schedules, plus any other work queued between the two calls): `wall = gap + cycle`. Nothing waits for the GPU: the
 sample goes into a FIFO of pending samples, and at the start of every later cycle the profiler
 asks the oldest pending samples `event.query()`; only the ones whose events have all completed
 are turned into a `SpecCycleSample` and emitted. A sample is therefore reported a cycle or more
@@ -10,6 +13,11 @@ after it ran.
 Accepted tokens come from SGLang's `accept_lens` (one int per request, bonus token included),
 copied to the host with a non-blocking copy enqueued right after the cycle's end event; it is
 read only once the event recorded after that copy has completed.
+
+Hot-path cost: an unsampled cycle is a counter increment and a modulo (plus one `query()` while a
+sample is pending). Events come from a free list and go back to it once their sample is resolved
+or dropped (no event is created or destroyed per sample in the steady state); `CudaEventSource`
+copies into preallocated pinned buffers (no host allocation per sample).
 
 This module is stdlib only; torch appears only inside `CudaEventSource`, imported when built.
 """
@@ -26,7 +34,7 @@ PHASES = ("draft", "verify", "extend")
 
 SPEC_CYCLE_FORMAT = (
     "speclogs spec_cycle cycle={cycle} bs={bs} draft_ms={draft_ms} verify_ms={verify_ms} "
-    "extend_ms={extend_ms} other_ms={other_ms} cycle_ms={cycle_ms} accepted={accepted} "
+    "extend_ms={extend_ms} other_ms={other_ms} gap_ms={gap_ms} cycle_ms={cycle_ms} accepted={accepted} "
     "proposed={proposed}"
 )
 
@@ -52,12 +60,22 @@ class EventSource(Protocol):
 
 
 class CudaEventSource:
-    """torch.cuda events on the current stream; host copies are non-blocking (pinned memory)."""
+    """torch.cuda events on the current stream; host copies go, non-blocking, into pinned buffers.
 
-    def __init__(self) -> None:
+    The pinned buffers are allocated once (a ring of `host_slots`, each `host_capacity` elements)
+    and reused in turn: `cudaHostAlloc` takes milliseconds, far too slow for a sampled cycle. A
+    ring longer than the profiler's pending queue never overwrites a buffer a pending sample reads.
+    """
+
+    def __init__(self, *, host_slots: int = 72, host_capacity: int = 1024) -> None:
         import torch  # lazy: this module must import where torch is absent
 
         self._torch = torch
+        self._host_slots = host_slots
+        self._host_capacity = host_capacity
+        self._host_buffers: list[Any] = []
+        self._host_dtype: Any = None
+        self._next_slot = 0
 
     def new_event(self) -> Event:
         return self._torch.cuda.Event(enable_timing=True)
@@ -66,7 +84,20 @@ class CudaEventSource:
         return bool(self._torch.cuda.is_current_stream_capturing())
 
     def copy_to_host(self, tensor: Any) -> Any:
-        return tensor.to("cpu", non_blocking=True)
+        count = tensor.numel()
+        if count > self._host_capacity:  # a batch wider than the buffers: a one-off pinned copy
+            return tensor.to("cpu", non_blocking=True)
+        if tensor.dtype != self._host_dtype:  # once: SGLang's accept_lens keep their dtype
+            self._host_dtype = tensor.dtype
+            block = self._torch.empty(
+                (self._host_slots, self._host_capacity), dtype=tensor.dtype, pin_memory=True
+            )
+            self._host_buffers = list(block.unbind(0))
+        buffer = self._host_buffers[self._next_slot]
+        self._next_slot = (self._next_slot + 1) % self._host_slots
+        view = buffer[:count]
+        view.copy_(tensor.reshape(-1), non_blocking=True)
+        return view
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +112,12 @@ class SpecCycleSample:
     cycle_us: int
     accepted_tokens: int
     proposed_tokens: int
+    gap_us: int = 0
+
+    @property
+    def wall_us(self) -> int:
+        """Stream time from the previous forward call's exit to this cycle's exit."""
+        return self.gap_us + self.cycle_us
 
     @property
     def other_us(self) -> int:
@@ -96,6 +133,7 @@ class SpecCycleSample:
             verify_ms=_ms(self.verify_us),
             extend_ms=_ms(self.extend_us),
             other_ms=_ms(self.other_us),
+            gap_ms=_ms(self.gap_us),
             cycle_ms=_ms(self.cycle_us),
             accepted=self.accepted_tokens,
             proposed=self.proposed_tokens,
@@ -120,15 +158,18 @@ class _PendingCycle:
     verify_width: int | None = None
     accept_lens_host: Any = None
     host_copy_done: Event | None = None
+    gap_start: Event | None = None
 
     def all_events(self) -> list[Event]:
-        events = [self.start]
+        """Every event of the sample, the last recorded first (it is the one most likely pending)."""
+        events = [self.start] if self.gap_start is None else [self.gap_start, self.start]
         for phase_start, phase_end in self.phases.values():
             events += [phase_start, phase_end]
         if self.end is not None:
             events.append(self.end)
         if self.host_copy_done is not None:
             events.append(self.host_copy_done)
+        events.reverse()
         return events
 
 
@@ -136,8 +177,10 @@ class CycleProfiler:
     """Counts speculative cycles, samples every `every`-th, resolves samples when the GPU is done.
 
     The caller brackets a cycle with `begin_cycle` / `end_cycle` (or `abandon_cycle` when the
-    cycle raised) and each phase with `begin_phase` / `end_phase`. `emit` receives one
-    `SpecCycleSample` per resolved sample. No method here ever waits on the GPU.
+    cycle raised) and each phase with `begin_phase` / `end_phase`, and calls `end_forward` after
+    every other forward call of the worker (prefill, idle). `emit` receives one `SpecCycleSample`
+    per resolved sample. No method here ever waits on the GPU, and none allocates an event in the
+    steady state (events are recycled through a free list).
     """
 
     def __init__(
@@ -163,6 +206,8 @@ class CycleProfiler:
         self._pending: collections.deque[_PendingCycle] = collections.deque()
         self._current: _PendingCycle | None = None
         self._phase_starts: dict[str, Event] = {}
+        self._free_events: list[Event] = []
+        self._gap_mark: Event | None = None  # exit of the forward call before the next sampled cycle
 
     @property
     def sampling(self) -> bool:
@@ -173,29 +218,42 @@ class CycleProfiler:
     def pending_count(self) -> int:
         return len(self._pending)
 
+    def preallocate(self, count: int) -> None:
+        """Create `count` events up front (start-up), so that sampled cycles only reuse events."""
+        self._free_events += [self._events.new_event() for _ in range(count)]
+
+    def _take_event(self) -> Event:
+        free = self._free_events
+        return free.pop() if free else self._events.new_event()
+
+    def _recycle(self, sample: _PendingCycle) -> None:
+        self._free_events += sample.all_events()
+
     def begin_cycle(self, batch_size: int) -> None:
         """Start cycle number `cycles_seen + 1`; record its start event when it is sampled."""
-        self.resolve_ready()
+        if self._pending:
+            self.resolve_ready()
         self.cycles_seen += 1
         self._current = None
-        self._phase_starts = {}
         if self.cycles_seen % self.every != 0 or self._events.is_capturing():
             return
-        start = self._events.new_event()
+        self._phase_starts = {}
+        start = self._take_event()
         start.record()
-        self._current = _PendingCycle(self.cycles_seen, batch_size, start)
+        self._current = _PendingCycle(self.cycles_seen, batch_size, start, gap_start=self._gap_mark)
+        self._gap_mark = None
 
     def begin_phase(self, phase: str) -> None:
         if self._current is None:
             return
-        event = self._events.new_event()
+        event = self._take_event()
         event.record()
         self._phase_starts[phase] = event
 
     def end_phase(self, phase: str) -> None:
         if self._current is None or phase not in self._phase_starts:
             return
-        event = self._events.new_event()
+        event = self._take_event()
         event.record()
         self._current.phases[phase] = (self._phase_starts.pop(phase), event)
 
@@ -205,25 +263,36 @@ class CycleProfiler:
             self._current.verify_width = draft_token_num
 
     def end_cycle(self, accept_lens: Any) -> None:
-        """Close the sampled cycle; `accept_lens` is SGLang's per-request device tensor."""
+        """Close the cycle; `accept_lens` is SGLang's per-request device tensor."""
         sample = self._current
         self._current = None
-        if sample is None:
+        if sample is not None:
+            sample.end = self._take_event()
+            sample.end.record()
+            if accept_lens is not None:
+                sample.accept_lens_host = self._events.copy_to_host(accept_lens)
+                sample.host_copy_done = self._take_event()
+                sample.host_copy_done.record()
+            self._pending.append(sample)
+            while len(self._pending) > self._max_pending:
+                self._recycle(self._pending.popleft())
+                self.samples_dropped += 1
+        self.end_forward()
+
+    def end_forward(self) -> None:
+        """A forward call of the worker returned: mark its exit when the next cycle is sampled."""
+        if (self.cycles_seen + 1) % self.every != 0 or self._events.is_capturing():
             return
-        sample.end = self._events.new_event()
-        sample.end.record()
-        if accept_lens is not None:
-            sample.accept_lens_host = self._events.copy_to_host(accept_lens)
-            sample.host_copy_done = self._events.new_event()
-            sample.host_copy_done.record()
-        self._pending.append(sample)
-        while len(self._pending) > self._max_pending:
-            self._pending.popleft()
-            self.samples_dropped += 1
+        if self._gap_mark is None:
+            self._gap_mark = self._take_event()
+        self._gap_mark.record()  # a later call before the sampled cycle re-records it
 
     def abandon_cycle(self) -> None:
         """The cycle raised: forget its events, count nothing."""
+        sample = self._current
         self._current = None
+        if sample is not None:
+            self._free_events += sample.all_events() + list(self._phase_starts.values())
         self._phase_starts = {}
 
     def resolve_ready(self) -> list[SpecCycleSample]:
@@ -231,15 +300,18 @@ class CycleProfiler:
         resolved = []
         while self._pending:
             sample = self._pending[0]
-            if not all(event.query() for event in sample.all_events()):
+            events = sample.all_events()
+            if not all(event.query() for event in events):
                 break
             self._pending.popleft()
             result = _resolve(sample)
+            self._free_events += events
             if result is None:
                 self.samples_dropped += 1
                 continue
             self.samples_emitted += 1
             resolved.append(result)
+        for result in resolved:  # emitted after the bookkeeping: a slow logger delays nothing above
             self._emit(result)
         return resolved
 
@@ -262,6 +334,7 @@ def _resolve(sample: _PendingCycle) -> SpecCycleSample | None:
         verify_us=phase_us.get("verify", 0),
         extend_us=phase_us.get("extend", 0),
         cycle_us=_elapsed_us(sample.start, sample.end),
+        gap_us=_elapsed_us(sample.gap_start, sample.start) if sample.gap_start is not None else 0,
         accepted_tokens=max(0, sum(accept_lens) - len(accept_lens)),
         proposed_tokens=proposed,
     )

@@ -99,11 +99,13 @@ def _decode_frame():
         (31, 10, True, 88.0),
         (32, 11, False, 40.0),  # eager batch inside the window
         (33, 12, True, float("nan")),
+        (34, 12, True, 85.0, 1),  # TP1 also logged a decode row: only the lowest rank counts
         (41, 14, True, 61.0),   # first after the second request's prefill
         (42, 15, True, 89.0),
     ]
     decode = pl.DataFrame({
-        "launch_key": [0] * len(rows), "run_id": ["r"] * len(rows), "line_no": [r[0] for r in rows], "ts": [t0 + timedelta(seconds=r[1]) for r in rows], "tp_rank": [0] * len(rows),
+        "launch_key": [0] * len(rows), "run_id": ["r"] * len(rows), "line_no": [r[0] for r in rows], "ts": [t0 + timedelta(seconds=r[1]) for r in rows],
+        "tp_rank": [r[4] if len(r) > 4 else 0 for r in rows],
         "running_req": [1] * len(rows), "accept_len": [None] * len(rows), "cuda_graph": [r[2] for r in rows],
         "gen_throughput_tok_s": [r[3] for r in rows],
     })
@@ -118,7 +120,7 @@ def test_steady_state_rule_gives_each_excluded_row_its_reason():
     marked = mark_steady(*_decode_frame())
     reasons = dict(zip(marked["line_no"].to_list(), marked["excluded_reason"].to_list()))
     assert reasons == {10: "startup", 20: "before_health_200", 30: "first_after_idle", 31: None, 32: "no_cuda_graph",
-                       33: "non_finite", 41: "first_after_idle", 42: None}
+                       33: "non_finite", 34: "other_tp_rank", 41: "first_after_idle", 42: None}
     steady = marked.filter(pl.col("steady"))
     assert steady["segment"].to_list() == [1, 2]  # one resampling unit per request
 

@@ -62,6 +62,9 @@ class RunSpec:
     eager_rows_before_ready: int = 2  # decode rows with cuda graph False before the server is ready
     extra_env: dict = field(default_factory=dict)
     sglang_version: str = "0.5.14"
+    drift: float = 0.0  # step time grows linearly by this fraction from the first to the last request
+    client_overhead_s: float = 0.0  # extra latency the client sees per request (HTTP, tokenizer …), not the server
+    retract_at_request: int | None = None  # log a 'KV cache pool is full. Retract requests.' line in this request
     seed: int = 0
     start: datetime = datetime(2026, 11, 30, 9, 0, 0)
 
@@ -124,8 +127,12 @@ def write_run(spec: RunSpec, directory: Path, layout: str = "launcher") -> dict:
         generated = 0
         verify_ct = 0
         accepted_total = 0
+        if spec.retract_at_request == i:
+            out.append(f"{_ts(t)} KV cache pool is full. Retract requests. #retracted_reqs: 1, "
+                       "#new_token_ratio: 0.4123 -> 0.5000")
+        drift_factor = 1.0 + spec.drift * i / max(spec.requests - 1, 1)
         while generated < spec.max_new_tokens:
-            this_step = step_s * window_factor
+            this_step = step_s * window_factor * drift_factor
             t += timedelta(seconds=this_step)
             accepted = int(rng.binomial(SPEC_STEPS, (accept - 1.0) / SPEC_STEPS)) if spec.spec else 0
             new_tokens = min(1 + accepted, spec.max_new_tokens - generated)
@@ -153,7 +160,7 @@ def write_run(spec: RunSpec, directory: Path, layout: str = "launcher") -> dict:
                 steps_since_log = 0
                 window_factor = math.exp(rng.normal(0.0, spec.row_sigma))
         t += timedelta(seconds=0.003)
-        latency = (t - req_start).total_seconds()
+        latency = (t - req_start).total_seconds() + spec.client_overhead_s
         out.append(f"{_ts(t, False)} INFO:     127.0.0.1:{57662 + i} - \"POST /generate HTTP/1.1\" 200 OK")
         meta = {"id": uuid.UUID(int=int(rng.integers(0, 2**63))).hex, "finish_reason": {"type": "length", "length": spec.max_new_tokens},
                 "prompt_tokens": spec.prompt_tokens, "num_retractions": 0, "completion_tokens": generated,

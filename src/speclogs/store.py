@@ -10,8 +10,10 @@ summary; nothing raises for a bad input file.
 from __future__ import annotations
 
 import json
+import queue
 import re
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -199,6 +201,7 @@ class _Tally:
 # and written again one file per transaction); a file is never half-written either way. Big logs stream
 # chunk by chunk into their own transaction.
 STREAM_BYTES = 16 << 20
+STREAM_QUEUE_FRAMES = 12  # about one parsed chunk in flight (a chunk gives a handful of table frames)
 BATCH_BYTES = 32 << 20
 BATCH_FILES = 400
 
@@ -295,19 +298,20 @@ def _ingest_one(writer: "_Writer", item: InputFile, engine, stored: dict[str, se
         tally.skip(raw.skipped_reason, source_file)
         return
     known = stored.get(source_file)
-    if known and not replace:
+    if known and not replace:  # (a new big file's hash is still being computed: it is not needed here)
         if raw.sha256 in known:
             tally.unchanged += 1
             tally.skip("unchanged, skipped (already ingested; --replace re-ingests)", source_file)
         else:
             tally.skip("content changed since it was ingested (use --replace to re-ingest)", source_file)
         return
-    stored.setdefault(source_file, set()).add(raw.sha256)
     prepared = _Prepared(item=item, source_file=source_file, raw=raw, replaces=bool(known), counts=_FileCounts(kind=item.kind))
     if item.kind == "log" and len(raw.data) >= STREAM_BYTES:
         writer.flush()
         writer.write_streaming(prepared, engine, method=method, chunk_bytes=chunk_bytes)
+        stored.setdefault(source_file, set()).add(raw.sha256)
         return
+    stored.setdefault(source_file, set()).add(raw.sha256)
     started = time.perf_counter()
     try:
         _parse_file(prepared, engine, prepared.keep, method=method, chunk_bytes=chunk_bytes)
@@ -475,35 +479,69 @@ class _Writer:
         _upsert_runs(connection, batch)
 
     def write_streaming(self, prepared: _Prepared, engine, *, method: str, chunk_bytes: int) -> None:
-        """A big log: chunks are inserted as they are parsed, all in one transaction."""
+        """A big log, in one transaction: a parser thread turns chunks into frames while this thread inserts the
+        previous ones (polars and DuckDB both release the GIL, so the two overlap on two cores)."""
         connection = self.connection
         run_id, source_file = prepared.item.run.run_id, prepared.source_file
         started = time.perf_counter()
+        frames: queue.Queue = queue.Queue(maxsize=STREAM_QUEUE_FRAMES)
+        stop = threading.Event()
+        failures: list[BaseException] = []
 
         def emit(table: str, frame: pl.DataFrame) -> None:
-            if frame.height:
-                _insert(connection, self.columns, table, _with_keys(frame, table, run_id, source_file))
-                prepared.counts.rows[table] += frame.height
+            if stop.is_set():
+                raise _Stopped()
+            frames.put((table, frame))
 
+        def produce() -> None:
+            try:
+                _parse_file(prepared, engine, emit, method=method, chunk_bytes=chunk_bytes)
+            except _Stopped:
+                pass
+            except _FAILURES as error:
+                failures.append(error)
+            finally:
+                frames.put(None)
+
+        parser = threading.Thread(target=produce, name="speclogs-parse", daemon=True)
         connection.execute("BEGIN TRANSACTION")
         try:
             if prepared.replaces:
                 _delete_file_rows(connection, self.columns, source_file)
-            _parse_file(prepared, engine, emit, method=method, chunk_bytes=chunk_bytes)
+            parser.start()
+            while (item := frames.get()) is not None:
+                table, frame = item
+                if frame.height:
+                    _insert(connection, self.columns, table, _with_keys(frame, table, run_id, source_file))
+                    prepared.counts.rows[table] += frame.height
+            parser.join()
+            if failures:
+                raise failures[0]
             prepared.seconds = time.perf_counter() - started
             self._finish([prepared])
             connection.execute("COMMIT")
         except _FAILURES as error:
+            stop.set()
+            while parser.is_alive() or not frames.empty():  # let the parser see `stop` and finish
+                try:
+                    frames.get(timeout=0.1)
+                except queue.Empty:
+                    pass
             connection.execute("ROLLBACK")
             self.tally.skip(f"failed and rolled back ({type(error).__name__}: {_first_line(error)})", source_file)
             return
         self.tally.add(prepared)
 
 
+class _Stopped(Exception):
+    """Raised inside the parser thread when the writer gave up on the file."""
+
+
 def _with_keys(frame: pl.DataFrame, table: str, run_id: str, source_file: str) -> pl.DataFrame:
-    keys = [pl.lit(source_file).alias("source_file")]
+    """run_id / source_file on every row (dictionary-encoded: one string per file, not per row)."""
+    keys = [pl.lit(source_file).cast(pl.Categorical).alias("source_file")]
     if table != "nccl_probe":
-        keys.append(pl.lit(run_id).alias("run_id"))
+        keys.append(pl.lit(run_id).cast(pl.Categorical).alias("run_id"))
     return frame.with_columns(keys)
 
 

@@ -52,6 +52,19 @@ class Engine:
     prefix_regex: str  # '^(?P<_pfx>…)' capturing the prefix span (not the message) plus ts/ms/rank_tags
     patterns: tuple[CompiledPattern, ...]
 
+    def drift_winners(self) -> dict[str, frozenset[str]]:
+        """pattern → the patterns whose claiming its near misses means drift (more generic ones of the same scope)."""
+        cached = self.__dict__.get("_drift_winners")
+        if cached is None:
+            cached = {
+                c.name: frozenset(
+                    w.name for w in self.patterns if w.pattern.scope == c.pattern.scope and is_drift(c.pattern.gate, w.pattern.gate)
+                )
+                for c in self.patterns
+            }
+            object.__setattr__(self, "_drift_winners", cached)
+        return cached
+
     def pattern(self, name: str) -> CompiledPattern:
         index = self.__dict__.get("_index")
         if index is None:
@@ -155,15 +168,16 @@ def classify_fast(engine: Engine, pieces: pl.DataFrame) -> Claims:
     works = {"message": _Work(msg_work), "line": _Work(line_work)}
     frames: dict[str, pl.DataFrame] = {}
     near_ids: dict[str, pl.DataFrame] = {}
-    winners: list[pl.DataFrame] = []
+    drift_winners = engine.drift_winners()
+    eligible = set().union(*drift_winners.values()) if drift_winners else set()
+    winners: dict[str, pl.DataFrame] = {}
     server_args_text: dict[tuple[int, int], str] = {}
     for compiled in engine.patterns:
         p = compiled.pattern
         work = works[p.scope]
         if work.alive_count == 0:
             continue
-        src = work.frame.get_column("src")
-        candidates = work.alive if not p.gate else work.alive & src.str.contains(p.gate, literal=True)
+        candidates = work.candidates(p.gate)
         if not candidates.any():
             continue
         cand = work.frame.filter(candidates)
@@ -173,7 +187,8 @@ def classify_fast(engine: Engine, pieces: pl.DataFrame) -> Claims:
         if matched.height:
             values = extracted.filter(hit)
             frames[p.name] = _typed_frame(compiled, matched, values)
-            winners.append(matched.select("line_no", "piece", pl.lit(p.name).alias("winner")))
+            if p.name in eligible:
+                winners[p.name] = matched.select("line_no", "piece")
             if is_server_args(p):
                 for line_no, piece, src_text in matched.select("line_no", "piece", "src").iter_rows():
                     server_args_text[(line_no, piece)] = src_text
@@ -195,7 +210,7 @@ def classify_fast(engine: Engine, pieces: pl.DataFrame) -> Claims:
             .with_columns(pl.when(pl.col("prefixed")).then(pl.col("full")).otherwise(pl.col("text")).alias("text"))
             .drop("full")
         )
-    counts, misses = _near_misses(engine, near_ids, winners)
+    counts, misses = _near_misses(engine, near_ids, winners, unclaimed)
     return Claims(
         frames=frames,
         unclaimed=unclaimed,
@@ -207,21 +222,41 @@ def classify_fast(engine: Engine, pieces: pl.DataFrame) -> Claims:
 
 
 class _Work:
-    """The rows of one scope still to classify; compacted when enough of them were claimed."""
+    """The rows of one scope still to classify; compacted when enough of them were claimed.
+
+    Gate masks are computed once per distinct gate (several patterns share one) and kept across compactions."""
 
     def __init__(self, frame: pl.DataFrame) -> None:
         self.frame = frame
-        self.alive = pl.Series("alive", [True] * frame.height, dtype=pl.Boolean) if frame.height else pl.Series("alive", [], dtype=pl.Boolean)
+        self.alive = _all_true(frame.height)
         self.alive_count = frame.height
+        self._gates: dict[str, pl.Series] = {}
+
+    def candidates(self, gate: str) -> pl.Series:
+        if not gate:
+            return self.alive
+        mask = self._gates.get(gate)
+        if mask is None:
+            mask = self._gates[gate] = self.frame.get_column("src").str.contains(gate, literal=True)
+        return self.alive & mask
 
     def claim(self, candidates: pl.Series, hit: pl.Series) -> None:
-        claimed = pl.Series("claimed", [False] * self.frame.height, dtype=pl.Boolean)
-        claimed = claimed.scatter(candidates.arg_true(), hit)
+        claimed = _all_false(self.frame.height).scatter(candidates.arg_true(), hit)
         self.alive = self.alive & ~claimed
         self.alive_count = int(self.alive.sum())
         if self.alive_count < _COMPACT_BELOW * self.frame.height:
-            self.frame = self.frame.filter(self.alive)
-            self.alive = pl.Series("alive", [True] * self.alive_count, dtype=pl.Boolean)
+            keep = self.alive
+            self.frame = self.frame.filter(keep)
+            self._gates = {gate: mask.filter(keep) for gate, mask in self._gates.items()}
+            self.alive = _all_true(self.alive_count)
+
+
+def _all_true(n: int) -> pl.Series:
+    return pl.repeat(True, n, eager=True, dtype=pl.Boolean).alias("alive")
+
+
+def _all_false(n: int) -> pl.Series:
+    return pl.repeat(False, n, eager=True, dtype=pl.Boolean).alias("claimed")
 
 
 def _empty_unclaimed() -> pl.DataFrame:
@@ -293,27 +328,21 @@ def _cast(raw: pl.Series, type_name: str) -> pl.Series:
 
 
 def _near_misses(
-    engine: Engine, near_ids: dict[str, pl.DataFrame], winners: list[pl.DataFrame]
+    engine: Engine, near_ids: dict[str, pl.DataFrame], winners: dict[str, pl.DataFrame], unclaimed: pl.DataFrame
 ) -> tuple[dict[str, int], list[NearMiss]]:
     """Gate passed, regex failed, and the piece went to a more generic pattern (or to none): drift."""
-    if not near_ids:
-        return {}, []
-    winner_frame = pl.concat(winners) if winners else pl.DataFrame(schema={"line_no": pl.Int64, "piece": pl.Int32, "winner": pl.Utf8})
-    gates = {c.name: c.pattern.gate for c in engine.patterns}
     counts: dict[str, int] = {}
     examples: list[NearMiss] = []
+    drift_winners = engine.drift_winners()
+    unclaimed_keys = unclaimed.select("line_no", "piece")
     for name, ids in near_ids.items():
-        joined = ids.join(winner_frame, on=["line_no", "piece"], how="left", maintain_order="left")
-        rows = [
-            (line_no, piece, text)
-            for line_no, piece, text, winner in joined.iter_rows()
-            if is_drift(gates[name], None if winner is None else gates[winner])
-        ]
-        if not rows:
+        ends = [winners[w] for w in drift_winners.get(name, ()) if w in winners] + [unclaimed_keys]
+        drift = ids.join(pl.concat(ends), on=["line_no", "piece"], how="semi")
+        if drift.height == 0:
             continue
-        counts[name] = len(rows)
+        counts[name] = drift.height
         pattern = engine.pattern(name).pattern
-        for line_no, piece, text in sorted(rows)[:DRIFT_EXAMPLES_PER_PATTERN]:
+        for line_no, piece, text in drift.sort("line_no", "piece").head(DRIFT_EXAMPLES_PER_PATTERN).iter_rows():
             examples.append(NearMiss(name, line_no, piece, text, explain_miss(pattern, text)))
     return counts, examples
 

@@ -37,8 +37,9 @@ OUTER_PREFIX_RE = re.compile(
     r"|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z "  # docker logs -t
     r")"
 )
-# The same outer-prefix test for polars (Rust regex): which lines need the Python piece splitter.
-_OUTER_PREFIX_POLARS = OUTER_PREFIX_RE.pattern
+
+
+_BLANK = " \t\x0b\x0c"  # what makes a piece blank (the same set as _ODD_LINE's, in both paths)
 
 
 @dataclass(frozen=True)
@@ -89,13 +90,13 @@ def split_pieces(text: str) -> list[str]:
     pieces: list[str] = []
     for segment in text.split("\r"):
         segment = _peel(segment)
-        if not segment.strip():
+        if not segment.strip(_BLANK):
             continue
         if not segment.startswith("["):
             found = GLUED_RE.search(segment, 1)
             if found is not None:
                 head = segment[: found.start()]
-                if head.strip():
+                if head.strip(_BLANK):
                     pieces.append(head)
                 segment = _peel(segment[found.start():])
         pieces.append(segment)
@@ -110,17 +111,18 @@ def _peel(segment: str) -> str:
         segment = segment[found.end():]
 
 
+# One DFA pass finds the odd lines: CR, ANSI (real or pasted '^[['), blank, kubectl prefix, and for lines not
+# starting with '[': a glued '[20…' record or another outer prefix.
+_ODD_LINE = (
+    r"[\r\x1b]|\^\[\[|^[ \t\x0b\x0c]*$|^\[pod/|^[^\[].*\[20|"
+    r"^[^\[].*[^A-Za-z0-9._-][A-Za-z0-9][A-Za-z0-9._-]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL |"
+    + "^(?:" + OUTER_PREFIX_RE.pattern[len("^(?:"):]
+)
+
+
 def needs_split(text: pl.Expr) -> pl.Expr:
-    """Rows the Python piece splitter must see (rare): CR, ANSI, outer prefixes, records glued after text."""
-    not_bracket = ~text.str.starts_with("[")
-    return (
-        text.str.contains("\r", literal=True)
-        | text.str.contains("\x1b", literal=True)
-        | text.str.contains("^[[", literal=True)
-        | (not_bracket & text.str.contains("[20", literal=True))
-        | (not_bracket & text.str.contains(_OUTER_PREFIX_POLARS))
-        | (text.str.strip_chars() == "")
-    )
+    """Rows the Python piece splitter must see (rare): CR, ANSI, blank, outer prefixes, records glued after text."""
+    return text.str.contains(_ODD_LINE)
 
 
 def build_lines(data: bytes | memoryview, first_line_no: int = 1) -> Lines:

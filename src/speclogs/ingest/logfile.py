@@ -21,7 +21,7 @@ from speclogs.ingest.classify import Engine, classify_fast, classify_slow
 from speclogs.ingest.lines import build_lines, pieces_slow
 from speclogs.ingest.records import ChunkResult, assemble
 
-DEFAULT_CHUNK_BYTES = 64 << 20
+DEFAULT_CHUNK_BYTES = 32 << 20
 SMALL_CHUNK_BYTES = 512 << 10
 METHODS = ("auto", "polars", "regex", "pyparsing")
 

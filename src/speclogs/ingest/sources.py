@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -91,17 +92,43 @@ class Discovery:
     skipped_examples: dict[str, str] = field(default_factory=dict)
 
 
+class Sha256Job:
+    """sha256 of big inputs computed on another thread (hashlib releases the GIL) while parsing starts."""
+
+    def __init__(self, data: bytes) -> None:
+        self._digest: str | None = None
+        self._thread = threading.Thread(target=self._run, args=(data,), name="speclogs-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self, data: bytes) -> None:
+        self._digest = hashlib.sha256(data).hexdigest()
+
+    def result(self) -> str:
+        self._thread.join()
+        return self._digest or ""
+
+
+BACKGROUND_HASH_BYTES = 16 << 20
+
+
 @dataclass(frozen=True)
 class RawInput:
-    """A file's decoded-safe bytes (valid UTF-8, NUL bytes replaced) plus what was wrong with it."""
+    """A file's decoded-safe bytes (valid UTF-8, NUL bytes replaced) plus what was wrong with it.
+
+    `sha256` is of the bytes as stored on disk (before gunzip); for big inputs it is computed in the
+    background and the property waits for it."""
 
     data: bytes
-    sha256: str
+    digest: str | Sha256Job
     size_bytes: int
     skipped_reason: str | None = None
     warnings: tuple[str, ...] = ()
     invalid_utf8: int = 0
     nul_bytes: int = 0
+
+    @property
+    def sha256(self) -> str:
+        return self.digest if isinstance(self.digest, str) else self.digest.result()
 
 
 def run_id_for(key: str) -> str:
@@ -282,7 +309,7 @@ def read_input(item: InputFile) -> RawInput:
             return _skipped(f"read error ({error.strerror or error})")
         if item.size_bytes and len(raw) != item.size_bytes:
             warnings.append(f"changed while being read ({item.size_bytes:,} bytes when found, {len(raw):,} when read)")
-    sha256 = hashlib.sha256(raw).hexdigest()
+    sha256: str | Sha256Job = Sha256Job(raw) if len(raw) >= BACKGROUND_HASH_BYTES else hashlib.sha256(raw).hexdigest()
     size = len(raw)
     if raw.startswith(_GZIP_MAGIC):
         raw, gzip_problem = gunzip(raw)
@@ -290,19 +317,19 @@ def read_input(item: InputFile) -> RawInput:
             warnings.append(gzip_problem)
     binary = binary_reason(raw[:BINARY_PROBE_BYTES])
     if binary is not None:
-        return RawInput(data=b"", sha256=sha256, size_bytes=size, skipped_reason=binary, warnings=tuple(warnings))
+        return RawInput(data=b"", digest=sha256, size_bytes=size, skipped_reason=binary, warnings=tuple(warnings))
     data, invalid, nuls = make_valid_text(raw)
     if invalid:
         warnings.append(f"{invalid:,} invalid UTF-8 byte sequences replaced by U+FFFD")
     if nuls:
         warnings.append(f"{nuls:,} NUL bytes replaced by U+FFFD")
     return RawInput(
-        data=data, sha256=sha256, size_bytes=size, warnings=tuple(warnings), invalid_utf8=invalid, nul_bytes=nuls
+        data=data, digest=sha256, size_bytes=size, warnings=tuple(warnings), invalid_utf8=invalid, nul_bytes=nuls
     )
 
 
 def _skipped(reason: str) -> RawInput:
-    return RawInput(data=b"", sha256="", size_bytes=0, skipped_reason=reason)
+    return RawInput(data=b"", digest="", size_bytes=0, skipped_reason=reason)
 
 
 def gunzip(raw: bytes) -> tuple[bytes, str | None]:
@@ -347,6 +374,8 @@ def make_valid_text(raw: bytes) -> tuple[bytes, int, int]:
     nuls = raw.count(b"\x00")
     if nuls:
         raw = raw.replace(b"\x00", _REPLACEMENT)
+    if raw.isascii():
+        return raw, 0, nuls
     try:
         raw.decode("utf-8")
         return raw, 0, nuls

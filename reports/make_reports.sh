@@ -29,7 +29,7 @@ if [ -d fixtures/h200x2 ]; then
   "$py" -m speclogs ingest fixtures/h200x2 --db "$work/launches.duckdb" 2>/dev/null
   cells=$("$py" -m speclogs sql "SELECT DISTINCT cell FROM runs WHERE cell IS NOT NULL ORDER BY 1" --db "$work/launches.duckdb" --format csv | tail -n +2)
   args=()
-  for cell in $cells; do args+=(-c "${cell}_*"); done
+  for cell in $cells; do args+=(-c "${cell}_[0-9]*"); done
   [ ${#args[@]} -gt 0 ] && report h200x2-launches "$work/launches.duckdb" "${args[@]}"
 fi
 

@@ -515,19 +515,25 @@ def _effects(levels, arm_runs, reference, draws_for, confidence, explicit):
         low = ref_levels.pop() if len(ref_levels) == 1 else distinct[0]
         if name not in span:
             span[name] = (low, next(v for v in distinct if v != low))
-    names = sorted(span)
     all_ids = [r for rs in arm_runs.values() for r in rs]
+    names, all_ids, held = _complete_design(sorted(span), all_ids, levels, span)
+    if held and names:
+        findings.append(Finding(
+            "design_held", f"factorial effects over {' × '.join(names)} use the runs with "
+            + ", ".join(f"{f}={level}" for f, level in held.items())
+            + " only: the other level of " + ", ".join(held) + " does not cover every cell", "info"))
     cells: dict[tuple[int, ...], list[str]] = {}
     for r in all_ids:
         cells.setdefault(tuple(int(levels[f][r] == span[f][1]) for f in names), []).append(r)
     k = len(names)
     missing = [c for c in np.ndindex(*(2,) * k) if tuple(c) not in cells]
-    if missing:
-        labels = ["{" + ", ".join(f"{f}={span[f][c[i]]}" for i, f in enumerate(names)) + "}" for c in missing]
+    if missing or not names:
+        full = sorted(span)
         findings.append(Finding(
-            "incomplete_design", f"the runs do not form a full 2^{k} design over factors {', '.join(names)}: no runs for "
-            f"{'; '.join(labels)} — no factorial effects", "warning" if explicit else "info"))
+            "incomplete_design", f"the runs do not form a full 2^k design over factors {', '.join(full)} (nor over a "
+            "subset with the others held at one level) — no factorial effects", "warning" if explicit else "info"))
         return [], span, findings
+    span = {f: span[f] for f in names}
     effects: list[Effect] = []
     for source in ("client", "server"):
         cell_draws = {}
@@ -564,6 +570,27 @@ def _effects(levels, arm_runs, reference, draws_for, confidence, explicit):
                         effects.append(_effect(f"{names[i]} | {names[j]}={span[names[j]][level]}", "simple", source,
                                                point, parts, span[names[i]], n_launches, confidence))
     return effects, span, findings
+
+
+def _complete_design(names: list[str], ids: list[str], levels, span) -> tuple[list[str], list[str], dict[str, str]]:
+    """The largest full 2^k design in the runs: drop factors greedily, keeping only the runs at the dropped factor's
+    low level, until every cell of the remaining factors has runs. Returns (factors, runs, {held factor: level})."""
+    held: dict[str, str] = {}
+
+    def complete(fs: list[str], rs: list[str]) -> bool:
+        seen = {tuple(levels[f][r] == span[f][1] for f in fs) for r in rs}
+        return len(seen) == 2 ** len(fs)
+
+    while names and not complete(names, ids):
+        candidates = []
+        for f in names:
+            kept = [r for r in ids if levels[f][r] == span[f][0]]
+            rest = [g for g in names if g != f and len({levels[g][r] for r in kept}) == 2]
+            candidates.append((complete(rest, kept), len(kept), f, kept, rest))
+        _, _, f, ids, rest = max(candidates, key=lambda c: (c[0], c[1]))
+        held[f] = span[f][0]
+        names = rest
+    return names, ids, held
 
 
 def _effect(name, kind, source, point, parts, span, n_launches, confidence) -> Effect:

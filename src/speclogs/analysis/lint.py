@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import polars as pl
 
 from speclogs.analysis import stats
@@ -119,8 +120,10 @@ def confounder_findings(
         findings.append(Finding(
             "env_unknown", f"{len(unknown)} of {len(all_ids)} runs have no recorded environment (no run.json, no NCCL "
             "'set by environment' lines): their NCCL_*/CUDA_* settings cannot be compared", "warning"))
+    inconsistent_keys: set[str] = set()
     for arm in arms:
         inconsistent = [k for k in keys if len(_values(settings, arm_runs[arm], k)) > 1 and not k.startswith("hardware hostname")]
+        inconsistent_keys.update(inconsistent)
         if inconsistent:
             shown = ", ".join(f"{k.partition(' ')[2]} ({_fmt(_values(settings, arm_runs[arm], k))})" for k in inconsistent[:8])
             findings.append(Finding(
@@ -128,7 +131,9 @@ def confounder_findings(
                 + (f" and {len(inconsistent) - 8} more" if len(inconsistent) > 8 else ""), "warning", (arm,)))
     for arm in arms[1:]:
         ids_a, ids_b = arm_runs[reference], arm_runs[arm]
-        differing = [k for k in keys if _values(settings, ids_a, k) != _values(settings, ids_b, k)]
+        # a setting that already varies inside an arm is reported once, as arm_inconsistent
+        differing = [k for k in keys if _values(settings, ids_a, k) != _values(settings, ids_b, k)
+                     and k not in inconsistent_keys]
         factors = [f for f, by_run in levels.items() if {by_run[r] for r in ids_a} != {by_run[r] for r in ids_b}]
         spec_differs = _values(settings, ids_a, "spec speculative_algorithm") != _values(settings, ids_b, "spec speculative_algorithm")
         pair = (reference, arm)
@@ -160,9 +165,10 @@ def confounder_findings(
         for code, group in by_code.items():
             shown = "; ".join(_describe(k, _values(settings, ids_a, k), _values(settings, ids_b, k)) for k in group[:10])
             more = f" and {len(group) - 10} more" if len(group) > 10 else ""
-            declared = f"declared factor {factors[0]}" if factors else "no declared factor"
+            why = (f"the declared factor {factors[0]} does not explain them" if factors
+                   else "no declared factor explains them")
             findings.append(Finding(
-                code, f"{arm} vs {reference} is confounded: {shown}{more} differ, which {declared} explains — the ratio "
+                code, f"{arm} vs {reference} is confounded: {shown}{more} differ, and {why} — the ratio "
                 "includes their effect. Rerun with equal settings, or declare the difference as a factor "
                 "(--factor NAME=GLOB, or factors in the launch plan).", "warning", pair))
         for why, group in explained.items():
@@ -237,6 +243,7 @@ def lint_comparison(
                     f"and server ratio {s.ratio:.3f} [{s.ci_low:.3f}, {s.ci_high:.3f}] disagree: one source is measuring "
                     "something else (prefill share, client overhead, a warm-up inside the window)", "warning", (arm_a, arm_b)))
 
+    findings += _launch_round_findings(tables, clients, arm_runs)
     findings += _warmup_findings(decode, arm_of, names)
     findings += _trend_findings(decode, clients, arm_of, names)
     findings += _event_findings(tables, decode, clients, arm_of, names)
@@ -253,6 +260,35 @@ def lint_comparison(
         findings.append(Finding("several_launches_in_file", f"run {names[run_id]} holds {n} server starts in one file; they "
                                 "are pooled as one replicate", "info", (arm_of[run_id],)))
     return findings
+
+
+def _launch_round_findings(tables: RunTables, clients: pl.DataFrame, arm_runs: dict[str, list[str]]) -> list[Finding]:
+    """Does the launch round (launch_index: 1st, 2nd … launch of every cell, run in interleaved rounds) move
+    throughput the same way in every arm? A sign test across arms on first-round vs last-round client throughput."""
+    used = clients.filter(pl.col("excluded_reason").is_null())
+    if used.is_empty():
+        return []
+    per_run = dict(used.group_by("run_id").agg((pl.col("tokens").sum() / pl.col("seconds").sum()).alias("t")).iter_rows())
+    index = dict(zip(tables.runs["run_id"].to_list(), tables.runs["launch_index"].to_list()))
+    changes = []
+    for arm, ids in arm_runs.items():
+        rounds = sorted((index[r], per_run[r]) for r in ids if index.get(r) is not None and r in per_run)
+        if len(rounds) >= 2 and rounds[0][0] != rounds[-1][0]:
+            changes.append((arm, rounds[-1][1] / rounds[0][1]))
+    if len(changes) < 3:
+        return []
+    slower = sum(1 for _, ratio in changes if ratio < 1)
+    if slower not in (0, len(changes)):
+        return []
+    p_value = 2 * 0.5 ** len(changes)
+    median = float(np.median([ratio for _, ratio in changes]))
+    direction = "slower" if slower else "faster"
+    return [Finding(
+        "launch_round_effect", f"in all {len(changes)} arms the last launch round ran {direction} than the first "
+        f"(median ×{median:.3f}; sign test p={p_value:.3g}): something that changes between rounds (machine state, "
+        "session, thermal, order) moves throughput — interleaving keeps the comparisons fair, but this round-to-round "
+        "variation is why the intervals are wide; add rounds rather than requests", "warning" if p_value < 0.1 else "info",
+        tuple(arm for arm, _ in changes))]
 
 
 def _runs_text(runs: list[tuple[str, int]]) -> str:

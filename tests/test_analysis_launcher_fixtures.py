@@ -1,0 +1,68 @@
+"""The report on the launcher's real H200 output (fixtures/h200x2: 2×2 plan + a profiled cell, 2 launches each):
+replication across launches, the plan's factors, real spec_cycles rows, and the environment leak the README admits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from speclogs.analysis import compare_runs
+
+LAUNCHES = Path(__file__).resolve().parents[1] / "fixtures" / "h200x2"
+ARMS = ["baseline_default_[0-9]*", "baseline_nccl_[0-9]*", "eagle3_default_[0-9]*", "eagle3_nccl_[0-9]*",
+        "eagle3_nccl_prof_[0-9]*"]
+
+pytestmark = pytest.mark.skipif(not (LAUNCHES / "eagle3_nccl" / "1" / "run.json").exists(),
+                                reason="fixtures/h200x2 (launcher output from the GPU device) is not there")
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory):
+    from speclogs.store import ingest_paths
+
+    db = tmp_path_factory.mktemp("h200x2") / "launches.duckdb"
+    ingest_paths([p for p in LAUNCHES.iterdir() if p.is_dir() and p.name != "overlap_off"], db)
+    with duckdb.connect(str(db), read_only=True) as con:
+        yield compare_runs(con, ARMS, n_resamples=400)
+
+
+def test_two_launches_per_arm_are_the_replicates(comparison):
+    for arm in comparison.arms:
+        assert arm.client.n_launches == 2 and arm.server.n_launches == 2
+    for r in comparison.comparisons:
+        assert r.interval_covers == "launches and requests"
+        assert "2 vs 2 launches" in r.test
+    assert not any(w.code == "single_launch" for w in comparison.warnings)
+
+
+def test_synthetic_pair_gives_accept_len_two_in_every_eagle3_arm(comparison):
+    for arm in comparison.arms:
+        expected = 2.0 if arm.speculative_algorithm else 1.0
+        assert arm.accept_len == pytest.approx(expected, abs=1e-9), arm.name
+
+
+def test_profiled_cell_has_phases_that_add_up(comparison):
+    phases = {p.phase: p for p in comparison.phases if p.arm == "eagle3_nccl_prof_[0-9]*"}
+    assert set(phases) == {"draft", "verify", "extend", "other", "cycle"}
+    parts = sum(phases[k].mean_ms for k in ("draft", "verify", "extend", "other"))
+    assert parts == pytest.approx(phases["cycle"].mean_ms, rel=0.02)
+    assert phases["verify"].share > phases["draft"].share > 0
+
+
+def test_plan_factors_give_a_2x2_with_profile_held_off(comparison):
+    assert set(comparison.factors) == {"nccl", "spec"}
+    assert any(w.code == "design_held" and "profile" in w.message for w in comparison.warnings)
+    assert {"nccl", "spec", "nccl × spec"} <= {e.name for e in comparison.effects}
+
+
+def test_the_leaked_environment_variable_is_caught(comparison):
+    # the device script ran with MINUTES=7/9/6 in its environment, inherited by the servers (fixtures README)
+    leaks = [w for w in comparison.warnings if w.code == "arm_inconsistent" and "MINUTES" in w.message]
+    assert len(leaks) == len(ARMS)
+
+
+def test_two_launches_support_no_winner_here(comparison):
+    # launch-to-launch spread is several percent; two launches per arm cannot separate these arms
+    assert all(r.verdict == "no detectable difference" for r in comparison.comparisons)

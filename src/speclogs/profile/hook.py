@@ -237,6 +237,14 @@ def _on_worker_ready(state: Instrumentation, worker: Any) -> None:
     state.log_active(type(worker).__name__)
 
 
+def _begin_cycle(profiler: CycleProfiler, batch: Any) -> None:
+    profiler.begin_cycle(len(batch.seq_lens))  # a device tensor's len() is its shape: no sync
+
+
+def _end_cycle(profiler: CycleProfiler, result: Any) -> None:
+    profiler.end_cycle(getattr(result, "accept_lens", None))
+
+
 def _wrap_cycle(state: Instrumentation, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def forward_batch_generation(self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
@@ -248,14 +256,14 @@ def _wrap_cycle(state: Instrumentation, original: Callable[..., Any]) -> Callabl
             if state.profiler is profiler:
                 state.guard("forward end", profiler.end_forward)  # may start the next gap
             return result
-        state.guard("cycle start", profiler.begin_cycle, len(batch.seq_lens))
+        state.guard("cycle start", _begin_cycle, profiler, batch)
         try:
             result = original(self, batch, *args, **kwargs)
         except BaseException:
             state.guard("cycle abandon", profiler.abandon_cycle)
             raise
         if state.profiler is profiler:  # not disabled during the cycle
-            state.guard("cycle end", profiler.end_cycle, getattr(result, "accept_lens", None))
+            state.guard("cycle end", _end_cycle, profiler, result)
         return result
 
     return _mark(forward_batch_generation)

@@ -6,7 +6,8 @@
 2. Timing (only where CUDA is available): drives `CycleProfiler` with real CUDA events around
    real GPU work of known relative sizes on a side stream (as SGLang's overlap scheduler does),
    checks that samples resolve later without the host loop ever waiting for the GPU, that phases
-   add up to the cycle and that the heaviest phase comes out heaviest.
+   add up to the cycle and that the heaviest phase comes out heaviest; that `gap_ms` covers both
+   GPU work queued between cycles and GPU idle time while the host sleeps between cycles.
 
 Prints one line per check and `selfcheck: OK` (exit 0) or `selfcheck: FAILED …` (exit 1).
 """
@@ -149,6 +150,8 @@ def check_cuda_timing(cycles: int = 32, every: int = 4) -> list[Check]:
                     mats[phase] @ mats[phase]
                 profiler.end_phase(phase)
             profiler.end_cycle(accept_lens)
+            for _ in range(2):  # work between cycles: the next sample's gap_ms must cover it
+                mats["extend"] @ mats["extend"]
         host_loop_s = time.perf_counter() - host_started
     emitted_in_loop = len(samples)
     stream.synchronize()
@@ -178,6 +181,11 @@ def check_cuda_timing(cycles: int = 32, every: int = 4) -> list[Check]:
                 f"phases {phases_sum} us of cycle {last.cycle_us} us",
             ),
             Check(
+                "gap covers the work between cycles",
+                0.7 * last.extend_us <= last.gap_us <= 1.5 * last.extend_us + 20,
+                f"gap {last.gap_us} us, the same work inside the cycle (extend) {last.extend_us} us",
+            ),
+            Check(
                 "accepted / proposed",
                 (last.accepted_tokens, last.proposed_tokens) == (6, 12),
                 f"accepted={last.accepted_tokens} proposed={last.proposed_tokens} (expected 6 / 12)",
@@ -186,10 +194,45 @@ def check_cuda_timing(cycles: int = 32, every: int = 4) -> list[Check]:
     return checks
 
 
+def check_cuda_idle_gap(cycles: int = 6, idle_s: float = 0.003) -> list[Check]:
+    """The GPU idles `idle_s` before each cycle (the host sleeps after a sync): gap_ms must show it."""
+    try:
+        import torch
+    except ImportError:
+        return [Check("CUDA idle gap", False, "torch is not importable")]
+    if not torch.cuda.is_available():
+        return [Check("CUDA idle gap", False, "no CUDA device visible")]
+    samples: list[SpecCycleSample] = []
+    profiler = CycleProfiler(every=1, events=CudaEventSource(), emit=samples.append)
+    mat = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
+    accept_lens = torch.tensor([2], device="cuda", dtype=torch.int32)
+    for _ in range(cycles):
+        torch.cuda.synchronize()  # the test drains the GPU on purpose: the profiler never does
+        time.sleep(idle_s)
+        profiler.begin_cycle(1)
+        profiler.begin_phase("verify")
+        mat @ mat
+        profiler.end_phase("verify")
+        profiler.end_cycle(accept_lens)
+    torch.cuda.synchronize()
+    profiler.resolve_ready()
+    gaps_us = [s.gap_us for s in samples[1:]]  # the first cycle has no previous forward
+    idle_us = idle_s * 1e6
+    ok = len(gaps_us) == cycles - 1 and all(0.9 * idle_us <= g <= 3 * idle_us for g in gaps_us)
+    return [
+        Check(
+            "gap measures GPU idle between cycles",
+            ok,
+            f"host slept {idle_us:.0f} us before each cycle; gap_us={gaps_us}",
+        )
+    ]
+
+
 def main() -> int:
     checks = check_layout()
     if "--no-cuda" not in sys.argv[1:]:
         checks += check_cuda_timing()
+        checks += check_cuda_idle_gap()
     for check in checks:
         print(f"{'OK  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")
     failed = [c.name for c in checks if not c.ok]

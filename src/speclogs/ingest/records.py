@@ -86,8 +86,8 @@ def assemble(
             continue
         table = TABLE_RENAMES.get(table, table)
         by_table.setdefault(table, []).append(frame)
-    tables = {
-        table: pl.concat(frames, how="diagonal_relaxed").sort(["line_no", "piece"])
+    tables = {  # each pattern's frame is in line order already; several patterns' frames need a merge
+        table: frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed").sort(["line_no", "piece"])
         for table, frames in by_table.items()
     }
     if records:
@@ -344,24 +344,20 @@ def _server_args_frame(claims: Claims, header_frames: list[pl.DataFrame]) -> pl.
         if "ts" in frame.columns:
             for line_no, piece, ts in frame.select("line_no", "piece", "ts").iter_rows():
                 ts_by_key[(line_no, piece)] = ts
-    rows = []
+    columns: dict[str, list] = {"line_no": [], "piece": [], "ts": [], "name": [], "value": [], "value_json": []}
     for (line_no, piece), message in sorted(claims.server_args_text.items()):
         body = message.split("=", 1)[1] if "=" in message else message
-        for name, value_text, value in _parsed_server_args(body):
-            rows.append(
-                {
-                    "line_no": line_no,
-                    "piece": piece,
-                    "ts": ts_by_key.get((line_no, piece)),
-                    "name": name,
-                    "value": value_text,
-                    "value_json": value,
-                }
-            )
+        parsed = _parsed_server_args(body)
+        count = len(parsed)
+        columns["line_no"] += [line_no] * count
+        columns["piece"] += [piece] * count
+        columns["ts"] += [ts_by_key.get((line_no, piece))] * count
+        columns["name"] += [name for name, _, _ in parsed]
+        columns["value"] += [text for _, text, _ in parsed]
+        columns["value_json"] += [value for _, _, value in parsed]
     return pl.DataFrame(
-        rows,
+        columns,
         schema={"line_no": pl.Int64, "piece": pl.Int32, "ts": pl.Datetime("us"), "name": pl.Utf8, "value": pl.Utf8, "value_json": pl.Utf8},
-        orient="row",
     )
 
 
@@ -377,7 +373,7 @@ def _parsed_server_args(body: str) -> list:
         cached = _SERVER_ARGS_CACHE[body] = [
             (name, text, to_json_text(value, text)) for name, text, value in parse_server_args(body)
         ]
-    return [(name, text, value) for name, text, value in cached]
+    return cached
 
 
 def to_json_text(value: object, repr_text: str | None = None) -> str | None:
@@ -412,6 +408,9 @@ def _unparsed_frame(rows: list[tuple[int, str]], raw_lines: pl.DataFrame) -> pl.
 
 
 def _with_launch(frame: pl.DataFrame, launch_starts: list[int], launches_before: int) -> pl.DataFrame:
+    if not launch_starts or (len(launch_starts) == 1 and launches_before == 0):
+        # a single launch in view (lines before the first server_args belong to launch 1)
+        return frame.with_columns(pl.lit(max(1, launches_before), dtype=pl.Int32).alias("launch_no"))
     if launch_starts:
         starts = pl.Series("starts", launch_starts, dtype=pl.Int64)
         within = starts.search_sorted(frame.get_column("line_no"), side="right").cast(pl.Int32)
@@ -426,11 +425,19 @@ def _run_facts(tables: dict[str, pl.DataFrame]) -> dict[str, object]:
     facts: dict[str, object] = {}
     server_args = tables.get("server_args")
     if server_args is not None and server_args.height:
-        first = server_args.filter(
-            (pl.col("line_no") == server_args["line_no"].min())
-            & pl.col("name").is_in(["model_path", "speculative_algorithm", "tp_size"])
+        first_line = server_args.get_column("line_no")[0]
+        wanted = {"model_path", "speculative_algorithm", "tp_size"}
+        values: dict[str, object] = {}
+        rows = zip(
+            server_args.get_column("line_no").to_list(),
+            server_args.get_column("name").to_list(),
+            server_args.get_column("value_json").to_list(),
         )
-        values = {name: json.loads(v) if v is not None else None for name, v in first.select("name", "value_json").iter_rows()}
+        for line_no, name, value_json in rows:
+            if line_no != first_line:
+                break
+            if name in wanted and value_json is not None:
+                values[name] = json.loads(value_json)
         facts["model_path"] = values.get("model_path")
         facts["speculative_algorithm"] = values.get("speculative_algorithm")
         tp_size = values.get("tp_size")

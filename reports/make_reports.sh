@@ -31,6 +31,8 @@ if [ -d fixtures/h200x2 ]; then
   args=()
   for cell in $cells; do args+=(-c "${cell}_[0-9]*"); done
   [ ${#args[@]} -gt 0 ] && report h200x2-launches "$work/launches.duckdb" "${args[@]}"
+  # what the profiler costs: the same cell with and without `python -m speclogs.profile`
+  report h200x2-profiler-overhead "$work/launches.duckdb" -c "eagle3_nccl_[0-9]*" -c "eagle3_nccl_prof_[0-9]*"
 fi
 
 # 4. Ground truth: the seeds' story generated with known effects (3 launches per cell, factors spec × nccl).

@@ -100,7 +100,7 @@ def _render_ingest_summary(summary) -> None:
     head.add_row(
         "files",
         f"{summary.files_ingested:,} ingested, {summary.files_unchanged:,} unchanged, "
-        f"{summary.files_skipped - summary.files_unchanged:,} skipped (of {summary.files_found:,} found)",
+        f"{summary.files_skipped - summary.files_unchanged:,} skipped",
     )
     head.add_row(
         "lines",

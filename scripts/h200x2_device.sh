@@ -3,6 +3,7 @@
 # SGLang 0.5.14 bundle was staged and unpacked (../shared/gpu/README.md, device-install.sh).
 #   bash scripts/h200x2_device.sh first    # synthetic pair, profiler self-check, NCCL probe, first launches
 #   bash scripts/h200x2_device.sh more     # more launches of the plan (--resume), one device call each
+#   SECONDS_LEFT=500 bash scripts/h200x2_device.sh overhead   # profiler overhead plan (plans/h200x2-profile.toml)
 # Outputs go to /root/runs on the device and come back as $OUT/runs.tgz (+ probe JSON, logs).
 set -uo pipefail
 export PYTHONPATH=/tmp/sglang-site/site:$PWD/src PATH=/tmp/sglang-site/site/bin:$PATH
@@ -18,6 +19,19 @@ if [ "${1:-more}" = first ]; then
   timeout 150 python3 -m speclogs probe nccl --plan plans/h200x2.toml --gpus 2 --sweep --iters 50 \
       --out "$OUT/nccl_probe.nccl_probe.json" > "$OUT/probe.log" 2>&1; echo "probe rc=$?"; tail -15 "$OUT/probe.log"
   used=$(( ($(date +%s) - t0) / 60 )); minutes=$(( minutes - used ))
+fi
+if [ "${1:-more}" = overhead ]; then
+  python3 -m speclogs synth-pair /tmp/t3 /tmp/d3 2>&1 | tail -2
+  python3 -m speclogs.profile.selfcheck > "$OUT/profile_selfcheck_gap.console" 2>&1; echo "selfcheck rc=$?"; tail -4 "$OUT/profile_selfcheck_gap.console"
+  timeout 60 python3 benchmarks/bench_profile_overhead.py --cuda --cycles 5000 > "$OUT/bench_profile_overhead.console" 2>&1; tail -8 "$OUT/bench_profile_overhead.console"
+  deadline=$(( t0 + ${SECONDS_LEFT:-500} )); need=200
+  while [ $(( deadline - $(date +%s) )) -gt $need ]; do
+    python3 -m speclogs launch plans/h200x2-profile.toml --out /root/runs2 --no-ingest --resume --max-launches 1 2>&1 | grep -E ': (ready|ok|failed)|pending|outcome' | tail -4
+    tar czf "$OUT/runs2.tgz" -C /root runs2; need=110
+    ls /root/runs2/*/*/run.json | wc -l | xargs echo launches:; [ "$(ls /root/runs2/*/*/run.json | wc -l)" -ge 6 ] && break
+  done
+  for f in /root/runs2/eagle3_prof/*/server.log; do python3 -m speclogs.profile.servercheck --check-only --every 16 --log "$f" 2>&1 | grep -E 'wall|implied|gap_lines|servercheck'; done
+  exit 0
 fi
 python3 -m speclogs launch plans/h200x2.toml --out /root/runs --no-ingest --resume --max-minutes "$minutes" 2>&1 \
   | grep -v -e SyntaxWarning -e 'Configuration class' | tail -40

@@ -210,6 +210,13 @@ def lint_comparison(
             "single_launch", f"one launch in arm(s) {', '.join(single)}: intervals and tests cover request noise only, "
             "not launch-to-launch variation (warm-up, placement, NCCL init). Repeat launches (≥ 3 per arm, interleaved) "
             "before trusting a small difference.", "warning", tuple(single)))
+    few = [(a.name, n) for a in arms if 2 <= (n := max((e.n_launches for e in (a.client, a.server) if e), default=0)) < 5]
+    if few:
+        findings.append(Finding(
+            "few_launches", f"{', '.join(f'{name} ({n})' for name, n in few)} launches: the launch-to-launch variance is "
+            "estimated from so few values that the t intervals are wide (t at 97.5 %: 12.7 with 1 degree of freedom, "
+            "4.3 with 2, 2.8 with 4); each extra launch narrows them a lot — aim for ≥ 5 per arm", "info",
+            tuple(name for name, _ in few)))
     for a in arms:
         if a.client and a.client.n_rows < MIN_REQUESTS:
             findings.append(Finding("too_few_samples", f"arm {a.name}: {a.client.n_rows} client request(s) after warm-up; "

@@ -1,9 +1,11 @@
 """`compare_runs`: the one entry of the analysis. DuckDB → frames (load) → pure computation → `Comparison`.
 
 Statistics (see docs/report.md): throughput of an arm = geometric mean over its launches of each launch's
-tokens / seconds; ratios B/A with two-stage bootstrap percentile intervals (launches, then requests or
-blocks of decode rows; criterion.rs-style bootstrap CIs on the change); p-values from the Mann-Whitney U
+tokens / seconds; ratios B/A with intervals from a two-stage (cluster) bootstrap — launches, then requests or
+blocks of decode rows — (t over launches, or percentiles with one launch); p-values from the Mann-Whitney U
 test on per-launch values (benchstat/asv's test); a winner only when the interval excludes 1.
+Attribution lives in speclogs.analysis.attribution, factorial effects in speclogs.analysis.factorial, the
+confounder and data-quality checks in speclogs.analysis.lint.
 """
 
 from __future__ import annotations
@@ -12,30 +14,17 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import combinations
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from speclogs.analysis import stats
-from speclogs.analysis.load import RunTables, load_run_tables, parse_json_text, resolve_arms
-from speclogs.analysis.results import (
-    Arm,
-    Attribution,
-    Comparison,
-    Counterfactual,
-    Effect,
-    Estimate,
-    Finding,
-    PhaseStat,
-    RatioComparison,
-    Term,
-)
+from speclogs.analysis import attribution, factorial, stats
+from speclogs.analysis.load import RunTables, load_run_tables, resolve_arms
+from speclogs.analysis.results import Arm, Comparison, Estimate, Finding, RatioComparison
 from speclogs.analysis.steady import client_rows, launch_slices, mark_steady, server_columns
 from speclogs.errors import AnalysisError
 
-PHASES = ("draft", "verify", "extend", "other", "cycle")
 TIMELINE_POINTS_PER_RUN = 1500
 SEED = 20261130
 
@@ -162,19 +151,6 @@ def _estimate(source: str, draws: stats.GroupDraws, confidence: float, n_rows: i
     )
 
 
-Parts = list[tuple[np.ndarray, int]]
-
-
-def _term(name: str, point: float, parts: Parts, confidence: float) -> Term:
-    low, high = stats.interval(float(point), parts, confidence)
-    return Term(name=name, log_ratio=float(point), ci_low=float(low), ci_high=float(high))
-
-
-def _diff_parts(a: stats.GroupDraws, b: stats.GroupDraws, column: int, sign: float = 1.0) -> Parts:
-    """Parts of sign × (b[column] − a[column]) for stats.interval."""
-    return [(sign * b.draws[:, column], b.n_launches), (-sign * a.draws[:, column], a.n_launches)]
-
-
 def parse_factor_options(options: Sequence[str]) -> dict[str, str]:
     """`name=selector` strings (from --factor) → {name: selector}; AnalysisError on a malformed one."""
     parsed: dict[str, str] = {}
@@ -243,7 +219,7 @@ def compare_tables(
                 hint="ingest the run's bench file, or check the log has 'Decode batch' lines after /health 200",
             )
 
-    levels, factor_findings = _factor_levels(tables, arm_runs, dict(factors or {}))
+    levels, factor_findings = factorial.factor_levels(tables, arm_runs, dict(factors or {}))
     reference = next(iter(arm_runs))
     group_draws: dict[tuple[str, str], tuple[stats.GroupDraws, int]] = {}
 
@@ -281,7 +257,7 @@ def compare_tables(
                 run_ids=tuple(ids),
                 speculative_algorithm=",".join(spec_algos) or None,
                 sglang_versions=tuple(sorted({v for v in run_rows["sglang_version"].to_list() if v})),
-                factor_levels=_arm_levels(levels, ids),
+                factor_levels=factorial.arm_levels(levels, ids),
                 client=_estimate("client", client[0], confidence, client[1]) if client else None,
                 server=_estimate("server", server[0], confidence, server[1]) if server else None,
                 accept_len=float(math.exp(server[0].point[1])) if server else None,
@@ -304,16 +280,16 @@ def compare_tables(
             cyc_a = draws_for(arm_runs[reference], "cycles")
             cyc_b = draws_for(ids_b, "cycles")
             attributions.append(
-                _attribution(reference, arm_b, a[0], b[0], cyc_a[0] if cyc_a else None, cyc_b[0] if cyc_b else None, confidence)
+                attribution.attribution(reference, arm_b, a[0], b[0], cyc_a[0] if cyc_a else None, cyc_b[0] if cyc_b else None, confidence)
             )
 
     phases = []
     for arm, ids in arm_runs.items():
         cyc = draws_for(ids, "cycles")
         if cyc:
-            phases.extend(_phase_stats(arm, cyc[0], cyc[1], confidence))
+            phases.extend(attribution.phase_stats(arm, cyc[0], cyc[1], confidence))
 
-    effects, factor_span, effect_findings = _effects(levels, arm_runs, reference, draws_for, confidence, bool(factors))
+    effects, factor_span, effect_findings = factorial.effects(levels, arm_runs, reference, draws_for, confidence, bool(factors))
 
     timeline = _timeline(decode, tables, arm_runs, names)
     warmup_spans = _warmup_spans(timeline)
@@ -353,7 +329,7 @@ def _ratio(
     arm_a: str, arm_b: str, source: str, a: stats.GroupDraws, b: stats.GroupDraws,
     run_data: dict[str, _RunData], arm_runs: dict[str, list[str]], confidence: float,
 ) -> RatioComparison:
-    low, high = stats.interval(float(b.point[0] - a.point[0]), _diff_parts(a, b, 0), confidence)
+    low, high = stats.interval(float(b.point[0] - a.point[0]), stats.diff_parts(a, b, 0), confidence)
     single = a.n_launches < 2 or b.n_launches < 2
     if not single:
         p_value = stats.rank_test(a.per_launch[:, 0], b.per_launch[:, 0])
@@ -394,218 +370,6 @@ def _ratio(
         verdict=stats.verdict_for(float(math.exp(low)), float(math.exp(high)), enough=enough),
         interval_covers="request noise only (one launch per arm)" if single else "launches and requests",
     )
-
-
-def _attribution(
-    arm_a: str, arm_b: str, a: stats.GroupDraws, b: stats.GroupDraws,
-    cyc_a: stats.GroupDraws | None, cyc_b: stats.GroupDraws | None, confidence: float,
-) -> Attribution:
-    d_point = b.point - a.point
-    total = _term("throughput", d_point[0], _diff_parts(a, b, 0), confidence)
-    terms = (
-        _term("acceptance", d_point[1], _diff_parts(a, b, 1), confidence),
-        _term("batch size", d_point[2], _diff_parts(a, b, 2), confidence),
-        _term("step time", -d_point[3], _diff_parts(a, b, 3, -1.0), confidence),
-    )
-
-    def cf(text: str, point: float, b_draws: np.ndarray, a_draws: np.ndarray) -> Counterfactual:
-        low, high = stats.interval(float(point), [(b_draws, b.n_launches), (a_draws, a.n_launches)], confidence)
-        return Counterfactual(text, float(math.exp(point)), float(math.exp(low)), float(math.exp(high)))
-
-    acc_a, acc_b = math.exp(a.point[1]), math.exp(b.point[1])
-    counterfactuals = []
-    if abs(acc_a - acc_b) > 1e-9:
-        counterfactuals.append(cf(f"{arm_b} with {arm_a}'s acceptance (accept len {acc_a:.2f}) would run at",
-                                  b.point[0] - b.point[1] + a.point[1], b.draws[:, 0] - b.draws[:, 1], a.draws[:, 1]))
-    counterfactuals.append(cf(f"{arm_b} with {arm_a}'s step time would run at",
-                              b.point[0] + b.point[3] - a.point[3], b.draws[:, 0] + b.draws[:, 3], -a.draws[:, 3]))
-    if acc_b > 1.0 + 1e-9:
-        counterfactuals.append(cf(f"{arm_b} would need accept len (at its own step time and batch) to match {arm_a}:",
-                                  b.point[1] - d_point[0], b.draws[:, 1] - b.draws[:, 0], a.draws[:, 0]))
-    phase_terms: tuple[Term, ...] = ()
-    if cyc_a is not None and cyc_b is not None:
-        phase_terms = tuple(
-            _term(phase, *_lmdi(cyc_a, cyc_b, i), confidence)
-            for i, phase in enumerate(PHASES[:4])
-        )
-    return Attribution(
-        arm_a=arm_a, arm_b=arm_b, total=total, terms=terms, accept_len_a=acc_a, accept_len_b=acc_b,
-        cycle_ms_a=1000 * math.exp(a.point[3]), cycle_ms_b=1000 * math.exp(b.point[3]),
-        phase_terms=phase_terms, counterfactuals=tuple(counterfactuals),
-    )
-
-
-def _log_mean(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lm = (x - y) / (np.log(x) - np.log(y))
-    return np.where(np.isclose(x, y), x, lm)
-
-
-def _lmdi(a: stats.GroupDraws, b: stats.GroupDraws, i: int) -> tuple[float, Parts]:
-    """Contribution of phase i to −log(cycle_B / cycle_A) (i.e. to the log throughput ratio): −Δphase / L(cycle_B,
-    cycle_A) with L the logarithmic mean; the interval holds L at its point value (a linearisation)."""
-    weight = float(_log_mean(np.array(b.point[4]), np.array(a.point[4])))
-    point = -(b.point[i] - a.point[i]) / weight
-    return float(point), [(-b.draws[:, i] / weight, b.n_launches), (a.draws[:, i] / weight, a.n_launches)]
-
-
-def _phase_stats(arm: str, draws: stats.GroupDraws, n_rows: int, confidence: float) -> list[PhaseStat]:
-    cycle = draws.point[4]
-    bounds = [stats.interval(float(draws.point[i]), [(draws.draws[:, i], draws.n_launches)], confidence)
-              for i in range(len(PHASES))]
-    return [
-        PhaseStat(arm=arm, phase=phase, mean_ms=float(draws.point[i]), ci_low_ms=bounds[i][0], ci_high_ms=bounds[i][1],
-                  share=float(draws.point[i] / cycle) if cycle else float("nan"), n_rows=n_rows)
-        for i, phase in enumerate(PHASES)
-    ]
-
-
-def _factor_levels(
-    tables: RunTables, arm_runs: dict[str, list[str]], selectors: dict[str, str]
-) -> tuple[dict[str, dict[str, str]], list[Finding]]:
-    """{factor: {run_id: level}} from --factor globs (levels 'on'/'off') or runs.factors; 2-level factors only."""
-    import fnmatch
-
-    findings: list[Finding] = []
-    ids = [r for rs in arm_runs.values() for r in rs]
-    names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
-    levels: dict[str, dict[str, str]] = {}
-    if selectors:
-        for name, selector in selectors.items():
-            levels[name] = {r: "on" if fnmatch.fnmatchcase(names[r], selector) else "off" for r in ids}
-    else:
-        declared = {
-            r: parse_json_text(f) for r, f in zip(tables.runs["run_id"].to_list(), tables.runs["factors"].to_list())
-        }
-        for name in sorted({k for d in declared.values() for k in d}):
-            levels[name] = {r: str(declared[r].get(name, "unset")) for r in ids}
-    kept: dict[str, dict[str, str]] = {}
-    for name, by_run in levels.items():
-        distinct = sorted(set(by_run.values()))
-        if len(distinct) == 2:
-            kept[name] = by_run
-        elif len(distinct) > 2:
-            findings.append(Finding(
-                "factor_levels", f"factor {name!r} has {len(distinct)} levels ({', '.join(distinct)}) among the compared "
-                "runs; factorial effects use 2-level factors only, so it is left out", "warning"))
-        elif selectors:
-            findings.append(Finding(
-                "factor_constant", f"factor {name!r} ({selectors[name]!r}) takes one level ({distinct[0]}) on every compared "
-                "run: it cannot have an effect here", "warning"))
-    return kept, findings
-
-
-def _arm_levels(levels: dict[str, dict[str, str]], ids: Sequence[str]) -> dict[str, str]:
-    out = {}
-    for name, by_run in levels.items():
-        values = {by_run[r] for r in ids}
-        out[name] = values.pop() if len(values) == 1 else "mixed"
-    return out
-
-
-def _effects(levels, arm_runs, reference, draws_for, confidence, explicit):
-    findings: list[Finding] = []
-    if not levels:
-        return [], {}, findings
-    ref_ids = arm_runs[reference]
-    span: dict[str, tuple[str, str]] = {}
-    for name, by_run in levels.items():
-        distinct = sorted(set(by_run.values()))
-        ref_levels = {by_run[r] for r in ref_ids}
-        low = ref_levels.pop() if len(ref_levels) == 1 else distinct[0]
-        if name not in span:
-            span[name] = (low, next(v for v in distinct if v != low))
-    all_ids = [r for rs in arm_runs.values() for r in rs]
-    names, all_ids, held = _complete_design(sorted(span), all_ids, levels, span)
-    if held and names:
-        findings.append(Finding(
-            "design_held", f"factorial effects over {' × '.join(names)} use the runs with "
-            + ", ".join(f"{f}={level}" for f, level in held.items())
-            + " only: the other level of " + ", ".join(held) + " does not cover every cell", "info"))
-    cells: dict[tuple[int, ...], list[str]] = {}
-    for r in all_ids:
-        cells.setdefault(tuple(int(levels[f][r] == span[f][1]) for f in names), []).append(r)
-    k = len(names)
-    missing = [c for c in np.ndindex(*(2,) * k) if tuple(c) not in cells]
-    if missing or not names:
-        full = sorted(span)
-        findings.append(Finding(
-            "incomplete_design", f"the runs do not form a full 2^k design over factors {', '.join(full)} (nor over a "
-            "subset with the others held at one level) — no factorial effects", "warning" if explicit else "info"))
-        return [], span, findings
-    span = {f: span[f] for f in names}
-    effects: list[Effect] = []
-    for source in ("client", "server"):
-        cell_draws = {}
-        for cell, ids in cells.items():
-            got = draws_for(ids, source)
-            if got is None:
-                break
-            cell_draws[cell] = got[0]
-        else:
-            n_launches = sum(d.n_launches for d in cell_draws.values())
-            if any(d.n_launches < 2 for d in cell_draws.values()) and source == "client":
-                findings.append(Finding(
-                    "effects_single_launch", "some factorial cells have one launch: effect intervals cover request noise "
-                    "only, not launch-to-launch variation", "warning"))
-            for size in range(1, k + 1):
-                for subset in combinations(range(k), size):
-                    scale = 2.0 ** (size - 1) / 2.0 ** (k - 1)
-                    point, parts = 0.0, []
-                    for cell, d in cell_draws.items():
-                        sign = scale * float(np.prod([1 if cell[i] else -1 for i in subset]))
-                        point += sign * float(d.point[0])
-                        parts.append((sign * d.draws[:, 0], d.n_launches))
-                    name = " × ".join(names[i] for i in subset)
-                    effects.append(_effect(name, "main" if size == 1 else "interaction", source, point, parts,
-                                           span[names[subset[0]]] if size == 1 else ("", ""), n_launches, confidence))
-            if k == 2:
-                for i in range(2):
-                    j = 1 - i
-                    for level in (0, 1):
-                        hi = tuple(1 if x == i else (level if x == j else 0) for x in range(2))
-                        lo = tuple(0 if x == i else (level if x == j else 0) for x in range(2))
-                        point = float(cell_draws[hi].point[0] - cell_draws[lo].point[0])
-                        parts = _diff_parts(cell_draws[lo], cell_draws[hi], 0)
-                        effects.append(_effect(f"{names[i]} | {names[j]}={span[names[j]][level]}", "simple", source,
-                                               point, parts, span[names[i]], n_launches, confidence))
-    return effects, span, findings
-
-
-def _complete_design(names: list[str], ids: list[str], levels, span) -> tuple[list[str], list[str], dict[str, str]]:
-    """The largest full 2^k design in the runs: drop factors greedily, keeping only the runs at the dropped factor's
-    low level, until every cell of the remaining factors has runs. Returns (factors, runs, {held factor: level})."""
-    held: dict[str, str] = {}
-
-    def complete(fs: list[str], rs: list[str]) -> bool:
-        seen = {tuple(levels[f][r] == span[f][1] for f in fs) for r in rs}
-        return len(seen) == 2 ** len(fs)
-
-    while names and not complete(names, ids):
-        candidates = []
-        for f in names:
-            kept = [r for r in ids if levels[f][r] == span[f][0]]
-            rest = [g for g in names if g != f and len({levels[g][r] for r in kept}) == 2]
-            candidates.append((complete(rest, kept), len(kept), f, kept, rest))
-        _, _, f, ids, rest = max(candidates, key=lambda c: (c[0], c[1]))
-        held[f] = span[f][0]
-        names = rest
-    return names, ids, held
-
-
-def _effect(name, kind, source, point, parts, span, n_launches, confidence) -> Effect:
-    low, high = stats.interval(point, parts, confidence)
-    lo, hi = math.exp(low), math.exp(high)
-    return Effect(name=name, kind=kind, source=source, ratio=math.exp(point), ci_low=lo, ci_high=hi, low=span[0],
-                  high=span[1], verdict=_effect_verdict(lo, hi), n_launches=n_launches)
-
-
-def _effect_verdict(lo: float, hi: float) -> str:
-    if lo > 1:
-        return "increases throughput"
-    if hi < 1:
-        return "decreases throughput"
-    return "no detectable effect"
 
 
 def _timeline(decode: pl.DataFrame, tables: RunTables, arm_runs, names) -> pl.DataFrame:

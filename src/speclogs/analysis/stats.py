@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from speclogs.analysis.results import Term
+
 # Within a launch, at most this many resampling units: longer series are cut into consecutive blocks
 # (which also respects their autocorrelation better than single rows do).
 MAX_UNITS_PER_LAUNCH = 128
@@ -162,3 +164,16 @@ def verdict_for(ci_low: float, ci_high: float, *, enough: bool) -> str:
     if ci_high < 1.0:
         return "slower"
     return "no detectable difference"
+
+
+Parts = list[tuple[np.ndarray, int]]
+
+
+def term(name: str, point: float, parts: Parts, confidence: float) -> Term:
+    low, high = interval(float(point), parts, confidence)
+    return Term(name=name, log_ratio=float(point), ci_low=float(low), ci_high=float(high))
+
+
+def diff_parts(a: GroupDraws, b: GroupDraws, column: int, sign: float = 1.0) -> Parts:
+    """Parts of sign × (b[column] − a[column]) for interval."""
+    return [(sign * b.draws[:, column], b.n_launches), (-sign * a.draws[:, column], a.n_launches)]

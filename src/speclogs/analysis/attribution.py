@@ -17,6 +17,8 @@ def attribution(
     arm_a: str, arm_b: str, a: stats.GroupDraws, b: stats.GroupDraws,
     cyc_a: stats.GroupDraws | None, cyc_b: stats.GroupDraws | None, confidence: float,
 ) -> Attribution:
+    """B against A from their server-source draws (columns: log T, log accept, log batch, log step seconds) and,
+    when both have profiling rows, their spec_cycles draws (phase means in ms)."""
     d_point = b.point - a.point
     total = stats.term("throughput", d_point[0], stats.diff_parts(a, b, 0), confidence)
     terms = (
@@ -67,6 +69,7 @@ def _lmdi(a: stats.GroupDraws, b: stats.GroupDraws, i: int) -> tuple[float, stat
 
 
 def phase_stats(arm: str, draws: stats.GroupDraws, n_rows: int, confidence: float) -> list[PhaseStat]:
+    """Mean ms of each phase of one arm's profiled cycles, its interval and its share of the cycle."""
     cycle = draws.point[4]
     bounds = [stats.interval(float(draws.point[i]), [(draws.draws[:, i], draws.n_launches)], confidence)
               for i in range(len(PHASES))]

@@ -3,6 +3,7 @@ design, and main effects, interactions and simple effects on log throughput with
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from collections.abc import Sequence
 from itertools import combinations
@@ -18,8 +19,6 @@ def factor_levels(
     tables: RunTables, arm_runs: dict[str, list[str]], selectors: dict[str, str]
 ) -> tuple[dict[str, dict[str, str]], list[Finding]]:
     """{factor: {run_id: level}} from --factor globs (levels 'on'/'off') or runs.factors; 2-level factors only."""
-    import fnmatch
-
     findings: list[Finding] = []
     ids = [r for rs in arm_runs.values() for r in rs]
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))

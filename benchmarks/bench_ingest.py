@@ -46,10 +46,13 @@ def one_run(log: Path) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "bench.duckdb"
+        usage_before = resource.getrusage(resource.RUSAGE_SELF)
         started = time.perf_counter()
         summary = ingest_paths([str(log)], db)
         seconds = time.perf_counter() - started
-        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        cpu_s = (usage.ru_utime - usage_before.ru_utime) + (usage.ru_stime - usage_before.ru_stime)
+        peak_mb = usage.ru_maxrss / 1024
         con = duckdb.connect(str(db), read_only=True)
         q = lambda sql: con.execute(sql).fetchone()  # noqa: E731
         got = {
@@ -70,7 +73,7 @@ def one_run(log: Path) -> dict:
         }
         con.close()
         db_mb = db.stat().st_size / 1e6
-    return {"seconds": seconds, "peak_rss_mb": peak_mb, "db_mb": db_mb, "got": got, "summary": summary.to_dict()}
+    return {"seconds": seconds, "cpu_s": cpu_s, "peak_rss_mb": peak_mb, "db_mb": db_mb, "got": got, "summary": summary.to_dict()}
 
 
 def check(got: dict, truth: dict) -> list[str]:
@@ -173,12 +176,15 @@ def main() -> None:
         lines_s = truth["lines"] / result["seconds"]
         print(
             f"run {run + 1}: {result['seconds']:.2f} s  {lines_s:,.0f} lines/s  {size_mb / result['seconds']:,.1f} MB/s  "
+            f"CPU {result['cpu_s']:.1f} s ({result['cpu_s'] / result['seconds']:.2f} cores)  "
             f"peak RSS {result['peak_rss_mb']:,.0f} MB ({result['peak_rss_mb'] / size_mb:.1f}× file)  DuckDB file {result['db_mb']:,.0f} MB  "
             + ("truth: OK" if not problems else "truth MISMATCH: " + "; ".join(problems))
         )
     best = min(r["seconds"] for r in results)
     median = sorted(r["seconds"] for r in results)[len(results) // 2]
     print(f"min {best:.2f} s = {truth['lines'] / best:,.0f} lines/s ({size_mb / best:,.1f} MB/s); median {median:.2f} s = {truth['lines'] / median:,.0f} lines/s")
+    load = os.getloadavg()[0]
+    print(f"load average now {load:.2f} on {os.cpu_count()} CPUs (other processes share the machine when this is above ~1)")
     print("checked against truth.json: " + ", ".join(f"{k}={v}" for k, v in results[0]["got"].items()))
     if not args.no_stages:
         stages = staged(args.log)

@@ -111,10 +111,12 @@ def _peel(segment: str) -> str:
         segment = segment[found.end():]
 
 
-# One DFA pass finds the odd lines: CR, ANSI (real or pasted '^[['), blank, kubectl prefix, and for lines not
-# starting with '[': a glued '[20…' record or another outer prefix.
+# Odd lines: CR, ANSI (real or pasted '^[['), found with a literal multi-search; then, anchored at the start
+# (cheap for the usual '[' lines): blank, kubectl prefix, and for lines not starting with '[' a glued '[20…'
+# record, a glued NCCL record, or another outer prefix.
+_ODD_LITERALS = ["\r", "\x1b", "^[["]
 _ODD_LINE = (
-    r"[\r\x1b]|\^\[\[|^[ \t\x0b\x0c]*$|^\[pod/|^[^\[].*\[20|"
+    r"^[ \t\x0b\x0c]*$|^\[pod/|^[^\[].*\[20|"
     r"^[^\[].*[^A-Za-z0-9._-][A-Za-z0-9][A-Za-z0-9._-]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL |"
     + "^(?:" + OUTER_PREFIX_RE.pattern[len("^(?:"):]
 )
@@ -122,7 +124,7 @@ _ODD_LINE = (
 
 def needs_split(text: pl.Expr) -> pl.Expr:
     """Rows the Python piece splitter must see (rare): CR, ANSI, blank, outer prefixes, records glued after text."""
-    return text.str.contains(_ODD_LINE)
+    return text.str.contains_any(_ODD_LITERALS) | text.str.contains(_ODD_LINE)
 
 
 def build_lines(data: bytes | memoryview, first_line_no: int = 1) -> Lines:

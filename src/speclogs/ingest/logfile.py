@@ -13,7 +13,9 @@ Three ways to classify, same rows (tests/test_ingest_paths.py checks it):
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import polars as pl
 
@@ -24,6 +26,7 @@ from speclogs.ingest.records import ChunkResult, assemble
 DEFAULT_CHUNK_BYTES = 32 << 20
 SMALL_CHUNK_BYTES = 512 << 10
 METHODS = ("auto", "polars", "regex", "pyparsing")
+PARSE_THREADS = 2
 
 
 def chunk_bounds(data: bytes, chunk_bytes: int) -> Iterator[tuple[int, int]]:
@@ -48,27 +51,48 @@ def chunk_bounds(data: bytes, chunk_bytes: int) -> Iterator[tuple[int, int]]:
 def parse_log_chunks(
     data: bytes, engine: Engine, *, method: str = "auto", chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> Iterator[ChunkResult]:
-    """Parse valid UTF-8 log bytes; launch numbers continue across chunks."""
+    """Parse valid UTF-8 log bytes; launch numbers continue across chunks.
+
+    With polars, up to PARSE_THREADS chunks are split and classified at once (polars releases the GIL);
+    the per-chunk assembly, which numbers launches, runs in order."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+    chunks = []
     first_line_no = 1
+    for start, end in chunk_bounds(data, chunk_bytes):
+        chosen = method if method != "auto" else ("polars" if end - start >= SMALL_CHUNK_BYTES else "regex")
+        chunks.append((start, end, first_line_no, chosen))
+        first_line_no += data.count(b"\n", start, end) + (0 if data[end - 1 : end] == b"\n" else 1)
     launches_before = 0
     view = memoryview(data)
-    for start, end in chunk_bounds(data, chunk_bytes):
-        chunk = view[start:end]
-        chosen = method if method != "auto" else ("polars" if end - start >= SMALL_CHUNK_BYTES else "regex")
-        if chosen == "polars":
-            result = _parse_chunk_fast(chunk, engine, first_line_no, launches_before)
-        else:
-            result = _parse_chunk_slow(bytes(chunk), engine, first_line_no, launches_before, chosen)
-        first_line_no += result.total_lines
-        launches_before += len(result.launch_starts)
-        yield result
+    with ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="speclogs-classify") as pool:
+        pending: deque = deque()
+        for index, (start, end, first, chosen) in enumerate(chunks):
+            if chosen == "polars":
+                pending.append(pool.submit(_classify_chunk_fast, view[start:end], engine, first))
+            else:
+                pending.append(None)
+            if len(pending) < PARSE_THREADS and index + 1 < len(chunks):
+                continue
+            while pending and (len(pending) >= PARSE_THREADS or index + 1 == len(chunks)):
+                future = pending.popleft()
+                done_index = index - len(pending)
+                d_start, d_end, d_first, d_chosen = chunks[done_index]
+                if future is None:
+                    result = _parse_chunk_slow(bytes(view[d_start:d_end]), engine, d_first, launches_before, d_chosen)
+                else:
+                    lines, claims = future.result()
+                    result = _assemble_fast(engine, lines, claims, d_first, launches_before)
+                launches_before += len(result.launch_starts)
+                yield result
 
 
-def _parse_chunk_fast(chunk: memoryview, engine: Engine, first_line_no: int, launches_before: int) -> ChunkResult:
+def _classify_chunk_fast(chunk: memoryview, engine: Engine, first_line_no: int):
     lines = build_lines(chunk, first_line_no)
-    claims = classify_fast(engine, lines.frame)
+    return lines, classify_fast(engine, lines.frame)
+
+
+def _assemble_fast(engine: Engine, lines, claims, first_line_no: int, launches_before: int) -> ChunkResult:
     raw_lines = pl.DataFrame(
         {
             "line_no": pl.int_range(first_line_no, first_line_no + lines.total_lines, eager=True, dtype=pl.Int64),

@@ -19,6 +19,7 @@ table { border-collapse: collapse; margin: 8px 0; font-size: 0.88em; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; }
 .warn { background: #fff6e0; border-left: 4px solid #e0a000; padding: 6px 10px; margin: 4px 0; }
+.warn ul { margin: 2px 0; padding-left: 20px; }
 .note { color: #666; font-size: 0.9em; margin: 2px 0; }
 .code { font-family: monospace; font-weight: bold; }
 .chart { margin: 16px 0; }
@@ -47,8 +48,12 @@ def render_html(comparison: Comparison) -> str:
     warnings = [w for w in c.warnings if w.severity == "warning"]
     notes = [w for w in c.warnings if w.severity != "warning"]
     parts.append(f"<h2>Warnings ({len(warnings)})</h2>")
-    parts += [f'<div class="warn"><span class="code">{html.escape(w.code)}</span> {html.escape(w.message)}</div>'
-              for w in warnings] or ["<p>none</p>"]
+    for code, messages in text.grouped(c, "warning"):
+        body = (html.escape(messages[0]) if len(messages) == 1
+                else "<ul>" + "".join(f"<li>{html.escape(m)}</li>" for m in messages) + "</ul>")
+        parts.append(f'<div class="warn"><span class="code">{html.escape(code)}</span> {body}</div>')
+    if not warnings:
+        parts.append("<p>none</p>")
     if notes:
         parts.append(f"<details><summary>{len(notes)} notes (how the numbers were made, settings, NCCL evidence)</summary>")
         parts += [f'<div class="note"><span class="code">{html.escape(w.code)}</span> {html.escape(w.message)}</div>'

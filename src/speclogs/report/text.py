@@ -213,8 +213,13 @@ def summary_lines(c: Comparison) -> list[str]:
 
 def grouped_notes(c: Comparison) -> list[tuple[str, list[str]]]:
     """Info findings grouped by code, in first-seen order: (code, messages)."""
+    return grouped(c, "info")
+
+
+def grouped(c: Comparison, severity: str) -> list[tuple[str, list[str]]]:
+    """Findings of one severity ('warning' or anything else = notes) grouped by code, in first-seen order."""
     groups: dict[str, list[str]] = {}
     for w in c.warnings:
-        if w.severity != "warning":
+        if (w.severity == "warning") == (severity == "warning"):
             groups.setdefault(w.code, []).append(w.message)
     return list(groups.items())

@@ -63,6 +63,9 @@ def test_the_leaked_environment_variable_is_caught(comparison):
     assert len(leaks) == len(ARMS)
 
 
-def test_two_launches_support_no_winner_here(comparison):
+def test_two_launches_support_no_winner_here_and_the_report_says_how_many_would(comparison):
     # launch-to-launch spread is several percent; two launches per arm cannot separate these arms
     assert all(r.verdict == "no detectable difference" for r in comparison.comparisons)
+    needed = [w for w in comparison.warnings if w.code == "launches_needed"]
+    assert needed and "launches per arm" in needed[0].message
+    assert any(w.code == "launch_round_effect" for w in comparison.warnings)

@@ -217,6 +217,7 @@ def lint_comparison(
             "estimated from so few values that the t intervals are wide (t at 97.5 %: 12.7 with 1 degree of freedom, "
             "4.3 with 2, 2.8 with 4); each extra launch narrows them a lot — aim for ≥ 5 per arm", "info",
             tuple(name for name, _ in few)))
+    findings += _launches_needed(arms)
     for a in arms:
         if a.client and a.client.n_rows < MIN_REQUESTS:
             findings.append(Finding("too_few_samples", f"arm {a.name}: {a.client.n_rows} client request(s) after warm-up; "
@@ -267,6 +268,30 @@ def lint_comparison(
         findings.append(Finding("several_launches_in_file", f"run {names[run_id]} holds {n} server starts in one file; they "
                                 "are pooled as one replicate", "info", (arm_of[run_id],)))
     return findings
+
+
+def _launches_needed(arms: Sequence[Arm], effect: float = 0.05) -> list[Finding]:
+    """From the pooled launch-to-launch spread (SD of per-launch log throughput within arms, client source first):
+    about how many launches per arm a two-sided 95 % test needs to detect a 5 % difference with 80 % power."""
+    from scipy.stats import norm
+
+    deviations, dof = 0.0, 0
+    for a in arms:
+        estimate = a.client or a.server
+        if estimate and len(estimate.per_launch_tok_s) >= 2:
+            logs = np.log(np.array(estimate.per_launch_tok_s))
+            deviations += float(np.sum((logs - logs.mean()) ** 2))
+            dof += len(logs) - 1
+    if dof == 0:
+        return []
+    sd = math.sqrt(deviations / dof)
+    z = float(norm.ppf(0.975) + norm.ppf(0.8))
+    needed = max(3, math.ceil(2 * (z * sd / math.log(1 + effect)) ** 2))
+    return [Finding(
+        "launches_needed", f"launch-to-launch spread: {sd:.1%} (pooled SD of per-launch log throughput, {dof} degrees "
+        f"of freedom); to detect a {effect:.0%} difference (95 % two-sided, 80 % power) plan ≈ {needed} launches per arm "
+        "(normal approximation, at least 3)",
+        "info")]
 
 
 def _launch_round_findings(tables: RunTables, clients: pl.DataFrame, arm_runs: dict[str, list[str]]) -> list[Finding]:

@@ -668,11 +668,15 @@ def _upsert_runs(connection, batch: list[_Prepared]) -> None:
             if value is not None and row.get(column) is None:
                 row[column] = value
     frame = pl.DataFrame([{c: r.get(c) for c in _RUN_TYPES} for r in merged.values()], schema=_RUN_TYPES, orient="row")
-    updates = ", ".join(f"{c} = COALESCE(excluded.{c}, runs.{c})" for c in _RUN_TYPES if c != "run_id")
+    frame = frame.with_row_index("_position")
+    updates = ", ".join(f"{c} = COALESCE(n.{c}, runs.{c})" for c in _RUN_TYPES if c != "run_id")
     connection.register("_speclogs_runs", frame.to_arrow())
     try:
+        # known runs keep what the new files do not say; new runs are appended in the order they were met
+        connection.execute(f"UPDATE runs SET {updates} FROM _speclogs_runs AS n WHERE runs.run_id = n.run_id")
         connection.execute(
-            f"INSERT INTO runs BY NAME SELECT * FROM _speclogs_runs ON CONFLICT (run_id) DO UPDATE SET {updates}"
+            "INSERT INTO runs BY NAME SELECT * EXCLUDE (_position) FROM _speclogs_runs "
+            "WHERE run_id NOT IN (SELECT run_id FROM runs) ORDER BY _position"
         )
     finally:
         connection.unregister("_speclogs_runs")

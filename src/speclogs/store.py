@@ -251,6 +251,12 @@ def ingest_paths(
         for index, item in enumerate(discovery.files):
             if on_progress is not None:
                 on_progress(ProgressEvent(_short(item.source_file), tally.bytes_done, tally.bytes_total, index, tally.files_total, show))
+            if on_progress is not None:
+                done_before = tally.bytes_done
+                writer.on_chunk = lambda fraction, item=item, done_before=done_before: on_progress(
+                    ProgressEvent(_short(item.source_file), done_before + int(fraction * item.size_bytes),
+                                  tally.bytes_total, index, tally.files_total, show)
+                )
             _ingest_one(writer, item, engine, stored, replace=replace, method=method, chunk_bytes=chunk_bytes)
             tally.bytes_done += item.size_bytes
         writer.flush()
@@ -359,7 +365,7 @@ class _Prepared:
             self.counts.rows[table] += frame.height
 
 
-def _parse_file(prepared: _Prepared, engine, emit, *, method: str, chunk_bytes: int) -> None:
+def _parse_file(prepared: _Prepared, engine, emit, *, method: str, chunk_bytes: int, on_chunk=None) -> None:
     """Parse one file, handing every table frame to `emit(table, frame)`; fills counts, facts, launch rows."""
     item, raw, counts = prepared.item, prepared.raw, prepared.counts
     if item.kind == "log":
@@ -379,6 +385,8 @@ def _parse_file(prepared: _Prepared, engine, emit, *, method: str, chunk_bytes: 
             launch_starts.extend(chunk.launch_starts)
             launch_facts.extend(chunk.launch_facts)
             prefixed += chunk.prefixed_pieces
+            if on_chunk is not None:
+                on_chunk(chunk.byte_end)
             for key, value in chunk.run_facts.items():
                 prepared.facts.setdefault(key, value)
         if drift_examples:
@@ -419,6 +427,7 @@ class _Writer:
         self.tally = tally
         self.batch: list[_Prepared] = []
         self.batch_bytes = 0
+        self.on_chunk = None  # called with the fraction of a streamed file done (progress)
 
     def add(self, prepared: _Prepared) -> None:
         self.batch.append(prepared)
@@ -493,9 +502,12 @@ class _Writer:
                 raise _Stopped()
             frames.put((table, frame))
 
+        def chunk_done(byte_end: int) -> None:
+            frames.put((_PROGRESS, byte_end / max(1, len(prepared.raw.data))))
+
         def produce() -> None:
             try:
-                _parse_file(prepared, engine, emit, method=method, chunk_bytes=chunk_bytes)
+                _parse_file(prepared, engine, emit, method=method, chunk_bytes=chunk_bytes, on_chunk=chunk_done)
             except _Stopped:
                 pass
             except _FAILURES as error:
@@ -511,6 +523,10 @@ class _Writer:
             parser.start()
             while (item := frames.get()) is not None:
                 table, frame = item
+                if table is _PROGRESS:
+                    if self.on_chunk is not None:
+                        self.on_chunk(frame)
+                    continue
                 if frame.height:
                     _insert(connection, self.columns, table, _with_keys(frame, table, run_id, source_file))
                     prepared.counts.rows[table] += frame.height
@@ -531,6 +547,9 @@ class _Writer:
             self.tally.skip(f"failed and rolled back ({type(error).__name__}: {_first_line(error)})", source_file)
             return
         self.tally.add(prepared)
+
+
+_PROGRESS = object()  # queue marker: (marker, fraction of the file parsed)
 
 
 class _Stopped(Exception):

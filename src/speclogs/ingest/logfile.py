@@ -84,6 +84,7 @@ def parse_log_chunks(
                     lines, claims = future.result()
                     result = _assemble_fast(engine, lines, claims, d_first, launches_before)
                 launches_before += len(result.launch_starts)
+                result.byte_end = d_end
                 yield result
 
 

@@ -53,6 +53,7 @@ class ChunkResult:
     near_misses: list[NearMiss] = field(default_factory=list)
     run_facts: dict[str, object] = field(default_factory=dict)
     launch_facts: list[tuple[int, str, object]] = field(default_factory=list)  # (launch_no, fact, ts)
+    byte_end: int = 0  # offset in the (decompressed) text where this chunk ends
 
 
 LAUNCH_EVENT_KINDS = ("server_args", "ready", "cuda_graph_end", "sigterm")

@@ -52,9 +52,12 @@ def ingest(
     db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB file to write (created when missing)."),
     replace: bool = typer.Option(False, "--replace", help="Re-ingest files already in the database (their rows are deleted first)."),
     json_output: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
-    run_name: Optional[str] = typer.Option(None, "--run-name", help="Run name for stdin or single-file input (default: the file stem)."),
+    run_name: Optional[str] = typer.Option(None, "--run-name", help="Make every input of this call ONE run with this name (default: the log stem, or run.json in a launch directory)."),
     progress: Optional[bool] = typer.Option(
         None, "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal and the input is large)."
+    ),
+    grammar: Optional[list[Path]] = typer.Option(
+        None, "--grammar", help="Extra grammar file or directory of *.toml (repeatable); checked like `speclogs grammars check`."
     ),
 ) -> None:
     """Parse SGLang logs, NCCL lines and benchmark files into DuckDB tables (idempotent)."""
@@ -62,7 +65,14 @@ def ingest(
 
     reporter = _make_progress(progress)
     try:
-        summary = ingest_paths(paths, db, replace=replace, run_name=run_name, on_progress=reporter.update if reporter else None)
+        summary = ingest_paths(
+            paths,
+            db,
+            replace=replace,
+            run_name=run_name,
+            on_progress=reporter.update if reporter else None,
+            grammar_paths=grammar or (),
+        )
     finally:
         if reporter is not None:
             reporter.close()

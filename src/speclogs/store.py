@@ -162,7 +162,6 @@ def run_query(db_path: str | Path, sql: str) -> QueryResult:
 
 @dataclass
 class _Tally:
-    started: float
     files_total: int
     bytes_total: int
     ingested: int = 0
@@ -235,9 +234,7 @@ def ingest_paths(
         from speclogs.ingest.classify import compile_engine
 
         engine = compile_engine(load_grammars(grammar_paths))
-    tally = _Tally(
-        started=started, files_total=len(discovery.files), bytes_total=sum(f.size_bytes for f in discovery.files)
-    )
+    tally = _Tally(files_total=len(discovery.files), bytes_total=sum(f.size_bytes for f in discovery.files))
     for reason, count in discovery.skipped.items():
         tally.skipped[reason] += count
         tally.skipped_examples.setdefault(reason, discovery.skipped_examples.get(reason, ""))

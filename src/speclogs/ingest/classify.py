@@ -291,7 +291,6 @@ def _with_ranks(work: pl.DataFrame) -> pl.DataFrame:
 
 def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame:
     p = compiled.pattern
-    columns: list[pl.Series | pl.Expr] = [matched.get_column("line_no"), matched.get_column("piece")]
     data = {"line_no": matched.get_column("line_no"), "piece": matched.get_column("piece")}
     if p.scope == "message":
         for column in PREFIX_COLUMNS:
@@ -309,7 +308,6 @@ def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.Da
         for name in compiled.schema:
             if name not in frame.columns:
                 frame = frame.with_columns(pl.Series(name, [d.get(name) for d in derived], dtype=compiled.schema[name]))
-    del columns
     return frame.select(["line_no", "piece", *compiled.schema]).cast(
         {"line_no": pl.Int64, "piece": pl.Int32, **compiled.schema}
     )

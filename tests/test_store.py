@@ -162,3 +162,35 @@ def test_multi_launch_file_is_split_at_each_server_args(db_path, tmp_path):
     assert launches == [(1, 1, n1 + sa2 - 1), (2, n1 + sa2, n1 + n2 + sa1 - 1), (3, n1 + n2 + sa1, 2 * n1 + n2)]
     per_launch = query(db_path, "SELECT launch_no, count(*), count(accept_len) FROM decode_batches GROUP BY 1 ORDER BY 1")
     assert per_launch == [(1, 37, 37), (2, 75, 0), (3, 37, 37)]
+
+
+def test_bench_serving_jsonl_with_infinity_and_a_broken_line(db_path, tmp_path):
+    result = tmp_path / "sglang_1130_100_64_500.jsonl"
+    result.write_text(
+        '{"backend": "sglang", "dataset_name": "random", "request_rate": Infinity, "duration": 12.5, "completed": 100, '
+        '"total_input_tokens": 6400, "total_output_tokens": 50000, "output_throughput": 4000.0, "accept_length": 2.5, '
+        '"mean_e2e_latency_ms": 3100.0}\n'
+        '{"backend": "sglang", "duration": 13.0, "completed": 100, "total_output_tokens": 50000, "output_thro\n'
+    )
+    summary = ingest_paths([result], db_path)
+    assert summary.files_ingested == 1
+    row = query(db_path, "SELECT source_kind, latency_s, completion_tokens, output_tok_s, spec_accept_length, e2e_latency_s, "
+                         "extra->>'request_rate' FROM bench_requests")
+    assert row == [("bench_serving_jsonl", 12.5, 50000, 4000.0, 2.5, 3.1, "inf")]
+    reason, line_no = query(db_path, "SELECT reason, line_no FROM unparsed_lines")[0]
+    assert reason.startswith("not JSON") and line_no == 2
+    assert query(db_path, "SELECT total_lines, parsed, unparsed FROM line_accounting") == [(2, 1, 1)]
+
+
+def test_nccl_probe_results_are_read_by_the_probe_reader(db_path):
+    probe = MATRIX.parents[1] / "h200x2" / "nccl_probe.nccl_probe.json"
+    if not probe.exists():
+        pytest.skip("no probe fixture in this checkout")
+    document = json.loads(probe.read_text())
+    measurements = sum(len(env_set.get("measurements") or []) for env_set in document["env_sets"])
+    ingest_paths([probe], db_path)
+    assert scalar(db_path, "SELECT count(*) FROM nccl_probe") == measurements > 0
+    assert scalar(db_path, "SELECT count(DISTINCT source_file) FROM nccl_probe") == 1
+    again = ingest_paths([probe], db_path, replace=True)
+    assert again.files_ingested == 1
+    assert scalar(db_path, "SELECT count(*) FROM nccl_probe") == measurements

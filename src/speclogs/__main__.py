@@ -1,0 +1,7 @@
+"""`python -m speclogs …` — same as the `speclogs` command."""
+
+import sys
+
+from speclogs.cli import main
+
+sys.exit(main())

@@ -7,10 +7,13 @@ same for both.
 Launches: a log file is split at each `server_args=` line (launch_no 1, 2, …). Lines before the first
 server_args line (SGLang prints warnings there) belong to launch 1; a file without any has one launch.
 
-Tracebacks: a head (`… Traceback (most recent call last):`) starts an `errors` record; the following lines
-continue it while they are traceback frames / the exception line, or unrecognised text before the
-exception line (e.g. "During handling of the above exception …"). A frame with no head before it is
-stored as unparsed ('traceback line without a traceback head').
+Tracebacks: a head (`… hit an exception: Traceback (most recent call last):`, a bare `Traceback …`,
+`terminate called …`) starts an `errors` record; the following adjacent lines continue it while they are
+traceback frames / the exception line, unrecognised text before the exception line, or blank lines that
+more of the record follows. A chained exception ("During handling of the above exception …" + a new bare
+`Traceback …`) stays one record; a bare `Traceback …` right after a recognised SGLang line that announces
+it (`[ts] ERROR:    Exception in ASGI application`) makes that line the record's first line. A frame with no
+head before it is stored as unparsed ('traceback line without a traceback head').
 """
 
 from __future__ import annotations

@@ -278,15 +278,18 @@ def _ts_column(prefix_groups: pl.DataFrame) -> pl.Series:
 
 
 def _with_ranks(work: pl.DataFrame) -> pl.DataFrame:
-    """Rank tags are few distinct strings: split each once (same function as the slow path) and join."""
+    """Rank tags are few distinct strings: split each once (same function as the slow path) and map them;
+    a rank no tag mentions (e.g. DP in a TP-only log) is a NULL column without a pass over the rows."""
     distinct = work.get_column("rank_tags").unique().to_list()
-    mapping = {column: [] for column in RANK_COLUMNS}
-    for tags in distinct:
-        ranks = split_rank_tags(tags)
-        for column in RANK_COLUMNS:
-            mapping[column].append(ranks.get(column))
-    table = pl.DataFrame({"rank_tags": distinct, **mapping}, schema={"rank_tags": pl.Utf8, **{c: pl.Int32 for c in RANK_COLUMNS}})
-    return work.join(table, on="rank_tags", how="left", maintain_order="left")
+    split = {tags: split_rank_tags(tags) for tags in distinct}
+    columns = []
+    for column in RANK_COLUMNS:
+        mapping = {tags: ranks.get(column) for tags, ranks in split.items()}
+        if all(value is None for value in mapping.values()):
+            columns.append(pl.lit(None, dtype=pl.Int32).alias(column))
+        else:
+            columns.append(pl.col("rank_tags").replace_strict(mapping, default=None, return_dtype=pl.Int32).alias(column))
+    return work.with_columns(columns)
 
 
 def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame:

@@ -206,3 +206,22 @@ def test_restart_through_the_real_ingest(tmp_path):
     evidence = nccl_evidence(con, [run_id])
     finding = next(finding for finding in evidence.findings if finding.code == "nccl_launches_differ")
     assert "NCCL_PROTO: launch 1 LL, launch 2 not set" in finding.message
+
+
+def test_real_device_probe_matches_the_tuned_runs_and_flags_an_implausible_share(tmp_path):
+    """fixtures/h200x2: the profiled EAGLE-3 runs (NCCL tuned set) + the probe measured on the same device.
+
+    The probe's 'tuned' env set must be recognised as the runs' settings (the container's NCCL_VERSION label is not a
+    setting), and 32 eager all-reduces that add up to most of verify must be called an upper bound, not a share."""
+    from speclogs.analysis.nccl import nccl_evidence
+    from speclogs.store import connect, ingest_paths
+
+    root = Path(__file__).resolve().parents[1] / "fixtures/h200x2"
+    db = tmp_path / "h.duckdb"
+    ingest_paths([str(root / "eagle3_nccl_prof"), str(root / "nccl_probe.nccl_probe.json")], db)
+    con = connect(db, read_only=True)
+    ids = [row[0] for row in con.execute("SELECT run_id FROM runs WHERE cell = 'eagle3_nccl_prof' ORDER BY run_name").fetchall()]
+    evidence = nccl_evidence(con, ids, num_layers=16)
+    assert [(e.env_set, e.env_set_matches) for e in evidence.estimates] == [("tuned", True), ("tuned", True)]
+    assert all(e.allreduces_per_verify == 32 and e.message_bytes == 2048 * 6 * 2 for e in evidence.estimates)
+    assert "nccl_estimate_implausible" in _codes(evidence)

@@ -415,6 +415,8 @@ def report(
     ),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval coverage, e.g. 0.95."),
     resamples: int = typer.Option(1000, "--resamples", help="Bootstrap resamples (the interval uses their standard error; 1000 is plenty)."),
+    hidden_size: Optional[int] = typer.Option(None, "--hidden-size", help="Target model hidden size (NCCL communication-share estimate)."),
+    num_layers: Optional[int] = typer.Option(None, "--num-layers", help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
 ) -> None:
     """Compare runs: throughput ratios with intervals, attribution, factorial effects, confounder warnings."""
     from speclogs.analysis import compare_runs, parse_factor_options
@@ -423,7 +425,7 @@ def report(
     connection = connect(db, read_only=True)
     try:
         comparison = compare_runs(connection, list(compare) + list(arms or []), parse_factor_options(factor),
-                                  confidence, n_resamples=resamples)
+                                  confidence, n_resamples=resamples, hidden_size=hidden_size, num_layers=num_layers)
     finally:
         connection.close()
     if output_format is ReportFormat.json:

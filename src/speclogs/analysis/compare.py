@@ -21,6 +21,7 @@ import polars as pl
 
 from speclogs.analysis import attribution, factorial, stats
 from speclogs.analysis.load import RunTables, load_run_tables, resolve_arms
+from speclogs.analysis.nccl import nccl_evidence
 from speclogs.analysis.results import Arm, Comparison, Estimate, Finding, RatioComparison
 from speclogs.analysis.steady import client_rows, launch_slices, mark_steady, server_columns
 from speclogs.errors import AnalysisError
@@ -172,19 +173,22 @@ def compare_runs(
     *,
     n_resamples: int = 1000,
     seed: int = SEED,
+    hidden_size: int | None = None,
+    num_layers: int | None = None,
 ) -> Comparison:
     """Compare arms (run names or globs; the first is the reference) read from the DuckDB connection `con`.
 
     factors: {name: glob over run names} (runs matching are level 'on', others 'off'); when empty, the launch plan's
-    runs.factors are used. Raises AnalysisError when nothing can be computed. This is the thin loading part;
-    `compare_tables` does the (pure) computation.
+    runs.factors are used. hidden_size / num_layers describe the target model for the NCCL communication-share
+    estimate (see speclogs.analysis.nccl). Raises AnalysisError when nothing can be computed. This is the thin
+    loading part; `compare_tables` does the (pure) computation.
     """
     if not 0.5 <= confidence < 1.0:
         raise AnalysisError(f"confidence {confidence} is outside [0.5, 1)", hint="e.g. --confidence 0.95")
     arm_runs = resolve_arms(con, list(arms))
     all_ids = [run_id for ids in arm_runs.values() for run_id in ids]
     tables = load_run_tables(con, all_ids)
-    nccl = _nccl_evidence(con, all_ids)
+    nccl = nccl_evidence(con, all_ids, hidden_size=hidden_size, num_layers=num_layers)
     return compare_tables(tables, arm_runs, factors, confidence, n_resamples=n_resamples, seed=seed, nccl=nccl)
 
 
@@ -429,16 +433,6 @@ def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, tables: RunTables,
     rows = pl.concat([f.with_columns(pl.col("count").cast(pl.UInt32)) for f in frames]).with_columns(
         pl.col("run_id").replace_strict(arm_of, default=None).alias("arm"))
     return rows.group_by("arm", "source", "accept_len").agg(pl.col("count").sum()).sort("arm", "source", "accept_len")
-
-
-def _nccl_evidence(con: Any, run_ids: list[str]) -> Any:
-    """Task N's NCCL evidence (speclogs.analysis.nccl.nccl_evidence) when that module exists, else None."""
-    try:
-        from speclogs.analysis import nccl as nccl_module
-    except ImportError:
-        return None
-    evidence_fn = getattr(nccl_module, "nccl_evidence", None)
-    return evidence_fn(con, run_ids) if evidence_fn is not None else None
 
 
 def _nccl_findings(evidence: Any) -> list[Finding]:

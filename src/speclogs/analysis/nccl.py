@@ -24,7 +24,7 @@ NcclEvidence (frozen; every tuple is in run order as given):
                  nccl_no_info_lines, nccl_single_gpu, nccl_env_mismatch, nccl_env_not_in_log, nccl_set_in_process,
                  nccl_no_env_recorded, nccl_ranks_disagree, nccl_launches_differ, nccl_version_differs, nccl_settings_differ,
                  nccl_no_tuning_lines, nccl_allreduce_bypassed, nccl_allreduce_served, nccl_estimate_unavailable,
-                 nccl_probe_mismatch.
+                 nccl_probe_mismatch, nccl_estimate_implausible.
 """
 
 from __future__ import annotations
@@ -39,10 +39,13 @@ import polars as pl
 
 from speclogs.errors import AnalysisError
 
-# variables NCCL never echoes as "set by environment" (logging switches), so their absence proves nothing
-_NOT_ECHOED = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
+# variables NCCL never echoes as "set by environment" (logging switches; NCCL_VERSION is an informational label
+# NVIDIA's containers set, not a setting), so their absence proves nothing
+_NOT_ECHOED = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_VERSION"})
 # SGLang sets these inside the server process (from --enable-symm-mem / --enable-nccl-nvls)
 _SET_BY_SGLANG = frozenset({"NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"})
+# an estimated communication share above this is not believable for a verify pass that also computes every layer
+_IMPLAUSIBLE_SHARE = 0.5
 _TINY_ALLREDUCE_BYTES = 64          # init-time sanity all-reduces (a 4 B AllReduce at communicator setup)
 _COLLECTIVE_NAMES = {"all_reduce": "AllReduce", "all_gather": "AllGather"}
 _CHANNELS = re.compile(r"(\d+) coll channels, (?:\d+ collnet channels, )?(?:\d+ nvls channels, )?(\d+) p2p channels")
@@ -594,6 +597,15 @@ def _estimates(frames: NcclFrames, runs: list[RunNccl], hidden_size: int | None,
         if not matches:
             findings.append(NcclFinding("nccl_probe_mismatch", f"{run.run_name}: no probe env set has this run's NCCL settings; "
                                         f"the estimate uses '{env_set}'", runs=(run.run_name,)))
+        if verify_ms > 0 and comm_ms > _IMPLAUSIBLE_SHARE * verify_ms:
+            findings.append(NcclFinding(
+                "nccl_estimate_implausible",
+                f"{run.run_name}: {per_verify} eager NCCL all-reduces at the probe's {latency_us:.1f} µs would take "
+                f"{comm_ms:.2f} ms, {comm_ms / verify_ms:.0%} of the whole measured verify ({verify_ms:.2f} ms, which also "
+                "computes every layer): the probe's per-call latency "
+                "(host launch and rank skew included) overstates what all-reduces cost inside verify's CUDA graph, where "
+                "SGLang's custom all-reduce serves them — read the share as an upper bound only",
+                "warning", (run.run_name,)))
         estimates.append(CommShareEstimate(
             run_id=run.run_id, run_name=run.run_name, probe_id=probe_id, env_set=env_set, env_set_matches=matches,
             verify_tokens=verify_tokens, message_bytes=message_bytes, allreduce_latency_us=latency_us,

@@ -30,9 +30,15 @@ if [ -d fixtures/h200x2 ]; then
   cells=$("$py" -m speclogs sql "SELECT DISTINCT cell FROM runs WHERE cell IS NOT NULL ORDER BY 1" --db "$work/launches.duckdb" --format csv | tail -n +2)
   args=()
   for cell in $cells; do args+=(-c "${cell}_[0-9]*"); done
-  [ ${#args[@]} -gt 0 ] && report h200x2-launches "$work/launches.duckdb" "${args[@]}"
+  # the synthetic pair's target: hidden 2048, 16 layers (speclogs synth-pair) — for the NCCL share estimate
+  [ ${#args[@]} -gt 0 ] && report h200x2-launches "$work/launches.duckdb" "${args[@]}" --hidden-size 2048 --num-layers 16
   # what the profiler costs: the same cell with and without `python -m speclogs.profile`
   report h200x2-profiler-overhead "$work/launches.duckdb" -c "eagle3_nccl_[0-9]*" -c "eagle3_nccl_prof_[0-9]*"
+fi
+# 3b. The second device session: the profiler with gap_ms (phases + gap = the time per cycle), and its overhead.
+if [ -d fixtures/h200x2-profile ]; then
+  "$py" -m speclogs ingest fixtures/h200x2-profile --db "$work/profile.duckdb" 2>/dev/null
+  report h200x2-profile-gap "$work/profile.duckdb" -c "eagle3_unprof_[0-9]*" -c "eagle3_prof_[0-9]*"
 fi
 
 # 4. Ground truth: the seeds' story generated with known effects (3 launches per cell, factors spec × nccl).

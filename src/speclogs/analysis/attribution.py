@@ -8,9 +8,12 @@ import math
 import numpy as np
 
 from speclogs.analysis import stats
-from speclogs.analysis.results import Attribution, Counterfactual, PhaseStat, Term
+from speclogs.analysis.results import Arm, Attribution, Counterfactual, Finding, PhaseStat, Term
 
 PHASES = ("draft", "verify", "extend", "other", "cycle")
+GAP_COLUMN = 6  # of the cycle draws (compare._cycle_stat): mean GPU idle gap before a cycle, NaN when not measured
+# profiled time per cycle further than this from the step time implied by accept len / throughput is a warning
+CYCLE_ACCOUNTING_TOLERANCE = 0.10
 
 
 def attribution(
@@ -69,12 +72,50 @@ def _lmdi(a: stats.GroupDraws, b: stats.GroupDraws, i: int) -> tuple[float, stat
 
 
 def phase_stats(arm: str, draws: stats.GroupDraws, n_rows: int, confidence: float) -> list[PhaseStat]:
-    """Mean ms of each phase of one arm's profiled cycles, its interval and its share of the cycle."""
+    """Mean ms of each phase of one arm's profiled cycles, its interval and its share of the cycle (GPU busy time).
+
+    When the profiler measured it, also 'gap' (GPU idle before each cycle: the host preparing the next one) and
+    'wall' = cycle + gap, the time per cycle that throughput sees."""
     cycle = draws.point[4]
-    bounds = [stats.interval(float(draws.point[i]), [(draws.draws[:, i], draws.n_launches)], confidence)
-              for i in range(len(PHASES))]
-    return [
-        PhaseStat(arm=arm, phase=phase, mean_ms=float(draws.point[i]), ci_low_ms=bounds[i][0], ci_high_ms=bounds[i][1],
-                  share=float(draws.point[i] / cycle) if cycle else float("nan"), n_rows=n_rows)
-        for i, phase in enumerate(PHASES)
-    ]
+    columns = [(phase, draws.point[i], draws.draws[:, i]) for i, phase in enumerate(PHASES)]
+    if np.isfinite(draws.point[GAP_COLUMN]):
+        gap, gap_draws = draws.point[GAP_COLUMN], draws.draws[:, GAP_COLUMN]
+        columns += [("gap", gap, gap_draws), ("wall", cycle + gap, draws.draws[:, 4] + gap_draws)]
+    rows = []
+    for phase, point, phase_draws in columns:
+        low, high = stats.interval(float(point), [(phase_draws, draws.n_launches)], confidence)
+        rows.append(PhaseStat(arm=arm, phase=phase, mean_ms=float(point), ci_low_ms=low, ci_high_ms=high,
+                              share=float(point / cycle) if cycle else float("nan"), n_rows=n_rows))
+    return rows
+
+
+def cycle_accounting(phases: list[PhaseStat], arms: list[Arm]) -> list[Finding]:
+    """Do the profiled phases account for the time per cycle that accept len / throughput imply (the server step)?"""
+    findings = []
+    step_ms = {a.name: a.cycle_ms for a in arms}
+    by_arm: dict[str, dict[str, PhaseStat]] = {}
+    for p in phases:
+        by_arm.setdefault(p.arm, {})[p.phase] = p
+    for arm, rows in by_arm.items():
+        implied = step_ms.get(arm)
+        if implied is None or not implied > 0:
+            continue
+        parts = "draft + verify + extend + other"
+        if "wall" in rows:
+            measured = rows["wall"].mean_ms
+            what = f"{parts} {rows['cycle'].mean_ms:.2f} ms + GPU idle gap {rows['gap'].mean_ms:.2f} ms = {measured:.2f} ms"
+        else:
+            measured = rows["cycle"].mean_ms
+            what = f"{parts} = {measured:.2f} ms (no gap_ms: these lines predate the profiler's GPU idle measurement)"
+        off = measured / implied - 1.0
+        message = f"{arm}: {what} per cycle vs {implied:.2f} ms implied by accept len / throughput ({off:+.1%})"
+        if abs(off) <= CYCLE_ACCOUNTING_TOLERANCE:
+            findings.append(Finding("cycle_accounting", f"{message}: within {CYCLE_ACCOUNTING_TOLERANCE:.0%}",
+                                    severity="info", arms=(arm,)))
+        else:
+            findings.append(Finding(
+                "cycle_accounting_gap",
+                f"{message}: the phases do not account for the cycle — the GPU waits for the host between cycles "
+                "(scheduling, sampling, Python); profile with a speclogs whose spec_cycle lines carry gap_ms",
+                severity="warning", arms=(arm,)))
+    return findings

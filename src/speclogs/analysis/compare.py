@@ -83,10 +83,13 @@ def _server_stat(s: np.ndarray) -> np.ndarray:
 
 
 def _cycle_stat(s: np.ndarray) -> np.ndarray:
+    """Columns: draft, verify, extend, other, cycle (mean ms), accept len, gap (mean ms over the rows that have it;
+    NaN for lines written before the profiler measured the GPU idle gap)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         means = s[:, :5] / s[:, [7]]
         accept = (s[:, 5] + s[:, 6]) / s[:, 6]
-        return np.column_stack([means, accept])
+        gap = np.where(s[:, 9] > 0, s[:, 8] / s[:, 9], np.nan)
+        return np.column_stack([means, accept, gap])
 
 
 def _prepare_runs(tables: RunTables) -> tuple[dict[str, _RunData], pl.DataFrame, pl.DataFrame]:
@@ -126,6 +129,7 @@ def _prepare_runs(tables: RunTables) -> tuple[dict[str, _RunData], pl.DataFrame,
                     pl.col("accepted_tokens").fill_null(0).cast(pl.Float64),
                     pl.col("batch_size").fill_null(1).cast(pl.Float64).clip(lower_bound=1.0),
                     pl.lit(1.0),
+                    pl.col("gap_ms").fill_null(0.0), pl.col("gap_ms").is_not_null().cast(pl.Float64).alias("has_gap"),
                 ).to_numpy().astype(float)
                 cycle_units = stats.block_sums(columns)
         data[run_id] = _RunData(
@@ -292,6 +296,7 @@ def compare_tables(
         cyc = draws_for(ids, "cycles")
         if cyc:
             phases.extend(attribution.phase_stats(arm, cyc[0], cyc[1], confidence))
+    cycle_findings = attribution.cycle_accounting(phases, arm_objects)
 
     effects, factor_span, effect_findings = factorial.effects(levels, arm_runs, reference, draws_for, confidence, bool(factors))
 
@@ -302,7 +307,7 @@ def compare_tables(
         tables=tables, decode=decode, clients=clients, arm_runs=arm_runs, arms=arm_objects,
         comparisons=comparisons, levels=levels, run_data_rows={r: d.server_rows for r, d in run_data.items()},
     )
-    warnings = tuple(factor_findings + effect_findings + findings + _nccl_findings(nccl))
+    warnings = tuple(factor_findings + effect_findings + findings + cycle_findings + _nccl_findings(nccl))
     warnings = tuple(sorted(warnings, key=lambda f: 0 if f.severity == "warning" else 1))
     return Comparison(
         arms=tuple(arm_objects),

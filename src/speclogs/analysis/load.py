@@ -105,7 +105,7 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
     spec_cycles = _select(
         con,
         f"""SELECT run_id, line_no, launch_no, ts, tp_rank, cycle, batch_size, draft_ms, verify_ms, extend_ms, other_ms,
-                   cycle_ms, accepted_tokens, proposed_tokens
+                   cycle_ms, accepted_tokens, proposed_tokens, gap_ms
             FROM spec_cycles {where} ORDER BY run_id, source_file, line_no""",
         run_ids,
     )

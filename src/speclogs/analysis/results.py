@@ -101,11 +101,11 @@ class PhaseStat:
     """One phase of the speculative cycle for one arm, from spec_cycles profiling rows."""
 
     arm: str
-    phase: str  # draft | verify | extend | other | cycle
+    phase: str  # draft | verify | extend | other | cycle, and gap | wall (= cycle + gap) when gap_ms was measured
     mean_ms: float
     ci_low_ms: float
     ci_high_ms: float
-    share: float  # of cycle_ms (1.0 for 'cycle')
+    share: float  # of cycle_ms, the GPU-busy cycle (1.0 for "cycle"; "wall" is above 1 by the idle gap)
     n_rows: int
 
 

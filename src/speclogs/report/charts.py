@@ -58,7 +58,9 @@ def effects_chart(c: Comparison) -> alt.Chart | None:
 
 
 def cycle_chart(c: Comparison) -> alt.Chart | None:
-    rows = [{"arm": p.arm, "phase": p.phase, "ms": p.mean_ms, "share": p.share} for p in c.phases if p.phase != "cycle"]
+    # the stacked parts add up to the time per cycle: draft + verify + extend + other (+ the GPU idle gap when measured)
+    rows = [{"arm": p.arm, "phase": p.phase, "ms": p.mean_ms, "share": p.share} for p in c.phases
+            if p.phase not in ("cycle", "wall")]
     profiled = {p.arm for p in c.phases}
     rows += [{"arm": a.name, "phase": "decode step (not profiled)", "ms": a.cycle_ms, "share": 1.0}
              for a in c.arms if a.name not in profiled and a.cycle_ms is not None]
@@ -67,10 +69,10 @@ def cycle_chart(c: Comparison) -> alt.Chart | None:
     return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
         y=alt.Y("arm:N", title=None, sort=[a.name for a in c.arms]),
         x=alt.X("ms:Q", title="time per decode step / speculative cycle (ms)", stack="zero"),
-        color=alt.Color("phase:N", sort=["draft", "verify", "extend", "other", "decode step (not profiled)"]),
+        color=alt.Color("phase:N", sort=["draft", "verify", "extend", "other", "gap", "decode step (not profiled)"]),
         order=alt.Order("phase:N"),
         tooltip=["arm:N", "phase:N", alt.Tooltip("ms:Q", format=".3f"), alt.Tooltip("share:Q", format=".1%")],
-    ).properties(width=WIDTH, title="Step-time breakdown (draft / verify / extend / other)")
+    ).properties(width=WIDTH, title="Step-time breakdown (draft / verify / extend / other / GPU idle gap)")
 
 
 def accept_chart(c: Comparison) -> alt.Chart | None:

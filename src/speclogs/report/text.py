@@ -198,10 +198,11 @@ def summary_lines(c: Comparison) -> list[str]:
     for p in c.phases:
         by_arm.setdefault(p.arm, {})[p.phase] = p
     for arm, phases in by_arm.items():
-        verify, draft, cycle = phases.get("verify"), phases.get("draft"), phases.get("cycle")
+        verify, draft, cycle, gap = phases.get("verify"), phases.get("draft"), phases.get("cycle"), phases.get("gap")
         if verify and draft and cycle:
+            idle = f"; the GPU then idles {gap.mean_ms:.2f} ms before the next cycle" if gap else ""
             lines.append(f"{arm} (profiled cycles): verify {verify.mean_ms:.2f} ms = {verify.share:.0%} of the "
-                         f"{cycle.mean_ms:.2f} ms cycle, draft {draft.share:.1%}")
+                         f"{cycle.mean_ms:.2f} ms GPU cycle, draft {draft.share:.1%}{idle}")
     for e in c.effects:
         if e.kind in ("main", "interaction") and e.source == "client" or (
                 e.kind in ("main", "interaction") and not any(x.source == "client" for x in c.effects)):

@@ -59,6 +59,7 @@ def effects_chart(c: Comparison) -> alt.Chart | None:
 
 def cycle_chart(c: Comparison) -> alt.Chart | None:
     # the stacked parts add up to the time per cycle: draft + verify + extend + other (+ the GPU idle gap when measured)
+    order = ["draft", "verify", "extend", "other", "gap", "decode step (not profiled)"]
     rows = [{"arm": p.arm, "phase": p.phase, "ms": p.mean_ms, "share": p.share} for p in c.phases
             if p.phase not in ("cycle", "wall")]
     profiled = {p.arm for p in c.phases}
@@ -66,11 +67,13 @@ def cycle_chart(c: Comparison) -> alt.Chart | None:
              for a in c.arms if a.name not in profiled and a.cycle_ms is not None]
     if not rows:
         return None
+    for row in rows:
+        row["position"] = order.index(row["phase"])
     return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
         y=alt.Y("arm:N", title=None, sort=[a.name for a in c.arms]),
         x=alt.X("ms:Q", title="time per decode step / speculative cycle (ms)", stack="zero"),
-        color=alt.Color("phase:N", sort=["draft", "verify", "extend", "other", "gap", "decode step (not profiled)"]),
-        order=alt.Order("phase:N"),
+        color=alt.Color("phase:N", sort=order),
+        order=alt.Order("position:Q"),
         tooltip=["arm:N", "phase:N", alt.Tooltip("ms:Q", format=".3f"), alt.Tooltip("share:Q", format=".1%")],
     ).properties(width=WIDTH, title="Step-time breakdown (draft / verify / extend / other / GPU idle gap)")
 

@@ -15,6 +15,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,8 +96,7 @@ def last_milestone(log_path: Path, tail_bytes: int = 65536) -> str:
 
 def group_pids(pgid: int) -> list[int]:
     """Live (non-zombie) processes whose process group is `pgid`, from /proc; falls back to killpg(0)."""
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").exists():
+    if not Path("/proc/self/stat").exists():
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
@@ -105,17 +105,9 @@ def group_pids(pgid: int) -> list[int]:
             return [pgid]
         return [pgid]
     pids: list[int] = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ... ; comm may contain spaces/parens
-        fields = stat[stat.rfind(")") + 2:].split()
+    for pid, fields in _proc_stats():
         if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            pids.append(int(entry.name))
+            pids.append(pid)
     return pids
 
 
@@ -198,19 +190,9 @@ def stop_orphan_group(pgid: int, grace_s: float) -> list[int]:
 def descendants(pid: int) -> set[int]:
     """All live descendants of `pid` (from /proc), to catch children that left the process group."""
     children: dict[int, list[int]] = {}
-    proc = Path("/proc")
-    if not proc.exists():
-        return set()
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
+    for child, fields in _proc_stats():
         if len(fields) >= 2:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
+            children.setdefault(int(fields[1]), []).append(child)
     found: set[int] = set()
     todo = [pid]
     while todo:
@@ -237,6 +219,22 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _proc_stats() -> Iterator[tuple[int, list[str]]]:
+    """(pid, fields after the command name: state ppid pgrp …) for every process in /proc (none without /proc).
+    The command name may hold spaces and parentheses, so the fields start after its last ')'."""
+    proc = Path("/proc")
+    if not proc.exists():
+        return
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        yield int(entry.name), stat[stat.rfind(")") + 2:].split()
 
 
 def _alive(pid: int) -> bool:

@@ -105,7 +105,7 @@ def staged(log: Path) -> dict[str, float]:
     from speclogs.ingest.lines import build_lines
     from speclogs.ingest.logfile import DEFAULT_CHUNK_BYTES, _assemble_fast, chunk_bounds
     from speclogs.ingest.sources import make_valid_text
-    from speclogs.store import _insert, _TableColumns, _with_keys, connect
+    from speclogs.store import _PendingRows, _TableColumns, connect
 
     stages = dict.fromkeys(("grammars", "read", "lines", "classify", "assemble", "insert"), 0.0)
     t = time.perf_counter()
@@ -116,7 +116,7 @@ def staged(log: Path) -> dict[str, float]:
     stages["read"] = time.perf_counter() - t
     with tempfile.TemporaryDirectory() as tmp:
         con = connect(Path(tmp) / "s.duckdb")
-        columns = _TableColumns(con)
+        pending = _PendingRows(con, _TableColumns(con), "bench", str(log))
         con.execute("BEGIN TRANSACTION")
         first, launches = 1, 0
         view = memoryview(data)
@@ -132,11 +132,13 @@ def staged(log: Path) -> dict[str, float]:
             stages["assemble"] += time.perf_counter() - t
             t = time.perf_counter()
             for table, frame in chunk.tables.items():
-                _insert(con, columns, table, _with_keys(frame, table, "bench", str(log)))
+                if frame.height:
+                    pending.add(table, frame)
             stages["insert"] += time.perf_counter() - t
             first += lines.total_lines
             launches += len(chunk.launch_starts)
         t = time.perf_counter()
+        pending.flush_all()
         con.execute("COMMIT")
         stages["insert"] += time.perf_counter() - t
         con.close()

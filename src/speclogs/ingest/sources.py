@@ -371,7 +371,7 @@ _REPLACEMENT = "\ufffd".encode("utf-8")
 
 def make_valid_text(raw: bytes) -> tuple[bytes, int, int]:
     """→ (valid UTF-8 bytes, invalid sequences replaced, NUL bytes replaced)."""
-    nuls = raw.count(b"\x00")
+    nuls = raw.count(b"\x00") if b"\x00" in raw else 0  # `in` is memchr; count walks byte by byte
     if nuls:
         raw = raw.replace(b"\x00", _REPLACEMENT)
     if raw.isascii():

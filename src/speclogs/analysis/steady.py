@@ -19,8 +19,6 @@ no warm-up flag at all (older `*.bench.json`), its first request (lowest request
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import polars as pl
 
@@ -136,7 +134,3 @@ def client_rows(bench: pl.DataFrame) -> pl.DataFrame:
     )
     reason = pl.when(is_warmup).then(pl.lit("warmup")).when(bad).then(pl.lit("non_finite")).otherwise(pl.lit(None, pl.Utf8))
     return rows.with_columns(reason.alias("excluded_reason")).drop(["_has_flag", "_first_index"])
-
-
-def finite_positive(x: float | None) -> bool:
-    return x is not None and math.isfinite(x) and x > 0

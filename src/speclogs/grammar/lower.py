@@ -69,7 +69,7 @@ def _trie(words: list[str]) -> str:
     for w in words:
         groups.setdefault(w[0], []).append(w)
     branches = []
-    for first, members in groups.items():
+    for members in groups.values():
         if len(members) == 1:
             branches.append(escape(members[0]))
             continue

@@ -119,11 +119,6 @@ class Plan:
                 order.append(LaunchSpec(cell=cell, launch=launch, order_index=len(order)))
         return order
 
-    def line_of(self, key: str, cell: Cell | None = None) -> int:
-        """Line of `key = …` in the plan text (inside `cell`'s table when given); the cell's header line otherwise."""
-        start = cell.line_no if cell else 0
-        return _find_key_line(self.text, key, start) or (cell.line_no if cell else 1)
-
 
 def load_plan(path: str | Path) -> Plan:
     """Read and validate a plan file. Raises PlanError naming file:line."""

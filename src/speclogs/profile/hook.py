@@ -259,7 +259,7 @@ def _wrap_cycle(state: Instrumentation, original: Callable[..., Any]) -> Callabl
         state.guard("cycle start", _begin_cycle, profiler, batch)
         try:
             result = original(self, batch, *args, **kwargs)
-        except BaseException:
+        except BaseException:  # whatever SGLang raised (even KeyboardInterrupt): drop the half cycle, re-raise as is
             state.guard("cycle abandon", profiler.abandon_cycle)
             raise
         if state.profiler is profiler:  # not disabled during the cycle

@@ -160,16 +160,32 @@ def assemble(
 
 
 def _launch_facts(tables: dict[str, pl.DataFrame]) -> list[tuple[int, str, object]]:
-    """The few timestamped events launches are summarised by: server_args, ready, cuda_graph_end, sigterm, /health 200."""
-    facts: list[tuple[int, str, object]] = []
+    """The few timestamped events launches are summarised by: server_args, ready, cuda_graph_end, sigterm, /health 200.
+
+    Launches use only the earliest and latest time of each event, so a chunk reports just those two per
+    (launch_no, event) rather than a tuple for every /health request."""
+    parts: list[pl.DataFrame] = []
     events = tables.get("server_events")
     if events is not None and "kind" in events.columns and "ts" in events.columns:
         picked = events.filter(pl.col("kind").is_in(LAUNCH_EVENT_KINDS) & pl.col("ts").is_not_null())
-        facts += picked.select("launch_no", "kind", "ts").rows()
+        parts.append(picked.select("launch_no", pl.col("kind").alias("fact"), "ts"))
     http = tables.get("http_requests")
     if http is not None and {"path", "status", "ts"} <= set(http.columns):
         health = http.filter(pl.col("path").str.starts_with("/health") & (pl.col("status") == 200) & pl.col("ts").is_not_null())
-        facts += [(launch, "health_200", ts) for launch, ts in health.select("launch_no", "ts").rows()]
+        parts.append(health.select("launch_no", pl.lit("health_200").alias("fact"), "ts"))
+    if not parts:
+        return []
+    spans = (
+        pl.concat(parts)
+        .group_by("launch_no", "fact")
+        .agg(pl.col("ts").min().alias("first_ts"), pl.col("ts").max().alias("last_ts"))
+        .sort("launch_no", "fact")
+    )
+    facts: list[tuple[int, str, object]] = []
+    for launch_no, fact, first_ts, last_ts in spans.rows():
+        facts.append((launch_no, fact, first_ts))
+        if last_ts != first_ts:
+            facts.append((launch_no, fact, last_ts))
     return facts
 
 

@@ -57,35 +57,42 @@ def parse_log_chunks(
     the per-chunk assembly, which numbers launches, runs in order."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, not {method!r}")
-    chunks = []
-    first_line_no = 1
-    for start, end in chunk_bounds(data, chunk_bytes):
-        chosen = method if method != "auto" else ("polars" if end - start >= SMALL_CHUNK_BYTES else "regex")
-        chunks.append((start, end, first_line_no, chosen))
-        first_line_no += data.count(b"\n", start, end) + (0 if data[end - 1 : end] == b"\n" else 1)
     launches_before = 0
     view = memoryview(data)
     with ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="speclogs-classify") as pool:
-        pending: deque = deque()
-        for index, (start, end, first, chosen) in enumerate(chunks):
-            if chosen == "polars":
-                pending.append(pool.submit(_classify_chunk_fast, view[start:end], engine, first))
-            else:
-                pending.append(None)
-            if len(pending) < PARSE_THREADS and index + 1 < len(chunks):
-                continue
-            while pending and (len(pending) >= PARSE_THREADS or index + 1 == len(chunks)):
-                future = pending.popleft()
-                done_index = index - len(pending)
-                d_start, d_end, d_first, d_chosen = chunks[done_index]
-                if future is None:
-                    result = _parse_chunk_slow(bytes(view[d_start:d_end]), engine, d_first, launches_before, d_chosen)
-                else:
-                    lines, claims = future.result()
-                    result = _assemble_fast(engine, lines, claims, d_first, launches_before)
+        pending: deque = deque()  # (start, end, first_line_no, method, future or None), in file order
+        for start, end, first_line_no, chosen in _planned_chunks(data, method, chunk_bytes):
+            future = pool.submit(_classify_chunk_fast, view[start:end], engine, first_line_no) if chosen == "polars" else None
+            pending.append((start, end, first_line_no, chosen, future))
+            while len(pending) >= PARSE_THREADS:
+                result = _finish_chunk(view, engine, pending.popleft(), launches_before)
                 launches_before += len(result.launch_starts)
-                result.byte_end = d_end
                 yield result
+        while pending:
+            result = _finish_chunk(view, engine, pending.popleft(), launches_before)
+            launches_before += len(result.launch_starts)
+            yield result
+
+
+def _planned_chunks(data: bytes, method: str, chunk_bytes: int) -> Iterator[tuple[int, int, int, str]]:
+    """(start, end, first_line_no, method) per chunk; lines are counted as the chunks are handed out, so the
+    first chunk starts parsing before the rest of the file is counted."""
+    first_line_no = 1
+    for start, end in chunk_bounds(data, chunk_bytes):
+        chosen = method if method != "auto" else ("polars" if end - start >= SMALL_CHUNK_BYTES else "regex")
+        yield start, end, first_line_no, chosen
+        first_line_no += data.count(b"\n", start, end) + (0 if data[end - 1 : end] == b"\n" else 1)
+
+
+def _finish_chunk(view: memoryview, engine: Engine, planned: tuple, launches_before: int) -> ChunkResult:
+    start, end, first_line_no, chosen, future = planned
+    if future is None:
+        result = _parse_chunk_slow(bytes(view[start:end]), engine, first_line_no, launches_before, chosen)
+    else:
+        lines, claims = future.result()
+        result = _assemble_fast(engine, lines, claims, first_line_no, launches_before)
+    result.byte_end = end
+    return result
 
 
 def _classify_chunk_fast(chunk: memoryview, engine: Engine, first_line_no: int):

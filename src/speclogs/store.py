@@ -659,7 +659,7 @@ def _insert(connection, columns: "_TableColumns", table: str, frame: pl.DataFram
     keys = keys or {}
     columns.ensure(table, frame, keys)
     constants = "".join(f', ?::VARCHAR AS "{name}"' for name in keys)
-    connection.register("_speclogs_frame", frame.to_arrow())
+    connection.register("_speclogs_frame", frame.to_arrow(compat_level=pl.CompatLevel.newest()))  # string_view: zero-copy
     try:
         connection.execute(f'INSERT INTO "{table}" BY NAME SELECT *{constants} FROM _speclogs_frame', list(keys.values()))
     finally:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import os
-from pathlib import Path
 
 from conftest import MATRIX, query, run_cli, scalar
 from speclogs.store import ingest_paths

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import MATRIX, SRC, query, scalar
+from conftest import MATRIX, query, scalar
 from speclogs.errors import StoreError
 from speclogs.store import connect, ingest_paths, run_query
 

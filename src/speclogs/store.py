@@ -251,7 +251,7 @@ def ingest_paths(
                 on_progress(ProgressEvent(_short(item.source_file), tally.bytes_done, tally.bytes_total, index, tally.files_total, show))
             if on_progress is not None:
                 done_before = tally.bytes_done
-                writer.on_chunk = lambda fraction, item=item, done_before=done_before: on_progress(
+                writer.on_chunk = lambda fraction, item=item, done_before=done_before, index=index: on_progress(
                     ProgressEvent(_short(item.source_file), done_before + int(fraction * item.size_bytes),
                                   tally.bytes_total, index, tally.files_total, show)
                 )

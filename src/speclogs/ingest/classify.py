@@ -119,7 +119,7 @@ def compile_engine(grammars: GrammarSet) -> Engine:
             if name not in schema:
                 schema[name] = _constant_dtype(value)
         if p.derive is not None:
-            for name, value in p.derive({}).items():
+            for name in p.derive({}):
                 if name not in schema:
                     schema[name] = pl.Int32 if name.endswith("_rank") else pl.Utf8
         compiled.append(CompiledPattern(pattern=p, hit_regex="^(?P<_hit>)" + body, schema=schema))

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import polars as pl
 
+from speclogs.errors import InputError
 from speclogs.ingest.classify import Engine, classify_fast, classify_slow
 from speclogs.ingest.lines import build_lines, pieces_slow
 from speclogs.ingest.records import ChunkResult, assemble
@@ -56,7 +57,8 @@ def parse_log_chunks(
     With polars, up to PARSE_THREADS chunks are split and classified at once (polars releases the GIL);
     the per-chunk assembly, which numbers launches, runs in order."""
     if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+        raise InputError(f"ingest method must be one of {', '.join(METHODS)}, not {method!r}",
+                         hint="'auto' picks the compiled fast path and falls back to pyparsing where it must")
     launches_before = 0
     view = memoryview(data)
     with ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="speclogs-classify") as pool:

@@ -49,10 +49,6 @@ class NcclProbeFile:
     warnings: tuple[str, ...]
 
 
-def is_nccl_probe_file(path: Path) -> bool:
-    return path.name.endswith(".nccl_probe.json")
-
-
 def read_nccl_probe(path: Path) -> NcclProbeFile:
     """Parse one probe JSON file. Raises InputError naming the file and what is wrong with it."""
     try:

@@ -106,7 +106,7 @@ def cycle_accounting(phases: list[PhaseStat], arms: list[Arm]) -> list[Finding]:
             what = f"{parts} {rows['cycle'].mean_ms:.2f} ms + GPU idle gap {rows['gap'].mean_ms:.2f} ms = {measured:.2f} ms"
         else:
             measured = rows["cycle"].mean_ms
-            what = f"{parts} = {measured:.2f} ms (no gap_ms: these lines predate the profiler's GPU idle measurement)"
+            what = f"{parts} = {measured:.2f} ms (no gap_ms on these spec_cycle lines, so GPU idle time between cycles is not counted)"
         off = measured / implied - 1.0
         message = f"{arm}: {what} per cycle vs {implied:.2f} ms implied by accept len / throughput ({off:+.1%})"
         if abs(off) <= CYCLE_ACCOUNTING_TOLERANCE:

@@ -235,7 +235,7 @@ def _print_error(message: str, hint: str | None) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-# --- speclogs probe nccl (task N) -------------------------------------------------------------------
+# --- speclogs probe nccl ---
 probe_app = typer.Typer(help="Microbenchmarks run on the GPU machine (torch needed there; no duckdb/polars).", no_args_is_help=True)
 app.add_typer(probe_app, name="probe")
 
@@ -294,7 +294,7 @@ def probe_nccl(
         raise ProbeError(result.message, hint=f"the outcome is recorded in {out_path}")
 
 
-# --- speclogs launch / synth-pair (task L) ----------------------------------------------------------
+# --- speclogs launch / synth-pair ---
 @app.command()
 def launch(
     plan: Path = typer.Argument(..., help="Launch plan (TOML): server command, cells, benchmark. See docs/launcher.md."),
@@ -392,7 +392,7 @@ def synth_pair(
         highlight=False)
 
 
-# --- speclogs report (task R) -----------------------------------------------------------------------
+# --- speclogs report ---
 class ReportFormat(str, Enum):
     terminal = "terminal"
     json = "json"
@@ -452,7 +452,7 @@ def report(
         _stderr_console().print(f"wrote {html}", highlight=False)
 
 
-# --- speclogs grammars check / list (task G) --------------------------------------------------------
+# --- speclogs grammars check / list ---
 grammars_app = typer.Typer(help="Line grammars: validate your own grammar files, list the loaded patterns.", no_args_is_help=True)
 app.add_typer(grammars_app, name="grammars")
 

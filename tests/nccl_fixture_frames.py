@@ -1,6 +1,6 @@
 """Test scaffolding: NcclFrames built straight from the real fixture logs with a few regexes.
 
-Stands in for `speclogs ingest` + the NCCL grammar (tasks I and G) so the evidence functions can be
+Stands in for `speclogs ingest` + the NCCL grammar so the evidence functions can be
 tested on the real lines; tests/test_nccl_evidence.py also runs them on the real ingest when it exists.
 Rows follow schema.sql's nccl_events / server_events / server_args columns.
 """

@@ -154,7 +154,7 @@ def test_latency_interpolation_is_linear_in_log_size():
 
 
 def test_evidence_from_the_real_ingest_matches(tmp_path):
-    """The same evidence through `speclogs ingest` (tasks I + G) and DuckDB instead of the test scaffolding."""
+    """The same evidence through `speclogs ingest` (grammars + store) and DuckDB instead of the test scaffolding."""
     store = pytest.importorskip("speclogs.store", reason="speclogs ingest (store) is not in this tree yet")
     from speclogs.analysis.nccl import nccl_evidence
 

@@ -42,7 +42,7 @@ max_new_tokens = 8
 
 
 def test_launch_then_ingest_puts_the_runs_in_duckdb(tmp_path):
-    duckdb = pytest.importorskip("duckdb")
+    import duckdb
     plan = plan_file(tmp_path, '[[cells]]\nname = "eagle3"\nfactors = {spec = "eagle3"}')
     db = tmp_path / "runs.duckdb"
     result = speclogs("launch", str(plan), "--out", str(tmp_path / "out"), "--db", str(db))

@@ -155,7 +155,7 @@ def test_latency_interpolation_is_linear_in_log_size():
 
 def test_evidence_from_the_real_ingest_matches(tmp_path):
     """The same evidence through `speclogs ingest` (grammars + store) and DuckDB instead of the test scaffolding."""
-    store = pytest.importorskip("speclogs.store", reason="speclogs ingest (store) is not in this tree yet")
+    from speclogs import store
     from speclogs.analysis.nccl import nccl_evidence
 
     db = tmp_path / "m.duckdb"
@@ -194,7 +194,7 @@ def test_single_gpu_run_needs_no_nccl():
 
 
 def test_restart_through_the_real_ingest(tmp_path):
-    store = pytest.importorskip("speclogs.store", reason="speclogs ingest (store) is not in this tree yet")
+    from speclogs import store
     from speclogs.analysis.nccl import nccl_evidence
 
     restarted = tmp_path / "restarted.log"

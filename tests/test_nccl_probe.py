@@ -60,7 +60,7 @@ def test_bandwidths_in_decimal_gb_per_second():
 
 
 def test_percentiles_match_numpy_linear():
-    numpy = pytest.importorskip("numpy")
+    import numpy
     values = [float(v) for v in numpy.random.default_rng(7).gamma(2.0, 10.0, size=37)]
     for q in (0, 10, 50, 90, 100):
         assert percentile(values, q) == pytest.approx(float(numpy.percentile(values, q)))
@@ -210,7 +210,7 @@ def test_more_gpus_than_exist_and_single_gpu_are_outcomes(standin, monkeypatch):
 
 
 def test_probe_json_round_trips_into_a_real_duckdb_table(standin, tmp_path):
-    duckdb = pytest.importorskip("duckdb")
+    import duckdb
     from speclogs.ingest.nccl_probe import NCCL_PROBE_COLUMNS, read_nccl_probe
     result = run_probe(standin("default", "tuned:NCCL_PROTO=LL", "hang:STANDIN_MODE=hang_init",
                                tokens=(1, 2), init_timeout_s=1.0))

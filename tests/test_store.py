@@ -83,7 +83,7 @@ def test_sql_is_read_only(db_path):
     result = run_query(db_path, "SELECT count(*) AS n FROM decode_batches")
     assert result.columns == ("n",) and result.rows == ((37,),)
     with pytest.raises(StoreError) as caught:
-        run_query(db_path, "DELETE FROM decode_batches")
+        run_query(db_path, "DELETE FROM files")
     assert "read-only" in str(caught.value).lower()
     assert scalar(db_path, "SELECT count(*) FROM decode_batches") == 37
 
@@ -97,7 +97,7 @@ def test_sql_without_database_says_so(tmp_path):
 def test_schema_is_created_once_and_versioned(db_path):
     connect(db_path).close()
     connect(db_path).close()
-    assert scalar(db_path, "SELECT value FROM meta WHERE key = 'schema_version'") == "1"
+    assert scalar(db_path, "SELECT value FROM meta WHERE key = 'schema_version'") == "2"
 
 
 def write_launch_dir(root: Path, cell: str, launch: int, uid: str) -> Path:

@@ -1,4 +1,8 @@
--- speclogs SQL contract, schema version 1. Stable: columns may be added, never renamed or removed.
+-- speclogs SQL contract, schema version 2. Stable: columns may be added, never renamed or removed.
+-- prefill_batches, decode_batches and http_requests (millions of rows, each line filling only some columns)
+-- are VIEWS: `_<name>` below holds their contract columns and types, and the rows live in narrow tables
+-- `_<name>_<hash>`, one per set of filled columns (DuckDB writes every NULL of a wide table: 2× the insert
+-- cost). Query the views; the store keeps them up to date.
 -- Every parsed row carries run_id, source_file, line_no (1-based physical line in the source file),
 -- and launch_no / ts / tp_rank where the line has them. Units are in the column names.
 
@@ -43,7 +47,7 @@ CREATE TABLE IF NOT EXISTS server_args (
   name VARCHAR, value VARCHAR, value_json JSON
 );
 
-CREATE TABLE IF NOT EXISTS prefill_batches (
+CREATE TABLE IF NOT EXISTS _prefill_batches (
   run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
   dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, rank_tags VARCHAR,
   iter INTEGER, new_seq INTEGER, new_tokens BIGINT, cached_tokens BIGINT, cache_hit_rate_pct DOUBLE,
@@ -58,7 +62,7 @@ CREATE TABLE IF NOT EXISTS prefill_batches (
   replay_tokens BIGINT, optimistic_req INTEGER, waiting_image_req INTEGER
 );
 
-CREATE TABLE IF NOT EXISTS decode_batches (
+CREATE TABLE IF NOT EXISTS _decode_batches (
   run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
   dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, rank_tags VARCHAR,
   iter INTEGER, running_req INTEGER, num_tokens BIGINT, token_usage DOUBLE,
@@ -76,7 +80,7 @@ CREATE TABLE IF NOT EXISTS decode_batches (
 );
 
 -- uvicorn access lines (GET /health → status) and uvicorn INFO lines are server_events.
-CREATE TABLE IF NOT EXISTS http_requests (
+CREATE TABLE IF NOT EXISTS _http_requests (
   run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
   level VARCHAR, client_ip VARCHAR, client_port INTEGER, method VARCHAR, path VARCHAR, http_version VARCHAR,
   status INTEGER, status_text VARCHAR,

@@ -9,6 +9,7 @@ summary; nothing raises for a bad input file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import queue
 import re
@@ -41,7 +42,9 @@ from speclogs.ingest import (
 )
 from speclogs.ingest.sources import STDIN_NAME
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+# Views over narrow tables, one per set of filled columns (see schema.sql); the rest are plain tables.
+SHARDED_TABLES = ("prefill_batches", "decode_batches", "http_requests")
 PROGRESS_MIN_BYTES = 8 << 20
 _LOCK_PID = re.compile(r"PID (\d+)")
 _POLARS_TO_SQL = {
@@ -90,15 +93,51 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
         raise StoreError(f"cannot open {path}: {error}", hint="is it a DuckDB file written by speclogs?") from error
     if not read_only:
         try:
+            _check_version(connection, path)
             connection.execute(schema_sql())
             connection.execute(VIEWS_SQL)
             connection.execute(
                 "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [SCHEMA_VERSION]
             )
+            shards = _shard_names(connection)
+            for table in SHARDED_TABLES:
+                connection.execute(_sharded_view_sql(table, shards.get(table, [])))
         except duckdb.Error as error:
             connection.close()
             raise StoreError(f"cannot create the speclogs schema in {path}: {error}", hint="use a new --db file") from error
+        except StoreError:
+            connection.close()
+            raise
     return connection
+
+
+def _check_version(connection, path: Path) -> None:
+    """A database written by another schema version is not written to (reading it still works)."""
+    has_meta = connection.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = 'meta'"
+    ).fetchone()[0]
+    if not has_meta:
+        return
+    found = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if found is not None and found[0] != SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} was written by another speclogs version (schema {found[0]}, this one writes schema {SCHEMA_VERSION})",
+            hint="ingest into a new --db file; `speclogs sql` still reads this one",
+        )
+
+
+def _shard_names(connection) -> dict[str, list[str]]:
+    """Sharded table → its narrow tables, in name order."""
+    names = [row[0] for row in connection.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' ORDER BY table_name"
+    ).fetchall()]
+    return {table: [n for n in names if n.startswith(f"_{table}_")] for table in SHARDED_TABLES}
+
+
+def _sharded_view_sql(table: str, shards: Sequence[str]) -> str:
+    """The view of a sharded table: its contract base (columns and types, no rows) and every narrow table, by name."""
+    parts = [f'SELECT * FROM "_{table}"'] + [f'SELECT * FROM "{shard}"' for shard in shards]
+    return f'CREATE OR REPLACE VIEW "{table}" AS ' + " UNION ALL BY NAME ".join(parts)
 
 
 def _store_error(path: Path, error: duckdb.Error) -> StoreError:
@@ -242,6 +281,8 @@ def ingest_paths(
     show = tally.bytes_total >= PROGRESS_MIN_BYTES or tally.files_total > 50
     connection = connect(db_path)
     try:
+        # RLE's analysis pass costs ~15 % of the insert CPU; bit-packing and dictionaries store these columns as small
+        connection.execute("SET disabled_compression_methods = 'rle'")
         writer = _Writer(connection, tally)
         stored: dict[str, set[str]] = {}
         for source, sha in connection.execute("SELECT source_file, sha256 FROM files").fetchall():
@@ -474,6 +515,7 @@ class _Writer:
             connection.execute("COMMIT")
         except _FAILURES:
             connection.execute("ROLLBACK")
+            self.columns.reload()
             raise
 
     def _finish(self, batch: list[_Prepared]) -> None:
@@ -544,6 +586,7 @@ class _Writer:
                 except queue.Empty:
                     pass
             connection.execute("ROLLBACK")
+            self.columns.reload()
             self.tally.skip(f"failed and rolled back ({type(error).__name__}: {_first_line(error)})", source_file)
             return
         self.tally.add(prepared)
@@ -614,19 +657,48 @@ def _drift_frame(examples, launch_starts: list[int]) -> pl.DataFrame:
 
 
 class _TableColumns:
-    """Column names per table, cached; creates tables and adds columns the grammars fill but schema.sql lacks."""
+    """Column names per physical table, cached; creates tables (and the narrow tables of sharded ones) and adds
+    columns the grammars fill but schema.sql lacks."""
 
     def __init__(self, connection) -> None:
         self._connection = connection
+        self.reload()
+
+    def reload(self) -> None:
+        """Read the tables again (after a rollback undid some that were created)."""
         self._columns: dict[str, dict[str, str]] = {}
-        rows = connection.execute(
-            "SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = 'main'"
+        rows = self._connection.execute(
+            "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE schema_name = 'main' "
+            "AND table_name IN (SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main') ORDER BY table_name, column_index"
         ).fetchall()
         for table, column, data_type in rows:
             self._columns.setdefault(table, {})[column] = data_type
 
+    def of(self, table: str) -> dict[str, str]:
+        return self._columns[table]
+
     def tables_with(self, column: str) -> list[str]:
-        return [t for t, cols in self._columns.items() if column in cols and t != "line_accounting"]
+        return [t for t, cols in self._columns.items() if column in cols]
+
+    def target(self, table: str, frame: pl.DataFrame, keys: dict[str, str]) -> str:
+        """The physical table `frame`'s rows go to (created when new): the table itself, or for a sharded
+        table the narrow one holding exactly the columns `frame` fills (contract types for contract columns)."""
+        if table not in SHARDED_TABLES:
+            self.ensure(table, frame, keys)
+            return table
+        base = self._columns[f"_{table}"]
+        nulls = frame.null_count().row(0)
+        filled = [name for name, null_count in zip(frame.columns, nulls) if null_count < frame.height]
+        wanted = {name: base.get(name) or _sql_type(frame.schema[name]) for name in filled} | dict.fromkeys(keys, "VARCHAR")
+        digest = hashlib.sha1(repr(sorted(wanted.items())).encode()).hexdigest()[:8]
+        shard = f"_{table}_{digest}"
+        if shard not in self._columns:
+            definitions = ", ".join(f'"{name}" {sql_type}' for name, sql_type in wanted.items())
+            self._connection.execute(f'CREATE TABLE IF NOT EXISTS "{shard}" ({definitions})')
+            self._columns[shard] = wanted
+            shards = sorted(name for name in self._columns if name.startswith(f"_{table}_"))
+            self._connection.execute(_sharded_view_sql(table, shards))
+        return shard
 
     def ensure(self, table: str, frame: pl.DataFrame, keys: dict[str, str]) -> None:
         wanted = {name: _sql_type(dtype) for name, dtype in frame.schema.items()} | dict.fromkeys(keys, "VARCHAR")
@@ -657,7 +729,11 @@ def _insert(connection, columns: "_TableColumns", table: str, frame: pl.DataFram
     if frame.height == 0:
         return 0
     keys = keys or {}
-    columns.ensure(table, frame, keys)
+    table = columns.target(table, frame, keys)
+    stored = columns.of(table)
+    unfilled = [name for name in frame.columns if name not in stored]  # a narrow table holds the filled columns only
+    if unfilled:
+        frame = frame.drop(unfilled)
     constants = "".join(f', ?::VARCHAR AS "{name}"' for name in keys)
     connection.register("_speclogs_frame", frame.to_arrow(compat_level=pl.CompatLevel.newest()))  # string_view: zero-copy
     try:

@@ -28,6 +28,7 @@ RANK_COLUMNS = PREFIX_COLUMNS[2:]
 DRIFT_EXAMPLES_PER_PATTERN = 20
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _COMPACT_BELOW = 0.7  # compact the working set when fewer than this share of its rows are still unclaimed
+_PRESENCE_BELOW_ROWS = 20_000  # from this few rows on, find the gates that occur with one multi-literal search
 
 _DTYPES = {"int": pl.Int64, "float": pl.Float64, "pct": pl.Float64, "bool": pl.Boolean, "str": pl.Utf8}
 _TS_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -64,6 +65,10 @@ class Engine:
             }
             object.__setattr__(self, "_drift_winners", cached)
         return cached
+
+    def gates(self, scope: str) -> tuple[str, ...]:
+        """The distinct non-empty gates of one scope's patterns."""
+        return tuple(dict.fromkeys(c.pattern.gate for c in self.patterns if c.pattern.scope == scope and c.pattern.gate))
 
     def pattern(self, name: str) -> CompiledPattern:
         index = self.__dict__.get("_index")
@@ -165,7 +170,7 @@ def classify_fast(engine: Engine, pieces: pl.DataFrame) -> Claims:
     msg_work = _with_ranks(msg_work)
     line_work = pieces.filter(~prefixed).rename({"text": "src"})
 
-    works = {"message": _Work(msg_work), "line": _Work(line_work)}
+    works = {scope: _Work(frame, engine.gates(scope)) for scope, frame in (("message", msg_work), ("line", line_work))}
     frames: dict[str, pl.DataFrame] = {}
     near_ids: dict[str, pl.DataFrame] = {}
     drift_winners = engine.drift_winners()
@@ -178,7 +183,7 @@ def classify_fast(engine: Engine, pieces: pl.DataFrame) -> Claims:
         if work.alive_count == 0:
             continue
         candidates = work.candidates(p.gate)
-        if not candidates.any():
+        if candidates is None or not candidates.any():
             continue
         cand = work.frame.filter(candidates)
         extracted = cand.get_column("src").str.extract_groups(compiled.hit_regex).struct.unnest()
@@ -224,17 +229,26 @@ def classify_fast(engine: Engine, pieces: pl.DataFrame) -> Claims:
 class _Work:
     """The rows of one scope still to classify; compacted when enough of them were claimed.
 
-    Gate masks are computed once per distinct gate (several patterns share one) and kept across compactions."""
+    Gate masks are computed once per distinct gate (several patterns share one) and kept across compactions.
+    Once few rows are left, one multi-literal search finds which gates occur in them at all: the patterns
+    whose gate does not occur are skipped without a pass of their own (most of the ~100 patterns, in most
+    chunks; each pass costs ~0.3 ms however few the rows)."""
 
-    def __init__(self, frame: pl.DataFrame) -> None:
+    def __init__(self, frame: pl.DataFrame, gates: tuple[str, ...]) -> None:
         self.frame = frame
         self.alive = _all_true(frame.height)
         self.alive_count = frame.height
+        self._all_gates = gates
         self._gates: dict[str, pl.Series] = {}
+        self._present: frozenset[str] | None = None
+        self._find_present()
 
-    def candidates(self, gate: str) -> pl.Series:
+    def candidates(self, gate: str) -> pl.Series | None:
+        """The alive rows that contain `gate`; None when no row does (as far as the presence search knows)."""
         if not gate:
             return self.alive
+        if self._present is not None and gate not in self._present:
+            return None
         mask = self._gates.get(gate)
         if mask is None:
             mask = self._gates[gate] = self.frame.get_column("src").str.contains(gate, literal=True)
@@ -249,6 +263,13 @@ class _Work:
             self.frame = self.frame.filter(keep)
             self._gates = {gate: mask.filter(keep) for gate, mask in self._gates.items()}
             self.alive = _all_true(self.alive_count)
+            self._find_present()
+
+    def _find_present(self) -> None:
+        if self._present is not None or self.frame.height > _PRESENCE_BELOW_ROWS or not self._all_gates:
+            return
+        found = self.frame.get_column("src").str.extract_many(list(self._all_gates), overlapping=True)
+        self._present = frozenset(found.explode().drop_nulls().unique().to_list())
 
 
 def _all_true(n: int) -> pl.Series:

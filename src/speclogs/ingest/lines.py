@@ -111,20 +111,25 @@ def _peel(segment: str) -> str:
         segment = segment[found.end():]
 
 
-# Odd lines: CR, ANSI (real or pasted '^[['), found with a literal multi-search; then, anchored at the start
-# (cheap for the usual '[' lines): blank, kubectl prefix, and for lines not starting with '[' a glued '[20…'
-# record, a glued NCCL record, or another outer prefix.
+# Odd lines: CR, ANSI (real or pasted '^[['), found with a literal multi-search; a kubectl prefix; then, only
+# on the few lines that do not start with '[': blank, a glued '[20…' record, a glued NCCL record, or another
+# outer prefix (none of which a line starting with '[' can be, other than kubectl's '[pod/').
 _ODD_LITERALS = ["\r", "\x1b", "^[["]
-_ODD_LINE = (
-    r"^[ \t\x0b\x0c]*$|^\[pod/|^[^\[].*\[20|"
-    r"^[^\[].*[^A-Za-z0-9._-][A-Za-z0-9][A-Za-z0-9._-]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL |"
+_ODD_UNBRACKETED = (
+    r"^[ \t\x0b\x0c]*$|^.*\[20|"
+    r"^.*[^A-Za-z0-9._-][A-Za-z0-9][A-Za-z0-9._-]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL |"
     + "^(?:" + OUTER_PREFIX_RE.pattern[len("^(?:"):]
 )
 
 
-def needs_split(text: pl.Expr) -> pl.Expr:
+def odd_lines(text: pl.Series) -> pl.Series:
     """Rows the Python piece splitter must see (rare): CR, ANSI, blank, outer prefixes, records glued after text."""
-    return text.str.contains_any(_ODD_LITERALS) | text.str.contains(_ODD_LINE)
+    odd = text.str.contains_any(_ODD_LITERALS) | text.str.starts_with("[pod/")
+    unbracketed = (~text.str.starts_with("[")).arg_true()
+    if len(unbracketed):
+        found = text.gather(unbracketed).str.contains(_ODD_UNBRACKETED)
+        odd = odd.scatter(unbracketed.filter(found), True)
+    return odd
 
 
 def build_lines(data: bytes | memoryview, first_line_no: int = 1) -> Lines:
@@ -140,7 +145,7 @@ def build_lines(data: bytes | memoryview, first_line_no: int = 1) -> Lines:
     )
     if too_long:
         frame = frame.filter(~too_long_mask)
-    odd_mask = frame.select(needs_split(pl.col("text"))).to_series()
+    odd_mask = odd_lines(frame.get_column("text"))
     blank: list[int] = []
     if odd_mask.any():
         odd = frame.filter(odd_mask)

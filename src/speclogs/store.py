@@ -40,7 +40,7 @@ from speclogs.ingest import (
     parse_run_json,
     read_input,
 )
-from speclogs.ingest.sources import STDIN_NAME
+from speclogs.ingest.sources import STDIN_NAME, STREAM_MIN_BYTES
 
 SCHEMA_VERSION = "2"
 # Views over narrow tables, one per set of filled columns (see schema.sql); the rest are plain tables.
@@ -238,7 +238,6 @@ class _Tally:
 # Small files are parsed first and written together, many per transaction (a failing batch is rolled back
 # and written again one file per transaction); a file is never half-written either way. Big logs stream
 # chunk by chunk into their own transaction.
-STREAM_BYTES = 16 << 20
 STREAM_QUEUE_FRAMES = 12  # about one parsed chunk in flight (a chunk gives a handful of table frames)
 INSERT_BATCH_ROWS = 4 * 122_880  # rows gathered per table before one INSERT (4 DuckDB row groups)
 BATCH_BYTES = 32 << 20
@@ -351,7 +350,7 @@ def _ingest_one(writer: "_Writer", item: InputFile, engine, stored: dict[str, se
             tally.skip("content changed since it was ingested (use --replace to re-ingest)", source_file)
         return
     prepared = _Prepared(item=item, source_file=source_file, raw=raw, replaces=bool(known), counts=_FileCounts(kind=item.kind))
-    if item.kind == "log" and len(raw.data) >= STREAM_BYTES:
+    if item.kind == "log" and (raw.stream is not None or len(raw.data) >= STREAM_MIN_BYTES):
         writer.flush()
         writer.write_streaming(prepared, engine, method=method, chunk_bytes=chunk_bytes)
         stored.setdefault(source_file, set()).add(raw.sha256)
@@ -412,7 +411,7 @@ def _parse_file(prepared: _Prepared, engine, emit, *, method: str, chunk_bytes: 
         launch_facts: list[tuple[int, str, object]] = []
         drift_examples = []
         prefixed = 0
-        for chunk in parse_log_chunks(raw.data, engine, method=method, chunk_bytes=chunk_bytes):
+        for chunk in parse_log_chunks(raw.stream or raw.data, engine, method=method, chunk_bytes=chunk_bytes):
             for table, frame in chunk.tables.items():
                 emit(table, frame)
             counts.total += chunk.total_lines
@@ -435,6 +434,8 @@ def _parse_file(prepared: _Prepared, engine, emit, *, method: str, chunk_bytes: 
                 counts.warnings.append(
                     f"{count:,} line(s) look like '{name}' but do not match it (first: line {first.line_no}: {first.error})"
                 )
+        if raw.stream is not None:  # what reading found comes first, as for a file read whole
+            counts.warnings[:0] = raw.stream.warnings()
         if counts.total and prefixed == 0:
             counts.warnings.append(NO_SGLANG_WARNING)
         prepared.launch_rows = _launch_rows(item.run.run_id, prepared.source_file, launch_starts, launch_facts, counts.total)
@@ -543,7 +544,8 @@ class _Writer:
             frames.put((table, frame))
 
         def chunk_done(byte_end: int) -> None:
-            frames.put((_PROGRESS, byte_end / max(1, len(prepared.raw.data))))
+            raw = prepared.raw
+            frames.put((_PROGRESS, byte_end / max(1, raw.size_bytes if raw.stream is not None else len(raw.data))))
 
         def produce() -> None:
             try:
@@ -769,8 +771,8 @@ def _file_row(prepared: _Prepared) -> list:
         counts.unparsed,
         datetime.now(),
         counts.kind,
-        raw.invalid_utf8,
-        raw.nul_bytes,
+        raw.stream.invalid_utf8 if raw.stream is not None else raw.invalid_utf8,
+        raw.stream.nul_bytes if raw.stream is not None else raw.nul_bytes,
         json.dumps(warnings) if warnings else None,
         round(prepared.seconds, 6),
     ]

@@ -23,6 +23,7 @@ from speclogs.errors import InputError
 from speclogs.ingest.classify import Engine, classify_fast, classify_slow
 from speclogs.ingest.lines import build_lines, pieces_slow
 from speclogs.ingest.records import ChunkResult, assemble
+from speclogs.ingest.sources import LogStream
 
 DEFAULT_CHUNK_BYTES = 16 << 20  # two chunks are parsed at once; 32 MiB chunks cost ~140 MB more peak RSS, no speed
 SMALL_CHUNK_BYTES = 512 << 10
@@ -50,9 +51,9 @@ def chunk_bounds(data: bytes, chunk_bytes: int) -> Iterator[tuple[int, int]]:
 
 
 def parse_log_chunks(
-    data: bytes, engine: Engine, *, method: str = "auto", chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    source: bytes | LogStream, engine: Engine, *, method: str = "auto", chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> Iterator[ChunkResult]:
-    """Parse valid UTF-8 log bytes; launch numbers continue across chunks.
+    """Parse a log (valid UTF-8 bytes, or a LogStream read chunk by chunk); launch numbers continue across chunks.
 
     With polars, up to PARSE_THREADS chunks are split and classified at once (polars releases the GIL);
     the per-chunk assembly, which numbers launches, runs in order."""
@@ -60,44 +61,55 @@ def parse_log_chunks(
         raise InputError(f"ingest method must be one of {', '.join(METHODS)}, not {method!r}",
                          hint="'auto' picks the compiled fast path and falls back to pyparsing where it must")
     launches_before = 0
-    view = memoryview(data)
     with ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="speclogs-classify") as pool:
-        pending: deque = deque()  # (start, end, first_line_no, method, future or None), in file order
-        for start, end, first_line_no, chosen in _planned_chunks(data, method, chunk_bytes):
-            future = pool.submit(_classify_chunk_fast, view[start:end], engine, first_line_no) if chosen == "polars" else None
-            pending.append((start, end, first_line_no, chosen, future))
+        pending: deque = deque()  # (chunk, first_line_no, method, byte_end, future or None), in file order
+        for chunk, first_line_no, chosen, byte_end in _planned_chunks(source, method, chunk_bytes):
+            future = pool.submit(_classify_chunk_fast, chunk, engine, first_line_no) if chosen == "polars" else None
+            pending.append((chunk, first_line_no, chosen, byte_end, future))
             while len(pending) >= PARSE_THREADS:
-                result = _finish_chunk(view, engine, pending.popleft(), launches_before)
+                result = _finish_chunk(engine, pending.popleft(), launches_before)
                 launches_before += len(result.launch_starts)
                 yield result
         while pending:
-            result = _finish_chunk(view, engine, pending.popleft(), launches_before)
+            result = _finish_chunk(engine, pending.popleft(), launches_before)
             launches_before += len(result.launch_starts)
             yield result
 
 
-def _planned_chunks(data: bytes, method: str, chunk_bytes: int) -> Iterator[tuple[int, int, int, str]]:
-    """(start, end, first_line_no, method) per chunk; lines are counted as the chunks are handed out, so the
-    first chunk starts parsing before the rest of the file is counted."""
+def _planned_chunks(source: bytes | LogStream, method: str, chunk_bytes: int) -> Iterator[tuple[bytes | memoryview, int, str, int]]:
+    """(chunk, first_line_no, method, byte_end) per chunk; lines are counted as the chunks are handed out, so the
+    first chunk starts parsing before the rest of the file is read or counted. byte_end is in the file's own
+    bytes (what progress is measured in)."""
     first_line_no = 1
-    for start, end in chunk_bounds(data, chunk_bytes):
-        chosen = method if method != "auto" else ("polars" if end - start >= SMALL_CHUNK_BYTES else "regex")
-        yield start, end, first_line_no, chosen
-        first_line_no += data.count(b"\n", start, end) + (0 if data[end - 1 : end] == b"\n" else 1)
+    for chunk, lines, byte_end in _chunks(source, chunk_bytes):
+        chosen = method if method != "auto" else ("polars" if len(chunk) >= SMALL_CHUNK_BYTES else "regex")
+        yield chunk, first_line_no, chosen, byte_end
+        first_line_no += lines
 
 
-def _finish_chunk(view: memoryview, engine: Engine, planned: tuple, launches_before: int) -> ChunkResult:
-    start, end, first_line_no, chosen, future = planned
+def _chunks(source: bytes | LogStream, chunk_bytes: int) -> Iterator[tuple[bytes | memoryview, int, int]]:
+    """(chunk, physical lines in it, byte_end)."""
+    if isinstance(source, LogStream):
+        for chunk in source.chunks(chunk_bytes):
+            yield chunk, chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1), source.bytes_read
+        return
+    view = memoryview(source)
+    for start, end in chunk_bounds(source, chunk_bytes):
+        yield view[start:end], source.count(b"\n", start, end) + (0 if source[end - 1 : end] == b"\n" else 1), end
+
+
+def _finish_chunk(engine: Engine, planned: tuple, launches_before: int) -> ChunkResult:
+    chunk, first_line_no, chosen, byte_end, future = planned
     if future is None:
-        result = _parse_chunk_slow(bytes(view[start:end]), engine, first_line_no, launches_before, chosen)
+        result = _parse_chunk_slow(bytes(chunk), engine, first_line_no, launches_before, chosen)
     else:
         lines, claims = future.result()
         result = _assemble_fast(engine, lines, claims, first_line_no, launches_before)
-    result.byte_end = end
+    result.byte_end = byte_end
     return result
 
 
-def _classify_chunk_fast(chunk: memoryview, engine: Engine, first_line_no: int):
+def _classify_chunk_fast(chunk: bytes | memoryview, engine: Engine, first_line_no: int):
     lines = build_lines(chunk, first_line_no)
     return lines, classify_fast(engine, lines.frame)
 

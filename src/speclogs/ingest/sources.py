@@ -15,6 +15,7 @@ import sys
 import threading
 import zlib
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,6 +110,72 @@ class Sha256Job:
 
 
 BACKGROUND_HASH_BYTES = 16 << 20
+STREAM_MIN_BYTES = 16 << 20  # plain logs this big are read chunk by chunk, never whole
+
+
+class LogStream:
+    """A big plain log on disk, read chunk by chunk: each chunk is hashed and made valid UTF-8 as it is read,
+    so memory holds a few chunks, not the file. Chunks end just before a line that starts with '[' (an SGLang
+    record) where there is one, else after a newline, so no line and no traceback is cut in two."""
+
+    def __init__(self, path: Path, size_bytes: int) -> None:
+        self.path = path
+        self.size_bytes = size_bytes
+        self.bytes_read = 0
+        self.invalid_utf8 = 0
+        self.nul_bytes = 0
+        self._hash = hashlib.sha256()
+        self._digest: str | None = None
+
+    def chunks(self, chunk_bytes: int) -> Iterator[bytes]:
+        """The file's valid-UTF-8 chunks of about chunk_bytes; afterwards `result()` is the sha256 of what was read."""
+        carry = b""
+        with open(self.path, "rb") as handle:
+            while True:
+                block = handle.read(chunk_bytes)
+                if block:
+                    self._hash.update(block)
+                    self.bytes_read += len(block)
+                buffer = carry + block if carry else block
+                if not block:
+                    if buffer:
+                        yield self._valid(buffer)
+                    break
+                cut = buffer.rfind(b"\n[")
+                cut = cut + 1 if cut >= 0 else buffer.rfind(b"\n") + 1
+                if cut <= 0:  # no line end yet (one very long line): keep reading
+                    carry = buffer
+                    continue
+                carry = buffer[cut:]
+                yield self._valid(buffer[:cut])
+        self._digest = self._hash.hexdigest()
+
+    def _valid(self, chunk: bytes) -> bytes:
+        data, invalid, nuls = make_valid_text(chunk)
+        self.invalid_utf8 += invalid
+        self.nul_bytes += nuls
+        return data
+
+    def result(self) -> str:
+        """sha256 of the file: of the bytes read when it was read through, else of the file as it is now."""
+        if self._digest is None:
+            digest = hashlib.sha256()
+            with open(self.path, "rb") as handle:
+                while block := handle.read(1 << 20):
+                    digest.update(block)
+            return digest.hexdigest()
+        return self._digest
+
+    def warnings(self) -> list[str]:
+        """What reading it found (known once it was read through)."""
+        found = []
+        if self.size_bytes and self.bytes_read != self.size_bytes:
+            found.append(f"changed while being read ({self.size_bytes:,} bytes when found, {self.bytes_read:,} when read)")
+        if self.invalid_utf8:
+            found.append(f"{self.invalid_utf8:,} invalid UTF-8 byte sequences replaced by U+FFFD")
+        if self.nul_bytes:
+            found.append(f"{self.nul_bytes:,} NUL bytes replaced by U+FFFD")
+        return found
 
 
 @dataclass(frozen=True)
@@ -116,15 +183,17 @@ class RawInput:
     """A file's decoded-safe bytes (valid UTF-8, NUL bytes replaced) plus what was wrong with it.
 
     `sha256` is of the bytes as stored on disk (before gunzip); for big inputs it is computed in the
-    background and the property waits for it."""
+    background and the property waits for it. A big plain log is not read here: `stream` reads it chunk by
+    chunk (data is empty; its UTF-8 repairs are counted on the stream)."""
 
     data: bytes
-    digest: str | Sha256Job
+    digest: str | Sha256Job | LogStream
     size_bytes: int
     skipped_reason: str | None = None
     warnings: tuple[str, ...] = ()
     invalid_utf8: int = 0
     nul_bytes: int = 0
+    stream: LogStream | None = None
 
     @property
     def sha256(self) -> str:
@@ -293,6 +362,10 @@ def _launch_run(directory: Path) -> RunRef | None:
 def read_input(item: InputFile) -> RawInput:
     """Read one input's bytes: gunzip, refuse binary files, make the text valid UTF-8. Never raises for a bad file."""
     warnings: list[str] = []
+    if item.path is not None and item.kind == "log" and item.size_bytes >= STREAM_MIN_BYTES:
+        streamed = _streamed(item.path, item.size_bytes)
+        if streamed is not None:
+            return streamed
     if item.path is None:
         raw = sys.stdin.buffer.read()
     else:
@@ -326,6 +399,24 @@ def read_input(item: InputFile) -> RawInput:
     return RawInput(
         data=data, digest=sha256, size_bytes=size, warnings=tuple(warnings), invalid_utf8=invalid, nul_bytes=nuls
     )
+
+
+def _streamed(path: Path, size_bytes: int) -> RawInput | None:
+    """A big plain log as a LogStream (after a look at its head); None for gzip, which is read whole."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(BINARY_PROBE_BYTES)
+    except FileNotFoundError:
+        return _skipped("disappeared before it could be read")
+    except OSError as error:
+        return _skipped(f"read error ({error.strerror or error})")
+    if head.startswith(_GZIP_MAGIC):
+        return None
+    binary = binary_reason(head)
+    if binary is not None:
+        return RawInput(data=b"", digest="", size_bytes=size_bytes, skipped_reason=binary)
+    stream = LogStream(path, size_bytes)
+    return RawInput(data=b"", digest=stream, size_bytes=size_bytes, stream=stream)
 
 
 def _skipped(reason: str) -> RawInput:

@@ -1,0 +1,83 @@
+"""Big plain logs are read chunk by chunk (ingest.sources.LogStream): same rows as reading them whole,
+bad bytes counted, the file's sha256 recorded, chunks cut only at line ends."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from conftest import MATRIX
+from speclogs.ingest import sources
+from speclogs.ingest.sources import LogStream
+from speclogs.store import connect, ingest_paths
+
+TABLES = ("decode_batches", "prefill_batches", "http_requests", "server_events", "errors", "unparsed_lines", "launches")
+
+
+def table_rows(db: Path) -> dict[str, list[tuple]]:
+    con = connect(db, read_only=True)
+    try:
+        rows = {}
+        for table in TABLES:
+            columns = [c for c, in con.execute(f"SELECT column_name FROM (DESCRIBE {table})").fetchall() if c not in ("source_file", "run_id")]
+            select = ", ".join(f'"{c}"' for c in columns)
+            rows[table] = con.execute(f"SELECT {select} FROM {table} ORDER BY ALL").fetchall()
+        rows["files"] = con.execute(
+            "SELECT sha256, total_lines, parsed_lines, continuation_lines, unparsed_lines, invalid_utf8, nul_bytes, warnings FROM files"
+        ).fetchall()
+        return rows
+    finally:
+        con.close()
+
+
+def odd_log(tmp_path: Path) -> Path:
+    """A real log with CRLF lines, invalid UTF-8, NUL bytes and a traceback appended."""
+    data = (MATRIX / "eagle3_nccl.log").read_bytes()
+    extra = (
+        b"[2026-02-26 17:19:51 TP0] Decode batch. #running-req: 1, #token: 50, token usage: 0.00, cuda graph: True, "
+        b"gen throughput (token/s): 81.68, #queue-req: 0\r\n"
+        b"caf\xe9 bad bytes \x00 and a NUL\n"
+        b"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nValueError: boom\n"
+    )
+    path = tmp_path / "odd.log"
+    path.write_bytes(data + extra + data[:5000])
+    return path
+
+
+@pytest.mark.parametrize("chunk_bytes", [4096, 65536])
+def test_streamed_log_gives_the_same_rows_as_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_bytes: int) -> None:
+    log = odd_log(tmp_path)
+    whole_db, streamed_db = tmp_path / "whole.duckdb", tmp_path / "streamed.duckdb"
+    ingest_paths([log], whole_db)
+    monkeypatch.setattr(sources, "STREAM_MIN_BYTES", 1024)
+    ingest_paths([log], streamed_db, chunk_bytes=chunk_bytes)
+    whole, streamed = table_rows(whole_db), table_rows(streamed_db)
+    assert streamed == whole
+    sha, total, parsed, continuation, unparsed, invalid, nuls, warnings = streamed["files"][0]
+    assert sha == hashlib.sha256(log.read_bytes()).hexdigest()
+    data = log.read_bytes()
+    assert total == data.count(b"\n") + (not data.endswith(b"\n")) and parsed + continuation + unparsed == total
+    assert (invalid, nuls) == (1, 1) and "invalid UTF-8" in warnings and "NUL" in warnings
+    assert len(whole["decode_batches"]) > 30 and len(whole["http_requests"]) > 5
+
+
+def test_streamed_log_is_idempotent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sources, "STREAM_MIN_BYTES", 1024)
+    log, db = odd_log(tmp_path), tmp_path / "s.duckdb"
+    first = ingest_paths([log], db, chunk_bytes=8192)
+    again = ingest_paths([log], db, chunk_bytes=8192)
+    assert first.files_ingested == 1 and again.files_ingested == 0 and again.files_unchanged == 1
+
+
+def test_chunks_end_at_line_ends_and_cover_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "x.log"
+    lines = [b"[2026-01-01 00:00:00] line %d" % i for i in range(2000)] + [b"  continuation", b"x" * 50_000, b"no newline at end"]
+    path.write_bytes(b"\n".join(lines))
+    stream = LogStream(path, path.stat().st_size)
+    chunks = list(stream.chunks(1000))
+    assert b"".join(chunks) == path.read_bytes()
+    assert all(chunk.endswith(b"\n") for chunk in chunks[:-1])
+    assert len(chunks) > 10 and stream.result() == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert stream.warnings() == []

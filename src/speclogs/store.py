@@ -239,7 +239,8 @@ class _Tally:
 # and written again one file per transaction); a file is never half-written either way. Big logs stream
 # chunk by chunk into their own transaction.
 STREAM_QUEUE_FRAMES = 12  # about one parsed chunk in flight (a chunk gives a handful of table frames)
-INSERT_BATCH_ROWS = 4 * 122_880  # rows gathered per table before one INSERT (4 DuckDB row groups)
+ROW_GROUP_ROWS = 122_880  # DuckDB's row group
+INSERT_BATCH_ROWS = ROW_GROUP_ROWS  # a table's rows are inserted once this many gathered, in whole row groups
 BATCH_BYTES = 32 << 20
 BATCH_FILES = 400
 
@@ -602,10 +603,13 @@ class _Stopped(Exception):
 
 
 class _PendingRows:
-    """A streamed file's rows, inserted per table once INSERT_BATCH_ROWS have gathered (or at the end).
+    """A streamed file's rows, inserted per table in whole row groups once INSERT_BATCH_ROWS have gathered;
+    the rest at the end.
 
-    DuckDB writes full row groups straight to the file during the transaction; many small appends instead
-    leave partial row groups that COMMIT has to merge and write again (measured: a third more CPU)."""
+    DuckDB writes full row groups straight to the file during the transaction; appends of partial row
+    groups leave work that COMMIT has to merge and write again (measured: a third more CPU). Inserting as
+    soon as whole row groups are there keeps that work on the insert thread while parsing goes on, instead
+    of at the end, when nothing else runs."""
 
     def __init__(self, connection, columns: "_TableColumns", run_id: str, source_file: str) -> None:
         self.connection = connection
@@ -619,17 +623,24 @@ class _PendingRows:
         self.frames.setdefault(table, []).append(frame)
         self.rows[table] += frame.height
         if self.rows[table] >= INSERT_BATCH_ROWS:
-            self.flush(table)
-
-    def flush(self, table: str) -> None:
-        frames = self.frames.pop(table)
-        self.rows[table] = 0
-        frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
-        _insert(self.connection, self.columns, table, frame, _keys(table, self.run_id, self.source_file))
+            frame = self._take(table)
+            whole = frame.height - frame.height % ROW_GROUP_ROWS
+            self._insert(table, frame.slice(0, whole))
+            if whole < frame.height:
+                self.frames[table] = [frame.slice(whole)]
+                self.rows[table] = frame.height - whole
 
     def flush_all(self) -> None:
         for table in list(self.frames):
-            self.flush(table)
+            self._insert(table, self._take(table))
+
+    def _take(self, table: str) -> pl.DataFrame:
+        frames = self.frames.pop(table)
+        self.rows[table] = 0
+        return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
+
+    def _insert(self, table: str, frame: pl.DataFrame) -> None:
+        _insert(self.connection, self.columns, table, frame, _keys(table, self.run_id, self.source_file))
 
 
 def _keys(table: str, run_id: str, source_file: str) -> dict[str, str]:

@@ -128,27 +128,34 @@ class LogStream:
         self._digest: str | None = None
 
     def chunks(self, chunk_bytes: int) -> Iterator[bytes]:
-        """The file's valid-UTF-8 chunks of about chunk_bytes; afterwards `result()` is the sha256 of what was read."""
+        """The file's valid-UTF-8 chunks of about chunk_bytes (a small rest joins the last one: it would be
+        parsed alone at the end, when nothing else runs); afterwards `result()` is the sha256 of what was read."""
         carry = b""
         with open(self.path, "rb") as handle:
-            while True:
-                block = handle.read(chunk_bytes)
-                if block:
-                    self._hash.update(block)
-                    self.bytes_read += len(block)
+            block = self._read(handle, chunk_bytes)
+            while block:
+                following = self._read(handle, chunk_bytes)
                 buffer = carry + block if carry else block
-                if not block:
-                    if buffer:
-                        yield self._valid(buffer)
+                if len(following) < chunk_bytes // 4:
+                    while following:
+                        buffer += following
+                        following = self._read(handle, chunk_bytes)
+                    yield self._valid(buffer)
                     break
                 cut = buffer.rfind(b"\n[")
                 cut = cut + 1 if cut >= 0 else buffer.rfind(b"\n") + 1
                 if cut <= 0:  # no line end yet (one very long line): keep reading
-                    carry = buffer
+                    carry, block = buffer, following
                     continue
-                carry = buffer[cut:]
+                carry, block = buffer[cut:], following
                 yield self._valid(buffer[:cut])
         self._digest = self._hash.hexdigest()
+
+    def _read(self, handle, size: int) -> bytes:
+        block = handle.read(size)
+        self._hash.update(block)
+        self.bytes_read += len(block)
+        return block
 
     def _valid(self, chunk: bytes) -> bytes:
         data, invalid, nuls = make_valid_text(chunk)

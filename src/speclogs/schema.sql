@@ -2,7 +2,9 @@
 -- prefill_batches, decode_batches and http_requests (millions of rows, each line filling only some columns)
 -- are VIEWS: `_<name>` below holds their contract columns and types, and the rows live in narrow tables
 -- `_<name>_<hash>`, one per set of filled columns (DuckDB writes every NULL of a wide table: 2× the insert
--- cost). Query the views; the store keeps them up to date.
+-- cost). Those rows carry a small file_key instead of run_id and source_file (two strings per row cost a third
+-- of the insert); the views join them from _file_keys. Query the views; the store keeps them up to date.
+CREATE TABLE IF NOT EXISTS _file_keys (file_key INTEGER, source_file VARCHAR, run_id VARCHAR);
 -- Every parsed row carries run_id, source_file, line_no (1-based physical line in the source file),
 -- and launch_no / ts / tp_rank where the line has them. Units are in the column names.
 
@@ -59,7 +61,8 @@ CREATE TABLE IF NOT EXISTS _prefill_batches (
   attn_cp_rank INTEGER, moe_dp_rank INTEGER,
   mixed_running_req INTEGER,           -- 0.3.x '--enable-mixed-chunk' variant: 'Prefill batch(mixed #running-req: N)'
   full_num_tokens BIGINT, swa_num_tokens BIGINT,   -- 0.4.9 hybrid SWA '#token: full=N, swa=N'
-  replay_tokens BIGINT, optimistic_req INTEGER, waiting_image_req INTEGER
+  replay_tokens BIGINT, optimistic_req INTEGER, waiting_image_req INTEGER,
+  file_key INTEGER                    -- → _file_keys (run_id, source_file)
 );
 
 CREATE TABLE IF NOT EXISTS _decode_batches (
@@ -76,7 +79,8 @@ CREATE TABLE IF NOT EXISTS _decode_batches (
   cached_tokens BIGINT,                -- main after 0.5.23 (PD + decode radix cache)
   gpu_num_tokens BIGINT, gpu_token_usage DOUBLE, cpu_num_tokens BIGINT, cpu_token_usage DOUBLE,
   cap_len DOUBLE, block_accept_len DOUBLE, host_receive_req INTEGER, waiting_image_req INTEGER,
-  est_read_bw_gb_s DOUBLE, est_write_bw_gb_s DOUBLE
+  est_read_bw_gb_s DOUBLE, est_write_bw_gb_s DOUBLE,
+  file_key INTEGER                    -- → _file_keys (run_id, source_file)
 );
 
 -- uvicorn access lines (GET /health → status) and uvicorn INFO lines are server_events.
@@ -84,7 +88,8 @@ CREATE TABLE IF NOT EXISTS _http_requests (
   run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
   level VARCHAR, client_ip VARCHAR, client_port INTEGER, method VARCHAR, path VARCHAR, http_version VARCHAR,
   status INTEGER, status_text VARCHAR,
-  rank_tags VARCHAR, dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, attn_cp_rank INTEGER, moe_dp_rank INTEGER
+  rank_tags VARCHAR, dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, attn_cp_rank INTEGER, moe_dp_rank INTEGER,
+  file_key INTEGER                    -- → _file_keys (run_id, source_file)
 );
 
 -- lifecycle and other recognised single-line records: kind is a stable identifier

@@ -135,9 +135,13 @@ def _shard_names(connection) -> dict[str, list[str]]:
 
 
 def _sharded_view_sql(table: str, shards: Sequence[str]) -> str:
-    """The view of a sharded table: its contract base (columns and types, no rows) and every narrow table, by name."""
+    """The view of a sharded table: its contract base (columns and types, no rows) and every narrow table, by
+    name, with run_id and source_file from their file_key."""
     parts = [f'SELECT * FROM "_{table}"'] + [f'SELECT * FROM "{shard}"' for shard in shards]
-    return f'CREATE OR REPLACE VIEW "{table}" AS ' + " UNION ALL BY NAME ".join(parts)
+    return (
+        f'CREATE OR REPLACE VIEW "{table}" AS SELECT k.run_id, k.source_file, u.* EXCLUDE (file_key, run_id, source_file) '
+        f"FROM ({' UNION ALL BY NAME '.join(parts)}) AS u LEFT JOIN _file_keys AS k USING (file_key)"
+    )
 
 
 def _store_error(path: Path, error: duckdb.Error) -> StoreError:
@@ -509,7 +513,7 @@ class _Writer:
             by_table: dict[str, list[pl.DataFrame]] = {}
             for prepared in batch:
                 for table, frame in prepared.frames:
-                    by_table.setdefault(table, []).append(_with_keys(frame, table, prepared.item.run.run_id, prepared.source_file))
+                    by_table.setdefault(table, []).append(_with_keys(frame, self.columns, table, prepared.item.run.run_id, prepared.source_file))
             for table, frames in by_table.items():
                 frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
                 _insert(connection, self.columns, table, frame)
@@ -640,22 +644,24 @@ class _PendingRows:
         return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
 
     def _insert(self, table: str, frame: pl.DataFrame) -> None:
-        _insert(self.connection, self.columns, table, frame, _keys(table, self.run_id, self.source_file))
+        _insert(self.connection, self.columns, table, frame, _keys(self.columns, table, self.run_id, self.source_file))
 
 
-def _keys(table: str, run_id: str, source_file: str) -> dict[str, str]:
-    """The key columns every row of `table` gets from its file."""
+def _keys(columns: "_TableColumns", table: str, run_id: str, source_file: str) -> dict[str, object]:
+    """The key columns every row of `table` gets from its file: a file_key for the sharded tables."""
+    if table in SHARDED_TABLES:
+        return {"file_key": columns.file_key(source_file, run_id)}
     if table == "nccl_probe":
         return {"source_file": source_file}
     return {"source_file": source_file, "run_id": run_id}
 
 
-def _with_keys(frame: pl.DataFrame, table: str, run_id: str, source_file: str) -> pl.DataFrame:
-    """run_id / source_file on every row (dictionary-encoded: one string per file, not per row)."""
-    keys = [pl.lit(source_file).cast(pl.Categorical).alias("source_file")]
-    if table != "nccl_probe":
-        keys.append(pl.lit(run_id).cast(pl.Categorical).alias("run_id"))
-    return frame.with_columns(keys)
+def _with_keys(frame: pl.DataFrame, columns: "_TableColumns", table: str, run_id: str, source_file: str) -> pl.DataFrame:
+    """The key columns on every row (strings dictionary-encoded: one per file, not per row)."""
+    return frame.with_columns(
+        pl.lit(value, dtype=pl.Int32 if isinstance(value, int) else pl.Categorical).alias(name)
+        for name, value in _keys(columns, table, run_id, source_file).items()
+    )
 
 
 def _drift_frame(examples, launch_starts: list[int]) -> pl.DataFrame:
@@ -686,14 +692,27 @@ class _TableColumns:
         ).fetchall()
         for table, column, data_type in rows:
             self._columns.setdefault(table, {})[column] = data_type
+        self._file_keys = {
+            (source_file, run_id): key
+            for key, source_file, run_id in self._connection.execute("SELECT file_key, source_file, run_id FROM _file_keys").fetchall()
+        }
+
+    def file_key(self, source_file: str, run_id: str) -> int:
+        """The small integer the sharded tables' rows of one file carry (allocated on first use)."""
+        key = self._file_keys.get((source_file, run_id))
+        if key is None:
+            key = max(self._file_keys.values(), default=0) + 1
+            self._connection.execute("INSERT INTO _file_keys VALUES (?, ?, ?)", [key, source_file, run_id])
+            self._file_keys[(source_file, run_id)] = key
+        return key
 
     def of(self, table: str) -> dict[str, str]:
         return self._columns[table]
 
     def tables_with(self, column: str) -> list[str]:
-        return [t for t, cols in self._columns.items() if column in cols]
+        return [t for t, cols in self._columns.items() if column in cols and t != "_file_keys"]
 
-    def target(self, table: str, frame: pl.DataFrame, keys: dict[str, str]) -> str:
+    def target(self, table: str, frame: pl.DataFrame, keys: dict[str, object]) -> str:
         """The physical table `frame`'s rows go to (created when new): the table itself, or for a sharded
         table the narrow one holding exactly the columns `frame` fills (contract types for contract columns)."""
         if table not in SHARDED_TABLES:
@@ -702,7 +721,9 @@ class _TableColumns:
         base = self._columns[f"_{table}"]
         nulls = frame.null_count().row(0)
         filled = [name for name, null_count in zip(frame.columns, nulls) if null_count < frame.height]
-        wanted = {name: base.get(name) or _sql_type(frame.schema[name]) for name in filled} | dict.fromkeys(keys, "VARCHAR")
+        wanted = {name: base.get(name) or _sql_type(frame.schema[name]) for name in filled} | {
+            name: _key_type(value) for name, value in keys.items()
+        }
         digest = hashlib.sha1(repr(sorted(wanted.items())).encode()).hexdigest()[:8]
         shard = f"_{table}_{digest}"
         if shard not in self._columns:
@@ -713,8 +734,8 @@ class _TableColumns:
             self._connection.execute(_sharded_view_sql(table, shards))
         return shard
 
-    def ensure(self, table: str, frame: pl.DataFrame, keys: dict[str, str]) -> None:
-        wanted = {name: _sql_type(dtype) for name, dtype in frame.schema.items()} | dict.fromkeys(keys, "VARCHAR")
+    def ensure(self, table: str, frame: pl.DataFrame, keys: dict[str, object]) -> None:
+        wanted = {name: _sql_type(dtype) for name, dtype in frame.schema.items()} | {name: _key_type(value) for name, value in keys.items()}
         known = self._columns.get(table)
         if known is None:
             definitions = ", ".join(f'"{name}" {sql_type}' for name, sql_type in wanted.items())
@@ -727,6 +748,10 @@ class _TableColumns:
                 known[name] = sql_type
 
 
+def _key_type(value: object) -> str:
+    return "INTEGER" if isinstance(value, int) else "VARCHAR"
+
+
 def _sql_type(dtype: pl.DataType) -> str:
     if isinstance(dtype, pl.Datetime):
         return "TIMESTAMP"
@@ -736,9 +761,9 @@ def _sql_type(dtype: pl.DataType) -> str:
     return "VARCHAR"
 
 
-def _insert(connection, columns: "_TableColumns", table: str, frame: pl.DataFrame, keys: dict[str, str] | None = None) -> int:
-    """One INSERT of `frame`'s columns (the table's others stay NULL); `keys` are constant VARCHAR columns that
-    DuckDB fills itself (cheaper than a column per row through Arrow)."""
+def _insert(connection, columns: "_TableColumns", table: str, frame: pl.DataFrame, keys: dict[str, object] | None = None) -> int:
+    """One INSERT of `frame`'s columns (the table's others stay NULL); `keys` are constant columns (VARCHAR, or
+    INTEGER for a file_key) that DuckDB fills itself (cheaper than a column per row through Arrow)."""
     if frame.height == 0:
         return 0
     keys = keys or {}
@@ -747,7 +772,7 @@ def _insert(connection, columns: "_TableColumns", table: str, frame: pl.DataFram
     unfilled = [name for name in frame.columns if name not in stored]  # a narrow table holds the filled columns only
     if unfilled:
         frame = frame.drop(unfilled)
-    constants = "".join(f', ?::VARCHAR AS "{name}"' for name in keys)
+    constants = "".join(f', ?::{_key_type(value)} AS "{name}"' for name, value in keys.items())
     connection.register("_speclogs_frame", frame.to_arrow(compat_level=pl.CompatLevel.newest()))  # string_view: zero-copy
     try:
         connection.execute(f'INSERT INTO "{table}" BY NAME SELECT *{constants} FROM _speclogs_frame', list(keys.values()))
@@ -759,6 +784,10 @@ def _insert(connection, columns: "_TableColumns", table: str, frame: pl.DataFram
 def _delete_file_rows(connection, columns: _TableColumns, source_file: str) -> None:
     for table in columns.tables_with("source_file"):
         connection.execute(f'DELETE FROM "{table}" WHERE source_file = ?', [source_file])
+    for table in columns.tables_with("file_key"):
+        connection.execute(
+            f'DELETE FROM "{table}" WHERE file_key IN (SELECT file_key FROM _file_keys WHERE source_file = ?)', [source_file]
+        )
 
 
 _FILE_TYPES = {

@@ -151,26 +151,31 @@ def is_server_args(pattern: Pattern) -> bool:
 
 
 def classify_fast(engine: Engine, pieces: pl.DataFrame) -> Claims:
-    """Classify the piece frame (line_no, piece, text) with the compiled regexes in polars."""
+    """Classify the piece frame (line_no, piece, text) with the compiled regexes in polars.
+
+    Per scope, the working set is narrow: the text to match and each row's index into the scope's metadata
+    (line_no, piece, and for messages ts and ranks), which is gathered only for the rows a pattern claims."""
     text = pieces.get_column("text")
     groups = text.str.extract_groups(engine.prefix_regex).struct.unnest()
     prefixed = groups.get_column("_pfx").is_not_null()
     message_rows = pieces.filter(prefixed)
     prefix_groups = groups.filter(prefixed)
     message = message_rows.get_column("text").str.slice(prefix_groups.get_column("_pfx").str.len_chars())
-    msg_work = pl.DataFrame(
-        {
-            "line_no": message_rows.get_column("line_no"),
-            "piece": message_rows.get_column("piece"),
-            "src": message,
-            "ts": _ts_column(prefix_groups),
-            "rank_tags": prefix_groups.get_column("rank_tags").fill_null(""),
-        }
+    msg_meta = _with_ranks(
+        pl.DataFrame(
+            {
+                "line_no": message_rows.get_column("line_no"),
+                "piece": message_rows.get_column("piece"),
+                "ts": _ts_column(prefix_groups),
+                "rank_tags": prefix_groups.get_column("rank_tags").fill_null(""),
+            }
+        )
     )
-    msg_work = _with_ranks(msg_work)
-    line_work = pieces.filter(~prefixed).rename({"text": "src"})
-
-    works = {scope: _Work(frame, engine.gates(scope)) for scope, frame in (("message", msg_work), ("line", line_work))}
+    line_rows = pieces.filter(~prefixed)
+    works = {
+        "message": _Work(message, msg_meta, engine.gates("message")),
+        "line": _Work(line_rows.get_column("text"), line_rows.select("line_no", "piece"), engine.gates("line")),
+    }
     frames: dict[str, pl.DataFrame] = {}
     near_ids: dict[str, pl.DataFrame] = {}
     drift_winners = engine.drift_winners()
@@ -185,27 +190,32 @@ def classify_fast(engine: Engine, pieces: pl.DataFrame) -> Claims:
         candidates = work.candidates(p.gate)
         if candidates is None or not candidates.any():
             continue
-        cand = work.frame.filter(candidates)
-        extracted = cand.get_column("src").str.extract_groups(compiled.hit_regex).struct.unnest()
-        hit = extracted.get_column("_hit").is_not_null()
-        matched = cand.filter(hit)
-        if matched.height:
-            values = extracted.filter(hit)
-            frames[p.name] = _typed_frame(compiled, matched, values)
-            if p.name in eligible:
-                winners[p.name] = matched.select("line_no", "piece")
-            if is_server_args(p):
-                for line_no, piece, src_text in matched.select("line_no", "piece", "src").iter_rows():
-                    server_args_text[(line_no, piece)] = src_text
-        misses = cand.filter(~hit)
-        if misses.height:
-            near_ids[p.name] = misses.select("line_no", "piece", "src")
+        src = work.src.filter(candidates)
+        rows = work.rows.filter(candidates)
+        extracted = src.str.extract_groups(compiled.hit_regex)
+        hit = extracted.struct.field("_hit").is_not_null()
+        hits = int(hit.sum())
+        if hits:
+            matched_rows = rows.filter(hit) if hits < rows.len() else rows
+            values = (extracted.filter(hit) if hits < rows.len() else extracted).struct.unnest()
+            frames[p.name] = _typed_frame(compiled, work.meta.gather(matched_rows), values)
+            if p.name in eligible or is_server_args(p):
+                keys = work.meta.gather(matched_rows).select("line_no", "piece")
+                if p.name in eligible:
+                    winners[p.name] = keys
+                if is_server_args(p):
+                    for (line_no, piece), src_text in zip(keys.iter_rows(), src.filter(hit).to_list()):
+                        server_args_text[(line_no, piece)] = src_text
+        if hits < rows.len():
+            missed = ~hit
+            near_ids[p.name] = work.meta.gather(rows.filter(missed)).select("line_no", "piece").with_columns(src.filter(missed).alias("src"))
         work.claim(candidates, hit)
 
     unclaimed_parts = []
     for scope, work in works.items():
-        rest = work.frame.filter(work.alive).select("line_no", "piece", pl.col("src").alias("text"))
-        unclaimed_parts.append(rest.with_columns(pl.lit(scope == "message").alias("prefixed")))
+        left = work.meta.gather(work.rows.filter(work.alive)).select("line_no", "piece")
+        left = left.with_columns(work.src.filter(work.alive).alias("text"), pl.lit(scope == "message").alias("prefixed"))
+        unclaimed_parts.append(left)
     unclaimed = pl.concat(unclaimed_parts).sort(["line_no", "piece"]) if unclaimed_parts else _empty_unclaimed()
     # unclaimed message-scope pieces: report the whole piece text, prefix included
     if unclaimed.filter(pl.col("prefixed")).height:
@@ -227,17 +237,20 @@ def classify_fast(engine: Engine, pieces: pl.DataFrame) -> Claims:
 
 
 class _Work:
-    """The rows of one scope still to classify; compacted when enough of them were claimed.
+    """The rows of one scope still to classify: their text (`src`) and their index into the scope's metadata
+    (`rows`); compacted when enough of them were claimed.
 
     Gate masks are computed once per distinct gate (several patterns share one) and kept across compactions.
     Once few rows are left, one multi-literal search finds which gates occur in them at all: the patterns
     whose gate does not occur are skipped without a pass of their own (most of the ~100 patterns, in most
     chunks; each pass costs ~0.3 ms however few the rows)."""
 
-    def __init__(self, frame: pl.DataFrame, gates: tuple[str, ...]) -> None:
-        self.frame = frame
-        self.alive = _all_true(frame.height)
-        self.alive_count = frame.height
+    def __init__(self, src: pl.Series, meta: pl.DataFrame, gates: tuple[str, ...]) -> None:
+        self.src = src.alias("src")
+        self.meta = meta
+        self.rows = pl.int_range(0, meta.height, dtype=pl.UInt32, eager=True)
+        self.alive = _all_true(meta.height)
+        self.alive_count = meta.height
         self._all_gates = gates
         self._gates: dict[str, pl.Series] = {}
         self._present: frozenset[str] | None = None
@@ -251,24 +264,25 @@ class _Work:
             return None
         mask = self._gates.get(gate)
         if mask is None:
-            mask = self._gates[gate] = self.frame.get_column("src").str.contains(gate, literal=True)
+            mask = self._gates[gate] = self.src.str.contains(gate, literal=True)
         return self.alive & mask
 
     def claim(self, candidates: pl.Series, hit: pl.Series) -> None:
-        claimed = _all_false(self.frame.height).scatter(candidates.arg_true(), hit)
+        claimed = _all_false(self.src.len()).scatter(candidates.arg_true(), hit)
         self.alive = self.alive & ~claimed
         self.alive_count = int(self.alive.sum())
-        if self.alive_count < _COMPACT_BELOW * self.frame.height:
+        if self.alive_count < _COMPACT_BELOW * self.src.len():
             keep = self.alive
-            self.frame = self.frame.filter(keep)
+            self.src = self.src.filter(keep)
+            self.rows = self.rows.filter(keep)
             self._gates = {gate: mask.filter(keep) for gate, mask in self._gates.items()}
             self.alive = _all_true(self.alive_count)
             self._find_present()
 
     def _find_present(self) -> None:
-        if self._present is not None or self.frame.height > _PRESENCE_BELOW_ROWS or not self._all_gates:
+        if self._present is not None or self.src.len() > _PRESENCE_BELOW_ROWS or not self._all_gates:
             return
-        found = self.frame.get_column("src").str.extract_many(list(self._all_gates), overlapping=True)
+        found = self.src.str.extract_many(list(self._all_gates), overlapping=True)
         self._present = frozenset(found.explode().drop_nulls().unique().to_list())
 
 
@@ -314,30 +328,33 @@ def _with_ranks(work: pl.DataFrame) -> pl.DataFrame:
 
 
 def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame:
+    """The claimed rows' metadata (line_no, piece, prefix columns) and typed values, in schema order, in one pass."""
     p = compiled.pattern
-    data = {"line_no": matched.get_column("line_no"), "piece": matched.get_column("piece")}
-    if p.scope == "message":
-        for column in PREFIX_COLUMNS:
-            data[column] = matched.get_column(column)
+    keep = ("line_no", "piece", *(PREFIX_COLUMNS if p.scope == "message" else ()))
+    source = pl.DataFrame(
+        [matched.get_column(column) for column in keep]
+        + [values.get_column(f.name).alias(_VALUE + f.name) for f in p.fields if f.name in values.columns]
+    )
+    exprs: dict[str, pl.Expr] = {column: pl.col(column) for column in keep[2:]}
     for f in p.fields:
-        raw = values.get_column(f.name) if f.name in values.columns else pl.Series(f.name, [None] * matched.height, dtype=pl.Utf8)
-        data[f.name] = _cast(raw, f.type)
-    frame = pl.DataFrame(data)
-    constants = [pl.lit(value, dtype=compiled.schema[name]).alias(name) for name, value in p.constants.items() if name not in data]
-    if constants:
-        frame = frame.with_columns(constants)
+        exprs[f.name] = _cast(pl.col(_VALUE + f.name) if f.name in values.columns else pl.lit(None, dtype=pl.Utf8), f.type)
+    for name, value in p.constants.items():
+        exprs.setdefault(name, pl.lit(value, dtype=compiled.schema[name]))
+    keys = [pl.col("line_no").cast(pl.Int64), pl.col("piece").cast(pl.Int32)]
     if p.derive is not None and p.scope != "message":
-        rows = frame.to_dicts()
-        derived = [p.derive(row) for row in rows]
+        frame = source.select(keys + [expr.alias(name) for name, expr in exprs.items()])
+        derived = [p.derive(row) for row in frame.to_dicts()]
         for name in compiled.schema:
             if name not in frame.columns:
                 frame = frame.with_columns(pl.Series(name, [d.get(name) for d in derived], dtype=compiled.schema[name]))
-    return frame.select(["line_no", "piece", *compiled.schema]).cast(
-        {"line_no": pl.Int64, "piece": pl.Int32, **compiled.schema}
-    )
+        return frame.select(["line_no", "piece", *compiled.schema]).cast({"line_no": pl.Int64, "piece": pl.Int32, **compiled.schema})
+    return source.select(keys + [exprs[name].cast(dtype).alias(name) for name, dtype in compiled.schema.items()])
 
 
-def _cast(raw: pl.Series, type_name: str) -> pl.Series:
+_VALUE = "_value_"  # prefix of the captured values' columns while they are typed (no clash with line_no, piece, ts …)
+
+
+def _cast(raw: pl.Expr, type_name: str) -> pl.Expr:
     if type_name == "int":
         return raw.cast(pl.Int64, strict=False)
     if type_name == "float":

@@ -91,3 +91,25 @@ def test_device_plan_is_the_2x2_matrix_plus_a_profiled_cell(monkeypatch):
 def test_example_plan_loads():
     plan = load_plan(ROOT / "plans" / "example.toml")
     assert [cell.name for cell in plan.cells] == ["baseline", "eagle3"] and plan.bench.prompts
+
+
+def test_servers_inherit_only_what_a_gpu_server_needs(tmp_path, monkeypatch):
+    """The calling shell's other variables (here a driver script's MINUTES) do not reach the server;
+    inherit_env = ["*"] passes everything (minus drop_inherited_env) as before."""
+    for name, value in {"MINUTES": "30", "LC_ALL": "C.UTF-8", "CUDA_VISIBLE_DEVICES": "0,1", "NCCL_PROTO": "Simple",
+                        "HF_HOME": "/models", "AWS_SECRET_ACCESS_KEY": "x"}.items():
+        monkeypatch.setenv(name, value)
+    path = tmp_path / "p.toml"
+    path.write_text('[env]\nNCCL_DEBUG = "INFO"\n[[cells]]\nname = "a"\nenv = { MINUTES = "1" }\n[[cells]]\nname = "b"\n')
+    plan = load_plan(path)
+    env, dropped = server_env(plan, plan.launch_order()[1])
+    assert env["LC_ALL"] == "C.UTF-8" and env["CUDA_VISIBLE_DEVICES"] == "0,1" and env["HF_HOME"] == "/models"
+    assert env["PATH"] and env["NCCL_DEBUG"] == "INFO"
+    assert "MINUTES" not in env and "AWS_SECRET_ACCESS_KEY" not in env and "NCCL_PROTO" not in env
+    assert {"MINUTES", "AWS_SECRET_ACCESS_KEY", "NCCL_PROTO"} <= set(dropped)
+    cell_env, _ = server_env(plan, plan.launch_order()[0])
+    assert cell_env["MINUTES"] == "1"  # the plan's own env always reaches the server
+
+    path.write_text('inherit_env = ["*"]\n[[cells]]\nname = "a"\n')
+    everything, dropped = server_env(load_plan(path), load_plan(path).launch_order()[0])
+    assert everything["MINUTES"] == "30" and "NCCL_PROTO" not in everything and dropped == ["NCCL_PROTO"]

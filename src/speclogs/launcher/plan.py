@@ -16,11 +16,21 @@ from speclogs.errors import PlanError
 
 PYTHON_PLACEHOLDER = "{python}"
 DEFAULT_COMMAND = (PYTHON_PLACEHOLDER, "-m", "sglang.launch_server")
+# What a server inherits from the launcher's environment by default (NAME, or PREFIX*): what a Python GPU
+# server needs to run and the knobs of its libraries; not whatever else the calling shell holds. ["*"]: all.
+DEFAULT_INHERIT_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR", "XDG_*",
+    "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "VIRTUAL_ENV", "CONDA_*",
+    "CUDA_*", "NVIDIA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "TRITON_*", "SGLANG_*", "FLASHINFER_*",
+    "HF_*", "HUGGING_FACE_*", "TRANSFORMERS_*", "TOKENIZERS_*", "OMP_*", "MKL_*",
+    "SSL_CERT_*", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "http_proxy", "https_proxy", "no_proxy",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+)
 # Flags whose value is a model directory: checked up front when it looks like a local path.
 MODEL_PATH_FLAGS = ("--model-path", "--speculative-draft-model-path", "--tokenizer-path")
 
 _TOP_KEYS = {
-    "name", "command", "model_path", "args", "env", "drop_inherited_env", "port", "host", "health_timeout_s",
+    "name", "command", "model_path", "args", "env", "inherit_env", "drop_inherited_env", "port", "host", "health_timeout_s",
     "health_poll_s", "stop_grace_s", "port_wait_s", "min_free_mb", "launches", "order", "seed", "progress_every_s",
     "bench", "bench_serving", "cells", "profile_every", "launch_estimate_s",
 }
@@ -90,6 +100,7 @@ class Plan:
     model_path: str | None
     args: tuple[str, ...]
     env: dict[str, str]
+    inherit_env: tuple[str, ...]
     drop_inherited_env: tuple[str, ...]
     host: str
     port: int
@@ -172,6 +183,7 @@ def parse_plan(text: str, path: Path) -> Plan:
         model_path=_optional_string(checker, data, "model_path", 0),
         args=tuple(checker.str_list(data.get("args", []), "args", 0)),
         env=checker.str_dict(data.get("env", {}), "env", 0),
+        inherit_env=tuple(checker.str_list(data.get("inherit_env", list(DEFAULT_INHERIT_ENV)), "inherit_env", 0)),
         drop_inherited_env=tuple(checker.str_list(data.get("drop_inherited_env", ["NCCL_"]), "drop_inherited_env", 0)),
         host=checker.string(data.get("host", "127.0.0.1"), "host", 0),
         port=checker.integer(data.get("port", 30000), "port", 0, minimum=1, maximum=65535),

@@ -168,9 +168,10 @@ def server_argv(plan: Plan, spec: LaunchSpec) -> list[str]:
 
 
 def server_env(plan: Plan, spec: LaunchSpec, base: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
-    """Base env (minus inherited names matching drop_inherited_env) + plan env + cell env; speclogs on PYTHONPATH when profiled."""
-    env, dropped = runinfo.build_env(dict(os.environ if base is None else base), plan.drop_inherited_env, plan.env,
-                                     spec.cell.env)
+    """Base env (the names inherit_env allows, minus drop_inherited_env) + plan env + cell env; speclogs on
+    PYTHONPATH when profiled."""
+    env, dropped = runinfo.build_env(dict(os.environ if base is None else base), plan.inherit_env, plan.drop_inherited_env,
+                                     plan.env, spec.cell.env)
     if spec.cell.profile:
         runinfo.prepend_path(env, "PYTHONPATH", str(Path(speclogs.__file__).resolve().parent.parent))
     return env, dropped

@@ -59,9 +59,18 @@ def redact_env(env: dict[str, str]) -> dict[str, str]:
     return {name: (REDACTED if is_secret(name) else value) for name, value in sorted(env.items())}
 
 
-def build_env(base: dict[str, str], drop_prefixes: tuple[str, ...], *layers: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    """base env minus inherited names with `drop_prefixes`, plus each layer in order. Returns (env, dropped names)."""
-    dropped = sorted(name for name in base if any(name.startswith(prefix) for prefix in drop_prefixes))
+def build_env(
+    base: dict[str, str], inherit: tuple[str, ...], drop_prefixes: tuple[str, ...], *layers: dict[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """The names of `base` that `inherit` allows (NAME, PREFIX*, or * for all) and no `drop_prefixes` starts,
+    plus each layer in order. Returns (env, names of base not passed on)."""
+
+    def allowed(name: str) -> bool:
+        return any(name == entry or (entry.endswith("*") and name.startswith(entry[:-1])) for entry in inherit)
+
+    dropped = sorted(
+        name for name in base if not allowed(name) or any(name.startswith(prefix) for prefix in drop_prefixes)
+    )
     env = {name: value for name, value in base.items() if name not in dropped}
     for layer in layers:
         env.update(layer)

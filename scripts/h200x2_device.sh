@@ -3,7 +3,7 @@
 # SGLang 0.5.14 bundle was staged and unpacked (../shared/gpu/README.md, device-install.sh).
 #   bash scripts/h200x2_device.sh first    # synthetic pair, profiler self-check, NCCL probe, first launches
 #   bash scripts/h200x2_device.sh more     # more launches of the plan (--resume), one device call each
-#   SECONDS_LEFT=500 bash scripts/h200x2_device.sh overhead   # profiler overhead plan (plans/h200x2-profile.toml)
+#   SECONDS_LEFT=500 [LAUNCHES_MAX=6] bash scripts/h200x2_device.sh overhead   # profiler overhead plan (plans/h200x2-profile.toml)
 # Outputs go to /root/runs on the device and come back as $OUT/runs.tgz (+ probe JSON, logs).
 set -uo pipefail
 export PYTHONPATH=/tmp/sglang-site/site:$PWD/src PATH=/tmp/sglang-site/site/bin:$PATH
@@ -28,7 +28,7 @@ if [ "${1:-more}" = overhead ]; then
   while [ $(( deadline - $(date +%s) )) -gt $need ]; do
     python3 -m speclogs launch plans/h200x2-profile.toml --out /root/runs2 --no-ingest --resume --max-launches 1 2>&1 | grep -E ': (ready|ok|failed)|pending|outcome' | tail -4
     tar czf "$OUT/runs2.tgz" -C /root runs2; need=110
-    ls /root/runs2/*/*/run.json | wc -l | xargs echo launches:; [ "$(ls /root/runs2/*/*/run.json | wc -l)" -ge 6 ] && break
+    ls /root/runs2/*/*/run.json | wc -l | xargs echo launches:; [ "$(ls /root/runs2/*/*/run.json | wc -l)" -ge "${LAUNCHES_MAX:-6}" ] && break
   done
   for f in /root/runs2/eagle3_prof/*/server.log; do python3 -m speclogs.profile.servercheck --check-only --every 16 --log "$f" 2>&1 | grep -E 'wall|implied|gap_lines|servercheck'; done
   exit 0

@@ -21,7 +21,7 @@ DEFAULT_COMMAND = (PYTHON_PLACEHOLDER, "-m", "sglang.launch_server")
 DEFAULT_INHERIT_ENV = (
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR", "XDG_*",
     "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "VIRTUAL_ENV", "CONDA_*",
-    "CUDA_*", "NVIDIA_*", "NCCL_*", "TORCH_*", "PYTORCH_*", "TRITON_*", "SGLANG_*", "FLASHINFER_*",
+    "CUDA_*", "NVIDIA_*", "NCCL_*", "NVSHMEM_*", "GLOO_*", "TORCH_*", "PYTORCH_*", "TRITON_*", "SGLANG_*", "FLASHINFER_*",
     "HF_*", "HUGGING_FACE_*", "TRANSFORMERS_*", "TOKENIZERS_*", "OMP_*", "MKL_*",
     "SSL_CERT_*", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "http_proxy", "https_proxy", "no_proxy",
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",

@@ -8,7 +8,7 @@ cd "$root"
 py="${PYTHON:-python3}"
 export PYTHONPATH="$root/src${PYTHONPATH:+:$PYTHONPATH}"
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work" /tmp/speclogs-report-seeds' EXIT
 
 report() {  # name db arms… [-- extra options]
   local name="$1" db="$2"; shift 2
@@ -40,9 +40,17 @@ if [ -d fixtures/h200x2-profile ]; then
   "$py" -m speclogs ingest fixtures/h200x2-profile --db "$work/profile.duckdb" 2>/dev/null
   report h200x2-profile-gap "$work/profile.duckdb" -c "eagle3_unprof_[0-9]*" -c "eagle3_prof_[0-9]*"
 fi
+# 3c. The third device session: profiler overhead with 4 profiled and 4 unprofiled launches, interleaved.
+if [ -d fixtures/h200x2-overhead ]; then
+  "$py" -m speclogs ingest fixtures/h200x2-overhead --db "$work/overhead.duckdb" 2>/dev/null
+  report h200x2-overhead-4v4 "$work/overhead.duckdb" -c "eagle3_unprof_[0-9]*" -c "eagle3_prof_[0-9]*"
+fi
 
 # 4. Ground truth: the seeds' story generated with known effects (3 launches per cell, factors spec × nccl).
-"$py" tests/groundtruth/sglang_logs.py "$work/seeds" > /dev/null
-"$py" -m speclogs ingest "$work/seeds" --db "$work/seeds.duckdb" 2>/dev/null
+# (generated at a fixed path: run ids hash the logs' paths, and the JSON reports list them)
+seeds=/tmp/speclogs-report-seeds
+rm -rf "$seeds"
+"$py" tests/groundtruth/sglang_logs.py "$seeds" > /dev/null
+"$py" -m speclogs ingest "$seeds" --db "$work/seeds.duckdb" 2>/dev/null
 report seeds-story "$work/seeds.duckdb" -c "baseline_default_*" -c "baseline_nccl_*" -c "eagle3_default_*" -c "eagle3_nccl_*"
 report seeds-confounded "$work/seeds.duckdb" -c "baseline_nccl_*" -c "eagle3_default_*"

@@ -17,6 +17,7 @@ The true steady decode throughput of a cell is accept_len / step time (bs = 1).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -204,7 +205,7 @@ def _decode_line(t: datetime, n_tokens: int, accept: float | None, rate: float, 
 def _write_run_json(spec: RunSpec, run_dir: Path, env: dict, ready: datetime) -> None:
     run = {
         "schema": "speclogs.run/1", "speclogs_version": "0.1.0",
-        "run_uid": uuid.UUID(int=abs(hash((spec.name, spec.seed))) % 2**128).hex,
+        "run_uid": hashlib.sha1(f"{spec.name}:{spec.seed}".encode()).hexdigest()[:32],  # stable across processes
         "run_name": spec.name, "plan_name": "groundtruth", "plan_file": "plans/groundtruth.toml",
         "cell": spec.cell, "launch": spec.launch, "factors": spec.factors, "order_index": spec.seed,
         "argv": ["python3", "-m", "sglang.launch_server", "--model-path", "/tmp/t3", "--tp", "2"]

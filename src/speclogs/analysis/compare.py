@@ -248,7 +248,10 @@ def compare_tables(
             stat, n_rows = _cycle_stat, sum(run_data[r].cycle_rows for r in ids)
         if not units:
             return None
-        result = (stats.resample_group(units, stat, n_resamples, _rng(seed, f"{source}:{key}")), n_rows)
+        # the random stream is named by the runs' names, not their ids (which hash the files' paths): the same
+        # logs in another directory give the same intervals
+        stream = ",".join(sorted(names[r] for r in ids))
+        result = (stats.resample_group(units, stat, n_resamples, _rng(seed, f"{source}:{stream}")), n_rows)
         group_draws[cache_key] = result
         return result
 

@@ -83,30 +83,36 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
             FROM runs {where} ORDER BY run_name""",
         run_ids,
     )
-    launch_hash = "hash(run_id, source_file, coalesce(launch_no, 0)) AS launch_hash"
+    # Rows are ordered by what names them (run name, file name, launch), not by run_id, which hashes the file's
+    # path: the same logs in another directory give the same report, bootstrap resamples included.
+    named = "JOIN (SELECT run_id, run_name FROM runs) AS r USING (run_id)"
+    launch_hash = (
+        "concat_ws(chr(1), r.run_name, parse_filename(t.source_file), t.source_file, "
+        "lpad(coalesce(t.launch_no, 0)::VARCHAR, 9, '0')) AS launch_hash"
+    )
     launches = _select(
-        con, f"SELECT {launch_hash}, * FROM launches {where} ORDER BY launch_hash", run_ids)
+        con, f"SELECT {launch_hash}, t.* FROM launches AS t {named} {where} ORDER BY launch_hash", run_ids)
     decode = _select(
         con,
         f"""SELECT {launch_hash}, run_id, line_no, ts, tp_rank, running_req, accept_len, cuda_graph, gen_throughput_tok_s
-            FROM decode_batches {where} ORDER BY launch_hash, line_no""",
+            FROM decode_batches AS t {named} {where} ORDER BY launch_hash, line_no""",
         run_ids,
     )
-    prefill = _select(con, f"""SELECT {launch_hash}, line_no FROM prefill_batches {where} AND running_req = 0
+    prefill = _select(con, f"""SELECT {launch_hash}, line_no FROM prefill_batches AS t {named} {where} AND running_req = 0
                                ORDER BY launch_hash, line_no""", run_ids)
     launches, decode, prefill = _with_launch_keys(launches, decode, prefill)
     bench = _select(
         con,
         f"""SELECT run_id, source_file, line_no, request_index, warmup, latency_s, e2e_latency_s, completion_tokens,
                    output_tok_s, spec_accept_length, source_kind, CAST(extra AS VARCHAR) AS extra
-            FROM bench_requests {where} ORDER BY run_id, source_file, line_no""",
+            FROM bench_requests AS t {named} {where} ORDER BY r.run_name, parse_filename(t.source_file), t.source_file, line_no""",
         run_ids,
     )
     spec_cycles = _select(
         con,
         f"""SELECT run_id, line_no, launch_no, ts, tp_rank, cycle, batch_size, draft_ms, verify_ms, extend_ms, other_ms,
                    cycle_ms, accepted_tokens, proposed_tokens, gap_ms
-            FROM spec_cycles {where} ORDER BY run_id, source_file, line_no""",
+            FROM spec_cycles AS t {named} {where} ORDER BY r.run_name, parse_filename(t.source_file), t.source_file, line_no""",
         run_ids,
     )
     server_args = _select(
@@ -135,8 +141,8 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
 def _with_launch_keys(
     launches: pl.DataFrame, decode: pl.DataFrame, prefill: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Replace the per-launch hash by a dense integer `launch_key` shared by the three frames. The key is monotone in
-    the hash, so frames that SQL ordered by (launch_hash, line_no) stay ordered by (launch_key, line_no)."""
+    """Replace the per-launch name key by a dense integer `launch_key` shared by the three frames. The key is monotone
+    in the name key, so frames that SQL ordered by (launch_hash, line_no) stay ordered by (launch_key, line_no)."""
     import numpy as np
 
     hashes = np.unique(np.concatenate([f["launch_hash"].to_numpy() for f in (launches, decode, prefill)]))

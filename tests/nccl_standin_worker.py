@@ -2,8 +2,10 @@
 
 Used by tests/test_nccl_probe_runner.py to drive the REAL runner (processes, stage files, timeouts,
 JSON) on a CPU machine. STANDIN_GPUS sets the GPU count it reports; STANDIN_MODE (set through an env
-set) picks a behaviour: ok (default), hang_init (NCCL init never returns), crash_init (init raises).
-Latency model: 5 µs + bytes / 100 GB/s, +1 µs on rank 1, jitter 0..0.9 µs by iteration.
+set) picks a behaviour: ok (default), hang_init (NCCL init never returns), crash_init (init raises),
+graph_fail (the CUDA-graph capture raises).
+Latency model: 5 µs + bytes / 100 GB/s, +1 µs on rank 1, jitter 0..0.9 µs by iteration; replayed from a
+CUDA graph (spec graph_calls > 0): 2 µs + bytes / 100 GB/s, +0.5 µs on rank 1, same jitter.
 """
 
 import json
@@ -44,7 +46,15 @@ def main(argv):
     for item in spec["measurements"]:
         base_us = 5.0 + item["bytes"] / 100e9 * 1e6 + rank
         samples = [base_us + (index % 10) / 10 for index in range(spec["iters"])]
-        measurements.append({**item, "samples_us": samples, "span_mean_us": sum(samples) / len(samples)})
+        entry = {**item, "samples_us": samples, "span_mean_us": sum(samples) / len(samples)}
+        graph_calls = int(spec.get("graph_calls", 0))
+        if graph_calls and mode == "graph_fail":
+            entry.update(graph_calls=graph_calls, graph_error="RuntimeError: CUDA graph capture is not supported here")
+        elif graph_calls:
+            in_graph_us = 2.0 + item["bytes"] / 100e9 * 1e6 + 0.5 * rank
+            entry.update(graph_calls=graph_calls,
+                         graph_samples_us=[in_graph_us + (index % 10) / 10 for index in range(spec["iters"])])
+        measurements.append(entry)
     (out_dir / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "world_size": int(os.environ["WORLD_SIZE"]),
                                                          "gpu_name": "Standin H200", "measurements": measurements}))
     (out_dir / f"rank{rank}.stage").write_text("done")

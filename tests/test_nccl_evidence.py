@@ -134,6 +134,19 @@ def test_communication_share_of_verify_time_uses_the_matching_probe_env_set():
     assert estimate.share == pytest.approx(estimate.comm_ms / 2.0)
     assert any("2 per layer" in text for text in estimate.assumptions)
     assert any("taken from the probe" in text for text in estimate.assumptions)
+    assert estimate.latency_source == "eager" and any("eager" in text for text in estimate.assumptions)
+
+
+def test_estimate_prefers_the_probes_cuda_graph_timings():
+    """Verify replays a CUDA graph: when the probe timed the all-reduces that way too, those are used."""
+    probe = _probe_frame().with_columns((pl.col("latency_us") / 4).alias("graph_latency_us"))
+    cycles = [{"run_id": "eagle3_nccl", "batch_size": 1, "verify_ms": 2.0}]
+    evidence = compute_nccl_evidence(frames_from_logs([MATRIX / "eagle3_nccl.log"], spec_cycles=cycles, probe=probe),
+                                     num_layers=16)
+    (estimate,) = evidence.estimates
+    expected_us = 0.5 * (10 + 4 + (8 - 4) * 0.5849625007211562) / 4
+    assert estimate.latency_source == "cuda_graph" and estimate.allreduce_latency_us == pytest.approx(expected_us)
+    assert any("replayed the all-reduces from a CUDA graph" in text for text in estimate.assumptions)
 
 
 def test_estimate_says_why_it_is_missing():
@@ -208,11 +221,12 @@ def test_restart_through_the_real_ingest(tmp_path):
     assert "NCCL_PROTO: launch 1 LL, launch 2 not set" in finding.message
 
 
-def test_real_device_probe_matches_the_tuned_runs_and_flags_an_implausible_share(tmp_path):
-    """fixtures/h200x2: the profiled EAGLE-3 runs (NCCL tuned set) + the probe measured on the same device.
+def test_real_device_probe_matches_the_tuned_runs_and_gives_an_in_graph_share(tmp_path):
+    """fixtures/h200x2: the profiled EAGLE-3 runs (NCCL tuned set) + the probe measured on the same device stack.
 
     The probe's 'tuned' env set must be recognised as the runs' settings (the container's NCCL_VERSION label is not a
-    setting), and 32 eager all-reduces that add up to most of verify must be called an upper bound, not a share."""
+    setting). With the probe's in-graph timings the share is plausible (~18 % of verify); with its eager timings
+    alone, 32 all-reduces add up to more than verify and must be called an upper bound, not a share."""
     from speclogs.analysis.nccl import nccl_evidence
     from speclogs.store import connect, ingest_paths
 
@@ -222,6 +236,17 @@ def test_real_device_probe_matches_the_tuned_runs_and_flags_an_implausible_share
     con = connect(db, read_only=True)
     ids = [row[0] for row in con.execute("SELECT run_id FROM runs WHERE cell = 'eagle3_nccl_prof' ORDER BY run_name").fetchall()]
     evidence = nccl_evidence(con, ids, num_layers=16)
+    con.close()
     assert [(e.env_set, e.env_set_matches) for e in evidence.estimates] == [("tuned", True), ("tuned", True)]
     assert all(e.allreduces_per_verify == 32 and e.message_bytes == 2048 * 6 * 2 for e in evidence.estimates)
-    assert "nccl_estimate_implausible" in _codes(evidence)
+    assert all(e.latency_source == "cuda_graph" and 5 < e.allreduce_latency_us < 30 for e in evidence.estimates)
+    assert all(0.05 < e.share < 0.5 for e in evidence.estimates) and "nccl_estimate_implausible" not in _codes(evidence)
+
+    writable = connect(db)
+    writable.execute("UPDATE nccl_probe SET graph_latency_us = NULL")  # as a probe without the CUDA-graph mode
+    writable.close()
+    con = connect(db, read_only=True)
+    eager = nccl_evidence(con, ids, num_layers=16)
+    con.close()
+    assert all(e.latency_source == "eager" and e.share > 0.5 for e in eager.estimates)
+    assert "nccl_estimate_implausible" in _codes(eager)

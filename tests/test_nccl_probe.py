@@ -178,6 +178,17 @@ def test_probe_measures_every_env_set_with_the_slowest_rank(standin):
     assert first.busbw_gb_s == pytest.approx(first.algbw_gb_s)           # 2 ranks: factor 1
     gather = [m for m in tuned.measurements if m.collective == "all_gather"][0]
     assert gather.busbw_gb_s == pytest.approx(gather.algbw_gb_s / 2)
+    # replayed from a CUDA graph (default 16 calls per graph): 2 µs + bytes/100 GB/s, rank 1 0.5 µs slower
+    assert first.graph_latency_us == pytest.approx(2 + 4096 / 1e5 + 0.5 + 0.45) and first.graph_error is None
+
+
+def test_cuda_graph_timing_is_optional_and_its_failure_is_recorded(standin):
+    eager_only = run_probe(standin("default", tokens=(1,), graph_calls=0))
+    assert all(m.graph_latency_us is None and m.graph_error is None for m in eager_only.env_sets[0].measurements)
+    failed = run_probe(standin("nograph:STANDIN_MODE=graph_fail", tokens=(1,)))
+    assert failed.outcome == "ok"            # the eager timings stand
+    measurement = failed.env_sets[0].measurements[0]
+    assert measurement.graph_latency_us is None and "capture is not supported" in measurement.graph_error
 
 
 def test_nccl_init_hang_is_stopped_and_recorded(standin):
@@ -230,9 +241,9 @@ def test_probe_json_round_trips_into_a_real_duckdb_table(standin, tmp_path):
     marks = ", ".join("?" for _ in NCCL_PROBE_COLUMNS)
     con.executemany(f"INSERT INTO nccl_probe ({columns}) VALUES ({marks})",
                     [list(row.values()) for row in probe_file.rows])
-    rows = con.execute("SELECT env_set, collective, bytes, tokens, round(latency_us, 5), env->>'NCCL_PROTO' "
-                       "FROM nccl_probe WHERE env_set = 'tuned' ORDER BY collective DESC, bytes").fetchall()
-    assert rows[0] == ("tuned", "all_reduce", 4096, 1, round(5 + 4096 / 1e5 + 1 + 0.45, 5), "LL")
+    rows = con.execute("SELECT env_set, collective, bytes, tokens, round(latency_us, 5), env->>'NCCL_PROTO', "
+                       "round(graph_latency_us, 5) FROM nccl_probe WHERE env_set = 'tuned' ORDER BY collective DESC, bytes").fetchall()
+    assert rows[0] == ("tuned", "all_reduce", 4096, 1, round(5 + 4096 / 1e5 + 1 + 0.45, 5), "LL", round(2 + 4096 / 1e5 + 0.5 + 0.45, 5))
 
 
 def test_reader_refuses_files_that_are_not_probe_results(tmp_path):
@@ -291,6 +302,7 @@ def test_real_probe_on_two_gpus(tmp_path):
     assert result.outcome == "ok", result.message
     for env_set in result.env_sets:
         assert all(m.latency_us > 0 and m.busbw_gb_s > 0 for m in env_set.measurements)
+        assert all(m.graph_latency_us and m.graph_latency_us > 0 for m in env_set.measurements), env_set.measurements[0].graph_error
     assert any("NCCL_PROTO set by environment to LL" in line for line in result.env_sets[1].nccl_env_lines)
     path = write_probe_json(result, tmp_path / "gpu.nccl_probe.json")
     assert json.loads(path.read_text())["outcome"] == "ok"

@@ -262,6 +262,9 @@ def probe_nccl(
     sweep: bool = typer.Option(False, "--sweep/--no-sweep", help="Also sweep 8 B … 64 MiB (×2), like nccl-tests."),
     iters: int = typer.Option(50, "--iters", help="Timed calls per size."),
     warmup: int = typer.Option(10, "--warmup", help="Untimed calls per size before timing."),
+    graph_calls: int = typer.Option(
+        16, "--graph-calls", help="Also time each size replayed from a CUDA graph of this many calls, as decode/verify run (0: off)."
+    ),
     init_timeout: float = typer.Option(60.0, "--init-timeout", help="Seconds NCCL init may take before the env set is failed."),
     out: Optional[Path] = typer.Option(None, "--out", help="Result file (default: ./<host>-<UTC time>.nccl_probe.json)."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
@@ -285,7 +288,8 @@ def probe_nccl(
     if out_path.exists() and not force:
         raise ProbeError(f"{out_path} already exists", hint="choose another --out, or pass --force to overwrite it")
     request = ProbeRequest(env_sets=tuple(env_sets), gpus=gpus, hidden_size=hidden_size, tokens=tuple(_parse_tokens(tokens)),
-                          sweep=sweep, iters=iters, warmup_iters=warmup, init_timeout_s=init_timeout, backend=backend)
+                          sweep=sweep, iters=iters, warmup_iters=warmup, graph_calls=graph_calls, init_timeout_s=init_timeout,
+                          backend=backend)
     result = run_probe(request)
     write_probe_json(result, out_path, overwrite=force)
     render_probe_rich(result, _stderr_console())

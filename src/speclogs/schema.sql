@@ -161,7 +161,9 @@ CREATE TABLE IF NOT EXISTS nccl_probe (
   bytes BIGINT, tokens INTEGER, iters INTEGER, latency_us DOUBLE, latency_us_p10 DOUBLE, latency_us_p90 DOUBLE,
   algbw_gb_s DOUBLE, busbw_gb_s DOUBLE, gpu_name VARCHAR, topology VARCHAR, torch_version VARCHAR, nccl_version VARCHAR,
   hostname VARCHAR, measured_at TIMESTAMP,
-  source_file VARCHAR                  -- the *.nccl_probe.json it came from (idempotent re-ingest, --replace)
+  source_file VARCHAR,                 -- the *.nccl_probe.json it came from (idempotent re-ingest, --replace)
+  graph_latency_us DOUBLE,             -- median per call replayed from a CUDA graph (as decode/verify run); NULL: not measured
+  graph_error VARCHAR                  -- why the CUDA-graph timing failed
 );
 
 -- every line no grammar matched, with its raw text (never dropped).

@@ -125,6 +125,7 @@ class CommShareEstimate:
     verify_tokens: int
     message_bytes: int
     allreduce_latency_us: float
+    latency_source: str                # "cuda_graph" (replayed, as verify runs) | "eager" (per call, host launch included)
     allreduces_per_verify: int
     comm_ms: float
     verify_ms: float
@@ -575,7 +576,12 @@ def _estimates(frames: NcclFrames, runs: list[RunNccl], hidden_size: int | None,
         env_set, matches = _matching_env_set(probe, run)
         rows = probe.filter(pl.col("env_set") == env_set)
         probe_id = str(rows["probe_id"][0])
-        latency_us = interpolate_latency_us(rows["bytes"].to_list(), rows["latency_us"].to_list(), message_bytes)
+        in_graph = rows.drop_nulls("graph_latency_us") if "graph_latency_us" in rows.columns else rows.clear()
+        source = "cuda_graph" if not in_graph.is_empty() else "eager"
+        timed = in_graph if source == "cuda_graph" else rows
+        latency_us = interpolate_latency_us(
+            timed["bytes"].to_list(), timed["graph_latency_us" if source == "cuda_graph" else "latency_us"].to_list(), message_bytes
+        )
         per_verify = 2 * num_layers
         comm_ms = latency_us * per_verify / 1000.0
         assumptions = [
@@ -585,8 +591,11 @@ def _estimates(frames: NcclFrames, runs: list[RunNccl], hidden_size: int | None,
             f"all-reduce latency = probe median at that size (env set '{env_set}'"
             + ("" if matches else ", which does NOT match this run's NCCL settings") + "), interpolated in log size",
             f"verify_ms = median of {cycles.height} spec_cycles rows",
-            "the probe times eager NCCL calls; verify replays a CUDA graph, and SGLang's custom all-reduce may serve these "
-            "sizes instead of NCCL (see allreduce_verdict): read the share as what NCCL all-reduces would cost",
+            ("the probe replayed the all-reduces from a CUDA graph, as verify does"
+             if source == "cuda_graph" else
+             "the probe timed eager NCCL calls (host launch and rank skew included); verify replays a CUDA graph")
+            + "; SGLang's custom all-reduce may serve these sizes instead of NCCL (see allreduce_verdict): read the share "
+            "as what NCCL all-reduces would cost",
         ]
         if hidden_size is None:
             assumptions.append(f"hidden size {hidden} taken from the probe's decode sizes (bytes / tokens / 2)")
@@ -600,16 +609,20 @@ def _estimates(frames: NcclFrames, runs: list[RunNccl], hidden_size: int | None,
         if verify_ms > 0 and comm_ms > _IMPLAUSIBLE_SHARE * verify_ms:
             findings.append(NcclFinding(
                 "nccl_estimate_implausible",
-                f"{run.run_name}: {per_verify} eager NCCL all-reduces at the probe's {latency_us:.1f} µs would take "
+                f"{run.run_name}: {per_verify} NCCL all-reduces at the probe's {latency_us:.1f} µs "
+                f"({'in a CUDA graph' if source == 'cuda_graph' else 'eager'}) would take "
                 f"{comm_ms:.2f} ms, {comm_ms / verify_ms:.0%} of the whole measured verify ({verify_ms:.2f} ms, which also "
-                "computes every layer): the probe's per-call latency "
-                "(host launch and rank skew included) overstates what all-reduces cost inside verify's CUDA graph, where "
-                "SGLang's custom all-reduce serves them — read the share as an upper bound only",
+                "computes every layer): "
+                + ("NCCL all-reduces cost more than verify can hold, so verify's come from elsewhere (SGLang's custom "
+                   "all-reduce)" if source == "cuda_graph" else
+                   "the probe's per-call latency (host launch and rank skew included) overstates what all-reduces cost "
+                   "inside verify's CUDA graph, where SGLang's custom all-reduce serves them")
+                + " — read the share as an upper bound only",
                 "warning", (run.run_name,)))
         estimates.append(CommShareEstimate(
             run_id=run.run_id, run_name=run.run_name, probe_id=probe_id, env_set=env_set, env_set_matches=matches,
             verify_tokens=verify_tokens, message_bytes=message_bytes, allreduce_latency_us=latency_us,
-            allreduces_per_verify=per_verify, comm_ms=comm_ms, verify_ms=verify_ms,
+            latency_source=source, allreduces_per_verify=per_verify, comm_ms=comm_ms, verify_ms=verify_ms,
             share=comm_ms / verify_ms if verify_ms > 0 else math.nan, assumptions=tuple(assumptions)))
     return estimates, findings
 

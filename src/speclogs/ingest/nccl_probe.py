@@ -21,7 +21,7 @@ SUPPORTED_FORMAT_VERSIONS = (1,)
 NCCL_PROBE_COLUMNS: tuple[str, ...] = (
     "probe_id", "env_set", "env", "collective", "dtype", "world_size", "bytes", "tokens", "iters",
     "latency_us", "latency_us_p10", "latency_us_p90", "algbw_gb_s", "busbw_gb_s", "gpu_name", "topology",
-    "torch_version", "nccl_version", "hostname", "measured_at",
+    "torch_version", "nccl_version", "hostname", "measured_at", "graph_latency_us", "graph_error",
 )
 
 
@@ -113,6 +113,8 @@ def nccl_probe_rows_from_dict(data: object, *, source: str = "<probe>") -> NcclP
                     "latency_us_p90": float(measurement["latency_us_p90"]),
                     "algbw_gb_s": _float_or_none(measurement.get("algbw_gb_s")),
                     "busbw_gb_s": _float_or_none(measurement.get("busbw_gb_s")),
+                    "graph_latency_us": _float_or_none(measurement.get("graph_latency_us")),  # absent in older files
+                    "graph_error": measurement.get("graph_error"),
                 })
     except (KeyError, TypeError, ValueError) as err:
         raise InputError(f"{source}: malformed probe file ({type(err).__name__}: {err})",

@@ -12,6 +12,12 @@ def _size(message_bytes: int) -> str:
     return f"{message_bytes} B"
 
 
+def _graph_cell(measurement) -> str:
+    if measurement.graph_latency_us is not None:
+        return f"{measurement.graph_latency_us:.1f}"
+    return "failed" if measurement.graph_error else ""
+
+
 def render_probe_rich(result: ProbeResult, console) -> None:
     from rich.table import Table
 
@@ -30,14 +36,19 @@ def render_probe_rich(result: ProbeResult, console) -> None:
                 console.print(f"  {line}", markup=False, highlight=False)
             continue
         table = Table(title=f"{env_set.name}: {settings}  ({env_set.wall_s:.1f} s)", title_justify="left")
-        for column in ("collective", "kind", "size", "tokens", "median µs", "p10 µs", "p90 µs", "algbw GB/s", "busbw GB/s"):
+        for column in ("collective", "kind", "size", "tokens", "median µs", "p10 µs", "p90 µs", "in graph µs", "algbw GB/s",
+                       "busbw GB/s"):
             table.add_column(column, justify="left" if column in ("collective", "kind") else "right")
         for measurement in env_set.measurements:
             table.add_row(
                 measurement.collective, measurement.kind, _size(measurement.bytes),
                 "" if measurement.tokens is None else str(measurement.tokens),
                 f"{measurement.latency_us:.1f}", f"{measurement.latency_us_p10:.1f}", f"{measurement.latency_us_p90:.1f}",
+                _graph_cell(measurement),
                 "" if measurement.algbw_gb_s is None else f"{measurement.algbw_gb_s:.2f}",
                 "" if measurement.busbw_gb_s is None else f"{measurement.busbw_gb_s:.2f}",
             )
         console.print(table)
+        failed = next((m.graph_error for m in env_set.measurements if m.graph_error), None)
+        if failed:
+            console.print(f"[yellow]CUDA-graph timing failed:[/] {failed}", highlight=False)

@@ -65,6 +65,7 @@ class ProbeRequest:
     sweep_max_bytes: int = 64 * 1024 * 1024
     iters: int = 50
     warmup_iters: int = 10
+    graph_calls: int = 16      # also time each size replayed from a CUDA graph of this many calls (0: eager only)
     init_timeout_s: float = 60.0
     env_set_timeout_s: float = 300.0
     python: str = sys.executable
@@ -93,6 +94,9 @@ class Measurement:
     span_mean_us: float        # nccl-tests style: span of all timed calls / iters (slowest rank)
     algbw_gb_s: float | None
     busbw_gb_s: float | None
+    graph_latency_us: float | None = None  # median per call, replayed from a CUDA graph (slowest rank); what
+                                           # a CUDA-graph decode/verify step pays; None when not measured
+    graph_error: str | None = None         # why the CUDA-graph timing failed (capture unsupported …)
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,8 @@ def validate_request(request: ProbeRequest) -> None:
         raise ProbeError(f"--gpus {request.gpus}: need at least 1", hint="e.g. --gpus 2")
     if request.backend not in ("nccl", "gloo"):
         raise ProbeError(f"backend {request.backend!r} is not nccl or gloo")
+    if request.graph_calls < 0:
+        raise ProbeError(f"--graph-calls {request.graph_calls}: need ≥ 0 (0 times eager calls only)")
     if request.iters < 1 or request.warmup_iters < 0:
         raise ProbeError(f"--iters {request.iters} / warm-up {request.warmup_iters}: need iters ≥ 1, warm-up ≥ 0")
     if not request.tokens and not request.sweep:
@@ -346,7 +352,8 @@ def _run_env_set(request: ProbeRequest, env_set: EnvSet, world_size: int) -> Env
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"speclogs-probe-{env_set.name}-") as tmp:
         work_dir = Path(tmp)
-        spec = {"backend": request.backend, "iters": request.iters, "warmup_iters": request.warmup_iters, "init_timeout_s": request.init_timeout_s,
+        spec = {"backend": request.backend, "iters": request.iters, "warmup_iters": request.warmup_iters,
+                "graph_calls": request.graph_calls, "init_timeout_s": request.init_timeout_s,
                 "measurements": planned_measurements(request, world_size)}
         spec_path = work_dir / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
@@ -434,8 +441,20 @@ def _combine(rank_results: list[dict], world_size: int) -> list[Measurement]:
             span_mean_us=max(float(entry["span_mean_us"]) for entry in per_rank),
             algbw_gb_s=alg_bandwidth_gb_s(message_bytes, summary.latency_us),
             busbw_gb_s=bus_bandwidth_gb_s(item["collective"], message_bytes, summary.latency_us, world_size),
+            **_graph_fields(per_rank),
         ))
     return measurements
+
+
+def _graph_fields(per_rank: list[dict]) -> dict:
+    """The CUDA-graph timing of one measurement over the ranks: per replay the slowest rank, then the median."""
+    errors = [entry["graph_error"] for entry in per_rank if entry.get("graph_error")]
+    if errors:
+        return {"graph_error": errors[0]}
+    if not all(entry.get("graph_samples_us") for entry in per_rank):
+        return {}
+    combined = combine_rank_samples_us([entry["graph_samples_us"] for entry in per_rank])
+    return {"graph_latency_us": summarize_latencies_us(combined).latency_us}
 
 
 def _inherited_warnings() -> tuple[str, ...]:

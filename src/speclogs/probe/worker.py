@@ -8,7 +8,10 @@ CUDA and GPU facts as JSON instead.
 
 Timing: per size, `warmup_iters` untimed calls, a barrier, then `iters` calls back to back on the current stream,
 each between two CUDA events (elapsed_time → per-iteration latency), plus the span of all of them
-(mean per call, nccl-tests' way of timing).
+(mean per call, nccl-tests' way of timing). With `graph_calls` > 0 (GPU only) the same collective is also
+captured `graph_calls` times into one CUDA graph, as a CUDA-graph decode/verify step replays it, and the graph is
+replayed `iters` times between events: per-call latency = replay time / graph_calls, without the host's launch
+cost and rank skew that eager calls carry. A capture that fails is recorded (`graph_error`), not fatal.
 """
 
 from __future__ import annotations
@@ -123,7 +126,11 @@ def run_rank(spec: dict, out_dir: Path) -> None:
                 stamps.append(time.perf_counter())
             samples_us = [(later - earlier) * 1e6 for earlier, later in zip(stamps, stamps[1:])]
             span_us = (stamps[-1] - stamps[0]) * 1e6
-        measurements.append({**item, "samples_us": samples_us, "span_mean_us": span_us / iters})
+        entry = {**item, "samples_us": samples_us, "span_mean_us": span_us / iters}
+        graph_calls = int(spec.get("graph_calls", 0))
+        if on_gpu and graph_calls > 0:
+            entry.update(_graph_timing(call, graph_calls, iters, device))
+        measurements.append(entry)
 
     dist.barrier()
     dist.destroy_process_group()
@@ -137,6 +144,44 @@ def run_rank(spec: dict, out_dir: Path) -> None:
     }
     (out_dir / f"rank{rank}.json").write_text(json.dumps(result), encoding="utf-8")
     _write_stage(out_dir, rank, "done")
+
+
+def _graph_timing(call, graph_calls: int, iters: int, device) -> dict:
+    """Per-call latency of `call` replayed from a CUDA graph of `graph_calls` captured calls (both ranks replay
+    together after a barrier). Returns graph_samples_us (one per replay) or graph_error."""
+    import torch
+    import torch.distributed as dist
+
+    try:
+        side = torch.cuda.Stream(device=device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):  # warm-up off the capture, as torch's docs ask
+            for _ in range(3):
+                call()
+        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(graph_calls):
+                call()
+        torch.cuda.synchronize(device)
+        graph.replay()  # one untimed replay
+        torch.cuda.synchronize(device)
+        dist.barrier()
+        torch.cuda.synchronize(device)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        for start, end in zip(starts, ends):
+            start.record()
+            graph.replay()
+            end.record()
+        torch.cuda.synchronize(device)
+        samples = [start.elapsed_time(end) * 1000.0 / graph_calls for start, end in zip(starts, ends)]
+        del graph
+        return {"graph_calls": graph_calls, "graph_samples_us": samples}
+    except Exception as error:  # noqa: BLE001 — any capture failure is a result to report, not a crash
+        torch.cuda.synchronize(device)
+        return {"graph_calls": graph_calls, "graph_error": f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"}
 
 
 def main(argv: list[str]) -> int:

@@ -160,8 +160,11 @@ def nccl_sections(c: Comparison, brief: bool = False) -> list[tuple[str, list[st
     if estimates:
         rows = []
         for e in estimates:
-            fields = {k: v for k, v in vars(e).items() if k not in ("run_id",)}
-            rows.append([str(fields.pop("run_name", "")), "; ".join(f"{k}={v}" for k, v in fields.items())])
+            how = "replayed in a CUDA graph" if e.latency_source == "cuda_graph" else "eager calls: an upper bound"
+            matched = "" if e.env_set_matches else ", NOT the run's settings"
+            rows.append([e.run_name, f"{e.allreduces_per_verify} all-reduces × {e.allreduce_latency_us:.1f} µs "
+                                     f"({e.message_bytes // 1024} KiB, probe {e.probe_id} env set '{e.env_set}'{matched}; {how}) "
+                                     f"= {e.comm_ms:.2f} ms = {e.share:.0%} of verify {e.verify_ms:.2f} ms"])
         sections.append(("Communication share of verify (estimate)", ["run", "estimate"], rows))
     return sections
 

@@ -81,3 +81,40 @@ def test_chunks_end_at_line_ends_and_cover_the_file(tmp_path: Path) -> None:
     assert all(chunk.endswith(b"\n") for chunk in chunks[:-1])
     assert len(chunks) > 10 and stream.result() == hashlib.sha256(path.read_bytes()).hexdigest()
     assert stream.warnings() == []
+
+
+def test_a_streamed_file_that_shrinks_or_vanishes_is_said_not_crashed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sources, "STREAM_MIN_BYTES", 1024)
+    log = odd_log(tmp_path)
+    stream = LogStream(log, log.stat().st_size + 100)  # found bigger than it is when read
+    b"".join(stream.chunks(4096))
+    assert any("changed while being read" in warning for warning in stream.warnings())
+
+    original = LogStream.chunks
+
+    def vanish(self, chunk_bytes):
+        self.path.unlink()
+        yield from original(self, chunk_bytes)
+
+    monkeypatch.setattr(LogStream, "chunks", vanish)
+    summary = ingest_paths([log], tmp_path / "v.duckdb")
+    assert summary.files_ingested == 0
+    assert any("FileNotFoundError" in reason for reason in summary.skipped), summary.skipped
+
+
+def test_a_10_mb_line_in_a_streamed_log_is_one_unparsed_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sources, "STREAM_MIN_BYTES", 1024)
+    log = tmp_path / "long.log"
+    head = (MATRIX / "eagle3_nccl.log").read_bytes()[:20_000]
+    head = head[: head.rfind(b"\n") + 1]
+    log.write_bytes(head + b"x" * (10 << 20) + b"\n" + head)
+    db = tmp_path / "l.duckdb"
+    ingest_paths([log], db, chunk_bytes=65536)
+    con = connect(db, read_only=True)
+    try:
+        reasons = con.execute("SELECT reason, count(*) FROM unparsed_lines WHERE length(raw) > 1000 GROUP BY 1").fetchall()
+        balanced, total = con.execute("SELECT bool_and(balanced), sum(total_lines) FROM line_accounting").fetchone()
+    finally:
+        con.close()
+    assert len(reasons) == 1 and "too long" in reasons[0][0] and reasons[0][1] == 1
+    assert balanced and total == 2 * head.count(b"\n") + 1

@@ -164,12 +164,16 @@ class LogStream:
         return data
 
     def result(self) -> str:
-        """sha256 of the file: of the bytes read when it was read through, else of the file as it is now."""
+        """sha256 of the file: of the bytes read when it was read through, else of the file as it is now
+        ("" when it cannot be read any more)."""
         if self._digest is None:
             digest = hashlib.sha256()
-            with open(self.path, "rb") as handle:
-                while block := handle.read(1 << 20):
-                    digest.update(block)
+            try:
+                with open(self.path, "rb") as handle:
+                    while block := handle.read(1 << 20):
+                        digest.update(block)
+            except OSError:
+                return ""
             return digest.hexdigest()
         return self._digest
 

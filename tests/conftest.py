@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -46,6 +47,22 @@ def run_cli(*args: str, stdin: bytes | None = None, cwd: Path | None = None, tim
         completed.stdout.decode("utf-8", "replace"),
         completed.stderr.decode("utf-8", "replace"),
     )
+
+
+@contextlib.contextmanager
+def database_held_by_another_process(db: Path):
+    """Another process with `db` open for writing (DuckDB's file lock), for as long as the block runs; yields its pid."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); time.sleep(60)", str(db)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def query(db: Path, sql: str, params: list | None = None) -> list[tuple]:

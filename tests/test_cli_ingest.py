@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import FIXTURES, MATRIX, run_cli, scalar
+from conftest import FIXTURES, MATRIX, database_held_by_another_process, run_cli, scalar
 
 EAGLE = MATRIX / "eagle3_nccl.log"
 
@@ -83,20 +81,11 @@ def test_errors_are_one_line_and_exit_1(ingested, tmp_path):
 
 def test_locked_database_message(db_path):
     run_cli("ingest", str(MATRIX / "eagle3_nccl.bench.jsonl"), "--db", str(db_path))
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); time.sleep(60)", str(db_path)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "ready"
+    with database_held_by_another_process(db_path) as pid:
         result = run_cli("ingest", str(EAGLE), "--db", str(db_path))
         assert result.returncode == 1
-        assert f"is being written by another process (pid {holder.pid}?)" in result.stderr
+        assert f"is being written by another process (pid {pid}?)" in result.stderr
         assert "Traceback" not in result.stderr
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_default_db_in_cwd_and_python_m(tmp_path):

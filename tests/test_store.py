@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import MATRIX, query, scalar
+from conftest import MATRIX, database_held_by_another_process, query, scalar
 from speclogs.errors import StoreError
 from speclogs.store import connect, ingest_paths, run_query
 
@@ -61,21 +59,12 @@ def test_changed_file_needs_replace(db_path, tmp_path):
 
 def test_a_second_writer_gets_a_clear_error(db_path):
     ingest_paths([EAGLE_BENCH], db_path)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); time.sleep(60)", str(db_path)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "ready"
+    with database_held_by_another_process(db_path) as pid:
         with pytest.raises(StoreError) as caught:
             ingest_paths([EAGLE], db_path)
         message = str(caught.value)
         assert "is being written by another process" in message
-        assert f"pid {holder.pid}" in message
-    finally:
-        holder.kill()
-        holder.wait()
+        assert f"pid {pid}" in message
 
 
 def test_sql_is_read_only(db_path):

@@ -198,14 +198,13 @@ def classify_fast(engine: Engine, pieces: pl.DataFrame) -> Claims:
         if hits:
             matched_rows = rows.filter(hit) if hits < rows.len() else rows
             values = (extracted.filter(hit) if hits < rows.len() else extracted).struct.unnest()
-            frames[p.name] = _typed_frame(compiled, work.meta.gather(matched_rows), values)
-            if p.name in eligible or is_server_args(p):
-                keys = work.meta.gather(matched_rows).select("line_no", "piece")
-                if p.name in eligible:
-                    winners[p.name] = keys
-                if is_server_args(p):
-                    for (line_no, piece), src_text in zip(keys.iter_rows(), src.filter(hit).to_list()):
-                        server_args_text[(line_no, piece)] = src_text
+            matched = work.meta.gather(matched_rows)
+            frames[p.name] = _typed_frame(compiled, matched, values)
+            if p.name in eligible:
+                winners[p.name] = matched.select("line_no", "piece")
+            if is_server_args(p):
+                for (line_no, piece), src_text in zip(matched.select("line_no", "piece").iter_rows(), src.filter(hit).to_list()):
+                    server_args_text[(line_no, piece)] = src_text
         if hits < rows.len():
             missed = ~hit
             near_ids[p.name] = work.meta.gather(rows.filter(missed)).select("line_no", "piece").with_columns(src.filter(missed).alias("src"))

@@ -181,7 +181,8 @@ def _graph_timing(call, graph_calls: int, iters: int, device) -> dict:
         return {"graph_calls": graph_calls, "graph_samples_us": samples}
     except Exception as error:  # noqa: BLE001 — any capture failure is a result to report, not a crash
         torch.cuda.synchronize(device)
-        return {"graph_calls": graph_calls, "graph_error": f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"}
+        first_line = (str(error).splitlines() or [""])[0][:300]
+        return {"graph_calls": graph_calls, "graph_error": f"{type(error).__name__}: {first_line}"}
 
 
 def main(argv: list[str]) -> int:

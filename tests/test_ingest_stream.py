@@ -118,3 +118,16 @@ def test_a_10_mb_line_in_a_streamed_log_is_one_unparsed_row(tmp_path: Path, monk
         con.close()
     assert len(reasons) == 1 and "too long" in reasons[0][0] and reasons[0][1] == 1
     assert balanced and total == 2 * head.count(b"\n") + 1
+
+
+def test_chunks_keep_a_traceback_with_its_record_even_when_a_record_starts_a_block(tmp_path: Path) -> None:
+    """Records of exactly the read size: every block starts with '[' (the '\\n[' straddles two reads), and each
+    record's continuation lines stay in its chunk."""
+    record = b"[2026-01-01 00:00:00] Traceback (most recent call last):\n" + b"  File x\n" * 10
+    record = record + b"y" * (1000 - len(record) - 1) + b"\n"
+    assert len(record) == 1000
+    path = tmp_path / "x.log"
+    path.write_bytes(record * 50)
+    chunks = list(LogStream(path, path.stat().st_size).chunks(1000))
+    assert b"".join(chunks) == record * 50
+    assert len(chunks) > 10 and all(chunk.startswith(b"[") and len(chunk) % 1000 == 0 for chunk in chunks)

@@ -250,3 +250,20 @@ def test_real_device_probe_matches_the_tuned_runs_and_gives_an_in_graph_share(tm
     con.close()
     assert all(e.latency_source == "eager" and e.share > 0.5 for e in eager.estimates)
     assert "nccl_estimate_implausible" in _codes(eager)
+
+
+def test_the_html_report_lists_what_the_estimate_assumes():
+    """Brief outputs (terminal, markdown) give the estimate in one line; the full report lists its assumptions."""
+    from types import SimpleNamespace
+
+    from speclogs.report.text import nccl_sections
+
+    cycles = [{"run_id": "eagle3_nccl", "batch_size": 1, "verify_ms": 2.0}]
+    evidence = compute_nccl_evidence(frames_from_logs([MATRIX / "eagle3_nccl.log"], spec_cycles=cycles, probe=_probe_frame()),
+                                     num_layers=16)
+    (estimate,) = evidence.estimates
+    full = {title: rows for title, _, rows in nccl_sections(SimpleNamespace(nccl=evidence))}
+    assert full["What the estimate assumes"] == [["eagle3_nccl", text] for text in estimate.assumptions]
+    assert len(estimate.assumptions) >= 5
+    brief = {title for title, _, _ in nccl_sections(SimpleNamespace(nccl=evidence), brief=True)}
+    assert "Communication share of verify (estimate)" in brief and "What the estimate assumes" not in brief

@@ -122,9 +122,13 @@ _ODD_UNBRACKETED = (
 )
 
 
-def odd_lines(text: pl.Series) -> pl.Series:
-    """Rows the Python piece splitter must see (rare): CR, ANSI, blank, outer prefixes, records glued after text."""
-    odd = text.str.contains_any(_ODD_LITERALS) | text.str.starts_with("[pod/")
+def odd_lines(text: pl.Series, data: bytes | None = None) -> pl.Series:
+    """Rows the Python piece splitter must see (rare): CR, ANSI, blank, outer prefixes, records glued after text.
+    `data`, the bytes `text` was split from, lets a chunk without any of the odd literals skip their search."""
+    if data is None or any(literal.encode() in data for literal in (*_ODD_LITERALS, "[pod/")):
+        odd = text.str.contains_any(_ODD_LITERALS) | text.str.starts_with("[pod/")
+    else:
+        odd = _all_false(text.len())
     unbracketed = (~text.str.starts_with("[")).arg_true()
     if len(unbracketed):
         found = text.gather(unbracketed).str.contains(_ODD_UNBRACKETED)
@@ -132,8 +136,14 @@ def odd_lines(text: pl.Series) -> pl.Series:
     return odd
 
 
+def _all_false(n: int) -> pl.Series:
+    return pl.repeat(False, n, eager=True, dtype=pl.Boolean)
+
+
 def build_lines(data: bytes | memoryview, first_line_no: int = 1) -> Lines:
     """Physical lines of a chunk → the piece frame both parse paths classify."""
+    if isinstance(data, memoryview):
+        data = data.tobytes()
     raw = read_lines(data)
     total = raw.len()
     frame = pl.DataFrame({"text": raw}).with_row_index("line_no", offset=0)
@@ -145,7 +155,7 @@ def build_lines(data: bytes | memoryview, first_line_no: int = 1) -> Lines:
     )
     if too_long:
         frame = frame.filter(~too_long_mask)
-    odd_mask = odd_lines(frame.get_column("text"))
+    odd_mask = odd_lines(frame.get_column("text"), data)
     blank: list[int] = []
     if odd_mask.any():
         odd = frame.filter(odd_mask)

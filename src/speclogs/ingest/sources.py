@@ -130,25 +130,27 @@ class LogStream:
     def chunks(self, chunk_bytes: int) -> Iterator[bytes]:
         """The file's valid-UTF-8 chunks of about chunk_bytes (a small rest joins the last one: it would be
         parsed alone at the end, when nothing else runs); afterwards `result()` is the sha256 of what was read."""
-        carry = b""
+        carry = b""  # the start of the next chunk: what followed the last cut (a line or a record, usually small)
         with open(self.path, "rb") as handle:
             block = self._read(handle, chunk_bytes)
             while block:
                 following = self._read(handle, chunk_bytes)
-                buffer = carry + block if carry else block
                 if len(following) < chunk_bytes // 4:
+                    rest = [carry, block]
                     while following:
-                        buffer += following
+                        rest.append(following)
                         following = self._read(handle, chunk_bytes)
-                    yield self._valid(buffer)
+                    yield self._valid(b"".join(rest))
                     break
-                cut = buffer.rfind(b"\n[")
-                cut = cut + 1 if cut >= 0 else buffer.rfind(b"\n") + 1
-                if cut <= 0:  # no line end yet (one very long line): keep reading
-                    carry, block = buffer, following
-                    continue
-                carry, block = buffer[cut:], following
-                yield self._valid(buffer[:cut])
+                cut = block.rfind(b"\n[") + 1
+                if cut == 0 and not (block.startswith(b"[") and carry.endswith(b"\n")):
+                    cut = block.rfind(b"\n") + 1
+                    if cut == 0:  # no line end in this block (one very long line): keep reading
+                        carry, block = carry + block, following
+                        continue
+                chunk = b"".join((carry, memoryview(block)[:cut]))  # one copy: the chunk is carry + the block's head
+                carry, block = block[cut:], following
+                yield self._valid(chunk)
         self._digest = self._hash.hexdigest()
 
     def _read(self, handle, size: int) -> bytes:

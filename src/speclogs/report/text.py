@@ -166,6 +166,9 @@ def nccl_sections(c: Comparison, brief: bool = False) -> list[tuple[str, list[st
                                      f"({e.message_bytes // 1024} KiB, probe {e.probe_id} env set '{e.env_set}'{matched}; {how}) "
                                      f"= {e.comm_ms:.2f} ms = {e.share:.0%} of verify {e.verify_ms:.2f} ms"])
         sections.append(("Communication share of verify (estimate)", ["run", "estimate"], rows))
+        if not brief:
+            sections.append(("What the estimate assumes", ["run", "assumption"],
+                             [[e.run_name, text] for e in estimates for text in e.assumptions]))
     return sections
 
 

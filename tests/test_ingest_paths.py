@@ -13,16 +13,7 @@ from polars.testing import assert_frame_equal
 
 from conftest import FIXTURE_LOGS, ROOT
 from speclogs.grammar import load_grammars
-from speclogs.ingest.classify import (
-    Schedule,
-    classify_fast,
-    classify_slow,
-    compile_engine,
-    first_chars,
-    leading_literal,
-    may_overlap,
-    without_captures,
-)
+from speclogs.ingest.classify import classify_fast, classify_slow, compile_engine
 from speclogs.ingest.lines import build_lines
 from speclogs.ingest.logfile import parse_log_chunks
 from speclogs.ingest.sources import make_valid_text
@@ -116,70 +107,3 @@ def test_generated_20k_sample_pyparsing_classifies_like_the_fast_path(engine, ge
         assert_frame_equal(expected.sort("line_no", "piece"), got.sort("line_no", "piece"), check_exact=True)
         compared += got.height
     assert compared + slow.unclaimed.height == len(pieces) == 2500
-
-
-def assert_same_claims(left, right) -> None:
-    assert sorted(left.frames) == sorted(right.frames)
-    for name in left.frames:
-        assert_frame_equal(left.frames[name], right.frames[name], check_exact=True)
-    assert_frame_equal(left.unclaimed, right.unclaimed, check_exact=True)
-    assert left.near_miss_counts == right.near_miss_counts
-    assert [(m.pattern, m.line_no, m.piece) for m in left.near_misses] == [(m.pattern, m.line_no, m.piece) for m in right.near_misses]
-    assert left.server_args_text == right.server_args_text
-
-
-def rarest_first(engine) -> dict[str, int]:
-    """Hits that rank the patterns against their priority (the last first): as much reordering as must_follow allows."""
-    return {c.name: index + 1 for index, c in enumerate(engine.patterns)}
-
-
-@pytest.mark.parametrize("log", FIXTURE_LOGS, ids=lambda p: p.name)
-def test_any_schedule_gives_the_same_claims(engine, log):
-    """Schedules move common patterns ahead and precheck patterns that mostly miss: neither may change a claim
-    or a near miss (drift), on any fixture log."""
-    data, _, _ = make_valid_text(log.read_bytes())
-    frame = build_lines(data).frame
-    default = classify_fast(engine, frame)
-    assert default.frames
-    every = frozenset(c.name for c in engine.patterns)
-    reordered = engine.schedule(rarest_first(engine))
-    assert [c.name for c in reordered.order] != [c.name for c in engine.patterns]
-    for schedule in (reordered, Schedule(reordered.order, every), Schedule(engine.patterns, every)):
-        assert_same_claims(default, classify_fast(engine, frame, schedule))
-
-
-def test_any_schedule_gives_the_same_claims_on_the_generated_sample(engine, generated_sample):
-    frame = build_lines(generated_sample).frame
-    default = classify_fast(engine, frame)
-    learned = engine.schedule({name: f.height for name, f in default.frames.items()}, default.tried)
-    assert learned.order[0].name.startswith("decode_batch")
-    every = frozenset(c.name for c in engine.patterns)
-    for schedule in (learned, engine.schedule(rarest_first(engine)), Schedule(engine.patterns, every)):
-        assert_same_claims(default, classify_fast(engine, frame, schedule))
-
-
-def test_schedule_keeps_patterns_that_could_claim_the_same_piece_in_priority_order(engine):
-    order = [c.name for c in engine.schedule(rarest_first(engine)).order]
-    position = {name: index for index, name in enumerate(order)}
-    must_follow = engine.must_follow()
-    for name, earlier in must_follow.items():
-        assert all(position[e] < position[name] for e in earlier), name
-    # same leading text: the generic decode pattern stays behind the specific ones; uvicorn's level may be 'DEBUG'
-    assert "decode_batch_common" in must_follow["decode_batch"]
-    assert "decode_batch" in must_follow["uvicorn_info"]
-    assert "spec_cycle" not in must_follow["decode_batch_common"]
-
-
-def test_pattern_regex_analysis():
-    assert leading_literal(r"^(?P<_hit>)Decode batch\. #running-req: (?P<n>[0-9]+)") == "Decode batch. #running-req: "
-    assert leading_literal(r"^(?P<_hit>)Capture cuda graph begin(?: \(step [0-9]+\))?\.") == "Capture cuda graph begin"
-    assert leading_literal(r"^(?P<_hit>)abc?d") == "ab"
-    assert leading_literal(r"^(?P<_hit>)a|b") == ""
-    assert first_chars(r"^(?P<_hit>)(?P<level>(?:INFO|DEBUG)):  ") == frozenset("ID")
-    assert first_chars(r"^(?P<_hit>)(?:[0-9A-C]+ )?KV Cache") == frozenset("0123456789ABCK")
-    assert first_chars(r"^(?P<_hit>)\w+") is None and first_chars(r"^(?P<_hit>).*$") is None
-    assert first_chars(r"^(?P<_hit>)(?i)decode") is None
-    assert not may_overlap(("Decode batch", frozenset("D")), ("Prefill batch", frozenset("P")))
-    assert may_overlap(("Decode batch", frozenset("D")), ("", frozenset("DI")))
-    assert not may_overlap(("speclogs ", frozenset("s")), ("", frozenset("DI")))
-    assert without_captures(r"^(?P<a>[0-9]+)(x|y)\((?:z)[(]") == r"^(?:[0-9]+)(?:x|y)\((?:z)[(]"

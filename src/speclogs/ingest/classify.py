@@ -6,8 +6,6 @@ Fast path shape (perf-anchors.md): the prefix regex (without its message capture
 then, in priority order, each pattern's gate literal selects candidate rows (`str.contains`), its regex runs
 on those only (`extract_groups`, with an empty `_hit` group that tells a match from a miss) and the claimed
 rows leave the working set. Casts follow the field types (int → Int64, float/pct → Float64, bool → 'True').
-A `Schedule` may try common patterns first where no earlier pattern could claim the same piece, and give
-patterns that mostly miss a capture-free match test first; the claims are the same either way.
 
 Near misses — a piece that contains a pattern's gate but does not match it and ends up with a more
 generic pattern (or with none) — are format drift. Both paths report the same ones; pyparsing is run on
@@ -41,23 +39,10 @@ class CompiledPattern:
     pattern: Pattern
     hit_regex: str
     schema: dict[str, pl.DataType]  # output columns (after line_no, piece) in order, with their dtype
-    match_regex: str = ""  # hit_regex without capture groups: a match test that runs on the faster engine
 
     @property
     def name(self) -> str:
         return self.pattern.name
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """How to try the patterns on one chunk (Engine.schedule): the order, and the patterns that missed most of
-    the pieces their gate let through last time, which get a match test before their captures are taken."""
-
-    order: tuple[CompiledPattern, ...]
-    prechecked: frozenset[str] = frozenset()
-
-
-PRECHECK_BELOW = 0.5  # a pattern that matched fewer than this share of its gate's pieces in the last chunk is prechecked
 
 
 @dataclass(frozen=True)
@@ -79,67 +64,6 @@ class Engine:
                 for c in self.patterns
             }
             object.__setattr__(self, "_drift_winners", cached)
-        return cached
-
-    def must_follow(self) -> dict[str, frozenset[str]]:
-        """pattern → the earlier patterns (same scope) it must still be tried after in any schedule: those that
-        could match the same piece (neither's leading literal rules the other out) and those whose near misses
-        it could win as drift. Patterns outside that relation can never claim the same piece, so trying them
-        in another order gives the same claims."""
-        cached = self.__dict__.get("_must_follow")
-        if cached is None:
-            winners = self.drift_winners()
-            literals = {c.name: (leading_literal(c.hit_regex), first_chars(c.hit_regex)) for c in self.patterns}
-            cached = {}
-            for j, later in enumerate(self.patterns):
-                cached[later.name] = frozenset(
-                    earlier.name
-                    for earlier in self.patterns[:j]
-                    if earlier.pattern.scope == later.pattern.scope
-                    and (may_overlap(literals[earlier.name], literals[later.name]) or later.name in winners[earlier.name])
-                )
-            object.__setattr__(self, "_must_follow", cached)
-        return cached
-
-    def schedule(self, hits: dict[str, int] | None = None, tried: dict[str, int] | None = None) -> Schedule:
-        """The schedule for the next chunk from the last one's counts (`hits`: pieces each pattern claimed,
-        `tried`: pieces its gate let through). Order: the priority order, except that the patterns that claimed
-        pieces, most first, move ahead together with what they must follow. Claims are the same in any such
-        order; trying the common patterns first means the rare ones' gates scan only the pieces left."""
-        hits, tried = hits or {}, tried or {}
-        prechecked = frozenset(name for name, n in tried.items() if n and hits.get(name, 0) < PRECHECK_BELOW * n)
-        return Schedule(self._order(hits), prechecked)
-
-    def _order(self, hits: dict[str, int]) -> tuple[CompiledPattern, ...]:
-        ranked = tuple(sorted((name for name, n in hits.items() if n > 0), key=lambda name: -hits[name]))
-        if not ranked:
-            return self.patterns
-        cache = self.__dict__.setdefault("_schedules", {})
-        order = cache.get(ranked)
-        if order is None:
-            index = {c.name: i for i, c in enumerate(self.patterns)}
-            closure = self._must_follow_closure()
-            placed: dict[str, None] = {}
-            for name in ranked:
-                if name in index:
-                    placed.update(dict.fromkeys(sorted(closure[name] - placed.keys(), key=index.__getitem__)))
-                    placed[name] = None
-            order = tuple(self.pattern(name) for name in placed) + tuple(c for c in self.patterns if c.name not in placed)
-            if len(cache) < 64:
-                cache[ranked] = order
-        return order
-
-    def _must_follow_closure(self) -> dict[str, frozenset[str]]:
-        cached = self.__dict__.get("_closure")
-        if cached is None:
-            direct = self.must_follow()
-            cached = {}
-            for compiled in self.patterns:  # priority order: an earlier pattern's closure is complete already
-                found = set(direct[compiled.name])
-                for earlier in direct[compiled.name]:
-                    found |= cached[earlier]
-                cached[compiled.name] = frozenset(found)
-            object.__setattr__(self, "_closure", cached)
         return cached
 
     def gates(self, scope: str) -> tuple[str, ...]:
@@ -173,7 +97,6 @@ class Claims:
     near_miss_counts: dict[str, int] = field(default_factory=dict)
     near_misses: list[NearMiss] = field(default_factory=list)
     server_args_text: dict[tuple[int, int], str] = field(default_factory=dict)  # (line_no, piece) → message
-    tried: dict[str, int] = field(default_factory=dict)  # pattern → pieces its gate let through (fast path)
 
 
 def compile_engine(grammars: GrammarSet) -> Engine:
@@ -204,127 +127,8 @@ def compile_engine(grammars: GrammarSet) -> Engine:
             for name in p.derive({}):
                 if name not in schema:
                     schema[name] = pl.Int32 if name.endswith("_rank") else pl.Utf8
-        compiled.append(
-            CompiledPattern(pattern=p, hit_regex="^(?P<_hit>)" + body, schema=schema, match_regex="^" + without_captures(body))
-        )
+        compiled.append(CompiledPattern(pattern=p, hit_regex="^(?P<_hit>)" + body, schema=schema))
     return Engine(grammars=grammars, prefix_regex=prefix_regex, patterns=tuple(compiled))
-
-
-def without_captures(regex: str) -> str:
-    """The same regex with every capture group made non-capturing (`(?P<name>…)` and `(…)` → `(?:…)`)."""
-    out: list[str] = []
-    i, in_class = 0, False
-    while i < len(regex):
-        char = regex[i]
-        if char == "\\":
-            out.append(regex[i : i + 2])
-            i += 2
-            continue
-        if in_class:
-            in_class = char != "]"
-        elif char == "[":
-            in_class = True
-            if regex[i + 1 : i + 2] == "]" or regex[i + 1 : i + 3] == "^]":  # a ']' first in a class is literal
-                out.append(regex[i : i + (2 if regex[i + 1] == "]" else 3)])
-                i += 2 if regex[i + 1] == "]" else 3
-                continue
-        elif char == "(" and regex.startswith("(?P<", i):
-            out.append("(?:")
-            i = regex.index(">", i) + 1
-            continue
-        elif char == "(" and not regex.startswith("(?", i):
-            out.append("(?:")
-            i += 1
-            continue
-        out.append(char)
-        i += 1
-    return "".join(out)
-
-
-def leading_literal(hit_regex: str) -> str:
-    """The text every match of an anchored pattern regex starts with ('' when unknown): its plain characters
-    after '^' and the empty `_hit` group, up to the first construct that is not one."""
-    items = _parsed(hit_regex)
-    literal: list[str] = []
-    for op, av in items or ():
-        if op is re._constants.AT or (op is re._constants.SUBPATTERN and not list(av[3])):
-            continue
-        if op is not re._constants.LITERAL:
-            break
-        literal.append(chr(av))
-    return "".join(literal)
-
-
-def _parsed(hit_regex: str) -> list | None:
-    """The regex as Python's parser reads it (the compiled regexes use the syntax both engines share); None when
-    it does not parse or sets flags that change what a character matches."""
-    try:
-        parsed = re._parser.parse(hit_regex)
-    except (re.error, ValueError, TypeError):
-        return None
-    if parsed.state.flags & (re.IGNORECASE | re.VERBOSE):
-        return None
-    return list(parsed)
-
-
-def first_chars(hit_regex: str) -> frozenset[str] | None:
-    """The characters a match of an anchored pattern regex can start with; None when any (or unknown: the
-    regex reads differently in Python's parser, uses classes like \\w, flags, or can match empty)."""
-    items = _parsed(hit_regex)
-    if items is None:
-        return None
-    found, nullable = _first_of(items)
-    return None if found is None or nullable else frozenset(found)
-
-
-def _first_of(items: list) -> tuple[set[str] | None, bool]:
-    """(first characters, can be empty) of a sequence of parsed regex items."""
-    constants = re._constants
-    found: set[str] = set()
-    for op, av in items:
-        if op is constants.AT:
-            continue
-        if op is constants.LITERAL:
-            return found | {chr(av)}, False
-        if op is constants.IN:
-            chars = set()
-            for inner_op, inner_av in av:
-                if inner_op is constants.LITERAL:
-                    chars.add(chr(inner_av))
-                elif inner_op is constants.RANGE and inner_av[1] - inner_av[0] < 256:
-                    chars.update(chr(c) for c in range(inner_av[0], inner_av[1] + 1))
-                else:
-                    return None, False
-            return found | chars, False
-        if op is constants.SUBPATTERN:
-            inner, nullable = _first_of(list(av[3]))
-        elif op is constants.BRANCH:
-            inner, nullable = set(), False
-            for branch in av[1]:
-                got, empty = _first_of(list(branch))
-                if got is None:
-                    return None, False
-                inner |= got
-                nullable = nullable or empty
-        elif op in (constants.MAX_REPEAT, constants.MIN_REPEAT, getattr(constants, "POSSESSIVE_REPEAT", None)):
-            inner, nullable = _first_of(list(av[2]))
-            nullable = nullable or av[0] == 0
-        else:
-            return None, False
-        if inner is None:
-            return None, False
-        found |= inner
-        if not nullable:
-            return found, False
-    return found, True
-
-
-def may_overlap(first: tuple[str, frozenset[str] | None], second: tuple[str, frozenset[str] | None]) -> bool:
-    """Whether two anchored patterns, given as (leading literal, first characters), could both match one text."""
-    (literal_a, chars_a), (literal_b, chars_b) = first, second
-    if not (literal_a.startswith(literal_b) or literal_b.startswith(literal_a)):
-        return False
-    return chars_a is None or chars_b is None or bool(chars_a & chars_b)
 
 
 def _constant_dtype(value: object) -> pl.DataType:
@@ -346,9 +150,8 @@ def is_server_args(pattern: Pattern) -> bool:
 # fast path
 
 
-def classify_fast(engine: Engine, pieces: pl.DataFrame, schedule: Schedule | None = None) -> Claims:
-    """Classify the piece frame (line_no, piece, text) with the compiled regexes in polars, following
-    `schedule` (Engine.schedule; the priority order when None: the claims are the same either way).
+def classify_fast(engine: Engine, pieces: pl.DataFrame) -> Claims:
+    """Classify the piece frame (line_no, piece, text) with the compiled regexes in polars.
 
     Per scope, the working set is narrow: the text to match and each row's index into the scope's metadata
     (line_no, piece, and for messages ts and ranks), which is gathered only for the rows a pattern claims."""
@@ -379,9 +182,7 @@ def classify_fast(engine: Engine, pieces: pl.DataFrame, schedule: Schedule | Non
     eligible = set().union(*drift_winners.values()) if drift_winners else set()
     winners: dict[str, pl.DataFrame] = {}
     server_args_text: dict[tuple[int, int], str] = {}
-    schedule = schedule or Schedule(engine.patterns)
-    tried: dict[str, int] = {}
-    for compiled in schedule.order:
+    for compiled in engine.patterns:
         p = compiled.pattern
         work = works[p.scope]
         if work.alive_count == 0:
@@ -391,20 +192,12 @@ def classify_fast(engine: Engine, pieces: pl.DataFrame, schedule: Schedule | Non
             continue
         src = work.src.filter(candidates)
         rows = work.rows.filter(candidates)
-        tried[p.name] = rows.len()
-        if p.name in schedule.prechecked:
-            hit = src.str.contains(compiled.match_regex)
-            hits = int(hit.sum())
-            extracted = (src.filter(hit) if hits < rows.len() else src).str.extract_groups(compiled.hit_regex) if hits else None
-        else:
-            extracted = src.str.extract_groups(compiled.hit_regex)
-            hit = extracted.struct.field("_hit").is_not_null()
-            hits = int(hit.sum())
-            if hits < rows.len():
-                extracted = extracted.filter(hit)
+        extracted = src.str.extract_groups(compiled.hit_regex)
+        hit = extracted.struct.field("_hit").is_not_null()
+        hits = int(hit.sum())
         if hits:
             matched_rows = rows.filter(hit) if hits < rows.len() else rows
-            values = extracted.struct.unnest()
+            values = (extracted.filter(hit) if hits < rows.len() else extracted).struct.unnest()
             matched = work.meta.gather(matched_rows)
             frames[p.name] = _typed_frame(compiled, matched, values)
             if p.name in eligible:
@@ -436,7 +229,6 @@ def classify_fast(engine: Engine, pieces: pl.DataFrame, schedule: Schedule | Non
         frames=frames,
         unclaimed=unclaimed,
         prefixed_pieces=message_rows.height,
-        tried=tried,
         near_miss_counts=counts,
         near_misses=misses,
         server_args_text=server_args_text,

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import polars as pl
 
 from speclogs.errors import InputError
-from speclogs.ingest.classify import Engine, Schedule, classify_fast, classify_slow
+from speclogs.ingest.classify import Engine, classify_fast, classify_slow
 from speclogs.ingest.lines import build_lines, pieces_slow
 from speclogs.ingest.records import ChunkResult, assemble
 from speclogs.ingest.sources import LogStream
@@ -61,20 +61,17 @@ def parse_log_chunks(
         raise InputError(f"ingest method must be one of {', '.join(METHODS)}, not {method!r}",
                          hint="'auto' picks the compiled fast path and falls back to pyparsing where it must")
     launches_before = 0
-    last: dict[str, dict[str, int]] = {"hits": {}, "tried": {}}  # the last chunk finished: it schedules the next
     with ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="speclogs-classify") as pool:
         pending: deque = deque()  # (chunk, first_line_no, method, byte_end, future or None), in file order
         for chunk, first_line_no, chosen, byte_end in _planned_chunks(source, method, chunk_bytes):
-            future = (
-                pool.submit(_classify_chunk_fast, chunk, engine, first_line_no, engine.schedule(**last)) if chosen == "polars" else None
-            )
+            future = pool.submit(_classify_chunk_fast, chunk, engine, first_line_no) if chosen == "polars" else None
             pending.append((chunk, first_line_no, chosen, byte_end, future))
             while len(pending) >= PARSE_THREADS:
-                result = _finish_chunk(engine, pending.popleft(), launches_before, last)
+                result = _finish_chunk(engine, pending.popleft(), launches_before)
                 launches_before += len(result.launch_starts)
                 yield result
         while pending:
-            result = _finish_chunk(engine, pending.popleft(), launches_before, last)
+            result = _finish_chunk(engine, pending.popleft(), launches_before)
             launches_before += len(result.launch_starts)
             yield result
 
@@ -101,22 +98,20 @@ def _chunks(source: bytes | LogStream, chunk_bytes: int) -> Iterator[tuple[bytes
         yield view[start:end], source.count(b"\n", start, end) + (0 if source[end - 1 : end] == b"\n" else 1), end
 
 
-def _finish_chunk(engine: Engine, planned: tuple, launches_before: int, last: dict[str, dict[str, int]]) -> ChunkResult:
+def _finish_chunk(engine: Engine, planned: tuple, launches_before: int) -> ChunkResult:
     chunk, first_line_no, chosen, byte_end, future = planned
     if future is None:
         result = _parse_chunk_slow(bytes(chunk), engine, first_line_no, launches_before, chosen)
     else:
         lines, claims = future.result()
-        last["hits"] = {name: frame.height for name, frame in claims.frames.items()}
-        last["tried"] = claims.tried
         result = _assemble_fast(engine, lines, claims, first_line_no, launches_before)
     result.byte_end = byte_end
     return result
 
 
-def _classify_chunk_fast(chunk: bytes | memoryview, engine: Engine, first_line_no: int, schedule: Schedule):
+def _classify_chunk_fast(chunk: bytes | memoryview, engine: Engine, first_line_no: int):
     lines = build_lines(chunk, first_line_no)
-    return lines, classify_fast(engine, lines.frame, schedule)
+    return lines, classify_fast(engine, lines.frame)
 
 
 def _assemble_fast(engine: Engine, lines, claims, first_line_no: int, launches_before: int) -> ChunkResult:

@@ -137,7 +137,7 @@ def odd_lines(text: pl.Series, data: bytes | None = None) -> pl.Series:
 
 
 def _all_false(n: int) -> pl.Series:
-    return pl.repeat(False, n, eager=True, dtype=pl.Boolean)
+    return pl.Series("odd", [False], dtype=pl.Boolean).new_from_index(0, n)
 
 
 def build_lines(data: bytes | memoryview, first_line_no: int = 1) -> Lines:

@@ -122,13 +122,9 @@ _ODD_UNBRACKETED = (
 )
 
 
-def odd_lines(text: pl.Series, data: bytes | None = None) -> pl.Series:
-    """Rows the Python piece splitter must see (rare): CR, ANSI, blank, outer prefixes, records glued after text.
-    `data`, the bytes `text` was split from, lets a chunk without any of the odd literals skip their search."""
-    if data is None or any(literal.encode() in data for literal in (*_ODD_LITERALS, "[pod/")):
-        odd = text.str.contains_any(_ODD_LITERALS) | text.str.starts_with("[pod/")
-    else:
-        odd = _all_false(text.len())
+def odd_lines(text: pl.Series) -> pl.Series:
+    """Rows the Python piece splitter must see (rare): CR, ANSI, blank, outer prefixes, records glued after text."""
+    odd = text.str.contains_any(_ODD_LITERALS) | text.str.starts_with("[pod/")
     unbracketed = (~text.str.starts_with("[")).arg_true()
     if len(unbracketed):
         found = text.gather(unbracketed).str.contains(_ODD_UNBRACKETED)
@@ -136,14 +132,8 @@ def odd_lines(text: pl.Series, data: bytes | None = None) -> pl.Series:
     return odd
 
 
-def _all_false(n: int) -> pl.Series:
-    return pl.Series("odd", [False], dtype=pl.Boolean).new_from_index(0, n)
-
-
 def build_lines(data: bytes | memoryview, first_line_no: int = 1) -> Lines:
     """Physical lines of a chunk → the piece frame both parse paths classify."""
-    if isinstance(data, memoryview):
-        data = data.tobytes()
     raw = read_lines(data)
     total = raw.len()
     frame = pl.DataFrame({"text": raw}).with_row_index("line_no", offset=0)
@@ -155,7 +145,7 @@ def build_lines(data: bytes | memoryview, first_line_no: int = 1) -> Lines:
     )
     if too_long:
         frame = frame.filter(~too_long_mask)
-    odd_mask = odd_lines(frame.get_column("text"), data)
+    odd_mask = odd_lines(frame.get_column("text"))
     blank: list[int] = []
     if odd_mask.any():
         odd = frame.filter(odd_mask)

@@ -33,14 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_ingest import ensure_log  # noqa: E402
 
 from speclogs.grammar import load_grammars  # noqa: E402
-from speclogs.ingest.classify import classify_fast, compile_engine  # noqa: E402
+from speclogs.ingest.classify import cast_expr, classify_fast, compile_engine  # noqa: E402
 from speclogs.ingest.lines import build_lines, read_lines  # noqa: E402
 from speclogs.store import ROW_GROUP_ROWS  # noqa: E402
 
 HOT_TABLES = ("decode_batches", "prefill_batches", "http_requests")
-_CASTS = {"int": pl.Int64, "float": pl.Float64, "pct": pl.Float64}
-
-
 def busiest_patterns(engine, data: bytes) -> list:
     """Per hot table, the pattern that claims most lines of the log's first 16 MiB (what the ingest would use)."""
     head = data[: data.find(b"\n", 16 << 20) + 1]
@@ -53,13 +50,8 @@ def busiest_patterns(engine, data: bytes) -> list:
 
 
 def typed(compiled, values: pl.DataFrame) -> pl.DataFrame:
-    exprs = []
-    for f in compiled.pattern.fields:
-        if f.name not in values.columns:
-            continue
-        raw = pl.col(f.name).str.strip_chars_end("%") if f.type == "pct" else pl.col(f.name)
-        exprs.append(raw.cast(_CASTS[f.type], strict=False) if f.type in _CASTS else (raw == "True") if f.type == "bool" else raw)
-    return values.select(exprs)
+    """The captured strings cast as the ingest casts them."""
+    return values.select(cast_expr(pl.col(f.name), f.type).alias(f.name) for f in compiled.pattern.fields if f.name in values.columns)
 
 
 def one_run(data: bytes, engine, patterns: list) -> dict[str, float]:

@@ -354,7 +354,7 @@ def _typed_exprs(compiled: CompiledPattern, keep: tuple[str, ...], value_columns
         p = compiled.pattern
         exprs: dict[str, pl.Expr] = {column: pl.col(column) for column in keep[2:]}
         for f in p.fields:
-            exprs[f.name] = _cast(pl.col(_VALUE + f.name) if f.name in value_columns else pl.lit(None, dtype=pl.Utf8), f.type)
+            exprs[f.name] = cast_expr(pl.col(_VALUE + f.name) if f.name in value_columns else pl.lit(None, dtype=pl.Utf8), f.type)
         for name, value in p.constants.items():
             exprs.setdefault(name, pl.lit(value, dtype=compiled.schema[name]))
         keys = [pl.col("line_no").cast(pl.Int64), pl.col("piece").cast(pl.Int32)]
@@ -365,7 +365,8 @@ def _typed_exprs(compiled: CompiledPattern, keep: tuple[str, ...], value_columns
 _VALUE = "_value_"  # prefix of the captured values' columns while they are typed (no clash with line_no, piece, ts …)
 
 
-def _cast(raw: pl.Expr, type_name: str) -> pl.Expr:
+def cast_expr(raw: pl.Expr, type_name: str) -> pl.Expr:
+    """A captured string → the field type's value, as every fast-path row is cast (unparseable → NULL)."""
     if type_name == "int":
         return raw.cast(pl.Int64, strict=False)
     if type_name == "float":

@@ -18,10 +18,12 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import numpy as np
 import polars as pl
 
 from speclogs.errors import GrammarError
 from speclogs.grammar import GrammarSet, Pattern, split_rank_tags
+from speclogs.ingest import native
 
 PREFIX_COLUMNS = ("ts", "rank_tags", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "attn_cp_rank", "moe_dp_rank")
 RANK_COLUMNS = PREFIX_COLUMNS[2:]
@@ -39,6 +41,7 @@ class CompiledPattern:
     pattern: Pattern
     hit_regex: str
     schema: dict[str, pl.DataType]  # output columns (after line_no, piece) in order, with their dtype
+    native: native.Program | None  # hit_regex for the native matcher (None: outside its subset, polars runs it)
 
     @property
     def name(self) -> str:
@@ -52,6 +55,7 @@ class Engine:
     grammars: GrammarSet
     prefix_regex: str  # '^(?P<_pfx>…)' capturing the prefix span (not the message) plus ts/ms/rank_tags
     patterns: tuple[CompiledPattern, ...]
+    prefix_native: native.Program | None  # the whole prefix regex (with its message capture) for the native matcher
 
     def drift_winners(self) -> dict[str, frozenset[str]]:
         """pattern → the patterns whose claiming its near misses means drift (more generic ones of the same scope)."""
@@ -127,8 +131,15 @@ def compile_engine(grammars: GrammarSet) -> Engine:
             for name in p.derive({}):
                 if name not in schema:
                     schema[name] = pl.Int32 if name.endswith("_rank") else pl.Utf8
-        compiled.append(CompiledPattern(pattern=p, hit_regex="^(?P<_hit>)" + body, schema=schema))
-    return Engine(grammars=grammars, prefix_regex=prefix_regex, patterns=tuple(compiled))
+        compiled.append((p, "^(?P<_hit>)" + body, schema))
+    prefix_native, *programs = native.programs([regex] + [hit_regex for _, hit_regex, _ in compiled])
+    compiled = [
+        CompiledPattern(pattern=p, hit_regex=hit_regex, schema=schema, native=program)
+        for (p, hit_regex, schema), program in zip(compiled, programs)
+    ]
+    if prefix_native is not None and not {"ts", "ms", "rank_tags", "message"} <= prefix_native.groups.keys():
+        prefix_native = None
+    return Engine(grammars=grammars, prefix_regex=prefix_regex, patterns=tuple(compiled), prefix_native=prefix_native)
 
 
 def _constant_dtype(value: object) -> pl.DataType:
@@ -150,17 +161,18 @@ def is_server_args(pattern: Pattern) -> bool:
 # fast path
 
 
-def classify_fast(engine: Engine, pieces: pl.DataFrame) -> Claims:
-    """Classify the piece frame (line_no, piece, text) with the compiled regexes in polars.
+def classify_fast(engine: Engine, pieces: pl.DataFrame, *, use_native: bool | None = None) -> Claims:
+    """Classify the piece frame (line_no, piece, text) with the compiled regexes: in one pass of the native
+    matcher per scope where it is built (native.py), else pattern by pattern in polars; both give the same rows.
 
     Per scope, the working set is narrow: the text to match and each row's index into the scope's metadata
     (line_no, piece, and for messages ts and ranks), which is gathered only for the rows a pattern claims."""
+    if use_native is None:
+        use_native = native.available()
     text = pieces.get_column("text")
-    groups = text.str.extract_groups(engine.prefix_regex).struct.unnest()
-    prefixed = groups.get_column("_pfx").is_not_null()
+    split = _split_prefix_native(engine, text) if use_native and engine.prefix_native is not None else None
+    prefixed, message, prefix_groups = split if split is not None else _split_prefix(engine, text)
     message_rows = pieces.filter(prefixed)
-    prefix_groups = groups.filter(prefixed)
-    message = message_rows.get_column("text").str.slice(prefix_groups.get_column("_pfx").str.len_chars())
     msg_meta = _with_ranks(
         pl.DataFrame(
             {
@@ -172,49 +184,21 @@ def classify_fast(engine: Engine, pieces: pl.DataFrame) -> Claims:
         )
     )
     line_rows = pieces.filter(~prefixed)
-    works = {
-        "message": _Work(message, msg_meta, engine.gates("message")),
-        "line": _Work(line_rows.get_column("text"), line_rows.select("line_no", "piece"), engine.gates("line")),
+    scopes = {
+        "message": (message.alias("src"), msg_meta),
+        "line": (line_rows.get_column("text").alias("src"), line_rows.select("line_no", "piece")),
     }
-    frames: dict[str, pl.DataFrame] = {}
-    near_ids: dict[str, pl.DataFrame] = {}
     drift_winners = engine.drift_winners()
-    eligible = set().union(*drift_winners.values()) if drift_winners else set()
-    winners: dict[str, pl.DataFrame] = {}
-    server_args_text: dict[tuple[int, int], str] = {}
-    for compiled in engine.patterns:
-        p = compiled.pattern
-        work = works[p.scope]
-        if work.alive_count == 0:
-            continue
-        candidates = work.candidates(p.gate)
-        if candidates is None or not candidates.any():
-            continue
-        src = work.src.filter(candidates)
-        rows = work.rows.filter(candidates)
-        extracted = src.str.extract_groups(compiled.hit_regex)
-        hit = extracted.struct.field("_hit").is_not_null()
-        hits = int(hit.sum())
-        if hits:
-            matched_rows = rows.filter(hit) if hits < rows.len() else rows
-            values = (extracted.filter(hit) if hits < rows.len() else extracted).struct.unnest()
-            matched = work.meta.gather(matched_rows)
-            frames[p.name] = _typed_frame(compiled, matched, values)
-            if p.name in eligible:
-                winners[p.name] = matched.select("line_no", "piece")
-            if is_server_args(p):
-                for (line_no, piece), src_text in zip(matched.select("line_no", "piece").iter_rows(), src.filter(hit).to_list()):
-                    server_args_text[(line_no, piece)] = src_text
-        if hits < rows.len():
-            missed = ~hit
-            near_ids[p.name] = work.meta.gather(rows.filter(missed)).select("line_no", "piece").with_columns(src.filter(missed).alias("src"))
-        work.claim(candidates, hit)
-
+    found = _Found(eligible=set().union(*drift_winners.values()) if drift_winners else set())
     unclaimed_parts = []
-    for scope, work in works.items():
-        left = work.meta.gather(work.rows.filter(work.alive)).select("line_no", "piece")
-        left = left.with_columns(work.src.filter(work.alive).alias("text"), pl.lit(scope == "message").alias("prefixed"))
-        unclaimed_parts.append(left)
+    for scope, (src, meta) in scopes.items():
+        patterns = [c for c in engine.patterns if c.pattern.scope == scope]
+        left = None
+        if use_native and src.len() and patterns and all(c.native is not None for c in patterns):
+            left = _classify_native(patterns, src, meta, found)
+        if left is None:
+            left = _classify_polars(patterns, src, meta, found, engine.gates(scope))
+        unclaimed_parts.append(left.with_columns(pl.lit(scope == "message").alias("prefixed")))
     unclaimed = pl.concat(unclaimed_parts).sort(["line_no", "piece"]) if unclaimed_parts else _empty_unclaimed()
     # unclaimed message-scope pieces: report the whole piece text, prefix included
     if unclaimed.filter(pl.col("prefixed")).height:
@@ -224,15 +208,101 @@ def classify_fast(engine: Engine, pieces: pl.DataFrame) -> Claims:
             .with_columns(pl.when(pl.col("prefixed")).then(pl.col("full")).otherwise(pl.col("text")).alias("text"))
             .drop("full")
         )
-    counts, misses = _near_misses(engine, near_ids, winners, unclaimed)
+    counts, misses = _near_misses(engine, found.near_ids, found.winners, unclaimed)
     return Claims(
-        frames=frames,
+        frames=found.frames,
         unclaimed=unclaimed,
         prefixed_pieces=message_rows.height,
         near_miss_counts=counts,
         near_misses=misses,
-        server_args_text=server_args_text,
+        server_args_text=found.server_args_text,
     )
+
+
+@dataclass
+class _Found:
+    """What classifying the scopes of one chunk found, pattern by pattern."""
+
+    eligible: set[str]  # patterns whose claims can make another pattern's near miss drift
+    frames: dict[str, pl.DataFrame] = field(default_factory=dict)
+    near_ids: dict[str, pl.DataFrame] = field(default_factory=dict)  # line_no, piece, src
+    winners: dict[str, pl.DataFrame] = field(default_factory=dict)  # line_no, piece
+    server_args_text: dict[tuple[int, int], str] = field(default_factory=dict)
+
+    def claimed(self, compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame, texts: pl.Series) -> None:
+        """`matched` (metadata rows), their typed `values` and their `texts` (only read for server_args)."""
+        p = compiled.pattern
+        self.frames[p.name] = _typed_frame(compiled, matched, values)
+        if p.name in self.eligible:
+            self.winners[p.name] = matched.select("line_no", "piece")
+        if is_server_args(p):
+            for (line_no, piece), text in zip(matched.select("line_no", "piece").iter_rows(), texts.to_list()):
+                self.server_args_text[(line_no, piece)] = text
+
+    def missed(self, compiled: CompiledPattern, meta: pl.DataFrame, texts: pl.Series) -> None:
+        self.near_ids[compiled.name] = meta.select("line_no", "piece").with_columns(texts.alias("src"))
+
+
+def _classify_native(patterns: list[CompiledPattern], src: pl.Series, meta: pl.DataFrame, found: _Found) -> pl.DataFrame | None:
+    """One scope in one pass of the native matcher; the rows nobody claimed (line_no, piece, text), or None when
+    the matcher left rows undecided (the caller then runs polars)."""
+    result = native.classify(src, [(c.native, c.pattern.gate) for c in patterns])
+    if result is None:
+        return None
+    winner = result.winner
+    order = np.argsort(winner, kind="stable")  # rows grouped by winner (-1 first), in row order within each
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(winner + 1, minlength=len(patterns) + 1))])
+    for index, compiled in enumerate(patterns):
+        pick = order[bounds[index + 1] : bounds[index + 2]]
+        if not len(pick):
+            continue
+        fields = {f.name: f.type for f in compiled.pattern.fields}
+        columns, left = native.values(result, pick, compiled.native, fields)
+        values = pl.DataFrame([columns[f.name] for f in compiled.pattern.fields if f.name in columns])
+        if len(left):  # values the C readers did not take: polars reads those rows
+            kept = np.delete(pick, left)
+            polars_hit, more = _extract_polars(compiled, src.gather(pick[left]))
+            pick = np.concatenate([kept, pick[left][polars_hit.to_numpy()]])
+            order_in = np.argsort(pick, kind="stable")
+            pick = pick[order_in]
+            if values.width:
+                values = pl.concat([values, more.select(values.columns)]).gather(order_in)
+        at = pl.Series(pick)
+        found.claimed(compiled, meta.gather(at), values, src.gather(at) if is_server_args(compiled.pattern) else src.clear())
+    if len(result.near_rows):
+        near_order = np.argsort(result.near_patterns, kind="stable")
+        near_bounds = np.concatenate([[0], np.cumsum(np.bincount(result.near_patterns, minlength=len(patterns)))])
+        for index, compiled in enumerate(patterns):
+            rows = result.near_rows[near_order[near_bounds[index] : near_bounds[index + 1]]]
+            if len(rows):
+                at = pl.Series(rows)
+                found.missed(compiled, meta.gather(at), src.gather(at))
+    nobody = pl.Series(order[: bounds[1]])
+    return meta.gather(nobody).select("line_no", "piece").with_columns(src.gather(nobody).alias("text"))
+
+
+def _classify_polars(patterns: list[CompiledPattern], src: pl.Series, meta: pl.DataFrame, found: _Found,
+                     gates: tuple[str, ...]) -> pl.DataFrame:
+    """One scope pattern by pattern in polars: gate, regex on the candidates, claimed rows leave the working set."""
+    work = _Work(src, meta, gates)
+    for compiled in patterns:
+        if work.alive_count == 0:
+            break
+        candidates = work.candidates(compiled.pattern.gate)
+        if candidates is None or not candidates.any():
+            continue
+        at = candidates.arg_true()  # candidate rows' positions in work.src
+        hit, values = _extract_polars(compiled, work.src.gather(at))
+        rows = work.rows.gather(at)
+        hits = int(hit.sum())
+        if hits:
+            found.claimed(compiled, work.meta.gather(rows.filter(hit)), values, work.src.gather(at.filter(hit)))
+        if hits < rows.len():
+            missed = ~hit
+            found.missed(compiled, work.meta.gather(rows.filter(missed)), work.src.gather(at.filter(missed)))
+        work.claim(candidates, hit)
+    left = work.meta.gather(work.rows.filter(work.alive)).select("line_no", "piece")
+    return left.with_columns(work.src.filter(work.alive).alias("text"))
 
 
 class _Work:
@@ -283,6 +353,39 @@ class _Work:
             return
         found = self.src.str.extract_many(list(self._all_gates), overlapping=True)
         self._present = frozenset(found.explode().drop_nulls().unique().to_list())
+
+
+def _split_prefix(engine: Engine, text: pl.Series) -> tuple[pl.Series, pl.Series, pl.DataFrame]:
+    """(prefixed mask, the prefixed rows' messages, their ts/ms/rank_tags strings) with polars' regex."""
+    groups = text.str.extract_groups(engine.prefix_regex).struct.unnest()
+    prefixed = groups.get_column("_pfx").is_not_null()
+    prefix_groups = groups.filter(prefixed)
+    message = text.filter(prefixed).str.slice(prefix_groups.get_column("_pfx").str.len_chars())
+    return prefixed, message, prefix_groups
+
+
+def _split_prefix_native(engine: Engine, text: pl.Series) -> tuple[pl.Series, pl.Series, pl.DataFrame] | None:
+    """The same with the native matcher (None when it leaves any row undecided: polars then does the chunk)."""
+    result = native.classify(text, [(engine.prefix_native, "")])
+    if result is None:
+        return None
+    hit_rows = np.flatnonzero(result.winner == 0)
+    fields = {"ts": "str", "ms": "int", "rank_tags": "str", "message": "str"}
+    columns, left = native.values(result, hit_rows, engine.prefix_native, fields, borrowed=frozenset({"ts", "message"}))
+    if len(left):  # an ms the C reader did not take
+        return None
+    prefixed = np.zeros(text.len(), dtype=bool)
+    prefixed[hit_rows] = True
+    groups = pl.DataFrame([columns["ts"], columns["ms"], columns["rank_tags"]])
+    return pl.Series("prefixed", prefixed), columns["message"], groups
+
+
+def _extract_polars(compiled: CompiledPattern, src: pl.Series) -> tuple[pl.Series, pl.DataFrame]:
+    """(hit mask over src, the hits' typed values) with polars' regex."""
+    extracted = src.str.extract_groups(compiled.hit_regex)
+    hit = extracted.struct.field("_hit").is_not_null()
+    values = (extracted.filter(hit) if hit.sum() < src.len() else extracted).struct.unnest()
+    return hit, values.select(cast_expr(pl.col(f.name), f.type) for f in compiled.pattern.fields if f.name in values.columns)
 
 
 def _all_true(n: int) -> pl.Series:
@@ -354,7 +457,7 @@ def _typed_exprs(compiled: CompiledPattern, keep: tuple[str, ...], value_columns
         p = compiled.pattern
         exprs: dict[str, pl.Expr] = {column: pl.col(column) for column in keep[2:]}
         for f in p.fields:
-            exprs[f.name] = cast_expr(pl.col(_VALUE + f.name) if f.name in value_columns else pl.lit(None, dtype=pl.Utf8), f.type)
+            exprs[f.name] = pl.col(_VALUE + f.name) if f.name in value_columns else pl.lit(None, dtype=_DTYPES.get(f.type, pl.Utf8))
         for name, value in p.constants.items():
             exprs.setdefault(name, pl.lit(value, dtype=compiled.schema[name]))
         keys = [pl.col("line_no").cast(pl.Int64), pl.col("piece").cast(pl.Int32)]

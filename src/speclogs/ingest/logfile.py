@@ -21,7 +21,7 @@ import polars as pl
 
 from speclogs.errors import InputError
 from speclogs.ingest.classify import Engine, classify_fast, classify_slow
-from speclogs.ingest.lines import build_lines, pieces_slow
+from speclogs.ingest.lines import build_lines, count_lines, pieces_slow
 from speclogs.ingest.records import ChunkResult, assemble
 from speclogs.ingest.sources import LogStream
 
@@ -29,6 +29,7 @@ DEFAULT_CHUNK_BYTES = 16 << 20  # two chunks are parsed at once; 32 MiB chunks c
 SMALL_CHUNK_BYTES = 512 << 10
 METHODS = ("auto", "polars", "regex", "pyparsing")
 PARSE_THREADS = 2
+CHUNKS_AHEAD = PARSE_THREADS + 1  # chunks in flight: one more than threads, so a thread never waits for the next chunk
 
 
 def chunk_bounds(data: bytes, chunk_bytes: int) -> Iterator[tuple[int, int]]:
@@ -66,7 +67,7 @@ def parse_log_chunks(
         for chunk, first_line_no, chosen, byte_end in _planned_chunks(source, method, chunk_bytes):
             future = pool.submit(_classify_chunk_fast, chunk, engine, first_line_no) if chosen == "polars" else None
             pending.append((chunk, first_line_no, chosen, byte_end, future))
-            while len(pending) >= PARSE_THREADS:
+            while len(pending) >= CHUNKS_AHEAD:
                 result = _finish_chunk(engine, pending.popleft(), launches_before)
                 launches_before += len(result.launch_starts)
                 yield result
@@ -91,7 +92,7 @@ def _chunks(source: bytes | LogStream, chunk_bytes: int) -> Iterator[tuple[bytes
     """(chunk, physical lines in it, byte_end)."""
     if isinstance(source, LogStream):
         for chunk in source.chunks(chunk_bytes):
-            yield chunk, chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1), source.bytes_read
+            yield chunk, count_lines(chunk), source.bytes_read
         return
     view = memoryview(source)
     for start, end in chunk_bounds(source, chunk_bytes):

@@ -1,0 +1,515 @@
+/* speclogs' native matcher: the grammar regexes, compiled by native.py into a small program, run on Arrow
+ * string-view arrays (what polars Series are made of), with captures cast to typed columns.
+ *
+ * It is a backtracking matcher for the regex subset the grammar compiler emits (literals, classes, greedy
+ * repeats, alternation, optional groups, ^ and $), with the leftmost-first semantics of Python re and Rust
+ * regex: it gives the same captures as polars' extract_groups. Whatever it cannot decide exactly (a step
+ * budget exceeded, a number in a form it does not convert) it marks UNDECIDED, and the caller runs polars'
+ * regex on those rows. Text is valid UTF-8 (the ingest repairs it before); classes are matched by character.
+ *
+ * Built at first use by native.py (cc -O2 -shared); no Python headers are needed (called through ctypes).
+ */
+#include <stdint.h>
+#include <string.h>
+#include <stdlib.h>
+
+enum { OP_LIT = 1, OP_SET, OP_RUN, OP_SPLIT, OP_JMP, OP_SAVE, OP_BOL, OP_EOL, OP_MATCH, OP_REST, OP_NUM };
+enum { MISS = 0, HIT = 1, UNDECIDED = 2 };
+enum { BT_BRANCH = 1, BT_RUN, BT_RESTORE };
+
+typedef struct { int32_t op, a, b, c, d; } inst_t; /* SPLIT c/d, RUN/REST d: first-character sets (-1: any) */
+typedef struct { int32_t kind, pc, pos, extra; } frame_t;
+
+#define SET_BYTES 129   /* [0..127]: ASCII members; [128]: whether non-ASCII characters match */
+#define FIRST_BYTES 130 /* a set, and [129]: whether the end of the text may follow */
+#define MAX_FRAMES 4096
+#define MAX_SLOTS 256
+#define PREFETCH_ROWS 8
+
+static inline const uint8_t *view_text(const uint8_t *views, const uint8_t *const *buffers, int64_t i, int32_t *len) {
+    const uint8_t *v = views + 16 * i;
+    int32_t n;
+    memcpy(&n, v, 4);
+    *len = n;
+    if (n <= 12) return v + 4;
+    int32_t buf, off;
+    memcpy(&buf, v + 8, 4);
+    memcpy(&off, v + 12, 4);
+    return buffers[buf] + off;
+}
+
+static inline int char_len(uint8_t lead) {
+    if (lead < 0xC0) return 1;
+    if (lead < 0xE0) return 2;
+    if (lead < 0xF0) return 3;
+    return 4;
+}
+
+/* Length in bytes of one character of `set` at s[pos], or 0 when it does not match. */
+static inline int set_step(const uint8_t *set, const uint8_t *s, int32_t pos, int32_t len) {
+    if (pos >= len) return 0;
+    uint8_t c = s[pos];
+    if (c < 0x80) return set[c] ? 1 : 0;
+    if (!set[128]) return 0;
+    int n = char_len(c);
+    return pos + n <= len ? n : len - pos;
+}
+
+/* Whether a branch whose first-character set is `first` (-1: any) can go on at s[pos]. */
+static inline int can_start(const uint8_t *firsts, int32_t first, const uint8_t *s, int32_t pos, int32_t len) {
+    if (first < 0) return 1;
+    const uint8_t *f = firsts + FIRST_BYTES * first;
+    if (pos >= len) return f[129];
+    return s[pos] < 0x80 ? f[s[pos]] : f[128];
+}
+
+/* Whether giving back part of a run that ends at `pos` could help: some position in [shortest, pos) where what
+ * follows the run can start. (Digits followed by ", " never can; then no choice point is needed.) */
+static inline int can_give_back(const uint8_t *firsts, int32_t first, const uint8_t *s, int32_t shortest, int32_t pos, int32_t len) {
+    if (first < 0) return 1;
+    for (int32_t p = shortest; p < pos; p++)
+        if ((s[p] & 0xC0) != 0x80 && can_start(firsts, first, s, p, len)) return 1;
+    return 0;
+}
+
+static inline int32_t step_back(const uint8_t *s, int32_t pos) {
+    pos--;
+    while (pos > 0 && (s[pos] & 0xC0) == 0x80) pos--;
+    return pos;
+}
+
+/* One anchored match of `prog` on s[0..len); caps[2k], caps[2k+1] = span of group k (-1 when unset).
+ * `budget` bounds the backtracking (each choice point taken back costs one); past it the row is UNDECIDED.
+ * Dispatch is by computed goto (GCC and clang): one indirect jump per instruction kind predicts far better. */
+static int run(const inst_t *prog, const uint8_t *lits, const uint8_t *sets, const uint8_t *firsts, int32_t n_slots,
+               int64_t budget, const uint8_t *s, int32_t len, int32_t *caps, frame_t *stack) {
+    static const void *const handlers[] = {&&bad, &&lit, &&set, &&run, &&split, &&jmp, &&save, &&bol, &&eol, &&match, &&rest, &&num};
+    for (int32_t k = 0; k < n_slots; k++) caps[k] = -1;
+    int32_t sp = 0, pc = 0, pos = 0;
+    const inst_t *in;
+#define NEXT() do { in = &prog[pc]; goto *handlers[in->op]; } while (0)
+#define PUSH(...) do { if (sp >= MAX_FRAMES) return UNDECIDED; stack[sp++] = (frame_t){__VA_ARGS__}; } while (0)
+    NEXT();
+lit: {
+        const uint8_t *l = lits + in->a;
+        int32_t n = in->b;
+        if (pos + n > len) goto fail;
+        const uint8_t *t = s + pos;
+        int32_t k = 0;
+        for (; k + 8 <= n; k += 8) { /* 8 bytes at a time: the literals between fields are 10–30 bytes long */
+            uint64_t x, y;
+            memcpy(&x, t + k, 8);
+            memcpy(&y, l + k, 8);
+            if (x != y) goto fail;
+        }
+        for (; k < n; k++)
+            if (t[k] != l[k]) goto fail;
+        pos += n;
+        pc++;
+        NEXT();
+    }
+set: {
+        int n = set_step(sets + SET_BYTES * in->a, s, pos, len);
+        if (!n) goto fail;
+        pos += n;
+        pc++;
+        NEXT();
+    }
+run: { /* greedy; a frame remembers where the shortest allowed run ends, to give back down to */
+        const uint8_t *set = sets + SET_BYTES * in->a;
+        int32_t count = 0, n, shortest = in->b == 0 ? pos : -1, most = in->c < 0 ? INT32_MAX : in->c;
+        while (count < most && pos < len) {
+            if (s[pos] < 0x80) {
+                if (!set[s[pos]]) break;
+                pos++;
+            } else if ((n = set_step(set, s, pos, len)) > 0) {
+                pos += n;
+            } else {
+                break;
+            }
+            if (++count == in->b) shortest = pos;
+        }
+        if (count < in->b) goto fail;
+        if (pos > shortest && can_give_back(firsts, in->d, s, shortest, pos, len)) PUSH(BT_RUN, pc, pos, shortest);
+        pc++;
+        NEXT();
+    }
+rest: { /* '.*' / '.+' (b = minimum): every character up to the end of the line */
+        const uint8_t *nl = memchr(s + pos, '\n', (size_t)(len - pos));
+        int32_t stop = nl ? (int32_t)(nl - s) : len, shortest = pos, k = 0;
+        for (; k < in->b && shortest < stop; k++) shortest += char_len(s[shortest]);
+        if (k < in->b) goto fail;
+        if (shortest > stop) shortest = stop;
+        pos = stop;
+        if (pos > shortest) PUSH(BT_RUN, pc, pos, shortest);
+        pc++;
+        NEXT();
+    }
+split: {
+        int left = can_start(firsts, in->c, s, pos, len), right = can_start(firsts, in->d, s, pos, len);
+        if (left && right) {
+            PUSH(BT_BRANCH, in->b, pos, 0);
+            pc = in->a;
+        } else if (left) {
+            pc = in->a;
+        } else if (right) {
+            pc = in->b;
+        } else {
+            goto fail;
+        }
+        NEXT();
+    }
+num: { /* a captured number: '-'? (c) digits, '.' digits (b); only emitted where nothing can give it back */
+        int32_t start = pos;
+        if (in->c && pos < len && s[pos] == '-') pos++;
+        int32_t digits = pos;
+        while (pos < len && s[pos] >= '0' && s[pos] <= '9') pos++;
+        if (pos == digits) goto fail;
+        if (in->b && pos + 1 < len && s[pos] == '.' && s[pos + 1] >= '0' && s[pos + 1] <= '9') {
+            pos += 2;
+            while (pos < len && s[pos] >= '0' && s[pos] <= '9') pos++;
+        }
+        if (sp > 0) {
+            PUSH(BT_RESTORE, in->a, caps[in->a], 0);
+            PUSH(BT_RESTORE, in->a + 1, caps[in->a + 1], 0);
+        }
+        caps[in->a] = start;
+        caps[in->a + 1] = pos;
+        pc++;
+        NEXT();
+    }
+jmp:
+    pc = in->a;
+    NEXT();
+save:
+    if (sp > 0) PUSH(BT_RESTORE, in->a, caps[in->a], 0); /* with no choice point left a failure is final */
+    caps[in->a] = pos;
+    pc++;
+    NEXT();
+bol:
+    if (pos != 0) goto fail;
+    pc++;
+    NEXT();
+eol:
+    if (pos != len) goto fail;
+    pc++;
+    NEXT();
+match:
+    return HIT;
+bad:
+    return UNDECIDED;
+fail:
+    for (;;) {
+        if (sp == 0) return MISS;
+        if (--budget < 0) return UNDECIDED;
+        frame_t *f = &stack[--sp];
+        if (f->kind == BT_RESTORE) {
+            caps[f->pc] = f->pos;
+            continue;
+        }
+        if (f->kind == BT_BRANCH) {
+            pc = f->pc;
+            pos = f->pos;
+            NEXT();
+        }
+        /* BT_RUN: give back characters of the repeat until what follows can start there, and go on */
+        const inst_t *r = &prog[f->pc];
+        int32_t shortest = f->extra;
+        pos = f->pos;
+        do {
+            pos = step_back(s, pos);
+        } while (pos > shortest && !can_start(firsts, r->d, s, pos, len));
+        if (!can_start(firsts, r->d, s, pos, len)) continue;
+        if (pos > shortest) stack[sp++] = (frame_t){BT_RUN, f->pc, pos, shortest};
+        pc = f->pc + 1;
+        NEXT();
+    }
+#undef NEXT
+#undef PUSH
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Captured text → typed values. The readers are strict: a value in any other form leaves its row to polars. */
+
+static int parse_int(const uint8_t *s, int32_t len, int64_t *out, int *valid) {
+    int32_t i = 0;
+    int neg = 0;
+    if (i < len && s[i] == '-') { neg = 1; i++; }
+    if (i == len) return 0;
+    uint64_t v = 0, limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    int overflow = 0;
+    for (; i < len; i++) {
+        uint8_t c = s[i];
+        if (c < '0' || c > '9') return 0;
+        if (!overflow) {
+            if (v > (limit - (c - '0')) / 10) overflow = 1;
+            else v = v * 10 + (c - '0');
+        }
+    }
+    *valid = !overflow;
+    *out = overflow ? 0 : (neg ? (int64_t)(0 - v) : (int64_t)v);
+    return 1;
+}
+
+static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* '-?[0-9]+(\.[0-9]+)?' with at most 2^53 as digits and at most 22 decimals: one correctly rounded division
+ * of two exact doubles, the same value any correctly rounding reader (polars') gives. Else: not taken. */
+static int parse_float(const uint8_t *s, int32_t len, double *out) {
+    int32_t i = 0;
+    int neg = 0;
+    if (i < len && s[i] == '-') { neg = 1; i++; }
+    uint64_t m = 0;
+    int digits = 0, decimals = 0, dot = 0;
+    for (; i < len; i++) {
+        uint8_t c = s[i];
+        if (c == '.' && !dot && digits) { dot = 1; continue; }
+        if (c < '0' || c > '9') return 0;
+        if (m > (1ULL << 53) / 10) return 0;
+        m = m * 10 + (c - '0');
+        digits++;
+        decimals += dot;
+    }
+    if (!digits || (dot && !decimals) || decimals > 22 || m > (1ULL << 53)) return 0;
+    double v = (double)m / POW10[decimals];
+    *out = neg ? -v : v;
+    return 1;
+}
+
+/* One wanted capture group: its start slot, what to make of it, and where (hit k goes to index k). */
+typedef struct {
+    int32_t slot, kind; /* kind: 0 int64, 1 float64, 2 pct (float64, trailing '%' dropped), 3 bool (== "True"), 4 text */
+    void *values;       /* int64 / double / uint8 / 16-byte string views */
+    uint8_t *valid;
+} column_t;
+
+/* A text capture as an Arrow string view into the source row's own data buffer (≤ 12 bytes are inlined). */
+static void text_view(const uint8_t *source_view, const uint8_t *text, int32_t start, int32_t end, uint8_t *v) {
+    int32_t size = end - start;
+    memset(v, 0, 16);
+    memcpy(v, &size, 4);
+    if (size <= 12) {
+        memcpy(v + 4, text + start, (size_t)size);
+        return;
+    }
+    int32_t buf, off; /* size > 12, so the source row is not inline either */
+    memcpy(&buf, source_view + 8, 4);
+    memcpy(&off, source_view + 12, 4);
+    off += start;
+    memcpy(v + 4, text + start, 4);
+    memcpy(v + 8, &buf, 4);
+    memcpy(v + 12, &off, 4);
+}
+
+/* Convert one hit's captures into row k of the columns; 0 when a value is in a form these strict readers do
+ * not take (the row is then left to polars). */
+static int convert(const column_t *columns, int32_t n_columns, const int32_t *caps, const uint8_t *source_view,
+                   const uint8_t *text, int64_t k) {
+    for (int32_t c = 0; c < n_columns; c++) {
+        const column_t *col = &columns[c];
+        int32_t start = caps[col->slot], end = caps[col->slot + 1];
+        if (start < 0 || end < start) {
+            col->valid[k] = 0;
+            if (col->kind == 4) memset((uint8_t *)col->values + 16 * k, 0, 16);
+            continue;
+        }
+        const uint8_t *s = text + start;
+        int32_t len = end - start;
+        int ok = 1;
+        switch (col->kind) {
+        case 0:
+            if (!parse_int(s, len, &((int64_t *)col->values)[k], &ok)) return 0;
+            col->valid[k] = (uint8_t)ok;
+            break;
+        case 2:
+            while (len > 0 && s[len - 1] == '%') len--;
+            /* fall through */
+        case 1:
+            if (!parse_float(s, len, &((double *)col->values)[k])) return 0;
+            col->valid[k] = 1;
+            break;
+        case 3:
+            ((uint8_t *)col->values)[k] = len == 4 && memcmp(s, "True", 4) == 0;
+            col->valid[k] = 1;
+            break;
+        default:
+            text_view(source_view, text, start, end, (uint8_t *)col->values + 16 * k);
+            col->valid[k] = 1;
+        }
+    }
+    return 1;
+}
+
+/* One pattern of a scope, in priority order. */
+typedef struct {
+    const inst_t *code;
+    const uint8_t *lits, *sets, *firsts;
+    int32_t n_slots;
+    int32_t entry; /* first-character set of a match (-1: any): most rows are turned down on their first byte */
+    const uint8_t *gate; /* the pattern's gate literal (the row must contain it), gate_len 0: none */
+    int32_t gate_len;
+} pattern_t;
+
+/* Whether s[0..len) contains the literal g[0..n) (n > 0): memchr for its first byte, then compare (glibc's
+ * memmem sets up a two-way search per call, which costs more than it saves on lines of ~150 bytes). */
+static inline int contains(const uint8_t *s, int32_t len, const uint8_t *g, int32_t n) {
+    const uint8_t *end = s + len - n + 1, *at = s;
+    while (at < end) {
+        at = memchr(at, g[0], (size_t)(end - at));
+        if (!at) return 0;
+        if (memcmp(at + 1, g + 1, (size_t)(n - 1)) == 0) return 1;
+        at++;
+    }
+    return 0;
+}
+
+static inline const uint8_t *row_text(const uint8_t *views, const uint8_t *const *buffers, const int64_t *rows,
+                                      int64_t offset, int64_t i, int32_t *len) {
+    return view_text(views, buffers, offset + (rows ? rows[i] : i), len);
+}
+
+/* Classify rows[0..n) (all rows when rows is NULL) of a string-view array: the first pattern whose gate the row
+ * contains and whose program matches wins (winner[i] = its index, -1: none, -2: undecided, polars must do
+ * the row). The winner's captures are kept in caps from caps_at[i] on. Each (row, pattern) whose gate the row
+ * contains (or that has none) but whose program missed, before the winner, is a near miss: near_rows/near_patterns, up to
+ * near_capacity of them (*n_near counts them all: more than the capacity means "call again with more room"). */
+void sl_classify(const pattern_t *patterns, int32_t n_patterns, const uint8_t *views, const uint8_t *const *buffers,
+                 const uint8_t *validity, int64_t offset, const int64_t *rows, int64_t n, int32_t *winner,
+                 int32_t *caps, int64_t *caps_at, int64_t *near_rows, int32_t *near_patterns, int64_t near_capacity,
+                 int64_t *n_near) {
+    frame_t *stack = malloc(sizeof(frame_t) * MAX_FRAMES);
+    int64_t used = 0, near = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i + PREFETCH_ROWS < n) { /* rows are ~160 bytes apart: without this each row waits for memory */
+            int32_t ahead_len;
+            const uint8_t *ahead = row_text(views, buffers, rows, offset, i + PREFETCH_ROWS, &ahead_len);
+            __builtin_prefetch(ahead);
+            __builtin_prefetch(ahead + 64);
+            __builtin_prefetch(ahead + 128);
+        }
+        int64_t row = offset + (rows ? rows[i] : i);
+        winner[i] = -1;
+        caps_at[i] = -1;
+        if (validity && !((validity[row >> 3] >> (row & 7)) & 1)) continue;
+        if (!stack) { winner[i] = -2; continue; }
+        int32_t len;
+        const uint8_t *s = view_text(views, buffers, row, &len);
+        for (int32_t k = 0; k < n_patterns; k++) {
+            const pattern_t *p = &patterns[k];
+            if (p->gate_len && !contains(s, len, p->gate, p->gate_len)) continue;
+            int st = MISS;
+            if (can_start(p->firsts, p->entry, s, 0, len)) {
+                st = p->n_slots > MAX_SLOTS ? UNDECIDED
+                                            : run(p->code, p->lits, p->sets, p->firsts, p->n_slots, 16 + 8 * (int64_t)len, s,
+                                                  len, caps + used, stack);
+            }
+            if (st == HIT) {
+                winner[i] = k;
+                caps_at[i] = used;
+                used += p->n_slots;
+                break;
+            }
+            if (st == UNDECIDED) {
+                winner[i] = -2;
+                break;
+            }
+            if (near < near_capacity) {
+                near_rows[near] = i;
+                near_patterns[near] = k;
+            }
+            near++;
+        }
+    }
+    free(stack);
+    *n_near = near;
+}
+
+/* The captures of rows[pick[0..n)] (kept by sl_classify) converted into the columns, hit k into row k. Rows
+ * whose values the strict readers do not take are listed in out_left (*n_left of them) and skipped: the
+ * columns hold the others, in order. */
+void sl_convert(const uint8_t *views, const uint8_t *const *buffers, int64_t offset, const int64_t *rows,
+                const int32_t *caps, const int64_t *caps_at, const int64_t *pick, int64_t n, const column_t *columns,
+                int32_t n_columns, int64_t *out_left, int64_t *n_left) {
+    int64_t k = 0, left = 0;
+    for (int64_t j = 0; j < n; j++) {
+        if (j + PREFETCH_ROWS < n) {
+            int64_t ahead = pick[j + PREFETCH_ROWS];
+            int32_t ahead_len;
+            const uint8_t *text = row_text(views, buffers, rows, offset, ahead, &ahead_len);
+            __builtin_prefetch(text);
+            __builtin_prefetch(text + 64);
+            __builtin_prefetch(text + 128);
+            __builtin_prefetch(caps + caps_at[ahead]);
+        }
+        int64_t i = pick[j], row = offset + (rows ? rows[i] : i);
+        int32_t len;
+        const uint8_t *s = view_text(views, buffers, row, &len);
+        if (convert(columns, n_columns, caps + caps_at[i], views + 16 * row, s, k)) k++;
+        else out_left[left++] = j;
+    }
+    *n_left = left;
+}
+
+/* Copies of n string views whose text lives in new_data alone (one buffer, sized by the caller), so that a
+ * small captured value does not keep the whole chunk's text alive. */
+void sl_own_views(const uint8_t *views, const uint8_t *const *buffers, int64_t n, uint8_t *out_views,
+                  uint8_t *new_data) {
+    int32_t at = 0, zero = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *v = views + 16 * i;
+        uint8_t *o = out_views + 16 * i;
+        memcpy(o, v, 16);
+        int32_t size;
+        memcpy(&size, v, 4);
+        if (size <= 12) continue;
+        int32_t len;
+        memcpy(new_data + at, view_text(views, buffers, i, &len), (size_t)size);
+        memcpy(o + 8, &zero, 4);
+        memcpy(o + 12, &at, 4);
+        at += size;
+    }
+}
+
+/* The lines of buf[0..len) as Arrow string views into buf itself (data buffer `buffer_index`): a line ends at
+ * '\n' (not included), a '\r' before it is dropped, a last line without '\n' counts. With out_views NULL it only
+ * counts them. flags[i] (with out_views) tells what lines.py must look at: LINE_ODD (a '\r', ESC or '^[[' inside, or
+ * a kubectl '[pod/' prefix), LINE_UNBRACKETED (does not start with '['), LINE_TOO_LONG (over max_bytes). */
+enum { LINE_ODD = 1, LINE_UNBRACKETED = 2, LINE_TOO_LONG = 4 };
+
+int64_t sl_split_lines(const uint8_t *buf, int64_t len, int32_t buffer_index, int64_t max_bytes, uint8_t *out_views,
+                       uint8_t *flags) {
+    int64_t lines = 0, start = 0;
+    while (start < len) {
+        const uint8_t *nl = memchr(buf + start, '\n', (size_t)(len - start));
+        int64_t end = nl ? nl - buf : len, next = nl ? end + 1 : len;
+        if (out_views) {
+            int64_t stop = end > start && buf[end - 1] == '\r' ? end - 1 : end, size = stop - start;
+            const uint8_t *line = buf + start;
+            uint8_t f = 0;
+            if (size == 0 || line[0] != '[') f |= LINE_UNBRACKETED;
+            if (size > max_bytes) f |= LINE_TOO_LONG;
+            if (memchr(line, '\r', (size_t)size) || memchr(line, 0x1b, (size_t)size) ||
+                (size >= 5 && memcmp(line, "[pod/", 5) == 0))
+                f |= LINE_ODD;
+            for (const uint8_t *caret = line; !(f & LINE_ODD) && (caret = memchr(caret, '^', (size_t)(line + size - caret)));
+                 caret++)
+                if (caret + 2 < line + size && caret[1] == '[' && caret[2] == '[') f |= LINE_ODD;
+            flags[lines] = f;
+            int32_t size32 = (int32_t)size, offset = (int32_t)start;
+            uint8_t *v = out_views + 16 * lines;
+            memset(v, 0, 16);
+            memcpy(v, &size32, 4);
+            if (size <= 12) {
+                memcpy(v + 4, line, (size_t)size);
+            } else {
+                memcpy(v + 4, line, 4);
+                memcpy(v + 8, &buffer_index, 4);
+                memcpy(v + 12, &offset, 4);
+            }
+        }
+        lines++;
+        start = next;
+    }
+    return lines;
+}

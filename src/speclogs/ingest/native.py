@@ -1,0 +1,586 @@
+"""The native matcher: the grammar regexes run by a small C backtracking matcher (native.c) on the Arrow buffers of
+polars string Series, with the captured numbers cast in C. It replaces polars' `extract_groups` + casts on the hot
+lines (prefix, Decode/Prefill batch, uvicorn access): the same rows, ~5–10× less CPU.
+
+- `program(regex)` compiles one regex (the subset lower.py emits, read with Python's own regex parser) into
+  instructions; a regex outside the subset gives None and stays on polars.
+- `extract(series, rows, prog, fields)` matches the rows and returns the hits' typed columns; rows the matcher
+  cannot decide exactly come back as `undecided` for polars to handle, so results never depend on it.
+- The library is compiled at first use with the system C compiler into the user cache (~0.3 s, once per
+  source version); without a compiler, or with SPECLOGS_NATIVE=0, `available()` is False and everything runs on
+  polars. tests/test_native.py checks both give identical rows.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import re
+import re._constants as _sre  # Python's own regex parser: the AST `re` itself compiles
+import re._parser as _sre_parse
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from speclogs.grammar.cache import cache_dir
+
+SOURCE = Path(__file__).with_name("native.c")
+ENV_SWITCH = "SPECLOGS_NATIVE"  # '0' turns the native matcher off
+
+OP_LIT, OP_SET, OP_RUN, OP_SPLIT, OP_JMP, OP_SAVE, OP_BOL, OP_EOL, OP_MATCH, OP_REST, OP_NUM = range(1, 12)
+SET_BYTES = 129  # [0..127] ASCII members, [128] non-ASCII characters
+FIRST_BYTES = 130  # as a set, plus [129] the end of the text
+_KINDS = {"int": 0, "float": 1, "pct": 2, "bool": 3}  # any other field type: text (4)
+_TEXT = 4
+_INF = _sre.MAXREPEAT
+
+
+class Unsupported(Exception):
+    """The regex uses something the native matcher does not run (it stays on polars)."""
+
+
+class _Column(ctypes.Structure):
+    _fields_ = [("slot", ctypes.c_int32), ("kind", ctypes.c_int32), ("values", ctypes.c_void_p), ("valid", ctypes.c_void_p)]
+
+
+@dataclass(frozen=True)
+class Program:
+    regex: str
+    code: np.ndarray  # int32 (n, 5): op, a, b, c, d
+    lits: bytes
+    sets: bytes  # SET_BYTES per set
+    firsts: bytes  # FIRST_BYTES per first-character set (which characters a branch or a run's continuation can start with)
+    groups: dict[str, int]  # group name → group number (slots 2n, 2n+1)
+    n_slots: int
+    entry: int  # index of the first-character set of a match in firsts (-1: any)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# regex → program
+
+
+def programs(regexes: list[str]) -> list[Program | None]:
+    """`program` of each regex, from the user cache when this exact list was compiled before (compiling the ~150
+    bundled regexes takes ~0.15 s, at the start of every ingest otherwise)."""
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), Path(__file__).read_text(), *regexes]).encode()).hexdigest()[:24]
+    path = cache_dir() / f"native-programs-{key}.json"
+    try:
+        return [None if doc is None else _program_from_json(regex, doc)
+                for regex, doc in zip(regexes, json.loads(path.read_text(encoding="utf-8")), strict=True)]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    compiled = [program(regex) for regex in regexes]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as tmp:
+            json.dump([None if p is None else _program_to_json(p) for p in compiled], tmp)
+        os.replace(tmp.name, path)
+    except OSError:
+        pass  # no cache: compiled again next time
+    return compiled
+
+
+def _program_to_json(p: Program) -> dict:
+    return {"code": p.code.ravel().tolist(), "lits": p.lits.hex(), "sets": p.sets.hex(), "firsts": p.firsts.hex(),
+            "groups": p.groups, "n_slots": p.n_slots, "entry": p.entry}
+
+
+def _program_from_json(regex: str, d: dict) -> Program:
+    return Program(regex=regex, code=np.array(d["code"], dtype=np.int32).reshape(-1, 5), lits=bytes.fromhex(d["lits"]),
+                   sets=bytes.fromhex(d["sets"]), firsts=bytes.fromhex(d["firsts"]), groups=d["groups"],
+                   n_slots=d["n_slots"], entry=d["entry"])
+
+
+@cache
+def program(regex: str) -> Program | None:
+    """The native program of an anchored regex, or None when it is outside the subset."""
+    try:
+        parsed = _sre_parse.parse(regex)
+        if parsed.state.flags & ~(_sre.SRE_FLAG_UNICODE):
+            raise Unsupported("flags")
+        for numbers in (True, False):  # number instructions where they are exact, else the plain program
+            builder = _Builder(numbers=numbers)
+            builder.seq(list(parsed))
+            builder.emit(OP_MATCH)
+            firsts, entry = builder.add_first_sets()
+            if builder.exact:
+                break
+    except (Unsupported, re.error, RecursionError):
+        return None
+    if not builder.code or builder.code[0][0] != OP_BOL:
+        return None  # an unanchored search is not what this matcher does
+    groups = dict(parsed.state.groupdict)
+    n_slots = 2 * (parsed.state.groups)
+    return Program(
+        regex=regex,
+        code=np.array(builder.code, dtype=np.int32).reshape(-1, 5),
+        lits=bytes(builder.lits) or b"\0",
+        sets=b"".join(builder.sets) or b"\0" * SET_BYTES,
+        firsts=firsts or b"\0" * FIRST_BYTES,
+        groups=groups,
+        n_slots=max(n_slots, 2),
+        entry=entry,
+    )
+
+
+def _number_forms() -> dict[str, tuple[int, int]]:
+    """The parsed forms of the number shapes OP_NUM runs in one step → (minus allowed, fraction allowed)."""
+    forms = {r"-?[0-9]+(?:\.[0-9]+)?": (1, 1), r"-?[0-9]+": (1, 0), r"[0-9]+(?:\.[0-9]+)?": (0, 1), r"[0-9]+": (0, 0)}
+    return {repr(list(_sre_parse.parse(rx))): shape for rx, shape in forms.items()}
+
+
+_NUMBER_FORMS = _number_forms()
+_DIGITS = frozenset(range(ord("0"), ord("9") + 1))
+
+
+class _Builder:
+    r"""Emits the program of a parsed regex. With `numbers`, a captured number (`(?P<x>-?[0-9]+(?:\.[0-9]+)?)` and
+    its simpler forms) is one OP_NUM; that is exact only where nothing after it can start with a digit or '.'
+    (then no shorter number could match instead), which add_first_sets checks: `exact` False means build again
+    without."""
+
+    def __init__(self, *, numbers: bool = False) -> None:
+        self.numbers = numbers
+        self.exact = True
+        self.code: list[list[int]] = []
+        self.lits = bytearray()
+        self.sets: list[bytes] = []
+        self._set_index: dict[bytes, int] = {}
+
+    def emit(self, op: int, a: int = 0, b: int = 0, c: int = 0) -> int:
+        self.code.append([op, a, b, c, -1])
+        return len(self.code) - 1
+
+    def seq(self, items: list) -> None:
+        pending = bytearray()
+        for op, av in items:
+            if op is _sre.LITERAL:
+                pending += chr(av).encode("utf-8")
+                continue
+            self._flush(pending)
+            self.item(op, av)
+        self._flush(pending)
+
+    def _flush(self, pending: bytearray) -> None:
+        if pending:
+            self.emit(OP_LIT, len(self.lits), len(pending))
+            self.lits += pending
+            pending.clear()
+
+    def item(self, op, av) -> None:
+        if op is _sre.LITERAL:
+            self.seq([(op, av)])
+        elif op in (_sre.IN, _sre.NOT_LITERAL, _sre.ANY):
+            self.emit(OP_SET, self._set(op, av))
+        elif op is _sre.SUBPATTERN:
+            group, add_flags, del_flags, body = av
+            if add_flags or del_flags:
+                raise Unsupported("inline flags")
+            number = _NUMBER_FORMS.get(repr(list(body))) if self.numbers and group is not None else None
+            if number is not None:
+                self.emit(OP_NUM, 2 * group, number[1], number[0])
+                return
+            if group is not None:
+                self.emit(OP_SAVE, 2 * group)
+            self.seq(list(body))
+            if group is not None:
+                self.emit(OP_SAVE, 2 * group + 1)
+        elif op is _sre.BRANCH:
+            self._branch(av[1])
+        elif op is _sre.MAX_REPEAT:
+            self._repeat(*av)
+        elif op is _sre.AT:
+            if av is _sre.AT_BEGINNING:
+                self.emit(OP_BOL)
+            elif av in (_sre.AT_END, _sre.AT_END_STRING):
+                self.emit(OP_EOL)  # pieces hold no '\n': '$' is the end of the text
+            else:
+                raise Unsupported(str(av))
+        else:
+            raise Unsupported(str(op))
+
+    def _branch(self, branches: list) -> None:
+        jumps = []
+        for index, branch in enumerate(branches):
+            if index < len(branches) - 1:
+                split = self.emit(OP_SPLIT)
+                self.code[split][1] = len(self.code)
+                self.seq(list(branch))
+                jumps.append(self.emit(OP_JMP))
+                self.code[split][2] = len(self.code)
+            else:
+                self.seq(list(branch))
+        for jump in jumps:
+            self.code[jump][1] = len(self.code)
+
+    def _repeat(self, low: int, high: int, body) -> None:
+        items = list(body)
+        if len(items) == 1 and items[0][0] in (_sre.IN, _sre.NOT_LITERAL, _sre.ANY, _sre.LITERAL):
+            op, av = items[0]
+            if op is _sre.ANY and high == _INF:
+                self.emit(OP_REST, 0, low)
+                return
+            index = self._set(_sre.IN, [(_sre.LITERAL, av)]) if op is _sre.LITERAL else self._set(op, av)
+            self.emit(OP_RUN, index, low, -1 if high == _INF else high)
+            return
+        if _can_be_empty(items) and high == _INF:
+            raise Unsupported("unbounded repeat of something that can match empty")
+        for _ in range(low):
+            self.seq(items)
+        if high == _INF:
+            loop = self.emit(OP_SPLIT)
+            self.code[loop][1] = len(self.code)
+            self.seq(items)
+            self.emit(OP_JMP, loop)
+            self.code[loop][2] = len(self.code)
+            return
+        splits = []
+        for _ in range(high - low):
+            split = self.emit(OP_SPLIT)
+            self.code[split][1] = len(self.code)
+            splits.append(split)
+            self.seq(items)
+        for split in splits:
+            self.code[split][2] = len(self.code)
+
+    def add_first_sets(self) -> tuple[bytes, int]:
+        """Let SPLIT skip a branch, and a run's backtracking a length, that cannot go on at the current character:
+        SPLIT's c/d and RUN's d get the index of the first-character set of its branch a/b or continuation
+        (-1: anything may follow), and the program its entry set. The matches found are the same; the choice
+        points not pushed, and the rows turned down on their first character, are dead ends."""
+        tables: list[bytes] = []
+        index: dict[bytes, int] = {}
+        memo: dict[int, bytearray | None] = {}
+
+        def store(first: bytearray | None) -> int:
+            if first is None:
+                return -1
+            key = bytes(first)
+            if key not in index:
+                index[key] = len(tables)
+                tables.append(key)
+            return index[key]
+
+        for pc, (op, a, b, _c, _d) in enumerate(self.code):
+            if op == OP_SPLIT:
+                self.code[pc][3] = store(self._first(a, memo, set()))
+                self.code[pc][4] = store(self._first(b, memo, set()))
+            elif op in (OP_RUN, OP_REST):
+                self.code[pc][4] = store(self._first(pc + 1, memo, set()))
+            elif op == OP_NUM:
+                after = self._first(pc + 1, memo, set())
+                can_follow = _DIGITS | ({ord(".")} if b else set())
+                if after is None or any(after[c] for c in can_follow):
+                    self.exact = False
+        entry = store(self._first(0, memo, set()))
+        return b"".join(tables), entry
+
+    def _first(self, pc: int, memo: dict, visiting: set) -> bytearray | None:
+        """The characters a match continuing at pc can start with (None: any, or it may consume nothing)."""
+        if pc in memo:
+            return memo[pc]
+        if pc in visiting:
+            return None  # a loop: stay conservative
+        visiting.add(pc)
+        op, a, b, c, _d = self.code[pc]
+        first: bytearray | None = bytearray(FIRST_BYTES)
+        if op == OP_LIT:
+            byte = self.lits[a]
+            first[min(byte, 128)] = 1
+        elif op == OP_SET or (op == OP_RUN and b >= 1):
+            first[:SET_BYTES] = self.sets[a]
+        elif op == OP_NUM:
+            for byte in _DIGITS | ({ord("-")} if c else set()):
+                first[byte] = 1
+        elif op == OP_RUN:
+            rest = self._first(pc + 1, memo, visiting)
+            first = None if rest is None else bytearray(x | y for x, y in zip(self.sets[a] + b"\0", rest))
+        elif op == OP_SPLIT:
+            left, right = self._first(a, memo, visiting), self._first(b, memo, visiting)
+            first = None if left is None or right is None else bytearray(x | y for x, y in zip(left, right))
+        elif op == OP_JMP:
+            first = self._first(a, memo, visiting)
+        elif op in (OP_SAVE, OP_BOL):
+            first = self._first(pc + 1, memo, visiting)
+        elif op == OP_EOL:
+            first[129] = 1
+        else:  # MATCH, REST
+            first = None
+        visiting.discard(pc)
+        memo[pc] = first
+        return first
+
+    def _set(self, op, av) -> int:
+        table = bytearray(SET_BYTES)
+        if op is _sre.ANY:
+            table[:128] = b"\1" * 128
+            table[ord("\n")] = 0
+            table[128] = 1
+        elif op is _sre.NOT_LITERAL:
+            if av >= 128:
+                raise Unsupported("non-ASCII class member")
+            table[:] = b"\1" * SET_BYTES
+            table[av] = 0
+        else:
+            negate = False
+            for kind, value in av:
+                if kind is _sre.NEGATE:
+                    negate = True
+                elif kind is _sre.LITERAL and value < 128:
+                    table[value] = 1
+                elif kind is _sre.RANGE and value[1] < 128:
+                    table[value[0] : value[1] + 1] = b"\1" * (value[1] - value[0] + 1)
+                else:
+                    raise Unsupported(f"class member {kind}")
+            if negate:
+                table = bytearray(1 - b for b in table[:128]) + b"\1"
+        key = bytes(table)
+        if key not in self._set_index:
+            self._set_index[key] = len(self.sets)
+            self.sets.append(key)
+        return self._set_index[key]
+
+
+def _can_be_empty(items: list) -> bool:
+    for op, av in items:
+        if op is _sre.SUBPATTERN and not _can_be_empty(list(av[3])):
+            return False
+        if op is _sre.BRANCH and not any(_can_be_empty(list(b)) for b in av[1]):
+            return False
+        if op is _sre.MAX_REPEAT and av[0] > 0 and not _can_be_empty(list(av[2])):
+            return False
+        if op in (_sre.LITERAL, _sre.IN, _sre.NOT_LITERAL, _sre.ANY):
+            return False
+    return True
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the library
+
+
+def available() -> bool:
+    return _library() is not None
+
+
+def unavailable_reason() -> str | None:
+    """Why the native matcher is off (for the ingest summary), or None when it is on."""
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return f"{ENV_SWITCH}=0"
+    if _library() is None:
+        return f"the native matcher is off ({_build_error[0]}): the hot lines run on polars' regexes (~1.5× slower)"
+    return None
+
+
+_build_error = ["not built"]
+
+
+@lru_cache(maxsize=1)
+def _library() -> ctypes.CDLL | None:
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return None
+    try:
+        lib = ctypes.CDLL(str(_built_library()))
+    except OSError as error:
+        _build_error[0] = str(error)
+        return None
+    vp, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
+    lib.sl_classify.restype = None
+    lib.sl_classify.argtypes = [vp, i32, vp, vp, vp, i64, vp, i64, vp, vp, vp, vp, vp, i64, vp]
+    lib.sl_convert.restype = None
+    lib.sl_convert.argtypes = [vp, vp, i64, vp, vp, vp, vp, i64, vp, i32, vp, vp]
+    lib.sl_split_lines.restype = i64
+    lib.sl_split_lines.argtypes = [ctypes.c_char_p, i64, i32, i64, vp, vp]
+    lib.sl_own_views.restype = None
+    lib.sl_own_views.argtypes = [vp, vp, i64, vp, vp]
+    return lib
+
+
+def _compiler() -> str | None:
+    configured = (sysconfig.get_config_var("CC") or "").split()
+    for candidate in (os.environ.get("CC"), configured[0] if configured else None, "cc", "gcc", "clang"):
+        if candidate and shutil.which(candidate):
+            return shutil.which(candidate)
+    return None
+
+
+def _built_library() -> Path:
+    """native.c compiled into the user cache (one file per source and platform), built once; older builds are
+    removed. Raises OSError (with the compiler's first error line) when it cannot be built."""
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(source + sys.platform.encode() + sysconfig.get_platform().encode()).hexdigest()[:16]
+    cache = cache_dir()
+    target = cache / f"native-{key}.so"
+    if target.exists():
+        return target
+    compiler = _compiler()
+    if compiler is None:
+        raise OSError("no C compiler found (cc, gcc, clang or $CC)")
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        built = Path(tmp) / target.name
+        try:
+            subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(built), str(SOURCE)],
+                           check=True, capture_output=True, text=True, timeout=120)
+        except subprocess.CalledProcessError as error:
+            first = next((line for line in error.stderr.splitlines() if "error" in line), error.stderr.strip()[:200])
+            raise OSError(f"{Path(compiler).name} could not build native.c: {first}") from error
+        except subprocess.TimeoutExpired as error:
+            raise OSError(f"{Path(compiler).name} took over {error.timeout} s to build native.c") from error
+        os.replace(built, target)  # atomic: a concurrent build of the same source writes the same bytes
+    for old in cache.glob("native-*.so"):
+        if old != target:
+            old.unlink(missing_ok=True)
+    return target
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# matching
+
+
+LINE_ODD, LINE_UNBRACKETED, LINE_TOO_LONG = 1, 2, 4  # split_lines' flags (see native.c)
+
+
+def count_lines(data: bytes) -> int:
+    """How many lines split_lines finds in `data`."""
+    return _library().sl_split_lines(data, len(data), 0, 0, None, None)
+
+
+def split_lines(data: bytes, max_bytes: int) -> tuple[pl.Series, np.ndarray]:
+    """The physical lines of valid UTF-8 `data` (LF or CRLF; a last line without newline counts) as a String
+    Series whose views point into `data` itself (no copy of the text), and per line its flags: LINE_ODD ('\\r',
+    ESC or '^[[' inside, or a '[pod/' prefix), LINE_UNBRACKETED (not starting with '['), LINE_TOO_LONG."""
+    lib = _library()
+    count = count_lines(data)
+    views = np.empty(16 * count, dtype=np.uint8)
+    flags = np.empty(count, dtype=np.uint8)
+    lib.sl_split_lines(data, len(data), 0, max_bytes, views.ctypes.data, flags.ctypes.data)
+    array = pa.Array.from_buffers(pa.string_view(), count, [None, pa.py_buffer(views), pa.py_buffer(data)])
+    return pl.Series("text", array), flags
+
+
+class _Pattern(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_void_p), ("lits", ctypes.c_char_p), ("sets", ctypes.c_char_p),
+                ("firsts", ctypes.c_char_p), ("n_slots", ctypes.c_int32), ("entry", ctypes.c_int32),
+                ("gate", ctypes.c_char_p), ("gate_len", ctypes.c_int32)]
+
+
+@dataclass(frozen=True)
+class Classified:
+    """What `classify` found, and what `values` needs to convert the winners' captures."""
+
+    winner: np.ndarray  # int32 per row: index of the winning pattern, -1 none
+    near_rows: np.ndarray  # int64 row positions …
+    near_patterns: np.ndarray  # … and int32 pattern indices of the near misses (gate contained, program missed)
+    _source: tuple  # (arrow array, data buffers, their pointers, rows, caps, caps_at)
+
+
+def classify(series: pl.Series, patterns: list[tuple[Program, str]], rows: np.ndarray | None = None) -> Classified | None:
+    """The first of `patterns` ((program, gate) in priority order) that each row of series[rows] (all when None)
+    contains the gate of and matches; None when a row is undecided (polars must then do them all)."""
+    lib = _library()
+    array = series.to_arrow(compat_level=pl.CompatLevel.newest())
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if array.type != pa.string_view():
+        array = array.cast(pa.string_view())
+    buffers = array.buffers()
+    data = buffers[2:]
+    data_ptrs = (ctypes.c_void_p * max(len(data), 1))(*[b.address for b in data])
+    n = len(array) if rows is None else len(rows)
+    if rows is not None:
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+    table = (_Pattern * len(patterns))(*[
+        _Pattern(prog.code.ctypes.data, prog.lits, prog.sets, prog.firsts, prog.n_slots, prog.entry,
+                 gate.encode("utf-8"), len(gate.encode("utf-8")))
+        for prog, gate in patterns
+    ])
+    most_slots = max(prog.n_slots for prog, _ in patterns)
+    caps = np.empty((n + 1) * most_slots, dtype=np.int32)  # pages only get touched as winners' captures land
+    caps_at = np.empty(n, dtype=np.int64)
+    winner = np.empty(n, dtype=np.int32)
+    near_capacity = 4 * n + 16
+    while True:
+        near_rows = np.empty(near_capacity, dtype=np.int64)
+        near_patterns = np.empty(near_capacity, dtype=np.int32)
+        n_near = ctypes.c_int64(0)
+        lib.sl_classify(table, len(patterns), buffers[1].address, data_ptrs,
+                        buffers[0].address if buffers[0] is not None else None, array.offset,
+                        None if rows is None else rows.ctypes.data, n, winner.ctypes.data, caps.ctypes.data,
+                        caps_at.ctypes.data, near_rows.ctypes.data, near_patterns.ctypes.data, near_capacity,
+                        ctypes.byref(n_near))
+        if n_near.value <= near_capacity:
+            break
+        near_capacity = n_near.value
+    if (winner == -2).any():
+        return None
+    return Classified(winner=winner, near_rows=near_rows[: n_near.value], near_patterns=near_patterns[: n_near.value],
+                      _source=(array, data, data_ptrs, rows, caps, caps_at))
+
+
+def values(found: Classified, pick: np.ndarray, prog: Program, fields: dict[str, str], *,
+           borrowed: frozenset[str] = frozenset()) -> tuple[dict[str, pl.Series], np.ndarray]:
+    """The typed `fields` (name → int, float, pct, bool, or anything else for text) of the rows `pick` (positions,
+    all won by `prog`), as classify.cast_expr makes them; and the positions in `pick` whose values the C readers
+    did not take (for polars; the columns hold the other rows, in order).
+
+    Text columns get their own copy of the text, but those named in `borrowed` point into the source's buffers
+    (no copy, but they keep all of its text alive as long as they live: for columns dropped soon)."""
+    array, data, data_ptrs, rows, caps, caps_at = found._source
+    pick = np.ascontiguousarray(pick, dtype=np.int64)
+    n = len(pick)
+    wanted = [(name, _KINDS.get(type_name, _TEXT)) for name, type_name in fields.items() if name in prog.groups]
+    outputs = [(np.empty(16 * n if kind == _TEXT else n, dtype=_OUT_DTYPES[kind]), np.empty(n, dtype=np.uint8))
+               for _, kind in wanted]
+    columns = (_Column * max(len(wanted), 1))(
+        *[_Column(2 * prog.groups[name], kind, out.ctypes.data, valid.ctypes.data)
+          for (name, kind), (out, valid) in zip(wanted, outputs)]
+    )
+    left = np.empty(n, dtype=np.int64)
+    n_left = ctypes.c_int64(0)
+    _library().sl_convert(array.buffers()[1].address, data_ptrs, array.offset, None if rows is None else rows.ctypes.data,
+                          caps.ctypes.data, caps_at.ctypes.data, pick.ctypes.data, n, columns, len(wanted),
+                          left.ctypes.data, ctypes.byref(n_left))
+    kept = n - n_left.value
+    typed = {name: _column(name, kind, out, valid[:kept], kept, data, name in borrowed)
+             for (name, kind), (out, valid) in zip(wanted, outputs)}
+    return typed, left[: n_left.value]
+
+
+def _own_views(views: np.ndarray, n: int, data: list) -> tuple[np.ndarray, list]:
+    sizes = views.view(np.int32)[::4]
+    new_data = np.empty(int(sizes[sizes > 12].sum()), dtype=np.uint8)
+    own = np.empty_like(views)
+    data_ptrs = (ctypes.c_void_p * max(len(data), 1))(*[b.address for b in data])
+    _library().sl_own_views(views.ctypes.data, data_ptrs, n, own.ctypes.data, new_data.ctypes.data)
+    return own, [pa.py_buffer(new_data)]
+
+
+_OUT_DTYPES = {0: np.int64, 1: np.float64, 2: np.float64, 3: np.uint8, _TEXT: np.uint8}
+_ARROW_TYPES = {0: pa.int64(), 1: pa.float64(), 2: pa.float64()}
+
+
+def _column(name: str, kind: int, values: np.ndarray, valid: np.ndarray, hits: int, data: list, borrow: bool) -> pl.Series:
+    """The first `hits` converted values as a polars Series (numbers are not copied)."""
+    nulls = None if valid.all() else pa.py_buffer(np.packbits(valid.astype(bool), bitorder="little"))
+    if kind == _TEXT:
+        views = values[: 16 * hits]
+        if not borrow:
+            views, data = _own_views(views, hits, data)
+        array = pa.Array.from_buffers(pa.string_view(), hits, [nulls, pa.py_buffer(views), *data])
+    elif kind == 3:
+        bits = pa.py_buffer(np.packbits(values[:hits].astype(bool), bitorder="little"))
+        array = pa.Array.from_buffers(pa.bool_(), hits, [nulls, bits])
+    else:
+        array = pa.Array.from_buffers(_ARROW_TYPES[kind], hits, [nulls, pa.py_buffer(values[:hits])])
+    return pl.Series(name, array)

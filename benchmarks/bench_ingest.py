@@ -3,6 +3,8 @@
     PYTHONPATH=src python benchmarks/bench_ingest.py [--lines 2000000] [--log /tmp/sglang_2m.log] [--runs 3]
     # before/after on this noisy machine: runs alternate between this tree and another checkout's src/
     git worktree add /tmp/before <rev> && PYTHONPATH=src python benchmarks/bench_ingest.py --against /tmp/before/src
+    # the native matcher against the polars-only engine (SPECLOGS_NATIVE=0), runs alternating
+    PYTHONPATH=src python benchmarks/bench_ingest.py --polars-too
 
 Generates the log with ../shared/tools/gen_sglang_log.py when it is missing (plus its .truth.json), then
 for each run, in a fresh subprocess (so peak RSS is that run's own): ingest into a new DuckDB file with
@@ -155,6 +157,7 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-stages", action="store_true")
     parser.add_argument("--against", type=Path, help="another checkout's src/ directory: runs alternate with it (A/B)")
+    parser.add_argument("--polars-too", action="store_true", help="alternate with runs of the polars-only engine (SPECLOGS_NATIVE=0)")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(one_run(args.log)))
@@ -162,12 +165,19 @@ def main() -> None:
     truth_path = ensure_log(args.log, args.lines)
     truth = json.loads(truth_path.read_text())
     size_mb = args.log.stat().st_size / 1e6
-    print(f"log: {args.log} — {truth['lines']:,} lines, {size_mb:,.1f} MB; {os.cpu_count()} CPUs")
-    variants = {"this tree": ROOT / "src"} | ({f"against {args.against}": args.against} if args.against else {})
+    from speclogs.ingest import native
+
+    engine = native.unavailable_reason() or "native matcher"
+    print(f"log: {args.log} — {truth['lines']:,} lines, {size_mb:,.1f} MB; {os.cpu_count()} CPUs; engine: {engine}")
+    variants = {"this tree": (ROOT / "src", {})}
+    if args.against:
+        variants[f"against {args.against}"] = (args.against, {})
+    if args.polars_too:
+        variants["polars only"] = (ROOT / "src", {native.ENV_SWITCH: "0"})
     results: dict[str, list[dict]] = {name: [] for name in variants}
     for run in range(args.runs):
-        for name, src in variants.items():
-            env = dict(os.environ, PYTHONPATH=str(src) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        for name, (src, extra_env) in variants.items():
+            env = dict(os.environ, PYTHONPATH=str(src) + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra_env)
             out = subprocess.run(
                 [sys.executable, __file__, "--child", "--log", str(args.log)], env=env, check=True, capture_output=True, text=True
             )
@@ -176,7 +186,7 @@ def main() -> None:
             problems = check(result["got"], truth)
             lines_s = truth["lines"] / result["seconds"]
             print(
-                f"run {run + 1}{f' ({name})' if args.against else ''}: {result['seconds']:.2f} s  {lines_s:,.0f} lines/s  "
+                f"run {run + 1}{f' ({name})' if len(variants) > 1 else ''}: {result['seconds']:.2f} s  {lines_s:,.0f} lines/s  "
                 f"{size_mb / result['seconds']:,.1f} MB/s  CPU {result['cpu_s']:.1f} s ({result['cpu_s'] / result['seconds']:.2f} cores)  "
                 f"peak RSS {result['peak_rss_mb']:,.0f} MB ({result['peak_rss_mb'] / size_mb:.1f}× file)  DuckDB file {result['db_mb']:,.0f} MB  "
                 + ("truth: OK" if not problems else "truth MISMATCH: " + "; ".join(problems))
@@ -185,13 +195,14 @@ def main() -> None:
         seconds = sorted(r["seconds"] for r in runs)
         best, median = seconds[0], seconds[len(seconds) // 2]
         print(
-            f"{name + ': ' if args.against else ''}min {best:.2f} s = {truth['lines'] / best:,.0f} lines/s ({size_mb / best:,.1f} MB/s); "
+            f"{name + ': ' if len(variants) > 1 else ''}min {best:.2f} s = {truth['lines'] / best:,.0f} lines/s ({size_mb / best:,.1f} MB/s); "
             f"median {median:.2f} s = {truth['lines'] / median:,.0f} lines/s; min CPU {min(r['cpu_s'] for r in runs):.1f} s; "
             f"max peak RSS {max(r['peak_rss_mb'] for r in runs):,.0f} MB"
         )
-    if args.against:
-        this, other = (sorted(r["seconds"] for r in runs) for runs in results.values())
-        print(f"this tree is {other[len(other) // 2] / this[len(this) // 2]:.2f}× as fast as {args.against} (ratio of medians)")
+    this = sorted(r["seconds"] for r in results["this tree"])
+    for name, runs in list(results.items())[1:]:
+        other = sorted(r["seconds"] for r in runs)
+        print(f"this tree is {other[len(other) // 2] / this[len(this) // 2]:.2f}× as fast as {name} (ratio of medians)")
     load = os.getloadavg()[0]
     print(f"load average now {load:.2f} on {os.cpu_count()} CPUs (other processes share the machine when this is above ~1)")
     print("checked against truth.json: " + ", ".join(f"{k}={v}" for k, v in results["this tree"][0]["got"].items()))

@@ -246,7 +246,7 @@ class _Found:
 def _classify_native(patterns: list[CompiledPattern], src: pl.Series, meta: pl.DataFrame, found: _Found) -> pl.DataFrame | None:
     """One scope in one pass of the native matcher; the rows nobody claimed (line_no, piece, text), or None when
     the matcher left rows undecided (the caller then runs polars)."""
-    result = native.classify(src, [(c.native, c.pattern.gate) for c in patterns])
+    result = native.classify(src, [(c.native, c.pattern.gate, {f.name: f.type for f in c.pattern.fields}) for c in patterns])
     if result is None:
         return None
     winner = result.winner
@@ -256,8 +256,7 @@ def _classify_native(patterns: list[CompiledPattern], src: pl.Series, meta: pl.D
         pick = order[bounds[index + 1] : bounds[index + 2]]
         if not len(pick):
             continue
-        fields = {f.name: f.type for f in compiled.pattern.fields}
-        columns, left = native.values(result, pick, compiled.native, fields)
+        columns, left = native.values(result, pick, index)
         values = pl.DataFrame([columns[f.name] for f in compiled.pattern.fields if f.name in columns])
         if len(left):  # values the C readers did not take: polars reads those rows
             kept = np.delete(pick, left)
@@ -366,12 +365,12 @@ def _split_prefix(engine: Engine, text: pl.Series) -> tuple[pl.Series, pl.Series
 
 def _split_prefix_native(engine: Engine, text: pl.Series) -> tuple[pl.Series, pl.Series, pl.DataFrame] | None:
     """The same with the native matcher (None when it leaves any row undecided: polars then does the chunk)."""
-    result = native.classify(text, [(engine.prefix_native, "")])
+    fields = {"ts": "timestamp", "ms": "int", "rank_tags": "str", "message": "str"}
+    result = native.classify(text, [(engine.prefix_native, "", fields)])
     if result is None:
         return None
     hit_rows = np.flatnonzero(result.winner == 0)
-    fields = {"ts": "str", "ms": "int", "rank_tags": "str", "message": "str"}
-    columns, left = native.values(result, hit_rows, engine.prefix_native, fields, borrowed=frozenset({"ts", "message"}))
+    columns, left = native.values(result, hit_rows, 0, borrowed=frozenset({"message"}))
     if len(left):  # an ms the C reader did not take
         return None
     prefixed = np.zeros(text.len(), dtype=bool)
@@ -402,7 +401,7 @@ def _empty_unclaimed() -> pl.DataFrame:
 
 def _ts_column(prefix_groups: pl.DataFrame) -> pl.Series:
     ts = prefix_groups.get_column("ts")
-    parsed = ts.str.to_datetime(_TS_FORMAT, strict=False, time_unit="us")
+    parsed = ts if ts.dtype == pl.Datetime("us") else ts.str.to_datetime(_TS_FORMAT, strict=False, time_unit="us")
     if "ms" in prefix_groups.columns:
         ms = prefix_groups.get_column("ms").cast(pl.Int64, strict=False)
         if ms.null_count() < ms.len():

@@ -277,12 +277,28 @@ static int parse_float(const uint8_t *s, int32_t len, double *out) {
     return 1;
 }
 
-/* One wanted capture group: its start slot, what to make of it, and where (hit k goes to index k). */
-typedef struct {
-    int32_t slot, kind; /* kind: 0 int64, 1 float64, 2 pct (float64, trailing '%' dropped), 3 bool (== "True"), 4 text */
-    void *values;       /* int64 / double / uint8 / 16-byte string views */
-    uint8_t *valid;
-} column_t;
+/* 'YYYY-MM-DD HH:MM:SS' → microseconds since 1970 (a second of 60 rolls over, as polars' reader does); an
+ * impossible date is valid 0. Returns 0 (not taken) for any other form of 19 characters. */
+static int parse_timestamp(const uint8_t *s, int32_t len, int64_t *out, int *valid) {
+    static const char shape[] = "dddd-dd-dd dd:dd:dd";
+    if (len != 19) return 0;
+    for (int k = 0; k < 19; k++)
+        if (shape[k] == 'd' ? (s[k] < '0' || s[k] > '9') : s[k] != (uint8_t)shape[k]) return 0;
+#define N2(at) ((s[at] - '0') * 10 + (s[at + 1] - '0'))
+    int64_t year = N2(0) * 100 + N2(2), month = N2(5), day = N2(8), hour = N2(11), minute = N2(14), second = N2(17);
+#undef N2
+    static const int days_in[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    *valid = month >= 1 && month <= 12 && day >= 1 && day <= days_in[month - 1] + (month == 2 && leap) && hour <= 23 &&
+             minute <= 59 && second <= 60; /* (days_in is read only once month is known to be 1–12) */
+    if (!*valid) return 1;
+    /* days from civil (H. Hinnant): proleptic Gregorian, year 0 allowed */
+    int64_t y = year - (month <= 2), era = (y >= 0 ? y : y - 399) / 400, yoe = y - era * 400;
+    int64_t doy = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1, doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    int64_t days = era * 146097 + doe - 719468;
+    *out = ((days * 24 + hour) * 60 + minute) * 60 * 1000000 + second * 1000000;
+    return 1;
+}
 
 /* A text capture as an Arrow string view into the source row's own data buffer (≤ 12 bytes are inlined). */
 static void text_view(const uint8_t *source_view, const uint8_t *text, int32_t start, int32_t end, uint8_t *v) {
@@ -302,41 +318,53 @@ static void text_view(const uint8_t *source_view, const uint8_t *text, int32_t s
     memcpy(v + 12, &off, 4);
 }
 
-/* Convert one hit's captures into row k of the columns; 0 when a value is in a form these strict readers do
- * not take (the row is then left to polars). */
-static int convert(const column_t *columns, int32_t n_columns, const int32_t *caps, const uint8_t *source_view,
-                   const uint8_t *text, int64_t k) {
-    for (int32_t c = 0; c < n_columns; c++) {
-        const column_t *col = &columns[c];
-        int32_t start = caps[col->slot], end = caps[col->slot + 1];
-        if (start < 0 || end < start) {
-            col->valid[k] = 0;
-            if (col->kind == 4) memset((uint8_t *)col->values + 16 * k, 0, 16);
-            continue;
-        }
+/* What to make of a capture group: kinds 0 int64, 1 float64, 2 pct (float64, trailing '%' dropped), 3 bool
+ * (== "True"), 4 text (a string view), 5 timestamp (µs; 'YYYY-MM-DD HH:MM:SS', the shorter forms NULL). */
+typedef struct { int32_t slot, kind; } wanted_t;
+
+/* One hit's wanted captures → its 16-byte cells (numbers in bytes 0–7, bool in byte 0, text as a view) and
+ * their valid flags, while the row's text is still in cache. 0 when a value is in a form these strict
+ * readers do not take (the row is then left to polars). */
+static int convert(const wanted_t *wanted, int32_t n_wanted, const int32_t *caps, const uint8_t *source_view,
+                   const uint8_t *text, uint8_t *cells, uint8_t *valid) {
+    for (int32_t c = 0; c < n_wanted; c++) {
+        uint8_t *cell = cells + 16 * c;
+        int32_t start = caps[wanted[c].slot], end = caps[wanted[c].slot + 1];
+        memset(cell, 0, 16);
+        valid[c] = 0;
+        if (start < 0 || end < start) continue;
         const uint8_t *s = text + start;
         int32_t len = end - start;
         int ok = 1;
-        switch (col->kind) {
+        int64_t whole = 0;
+        double real = 0;
+        switch (wanted[c].kind) {
         case 0:
-            if (!parse_int(s, len, &((int64_t *)col->values)[k], &ok)) return 0;
-            col->valid[k] = (uint8_t)ok;
+            if (!parse_int(s, len, &whole, &ok)) return 0;
+            memcpy(cell, &whole, 8);
             break;
         case 2:
             while (len > 0 && s[len - 1] == '%') len--;
             /* fall through */
         case 1:
-            if (!parse_float(s, len, &((double *)col->values)[k])) return 0;
-            col->valid[k] = 1;
+            if (!parse_float(s, len, &real)) return 0;
+            memcpy(cell, &real, 8);
             break;
         case 3:
-            ((uint8_t *)col->values)[k] = len == 4 && memcmp(s, "True", 4) == 0;
-            col->valid[k] = 1;
+            cell[0] = len == 4 && memcmp(s, "True", 4) == 0;
+            break;
+        case 5:
+            if (len == 8 || len == 14) { /* 'HH:MM:SS', 'MM-DD HH:MM:SS': no date, so no timestamp */
+                ok = 0;
+                break;
+            }
+            if (!parse_timestamp(s, len, &whole, &ok)) return 0;
+            memcpy(cell, &whole, 8);
             break;
         default:
-            text_view(source_view, text, start, end, (uint8_t *)col->values + 16 * k);
-            col->valid[k] = 1;
+            text_view(source_view, text, start, end, cell);
         }
+        valid[c] = (uint8_t)ok;
     }
     return 1;
 }
@@ -349,6 +377,8 @@ typedef struct {
     int32_t entry; /* first-character set of a match (-1: any): most rows are turned down on their first byte */
     const uint8_t *gate; /* the pattern's gate literal (the row must contain it), gate_len 0: none */
     int32_t gate_len;
+    const wanted_t *wanted; /* the capture groups its rows keep, as cells */
+    int32_t n_wanted;
 } pattern_t;
 
 /* Whether s[0..len) contains the literal g[0..n) (n > 0): memchr for its first byte, then compare (glibc's
@@ -371,14 +401,17 @@ static inline const uint8_t *row_text(const uint8_t *views, const uint8_t *const
 
 /* Classify rows[0..n) (all rows when rows is NULL) of a string-view array: the first pattern whose gate the row
  * contains and whose program matches wins (winner[i] = its index, -1: none, -2: undecided, polars must do
- * the row). The winner's captures are kept in caps from caps_at[i] on. Each (row, pattern) whose gate the row
- * contains (or that has none) but whose program missed, before the winner, is a near miss: near_rows/near_patterns, up to
- * near_capacity of them (*n_near counts them all: more than the capacity means "call again with more room"). */
+ * the row). The winner's wanted captures are converted at once into cells (16 bytes each) and cell_valid, from
+ * cell_at[i] on; left[i] = 1 when one is in a form the C readers do not take (polars converts that row).
+ * Each (row, pattern) whose gate the row contains (or that has none) but whose program missed, before the
+ * winner, is a near miss: near_rows/near_patterns, up to near_capacity of them (*n_near counts them all: more
+ * than the capacity means "call again with more room"). */
 void sl_classify(const pattern_t *patterns, int32_t n_patterns, const uint8_t *views, const uint8_t *const *buffers,
                  const uint8_t *validity, int64_t offset, const int64_t *rows, int64_t n, int32_t *winner,
-                 int32_t *caps, int64_t *caps_at, int64_t *near_rows, int32_t *near_patterns, int64_t near_capacity,
-                 int64_t *n_near) {
+                 uint8_t *cells, uint8_t *cell_valid, int64_t *cell_at, uint8_t *left, int64_t *near_rows,
+                 int32_t *near_patterns, int64_t near_capacity, int64_t *n_near) {
     frame_t *stack = malloc(sizeof(frame_t) * MAX_FRAMES);
+    int32_t caps[MAX_SLOTS];
     int64_t used = 0, near = 0;
     for (int64_t i = 0; i < n; i++) {
         if (i + PREFETCH_ROWS < n) { /* rows are ~160 bytes apart: without this each row waits for memory */
@@ -390,7 +423,8 @@ void sl_classify(const pattern_t *patterns, int32_t n_patterns, const uint8_t *v
         }
         int64_t row = offset + (rows ? rows[i] : i);
         winner[i] = -1;
-        caps_at[i] = -1;
+        cell_at[i] = -1;
+        left[i] = 0;
         if (validity && !((validity[row >> 3] >> (row & 7)) & 1)) continue;
         if (!stack) { winner[i] = -2; continue; }
         int32_t len;
@@ -402,12 +436,13 @@ void sl_classify(const pattern_t *patterns, int32_t n_patterns, const uint8_t *v
             if (can_start(p->firsts, p->entry, s, 0, len)) {
                 st = p->n_slots > MAX_SLOTS ? UNDECIDED
                                             : run(p->code, p->lits, p->sets, p->firsts, p->n_slots, 16 + 8 * (int64_t)len, s,
-                                                  len, caps + used, stack);
+                                                  len, caps, stack);
             }
             if (st == HIT) {
                 winner[i] = k;
-                caps_at[i] = used;
-                used += p->n_slots;
+                cell_at[i] = used;
+                left[i] = !convert(p->wanted, p->n_wanted, caps, views + 16 * row, s, cells + 16 * used, cell_valid + used);
+                used += p->n_wanted;
                 break;
             }
             if (st == UNDECIDED) {
@@ -425,30 +460,21 @@ void sl_classify(const pattern_t *patterns, int32_t n_patterns, const uint8_t *v
     *n_near = near;
 }
 
-/* The captures of rows[pick[0..n)] (kept by sl_classify) converted into the columns, hit k into row k. Rows
- * whose values the strict readers do not take are listed in out_left (*n_left of them) and skipped: the
- * columns hold the others, in order. */
-void sl_convert(const uint8_t *views, const uint8_t *const *buffers, int64_t offset, const int64_t *rows,
-                const int32_t *caps, const int64_t *caps_at, const int64_t *pick, int64_t n, const column_t *columns,
-                int32_t n_columns, int64_t *out_left, int64_t *n_left) {
-    int64_t k = 0, left = 0;
+/* The cells of rows pick[0..n) into columns, in one pass over them (a pass per column would read every row's
+ * cells once per column): for column c, width[c] bytes of each cell (1 bool, 8 number, 16 string view) into
+ * out[c] and its valid flag into valid[c]. */
+void sl_cells(const uint8_t *cells, const uint8_t *cell_valid, const int64_t *cell_at, const int64_t *pick, int64_t n,
+              int32_t n_columns, const int32_t *width, uint8_t *const *out, uint8_t *const *valid) {
     for (int64_t j = 0; j < n; j++) {
-        if (j + PREFETCH_ROWS < n) {
-            int64_t ahead = pick[j + PREFETCH_ROWS];
-            int32_t ahead_len;
-            const uint8_t *text = row_text(views, buffers, rows, offset, ahead, &ahead_len);
-            __builtin_prefetch(text);
-            __builtin_prefetch(text + 64);
-            __builtin_prefetch(text + 128);
-            __builtin_prefetch(caps + caps_at[ahead]);
+        int64_t at = cell_at[pick[j]];
+        for (int32_t c = 0; c < n_columns; c++) {
+            const uint8_t *cell = cells + 16 * (at + c);
+            valid[c][j] = cell_valid[at + c];
+            if (width[c] == 16) memcpy(out[c] + 16 * j, cell, 16);
+            else if (width[c] == 8) memcpy(out[c] + 8 * j, cell, 8);
+            else out[c][j] = cell[0];
         }
-        int64_t i = pick[j], row = offset + (rows ? rows[i] : i);
-        int32_t len;
-        const uint8_t *s = view_text(views, buffers, row, &len);
-        if (convert(columns, n_columns, caps + caps_at[i], views + 16 * row, s, k)) k++;
-        else out_left[left++] = j;
     }
-    *n_left = left;
 }
 
 /* Copies of n string views whose text lives in new_data alone (one buffer, sized by the caller), so that a

@@ -41,17 +41,13 @@ ENV_SWITCH = "SPECLOGS_NATIVE"  # '0' turns the native matcher off
 OP_LIT, OP_SET, OP_RUN, OP_SPLIT, OP_JMP, OP_SAVE, OP_BOL, OP_EOL, OP_MATCH, OP_REST, OP_NUM = range(1, 12)
 SET_BYTES = 129  # [0..127] ASCII members, [128] non-ASCII characters
 FIRST_BYTES = 130  # as a set, plus [129] the end of the text
-_KINDS = {"int": 0, "float": 1, "pct": 2, "bool": 3}  # any other field type: text (4)
+_KINDS = {"int": 0, "float": 1, "pct": 2, "bool": 3, "timestamp": 5}  # any other field type: text (4)
 _TEXT = 4
 _INF = _sre.MAXREPEAT
 
 
 class Unsupported(Exception):
     """The regex uses something the native matcher does not run (it stays on polars)."""
-
-
-class _Column(ctypes.Structure):
-    _fields_ = [("slot", ctypes.c_int32), ("kind", ctypes.c_int32), ("values", ctypes.c_void_p), ("valid", ctypes.c_void_p)]
 
 
 @dataclass(frozen=True)
@@ -396,11 +392,11 @@ def _library() -> ctypes.CDLL | None:
         return None
     vp, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
     lib.sl_classify.restype = None
-    lib.sl_classify.argtypes = [vp, i32, vp, vp, vp, i64, vp, i64, vp, vp, vp, vp, vp, i64, vp]
-    lib.sl_convert.restype = None
-    lib.sl_convert.argtypes = [vp, vp, i64, vp, vp, vp, vp, i64, vp, i32, vp, vp]
+    lib.sl_classify.argtypes = [vp, i32, vp, vp, vp, i64, vp, i64, vp, vp, vp, vp, vp, vp, vp, i64, vp]
     lib.sl_split_lines.restype = i64
     lib.sl_split_lines.argtypes = [ctypes.c_char_p, i64, i32, i64, vp, vp]
+    lib.sl_cells.restype = None
+    lib.sl_cells.argtypes = [vp, vp, vp, vp, i64, i32, vp, vp, vp]
     lib.sl_own_views.restype = None
     lib.sl_own_views.argtypes = [vp, vp, i64, vp, vp]
     return lib
@@ -466,28 +462,35 @@ def split_lines(data: bytes, max_bytes: int) -> tuple[pl.Series, np.ndarray]:
     flags = np.empty(count, dtype=np.uint8)
     lib.sl_split_lines(data, len(data), 0, max_bytes, views.ctypes.data, flags.ctypes.data)
     array = pa.Array.from_buffers(pa.string_view(), count, [None, pa.py_buffer(views), pa.py_buffer(data)])
-    return pl.Series("text", array), flags
+    return _series("text", array), flags
+
+
+class _Wanted(ctypes.Structure):
+    _fields_ = [("slot", ctypes.c_int32), ("kind", ctypes.c_int32)]
 
 
 class _Pattern(ctypes.Structure):
     _fields_ = [("code", ctypes.c_void_p), ("lits", ctypes.c_char_p), ("sets", ctypes.c_char_p),
                 ("firsts", ctypes.c_char_p), ("n_slots", ctypes.c_int32), ("entry", ctypes.c_int32),
-                ("gate", ctypes.c_char_p), ("gate_len", ctypes.c_int32)]
+                ("gate", ctypes.c_char_p), ("gate_len", ctypes.c_int32), ("wanted", ctypes.c_void_p),
+                ("n_wanted", ctypes.c_int32)]
 
 
 @dataclass(frozen=True)
 class Classified:
-    """What `classify` found, and what `values` needs to convert the winners' captures."""
+    """What `classify` found: per row its winner, and the winners' values, converted as they matched."""
 
     winner: np.ndarray  # int32 per row: index of the winning pattern, -1 none
     near_rows: np.ndarray  # int64 row positions …
     near_patterns: np.ndarray  # … and int32 pattern indices of the near misses (gate contained, program missed)
-    _source: tuple  # (arrow array, data buffers, their pointers, rows, caps, caps_at)
+    _wanted: list  # per pattern: [(field, kind)] in cell order
+    _cells: tuple  # (cells uint8 16 per cell, cell_valid, cell_at per row, left per row, data buffers)
 
 
-def classify(series: pl.Series, patterns: list[tuple[Program, str]], rows: np.ndarray | None = None) -> Classified | None:
-    """The first of `patterns` ((program, gate) in priority order) that each row of series[rows] (all when None)
-    contains the gate of and matches; None when a row is undecided (polars must then do them all)."""
+def classify(series: pl.Series, patterns: list[tuple[Program, str, dict[str, str]]]) -> Classified | None:
+    """The first of `patterns` ((program, gate, fields) in priority order) that each row of `series` contains the
+    gate of and matches; the winner's `fields` (name → int, float, pct, bool, timestamp, or anything else for
+    text) are converted on the spot. None when a row is undecided (polars must then do them all)."""
     lib = _library()
     array = series.to_arrow(compat_level=pl.CompatLevel.newest())
     if isinstance(array, pa.ChunkedArray):
@@ -497,17 +500,21 @@ def classify(series: pl.Series, patterns: list[tuple[Program, str]], rows: np.nd
     buffers = array.buffers()
     data = buffers[2:]
     data_ptrs = (ctypes.c_void_p * max(len(data), 1))(*[b.address for b in data])
-    n = len(array) if rows is None else len(rows)
-    if rows is not None:
-        rows = np.ascontiguousarray(rows, dtype=np.int64)
+    n = len(array)
+    wanted = [[(name, _KINDS.get(type_name, _TEXT)) for name, type_name in fields.items() if name in prog.groups]
+              for prog, _, fields in patterns]
+    wanted_arrays = [(_Wanted * max(len(w), 1))(*[_Wanted(2 * prog.groups[name], kind) for name, kind in w])
+                     for w, (prog, _, _) in zip(wanted, patterns)]
     table = (_Pattern * len(patterns))(*[
         _Pattern(prog.code.ctypes.data, prog.lits, prog.sets, prog.firsts, prog.n_slots, prog.entry,
-                 gate.encode("utf-8"), len(gate.encode("utf-8")))
-        for prog, gate in patterns
+                 gate.encode("utf-8"), len(gate.encode("utf-8")), ctypes.addressof(w), len(names))
+        for (prog, gate, _), w, names in zip(patterns, wanted_arrays, wanted)
     ])
-    most_slots = max(prog.n_slots for prog, _ in patterns)
-    caps = np.empty((n + 1) * most_slots, dtype=np.int32)  # pages only get touched as winners' captures land
-    caps_at = np.empty(n, dtype=np.int64)
+    most_cells = max(1, max(len(w) for w in wanted))
+    cells = np.empty(16 * n * most_cells, dtype=np.uint8)  # pages only get touched as winners' cells land
+    cell_valid = np.empty(n * most_cells, dtype=np.uint8)
+    cell_at = np.empty(n, dtype=np.int64)
+    left = np.empty(n, dtype=np.uint8)
     winner = np.empty(n, dtype=np.int32)
     near_capacity = 4 * n + 16
     while True:
@@ -515,9 +522,9 @@ def classify(series: pl.Series, patterns: list[tuple[Program, str]], rows: np.nd
         near_patterns = np.empty(near_capacity, dtype=np.int32)
         n_near = ctypes.c_int64(0)
         lib.sl_classify(table, len(patterns), buffers[1].address, data_ptrs,
-                        buffers[0].address if buffers[0] is not None else None, array.offset,
-                        None if rows is None else rows.ctypes.data, n, winner.ctypes.data, caps.ctypes.data,
-                        caps_at.ctypes.data, near_rows.ctypes.data, near_patterns.ctypes.data, near_capacity,
+                        buffers[0].address if buffers[0] is not None else None, array.offset, None, n,
+                        winner.ctypes.data, cells.ctypes.data, cell_valid.ctypes.data, cell_at.ctypes.data,
+                        left.ctypes.data, near_rows.ctypes.data, near_patterns.ctypes.data, near_capacity,
                         ctypes.byref(n_near))
         if n_near.value <= near_capacity:
             break
@@ -525,36 +532,33 @@ def classify(series: pl.Series, patterns: list[tuple[Program, str]], rows: np.nd
     if (winner == -2).any():
         return None
     return Classified(winner=winner, near_rows=near_rows[: n_near.value], near_patterns=near_patterns[: n_near.value],
-                      _source=(array, data, data_ptrs, rows, caps, caps_at))
+                      _wanted=wanted, _cells=(cells, cell_valid, cell_at, left, data))
 
 
-def values(found: Classified, pick: np.ndarray, prog: Program, fields: dict[str, str], *,
+def values(found: Classified, pick: np.ndarray, pattern: int, *,
            borrowed: frozenset[str] = frozenset()) -> tuple[dict[str, pl.Series], np.ndarray]:
-    """The typed `fields` (name → int, float, pct, bool, or anything else for text) of the rows `pick` (positions,
-    all won by `prog`), as classify.cast_expr makes them; and the positions in `pick` whose values the C readers
-    did not take (for polars; the columns hold the other rows, in order).
+    """The typed fields of the rows `pick` (positions, all won by patterns[`pattern`]), as classify.cast_expr makes
+    them; and the positions in `pick` whose values the C readers did not take (for polars; the columns hold the
+    other rows, in order).
 
     Text columns get their own copy of the text, but those named in `borrowed` point into the source's buffers
     (no copy, but they keep all of its text alive as long as they live: for columns dropped soon)."""
-    array, data, data_ptrs, rows, caps, caps_at = found._source
+    cells, cell_valid, cell_at, left, data = found._cells
     pick = np.ascontiguousarray(pick, dtype=np.int64)
-    n = len(pick)
-    wanted = [(name, _KINDS.get(type_name, _TEXT)) for name, type_name in fields.items() if name in prog.groups]
-    outputs = [(np.empty(16 * n if kind == _TEXT else n, dtype=_OUT_DTYPES[kind]), np.empty(n, dtype=np.uint8))
-               for _, kind in wanted]
-    columns = (_Column * max(len(wanted), 1))(
-        *[_Column(2 * prog.groups[name], kind, out.ctypes.data, valid.ctypes.data)
-          for (name, kind), (out, valid) in zip(wanted, outputs)]
-    )
-    left = np.empty(n, dtype=np.int64)
-    n_left = ctypes.c_int64(0)
-    _library().sl_convert(array.buffers()[1].address, data_ptrs, array.offset, None if rows is None else rows.ctypes.data,
-                          caps.ctypes.data, caps_at.ctypes.data, pick.ctypes.data, n, columns, len(wanted),
-                          left.ctypes.data, ctypes.byref(n_left))
-    kept = n - n_left.value
-    typed = {name: _column(name, kind, out, valid[:kept], kept, data, name in borrowed)
-             for (name, kind), (out, valid) in zip(wanted, outputs)}
-    return typed, left[: n_left.value]
+    refused = np.flatnonzero(left[pick])
+    if len(refused):
+        pick = np.delete(pick, refused)
+    wanted = found._wanted[pattern]
+    widths = [16 if kind == _TEXT else (1 if kind == 3 else 8) for _, kind in wanted]
+    outs = [np.empty(width * len(pick), dtype=np.uint8) for width in widths]
+    valids = [np.empty(len(pick), dtype=np.uint8) for _ in wanted]
+    pointers = ctypes.c_void_p * max(len(wanted), 1)
+    _library().sl_cells(cells.ctypes.data, cell_valid.ctypes.data, cell_at.ctypes.data, pick.ctypes.data, len(pick),
+                        len(wanted), (ctypes.c_int32 * max(len(wanted), 1))(*widths),
+                        pointers(*[o.ctypes.data for o in outs]), pointers(*[v.ctypes.data for v in valids]))
+    columns = {name: _column(name, kind, out, valid, data, name in borrowed)
+               for (name, kind), out, valid in zip(wanted, outs, valids)}
+    return columns, refused
 
 
 def _own_views(views: np.ndarray, n: int, data: list) -> tuple[np.ndarray, list]:
@@ -566,21 +570,34 @@ def _own_views(views: np.ndarray, n: int, data: list) -> tuple[np.ndarray, list]
     return own, [pa.py_buffer(new_data)]
 
 
-_OUT_DTYPES = {0: np.int64, 1: np.float64, 2: np.float64, 3: np.uint8, _TEXT: np.uint8}
-_ARROW_TYPES = {0: pa.int64(), 1: pa.float64(), 2: pa.float64()}
+_ARROW_TYPES = {0: pa.int64(), 1: pa.float64(), 2: pa.float64(), 5: pa.timestamp("us")}
 
 
-def _column(name: str, kind: int, values: np.ndarray, valid: np.ndarray, hits: int, data: list, borrow: bool) -> pl.Series:
-    """The first `hits` converted values as a polars Series (numbers are not copied)."""
+def _column(name: str, kind: int, values: np.ndarray, valid: np.ndarray, data: list, borrow: bool) -> pl.Series:
+    """Converted values (8-byte numbers, bool bytes or 16-byte views, one per entry of `valid`) as a Series."""
+    n = len(valid)
     nulls = None if valid.all() else pa.py_buffer(np.packbits(valid.astype(bool), bitorder="little"))
     if kind == _TEXT:
-        views = values[: 16 * hits]
         if not borrow:
-            views, data = _own_views(views, hits, data)
-        array = pa.Array.from_buffers(pa.string_view(), hits, [nulls, pa.py_buffer(views), *data])
+            values, data = _own_views(values, n, data)
+        array = pa.Array.from_buffers(pa.string_view(), n, [nulls, pa.py_buffer(values), *data])
     elif kind == 3:
-        bits = pa.py_buffer(np.packbits(values[:hits].astype(bool), bitorder="little"))
-        array = pa.Array.from_buffers(pa.bool_(), hits, [nulls, bits])
+        array = pa.Array.from_buffers(pa.bool_(), n, [nulls, pa.py_buffer(np.packbits(values, bitorder="little"))])
     else:
-        array = pa.Array.from_buffers(_ARROW_TYPES[kind], hits, [nulls, pa.py_buffer(values[:hits])])
-    return pl.Series(name, array)
+        array = pa.Array.from_buffers(_ARROW_TYPES[kind], n, [nulls, pa.py_buffer(values)])
+    return _series(name, array)
+
+
+class _ArrowArray:
+    """A pyarrow array seen only through the Arrow PyCapsule interface: polars then imports it without importing
+    pyarrow.compute (~0.17 s, once per process, on the first chunk's critical path)."""
+
+    def __init__(self, array: pa.Array) -> None:
+        self._array = array
+
+    def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple:
+        return self._array.__arrow_c_array__(requested_schema)
+
+
+def _series(name: str, array: pa.Array) -> pl.Series:
+    return pl.Series(name, _ArrowArray(array)).alias(name)

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <stdlib.h>
 
-enum { OP_LIT = 1, OP_SET, OP_RUN, OP_SPLIT, OP_JMP, OP_SAVE, OP_BOL, OP_EOL, OP_MATCH, OP_REST, OP_NUM };
+enum { OP_LIT = 1, OP_SET, OP_RUN, OP_SPLIT, OP_JMP, OP_SAVE, OP_BOL, OP_EOL, OP_MATCH, OP_REST, OP_NUM, OP_SEQ };
 enum { MISS = 0, HIT = 1, UNDECIDED = 2 };
 enum { BT_BRANCH = 1, BT_RUN, BT_RESTORE };
 
@@ -83,7 +83,7 @@ static inline int32_t step_back(const uint8_t *s, int32_t pos) {
  * Dispatch is by computed goto (GCC and clang): one indirect jump per instruction kind predicts far better. */
 static int run(const inst_t *prog, const uint8_t *lits, const uint8_t *sets, const uint8_t *firsts, int32_t n_slots,
                int64_t budget, const uint8_t *s, int32_t len, int32_t *caps, frame_t *stack) {
-    static const void *const handlers[] = {&&bad, &&lit, &&set, &&run, &&split, &&jmp, &&save, &&bol, &&eol, &&match, &&rest, &&num};
+    static const void *const handlers[] = {&&bad, &&lit, &&set, &&run, &&split, &&jmp, &&save, &&bol, &&eol, &&match, &&rest, &&num, &&seq};
     for (int32_t k = 0; k < n_slots; k++) caps[k] = -1;
     int32_t sp = 0, pc = 0, pos = 0;
     const inst_t *in;
@@ -175,6 +175,17 @@ num: { /* a captured number: '-'? (c) digits, '.' digits (b); only emitted where
         }
         caps[in->a] = start;
         caps[in->a + 1] = pos;
+        pc++;
+        NEXT();
+    }
+seq: { /* fixed-width positions, each a byte (0, byte) or an ASCII-only class (1, set index) */
+        const uint8_t *position = lits + in->a;
+        if (pos + in->b > len) goto fail;
+        for (int32_t k = 0; k < in->b; k++, position += 2) {
+            uint8_t c = s[pos + k];
+            if (position[0] == 0 ? c != position[1] : (c >= 0x80 || !sets[SET_BYTES * position[1] + c])) goto fail;
+        }
+        pos += in->b;
         pc++;
         NEXT();
     }

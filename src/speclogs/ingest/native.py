@@ -25,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
@@ -38,7 +39,7 @@ from speclogs.grammar.cache import cache_dir
 SOURCE = Path(__file__).with_name("native.c")
 ENV_SWITCH = "SPECLOGS_NATIVE"  # '0' turns the native matcher off
 
-OP_LIT, OP_SET, OP_RUN, OP_SPLIT, OP_JMP, OP_SAVE, OP_BOL, OP_EOL, OP_MATCH, OP_REST, OP_NUM = range(1, 12)
+OP_LIT, OP_SET, OP_RUN, OP_SPLIT, OP_JMP, OP_SAVE, OP_BOL, OP_EOL, OP_MATCH, OP_REST, OP_NUM, OP_SEQ = range(1, 13)
 SET_BYTES = 129  # [0..127] ASCII members, [128] non-ASCII characters
 FIRST_BYTES = 130  # as a set, plus [129] the end of the text
 _KINDS = {"int": 0, "float": 1, "pct": 2, "bool": 3, "timestamp": 5}  # any other field type: text (4)
@@ -109,6 +110,7 @@ def program(regex: str) -> Program | None:
             builder = _Builder(numbers=numbers)
             builder.seq(list(parsed))
             builder.emit(OP_MATCH)
+            builder.merge_sequences()
             firsts, entry = builder.add_first_sets()
             if builder.exact:
                 break
@@ -250,6 +252,52 @@ class _Builder:
         for split in splits:
             self.code[split][2] = len(self.code)
 
+    def merge_sequences(self) -> None:
+        """Runs of fixed-width pieces — literals, one ASCII class, `[0-9]{2}` — become one OP_SEQ (the timestamp
+        'dddd-dd-dd dd:dd:dd' is then two instructions, not twelve). Its positions are stored in lits as
+        (0, byte) or (1, set index) pairs. Jump targets are renumbered; none may fall inside a run."""
+        targets = {a for op, a, b, _c, _d in self.code if op in (OP_SPLIT, OP_JMP)}
+        targets |= {b for op, _a, b, _c, _d in self.code if op == OP_SPLIT}
+        merged: list[list[int]] = []
+        new_index: dict[int, int] = {}
+        pc = 0
+        while pc < len(self.code):
+            end, positions = pc, []
+            while end < len(self.code) and (end == pc or end not in targets):
+                piece = self._fixed_positions(self.code[end])
+                if piece is None:
+                    break
+                positions += piece
+                end += 1
+            if end - pc >= 2 or (end - pc == 1 and self.code[pc][0] == OP_RUN):
+                new_index.update({old: len(merged) for old in range(pc, end)})
+                merged.append([OP_SEQ, len(self.lits), len(positions) // 2, 0, -1])
+                self.lits += bytes(positions)
+                pc = end
+                continue
+            new_index[pc] = len(merged)
+            merged.append(list(self.code[pc]))
+            pc += 1
+        new_index[len(self.code)] = len(merged)
+        for instruction in merged:
+            if instruction[0] in (OP_SPLIT, OP_JMP):
+                instruction[1] = new_index[instruction[1]]
+            if instruction[0] == OP_SPLIT:
+                instruction[2] = new_index[instruction[2]]
+        self.code = merged
+
+    def _fixed_positions(self, instruction: list[int]) -> list[int] | None:
+        """(kind, value) pairs of a fixed-width instruction that matches only ASCII by class, else None."""
+        op, a, b, c, _d = instruction
+        if op == OP_LIT:
+            return [v for byte in self.lits[a : a + b] for v in (0, byte)]
+        ascii_only = op in (OP_SET, OP_RUN) and a < 256 and not self.sets[a][128]
+        if op == OP_SET and ascii_only:
+            return [1, a]
+        if op == OP_RUN and ascii_only and b == c and 0 < b <= 16:
+            return [1, a] * b
+        return None
+
     def add_first_sets(self) -> tuple[bytes, int]:
         """Let SPLIT skip a branch, and a run's backtracking a length, that cannot go on at the current character:
         SPLIT's c/d and RUN's d get the index of the first-character set of its branch a/b or continuation
@@ -299,6 +347,12 @@ class _Builder:
         elif op == OP_NUM:
             for byte in _DIGITS | ({ord("-")} if c else set()):
                 first[byte] = 1
+        elif op == OP_SEQ:
+            kind, value = self.lits[a], self.lits[a + 1]
+            if kind == 0:
+                first[min(value, 128)] = 1
+            else:
+                first[:SET_BYTES] = self.sets[value]
         elif op == OP_RUN:
             rest = self._first(pc + 1, memo, visiting)
             first = None if rest is None else bytearray(x | y for x, y in zip(self.sets[a] + b"\0", rest))
@@ -484,7 +538,8 @@ class Classified:
     near_rows: np.ndarray  # int64 row positions …
     near_patterns: np.ndarray  # … and int32 pattern indices of the near misses (gate contained, program missed)
     _wanted: list  # per pattern: [(field, kind)] in cell order
-    _cells: tuple  # (cells uint8 16 per cell, cell_valid, cell_at per row, left per row, data buffers)
+    _cells: tuple  # (cells uint8 16 per cell, cell_valid, cell_at per row, left per row, data buffers): working
+    # arrays that the next classify() in this thread reuses — read them (values) before calling it again
 
 
 def classify(series: pl.Series, patterns: list[tuple[Program, str, dict[str, str]]]) -> Classified | None:
@@ -511,15 +566,15 @@ def classify(series: pl.Series, patterns: list[tuple[Program, str, dict[str, str
         for (prog, gate, _), w, names in zip(patterns, wanted_arrays, wanted)
     ])
     most_cells = max(1, max(len(w) for w in wanted))
-    cells = np.empty(16 * n * most_cells, dtype=np.uint8)  # pages only get touched as winners' cells land
-    cell_valid = np.empty(n * most_cells, dtype=np.uint8)
-    cell_at = np.empty(n, dtype=np.int64)
-    left = np.empty(n, dtype=np.uint8)
+    cells = _scratch("cells", 16 * n * most_cells, np.uint8)  # pages only get touched as winners' cells land
+    cell_valid = _scratch("cell_valid", n * most_cells, np.uint8)
+    cell_at = _scratch("cell_at", n, np.int64)
+    left = _scratch("left", n, np.uint8)
     winner = np.empty(n, dtype=np.int32)
     near_capacity = 4 * n + 16
     while True:
-        near_rows = np.empty(near_capacity, dtype=np.int64)
-        near_patterns = np.empty(near_capacity, dtype=np.int32)
+        near_rows = _scratch("near_rows", near_capacity, np.int64)
+        near_patterns = _scratch("near_patterns", near_capacity, np.int32)
         n_near = ctypes.c_int64(0)
         lib.sl_classify(table, len(patterns), buffers[1].address, data_ptrs,
                         buffers[0].address if buffers[0] is not None else None, array.offset, None, n,
@@ -533,6 +588,19 @@ def classify(series: pl.Series, patterns: list[tuple[Program, str, dict[str, str
         return None
     return Classified(winner=winner, near_rows=near_rows[: n_near.value], near_patterns=near_patterns[: n_near.value],
                       _wanted=wanted, _cells=(cells, cell_valid, cell_at, left, data))
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(name: str, n: int, dtype: type) -> np.ndarray:
+    """A working array of n items, reused by the next classify() in the same thread: a new one per chunk would
+    have the kernel zero its pages again (~3 % of an ingest's CPU). Only `values` reads them, before that."""
+    pool = _SCRATCH.__dict__
+    array = pool.get(name)
+    if array is None or len(array) < n:
+        array = pool[name] = np.empty(max(n, 2 * len(array) if array is not None else n), dtype=dtype)
+    return array[:n]
 
 
 def values(found: Classified, pick: np.ndarray, pattern: int, *,

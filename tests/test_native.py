@@ -794,6 +794,24 @@ def test_fallback_without_native_gives_the_same_claims(engine, native_reset, tmp
         same_claims(reference, without_compiler)
 
 
+def test_summary_says_when_a_big_log_ran_without_the_native_matcher(native_reset, tmp_path):
+    monkeypatch = native_reset
+    log = tmp_path / "big.log"
+    log.write_bytes(b"".join(path.read_bytes() for path in ALL_LOGS)[: SMALL_CHUNK_BYTES + 4096].rsplit(b"\n", 1)[0] + b"\n")
+    small = tmp_path / "small.log"
+    small.write_bytes(ALL_LOGS[0].read_bytes()[:20_000].rsplit(b"\n", 1)[0] + b"\n")
+    monkeypatch.setenv(native.ENV_SWITCH, "0")
+    native._library.cache_clear()
+    summary = ingest_paths([log, small], tmp_path / "off.duckdb")
+    notes = [w for w in summary.warnings if "native matcher is off (SPECLOGS_NATIVE=0)" in w]
+    assert len(notes) == 1 and notes[0].startswith(str(log)), summary.warnings  # the big one only
+    if NATIVE_ON:
+        monkeypatch.delenv(native.ENV_SWITCH)
+        native._library.cache_clear()
+        summary = ingest_paths([log], tmp_path / "on.duckdb")
+        assert not [w for w in summary.warnings if "native matcher" in w], summary.warnings
+
+
 @needs_native
 def test_library_loads_again_after_a_reset():
     native._library.cache_clear()

@@ -35,6 +35,7 @@ from speclogs.ingest import (
     InputFile,
     ProgressEvent,
     discover_inputs,
+    engine_note,
     parse_bench_json,
     parse_bench_jsonl,
     parse_log_chunks,
@@ -462,6 +463,9 @@ def _parse_file(prepared: _Prepared, engine, emit, *, method: str, chunk_bytes: 
                 )
         if raw.stream is not None:  # what reading found comes first, as for a file read whole
             counts.warnings[:0] = raw.stream.warnings()
+        note = engine_note(item.size_bytes, method)
+        if note is not None:
+            counts.warnings.append(note)
         if counts.total and prefixed == 0:
             counts.warnings.append(NO_SGLANG_WARNING)
         prepared.launch_rows = _launch_rows(item.run.run_id, prepared.source_file, launch_starts, launch_facts, counts.total)

@@ -21,6 +21,7 @@ _EXPORTS = {
     "parse_nccl_probe": "speclogs.ingest.jsonfiles",
     "parse_run_json": "speclogs.ingest.jsonfiles",
     "DEFAULT_CHUNK_BYTES": "speclogs.ingest.logfile",
+    "engine_note": "speclogs.ingest.logfile",
     "parse_log_chunks": "speclogs.ingest.logfile",
     "ChunkResult": "speclogs.ingest.records",
     "Discovery": "speclogs.ingest.sources",

@@ -3,8 +3,9 @@
 `parse_log_chunks` yields one ChunkResult per chunk of about `chunk_bytes`; chunks end just before a line
 that starts with '[' (an SGLang record), so a traceback never straddles two chunks.
 
-Three ways to classify, same rows (tests/test_ingest_paths.py checks it):
-- 'polars': the compiled regexes run vectorised in polars (big inputs);
+Three ways to classify, same rows (tests/test_ingest_paths.py and tests/test_native.py check it):
+- 'polars': the compiled regexes run vectorised, by the native matcher (native.py) where it is built, else by
+  polars (big inputs);
 - 'regex': the same regexes with Python's re, piece by piece (small inputs: polars' fixed cost per
   operation dominates below a few MB);
 - 'pyparsing': the grammar definitions themselves, piece by piece (reference; ~5k lines/s).
@@ -20,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import polars as pl
 
 from speclogs.errors import InputError
+from speclogs.ingest import native
 from speclogs.ingest.classify import Engine, classify_fast, classify_slow
 from speclogs.ingest.lines import build_lines, count_lines, pieces_slow
 from speclogs.ingest.records import ChunkResult, assemble
@@ -30,6 +32,14 @@ SMALL_CHUNK_BYTES = 512 << 10
 METHODS = ("auto", "polars", "regex", "pyparsing")
 PARSE_THREADS = 2
 CHUNKS_AHEAD = PARSE_THREADS + 1  # chunks in flight: one more than threads, so a thread never waits for the next chunk
+
+
+def engine_note(size_bytes: int, method: str) -> str | None:
+    """A warning for a log big enough for the vectorised path when the native matcher is off (it then runs on
+    polars' regexes, slower); None otherwise."""
+    if method not in ("auto", "polars") or size_bytes < SMALL_CHUNK_BYTES:
+        return None
+    return native.unavailable_reason()
 
 
 def chunk_bounds(data: bytes, chunk_bytes: int) -> Iterator[tuple[int, int]]:

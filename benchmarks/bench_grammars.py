@@ -1,5 +1,6 @@
-"""Grammar speed figures: load_grammars() time (cold build, warm disk cache) and the compiled regexes in polars
-on a generated 2M-line SGLang log (decode lines, prefill lines, uvicorn access lines, the prefix split).
+"""Grammar speed figures: load_grammars() time (cold build, warm disk cache) and the compiled regexes on a
+generated 2M-line SGLang log (decode lines, prefill lines, uvicorn access lines, the prefix split): in polars,
+and in the native matcher (line split, prefix, one pass over the message patterns with typed values).
 
     PYTHONPATH=src python benchmarks/bench_grammars.py [--lines 2000000] [--log /tmp/speclogs_bench_2m.log]
 
@@ -15,6 +16,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 GENERATOR = Path("/work/shared/tools/gen_sglang_log.py")
 
@@ -45,6 +48,7 @@ def main() -> None:
     import polars as pl
 
     from speclogs.grammar import load_grammars
+    from speclogs.ingest.classify import cast_expr
 
     grammars = load_grammars()
     t0 = time.perf_counter()
@@ -74,18 +78,7 @@ def main() -> None:
             gated = rows.filter(rows.str.contains(pattern.gate, literal=True)) if pattern.gate else rows
             groups = gated.str.extract_groups("^(?P<_hit>)" + pattern.regex[1:]).struct.unnest()
             hit = groups.get_column("_hit").is_not_null()
-            casts = []
-            for f in pattern.fields:
-                col = pl.col(f.name)
-                if f.type == "int":
-                    casts.append(col.cast(pl.Int64))
-                elif f.type in ("float", "pct"):
-                    casts.append(col.str.strip_chars_end("%").cast(pl.Float64))
-                elif f.type == "bool":
-                    casts.append(col == "True")
-                else:
-                    casts.append(col)
-            groups.filter(hit).select(casts)
+            groups.filter(hit).select(cast_expr(pl.col(f.name), f.type) for f in pattern.fields if f.name in groups.columns)
             claimed += int(hit.sum())
             rows = gated.filter(~hit)
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -94,6 +87,50 @@ def main() -> None:
               f"({candidates / elapsed / 1e6:.2f} M lines/s wall; {elapsed / t_read:.1f}x this run's read_csv time)")
     print("The VM is noisy (other jobs share its 2 cores): compare stages through their ratio to read_csv, which took "
           "0.31 s unloaded in shared/reference/perf-anchors.md.")
+    native_figures(args.log, grammars)
+
+
+def native_figures(log: Path, grammars) -> None:
+    """The same work in the native matcher, one thread, chunk by chunk as the ingest does (16 MiB): split, prefix
+    (typed ts, ms, ranks, message), then one pass of every message pattern in priority order with typed values."""
+    from speclogs.ingest import native
+    from speclogs.ingest.classify import compile_engine
+    from speclogs.ingest.lines import MAX_LINE_BYTES
+    from speclogs.ingest.logfile import DEFAULT_CHUNK_BYTES, chunk_bounds
+
+    if not native.available():
+        print(f"native matcher: not measured ({native.unavailable_reason()})")
+        return
+    engine = compile_engine(grammars)
+    patterns = [c for c in engine.patterns if c.pattern.scope == "message"]
+    table = [(c.native, c.pattern.gate, {f.name: f.type for f in c.pattern.fields}) for c in patterns]
+    prefix_fields = {"ts": "timestamp", "ms": "int", "rank_tags": "str", "message": "str"}
+    data = log.read_bytes()
+    cpu = {"split": 0.0, "prefix": 0.0, "messages": 0.0}
+    lines = messages = claimed = 0
+    for start, end in chunk_bounds(data, DEFAULT_CHUNK_BYTES):
+        c0 = time.process_time()
+        text, _ = native.split_lines(data[start:end], MAX_LINE_BYTES)
+        c1 = time.process_time()
+        found = native.classify(text, [(engine.prefix_native, "", prefix_fields)])
+        columns, _ = native.values(found, np.flatnonzero(found.winner == 0), 0, borrowed=frozenset({"message"}))
+        c2 = time.process_time()
+        found = native.classify(columns["message"], table)
+        for index in range(len(patterns)):
+            rows = np.flatnonzero(found.winner == index)
+            if len(rows):
+                claimed += len(rows)
+                native.values(found, rows, index)
+        c3 = time.process_time()
+        cpu["split"] += c1 - c0
+        cpu["prefix"] += c2 - c1
+        cpu["messages"] += c3 - c2
+        lines += len(text)
+        messages += len(columns["message"])
+    print(f"native matcher, one thread, per 16 MiB chunk, CPU: split {lines:,} lines {cpu['split']:.3f} s "
+          f"({cpu['split'] / lines * 1e9:.0f} ns/line); prefix with typed ts/ms/ranks {cpu['prefix']:.3f} s "
+          f"({cpu['prefix'] / lines * 1e9:.0f} ns/line); {len(patterns)} message patterns over {messages:,} messages, "
+          f"{claimed:,} claimed, with typed values {cpu['messages']:.3f} s ({cpu['messages'] / messages * 1e9:.0f} ns/message)")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ Inputs are the real fixture logs, the messages after their prefix, and variants 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 import re
@@ -706,7 +707,7 @@ def test_build_lines_native_equals_python_split(name, monkeypatch):
 COMPARED_TABLES = ("decode_batches", "prefill_batches", "http_requests", "server_events", "errors", "unparsed_lines",
                    "launches", "server_args", "nccl_events", "foreign_lines", "parse_drift", "spec_cycles",
                    "bench_summary", "line_accounting", "runs", "files")
-VOLATILE = {"ingested_at", "parse_seconds"}
+VOLATILE = {"ingested_at", "parse_seconds", "warnings"}  # files.warnings: only the run without native says so
 
 
 def _table_rows(db: Path) -> dict[str, list[tuple]]:
@@ -745,6 +746,10 @@ def test_ingest_same_tables_with_native_on_and_off(engine, tmp_path, monkeypatch
     with_native, without = _table_rows(tmp_path / "native.duckdb"), _table_rows(tmp_path / "plain.duckdb")
     for table in COMPARED_TABLES:
         assert with_native[table] == without[table], table
+    notes = {db: duckdb.connect(str(tmp_path / db), read_only=True).execute("SELECT warnings FROM files").fetchone()[0] or ""
+             for db in ("native.duckdb", "plain.duckdb")}
+    assert "native matcher is off" not in notes["native.duckdb"]
+    assert "native matcher is off (SPECLOGS_NATIVE=0)" in notes["plain.duckdb"]
     assert len(with_native["decode_batches"]) > 500
     assert len(with_native["errors"]) >= 1 and len(with_native["parse_drift"]) >= 1
     assert len(with_native["unparsed_lines"]) >= 1 and len(with_native["launches"]) >= 2
@@ -819,3 +824,24 @@ def test_library_loads_again_after_a_reset():
     assert native.unavailable_reason() is None
     assert os.environ.get(native.ENV_SWITCH, "1") != "0"
     assert native.count_lines(b"a\nb") == 2
+
+
+def test_cache_files_others_could_write_are_not_used(native_reset, tmp_path):
+    monkeypatch = native_reset
+    monkeypatch.setenv("SPECLOGS_CACHE_DIR", str(tmp_path))
+    regexes = [r"^(?P<a>[0-9]+) x$", r"^y(?P<b>.*)$"]
+    first = native.programs(regexes)
+    (cached,) = tmp_path.glob("native-programs-*.json")
+    assert [p.code.tolist() for p in native.programs(regexes)] == [p.code.tolist() for p in first]
+
+    # damaged: a jump far outside the program is refused, and the programs are compiled again
+    doc = json.loads(cached.read_text())
+    doc[0]["code"][1 * 5 + 1] = 10**6
+    cached.write_text(json.dumps(doc))
+    assert [p.code.tolist() for p in native.programs(regexes)] == [p.code.tolist() for p in first]
+
+    # writable by others: not trusted (the file is written again, privately)
+    cached.chmod(0o666)
+    assert not native._private(cached)
+    assert [p.code.tolist() for p in native.programs(regexes)] == [p.code.tolist() for p in first]
+    assert native._private(cached)

@@ -73,8 +73,11 @@ def programs(regexes: list[str]) -> list[Program | None]:
     key = hashlib.sha256("\0".join([SOURCE.read_text(), Path(__file__).read_text(), *regexes]).encode()).hexdigest()[:24]
     path = cache_dir() / f"native-programs-{key}.json"
     try:
-        return [None if doc is None else _program_from_json(regex, doc)
-                for regex, doc in zip(regexes, json.loads(path.read_text(encoding="utf-8")), strict=True)]
+        if _private(path):
+            loaded = [None if doc is None else _program_from_json(regex, doc)
+                      for regex, doc in zip(regexes, json.loads(path.read_text(encoding="utf-8")), strict=True)]
+            if all(p is None or _in_bounds(p) for p in loaded):
+                return loaded
     except (OSError, ValueError, KeyError, TypeError):
         pass
     compiled = [program(regex) for regex in regexes]
@@ -86,6 +89,39 @@ def programs(regexes: list[str]) -> list[Program | None]:
     except OSError:
         pass  # no cache: compiled again next time
     return compiled
+
+
+def _private(path: Path) -> bool:
+    """Whether a cached file is ours alone: owned by this user, writable by no one else (the cache may be shared
+    through SPECLOGS_CACHE_DIR; what is loaded from it is run as code, or steers code that indexes memory)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return (not hasattr(os, "getuid") or st.st_uid == os.getuid()) and not st.st_mode & 0o022
+
+
+def _in_bounds(p: Program) -> bool:
+    """A program every index of which points inside its own tables (a damaged cache file must not reach native.c)."""
+    n, n_sets, n_firsts = len(p.code), len(p.sets) // SET_BYTES, len(p.firsts) // FIRST_BYTES
+    if not -1 <= p.entry < n_firsts or any(not 0 <= 2 * g < p.n_slots for g in p.groups.values()):
+        return False
+    for op, a, b, c, d in p.code.tolist():
+        ok = {
+            OP_LIT: 0 <= a and 0 < b and a + b <= len(p.lits),
+            OP_SEQ: 0 <= a and 0 < b and a + 2 * b <= len(p.lits)
+            and all(k == 0 or v < n_sets for k, v in zip(p.lits[a : a + 2 * b : 2], p.lits[a + 1 : a + 2 * b : 2])),
+            OP_SET: 0 <= a < n_sets,
+            OP_RUN: 0 <= a < n_sets and 0 <= b and (c == -1 or c >= b) and -1 <= d < n_firsts,
+            OP_REST: 0 <= b and -1 <= d < n_firsts,
+            OP_SPLIT: 0 <= a < n and 0 <= b < n and -1 <= c < n_firsts and -1 <= d < n_firsts,
+            OP_JMP: 0 <= a < n,
+            OP_SAVE: 0 <= a < p.n_slots,
+            OP_NUM: 0 <= a < p.n_slots - 1,
+        }.get(op, op in (OP_BOL, OP_EOL, OP_MATCH))
+        if not ok:
+            return False
+    return True
 
 
 def _program_to_json(p: Program) -> dict:
@@ -473,7 +509,7 @@ def _built_library() -> Path:
     key = hashlib.sha256(source + sys.platform.encode() + sysconfig.get_platform().encode()).hexdigest()[:16]
     cache = cache_dir()
     target = cache / f"native-{key}.so"
-    if target.exists():
+    if _private(target):
         return target
     compiler = _compiler()
     if compiler is None:
@@ -489,6 +525,7 @@ def _built_library() -> Path:
             raise OSError(f"{Path(compiler).name} could not build native.c: {first}") from error
         except subprocess.TimeoutExpired as error:
             raise OSError(f"{Path(compiler).name} took over {error.timeout} s to build native.c") from error
+        built.chmod(0o755)  # writable by this user only, whatever the umask (see _private)
         os.replace(built, target)  # atomic: a concurrent build of the same source writes the same bytes
     for old in cache.glob("native-*.so"):
         if old != target:

@@ -246,7 +246,7 @@ class _Found:
 def _classify_native(patterns: list[CompiledPattern], src: pl.Series, meta: pl.DataFrame, found: _Found) -> pl.DataFrame | None:
     """One scope in one pass of the native matcher; the rows nobody claimed (line_no, piece, text), or None when
     the matcher left rows undecided (the caller then runs polars)."""
-    result = native.classify(src, [(c.native, c.pattern.gate, {f.name: f.type for f in c.pattern.fields}) for c in patterns])
+    result = native.classify(src, _native_patterns(patterns))
     if result is None:
         return None
     winner = result.winner
@@ -363,10 +363,27 @@ def _split_prefix(engine: Engine, text: pl.Series) -> tuple[pl.Series, pl.Series
     return prefixed, message, prefix_groups
 
 
+def _native_patterns(patterns: list[CompiledPattern]) -> native.Patterns:
+    """One scope's patterns laid out for the native matcher, once (kept on the first pattern's compiled form)."""
+    cache = patterns[0].__dict__.setdefault("_native_patterns", {})
+    key = tuple(c.name for c in patterns)
+    table = cache.get(key)
+    if table is None:
+        table = cache[key] = native.Patterns([(c.native, c.pattern.gate, {f.name: f.type for f in c.pattern.fields})
+                                               for c in patterns])
+    return table
+
+
+_PREFIX_FIELDS = {"ts": "timestamp", "ms": "int", "rank_tags": "str", "message": "str"}
+
+
 def _split_prefix_native(engine: Engine, text: pl.Series) -> tuple[pl.Series, pl.Series, pl.DataFrame] | None:
     """The same with the native matcher (None when it leaves any row undecided: polars then does the chunk)."""
-    fields = {"ts": "timestamp", "ms": "int", "rank_tags": "str", "message": "str"}
-    result = native.classify(text, [(engine.prefix_native, "", fields)])
+    table = engine.__dict__.get("_native_prefix")
+    if table is None:
+        table = native.Patterns([(engine.prefix_native, "", _PREFIX_FIELDS)])
+        object.__setattr__(engine, "_native_prefix", table)
+    result = native.classify(text, table)
     if result is None:
         return None
     hit_rows = np.flatnonzero(result.winner == 0)

@@ -581,10 +581,33 @@ class Classified:
     # arrays that the next classify() in this thread reuses — read them (values) before calling it again
 
 
-def classify(series: pl.Series, patterns: list[tuple[Program, str, dict[str, str]]]) -> Classified | None:
-    """The first of `patterns` ((program, gate, fields) in priority order) that each row of `series` contains the
-    gate of and matches; the winner's `fields` (name → int, float, pct, bool, timestamp, or anything else for
-    text) are converted on the spot. None when a row is undecided (polars must then do them all)."""
+class Patterns:
+    """(program, gate, fields) triples in priority order, laid out once for native.c (building the table costs
+    ~2 ms: the ingest keeps one per scope, not one per chunk). fields: name → int, float, pct, bool, timestamp,
+    or anything else for text."""
+
+    def __init__(self, patterns: list[tuple[Program, str, dict[str, str]]]) -> None:
+        self.wanted = [[(name, _KINDS.get(type_name, _TEXT)) for name, type_name in fields.items() if name in prog.groups]
+                       for prog, _, fields in patterns]
+        self._wanted_arrays = [(_Wanted * max(len(w), 1))(*[_Wanted(2 * prog.groups[name], kind) for name, kind in w])
+                               for w, (prog, _, _) in zip(self.wanted, patterns)]
+        self.table = (_Pattern * len(patterns))(*[
+            _Pattern(prog.code.ctypes.data, prog.lits, prog.sets, prog.firsts, prog.n_slots, prog.entry,
+                     gate.encode("utf-8"), len(gate.encode("utf-8")), ctypes.addressof(w), len(names))
+            for (prog, gate, _), w, names in zip(patterns, self._wanted_arrays, self.wanted)
+        ])
+        self.most_cells = max(1, max((len(w) for w in self.wanted), default=1))
+        self._programs = [prog for prog, _, _ in patterns]  # their arrays are what the table points at
+
+    def __len__(self) -> int:
+        return len(self.wanted)
+
+
+def classify(series: pl.Series, patterns: Patterns | list[tuple[Program, str, dict[str, str]]]) -> Classified | None:
+    """The first of `patterns` that each row of `series` contains the gate of and matches; the winner's fields are
+    converted on the spot. None when a row is undecided (polars must then do them all)."""
+    if not isinstance(patterns, Patterns):
+        patterns = Patterns(patterns)
     lib = _library()
     array = series.to_arrow(compat_level=pl.CompatLevel.newest())
     if isinstance(array, pa.ChunkedArray):
@@ -595,16 +618,7 @@ def classify(series: pl.Series, patterns: list[tuple[Program, str, dict[str, str
     data = buffers[2:]
     data_ptrs = (ctypes.c_void_p * max(len(data), 1))(*[b.address for b in data])
     n = len(array)
-    wanted = [[(name, _KINDS.get(type_name, _TEXT)) for name, type_name in fields.items() if name in prog.groups]
-              for prog, _, fields in patterns]
-    wanted_arrays = [(_Wanted * max(len(w), 1))(*[_Wanted(2 * prog.groups[name], kind) for name, kind in w])
-                     for w, (prog, _, _) in zip(wanted, patterns)]
-    table = (_Pattern * len(patterns))(*[
-        _Pattern(prog.code.ctypes.data, prog.lits, prog.sets, prog.firsts, prog.n_slots, prog.entry,
-                 gate.encode("utf-8"), len(gate.encode("utf-8")), ctypes.addressof(w), len(names))
-        for (prog, gate, _), w, names in zip(patterns, wanted_arrays, wanted)
-    ])
-    most_cells = max(1, max(len(w) for w in wanted))
+    wanted, table, most_cells = patterns.wanted, patterns.table, patterns.most_cells
     cells = _scratch("cells", 16 * n * most_cells, np.uint8)  # pages only get touched as winners' cells land
     cell_valid = _scratch("cell_valid", n * most_cells, np.uint8)
     cell_at = _scratch("cell_at", n, np.int64)
@@ -670,6 +684,8 @@ def values(found: Classified, pick: np.ndarray, pattern: int, *,
 
 def _own_views(views: np.ndarray, n: int, data: list) -> tuple[np.ndarray, list]:
     sizes = views.view(np.int32)[::4]
+    if not (sizes > 12).any():  # all inline ('TP0', 'GET', 'cuda graph', …): the views hold the text themselves
+        return views, []
     new_data = np.empty(int(sizes[sizes > 12].sum()), dtype=np.uint8)
     own = np.empty_like(views)
     data_ptrs = (ctypes.c_void_p * max(len(data), 1))(*[b.address for b in data])

@@ -147,13 +147,14 @@ def odd_lines(text: pl.Series, flags: np.ndarray | None = None) -> pl.Series:
     return odd
 
 
-def build_lines(data: bytes | memoryview, first_line_no: int = 1) -> Lines:
-    """Physical lines of a chunk → the piece frame both parse paths classify."""
+def build_lines(data: bytes | memoryview, first_line_no: int = 1, line_count: int | None = None) -> Lines:
+    """Physical lines of a chunk → the piece frame both parse paths classify (`line_count`: count_lines(data),
+    when the caller has it already)."""
     if isinstance(data, memoryview):
         data = data.tobytes()
     flags = None
     if native.available() and 0 < len(data) < 1 << 31:  # string views hold 32-bit offsets
-        raw, flags = native.split_lines(data, MAX_LINE_BYTES)
+        raw, flags = native.split_lines(data, MAX_LINE_BYTES, line_count)
     else:
         raw = read_lines(data)
     total = raw.len()

@@ -74,8 +74,8 @@ def parse_log_chunks(
     launches_before = 0
     with ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="speclogs-classify") as pool:
         pending: deque = deque()  # (chunk, first_line_no, method, byte_end, future or None), in file order
-        for chunk, first_line_no, chosen, byte_end in _planned_chunks(source, method, chunk_bytes):
-            future = pool.submit(_classify_chunk_fast, chunk, engine, first_line_no) if chosen == "polars" else None
+        for chunk, first_line_no, lines, chosen, byte_end in _planned_chunks(source, method, chunk_bytes):
+            future = pool.submit(_classify_chunk_fast, chunk, engine, first_line_no, lines) if chosen == "polars" else None
             pending.append((chunk, first_line_no, chosen, byte_end, future))
             while len(pending) >= CHUNKS_AHEAD:
                 result = _finish_chunk(engine, pending.popleft(), launches_before)
@@ -87,14 +87,14 @@ def parse_log_chunks(
             yield result
 
 
-def _planned_chunks(source: bytes | LogStream, method: str, chunk_bytes: int) -> Iterator[tuple[bytes | memoryview, int, str, int]]:
+def _planned_chunks(source: bytes | LogStream, method: str, chunk_bytes: int) -> Iterator[tuple[bytes | memoryview, int, int, str, int]]:
     """(chunk, first_line_no, method, byte_end) per chunk; lines are counted as the chunks are handed out, so the
     first chunk starts parsing before the rest of the file is read or counted. byte_end is in the file's own
     bytes (what progress is measured in)."""
     first_line_no = 1
     for chunk, lines, byte_end in _chunks(source, chunk_bytes):
         chosen = method if method != "auto" else ("polars" if len(chunk) >= SMALL_CHUNK_BYTES else "regex")
-        yield chunk, first_line_no, chosen, byte_end
+        yield chunk, first_line_no, lines, chosen, byte_end
         first_line_no += lines
 
 
@@ -120,8 +120,8 @@ def _finish_chunk(engine: Engine, planned: tuple, launches_before: int) -> Chunk
     return result
 
 
-def _classify_chunk_fast(chunk: bytes | memoryview, engine: Engine, first_line_no: int):
-    lines = build_lines(chunk, first_line_no)
+def _classify_chunk_fast(chunk: bytes | memoryview, engine: Engine, first_line_no: int, line_count: int):
+    lines = build_lines(chunk, first_line_no, line_count)
     return lines, classify_fast(engine, lines.frame)
 
 

@@ -510,17 +510,17 @@ void sl_own_views(const uint8_t *views, const uint8_t *const *buffers, int64_t n
 
 /* The lines of buf[0..len) as Arrow string views into buf itself (data buffer `buffer_index`): a line ends at
  * '\n' (not included), a '\r' before it is dropped, a last line without '\n' counts. With out_views NULL it only
- * counts them. flags[i] (with out_views) tells what lines.py must look at: LINE_ODD (a '\r', ESC or '^[[' inside, or
+ * counts them; it writes at most `capacity` views and flags. flags[i] (with out_views) tells what lines.py must look at: LINE_ODD (a '\r', ESC or '^[[' inside, or
  * a kubectl '[pod/' prefix), LINE_UNBRACKETED (does not start with '['), LINE_TOO_LONG (over max_bytes). */
 enum { LINE_ODD = 1, LINE_UNBRACKETED = 2, LINE_TOO_LONG = 4 };
 
 int64_t sl_split_lines(const uint8_t *buf, int64_t len, int32_t buffer_index, int64_t max_bytes, uint8_t *out_views,
-                       uint8_t *flags) {
+                       uint8_t *flags, int64_t capacity) {
     int64_t lines = 0, start = 0;
     while (start < len) {
         const uint8_t *nl = memchr(buf + start, '\n', (size_t)(len - start));
         int64_t end = nl ? nl - buf : len, next = nl ? end + 1 : len;
-        if (out_views) {
+        if (out_views && lines < capacity) { /* room for `capacity` lines; past it only counts */
             int64_t stop = end > start && buf[end - 1] == '\r' ? end - 1 : end, size = stop - start;
             const uint8_t *line = buf + start;
             uint8_t f = 0;

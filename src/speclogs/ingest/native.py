@@ -486,7 +486,7 @@ def _library() -> ctypes.CDLL | None:
     lib.sl_classify.restype = None
     lib.sl_classify.argtypes = [vp, i32, vp, vp, vp, i64, vp, i64, vp, vp, vp, vp, vp, vp, vp, i64, vp]
     lib.sl_split_lines.restype = i64
-    lib.sl_split_lines.argtypes = [ctypes.c_char_p, i64, i32, i64, vp, vp]
+    lib.sl_split_lines.argtypes = [ctypes.c_char_p, i64, i32, i64, vp, vp, i64]
     lib.sl_cells.restype = None
     lib.sl_cells.argtypes = [vp, vp, vp, vp, i64, i32, vp, vp, vp]
     lib.sl_own_views.restype = None
@@ -542,18 +542,21 @@ LINE_ODD, LINE_UNBRACKETED, LINE_TOO_LONG = 1, 2, 4  # split_lines' flags (see n
 
 def count_lines(data: bytes) -> int:
     """How many lines split_lines finds in `data`."""
-    return _library().sl_split_lines(data, len(data), 0, 0, None, None)
+    return _library().sl_split_lines(data, len(data), 0, 0, None, None, 0)
 
 
-def split_lines(data: bytes, max_bytes: int) -> tuple[pl.Series, np.ndarray]:
+def split_lines(data: bytes, max_bytes: int, count: int | None = None) -> tuple[pl.Series, np.ndarray]:
     """The physical lines of valid UTF-8 `data` (LF or CRLF; a last line without newline counts) as a String
     Series whose views point into `data` itself (no copy of the text), and per line its flags: LINE_ODD ('\\r',
     ESC or '^[[' inside, or a '[pod/' prefix), LINE_UNBRACKETED (not starting with '['), LINE_TOO_LONG."""
     lib = _library()
-    count = count_lines(data)
+    if count is None:
+        count = count_lines(data)
     views = np.empty(16 * count, dtype=np.uint8)
     flags = np.empty(count, dtype=np.uint8)
-    lib.sl_split_lines(data, len(data), 0, max_bytes, views.ctypes.data, flags.ctypes.data)
+    found = lib.sl_split_lines(data, len(data), 0, max_bytes, views.ctypes.data, flags.ctypes.data, count)
+    if found != count:  # a count from elsewhere that does not fit: split again with the right one
+        return split_lines(data, max_bytes)
     array = pa.Array.from_buffers(pa.string_view(), count, [None, pa.py_buffer(views), pa.py_buffer(data)])
     return _series("text", array), flags
 

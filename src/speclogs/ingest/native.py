@@ -1,14 +1,17 @@
 """The native matcher: the grammar regexes run by a small C backtracking matcher (native.c) on the Arrow buffers of
-polars string Series, with the captured numbers cast in C. It replaces polars' `extract_groups` + casts on the hot
-lines (prefix, Decode/Prefill batch, uvicorn access): the same rows, ~5–10× less CPU.
+polars string Series, values converted in C as rows match. It replaces polars' `extract_groups` + casts on big
+inputs: the same rows for a third to a half of the CPU (benchmarks/bench_grammars.py).
 
-- `program(regex)` compiles one regex (the subset lower.py emits, read with Python's own regex parser) into
-  instructions; a regex outside the subset gives None and stays on polars.
-- `extract(series, rows, prog, fields)` matches the rows and returns the hits' typed columns; rows the matcher
-  cannot decide exactly come back as `undecided` for polars to handle, so results never depend on it.
-- The library is compiled at first use with the system C compiler into the user cache (~0.3 s, once per
+- `program(regex)` / `programs(regexes)` compile the regexes lower.py emits (read with Python's own regex parser)
+  into instructions; a regex outside the subset gives None and its scope stays on polars.
+- `split_lines(data)` splits a chunk into a String Series of views into the chunk itself, with odd-line flags.
+- `classify(series, Patterns([...]))` finds each row's first matching pattern (gate literal, then program) and
+  converts its captures; `values(found, rows, k)` hands pattern k's rows over as typed polars columns. What it cannot
+  decide exactly (a backtracking budget, a number its strict readers do not take) goes to polars, so results never
+  depend on it.
+- The library is compiled at first use with the system C compiler into the user cache (under a second, once per
   source version); without a compiler, or with SPECLOGS_NATIVE=0, `available()` is False and everything runs on
-  polars. tests/test_native.py checks both give identical rows.
+  polars. tests/test_native.py holds both to the same rows.
 """
 
 from __future__ import annotations

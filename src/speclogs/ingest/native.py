@@ -480,6 +480,9 @@ _build_error = ["not built"]
 def _library() -> ctypes.CDLL | None:
     if os.environ.get(ENV_SWITCH, "1") == "0":
         return None
+    if not hasattr(pa, "string_view") or not hasattr(pl, "CompatLevel"):
+        _build_error[0] = f"pyarrow {pa.__version__} / polars {pl.__version__} without Arrow string views"
+        return None
     try:
         lib = ctypes.CDLL(str(_built_library()))
     except OSError as error:

@@ -103,8 +103,8 @@ def native_figures(log: Path, grammars) -> None:
         return
     engine = compile_engine(grammars)
     patterns = [c for c in engine.patterns if c.pattern.scope == "message"]
-    table = [(c.native, c.pattern.gate, {f.name: f.type for f in c.pattern.fields}) for c in patterns]
-    prefix_fields = {"ts": "timestamp", "ms": "int", "rank_tags": "str", "message": "str"}
+    table = native.Patterns([(c.native, c.pattern.gate, {f.name: f.type for f in c.pattern.fields}) for c in patterns])
+    prefix = native.Patterns([(engine.prefix_native, "", {"ts": "timestamp", "ms": "int", "rank_tags": "str", "message": "str"})])
     data = log.read_bytes()
     cpu = {"split": 0.0, "prefix": 0.0, "messages": 0.0}
     lines = messages = claimed = 0
@@ -112,7 +112,7 @@ def native_figures(log: Path, grammars) -> None:
         c0 = time.process_time()
         text, _ = native.split_lines(data[start:end], MAX_LINE_BYTES)
         c1 = time.process_time()
-        found = native.classify(text, [(engine.prefix_native, "", prefix_fields)])
+        found = native.classify(text, prefix)
         columns, _ = native.values(found, np.flatnonzero(found.winner == 0), 0, borrowed=frozenset({"message"}))
         c2 = time.process_time()
         found = native.classify(columns["message"], table)

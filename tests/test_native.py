@@ -746,8 +746,11 @@ def test_ingest_same_tables_with_native_on_and_off(engine, tmp_path, monkeypatch
     with_native, without = _table_rows(tmp_path / "native.duckdb"), _table_rows(tmp_path / "plain.duckdb")
     for table in COMPARED_TABLES:
         assert with_native[table] == without[table], table
-    notes = {db: duckdb.connect(str(tmp_path / db), read_only=True).execute("SELECT warnings FROM files").fetchone()[0] or ""
-             for db in ("native.duckdb", "plain.duckdb")}
+    notes = {}
+    for db in ("native.duckdb", "plain.duckdb"):
+        connection = duckdb.connect(str(tmp_path / db), read_only=True)
+        notes[db] = connection.execute("SELECT warnings FROM files").fetchone()[0] or ""
+        connection.close()
     assert "native matcher is off" not in notes["native.duckdb"]
     assert "native matcher is off (SPECLOGS_NATIVE=0)" in notes["plain.duckdb"]
     assert len(with_native["decode_batches"]) > 500

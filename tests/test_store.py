@@ -86,7 +86,7 @@ def test_sql_without_database_says_so(tmp_path):
 def test_schema_is_created_once_and_versioned(db_path):
     connect(db_path).close()
     connect(db_path).close()
-    assert scalar(db_path, "SELECT value FROM meta WHERE key = 'schema_version'") == "2"
+    assert scalar(db_path, "SELECT value FROM meta WHERE key = 'schema_version'") == "3"
 
 
 def write_launch_dir(root: Path, cell: str, launch: int, uid: str) -> Path:
@@ -182,3 +182,62 @@ def test_nccl_probe_results_are_read_by_the_probe_reader(db_path):
     again = ingest_paths([probe], db_path, replace=True)
     assert again.files_ingested == 1
     assert scalar(db_path, "SELECT count(*) FROM nccl_probe") == measurements
+
+
+def _relabelled(tmp_path: Path, name: str) -> Path:
+    """EAGLE with other label texts: odd decode lines from TP1 with npu graphs, 503s as 418 I'm a Teapot."""
+    lines = EAGLE.read_text().splitlines(keepends=True)
+    decode = [i for i, line in enumerate(lines) if "Decode batch" in line]
+    for i in decode[1::2]:
+        lines[i] = lines[i].replace(" TP0]", " TP1]").replace("cuda graph", "npu graph")
+    text = "".join(lines).replace("503 Service Unavailable", "418 I'm a Teapot")
+    log = tmp_path / name
+    log.write_text(text)
+    return log
+
+
+def _decode_labels(db: Path, source_file: Path) -> list[tuple]:
+    return query(db, "SELECT rank_tags, graph_kind, count(*) FROM decode_batches WHERE source_file = ? GROUP BY ALL ORDER BY ALL",
+                 [str(source_file.resolve())])
+
+
+def test_label_columns_are_stored_as_codes_and_read_back_as_text(db_path, tmp_path):
+    ingest_paths([EAGLE], db_path)
+    decode_lines = sum("Decode batch" in line for line in EAGLE.read_text().splitlines())
+    assert _decode_labels(db_path, EAGLE) == [(" TP0", "cuda graph", decode_lines)]
+    relabelled = _relabelled(tmp_path, "relabelled.log")
+    ingest_paths([relabelled], db_path)
+    half = decode_lines // 2
+    assert _decode_labels(db_path, relabelled) == [(" TP0", "cuda graph", decode_lines - half), (" TP1", "npu graph", half)]
+    assert _decode_labels(db_path, EAGLE) == [(" TP0", "cuda graph", decode_lines)]  # the first file's codes still read the same
+    statuses = dict(query(db_path, "SELECT status_text, count(*) FROM http_requests WHERE status = 418 GROUP BY 1"))
+    assert statuses == {"I'm a Teapot": EAGLE.read_text().count("503 Service Unavailable")}
+    # in the narrow tables the label columns are INTEGER codes, one code per text and column
+    types = set(query(db_path, "SELECT data_type FROM duckdb_columns() WHERE table_name LIKE '\\_%\\_%' ESCAPE '\\' "
+                               "AND table_name NOT IN ('_file_keys', '_labels') AND column_name IN "
+                               "('rank_tags', 'graph_kind', 'level', 'method', 'http_version', 'status_text') "
+                               "AND table_name NOT IN ('_decode_batches', '_prefill_batches', '_http_requests')"))
+    assert types == {("INTEGER",)}
+    assert scalar(db_path, "SELECT count(*) - count(DISTINCT (column_name, code)) FROM _labels") == 0
+    assert scalar(db_path, "SELECT count(*) - count(DISTINCT (column_name, value)) FROM _labels") == 0
+
+
+def test_labels_of_a_rolled_back_file_are_forgotten(db_path, tmp_path, monkeypatch):
+    from speclogs import store
+
+    ingest_paths([EAGLE], db_path)
+    upsert = store._upsert_runs
+
+    def fail_one(connection, batch):
+        if any(prepared.source_file.endswith("failed.log") for prepared in batch):
+            raise store.duckdb.Error("disk on fire")
+        upsert(connection, batch)
+
+    monkeypatch.setattr(store, "_upsert_runs", fail_one)
+    failed, again = _relabelled(tmp_path, "failed.log"), _relabelled(tmp_path, "again.log")
+    summary = ingest_paths([failed, again], db_path)  # one transaction for both, then one each: failed.log's rolls back
+    assert summary.files_ingested == 1 and any("rolled back" in reason for reason in summary.skipped)
+    assert [row[:2] for row in _decode_labels(db_path, again)] == [(" TP0", "cuda graph"), (" TP1", "npu graph")]
+    assert _decode_labels(db_path, failed) == []
+    assert _decode_labels(db_path, EAGLE)[0][:2] == (" TP0", "cuda graph")
+    assert scalar(db_path, "SELECT count(*) - count(DISTINCT (column_name, code)) FROM _labels") == 0

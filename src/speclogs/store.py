@@ -45,9 +45,11 @@ from speclogs.ingest import (
 )
 from speclogs.ingest.sources import STDIN_NAME, STREAM_MIN_BYTES
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 # Views over narrow tables, one per set of filled columns (see schema.sql); the rest are plain tables.
 SHARDED_TABLES = ("prefill_batches", "decode_batches", "http_requests")
+# Few-valued text columns of the sharded tables: stored as INTEGER codes into _labels, text again in the views.
+LABEL_COLUMNS = ("rank_tags", "graph_kind", "level", "method", "http_version", "status_text")
 PROGRESS_MIN_BYTES = 8 << 20
 _LOCK_PID = re.compile(r"PID (\d+)")
 _POLARS_TO_SQL = {
@@ -96,15 +98,15 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
         raise StoreError(f"cannot open {path}: {error}", hint="is it a DuckDB file written by speclogs?") from error
     if not read_only:
         try:
+            connection.execute("BEGIN TRANSACTION")  # one commit (and one WAL sync) for the whole schema
             _check_version(connection, path)
             connection.execute(schema_sql())
             connection.execute(VIEWS_SQL)
             connection.execute(
                 "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [SCHEMA_VERSION]
             )
-            shards = _shard_names(connection)
-            for table in SHARDED_TABLES:
-                connection.execute(_sharded_view_sql(table, shards.get(table, [])))
+            _TableColumns(connection).create_views()
+            connection.execute("COMMIT")
         except duckdb.Error as error:
             connection.close()
             raise StoreError(f"cannot create the speclogs schema in {path}: {error}", hint="use a new --db file") from error
@@ -129,22 +131,25 @@ def _check_version(connection, path: Path) -> None:
         )
 
 
-def _shard_names(connection) -> dict[str, list[str]]:
-    """Sharded table → its narrow tables, in name order."""
-    names = [row[0] for row in connection.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' ORDER BY table_name"
-    ).fetchall()]
-    return {table: [n for n in names if n.startswith(f"_{table}_")] for table in SHARDED_TABLES}
-
-
-def _sharded_view_sql(table: str, shards: Sequence[str]) -> str:
-    """The view of a sharded table: its contract base (columns and types, no rows) and every narrow table, by
-    name, with run_id and source_file from their file_key."""
-    parts = [f'SELECT * FROM "_{table}"'] + [f'SELECT * FROM "{shard}"' for shard in shards]
+def _sharded_view_sql(table: str, shards: dict[str, Sequence[str]], labels: dict[str, list[str]]) -> str:
+    """The view of a sharded table: its contract base (columns and types, no rows) and every narrow table
+    (name → its columns), by name, label codes turned back into their text, with run_id and source_file from
+    their file_key."""
+    parts = [f'SELECT * FROM "_{table}"']
+    for shard, columns in sorted(shards.items()):
+        coded = [name for name in columns if name in LABEL_COLUMNS]
+        texts = ", ".join(f'{_sql_text_list(labels.get(name, []))}["{name}" + 1] AS "{name}"' for name in coded)
+        parts.append(f'SELECT *{f" REPLACE ({texts})" if coded else ""} FROM "{shard}"')
     return (
         f'CREATE OR REPLACE VIEW "{table}" AS SELECT k.run_id, k.source_file, u.* EXCLUDE (file_key, run_id, source_file) '
         f"FROM ({' UNION ALL BY NAME '.join(parts)}) AS u LEFT JOIN _file_keys AS k USING (file_key)"
     )
+
+
+def _sql_text_list(values: Sequence[str]) -> str:
+    """A VARCHAR list literal (codes index it from 0, SQL lists from 1)."""
+    items = ", ".join("'" + value.replace("'", "''") + "'" for value in values)
+    return f"([{items}]::VARCHAR[])"
 
 
 def _store_error(path: Path, error: duckdb.Error) -> StoreError:
@@ -520,6 +525,8 @@ class _Writer:
                     self._transaction([prepared])
                 except _FAILURES:
                     self._failed(prepared)
+                else:
+                    self.tally.add(prepared)
             return
         for prepared in batch:
             self.tally.add(prepared)
@@ -721,6 +728,44 @@ class _TableColumns:
             (source_file, run_id): key
             for key, source_file, run_id in self._connection.execute("SELECT file_key, source_file, run_id FROM _file_keys").fetchall()
         }
+        self._labels: dict[str, dict[str, int]] = {}  # column → text → code (codes 0, 1, … in insertion order)
+        for column, value in self._connection.execute("SELECT column_name, value FROM _labels ORDER BY column_name, code").fetchall():
+            known = self._labels.setdefault(column, {})
+            known[value] = len(known)
+
+    def create_views(self, tables: Sequence[str] = SHARDED_TABLES) -> None:
+        """(Re)create the views of sharded tables over their narrow tables, with the label texts known now."""
+        labels = {column: list(known) for column, known in self._labels.items()}
+        for table in tables:
+            shards = {name: list(columns) for name, columns in self._columns.items() if name.startswith(f"_{table}_")}
+            self._connection.execute(_sharded_view_sql(table, shards, labels))
+
+    def encode_labels(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """`frame` with its label columns (LABEL_COLUMNS) as INTEGER codes; new texts get the next codes, and the
+        views learn them."""
+        codes, new = [], []
+        for name in LABEL_COLUMNS:
+            if name in frame.columns and frame.schema[name] == pl.String:
+                codes.append(self._codes(name, frame.get_column(name), new))
+        if new:
+            self._connection.executemany("INSERT INTO _labels VALUES (?, ?, ?)", new)
+            self.create_views()
+        return frame.with_columns(codes) if codes else frame
+
+    def _codes(self, name: str, texts: pl.Series, new: list) -> pl.Series:
+        known = self._labels.setdefault(name, {})
+        first = texts[0]
+        if first is not None and texts.null_count() == 0 and (texts == first).all():  # the usual case: one text in a frame
+            values = [first]
+        else:
+            values = texts.unique().drop_nulls().to_list()
+        for value in values:
+            if value not in known:
+                new.append((name, len(known), value))
+                known[value] = len(known)
+        if len(values) == 1 and texts.null_count() == 0:
+            return pl.repeat(known[values[0]], texts.len(), dtype=pl.Int32, eager=True).alias(name)
+        return texts.cast(pl.Enum(list(known))).to_physical().cast(pl.Int32)
 
     def file_key(self, source_file: str, run_id: str) -> int:
         """The small integer the sharded tables' rows of one file carry (allocated on first use)."""
@@ -746,7 +791,7 @@ class _TableColumns:
         base = self._columns[f"_{table}"]
         nulls = frame.null_count().row(0)
         filled = [name for name, null_count in zip(frame.columns, nulls) if null_count < frame.height]
-        wanted = {name: base.get(name) or _sql_type(frame.schema[name]) for name in filled} | {
+        wanted = {name: "INTEGER" if name in LABEL_COLUMNS else base.get(name) or _sql_type(frame.schema[name]) for name in filled} | {
             name: _key_type(value) for name, value in keys.items()
         }
         digest = hashlib.sha1(repr(sorted(wanted.items())).encode()).hexdigest()[:8]
@@ -755,8 +800,7 @@ class _TableColumns:
             definitions = ", ".join(f'"{name}" {sql_type}' for name, sql_type in wanted.items())
             self._connection.execute(f'CREATE TABLE IF NOT EXISTS "{shard}" ({definitions})')
             self._columns[shard] = wanted
-            shards = sorted(name for name in self._columns if name.startswith(f"_{table}_"))
-            self._connection.execute(_sharded_view_sql(table, shards))
+            self.create_views([table])
         return shard
 
     def ensure(self, table: str, frame: pl.DataFrame, keys: dict[str, object]) -> None:
@@ -792,6 +836,8 @@ def _insert(connection, columns: "_TableColumns", table: str, frame: pl.DataFram
     if frame.height == 0:
         return 0
     keys = keys or {}
+    if table in SHARDED_TABLES:
+        frame = columns.encode_labels(frame)
     table = columns.target(table, frame, keys)
     stored = columns.of(table)
     unfilled = [name for name in frame.columns if name not in stored]  # a narrow table holds the filled columns only

@@ -848,3 +848,28 @@ def test_cache_files_others_could_write_are_not_used(native_reset, tmp_path):
     assert not native._private(cached)
     assert [p.code.tolist() for p in native.programs(regexes)] == [p.code.tolist() for p in first]
     assert native._private(cached)
+
+
+@needs_native
+def test_anchor_turns_rows_down_and_near_misses_are_kept_where_they_are_read():
+    """A row that does not start with a pattern's anchor literal is turned down without a gate search; its near
+    miss of that pattern (gate inside, not at the start) is still reported for rows nobody wins and rows whose
+    winner has near_after set, the only ones classify._near_misses reads."""
+    patterns = [(native.program(r"^Alpha (?P<x>[0-9]+)$"), "Alpha", {"x": "int"}),
+                (native.program(r"^Beta (?P<y>[0-9]+)"), "Beta", {"y": "int"}),
+                (native.program(r"^(?P<m>x.*)$"), "", {"m": "str"})]
+    assert [native._anchor(p) for p, _, _ in patterns] == [b"Alpha ", b"Beta ", b"x"]
+    rows = pl.Series(["Alpha 1", "Beta 2", "Beta 3 Alpha", "xx Alpha", "Alpha x", "zz Alpha Beta"])
+
+    def near(near_after):
+        found = native.classify(rows, native.Patterns(patterns, near_after))
+        assert found.winner.tolist() == [0, 1, 1, 2, -1, -1]
+        return sorted(zip(found.near_rows.tolist(), found.near_patterns.tolist()))
+
+    # 'Alpha x': anchor and gate pass, the program misses → a near miss of 0 whatever the flags; 'zz Alpha Beta':
+    # nobody wins → its near misses of 0 and 1 (gates inside) and of 2 (no gate) always
+    always = [(4, 0), (4, 2), (5, 0), (5, 1), (5, 2)]
+    assert near(None) == sorted([(2, 0), (3, 0), *always])
+    assert near([False, False, False]) == always
+    assert near([False, True, False]) == sorted([(2, 0), *always])
+    assert near([False, False, True]) == sorted([(3, 0), *always])

@@ -369,8 +369,11 @@ def _native_patterns(patterns: list[CompiledPattern]) -> native.Patterns:
     key = tuple(c.name for c in patterns)
     table = cache.get(key)
     if table is None:
+        gates = [c.pattern.gate for c in patterns]
+        # _near_misses reads a near miss only when its piece went to no pattern or to a more generic one (is_drift)
+        near_after = [any(is_drift(gate, winner) for gate in gates[:w]) for w, winner in enumerate(gates)]
         table = cache[key] = native.Patterns([(c.native, c.pattern.gate, {f.name: f.type for f in c.pattern.fields})
-                                               for c in patterns])
+                                               for c in patterns], near_after)
     return table
 
 

@@ -390,6 +390,10 @@ typedef struct {
     int32_t gate_len;
     const wanted_t *wanted; /* the capture groups its rows keep, as cells */
     int32_t n_wanted;
+    const uint8_t *anchor; /* the literal every match starts with (anchor_len 0: none): a row that does not start
+                            * with it is turned down without looking for the gate in the whole row */
+    int32_t anchor_len;
+    int32_t near_after; /* rows this pattern wins need the near misses of the patterns before it (see below) */
 } pattern_t;
 
 /* Whether s[0..len) contains the literal g[0..n) (n > 0): memchr for its first byte, then compare (glibc's
@@ -416,7 +420,10 @@ static inline const uint8_t *row_text(const uint8_t *views, const uint8_t *const
  * cell_at[i] on; left[i] = 1 when one is in a form the C readers do not take (polars converts that row).
  * Each (row, pattern) whose gate the row contains (or that has none) but whose program missed, before the
  * winner, is a near miss: near_rows/near_patterns, up to near_capacity of them (*n_near counts them all: more
- * than the capacity means "call again with more room"). */
+ * than the capacity means "call again with more room"). A row that does not start with a pattern's anchor is
+ * a near miss of it when it contains the gate; that search is only made for rows that nothing wins or whose
+ * winner has near_after set (the caller says which winners' near misses it reads). Near misses come in row
+ * order for each pattern. */
 void sl_classify(const pattern_t *patterns, int32_t n_patterns, const uint8_t *views, const uint8_t *const *buffers,
                  const uint8_t *validity, int64_t offset, const int64_t *rows, int64_t n, int32_t *winner,
                  uint8_t *cells, uint8_t *cell_valid, int64_t *cell_at, uint8_t *left, int64_t *near_rows,
@@ -438,10 +445,14 @@ void sl_classify(const pattern_t *patterns, int32_t n_patterns, const uint8_t *v
         left[i] = 0;
         if (validity && !((validity[row >> 3] >> (row & 7)) & 1)) continue;
         if (!stack) { winner[i] = -2; continue; }
-        int32_t len;
+        int32_t len, turned_down = 0;
         const uint8_t *s = view_text(views, buffers, row, &len);
         for (int32_t k = 0; k < n_patterns; k++) {
             const pattern_t *p = &patterns[k];
+            if (p->anchor_len && (len < p->anchor_len || memcmp(s, p->anchor, (size_t)p->anchor_len) != 0)) {
+                turned_down = 1;
+                continue;
+            }
             if (p->gate_len && !contains(s, len, p->gate, p->gate_len)) continue;
             int st = MISS;
             if (can_start(p->firsts, p->entry, s, 0, len)) {
@@ -465,6 +476,18 @@ void sl_classify(const pattern_t *patterns, int32_t n_patterns, const uint8_t *v
                 near_patterns[near] = k;
             }
             near++;
+        }
+        if (turned_down && (winner[i] == -1 || (winner[i] >= 0 && patterns[winner[i]].near_after))) {
+            for (int32_t k = 0, before = winner[i] < 0 ? n_patterns : winner[i]; k < before; k++) {
+                const pattern_t *p = &patterns[k];
+                if (!p->anchor_len || (len >= p->anchor_len && memcmp(s, p->anchor, (size_t)p->anchor_len) == 0)) continue;
+                if (p->gate_len && !contains(s, len, p->gate, p->gate_len)) continue;
+                if (near < near_capacity) {
+                    near_rows[near] = i;
+                    near_patterns[near] = k;
+                }
+                near++;
+            }
         }
     }
     free(stack);

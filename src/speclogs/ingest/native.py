@@ -575,7 +575,8 @@ class _Pattern(ctypes.Structure):
     _fields_ = [("code", ctypes.c_void_p), ("lits", ctypes.c_char_p), ("sets", ctypes.c_char_p),
                 ("firsts", ctypes.c_char_p), ("n_slots", ctypes.c_int32), ("entry", ctypes.c_int32),
                 ("gate", ctypes.c_char_p), ("gate_len", ctypes.c_int32), ("wanted", ctypes.c_void_p),
-                ("n_wanted", ctypes.c_int32)]
+                ("n_wanted", ctypes.c_int32), ("anchor", ctypes.c_char_p), ("anchor_len", ctypes.c_int32),
+                ("near_after", ctypes.c_int32)]
 
 
 @dataclass(frozen=True)
@@ -593,23 +594,42 @@ class Classified:
 class Patterns:
     """(program, gate, fields) triples in priority order, laid out once for native.c (building the table costs
     ~2 ms: the ingest keeps one per scope, not one per chunk). fields: name → int, float, pct, bool, timestamp,
-    or anything else for text."""
+    or anything else for text.
 
-    def __init__(self, patterns: list[tuple[Program, str, dict[str, str]]]) -> None:
+    near_after[k]: whether the caller reads the near misses (of earlier patterns) of rows pattern k wins; rows
+    no pattern wins always get theirs. Default: all (every near miss is reported)."""
+
+    def __init__(self, patterns: list[tuple[Program, str, dict[str, str]]], near_after: list[bool] | None = None) -> None:
         self.wanted = [[(name, _KINDS.get(type_name, _TEXT)) for name, type_name in fields.items() if name in prog.groups]
                        for prog, _, fields in patterns]
         self._wanted_arrays = [(_Wanted * max(len(w), 1))(*[_Wanted(2 * prog.groups[name], kind) for name, kind in w])
                                for w, (prog, _, _) in zip(self.wanted, patterns)]
+        anchors = [_anchor(prog) for prog, _, _ in patterns]
+        near_after = near_after if near_after is not None else [True] * len(patterns)
         self.table = (_Pattern * len(patterns))(*[
             _Pattern(prog.code.ctypes.data, prog.lits, prog.sets, prog.firsts, prog.n_slots, prog.entry,
-                     gate.encode("utf-8"), len(gate.encode("utf-8")), ctypes.addressof(w), len(names))
-            for (prog, gate, _), w, names in zip(patterns, self._wanted_arrays, self.wanted)
+                     gate.encode("utf-8"), len(gate.encode("utf-8")), ctypes.addressof(w), len(names),
+                     anchor, len(anchor), near)
+            for (prog, gate, _), w, names, anchor, near in zip(patterns, self._wanted_arrays, self.wanted, anchors, near_after)
         ])
         self.most_cells = max(1, max((len(w) for w in self.wanted), default=1))
         self._programs = [prog for prog, _, _ in patterns]  # their arrays are what the table points at
 
     def __len__(self) -> int:
         return len(self.wanted)
+
+
+def _anchor(prog: Program) -> bytes:
+    """The literal every match of an anchored program starts with (b'' when it does not start with one)."""
+    code = prog.code
+    if not len(code) or code[0, 0] != OP_BOL:
+        return b""
+    pc = 1
+    while pc < len(code) and code[pc, 0] == OP_SAVE:
+        pc += 1
+    if pc == len(code) or code[pc, 0] != OP_LIT:
+        return b""
+    return prog.lits[code[pc, 1] : code[pc, 1] + code[pc, 2]]
 
 
 def classify(series: pl.Series, patterns: Patterns | list[tuple[Program, str, dict[str, str]]]) -> Classified | None:

@@ -241,3 +241,18 @@ def test_labels_of_a_rolled_back_file_are_forgotten(db_path, tmp_path, monkeypat
     assert _decode_labels(db_path, failed) == []
     assert _decode_labels(db_path, EAGLE)[0][:2] == (" TP0", "cuda graph")
     assert scalar(db_path, "SELECT count(*) - count(DISTINCT (column_name, code)) FROM _labels") == 0
+
+
+def test_narrow_tables_are_written_in_small_row_groups(db_path, tmp_path):
+    """Row groups of ROW_GROUP_ROWS (a quarter of DuckDB's default): the last partial one per table, written at
+    COMMIT once parsing has ended, is small."""
+    from speclogs.store import ROW_GROUP_ROWS
+
+    line = next(line for line in EAGLE.read_text().splitlines() if "Decode batch" in line)
+    log = tmp_path / "many.log"
+    log.write_text("".join(f"{line[:-1]}{n % 10}\n" for n in range(70_000)))
+    ingest_paths([log], db_path)
+    shard = scalar(db_path, "SELECT table_name FROM duckdb_tables() WHERE table_name LIKE '\\_decode\\_batches\\_%' ESCAPE '\\'")
+    rows = query(db_path, f"SELECT row_group_id, max(start + count) - min(start) FROM pragma_storage_info('{shard}') "
+                          "WHERE column_name = 'line_no' GROUP BY 1 ORDER BY 1")
+    assert [count for _, count in rows] == [ROW_GROUP_ROWS, ROW_GROUP_ROWS, 70_000 - 2 * ROW_GROUP_ROWS]

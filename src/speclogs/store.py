@@ -91,7 +91,13 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
     if read_only and not path.exists():
         raise StoreError(f"no database at {path}", hint="run `speclogs ingest PATH… --db FILE` first, or pass --db")
     try:
-        connection = duckdb.connect(str(path), read_only=read_only)
+        if read_only:
+            connection = duckdb.connect(str(path), read_only=True)
+        else:  # attached, for the row group size (the file's own catalog is then the default one)
+            connection = duckdb.connect()
+            quoted = str(path).replace("'", "''")
+            connection.execute(f"ATTACH '{quoted}' AS speclogs (ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
+            connection.execute("USE speclogs")
     except duckdb.IOException as error:
         raise _store_error(path, error) from error
     except duckdb.Error as error:
@@ -251,8 +257,10 @@ class _Tally:
 # and written again one file per transaction); a file is never half-written either way. Big logs stream
 # chunk by chunk into their own transaction.
 STREAM_QUEUE_FRAMES = 12  # about one parsed chunk in flight (a chunk gives a handful of table frames)
-ROW_GROUP_ROWS = 122_880  # DuckDB's row group
-INSERT_BATCH_ROWS = ROW_GROUP_ROWS  # a table's rows are inserted once this many gathered, in whole row groups
+# DuckDB's row group, a quarter of its default: a streamed file's last partial row group per table is written
+# at COMMIT, on one core once parsing has ended (0.36 s of a 4.2 s ingest with 122,880 rows, 0.07 s with these)
+ROW_GROUP_ROWS = 30_720
+INSERT_BATCH_ROWS = 4 * ROW_GROUP_ROWS  # a table's rows are inserted once this many gathered, in whole row groups
 BATCH_BYTES = 32 << 20
 BATCH_FILES = 400
 

@@ -25,7 +25,7 @@ from speclogs.ingest import native
 from speclogs.ingest.classify import Engine, classify_fast, classify_slow
 from speclogs.ingest.lines import build_lines, count_lines, pieces_slow
 from speclogs.ingest.records import ChunkResult, assemble
-from speclogs.ingest.sources import LogStream
+from speclogs.ingest.sources import LogStream, tapered_bytes
 
 DEFAULT_CHUNK_BYTES = 16 << 20  # two chunks are parsed at once; 32 MiB chunks cost ~140 MB more peak RSS, no speed
 SMALL_CHUNK_BYTES = 512 << 10
@@ -43,11 +43,12 @@ def engine_note(size_bytes: int, method: str) -> str | None:
 
 
 def chunk_bounds(data: bytes, chunk_bytes: int) -> Iterator[tuple[int, int]]:
-    """(start, end) byte ranges of whole lines; each chunk after the first starts at a '[' line when one is near."""
+    """(start, end) byte ranges of whole lines, smaller towards the end (tapered_bytes); each chunk after the first
+    starts at a '[' line when one is near."""
     size = len(data)
     start = 0
     while start < size:
-        target = start + chunk_bytes
+        target = start + tapered_bytes(size - start, chunk_bytes)
         if target >= size:
             yield start, size
             return

@@ -131,3 +131,17 @@ def test_chunks_keep_a_traceback_with_its_record_even_when_a_record_starts_a_blo
     chunks = list(LogStream(path, path.stat().st_size).chunks(1000))
     assert b"".join(chunks) == record * 50
     assert len(chunks) > 10 and all(chunk.startswith(b"[") and len(chunk) % 1000 == 0 for chunk in chunks)
+
+
+def test_chunks_taper_over_the_last_two_chunks_worth(tmp_path: Path) -> None:
+    """The last two chunks' worth of a file comes in halving chunks (down to an eighth), so the two parse
+    threads finish together and the rows left to insert after the last chunk are few."""
+    record = b"[2026-01-01 00:00:00] Decode batch, #running-req: 1\n"
+    path = tmp_path / "x.log"
+    path.write_bytes(record * (10 * 16_000 // len(record)))
+    chunks = list(LogStream(path, path.stat().st_size).chunks(16_000))
+    assert b"".join(chunks) == path.read_bytes()
+    sizes = [len(chunk) for chunk in chunks]
+    assert all(abs(size - 16_000) <= len(record) for size in sizes[:9])  # 9 of the 10 chunks' worth come whole …
+    assert abs(sizes[9] - 8_000) <= len(record) and len(sizes) >= 12  # … then halves, down to an eighth
+    assert all(16_000 // 8 - len(record) <= size <= 4_000 + len(record) for size in sizes[10:])

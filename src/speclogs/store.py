@@ -111,7 +111,10 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
             connection.execute(
                 "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [SCHEMA_VERSION]
             )
-            _TableColumns(connection).create_views()
+            views = {row[0] for row in connection.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+            for table in SHARDED_TABLES:  # a new file's views (no narrow tables yet); the store keeps them up to date
+                if table not in views:
+                    connection.execute(_sharded_view_sql(table, {}, {}))
             connection.execute("COMMIT")
         except duckdb.Error as error:
             connection.close()
@@ -761,18 +764,19 @@ class _TableColumns:
         return frame.with_columns(codes) if codes else frame
 
     def _codes(self, name: str, texts: pl.Series, new: list) -> pl.Series:
+        """The codes of `texts`; texts seen for the first time get the next codes and go into `new` (rows of _labels)."""
         known = self._labels.setdefault(name, {})
-        first = texts[0]
-        if first is not None and texts.null_count() == 0 and (texts == first).all():  # the usual case: one text in a frame
-            values = [first]
-        else:
-            values = texts.unique().drop_nulls().to_list()
-        for value in values:
+
+        def code(value: str) -> int:
             if value not in known:
                 new.append((name, len(known), value))
                 known[value] = len(known)
-        if len(values) == 1 and texts.null_count() == 0:
-            return pl.repeat(known[values[0]], texts.len(), dtype=pl.Int32, eager=True).alias(name)
+            return known[value]
+
+        if texts.null_count() == 0 and (texts == texts[0]).all():  # the usual case: one text in a frame
+            return pl.repeat(code(texts[0]), texts.len(), dtype=pl.Int32, eager=True).alias(name)
+        for value in texts.unique().drop_nulls().to_list():
+            code(value)
         return texts.cast(pl.Enum(list(known))).to_physical().cast(pl.Int32)
 
     def file_key(self, source_file: str, run_id: str) -> int:

@@ -6,7 +6,7 @@
     # the native matcher against the polars-only engine (SPECLOGS_NATIVE=0), runs alternating
     PYTHONPATH=src python benchmarks/bench_ingest.py --polars-too
 
-Generates the log with ../shared/tools/gen_sglang_log.py when it is missing (plus its .truth.json), then
+Generates the log with benchmarks/gen_sglang_log.py when it is missing (plus its .truth.json), then
 for each run, in a fresh subprocess (so peak RSS is that run's own): ingest into a new DuckDB file with
 speclogs.store.ingest_paths, check counts and sums against truth.json, and print lines/s, MB/s, peak RSS.
 Then one staged run in-process prints seconds per stage (read, lines, classify, assemble, insert).
@@ -27,18 +27,15 @@ from decimal import Decimal
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-GENERATOR_CANDIDATES = (ROOT.parent / "shared" / "tools" / "gen_sglang_log.py", ROOT / "shared" / "tools" / "gen_sglang_log.py")
+GENERATOR = ROOT / "benchmarks" / "gen_sglang_log.py"
 
 
 def ensure_log(path: Path, lines: int) -> Path:
     truth = Path(str(path) + ".truth.json")
     if path.exists() and truth.exists():
         return truth
-    generator = next((g for g in GENERATOR_CANDIDATES if g.exists()), None)
-    if generator is None:
-        sys.exit(f"no {path} and no generator at {GENERATOR_CANDIDATES[0]}")
     print(f"generating {path} ({lines:,} lines) …", flush=True)
-    subprocess.run([sys.executable, str(generator), str(path), "-n", str(lines)], check=True)
+    subprocess.run([sys.executable, str(GENERATOR), str(path), "-n", str(lines)], check=True)
     return truth
 
 
@@ -105,9 +102,9 @@ def check(got: dict, truth: dict) -> list[str]:
 def staged(log: Path) -> dict[str, float]:
     """Seconds per stage of the fast path on the whole file, one stage after the other (in-process, no overlap)."""
     from speclogs.grammar import load_grammars
-    from speclogs.ingest.classify import classify_fast, compile_engine
+    from speclogs.ingest.classify import classify, compile_engine
     from speclogs.ingest.lines import build_lines
-    from speclogs.ingest.logfile import DEFAULT_CHUNK_BYTES, _assemble_fast, chunk_bounds
+    from speclogs.ingest.logfile import DEFAULT_CHUNK_BYTES, _assemble, chunk_bounds
     from speclogs.ingest.sources import make_valid_text
     from speclogs.store import _PendingRows, _TableColumns, connect
 
@@ -129,10 +126,10 @@ def staged(log: Path) -> dict[str, float]:
             lines = build_lines(view[start:end], first)
             stages["lines"] += time.perf_counter() - t
             t = time.perf_counter()
-            claims = classify_fast(engine, lines.frame)
+            claims = classify(engine, lines.frame)
             stages["classify"] += time.perf_counter() - t
             t = time.perf_counter()
-            chunk = _assemble_fast(engine, lines, claims, first, launches)
+            chunk = _assemble(engine, lines, claims, launches)
             stages["assemble"] += time.perf_counter() - t
             t = time.perf_counter()
             for table, frame in chunk.tables.items():

@@ -1,10 +1,10 @@
-"""The two parse paths agree: pyparsing (the definition) and the regex compiled from it, run by Python re,
-polars (Rust regex) and DuckDB (RE2) — on every grammar sample and on every line of the real fixture logs."""
+"""The definition and its compiled form agree: pyparsing and the regex compiled from it (run by polars, the
+portable executor, and by DuckDB's RE2) on every grammar sample; every fixture line is claimed; server_args dumps
+read as Python would."""
 
 from __future__ import annotations
 
 import ast
-import functools
 import re
 from pathlib import Path
 
@@ -13,125 +13,55 @@ import polars as pl
 import pytest
 
 from speclogs.grammar import cast_value, load_grammars, parse_server_args
+from speclogs.grammar.definition import BUILTIN_SHAPES, exact_tree
+from speclogs.grammar.loader import compiled_values
+from speclogs.grammar.lower import BUILTIN_SHAPE_REGEXES
+from speclogs.ingest.classify import classify, compile_engine
+from speclogs.ingest.lines import build_lines
+from speclogs.ingest.sources import make_valid_text
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_LOGS = sorted((ROOT / "fixtures").glob("*/*/*.log"))
 GRAMMARS = load_grammars()
 PATTERNS = [GRAMMARS.prefix, *GRAMMARS.patterns]
 
-# The same piece splitting the ingest does for odd lines: ANSI codes out, tqdm '\r' states apart,
-# a record glued after a progress bar cut into its own piece.
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-GLUED = re.compile(
-    r"(?=\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}[]. ])"
-    r"|(?<=.)(?<![A-Za-z0-9._-])(?=[A-Za-z0-9][A-Za-z0-9._-]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL )"
-)
-
-
-def pieces(line: str):
-    for state in ANSI.sub("", line).split("\r"):
-        for piece in GLUED.split(state):
-            if piece.strip():
-                yield piece
-
-
-def fixture_pieces() -> list[tuple[str, str]]:
-    """(scope, text) for every piece of every fixture line; message-scope text is the prefix's message."""
-    out = []
-    for path in FIXTURE_LOGS:
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            for piece in pieces(line):
-                head = GRAMMARS.split_line(piece)
-                out.append(("message", head["message"]) if head else ("line", piece))
-    return out
-
-
-PIECES = fixture_pieces()
-
-
-@functools.cache
-def slow_path(scope: str, text: str) -> tuple[str, dict] | None:
-    found = GRAMMARS.classify(text, scope)
-    return found and (found[0].name, found[1])
-
-
-def polars_values(pattern, texts: list[str]) -> list[dict | None]:
-    """Run the pattern's regex in polars (extract_groups) and cast like the SQL consumer: typed dicts or None."""
-    hit = "^(?P<_hit>)" + pattern.regex[1:]
-    frame = pl.Series("t", texts, dtype=pl.Utf8).str.extract_groups(hit).struct.unnest()
-    rows = []
-    for row in frame.iter_rows(named=True):
-        if row["_hit"] is None:
-            rows.append(None)
-            continue
-        rows.append(pattern.cast_groups({f.name: row.get(f.name) for f in pattern.fields}))
-    return rows
-
-
 def _sample_texts(pattern) -> list[str]:
     texts = []
     for s in pattern.samples:
-        head = GRAMMARS.split_line(s.line) if pattern.scope == "message" and pattern is not GRAMMARS.prefix else None
+        head = GRAMMARS.prefix.parse(s.line) if pattern.scope == "message" and pattern is not GRAMMARS.prefix else None
         texts.append(head["message"] if head else s.line)
     return texts
 
 
 @pytest.mark.parametrize("pattern", PATTERNS, ids=[p.name for p in PATTERNS])
-def test_samples_give_identical_values_on_all_paths(pattern):
+def test_samples_give_identical_values_in_pyparsing_and_the_compiled_regex(pattern):
     texts = _sample_texts(pattern)
     slow = [pattern.parse(t) for t in texts]
-    fast_re = [pattern.match(t) for t in texts]
-    fast_polars = polars_values(pattern, texts)
     assert all(v is not None for v in slow)
-    assert fast_re == slow
-    assert fast_polars == slow
+    assert compiled_values(pattern, texts) == slow
 
 
 @pytest.mark.parametrize("pattern", PATTERNS, ids=[p.name for p in PATTERNS])
 def test_regex_is_accepted_by_duckdb_re2_and_full_matches_samples(pattern):
+    """The compiled form is the contract's too: a user can run it in DuckDB SQL and get the same matches."""
     texts = _sample_texts(pattern) or ["(expanded variant without its own sample: compile check only)"]
     con = duckdb.connect()
     con.execute("CREATE TABLE samples (t VARCHAR)")
     con.executemany("INSERT INTO samples VALUES (?)", [[t] for t in texts])
     got = con.execute("SELECT regexp_full_match(t, ?) FROM samples", [pattern.regex]).fetchall()
-    assert got == [(pattern.compiled.match(t) is not None,) for t in texts]
-
-
-def test_fixture_pieces_pyparsing_equals_python_re():
-    mismatches = []
-    for scope, text in PIECES:
-        slow = slow_path(scope, text)
-        fast = GRAMMARS.match(text, scope)
-        if slow != (fast and (fast[0].name, fast[1])):
-            mismatches.append((text, slow and slow[0], fast and fast[0].name))
-    assert mismatches == []
-
-
-def test_fixture_pieces_first_polars_match_equals_pyparsing():
-    """The fast path's rule (first pattern in priority order whose regex matches) gives pyparsing's rows."""
-    for scope in ("message", "line"):
-        texts = [t for s, t in PIECES if s == scope]
-        winner: list[tuple[str, dict] | None] = [None] * len(texts)
-        for pattern in GRAMMARS.for_scope(scope):
-            todo = [i for i, w in enumerate(winner) if w is None and (not pattern.gate or pattern.gate in texts[i])]
-            if not todo:
-                continue
-            for i, values in zip(todo, polars_values(pattern, [texts[i] for i in todo])):
-                if values is not None:
-                    winner[i] = (pattern.name, values)
-        for text, got in zip(texts, winner):
-            assert got == slow_path(scope, text), text
+    assert got == [(values is not None,) for values in compiled_values(pattern, texts)]
 
 
 def test_every_fixture_piece_is_claimed():
-    unclaimed = [text for scope, text in PIECES if GRAMMARS.match(text, scope) is None]
-    assert unclaimed == []
+    data = b"".join(make_valid_text(path.read_bytes())[0] for path in FIXTURE_LOGS)
+    claims = classify(compile_engine(GRAMMARS), build_lines(data).frame)
+    assert claims.unclaimed.get_column("text").to_list() == []
 
 
 def test_fixture_decode_lines_have_the_values_a_user_expects():
     eagle = (ROOT / "fixtures/h200x2-sglang-0.5.14/matrix/eagle3_default.log").read_text().splitlines()
     decode = GRAMMARS.by_name("decode_batch")
-    rows = [decode.match(GRAMMARS.split_line(line)["message"]) for line in eagle if "] Decode batch" in line]
+    rows = [decode.parse(GRAMMARS.prefix.parse(line)["message"]) for line in eagle if "] Decode batch" in line]
     assert rows and all(r["accept_len"] == 2.0 and r["cuda_graph"] is True for r in rows)
 
 
@@ -195,19 +125,23 @@ def test_hot_patterns_stay_one_pass_sized(name):
     assert "(?:cuda graph|" not in regex  # literal alternations are prefix-factored
 
 
-def test_disk_cache_restores_the_same_patterns(tmp_path, monkeypatch):
-    import speclogs.grammar as grammar
+SHAPE_PROBES = ["", "0", "-0", "12", "-3.25", "3.", ".5", "1.2.3", "True", "False", "true", "abc", "a_b9", "a b", "a,b", "x y,z",
+                "2026-11-30 10:18:53", "11-30 10:18:53", "10:18:53", "2026-11-30 10:18", " TP0", " DP0 TP1", " DP-1 TP0",
+                " ATTN_CP1 MOE_DP2 TP3", "TP0", " XP0", "é", "日本", "\t"]
 
-    monkeypatch.setenv("SPECLOGS_CACHE_DIR", str(tmp_path))
-    built = grammar.load_grammars(use_cache=False)
-    grammar._cache.clear()
-    grammar.load_grammars()  # writes the cache
-    assert list(tmp_path.glob("grammars-*.json"))
-    grammar._cache.clear()
-    cached = grammar.load_grammars()
-    assert cached is not built
-    assert [(p.name, p.regex, p.constants, p.fields, p.gate, p.scope, p.table) for p in cached.patterns] == [
-        (p.name, p.regex, p.constants, p.fields, p.gate, p.scope, p.table) for p in built.patterns
-    ]
-    line = "Decode batch, #running-req: 1, #token: 96, token usage: 0.00, cuda graph: True, gen throughput (token/s): 3.84, #queue-req: 0"
-    assert cached.classify(line, "message")[1] == built.classify(line, "message")[1]  # lazy pyparsing element works
+
+@pytest.mark.parametrize("shape", sorted(BUILTIN_SHAPES))
+def test_builtin_shape_regex_accepts_what_its_definition_accepts(shape):
+    """lower.BUILTIN_SHAPE_REGEXES (the compiled form of each built-in shape) and the shape's pyparsing element
+    (definition.BUILTIN_SHAPES) take the same strings."""
+    import pyparsing as pp
+
+    element = exact_tree(pp.And([BUILTIN_SHAPES[shape](), pp.StringEnd()])).parse_with_tabs()
+    regex = re.compile(f"^(?:{BUILTIN_SHAPE_REGEXES[shape]})$")
+    for probe in SHAPE_PROBES:
+        try:
+            element.parse_string(probe, parse_all=True)
+            accepted = True
+        except pp.ParseBaseException:
+            accepted = False
+        assert accepted == (regex.match(probe) is not None), (shape, probe)

@@ -1,6 +1,6 @@
-"""The three ways of classifying lines give IDENTICAL rows: polars (fast path, compiled regexes), Python re
-(small inputs), pyparsing (the grammar definitions, line by line) — on every fixture log and on a 20k-line
-sample of the generated benchmark log."""
+"""The compiled form classifies like the definition: every piece the ingest's executor (the native matcher, or
+polars) gives to a pattern, pyparsing — the grammar itself — gives to the same pattern with the same values; and a
+log parsed in small chunks gives the same rows as in one. On the fixture logs and a generated 20k-line log."""
 
 from __future__ import annotations
 
@@ -13,15 +13,12 @@ from polars.testing import assert_frame_equal
 
 from conftest import FIXTURE_LOGS, ROOT
 from speclogs.grammar import load_grammars
-from speclogs.ingest.classify import classify_fast, classify_slow, compile_engine
+from speclogs.ingest.classify import classify, compile_engine
 from speclogs.ingest.lines import build_lines
 from speclogs.ingest.logfile import parse_log_chunks
 from speclogs.ingest.sources import make_valid_text
 
-GENERATOR = next(
-    (p for p in (ROOT.parent / "shared" / "tools" / "gen_sglang_log.py", ROOT / "shared" / "tools" / "gen_sglang_log.py") if p.exists()),
-    None,
-)
+GENERATOR = ROOT / "benchmarks" / "gen_sglang_log.py"
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +26,11 @@ def engine():
     return compile_engine(load_grammars())
 
 
-def parse(engine, data: bytes, method: str, chunk_bytes: int = 64 << 20) -> dict:
+def parse(engine, data: bytes, chunk_bytes: int = 64 << 20) -> dict:
     tables: dict[str, list[pl.DataFrame]] = {}
     counts = [0, 0, 0, 0]
     drift: dict[str, int] = {}
-    for chunk in parse_log_chunks(data, engine, method=method, chunk_bytes=chunk_bytes):
+    for chunk in parse_log_chunks(data, engine, chunk_bytes=chunk_bytes):
         for table, frame in chunk.tables.items():
             tables.setdefault(table, []).append(frame)
         counts = [a + b for a, b in zip(counts, (chunk.total_lines, chunk.parsed_lines, chunk.continuation_lines, chunk.unparsed_lines))]
@@ -54,56 +51,64 @@ def assert_same(left: dict, right: dict) -> None:
         assert_frame_equal(left["tables"][table], right["tables"][table], check_dtypes=True, check_exact=True)
 
 
-@pytest.mark.parametrize("log", FIXTURE_LOGS, ids=lambda p: p.name)
-def test_polars_regex_and_pyparsing_give_identical_rows(engine, log):
-    data, _, _ = make_valid_text(log.read_bytes())
-    fast = parse(engine, data, "polars")
-    assert fast["counts"][0] > 100 and "decode_batches" in fast["tables"]
-    assert_same(fast, parse(engine, data, "pyparsing"))
-    assert_same(fast, parse(engine, data, "regex"))
+def assert_classified_like_the_definition(engine, data: bytes, every: int) -> int:
+    """Every `every`-th piece: the pattern and field values pyparsing gives it equal the executor's row. Returns how
+    many pieces were compared."""
+    grammars = engine.grammars
+    lines = build_lines(data)
+    claims = classify(engine, lines.frame)
+    executor: dict[tuple[int, int], tuple[str, dict]] = {}
+    for name, frame in claims.frames.items():
+        fields = engine.pattern(name).pattern.field_names
+        for row in frame.iter_rows(named=True):
+            executor[(row["line_no"], row["piece"])] = (name, {f: row[f] for f in fields})
+    compared = 0
+    for index, (line_no, piece, text) in enumerate(lines.frame.iter_rows()):
+        if index % every:
+            continue
+        head = grammars.prefix.parse(text)
+        scope, src = ("message", head["message"]) if head is not None else ("line", text)
+        found = grammars.classify(src, scope)
+        got = executor.get((line_no, piece))
+        if found is None:
+            assert got is None, (text, got)
+        else:
+            pattern, values = found
+            assert got is not None, (text, pattern.name)
+            assert got[0] == pattern.name, text
+            assert got[1] == {f: values[f] for f in pattern.field_names}, text
+        compared += 1
+    return compared
+
+
+def test_every_8th_fixture_piece_is_classified_like_the_definition(engine):
+    data = b"".join(make_valid_text(log.read_bytes())[0] for log in sorted((ROOT / "fixtures").rglob("*.log")))
+    assert assert_classified_like_the_definition(engine, data, every=8) > 2500
 
 
 def test_chunked_parse_gives_the_same_rows_as_one_chunk(engine):
     log = FIXTURE_LOGS[0]
     data, _, _ = make_valid_text(log.read_bytes())
-    whole = parse(engine, data, "polars")
-    chunked = parse(engine, data, "polars", chunk_bytes=20_000)
+    whole = parse(engine, data)
+    assert whole["counts"][0] > 100 and "decode_batches" in whole["tables"]
+    chunked = parse(engine, data, chunk_bytes=20_000)
     assert_same(whole, chunked)
 
 
 @pytest.fixture(scope="module")
 def generated_sample(tmp_path_factory) -> bytes:
-    if GENERATOR is None:
-        pytest.skip("shared/tools/gen_sglang_log.py is not next to this checkout")
     out = tmp_path_factory.mktemp("generated") / "sample.log"
     subprocess.run([sys.executable, str(GENERATOR), str(out), "-n", "20000", "--seed", "7"], check=True, capture_output=True)
     return out.read_bytes()
 
 
-def test_generated_20k_sample_identical_rows_polars_and_regex(engine, generated_sample):
-    fast = parse(engine, generated_sample, "polars")
-    assert fast["counts"][0] == 20000
-    assert fast["tables"]["decode_batches"].height > 10000
-    assert_same(fast, parse(engine, generated_sample, "regex"))
+def test_generated_20k_sample_is_classified_like_the_definition(engine, generated_sample):
+    """pyparsing costs ~1-2 ms a line: every 8th of the 20k pieces is held against it."""
+    assert assert_classified_like_the_definition(engine, generated_sample, every=8) == 2500
 
 
-def test_generated_20k_sample_pyparsing_classifies_like_the_fast_path(engine, generated_sample):
-    """pyparsing costs ~1-2 ms a line (minutes for 20k lines on 2 cores), and each piece is classified on its
-    own: so every 8th piece of the 20k is classified by pyparsing and compared with what the polars path
-    made of the same pieces (values, types, pattern)."""
-    lines = build_lines(generated_sample)
-    fast = classify_fast(engine, lines.frame)
-    pieces = [row for index, row in enumerate(lines.frame.iter_rows()) if index % 8 == 0]
-    slow = classify_slow(engine, pieces, method="pyparsing")
-    keys = pl.DataFrame([(line_no, piece) for line_no, piece, _ in pieces], schema={"line_no": pl.Int64, "piece": pl.Int32}, orient="row")
-    compared = 0
-    for name in sorted(set(fast.frames) | set(slow.frames)):
-        expected = fast.frames.get(name)
-        expected = expected.join(keys, on=["line_no", "piece"], how="semi") if expected is not None else None
-        got = slow.frames.get(name)
-        if expected is None or expected.height == 0:
-            assert got is None or got.height == 0, name
-            continue
-        assert_frame_equal(expected.sort("line_no", "piece"), got.sort("line_no", "piece"), check_exact=True)
-        compared += got.height
-    assert compared + slow.unclaimed.height == len(pieces) == 2500
+def test_generated_20k_sample_in_chunks_gives_the_same_rows(engine, generated_sample):
+    whole = parse(engine, generated_sample)
+    assert whole["counts"][0] == 20000
+    assert whole["tables"]["decode_batches"].height > 10000
+    assert_same(whole, parse(engine, generated_sample, chunk_bytes=400_000))

@@ -1,6 +1,7 @@
-"""The native matcher (ingest/native.py + native.c, run through ctypes) gives exactly what Python `re` and polars
-give: the same rows, the same captures, the same typed values; what it cannot decide it leaves to polars. And with
-it off (SPECLOGS_NATIVE=0, or no C compiler) everything still runs, with the same results.
+"""The native matcher (ingest/native.py + the extension module built from _native.c) gives exactly what polars gives
+(and Python `re`, the oracle these tests hold both to): the same rows, the same captures, the same typed values;
+what it cannot decide it leaves to polars. And with it off (SPECLOGS_NATIVE=0, or the extension not built)
+everything still runs, with the same results.
 
 Inputs are the real fixture logs, the messages after their prefix, and variants of them made deterministically
 (truncations, broken numbers, non-ASCII, CR, ...)."""
@@ -8,8 +9,6 @@ Inputs are the real fixture logs, the messages after their prefix, and variants 
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import random
 import re
 import subprocess
@@ -26,9 +25,9 @@ from polars.testing import assert_frame_equal
 from speclogs import ingest_paths
 from speclogs.grammar import load_grammars
 from speclogs.ingest import lines, native
-from speclogs.ingest.classify import cast_expr, classify_fast, compile_engine
+from speclogs.grammar import cast_expr
+from speclogs.ingest.classify import classify, compile_engine
 from speclogs.ingest.lines import build_lines
-from speclogs.ingest.logfile import SMALL_CHUNK_BYTES
 
 ALL_LOGS = sorted((ROOT / "fixtures").glob("**/*.log"))
 NATIVE_ON = native.available()
@@ -50,7 +49,7 @@ BROKEN_NUMBERS = ("1.", "-", "--5", "1.2.3", "1" * 30, "-" + "9" * 30, ".5", "")
 def native_match(series: pl.Series, prog: native.Program, fields: dict[str, str]):
     """(hit rows, typed columns of the hits native converted, positions in the hits it left to polars), or None
     when some row is undecided."""
-    found = native.classify(series, [(prog, "", fields)])
+    found = native.classify(series, native.Patterns([(prog, "", fields)]))
     if found is None:
         return None
     rows = np.flatnonzero(found.winner == 0)
@@ -152,6 +151,12 @@ def engine():
 
 
 @pytest.fixture(scope="module")
+def polars_engine():
+    """The same grammars with every scope on polars (what runs where the extension is not built)."""
+    return compile_engine(load_grammars(), use_native=False)
+
+
+@pytest.fixture(scope="module")
 def fixture_pieces() -> list[str]:
     texts: list[str] = []
     for path in ALL_LOGS:
@@ -213,10 +218,11 @@ def pool(fixture_pieces, fixture_messages) -> list[str]:
 
 @needs_native
 def test_every_grammar_regex_matches_and_captures_like_python_re(engine, pool):
-    regexes = [("prefix", engine.grammars.prefix.regex, engine.prefix_native)]
-    regexes += [(c.name, c.hit_regex, c.native) for c in engine.patterns]
+    prefix = native.program(engine.grammars.prefix.regex)
+    regexes = [("prefix", engine.grammars.prefix.regex, prefix)]
+    regexes += [(c.name, c.pattern.regex, c.native) for c in engine.patterns]
     assert all(prog is not None for _, _, prog in regexes), "every bundled regex is in the native subset"
-    assert {"ts", "ms", "rank_tags", "message"} <= engine.prefix_native.groups.keys()
+    assert {"ts", "ms", "rank_tags", "message"} <= prefix.groups.keys() and engine.prefix_native is not None
     failures = []
     undecided_total = 0
     hits_total = 0
@@ -240,7 +246,7 @@ def test_every_grammar_regex_matches_and_captures_like_python_re(engine, pool):
 @needs_native
 def test_prefix_regex_on_fixture_lines_gives_re_ts_ranks_and_message(engine, fixture_pieces):
     """The prefix program run the way the ingest runs it (typed fields) on every fixture line."""
-    prog = engine.prefix_native
+    prog = native.program(engine.grammars.prefix.regex)
     fields = {"ts": "str", "ms": "int", "rank_tags": "str", "message": "str"}
     series = pl.Series("text", fixture_pieces)
     result = native_match(series, prog, fields)
@@ -538,7 +544,7 @@ def test_every_field_type_on_hand_written_values_equals_polars_casts():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# 3. classify_fast: native and polars give the same claims
+# 3. classify: native and polars give the same claims
 
 
 def _fixture_line(engine, name: str) -> str:
@@ -589,13 +595,13 @@ def odd_log(engine) -> bytes:
 
 
 @needs_native
-def test_classify_fast_native_equals_polars_on_every_fixture_log(engine, monkeypatch):
+def test_classify_native_equals_polars_on_every_fixture_log(engine, polars_engine, monkeypatch):
     data = b"".join(path.read_bytes() for path in ALL_LOGS)
     frame = build_lines(data).frame
     calls = NativeCalls(monkeypatch)
-    fast = classify_fast(engine, frame, use_native=True)
+    fast = classify(engine, frame)
     assert calls.decided == 3 and len(calls.results) == 3  # prefix split + the two scopes, none undecided
-    slow = classify_fast(engine, frame, use_native=False)
+    slow = classify(polars_engine, frame)
     assert len(calls.results) == 3  # polars path: no native call
     same_claims(fast, slow)
     assert fast.frames["decode_batch_common"].height > 2000
@@ -603,12 +609,12 @@ def test_classify_fast_native_equals_polars_on_every_fixture_log(engine, monkeyp
 
 
 @needs_native
-def test_classify_fast_native_equals_polars_on_odd_lines(engine, monkeypatch):
+def test_classify_native_equals_polars_on_odd_lines(engine, polars_engine, monkeypatch):
     frame = build_lines(odd_log(engine)).frame
     calls = NativeCalls(monkeypatch)
-    fast = classify_fast(engine, frame, use_native=True)
+    fast = classify(engine, frame)
     assert calls.decided == len(calls.results) == 3
-    slow = classify_fast(engine, frame, use_native=False)
+    slow = classify(polars_engine, frame)
     same_claims(fast, slow)
     assert fast.near_miss_counts.get("decode_batch_common", 0) >= 1  # the drift line
     assert fast.server_args_text  # the server_args dump
@@ -619,12 +625,12 @@ def test_classify_fast_native_equals_polars_on_odd_lines(engine, monkeypatch):
 
 
 @needs_native
-def test_classify_fast_native_equals_polars_on_broken_variants(engine, pool, monkeypatch):
+def test_classify_native_equals_polars_on_broken_variants(engine, polars_engine, pool, monkeypatch):
     frame = piece_frame(pool)
     calls = NativeCalls(monkeypatch)
-    fast = classify_fast(engine, frame, use_native=True)
+    fast = classify(engine, frame)
     assert calls.decided == len(calls.results) == 3
-    slow = classify_fast(engine, frame, use_native=False)
+    slow = classify(polars_engine, frame)
     same_claims(fast, slow)
     assert sum(fast.near_miss_counts.values()) > 1000
 
@@ -632,9 +638,9 @@ def test_classify_fast_native_equals_polars_on_broken_variants(engine, pool, mon
 @needs_native
 @pytest.mark.parametrize("data", [b"", b"\n\n", b"plain text only\n", b"[2026-11-30 10:17:21] hello\n", b"[pod/x] \n"],
                          ids=["empty", "blank", "no_prefixed", "only_prefixed", "empty_after_peel"])
-def test_classify_fast_native_equals_polars_on_tiny_frames(engine, data):
+def test_classify_native_equals_polars_on_tiny_frames(engine, polars_engine, data):
     frame = build_lines(data).frame
-    fast, slow = classify_fast(engine, frame, use_native=True), classify_fast(engine, frame, use_native=False)
+    fast, slow = classify(engine, frame), classify(polars_engine, frame)
     same_claims(fast, slow)
     assert fast.prefixed_pieces == (1 if data.startswith(b"[2026") else 0)
 
@@ -728,10 +734,9 @@ def test_ingest_same_tables_with_native_on_and_off(engine, tmp_path, monkeypatch
     data = b""
     for path in ALL_LOGS:
         data += path.read_bytes()
-        if len(data) >= 2 * SMALL_CHUNK_BYTES + 64 * 1024:
+        if len(data) >= 1 << 20:
             break
     data += odd_log(engine)
-    assert len(data) >= 2 * SMALL_CHUNK_BYTES  # one chunk of at least SMALL_CHUNK_BYTES: the fast path runs
     log = tmp_path / "combined.log"
     log.write_bytes(data)
     calls = NativeCalls(monkeypatch)
@@ -759,95 +764,44 @@ def test_ingest_same_tables_with_native_on_and_off(engine, tmp_path, monkeypatch
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# 6. fallback: off by switch, or without a compiler, everything runs on polars with the same results
+# 6. fallback: switched off, or the extension not built, everything runs on polars with the same results
 
 
-@pytest.fixture
-def native_reset(monkeypatch):
-    """Lets a test change what the library loader sees; afterwards the environment is restored *then* the loader's
-    cache cleared, so later tests load the library normally again."""
-    yield monkeypatch
-    monkeypatch.undo()
-    native._library.cache_clear()
-
-
-def test_fallback_without_native_gives_the_same_claims(engine, native_reset, tmp_path):
-    monkeypatch = native_reset
+def test_fallback_without_native_gives_the_same_claims(engine, monkeypatch):
     data = ALL_LOGS[0].read_bytes() + odd_log(engine)
-    reference = None
-    if NATIVE_ON:
-        frame = build_lines(data).frame
-        reference = classify_fast(engine, frame, use_native=True)
-        assert native.unavailable_reason() is None
+    reference = classify(engine, build_lines(data).frame) if NATIVE_ON else None
 
     monkeypatch.setenv(native.ENV_SWITCH, "0")
-    native._library.cache_clear()
     assert native.available() is False
     assert "SPECLOGS_NATIVE=0" in native.unavailable_reason()
-    switched_off = classify_fast(engine, build_lines(data).frame)
+    switched_off_engine = compile_engine(load_grammars())
+    assert all(scope.native is None for scope in switched_off_engine.scopes) and switched_off_engine.prefix_native is None
+    switched_off = classify(switched_off_engine, build_lines(data).frame)
     assert switched_off.frames["decode_batch_common"].height > 10
 
     monkeypatch.delenv(native.ENV_SWITCH)
-    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    monkeypatch.setenv("PATH", "")
-    monkeypatch.setenv("SPECLOGS_CACHE_DIR", str(tmp_path / "empty-cache"))
-    native._library.cache_clear()
+    monkeypatch.setattr(native, "_native", None)  # as installed without a C compiler
     assert native.available() is False
-    assert "no C compiler found" in native.unavailable_reason()
-    assert not list((tmp_path / "empty-cache").glob("native-*.so"))
-    frame = build_lines(data).frame
-    without_compiler = classify_fast(engine, frame)  # use_native=None: decides by itself
-    same_claims(without_compiler, switched_off)
+    assert "is not built" in native.unavailable_reason()
+    without_extension = classify(compile_engine(load_grammars()), build_lines(data).frame)
+    same_claims(without_extension, switched_off)
     if reference is not None:
-        same_claims(reference, without_compiler)
+        same_claims(reference, without_extension)
 
 
-def test_summary_says_when_a_big_log_ran_without_the_native_matcher(native_reset, tmp_path):
-    monkeypatch = native_reset
+def test_summary_says_when_a_big_log_ran_without_the_native_matcher(monkeypatch, tmp_path):
     log = tmp_path / "big.log"
-    log.write_bytes(b"".join(path.read_bytes() for path in ALL_LOGS)[: SMALL_CHUNK_BYTES + 4096].rsplit(b"\n", 1)[0] + b"\n")
+    log.write_bytes(b"".join(path.read_bytes() for path in ALL_LOGS)[: (512 << 10) + 4096].rsplit(b"\n", 1)[0] + b"\n")
     small = tmp_path / "small.log"
     small.write_bytes(ALL_LOGS[0].read_bytes()[:20_000].rsplit(b"\n", 1)[0] + b"\n")
     monkeypatch.setenv(native.ENV_SWITCH, "0")
-    native._library.cache_clear()
     summary = ingest_paths([log, small], tmp_path / "off.duckdb")
     notes = [w for w in summary.warnings if "native matcher is off (SPECLOGS_NATIVE=0)" in w]
     assert len(notes) == 1 and notes[0].startswith(str(log)), summary.warnings  # the big one only
     if NATIVE_ON:
         monkeypatch.delenv(native.ENV_SWITCH)
-        native._library.cache_clear()
         summary = ingest_paths([log], tmp_path / "on.duckdb")
         assert not [w for w in summary.warnings if "native matcher" in w], summary.warnings
-
-
-@needs_native
-def test_library_loads_again_after_a_reset():
-    native._library.cache_clear()
-    assert native.available() is True
-    assert native.unavailable_reason() is None
-    assert os.environ.get(native.ENV_SWITCH, "1") != "0"
-    assert native.count_lines(b"a\nb") == 2
-
-
-def test_cache_files_others_could_write_are_not_used(native_reset, tmp_path):
-    monkeypatch = native_reset
-    monkeypatch.setenv("SPECLOGS_CACHE_DIR", str(tmp_path))
-    regexes = [r"^(?P<a>[0-9]+) x$", r"^y(?P<b>.*)$"]
-    first = native.programs(regexes)
-    (cached,) = tmp_path.glob("native-programs-*.json")
-    assert [p.code.tolist() for p in native.programs(regexes)] == [p.code.tolist() for p in first]
-
-    # damaged: a jump far outside the program is refused, and the programs are compiled again
-    doc = json.loads(cached.read_text())
-    doc[0]["code"][1 * 5 + 1] = 10**6
-    cached.write_text(json.dumps(doc))
-    assert [p.code.tolist() for p in native.programs(regexes)] == [p.code.tolist() for p in first]
-
-    # writable by others: not trusted (the file is written again, privately)
-    cached.chmod(0o666)
-    assert not native._private(cached)
-    assert [p.code.tolist() for p in native.programs(regexes)] == [p.code.tolist() for p in first]
-    assert native._private(cached)
 
 
 @needs_native

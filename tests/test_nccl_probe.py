@@ -236,7 +236,7 @@ def test_probe_json_round_trips_into_a_real_duckdb_table(standin, tmp_path):
     assert all(tuple(row) == NCCL_PROBE_COLUMNS for row in probe_file.rows)
 
     con = duckdb.connect(str(tmp_path / "x.duckdb"))
-    con.execute((ROOT / "src/speclogs/schema.sql").read_text())
+    con.execute((ROOT / "src/speclogs/store/schema.sql").read_text())
     columns = ", ".join(NCCL_PROBE_COLUMNS)
     marks = ", ".join("?" for _ in NCCL_PROBE_COLUMNS)
     con.executemany(f"INSERT INTO nccl_probe ({columns}) VALUES ({marks})",

@@ -1,19 +1,20 @@
-"""Line grammars: data files under grammars/, built into pyparsing elements and compiled to regexes.
+"""Line grammars: data files under grammars/, built into pyparsing elements (the definition) and compiled to one
+regex each (the compiled form, in the subset of speclogs.grammar.regex).
 
 Public API (consumed by speclogs.ingest):
-    load_grammars(extra_paths) -> GrammarSet      bundled grammars + user files, validated; raises GrammarError
+    load_grammars(extra_paths) -> GrammarSet      bundled grammars + user files; raises GrammarError
     check_grammar_file(path) -> list[GrammarProblem]
     parse_server_args(text) -> list[(name, repr_text, value_or_None)]
-    Field, Pattern, GrammarSet, GrammarProblem, cast_value, RANK_TAG_REGEXES
+    Field, Pattern, GrammarSet, GrammarProblem, cast_expr, cast_value, RANK_TAG_REGEXES
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
 from speclogs.errors import GrammarError
-from speclogs.grammar.cache import cache_key, read_cached, write_cached
 from speclogs.grammar.model import (
     RANK_TAG_REGEXES,
     bundled_grammar_dir,
@@ -22,13 +23,13 @@ from speclogs.grammar.model import (
     GrammarProblem,
     GrammarSet,
     Pattern,
+    cast_expr,
     cast_value,
     split_rank_tags,
 )
 from speclogs.grammar.server_args import parse_server_args
 
-# The loader (and pyparsing with it) is imported only when grammar files must be built: a load from the disk
-# cache needs neither, which keeps `speclogs` start-up short.
+# The loader (and pyparsing with it) is imported only when grammars are loaded: `speclogs sql` needs neither.
 
 
 def read_grammar_file(path: Path):
@@ -44,6 +45,7 @@ __all__ = [
     "RANK_TAGS",
     "RANK_TAG_REGEXES",
     "bundled_grammar_files",
+    "cast_expr",
     "cast_value",
     "check_grammar_file",
     "check_grammar_files",
@@ -69,26 +71,14 @@ def _expand(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
-_read_cache: dict[tuple, object] = {}
-
-
 def _read_all(paths: Sequence[Path]) -> list:
-    """Read and build grammar files (bundled ones are kept per process, keyed by path, size and mtime)."""
-    out = []
-    for p in paths:
-        key = (str(p), *_stat(p))
-        loaded = _read_cache.get(key)
-        if loaded is None:
-            loaded = read_grammar_file(p)
-            _read_cache[key] = loaded
-        out.append(loaded)
-    return out
+    return [read_grammar_file(p) for p in paths]
 
 
 def _assemble(files: list, focus: set[str] | None = None) -> tuple[GrammarSet | None, list[GrammarProblem]]:
     from speclogs.grammar.loader import find_prefix, ordered_patterns, validate
 
-    problems = [pr for f in files for pr in f.problems if focus is None or f.path in focus]
+    problems = [pr for f in files for pr in f.problems]  # a file that does not build is always a problem
     prefixes = [f for f in files if f.is_prefix]
     if len(prefixes) > 1:
         problems += [GrammarProblem(f.path, 1, None, "a second prefix grammar (kind = \"prefix\"); only the bundled prefix.toml may set it")
@@ -103,45 +93,30 @@ def _assemble(files: list, focus: set[str] | None = None) -> tuple[GrammarSet | 
     return grammar_set, problems
 
 
-_cache: dict[tuple, GrammarSet] = {}
-
-
-def load_grammars(extra_paths: Sequence[Path] = (), *, use_cache: bool = True) -> GrammarSet:
+def load_grammars(extra_paths: Sequence[Path] = ()) -> GrammarSet:
     """Bundled grammars/ plus user grammar files (or directories of them), built and validated.
 
-    Raises GrammarError naming file:line of the first problems found (every sample is checked at load).
-    A validated set is cached on disk (keyed by the files' content, see grammar/cache.py) and per process.
+    Raises GrammarError naming file:line of the first problems found. The bundled files' samples are checked by the
+    test suite and by `speclogs grammars check`, a user file's every time it loads (it may have changed). The last
+    few sets are kept per process, keyed by the files' paths, sizes and modification times.
     """
-    paths = bundled_grammar_files() + _expand(extra_paths)
-    key = tuple((str(p), *_stat(p)) for p in paths)
-    cached = _cache.get(key)
-    if cached is not None:
-        return cached
-    disk_key = cache_key(paths) if use_cache else None
-    grammar_set = read_cached(disk_key) if disk_key else None
-    if grammar_set is None:
-        files = _read_all(paths)
-        grammar_set, problems = _assemble(files)
-        if problems or grammar_set is None:
-            shown = "\n".join(str(p) for p in problems[:_MAX_SHOWN])
-            more = f"\n… and {len(problems) - _MAX_SHOWN} more" if len(problems) > _MAX_SHOWN else ""
-            raise GrammarError(
-                f"{len(problems)} grammar problem(s):\n{shown}{more}",
-                hint="run `speclogs grammars check FILE` for the full list",
-            )
-        if disk_key:
-            infos = {f.path: {"field_types": _field_types(f), "field_shapes": f.field_shapes, "shape_specs": f.shape_specs}
-                     for f in files}
-            write_cached(disk_key, grammar_set, infos)
-    _cache[key] = grammar_set
+    paths = tuple(bundled_grammar_files() + _expand(extra_paths))
+    return _load(paths, tuple(_stat(p) for p in paths))
+
+
+@functools.lru_cache(maxsize=4)
+def _load(paths: tuple[Path, ...], stats: tuple) -> GrammarSet:
+    files = _read_all(paths)
+    bundled = {str(p) for p in bundled_grammar_files()}
+    grammar_set, problems = _assemble(files, focus={f.path for f in files if f.path not in bundled})
+    if problems or grammar_set is None:
+        shown = "\n".join(str(p) for p in problems[:_MAX_SHOWN])
+        more = f"\n… and {len(problems) - _MAX_SHOWN} more" if len(problems) > _MAX_SHOWN else ""
+        raise GrammarError(
+            f"{len(problems)} grammar problem(s):\n{shown}{more}",
+            hint="run `speclogs grammars check FILE` for the full list",
+        )
     return grammar_set
-
-
-def _field_types(f) -> dict[str, str]:
-    types: dict[str, str] = {}
-    for p in f.patterns:
-        types.update({fl.name: fl.type for fl in p.fields})
-    return types
 
 
 def _stat(p: Path) -> tuple[int, int]:

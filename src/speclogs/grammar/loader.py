@@ -7,10 +7,10 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import pyparsing as pp
-
 from speclogs.errors import GrammarError
-from speclogs.grammar.lower import lower
+from speclogs.grammar.definition import Definition
+from speclogs.grammar.lower import BUILTIN_SHAPE_REGEXES, file_shape_regex, template_regex
+from speclogs.grammar.regex import parse_regex
 from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-exported)
     DERIVES,
     FIELD_ROLES,
@@ -19,12 +19,13 @@ from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-expo
     CounterSample,
     Field,
     GrammarProblem,
+    cast_expr,
     GrammarSet,
     Pattern,
     Sample,
     bundled_grammar_dir,
 )
-from speclogs.grammar.template import build_element, check_rest_is_last, exact_tree, file_shape_element, parse_template, slot_names
+from speclogs.grammar.template import check_rest_is_last, parse_template, resolve_slot, slot_names
 
 PREFIX_NAME = "prefix"
 DEFAULT_PRIORITY = 100
@@ -112,12 +113,13 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
         try:
             if not isinstance(spec, dict):
                 raise GrammarError(f"shape '{shape_name}' must be a table, e.g. {{ values = [\"a\", \"b\"] }}")
-            file_shape_element(spec, f"shape '{shape_name}'")
+            file_shape_regex(spec, f"shape '{shape_name}'")
         except GrammarError as exc:
             problem(1, str(exc))
             continue
         shape_specs[shape_name] = dict(spec)
     loaded.shape_specs = shape_specs
+    shape_regexes = {k: file_shape_regex(v, f"{shown}: shape '{k}'") for k, v in shape_specs.items()}
     loaded.field_shapes = field_shapes
 
     pattern_lines = _header_lines(text, "pattern")
@@ -185,7 +187,7 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
         built: list[Pattern] = []
         for vname, template, vgate, vconstants in variants:
             pattern = _build_pattern(
-                problem, pline, shown, vname, template, fields, field_shapes, shape_specs,
+                problem, pline, shown, vname, template, fields, field_shapes, shape_specs, shape_regexes,
                 family=family, table=spec.get("table", table), scope=pscope, gate=vgate, constants=vconstants,
                 description=spec.get("description", doc.get("description", "")),
                 versions=str(spec.get("versions", doc.get("versions", ""))),
@@ -200,9 +202,10 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
         else:
             # Each sample goes to the variant that parses it (the first variant when none does, so the failure is reported).
             own: dict[int, list[Sample]] = {k: [] for k in range(len(built))}
-            for smp in samples:
-                k = next((k for k, b in enumerate(built) if b.parse(smp.line) is not None or
-                          b.parse(_strip_prefix_guess(smp.line)) is not None), 0)
+            texts = [smp.line for smp in samples] + [_strip_prefix_guess(smp.line) for smp in samples]
+            hits = [[v is not None for v in compiled_values(b, texts)] for b in built]
+            for i, smp in enumerate(samples):
+                k = next((k for k, hit in enumerate(hits) if hit[i] or hit[len(samples) + i]), 0)
                 own[k].append(smp)
             built = [replace(b, samples=tuple(own[k]), counter_samples=tuple(counters)) for k, b in enumerate(built)]
         loaded.patterns.extend(built)
@@ -269,50 +272,35 @@ def _strip_prefix_guess(line: str) -> str:
     return line
 
 
-def make_element_factory(template: str, where: str, name: str, field_types: dict[str, str],
-                         field_shapes: dict[str, str | None], shape_specs: dict[str, dict]):
-    """A zero-argument builder of the pattern's pyparsing element (used eagerly at build, lazily from the cache)."""
-
-    def factory() -> pp.ParserElement:
-        file_shapes = {k: file_shape_element(v, f"{where}: shape '{k}'") for k, v in shape_specs.items()}
-        nodes = parse_template(template, where)
-        element = build_element(nodes, field_types=field_types, field_shapes=field_shapes, file_shapes=file_shapes, where=where)
-        full = exact_tree(pp.And([element, pp.StringEnd()])).parse_with_tabs()
-        full.set_name(name)
-        return full
-
-    return factory
-
-
-def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, shape_specs, *, family, table, scope, gate,
-                   constants, description, versions, derive_name, group) -> Pattern | None:
+def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, shape_specs, shape_regexes, *, family, table,
+                   scope, gate, constants, description, versions, derive_name, group) -> Pattern | None:
     where = f"{shown}:{pline} pattern '{name}'"
-    factory = make_element_factory(template, where, name, {k: f.type for k, f in fields.items()}, field_shapes, shape_specs)
+    field_types = {k: f.type for k, f in fields.items()}
+
+    def shape_of(slot) -> str:
+        shape, _ = resolve_slot(slot, field_types=field_types, field_shapes=field_shapes, file_shapes=shape_regexes.keys(), where=where)
+        return shape_regexes.get(shape) or BUILTIN_SHAPE_REGEXES[shape]
+
     try:
         nodes = parse_template(template, where)
         check_rest_is_last(nodes, where, field_shapes)
         names = slot_names(nodes)
-        full = factory()
-        regex = "^" + lower(full, where)
-        re.compile(regex)
+        regex = template_regex(nodes, shape_of, where)
+        parsed = parse_regex(regex)
     except GrammarError as exc:
         problem(pline, str(exc).removeprefix(f"{shown}:{pline} "))
-        return None
-    except re.error as exc:
-        problem(pline, f"pattern '{name}': the compiled regex does not compile in Python re: {exc}")
         return None
     clash = sorted(set(constants) & set(names))
     if clash:
         problem(pline, f"pattern '{name}': {', '.join(clash)} is both a constant and a captured field")
         return None
-    pattern = Pattern(
-        name=name, family=family, table=table, scope=scope, gate=gate, regex=regex, element_factory=factory,
+    return Pattern(
+        name=name, family=family, table=table, scope=scope, gate=gate, regex=regex, parsed=parsed,
+        definition=Definition(nodes, name, field_types=field_types, field_shapes=field_shapes, shape_specs=shape_specs, where=where),
         constants=constants, fields=tuple(fields[n] for n in dict.fromkeys(names)), description=description,
         versions=versions, source=f"{shown}:{pline}", derive=DERIVES.get(derive_name) if derive_name else None,
         group=group, template=template, derive_name=derive_name,
     )
-    object.__setattr__(pattern, "_element", full)
-    return pattern
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -366,16 +354,16 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
         if not p.samples and p.group not in groups_with_samples and p is not prefix:
             problems.append(GrammarProblem(file, int(p.source.rsplit(":", 1)[1]), None,
                                            f"pattern '{p.name}' has no [[pattern.sample]]; every pattern needs at least one real line"))
-        for s in p.samples:
-            text, head = _message_of(prefix, p, s.line)
+        texts = [_message_of(prefix, p, s.line) for s in p.samples]
+        compiled = compiled_values(p, [text for text, _ in texts])
+        for s, (text, head), fast in zip(p.samples, texts, compiled):
             if p.gate and p.gate not in text:
                 problems.append(GrammarProblem(file, s.line_no, s.line, f"gate {p.gate!r} of pattern '{p.name}' does not occur in the sample"))
             slow = p.parse(text)
             if slow is None:
                 problems.append(GrammarProblem(file, s.line_no, s.line, f"sample does not fully match pattern '{p.name}'"))
                 continue
-            fast = p.match(text)
-            if fast != slow:
+            if fast != {key: _in_bigint(value) for key, value in slow.items()}:
                 problems.append(GrammarProblem(file, s.line_no, s.line,
                                                f"pattern '{p.name}': the compiled regex gives {fast} but pyparsing gives {slow}"))
             values = {**head, **slow}
@@ -413,6 +401,35 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
                                                    f"counter-sample should be claimed by '{c.claimed_by}', "
                                                    f"but {('pattern ' + repr(winner.name)) if winner else 'no pattern'} takes it"))
     return problems
+
+
+def compiled_values(p: Pattern, texts: list[str]) -> list[dict | None]:
+    """What the compiled regex gives for each text, run by polars (the portable executor) and cast as the ingest
+    casts: the same dict as `Pattern.parse` (fields, constants, derived columns), or None where it does not match."""
+    import polars as pl
+
+    if not texts:
+        return []
+    groups = pl.Series(texts, dtype=pl.Utf8).str.extract_groups("^(?P<_hit>)" + p.regex.removeprefix("^")).struct.unnest()
+    typed = groups.select(pl.col("_hit"), *(cast_expr(pl.col(f.name), f.type) for f in p.fields))
+    out: list[dict | None] = []
+    for row in typed.iter_rows(named=True):
+        if row.pop("_hit") is None:
+            out.append(None)
+            continue
+        values = {f.name: row[f.name] for f in p.fields}
+        values.update(p.constants)
+        if p.derive is not None:
+            values.update(p.derive(values))
+        out.append(values)
+    return out
+
+
+def _in_bigint(value: object) -> object:
+    """pyparsing's ints are Python ints; the executors' are BIGINT (out of range → NULL): compare the same way."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        return None
+    return value
 
 
 def _check_claims_only(p: Pattern, by_scope: dict, prefix: Pattern | None, focused, problems: list[GrammarProblem]) -> None:

@@ -1,29 +1,35 @@
-"""Compile a pyparsing element to a regex that Python re, Rust regex (polars) and RE2 (DuckDB) all accept.
+"""Compile a template (its AST, speclogs.grammar.template) to the pattern's regex: the compiled form, in the subset of
+speclogs.grammar.regex that polars (Rust regex), DuckDB (RE2) and the native matcher all run alike.
 
-The walk knows the few element kinds the template builder makes (And, MatchFirst, Opt, ZeroOrMore, OneOrMore,
-Combine, Group, Suppress, Literal, Word, CharsNotIn, Regex, Empty, StringEnd); anything else raises, so a
-definition that cannot be lowered is caught when the grammar loads, not when a log is parsed.
-Results names become named groups `(?P<name>…)`.
+It walks the same nodes the pyparsing definition is built from and gives each the regex of the element the definition
+gives it (`BUILTIN_SHAPE_REGEXES` are those of template.BUILTIN_SHAPES); the grammar validator holds the two to the
+same values on every sample. Fields become named groups `(?P<name>…)`.
 """
 
 from __future__ import annotations
 
-import re
-
-import pyparsing as pp
-
 from speclogs.errors import GrammarError
+from speclogs.grammar.regex import parse_regex
 
 # Characters with a meaning in a regex outside a class. '-', '#', ' ', '&', '~' are left as they are:
 # RE2 rejects some escapes Python accepts, and these are literals anyway.
 _META = set("\\.^$|?*+()[]{}")
 _CLASS_META = set("\\]^-[")
-_FORBIDDEN = (
-    (re.compile(r"\(\?[=!]|\(\?<[=!]"), "lookaround"),
-    (re.compile(r"\\[1-9]"), "backreference"),
-    (re.compile(r"\\[dDwWsS]"), r"\d \w \s classes (write [0-9] …: their meaning differs between engines)"),
-    (re.compile(r"\(\?>|[*+?}][+]"), "atomic group / possessive quantifier"),
-)
+
+# The regex of each built-in shape's pyparsing element (template.BUILTIN_SHAPES), in the same order of alternatives.
+BUILTIN_SHAPE_REGEXES = {
+    "int": "-?[0-9]+",
+    "float": r"-?[0-9]+(?:\.[0-9]+)?",
+    "pct": r"-?[0-9]+(?:\.[0-9]+)?",
+    "bool": "(?:False|True)",
+    "token": "[^ ]+",
+    "word": "[0-9A-Z_a-z]+",
+    "tocomma": "[^,]+",
+    "rest": ".*",
+    "text": ".+",
+    "timestamp": "[0-9]{2}(?:(?:[0-9]{2}-[0-9]{2}-[0-9]{2} [0-9]{2}|-[0-9]{2} [0-9]{2}))?:[0-9]{2}:[0-9]{2}",
+    "ranktags": "(?: (?:ATTN_CP|MOE_DP|DP|TP|PP|EP)-?[0-9]+)*",
+}
 
 
 def escape(text: str) -> str:
@@ -109,81 +115,54 @@ def _group(body: str) -> str:
     return f"(?:{body})"
 
 
-def check_regex_subset(pattern: str, where: str) -> None:
-    for rx, what in _FORBIDDEN:
-        if rx.search(pattern):
-            raise GrammarError(
-                f"{where}: regex {pattern!r} uses {what}, which is not in the subset that Python re, polars and DuckDB share",
-                hint="use plain classes like [0-9], no lookaround or backreferences",
-            )
+def file_shape_regex(spec: dict, where: str) -> str:
+    """The regex of a shape declared in a grammar file's [shapes] table (see template.file_shape_element)."""
+    if "values" in spec:
+        values = spec["values"]
+        if not isinstance(values, list) or not values or not all(isinstance(v, str) and v for v in values):
+            raise GrammarError(f"{where}: shape 'values' must be a non-empty list of non-empty strings", hint='values = ["cuda graph", "npu graph"]')
+        return literal_alternation(sorted(values, key=len, reverse=True))
+    if "regex" in spec:
+        parse_regex(spec["regex"])  # GrammarError when it leaves the subset
+        return spec["regex"] if spec["regex"] in (".*", ".+") else f"(?:{spec['regex']})"
+    if "chars" in spec:
+        return char_class(spec["chars"]) + "+"
+    if "not_chars" in spec:
+        return char_class(spec["not_chars"], negate=True) + "+"
+    raise GrammarError(f"{where}: a shape needs one of values, chars, not_chars, regex", hint='e.g. hexaddr = { chars = "0123456789abcdefx" }')
 
 
-def lower(element: pp.ParserElement, where: str) -> str:
-    """pyparsing element → regex body (no anchors). Raises GrammarError on anything it cannot lower."""
+def template_regex(nodes: tuple, shape_of, where: str) -> str:
+    """The anchored regex of a template's nodes. `shape_of(slot)` gives a slot's shape regex (and raises GrammarError
+    for a shape or type that does not fit, as building the definition does)."""
+    from speclogs.grammar.template import Alternatives, Lit, Optional_, Slot
+
     names: set[str] = set()
-    return _lower(element, where, names, in_repeat=False)
 
+    def seq(items: tuple) -> str:
+        return "".join(node_regex(node) for node in items)
 
-def _lower(e: pp.ParserElement, where: str, names: set[str], *, in_repeat: bool) -> str:
-    body = _lower_body(e, where, names, in_repeat=in_repeat)
-    name = e.resultsName
-    if name:
-        if in_repeat:
-            raise GrammarError(
-                f"{where}: field '{name}' sits inside a repetition; a regex group can hold only one value",
-                hint="capture the whole repeated part as one text field instead",
-            )
-        if name in names:
-            raise GrammarError(
-                f"{where}: field '{name}' is captured twice in one pattern (Python re and Rust regex forbid duplicate group names)",
-                hint="split the alternatives into two [[pattern]] entries, or capture the field once outside the alternatives",
-            )
-        names.add(name)
-        return f"(?P<{name}>{body})"
-    return body
+    def node_regex(node) -> str:
+        if isinstance(node, Lit):
+            return escape(node.text)
+        if isinstance(node, Slot):
+            body = shape_of(node)
+            if node.name == "_":
+                return body
+            if node.name in names:
+                raise GrammarError(
+                    f"{where}: field '{node.name}' is captured twice in one pattern (the regex engines forbid duplicate group names)",
+                    hint="split the alternatives into two [[pattern]] entries, or capture the field once outside the alternatives",
+                )
+            names.add(node.name)
+            return f"(?P<{node.name}>{body})"
+        if isinstance(node, Optional_):
+            inner = seq(node.body)
+            return _group(inner) + "?" if inner else ""
+        if isinstance(node, Alternatives):
+            if all(len(branch) == 1 and isinstance(branch[0], Lit) for branch in node.branches):
+                return literal_alternation([branch[0].text for branch in node.branches])
+            return "(?:" + "|".join(seq(branch) for branch in node.branches) + ")"
+        raise GrammarError(f"{where}: internal: unknown template node {node!r}")  # the parser makes only these four
 
-
-def _lower_body(e: pp.ParserElement, where: str, names: set[str], *, in_repeat: bool) -> str:
-    def sub(x: pp.ParserElement, repeat: bool = in_repeat) -> str:
-        return _lower(x, where, names, in_repeat=repeat)
-
-    if isinstance(e, pp.And):
-        return "".join(sub(x) for x in e.exprs)
-    if isinstance(e, pp.MatchFirst):
-        if all(type(x) in (pp.Literal, pp.core._SingleCharLiteral) and not x.resultsName for x in e.exprs):
-            return literal_alternation([x.match for x in e.exprs])
-        return "(?:" + "|".join(sub(x) for x in e.exprs) + ")"
-    if isinstance(e, pp.Opt):
-        inner = sub(e.expr)
-        return _group(inner) + "?" if inner else ""
-    if isinstance(e, (pp.ZeroOrMore, pp.OneOrMore)):
-        if getattr(e, "not_ender", None) is not None:
-            raise GrammarError(f"{where}: repetition with stop_on cannot be lowered to a regex", hint="drop stop_on")
-        inner = sub(e.expr, repeat=True)
-        return _group(inner) + ("*" if isinstance(e, pp.ZeroOrMore) else "+")
-    if isinstance(e, (pp.Combine, pp.Group, pp.Suppress)):
-        return sub(e.expr)
-    if isinstance(e, pp.Literal):  # includes the single-character literal subclass
-        return escape(e.match)
-    if isinstance(e, pp.Word):
-        if e.asKeyword:
-            raise GrammarError(f"{where}: Word(as_keyword=True) cannot be lowered", hint="use a plain Word")
-        init, body = set(e.init_chars), set(e.bodyChars)
-        if init == body:
-            return char_class(init) + _repeat(e.minLen, e.maxLen)
-        return char_class(init) + char_class(body) + _repeat(max(e.minLen - 1, 0), max(e.maxLen - 1, 0))
-    if isinstance(e, pp.CharsNotIn):
-        return char_class(e.notChars, negate=True) + _repeat(e.minLen, e.maxLen)
-    if isinstance(e, pp.Regex):
-        check_regex_subset(e.pattern, where)
-        return e.pattern if e.pattern in (".*", ".+") else f"(?:{e.pattern})"
-    if isinstance(e, pp.StringEnd):
-        return "$"
-    if isinstance(e, pp.StringStart):
-        return "^"
-    if isinstance(e, pp.Empty):
-        return ""
-    raise GrammarError(
-        f"{where}: cannot lower pyparsing element {type(e).__name__} ({e}) to a regex",
-        hint="grammar templates only build And/MatchFirst/Opt/Literal/Word/CharsNotIn/Regex elements",
-    )
+    return "^" + seq(nodes) + "$"

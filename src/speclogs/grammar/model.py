@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from speclogs.errors import GrammarError
 
-if TYPE_CHECKING:  # pyparsing is imported only when an element is built or parsed (a cached load needs neither)
+if TYPE_CHECKING:
+    import polars as pl
     import pyparsing as pp
+
+    from speclogs.grammar.definition import Definition
+    from speclogs.grammar.regex import Regex
 
 FIELD_TYPES = ("int", "float", "bool", "str", "pct")
 FIELD_ROLES = ("key", "measure", "label")
@@ -59,8 +62,24 @@ class GrammarProblem:
         return f"{where}: {self.message}\n    sample: {self.sample}"
 
 
+def cast_expr(raw: pl.Expr, type_name: str) -> pl.Expr:
+    """A captured string → the field type's value, as every ingested row is cast (unparseable → NULL): int → BIGINT,
+    float/pct → DOUBLE (the group never includes '%'), bool → 'True', str as is."""
+    import polars as pl
+
+    if type_name == "int":
+        return raw.cast(pl.Int64, strict=False)
+    if type_name == "float":
+        return raw.cast(pl.Float64, strict=False)
+    if type_name == "pct":
+        return raw.str.strip_chars_end("%").cast(pl.Float64, strict=False)
+    if type_name == "bool":
+        return raw == "True"
+    return raw.cast(pl.Utf8)
+
+
 def cast_value(type_name: str, text: str | None) -> object | None:
-    """Cast one regex group the way the SQL consumer does (int → BIGINT, float/pct → DOUBLE, bool → BOOLEAN)."""
+    """Cast one pyparsing token the way cast_expr casts a regex group (the definition's side of the same rule)."""
     if text is None:
         return None
     if type_name == "int":
@@ -123,15 +142,16 @@ class CounterSample:
 
 @dataclass(frozen=True, eq=False)
 class Pattern:
-    """One line shape: the pyparsing definition, the regex compiled from it, and what it fills."""
+    """One line shape: its pyparsing element (the definition), the regex compiled from it, and what it fills."""
 
     name: str
     family: str
     table: str
     scope: str
     gate: str
-    regex: str
-    element_factory: Callable[[], pp.ParserElement] = field(repr=False)
+    regex: str  # the compiled form (anchored, in the subset of speclogs.grammar.regex)
+    parsed: Regex = field(repr=False)  # the same, parsed: what the native matcher builds its program from
+    definition: Definition = field(repr=False)  # the pyparsing element, built when first used
     constants: dict[str, object] = field(default_factory=dict)
     fields: tuple[Field, ...] = ()
     description: str = ""
@@ -139,7 +159,7 @@ class Pattern:
     source: str = ""  # 'file:line' of the pattern's definition
     samples: tuple[Sample, ...] = ()
     counter_samples: tuple[CounterSample, ...] = ()
-    # Columns computed from captured ones in both paths (the prefix's rank tags → dp_rank, tp_rank, …).
+    # Columns computed from captured ones (the prefix's rank tags → dp_rank, tp_rank, …).
     derive: Callable[[dict], dict] | None = field(default=None, repr=False)
     group: str = ""  # the [[pattern]] name this one was expanded from (= name unless the pattern uses expand)
     template: str = ""  # the template text the element was built from
@@ -147,12 +167,7 @@ class Pattern:
 
     @property
     def element(self) -> pp.ParserElement:
-        """The pyparsing definition (built on first use: loading from the compiled cache skips it)."""
-        cached = self.__dict__.get("_element")
-        if cached is None:
-            cached = self.element_factory()
-            object.__setattr__(self, "_element", cached)
-        return cached
+        return self.definition.element
 
     @property
     def field_names(self) -> tuple[str, ...]:
@@ -167,7 +182,7 @@ class Pattern:
         return tuple(names)
 
     def parse(self, text: str) -> dict | None:
-        """Slow path: pyparsing over the whole text → typed dict (constants included), or None."""
+        """The definition: pyparsing over the whole text → typed dict (constants and derived columns included), or None."""
         import pyparsing as pp
 
         try:
@@ -178,31 +193,6 @@ class Pattern:
         for f in self.fields:
             value = result.get(f.name)
             values[f.name] = value if value is None or not isinstance(value, pp.ParseResults) else value[0]
-        return self._finish(values)
-
-    def match(self, text: str) -> dict | None:
-        """Fast path in Python: the compiled regex + the consumer's casts → the same dict as `parse`."""
-        if self.gate and self.gate not in text:
-            return None
-        found = self.compiled.match(text)
-        if found is None:
-            return None
-        return self.cast_groups(found.groupdict())
-
-    def cast_groups(self, groups: dict[str, str | None]) -> dict:
-        """Regex groups (strings) → typed values, exactly as the SQL consumer casts them."""
-        values = {f.name: cast_value(f.type, groups.get(f.name)) for f in self.fields}
-        return self._finish(values)
-
-    @property
-    def compiled(self) -> re.Pattern:
-        cached = self.__dict__.get("_compiled")
-        if cached is None:
-            cached = re.compile(self.regex)
-            object.__setattr__(self, "_compiled", cached)
-        return cached
-
-    def _finish(self, values: dict) -> dict:
         values.update(self.constants)
         if self.derive is not None:
             values.update(self.derive(values))
@@ -230,7 +220,7 @@ class GrammarSet:
         raise KeyError(name)
 
     def classify(self, text: str, scope: str) -> tuple[Pattern, dict] | None:
-        """Slow path over all patterns of `scope` (pyparsing): the first that parses the text, with its values."""
+        """The definition over all patterns of `scope` (pyparsing): the first that parses the text, with its values."""
         for p in self.patterns:
             if p.scope != scope or (p.gate and p.gate not in text):
                 continue
@@ -238,17 +228,3 @@ class GrammarSet:
             if values is not None:
                 return p, values
         return None
-
-    def match(self, text: str, scope: str) -> tuple[Pattern, dict] | None:
-        """Same as `classify` with the compiled regexes (Python re): what the fast path does row by row."""
-        for p in self.patterns:
-            if p.scope != scope:
-                continue
-            values = p.match(text)
-            if values is not None:
-                return p, values
-        return None
-
-    def split_line(self, line: str) -> dict | None:
-        """Apply the prefix: {'ts', 'ms', 'rank_tags', 'dp_rank', …, 'message'} or None for a prefix-less line."""
-        return self.prefix.match(line)

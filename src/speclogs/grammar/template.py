@@ -1,4 +1,7 @@
-"""The template syntax of grammar files, built into pyparsing elements.
+"""The template syntax of grammar files: text → AST (Lit, Slot, Optional_, Alternatives), and the checks on it.
+
+The AST is compiled to the pattern's regex (lower.py) and built into its pyparsing element, the definition
+(definition.py).
 
     literal text           matched exactly (spaces included; nothing is skipped)
     {name}                 a field; its token shape comes from the field's type (or its declared `shape`)
@@ -15,8 +18,6 @@ See grammars/README.md for the user documentation.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import pyparsing as pp
 
 from speclogs.errors import GrammarError
 
@@ -166,162 +167,45 @@ def slot_names(nodes: tuple) -> list[str]:
     return names
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# token shapes → pyparsing elements
-
-def exact_tree(element: pp.ParserElement) -> pp.ParserElement:
-    """No whitespace skipping anywhere in the tree, in place (pyparsing's recursive=True copies every node)."""
-    stack = [element]
-    seen: set[int] = set()
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        e.leave_whitespace(recursive=False)
-        stack.extend(getattr(e, "exprs", ()) or ())
-        inner = getattr(e, "expr", None)
-        if isinstance(inner, pp.ParserElement):
-            stack.append(inner)
-    return element
-
-
-_DIGITS = pp.Word(pp.nums)
-
-
-def _int_element() -> pp.ParserElement:
-    return pp.Combine(pp.Opt(pp.Literal("-")) + _DIGITS.copy())
-
-
-def _float_element() -> pp.ParserElement:
-    return pp.Combine(pp.Opt(pp.Literal("-")) + _DIGITS.copy() + pp.Opt(pp.Literal(".") + _DIGITS.copy()))
-
-
-def _timestamp_element() -> pp.ParserElement:
-    """'YYYY-MM-DD HH:MM:SS' | 'MM-DD HH:MM:SS' (diffusion server) | 'HH:MM:SS' (≤0.3.0), factored on the first two
-    digits so that the next character alone picks the form (a one-pass regex)."""
-
-    def digits(n: int) -> pp.ParserElement:
-        return pp.Word(pp.nums, exact=n)
-
-    year_rest = digits(2) + "-" + digits(2) + "-" + digits(2) + " " + digits(2)  # 'YY-MM-DD HH' after 'YY'
-    day_rest = pp.Literal("-") + digits(2) + " " + digits(2)  # '-DD HH' after 'MM'
-    return pp.Combine(digits(2) + pp.Opt(pp.MatchFirst([year_rest, day_rest])) + ":" + digits(2) + ":" + digits(2))
-
-
-def _rank_tags_element() -> pp.ParserElement:
-    from speclogs.grammar.model import RANK_TAGS
-
-    tag = pp.MatchFirst([pp.Literal(t) for t, _ in RANK_TAGS])
-    return pp.Combine(pp.ZeroOrMore(pp.Literal(" ") + tag + pp.Opt(pp.Literal("-")) + _DIGITS.copy()))
-
-
-BUILTIN_SHAPES = {
-    "int": ("int", _int_element),
-    "float": ("float", _float_element),
-    "pct": ("pct", _float_element),
-    "bool": ("bool", lambda: pp.MatchFirst([pp.Literal("True"), pp.Literal("False")])),
-    "token": ("str", lambda: pp.CharsNotIn(" ")),
-    "word": ("str", lambda: pp.Word(pp.alphanums + "_")),
-    "tocomma": ("str", lambda: pp.CharsNotIn(",")),
-    "rest": ("str", lambda: pp.Regex(r".*")),
-    "text": ("str", lambda: pp.Regex(r".+")),
-    "timestamp": ("str", _timestamp_element),
-    "ranktags": ("str", _rank_tags_element),
-}
-
-_CASTS = {
-    "int": lambda t: int(t[0]),
-    "float": lambda t: float(t[0]),
-    "pct": lambda t: float(t[0]),
-    "bool": lambda t: t[0] == "True",
+# The built-in shapes and the type of value each matches (their regexes: lower.py; their pyparsing elements:
+# definition.py).
+SHAPE_TYPES = {
+    "int": "int", "float": "float", "pct": "pct", "bool": "bool", "token": "str", "word": "str", "tocomma": "str",
+    "rest": "str", "text": "str", "timestamp": "str", "ranktags": "str",
 }
 
 
-def file_shape_element(spec: dict, where: str) -> pp.ParserElement:
-    """A shape declared in a grammar file's [shapes] table: values = [...], chars = "...", or not_chars = "..."."""
-    if "values" in spec:
-        values = spec["values"]
-        if not values or not all(isinstance(v, str) and v for v in values):
-            raise GrammarError(f"{where}: shape 'values' must be a non-empty list of non-empty strings", hint='values = ["cuda graph", "npu graph"]')
-        # Longest first: pyparsing takes the first alternative that matches, a regex may backtrack; longest-first makes them agree.
-        return pp.MatchFirst([pp.Literal(v) for v in sorted(values, key=len, reverse=True)])
-    if "regex" in spec:
-        from speclogs.grammar.lower import check_regex_subset
-
-        check_regex_subset(spec["regex"], where)
-        return pp.Regex(spec["regex"])
-    if "chars" in spec:
-        return pp.Word(spec["chars"])
-    if "not_chars" in spec:
-        return pp.CharsNotIn(spec["not_chars"])
-    raise GrammarError(f"{where}: a shape needs one of values, chars, not_chars, regex", hint='e.g. hexaddr = { chars = "0123456789abcdefx" }')
-
-
-def build_element(
-    nodes: tuple,
-    *,
-    field_types: dict[str, str],
-    field_shapes: dict[str, str | None],
-    file_shapes: dict[str, pp.ParserElement],
-    where: str,
-) -> pp.ParserElement:
-    """Template AST → pyparsing element (no whitespace skipping anywhere; typed parse actions on fields)."""
-
-    def slot(node: Slot) -> pp.ParserElement:
-        shape = node.shape
-        if shape is None:
-            if node.name not in field_types:
-                raise GrammarError(f"{where}: placeholder {{{node.name}}} names no declared field", hint="add it to [[field]] or fix the name")
-            shape = field_shapes.get(node.name) or ("token" if field_types[node.name] == "str" else field_types[node.name])
-        if shape in file_shapes:
-            element, shape_type = file_shapes[shape].copy(), "str"
-        elif shape in BUILTIN_SHAPES:
-            shape_type, make = BUILTIN_SHAPES[shape]
-            element = make()
-        else:
-            raise GrammarError(
-                f"{where}: unknown shape '{shape}' in placeholder {{{node.name}:{shape}}}",
-                hint="built-in shapes: " + ", ".join(BUILTIN_SHAPES) + "; or declare it under [shapes]",
-            )
-        if node.name == "_":
-            return element.set_name(f"_:{shape}")
+def resolve_slot(node: Slot, *, field_types: dict[str, str], field_shapes: dict[str, str | None], file_shapes,
+                 where: str) -> tuple[str, str]:
+    """A slot's shape name and the type of what it matches ('str' for file shapes); GrammarError when the slot names
+    no field, the shape does not exist, or its type does not fit the field's."""
+    shape = node.shape
+    if shape is None:
         if node.name not in field_types:
             raise GrammarError(f"{where}: placeholder {{{node.name}}} names no declared field", hint="add it to [[field]] or fix the name")
-        ftype = field_types[node.name]
-        if shape_type != "str" and shape_type != ftype and not (ftype == "float" and shape_type == "int"):
-            raise GrammarError(
-                f"{where}: field '{node.name}' is {ftype} but placeholder shape '{shape}' gives {shape_type}",
-                hint="use the field's own shape or change the field's type",
-            )
-        if shape_type == "str" and ftype != "str":
-            raise GrammarError(
-                f"{where}: field '{node.name}' is {ftype} but shape '{shape}' gives text",
-                hint="typed fields use int, float, pct or bool shapes",
-            )
-        cast = _CASTS.get(ftype)
-        if cast is not None:
-            element = element.add_parse_action(cast)
-        return element.set_name(node.name)(node.name)
-
-    def seq(items: tuple) -> pp.ParserElement:
-        parts = []
-        for node in items:
-            if isinstance(node, Lit):
-                parts.append(pp.Literal(node.text))
-            elif isinstance(node, Slot):
-                parts.append(slot(node))
-            elif isinstance(node, Optional_):
-                body = seq(node.body)
-                parts.append(pp.Opt(body).set_name(f"[{body.name}]"))
-            elif isinstance(node, Alternatives):
-                parts.append(pp.MatchFirst([seq(b) for b in node.branches]))
-            else:  # pragma: no cover - the parser only makes the four node types
-                raise GrammarError(f"{where}: internal: unknown template node {node!r}")
-        if not parts:
-            return pp.Empty()
-        if len(parts) == 1:
-            return parts[0]
-        return pp.And(parts)
-
-    return seq(nodes)
+        shape = field_shapes.get(node.name) or ("token" if field_types[node.name] == "str" else field_types[node.name])
+    if shape in file_shapes:
+        shape_type = "str"
+    elif shape in SHAPE_TYPES:
+        shape_type = SHAPE_TYPES[shape]
+    else:
+        raise GrammarError(
+            f"{where}: unknown shape '{shape}' in placeholder {{{node.name}:{shape}}}",
+            hint="built-in shapes: " + ", ".join(SHAPE_TYPES) + "; or declare it under [shapes]",
+        )
+    if node.name == "_":
+        return shape, shape_type
+    if node.name not in field_types:
+        raise GrammarError(f"{where}: placeholder {{{node.name}}} names no declared field", hint="add it to [[field]] or fix the name")
+    ftype = field_types[node.name]
+    if shape_type != "str" and shape_type != ftype and not (ftype == "float" and shape_type == "int"):
+        raise GrammarError(
+            f"{where}: field '{node.name}' is {ftype} but placeholder shape '{shape}' gives {shape_type}",
+            hint="use the field's own shape or change the field's type",
+        )
+    if shape_type == "str" and ftype != "str":
+        raise GrammarError(
+            f"{where}: field '{node.name}' is {ftype} but shape '{shape}' gives text",
+            hint="typed fields use int, float, pct or bool shapes",
+        )
+    return shape, shape_type

@@ -1,34 +1,32 @@
-"""Classify pieces of text with the grammars: the fast path (compiled regexes in polars) and the slow path
-(pyparsing, piece by piece). Both return the same `Claims`: one frame per pattern with the typed values
-of the pieces it claimed (first matching pattern wins), plus the pieces nobody claimed.
+"""Classify pieces of text with the grammars' compiled regexes: `Claims`, one frame per pattern with the typed
+values of the pieces it claimed (first matching pattern wins), plus the pieces nobody claimed.
 
-Fast path shape (perf-anchors.md): the prefix regex (without its message capture) splits SGLang lines;
-then, in priority order, each pattern's gate literal selects candidate rows (`str.contains`), its regex runs
-on those only (`extract_groups`, with an empty `_hit` group that tells a match from a miss) and the claimed
-rows leave the working set. Casts follow the field types (int → Int64, float/pct → Float64, bool → 'True').
+One scope at a time (SGLang messages after the prefix, then prefix-less lines), by one of two executors of the
+same regexes, chosen per scope when the engine is compiled: the native matcher (native.py: every pattern in one
+pass, values converted in C) where the extension is built, else polars — in priority order, each pattern's gate
+literal selects candidate rows (`str.contains`), its regex runs on those only (`extract_groups`, with an empty
+`_hit` group that tells a match from a miss) and the claimed rows leave the working set. Casts follow the field
+types (int → Int64, float/pct → Float64, bool → 'True'). tests/test_native.py holds the two to the same rows.
 
 Near misses — a piece that contains a pattern's gate but does not match it and ends up with a more
-generic pattern (or with none) — are format drift. Both paths report the same ones; pyparsing is run on
-the first few only, for its exact error location (column and expected text).
+generic pattern (or with none) — are format drift; pyparsing (the grammar's definition) is run on the first
+few only, for its exact error location (column and expected text).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 
 import numpy as np
 import polars as pl
 
 from speclogs.errors import GrammarError
-from speclogs.grammar import GrammarSet, Pattern, split_rank_tags
+from speclogs.grammar import GrammarSet, Pattern, cast_expr, split_rank_tags
 from speclogs.ingest import native
 
 PREFIX_COLUMNS = ("ts", "rank_tags", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "attn_cp_rank", "moe_dp_rank")
 RANK_COLUMNS = PREFIX_COLUMNS[2:]
 DRIFT_EXAMPLES_PER_PATTERN = 20
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _COMPACT_BELOW = 0.7  # compact the working set when fewer than this share of its rows are still unclaimed
 _PRESENCE_BELOW_ROWS = 20_000  # from this few rows on, find the gates that occur with one multi-literal search
 
@@ -41,7 +39,8 @@ class CompiledPattern:
     pattern: Pattern
     hit_regex: str
     schema: dict[str, pl.DataType]  # output columns (after line_no, piece) in order, with their dtype
-    native: native.Program | None  # hit_regex for the native matcher (None: outside its subset, polars runs it)
+    native: native.Program | None  # the regex for the native matcher (None: outside what it runs; polars runs it)
+    select: tuple[pl.Expr, ...]  # the typed frame's columns, from the claimed rows' metadata and _value_<field> columns
 
     @property
     def name(self) -> str:
@@ -49,37 +48,29 @@ class CompiledPattern:
 
 
 @dataclass(frozen=True)
+class Scope:
+    """The patterns of one scope in priority order, with what each executor needs of them."""
+
+    name: str  # 'message' | 'line'
+    patterns: tuple[CompiledPattern, ...]
+    gates: tuple[str, ...]  # the distinct non-empty gates (polars finds which occur in a chunk at once)
+    native: native.Patterns | None  # laid out for the native matcher; None: polars runs this scope
+
+
+@dataclass(frozen=True)
 class Engine:
-    """A GrammarSet prepared for both paths."""
+    """A GrammarSet compiled for classification."""
 
     grammars: GrammarSet
     prefix_regex: str  # '^(?P<_pfx>…)' capturing the prefix span (not the message) plus ts/ms/rank_tags
     patterns: tuple[CompiledPattern, ...]
-    prefix_native: native.Program | None  # the whole prefix regex (with its message capture) for the native matcher
-
-    def drift_winners(self) -> dict[str, frozenset[str]]:
-        """pattern → the patterns whose claiming its near misses means drift (more generic ones of the same scope)."""
-        cached = self.__dict__.get("_drift_winners")
-        if cached is None:
-            cached = {
-                c.name: frozenset(
-                    w.name for w in self.patterns if w.pattern.scope == c.pattern.scope and is_drift(c.pattern.gate, w.pattern.gate)
-                )
-                for c in self.patterns
-            }
-            object.__setattr__(self, "_drift_winners", cached)
-        return cached
-
-    def gates(self, scope: str) -> tuple[str, ...]:
-        """The distinct non-empty gates of one scope's patterns."""
-        return tuple(dict.fromkeys(c.pattern.gate for c in self.patterns if c.pattern.scope == scope and c.pattern.gate))
+    scopes: tuple[Scope, ...]
+    by_name: dict[str, CompiledPattern]
+    drift_winners: dict[str, frozenset[str]]  # pattern → the more generic ones whose claiming its near misses is drift
+    prefix_native: native.Patterns | None  # the whole prefix regex (with its message capture) for the native matcher
 
     def pattern(self, name: str) -> CompiledPattern:
-        index = self.__dict__.get("_index")
-        if index is None:
-            index = {compiled.name: compiled for compiled in self.patterns}
-            object.__setattr__(self, "_index", index)
-        return index[name]
+        return self.by_name[name]
 
 
 @dataclass(frozen=True)
@@ -103,7 +94,11 @@ class Claims:
     server_args_text: dict[tuple[int, int], str] = field(default_factory=dict)  # (line_no, piece) → message
 
 
-def compile_engine(grammars: GrammarSet) -> Engine:
+def compile_engine(grammars: GrammarSet, *, use_native: bool | None = None) -> Engine:
+    """The grammars ready to classify with: each scope on the native matcher where it is built (`use_native` None:
+    when native.available()) and every pattern of the scope has a program, else on polars."""
+    if use_native is None:
+        use_native = native.available()
     prefix = grammars.prefix
     regex = prefix.regex
     cut = regex.find("(?P<message>")
@@ -116,30 +111,54 @@ def compile_engine(grammars: GrammarSet) -> Engine:
     compiled = []
     for p in grammars.patterns:
         body = p.regex[1:] if p.regex.startswith("^") else p.regex
-        schema: dict[str, pl.DataType] = {}
-        if p.scope == "message":
-            schema["ts"] = pl.Datetime("us")
-            schema["rank_tags"] = pl.Utf8
-            for column in RANK_COLUMNS:
-                schema[column] = pl.Int32
-        for f in p.fields:
-            schema[f.name] = _DTYPES.get(f.type, pl.Utf8)
-        for name, value in p.constants.items():
+        hit_regex = "^(?P<_hit>)" + body
+        schema = _schema(p)
+        compiled.append(CompiledPattern(pattern=p, hit_regex=hit_regex, schema=schema,
+                                        native=native.program_of(p.parsed) if use_native else None,
+                                        select=_typed_select(p, schema)))
+    patterns = tuple(compiled)
+    drift_winners = {
+        c.name: frozenset(w.name for w in patterns if w.pattern.scope == c.pattern.scope and is_drift(c.pattern.gate, w.pattern.gate))
+        for c in patterns
+    }
+    scopes = tuple(_scope(name, tuple(c for c in patterns if c.pattern.scope == name), use_native) for name in ("message", "line"))
+    prefix_program = native.program_of(prefix.parsed) if use_native else None
+    prefix_native = None
+    if prefix_program is not None and {"ts", "ms", "rank_tags", "message"} <= prefix_program.groups.keys():
+        prefix_native = native.Patterns([(prefix_program, "", _PREFIX_FIELDS)])
+    return Engine(grammars=grammars, prefix_regex=prefix_regex, patterns=patterns, scopes=scopes,
+                  by_name={c.name: c for c in patterns}, drift_winners=drift_winners, prefix_native=prefix_native)
+
+
+def _schema(p: Pattern) -> dict[str, pl.DataType]:
+    schema: dict[str, pl.DataType] = {}
+    if p.scope == "message":
+        schema["ts"] = pl.Datetime("us")
+        schema["rank_tags"] = pl.Utf8
+        for column in RANK_COLUMNS:
+            schema[column] = pl.Int32
+    for f in p.fields:
+        schema[f.name] = _DTYPES.get(f.type, pl.Utf8)
+    for name, value in p.constants.items():
+        if name not in schema:
+            schema[name] = _constant_dtype(value)
+    if p.derive is not None:
+        for name in p.derive({}):
             if name not in schema:
-                schema[name] = _constant_dtype(value)
-        if p.derive is not None:
-            for name in p.derive({}):
-                if name not in schema:
-                    schema[name] = pl.Int32 if name.endswith("_rank") else pl.Utf8
-        compiled.append((p, "^(?P<_hit>)" + body, schema))
-    prefix_native, *programs = native.programs([regex] + [hit_regex for _, hit_regex, _ in compiled])
-    compiled = [
-        CompiledPattern(pattern=p, hit_regex=hit_regex, schema=schema, native=program)
-        for (p, hit_regex, schema), program in zip(compiled, programs)
-    ]
-    if prefix_native is not None and not {"ts", "ms", "rank_tags", "message"} <= prefix_native.groups.keys():
-        prefix_native = None
-    return Engine(grammars=grammars, prefix_regex=prefix_regex, patterns=tuple(compiled), prefix_native=prefix_native)
+                schema[name] = pl.Int32 if name.endswith("_rank") else pl.Utf8
+    return schema
+
+
+def _scope(name: str, patterns: tuple[CompiledPattern, ...], use_native: bool) -> Scope:
+    gates = tuple(dict.fromkeys(c.pattern.gate for c in patterns if c.pattern.gate))
+    table = None
+    if use_native and patterns and all(c.native is not None for c in patterns):
+        pattern_gates = [c.pattern.gate for c in patterns]
+        # _near_misses reads a near miss only when its piece went to no pattern or to a more generic one (is_drift)
+        near_after = [any(is_drift(gate, winner) for gate in pattern_gates[:w]) for w, winner in enumerate(pattern_gates)]
+        table = native.Patterns([(c.native, c.pattern.gate, {f.name: f.type for f in c.pattern.fields}) for c in patterns],
+                                near_after)
+    return Scope(name=name, patterns=patterns, gates=gates, native=table)
 
 
 def _constant_dtype(value: object) -> pl.DataType:
@@ -161,16 +180,13 @@ def is_server_args(pattern: Pattern) -> bool:
 # fast path
 
 
-def classify_fast(engine: Engine, pieces: pl.DataFrame, *, use_native: bool | None = None) -> Claims:
-    """Classify the piece frame (line_no, piece, text) with the compiled regexes: in one pass of the native
-    matcher per scope where it is built (native.py), else pattern by pattern in polars; both give the same rows.
+def classify(engine: Engine, pieces: pl.DataFrame) -> Claims:
+    """Classify the piece frame (line_no, piece, text): split off the SGLang prefix, then each scope by its executor.
 
     Per scope, the working set is narrow: the text to match and each row's index into the scope's metadata
     (line_no, piece, and for messages ts and ranks), which is gathered only for the rows a pattern claims."""
-    if use_native is None:
-        use_native = native.available()
     text = pieces.get_column("text")
-    split = _split_prefix_native(engine, text) if use_native and engine.prefix_native is not None else None
+    split = _split_prefix_native(engine, text) if engine.prefix_native is not None else None
     prefixed, message, prefix_groups = split if split is not None else _split_prefix(engine, text)
     message_rows = pieces.filter(prefixed)
     msg_meta = _with_ranks(
@@ -184,21 +200,18 @@ def classify_fast(engine: Engine, pieces: pl.DataFrame, *, use_native: bool | No
         )
     )
     line_rows = pieces.filter(~prefixed)
-    scopes = {
+    inputs = {
         "message": (message.alias("src"), msg_meta),
         "line": (line_rows.get_column("text").alias("src"), line_rows.select("line_no", "piece")),
     }
-    drift_winners = engine.drift_winners()
-    found = _Found(eligible=set().union(*drift_winners.values()) if drift_winners else set())
+    found = _Found(eligible=set().union(*engine.drift_winners.values()) if engine.drift_winners else set())
     unclaimed_parts = []
-    for scope, (src, meta) in scopes.items():
-        patterns = [c for c in engine.patterns if c.pattern.scope == scope]
-        left = None
-        if use_native and src.len() and patterns and all(c.native is not None for c in patterns):
-            left = _classify_native(patterns, src, meta, found)
+    for scope in engine.scopes:
+        src, meta = inputs[scope.name]
+        left = _classify_native(scope, src, meta, found) if scope.native is not None and src.len() else None
         if left is None:
-            left = _classify_polars(patterns, src, meta, found, engine.gates(scope))
-        unclaimed_parts.append(left.with_columns(pl.lit(scope == "message").alias("prefixed")))
+            left = _classify_polars(scope, src, meta, found)
+        unclaimed_parts.append(left.with_columns(pl.lit(scope.name == "message").alias("prefixed")))
     unclaimed = pl.concat(unclaimed_parts).sort(["line_no", "piece"]) if unclaimed_parts else _empty_unclaimed()
     # unclaimed message-scope pieces: report the whole piece text, prefix included
     if unclaimed.filter(pl.col("prefixed")).height:
@@ -243,10 +256,11 @@ class _Found:
         self.near_ids[compiled.name] = meta.select("line_no", "piece").with_columns(texts.alias("src"))
 
 
-def _classify_native(patterns: list[CompiledPattern], src: pl.Series, meta: pl.DataFrame, found: _Found) -> pl.DataFrame | None:
+def _classify_native(scope: Scope, src: pl.Series, meta: pl.DataFrame, found: _Found) -> pl.DataFrame | None:
     """One scope in one pass of the native matcher; the rows nobody claimed (line_no, piece, text), or None when
     the matcher left rows undecided (the caller then runs polars)."""
-    result = native.classify(src, _native_patterns(patterns))
+    patterns = scope.patterns
+    result = native.classify(src, scope.native)
     if result is None:
         return None
     winner = result.winner
@@ -280,11 +294,10 @@ def _classify_native(patterns: list[CompiledPattern], src: pl.Series, meta: pl.D
     return meta.gather(nobody).select("line_no", "piece").with_columns(src.gather(nobody).alias("text"))
 
 
-def _classify_polars(patterns: list[CompiledPattern], src: pl.Series, meta: pl.DataFrame, found: _Found,
-                     gates: tuple[str, ...]) -> pl.DataFrame:
+def _classify_polars(scope: Scope, src: pl.Series, meta: pl.DataFrame, found: _Found) -> pl.DataFrame:
     """One scope pattern by pattern in polars: gate, regex on the candidates, claimed rows leave the working set."""
-    work = _Work(src, meta, gates)
-    for compiled in patterns:
+    work = _Work(src, meta, scope.gates)
+    for compiled in scope.patterns:
         if work.alive_count == 0:
             break
         candidates = work.candidates(compiled.pattern.gate)
@@ -363,30 +376,12 @@ def _split_prefix(engine: Engine, text: pl.Series) -> tuple[pl.Series, pl.Series
     return prefixed, message, prefix_groups
 
 
-def _native_patterns(patterns: list[CompiledPattern]) -> native.Patterns:
-    """One scope's patterns laid out for the native matcher, once (kept on the first pattern's compiled form)."""
-    cache = patterns[0].__dict__.setdefault("_native_patterns", {})
-    key = tuple(c.name for c in patterns)
-    table = cache.get(key)
-    if table is None:
-        gates = [c.pattern.gate for c in patterns]
-        # _near_misses reads a near miss only when its piece went to no pattern or to a more generic one (is_drift)
-        near_after = [any(is_drift(gate, winner) for gate in gates[:w]) for w, winner in enumerate(gates)]
-        table = cache[key] = native.Patterns([(c.native, c.pattern.gate, {f.name: f.type for f in c.pattern.fields})
-                                               for c in patterns], near_after)
-    return table
-
-
 _PREFIX_FIELDS = {"ts": "timestamp", "ms": "int", "rank_tags": "str", "message": "str"}
 
 
 def _split_prefix_native(engine: Engine, text: pl.Series) -> tuple[pl.Series, pl.Series, pl.DataFrame] | None:
     """The same with the native matcher (None when it leaves any row undecided: polars then does the chunk)."""
-    table = engine.__dict__.get("_native_prefix")
-    if table is None:
-        table = native.Patterns([(engine.prefix_native, "", _PREFIX_FIELDS)])
-        object.__setattr__(engine, "_native_prefix", table)
-    result = native.classify(text, table)
+    result = native.classify(text, engine.prefix_native)
     if result is None:
         return None
     hit_rows = np.flatnonzero(result.winner == 0)
@@ -434,8 +429,8 @@ def _ts_column(prefix_groups: pl.DataFrame) -> pl.Series:
 
 
 def _with_ranks(work: pl.DataFrame) -> pl.DataFrame:
-    """Rank tags are few distinct strings: split each once (same function as the slow path) and map them;
-    a rank no tag mentions (e.g. DP in a TP-only log) is a NULL column without a pass over the rows."""
+    """Rank tags are few distinct strings: split each once (the grammar's own split) and map them; a rank no
+    tag mentions (e.g. DP in a TP-only log) is a NULL column without a pass over the rows."""
     distinct = work.get_column("rank_tags").unique().to_list()
     split = {tags: split_rank_tags(tags) for tags in distinct}
     columns = []
@@ -448,56 +443,35 @@ def _with_ranks(work: pl.DataFrame) -> pl.DataFrame:
     return work.with_columns(columns)
 
 
-def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame:
-    """The claimed rows' metadata (line_no, piece, prefix columns) and typed values, in schema order, in one pass."""
-    p = compiled.pattern
-    keep = ("line_no", "piece", *(PREFIX_COLUMNS if p.scope == "message" else ()))
-    source = pl.DataFrame(
-        [matched.get_column(column) for column in keep]
-        + [values.get_column(f.name).alias(_VALUE + f.name) for f in p.fields if f.name in values.columns]
-    )
-    exprs, keys, select = _typed_exprs(compiled, keep, tuple(values.columns))
-    if p.derive is not None and p.scope != "message":
-        frame = source.select(keys + [expr.alias(name) for name, expr in exprs.items()])
-        derived = [p.derive(row) for row in frame.to_dicts()]
-        for name in compiled.schema:
-            if name not in frame.columns:
-                frame = frame.with_columns(pl.Series(name, [d.get(name) for d in derived], dtype=compiled.schema[name]))
-        return frame.select(["line_no", "piece", *compiled.schema]).cast({"line_no": pl.Int64, "piece": pl.Int32, **compiled.schema})
-    return source.select(select)
-
-
-def _typed_exprs(compiled: CompiledPattern, keep: tuple[str, ...], value_columns: tuple[str, ...]) -> tuple:
-    """(column → expression, key expressions, the whole select) for a pattern's typed frame; built once per pattern
-    and set of captured columns (building them costs ~1 ms a chunk and pattern, more than the select on few rows)."""
-    cache = compiled.__dict__.setdefault("_typed_exprs", {})
-    found = cache.get((keep, value_columns))
-    if found is None:
-        p = compiled.pattern
-        exprs: dict[str, pl.Expr] = {column: pl.col(column) for column in keep[2:]}
-        for f in p.fields:
-            exprs[f.name] = pl.col(_VALUE + f.name) if f.name in value_columns else pl.lit(None, dtype=_DTYPES.get(f.type, pl.Utf8))
-        for name, value in p.constants.items():
-            exprs.setdefault(name, pl.lit(value, dtype=compiled.schema[name]))
-        keys = [pl.col("line_no").cast(pl.Int64), pl.col("piece").cast(pl.Int32)]
-        found = cache[(keep, value_columns)] = (exprs, keys, keys + [exprs[name].cast(dtype).alias(name) for name, dtype in compiled.schema.items()])
-    return found
-
-
 _VALUE = "_value_"  # prefix of the captured values' columns while they are typed (no clash with line_no, piece, ts …)
 
 
-def cast_expr(raw: pl.Expr, type_name: str) -> pl.Expr:
-    """A captured string → the field type's value, as every fast-path row is cast (unparseable → NULL)."""
-    if type_name == "int":
-        return raw.cast(pl.Int64, strict=False)
-    if type_name == "float":
-        return raw.cast(pl.Float64, strict=False)
-    if type_name == "pct":
-        return raw.str.strip_chars_end("%").cast(pl.Float64, strict=False)
-    if type_name == "bool":
-        return raw == "True"
-    return raw.cast(pl.Utf8)
+def _typed_select(p: Pattern, schema: dict[str, pl.DataType]) -> tuple[pl.Expr, ...]:
+    """The select that turns a claimed rows' source frame (line_no, piece, prefix columns for messages, and one
+    _value_<field> column per field) into the pattern's typed frame, in schema order."""
+    keep = PREFIX_COLUMNS if p.scope == "message" else ()
+    exprs: dict[str, pl.Expr] = {column: pl.col(column) for column in keep}
+    for f in p.fields:
+        exprs[f.name] = pl.col(_VALUE + f.name)
+    for name, value in p.constants.items():
+        exprs.setdefault(name, pl.lit(value, dtype=schema[name]))
+    keys = (pl.col("line_no").cast(pl.Int64), pl.col("piece").cast(pl.Int32))
+    return keys + tuple(exprs[name].cast(dtype).alias(name) for name, dtype in schema.items())
+
+
+def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame:
+    """The claimed rows' metadata (line_no, piece, prefix columns) and typed values, in schema order, in one pass
+    (a field the executor did not capture, because its group never took part, is NULL)."""
+    p = compiled.pattern
+    keep = ("line_no", "piece", *(PREFIX_COLUMNS if p.scope == "message" else ()))
+    n = matched.height
+    source = pl.DataFrame(
+        [matched.get_column(column) for column in keep]
+        + [values.get_column(f.name).alias(_VALUE + f.name) if f.name in values.columns
+           else pl.Series(_VALUE + f.name, [None], dtype=_DTYPES.get(f.type, pl.Utf8)).new_from_index(0, n)
+           for f in p.fields]
+    )
+    return source.select(compiled.select)
 
 
 def _near_misses(
@@ -506,10 +480,9 @@ def _near_misses(
     """Gate passed, regex failed, and the piece went to a more generic pattern (or to none): drift."""
     counts: dict[str, int] = {}
     examples: list[NearMiss] = []
-    drift_winners = engine.drift_winners()
     unclaimed_keys = unclaimed.select("line_no", "piece")
     for name, ids in near_ids.items():
-        ends = [winners[w] for w in drift_winners.get(name, ()) if w in winners] + [unclaimed_keys]
+        ends = [winners[w] for w in engine.drift_winners.get(name, ()) if w in winners] + [unclaimed_keys]
         drift = ids.join(pl.concat(ends), on=["line_no", "piece"], how="semi")
         if drift.height == 0:
             continue
@@ -536,143 +509,3 @@ def explain_miss(pattern: Pattern, text: str) -> str:
     except pp.ParseBaseException as error:
         return f"{error.msg} at col {error.col}"
     return "the compiled regex rejects it but pyparsing accepts it (grammar compiler bug)"
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# slow path
-
-
-def classify_slow(engine: Engine, pieces: list[tuple[int, int, str]], *, method: str = "pyparsing") -> Claims:
-    """Same result as classify_fast, piece by piece in Python.
-
-    method='pyparsing' runs each pattern's pyparsing element (the definition: for tests and diagnostics);
-    method='regex' runs the compiled regexes with Python's re (the quick path for small inputs, where
-    polars' per-operation cost dominates)."""
-    grammars = engine.grammars
-    prefix = grammars.prefix
-    use_regex = method == "regex"
-    rows: dict[str, list[dict]] = {}
-    unclaimed_rows: list[tuple[int, int, str, bool]] = []
-    near: dict[str, list[tuple[int, int, str, str | None]]] = {}
-    server_args_text: dict[tuple[int, int], str] = {}
-    prefix_re = re.compile(engine.prefix_regex)
-    by_scope = {scope: [p for p in grammars.patterns if p.scope == scope] for scope in ("message", "line")}
-    prefixed_pieces = 0
-    for line_no, piece, text in pieces:
-        head = prefix_re.match(text) if text.startswith("[") else None
-        if head is None:
-            values_prefix = None
-        elif use_regex:
-            values_prefix = {k: v for k, v in head.groupdict().items() if k != "_pfx"}
-            values_prefix["ms"] = None if values_prefix.get("ms") is None else _clamp(int(values_prefix["ms"]))
-            values_prefix["message"] = text[head.end():]
-        else:
-            values_prefix = prefix.parse(text)
-        if values_prefix is not None:
-            prefixed_pieces += 1
-            scope, src = "message", values_prefix.get("message") or ""
-        else:
-            scope, src = "line", text
-        winner: Pattern | None = None
-        winner_values: dict | None = None
-        passed: list[str] = []
-        for p in by_scope[scope]:
-            if p.gate and p.gate not in src:
-                continue
-            values = p.match(src) if use_regex else p.parse(src)
-            if values is None:
-                passed.append(p.name)
-                continue
-            winner, winner_values = p, values
-            break
-        for name in passed:
-            near.setdefault(name, []).append((line_no, piece, src, None if winner is None else winner.gate))
-        if winner is None:
-            unclaimed_rows.append((line_no, piece, text, scope == "message"))
-            continue
-        row = {"line_no": line_no, "piece": piece}
-        if scope == "message":
-            row["ts"] = ts_value(values_prefix.get("ts"), values_prefix.get("ms"))
-            row["rank_tags"] = values_prefix.get("rank_tags") or ""
-            ranks = _ranks(row["rank_tags"])
-            for column in RANK_COLUMNS:
-                row[column] = ranks.get(column)
-        for name, value in winner_values.items():
-            if name in row:
-                continue
-            row[name] = _clamp(value)
-        rows.setdefault(winner.name, []).append(row)
-        if is_server_args(winner):
-            server_args_text[(line_no, piece)] = src
-    frames = {}
-    for name, pattern_rows in rows.items():
-        compiled = engine.pattern(name)
-        schema = {"line_no": pl.Int64, "piece": pl.Int32, **compiled.schema}
-        frames[name] = pl.DataFrame(
-            [{column: row.get(column) for column in schema} for row in pattern_rows], schema=schema, orient="row"
-        )
-    unclaimed = (
-        pl.DataFrame(unclaimed_rows, schema={"line_no": pl.Int64, "piece": pl.Int32, "text": pl.Utf8, "prefixed": pl.Boolean}, orient="row")
-        if unclaimed_rows
-        else _empty_unclaimed()
-    )
-    gates = {p.name: p.gate for p in grammars.patterns}
-    counts: dict[str, int] = {}
-    examples: list[NearMiss] = []
-    for name, items in near.items():
-        drift = [(line_no, piece, src) for line_no, piece, src, winner_gate in items if is_drift(gates[name], winner_gate)]
-        if not drift:
-            continue
-        counts[name] = len(drift)
-        pattern = engine.pattern(name).pattern
-        for line_no, piece, src in sorted(drift)[:DRIFT_EXAMPLES_PER_PATTERN]:
-            examples.append(NearMiss(name, line_no, piece, src, explain_miss(pattern, src)))
-    return Claims(
-        frames=frames,
-        unclaimed=unclaimed,
-        prefixed_pieces=prefixed_pieces,
-        near_miss_counts=counts,
-        near_misses=examples,
-        server_args_text=server_args_text,
-    )
-
-
-_RANK_CACHE: dict[str, dict[str, int | None]] = {}
-
-
-def _ranks(rank_tags: str) -> dict[str, int | None]:
-    cached = _RANK_CACHE.get(rank_tags)
-    if cached is None:
-        cached = _RANK_CACHE[rank_tags] = split_rank_tags(rank_tags)
-    return cached
-
-
-_TS_CACHE: dict[str, datetime | None] = {}
-
-
-def ts_value(ts: str | None, ms: object) -> datetime | None:
-    """The slow paths' twin of _ts_column: 'YYYY-MM-DD HH:MM:SS' (+ ms) → datetime; other forms → None."""
-    if not ts or len(ts) != 19:
-        return None
-    value = _TS_CACHE.get(ts, _MISSING)
-    if value is _MISSING:
-        try:
-            value = datetime.strptime(ts, _TS_FORMAT) if ts[4] == "-" and ts[10] == " " else None
-        except ValueError:
-            value = None
-        if len(_TS_CACHE) > 100_000:
-            _TS_CACHE.clear()
-        _TS_CACHE[ts] = value
-    if value is not None and isinstance(ms, int):
-        value += timedelta(milliseconds=ms)
-    return value
-
-
-_MISSING = object()
-
-
-def _clamp(value: object) -> object:
-    """Integers outside BIGINT become NULL, as the fast path's cast does."""
-    if isinstance(value, int) and not isinstance(value, bool) and not _INT64_MIN <= value <= _INT64_MAX:
-        return None
-    return value

@@ -7,8 +7,8 @@ bar is cut off into its own piece (it keeps the physical line number), and outer
 docker compose / Ray / kubectl / journald / `docker logs -t` are peeled. Lines longer than MAX_LINE_BYTES
 are not parsed at all: they are stored as unparsed, truncated, with reason 'line too long'.
 
-Both parse paths (the polars fast path and the pyparsing slow path) get their pieces from here, so they
-see exactly the same text.
+The native matcher splits lines where it is built (views into the chunk, with flags for odd lines); polars'
+CSV reader otherwise. Both give the same lines (tests/test_native.py).
 """
 
 from __future__ import annotations
@@ -203,30 +203,3 @@ def build_lines(data: bytes | memoryview, first_line_no: int = 1, line_count: in
         blank=tuple(blank),
         too_long=too_long,
     )
-
-
-def pieces_slow(data: bytes, first_line_no: int = 1) -> tuple[list[tuple[int, int, str]], int, list[int], list[tuple[int, int]]]:
-    """Pure-Python twin of build_lines for the slow path: (pieces, total_lines, blank, too_long).
-
-    Every line goes through split_pieces (the fast path sends only odd lines there; on ordinary lines
-    split_pieces is the identity, which the path-equivalence test checks)."""
-    text = data.decode("utf-8") if isinstance(data, bytes) else bytes(data).decode("utf-8")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    pieces: list[tuple[int, int, str]] = []
-    blank: list[int] = []
-    too_long: list[tuple[int, int]] = []
-    for offset, line in enumerate(lines):
-        line_no = first_line_no + offset
-        if line.endswith("\r"):
-            line = line[:-1]
-        size = len(line.encode("utf-8"))
-        if size > MAX_LINE_BYTES:
-            too_long.append((line_no, size))
-            continue
-        parts = split_pieces(line)
-        if not parts:
-            blank.append(line_no)
-        pieces.extend((line_no, index, part) for index, part in enumerate(parts))
-    return pieces, len(lines), blank, too_long

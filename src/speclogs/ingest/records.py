@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from speclogs.grammar import parse_server_args, split_rank_tags
-from speclogs.ingest.classify import Claims, Engine, NearMiss, ts_value, is_server_args
+from speclogs.ingest.classify import Claims, Engine, NearMiss, is_server_args
 from speclogs.ingest.lines import RAW_KEEP_CHARS
 
 ERRORS_TABLE = "errors"
@@ -80,7 +80,7 @@ def assemble(
 
     # 1. error records out of heads / frames / ends and the unclaimed or blank lines around them
     error_frames = {name: frame for name, frame in claims.frames.items() if patterns[name].table == ERRORS_TABLE}
-    records, continuation_keys, orphan_keys = _group_errors(engine, error_frames, claims.unclaimed, blank, raw_lines)
+    records, continuation_keys, orphan_keys = _group_errors(engine, claims, error_frames, blank, raw_lines)
 
     # 2. typed tables
     by_table: dict[str, list[pl.DataFrame]] = {}
@@ -220,8 +220,8 @@ class _Record:
 
 def _group_errors(
     engine: Engine,
+    claims: Claims,
     error_frames: dict[str, pl.DataFrame],
-    unclaimed: pl.DataFrame,
     blank,
     raw_lines: pl.DataFrame,
 ) -> tuple[list[_Record], set[tuple[int, int]], set[tuple[int, int]]]:
@@ -232,6 +232,7 @@ def _group_errors(
     (e.g. 'ERROR:    Exception in ASGI application') makes that line the record's first line."""
     events: list[tuple[int, int, str, dict, str]] = []
     scopes = {c.name: c.pattern.scope for c in engine.patterns}
+    unclaimed = claims.unclaimed
     for name, frame in error_frames.items():
         for row in frame.iter_rows(named=True):
             events.append((row["line_no"], row["piece"], row.get(ROLE_COLUMN) or HEAD, row, scopes[name]))
@@ -280,35 +281,32 @@ def _group_errors(
         else:
             current = None  # an unrelated line closes the record
     if bare_heads:
-        _attach_to_previous_line(engine, bare_heads, raw_lines, continuation)
+        _attach_to_previous_line(engine, claims, bare_heads, raw_lines, continuation)
     return records, continuation, orphans
 
 
-def _attach_to_previous_line(engine: Engine, bare_heads: list[_Record], raw_lines: pl.DataFrame, continuation) -> None:
+def _attach_to_previous_line(engine: Engine, claims: Claims, bare_heads: list[_Record], raw_lines: pl.DataFrame,
+                             continuation) -> None:
     """'[ts] ERROR:    Exception in ASGI application' + 'Traceback …': the SGLang line is where the record begins."""
-    import re
-
-    wanted = [record.members[0][0] - 1 for record in bare_heads]
-    raw = dict(raw_lines.filter(pl.col("line_no").is_in(wanted)).iter_rows())
-    prefix = re.compile(engine.prefix_regex)
+    wanted = {record.members[0][0] - 1 for record in bare_heads if record.members[0][1] == 0}
+    raw = dict(raw_lines.filter(pl.col("line_no").is_in(list(wanted))).iter_rows())
+    prefixed: dict[int, dict] = {}  # line_no → the prefix columns of the SGLang line there
+    for name, frame in claims.frames.items():
+        if engine.pattern(name).pattern.scope != "message" or not frame.height:
+            continue
+        for row in frame.filter(pl.col("line_no").is_in(list(wanted)) & (pl.col("piece") == 0)).select(
+            "line_no", "ts", "rank_tags", "tp_rank"
+        ).iter_rows(named=True):
+            prefixed[row["line_no"]] = row
     for record in bare_heads:
         line_no, piece = record.members[0]
-        previous = raw.get(line_no - 1)
-        if previous is None or record.members[0][1] != 0:
-            continue
-        head = prefix.match(previous)
-        message = previous[head.end():] if head else ""
-        if head is None or not ("Exception" in message or "Error" in message or message.rstrip().endswith(":")):
+        head = prefixed.get(line_no - 1)
+        previous = raw.get(line_no - 1, "")
+        if piece != 0 or head is None or not ("Exception" in previous or "Error" in previous or previous.rstrip().endswith(":")):
             continue
         continuation.add((line_no, piece))
         record.members.insert(0, (line_no - 1, 0))
-        values = head.groupdict()
-        record.head = {
-            "kind": "traceback",
-            "ts": ts_value(values.get("ts"), int(values["ms"]) if values.get("ms") else None),
-            "rank_tags": values.get("rank_tags") or "",
-            "tp_rank": split_rank_tags(values.get("rank_tags")).get("tp_rank"),
-        }
+        record.head = {"kind": "traceback", "ts": head["ts"], "rank_tags": head["rank_tags"] or "", "tp_rank": head["tp_rank"]}
 
 
 def _errors_frame(records: list[_Record], raw_lines: pl.DataFrame) -> pl.DataFrame:

@@ -71,7 +71,7 @@ NO_SGLANG_WARNING = "no SGLang lines: is this an SGLang log?"
 
 
 def schema_sql() -> str:
-    return resources.files("speclogs").joinpath("schema.sql").read_text(encoding="utf-8")
+    return resources.files("speclogs.store").joinpath("schema.sql").read_text(encoding="utf-8")
 
 
 VIEWS_SQL = """
@@ -294,7 +294,6 @@ def ingest_paths(
     replace: bool = False,
     run_name: str | None = None,
     on_progress: Callable[[ProgressEvent], None] | None = None,
-    method: str = "auto",
     grammar_paths: Sequence[Path] = (),
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> IngestSummary:
@@ -302,7 +301,7 @@ def ingest_paths(
 
     replace=True re-ingests files already stored (their rows are deleted first); without it a file whose
     content is already stored is skipped as unchanged, and a file whose content changed is skipped with a
-    hint to use replace. `method` picks the line classifier ('auto', 'polars', 'regex', 'pyparsing'; same rows).
+    hint to use replace.
     Raises InputError for a named path that does not exist, StoreError when the database is locked by
     another writer, GrammarError for a broken user grammar.
     """
@@ -338,7 +337,7 @@ def ingest_paths(
                     ProgressEvent(_short(item.source_file), done_before + int(fraction * item.size_bytes),
                                   tally.bytes_total, index, tally.files_total, show)
                 )
-            _ingest_one(writer, item, engine, stored, replace=replace, method=method, chunk_bytes=chunk_bytes)
+            _ingest_one(writer, item, engine, stored, replace=replace, chunk_bytes=chunk_bytes)
             tally.bytes_done += item.size_bytes
         writer.flush()
         if on_progress is not None:
@@ -373,7 +372,7 @@ def _short(source_file: str) -> str:
 _FAILURES = (duckdb.Error, pl.exceptions.PolarsError, SpeclogsError, ValueError, OSError)
 
 
-def _ingest_one(writer: "_Writer", item: InputFile, engine, stored: dict[str, set[str]], *, replace: bool, method: str, chunk_bytes: int) -> None:
+def _ingest_one(writer: "_Writer", item: InputFile, engine, stored: dict[str, set[str]], *, replace: bool, chunk_bytes: int) -> None:
     tally = writer.tally
     raw = read_input(item)
     source_file = item.source_file
@@ -395,13 +394,13 @@ def _ingest_one(writer: "_Writer", item: InputFile, engine, stored: dict[str, se
     prepared = _Prepared(item=item, source_file=source_file, raw=raw, replaces=bool(known), counts=_FileCounts(kind=item.kind))
     if item.kind == "log" and (raw.stream is not None or len(raw.data) >= STREAM_MIN_BYTES):
         writer.flush()
-        writer.write_streaming(prepared, engine, method=method, chunk_bytes=chunk_bytes)
+        writer.write_streaming(prepared, engine, chunk_bytes=chunk_bytes)
         stored.setdefault(source_file, set()).add(raw.sha256)
         return
     stored.setdefault(source_file, set()).add(raw.sha256)
     started = time.perf_counter()
     try:
-        _parse_file(prepared, engine, prepared.keep, method=method, chunk_bytes=chunk_bytes)
+        _parse_file(prepared, engine, prepared.keep, chunk_bytes=chunk_bytes)
     except _FAILURES as error:
         tally.skip(f"failed ({type(error).__name__}: {_first_line(error)})", source_file)
         return
@@ -446,7 +445,7 @@ class _Prepared:
             self.counts.rows[table] += frame.height
 
 
-def _parse_file(prepared: _Prepared, engine, emit, *, method: str, chunk_bytes: int, on_chunk=None) -> None:
+def _parse_file(prepared: _Prepared, engine, emit, *, chunk_bytes: int, on_chunk=None) -> None:
     """Parse one file, handing every table frame to `emit(table, frame)`; fills counts, facts, launch rows."""
     item, raw, counts = prepared.item, prepared.raw, prepared.counts
     if item.kind == "log":
@@ -454,7 +453,7 @@ def _parse_file(prepared: _Prepared, engine, emit, *, method: str, chunk_bytes: 
         launch_facts: list[tuple[int, str, object]] = []
         drift_examples = []
         prefixed = 0
-        for chunk in parse_log_chunks(raw.stream or raw.data, engine, method=method, chunk_bytes=chunk_bytes):
+        for chunk in parse_log_chunks(raw.stream or raw.data, engine, chunk_bytes=chunk_bytes):
             for table, frame in chunk.tables.items():
                 emit(table, frame)
             counts.total += chunk.total_lines
@@ -479,7 +478,7 @@ def _parse_file(prepared: _Prepared, engine, emit, *, method: str, chunk_bytes: 
                 )
         if raw.stream is not None:  # what reading found comes first, as for a file read whole
             counts.warnings[:0] = raw.stream.warnings()
-        note = engine_note(item.size_bytes, method)
+        note = engine_note(engine, item.size_bytes)
         if note is not None:
             counts.warnings.append(note)
         if counts.total and prefixed == 0:
@@ -576,7 +575,7 @@ class _Writer:
         _insert(connection, self.columns, "files", pl.DataFrame([_file_row(p) for p in batch], schema=_FILE_TYPES, orient="row"))
         _upsert_runs(connection, batch)
 
-    def write_streaming(self, prepared: _Prepared, engine, *, method: str, chunk_bytes: int) -> None:
+    def write_streaming(self, prepared: _Prepared, engine, *, chunk_bytes: int) -> None:
         """A big log, in one transaction: a parser thread turns chunks into frames while this thread inserts the
         previous ones (polars and DuckDB both release the GIL, so the two overlap on two cores)."""
         connection = self.connection
@@ -597,7 +596,7 @@ class _Writer:
 
         def produce() -> None:
             try:
-                _parse_file(prepared, engine, emit, method=method, chunk_bytes=chunk_bytes, on_chunk=chunk_done)
+                _parse_file(prepared, engine, emit, chunk_bytes=chunk_bytes, on_chunk=chunk_done)
             except _Stopped:
                 pass
             except _FAILURES as error:

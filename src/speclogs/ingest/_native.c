@@ -7,8 +7,12 @@
  * budget exceeded, a number in a form it does not convert) it marks UNDECIDED, and the caller runs polars'
  * regex on those rows. Text is valid UTF-8 (the ingest repairs it before); classes are matched by character.
  *
- * Built at first use by native.py (cc -O2 -shared); no Python headers are needed (called through ctypes).
+ * An ordinary CPython extension module (speclogs.ingest._native), built with the package (setup.py); the
+ * Python side (native.py) builds the programs and hands buffers over (the buffer protocol: numpy arrays, pyarrow
+ * buffers, bytes). The matching functions release the GIL, so two parse threads match at once.
  */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
 #include <stdint.h>
 #include <string.h>
 #include <stdlib.h>
@@ -424,7 +428,7 @@ static inline const uint8_t *row_text(const uint8_t *views, const uint8_t *const
  * a near miss of it when it contains the gate; that search is only made for rows that nothing wins or whose
  * winner has near_after set (the caller says which winners' near misses it reads). Near misses come in row
  * order for each pattern. */
-void sl_classify(const pattern_t *patterns, int32_t n_patterns, const uint8_t *views, const uint8_t *const *buffers,
+static void sl_classify(const pattern_t *patterns, int32_t n_patterns, const uint8_t *views, const uint8_t *const *buffers,
                  const uint8_t *validity, int64_t offset, const int64_t *rows, int64_t n, int32_t *winner,
                  uint8_t *cells, uint8_t *cell_valid, int64_t *cell_at, uint8_t *left, int64_t *near_rows,
                  int32_t *near_patterns, int64_t near_capacity, int64_t *n_near) {
@@ -497,7 +501,7 @@ void sl_classify(const pattern_t *patterns, int32_t n_patterns, const uint8_t *v
 /* The cells of rows pick[0..n) into columns, in one pass over them (a pass per column would read every row's
  * cells once per column): for column c, width[c] bytes of each cell (1 bool, 8 number, 16 string view) into
  * out[c] and its valid flag into valid[c]. */
-void sl_cells(const uint8_t *cells, const uint8_t *cell_valid, const int64_t *cell_at, const int64_t *pick, int64_t n,
+static void sl_cells(const uint8_t *cells, const uint8_t *cell_valid, const int64_t *cell_at, const int64_t *pick, int64_t n,
               int32_t n_columns, const int32_t *width, uint8_t *const *out, uint8_t *const *valid) {
     for (int64_t j = 0; j < n; j++) {
         int64_t at = cell_at[pick[j]];
@@ -513,7 +517,7 @@ void sl_cells(const uint8_t *cells, const uint8_t *cell_valid, const int64_t *ce
 
 /* Copies of n string views whose text lives in new_data alone (one buffer, sized by the caller), so that a
  * small captured value does not keep the whole chunk's text alive. */
-void sl_own_views(const uint8_t *views, const uint8_t *const *buffers, int64_t n, uint8_t *out_views,
+static void sl_own_views(const uint8_t *views, const uint8_t *const *buffers, int64_t n, uint8_t *out_views,
                   uint8_t *new_data) {
     int32_t at = 0, zero = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -537,7 +541,7 @@ void sl_own_views(const uint8_t *views, const uint8_t *const *buffers, int64_t n
  * a kubectl '[pod/' prefix), LINE_UNBRACKETED (does not start with '['), LINE_TOO_LONG (over max_bytes). */
 enum { LINE_ODD = 1, LINE_UNBRACKETED = 2, LINE_TOO_LONG = 4 };
 
-int64_t sl_split_lines(const uint8_t *buf, int64_t len, int32_t buffer_index, int64_t max_bytes, uint8_t *out_views,
+static int64_t sl_split_lines(const uint8_t *buf, int64_t len, int32_t buffer_index, int64_t max_bytes, uint8_t *out_views,
                        uint8_t *flags, int64_t capacity) {
     int64_t lines = 0, start = 0;
     while (start < len) {
@@ -572,4 +576,355 @@ int64_t sl_split_lines(const uint8_t *buf, int64_t len, int32_t buffer_index, in
         start = next;
     }
     return lines;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * The Python module: buffers in (bytes, numpy arrays, pyarrow buffers), sizes checked before any C loop runs. */
+
+typedef struct {
+    Py_buffer *views;
+    int n;
+} held_t;
+
+static void release_all(held_t *held) {
+    for (int k = 0; k < held->n; k++) PyBuffer_Release(&held->views[k]);
+    PyMem_Free(held->views);
+    held->views = NULL;
+    held->n = 0;
+}
+
+/* A buffer of at least `need` bytes from obj (writable when asked); NULL with an exception set otherwise. */
+static const void *take(held_t *held, PyObject *obj, Py_ssize_t need, int writable, const char *what) {
+    Py_buffer *grown = PyMem_Realloc(held->views, sizeof(Py_buffer) * (size_t)(held->n + 1));
+    if (!grown) return PyErr_NoMemory(), NULL;
+    held->views = grown;
+    Py_buffer *view = &held->views[held->n];
+    if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0) return NULL;
+    held->n++;
+    if (view->len < need) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes, need %zd", what, view->len, need);
+        return NULL;
+    }
+    return view->buf;
+}
+
+/* Patterns: one scope's programs in priority order, laid out once (see classify in native.py). */
+typedef struct {
+    PyObject_HEAD
+    pattern_t *table;
+    int32_t n;
+    int32_t most_cells;
+    held_t held;
+} PatternsObject;
+
+static void Patterns_dealloc(PatternsObject *self) {
+    release_all(&self->held);
+    PyMem_Free(self->table);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Patterns([(code int32[k*5], lits, sets, firsts, n_slots, entry, gate, wanted int32[2*m], anchor, near_after), …]) */
+static int Patterns_init(PatternsObject *self, PyObject *args, PyObject *kwds) {
+    PyObject *specs;
+    if (!PyArg_ParseTuple(args, "O", &specs)) return -1;
+    PyObject *seq = PySequence_Fast(specs, "Patterns() takes a sequence of pattern tuples");
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    self->table = PyMem_Calloc((size_t)(n ? n : 1), sizeof(pattern_t));
+    if (!self->table) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->n = (int32_t)n;
+    self->most_cells = 1;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *code, *lits, *sets, *firsts, *gate, *wanted, *anchor;
+        int n_slots, entry, near_after;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, k), "OOOOiiOOOp;pattern tuple", &code, &lits, &sets, &firsts,
+                              &n_slots, &entry, &gate, &wanted, &anchor, &near_after))
+            goto fail;
+        pattern_t *p = &self->table[k];
+        held_t *h = &self->held;
+        if (!(p->code = take(h, code, 20, 0, "code")) || !(p->lits = take(h, lits, 0, 0, "lits")) ||
+            !(p->sets = take(h, sets, SET_BYTES, 0, "sets")) || !(p->firsts = take(h, firsts, 0, 0, "firsts")) ||
+            !(p->gate = take(h, gate, 0, 0, "gate")) || !(p->wanted = take(h, wanted, 0, 0, "wanted")) ||
+            !(p->anchor = take(h, anchor, 0, 0, "anchor")))
+            goto fail;
+        p->n_slots = n_slots;
+        p->entry = entry;
+        p->gate_len = (int32_t)h->views[h->n - 3].len;
+        p->n_wanted = (int32_t)(h->views[h->n - 2].len / (Py_ssize_t)sizeof(wanted_t));
+        p->anchor_len = (int32_t)h->views[h->n - 1].len;
+        p->near_after = near_after;
+        if (p->n_wanted > self->most_cells) self->most_cells = p->n_wanted;
+    }
+    Py_DECREF(seq);
+    return 0;
+fail:
+    Py_DECREF(seq);
+    return -1;
+}
+
+static PyObject *Patterns_most_cells(PatternsObject *self, void *closure) { return PyLong_FromLong(self->most_cells); }
+
+static PyGetSetDef Patterns_getset[] = {
+    {"most_cells", (getter)Patterns_most_cells, NULL, "the most cells one row's match fills", NULL},
+    {NULL},
+};
+
+static PyTypeObject PatternsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "speclogs.ingest._native.Patterns",
+    .tp_basicsize = sizeof(PatternsObject),
+    .tp_dealloc = (destructor)Patterns_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One scope's programs in priority order, laid out for classify().",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Patterns_init,
+    .tp_getset = Patterns_getset,
+};
+
+/* The data buffers of a string-view array as a C array of pointers (PyMem_Free it). */
+static const uint8_t **data_pointers(held_t *held, PyObject *data) {
+    PyObject *seq = PySequence_Fast(data, "data buffers must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    const uint8_t **ptrs = PyMem_Calloc((size_t)(n ? n : 1), sizeof(uint8_t *));
+    if (!ptrs) {
+        Py_DECREF(seq);
+        return (const uint8_t **)PyErr_NoMemory();
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (!(ptrs[k] = take(held, PySequence_Fast_GET_ITEM(seq, k), 0, 0, "data buffer"))) {
+            PyMem_Free(ptrs);
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    Py_DECREF(seq);
+    return ptrs;
+}
+
+/* classify(patterns, views, data, validity|None, offset, n, winner, cells, cell_valid, cell_at, left, near_rows,
+ * near_patterns) → number of near misses (more than near_rows holds: call again with more room) */
+static PyObject *py_classify(PyObject *module, PyObject *args) {
+    PatternsObject *patterns;
+    PyObject *views_o, *data_o, *validity_o, *winner_o, *cells_o, *cell_valid_o, *cell_at_o, *left_o, *near_rows_o, *near_patterns_o;
+    Py_ssize_t offset, n;
+    if (!PyArg_ParseTuple(args, "O!OOOnnOOOOOOO", &PatternsType, &patterns, &views_o, &data_o, &validity_o, &offset, &n,
+                          &winner_o, &cells_o, &cell_valid_o, &cell_at_o, &left_o, &near_rows_o, &near_patterns_o))
+        return NULL;
+    if (offset < 0 || n < 0) return PyErr_Format(PyExc_ValueError, "offset and n must be >= 0");
+    held_t held = {NULL, 0};
+    const uint8_t **data = NULL, *views, *validity = NULL;
+    int32_t *winner;
+    uint8_t *cells, *cell_valid, *left;
+    int64_t *cell_at, *near_rows, n_near = 0;
+    int32_t *near_patterns;
+    Py_ssize_t cells_needed = n * patterns->most_cells;
+    if (!(views = take(&held, views_o, 16 * (offset + n), 0, "views"))) goto fail;
+    if (validity_o != Py_None && !(validity = take(&held, validity_o, (offset + n + 7) / 8, 0, "validity"))) goto fail;
+    if (!(data = data_pointers(&held, data_o))) goto fail;
+    if (!(winner = (int32_t *)take(&held, winner_o, 4 * n, 1, "winner")) ||
+        !(cells = (uint8_t *)take(&held, cells_o, 16 * cells_needed, 1, "cells")) ||
+        !(cell_valid = (uint8_t *)take(&held, cell_valid_o, cells_needed, 1, "cell_valid")) ||
+        !(cell_at = (int64_t *)take(&held, cell_at_o, 8 * n, 1, "cell_at")) ||
+        !(left = (uint8_t *)take(&held, left_o, n, 1, "left")) ||
+        !(near_rows = (int64_t *)take(&held, near_rows_o, 0, 1, "near_rows")) ||
+        !(near_patterns = (int32_t *)take(&held, near_patterns_o, 0, 1, "near_patterns")))
+        goto fail;
+    int64_t capacity = held.views[held.n - 2].len / 8;
+    if (held.views[held.n - 1].len / 4 < capacity) capacity = held.views[held.n - 1].len / 4;
+    Py_BEGIN_ALLOW_THREADS
+    sl_classify(patterns->table, patterns->n, views, data, validity, offset, NULL, n, winner, cells, cell_valid, cell_at,
+                left, near_rows, near_patterns, capacity, &n_near);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(data);
+    release_all(&held);
+    return PyLong_FromLongLong(n_near);
+fail:
+    PyMem_Free(data);
+    release_all(&held);
+    return NULL;
+}
+
+/* cells(cells, cell_valid, cell_at, pick, widths, outs, valids): the cells of rows `pick` into one column each */
+static PyObject *py_cells(PyObject *module, PyObject *args) {
+    PyObject *cells_o, *cell_valid_o, *cell_at_o, *pick_o, *widths_o, *outs_o, *valids_o;
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &cells_o, &cell_valid_o, &cell_at_o, &pick_o, &widths_o, &outs_o, &valids_o))
+        return NULL;
+    held_t held = {NULL, 0};
+    PyObject *widths = NULL, *outs = NULL, *valids = NULL;
+    int32_t *width = NULL;
+    uint8_t **out = NULL, **valid = NULL;
+    const uint8_t *cells, *cell_valid;
+    const int64_t *cell_at, *pick;
+    if (!(cells = take(&held, cells_o, 0, 0, "cells")) || !(cell_valid = take(&held, cell_valid_o, 0, 0, "cell_valid")) ||
+        !(cell_at = take(&held, cell_at_o, 0, 0, "cell_at")) || !(pick = take(&held, pick_o, 0, 0, "pick")))
+        goto fail;
+    Py_ssize_t n = held.views[3].len / 8, rows = held.views[2].len / 8;
+    if (!(widths = PySequence_Fast(widths_o, "widths")) || !(outs = PySequence_Fast(outs_o, "outs")) ||
+        !(valids = PySequence_Fast(valids_o, "valids")))
+        goto fail;
+    Py_ssize_t n_columns = PySequence_Fast_GET_SIZE(widths);
+    if (PySequence_Fast_GET_SIZE(outs) != n_columns || PySequence_Fast_GET_SIZE(valids) != n_columns) {
+        PyErr_SetString(PyExc_ValueError, "widths, outs and valids differ in length");
+        goto fail;
+    }
+    width = PyMem_Calloc((size_t)(n_columns + 1), sizeof(int32_t));
+    out = PyMem_Calloc((size_t)(n_columns + 1), sizeof(uint8_t *));
+    valid = PyMem_Calloc((size_t)(n_columns + 1), sizeof(uint8_t *));
+    if (!width || !out || !valid) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t c = 0; c < n_columns; c++) {
+        long w = PyLong_AsLong(PySequence_Fast_GET_ITEM(widths, c));
+        if (w != 1 && w != 8 && w != 16) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a width is 1, 8 or 16");
+            goto fail;
+        }
+        width[c] = (int32_t)w;
+        if (!(out[c] = (uint8_t *)take(&held, PySequence_Fast_GET_ITEM(outs, c), w * n, 1, "out")) ||
+            !(valid[c] = (uint8_t *)take(&held, PySequence_Fast_GET_ITEM(valids, c), n, 1, "valid")))
+            goto fail;
+    }
+    /* every picked row must have its cells inside the buffers */
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (pick[j] < 0 || pick[j] >= rows || cell_at[pick[j]] < 0 ||
+            16 * (cell_at[pick[j]] + n_columns) > held.views[0].len || cell_at[pick[j]] + n_columns > held.views[1].len) {
+            PyErr_SetString(PyExc_ValueError, "a picked row has no cells");
+            goto fail;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    sl_cells(cells, cell_valid, cell_at, pick, n, (int32_t)n_columns, width, out, valid);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(width);
+    PyMem_Free(out);
+    PyMem_Free(valid);
+    Py_XDECREF(widths);
+    Py_XDECREF(outs);
+    Py_XDECREF(valids);
+    release_all(&held);
+    Py_RETURN_NONE;
+fail:
+    PyMem_Free(width);
+    PyMem_Free(out);
+    PyMem_Free(valid);
+    Py_XDECREF(widths);
+    Py_XDECREF(outs);
+    Py_XDECREF(valids);
+    release_all(&held);
+    return NULL;
+}
+
+/* own_views(views, data, n, out_views, new_data): copies of n views whose text lives in new_data alone */
+static PyObject *py_own_views(PyObject *module, PyObject *args) {
+    PyObject *views_o, *data_o, *out_o, *new_data_o;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OOnOO", &views_o, &data_o, &n, &out_o, &new_data_o)) return NULL;
+    held_t held = {NULL, 0};
+    const uint8_t **data = NULL, *views;
+    uint8_t *out, *new_data;
+    if (n < 0 || !(views = take(&held, views_o, 16 * n, 0, "views")) || !(data = data_pointers(&held, data_o)) ||
+        !(out = (uint8_t *)take(&held, out_o, 16 * n, 1, "out_views")) ||
+        !(new_data = (uint8_t *)take(&held, new_data_o, 0, 1, "new_data")))
+        goto fail;
+    int64_t needed = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t size;
+        memcpy(&size, views + 16 * i, 4);
+        if (size > 12) needed += size;
+    }
+    if (needed > held.views[held.n - 1].len) {
+        PyErr_SetString(PyExc_ValueError, "new_data is too small for the texts");
+        goto fail;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    sl_own_views(views, data, n, out, new_data);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(data);
+    release_all(&held);
+    Py_RETURN_NONE;
+fail:
+    PyMem_Free(data);
+    release_all(&held);
+    return NULL;
+}
+
+/* split_lines(data, max_bytes, views, flags) → lines in data; views/flags (16 and 1 bytes a line) get at most as
+ * many lines as flags holds. count_lines(data) → lines in data. */
+static PyObject *py_split_lines(PyObject *module, PyObject *args) {
+    PyObject *data_o, *views_o, *flags_o;
+    Py_ssize_t max_bytes;
+    if (!PyArg_ParseTuple(args, "OnOO", &data_o, &max_bytes, &views_o, &flags_o)) return NULL;
+    held_t held = {NULL, 0};
+    const uint8_t *data;
+    uint8_t *views, *flags;
+    if (!(data = take(&held, data_o, 0, 0, "data")) || !(flags = (uint8_t *)take(&held, flags_o, 0, 1, "flags"))) goto fail;
+    Py_ssize_t len = held.views[0].len, capacity = held.views[1].len;
+    if (len >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "split_lines takes less than 2 GiB at a time (string views hold 32-bit offsets)");
+        goto fail;
+    }
+    if (!(views = (uint8_t *)take(&held, views_o, 16 * capacity, 1, "views"))) goto fail;
+    int64_t found;
+    Py_BEGIN_ALLOW_THREADS
+    found = sl_split_lines(data, len, 0, max_bytes, views, flags, capacity);
+    Py_END_ALLOW_THREADS
+    release_all(&held);
+    return PyLong_FromLongLong(found);
+fail:
+    release_all(&held);
+    return NULL;
+}
+
+static PyObject *py_count_lines(PyObject *module, PyObject *data_o) {
+    held_t held = {NULL, 0};
+    const uint8_t *data = take(&held, data_o, 0, 0, "data");
+    if (!data) {
+        release_all(&held);
+        return NULL;
+    }
+    int64_t found;
+    Py_ssize_t len = held.views[0].len;
+    Py_BEGIN_ALLOW_THREADS
+    found = sl_split_lines(data, len, 0, 0, NULL, NULL, 0);
+    Py_END_ALLOW_THREADS
+    release_all(&held);
+    return PyLong_FromLongLong(found);
+}
+
+static PyMethodDef methods[] = {
+    {"classify", py_classify, METH_VARARGS, "First matching pattern per row, its captures converted to cells."},
+    {"cells", py_cells, METH_VARARGS, "Picked rows' cells into columns."},
+    {"own_views", py_own_views, METH_VARARGS, "String views copied so their text lives in one new buffer."},
+    {"split_lines", py_split_lines, METH_VARARGS, "Lines of a chunk as string views into it, with odd-line flags."},
+    {"count_lines", py_count_lines, METH_O, "Lines of a chunk."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "speclogs.ingest._native",
+    "speclogs' native matcher (see native.py): the grammar programs run on Arrow string views.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    if (PyType_Ready(&PatternsType) < 0) return NULL;
+    PyObject *module = PyModule_Create(&module_def);
+    if (!module) return NULL;
+    Py_INCREF(&PatternsType);
+    if (PyModule_AddObject(module, "Patterns", (PyObject *)&PatternsType) < 0) {
+        Py_DECREF(&PatternsType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(module, "SET_BYTES", SET_BYTES) < 0 || PyModule_AddIntConstant(module, "FIRST_BYTES", FIRST_BYTES) < 0 ||
+        PyModule_AddIntConstant(module, "LINE_ODD", LINE_ODD) < 0 || PyModule_AddIntConstant(module, "LINE_UNBRACKETED", LINE_UNBRACKETED) < 0 ||
+        PyModule_AddIntConstant(module, "LINE_TOO_LONG", LINE_TOO_LONG) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

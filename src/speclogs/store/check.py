@@ -1,0 +1,353 @@
+"""The content check: is everything each source line printed in the database?
+
+`check_content(db)` re-reads every ingested source file and holds each physical line against the rows ingest
+made of it (every table with `source_file` and `line_no`, plus the multi-line `errors` records that span it).
+A line passes when every token it prints is found in its rows:
+
+- a number (`0.92`, `2435072`, `-1`) equals a numeric cell (to the precision printed), is part of a timestamp
+  cell (year, month, …, seconds, milliseconds), or occurs in a text cell;
+- a word (`Decode`, `TP0`, `OutOfMemoryError`) occurs in a text cell, equals a boolean cell (`True`/`False`),
+  or is template text: a literal of a grammar pattern that writes to one of the line's tables.
+
+A line with no row at all, or a token found nowhere, is a loss. JSON inputs (bench.jsonl, *.nccl_probe.json)
+are checked the same way, value by value: every scalar of a JSONL record is in its line's rows, every scalar of
+a probe file in the file's rows. The check reads, never writes; `speclogs check` prints what it finds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from speclogs.errors import StoreError
+
+# Columns that say where a row came from, not what the line printed (never evidence for a token).
+_KEY_COLUMNS = frozenset({"run_id", "source_file", "line_no", "last_line_no", "launch_no", "file_key", "piece"})
+TOKEN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+(?:\.[0-9]+)*")
+_LOG_TABLE_EXCLUDES = frozenset({"files", "runs", "launches", "meta", "line_accounting", "nccl_probe"})
+EXAMPLES_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class Loss:
+    """One line whose content the database does not hold in full."""
+
+    source_file: str
+    line_no: int
+    missing: tuple[str, ...]  # the tokens found nowhere ('(no row)' when the line has none)
+    tables: tuple[str, ...]  # the tables that have rows for it
+    text: str
+
+    def to_dict(self) -> dict:
+        return {"source_file": self.source_file, "line_no": self.line_no, "missing": list(self.missing),
+                "tables": list(self.tables), "text": self.text}
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    source_file: str
+    kind: str
+    lines: int
+    lines_kept: int
+    note: str | None = None  # why a file could not be checked (changed since ingest, gone, stdin)
+
+
+@dataclass(frozen=True)
+class ContentCheck:
+    """What `check_content` found: per file, and the lines that lost something (first EXAMPLES_SHOWN per file)."""
+
+    files: tuple[FileCheck, ...]
+    losses: tuple[Loss, ...]
+    lines_lost: int
+
+    @property
+    def lines(self) -> int:
+        return sum(f.lines for f in self.files)
+
+    @property
+    def lines_kept(self) -> int:
+        return sum(f.lines_kept for f in self.files)
+
+    @property
+    def unchecked(self) -> tuple[FileCheck, ...]:
+        return tuple(f for f in self.files if f.note is not None)
+
+    @property
+    def ok(self) -> bool:
+        return self.lines_lost == 0
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok, "lines": self.lines, "lines_kept": self.lines_kept, "lines_lost": self.lines_lost,
+            "files": [f.__dict__ for f in self.files], "losses": [loss.to_dict() for loss in self.losses],
+        }
+
+
+def check_content(connection, *, sources: Iterable[str] | None = None, grammar_paths: Iterable[Path] = ()) -> ContentCheck:
+    """Hold every line of the ingested files (or of `sources`, a subset of files.source_file) against its rows."""
+    from speclogs.grammar import load_grammars
+
+    vocabulary = template_vocabulary(load_grammars(tuple(grammar_paths)))
+    wanted = None if sources is None else set(sources)
+    files = connection.execute(
+        "SELECT source_file, kind, sha256 FROM files WHERE skipped_reason IS NULL ORDER BY source_file"
+    ).fetchall()
+    tables = _line_tables(connection)
+    run_names = dict(connection.execute("SELECT run_id, run_name FROM runs").fetchall())
+    checks: list[FileCheck] = []
+    losses: list[Loss] = []
+    lost = 0
+    for source_file, kind, sha256 in files:
+        if wanted is not None and source_file not in wanted:
+            continue
+        text, note = _source_text(source_file, sha256)
+        if text is None:
+            checks.append(FileCheck(source_file, kind, 0, 0, note))
+            continue
+        if kind in ("nccl_probe", "run_json"):
+            result = _check_document(connection, source_file, kind, text)
+        else:
+            rows = _rows_by_line(connection, tables, source_file, run_names)
+            lines = _physical_lines(text)
+            result = _check_lines(source_file, lines, rows, vocabulary, json_lines=kind != "log")
+        file_losses, lines_total, lines_lost = result
+        lost += lines_lost
+        losses.extend(file_losses[:EXAMPLES_SHOWN])
+        checks.append(FileCheck(source_file, kind, lines_total, lines_total - lines_lost))
+    return ContentCheck(files=tuple(checks), losses=tuple(losses), lines_lost=lost)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# what the grammars themselves print
+
+
+def template_vocabulary(grammars) -> dict[str, frozenset[str]]:
+    """Per table: the tokens of its patterns' literal text (and of the prefix), which a row need not store."""
+    from speclogs.grammar.template import Alternatives, Lit, Optional_, parse_template
+
+    def literals(nodes) -> Iterator[str]:
+        for node in nodes:
+            if isinstance(node, Lit):
+                yield node.text
+            elif isinstance(node, Optional_):
+                yield from literals(node.body)
+            elif isinstance(node, Alternatives):
+                for branch in node.branches:
+                    yield from literals(branch)
+
+    def tokens(pattern) -> set[str]:
+        found: set[str] = set()
+        for text in literals(parse_template(pattern.template, pattern.name)):
+            found.update(TOKEN_RE.findall(text))
+        return found
+
+    prefix = tokens(grammars.prefix)
+    by_table: dict[str, set[str]] = {}
+    for pattern in grammars.patterns:
+        table = {"foreign": "foreign_lines"}.get(pattern.table, pattern.table)
+        by_table.setdefault(table, set(prefix)).update(tokens(pattern))
+    return {table: frozenset(found) for table, found in by_table.items()}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# reading the sources and the rows
+
+
+def _source_text(source_file: str, sha256: str) -> tuple[str | None, str | None]:
+    from speclogs.ingest.sources import InputFile, RunRef, read_input
+
+    path = Path(source_file)
+    if not path.is_file():
+        return None, "not re-readable (stdin, or moved since ingest)"
+    item = InputFile(source_file=source_file, kind="log", run=RunRef("", "", None), path=path, size_bytes=path.stat().st_size)
+    raw = read_input(item)
+    if raw.skipped_reason is not None:
+        return None, raw.skipped_reason
+    if raw.stream is not None:
+        data = b"".join(raw.stream.chunks(16 << 20))
+        digest = raw.stream.result()
+    else:
+        data, digest = raw.data, raw.sha256
+    if digest != sha256:
+        return None, "changed since it was ingested"
+    return data.decode("utf-8"), None
+
+
+def _physical_lines(text: str) -> list[str]:
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def _line_tables(connection) -> list[tuple[str, bool]]:
+    """(table or view, spans lines) for every contract relation with source_file and line_no."""
+    rows = connection.execute(
+        "SELECT table_name, list(column_name) FROM duckdb_columns() WHERE schema_name = 'main' "
+        "AND NOT starts_with(table_name, '_') GROUP BY table_name ORDER BY table_name"
+    ).fetchall()
+    return [
+        (name, "last_line_no" in columns)
+        for name, columns in rows
+        if {"source_file", "line_no"} <= set(columns) and name not in _LOG_TABLE_EXCLUDES
+    ]
+
+
+@dataclass
+class _Evidence:
+    tables: set[str] = field(default_factory=set)
+    numbers: list[float] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    bools: set[str] = field(default_factory=set)
+
+    def add(self, table: str, row: dict) -> None:
+        self.tables.add(table)
+        for name, value in row.items():
+            if name in _KEY_COLUMNS or value is None:
+                continue
+            if isinstance(value, bool):
+                self.bools.add("True" if value else "False")
+            elif isinstance(value, (int, float)):
+                if isinstance(value, float) and not math.isfinite(value):
+                    self.text.append(str(value))
+                else:
+                    self.numbers.append(float(value))
+                    self.text.append(str(value))
+            elif isinstance(value, datetime):
+                self.numbers.extend((value.year, value.month, value.day, value.hour, value.minute, value.second,
+                                     value.microsecond // 1000, value.second + value.microsecond / 1e6))
+            else:
+                self.text.append(value if isinstance(value, str) else json.dumps(value, default=str))
+
+
+def _rows_by_line(connection, tables: list[tuple[str, bool]], source_file: str, run_names: dict[str, str]) -> dict[int, _Evidence]:
+    """Each line's evidence: its rows' cells, and the name of the run they belong to (a bench line names it)."""
+    by_line: dict[int, _Evidence] = {}
+    for table, spans in tables:
+        cursor = connection.execute(f'SELECT * FROM "{table}" WHERE source_file = ?', [source_file])
+        names = [d[0] for d in cursor.description]
+        for values in cursor.fetchall():
+            row = dict(zip(names, values))
+            row["run_name"] = run_names.get(row.get("run_id"))
+            first = row["line_no"]
+            if first is None:
+                continue
+            last = row.get("last_line_no") if spans else None
+            for line_no in range(first, (last or first) + 1):
+                by_line.setdefault(line_no, _Evidence()).add(table, row)
+    return by_line
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# holding tokens against evidence
+
+
+def _check_lines(source_file: str, lines: list[str], rows: dict[int, _Evidence], vocabulary: dict[str, frozenset[str]],
+                 *, json_lines: bool) -> tuple[list[Loss], int, int]:
+    losses: list[Loss] = []
+    for line_no, line in enumerate(lines, start=1):
+        tokens = _json_tokens(line) if json_lines else _tokens(line)
+        evidence = rows.get(line_no)
+        if evidence is None:
+            if tokens:
+                losses.append(Loss(source_file, line_no, ("(no row)",), (), line))
+            continue
+        template = frozenset().union(*(vocabulary.get(table, frozenset()) for table in evidence.tables))
+        missing = missing_tokens(tokens, evidence, template)
+        if missing:
+            losses.append(Loss(source_file, line_no, tuple(missing), tuple(sorted(evidence.tables)), line))
+    return losses, len(lines), len(losses)
+
+
+def _tokens(line: str) -> list[str]:
+    return [t for t in TOKEN_RE.findall(line) if len(t) > 1 or t.isdigit()]
+
+
+def _json_tokens(line: str) -> list[str]:
+    """The scalar values of a JSON line, as the tokens they print (keys are template; a non-JSON line: its words)."""
+    try:
+        document = json.loads(line)
+    except ValueError:
+        return _tokens(line)
+    found: list[str] = []
+    for value in _leaves(document):
+        if isinstance(value, bool) or value is None:
+            continue
+        if isinstance(value, (int, float)):
+            found.append(repr(value) if isinstance(value, float) else str(value))
+        else:
+            found.extend(_tokens(str(value)))
+    return found
+
+
+def _leaves(value) -> Iterator[object]:
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaves(item)
+    else:
+        yield value
+
+
+def missing_tokens(tokens: list[str], evidence: _Evidence, template: frozenset[str]) -> list[str]:
+    """The tokens of a line that its rows do not hold (see the module docstring for what counts)."""
+    text = "\x00".join(evidence.text)
+    missing: list[str] = []
+    for token in dict.fromkeys(tokens):
+        if token in template or token in text or token in evidence.bools:
+            continue
+        if token[0].isdigit() and _number_found(token, evidence.numbers):
+            continue
+        missing.append(token)
+    return missing
+
+
+def _number_found(token: str, numbers: list[float]) -> bool:
+    try:
+        value = float(token)
+    except ValueError:
+        return False
+    decimals = len(token) - token.index(".") - 1 if "." in token else 0
+    tolerance = 0.5 * 10.0**-decimals + 1e-9 * abs(value)
+    return any(abs(abs(number) - value) <= tolerance for number in numbers)
+
+
+_DOCUMENT_ROWS = {  # a whole-document input: the rows that hold it
+    "nccl_probe": ("nccl_probe", "SELECT * FROM nccl_probe WHERE source_file = ?"),
+    "run_json": ("runs", "SELECT r.* FROM runs r JOIN files f USING (run_id) WHERE f.source_file = ?"),
+}
+
+
+def _check_document(connection, source_file: str, kind: str, text: str) -> tuple[list[Loss], int, int]:
+    """A JSON document (NCCL probe, run.json): every scalar value it holds must be in its rows (accounted value by
+    value: `lines` are its values here)."""
+    table, sql = _DOCUMENT_ROWS[kind]
+    evidence = _Evidence()
+    cursor = connection.execute(sql, [source_file])
+    names = [d[0] for d in cursor.description]
+    for values in cursor.fetchall():
+        evidence.add(table, dict(zip(names, values)))
+    tokens = _json_tokens(" ".join(text.split()))
+    missing = missing_tokens(tokens, evidence, frozenset())
+    losses = [Loss(source_file, 0, tuple(missing), (table,), f"{len(missing)} of {len(tokens)} values not stored")] if missing else []
+    return losses, len(tokens), len(missing)
+
+
+def check_database(db_path: str | Path, **kwargs) -> ContentCheck:
+    """check_content on the database file at db_path (opened read-only)."""
+    from speclogs.store import connect
+
+    connection = connect(db_path, read_only=True)
+    try:
+        return check_content(connection, **kwargs)
+    except OSError as error:
+        raise StoreError(f"cannot re-read a source file: {error}", hint="the check reads the ingested files where they were") from error
+    finally:
+        connection.close()

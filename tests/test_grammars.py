@@ -169,6 +169,7 @@ def test_sample_claimed_by_earlier_pattern_is_reported(tmp_path):
     family = "shadow"
     table = "server_events"
     priority = 5
+    text = "message"
 
     [[pattern]]
     name = "greedy_decode"

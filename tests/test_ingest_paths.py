@@ -59,9 +59,9 @@ def assert_classified_like_the_definition(engine, data: bytes, every: int) -> in
     claims = classify(engine, lines.frame)
     executor: dict[tuple[int, int], tuple[str, dict]] = {}
     for name, frame in claims.frames.items():
-        fields = engine.pattern(name).pattern.field_names
+        columns = engine.pattern(name).pattern.columns
         for row in frame.iter_rows(named=True):
-            executor[(row["line_no"], row["piece"])] = (name, {f: row[f] for f in fields})
+            executor[(row["line_no"], row["piece"])] = (name, {c: row[c] for c in columns})
     compared = 0
     for index, (line_no, piece, text) in enumerate(lines.frame.iter_rows()):
         if index % every:
@@ -76,7 +76,7 @@ def assert_classified_like_the_definition(engine, data: bytes, every: int) -> in
             pattern, values = found
             assert got is not None, (text, pattern.name)
             assert got[0] == pattern.name, text
-            assert got[1] == {f: values[f] for f in pattern.field_names}, text
+            assert got[1] == {c: values[c] for c in pattern.columns}, text
         compared += 1
     return compared
 

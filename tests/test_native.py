@@ -30,6 +30,7 @@ from speclogs.ingest.classify import classify, compile_engine
 from speclogs.ingest.lines import build_lines
 
 ALL_LOGS = sorted((ROOT / "fixtures").glob("**/*.log"))
+SERVER_LOGS = [path for path in ALL_LOGS if "excerpts" not in path.parts]  # whole server logs from the device
 NATIVE_ON = native.available()
 needs_native = pytest.mark.skipif(not NATIVE_ON, reason=f"native matcher unavailable: {native.unavailable_reason()}")
 
@@ -555,7 +556,7 @@ def odd_log(engine) -> bytes:
     decode = _fixture_line(engine, "decode_batch_common")
     prefill = _fixture_line(engine, "prefill_batch_common")
     access = _fixture_line(engine, "uvicorn_access")
-    args = next(s for s in (ALL_LOGS[0].read_text().splitlines()) if "server_args=" in s)
+    args = next(s for s in (SERVER_LOGS[0].read_text().splitlines()) if "server_args=" in s)
     broken = decode.replace("#token: ", "#token: x", 1)  # the gate holds, the regex does not: drift
     message = decode.split("] ", 1)[1]
     text = "\n".join([
@@ -768,7 +769,7 @@ def test_ingest_same_tables_with_native_on_and_off(engine, tmp_path, monkeypatch
 
 
 def test_fallback_without_native_gives_the_same_claims(engine, monkeypatch):
-    data = ALL_LOGS[0].read_bytes() + odd_log(engine)
+    data = SERVER_LOGS[0].read_bytes() + odd_log(engine)
     reference = classify(engine, build_lines(data).frame) if NATIVE_ON else None
 
     monkeypatch.setenv(native.ENV_SWITCH, "0")
@@ -793,7 +794,7 @@ def test_summary_says_when_a_big_log_ran_without_the_native_matcher(monkeypatch,
     log = tmp_path / "big.log"
     log.write_bytes(b"".join(path.read_bytes() for path in ALL_LOGS)[: (512 << 10) + 4096].rsplit(b"\n", 1)[0] + b"\n")
     small = tmp_path / "small.log"
-    small.write_bytes(ALL_LOGS[0].read_bytes()[:20_000].rsplit(b"\n", 1)[0] + b"\n")
+    small.write_bytes(SERVER_LOGS[0].read_bytes()[:20_000].rsplit(b"\n", 1)[0] + b"\n")
     monkeypatch.setenv(native.ENV_SWITCH, "0")
     summary = ingest_paths([log, small], tmp_path / "off.duckdb")
     notes = [w for w in summary.warnings if "native matcher is off (SPECLOGS_NATIVE=0)" in w]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from speclogs.errors import GrammarError
 from speclogs.grammar.definition import Definition
+from speclogs.grammar.fields import FIELDS_SLOT, read_labels
 from speclogs.grammar.lower import BUILTIN_SHAPE_REGEXES, file_shape_regex, template_regex
 from speclogs.grammar.regex import parse_regex
 from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-exported)
@@ -25,7 +26,7 @@ from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-expo
     Sample,
     bundled_grammar_dir,
 )
-from speclogs.grammar.template import check_rest_is_last, parse_template, resolve_slot, slot_names
+from speclogs.grammar.template import check_rest_is_last, discarded_slots, parse_template, resolve_slot, slot_names
 
 PREFIX_NAME = "prefix"
 DEFAULT_PRIORITY = 100
@@ -108,6 +109,14 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
     family, table = doc["family"], doc["table"]
     loaded.is_prefix = doc.get("kind") == "prefix"
     fields, field_shapes = _read_fields(doc.get("field", []), _header_lines(text, "field"), problem)
+    field_list = None
+    if "labels" in doc:
+        field_list, label_problems = read_labels(doc["labels"], {name: f.type for name, f in fields.items()}, "[labels]")
+        labels_line = next((i + 1 for i, line in enumerate(text.splitlines()) if line.strip() == "[labels]"), 1)
+        for message in label_problems:
+            problem(labels_line, message)
+        fields[FIELDS_SLOT] = Field(FIELDS_SLOT, "str", None, "label", "the field list, read by [labels]")
+        field_shapes[FIELDS_SLOT] = "rest"
     shape_specs: dict[str, dict] = {}
     for shape_name, spec in (doc.get("shapes") or {}).items():
         try:
@@ -191,7 +200,7 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
                 family=family, table=spec.get("table", table), scope=pscope, gate=vgate, constants=vconstants,
                 description=spec.get("description", doc.get("description", "")),
                 versions=str(spec.get("versions", doc.get("versions", ""))),
-                derive_name=derive_name, group=name,
+                derive_name=derive_name, group=name, text_column=spec.get("text", doc.get("text")), field_list=field_list,
             )
             if pattern is not None:
                 built.append(pattern)
@@ -273,7 +282,7 @@ def _strip_prefix_guess(line: str) -> str:
 
 
 def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, shape_specs, shape_regexes, *, family, table,
-                   scope, gate, constants, description, versions, derive_name, group) -> Pattern | None:
+                   scope, gate, constants, description, versions, derive_name, group, text_column, field_list) -> Pattern | None:
     where = f"{shown}:{pline} pattern '{name}'"
     field_types = {k: f.type for k, f in fields.items()}
 
@@ -294,12 +303,21 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
     if clash:
         problem(pline, f"pattern '{name}': {', '.join(clash)} is both a constant and a captured field")
         return None
+    if text_column is not None and (not isinstance(text_column, str) or not text_column.isidentifier() or text_column in names):
+        problem(pline, f"pattern '{name}': text = {text_column!r} must name a column the pattern does not capture")
+        return None
+    dropped = discarded_slots(nodes, field_shapes, shape_specs)
+    if dropped and text_column is None:
+        problem(pline, f"pattern '{name}' drops what {{_:{dropped[0]}}} matches, but its rows keep no text: capture it as a field, "
+                       "or set text = \"message\" (the column its rows keep the matched text in)")
+        return None
     return Pattern(
         name=name, family=family, table=table, scope=scope, gate=gate, regex=regex, parsed=parsed,
         definition=Definition(nodes, name, field_types=field_types, field_shapes=field_shapes, shape_specs=shape_specs, where=where),
         constants=constants, fields=tuple(fields[n] for n in dict.fromkeys(names)), description=description,
         versions=versions, source=f"{shown}:{pline}", derive=DERIVES.get(derive_name) if derive_name else None,
-        group=group, template=template, derive_name=derive_name,
+        group=group, template=template, derive_name=derive_name, text_column=text_column,
+        field_list=field_list if FIELDS_SLOT in names else None,
     )
 
 
@@ -341,6 +359,11 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
             problems.append(GrammarProblem(file, int(line), None, f"pattern name '{p.name}' is already used at {seen[p.name]}"))
         seen[p.name] = p.source
     by_scope = {s: [p for p in ordered if p.scope == s] for s in SCOPES}
+    # the field-list reading of a family (its definition by labels), per scope: every shape's sample must read the same
+    field_readers: dict[tuple[str, str], Pattern] = {}
+    for q in ordered:
+        if q.field_list is not None:
+            field_readers.setdefault((q.family, q.scope), q)
 
     groups_with_samples = {p.group for p in ordered if p.samples}
     def focused(q: Pattern) -> bool:
@@ -366,6 +389,9 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
             if fast != {key: _in_bigint(value) for key, value in slow.items()}:
                 problems.append(GrammarProblem(file, s.line_no, s.line,
                                                f"pattern '{p.name}': the compiled regex gives {fast} but pyparsing gives {slow}"))
+            reader = field_readers.get((p.family, p.scope))
+            if reader is not None and reader is not p:
+                problems += _disagreement(reader, p, text, slow, file, s)
             values = {**head, **slow}
             for key, want in s.expect.items():
                 if key not in values:
@@ -403,6 +429,21 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
     return problems
 
 
+def _disagreement(reader: Pattern, p: Pattern, text: str, values: dict, file: str, s: Sample) -> list[GrammarProblem]:
+    """Where a shape pattern's values for a sample differ from reading the sample by its family's labels."""
+    read = reader.parse(text)
+    if read is None:
+        return [GrammarProblem(file, s.line_no, s.line, f"pattern '{reader.name}' (the reading by [labels]) does not parse the sample")]
+    if read["extra_fields"] is not None:
+        return [GrammarProblem(file, s.line_no, s.line, f"[labels] lacks label(s) of this sample: {read['extra_fields']}")]
+    differ = {k: (values[k], read.get(k)) for k in values if k in read and not _same(values[k], read[k])}
+    if differ:
+        return [GrammarProblem(file, s.line_no, s.line,
+                               f"pattern '{p.name}' and the reading by [labels] differ: "
+                               + ", ".join(f"{k} = {a!r} vs {b!r}" for k, (a, b) in differ.items()))]
+    return []
+
+
 def compiled_values(p: Pattern, texts: list[str]) -> list[dict | None]:
     """What the compiled regex gives for each text, run by polars (the portable executor) and cast as the ingest
     casts: the same dict as `Pattern.parse` (fields, constants, derived columns), or None where it does not match."""
@@ -417,11 +458,7 @@ def compiled_values(p: Pattern, texts: list[str]) -> list[dict | None]:
         if row.pop("_hit") is None:
             out.append(None)
             continue
-        values = {f.name: row[f.name] for f in p.fields}
-        values.update(p.constants)
-        if p.derive is not None:
-            values.update(p.derive(values))
-        out.append(values)
+        out.append(p.finish({f.name: row[f.name] for f in p.fields}))
     return out
 
 

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import pyparsing as pp
 
     from speclogs.grammar.definition import Definition
+    from speclogs.grammar.fields import FieldList
     from speclogs.grammar.regex import Regex
 
 FIELD_TYPES = ("int", "float", "bool", "str", "pct")
@@ -162,6 +163,8 @@ class Pattern:
     # Columns computed from captured ones (the prefix's rank tags → dp_rank, tp_rank, …).
     derive: Callable[[dict], dict] | None = field(default=None, repr=False)
     group: str = ""  # the [[pattern]] name this one was expanded from (= name unless the pattern uses expand)
+    text_column: str | None = None  # the column its rows keep the matched text in (the message, or the whole line)
+    field_list: FieldList | None = None  # set when the template ends with {fields}: that text is read by its labels
     template: str = ""  # the template text the element was built from
     derive_name: str | None = None
 
@@ -175,11 +178,23 @@ class Pattern:
 
     @property
     def columns(self) -> tuple[str, ...]:
-        """Every column a match fills: fields, constants, derived columns."""
-        names = list(self.field_names) + [k for k in self.constants if k not in self.field_names]
+        """Every column a match fills: fields, constants, derived columns (a field list's columns for {fields})."""
+        names = [name for name in self.field_names if self.field_list is None or name != "fields"]
+        if self.field_list is not None:
+            names += [name for name in self.field_list.columns if name not in names]
+        names += [k for k in self.constants if k not in names]
         if self.derive is not None:
             names += [k for k in self.derive({}) if k not in names]
         return tuple(names)
+
+    def finish(self, values: dict) -> dict:
+        """Captured values (fields) → the row's values: the field list read, constants, derived columns."""
+        if self.field_list is not None:
+            values.update(self.field_list.read(values.pop("fields") or ""))
+        values.update(self.constants)
+        if self.derive is not None:
+            values.update(self.derive(values))
+        return values
 
     def parse(self, text: str) -> dict | None:
         """The definition: pyparsing over the whole text → typed dict (constants and derived columns included), or None."""
@@ -193,10 +208,7 @@ class Pattern:
         for f in self.fields:
             value = result.get(f.name)
             values[f.name] = value if value is None or not isinstance(value, pp.ParseResults) else value[0]
-        values.update(self.constants)
-        if self.derive is not None:
-            values.update(self.derive(values))
-        return values
+        return self.finish(values)
 
 
 @dataclass(frozen=True, eq=False)

@@ -209,3 +209,29 @@ def resolve_slot(node: Slot, *, field_types: dict[str, str], field_shapes: dict[
             hint="typed fields use int, float, pct or bool shapes",
         )
     return shape, shape_type
+
+
+def discarded_slots(nodes: tuple, field_shapes: dict[str, str | None], shape_specs: dict[str, dict]) -> list[str]:
+    """The shapes of the uncaptured slots that can match content (a letter or a digit): what a pattern drops from the
+    line unless its rows keep the text. Padding shapes (`spaces = { chars = " " }`, rules of '-' or '=') drop none."""
+    found: list[str] = []
+    for node in nodes:
+        if isinstance(node, Slot) and node.name == "_" and _holds_content(node.shape, shape_specs):
+            found.append(node.shape)
+        elif isinstance(node, Optional_):
+            found += discarded_slots(node.body, field_shapes, shape_specs)
+        elif isinstance(node, Alternatives):
+            for branch in node.branches:
+                found += discarded_slots(branch, field_shapes, shape_specs)
+    return found
+
+
+def _holds_content(shape: str | None, shape_specs: dict[str, dict]) -> bool:
+    spec = shape_specs.get(shape or "")
+    if spec is None:
+        return True  # every built-in shape can match a digit or a letter
+    if "chars" in spec:
+        return any(c.isalnum() for c in spec["chars"])
+    if "values" in spec:
+        return any(c.isalnum() for value in spec["values"] for c in value)
+    return True

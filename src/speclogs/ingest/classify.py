@@ -22,10 +22,11 @@ import polars as pl
 
 from speclogs.errors import GrammarError
 from speclogs.grammar import GrammarSet, Pattern, cast_expr, split_rank_tags
+from speclogs.grammar.fields import FIELDS_SLOT, OUTPUT_COLUMNS as FIELD_LIST_TYPES
 from speclogs.ingest import native
 
-PREFIX_COLUMNS = ("ts", "rank_tags", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "attn_cp_rank", "moe_dp_rank")
-RANK_COLUMNS = PREFIX_COLUMNS[2:]
+PREFIX_COLUMNS = ("ts", "ts_text", "rank_tags", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "attn_cp_rank", "moe_dp_rank")
+RANK_COLUMNS = PREFIX_COLUMNS[3:]
 DRIFT_EXAMPLES_PER_PATTERN = 20
 _COMPACT_BELOW = 0.7  # compact the working set when fewer than this share of its rows are still unclaimed
 _PRESENCE_BELOW_ROWS = 20_000  # from this few rows on, find the gates that occur with one multi-literal search
@@ -134,11 +135,11 @@ def _schema(p: Pattern) -> dict[str, pl.DataType]:
     schema: dict[str, pl.DataType] = {}
     if p.scope == "message":
         schema["ts"] = pl.Datetime("us")
+        schema["ts_text"] = pl.Utf8
         schema["rank_tags"] = pl.Utf8
         for column in RANK_COLUMNS:
             schema[column] = pl.Int32
-    for f in p.fields:
-        schema[f.name] = _DTYPES.get(f.type, pl.Utf8)
+    schema.update(_value_types(p))
     for name, value in p.constants.items():
         if name not in schema:
             schema[name] = _constant_dtype(value)
@@ -146,7 +147,20 @@ def _schema(p: Pattern) -> dict[str, pl.DataType]:
         for name in p.derive({}):
             if name not in schema:
                 schema[name] = pl.Int32 if name.endswith("_rank") else pl.Utf8
+    if p.text_column is not None:
+        schema[p.text_column] = pl.Utf8
     return schema
+
+
+def _value_types(p: Pattern) -> dict[str, pl.DataType]:
+    """The typed values a pattern's rows carry (before metadata and constants): its fields; for a field list, its
+    other fields plus every column the list can fill (speclogs.grammar.fields)."""
+    if p.field_list is None:
+        return {f.name: _DTYPES.get(f.type, pl.Utf8) for f in p.fields}
+    types = {f.name: _DTYPES.get(f.type, pl.Utf8) for f in p.fields if f.name != FIELDS_SLOT}
+    for name in p.field_list.columns:
+        types[name] = _DTYPES.get(FIELD_LIST_TYPES.get(name) or p.field_list.types.get(name, "str"), pl.Utf8)
+    return types
 
 
 def _scope(name: str, patterns: tuple[CompiledPattern, ...], use_native: bool) -> Scope:
@@ -189,12 +203,15 @@ def classify(engine: Engine, pieces: pl.DataFrame) -> Claims:
     split = _split_prefix_native(engine, text) if engine.prefix_native is not None else None
     prefixed, message, prefix_groups = split if split is not None else _split_prefix(engine, text)
     message_rows = pieces.filter(prefixed)
+    ts = _ts_column(prefix_groups)
+    ts, ts_text = _dated(engine, message_rows, ts) if ts.null_count() else (ts, pl.Series("ts_text", [None], pl.Utf8).new_from_index(0, ts.len()))
     msg_meta = _with_ranks(
         pl.DataFrame(
             {
                 "line_no": message_rows.get_column("line_no"),
                 "piece": message_rows.get_column("piece"),
-                "ts": _ts_column(prefix_groups),
+                "ts": ts,
+                "ts_text": ts_text,
                 "rank_tags": prefix_groups.get_column("rank_tags").fill_null(""),
             }
         )
@@ -243,9 +260,10 @@ class _Found:
     server_args_text: dict[tuple[int, int], str] = field(default_factory=dict)
 
     def claimed(self, compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame, texts: pl.Series) -> None:
-        """`matched` (metadata rows), their typed `values` and their `texts` (only read for server_args)."""
+        """`matched` (metadata rows), their typed `values` and their `texts` (read where the rows keep their text, and
+        for server_args)."""
         p = compiled.pattern
-        self.frames[p.name] = _typed_frame(compiled, matched, values)
+        self.frames[p.name] = _typed_frame(compiled, matched, values, texts)
         if p.name in self.eligible:
             self.winners[p.name] = matched.select("line_no", "piece")
         if is_server_args(p):
@@ -281,7 +299,8 @@ def _classify_native(scope: Scope, src: pl.Series, meta: pl.DataFrame, found: _F
             if values.width:
                 values = pl.concat([values, more.select(values.columns)]).gather(order_in)
         at = pl.Series(pick)
-        found.claimed(compiled, meta.gather(at), values, src.gather(at) if is_server_args(compiled.pattern) else src.clear())
+        wants_text = compiled.pattern.text_column is not None or is_server_args(compiled.pattern)
+        found.claimed(compiled, meta.gather(at), values, src.gather(at) if wants_text else src.clear())
     if len(result.near_rows):
         near_order = np.argsort(result.near_patterns, kind="stable")
         near_bounds = np.concatenate([[0], np.cumsum(np.bincount(result.near_patterns, minlength=len(patterns)))])
@@ -428,6 +447,32 @@ def _ts_column(prefix_groups: pl.DataFrame) -> pl.Series:
     return parsed.alias("ts")
 
 
+def _dated(engine: Engine, message_rows: pl.DataFrame, ts: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """(ts, ts_text) for the prefixed rows when some timestamps did not type: ts_text is the timestamp as printed for
+    those rows; a time without a date ('HH:MM:SS', ≤0.3.0) gets the date of the nearest dated row of the chunk
+    before it (a day later when the clock went back), else after it; a 'MM-DD HH:MM:SS' gets its year so. Without
+    any dated row near, ts stays NULL and ts_text says what was printed."""
+    missing = ts.is_null()
+    texts = message_rows.get_column("text").filter(missing).str.extract_groups(engine.prefix_regex).struct.field("ts")
+    frame = pl.DataFrame({"ts": ts, "before": ts.forward_fill(), "after": ts.backward_fill()}).filter(missing)
+    frame = frame.with_columns(texts.alias("ts_text"))
+    time_only = pl.col("ts_text").str.len_chars() == 8
+    month_day = pl.col("ts_text").str.len_chars() == 14
+    reference = pl.coalesce("before", "after")
+    with_date = (
+        pl.when(time_only).then(reference.dt.strftime("%Y-%m-%d ") + pl.col("ts_text"))
+        .when(month_day).then(reference.dt.strftime("%Y-") + pl.col("ts_text"))
+        .otherwise(None)
+        .str.to_datetime(_TS_FORMAT, strict=False, time_unit="us")
+    )
+    rolled = pl.when(time_only & pl.col("before").is_not_null() & (with_date < pl.col("before"))).then(
+        with_date + pl.duration(days=1)).otherwise(with_date)
+    resolved = frame.select(rolled.alias("ts"), "ts_text")
+    at = missing.arg_true()
+    empty = pl.Series("ts_text", [None], pl.Utf8).new_from_index(0, ts.len())
+    return ts.scatter(at, resolved.get_column("ts")), empty.scatter(at, resolved.get_column("ts_text"))
+
+
 def _with_ranks(work: pl.DataFrame) -> pl.DataFrame:
     """Rank tags are few distinct strings: split each once (the grammar's own split) and map them; a rank no
     tag mentions (e.g. DP in a TP-only log) is a NULL column without a pass over the rows."""
@@ -444,6 +489,7 @@ def _with_ranks(work: pl.DataFrame) -> pl.DataFrame:
 
 
 _VALUE = "_value_"  # prefix of the captured values' columns while they are typed (no clash with line_no, piece, ts …)
+_TEXT = "_text_"  # the matched text while the typed frame is made
 
 
 def _typed_select(p: Pattern, schema: dict[str, pl.DataType]) -> tuple[pl.Expr, ...]:
@@ -451,25 +497,34 @@ def _typed_select(p: Pattern, schema: dict[str, pl.DataType]) -> tuple[pl.Expr, 
     _value_<field> column per field) into the pattern's typed frame, in schema order."""
     keep = PREFIX_COLUMNS if p.scope == "message" else ()
     exprs: dict[str, pl.Expr] = {column: pl.col(column) for column in keep}
-    for f in p.fields:
-        exprs[f.name] = pl.col(_VALUE + f.name)
+    for name in _value_types(p):
+        exprs[name] = pl.col(_VALUE + name)
     for name, value in p.constants.items():
         exprs.setdefault(name, pl.lit(value, dtype=schema[name]))
+    if p.text_column is not None:
+        exprs[p.text_column] = pl.col(_TEXT)
     keys = (pl.col("line_no").cast(pl.Int64), pl.col("piece").cast(pl.Int32))
     return keys + tuple(exprs[name].cast(dtype).alias(name) for name, dtype in schema.items())
 
 
-def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame) -> pl.DataFrame:
-    """The claimed rows' metadata (line_no, piece, prefix columns) and typed values, in schema order, in one pass
-    (a field the executor did not capture, because its group never took part, is NULL)."""
+def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame, texts: pl.Series) -> pl.DataFrame:
+    """The claimed rows' metadata (line_no, piece, prefix columns), typed values and (for a pattern whose rows keep it)
+    matched text, in schema order, in one pass (a field the executor did not capture, because its group never took
+    part, is NULL)."""
     p = compiled.pattern
     keep = ("line_no", "piece", *(PREFIX_COLUMNS if p.scope == "message" else ()))
     n = matched.height
+    types = _value_types(p)
+    if p.field_list is not None and FIELDS_SLOT in values.columns:  # the rare rows no shape took: read in Python
+        read = [p.field_list.read(text or "") for text in values.get_column(FIELDS_SLOT).to_list()]
+        listed = {name: types[name] for name in p.field_list.columns}
+        values = pl.concat([values.drop(FIELDS_SLOT), pl.DataFrame(read, schema=listed, orient="row")], how="horizontal")
     source = pl.DataFrame(
         [matched.get_column(column) for column in keep]
-        + [values.get_column(f.name).alias(_VALUE + f.name) if f.name in values.columns
-           else pl.Series(_VALUE + f.name, [None], dtype=_DTYPES.get(f.type, pl.Utf8)).new_from_index(0, n)
-           for f in p.fields]
+        + [values.get_column(name).alias(_VALUE + name) if name in values.columns
+           else pl.Series(_VALUE + name, [None], dtype=dtype).new_from_index(0, n)
+           for name, dtype in types.items()]
+        + ([texts.alias(_TEXT)] if p.text_column is not None else [])
     )
     return source.select(compiled.select)
 

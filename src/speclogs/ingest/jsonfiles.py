@@ -36,7 +36,6 @@ BENCH_COLUMNS = {
     "extra": pl.Utf8,
 }
 _UNPARSED_COLUMNS = {"line_no": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8}
-_RAW_KEEP = 8192
 
 
 @dataclass
@@ -96,7 +95,7 @@ def parse_bench_json(text: str) -> JsonFileResult:
     for position, (line_no, document) in enumerate(elements):
         row = bench_row(document, line_no=line_no, position=position, hint_kind="bench_json")
         if row is None:
-            unparsed.append((line_no, "array element of an unknown shape", json.dumps(document)[:_RAW_KEEP]))
+            unparsed.append((line_no, "array element of an unknown shape", json.dumps(document)))
         else:
             rows.append(row)
     return _result(rows, unparsed, total)
@@ -108,7 +107,7 @@ def _result(rows: list[dict], unparsed: list[tuple[int, str, str]], total: int, 
         tables["bench_requests"] = pl.DataFrame(rows, schema=BENCH_COLUMNS, orient="row")
     if unparsed:
         tables["unparsed_lines"] = pl.DataFrame(
-            [(n, r, raw[:_RAW_KEEP]) for n, r, raw in unparsed], schema=_UNPARSED_COLUMNS, orient="row"
+            [(n, r, raw) for n, r, raw in unparsed], schema=_UNPARSED_COLUMNS, orient="row"
         )
     unparsed_lines = total if all_unparsed else len({n for n, _, _ in unparsed})
     return JsonFileResult(tables=tables, total_lines=total, parsed_lines=total - unparsed_lines, unparsed_lines=unparsed_lines)
@@ -236,11 +235,11 @@ def parse_run_json(text: str) -> JsonFileResult:
     try:
         document = json.loads(text)
     except ValueError as error:
-        unparsed = pl.DataFrame([(1, f"run.json is not JSON ({error})", text[:_RAW_KEEP])], schema=_UNPARSED_COLUMNS, orient="row")
+        unparsed = pl.DataFrame([(1, f"run.json is not JSON ({error})", text)], schema=_UNPARSED_COLUMNS, orient="row")
         return JsonFileResult(tables={"unparsed_lines": unparsed}, total_lines=total, parsed_lines=0, unparsed_lines=total,
                               warnings=[f"run.json is not JSON ({error}); the run keeps its directory name"])
     if not isinstance(document, dict):
-        unparsed = pl.DataFrame([(1, "run.json is not a JSON object", text[:_RAW_KEEP])], schema=_UNPARSED_COLUMNS, orient="row")
+        unparsed = pl.DataFrame([(1, "run.json is not a JSON object", text)], schema=_UNPARSED_COLUMNS, orient="row")
         return JsonFileResult(tables={"unparsed_lines": unparsed}, total_lines=total, parsed_lines=0, unparsed_lines=total)
     versions = document.get("versions") if isinstance(document.get("versions"), dict) else {}
     gpus = document.get("gpus") if isinstance(document.get("gpus"), list) else []
@@ -279,10 +278,13 @@ def parse_nccl_probe(text: str, source: str) -> JsonFileResult:
         probe = nccl_probe_rows_from_dict(document, source=source)
     except (ValueError, InputError) as error:
         reason = str(error) if isinstance(error, InputError) else f"not JSON ({error})"
-        unparsed = pl.DataFrame([(1, reason, text[:_RAW_KEEP])], schema=_UNPARSED_COLUMNS, orient="row")
+        unparsed = pl.DataFrame([(1, reason, text)], schema=_UNPARSED_COLUMNS, orient="row")
         return JsonFileResult(tables={"unparsed_lines": unparsed}, total_lines=total, parsed_lines=0, unparsed_lines=total,
                               warnings=[reason])
-    tables = {}
+    tables = {"nccl_probe_files": pl.DataFrame(
+        [(probe.probe_id, probe.outcome, probe.message, json_text(document))],
+        schema={"probe_id": pl.Utf8, "outcome": pl.Utf8, "message": pl.Utf8, "document": pl.Utf8}, orient="row",
+    )}
     if probe.rows:
         records = [{column: _jsonish(row.get(column)) for column in NCCL_PROBE_COLUMNS} for row in probe.rows]
         tables["nccl_probe"] = pl.DataFrame(records, infer_schema_length=None)

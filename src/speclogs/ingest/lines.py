@@ -5,7 +5,7 @@ piece as they are. The few odd ones go through `split_pieces` (plain Python, the
 ANSI colour codes are stripped, tqdm's `\\r` states are split apart, a log record glued after a progress
 bar is cut off into its own piece (it keeps the physical line number), and outer prefixes added by
 docker compose / Ray / kubectl / journald / `docker logs -t` are peeled. Lines longer than MAX_LINE_BYTES
-are not parsed at all: they are stored as unparsed, truncated, with reason 'line too long'.
+are not parsed at all: they are stored whole as unparsed, with reason 'line too long to parse'.
 
 The native matcher splits lines where it is built (views into the chunk, with flags for odd lines); polars'
 CSV reader otherwise. Both give the same lines (tests/test_native.py).
@@ -21,8 +21,7 @@ import polars as pl
 
 from speclogs.ingest import native
 
-MAX_LINE_BYTES = 1 << 20  # 1 MiB: longer lines are stored truncated as unparsed ('line too long')
-RAW_KEEP_CHARS = 8192  # how much of an over-long line unparsed_lines keeps
+MAX_LINE_BYTES = 1 << 20  # 1 MiB: longer lines are not parsed, only stored whole as unparsed
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\^\[\[[0-9;?]*[A-Za-z]")
 # A record header inside a line: SGLang '[YYYY-MM-DD HH:MM:SS' or an NCCL 'host:pid:tid [rank] NCCL '.
@@ -38,8 +37,12 @@ OUTER_PREFIX_RE = re.compile(
     r"|\[pod/[^\]\s]+\] "  # kubectl logs --prefix: '[pod/name/container] '
     r"|[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [^ ]+ [^ \[]+\[[0-9]+\]: "  # journald
     r"|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z "  # docker logs -t
+    r"|\[[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z\] "  # a collector's '[ISO time] '
+    r"|[0-9]{10,16}\t[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z\t"  # a log collector's 'epoch-ms<TAB>ISO time<TAB>'
+    r"|[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]{3} \[[A-Z]+\] [A-Za-z_][A-Za-z0-9_.]*: "  # Python logging
     r")"
 )
+SRUN_LABEL_RE = re.compile(r"^[0-9]{1,4}: (?=\[)")  # srun --label: '0: ' before a bracketed record
 
 
 _BLANK = " \t\x0b\x0c"  # what makes a piece blank (the same set as _ODD_LINE's, in both paths)
@@ -56,6 +59,7 @@ class Lines:
     raw: pl.Series  # physical line text, index = line_no - first_line_no
     blank: tuple[int, ...]
     too_long: tuple[tuple[int, int], ...]  # (line_no, byte length)
+    outer_prefixes: tuple[tuple[int, str], ...] = ()  # (line_no, the prefixes a capture tool put before its text)
 
 
 def count_lines(data: bytes) -> int:
@@ -92,14 +96,15 @@ def read_lines(data: bytes | memoryview) -> pl.Series:
     return frame.get_column("text").fill_null("")
 
 
-def split_pieces(text: str) -> list[str]:
-    """One odd physical line → the pieces of text in it (possibly none): ANSI stripped, split at `\\r`,
-    glued records cut off, outer prefixes peeled, whitespace-only pieces dropped."""
+def split_pieces(text: str) -> tuple[list[str], list[str]]:
+    """One odd physical line → the pieces of text in it (possibly none) and the outer prefixes peeled off them:
+    ANSI stripped, split at `\\r`, glued records cut off, outer prefixes peeled, whitespace-only pieces dropped."""
     if "\x1b" in text or "^[[" in text:
         text = ANSI_RE.sub("", text)
     pieces: list[str] = []
+    peeled: list[str] = []
     for segment in text.split("\r"):
-        segment = _peel(segment)
+        segment = _peel(segment, peeled)
         if not segment.strip(_BLANK):
             continue
         if not segment.startswith("["):
@@ -108,16 +113,17 @@ def split_pieces(text: str) -> list[str]:
                 head = segment[: found.start()]
                 if head.strip(_BLANK):
                     pieces.append(head)
-                segment = _peel(segment[found.start():])
+                segment = _peel(segment[found.start():], peeled)
         pieces.append(segment)
-    return pieces
+    return pieces, peeled
 
 
-def _peel(segment: str) -> str:
+def _peel(segment: str, peeled: list[str]) -> str:
     while True:
-        found = OUTER_PREFIX_RE.match(segment)
+        found = OUTER_PREFIX_RE.match(segment) or SRUN_LABEL_RE.match(segment)
         if found is None or not found.end():
             return segment
+        peeled.append(found.group())
         segment = segment[found.end():]
 
 
@@ -126,7 +132,7 @@ def _peel(segment: str) -> str:
 # outer prefix (none of which a line starting with '[' can be, other than kubectl's '[pod/').
 _ODD_LITERALS = ["\r", "\x1b", "^[["]
 _ODD_UNBRACKETED = (
-    r"^[ \t\x0b\x0c]*$|^.*\[20|"
+    r"^[ \t\x0b\x0c]*$|^.*\[20|^[0-9]{1,4}: \[|"
     r"^.*[^A-Za-z0-9._-][A-Za-z0-9][A-Za-z0-9._-]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL |"
     + "^(?:" + OUTER_PREFIX_RE.pattern[len("^(?:"):]
 )
@@ -173,6 +179,7 @@ def build_lines(data: bytes | memoryview, first_line_no: int = 1, line_count: in
         flags = None if flags is None else flags[~too_long_mask.to_numpy()]
     odd_mask = odd_lines(frame.get_column("text"), flags)
     blank: list[int] = []
+    prefixes: list[tuple[int, str]] = []
     if odd_mask.any():
         odd = frame.filter(odd_mask)
         normal = frame.filter(~odd_mask)
@@ -180,7 +187,9 @@ def build_lines(data: bytes | memoryview, first_line_no: int = 1, line_count: in
         rows_piece: list[int] = []
         rows_text: list[str] = []
         for line_no, text in zip(odd["line_no"].to_list(), odd["text"].to_list()):
-            pieces = split_pieces(text)
+            pieces, peeled = split_pieces(text)
+            if peeled:
+                prefixes.append((line_no, "".join(peeled)))
             if not pieces:
                 blank.append(line_no)
             for index, piece in enumerate(pieces):
@@ -202,4 +211,5 @@ def build_lines(data: bytes | memoryview, first_line_no: int = 1, line_count: in
         raw=raw,
         blank=tuple(blank),
         too_long=too_long,
+        outer_prefixes=tuple(prefixes),
     )

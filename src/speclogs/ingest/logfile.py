@@ -122,5 +122,6 @@ def _assemble(engine: Engine, lines, claims, launches_before: int) -> ChunkResul
         total_lines=lines.total_lines,
         blank=lines.blank,
         too_long=lines.too_long,
+        outer_prefixes=lines.outer_prefixes,
         launches_before=launches_before,
     )

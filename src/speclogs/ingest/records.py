@@ -26,7 +26,6 @@ import polars as pl
 
 from speclogs.grammar import parse_server_args, split_rank_tags
 from speclogs.ingest.classify import Claims, Engine, NearMiss, is_server_args
-from speclogs.ingest.lines import RAW_KEEP_CHARS
 
 ERRORS_TABLE = "errors"
 # grammar table names that cannot be SQL table names as they are (FOREIGN is an SQL keyword)
@@ -71,6 +70,7 @@ def assemble(
     blank: tuple[int, ...] | list[int],
     too_long: tuple[tuple[int, int], ...] | list[tuple[int, int]],
     launches_before: int,
+    outer_prefixes: tuple[tuple[int, str], ...] = (),
 ) -> ChunkResult:
     """Build the table frames of one chunk. `raw_lines` is (line_no, raw) for every physical line of the chunk."""
     patterns = {c.name: c.pattern for c in engine.patterns}
@@ -127,7 +127,7 @@ def assemble(
         if line_no not in continuation_lines:
             unparsed_rows.append((line_no, REASON_EMPTY))
     for line_no, size in too_long:
-        unparsed_rows.append((line_no, f"line too long ({size:,} bytes; kept the first {RAW_KEEP_CHARS:,} characters)"))
+        unparsed_rows.append((line_no, f"line too long to parse ({size:,} bytes; its text is kept whole)"))
     if unparsed_rows:
         frame = _unparsed_frame(unparsed_rows, raw_lines)
         fragment = frame.get_column("line_no").is_in(parsed.implode()) | frame.get_column("line_no").is_in(list(continuation_lines))
@@ -140,7 +140,14 @@ def assemble(
     parsed_count = parsed.len()
     unparsed_count = total_lines - parsed_count - continuation_only
 
-    # 5. launch numbers for every table
+    # 5. what a capture tool put before the text (docker compose service, Ray actor, kubectl pod, journald unit, …)
+    if outer_prefixes:
+        tables["outer_prefixes"] = pl.DataFrame(
+            [(line_no, 0, prefix) for line_no, prefix in outer_prefixes],
+            schema={"line_no": pl.Int64, "piece": pl.Int32, "prefix": pl.Utf8}, orient="row",
+        )
+
+    # 6. launch numbers for every table
     for table, frame in tables.items():
         tables[table] = _with_launch(frame, launch_starts, launches_before).drop("piece", strict=False)
 
@@ -295,7 +302,7 @@ def _attach_to_previous_line(engine: Engine, claims: Claims, bare_heads: list[_R
         if engine.pattern(name).pattern.scope != "message" or not frame.height:
             continue
         for row in frame.filter(pl.col("line_no").is_in(list(wanted)) & (pl.col("piece") == 0)).select(
-            "line_no", "ts", "rank_tags", "tp_rank"
+            "line_no", "ts", "ts_text", "rank_tags", "tp_rank"
         ).iter_rows(named=True):
             prefixed[row["line_no"]] = row
     for record in bare_heads:
@@ -306,7 +313,8 @@ def _attach_to_previous_line(engine: Engine, claims: Claims, bare_heads: list[_R
             continue
         continuation.add((line_no, piece))
         record.members.insert(0, (line_no - 1, 0))
-        record.head = {"kind": "traceback", "ts": head["ts"], "rank_tags": head["rank_tags"] or "", "tp_rank": head["tp_rank"]}
+        record.head = {"kind": "traceback", "ts": head["ts"], "ts_text": head["ts_text"], "rank_tags": head["rank_tags"] or "",
+                       "tp_rank": head["tp_rank"]}
 
 
 def _errors_frame(records: list[_Record], raw_lines: pl.DataFrame) -> pl.DataFrame:
@@ -324,6 +332,7 @@ def _errors_frame(records: list[_Record], raw_lines: pl.DataFrame) -> pl.DataFra
                 "piece": first_piece,
                 "last_line_no": lines[-1],
                 "ts": head.get("ts"),
+                "ts_text": head.get("ts_text"),
                 "tp_rank": head.get("tp_rank"),
                 "rank_tags": head.get("rank_tags"),
                 "kind": head.get("kind") or "traceback",
@@ -342,6 +351,7 @@ def _errors_frame(records: list[_Record], raw_lines: pl.DataFrame) -> pl.DataFra
             "piece": pl.Int32,
             "last_line_no": pl.Int64,
             "ts": pl.Datetime("us"),
+            "ts_text": pl.Utf8,
             "tp_rank": pl.Int32,
             "rank_tags": pl.Utf8,
             "kind": pl.Utf8,
@@ -420,7 +430,7 @@ def _unparsed_frame(rows: list[tuple[int, str]], raw_lines: pl.DataFrame) -> pl.
     frame = pl.DataFrame(rows, schema={"line_no": pl.Int64, "reason": pl.Utf8}, orient="row").sort("line_no")
     frame = frame.join(raw_lines, on="line_no", how="left", maintain_order="left")
     return frame.with_columns(
-        pl.col("raw").fill_null("").str.slice(0, RAW_KEEP_CHARS),
+        pl.col("raw").fill_null(""),
         pl.lit(0, dtype=pl.Int32).alias("piece"),
     )
 

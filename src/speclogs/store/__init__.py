@@ -693,7 +693,7 @@ def _keys(columns: "_TableColumns", table: str, run_id: str, source_file: str) -
     """The key columns every row of `table` gets from its file: a file_key for the sharded tables."""
     if table in SHARDED_TABLES:
         return {"file_key": columns.file_key(source_file, run_id)}
-    if table == "nccl_probe":
+    if table in ("nccl_probe", "nccl_probe_files"):
         return {"source_file": source_file}
     return {"source_file": source_file, "run_id": run_id}
 

@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 from speclogs.errors import StoreError
+from speclogs.ingest.lines import ANSI_RE
 
 # Columns that say where a row came from, not what the line printed (never evidence for a token).
 _KEY_COLUMNS = frozenset({"run_id", "source_file", "line_no", "last_line_no", "launch_no", "file_key", "piece"})
@@ -126,23 +127,18 @@ def check_content(connection, *, sources: Iterable[str] | None = None, grammar_p
 # what the grammars themselves print
 
 
-def template_vocabulary(grammars) -> dict[str, frozenset[str]]:
-    """Per table: the tokens of its patterns' literal text (and of the prefix), which a row need not store."""
-    from speclogs.grammar.template import Alternatives, Lit, Optional_, parse_template
+_MAX_SPELLINGS = 4096
 
-    def literals(nodes) -> Iterator[str]:
-        for node in nodes:
-            if isinstance(node, Lit):
-                yield node.text
-            elif isinstance(node, Optional_):
-                yield from literals(node.body)
-            elif isinstance(node, Alternatives):
-                for branch in node.branches:
-                    yield from literals(branch)
+
+def template_vocabulary(grammars) -> dict[str, frozenset[str]]:
+    """Per table: the tokens of its patterns' literal text (and of the prefix), which a row need not store. Literal
+    text is read the way it prints: optional parts and alternatives spelled out (`n{|r|R}anks` gives nranks and
+    nRanks), a slot breaking the text."""
+    from speclogs.grammar.template import parse_template
 
     def tokens(pattern) -> set[str]:
         found: set[str] = set()
-        for text in literals(parse_template(pattern.template, pattern.name)):
+        for text in _spellings(parse_template(pattern.template, pattern.name)):
             found.update(TOKEN_RE.findall(text))
         return found
 
@@ -152,6 +148,43 @@ def template_vocabulary(grammars) -> dict[str, frozenset[str]]:
         table = {"foreign": "foreign_lines"}.get(pattern.table, pattern.table)
         by_table.setdefault(table, set(prefix)).update(tokens(pattern))
     return {table: frozenset(found) for table, found in by_table.items()}
+
+
+def _spellings(nodes) -> list[str]:
+    """Every text a template's literal parts can print (slots as a break), up to _MAX_SPELLINGS of them; past that,
+    each literal on its own (its tokens are still all there, only words glued across a group are not)."""
+    from speclogs.grammar.template import Alternatives, Lit, Optional_, Slot
+
+    spelled = [""]
+    for node in nodes:
+        if isinstance(node, Lit):
+            options = [node.text]
+        elif isinstance(node, Slot):
+            options = ["\x00"]
+        elif isinstance(node, Optional_):
+            options = ["", *_spellings(node.body)]
+        else:
+            assert isinstance(node, Alternatives)
+            options = [text for branch in node.branches for text in _spellings(branch)]
+        if len(spelled) * len(options) > _MAX_SPELLINGS:
+            return _pieces(nodes)
+        spelled = [head + option for head in spelled for option in options]
+    return spelled
+
+
+def _pieces(nodes) -> list[str]:
+    from speclogs.grammar.template import Alternatives, Lit, Optional_
+
+    out: list[str] = []
+    for node in nodes:
+        if isinstance(node, Lit):
+            out.append(node.text)
+        elif isinstance(node, Optional_):
+            out += _pieces(node.body)
+        elif isinstance(node, Alternatives):
+            for branch in node.branches:
+                out += _pieces(branch)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -265,6 +298,9 @@ def _check_lines(source_file: str, lines: list[str], rows: dict[int, _Evidence],
 
 
 def _tokens(line: str) -> list[str]:
+    """A line's tokens: words of two letters or more, and numbers; ANSI colour codes are formatting, not content."""
+    if "\x1b" in line or "^[[" in line:
+        line = ANSI_RE.sub(" ", line)
     return [t for t in TOKEN_RE.findall(line) if len(t) > 1 or t.isdigit()]
 
 
@@ -320,7 +356,7 @@ def _number_found(token: str, numbers: list[float]) -> bool:
 
 
 _DOCUMENT_ROWS = {  # a whole-document input: the rows that hold it
-    "nccl_probe": ("nccl_probe", "SELECT * FROM nccl_probe WHERE source_file = ?"),
+    "nccl_probe": ("nccl_probe_files", "SELECT * FROM nccl_probe_files WHERE source_file = ?"),
     "run_json": ("runs", "SELECT r.* FROM runs r JOIN files f USING (run_id) WHERE f.source_file = ?"),
 }
 

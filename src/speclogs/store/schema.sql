@@ -11,6 +11,8 @@ CREATE TABLE IF NOT EXISTS _file_keys (file_key INTEGER, source_file VARCHAR, ru
 CREATE TABLE IF NOT EXISTS _labels (column_name VARCHAR, code INTEGER, value VARCHAR);  -- value = code's text, per column
 -- Every parsed row carries run_id, source_file, line_no (1-based physical line in the source file),
 -- and launch_no / ts / tp_rank where the line has them. Units are in the column names.
+-- ts_text: the SGLang prefix's timestamp as printed, where it has no date ('HH:MM:SS', ≤0.3.0) or no year
+-- ('MM-DD HH:MM:SS') or is not a time at all; ts then holds it dated from the nearest dated line, or NULL.
 
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
 
@@ -49,12 +51,12 @@ CREATE TABLE IF NOT EXISTS launches (
 
 -- server_args=ServerArgs(...) parsed into name/value rows (value as its Python repr text; value_json when it is a literal).
 CREATE TABLE IF NOT EXISTS server_args (
-  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP, ts_text VARCHAR,
   name VARCHAR, value VARCHAR, value_json JSON
 );
 
 CREATE TABLE IF NOT EXISTS _prefill_batches (
-  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP, ts_text VARCHAR,
   dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, rank_tags VARCHAR,
   iter INTEGER, new_seq INTEGER, new_tokens BIGINT, cached_tokens BIGINT, cache_hit_rate_pct DOUBLE,
   num_tokens BIGINT, token_usage DOUBLE, full_token_usage DOUBLE, swa_token_usage DOUBLE, mamba_usage DOUBLE,
@@ -66,11 +68,13 @@ CREATE TABLE IF NOT EXISTS _prefill_batches (
   mixed_running_req INTEGER,           -- 0.3.x '--enable-mixed-chunk' variant: 'Prefill batch(mixed #running-req: N)'
   full_num_tokens BIGINT, swa_num_tokens BIGINT,   -- 0.4.9 hybrid SWA '#token: full=N, swa=N'
   replay_tokens BIGINT, optimistic_req INTEGER, waiting_image_req INTEGER,
+  extra_fields JSON,                   -- label → value of the fields this speclogs does not know (a newer or patched release)
+  truncated BOOLEAN,                   -- TRUE when the line was cut short (a terminal, a paste); NULL otherwise
   file_key INTEGER                    -- → _file_keys (run_id, source_file)
 );
 
 CREATE TABLE IF NOT EXISTS _decode_batches (
-  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP, ts_text VARCHAR,
   dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, rank_tags VARCHAR,
   iter INTEGER, running_req INTEGER, num_tokens BIGINT, token_usage DOUBLE,
   full_num_tokens BIGINT, full_token_usage DOUBLE, swa_num_tokens BIGINT, swa_token_usage DOUBLE, mamba_num INTEGER, mamba_usage DOUBLE,
@@ -84,12 +88,14 @@ CREATE TABLE IF NOT EXISTS _decode_batches (
   gpu_num_tokens BIGINT, gpu_token_usage DOUBLE, cpu_num_tokens BIGINT, cpu_token_usage DOUBLE,
   cap_len DOUBLE, block_accept_len DOUBLE, host_receive_req INTEGER, waiting_image_req INTEGER,
   est_read_bw_gb_s DOUBLE, est_write_bw_gb_s DOUBLE,
+  extra_fields JSON,                   -- label → value of the fields this speclogs does not know (a newer or patched release)
+  truncated BOOLEAN,                   -- TRUE when the line was cut short (a terminal, a paste); NULL otherwise
   file_key INTEGER                    -- → _file_keys (run_id, source_file)
 );
 
 -- uvicorn access lines (GET /health → status) and uvicorn INFO lines are server_events.
 CREATE TABLE IF NOT EXISTS _http_requests (
-  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP, ts_text VARCHAR,
   level VARCHAR, client_ip VARCHAR, client_port INTEGER, method VARCHAR, path VARCHAR, http_version VARCHAR,
   status INTEGER, status_text VARCHAR,
   rank_tags VARCHAR, dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, attn_cp_rank INTEGER, moe_dp_rank INTEGER,
@@ -101,7 +107,7 @@ CREATE TABLE IF NOT EXISTS _http_requests (
 --  cuda_graph_begin, cuda_graph_end, max_total_num_tokens, ready, sigterm, graceful_exit, watchdog_timeout,
 --  retract, uvicorn_info, warning, message …). Numeric details go to the typed columns; the rest stays in message.
 CREATE TABLE IF NOT EXISTS server_events (
-  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP, ts_text VARCHAR,
   dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, rank_tags VARCHAR,
   kind VARCHAR, graph VARCHAR,         -- graph: target_verify | draft_decode | draft_extend | decode | prefill (cuda_graph_* kinds)
   elapsed_s DOUBLE, avail_mem_gb DOUBLE, mem_usage_gb DOUBLE, num_tokens BIGINT,
@@ -119,7 +125,7 @@ CREATE TABLE IF NOT EXISTS server_events (
 
 -- multi-line tracebacks / exception dumps as one record.
 CREATE TABLE IF NOT EXISTS errors (
-  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, last_line_no BIGINT, launch_no INTEGER, ts TIMESTAMP,
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, last_line_no BIGINT, launch_no INTEGER, ts TIMESTAMP, ts_text VARCHAR,
   tp_rank INTEGER, rank_tags VARCHAR, kind VARCHAR,   -- traceback | scheduler_exception | cuda_error | …
   first_line VARCHAR, last_line VARCHAR, exception_type VARCHAR, text VARCHAR,
   exception_message VARCHAR,           -- text after 'XxxError: ' on the exception line
@@ -136,8 +142,11 @@ CREATE TABLE IF NOT EXISTS nccl_events (
   channel INTEGER, peer_from INTEGER, peer_to INTEGER, transport VARCHAR,
   message VARCHAR,
   nchannels INTEGER,                   -- 'Channel 00/16 : 0 1' → 16
+  conn_index INTEGER, peer_from_dev INTEGER, peer_to_dev INTEGER,   -- 'Channel 00/1 : 0[2] -> 1[3] via P2P/IPC' → 1, 2, 3
+  comm_rank INTEGER, nranks INTEGER,   -- comm init / init timings: 'rank 1 nranks 2'
+  collnet_channels INTEGER, nvls_channels INTEGER, p2p_channels INTEGER, p2p_channels_per_peer INTEGER,  -- '24 coll channels, …'
   -- SGLang-prefixed NCCL lines ('sglang is using nccl==2.28.9') carry the prefix columns
-  ts TIMESTAMP, rank_tags VARCHAR, dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER,
+  ts TIMESTAMP, ts_text VARCHAR, rank_tags VARCHAR, dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER,
   attn_cp_rank INTEGER, moe_dp_rank INTEGER
 );
 
@@ -152,7 +161,7 @@ CREATE TABLE IF NOT EXISTS bench_requests (
 
 -- speclogs' own eagle-worker profiling lines (python -m speclogs.profile).
 CREATE TABLE IF NOT EXISTS spec_cycles (
-  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP, tp_rank INTEGER,
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP, ts_text VARCHAR, tp_rank INTEGER,
   cycle BIGINT, batch_size INTEGER, draft_ms DOUBLE, verify_ms DOUBLE, extend_ms DOUBLE, other_ms DOUBLE, cycle_ms DOUBLE,
   accepted_tokens INTEGER, proposed_tokens INTEGER,
   rank_tags VARCHAR, dp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, attn_cp_rank INTEGER, moe_dp_rank INTEGER,
@@ -170,9 +179,22 @@ CREATE TABLE IF NOT EXISTS nccl_probe (
   graph_error VARCHAR                  -- why the CUDA-graph timing failed
 );
 
+-- one row per probe file: its outcome and the whole document (the request, every env set's outcome, NCCL lines, …)
+CREATE TABLE IF NOT EXISTS nccl_probe_files (
+  probe_id VARCHAR, source_file VARCHAR, outcome VARCHAR, message VARCHAR,
+  document JSON                        -- the file as read
+);
+
 -- every line no grammar matched, with its raw text (never dropped).
 CREATE TABLE IF NOT EXISTS unparsed_lines (
   run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, reason VARCHAR, raw VARCHAR
+);
+
+-- the prefixes a capture tool put before a line's text, peeled off before the grammars read it: docker compose
+-- ('sglang-1  | '), Ray ('(SchedulerActor pid=123) '), kubectl ('[pod/name/container] '), journald, `docker logs -t`
+CREATE TABLE IF NOT EXISTS outer_prefixes (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER,
+  prefix VARCHAR                       -- as printed, all of them when there are several
 );
 
 -- one row per ingested file: content hash for idempotency, and line accounting.
@@ -193,14 +215,16 @@ CREATE TABLE IF NOT EXISTS files (
 CREATE TABLE IF NOT EXISTS foreign_lines (
   run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER,
   tool VARCHAR,                        -- python_warning | tqdm | glog | flashinfer | shell | …
-  message VARCHAR
+  message VARCHAR,                     -- the tool's message (after its own prefix)
+  line VARCHAR                         -- the line as printed
 );
 
 -- benchmark tools' printed output (bench_serving summary block, bench_one_batch lines), name/value rows
 CREATE TABLE IF NOT EXISTS bench_summary (
   run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER,
   record VARCHAR, name VARCHAR, value VARCHAR,
-  latency_s DOUBLE, throughput_tok_s DOUBLE, step BIGINT, batch_size BIGINT
+  latency_s DOUBLE, throughput_tok_s DOUBLE, step BIGINT, batch_size BIGINT,
+  line VARCHAR                         -- the line as printed
 );
 
 -- format drift: lines that contain a pattern's literal but do not match it (first 20 per pattern and file),

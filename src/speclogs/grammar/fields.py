@@ -1,0 +1,127 @@
+"""Field lists: the definition of SGLang's batch-statistics lines, read by their labels.
+
+A `Decode batch` / `Prefill batch` line is a head and then `label: value` items joined by ", " — in any order, any
+subset, with labels no release printed before. A grammar file says what each label means in its `[labels]` table
+(label → the field it fills, and constants it sets, such as `graph_kind` for `npu graph`), and a pattern whose
+template ends with `{fields}` hands the rest of the line to `FieldList.read`:
+
+- a known label's value is cast to its field's type (int, float, pct with its '%', bool);
+- an unknown label, or a value that does not read as its field's type, goes to `extra_fields` as printed;
+- `#token: full=N, swa=N` (0.4.9) reads as the labels `#token full`, `#token swa`;
+- a trailing ", ", "," or " " is nothing; a last item cut short (`#queue-r`, `#queue-req: `) marks the row `truncated`.
+
+The bundled shape templates of decode_batch.toml and prefill_batch.toml are the fast path for the shapes real logs
+have; the validator holds each of their samples to this reading, and tests every real batch line of fixtures/.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+_INT = re.compile(r"-?[0-9]+")
+_FLOAT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+_SUB_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+FIELDS_SLOT = "fields"  # the template slot whose text is read as a field list
+OUTPUT_COLUMNS = {"extra_fields": "str", "truncated": "bool"}  # what a field-list row has besides its label fields
+
+
+@dataclass(frozen=True)
+class Label:
+    """What one printed label means: the field its value fills, and constants it sets."""
+
+    field: str
+    sets: tuple[tuple[str, object], ...] = ()
+
+
+@dataclass(frozen=True)
+class FieldList:
+    """A grammar file's [labels] table, with the types of the fields they fill."""
+
+    labels: dict[str, Label]
+    types: dict[str, str]  # field → int | float | pct | bool | str
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Every column a field-list row can fill, in a stable order."""
+        names: list[str] = []
+        for label in self.labels.values():
+            for name in (label.field, *(key for key, _ in label.sets)):
+                if name not in names:
+                    names.append(name)
+        return (*names, *OUTPUT_COLUMNS)
+
+    def read(self, text: str) -> dict[str, object]:
+        """The typed values of one field list, `extra_fields` (JSON text or None) and `truncated` (True or None)."""
+        values: dict[str, object] = dict.fromkeys(self.columns)
+        filled: set[str] = set()
+        extra: dict[str, object] = {}
+        truncated = False
+        items = text.split(", ")
+        parent: str | None = None
+        for index, item in enumerate(items):
+            last = index == len(items) - 1
+            if last:  # the trailing ", " of some releases (its space stripped by an editor), or one space (0.4.6 PD)
+                item = item.rstrip(" ").removesuffix(",")
+            if not item:
+                continue
+            label, colon, value = item.partition(": ")
+            if colon:
+                parent = label
+                key, equals, sub = value.partition("=")
+                if equals and _SUB_KEY.fullmatch(key):  # '#token: full=N'
+                    label, value = f"{label} {key}", sub
+            else:
+                key, equals, sub = item.partition("=")
+                if equals and parent is not None and _SUB_KEY.fullmatch(key):  # '…, swa=N' after 'full=N'
+                    label, value = f"{parent} {key}", sub
+                else:  # a label with no value: the line was cut here, or an item nobody knows
+                    extra[item] = None
+                    truncated |= last
+                    continue
+            spec = self.labels.get(label)
+            typed = None if spec is None or spec.field in filled else _cast(self.types.get(spec.field, "str"), value)
+            if typed is None:
+                extra[label] = value
+                truncated |= last and not value
+                continue
+            values[spec.field] = typed
+            values.update(spec.sets)
+            filled.add(spec.field)
+        values["extra_fields"] = json.dumps(extra, ensure_ascii=False) if extra else None
+        values["truncated"] = True if truncated else None
+        return values
+
+
+def _cast(type_name: str, text: str) -> object | None:
+    """A printed value as its field's type, read exactly as the grammar's shapes read it; None when it is not one."""
+    if type_name == "int":
+        return int(text) if _INT.fullmatch(text) and -(2**63) <= int(text) < 2**63 else None
+    if type_name in ("float", "pct"):
+        text = text[:-1] if type_name == "pct" and text.endswith("%") else text
+        return float(text) if _FLOAT.fullmatch(text) else None
+    if type_name == "bool":
+        return {"True": True, "False": False}.get(text)
+    return text or None
+
+
+def read_labels(table: object, types: dict[str, str], where: str) -> tuple[FieldList | None, list[str]]:
+    """A grammar file's [labels] table → FieldList, and what is wrong with it (label → "field" or
+    { field = "…", set = { column = value } }; every field must be declared)."""
+    problems: list[str] = []
+    if not isinstance(table, dict) or not table:
+        return None, [f"{where}: [labels] must map printed labels to fields, e.g. \"#running-req\" = \"running_req\""]
+    labels: dict[str, Label] = {}
+    for text, spec in table.items():
+        field, sets = (spec, {}) if isinstance(spec, str) else (
+            (spec.get("field"), spec.get("set", {})) if isinstance(spec, dict) else (None, {}))
+        if not isinstance(field, str) or not isinstance(sets, dict):
+            problems.append(f"{where}: label {text!r} must be \"field\" or {{ field = \"…\", set = {{ … }} }}")
+            continue
+        unknown = [name for name in (field, *sets) if name not in types]
+        if unknown:
+            problems.append(f"{where}: label {text!r} names undeclared field(s) {', '.join(unknown)}")
+            continue
+        labels[text] = Label(field, tuple(sets.items()))
+    return FieldList(labels, dict(types)), problems

@@ -1,15 +1,14 @@
 """Check speclogs' profiler targets against the sources of every SGLang release; write the results.
 
-    pip index versions sglang > /tmp/sglang-versions.txt
     for v in …; do pip download --no-deps sglang==$v -d /tmp/sglang-dists; done
-    PYTHONPATH=src python scripts/profile_compat.py /tmp/sglang-dists \
-        --listed /tmp/sglang-versions.txt --out docs/profile_compat.json --docs docs/profiling.md
+    python scripts/profile_compat.py /tmp/sglang-dists --out docs/profile_compat.json --docs docs/profiling.md
 
 Opens each wheel or sdist in DISTS (nothing is installed or imported), runs the hook's own
-`observe_worker` / `check_worker` (speclogs.profile.targets) on its sources for every worker
-target and the scheduler, and writes the facts and verdicts to --out (JSON) and the table between
-the `profile-compat` markers of --docs. Every version `pip index versions sglang` listed from
-0.5.0 on must have a dist in DISTS. Exit 0, or 1 with `Error: …` on stderr.
+`observe_worker` / `check_worker` (speclogs.profile.targets of this checkout) on its sources for
+every worker target and the scheduler, and writes the facts and verdicts to --out (JSON) and the
+table between the `profile-compat` markers of --docs. Every version `pip index versions sglang`
+lists from 0.5.0 on must have a dist in DISTS (`--listed FILE`: that command's saved output instead
+of running it). Exit 0, or 1 with `Error: …` on stderr.
 """
 
 from __future__ import annotations
@@ -18,13 +17,15 @@ import argparse
 import hashlib
 import json
 import re
+import subprocess
 import sys
 import tarfile
 import zipfile
 from pathlib import Path
 from typing import Callable
 
-from speclogs.profile import targets
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's targets
+from speclogs.profile import targets  # noqa: E402
 
 FIRST_RELEASE = (0, 5, 0)
 SPECULATIVE_PACKAGE = "sglang/srt/speculative/"
@@ -59,6 +60,19 @@ def listed_versions(pip_index_output: str) -> list[str]:
         raise CompatError("no 'Available versions:' line in the pip index output")
     versions = [v.strip() for v in match[1].split(",") if v.strip()]
     return sorted((v for v in versions if release_key(v)[0] >= FIRST_RELEASE), key=release_key)
+
+
+def pip_index_versions() -> str:
+    """The output of `python -m pip index versions sglang` (needs the package index)."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", "sglang"], capture_output=True, text=True
+    )
+    if completed.returncode != 0:
+        raise CompatError(
+            f"pip index versions sglang failed: {completed.stderr.strip()[-300:]} "
+            "(save its output elsewhere and pass --listed FILE)"
+        )
+    return completed.stdout
 
 
 def dist_reader(path: Path) -> tuple[Callable[[str], str | None], list[str]]:
@@ -191,12 +205,12 @@ def replace_table(doc: str, table: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dists", type=Path, help="folder of sglang wheels / sdists (pip download --no-deps)")
-    parser.add_argument("--listed", type=Path, required=True, help="saved output of `pip index versions sglang`")
+    parser.add_argument("--listed", type=Path, help="saved output of `pip index versions sglang` (default: run it)")
     parser.add_argument("--out", type=Path, required=True, help="JSON results file to write")
     parser.add_argument("--docs", type=Path, help="Markdown file whose profile-compat table is rewritten")
     args = parser.parse_args(argv)
     try:
-        listed = listed_versions(args.listed.read_text())
+        listed = listed_versions(args.listed.read_text() if args.listed else pip_index_versions())
         dists = find_dists(args.dists)
         missing = [v for v in listed if v not in dists]
         if missing:
@@ -212,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(dump_results(results))
         if args.docs is not None:
             args.docs.write_text(replace_table(args.docs.read_text(), render_table(results)))
-    except (CompatError, OSError, zipfile.BadZipFile, tarfile.TarError, SyntaxError) as error:
+    except (CompatError, OSError, zipfile.BadZipFile, tarfile.TarError) as error:
         sys.stderr.write(f"Error: {error}\n")
         return 1
     supported = {

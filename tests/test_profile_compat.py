@@ -7,6 +7,9 @@ from that release's sources; docs/profiling.md shows the table made from it. Her
 
 import json
 import re
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -84,3 +87,53 @@ def test_the_default_eagle_worker_is_supported_on_every_release_users_run():
     assert {v: RELEASES[v]["workers"]["eagle_v2"]["verdict"] for v in users_run} == {
         v: "supported" for v in users_run
     }
+
+
+def fake_wheel(folder: Path, version: str, worker_source: str | None) -> None:
+    with zipfile.ZipFile(folder / f"sglang-{version}-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("sglang/version.py", f'__version__ = "{version}"\n')
+        if worker_source is not None:
+            wheel.writestr("sglang/srt/speculative/eagle_worker_v2.py", worker_source)
+
+
+def run_script(tmp_path: Path, listed: str) -> subprocess.CompletedProcess:
+    (tmp_path / "listed.txt").write_text(f"sglang (0.5.2)\nAvailable versions: {listed}\n")
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts/profile_compat.py"), str(tmp_path / "dists"),
+         "--listed", str(tmp_path / "listed.txt"), "--out", str(tmp_path / "compat.json"),
+         "--docs", str(tmp_path / "doc.md")],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_the_script_writes_a_row_per_release_from_0_5_0_and_rewrites_only_the_table(tmp_path):
+    (tmp_path / "dists").mkdir()
+    fake_wheel(tmp_path / "dists", "0.5.1", None)
+    fake_wheel(tmp_path / "dists", "0.5.2", "class EAGLEWorkerV2:\n    pass\n")
+    (tmp_path / "doc.md").write_text(
+        "before\n<!-- profile-compat:begin (scripts/profile_compat.py writes this table) -->\nold\n"
+        "<!-- profile-compat:end -->\nafter\n"
+    )
+    completed = run_script(tmp_path, "0.5.2, 0.5.1, 0.4.10.post2")
+
+    assert completed.returncode == 0, completed.stderr
+    results = json.loads((tmp_path / "compat.json").read_text())
+    assert results["listed_versions"] == ["0.5.1", "0.5.2"]
+    assert [r["workers"]["eagle_v2"]["verdict"] for r in results["releases"]] == [
+        "absent",
+        "disabled: class EagleDraftWorker not found in sglang.srt.speculative.eagle_worker_v2",
+    ]
+    doc = (tmp_path / "doc.md").read_text()
+    assert doc.startswith("before\n<!-- profile-compat:begin") and doc.endswith("<!-- profile-compat:end -->\nafter\n")
+    assert "old" not in doc
+    assert "| 0.5.2 | `EAGLEWorkerV2` | disabled: class EagleDraftWorker not found" in doc
+
+
+def test_the_script_refuses_to_write_a_table_that_misses_a_listed_release(tmp_path):
+    (tmp_path / "dists").mkdir()
+    fake_wheel(tmp_path / "dists", "0.5.1", None)
+    completed = run_script(tmp_path, "0.5.2, 0.5.1")
+
+    assert completed.returncode == 1
+    assert completed.stderr.startswith(f"Error: no dist in {tmp_path / 'dists'} for 0.5.2: pip download")
+    assert not (tmp_path / "compat.json").exists()

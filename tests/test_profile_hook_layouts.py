@@ -380,3 +380,15 @@ def test_a_worker_module_whose_source_cannot_be_read_is_left_alone(fake_sglang):
     assert state.layout_problems == {
         "eagle_v2": ["no readable source for sglang.srt.speculative.eagle_worker_v2"]
     }
+
+
+def test_reading_a_source_executes_nothing(tmp_path, monkeypatch):
+    package = tmp_path / "fakesglang_unimported" / "srt"
+    package.mkdir(parents=True)
+    (tmp_path / "fakesglang_unimported" / "__init__.py").write_text("raise RuntimeError('executed')\n")
+    (package / "worker.py").write_text("class EAGLEWorkerV2:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    assert hook.read_installed_source("fakesglang_unimported.srt.worker") == "class EAGLEWorkerV2:\n    pass\n"
+    assert hook.read_installed_source("fakesglang_unimported.srt.missing") is None
+    assert "fakesglang_unimported" not in sys.modules

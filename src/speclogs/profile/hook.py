@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.abc
-import importlib.util
 import inspect
 import logging
 import os
@@ -65,22 +64,38 @@ _WRAPPED_MARK = "__speclogs_wrapped__"
 
 
 def read_installed_source(module_name: str) -> str | None:
-    """The source text of an installed module, through its loader, without executing it; None
-    when it has none (a compiled-only install, a module that does not exist)."""
+    """The source text of an installed module; None when it has none (a compiled-only install, a
+    module that does not exist). Executes nothing: an imported module's source comes from its
+    loader, another's `.py` file is looked up along its top-level package's path."""
     module = sys.modules.get(module_name)
-    spec = getattr(module, "__spec__", None)
-    if spec is None:
-        try:
-            spec = importlib.util.find_spec(module_name)
-        except (ImportError, ValueError):
-            return None
-    get_source = getattr(getattr(spec, "loader", None), "get_source", None)
+    if module is None:
+        return _read_source_file(module_name)
+    get_source = getattr(getattr(getattr(module, "__spec__", None), "loader", None), "get_source", None)
     if get_source is None:
         return None
     try:
         return get_source(module_name)
     except (ImportError, OSError):
         return None
+
+
+def _read_source_file(module_name: str) -> str | None:
+    top, *rest = module_name.split(".")
+    package = sys.modules.get(top)
+    if package is not None:
+        roots = list(getattr(package, "__path__", []))
+    else:
+        roots = [os.path.join(entry or os.curdir, top) for entry in sys.path]
+    for root in roots:
+        base = os.path.join(root, *rest)
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(candidate):
+                try:
+                    with open(candidate, encoding="utf-8") as source:
+                        return source.read()
+                except (OSError, UnicodeDecodeError):
+                    return None
+    return None
 
 
 def sglang_version() -> str:

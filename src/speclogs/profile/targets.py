@@ -7,7 +7,7 @@ why a server was not profiled. None of this names an SGLang version.
 
 `observe_worker` / `observe_scheduler` read the facts a target needs from SGLang's *source* with
 `ast` (nothing is imported or executed): classes and their bases, the positional parameters of
-each wrapped method, the `self.…` calls of the cycle, the attributes `__init__` and friends assign,
+each wrapped method, the `self.…` calls of the cycle, the `self.X` attributes their methods assign,
 the members of the batch / result / verify-input classes the wrappers read. `check_worker` /
 `check_scheduler` turn facts into problems ([] = the hook wraps it); `plan_worker` says how.
 

@@ -1,8 +1,8 @@
 """Host-side cost of the EAGLE-worker profiler per decode cycle (the part that can slow a host-bound server).
 
 Builds a worker module with SGLang 0.5.14's method layout (EAGLEWorkerV2 / EagleDraftWorker, methods that do
-no work), wraps it with the real hook (`hook.patch_eagle_v2`), and times `forward_batch_generation` plain and
-wrapped. The difference is what the wrappers, the profiler, its events and its log lines cost the host per cycle.
+no work) from source, wraps it with the real hook (`hook.patch_worker_module`, which reads that source), and
+times `forward_batch_generation` plain and wrapped. The difference is what the wrappers, the profiler, its events and its log lines cost the host per cycle.
 Log lines go through a real logging handler into os.devnull.
 
     PYTHONPATH=src python benchmarks/bench_profile_overhead.py            # stand-in events (no torch needed)
@@ -20,6 +20,9 @@ import time
 import types
 
 from speclogs.profile import hook
+from speclogs.profile.targets import WORKER_TARGETS, SourceIndex
+
+EAGLE_V2 = next(t for t in WORKER_TARGETS if t.key == "eagle_v2")
 
 
 class StandInEvent:
@@ -68,40 +71,54 @@ class Mode:
         return False
 
 
+# The worker module and the classes whose members the hook's check reads, as source (the check reads source).
+BENCH_SOURCES = {
+    "sglang.srt.speculative.eagle_worker_v2": """
+class VerifyInput:
+    draft_token_num = 6
+
+
+class Result:
+    def __init__(self, accept_lens):
+        self.accept_lens = accept_lens
+
+
+class EagleDraftWorker:
+    def draft(self, batch):
+        return VerifyInput()
+
+    def _draft_extend_for_decode(self, batch, batch_result):
+        return None
+
+
+class EAGLEWorkerV2:
+    def __init__(self, server_args, gpu_id, tp_rank, dp_rank=None):
+        self.tp_rank = tp_rank
+        self.draft_worker = EagleDraftWorker()
+
+    def forward_batch_generation(self, batch, on_publish=None):
+        batch.spec_info = self.draft_worker.draft(batch)
+        out = self.verify(batch)
+        self.draft_worker._draft_extend_for_decode(batch, out)
+        return out
+
+    def verify(self, batch):
+        return Result(ACCEPT_LENS)
+""",
+    "sglang.srt.managers.schedule_batch": "class ScheduleBatch:\n    forward_mode: object\n    seq_lens: object\n"
+    "    spec_info: object\n    is_extend_in_batch: bool\n",
+    "sglang.srt.model_executor.forward_batch_info": "class ForwardMode:\n    def is_extend(self): ...\n"
+    "    def is_idle(self): ...\n",
+    "sglang.srt.speculative.eagle_info": "class EagleVerifyInput:\n    draft_token_num: int\n",
+    "sglang.srt.managers.utils": "class GenerationBatchResult:\n    accept_lens: object\n",
+}
+
+
 def build_worker_module(accept_lens: object) -> types.ModuleType:
     """A fresh eagle_worker_v2 stand-in with 0.5.14's method names and parameters."""
-    module = types.ModuleType("bench_eagle_worker_v2")
-
-    class VerifyInput:
-        draft_token_num = 6
-
-    class Result:
-        def __init__(self) -> None:
-            self.accept_lens = accept_lens
-
-    class EagleDraftWorker:
-        def draft(self, batch):
-            return VerifyInput()
-
-        def _draft_extend_for_decode(self, batch, batch_result):
-            return None
-
-    class EAGLEWorkerV2:
-        def __init__(self, server_args, gpu_id, tp_rank, dp_rank=None):
-            self.tp_rank = tp_rank
-            self.draft_worker = EagleDraftWorker()
-
-        def forward_batch_generation(self, batch, on_publish=None):
-            batch.spec_info = self.draft_worker.draft(batch)
-            out = self.verify(batch)
-            self.draft_worker._draft_extend_for_decode(batch, out)
-            return out
-
-        def verify(self, batch):
-            return Result()
-
-    module.EAGLEWorkerV2 = EAGLEWorkerV2
-    module.EagleDraftWorker = EagleDraftWorker
+    module = types.ModuleType("sglang.srt.speculative.eagle_worker_v2")
+    module.ACCEPT_LENS = accept_lens
+    exec(BENCH_SOURCES[module.__name__], module.__dict__)
     return module
 
 
@@ -148,9 +165,13 @@ def main() -> None:
     print(f"profiler host overhead per decode cycle ({label}, {cycles} cycles a round, best of 5)")
     print(f"  plain forward_batch_generation (empty methods): {base_s * 1e6:7.2f} us/cycle")
     for every in (1, 16, 64):
-        state = hook.Instrumentation(every=every, event_source_factory=source_factory)
+        state = hook.Instrumentation(
+            every=every, event_source_factory=source_factory, sources=SourceIndex(BENCH_SOURCES.get)
+        )
         module = build_worker_module(accept_lens)
-        hook.patch_eagle_v2(state, module)
+        hook.patch_worker_module(state, EAGLE_V2, module)
+        if state.layout_problems:
+            raise SystemExit(f"the hook refused the bench module: {state.layout_problems}")
         worker = module.EAGLEWorkerV2(None, 0, 0)  # tp_rank 0: starts the profiler, logs `active`
         wrapped_s = time_cycles(worker, batch, cycles, sync)
         profiler = state.profiler

@@ -3,7 +3,8 @@
 The fake worker module has SGLang 0.5.14's class and method layout (read from the real
 sglang/srt/speculative/eagle_worker_v2.py): EAGLEWorkerV2.__init__(server_args, gpu_id, tp_rank, …),
 forward_batch_generation(batch, on_publish=None), verify(batch); EagleDraftWorker.draft(batch),
-_draft_extend_for_decode(batch, batch_result).
+_draft_extend_for_decode(batch, batch_result). The fake eagle_worker module has 0.5.9's overlap-off
+EAGLEWorker. The hook reads these files' source, so other layouts are source edits (`LAYOUTS`).
 """
 
 from pathlib import Path
@@ -223,7 +224,7 @@ class Batch:
 scheduler = Scheduler(ServerArgs(None if args.algorithm == "none" else args.algorithm), None, 0, args.tp_rank)
 worker = scheduler.model_worker
 summary = {"hook_installed": state is not None, "decode_cycles": 0, "errors_seen": [], "same_object": []}
-if worker is not None and args.algorithm == "EAGLE3":
+if worker is not None and args.algorithm.startswith("EAGLE3"):
     worker.forward_batch_generation(Batch("extend", args.batch_size))
     for cycle in range(1, args.cycles + 1):
         if cycle > args.stall_until:
@@ -249,7 +250,6 @@ import os
 
 from fake_gpu import STREAM, FakeDeviceTensor
 
-LAYOUT = os.environ.get("FAKE_LAYOUT", "0.5.14")
 FAIL_AT_CYCLE = int(os.environ.get("FAKE_FAIL_AT_CYCLE", "0"))
 ACCEPT_LENS = [3, 1, 4, 2]  # per request, bonus token included: accepted drafts = 2+0+3+1 = 6
 LAST_RAISED = []
@@ -315,14 +315,6 @@ class EAGLEWorkerV2:
         STREAM.launch(1.2)
         return Result(accept_lens=FakeDeviceTensor(ACCEPT_LENS[: len(batch.seq_lens)]))
 
-
-if LAYOUT == "changed-signature":  # a future SGLang whose verify takes other arguments
-    _verify = EAGLEWorkerV2.verify
-
-    def verify(self, schedule_batch, spec_info=None):
-        return _verify(self, schedule_batch)
-
-    EAGLEWorkerV2.verify = verify
 ''',
     'sglang/srt/managers/scheduler.py': r'''"""Fake sglang.srt.managers.scheduler: builds the speculative worker the way 0.5.14 does."""
 
@@ -341,6 +333,9 @@ class Scheduler:
         if server_args.speculative_algorithm == "EAGLE3":
             module = importlib.import_module("sglang.srt.speculative.eagle_worker_v2")
             self.draft_worker = module.EAGLEWorkerV2(server_args, gpu_id, tp_rank)
+        elif server_args.speculative_algorithm == "EAGLE3-overlap-off":  # 0.5.9 … 0.5.12
+            module = importlib.import_module("sglang.srt.speculative.eagle_worker")
+            self.draft_worker = module.EAGLEWorker(server_args, gpu_id, tp_rank)
         elif server_args.speculative_algorithm == "NGRAM":
             self.draft_worker = NGRAMWorker()
         self.model_worker = self.draft_worker
@@ -357,6 +352,51 @@ class NGRAMWorker:
 class GenerationBatchResult:
     accept_lens: object = None
     copy_done: object = None
+    num_accepted_tokens: int = 0
+''',
+    'sglang/srt/speculative/eagle_worker.py': r'''"""Fake sglang.srt.speculative.eagle_worker: SGLang 0.5.9's worker with overlap off.
+
+Its own draft model runner (a TpModelWorker), verify(batch, spec_info), and the batch's accepted
+draft tokens as a host count in the result (bonus excluded).
+"""
+
+from fake_gpu import STREAM
+
+from sglang.srt.managers.tp_worker import TpModelWorker
+from sglang.srt.managers.utils import GenerationBatchResult
+from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+
+class EAGLEWorker(TpModelWorker):
+    def __init__(self, server_args, gpu_id, tp_rank, dp_rank=None):
+        super().__init__(server_args, gpu_id, tp_rank)
+
+    def forward_batch_generation(self, batch):
+        if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
+            STREAM.launch(5.0)
+            return GenerationBatchResult()
+        STREAM.launch(0.15)  # work outside the phases
+        spec_info = self.draft(batch)
+        self.verify(batch, spec_info)
+        self.forward_draft_extend_after_decode(batch)
+        return GenerationBatchResult(num_accepted_tokens=6)
+
+    def draft(self, batch):
+        STREAM.launch(0.4)
+        return EagleVerifyInput(draft_token_num=4)
+
+    def verify(self, batch, spec_info):
+        STREAM.launch(1.2)
+
+    def forward_draft_extend_after_decode(self, batch):
+        STREAM.launch(0.3)
+''',
+    'sglang/srt/managers/tp_worker.py': r'''class TpModelWorker:
+    def __init__(self, server_args, gpu_id, tp_rank):
+        self.tp_rank = tp_rank
+
+    def forward_batch_generation(self, model_worker_batch):
+        return None
 ''',
     'sglang/srt/managers/schedule_batch.py': r'''import dataclasses
 
@@ -392,7 +432,19 @@ class ForwardMode(enum.IntEnum):
 }
 
 
-def write_fake_sglang(root: Path) -> Path:
+# Source edits that turn the fake 0.5.14 tree into another layout (the hook reads the source).
+LAYOUTS = {
+    "0.5.14": {},
+    "changed-signature": {  # a future SGLang whose verify takes other arguments
+        "sglang/srt/speculative/eagle_worker_v2.py": (
+            "    def verify(self, batch):\n",
+            "    def verify(self, schedule_batch, spec_info=None):\n        batch = schedule_batch\n",
+        ),
+    },
+}
+
+
+def write_fake_sglang(root: Path, layout: str = "0.5.14") -> Path:
     """Write the fake SGLang package, fake GPU and fake server under `root`; return `root`."""
     packages = ("sglang", "sglang/srt", "sglang/srt/speculative", "sglang/srt/managers", "sglang/srt/model_executor")
     for package in packages:
@@ -400,6 +452,10 @@ def write_fake_sglang(root: Path) -> Path:
         (root / package / "__init__.py").write_text("")
     (root / "sglang/version.py").write_text('__version__ = "0.5.14"\n')
     for relative, text in FAKE_FILES.items():
+        if relative in LAYOUTS[layout]:
+            old, new = LAYOUTS[layout][relative]
+            assert old in text, f"layout {layout}: {old!r} not in {relative}"
+            text = text.replace(old, new)
         (root / relative).write_text(text)
     return root
 
@@ -527,17 +583,30 @@ def test_a_failing_profiler_disables_itself_with_one_warning_and_the_server_runs
     assert cycle_lines(log) == []
 
 
-def test_an_unexpected_worker_layout_gives_one_warning_and_the_server_runs_normally(fake_root):
-    log, summary = run_profiled(
-        fake_root, "--cycles", "32", extra_env={"FAKE_LAYOUT": "changed-signature"}
-    )
+def test_an_unexpected_worker_layout_gives_one_warning_and_the_server_runs_normally(tmp_path):
+    root = write_fake_sglang(tmp_path, layout="changed-signature")
+    log, summary = run_profiled(root, "--cycles", "32")
 
     assert summary["decode_cycles"] == 32 and summary["errors_seen"] == []
     assert speclogs_lines(log) == [
-        "[2026-01-01 00:00:00 TP0] speclogs profiler: disabled: sglang 0.5.14 EAGLE worker does not "
+        "[2026-01-01 00:00:00 TP0] speclogs profiler: disabled: sglang 0.5.14 EAGLEWorkerV2 does not "
         "have the expected layout: EAGLEWorkerV2.verify(schedule_batch, spec_info) does not start "
-        "with (batch)"
+        "with (batch) or (model_worker_batch)"
     ]
+
+
+def test_the_overlap_off_worker_gives_the_same_lines(fake_root):
+    # 0.5.9's EAGLEWorker layout in the fake tree (whose version file says 0.5.14)
+    log, summary = run_profiled(fake_root, "--cycles", "64", "--algorithm", "EAGLE3-overlap-off")
+    log = speclogs_lines(log)
+
+    assert summary["decode_cycles"] == 64
+    assert log[0] == "[2026-01-01 00:00:00 TP0] speclogs profiler: active (EAGLEWorker, every=16, sglang 0.5.14)"
+    assert log[1] == (
+        "[2026-01-01 00:00:00 TP0] speclogs spec_cycle cycle=16 bs=4 draft_ms=0.400 verify_ms=1.200 "
+        "extend_ms=0.300 other_ms=0.150 gap_ms=0.500 cycle_ms=2.050 accepted=6 proposed=12"
+    )
+    assert [int(m[1]) for m in cycle_lines(log)] == [16, 32, 48]
 
 
 @pytest.mark.parametrize(
@@ -547,7 +616,9 @@ def test_an_unexpected_worker_layout_gives_one_warning_and_the_server_runs_norma
         (
             "NGRAM",
             "speculative worker sglang.srt.managers.scheduler.NGRAMWorker "
-            "(speculative_algorithm=NGRAM) is not supported; supported: EAGLEWorkerV2 (sglang 0.5.14)",
+            "(speculative_algorithm=NGRAM) is not supported; supported: EAGLEWorkerV2, "
+            "MultiLayerEagleWorkerV2, EAGLEWorker, MultiLayerEagleWorker and their subclasses that "
+            "keep the wrapped cycle and verify (docs/profiling.md lists the SGLang releases)",
         ),
     ],
 )
@@ -624,19 +695,26 @@ def test_selfcheck_passes_on_the_0_5_14_layout(fake_root):
     completed = run_selfcheck(fake_root)
 
     assert completed.returncode == 0, completed.stdout
-    assert completed.stdout.splitlines()[-1] == "selfcheck: OK"
-    assert "OK   hook wrapped the phases: EAGLEWorkerV2.__init__, EAGLEWorkerV2.forward_batch_generation" in completed.stdout
+    lines = completed.stdout.splitlines()
+    assert lines[0] == "sglang 0.5.14: verified on a GPU"
+    assert lines[-1] == "selfcheck: OK"
+    assert "OK   EAGLEWorkerV2 layout: as the hook expects" in lines
+    assert (
+        "OK   EAGLEWorkerV2 wrapped: EAGLEWorkerV2.__init__, EAGLEWorkerV2.forward_batch_generation, "
+        "EagleDraftWorker.draft, EAGLEWorkerV2.verify, EagleDraftWorker._draft_extend_for_decode"
+    ) in lines
+    assert "OK   Scheduler hook: Scheduler.__init__ wrapped (TP rank from __init__ argument tp_rank)" in lines
 
 
-def test_selfcheck_names_what_does_not_match(fake_root):
-    completed = run_selfcheck(fake_root, {"FAKE_LAYOUT": "changed-signature"})
+def test_selfcheck_names_what_does_not_match(tmp_path):
+    completed = run_selfcheck(write_fake_sglang(tmp_path, layout="changed-signature"))
 
     assert completed.returncode == 1
     assert (
-        "FAIL worker methods and parameters: EAGLEWorkerV2.verify(schedule_batch, spec_info) "
-        "does not start with (batch)"
-    ) in completed.stdout
-    assert completed.stdout.splitlines()[-1] == "selfcheck: FAILED (worker methods and parameters)"
+        "FAIL EAGLEWorkerV2 layout: EAGLEWorkerV2.verify(schedule_batch, spec_info) "
+        "does not start with (batch) or (model_worker_batch)"
+    ) in completed.stdout.splitlines()
+    assert completed.stdout.splitlines()[-1] == "selfcheck: FAILED (EAGLEWorkerV2 layout)"
 
 
 def test_a_sitecustomize_already_on_the_path_still_runs(fake_root, tmp_path):

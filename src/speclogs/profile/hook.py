@@ -1,17 +1,19 @@
 """Wrap SGLang's EAGLE worker phases at import time, in every process, without editing SGLang.
 
-`install()` puts a finder on `sys.meta_path` that waits for two modules:
+`install()` puts a finder on `sys.meta_path` that waits for the modules named in
+`speclogs.profile.targets`:
 
-- `sglang.srt.speculative.eagle_worker_v2`: once it has executed, its classes are checked against
-  `EAGLE_V2_METHODS` (names and leading parameters read from SGLang 0.5.14) and, when they match,
-  the methods are replaced *on the classes* (so `from … import EAGLEWorkerV2` anywhere, before or
-  after, gets the wrapped methods):
-  `EAGLEWorkerV2.forward_batch_generation` (the cycle), `EAGLEWorkerV2.verify`,
-  `EagleDraftWorker.draft`, `EagleDraftWorker._draft_extend_for_decode` (the phases) and
-  `EAGLEWorkerV2.__init__` (learns `tp_rank`, logs the `active` line on TP rank 0).
+- each worker target's module (`sglang.srt.speculative.eagle_worker_v2`, `…multi_layer_eagle_worker_v2`,
+  `…eagle_worker`, `…multi_layer_eagle_worker`): once it has executed, the target's facts are read
+  from its source (`targets.observe_worker`) and checked (`targets.check_worker`) — the same check
+  scripts/profile_compat.py runs on every SGLang release for docs/profiling.md. When it passes, the
+  methods are replaced *on the classes* (so `from … import EAGLEWorkerV2` anywhere, before or after,
+  gets the wrapped methods): the worker's `__init__` (learns the TP rank, logs the `active` line on
+  TP rank 0), its cycle (`forward_batch_generation`) and the three phases (draft, verify, extend).
+  When it fails, nothing is wrapped and the problems are kept for the scheduler's line.
 - `sglang.srt.managers.scheduler`: `Scheduler.__init__` is wrapped so that, once the scheduler
   has built its workers, TP rank 0 logs `speclogs profiler: disabled: <reason>` when no wrapped
-  EAGLE worker serves it (no speculation, another algorithm, an unverified SGLang layout).
+  EAGLE worker serves it (no speculation, another algorithm, a layout the check refused).
 
 An exception raised by SGLang inside a wrapped method propagates unchanged. A failure of the
 profiler itself (`PROFILER_FAULTS`) disables the profiler with one warning line; SGLang goes on.
@@ -19,17 +21,19 @@ profiler itself (`PROFILER_FAULTS`) disables the profiler with one warning line;
 
 from __future__ import annotations
 
-import dataclasses
 import functools
+import importlib
 import importlib.abc
 import inspect
 import logging
 import os
 import sys
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from speclogs.errors import SpeclogsError
+from speclogs.profile import targets
+from speclogs.profile.targets import RankSource, SourceIndex, WorkerPlan, WorkerTarget
 from speclogs.profile.timing import CudaEventSource, CycleProfiler, EventSource, SpecCycleSample
 
 ENV_ENABLE = "SPECLOGS_PROFILE"
@@ -38,10 +42,7 @@ DEFAULT_EVERY = 16
 # Events a sample holds: gap mark, cycle start/end, 3 phases × 2, host-copy done = 10; a few samples
 # are pending at once (resolved a cycle or two later), so this covers the steady state.
 PREALLOCATED_EVENTS = 40
-VERIFIED_SGLANG_VERSIONS = ("0.5.14",)
-
-EAGLE_V2_MODULE = "sglang.srt.speculative.eagle_worker_v2"
-SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
+VERIFIED_SGLANG_VERSIONS = ("0.5.14",)  # run on a GPU; the others are checked from their source only
 
 # The logger sits under `sglang.` so SGLang's own root handler (and its `[time TPn]` prefix) applies.
 logger = logging.getLogger("sglang.speclogs.profile")
@@ -62,47 +63,39 @@ PROFILER_FAULTS = (
 _WRAPPED_MARK = "__speclogs_wrapped__"
 
 
-@dataclasses.dataclass(frozen=True)
-class MethodSpec:
-    """A method the profiler wraps or relies on: class, name, leading parameters after self."""
-
-    class_name: str
-    method_name: str
-    leading_params: tuple[str, ...]
-
-
-EAGLE_V2_METHODS = (
-    MethodSpec("EAGLEWorkerV2", "__init__", ("server_args", "gpu_id", "tp_rank")),
-    MethodSpec("EAGLEWorkerV2", "forward_batch_generation", ("batch",)),
-    MethodSpec("EAGLEWorkerV2", "verify", ("batch",)),
-    MethodSpec("EagleDraftWorker", "draft", ("batch",)),
-    MethodSpec("EagleDraftWorker", "_draft_extend_for_decode", ("batch", "batch_result")),
-)
+def read_installed_source(module_name: str) -> str | None:
+    """The source text of an installed module; None when it has none (a compiled-only install, a
+    module that does not exist). Executes nothing: an imported module's source comes from its
+    loader, another's `.py` file is looked up along its top-level package's path."""
+    module = sys.modules.get(module_name)
+    if module is None:
+        return _read_source_file(module_name)
+    get_source = getattr(getattr(getattr(module, "__spec__", None), "loader", None), "get_source", None)
+    if get_source is None:
+        return None
+    try:
+        return get_source(module_name)
+    except (ImportError, OSError):
+        return None
 
 
-def check_eagle_v2_module(module: types.ModuleType) -> list[str]:
-    """What `module` lacks for the profiler to wrap it: one phrase per problem, [] when it fits."""
-    problems = []
-    for spec in EAGLE_V2_METHODS:
-        owner = getattr(module, spec.class_name, None)
-        if not isinstance(owner, type):
-            problems.append(f"class {spec.class_name} not found in {module.__name__}")
-            continue
-        method = getattr(owner, spec.method_name, None)
-        if not callable(method):
-            problems.append(f"{spec.class_name}.{spec.method_name} not found")
-            continue
-        try:
-            params = list(inspect.signature(method).parameters)[1:]
-        except (TypeError, ValueError):
-            problems.append(f"{spec.class_name}.{spec.method_name} has no readable signature")
-            continue
-        if tuple(params[: len(spec.leading_params)]) != spec.leading_params:
-            problems.append(
-                f"{spec.class_name}.{spec.method_name}({', '.join(params)}) does not start with "
-                f"({', '.join(spec.leading_params)})"
-            )
-    return problems
+def _read_source_file(module_name: str) -> str | None:
+    top, *rest = module_name.split(".")
+    package = sys.modules.get(top)
+    if package is not None:
+        roots = list(getattr(package, "__path__", []))
+    else:
+        roots = [os.path.join(entry or os.curdir, top) for entry in sys.path]
+    for root in roots:
+        base = os.path.join(root, *rest)
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(candidate):
+                try:
+                    with open(candidate, encoding="utf-8") as source:
+                        return source.read()
+                except (OSError, UnicodeDecodeError):
+                    return None
+    return None
 
 
 def sglang_version() -> str:
@@ -115,16 +108,37 @@ def sglang_version() -> str:
     return str(getattr(module, "__version__", "unknown"))
 
 
+def read_rank(source: RankSource, owner: Any, arguments: Mapping[str, Any]) -> Any:
+    """The TP rank `source` names: an `__init__` argument, or an attribute path from `owner` or
+    from a module getter's result. None where an attribute on the way is missing."""
+    if source.argument is not None:
+        return arguments.get(source.argument)
+    value = owner
+    if source.module is not None:
+        value = getattr(importlib.import_module(source.module), source.getter or "")()
+    for name in source.attribute_path:
+        value = getattr(value, name, None)
+    return value
+
+
 class Instrumentation:
     """Per-process profiler state: the sampling period, the event source, the status line."""
 
-    def __init__(self, *, every: int, event_source_factory: Callable[[], EventSource]) -> None:
+    def __init__(
+        self,
+        *,
+        every: int,
+        event_source_factory: Callable[[], EventSource],
+        sources: SourceIndex | None = None,
+    ) -> None:
         self.every = every
         self.event_source_factory = event_source_factory
+        self.sources = sources if sources is not None else SourceIndex(read_installed_source)
         self.profiler: CycleProfiler | None = None
+        self.profiled_worker: Any = None  # the TP-rank-0 worker whose cycles are timed
         self.disabled_reason: str | None = None
         self.status_logged = False
-        self.layout_problems: list[str] = []
+        self.layout_problems: dict[str, list[str]] = {}  # target key -> why it was not wrapped
         self.wrapped_classes: list[str] = []
 
     # -- status lines (one per process, TP rank 0 only) ------------------------------------
@@ -174,9 +188,7 @@ class Instrumentation:
         self.profiler.preallocate(PREALLOCATED_EVENTS)
 
     def profiler_for(self, worker: Any) -> CycleProfiler | None:
-        if self.disabled_reason is not None or getattr(worker, "tp_rank", None) != 0:
-            return None
-        return self.profiler
+        return self.profiler if worker is self.profiled_worker else None
 
 
 def _log_sample(sample: SpecCycleSample) -> None:
@@ -211,153 +223,247 @@ def is_wrapped(method: Any) -> bool:
     return bool(getattr(method, _WRAPPED_MARK, False))
 
 
+def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], position: int, name: str) -> Any:
+    """The argument SGLang passed at `position` (after self) or by keyword `name`."""
+    return args[position] if len(args) > position else kwargs.get(name)
+
+
 def _is_decode_batch(batch: Any) -> bool:
-    """Mirrors EAGLEWorkerV2.forward_batch_generation's own branch; idle batches do not count."""
+    """The branch every supported worker's cycle takes for decode; idle batches do not count."""
     mode = batch.forward_mode
     if mode.is_extend() or getattr(batch, "is_extend_in_batch", False):
         return False
     return not mode.is_idle()
 
 
-def _wrap_worker_init(state: Instrumentation, original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        if getattr(self, "tp_rank", None) == 0 and state.disabled_reason is None:
-            state.guard("worker init", _on_worker_ready, state, self)
-
-    return _mark(__init__)
-
-
-def _on_worker_ready(state: Instrumentation, worker: Any) -> None:
-    if not is_wrapped(type(worker).forward_batch_generation):
-        return  # a subclass with its own cycle: the scheduler hook reports it unsupported
-    if state.profiler is None:
-        state.start_profiler()
-    state.log_active(type(worker).__name__)
-
-
-def _begin_cycle(profiler: CycleProfiler, batch: Any) -> None:
-    profiler.begin_cycle(len(batch.seq_lens))  # a device tensor's len() is its shape: no sync
-
-
-def _end_cycle(profiler: CycleProfiler, result: Any) -> None:
-    profiler.end_cycle(getattr(result, "accept_lens", None))
-
-
-def _wrap_cycle(state: Instrumentation, original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def forward_batch_generation(self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
-        profiler = state.profiler_for(self)
-        if profiler is None:
-            return original(self, batch, *args, **kwargs)
-        if not state.guard("batch mode", _is_decode_batch, batch):
-            result = original(self, batch, *args, **kwargs)  # prefill / idle: not a cycle
-            if state.profiler is profiler:
-                state.guard("forward end", profiler.end_forward)  # may start the next gap
-            return result
-        state.guard("cycle start", _begin_cycle, profiler, batch)
-        try:
-            result = original(self, batch, *args, **kwargs)
-        except BaseException:  # whatever SGLang raised (even KeyboardInterrupt): drop the half cycle, re-raise as is
-            state.guard("cycle abandon", profiler.abandon_cycle)
-            raise
-        if state.profiler is profiler:  # not disabled during the cycle
-            state.guard("cycle end", _end_cycle, profiler, result)
-        return result
-
-    return _mark(forward_batch_generation)
-
-
-def _wrap_phase(
-    state: Instrumentation, phase: str, original: Callable[..., Any]
-) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def wrapped(self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
-        profiler = state.profiler
-        if profiler is None or not profiler.sampling:
-            return original(self, batch, *args, **kwargs)
-        if phase == "verify":
-            width = getattr(getattr(batch, "spec_info", None), "draft_token_num", None)
-            if isinstance(width, int):
-                state.guard("verify width", profiler.set_verify_width, width)
-        state.guard(f"{phase} start", profiler.begin_phase, phase)
-        result = original(self, batch, *args, **kwargs)
-        state.guard(f"{phase} end", profiler.end_phase, phase)
-        return result
-
-    return _mark(wrapped)
-
-
-def patch_eagle_v2(state: Instrumentation, module: types.ModuleType) -> None:
-    """Wrap the worker classes of a freshly executed eagle_worker_v2 module (when they fit)."""
-    problems = check_eagle_v2_module(module)
-    if problems:
-        state.layout_problems = problems
-        return
-    worker = module.EAGLEWorkerV2
-    draft_worker = module.EagleDraftWorker
-    if is_wrapped(worker.forward_batch_generation):
-        return
-    worker.__init__ = _wrap_worker_init(state, worker.__init__)
-    worker.forward_batch_generation = _wrap_cycle(state, worker.forward_batch_generation)
-    worker.verify = _wrap_phase(state, "verify", worker.verify)
-    draft_worker.draft = _wrap_phase(state, "draft", draft_worker.draft)
-    draft_worker._draft_extend_for_decode = _wrap_phase(
-        state, "extend", draft_worker._draft_extend_for_decode
-    )
-    state.wrapped_classes = [worker.__name__, draft_worker.__name__]
-
-
-def _wrap_scheduler_init(
-    state: Instrumentation, original: Callable[..., Any]
+def _wrap_worker_init(
+    state: Instrumentation, plan: WorkerPlan, original: Callable[..., Any]
 ) -> Callable[..., Any]:
     signature = inspect.signature(original)
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        state.guard("scheduler check", _report_unprofiled, state, self, signature, args, kwargs)
+        if state.disabled_reason is None:
+            state.guard("worker init", _on_worker_init, state, plan, self, signature, args, kwargs)
 
     return _mark(__init__)
 
 
+def _on_worker_init(
+    state: Instrumentation,
+    plan: WorkerPlan,
+    worker: Any,
+    signature: inspect.Signature,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> None:
+    arguments: Mapping[str, Any] = {}
+    if plan.rank_source.argument is not None:
+        bound = signature.bind(worker, *args, **kwargs)
+        bound.apply_defaults()
+        arguments = bound.arguments
+    rank = read_rank(plan.rank_source, worker, arguments)
+    if not isinstance(rank, int):
+        state.log_disabled(
+            f"cannot tell the TP rank of {type(worker).__name__}: {plan.rank_source.label} is {rank!r}"
+        )
+        return
+    if rank != 0:
+        return
+    worker_class = type(worker)
+    target = plan.target
+    own_methods = [target.cycle_method] + [p.method for p in target.phases if p.owner == target.worker_class]
+    if not all(is_wrapped(getattr(worker_class, name, None)) for name in own_methods):
+        return  # a subclass with its own cycle or verify: the scheduler hook reports it unsupported
+    if state.profiler is None:
+        state.start_profiler()
+    state.profiled_worker = worker
+    state.log_active(worker_class.__name__)
+
+
+def _begin_cycle(profiler: CycleProfiler, batch: Any) -> None:
+    profiler.begin_cycle(len(batch.seq_lens))  # a device tensor's len() is its shape: no sync
+
+
+def _end_cycle(profiler: CycleProfiler, plan: WorkerPlan, result: Any) -> None:
+    value = getattr(result, plan.accepted_field, None)
+    if plan.target.accepted_per_request:
+        profiler.end_cycle(value)
+    else:
+        profiler.end_cycle(None, accepted_drafts=value if isinstance(value, int) else None)
+
+
+def _wrap_cycle(
+    state: Instrumentation, plan: WorkerPlan, original: Callable[..., Any]
+) -> Callable[..., Any]:
+    batch_param = plan.cycle_batch_param
+
+    @functools.wraps(original)
+    def forward_batch_generation(self: Any, *args: Any, **kwargs: Any) -> Any:
+        profiler = state.profiler_for(self)
+        if profiler is None:
+            return original(self, *args, **kwargs)
+        batch = _argument(args, kwargs, 0, batch_param)
+        if not state.guard("batch mode", _is_decode_batch, batch):
+            result = original(self, *args, **kwargs)  # prefill / idle: not a cycle
+            if state.profiler is profiler:
+                state.guard("forward end", profiler.end_forward)  # may start the next gap
+            return result
+        state.guard("cycle start", _begin_cycle, profiler, batch)
+        try:
+            result = original(self, *args, **kwargs)
+        except BaseException:  # whatever SGLang raised (even KeyboardInterrupt): drop the half cycle, re-raise as is
+            state.guard("cycle abandon", profiler.abandon_cycle)
+            raise
+        if state.profiler is profiler:  # not disabled during the cycle
+            state.guard("cycle end", _end_cycle, profiler, plan, result)
+        return result
+
+    return _mark(forward_batch_generation)
+
+
+def _record_verify_width(
+    profiler: CycleProfiler, plan: WorkerPlan, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """Tokens per request in the verify tree: `draft_token_num` of the verify input, passed to
+    verify as an argument (`verify(batch, spec_info)`) or set on the batch before the call."""
+    if plan.verify_input_position is not None:
+        verify_input = _argument(
+            args, kwargs, plan.verify_input_position, plan.target.verify_input_param
+        )
+    else:
+        verify_input = getattr(_argument(args, kwargs, 0, plan.verify_batch_param), "spec_info", None)
+    width = getattr(verify_input, "draft_token_num", None)
+    if isinstance(width, int):
+        profiler.set_verify_width(width)
+
+
+def _wrap_phase(
+    state: Instrumentation, plan: WorkerPlan, phase: str, original: Callable[..., Any]
+) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        profiler = state.profiler
+        if profiler is None or not profiler.sampling:
+            return original(self, *args, **kwargs)
+        if phase == "verify":
+            state.guard("verify width", _record_verify_width, profiler, plan, args, kwargs)
+        state.guard(f"{phase} start", profiler.begin_phase, phase)
+        result = original(self, *args, **kwargs)
+        state.guard(f"{phase} end", profiler.end_phase, phase)
+        return result
+
+    return _mark(wrapped)
+
+
+def _loaded_class_problems(target: WorkerTarget, module: types.ModuleType) -> list[str]:
+    """What the executed module lacks although its source has it (a class or method rebound at import)."""
+    problems = []
+    for class_name, method_name in target.wrapped_methods:
+        owner = getattr(module, class_name, None)
+        if not isinstance(owner, type):
+            problems.append(f"{module.__name__}.{class_name} is not a class once imported")
+        elif not callable(getattr(owner, method_name, None)):
+            problems.append(f"{class_name}.{method_name} is not callable once imported")
+    return problems
+
+
+def patch_worker_module(
+    state: Instrumentation, target: WorkerTarget, module: types.ModuleType
+) -> None:
+    """Wrap `target`'s classes in its freshly executed module, when `targets.check_worker` passes."""
+    facts = targets.observe_worker(target, state.sources)
+    problems = targets.check_worker(target, facts) or _loaded_class_problems(target, module)
+    if problems:
+        state.layout_problems[target.key] = problems
+        return
+    plan = targets.plan_worker(target, facts)
+    worker = getattr(module, target.worker_class)
+    if is_wrapped(getattr(worker, target.cycle_method)):
+        return
+    worker.__init__ = _wrap_worker_init(state, plan, worker.__init__)
+    setattr(worker, target.cycle_method, _wrap_cycle(state, plan, getattr(worker, target.cycle_method)))
+    for phase in target.phases:
+        owner = getattr(module, phase.owner)
+        setattr(owner, phase.method, _wrap_phase(state, plan, phase.name, getattr(owner, phase.method)))
+    state.wrapped_classes += list(dict.fromkeys((target.worker_class, target.draft_class)))
+
+
+def _wrap_scheduler_init(
+    state: Instrumentation, rank_source: RankSource, original: Callable[..., Any]
+) -> Callable[..., Any]:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        state.guard(
+            "scheduler check", _report_unprofiled, state, rank_source, self, signature, args, kwargs
+        )
+
+    return _mark(__init__)
+
+
+def _target_of(worker_class: type) -> WorkerTarget | None:
+    """The worker target whose worker class `worker_class` is or derives from."""
+    for target in targets.WORKER_TARGETS:
+        if any(
+            c.__module__ == target.module and c.__name__ == target.worker_class
+            for c in worker_class.__mro__
+        ):
+            return target
+    return None
+
+
 def _report_unprofiled(
     state: Instrumentation,
+    rank_source: RankSource,
     scheduler: Any,
     signature: inspect.Signature,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> None:
-    tp_rank = signature.bind(scheduler, *args, **kwargs).arguments.get("tp_rank", 0)
-    if tp_rank != 0 or state.status_logged:
+    bound = signature.bind(scheduler, *args, **kwargs)
+    bound.apply_defaults()
+    if read_rank(rank_source, scheduler, bound.arguments) != 0 or state.status_logged:
         return
-    worker = getattr(scheduler, "draft_worker", None)
+    worker = getattr(scheduler, targets.SCHEDULER_TARGET.worker_attribute, None)
     server_args = getattr(scheduler, "server_args", None)
     algorithm = getattr(server_args, "speculative_algorithm", None)
     if worker is None:
         state.log_disabled(
             f"server started without speculative decoding (speculative_algorithm={algorithm})"
         )
-    elif state.layout_problems:
+        return
+    worker_class = type(worker)
+    target = _target_of(worker_class)
+    if target is not None and target.key in state.layout_problems:
         state.log_disabled(
-            f"sglang {sglang_version()} EAGLE worker does not have the expected layout: "
-            + "; ".join(state.layout_problems)
+            f"sglang {sglang_version()} {target.worker_class} does not have the expected layout: "
+            + "; ".join(state.layout_problems[target.key])
         )
     else:
-        worker_class = type(worker)
+        supported = ", ".join(t.worker_class for t in targets.WORKER_TARGETS)
         state.log_disabled(
             f"speculative worker {worker_class.__module__}.{worker_class.__name__} "
-            f"(speculative_algorithm={algorithm}) is not supported; supported: EAGLEWorkerV2 "
-            f"(sglang {', '.join(VERIFIED_SGLANG_VERSIONS)})"
+            f"(speculative_algorithm={algorithm}) is not supported; supported: {supported} and "
+            "their subclasses that keep the wrapped cycle and verify (docs/profiling.md lists the "
+            "SGLang releases)"
         )
 
 
 def patch_scheduler(state: Instrumentation, module: types.ModuleType) -> None:
-    scheduler = getattr(module, "Scheduler", None)
-    if not isinstance(scheduler, type) or is_wrapped(scheduler.__init__):
+    """Wrap `Scheduler.__init__` when `targets.check_scheduler` passes (else no report, no harm)."""
+    target = targets.SCHEDULER_TARGET
+    facts = targets.observe_scheduler(target, state.sources)
+    scheduler = getattr(module, target.class_name, None)
+    if targets.check_scheduler(target, facts) or not isinstance(scheduler, type):
         return
-    scheduler.__init__ = _wrap_scheduler_init(state, scheduler.__init__)
+    if is_wrapped(scheduler.__init__):
+        return
+    rank_source = next(s for s in target.rank_sources if s.label in facts.rank_sources)
+    scheduler.__init__ = _wrap_scheduler_init(state, rank_source, scheduler.__init__)
 
 
 # -- the import hook ---------------------------------------------------------------------------
@@ -409,13 +515,15 @@ def install(*, every: int = DEFAULT_EVERY) -> Instrumentation:
         return _state
     state = Instrumentation(every=every, event_source_factory=CudaEventSource)
 
-    def guarded(where: str, patch: Callable[[Instrumentation, types.ModuleType], None]) -> Any:
-        return lambda module: state.guard(where, patch, state, module)
+    def worker_patcher(target: WorkerTarget) -> Callable[[types.ModuleType], None]:
+        return lambda module: state.guard(
+            f"patching {target.module}", patch_worker_module, state, target, module
+        )
 
-    patchers = {
-        EAGLE_V2_MODULE: guarded("patching eagle_worker_v2", patch_eagle_v2),
-        SCHEDULER_MODULE: guarded("patching scheduler", patch_scheduler),
-    }
+    patchers = {target.module: worker_patcher(target) for target in targets.WORKER_TARGETS}
+    patchers[targets.SCHEDULER_TARGET.module] = lambda module: state.guard(
+        "patching scheduler", patch_scheduler, state, module
+    )
     _state = state
     for name, patch in patchers.items():
         if name in sys.modules:

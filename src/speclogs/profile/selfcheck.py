@@ -1,8 +1,9 @@
 """`python -m speclogs.profile.selfcheck`: seconds-long check on the GPU box, before long runs.
 
-1. Layout: installs the hook in this process, imports SGLang's eagle_worker_v2 and scheduler, and
-   checks every class, method, parameter and field the profiler relies on, and that the hook
-   actually wrapped them.
+1. Layout: installs the hook in this process, imports each of SGLang's EAGLE worker modules the
+   install has (`speclogs.profile.targets`) and the scheduler, runs the hook's own check on each
+   (classes, methods, parameters, fields, TP rank; read from the installed source) and checks
+   that the hook actually wrapped the methods of those that pass.
 2. Timing (only where CUDA is available): drives `CycleProfiler` with real CUDA events around
    real GPU work of known relative sizes on a side stream (as SGLang's overlap scheduler does),
    checks that samples resolve later without the host loop ever waiting for the GPU, that phases
@@ -16,12 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import inspect
 import sys
 import time
-from typing import Any
 
-from speclogs.profile import hook
+from speclogs.profile import hook, targets
 from speclogs.profile.timing import CudaEventSource, CycleProfiler, SpecCycleSample
 
 
@@ -32,91 +31,53 @@ class Check:
     detail: str
 
 
-def _field_names(cls: Any) -> set[str]:
-    if dataclasses.is_dataclass(cls):
-        return {f.name for f in dataclasses.fields(cls)}
-    return set(getattr(cls, "__annotations__", {}))
-
-
 def check_layout() -> list[Check]:
     """Import real SGLang with the hook installed and check what the profiler relies on."""
-    hook.install(every=hook.DEFAULT_EVERY)
+    state = hook.install(every=hook.DEFAULT_EVERY)
+    present = [t for t in targets.WORKER_TARGETS if hook.read_installed_source(t.module) is not None]
+    if not present:
+        names = ", ".join(t.module for t in targets.WORKER_TARGETS)
+        return [Check("EAGLE worker modules", False, f"none of {names} is installed")]
     checks = []
-    try:
-        worker_module = importlib.import_module(hook.EAGLE_V2_MODULE)
-    except ImportError as error:
-        return [Check("import eagle_worker_v2", False, f"{type(error).__name__}: {error}")]
-    version = hook.sglang_version()
-    checks.append(
-        Check(
-            "sglang version",
-            version in hook.VERIFIED_SGLANG_VERSIONS,
-            f"{version} (verified: {', '.join(hook.VERIFIED_SGLANG_VERSIONS)})",
-        )
-    )
-    problems = hook.check_eagle_v2_module(worker_module)
-    checks.append(
-        Check("worker methods and parameters", not problems, "; ".join(problems) or "all present")
-    )
-    if not problems:
-        wrapped = {
-            "EAGLEWorkerV2.__init__": worker_module.EAGLEWorkerV2.__init__,
-            "EAGLEWorkerV2.forward_batch_generation": worker_module.EAGLEWorkerV2.forward_batch_generation,
-            "EAGLEWorkerV2.verify": worker_module.EAGLEWorkerV2.verify,
-            "EagleDraftWorker.draft": worker_module.EagleDraftWorker.draft,
-            "EagleDraftWorker._draft_extend_for_decode": worker_module.EagleDraftWorker._draft_extend_for_decode,
-        }
-        unwrapped = [name for name, method in wrapped.items() if not hook.is_wrapped(method)]
+    for target in present:
+        try:
+            module = importlib.import_module(target.module)
+        except ImportError as error:
+            checks.append(Check(f"import {target.module}", False, f"{type(error).__name__}: {error}"))
+            continue
+        problems = state.layout_problems.get(target.key, [])
         checks.append(
-            Check("hook wrapped the phases", not unwrapped, ", ".join(unwrapped) or ", ".join(wrapped))
+            Check(f"{target.worker_class} layout", not problems, "; ".join(problems) or "as the hook expects")
         )
-    checks += _check_fields()
+        if not problems:
+            wrapped = [f"{owner}.{method}" for owner, method in target.wrapped_methods]
+            unwrapped = [
+                name
+                for name, (owner, method) in zip(wrapped, target.wrapped_methods)
+                if not hook.is_wrapped(getattr(getattr(module, owner), method))
+            ]
+            checks.append(
+                Check(
+                    f"{target.worker_class} wrapped",
+                    not unwrapped,
+                    ", ".join(unwrapped) + " not wrapped" if unwrapped else ", ".join(wrapped),
+                )
+            )
     checks.append(_check_scheduler())
     return checks
 
 
-def _check_fields() -> list[Check]:
-    wanted = [
-        ("sglang.srt.managers.utils", "GenerationBatchResult", {"accept_lens"}),
-        ("sglang.srt.speculative.eagle_info", "EagleVerifyInput", {"draft_token_num"}),
-        (
-            "sglang.srt.managers.schedule_batch",
-            "ScheduleBatch",
-            {"seq_lens", "forward_mode", "is_extend_in_batch", "spec_info"},
-        ),
-    ]
-    checks = []
-    for module_name, class_name, fields in wanted:
-        try:
-            cls = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError) as error:
-            checks.append(Check(f"{class_name} fields", False, f"{type(error).__name__}: {error}"))
-            continue
-        missing = sorted(fields - _field_names(cls))
-        checks.append(
-            Check(
-                f"{class_name} fields",
-                not missing,
-                f"missing {', '.join(missing)}" if missing else ", ".join(sorted(fields)),
-            )
-        )
-    try:
-        forward_mode = importlib.import_module("sglang.srt.model_executor.forward_batch_info").ForwardMode
-        has_modes = all(callable(getattr(forward_mode, m, None)) for m in ("is_extend", "is_idle"))
-        checks.append(Check("ForwardMode.is_extend / is_idle", has_modes, "present" if has_modes else "missing"))
-    except (ImportError, AttributeError) as error:
-        checks.append(Check("ForwardMode.is_extend / is_idle", False, f"{type(error).__name__}: {error}"))
-    return checks
-
-
 def _check_scheduler() -> Check:
+    target = targets.SCHEDULER_TARGET
     try:
-        scheduler = importlib.import_module(hook.SCHEDULER_MODULE).Scheduler
+        scheduler = getattr(importlib.import_module(target.module), target.class_name)
     except (ImportError, AttributeError) as error:
         return Check("Scheduler hook", False, f"{type(error).__name__}: {error}")
-    params = inspect.signature(scheduler.__init__).parameters
-    ok = hook.is_wrapped(scheduler.__init__) and "tp_rank" in params
-    return Check("Scheduler hook", ok, "Scheduler.__init__(…, tp_rank, …) wrapped" if ok else "not wrapped or no tp_rank")
+    facts = targets.observe_scheduler(target, hook.current().sources)
+    problems = targets.check_scheduler(target, facts)
+    ok = not problems and hook.is_wrapped(scheduler.__init__)
+    detail = f"Scheduler.__init__ wrapped (TP rank from {', '.join(facts.rank_sources)})"
+    return Check("Scheduler hook", ok, detail if ok else "; ".join(problems) or "not wrapped")
 
 
 def check_cuda_timing(cycles: int = 32, every: int = 4) -> list[Check]:
@@ -230,6 +191,12 @@ def check_cuda_idle_gap(cycles: int = 6, idle_s: float = 0.003) -> list[Check]:
 
 def main() -> int:
     checks = check_layout()
+    version = hook.sglang_version()
+    verified = ", ".join(hook.VERIFIED_SGLANG_VERSIONS)
+    if version in hook.VERIFIED_SGLANG_VERSIONS:
+        print(f"sglang {version}: verified on a GPU")
+    else:
+        print(f"sglang {version}: checked from its source only (verified on a GPU: {verified})")
     if "--no-cuda" not in sys.argv[1:]:
         checks += check_cuda_timing()
         checks += check_cuda_idle_gap()

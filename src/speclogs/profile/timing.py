@@ -12,7 +12,9 @@ after it ran.
 
 Accepted tokens come from SGLang's `accept_lens` (one int per request, bonus token included),
 copied to the host with a non-blocking copy enqueued right after the cycle's end event; it is
-read only once the event recorded after that copy has completed.
+read only once the event recorded after that copy has completed. Workers that return the count on
+the host instead (the non-overlap `EAGLEWorker`: accepted draft tokens summed over the batch, bonus
+excluded) hand it over as `accepted_drafts`; nothing is copied then.
 
 Hot-path cost: an unsampled cycle is a counter increment and a modulo (plus one `query()` while a
 sample is pending). Events come from a free list and go back to it once their sample is resolved
@@ -157,6 +159,7 @@ class _PendingCycle:
     end: Event | None = None
     verify_width: int | None = None
     accept_lens_host: Any = None
+    accepted_drafts: int | None = None  # a host count given instead of accept_lens
     host_copy_done: Event | None = None
     gap_start: Event | None = None
 
@@ -262,13 +265,15 @@ class CycleProfiler:
         if self._current is not None:
             self._current.verify_width = draft_token_num
 
-    def end_cycle(self, accept_lens: Any) -> None:
-        """Close the cycle; `accept_lens` is SGLang's per-request device tensor."""
+    def end_cycle(self, accept_lens: Any, *, accepted_drafts: int | None = None) -> None:
+        """Close the cycle; `accept_lens` is SGLang's per-request device tensor (bonus included),
+        or None with `accepted_drafts`, a host count of accepted draft tokens over the batch."""
         sample = self._current
         self._current = None
         if sample is not None:
             sample.end = self._take_event()
             sample.end.record()
+            sample.accepted_drafts = accepted_drafts
             if accept_lens is not None:
                 sample.accept_lens_host = self._events.copy_to_host(accept_lens)
                 sample.host_copy_done = self._take_event()
@@ -318,13 +323,18 @@ class CycleProfiler:
 
 def _resolve(sample: _PendingCycle) -> SpecCycleSample | None:
     """Turn a completed pending sample into numbers; None when it lacks what a line needs."""
-    if sample.end is None or sample.accept_lens_host is None:
+    if sample.end is None or (sample.accept_lens_host is None and sample.accepted_drafts is None):
         return None
     phase_us = {
         phase: _elapsed_us(start, end) for phase, (start, end) in sample.phases.items()
     }
-    accept_lens = [int(n) for n in sample.accept_lens_host.tolist()]
-    batch_size = len(accept_lens) if accept_lens else sample.batch_size
+    if sample.accept_lens_host is not None:
+        accept_lens = [int(n) for n in sample.accept_lens_host.tolist()]
+        batch_size = len(accept_lens) if accept_lens else sample.batch_size
+        accepted = max(0, sum(accept_lens) - len(accept_lens))
+    else:
+        batch_size = sample.batch_size
+        accepted = max(0, sample.accepted_drafts)
     width = sample.verify_width
     proposed = batch_size * max(0, width - 1) if width is not None else 0
     return SpecCycleSample(
@@ -335,6 +345,6 @@ def _resolve(sample: _PendingCycle) -> SpecCycleSample | None:
         extend_us=phase_us.get("extend", 0),
         cycle_us=_elapsed_us(sample.start, sample.end),
         gap_us=_elapsed_us(sample.gap_start, sample.start) if sample.gap_start is not None else 0,
-        accepted_tokens=max(0, sum(accept_lens) - len(accept_lens)),
+        accepted_tokens=accepted,
         proposed_tokens=proposed,
     )

@@ -1,0 +1,787 @@
+"""What the profiler hooks in SGLang, as data, and the one check that decides whether a release fits.
+
+`WORKER_TARGETS` declares each EAGLE worker family the hook can wrap: its module, its classes, the
+cycle method and the three phase methods (and how the cycle calls them), where the TP rank and the
+accepted-token count come from. `SCHEDULER_TARGET` declares the scheduler the hook watches to say
+why a server was not profiled. None of this names an SGLang version.
+
+`observe_worker` / `observe_scheduler` read the facts a target needs from SGLang's *source* with
+`ast` (nothing is imported or executed): classes and their bases, the positional parameters of
+each wrapped method, the `self.…` calls of the cycle, the `self.X` attributes their methods assign,
+the members of the batch / result / verify-input classes the wrappers read. `check_worker` /
+`check_scheduler` turn facts into problems ([] = the hook wraps it); `plan_worker` says how.
+
+The hook runs these on the sources of the SGLang it is loaded into, at import time;
+`scripts/profile_compat.py` runs them on the sources of every SGLang release and writes
+docs/profile_compat.json and the table in docs/profiling.md. One set of targets, one check.
+
+Standard library only (this module is imported inside SGLang's server processes).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+from typing import Any, Callable, Iterator
+
+# Names SGLang gives the batch a worker method receives: ScheduleBatch since 0.5.13,
+# ModelWorkerBatch in the overlap worker before that. The wrappers read the same members of both.
+BATCH_PARAMS = ("batch", "model_worker_batch")
+MAX_IMPORT_HOPS = 6  # `from a import X` chains followed to find where X is defined
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassRef:
+    """A class the wrappers read members of: its name, and where it lives when the worker module
+    does not import it (an import in the worker module, if any, wins: classes move between releases)."""
+
+    name: str
+    module: str
+
+
+@dataclasses.dataclass(frozen=True)
+class MemberCheck:
+    """`role`: which object the hook reads; the first of `classes` that resolves is checked for
+    `members` (all of them, or at least one when `any_of`)."""
+
+    role: str
+    classes: tuple[ClassRef, ...]
+    members: tuple[str, ...]
+    any_of: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class RankSource:
+    """Where a TP rank is read: an attribute path on the object (`self.tp_rank`, `self.ps.tp_rank`),
+    an `__init__` argument (the scheduler's `tp_rank`), or a getter of a module
+    (`sglang.srt.runtime_context.get_parallel().tp_rank`)."""
+
+    label: str
+    attribute_path: tuple[str, ...] = ()
+    argument: str | None = None
+    module: str | None = None
+    getter: str | None = None
+
+
+RANK_ATTRIBUTE = RankSource("self.tp_rank", attribute_path=("tp_rank",))
+RANK_ARGUMENT = RankSource("__init__ argument tp_rank", argument="tp_rank")
+RANK_PARALLEL_STATE = RankSource("self.ps.tp_rank", attribute_path=("ps", "tp_rank"))
+RANK_CONTEXT = RankSource(
+    "sglang.srt.runtime_context.get_parallel().tp_rank",
+    attribute_path=("tp_rank",),
+    module="sglang.srt.runtime_context",
+    getter="get_parallel",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """A phase method: `name` in the spec_cycle line, the class and method wrapped, the call in the cycle."""
+
+    name: str
+    owner: str
+    method: str
+    call: str
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerTarget:
+    """One EAGLE worker family, described without a version.
+
+    `accepted_fields` are read from the cycle's result: per-request `accept_lens` (device tensor,
+    bonus token included) when `accepted_per_request`, else a host int of accepted draft tokens
+    summed over the batch (bonus excluded). The verify width (`draft_token_num`) comes from the
+    verify argument named `verify_input_param` when verify takes one, else from `batch.spec_info`.
+    """
+
+    key: str
+    module: str
+    worker_class: str
+    draft_class: str
+    phases: tuple[Phase, ...]
+    accepted_fields: tuple[str, ...]
+    accepted_per_request: bool
+    result_classes: tuple[ClassRef, ...]
+    cycle_method: str = "forward_batch_generation"
+    verify_input_param: str = "spec_info"
+    rank_sources: tuple[RankSource, ...] = (RANK_ATTRIBUTE, RANK_ARGUMENT, RANK_PARALLEL_STATE, RANK_CONTEXT)
+
+    @property
+    def wrapped_methods(self) -> tuple[tuple[str, str], ...]:
+        """(class, method) of every method the hook replaces, `__init__` and the cycle first."""
+        return (
+            (self.worker_class, "__init__"),
+            (self.worker_class, self.cycle_method),
+            *((phase.owner, phase.method) for phase in self.phases),
+        )
+
+    def phase(self, name: str) -> Phase:
+        return next(phase for phase in self.phases if phase.name == name)
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerTarget:
+    """The scheduler whose `__init__` the hook wraps to report servers it did not profile."""
+
+    module: str
+    class_name: str
+    worker_attribute: str
+    rank_sources: tuple[RankSource, ...]
+
+
+_BATCH = MemberCheck(
+    "batch",
+    (
+        ClassRef("ScheduleBatch", "sglang.srt.managers.schedule_batch"),
+        ClassRef("ModelWorkerBatch", "sglang.srt.managers.schedule_batch"),
+    ),
+    ("forward_mode", "seq_lens", "spec_info", "is_extend_in_batch"),
+)
+_FORWARD_MODE = MemberCheck(
+    "forward_mode",
+    (ClassRef("ForwardMode", "sglang.srt.model_executor.forward_batch_info"),),
+    ("is_extend", "is_idle"),
+)
+_VERIFY_INPUT = MemberCheck(
+    "verify_input",
+    (ClassRef("EagleVerifyInput", "sglang.srt.speculative.eagle_info"),),
+    ("draft_token_num",),
+)
+_RESULT = ClassRef("GenerationBatchResult", "sglang.srt.managers.utils")
+_V1_ACCEPTED = ("num_accepted_tokens", "num_accepted_drafts", "num_correct_drafts")
+
+
+def _v2_phases(worker: str, draft: str) -> tuple[Phase, ...]:
+    return (
+        Phase("draft", draft, "draft", "self.draft_worker.draft"),
+        Phase("verify", worker, "verify", "self.verify"),
+        Phase("extend", draft, "_draft_extend_for_decode", "self.draft_worker._draft_extend_for_decode"),
+    )
+
+
+def _v1_phases(worker: str) -> tuple[Phase, ...]:
+    return (
+        Phase("draft", worker, "draft", "self.draft"),
+        Phase("verify", worker, "verify", "self.verify"),
+        Phase("extend", worker, "forward_draft_extend_after_decode", "self.forward_draft_extend_after_decode"),
+    )
+
+
+# The overlap scheduler's workers (a separate draft-worker object), then the plain scheduler's
+# (`--disable-overlap-schedule`; the worker is its own draft model runner, removed in 0.5.13).
+WORKER_TARGETS = (
+    WorkerTarget(
+        key="eagle_v2",
+        module="sglang.srt.speculative.eagle_worker_v2",
+        worker_class="EAGLEWorkerV2",
+        draft_class="EagleDraftWorker",
+        phases=_v2_phases("EAGLEWorkerV2", "EagleDraftWorker"),
+        accepted_fields=("accept_lens",),
+        accepted_per_request=True,
+        result_classes=(_RESULT,),
+    ),
+    WorkerTarget(
+        key="multi_layer_eagle_v2",
+        module="sglang.srt.speculative.multi_layer_eagle_worker_v2",
+        worker_class="MultiLayerEagleWorkerV2",
+        draft_class="MultiLayerEagleDraftWorker",
+        phases=_v2_phases("MultiLayerEagleWorkerV2", "MultiLayerEagleDraftWorker"),
+        accepted_fields=("accept_lens",),
+        accepted_per_request=True,
+        result_classes=(_RESULT,),
+    ),
+    WorkerTarget(
+        key="eagle_v1",
+        module="sglang.srt.speculative.eagle_worker",
+        worker_class="EAGLEWorker",
+        draft_class="EAGLEWorker",
+        phases=_v1_phases("EAGLEWorker"),
+        accepted_fields=_V1_ACCEPTED,
+        accepted_per_request=False,
+        result_classes=(_RESULT, ClassRef("ForwardBatchOutput", "sglang.srt.model_executor.forward_batch_info")),
+    ),
+    WorkerTarget(
+        key="multi_layer_eagle_v1",
+        module="sglang.srt.speculative.multi_layer_eagle_worker",
+        worker_class="MultiLayerEagleWorker",
+        draft_class="MultiLayerEagleWorker",
+        phases=_v1_phases("MultiLayerEagleWorker"),
+        accepted_fields=_V1_ACCEPTED,
+        accepted_per_request=False,
+        result_classes=(_RESULT,),
+    ),
+)
+
+SCHEDULER_TARGET = SchedulerTarget(
+    module="sglang.srt.managers.scheduler",
+    class_name="Scheduler",
+    worker_attribute="draft_worker",
+    rank_sources=(RANK_ARGUMENT, RANK_CONTEXT),
+)
+
+
+def targets_digest() -> str:
+    """A short fingerprint of every declaration above: a results file made with other targets is stale."""
+    text = repr((WORKER_TARGETS, SCHEDULER_TARGET, _BATCH, _FORWARD_MODE, _VERIFY_INPUT))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# -- reading sources ---------------------------------------------------------------------------
+SourceReader = Callable[[str], "str | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Module:
+    classes: dict[str, ast.ClassDef]
+    functions: frozenset[str]
+    imports: dict[str, tuple[str, str]]  # local name -> (module, name there), every `from … import`
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassDef:
+    """A class found in the sources: its module and its ast node."""
+
+    module: str
+    node: ast.ClassDef
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+class SourceIndex:
+    """Parsed modules of one SGLang tree, read through `read_source(module name) -> text | None`.
+
+    Each module is parsed once; a module whose source is missing or does not parse is absent.
+    """
+
+    def __init__(self, read_source: SourceReader) -> None:
+        self._read_source = read_source
+        self._modules: dict[str, _Module | None] = {}
+
+    def has_module(self, name: str) -> bool:
+        """Whether `name`'s source was read and parsed."""
+        return self._parsed(name) is not None
+
+    def _parsed(self, name: str) -> _Module | None:
+        if name not in self._modules:
+            self._modules[name] = _parse_module(name, self._read_source(name))
+        return self._modules[name]
+
+    def find_class(self, module_name: str, class_name: str) -> ClassDef | None:
+        """The class `class_name` as seen from `module_name`: defined there or imported into it."""
+        for _ in range(MAX_IMPORT_HOPS):
+            module = self._parsed(module_name)
+            if module is None:
+                return None
+            if class_name in module.classes:
+                return ClassDef(module_name, module.classes[class_name])
+            if class_name not in module.imports:
+                return None
+            module_name, class_name = module.imports[class_name]
+        return None
+
+    def lineage(self, cls: ClassDef) -> Iterator[ClassDef]:
+        """`cls` and the bases found in the sources, depth first (bases that cannot be read are
+        skipped). Lazy: a base's module is parsed only when the walk reaches it."""
+        seen = set()
+        pending = [cls]
+        while pending:
+            current = pending.pop(0)
+            if (current.module, current.name) in seen:
+                continue
+            seen.add((current.module, current.name))
+            yield current
+            bases = [
+                self.find_class(current.module, base.id)
+                for base in current.node.bases
+                if isinstance(base, ast.Name)
+            ]
+            pending[0:0] = [base for base in bases if base is not None]
+
+    def class_names(self, module_name: str) -> list[str]:
+        """The classes `module_name` defines at its top level, in source order ([] when unreadable)."""
+        module = self._parsed(module_name)
+        return list(module.classes) if module is not None else []
+
+    def has_name(self, module_name: str, name: str) -> bool:
+        """Whether `module_name` defines or imports `name`."""
+        module = self._parsed(module_name)
+        return module is not None and (name in module.imports or name in module.classes)
+
+    def defines_function(self, module_name: str, name: str) -> bool:
+        module = self._parsed(module_name)
+        return module is not None and name in module.functions
+
+
+def _parse_module(name: str, source: str | None) -> _Module | None:
+    if source is None:
+        return None
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    package = name.rsplit(".", 1)[0]
+    imports = {}
+    for node in _module_level(tree.body):
+        if isinstance(node, ast.ImportFrom):
+            source_module = _absolute_module(package, node.module, node.level)
+            for alias in node.names:
+                imports[alias.asname or alias.name] = (source_module, alias.name)
+    return _Module(
+        classes={n.name: n for n in tree.body if isinstance(n, ast.ClassDef)},
+        functions=frozenset(
+            n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ),
+        imports=imports,
+    )
+
+
+def _module_level(statements: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Module-level statements, also those under `if TYPE_CHECKING:`, `try:` and `with` (not in defs)."""
+    for node in statements:
+        yield node
+        if isinstance(node, ast.If):
+            yield from _module_level(node.body + node.orelse)
+        elif isinstance(node, ast.Try):
+            handlers = [statement for handler in node.handlers for statement in handler.body]
+            yield from _module_level(node.body + handlers + node.orelse + node.finalbody)
+        elif isinstance(node, ast.With):
+            yield from _module_level(node.body)
+
+
+def _absolute_module(package: str, module: str | None, level: int) -> str:
+    if level == 0:
+        return module or ""
+    parts = package.split(".")
+    base = parts[: len(parts) - (level - 1)]
+    return ".".join(base + ([module] if module else []))
+
+
+def _methods(node: ast.ClassDef) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    return {n.name: n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _find_method(
+    sources: SourceIndex, cls: ClassDef, name: str
+) -> tuple[ClassDef, ast.FunctionDef | ast.AsyncFunctionDef] | None:
+    for owner in sources.lineage(cls):
+        method = _methods(owner.node).get(name)
+        if method is not None:
+            return owner, method
+    return None
+
+
+def _self_assigned(method: ast.AST) -> set[str]:
+    """Attributes `method` assigns as `self.X = …` (also annotated, augmented, unpacked)."""
+    names = set()
+    for node in ast.walk(method):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        else:
+            continue
+        for target in targets:
+            names.update(
+                leaf.attr
+                for leaf in ast.walk(target)
+                if isinstance(leaf, ast.Attribute)
+                and isinstance(leaf.value, ast.Name)
+                and leaf.value.id == "self"
+            )
+    return names
+
+
+def _body_names(node: ast.ClassDef) -> set[str]:
+    """Fields (annotated or assigned in the class body) and methods."""
+    names = set()
+    for child in node.body:
+        if isinstance(child, ast.AnnAssign) and isinstance(child.target, ast.Name):
+            names.add(child.target.id)
+        elif isinstance(child, ast.Assign):
+            names.update(t.id for t in child.targets if isinstance(t, ast.Name))
+        elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(child.name)
+    return names
+
+
+def _members_found(
+    sources: SourceIndex, cls: ClassDef, wanted: set[str], *, in_body: bool = True
+) -> set[str]:
+    """Which of `wanted` `cls` or a base has: in a class body (when `in_body`) or as a `self.X`
+    assignment in a method. Stops reading (and parsing bases) once all are found."""
+    found: set[str] = set()
+    for owner in sources.lineage(cls):
+        if in_body:
+            found |= _body_names(owner.node) & wanted
+        for method in _methods(owner.node).values():
+            if found >= wanted:
+                break
+            found |= _self_assigned(method) & wanted
+        if found >= wanted:
+            break
+    return found
+
+
+def _call_chain(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _call_chain(node.value)
+        return f"{head}.{node.attr}" if head is not None else None
+    return None
+
+
+def _self_calls(function: ast.AST, wanted: set[str]) -> tuple[str, ...]:
+    """Which of the `wanted` call chains (`self.verify`, …) `function` makes."""
+    chains = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call):
+            chain = _call_chain(node.func)
+            if chain in wanted:
+                chains.add(chain)
+    return tuple(sorted(chains))
+
+
+def _positional_params(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
+    args = function.args
+    return tuple(a.arg for a in [*args.posonlyargs, *args.args][1:])
+
+
+# -- facts -------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class MethodFacts:
+    """A method as found: the class whose body defines it, its positional parameters after `self`
+    (`*args` shown as `*name`), the annotations of the first and of the return, and (cycle only)
+    which of the target's phase calls it makes."""
+
+    defined_in: str
+    params: tuple[str, ...]
+    first_annotation: str | None = None
+    return_annotation: str | None = None
+    self_calls: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class MemberFacts:
+    """The class checked for a role, where it was found, and which of the wanted members it has."""
+
+    class_name: str
+    module: str
+    members: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerFacts:
+    """What the sources of one tree say about one worker target (JSON-friendly: see `to_json`)."""
+
+    target: str
+    module_found: bool
+    classes: tuple[str, ...] = ()
+    methods: dict[str, MethodFacts] = dataclasses.field(default_factory=dict)
+    rank_sources: tuple[str, ...] = ()
+    members: dict[str, MemberFacts] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WorkerFacts:
+        return cls(
+            target=data["target"],
+            module_found=data["module_found"],
+            classes=tuple(data["classes"]),
+            methods={
+                name: MethodFacts(
+                    defined_in=m["defined_in"],
+                    params=tuple(m["params"]),
+                    first_annotation=m["first_annotation"],
+                    return_annotation=m["return_annotation"],
+                    self_calls=tuple(m["self_calls"]),
+                )
+                for name, m in data["methods"].items()
+            },
+            rank_sources=tuple(data["rank_sources"]),
+            members={
+                role: MemberFacts(m["class_name"], m["module"], tuple(m["members"]))
+                for role, m in data["members"].items()
+            },
+        )
+
+
+def _member_checks(target: WorkerTarget) -> tuple[MemberCheck, ...]:
+    result = MemberCheck("result", target.result_classes, target.accepted_fields, any_of=True)
+    return (_BATCH, _FORWARD_MODE, _VERIFY_INPUT, result)
+
+
+def observe_worker(target: WorkerTarget, sources: SourceIndex) -> WorkerFacts:
+    """Read, from the sources, every fact `check_worker` needs about `target`."""
+    if not sources.has_module(target.module):
+        return WorkerFacts(target=target.key, module_found=False)
+    classes = {
+        name: sources.find_class(target.module, name)
+        for name in dict.fromkeys((target.worker_class, target.draft_class))
+    }
+    methods = {}
+    for class_name, method_name in target.wrapped_methods:
+        cls = classes[class_name]
+        found = _find_method(sources, cls, method_name) if cls is not None else None
+        if found is None:
+            continue
+        owner, function = found
+        first = [*function.args.posonlyargs, *function.args.args][1:2]
+        annotation = first[0].annotation if first else None
+        params = _positional_params(function)
+        if function.args.vararg is not None:
+            params += (f"*{function.args.vararg.arg}",)
+        methods[f"{class_name}.{method_name}"] = MethodFacts(
+            defined_in=owner.name,
+            params=params,
+            first_annotation=ast.unparse(annotation) if annotation is not None else None,
+            return_annotation=ast.unparse(function.returns) if function.returns is not None else None,
+            self_calls=_self_calls(function, {p.call for p in target.phases})
+            if method_name == target.cycle_method
+            else (),
+        )
+    worker = classes[target.worker_class]
+    cycle = methods.get(f"{target.worker_class}.{target.cycle_method}")
+    init = methods.get(f"{target.worker_class}.__init__")
+    return WorkerFacts(
+        target=target.key,
+        module_found=True,
+        classes=tuple(name for name, cls in classes.items() if cls is not None),
+        methods=methods,
+        rank_sources=_rank_sources(
+            target.rank_sources, sources, worker, init.params if init is not None else ()
+        ),
+        members={
+            check.role: facts
+            for check in _member_checks(target)
+            if (facts := _observe_members(check, sources, target.module, cycle)) is not None
+        },
+    )
+
+
+def _observe_members(
+    check: MemberCheck, sources: SourceIndex, module: str, cycle: MethodFacts | None
+) -> MemberFacts | None:
+    refs = list(check.classes)
+    if cycle is not None:  # the class the cycle's annotations name first
+        annotated = {"batch": cycle.first_annotation, "result": cycle.return_annotation}.get(check.role)
+        refs.sort(key=lambda ref: ref.name != annotated)
+    imported = [ref for ref in refs if sources.has_name(module, ref.name)]
+    for ref, where in [(ref, module) for ref in imported] + [(ref, ref.module) for ref in refs]:
+        cls = sources.find_class(where, ref.name)
+        if cls is not None:
+            present = _members_found(sources, cls, set(check.members))
+            return MemberFacts(
+                ref.name, cls.module, tuple(m for m in check.members if m in present)
+            )
+    return None
+
+
+def _rank_sources(
+    declared: tuple[RankSource, ...],
+    sources: SourceIndex,
+    cls: ClassDef | None,
+    init_params: tuple[str, ...],
+) -> tuple[str, ...]:
+    heads = {s.attribute_path[0] for s in declared if s.attribute_path and s.module is None}
+    attributes = _members_found(sources, cls, heads, in_body=False) if cls is not None else set()
+    available = []
+    for source in declared:
+        if source.argument is not None:
+            ok = source.argument in init_params
+        elif source.module is not None:
+            ok = sources.defines_function(source.module, source.getter or "")
+        else:
+            ok = source.attribute_path[0] in attributes
+        if ok:
+            available.append(source.label)
+    return tuple(available)
+
+
+# -- the check ---------------------------------------------------------------------------------
+def check_worker(target: WorkerTarget, facts: WorkerFacts) -> list[str]:
+    """Why the hook cannot wrap `target` given `facts`: one phrase per problem; [] when it can."""
+    if not facts.module_found:
+        return [f"no readable source for {target.module}"]
+    problems = [
+        f"class {name} not found in {target.module}"
+        for name in dict.fromkeys((target.worker_class, target.draft_class))
+        if name not in facts.classes
+    ]
+    if problems:
+        return problems
+    for class_name, method_name in target.wrapped_methods:
+        if f"{class_name}.{method_name}" not in facts.methods:
+            problems.append(f"{class_name}.{method_name} not found")
+    verify = target.phase("verify")
+    for class_name, method_name in ((target.worker_class, target.cycle_method), (verify.owner, verify.method)):
+        method = facts.methods.get(f"{class_name}.{method_name}")
+        if method is not None and (not method.params or method.params[0] not in BATCH_PARAMS):
+            problems.append(
+                f"{class_name}.{method_name}({', '.join(method.params)}) does not start with "
+                + " or ".join(f"({name})" for name in BATCH_PARAMS)
+            )
+    cycle = facts.methods.get(f"{target.worker_class}.{target.cycle_method}")
+    if cycle is not None and cycle.defined_in != target.worker_class:
+        problems.append(
+            f"{target.worker_class}.{target.cycle_method} is inherited from {cycle.defined_in}, "
+            "not a speculative cycle"
+        )
+    elif cycle is not None:
+        problems += [
+            f"{target.worker_class}.{target.cycle_method} does not call {phase.call}"
+            for phase in target.phases
+            if phase.call not in cycle.self_calls
+        ]
+    if not facts.rank_sources:
+        problems.append(
+            f"no TP rank: {target.worker_class} has none of "
+            + ", ".join(source.label for source in target.rank_sources)
+        )
+    for check in _member_checks(target):
+        found = facts.members.get(check.role)
+        if found is None:
+            names = " / ".join(ref.name for ref in check.classes)
+            problems.append(f"class {names} ({check.role}) not found")
+            continue
+        missing = [m for m in check.members if m not in found.members]
+        if (check.any_of and len(missing) == len(check.members)) or (not check.any_of and missing):
+            problems.append(
+                f"{found.class_name} has {'none' if check.any_of else 'no'} of {', '.join(missing)}"
+            )
+    return problems
+
+
+def verdict(target: WorkerTarget, facts: WorkerFacts) -> str:
+    """The table's word for `target` in one release: `absent`, `supported`, or `disabled: <why>`."""
+    if not facts.module_found:
+        return "absent"
+    problems = check_worker(target, facts)
+    return "supported" if not problems else "disabled: " + "; ".join(problems)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerPlan:
+    """How the hook wraps a target that passed `check_worker`: which argument is the batch, where
+    the verify width, the TP rank and the accepted-token count are read."""
+
+    target: WorkerTarget
+    cycle_batch_param: str
+    verify_batch_param: str
+    verify_input_position: int | None  # index in the verify call's positional args (after self)
+    rank_source: RankSource
+    accepted_field: str
+
+
+def plan_worker(target: WorkerTarget, facts: WorkerFacts) -> WorkerPlan:
+    """The wrapping plan for a target whose `check_worker(target, facts)` is []."""
+    verify = target.phase("verify")
+    verify_params = facts.methods[f"{verify.owner}.{verify.method}"].params
+    result = facts.members["result"]
+    return WorkerPlan(
+        target=target,
+        cycle_batch_param=facts.methods[f"{target.worker_class}.{target.cycle_method}"].params[0],
+        verify_batch_param=verify_params[0],
+        verify_input_position=(
+            verify_params.index(target.verify_input_param)
+            if target.verify_input_param in verify_params
+            else None
+        ),
+        rank_source=next(s for s in target.rank_sources if s.label in facts.rank_sources),
+        accepted_field=next(f for f in target.accepted_fields if f in result.members),
+    )
+
+
+def profiled_as(sources: SourceIndex, cls: ClassDef | None) -> dict[str, Any]:
+    """For a class that subclasses a target's worker or draft class: that class (`subclass_of`), the
+    wrapped methods it defines itself (`overrides`), and `profiled_as` (the target class when it
+    overrides none). The hook enforces the same rule on live classes: a worker whose cycle or verify
+    is not the wrapped one is reported unsupported."""
+    facts: dict[str, Any] = {"subclass_of": None, "overrides": [], "profiled_as": None}
+    if cls is None:
+        return facts
+    lineage = list(sources.lineage(cls))
+    for target in WORKER_TARGETS:
+        for class_name in dict.fromkeys((target.worker_class, target.draft_class)):
+            position = next(
+                (i for i, c in enumerate(lineage) if c.module == target.module and c.name == class_name),
+                None,
+            )
+            if not position:  # None: not a subclass; 0: the target class itself
+                continue
+            overrides = [
+                method
+                for owner, method in target.wrapped_methods[1:]
+                if owner == class_name
+                and any(method in _methods(c.node) for c in lineage[:position])
+            ]
+            return {
+                "subclass_of": class_name,
+                "overrides": overrides,
+                "profiled_as": None if overrides else class_name,
+            }
+    return facts
+
+
+# -- the scheduler -----------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class SchedulerFacts:
+    module_found: bool
+    class_found: bool = False
+    init_params: tuple[str, ...] = ()
+    rank_sources: tuple[str, ...] = ()
+    assigns_worker_attribute: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SchedulerFacts:
+        return cls(
+            module_found=data["module_found"],
+            class_found=data["class_found"],
+            init_params=tuple(data["init_params"]),
+            rank_sources=tuple(data["rank_sources"]),
+            assigns_worker_attribute=data["assigns_worker_attribute"],
+        )
+
+
+def observe_scheduler(target: SchedulerTarget, sources: SourceIndex) -> SchedulerFacts:
+    if not sources.has_module(target.module):
+        return SchedulerFacts(module_found=False)
+    cls = sources.find_class(target.module, target.class_name)
+    if cls is None:
+        return SchedulerFacts(module_found=True)
+    init = _find_method(sources, cls, "__init__")
+    params = _positional_params(init[1]) if init is not None else ()
+    return SchedulerFacts(
+        module_found=True,
+        class_found=True,
+        init_params=params,
+        rank_sources=_rank_sources(target.rank_sources, sources, None, params),
+        assigns_worker_attribute=bool(
+            _members_found(sources, cls, {target.worker_attribute}, in_body=False)
+        ),
+    )
+
+
+def check_scheduler(target: SchedulerTarget, facts: SchedulerFacts) -> list[str]:
+    """Why the hook cannot watch the scheduler; [] when it can."""
+    if not facts.module_found:
+        return [f"no readable source for {target.module}"]
+    if not facts.class_found:
+        return [f"class {target.class_name} not found in {target.module}"]
+    problems = []
+    if not facts.rank_sources:
+        problems.append(
+            f"no TP rank: {target.class_name}.__init__({', '.join(facts.init_params)}) has none of "
+            + ", ".join(source.label for source in target.rank_sources)
+        )
+    if not facts.assigns_worker_attribute:
+        problems.append(f"{target.class_name} never assigns self.{target.worker_attribute}")
+    return problems

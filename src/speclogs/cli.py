@@ -33,9 +33,9 @@ DEFAULT_DB = Path("speclogs.duckdb")
 
 
 def _stderr_console():
-    from rich.console import Console
+    from speclogs.console import make_console
 
-    return Console(stderr=True, highlight=False)
+    return make_console(stderr=True)
 
 
 class SqlFormat(str, Enum):
@@ -104,9 +104,11 @@ def _render_ingest_summary(summary) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from speclogs.console import plain
+
     console = _stderr_console()
     head = Table.grid(padding=(0, 2))
-    head.add_row("database", summary.db_path)
+    head.add_row("database", plain(summary.db_path))
     head.add_row(
         "files",
         f"{summary.files_ingested:,} ingested, {summary.files_unchanged:,} unchanged, "
@@ -123,14 +125,14 @@ def _render_ingest_summary(summary) -> None:
     )
     if summary.runs:
         shown = ", ".join(summary.runs[:8]) + (f", … ({len(summary.runs)} runs)" if len(summary.runs) > 8 else "")
-        head.add_row("runs", shown)
+        head.add_row("runs", plain(shown))
     console.print(head)
     if summary.rows_per_table:
         rows = Table(title="rows per table", title_justify="left", show_edge=False, pad_edge=False)
         rows.add_column("table")
         rows.add_column("rows", justify="right")
         for table, count in summary.rows_per_table.items():
-            rows.add_row(table, f"{count:,}")
+            rows.add_row(plain(table), f"{count:,}")
         console.print(rows)
     for reason, count in sorted(summary.skipped.items(), key=lambda item: -item[1]):
         example = summary.skipped_examples.get(reason, "")
@@ -142,19 +144,20 @@ def _render_ingest_summary(summary) -> None:
 
 
 def _render_query_table(result) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    from speclogs.console import make_console, plain
+
+    console = make_console()
     if not result.columns:
         console.print("(no result set)")
         return
     table = Table(show_edge=False, pad_edge=False)
     for name, type_name in zip(result.columns, result.types):
         numeric = any(word in type_name.upper() for word in ("INT", "DOUBLE", "FLOAT", "DECIMAL", "NUMBER"))
-        table.add_column(name, justify="right" if numeric else "left", overflow="fold")
+        table.add_column(plain(name), justify="right" if numeric else "left", overflow="fold")
     for row in result.rows:
-        table.add_row(*("NULL" if value is None else str(value) for value in row))
+        table.add_row(*(plain("NULL" if value is None else value) for value in row))
     console.print(table)
     console.print(f"({len(result.rows):,} row{'s' if len(result.rows) != 1 else ''})", style="dim")
 
@@ -166,7 +169,8 @@ class _ProgressReporter:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
         self._progress = Progress(
-            TextColumn("[bold]ingest[/] {task.description}"),
+            TextColumn("ingest", style="bold"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             DownloadColumn(),
             TransferSpeedColumn(),
@@ -325,7 +329,7 @@ def launch(
     console = _stderr_console()
 
     def say(message: str) -> None:
-        console.print(message, highlight=False, markup=False, soft_wrap=True)
+        console.print(message, soft_wrap=True)
 
     loaded = load_plan(plan)
     options = LaunchOptions(out_dir=out or Path("runs") / loaded.name, resume=resume, retry_failed=retry_failed,
@@ -441,14 +445,10 @@ def report(
 
         sys.stdout.write(render_markdown(comparison))
     else:
-        from rich.console import Console
-
+        from speclogs.console import report_console
         from speclogs.report import render_terminal
 
-        console = Console(highlight=False)
-        if not console.is_terminal:
-            console = Console(highlight=False, width=160)
-        render_terminal(comparison, console)
+        render_terminal(comparison, report_console())
     if html is not None:
         from speclogs.report import write_html
 
@@ -472,10 +472,10 @@ def grammars_check(
     problems = check_grammar_files(paths or [])
     console = _stderr_console()
     for problem in problems:
-        console.print(str(problem), soft_wrap=True, markup=False)
+        console.print(str(problem), soft_wrap=True)
     if problems:
         raise GrammarError(f"{len(problems)} grammar problem(s)", hint="each line above names file:line; fix the sample or the template")
-    console.print(f"ok: {len(paths) if paths else 'all bundled'} grammar file(s) valid", markup=False)
+    console.print(f"ok: {len(paths) if paths else 'all bundled'} grammar file(s) valid")
 
 
 @grammars_app.command("list")
@@ -494,13 +494,14 @@ def grammars_list(
         keys = ("family", "pattern", "table", "scope", "versions", "gate")
         typer.echo(json.dumps([dict(zip(keys, r)) for r in rows], indent=1))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from speclogs.console import make_console
 
     table = Table("family", "pattern", "table", "scope", "versions", box=None, pad_edge=False)
     for family, name, target, scope, versions, _ in rows:
         table.add_row(family, name, target, scope, versions)
-    console = Console(highlight=False)
+    console = make_console()
     if not console.is_terminal:
-        console = Console(highlight=False, width=200)
+        console = make_console(width=200)
     console.print(table)

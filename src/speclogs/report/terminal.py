@@ -1,4 +1,8 @@
-"""Terminal report: rich tables, warnings first."""
+"""Terminal report: rich tables, warnings first.
+
+Every string (arm and run names, warnings, values) reaches rich as `speclogs.console.plain` text, so the
+report prints the same on any console, markup-enabled or not.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,16 @@ from rich.table import Table
 from rich.text import Text
 
 from speclogs.analysis.results import Comparison
+from speclogs.console import plain
 from speclogs.report import text
 
 
 def _table(title: str, header: list[str], rows: list[list[str]]) -> Table:
-    table = Table(title=title, title_justify="left", show_lines=False, header_style="bold")
+    table = Table(title=plain(title), title_justify="left", show_lines=False, header_style="bold")
     for column in header:
-        table.add_column(column, overflow="fold")
+        table.add_column(plain(column), overflow="fold")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(plain(cell) for cell in row))
     return table
 
 
@@ -35,7 +40,7 @@ def render_terminal(comparison: Comparison, console: Console) -> None:
     if summary:
         console.print(Text("\nSummary", style="bold"))
         for line in summary:
-            console.print(f"  • {line}", highlight=False)
+            console.print(plain(f"  • {line}"))
     console.print()
     console.print(_table("Throughput per arm (geometric mean over launches)", text.ARM_HEADER, text.arm_rows(c)))
     if c.comparisons:
@@ -50,7 +55,7 @@ def render_terminal(comparison: Comparison, console: Console) -> None:
             console.print(_table("Step-time term split by phase (from spec_cycles profiling)",
                                  ["B vs A", "phase", "contribution [CI]"], phase_terms))
         for line in text.counterfactual_lines(c):
-            console.print(f"  • {line}")
+            console.print(plain(f"  • {line}"))
     if c.phases:
         console.print(_table("Speculative cycle phases (spec_cycles)", text.PHASE_HEADER, text.phase_rows(c)))
     if c.effects:

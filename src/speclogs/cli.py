@@ -15,10 +15,11 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
+import speclogs
 from speclogs.errors import SpeclogsError
 
 app = typer.Typer(
@@ -30,6 +31,40 @@ app = typer.Typer(
 )
 
 DEFAULT_DB = Path("speclogs.duckdb")
+
+
+class TextFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+# Options shared by several commands, defined once.
+DbOption = Annotated[Path, typer.Option("--db", help="The speclogs DuckDB file.")]
+TextFormatOption = Annotated[
+    TextFormat, typer.Option("--format", "-f", help="text (a summary on stderr) or json (the summary as JSON on stdout).")
+]
+JsonAliasOption = Annotated[bool, typer.Option("--json", hidden=True, help="Same as --format json.")]
+
+
+def _wants_json(output_format: TextFormat, json_alias: bool) -> bool:
+    return json_alias or output_format is TextFormat.json
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"speclogs {speclogs.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main_options(
+    version: Annotated[Optional[bool], typer.Option(
+        "--version", callback=_print_version, is_eager=True, help="Print the speclogs version and exit.")] = None,
+) -> None:
+    """Forensics for SGLang speculative-decoding runs: logs → DuckDB → statistics → reports.
+
+    Every command has --help; `speclogs COMMAND --help` lists its options with examples.
+    """
 
 
 def _stderr_console():
@@ -49,9 +84,10 @@ def ingest(
     paths: list[str] = typer.Argument(
         ..., help="Log files, directories (recursive), .gz files, run.json / bench files, or '-' for stdin."
     ),
-    db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB file to write (created when missing)."),
+    db: DbOption = DEFAULT_DB,
     replace: bool = typer.Option(False, "--replace", help="Re-ingest files already in the database (their rows are deleted first)."),
-    json_output: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    output_format: TextFormatOption = TextFormat.text,
+    json_alias: JsonAliasOption = False,
     run_name: Optional[str] = typer.Option(None, "--run-name", help="Make every input of this call ONE run with this name (default: the log stem, or run.json in a launch directory)."),
     progress: Optional[bool] = typer.Option(
         None, "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal and the input is large)."
@@ -76,7 +112,7 @@ def ingest(
     finally:
         if reporter is not None:
             reporter.close()
-    if json_output:
+    if _wants_json(output_format, json_alias):
         typer.echo(summary.to_json())
     _render_ingest_summary(summary)
 
@@ -84,7 +120,7 @@ def ingest(
 @app.command()
 def sql(
     query: str = typer.Argument(..., help='SQL to run read-only, e.g. "SELECT run_name, count(*) FROM decode_batches JOIN runs USING (run_id) GROUP BY 1".'),
-    db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB file to read."),
+    db: DbOption = DEFAULT_DB,
     output_format: SqlFormat = typer.Option(SqlFormat.table, "--format", "-f", help="Output format."),
 ) -> None:
     """Run a read-only SQL query against the speclogs database and print the result."""
@@ -305,7 +341,7 @@ def probe_nccl(
 # --- speclogs launch / synth-pair ---
 @app.command()
 def launch(
-    plan: Path = typer.Argument(..., help="Launch plan (TOML): server command, cells, benchmark. See docs/launcher.md."),
+    plan: Path = typer.Argument(..., help="Launch plan (TOML): server command, [[cells]] with name/args/env/factors, [bench]."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: runs/<plan name>); DIR/<cell>/<launch>/."),
     resume: bool = typer.Option(False, "--resume", help="Skip launches whose run.json is complete; redo the rest."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume, also redo failed launches."),
@@ -313,12 +349,13 @@ def launch(
     max_launches: Optional[int] = typer.Option(None, "--max-launches", help="Run at most N launches in this call."),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Stop before a launch would not fit; interrupt at M minutes."),
     no_ingest: bool = typer.Option(False, "--no-ingest", help="Do not ingest the outputs at the end (GPU box without duckdb)."),
-    db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB file the outputs are ingested into."),
+    db: DbOption = DEFAULT_DB,
     host: Optional[str] = typer.Option(None, "--host", help="user@box: run the plan there over ssh and pull the outputs back."),
     ssh_opt: list[str] = typer.Option([], "--ssh-opt", help="Extra ssh argument (repeatable), e.g. --ssh-opt=-p --ssh-opt=2222."),
     remote_python: str = typer.Option("python3", "--remote-python", help="Python (≥ 3.11) on the remote box."),
     remote_dir: str = typer.Option(".speclogs-remote", "--remote-dir", help="Working directory on the remote box."),
-    json_output: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    output_format: TextFormatOption = TextFormat.text,
+    json_alias: JsonAliasOption = False,
 ) -> None:
     """Start the SGLang server per plan launch, wait for /health 200, benchmark, stop, record run.json."""
     import json
@@ -344,7 +381,7 @@ def launch(
         _print_error(f"interrupted ({stop.args[0] if stop.args else 'Ctrl-C'}): the server was stopped, the launch is "
                      f"marked interrupted in its run.json", "run again with --resume to continue")
         raise typer.Exit(130) from None
-    if json_output:
+    if _wants_json(output_format, json_alias):
         typer.echo(json.dumps(summary.to_dict(), indent=1))
     _render_launch_summary(summary, console)
     if not no_ingest:
@@ -414,7 +451,7 @@ def report(
         "one --compare. The first arm is the reference."
     ),
     arms: list[str] = typer.Argument(None, help="More arms (so `--compare A B C` works)."),
-    db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB file to read."),
+    db: DbOption = DEFAULT_DB,
     output_format: ReportFormat = typer.Option(ReportFormat.terminal, "--format", "-f", help="terminal, json or md (stdout)."),
     html: Optional[Path] = typer.Option(None, "--html", help="Also write one self-contained HTML file with charts."),
     factor: list[str] = typer.Option(
@@ -481,14 +518,15 @@ def grammars_check(
 @grammars_app.command("list")
 def grammars_list(
     extra: list[Path] = typer.Option([], "--grammar", "-g", help="Also load this grammar file or directory (repeatable)."),
-    json_output: bool = typer.Option(False, "--json", help="Print as JSON."),
+    output_format: Annotated[TextFormat, typer.Option("--format", "-f", help="text (a table) or json.")] = TextFormat.text,
+    json_alias: JsonAliasOption = False,
 ) -> None:
     """List families and patterns in priority order (first match wins), with table, scope and SGLang versions."""
     from speclogs.grammar import load_grammars
 
     grammars = load_grammars(extra)
     rows = [(p.family, p.name, p.table, p.scope, p.versions, p.gate) for p in [grammars.prefix, *grammars.patterns]]
-    if json_output:
+    if _wants_json(output_format, json_alias):
         import json
 
         keys = ("family", "pattern", "table", "scope", "versions", "gate")

@@ -245,7 +245,8 @@ def _parse_cells(raw: object, checker: "_Checker", default_launches: int, profil
             line = _find_header_line(text, f"cells.{name}") or _find_key_line(text, name, 0) or 1
             entries.append((name, checker.table(item, f"cells.{name}", line), line))
     else:
-        checker.fail("cells", 0, "cells must be [[cells]] tables or [cells.NAME] tables", "see plans/example.toml")
+        checker.fail("cells", 0, "cells must be [[cells]] tables or [cells.NAME] tables",
+                     "write each cell as [[cells]] with name = \"baseline\" and args = [\"…\"] (speclogs launch --help)")
 
     cells: list[Cell] = []
     seen: set[str] = set()

@@ -20,6 +20,7 @@ from speclogs.analysis import stats
 from speclogs.analysis.load import RunTables, parse_json_text
 from speclogs.analysis.steady import launch_slices
 from speclogs.analysis.results import Arm, Finding, RatioComparison
+from speclogs.redact import redact_value
 
 IGNORED_ENV = {"PWD", "OLDPWD", "SHLVL", "_", "HOSTNAME", "TERM", "LS_COLORS", "MAIL", "LOGNAME", "COLUMNS", "LINES"}
 IGNORED_ENV_PREFIXES = ("SSH_", "XDG_", "TMUX", "SPECLOGS_RUN", "KITTY_", "VSCODE_")
@@ -59,10 +60,10 @@ def run_settings(tables: RunTables) -> dict[str, dict[str, str]]:
         s = settings[run_id]
         env = parse_json_text(row["env"])
         if env:
-            s.update({f"env {k}": str(v) for k, v in env.items() if not _ignored_env(k)})
+            s.update({f"env {k}": str(redact_value(k, v)) for k, v in env.items() if not _ignored_env(k)})
             s["_env_known"] = "run.json"
         elif run_id in nccl_env:
-            s.update({f"env {k}": v for k, v in nccl_env[run_id].items()})
+            s.update({f"env {k}": str(redact_value(k, v)) for k, v in nccl_env[run_id].items()})
             s["_env_known"] = "NCCL INFO lines"
         run_json = parse_json_text(row["run_json"])
         for name, value in (run_json.get("versions") or {}).items():
@@ -78,7 +79,7 @@ def run_settings(tables: RunTables) -> dict[str, dict[str, str]]:
     for run_id, name, value in tables.server_args.select("run_id", "name", "value").iter_rows():
         if name in IGNORED_SERVER_ARGS or name == "tp_size":
             continue
-        settings.setdefault(run_id, {})[f"server_arg {name}"] = str(value)
+        settings.setdefault(run_id, {})[f"server_arg {name}"] = str(redact_value(name, value))
     return settings
 
 

@@ -66,10 +66,19 @@ def port_is_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
         return False
 
 
+# The launcher talks only to the server it started: never through the calling shell's http_proxy / HTTPS_PROXY.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def open_direct(request, timeout_s: float):
+    """urlopen without any proxy (the server is local or named by the plan; a proxy would see its traffic)."""
+    return _DIRECT.open(request, timeout=timeout_s)
+
+
 def probe_health(url: str, timeout_s: float = 5.0) -> int | None:
     """HTTP status of GET url, or None when no HTTP answer came (refused, reset, timeout)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with open_direct(url, timeout_s) as response:
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code

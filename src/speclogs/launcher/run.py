@@ -23,6 +23,7 @@ from speclogs.launcher import bench as _bench
 from speclogs.launcher import process as _proc
 from speclogs.launcher import runinfo
 from speclogs.launcher.plan import MODEL_PATH_FLAGS, PYTHON_PLACEHOLDER, LaunchSpec, Plan
+from speclogs.redact import redact_json
 
 SCHEMA = "speclogs.run/1"
 # Outcomes after which --resume runs the launch again.
@@ -87,8 +88,8 @@ class PlanRunSummary:
         return tuple(r for r in self.results if not r.skipped and r.outcome != "ok")
 
     def to_dict(self) -> dict:
-        return {"plan_name": self.plan_name, "out_dir": self.out_dir, "stopped": self.stopped,
-                "pending": list(self.pending), "results": [r.__dict__ for r in self.results]}
+        return redact_json({"plan_name": self.plan_name, "out_dir": self.out_dir, "stopped": self.stopped,
+                            "pending": list(self.pending), "results": [dict(r.__dict__) for r in self.results]})
 
     @classmethod
     def from_dict(cls, data: dict) -> "PlanRunSummary":
@@ -292,9 +293,10 @@ class _MachineContext:
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
+    """Write run.json (secrets redacted: names, values, flags — speclogs.redact) so that no reader sees half a file."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=1)
+        json.dump(redact_json(data), handle, indent=1)
         handle.write("\n")
         handle.flush()
         os.fsync(handle.fileno())
@@ -320,7 +322,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
         "schema": SCHEMA, "speclogs_version": speclogs.__version__, "run_uid": _uuid_hex(),
         "run_name": spec.run_name, "plan_name": plan.name, "plan_file": str(plan.path),
         "cell": spec.cell.name, "launch": spec.launch, "factors": dict(spec.cell.factors), "order_index": spec.order_index,
-        "argv": argv, "env": runinfo.redact_env(env),
+        "argv": runinfo.redact_argv(argv), "env": runinfo.redact_env(env),
         "env_nccl": {k: v for k, v in runinfo.redact_env(env).items() if k.startswith("NCCL_")},
         "env_cuda": {k: v for k, v in runinfo.redact_env(env).items() if k.startswith("CUDA_")},
         "env_dropped": dropped, "profile": spec.cell.profile,

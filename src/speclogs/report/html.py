@@ -10,6 +10,7 @@ from pathlib import Path
 
 from speclogs.analysis.results import Comparison
 from speclogs.errors import InputError
+from speclogs.redact import redact_json, redact_text
 from speclogs.report import charts, text
 
 CSS = """
@@ -93,7 +94,7 @@ def render_html(comparison: Comparison) -> str:
         parts += [f"<h2>{html.escape(title)}</h2>", _table(header, rows)]
     parts += ["<h2>Methods</h2><ul>"] + [f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in c.methods.items()]
     parts.append("</ul>")
-    specs = {name: chart.to_dict() for name, chart in chart_list}
+    specs = redact_json({name: chart.to_dict() for name, chart in chart_list})
     script = (
         "const specs = " + json.dumps(specs).replace("</", "<\\/") + ";\n"
         "for (const [name, spec] of Object.entries(specs)) {\n"
@@ -105,7 +106,7 @@ def render_html(comparison: Comparison) -> str:
     bundle = _vega_bundle().replace("</script", "<\\/script")
     return (
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>speclogs report</title>"
-        f"<style>{CSS}</style>\n<script>{bundle}</script></head>\n<body>\n" + "\n".join(parts)
+        f"<style>{CSS}</style>\n<script>{bundle}</script></head>\n<body>\n" + redact_text("\n".join(parts))
         + f"\n<script>\n{script}</script>\n</body></html>\n"
     )
 

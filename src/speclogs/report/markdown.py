@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from speclogs.analysis.results import Comparison
+from speclogs.redact import redact_text
 from speclogs.report import text
 
 
@@ -48,4 +49,4 @@ def render_markdown(comparison: Comparison) -> str:
     for title, header, rows in text.nccl_sections(c, brief=True):
         out += ["", f"## {title}", "", md_table(header, rows)]
     out += ["", "## Methods", ""] + [f"- **{k}**: {v}" for k, v in c.methods.items()]
-    return "\n".join(out) + "\n"
+    return redact_text("\n".join(out) + "\n")

@@ -12,41 +12,47 @@ from rich.text import Text
 
 from speclogs.analysis.results import Comparison
 from speclogs.console import plain
+from speclogs.redact import redact_text
 from speclogs.report import text
 
 
+def _text(value: object, style: str = "") -> Text:
+    """Report text as it reaches the console: secrets redacted, never markup."""
+    return plain(redact_text(str(value)), style)
+
+
 def _table(title: str, header: list[str], rows: list[list[str]]) -> Table:
-    table = Table(title=plain(title), title_justify="left", show_lines=False, header_style="bold")
+    table = Table(title=_text(title), title_justify="left", show_lines=False, header_style="bold")
     for column in header:
-        table.add_column(plain(column), overflow="fold")
+        table.add_column(_text(column), overflow="fold")
     for row in rows:
-        table.add_row(*(plain(cell) for cell in row))
+        table.add_row(*(_text(cell) for cell in row))
     return table
 
 
 def render_terminal(comparison: Comparison, console: Console) -> None:
     """Print the report to `console`: warnings, arms, comparisons, attribution, phases, effects, NCCL, methods."""
     c = comparison
-    console.print(Text(text.title(c), style="bold"))
+    console.print(_text(text.title(c), "bold"))
     warnings = [w for w in c.warnings if w.severity == "warning"]
     if warnings:
         console.print(Text(f"\n{len(warnings)} warning(s) — read before the numbers:", style="bold yellow"))
         for w in warnings:
-            console.print(Text.assemble(("  ! ", "bold yellow"), (f"[{w.code}] ", "yellow"), w.message))
+            console.print(Text.assemble(("  ! ", "bold yellow"), (f"[{w.code}] ", "yellow"), _text(w.message)))
     for code, messages in text.grouped_notes(c):
         more = f" (+{len(messages) - 1} more like this: --format json lists them)" if len(messages) > 1 else ""
-        console.print(Text.assemble(("  i ", "dim"), (f"[{code}] ", "dim"), (messages[0] + more, "dim")))
+        console.print(Text.assemble(("  i ", "dim"), (f"[{code}] ", "dim"), _text(messages[0] + more, "dim")))
     summary = text.summary_lines(c)
     if summary:
         console.print(Text("\nSummary", style="bold"))
         for line in summary:
-            console.print(plain(f"  • {line}"))
+            console.print(_text(f"  • {line}"))
     console.print()
     console.print(_table("Throughput per arm (geometric mean over launches)", text.ARM_HEADER, text.arm_rows(c)))
     if c.comparisons:
         console.print(_table(f"Comparisons against {c.reference}", text.COMPARISON_HEADER, text.comparison_rows(c)))
         for note in text.test_notes(c):
-            console.print(Text(f"  test — {note}", style="dim"))
+            console.print(_text(f"  test — {note}", "dim"))
     if c.attributions:
         console.print(_table("Attribution of the server throughput ratio (contributions, log-additive)",
                              text.ATTRIBUTION_HEADER, text.attribution_rows(c)))
@@ -55,7 +61,7 @@ def render_terminal(comparison: Comparison, console: Console) -> None:
             console.print(_table("Step-time term split by phase (from spec_cycles profiling)",
                                  ["B vs A", "phase", "contribution [CI]"], phase_terms))
         for line in text.counterfactual_lines(c):
-            console.print(plain(f"  • {line}"))
+            console.print(_text(f"  • {line}"))
     if c.phases:
         console.print(_table("Speculative cycle phases (spec_cycles)", text.PHASE_HEADER, text.phase_rows(c)))
     if c.effects:

@@ -444,53 +444,72 @@ class ReportFormat(str, Enum):
     md = "md"
 
 
+def _check_confidence(value: float) -> float:
+    if not 0.5 <= value < 1.0:
+        raise typer.BadParameter(f"{value} is not in [0.5, 1): write the coverage as a fraction, e.g. 0.95")
+    return value
+
+
+def _check_outputs(paths: list[Path]) -> list[Path]:
+    from speclogs.report import FORMATS
+
+    for path in paths:
+        if path.suffix.lower() not in FORMATS:
+            raise typer.BadParameter(f"{path}: the suffix names no report format; use one of {', '.join(sorted(FORMATS))}")
+    return paths
+
+
 @app.command()
 def report(
     compare: list[str] = typer.Option(
-        ..., "--compare", "-c", help="Arms: run names or globs over run names ('baseline_tuned_*'); repeat or list after "
-        "one --compare. The first arm is the reference."
+        ..., "--compare", "-c", help="Arms: run names or globs over run names ('baseline_nccl_[0-9]'), each optionally "
+        "LABEL=GLOB (base='baseline_*'); repeat, or list after one --compare. The first arm is the reference."
     ),
     arms: list[str] = typer.Argument(None, help="More arms (so `--compare A B C` works)."),
     db: DbOption = DEFAULT_DB,
     output_format: ReportFormat = typer.Option(ReportFormat.terminal, "--format", "-f", help="terminal, json or md (stdout)."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Also write one self-contained HTML file with charts."),
+    output: list[Path] = typer.Option(
+        [], "--output", "-o", callback=_check_outputs, help="Also write the report to FILE, its format from the suffix (.json, .md, .html, .txt); "
+        "repeatable: every file comes from the one computation."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write one self-contained HTML file with charts (= -o FILE.html)."),
     factor: list[str] = typer.Option(
         [], "--factor", help="name=glob (repeatable): runs matching the glob are level 'on', others 'off'; "
         "default: the launch plan's factors (runs.factors)."
     ),
-    confidence: float = typer.Option(0.95, "--confidence", help="Interval coverage, e.g. 0.95."),
-    resamples: int = typer.Option(1000, "--resamples", help="Bootstrap resamples (the interval uses their standard error; 1000 is plenty)."),
-    hidden_size: Optional[int] = typer.Option(None, "--hidden-size", help="Target model hidden size (NCCL communication-share estimate)."),
-    num_layers: Optional[int] = typer.Option(None, "--num-layers", help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
+    ignore_env: list[str] = typer.Option(
+        [], "--ignore-env", help="Do not compare this environment variable between runs (repeatable; globs: 'MY_*'). "
+        "Driver-script, shell, container and cloud variables (MINUTES, AWS_*, CONTAINER_NAME …) are ignored already."),
+    confidence: float = typer.Option(0.95, "--confidence", callback=_check_confidence,
+                                     help="Interval coverage, e.g. 0.95 (0.5 ≤ value < 1)."),
+    resamples: int = typer.Option(1000, "--resamples", min=100, help="Bootstrap resamples (at least 100; the interval "
+                                  "uses their standard error; 1000 is plenty)."),
+    hidden_size: Optional[int] = typer.Option(None, "--hidden-size", min=1, help="Target model hidden size (NCCL communication-share estimate)."),
+    num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1, help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
 ) -> None:
-    """Compare runs: throughput ratios with intervals, attribution, factorial effects, confounder warnings."""
+    """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
+    effects, warnings ranked by whether they change the answer."""
     from speclogs.analysis import compare_runs, parse_factor_options
+    from speclogs.report import render, write_report
     from speclogs.store import connect
 
+    outputs = [*output, *([html] if html is not None else [])]
     connection = connect(db, read_only=True)
     try:
         comparison = compare_runs(connection, list(compare) + list(arms or []), parse_factor_options(factor),
-                                  confidence, n_resamples=resamples, hidden_size=hidden_size, num_layers=num_layers)
+                                  confidence, n_resamples=resamples, hidden_size=hidden_size, num_layers=num_layers,
+                                  ignore_env=tuple(ignore_env))
     finally:
         connection.close()
-    if output_format is ReportFormat.json:
-        from speclogs.report import render_json
-
-        typer.echo(render_json(comparison))
-    elif output_format is ReportFormat.md:
-        from speclogs.report import render_markdown
-
-        sys.stdout.write(render_markdown(comparison))
-    else:
+    if output_format is ReportFormat.terminal:
         from speclogs.console import report_console
         from speclogs.report import render_terminal
 
         render_terminal(comparison, report_console())
-    if html is not None:
-        from speclogs.report import write_html
-
-        write_html(comparison, html)
-        _stderr_console().print(f"wrote {html}", highlight=False)
+    else:
+        sys.stdout.write(render(comparison, output_format.value))
+    for path in outputs:
+        write_report(comparison, path)
+        _stderr_console().print(f"wrote {path}")
 
 
 # --- speclogs grammars check / list ---

@@ -46,23 +46,26 @@ def render_html(comparison: Comparison) -> str:
     """The whole page as a string."""
     c = comparison
     parts = [f"<h1>{html.escape(text.title(c))}</h1>"]
-    warnings = [w for w in c.warnings if w.severity == "warning"]
+    blocks = text.answer_blocks(c)
+    if blocks:
+        parts.append('<h2>Answer</h2><ul class="answer">')
+        for head, details in blocks:
+            sub = "".join(f"<li>{html.escape(line)}</li>" for line in details)
+            parts.append(f"<li><b>{html.escape(head)}</b>" + (f"<ul>{sub}</ul>" if sub else "") + "</li>")
+        parts.append("</ul>")
+    tiers = text.ranked_warnings(c)
+    for tier, found in tiers:
+        parts.append(f"<h2>Warnings that {html.escape(tier)} ({len(found)})</h2>")
+        groups: dict[str, list[str]] = {}
+        for w in found:
+            groups.setdefault(w.code, []).append(w.message)
+        for code, messages in groups.items():
+            body = (html.escape(messages[0]) if len(messages) == 1
+                    else "<ul>" + "".join(f"<li>{html.escape(m)}</li>" for m in messages) + "</ul>")
+            parts.append(f'<div class="warn"><span class="code">{html.escape(code)}</span> {body}</div>')
+    if not tiers:
+        parts.append("<h2>Warnings</h2><p>none</p>")
     notes = [w for w in c.warnings if w.severity != "warning"]
-    parts.append(f"<h2>Warnings ({len(warnings)})</h2>")
-    for code, messages in text.grouped(c, "warning"):
-        body = (html.escape(messages[0]) if len(messages) == 1
-                else "<ul>" + "".join(f"<li>{html.escape(m)}</li>" for m in messages) + "</ul>")
-        parts.append(f'<div class="warn"><span class="code">{html.escape(code)}</span> {body}</div>')
-    if not warnings:
-        parts.append("<p>none</p>")
-    if notes:
-        parts.append(f"<details><summary>{len(notes)} notes (how the numbers were made, settings, NCCL evidence)</summary>")
-        parts += [f'<div class="note"><span class="code">{html.escape(w.code)}</span> {html.escape(w.message)}</div>'
-                  for w in notes]
-        parts.append("</details>")
-    summary = text.summary_lines(c)
-    if summary:
-        parts += ["<h2>Summary</h2>", "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in summary) + "</ul>"]
     chart_list = charts.all_charts(c)
     chart_ids = {name for name, _ in chart_list}
 
@@ -92,6 +95,11 @@ def render_html(comparison: Comparison) -> str:
               chart_div("timeline")]
     for title, header, rows in text.nccl_sections(c):
         parts += [f"<h2>{html.escape(title)}</h2>", _table(header, rows)]
+    if notes:
+        parts.append(f"<details><summary>{len(notes)} notes (how the numbers were made, settings, NCCL evidence)</summary>")
+        parts += [f'<div class="note"><span class="code">{html.escape(w.code)}</span> {html.escape(w.message)}</div>'
+                  for w in notes]
+        parts.append("</details>")
     parts += ["<h2>Methods</h2><ul>"] + [f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in c.methods.items()]
     parts.append("</ul>")
     specs = redact_json({name: chart.to_dict() for name, chart in chart_list})

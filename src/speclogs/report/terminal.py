@@ -31,22 +31,27 @@ def _table(title: str, header: list[str], rows: list[list[str]]) -> Table:
 
 
 def render_terminal(comparison: Comparison, console: Console) -> None:
-    """Print the report to `console`: warnings, arms, comparisons, attribution, phases, effects, NCCL, methods."""
+    """Print the report to `console`: the answer (verdict, ratio, interval, why, per-launch range), the warnings ranked
+    by whether they can change it, then the tables (arms, comparisons, attribution, phases, effects, NCCL), notes,
+    methods."""
     c = comparison
     console.print(_text(text.title(c), "bold"))
-    warnings = [w for w in c.warnings if w.severity == "warning"]
-    if warnings:
-        console.print(Text(f"\n{len(warnings)} warning(s) — read before the numbers:", style="bold yellow"))
-        for w in warnings:
-            console.print(Text.assemble(("  ! ", "bold yellow"), (f"[{w.code}] ", "yellow"), _text(w.message)))
-    for code, messages in text.grouped_notes(c):
-        more = f" (+{len(messages) - 1} more like this: --format json lists them)" if len(messages) > 1 else ""
-        console.print(Text.assemble(("  i ", "dim"), (f"[{code}] ", "dim"), _text(messages[0] + more, "dim")))
-    summary = text.summary_lines(c)
-    if summary:
-        console.print(Text("\nSummary", style="bold"))
-        for line in summary:
-            console.print(_text(f"  • {line}"))
+    blocks = text.answer_blocks(c)
+    if blocks:
+        console.print(Text("\nAnswer", style="bold"))
+        for head, details in blocks:
+            console.print(_text(f"  • {head}"))
+            for line in details:
+                console.print(_text(f"      {line}", "dim" if line.startswith("per launch") else ""))
+    tiers = text.ranked_warnings(c)
+    for index, (tier, found) in enumerate(tiers):
+        read = " — read before the numbers" if index == 0 else ""
+        console.print(Text(f"\n{len(found)} warning(s) that {tier}{read}:", style="bold yellow"))
+        for w in found:
+            message = w.message if tier == text.WARNING_TIERS[0] else text.first_sentence(w.message, limit=300)
+            console.print(Text.assemble(("  ! ", "bold yellow"), (f"[{w.code}] ", "yellow"), _text(message)))
+    if not tiers:
+        console.print(Text("\nno warnings", style="bold green"))
     console.print()
     console.print(_table("Throughput per arm (geometric mean over launches)", text.ARM_HEADER, text.arm_rows(c)))
     if c.comparisons:
@@ -68,4 +73,10 @@ def render_terminal(comparison: Comparison, console: Console) -> None:
         console.print(_table("Factorial effects on throughput", text.EFFECT_HEADER, text.effect_rows(c)))
     for title, header, rows in text.nccl_sections(c, brief=True):
         console.print(_table(title, header, rows))
-    console.print(Text("Methods: " + " ".join(c.methods[k] for k in ("estimate", "interval", "verdict")), style="dim"))
+    notes = text.grouped_notes(c)
+    if notes:
+        console.print(Text("Notes (how the numbers were made)", style="bold"))
+    for code, messages in notes:
+        more = f" (+{len(messages) - 1} more like this: --format json lists them)" if len(messages) > 1 else ""
+        console.print(Text.assemble(("  i ", "dim"), (f"[{code}] ", "dim"), _text(messages[0] + more, "dim")))
+    console.print(_text("Methods: " + " ".join(c.methods[k] for k in ("estimate", "interval", "verdict")), "dim"))

@@ -119,6 +119,21 @@ def render_html(comparison: Comparison) -> str:
     )
 
 
+def chart_pages(comparison: Comparison) -> dict[str, str]:
+    """{chart id: a self-contained page with that chart alone} — to screenshot or embed one chart."""
+    bundle = _vega_bundle().replace("</script", "<\\/script")
+    pages = {}
+    for name, chart in charts.all_charts(comparison):
+        spec = json.dumps(redact_json(chart.to_dict())).replace("</", "<\\/")
+        pages[name] = (
+            f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(name)}</title>"
+            f"<style>body {{ margin: 8px; font-family: sans-serif; }}</style><script>{bundle}</script></head>\n<body>"
+            f'<div class="chart" id="chart-{name}"></div>\n<script>\nvegaEmbed(document.getElementById("chart-{name}"), '
+            f"{spec}, {{actions: false, renderer: 'svg'}}).catch(err => {{ document.body.innerHTML = "
+            f"'<pre class=\"chart-error\">chart {name} failed: ' + err + '</pre>'; }});\n</script></body></html>\n")
+    return pages
+
+
 def write_html(comparison: Comparison, path: Path) -> Path:
     """Write the page to `path`; InputError when it cannot be written."""
     page = render_html(comparison)

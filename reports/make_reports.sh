@@ -10,10 +10,10 @@ export PYTHONPATH="$root/src${PYTHONPATH:+:$PYTHONPATH}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work" /tmp/speclogs-report-seeds' EXIT
 
-report() {  # name db arms… [-- extra options]
+report() {  # name db arms… [-- extra options]: one computation, three files
   local name="$1" db="$2"; shift 2
-  "$py" -m speclogs report --db "$db" --format json "$@" > "reports/$name.json"
-  "$py" -m speclogs report --db "$db" --format md --html "reports/$name.html" "$@" > "reports/$name.md"
+  "$py" -m speclogs report --db "$db" --format json -o "reports/$name.md" -o "reports/$name.html" "$@" \
+    > "reports/$name.json" 2>/dev/null
   echo "reports/$name.{html,md,json}"
 }
 

@@ -34,6 +34,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--speculative-algorithm", default=None)
+    parser.add_argument("--api-key", default=None)
     parser.add_argument("--ready-after", type=float, default=0.5)
     parser.add_argument("--die-after", type=float, default=None)
     parser.add_argument("--never-ready", action="store_true")
@@ -52,7 +53,7 @@ def main() -> None:
     spec = args.speculative_algorithm
     log(f"server_args=ServerArgs(model_path='{args.model_path}', tokenizer_path='{args.model_path}', "
         f"skip_tokenizer_init=True, host='{args.host}', port={args.port}, tp_size={args.tp}, "
-        f"speculative_algorithm={spec!r})")
+        f"speculative_algorithm={spec!r}, api_key={args.api_key!r})")
     for name in args.print_env:
         log(f"env {name}={os.environ.get(name, '<unset>')}")
     for rank in range(args.tp):

@@ -82,7 +82,7 @@ def test_client_overhead_makes_the_sources_disagree(con):
 def test_cuda_and_other_env_differences_are_confounders(con):
     c = compare_runs(con, ["plain_*", "cuda_*"], n_resamples=200)
     env = [w for w in c.warnings if w.code == "confounder_env"]
-    assert env and "CUDA_DEVICE_MAX_CONNECTIONS (<unset> → 1)" in env[0].message
+    assert env and "CUDA_DEVICE_MAX_CONNECTIONS (unset → 1)" in env[0].message
     assert "OMP_NUM_THREADS" in env[0].message
 
 
@@ -90,3 +90,10 @@ def test_replicates_that_differ_are_not_replicates(con):
     c = compare_runs(con, ["mixed_*"], n_resamples=200)
     flagged = [w for w in c.warnings if w.code == "arm_inconsistent"]
     assert flagged and "CUDA_VISIBLE_DEVICES" in flagged[0].message
+
+
+def test_ignore_env_leaves_a_variable_out_of_the_confounder_check_and_says_so(con):
+    c = compare_runs(con, ["plain_*", "cuda_*"], n_resamples=200, ignore_env=["CUDA_DEVICE_MAX_CONNECTIONS", "OMP_*"])
+    assert not [w for w in c.warnings if w.code == "confounder_env"]
+    ignored = [w for w in c.warnings if w.code == "env_ignored"]
+    assert ignored and "CUDA_DEVICE_MAX_CONNECTIONS" in ignored[0].message and "OMP_NUM_THREADS" in ignored[0].message

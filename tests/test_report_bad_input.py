@@ -114,11 +114,32 @@ def test_json_output_parses_and_carries_the_warnings(bad_db):
 
 @pytest.mark.parametrize("args, message", [
     (["--factor", "nccl"], "is not name=selector"),
-    (["--confidence", "1.5"], "confidence 1.5 is outside"),
 ])
 def test_bad_options_exit_1(bad_db, args, message):
     result = _cli("-c", "steady", "single", "--db", str(bad_db), *args)
     assert result.returncode == 1 and message in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--resamples", "0"], "--resamples"), (["--resamples", "1"], "--resamples"), (["--resamples", "-5"], "--resamples"),
+    (["--confidence", "1.5"], "--confidence"), (["--confidence", "95"], "--confidence"), (["--confidence", "0.2"], "--confidence"),
+    (["--hidden-size", "0"], "--hidden-size"), (["--num-layers", "-1"], "--num-layers"), (["-o", "report.pdf"], "suffix"),
+])
+def test_out_of_range_options_are_usage_errors(bad_db, args, message):
+    """No fake verdict from 0 or 1 resamples, no traceback from -5: a clear message and exit 2 before any work."""
+    result = _cli("-c", "steady", "single", "--db", str(bad_db), *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_library_refuses_too_few_resamples(bad_db):
+    import duckdb
+
+    from speclogs.analysis import compare_runs
+    from speclogs.errors import AnalysisError
+
+    with duckdb.connect(str(bad_db), read_only=True) as con, pytest.raises(AnalysisError, match="too few"):
+        compare_runs(con, ["steady", "single"], n_resamples=1)
 
 
 def test_missing_database_exits_1(tmp_path):

@@ -58,14 +58,15 @@ def test_markdown_puts_warnings_before_numbers(comparison):
     assert md.startswith("# speclogs report")
     assert md.index("## Warnings") < md.index("## Throughput per arm") < md.index("## Factorial effects")
     assert "confounded_factors" in md
-    assert re.search(r"\| baseline_nccl_\* vs baseline_default_\* \| client \| 63\.\d \| 89\.\d \| 1\.4\d\d", md)
+    # arm names are escaped (a glob's '*' and '_' are not emphasis)
+    assert re.search(r"\| baseline_nccl\\_\\\* vs baseline_default\\_\\\* \| client \| 63\.\d \| 89\.\d \| 1\.4\d\d", md)
 
 
 def test_terminal_report_shows_warnings_first_and_every_table(comparison):
     buffer = io.StringIO()
     render_terminal(comparison, Console(file=buffer, width=220, color_system=None))
     out = buffer.getvalue()
-    assert out.index("warning(s) — read before the numbers") < out.index("Throughput per arm")
+    assert out.index("Answer") < out.index("read before the numbers") < out.index("Throughput per arm")
     for title in ("Comparisons against", "Attribution", "Speculative cycle phases", "Factorial effects"):
         assert title in out
     assert "faster by 41." in out
@@ -75,16 +76,23 @@ def test_charts_specs(comparison):
     specs = {name: chart.to_dict() for name, chart in charts.all_charts(comparison)}
     assert set(specs) == {"throughput", "effects", "cycle", "accept", "timeline"}
     throughput = specs["throughput"]
-    assert len(throughput["layer"]) == 2 and throughput["layer"][1]["mark"]["type"] == "point"
-    assert len(throughput["data"]["values"]) == 8  # 4 arms × (client, server)
+    assert len(throughput["layer"]) == 3 and throughput["layer"][1]["mark"]["type"] == "point"
+    estimates = [row for row in throughput["data"]["values"] if row["layer"] == "estimate"]
+    launches = [row for row in throughput["data"]["values"] if row["layer"] == "launch"]
+    assert len(estimates) == 8 and len(launches) == 8 * 3  # 4 arms × (client, server), 3 launches each
     effects = specs["effects"]
-    assert effects["layer"][1]["encoding"]["x"]["scale"]["type"] == "log"
+    x = effects["layer"][1]["encoding"]["x"]
+    assert x["scale"]["type"] == "log" and any(v > 1 for v in x["axis"]["values"]) and any(v < 1 for v in x["axis"]["values"])
     cycle = specs["cycle"]
     assert cycle["mark"]["type"] == "bar"
     phases = {row["phase"] for row in cycle["data"]["values"]}
     assert {"draft", "verify", "extend", "other", "decode step (not profiled)"} <= phases
-    assert "facet" in specs["timeline"] and specs["timeline"]["spec"]["layer"][0]["mark"]["type"] == "rect"
-    assert specs["accept"]["mark"]["type"] == "bar"
+    # a phase has the same colour in every report, whichever phases this one has
+    assert cycle["encoding"]["color"]["scale"] == {"domain": charts.PHASES, "range": charts.PHASE_COLOURS}
+    timeline = specs["timeline"]
+    assert "facet" in timeline and timeline["spec"]["layer"][0]["mark"]["type"] == "rect"
+    assert timeline["spec"]["layer"][1]["encoding"]["x"]["scale"]["zero"] is False
+    assert specs["accept"]["spec"]["mark"]["type"] == "bar"
 
 
 def test_html_is_self_contained(comparison):
@@ -93,3 +101,17 @@ def test_html_is_self_contained(comparison):
     assert not re.search(r"<link[^>]+href=[\"']https?:", page)
     assert "vegaEmbed" in page and page.count('class="chart"') == 5
     assert page.index("Warnings") < page.index("Throughput per arm")
+
+
+def test_phase_table_does_not_call_wall_a_share_of_the_cycle():
+    from types import SimpleNamespace
+
+    from speclogs.analysis.results import PhaseStat
+    from speclogs.report import text
+
+    phases = [PhaseStat("a", name, ms, ms, ms, share, 10) for name, ms, share in
+              (("draft", 1.0, 0.25), ("verify", 3.0, 0.75), ("cycle", 4.0, 1.0), ("gap", 1.8, 0.45), ("wall", 5.8, 1.45))]
+    shares = {row[1]: row[3] for row in text.phase_rows(SimpleNamespace(phases=phases))}
+    assert shares["verify"] == "75.0%" and shares["cycle"] == "100.0%"
+    assert shares["wall"] == "cycle + gap" and "145" not in shares["wall"]
+    assert shares["gap"].startswith("+45.0% after the cycle")

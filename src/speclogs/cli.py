@@ -15,10 +15,11 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
+import speclogs
 from speclogs.errors import SpeclogsError
 
 app = typer.Typer(
@@ -32,10 +33,44 @@ app = typer.Typer(
 DEFAULT_DB = Path("speclogs.duckdb")
 
 
-def _stderr_console():
-    from rich.console import Console
+class TextFormat(str, Enum):
+    text = "text"
+    json = "json"
 
-    return Console(stderr=True, highlight=False)
+
+# Options shared by several commands, defined once.
+DbOption = Annotated[Path, typer.Option("--db", help="The speclogs DuckDB file.")]
+TextFormatOption = Annotated[
+    TextFormat, typer.Option("--format", "-f", help="text (a summary on stderr) or json (the summary as JSON on stdout).")
+]
+JsonAliasOption = Annotated[bool, typer.Option("--json", hidden=True, help="Same as --format json.")]
+
+
+def _wants_json(output_format: TextFormat, json_alias: bool) -> bool:
+    return json_alias or output_format is TextFormat.json
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"speclogs {speclogs.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main_options(
+    version: Annotated[Optional[bool], typer.Option(
+        "--version", callback=_print_version, is_eager=True, help="Print the speclogs version and exit.")] = None,
+) -> None:
+    """Forensics for SGLang speculative-decoding runs: logs → DuckDB → statistics → reports.
+
+    Every command has --help; `speclogs COMMAND --help` lists its options with examples.
+    """
+
+
+def _stderr_console():
+    from speclogs.console import make_console
+
+    return make_console(stderr=True)
 
 
 class SqlFormat(str, Enum):
@@ -49,9 +84,10 @@ def ingest(
     paths: list[str] = typer.Argument(
         ..., help="Log files, directories (recursive), .gz files, run.json / bench files, or '-' for stdin."
     ),
-    db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB file to write (created when missing)."),
+    db: DbOption = DEFAULT_DB,
     replace: bool = typer.Option(False, "--replace", help="Re-ingest files already in the database (their rows are deleted first)."),
-    json_output: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    output_format: TextFormatOption = TextFormat.text,
+    json_alias: JsonAliasOption = False,
     run_name: Optional[str] = typer.Option(None, "--run-name", help="Make every input of this call ONE run with this name (default: the log stem, or run.json in a launch directory)."),
     progress: Optional[bool] = typer.Option(
         None, "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal and the input is large)."
@@ -76,7 +112,7 @@ def ingest(
     finally:
         if reporter is not None:
             reporter.close()
-    if json_output:
+    if _wants_json(output_format, json_alias):
         typer.echo(summary.to_json())
     _render_ingest_summary(summary)
 
@@ -84,7 +120,7 @@ def ingest(
 @app.command()
 def sql(
     query: str = typer.Argument(..., help='SQL to run read-only, e.g. "SELECT run_name, count(*) FROM decode_batches JOIN runs USING (run_id) GROUP BY 1".'),
-    db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB file to read."),
+    db: DbOption = DEFAULT_DB,
     output_format: SqlFormat = typer.Option(SqlFormat.table, "--format", "-f", help="Output format."),
 ) -> None:
     """Run a read-only SQL query against the speclogs database and print the result."""
@@ -104,9 +140,11 @@ def _render_ingest_summary(summary) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from speclogs.console import plain
+
     console = _stderr_console()
     head = Table.grid(padding=(0, 2))
-    head.add_row("database", summary.db_path)
+    head.add_row("database", plain(summary.db_path))
     head.add_row(
         "files",
         f"{summary.files_ingested:,} ingested, {summary.files_unchanged:,} unchanged, "
@@ -123,14 +161,14 @@ def _render_ingest_summary(summary) -> None:
     )
     if summary.runs:
         shown = ", ".join(summary.runs[:8]) + (f", … ({len(summary.runs)} runs)" if len(summary.runs) > 8 else "")
-        head.add_row("runs", shown)
+        head.add_row("runs", plain(shown))
     console.print(head)
     if summary.rows_per_table:
         rows = Table(title="rows per table", title_justify="left", show_edge=False, pad_edge=False)
         rows.add_column("table")
         rows.add_column("rows", justify="right")
         for table, count in summary.rows_per_table.items():
-            rows.add_row(table, f"{count:,}")
+            rows.add_row(plain(table), f"{count:,}")
         console.print(rows)
     for reason, count in sorted(summary.skipped.items(), key=lambda item: -item[1]):
         example = summary.skipped_examples.get(reason, "")
@@ -142,19 +180,20 @@ def _render_ingest_summary(summary) -> None:
 
 
 def _render_query_table(result) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    from speclogs.console import make_console, plain
+
+    console = make_console()
     if not result.columns:
         console.print("(no result set)")
         return
     table = Table(show_edge=False, pad_edge=False)
     for name, type_name in zip(result.columns, result.types):
         numeric = any(word in type_name.upper() for word in ("INT", "DOUBLE", "FLOAT", "DECIMAL", "NUMBER"))
-        table.add_column(name, justify="right" if numeric else "left", overflow="fold")
+        table.add_column(plain(name), justify="right" if numeric else "left", overflow="fold")
     for row in result.rows:
-        table.add_row(*("NULL" if value is None else str(value) for value in row))
+        table.add_row(*(plain("NULL" if value is None else value) for value in row))
     console.print(table)
     console.print(f"({len(result.rows):,} row{'s' if len(result.rows) != 1 else ''})", style="dim")
 
@@ -166,7 +205,8 @@ class _ProgressReporter:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
         self._progress = Progress(
-            TextColumn("[bold]ingest[/] {task.description}"),
+            TextColumn("ingest", style="bold"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             DownloadColumn(),
             TransferSpeedColumn(),
@@ -301,7 +341,7 @@ def probe_nccl(
 # --- speclogs launch / synth-pair ---
 @app.command()
 def launch(
-    plan: Path = typer.Argument(..., help="Launch plan (TOML): server command, cells, benchmark. See docs/launcher.md."),
+    plan: Path = typer.Argument(..., help="Launch plan (TOML): server command, [[cells]] with name/args/env/factors, [bench]."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: runs/<plan name>); DIR/<cell>/<launch>/."),
     resume: bool = typer.Option(False, "--resume", help="Skip launches whose run.json is complete; redo the rest."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume, also redo failed launches."),
@@ -309,12 +349,13 @@ def launch(
     max_launches: Optional[int] = typer.Option(None, "--max-launches", help="Run at most N launches in this call."),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Stop before a launch would not fit; interrupt at M minutes."),
     no_ingest: bool = typer.Option(False, "--no-ingest", help="Do not ingest the outputs at the end (GPU box without duckdb)."),
-    db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB file the outputs are ingested into."),
+    db: DbOption = DEFAULT_DB,
     host: Optional[str] = typer.Option(None, "--host", help="user@box: run the plan there over ssh and pull the outputs back."),
     ssh_opt: list[str] = typer.Option([], "--ssh-opt", help="Extra ssh argument (repeatable), e.g. --ssh-opt=-p --ssh-opt=2222."),
     remote_python: str = typer.Option("python3", "--remote-python", help="Python (≥ 3.11) on the remote box."),
     remote_dir: str = typer.Option(".speclogs-remote", "--remote-dir", help="Working directory on the remote box."),
-    json_output: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    output_format: TextFormatOption = TextFormat.text,
+    json_alias: JsonAliasOption = False,
 ) -> None:
     """Start the SGLang server per plan launch, wait for /health 200, benchmark, stop, record run.json."""
     import json
@@ -325,7 +366,7 @@ def launch(
     console = _stderr_console()
 
     def say(message: str) -> None:
-        console.print(message, highlight=False, markup=False, soft_wrap=True)
+        console.print(message, soft_wrap=True)
 
     loaded = load_plan(plan)
     options = LaunchOptions(out_dir=out or Path("runs") / loaded.name, resume=resume, retry_failed=retry_failed,
@@ -340,7 +381,7 @@ def launch(
         _print_error(f"interrupted ({stop.args[0] if stop.args else 'Ctrl-C'}): the server was stopped, the launch is "
                      f"marked interrupted in its run.json", "run again with --resume to continue")
         raise typer.Exit(130) from None
-    if json_output:
+    if _wants_json(output_format, json_alias):
         typer.echo(json.dumps(summary.to_dict(), indent=1))
     _render_launch_summary(summary, console)
     if not no_ingest:
@@ -403,57 +444,72 @@ class ReportFormat(str, Enum):
     md = "md"
 
 
+def _check_confidence(value: float) -> float:
+    if not 0.5 <= value < 1.0:
+        raise typer.BadParameter(f"{value} is not in [0.5, 1): write the coverage as a fraction, e.g. 0.95")
+    return value
+
+
+def _check_outputs(paths: list[Path]) -> list[Path]:
+    from speclogs.report import FORMATS
+
+    for path in paths:
+        if path.suffix.lower() not in FORMATS:
+            raise typer.BadParameter(f"{path}: the suffix names no report format; use one of {', '.join(sorted(FORMATS))}")
+    return paths
+
+
 @app.command()
 def report(
     compare: list[str] = typer.Option(
-        ..., "--compare", "-c", help="Arms: run names or globs over run names ('baseline_tuned_*'); repeat or list after "
-        "one --compare. The first arm is the reference."
+        ..., "--compare", "-c", help="Arms: run names or globs over run names ('baseline_nccl_[0-9]'), each optionally "
+        "LABEL=GLOB (base='baseline_*'); repeat, or list after one --compare. The first arm is the reference."
     ),
     arms: list[str] = typer.Argument(None, help="More arms (so `--compare A B C` works)."),
-    db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB file to read."),
+    db: DbOption = DEFAULT_DB,
     output_format: ReportFormat = typer.Option(ReportFormat.terminal, "--format", "-f", help="terminal, json or md (stdout)."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Also write one self-contained HTML file with charts."),
+    output: list[Path] = typer.Option(
+        [], "--output", "-o", callback=_check_outputs, help="Also write the report to FILE, its format from the suffix (.json, .md, .html, .txt); "
+        "repeatable: every file comes from the one computation."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write one self-contained HTML file with charts (= -o FILE.html)."),
     factor: list[str] = typer.Option(
         [], "--factor", help="name=glob (repeatable): runs matching the glob are level 'on', others 'off'; "
         "default: the launch plan's factors (runs.factors)."
     ),
-    confidence: float = typer.Option(0.95, "--confidence", help="Interval coverage, e.g. 0.95."),
-    resamples: int = typer.Option(1000, "--resamples", help="Bootstrap resamples (the interval uses their standard error; 1000 is plenty)."),
-    hidden_size: Optional[int] = typer.Option(None, "--hidden-size", help="Target model hidden size (NCCL communication-share estimate)."),
-    num_layers: Optional[int] = typer.Option(None, "--num-layers", help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
+    ignore_env: list[str] = typer.Option(
+        [], "--ignore-env", help="Do not compare this environment variable between runs (repeatable; globs: 'MY_*'). "
+        "Driver-script, shell, container and cloud variables (MINUTES, AWS_*, CONTAINER_NAME …) are ignored already."),
+    confidence: float = typer.Option(0.95, "--confidence", callback=_check_confidence,
+                                     help="Interval coverage, e.g. 0.95 (0.5 ≤ value < 1)."),
+    resamples: int = typer.Option(1000, "--resamples", min=100, help="Bootstrap resamples (at least 100; the interval "
+                                  "uses their standard error; 1000 is plenty)."),
+    hidden_size: Optional[int] = typer.Option(None, "--hidden-size", min=1, help="Target model hidden size (NCCL communication-share estimate)."),
+    num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1, help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
 ) -> None:
-    """Compare runs: throughput ratios with intervals, attribution, factorial effects, confounder warnings."""
+    """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
+    effects, warnings ranked by whether they change the answer."""
     from speclogs.analysis import compare_runs, parse_factor_options
+    from speclogs.report import render, write_report
     from speclogs.store import connect
 
+    outputs = [*output, *([html] if html is not None else [])]
     connection = connect(db, read_only=True)
     try:
         comparison = compare_runs(connection, list(compare) + list(arms or []), parse_factor_options(factor),
-                                  confidence, n_resamples=resamples, hidden_size=hidden_size, num_layers=num_layers)
+                                  confidence, n_resamples=resamples, hidden_size=hidden_size, num_layers=num_layers,
+                                  ignore_env=tuple(ignore_env))
     finally:
         connection.close()
-    if output_format is ReportFormat.json:
-        from speclogs.report import render_json
-
-        typer.echo(render_json(comparison))
-    elif output_format is ReportFormat.md:
-        from speclogs.report import render_markdown
-
-        sys.stdout.write(render_markdown(comparison))
-    else:
-        from rich.console import Console
-
+    if output_format is ReportFormat.terminal:
+        from speclogs.console import report_console
         from speclogs.report import render_terminal
 
-        console = Console(highlight=False)
-        if not console.is_terminal:
-            console = Console(highlight=False, width=160)
-        render_terminal(comparison, console)
-    if html is not None:
-        from speclogs.report import write_html
-
-        write_html(comparison, html)
-        _stderr_console().print(f"wrote {html}", highlight=False)
+        render_terminal(comparison, report_console())
+    else:
+        sys.stdout.write(render(comparison, output_format.value))
+    for path in outputs:
+        write_report(comparison, path)
+        _stderr_console().print(f"wrote {path}")
 
 
 # --- speclogs grammars check / list ---
@@ -472,35 +528,37 @@ def grammars_check(
     problems = check_grammar_files(paths or [])
     console = _stderr_console()
     for problem in problems:
-        console.print(str(problem), soft_wrap=True, markup=False)
+        console.print(str(problem), soft_wrap=True)
     if problems:
         raise GrammarError(f"{len(problems)} grammar problem(s)", hint="each line above names file:line; fix the sample or the template")
-    console.print(f"ok: {len(paths) if paths else 'all bundled'} grammar file(s) valid", markup=False)
+    console.print(f"ok: {len(paths) if paths else 'all bundled'} grammar file(s) valid")
 
 
 @grammars_app.command("list")
 def grammars_list(
     extra: list[Path] = typer.Option([], "--grammar", "-g", help="Also load this grammar file or directory (repeatable)."),
-    json_output: bool = typer.Option(False, "--json", help="Print as JSON."),
+    output_format: Annotated[TextFormat, typer.Option("--format", "-f", help="text (a table) or json.")] = TextFormat.text,
+    json_alias: JsonAliasOption = False,
 ) -> None:
     """List families and patterns in priority order (first match wins), with table, scope and SGLang versions."""
     from speclogs.grammar import load_grammars
 
     grammars = load_grammars(extra)
     rows = [(p.family, p.name, p.table, p.scope, p.versions, p.gate) for p in [grammars.prefix, *grammars.patterns]]
-    if json_output:
+    if _wants_json(output_format, json_alias):
         import json
 
         keys = ("family", "pattern", "table", "scope", "versions", "gate")
         typer.echo(json.dumps([dict(zip(keys, r)) for r in rows], indent=1))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from speclogs.console import make_console
 
     table = Table("family", "pattern", "table", "scope", "versions", box=None, pad_edge=False)
     for family, name, target, scope, versions, _ in rows:
         table.add_row(family, name, target, scope, versions)
-    console = Console(highlight=False)
+    console = make_console()
     if not console.is_terminal:
-        console = Console(highlight=False, width=200)
+        console = make_console(width=200)
     console.print(table)

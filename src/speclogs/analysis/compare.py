@@ -28,6 +28,7 @@ from speclogs.errors import AnalysisError
 
 TIMELINE_POINTS_PER_RUN = 1500
 SEED = 20261130
+MIN_RESAMPLES = 100  # fewer cannot estimate the standard error the interval is built on
 
 METHODS = {
     "replication": "The launch (one server start: a launcher directory or one log file) is the unit of replication; "
@@ -179,21 +180,28 @@ def compare_runs(
     seed: int = SEED,
     hidden_size: int | None = None,
     num_layers: int | None = None,
+    ignore_env: Sequence[str] = (),
 ) -> Comparison:
-    """Compare arms (run names or globs; the first is the reference) read from the DuckDB connection `con`.
+    """Compare arms (run names or globs, each optionally `LABEL=SELECTOR`; the first is the reference) read from the
+    DuckDB connection `con`.
 
     factors: {name: glob over run names} (runs matching are level 'on', others 'off'); when empty, the launch plan's
     runs.factors are used. hidden_size / num_layers describe the target model for the NCCL communication-share
-    estimate (see speclogs.analysis.nccl). Raises AnalysisError when nothing can be computed. This is the thin
-    loading part; `compare_tables` does the (pure) computation.
+    estimate (see speclogs.analysis.nccl). ignore_env: env variable names (globs) the confounder check does not
+    compare, on top of speclogs.analysis.lint.DEFAULT_IGNORED_ENV. Raises AnalysisError when nothing can be computed
+    or an option is out of range. This is the thin loading part; `compare_tables` does the (pure) computation.
     """
     if not 0.5 <= confidence < 1.0:
         raise AnalysisError(f"confidence {confidence} is outside [0.5, 1)", hint="e.g. --confidence 0.95")
+    if n_resamples < MIN_RESAMPLES:
+        raise AnalysisError(f"{n_resamples} bootstrap resamples are too few for an interval (at least {MIN_RESAMPLES})",
+                            hint="e.g. --resamples 1000")
     arm_runs = resolve_arms(con, list(arms))
     all_ids = [run_id for ids in arm_runs.values() for run_id in ids]
     tables = load_run_tables(con, all_ids)
     nccl = nccl_evidence(con, all_ids, hidden_size=hidden_size, num_layers=num_layers)
-    return compare_tables(tables, arm_runs, factors, confidence, n_resamples=n_resamples, seed=seed, nccl=nccl)
+    return compare_tables(tables, arm_runs, factors, confidence, n_resamples=n_resamples, seed=seed, nccl=nccl,
+                          ignore_env=ignore_env)
 
 
 def compare_tables(
@@ -205,6 +213,7 @@ def compare_tables(
     n_resamples: int = 1000,
     seed: int = SEED,
     nccl: Any = None,
+    ignore_env: Sequence[str] = (),
 ) -> Comparison:
     """The computation behind `compare_runs`, pure: frames in (RunTables; arms as {name: run_ids}, reference first),
     Comparison out. `nccl` is speclogs.analysis.nccl's evidence (its findings join the warnings) or None."""
@@ -309,6 +318,7 @@ def compare_tables(
     findings = lint.lint_comparison(
         tables=tables, decode=decode, clients=clients, arm_runs=arm_runs, arms=arm_objects,
         comparisons=comparisons, levels=levels, run_data_rows={r: d.server_rows for r, d in run_data.items()},
+        ignore_env=ignore_env,
     )
     warnings = tuple(factor_findings + effect_findings + findings + cycle_findings + _nccl_findings(nccl))
     warnings = tuple(sorted(warnings, key=lambda f: 0 if f.severity == "warning" else 1))

@@ -10,6 +10,7 @@ itself whenever the arms differ in speculative algorithm.
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from collections.abc import Sequence
 
@@ -19,10 +20,22 @@ import polars as pl
 from speclogs.analysis import stats
 from speclogs.analysis.load import RunTables, parse_json_text
 from speclogs.analysis.steady import launch_slices
-from speclogs.analysis.results import Arm, Finding, RatioComparison
+from speclogs.analysis.results import UNSET, Arm, Finding, RatioComparison
+from speclogs.redact import redact_value
 
-IGNORED_ENV = {"PWD", "OLDPWD", "SHLVL", "_", "HOSTNAME", "TERM", "LS_COLORS", "MAIL", "LOGNAME", "COLUMNS", "LINES"}
-IGNORED_ENV_PREFIXES = ("SSH_", "XDG_", "TMUX", "SPECLOGS_RUN", "KITTY_", "VSCODE_")
+# Environment variables the confounder check does not compare by default (globs): the shell's own, a driver script's
+# bookkeeping (MINUTES, SECONDS_LEFT, OUT …), the container's and the cloud's, package managers', certificate paths and
+# proxies: they differ between launches or machines without changing how the server runs. --ignore-env adds names.
+DEFAULT_IGNORED_ENV = (
+    "PWD", "OLDPWD", "SHLVL", "_", "HOSTNAME", "TERM", "TERM_*", "COLORTERM", "LS_COLORS", "MAIL", "LOGNAME", "USER",
+    "HOME", "SHELL", "COLUMNS", "LINES", "DISPLAY", "EDITOR", "VISUAL", "PAGER", "LESS*", "HIST*", "PS1", "PROMPT_*",
+    "SSH_*", "XDG_*", "TMUX*", "SPECLOGS_RUN*", "KITTY_*", "VSCODE_*", "WINDOWID", "OUT", "MINUTES", "SECONDS_LEFT",
+    "DEADLINE*", "CONTAINER_NAME", "CONTAINER_ID", "HOSTNAME_*", "IS_SANDBOX", "DEBIAN_FRONTEND", "AWS_*", "GOOGLE_*",
+    "GCLOUD_*", "CLOUDSDK_*", "AZURE_*", "PIP_*", "UV_*", "POETRY_*", "RUSTUP_*", "RUST_*", "CARGO_*", "NPM_*", "NODE_*",
+    "GIT_*", "NIX_*", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", "HTTPLIB2_CA_CERTS", "*_CA_BUNDLE", "*_CA_CERTS*",
+    "SSL_CERT_*", "*_CERT_FILE", "PYTHONDONTWRITEBYTECODE", "*_proxy", "*_PROXY", "SLURM_JOB_ID", "SLURM_JOBID",
+    "SLURM_TASK_PID",
+)
 # server args that differ between launches without changing what runs (ports, seeds drawn at start, paths of the model
 # which the 'model' key already compares)
 IGNORED_SERVER_ARGS = {"port", "nccl_port", "dist_init_addr", "random_seed", "model_path", "tokenizer_path",
@@ -37,15 +50,17 @@ ACCEPT_LEN_ONE = 1.05
 SOURCE_LEVEL_GAP = 0.25
 
 
-def _ignored_env(key: str) -> bool:
-    return key in IGNORED_ENV or key.startswith(IGNORED_ENV_PREFIXES)
+def ignored_env(key: str, ignore: Sequence[str] = DEFAULT_IGNORED_ENV) -> bool:
+    """True when the env variable `key` matches one of the `ignore` globs (case-sensitive, like the environment)."""
+    return any(fnmatch.fnmatchcase(key, pattern) for pattern in ignore)
 
 
-def run_settings(tables: RunTables) -> dict[str, dict[str, str]]:
+def run_settings(tables: RunTables, ignore_env: Sequence[str] = DEFAULT_IGNORED_ENV) -> dict[str, dict[str, str]]:
     """Per run: {'<group> <name>': value} for every setting the confounder check compares.
 
     Groups: env, server_arg, version, hardware, model. Env comes from run.json (runs.env) and, where that is
-    unknown, from NCCL's own 'NAME set by environment to VALUE' lines.
+    unknown, from NCCL's own 'NAME set by environment to VALUE' lines; names matching `ignore_env` are left out.
+    Secret values are redacted (speclogs.redact).
     """
     settings: dict[str, dict[str, str]] = {r: {} for r in tables.runs["run_id"].to_list()}
     nccl_env: dict[str, dict[str, str]] = {}
@@ -59,10 +74,11 @@ def run_settings(tables: RunTables) -> dict[str, dict[str, str]]:
         s = settings[run_id]
         env = parse_json_text(row["env"])
         if env:
-            s.update({f"env {k}": str(v) for k, v in env.items() if not _ignored_env(k)})
+            s.update({f"env {k}": str(redact_value(k, v)) for k, v in env.items() if not ignored_env(k, ignore_env)})
             s["_env_known"] = "run.json"
         elif run_id in nccl_env:
-            s.update({f"env {k}": v for k, v in nccl_env[run_id].items()})
+            s.update({f"env {k}": str(redact_value(k, v)) for k, v in nccl_env[run_id].items()
+                      if not ignored_env(k, ignore_env)})
             s["_env_known"] = "NCCL INFO lines"
         run_json = parse_json_text(row["run_json"])
         for name, value in (run_json.get("versions") or {}).items():
@@ -78,7 +94,7 @@ def run_settings(tables: RunTables) -> dict[str, dict[str, str]]:
     for run_id, name, value in tables.server_args.select("run_id", "name", "value").iter_rows():
         if name in IGNORED_SERVER_ARGS or name == "tp_size":
             continue
-        settings.setdefault(run_id, {})[f"server_arg {name}"] = str(value)
+        settings.setdefault(run_id, {})[f"server_arg {name}"] = str(redact_value(name, value))
     return settings
 
 
@@ -94,7 +110,7 @@ def _code_for(key: str) -> str:
 
 
 def _values(settings: dict[str, dict[str, str]], ids: Sequence[str], key: str) -> set[str]:
-    return {settings[r].get(key, "<unset>") for r in ids}
+    return {settings[r].get(key, UNSET) for r in ids}
 
 
 def _fmt(values: set[str]) -> str:
@@ -187,7 +203,7 @@ def confounder_findings(
 def _function_of(settings, by_run: dict[str, str], ids: Sequence[str], key: str) -> bool:
     mapping: dict[str, str] = {}
     for r in ids:
-        value = settings[r].get(key, "<unset>")
+        value = settings[r].get(key, UNSET)
         if mapping.setdefault(by_run[r], value) != value:
             return False
     return True
@@ -196,13 +212,16 @@ def _function_of(settings, by_run: dict[str, str], ids: Sequence[str], key: str)
 def lint_comparison(
     *, tables: RunTables, decode: pl.DataFrame, clients: pl.DataFrame, arm_runs: dict[str, list[str]],
     arms: Sequence[Arm], comparisons: Sequence[RatioComparison], levels: dict[str, dict[str, str]],
-    run_data_rows: dict[str, int],
+    run_data_rows: dict[str, int], ignore_env: Sequence[str] = (),
 ) -> list[Finding]:
-    """All findings for one comparison, most important first."""
+    """All findings for one comparison, most important first. `ignore_env`: env names (globs) not compared, on top
+    of DEFAULT_IGNORED_ENV."""
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
     arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
+    ignore = (*DEFAULT_IGNORED_ENV, *ignore_env)
     findings: list[Finding] = []
-    findings += confounder_findings(run_settings(tables), arm_runs, levels)
+    findings += confounder_findings(run_settings(tables, ignore), arm_runs, levels)
+    findings += _ignored_env_findings(tables, ignore)
 
     single = [a.name for a in arms if max((e.n_launches for e in (a.client, a.server) if e), default=0) < 2]
     if single:
@@ -292,6 +311,30 @@ def _launches_needed(arms: Sequence[Arm], effect: float = 0.05) -> list[Finding]
         f"of freedom); to detect a {effect:.0%} difference (95 % two-sided, 80 % power) plan ≈ {needed} launches per arm "
         "(normal approximation, at least 3)",
         "info")]
+
+
+def _ignored_env_findings(tables: RunTables, ignore: Sequence[str]) -> list[Finding]:
+    """Say which ignored env variables differ between the compared runs (so ignoring them is a visible choice)."""
+    values: dict[str, set[str]] = {}
+    runs = 0
+    for text in tables.runs["env"].to_list():
+        env = parse_json_text(text)
+        if not env:
+            continue
+        runs += 1
+        for name, value in env.items():
+            values.setdefault(name, set()).add(str(value))
+    differing = sorted(name for name, seen in values.items()
+                       if ignored_env(name, ignore) and (len(seen) > 1 or 0 < _count_runs_with(tables, name) < runs))
+    if not differing:
+        return []
+    shown = ", ".join(differing[:12]) + (f" and {len(differing) - 12} more" if len(differing) > 12 else "")
+    return [Finding("env_ignored", f"not compared (the default ignore list and --ignore-env): {shown} differ between "
+                    "the runs; --ignore-env NAME adds names, globs allowed", "info")]
+
+
+def _count_runs_with(tables: RunTables, name: str) -> int:
+    return sum(1 for text in tables.runs["env"].to_list() if name in parse_json_text(text))
 
 
 def _launch_round_findings(tables: RunTables, clients: pl.DataFrame, arm_runs: dict[str, list[str]]) -> list[Finding]:

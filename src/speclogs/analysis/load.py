@@ -37,8 +37,18 @@ def _select(con: Any, sql: str, run_ids: list) -> pl.DataFrame:
     return pl.from_arrow(con.sql(sql, params=params).to_arrow_table())
 
 
+def split_arm(option: str, known_names: set[str]) -> tuple[str, str]:
+    """`LABEL=SELECTOR` → (label, selector); a plain selector is its own label. A string that is a run name is always
+    a selector, and a label never holds glob characters, so `a=b*` with no run named so is label 'a', glob 'b*'."""
+    label, sep, selector = option.partition("=")
+    if option in known_names or not sep or not label.strip() or not selector.strip() or any(c in label for c in "*?["):
+        return option, option
+    return label.strip(), selector.strip()
+
+
 def resolve_arms(con: Any, selectors: list[str]) -> dict[str, list[str]]:
-    """Map each selector (run name or glob) to the run_ids it names, in run_name order.
+    """Map each arm (run name or glob, optionally `LABEL=SELECTOR`) to the run_ids it names, in run_name order; the
+    keys are the labels (the selector when unlabelled).
 
     Raises AnalysisError naming the unknown selector and listing the known run names.
     """
@@ -50,25 +60,29 @@ def resolve_arms(con: Any, selectors: list[str]) -> dict[str, list[str]]:
             "the database has no runs", hint="ingest logs first: speclogs ingest PATH --db FILE"
         )
     arms: dict[str, list[str]] = {}
-    for selector in selectors:
-        if selector in arms:
-            raise AnalysisError(f"arm {selector!r} is given twice", hint="name each arm once")
+    labels: dict[str, str] = {}
+    known_names = {name for _, name in known} | {run_id for run_id, _ in known}
+    for option in selectors:
+        label, selector = split_arm(option, known_names)
+        if label in arms:
+            raise AnalysisError(f"arm {label!r} is given twice", hint="name each arm once (LABEL=GLOB gives it a label)")
         exact = [run_id for run_id, name in known if name == selector or run_id == selector]
         matched = exact or [run_id for run_id, name in known if fnmatch.fnmatchcase(name, selector)]
         if not matched:
             names = sorted({name for _, name in known})
             shown = ", ".join(names[:40]) + (f", … ({len(names) - 40} more)" if len(names) > 40 else "")
             raise AnalysisError(f"no run matches {selector!r}; known runs: {shown}", hint=_HINT_LIST)
-        arms[selector] = matched
+        arms[label] = matched
+        labels[label] = selector
     seen: dict[str, str] = {}
-    for selector, run_ids in arms.items():
+    for label, run_ids in arms.items():
         for run_id in run_ids:
             if run_id in seen:
                 raise AnalysisError(
-                    f"run {run_id} is selected by both {seen[run_id]!r} and {selector!r}",
+                    f"run {run_id} is selected by both {labels[seen[run_id]]!r} and {labels[label]!r}",
                     hint="make the globs disjoint: every run belongs to one arm",
                 )
-            seen[run_id] = selector
+            seen[run_id] = label
     return arms
 
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import polars as pl
 
+from speclogs.analysis.results import UNSET
 from speclogs.errors import AnalysisError
 
 # variables NCCL never echoes as "set by environment" (logging switches; NCCL_VERSION is an informational label
@@ -214,7 +215,7 @@ def compute_nccl_evidence(frames: NcclFrames, *, hidden_size: int | None = None,
     settings_diff = _settings_diff(runs)
     if settings_diff and len(runs) > 1:
         shown = "; ".join(
-            f"{diff.name}: " + ", ".join(f"{name}={value if value is not None else '—'}" for name, value in diff.values)
+            f"{diff.name}: " + ", ".join(f"{name}={value if value is not None else UNSET}" for name, value in diff.values)
             for diff in settings_diff)
         findings.append(NcclFinding("nccl_settings_differ", f"NCCL settings differ between the compared runs: {shown}",
                                     runs=tuple(run.run_name for run in runs)))

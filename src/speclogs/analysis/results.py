@@ -10,6 +10,8 @@ from typing import Any
 
 import polars as pl
 
+UNSET = "unset"  # how every report writes a setting a run does not have (env variable, server argument, NCCL setting)
+
 
 @dataclass(frozen=True)
 class Finding:

@@ -17,6 +17,7 @@ from typing import Callable
 
 from speclogs.errors import LaunchError
 from speclogs.launcher.plan import BenchServingSpec, BenchSpec
+from speclogs.launcher.process import open_direct
 
 
 class BenchFailed(LaunchError):
@@ -76,7 +77,7 @@ def _generate(base_url: str, payload: dict, timeout_s: float, index: int) -> dic
     request = urllib.request.Request(f"{base_url}/generate", data=body, headers={"Content-Type": "application/json"})
     started = time.perf_counter()
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with open_direct(request, timeout_s) as response:
             raw = response.read()
     except urllib.error.HTTPError as exc:
         detail = exc.read()[:300].decode("utf-8", errors="replace")

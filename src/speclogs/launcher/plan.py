@@ -17,14 +17,14 @@ from speclogs.errors import PlanError
 PYTHON_PLACEHOLDER = "{python}"
 DEFAULT_COMMAND = (PYTHON_PLACEHOLDER, "-m", "sglang.launch_server")
 # What a server inherits from the launcher's environment by default (NAME, or PREFIX*): what a Python GPU
-# server needs to run and the knobs of its libraries; not whatever else the calling shell holds. ["*"]: all.
+# server needs to run and the knobs of its libraries; not whatever else the calling shell holds. ["*"]: all
+# (but proxies: http_proxy, HTTPS_PROXY, ALL_PROXY, NO_PROXY … are inherited only when named here).
 DEFAULT_INHERIT_ENV = (
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR", "XDG_*",
     "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "VIRTUAL_ENV", "CONDA_*",
     "CUDA_*", "NVIDIA_*", "NCCL_*", "NVSHMEM_*", "GLOO_*", "TORCH_*", "PYTORCH_*", "TRITON_*", "SGLANG_*", "FLASHINFER_*",
     "HF_*", "HUGGING_FACE_*", "TRANSFORMERS_*", "TOKENIZERS_*", "OMP_*", "MKL_*",
-    "SSL_CERT_*", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "http_proxy", "https_proxy", "no_proxy",
-    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+    "SSL_CERT_*", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
 )
 # Flags whose value is a model directory: checked up front when it looks like a local path.
 MODEL_PATH_FLAGS = ("--model-path", "--speculative-draft-model-path", "--tokenizer-path")
@@ -245,7 +245,8 @@ def _parse_cells(raw: object, checker: "_Checker", default_launches: int, profil
             line = _find_header_line(text, f"cells.{name}") or _find_key_line(text, name, 0) or 1
             entries.append((name, checker.table(item, f"cells.{name}", line), line))
     else:
-        checker.fail("cells", 0, "cells must be [[cells]] tables or [cells.NAME] tables", "see plans/example.toml")
+        checker.fail("cells", 0, "cells must be [[cells]] tables or [cells.NAME] tables",
+                     "write each cell as [[cells]] with name = \"baseline\" and args = [\"…\"] (speclogs launch --help)")
 
     cells: list[Cell] = []
     seen: set[str] = set()

@@ -1,6 +1,12 @@
 """Process handling for one server: spawn in its own process group, probe /health, stop, check nothing is left.
 
-Standard library only (runs on the GPU box).
+Standard library only (runs on the GPU box); psutil is used where it is importable (SGLang depends on it).
+
+A process is named by pid + start time (`ProcessIdentity`), never by pid alone: a pid — and so a process group id —
+is reused once its process is gone, and after a reboot the pid in an old run.json belongs to whoever got it. Nothing
+is signalled unless its identity still matches: a group only while its leader is the very process the launcher
+started, a single pid only while it is the process that was seen then. The server stays unreaped (waitid WNOWAIT)
+until its stop is over, so its pid and group id cannot be taken by another process in between.
 """
 
 from __future__ import annotations
@@ -26,6 +32,112 @@ _MILESTONE = re.compile(
     r"Capture [\w ]*CUDA graph (?:begin|end)|max_total_num_tokens|Uvicorn running|Started server process|"
     r"fired up and ready to roll|server_args=|Traceback|Error|error:)"
 )
+
+
+# Start times of one process read twice (psutil, or /proc btime + starttime ticks, which is what psutil computes on
+# Linux) agree to a clock tick; btime itself may move by a second when the clock is stepped.
+SAME_START_S = 1.0
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """A process as it was seen: pid, start time (seconds since the epoch) and the boot it ran in (Linux)."""
+
+    pid: int
+    start_time: float
+    boot_id: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"pid": self.pid, "start_time": self.start_time, "boot_id": self.boot_id}
+
+    @classmethod
+    def from_dict(cls, data: object) -> "ProcessIdentity | None":
+        """From run.json; None when the record has no usable identity (written by an older launcher)."""
+        if not isinstance(data, dict):
+            return None
+        pid, start = data.get("pid"), data.get("start_time")
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or not isinstance(start, (int, float)):
+            return None
+        boot = data.get("boot_id")
+        return cls(pid, float(start), boot if isinstance(boot, str) else None)
+
+
+def boot_id() -> str | None:
+    """This boot's id (Linux), None elsewhere."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _start_time(pid: int) -> float | None:
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        try:
+            return float(psutil.Process(pid).create_time())
+        except (psutil.Error, OSError, ValueError):
+            return None
+    return _proc_start_time(pid)
+
+
+def _proc_start_time(pid: int) -> float | None:
+    """Start time from /proc/<pid>/stat (field 22, clock ticks since boot) + /proc/stat btime; None without /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat[stat.rfind(")") + 2:].split()
+        ticks = int(fields[19])
+        btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                     if line.startswith("btime "))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def process_identity(pid: int) -> ProcessIdentity | None:
+    """The identity of the live (or zombie, not yet reaped) process `pid`; None when there is none or it cannot be read."""
+    start = _start_time(pid)
+    return None if start is None else ProcessIdentity(pid, round(start, 3), boot_id())
+
+
+def is_same_process(identity: ProcessIdentity | None) -> bool:
+    """True only when `identity`'s pid is, now, the process that was seen: same boot, same start time."""
+    if identity is None:
+        return False
+    now = process_identity(identity.pid)
+    if now is None:
+        return False
+    if identity.boot_id and now.boot_id and identity.boot_id != now.boot_id:
+        return False
+    return abs(now.start_time - identity.start_time) <= SAME_START_S
+
+
+def identities(pids) -> dict[int, ProcessIdentity]:
+    """{pid: identity} for the pids that are alive now (to be checked again before any of them is signalled)."""
+    found = {}
+    for pid in pids:
+        identity = process_identity(pid)
+        if identity is not None:
+            found[pid] = identity
+    return found
+
+
+def exit_code(proc: subprocess.Popen) -> int | None:
+    """The exit status of our child if it has exited (negative: killed by that signal), without reaping it: its pid and
+    process group id stay ours until `stop_server` reaps it. None while it runs."""
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return proc.poll()
+    except AttributeError:   # no waitid on this platform
+        return proc.poll()
+    if info is None or info.si_pid == 0:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
 @dataclass(frozen=True)
@@ -66,10 +178,19 @@ def port_is_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
         return False
 
 
+# The launcher talks only to the server it started: never through the calling shell's http_proxy / HTTPS_PROXY.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def open_direct(request, timeout_s: float):
+    """urlopen without any proxy (the server is local or named by the plan; a proxy would see its traffic)."""
+    return _DIRECT.open(request, timeout=timeout_s)
+
+
 def probe_health(url: str, timeout_s: float = 5.0) -> int | None:
     """HTTP status of GET url, or None when no HTTP answer came (refused, reset, timeout)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with open_direct(url, timeout_s) as response:
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code
@@ -125,66 +246,96 @@ def gpu_compute_pids() -> list[int] | None:
     return [int(tok) for tok in result.stdout.split() if tok.strip().isdigit()]
 
 
-def stop_server(proc: subprocess.Popen, grace_s: float, known_pids: set[int] | None = None) -> StopResult:
+def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, ProcessIdentity] | None = None,
+                leader: ProcessIdentity | None = None) -> StopResult:
     """SIGTERM the process group, SIGKILL it after `grace_s`, then check no process of it is left.
 
-    `known_pids` are pids seen in the group while it ran (children that left the group are caught this way too).
+    `leader` is the server's identity taken at spawn; `known` the identities of processes seen in its group or among
+    its descendants while it ran (children that left the group are caught this way too). Every signal is sent only
+    to what still matches them.
     """
     pgid = proc.pid
-    known = set(known_pids or ()) | set(group_pids(pgid)) | {proc.pid}
+    leader = leader or process_identity(proc.pid)
+    known = dict(known or {})
+    if is_same_process(leader):
+        known.update(identities(group_pids(pgid)))
+    if leader is not None:
+        known[proc.pid] = leader
     started = time.monotonic()
     signal_used = "none"
-    if proc.poll() is None or group_pids(pgid):
+    if exit_code(proc) is None or group_pids(pgid):
         signal_used = "SIGTERM"
-        _signal_group(pgid, signal.SIGTERM)
+        _signal_group(pgid, signal.SIGTERM, leader, known)
         deadline = started + grace_s
         while time.monotonic() < deadline:
-            proc.poll()
-            if proc.returncode is not None and not group_pids(pgid):
+            if exit_code(proc) is not None and group_pids(pgid) in ([], [pgid]):
                 break
             time.sleep(0.05)
         else:
             signal_used = "SIGKILL"
-            _signal_group(pgid, signal.SIGKILL)
-            for pid in known:
-                _kill(pid)
+            _signal_group(pgid, signal.SIGKILL, leader, known)
+            for identity in known.values():
+                _kill(identity)
+    # the group is gone (or killed): now reap the server, which frees its pid and group id
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        _kill(proc.pid)
+        _kill(leader)
         proc.wait(timeout=10)
     # members of the group may need a moment to be reaped after SIGKILL
     deadline = time.monotonic() + 5
     while group_pids(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
     stop_s = time.monotonic() - started
-    leftover = [pid for pid in known if _alive(pid)] + [pid for pid in group_pids(pgid) if pid not in known]
-    for pid in leftover:
-        _kill(pid)
+    alive_known = [identity for pid, identity in known.items()
+                   if pid != proc.pid and _running(pid) and is_same_process(identity)]
+    # members still in the group: ours only if seen before (a group whose leader is gone is never signalled as a group)
+    strangers = [pid for pid in group_pids(pgid) if pid not in known]
+    leftover = sorted({identity.pid for identity in alive_known} | set(strangers))
+    for identity in alive_known:
+        _kill(identity)
     listed = gpu_compute_pids()
-    ours_on_gpu = tuple(sorted(pid for pid in listed or [] if pid in known))
+    ours_on_gpu = tuple(sorted(pid for pid in listed or [] if pid in known and is_same_process(known[pid])))
     for pid in ours_on_gpu:
-        _kill(pid)
+        _kill(known[pid])
     return StopResult(exit_code=proc.returncode, signal_used=signal_used, stop_s=round(stop_s, 3),
-                      leftover_pids=tuple(sorted(set(leftover))), gpu_pids=ours_on_gpu,
+                      leftover_pids=tuple(leftover), gpu_pids=ours_on_gpu,
                       gpu_apps_after=None if listed is None else tuple(sorted(listed)))
 
 
-def stop_orphan_group(pgid: int, grace_s: float) -> list[int]:
-    """Stop a process group left by a launcher that was killed (-9): SIGTERM, SIGKILL after grace. Returns its pids."""
-    pids = group_pids(pgid)
-    if not pids:
-        return []
-    _signal_group(pgid, signal.SIGTERM)
+@dataclass(frozen=True)
+class OrphanStop:
+    stopped: tuple[int, ...]   # pids of the group that was stopped ((): nothing signalled)
+    reason: str                # why nothing was signalled, '' when the group was stopped or was already gone
+
+
+def stop_orphan_group(leader: ProcessIdentity | None, grace_s: float) -> OrphanStop:
+    """Stop the server group a killed launcher (-9) left behind: SIGTERM, SIGKILL after grace — only when its leader
+    is still the very process that launcher started (same pid, start time and boot). Anything else is left alone:
+    after a reboot or once the server is gone, that pid may belong to another user's process."""
+    if leader is None:
+        return OrphanStop((), "run.json records no process identity (pid + start time), so the pid cannot be verified")
+    now = process_identity(leader.pid)
+    if now is None:
+        return OrphanStop((), "")
+    if not is_same_process(leader):
+        why = ("the machine has rebooted since" if leader.boot_id and now.boot_id and leader.boot_id != now.boot_id
+               else f"it started at {now.start_time:.0f}, not {leader.start_time:.0f}")
+        return OrphanStop((), f"pid {leader.pid} is now another process ({why})")
+    if _pgid(leader.pid) != leader.pid:
+        return OrphanStop((), f"pid {leader.pid} no longer leads its process group")
+    pids = group_pids(leader.pid)
+    known = identities(pids)
+    _signal_group(leader.pid, signal.SIGTERM, leader, known)
     deadline = time.monotonic() + grace_s
-    while group_pids(pgid) and time.monotonic() < deadline:
+    while group_pids(leader.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if group_pids(pgid):
-        _signal_group(pgid, signal.SIGKILL)
+    if group_pids(leader.pid):
+        _signal_group(leader.pid, signal.SIGKILL, leader, known)
         deadline = time.monotonic() + 5
-        while group_pids(pgid) and time.monotonic() < deadline:
+        while group_pids(leader.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-    return pids
+    return OrphanStop(tuple(pids), "")
 
 
 def descendants(pid: int) -> set[int]:
@@ -207,18 +358,49 @@ def free_mb(path: Path) -> float:
     return shutil.disk_usage(path).free / 2**20
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie is dead: it only waits for its parent to reap it)."""
     try:
-        os.killpg(pgid, sig)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return not Path("/proc/self/stat").exists() and _pgid(pid) is not None
+    return stat[stat.rfind(")") + 2:].split()[0] not in ("Z", "X")
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError, OSError):
+        return None
+
+
+def _signal_group(pgid: int, sig: signal.Signals, leader: ProcessIdentity | None,
+                  known: dict[int, ProcessIdentity]) -> None:
+    """Signal group `pgid` as a group only while its leader is `leader` (the process we started, still leading it);
+    otherwise signal, one by one, the members that are processes we saw before."""
+    if leader is not None and leader.pid == pgid and is_same_process(leader) and _pgid(pgid) == pgid:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return
+    for pid in group_pids(pgid):
+        identity = known.get(pid)
+        if identity is not None and is_same_process(identity):
+            _send(pid, sig)
+
+
+def _send(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _kill(identity: ProcessIdentity | None) -> None:
+    """SIGKILL the process `identity` names, only if it is still that process."""
+    if identity is not None and is_same_process(identity):
+        _send(identity.pid, signal.SIGKILL)
 
 
 def _proc_stats() -> Iterator[tuple[int, list[str]]]:
@@ -235,11 +417,3 @@ def _proc_stats() -> Iterator[tuple[int, list[str]]]:
         except OSError:
             continue
         yield int(entry.name), stat[stat.rfind(")") + 2:].split()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2:].split()[0] not in ("Z", "X")

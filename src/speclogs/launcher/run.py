@@ -23,6 +23,7 @@ from speclogs.launcher import bench as _bench
 from speclogs.launcher import process as _proc
 from speclogs.launcher import runinfo
 from speclogs.launcher.plan import MODEL_PATH_FLAGS, PYTHON_PLACEHOLDER, LaunchSpec, Plan
+from speclogs.redact import redact_json
 
 SCHEMA = "speclogs.run/1"
 # Outcomes after which --resume runs the launch again.
@@ -87,8 +88,8 @@ class PlanRunSummary:
         return tuple(r for r in self.results if not r.skipped and r.outcome != "ok")
 
     def to_dict(self) -> dict:
-        return {"plan_name": self.plan_name, "out_dir": self.out_dir, "stopped": self.stopped,
-                "pending": list(self.pending), "results": [r.__dict__ for r in self.results]}
+        return redact_json({"plan_name": self.plan_name, "out_dir": self.out_dir, "stopped": self.stopped,
+                            "pending": list(self.pending), "results": [dict(r.__dict__) for r in self.results]})
 
     @classmethod
     def from_dict(cls, data: dict) -> "PlanRunSummary":
@@ -292,9 +293,10 @@ class _MachineContext:
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
+    """Write run.json (secrets redacted: names, values, flags — speclogs.redact) so that no reader sees half a file."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=1)
+        json.dump(redact_json(data), handle, indent=1)
         handle.write("\n")
         handle.flush()
         os.fsync(handle.fileno())
@@ -320,18 +322,19 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
         "schema": SCHEMA, "speclogs_version": speclogs.__version__, "run_uid": _uuid_hex(),
         "run_name": spec.run_name, "plan_name": plan.name, "plan_file": str(plan.path),
         "cell": spec.cell.name, "launch": spec.launch, "factors": dict(spec.cell.factors), "order_index": spec.order_index,
-        "argv": argv, "env": runinfo.redact_env(env),
+        "argv": runinfo.redact_argv(argv), "env": runinfo.redact_env(env),
         "env_nccl": {k: v for k, v in runinfo.redact_env(env).items() if k.startswith("NCCL_")},
         "env_cuda": {k: v for k, v in runinfo.redact_env(env).items() if k.startswith("CUDA_")},
         "env_dropped": dropped, "profile": spec.cell.profile,
         "versions": {}, "gpus": context.gpus, "hostname": context.hostname,
         "bench": _bench_record(plan), "timestamps": stamps, "utc_offset": runinfo.utc_offset(),
         "host": host, "port": port, "ready_s": None, "outcome": "running", "outcome_detail": "", "complete": False,
-        "exit_code": None, "server_pid": None, "stop": None, "bench_summary": None, "files": files, "previous_attempts": attempts,
+        "exit_code": None, "server_pid": None, "server_identity": None, "stop": None, "bench_summary": None, "files": files, "previous_attempts": attempts,
     }
     run_json = run_dir / "run.json"
     proc = None
-    known_pids: set[int] = set()
+    leader: _proc.ProcessIdentity | None = None
+    known: dict[int, _proc.ProcessIdentity] = {}
     spawn_clock = None
 
     def finish(outcome: str, detail: str) -> LaunchResult:
@@ -352,7 +355,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
             return
         with _signals_deferred():
             say(f"{spec.run_name}: stopping (SIGTERM, grace {plan.stop_grace_s:g} s)")
-            result = _proc.stop_server(proc, plan.stop_grace_s, known_pids)
+            result = _proc.stop_server(proc, plan.stop_grace_s, known, leader)
         stamps["stop"] = runinfo.now_iso()
         record["exit_code"] = result.exit_code
         record["stop"] = {"signal": result.signal_used, "stop_s": result.stop_s,
@@ -383,17 +386,19 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
                                     hint="check the plan's command") from exc
             spawn_clock = time.monotonic()
             stamps["spawn"] = runinfo.now_iso()
+            leader = _proc.process_identity(proc.pid)
             record["server_pid"] = proc.pid   # also its process group id
+            record["server_identity"] = leader.to_dict() if leader else None   # pid + start time + boot: checked on --resume
             _write_json_atomic(run_json, record)
             say(f"{spec.run_name}: pid {proc.pid}, log {log_path}")
-            _wait_ready(plan, proc, probe_host, port, base_url, log_path, stamps, known_pids, spawn_clock, deadline,
+            _wait_ready(plan, proc, probe_host, port, base_url, log_path, stamps, known, spawn_clock, deadline,
                         spec.run_name, run_dir, say)
             record["ready_s"] = round(time.monotonic() - spawn_clock, 3)
             say(f"{spec.run_name}: ready in {record['ready_s']:.1f} s")
-            known_pids |= _proc.descendants(proc.pid) | set(_proc.group_pids(proc.pid))
+            known.update(_ours(proc))
             _run_benchmarks(plan, spec, run_dir, base_url, python, env, probe_host, port, record, stamps, deadline,
                             proc, say)
-            known_pids |= _proc.descendants(proc.pid) | set(_proc.group_pids(proc.pid))
+            known.update(_ours(proc))
             stop()
             return finish("ok", "")
         except _LaunchFailed as exc:
@@ -415,19 +420,33 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
         raise Interrupted(reason) from None
 
 
+def _ours(proc) -> dict[int, _proc.ProcessIdentity]:
+    """Identities of the server's descendants and group members, taken while the server runs (so they are ours)."""
+    if _proc.exit_code(proc) is not None:
+        return {}
+    return _proc.identities(_proc.descendants(proc.pid) | set(_proc.group_pids(proc.pid)))
+
+
 def _stop_orphan(previous: dict | None, hostname: str, grace_s: float, record: dict, run_name: str,
                  say: Progress) -> None:
-    """A run.json still saying `running` means its launcher was killed: stop the server group it left behind."""
+    """A run.json still saying `running` means its launcher was killed: stop the server group it left behind — only
+    when its recorded identity (pid + start time + boot) is still that process; never a stranger who got the pid."""
     if not previous or previous.get("outcome") != "running" or previous.get("hostname") != hostname:
         return
     pgid = previous.get("server_pid")
     if not isinstance(pgid, int):
         return
+    leader = _proc.ProcessIdentity.from_dict(previous.get("server_identity"))
+    if leader is not None and leader.pid != pgid:
+        leader = None
     with _signals_deferred():
-        stopped = _proc.stop_orphan_group(pgid, grace_s)
-    if stopped:
-        say(f"{run_name}: stopped {len(stopped)} process(es) left by a killed launcher (group {pgid})")
-        record["orphans_stopped"] = stopped
+        outcome = _proc.stop_orphan_group(leader, grace_s)
+    if outcome.stopped:
+        say(f"{run_name}: stopped {len(outcome.stopped)} process(es) left by a killed launcher (group {pgid})")
+        record["orphans_stopped"] = list(outcome.stopped)
+    elif outcome.reason:
+        say(f"{run_name}: the previous attempt's server (pid {pgid}) was not signalled: {outcome.reason}")
+        record["orphan_not_signalled"] = {"pid": pgid, "reason": outcome.reason}
 
 
 def _wait_gpu_idle(wait_s: float) -> list[int] | None:
@@ -451,13 +470,13 @@ def _wait_port_free(host: str, port: int, wait_s: float) -> bool:
 
 
 def _wait_ready(plan: Plan, proc, host: str, port: int, base_url: str, log_path: Path, stamps: dict,
-                known_pids: set[int], spawn_clock: float, deadline: float | None, run_name: str, run_dir: Path,
+                known: dict, spawn_clock: float, deadline: float | None, run_name: str, run_dir: Path,
                 say: Progress) -> None:
     next_report = spawn_clock + plan.progress_every_s
     last_status: int | None = None
     while True:
         now = time.monotonic()
-        code = proc.poll()
+        code = _proc.exit_code(proc)
         if code is not None:
             tail = _proc.last_milestone(log_path)
             raise _LaunchFailed("failed_start", f"server exited with code {code} after {now - spawn_clock:.1f} s "
@@ -480,7 +499,7 @@ def _wait_ready(plan: Plan, proc, host: str, port: int, base_url: str, log_path:
         if deadline is not None and now > deadline:
             raise _DeadlineReached()
         if now >= next_report:
-            known_pids |= _proc.descendants(proc.pid)
+            known.update(_ours(proc))
             if _proc.free_mb(run_dir) < plan.min_free_mb:
                 raise _LaunchFailed("disk_full", f"disk nearly full under {run_dir} while the server starts",
                                     hint="free disk space")
@@ -509,8 +528,8 @@ def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, 
             summary = _bench.run_single_stream(base_url, plan.bench, spec.run_name, run_dir / "bench.jsonl", on_request)
         except _bench.BenchFailed as exc:
             stamps["bench_end"] = runinfo.now_iso()
-            alive = proc.poll() is None
-            raise _LaunchFailed("bench_failed", str(exc) + ("" if alive else f" (server exited with {proc.returncode})"),
+            code = _proc.exit_code(proc)
+            raise _LaunchFailed("bench_failed", str(exc) + ("" if code is None else f" (server exited with {code})"),
                                 hint=exc.hint) from exc
         record["bench_summary"] = {"requests_done": summary.requests_done, "median_tok_s": summary.median_tok_s}
     else:

@@ -15,8 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
-REDACTED = "<redacted>"
+from speclogs.redact import REDACTED, redact_argv, redact_env, secret_name  # noqa: F401 - re-exported
+
+# Proxy variables: a server never inherits them unless the plan's inherit_env names them (any case), since they
+# carry credentials (http://user:pw@proxy) and reroute traffic; "*" and PREFIX* entries do not name them.
+PROXY_NAMES = frozenset({"http_proxy", "https_proxy", "all_proxy", "no_proxy", "ftp_proxy"})
 
 _VERSIONS_SCRIPT = r"""
 import json, sys, importlib.metadata as md
@@ -51,21 +54,20 @@ def utc_offset() -> str:
 
 
 def is_secret(name: str) -> bool:
-    upper = name.upper()
-    return any(marker in upper for marker in SECRET_MARKERS)
-
-
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {name: (REDACTED if is_secret(name) else value) for name, value in sorted(env.items())}
+    return secret_name(name)
 
 
 def build_env(
     base: dict[str, str], inherit: tuple[str, ...], drop_prefixes: tuple[str, ...], *layers: dict[str, str]
 ) -> tuple[dict[str, str], list[str]]:
     """The names of `base` that `inherit` allows (NAME, PREFIX*, or * for all) and no `drop_prefixes` starts,
-    plus each layer in order. Returns (env, names of base not passed on)."""
+    plus each layer in order. Proxy variables only when `inherit` names them. Returns (env, names of base not
+    passed on)."""
+    named = {entry.lower() for entry in inherit}
 
     def allowed(name: str) -> bool:
+        if name.lower() in PROXY_NAMES:
+            return name.lower() in named
         return any(name == entry or (entry.endswith("*") and name.startswith(entry[:-1])) for entry in inherit)
 
     dropped = sorted(

@@ -20,22 +20,25 @@ def _graph_cell(measurement) -> str:
 
 def render_probe_rich(result: ProbeResult, console) -> None:
     from rich.table import Table
+    from rich.text import Text
+
+    from speclogs.console import plain
 
     if not result.env_sets:
         return
-    console.print(f"[bold]NCCL probe[/] {result.probe_id} on {result.hostname}: {result.world_size} × "
-                  f"{', '.join(dict.fromkeys(result.gpu_names)) or 'no GPU'}; torch {result.torch_version}, "
-                  f"NCCL {result.nccl_version}")
+    console.print(Text.assemble(("NCCL probe", "bold"), f" {result.probe_id} on {result.hostname}: {result.world_size} × "
+                                f"{', '.join(dict.fromkeys(result.gpu_names)) or 'no GPU'}; torch {result.torch_version}, "
+                                f"NCCL {result.nccl_version}"))
     for warning in result.warnings:
-        console.print(f"[bold yellow]warning:[/] {warning}")
+        console.print(Text.assemble(("warning:", "bold yellow"), f" {warning}"))
     for env_set in result.env_sets:
         settings = " ".join(f"{key}={value}" for key, value in sorted(env_set.env.items())) or "(none)"
         if env_set.outcome != "ok":
-            console.print(f"[bold red]{env_set.name}: {env_set.outcome}[/] {env_set.message}")
+            console.print(Text.assemble((f"{env_set.name}: {env_set.outcome}", "bold red"), f" {env_set.message}"))
             for line in env_set.log_excerpt[-10:]:
-                console.print(f"  {line}", markup=False, highlight=False)
+                console.print(plain(f"  {line}"))
             continue
-        table = Table(title=f"{env_set.name}: {settings}  ({env_set.wall_s:.1f} s)", title_justify="left")
+        table = Table(title=plain(f"{env_set.name}: {settings}  ({env_set.wall_s:.1f} s)"), title_justify="left")
         for column in ("collective", "kind", "size", "tokens", "median µs", "p10 µs", "p90 µs", "in graph µs", "algbw GB/s",
                        "busbw GB/s"):
             table.add_column(column, justify="left" if column in ("collective", "kind") else "right")
@@ -51,4 +54,4 @@ def render_probe_rich(result: ProbeResult, console) -> None:
         console.print(table)
         failed = next((m.graph_error for m in env_set.measurements if m.graph_error), None)
         if failed:
-            console.print(f"[yellow]CUDA-graph timing failed:[/] {failed}", highlight=False)
+            console.print(Text.assemble(("CUDA-graph timing failed:", "yellow"), f" {failed}"))

@@ -3,20 +3,48 @@ comparison has nothing to show for it. Data are the analysis' results, reshaped 
 
 from __future__ import annotations
 
+import math
+
 import altair as alt
 
 from speclogs.analysis.results import Comparison
 
 WIDTH = 560
+# Fixed colours, the same in every report: a phase is always the same colour whichever phases a report has.
+PHASES = ["draft", "verify", "extend", "other", "gap", "decode step (not profiled)"]
+PHASE_COLOURS = ["#4c78a8", "#f58518", "#e45756", "#72b7b2", "#bab0ac", "#54a24b"]
+ROW_STATES = ["steady", "first_after_idle", "startup", "before_health_200", "no_cuda_graph", "non_finite", "other_tp_rank"]
+ROW_COLOURS = ["#4c78a8", "#f58518", "#e45756", "#b279a2", "#eeca3b", "#9d755d", "#bab0ac"]
+# Tick values for ratio axes (log scale): Vega's own log ticks label only powers of ten, so a 0.6–1.4 axis shows "1"
+# and nothing above it. The finest steps are dropped first when there are too many for the axis.
+RATIO_TICKS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 1.0, 1.01, 1.02, 1.05, 1.1, 1.2, 1.25, 1.5,
+               2.0, 2.5, 3.0, 4.0, 5.0, 10.0]
+RATIO_FINE = [(0.99, 1.01), (0.98, 1.02), (0.95, 1.05), (1.25,), (0.3, 2.5, 4.0)]
+MAX_TICKS = 11
+ACCEPT_BIN = 0.05
+
+
+def ratio_ticks(low: float, high: float) -> list[float]:
+    """Tick values for a log ratio axis over [low, high]: 1 and the nice ratios either side that fit."""
+    ticks = [t for t in RATIO_TICKS if low <= t <= high]
+    for fine in RATIO_FINE:
+        if len(ticks) <= MAX_TICKS:
+            break
+        ticks = [t for t in ticks if t not in fine]
+    if len(ticks) < 3:  # a very narrow axis: five evenly spaced values, rounded to what the labels can show
+        ticks = sorted({round(low + (high - low) * i / 4, 4) for i in range(5)})
+    return ticks
 
 
 def throughput_chart(c: Comparison) -> alt.Chart | None:
+    """Per arm and source: the estimate (filled) with its interval, and each launch's own value (open circles)."""
     rows = []
     for arm in c.arms:
         for e in (arm.client, arm.server):
             if e is not None:
-                rows.append({"arm": arm.name, "source": e.source, "tok_s": e.value_tok_s, "low": e.ci_low_tok_s,
-                             "high": e.ci_high_tok_s, "launches": e.n_launches})
+                rows.append({"layer": "estimate", "arm": arm.name, "source": e.source, "tok_s": e.value_tok_s,
+                             "low": e.ci_low_tok_s, "high": e.ci_high_tok_s, "launches": e.n_launches})
+                rows += [{"layer": "launch", "arm": arm.name, "source": e.source, "tok_s": v} for v in e.per_launch_tok_s]
     if not rows:
         return None
     data = alt.Data(values=rows)
@@ -25,12 +53,17 @@ def throughput_chart(c: Comparison) -> alt.Chart | None:
         yOffset=alt.YOffset("source:N"),
         color=alt.Color("source:N", title="source"),
     )
+    estimate = alt.datum.layer == "estimate"
     bars = base.mark_rule(strokeWidth=2).encode(x=alt.X("low:Q", title="throughput (tok/s)", scale=alt.Scale(zero=False)),
-                                               x2="high:Q")
+                                               x2="high:Q").transform_filter(estimate)
     points = base.mark_point(filled=True, size=70).encode(
         x="tok_s:Q", tooltip=["arm:N", "source:N", alt.Tooltip("tok_s:Q", format=".1f"), alt.Tooltip("low:Q", format=".1f"),
-                              alt.Tooltip("high:Q", format=".1f"), "launches:Q"])
-    return (bars + points).properties(width=WIDTH, title=f"Throughput per arm with {c.confidence:.0%} intervals")
+                              alt.Tooltip("high:Q", format=".1f"), "launches:Q"]).transform_filter(estimate)
+    launches = base.mark_point(filled=False, size=40, opacity=0.8).encode(
+        x="tok_s:Q", tooltip=["arm:N", "source:N", alt.Tooltip("tok_s:Q", format=".1f", title="one launch")]
+    ).transform_filter(alt.datum.layer == "launch")
+    return (bars + points + launches).properties(
+        width=WIDTH, title=f"Throughput per arm with {c.confidence:.0%} intervals (open circles: single launches)")
 
 
 def effects_chart(c: Comparison) -> alt.Chart | None:
@@ -45,11 +78,12 @@ def effects_chart(c: Comparison) -> alt.Chart | None:
     low = min([1.0] + [row["low"] for row in rows if row["low"] and row["low"] > 0])
     high = max([1.0] + [row["high"] for row in rows if row["high"]])
     x_scale = alt.Scale(type="log", domain=[low / 1.05, high * 1.05], nice=False)
+    x_axis = alt.Axis(values=ratio_ticks(low / 1.05, high * 1.05), format="~g")
     base = alt.Chart(data).encode(y=alt.Y("effect:N", sort=order, title=None, axis=alt.Axis(labelLimit=360)),
                                   color=alt.Color("kind:N", title="kind"))
     one = alt.Chart(alt.Data(values=[{"x": 1.0}])).mark_rule(strokeDash=[4, 4], color="gray").encode(x="x:Q")
-    rules = base.mark_rule(strokeWidth=2).encode(x=alt.X("low:Q", scale=x_scale, title="ratio (log scale; 1 = no effect)"),
-                                                x2="high:Q")
+    rules = base.mark_rule(strokeWidth=2).encode(
+        x=alt.X("low:Q", scale=x_scale, axis=x_axis, title="ratio (log scale; 1 = no effect)"), x2="high:Q")
     points = base.mark_point(filled=True, size=60).encode(
         x=alt.X("ratio:Q", scale=x_scale),
         tooltip=["effect:N", alt.Tooltip("ratio:Q", format=".3f"), alt.Tooltip("low:Q", format=".3f"),
@@ -59,7 +93,7 @@ def effects_chart(c: Comparison) -> alt.Chart | None:
 
 def cycle_chart(c: Comparison) -> alt.Chart | None:
     # the stacked parts add up to the time per cycle: draft + verify + extend + other (+ the GPU idle gap when measured)
-    order = ["draft", "verify", "extend", "other", "gap", "decode step (not profiled)"]
+    order = PHASES
     rows = [{"arm": p.arm, "phase": p.phase, "ms": p.mean_ms, "share": p.share} for p in c.phases
             if p.phase not in ("cycle", "wall")]
     profiled = {p.arm for p in c.phases}
@@ -72,43 +106,58 @@ def cycle_chart(c: Comparison) -> alt.Chart | None:
     return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
         y=alt.Y("arm:N", title=None, sort=[a.name for a in c.arms]),
         x=alt.X("ms:Q", title="time per decode step / speculative cycle (ms)", stack="zero"),
-        color=alt.Color("phase:N", sort=order),
+        color=alt.Color("phase:N", sort=order, scale=alt.Scale(domain=PHASES, range=PHASE_COLOURS)),
         order=alt.Order("position:Q"),
         tooltip=["arm:N", "phase:N", alt.Tooltip("ms:Q", format=".3f"), alt.Tooltip("share:Q", format=".1%")],
     ).properties(width=WIDTH, title="Step-time breakdown (draft / verify / extend / other / GPU idle gap)")
 
 
 def accept_chart(c: Comparison) -> alt.Chart | None:
+    """Histogram per arm (rows) and source (columns), bins of 0.05 over the data's range padded by a bin either side:
+    a constant accept length shows as one narrow bar at its value, and arms never stack on each other."""
     if c.accept_hist.is_empty():
         return None
-    return alt.Chart(alt.Data(values=c.accept_hist.to_dicts())).mark_bar(opacity=0.8).encode(
-        x=alt.X("accept_len:Q", title="accept length (tokens per verify step)", bin=alt.Bin(step=0.05)),
+    values = c.accept_hist["accept_len"]
+    low = math.floor(float(values.min()) / ACCEPT_BIN) * ACCEPT_BIN - ACCEPT_BIN
+    high = math.ceil(float(values.max()) / ACCEPT_BIN) * ACCEPT_BIN + 2 * ACCEPT_BIN
+    extent = [round(max(low, 0.0), 2), round(high, 2)]
+    arms = [a.name for a in c.arms]
+    return alt.Chart(alt.Data(values=c.accept_hist.to_dicts())).mark_bar().encode(
+        x=alt.X("accept_len:Q", title="accept length (tokens per verify step)",
+                bin=alt.Bin(step=ACCEPT_BIN, extent=extent), scale=alt.Scale(domain=extent)),
         y=alt.Y("sum(count):Q", title="count"),
-        color=alt.Color("arm:N"),
-        row=alt.Row("source:N", title=None),
+        color=alt.Color("arm:N", sort=arms, legend=None),
         tooltip=["arm:N", "source:N", "accept_len:Q", "sum(count):Q"],
-    ).properties(width=WIDTH, height=120, title="Accept-length distribution").resolve_scale(y="independent")
+    ).properties(width=WIDTH // 2, height=70).facet(
+        row=alt.Row("arm:N", title=None, sort=arms, header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=260)),
+        column=alt.Column("source:N", title=None),
+    ).resolve_scale(y="independent").properties(title="Accept-length distribution")
 
 
 def timeline_chart(c: Comparison) -> alt.Chart | None:
+    """Decode throughput over time, one panel per launch. The x axis starts at the launch's first decode row (the
+    start-up before it — loading, CUDA-graph capture — is said in the title, not drawn), so the panel's width goes to
+    the decode rows; the shade marks the rows before the first steady one."""
     if c.timeline.is_empty():
         return None
     points = [{"layer": "row", **row} for row in c.timeline.with_columns(
         c.timeline["excluded_reason"].fill_null("steady").alias("state")).to_dicts()]
     spans = [{"layer": "warmup", **row} for row in c.warmup_spans.to_dicts()]
     data = alt.Data(values=points + spans)
-    shade = alt.Chart().mark_rect(color="orange", opacity=0.15).encode(x="t_start_s:Q", x2="t_end_s:Q").transform_filter(
-        alt.datum.layer == "warmup")
+    x = alt.X("t_s:Q", title="seconds since server start", scale=alt.Scale(zero=False, nice=False))
+    shade = alt.Chart().mark_rect(color="orange", opacity=0.15).transform_joinaggregate(
+        first_t="min(t_s)", groupby=["run_name"]).transform_filter(alt.datum.layer == "warmup").transform_calculate(
+        t_s="max(datum.t_start_s, datum.first_t)").encode(x=x, x2="t_end_s:Q")
     dots = alt.Chart().mark_point(filled=True, size=18).encode(
-        x=alt.X("t_s:Q", title="seconds since server start"),
+        x=x,
         y=alt.Y("gen_throughput_tok_s:Q", title="gen throughput (tok/s)"),
-        color=alt.Color("state:N", title="row", scale=alt.Scale(domain=[
-            "steady", "first_after_idle", "startup", "before_health_200", "no_cuda_graph", "non_finite", "other_tp_rank"])),
+        color=alt.Color("state:N", title="row", scale=alt.Scale(domain=ROW_STATES, range=ROW_COLOURS)),
         tooltip=["run_name:N", "t_s:Q", "gen_throughput_tok_s:Q", "accept_len:Q", "state:N"],
     ).transform_filter(alt.datum.layer == "row")
     return alt.layer(shade, dots, data=data).properties(width=WIDTH // 2, height=140).facet(
         facet=alt.Facet("run_name:N", title=None), columns=2
-    ).resolve_scale(x="independent").properties(title="Decode throughput over time (shaded: before the first steady row)")
+    ).resolve_scale(x="independent").properties(
+        title="Decode throughput over time, from each launch's first decode row (shaded: before the first steady row)")
 
 
 def all_charts(c: Comparison) -> list[tuple[str, alt.Chart]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from speclogs.analysis.results import Comparison
 from speclogs.errors import InputError
+from speclogs.redact import redact_json, redact_text
 from speclogs.report import charts, text
 
 CSS = """
@@ -45,23 +46,26 @@ def render_html(comparison: Comparison) -> str:
     """The whole page as a string."""
     c = comparison
     parts = [f"<h1>{html.escape(text.title(c))}</h1>"]
-    warnings = [w for w in c.warnings if w.severity == "warning"]
+    blocks = text.answer_blocks(c)
+    if blocks:
+        parts.append('<h2>Answer</h2><ul class="answer">')
+        for head, details in blocks:
+            sub = "".join(f"<li>{html.escape(line)}</li>" for line in details)
+            parts.append(f"<li><b>{html.escape(head)}</b>" + (f"<ul>{sub}</ul>" if sub else "") + "</li>")
+        parts.append("</ul>")
+    tiers = text.ranked_warnings(c)
+    for tier, found in tiers:
+        parts.append(f"<h2>Warnings that {html.escape(tier)} ({len(found)})</h2>")
+        groups: dict[str, list[str]] = {}
+        for w in found:
+            groups.setdefault(w.code, []).append(w.message)
+        for code, messages in groups.items():
+            body = (html.escape(messages[0]) if len(messages) == 1
+                    else "<ul>" + "".join(f"<li>{html.escape(m)}</li>" for m in messages) + "</ul>")
+            parts.append(f'<div class="warn"><span class="code">{html.escape(code)}</span> {body}</div>')
+    if not tiers:
+        parts.append("<h2>Warnings</h2><p>none</p>")
     notes = [w for w in c.warnings if w.severity != "warning"]
-    parts.append(f"<h2>Warnings ({len(warnings)})</h2>")
-    for code, messages in text.grouped(c, "warning"):
-        body = (html.escape(messages[0]) if len(messages) == 1
-                else "<ul>" + "".join(f"<li>{html.escape(m)}</li>" for m in messages) + "</ul>")
-        parts.append(f'<div class="warn"><span class="code">{html.escape(code)}</span> {body}</div>')
-    if not warnings:
-        parts.append("<p>none</p>")
-    if notes:
-        parts.append(f"<details><summary>{len(notes)} notes (how the numbers were made, settings, NCCL evidence)</summary>")
-        parts += [f'<div class="note"><span class="code">{html.escape(w.code)}</span> {html.escape(w.message)}</div>'
-                  for w in notes]
-        parts.append("</details>")
-    summary = text.summary_lines(c)
-    if summary:
-        parts += ["<h2>Summary</h2>", "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in summary) + "</ul>"]
     chart_list = charts.all_charts(c)
     chart_ids = {name for name, _ in chart_list}
 
@@ -91,9 +95,14 @@ def render_html(comparison: Comparison) -> str:
               chart_div("timeline")]
     for title, header, rows in text.nccl_sections(c):
         parts += [f"<h2>{html.escape(title)}</h2>", _table(header, rows)]
+    if notes:
+        parts.append(f"<details><summary>{len(notes)} notes (how the numbers were made, settings, NCCL evidence)</summary>")
+        parts += [f'<div class="note"><span class="code">{html.escape(w.code)}</span> {html.escape(w.message)}</div>'
+                  for w in notes]
+        parts.append("</details>")
     parts += ["<h2>Methods</h2><ul>"] + [f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in c.methods.items()]
     parts.append("</ul>")
-    specs = {name: chart.to_dict() for name, chart in chart_list}
+    specs = redact_json({name: chart.to_dict() for name, chart in chart_list})
     script = (
         "const specs = " + json.dumps(specs).replace("</", "<\\/") + ";\n"
         "for (const [name, spec] of Object.entries(specs)) {\n"
@@ -105,9 +114,24 @@ def render_html(comparison: Comparison) -> str:
     bundle = _vega_bundle().replace("</script", "<\\/script")
     return (
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>speclogs report</title>"
-        f"<style>{CSS}</style>\n<script>{bundle}</script></head>\n<body>\n" + "\n".join(parts)
+        f"<style>{CSS}</style>\n<script>{bundle}</script></head>\n<body>\n" + redact_text("\n".join(parts))
         + f"\n<script>\n{script}</script>\n</body></html>\n"
     )
+
+
+def chart_pages(comparison: Comparison) -> dict[str, str]:
+    """{chart id: a self-contained page with that chart alone} — to screenshot or embed one chart."""
+    bundle = _vega_bundle().replace("</script", "<\\/script")
+    pages = {}
+    for name, chart in charts.all_charts(comparison):
+        spec = json.dumps(redact_json(chart.to_dict())).replace("</", "<\\/")
+        pages[name] = (
+            f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(name)}</title>"
+            f"<style>body {{ margin: 8px; font-family: sans-serif; }}</style><script>{bundle}</script></head>\n<body>"
+            f'<div class="chart" id="chart-{name}"></div>\n<script>\nvegaEmbed(document.getElementById("chart-{name}"), '
+            f"{spec}, {{actions: false, renderer: 'svg'}}).catch(err => {{ document.body.innerHTML = "
+            f"'<pre class=\"chart-error\">chart {name} failed: ' + err + '</pre>'; }});\n</script></body></html>\n")
+    return pages
 
 
 def write_html(comparison: Comparison, path: Path) -> Path:

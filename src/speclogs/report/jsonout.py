@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from speclogs.analysis.results import Comparison, Term
+from speclogs.redact import redact_json
 
 SCHEMA = "speclogs.report/1"
 
@@ -88,7 +89,7 @@ def comparison_to_dict(comparison: Comparison) -> dict:
         "methods": comparison.methods,
         "nccl": comparison.nccl,
     }
-    return _clean(document)
+    return redact_json(_clean(document))
 
 
 def render_json(comparison: Comparison) -> str:

@@ -1,51 +1,72 @@
-"""`--format md`: the report as GitHub-flavoured Markdown (warnings first)."""
+"""`--format md`: the report as GitHub-flavoured Markdown — the answer first, then the warnings ranked, then tables.
+
+Every string from the data (arm and run names, warning text, values) is escaped: a glob such as `baseline_*` or a
+name such as `exp[red]1` shows as typed, never as emphasis, a link or HTML. Secrets are redacted.
+"""
 
 from __future__ import annotations
 
+import re
+
 from speclogs.analysis.results import Comparison
+from speclogs.redact import redact_text
 from speclogs.report import text
 
+_SPECIAL = re.compile(r"([\\`*\[\]<>|~#])")
+_EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
-def _escape(cell: str) -> str:
-    return cell.replace("|", "\\|").replace("\n", " ")
+
+def md_escape(value: str) -> str:
+    """`value` as literal Markdown text (one line): backslash before every character Markdown could read as syntax;
+    underscores only where they could start or end emphasis (not inside snake_case words)."""
+    escaped = _SPECIAL.sub(r"\\\1", redact_text(str(value)).replace("\n", " "))
+    return _EDGE_UNDERSCORE.sub(r"\\_", escaped)
 
 
 def md_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(_escape(h) for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_escape(cell) for cell in row) + " |" for row in rows]
+    lines = ["| " + " | ".join(md_escape(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(md_escape(cell) for cell in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def render_markdown(comparison: Comparison) -> str:
     c = comparison
-    out = [f"# {text.title(c)}", ""]
-    warnings = [w for w in c.warnings if w.severity == "warning"]
-    notes = [w for w in c.warnings if w.severity != "warning"]
-    out.append("## Warnings")
-    out += [f"- **{w.code}**: {w.message}" for w in warnings] or ["- none"]
-    if notes:
-        out += ["", f"<details><summary>{len(notes)} notes (how the numbers were made, settings, NCCL evidence)</summary>", ""]
-        out += [f"- {w.code}: {w.message}" for w in notes] + ["", "</details>"]
-    summary = text.summary_lines(c)
-    if summary:
-        out += ["", "## Summary", ""] + [f"- {line}" for line in summary]
+    e = md_escape
+    out = [f"# {e(text.title(c))}", ""]
+    blocks = text.answer_blocks(c)
+    if blocks:
+        out += ["## Answer", ""]
+        for head, details in blocks:
+            out.append(f"- **{e(head)}**")
+            out += [f"  - {e(line)}" for line in details]
+    tiers = text.ranked_warnings(c)
+    for tier, found in tiers:
+        out += ["", f"## Warnings that {tier} ({len(found)})", ""]
+        out += [f"- **{e(w.code)}**: {e(w.message)}" for w in found]
+    if not tiers:
+        out += ["", "## Warnings", "", "- none"]
     out += ["", "## Throughput per arm", "", md_table(text.ARM_HEADER, text.arm_rows(c))]
     if c.comparisons:
-        out += ["", f"## Comparisons against {c.reference}", "", md_table(text.COMPARISON_HEADER, text.comparison_rows(c)), ""]
-        out += [f"- test — {note}" for note in text.test_notes(c)]
+        out += ["", f"## Comparisons against {e(c.reference)}", "", md_table(text.COMPARISON_HEADER, text.comparison_rows(c)),
+                ""]
+        out += [f"- test — {e(note)}" for note in text.test_notes(c)]
     if c.attributions:
         out += ["", "## Attribution (server throughput ratio = acceptance × batch size ÷ step time)", "",
                 md_table(text.ATTRIBUTION_HEADER, text.attribution_rows(c))]
         phase_terms = text.phase_term_rows(c)
         if phase_terms:
-            out += ["", "Step-time term split by phase (spec_cycles):", "",
+            out += ["", "Step-time term split by phase (spec\\_cycles):", "",
                     md_table(["B vs A", "phase", "contribution [CI]"], phase_terms)]
-        out += [""] + [f"- {line}" for line in text.counterfactual_lines(c)]
+        out += [""] + [f"- {e(line)}" for line in text.counterfactual_lines(c)]
     if c.phases:
         out += ["", "## Speculative cycle phases", "", md_table(text.PHASE_HEADER, text.phase_rows(c))]
     if c.effects:
         out += ["", "## Factorial effects", "", md_table(text.EFFECT_HEADER, text.effect_rows(c))]
     for title, header, rows in text.nccl_sections(c, brief=True):
-        out += ["", f"## {title}", "", md_table(header, rows)]
-    out += ["", "## Methods", ""] + [f"- **{k}**: {v}" for k, v in c.methods.items()]
+        out += ["", f"## {e(title)}", "", md_table(header, rows)]
+    notes = [w for w in c.warnings if w.severity != "warning"]
+    if notes:
+        out += ["", f"<details><summary>{len(notes)} notes (how the numbers were made, settings, NCCL evidence)</summary>", ""]
+        out += [f"- {e(w.code)}: {e(w.message)}" for w in notes] + ["", "</details>"]
+    out += ["", "## Methods", ""] + [f"- **{e(k)}**: {e(v)}" for k, v in c.methods.items()]
     return "\n".join(out) + "\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from speclogs.analysis.results import Comparison, Estimate, Term
+from speclogs.analysis.results import UNSET, Comparison, Estimate, Term
 
 
 def pct(ratio: float) -> str:
@@ -44,7 +44,19 @@ def title(c: Comparison) -> str:
             f"({c.n_resamples} bootstrap resamples, seed {c.seed})")
 
 
-ARM_HEADER = ["arm", "runs", "speculation", "client tok/s [CI]", "server tok/s [CI]", "accept len", "step ms", "launches"]
+def fmt_range(e: Estimate | None, count: bool = True) -> str:
+    """Per-launch values as min–max (like hyperfine's range), with the launch count."""
+    if e is None or not e.per_launch_tok_s:
+        return "–"
+    low, high = min(e.per_launch_tok_s), max(e.per_launch_tok_s)
+    n = len(e.per_launch_tok_s)
+    if n == 1:
+        return f"{low:.1f}" + (" (1 launch)" if count else "")
+    return f"{low:.1f}–{high:.1f}" + (f" ({n} launches)" if count else "")
+
+
+ARM_HEADER = ["arm", "runs", "speculation", "client tok/s [CI]", "client per launch (min–max)", "server tok/s [CI]",
+              "server per launch (min–max)", "accept len", "step ms", "launches"]
 
 
 def arm_rows(c: Comparison) -> list[list[str]]:
@@ -53,11 +65,77 @@ def arm_rows(c: Comparison) -> list[list[str]]:
         launches = max((e.n_launches for e in (a.client, a.server) if e), default=0)
         runs = ", ".join(a.run_names[:4]) + (f" … ({len(a.run_names)})" if len(a.run_names) > 4 else "")
         rows.append([
-            a.name, runs, a.speculative_algorithm or "none", fmt_estimate(a.client), fmt_estimate(a.server),
+            a.name, runs, a.speculative_algorithm or "none", fmt_estimate(a.client), fmt_range(a.client, count=False),
+            fmt_estimate(a.server), fmt_range(a.server, count=False),
             f"{a.accept_len:.2f}" if a.accept_len is not None else "–",
             f"{a.cycle_ms:.2f}" if a.cycle_ms is not None else "–", str(launches),
         ])
     return rows
+
+
+# --- the first screen: which is faster, by how much, how sure, why; then the warnings ranked ---------------------
+# Warnings that can change the answer itself (the ratio measures something else than the arms' difference) come
+# first; then those about how sure it is (the interval may be too narrow); codes not listed here count as the latter.
+ANSWER_CODES = frozenset({
+    "confounded_factors", "confounder", "confounder_env", "confounder_server_args", "confounder_version",
+    "confounder_hardware", "confounder_model", "arm_inconsistent", "source_disagreement", "served_before_ready",
+    "warmup_in_window", "accept_len_one", "mixed_versions", "env_unknown",
+})
+WARNING_TIERS = ("can change the answer", "change how sure it is")
+
+
+def ranked_warnings(c: Comparison) -> list[tuple[str, list]]:
+    """[(tier, findings)] for the warning tiers that have findings, most consequential first."""
+    tiers: dict[str, list] = {tier: [] for tier in WARNING_TIERS}
+    for w in c.warnings:
+        if w.severity == "warning":
+            tiers[WARNING_TIERS[0] if w.code in ANSWER_CODES else WARNING_TIERS[1]].append(w)
+    return [(tier, found) for tier, found in tiers.items() if found]
+
+
+def _concerns(arms: tuple[str, ...], arm_a: str, arm_b: str, reference: str) -> bool:
+    """Does a finding about `arms` concern the comparison arm_b vs arm_a? A (reference, arm) pair names one comparison;
+    other arm lists concern every comparison with one of their arms; no arms: all of them."""
+    if not arms:
+        return True
+    if len(arms) == 2 and arms[0] == reference:
+        return set(arms) == {arm_a, arm_b}
+    return bool(set(arms) & {arm_a, arm_b})
+
+
+def answer_blocks(c: Comparison) -> list[tuple[str, list[str]]]:
+    """(headline, detail lines) per comparison against the reference: the verdict with ratio, interval, p-value and
+    launches; why (acceptance × batch ÷ step time); the per-launch range of both arms. Then factorial effects."""
+    arms = {a.name: a for a in c.arms}
+    attributions = {(a.arm_a, a.arm_b): a for a in c.attributions}
+    blocks: list[tuple[str, list[str]]] = []
+    for r in _preferred(c):
+        scope = "; one launch per arm: request noise only" if r.n_a < 2 or r.n_b < 2 else ""
+        head = (f"{r.arm_b} vs {r.arm_a}: {verdict_text(r.verdict, r.ratio)} — ×{r.ratio:.3f}, {c.confidence:.0%} CI "
+                f"[{r.ci_low:.3f}, {r.ci_high:.3f}], p = {fmt_p(r.p_value)}, {r.n_a} vs {r.n_b} launches ({r.source}{scope})")
+        details = []
+        a = attributions.get((r.arm_a, r.arm_b))
+        if a is not None and not (a.accept_len_a == 1.0 and a.accept_len_b == 1.0):
+            terms = {t.name: t for t in a.terms}
+            details.append(
+                f"why (server): accept len {a.accept_len_b:.2f} vs {a.accept_len_a:.2f} "
+                f"(×{math.exp(terms['acceptance'].log_ratio):.2f}), step time {a.cycle_ms_b:.2f} vs {a.cycle_ms_a:.2f} ms "
+                f"(×{a.cycle_ms_b / a.cycle_ms_a:.2f}) → throughput ×{math.exp(a.total.log_ratio):.2f}")
+        elif a is not None:
+            details.append(f"why (server): no speculation; step time {a.cycle_ms_b:.2f} vs {a.cycle_ms_a:.2f} ms "
+                           f"(×{a.cycle_ms_b / a.cycle_ms_a:.2f})")
+        ranges = []
+        for name in (r.arm_a, r.arm_b):
+            estimate = getattr(arms[name], r.source) if name in arms else None
+            ranges.append(f"{name} {fmt_range(estimate)}")
+        details.append(f"per launch ({r.source} tok/s): " + "; ".join(ranges))
+        concerning = sorted({w.code for w in c.warnings if w.severity == "warning" and w.code in ANSWER_CODES
+                             and _concerns(w.arms, r.arm_a, r.arm_b, c.reference)})
+        if concerning:
+            details.append("read first: " + ", ".join(concerning))
+        blocks.append((head, details))
+    blocks += [(line, []) for line in _effect_lines(c) + profile_lines(c)]
+    return blocks
 
 
 COMPARISON_HEADER = ["B vs A", "source", "A tok/s", "B tok/s", "B/A [CI]", "p", "n (launches)", "verdict"]
@@ -108,12 +186,21 @@ def counterfactual_lines(c: Comparison) -> list[str]:
     return lines
 
 
-PHASE_HEADER = ["arm", "phase", "mean ms [CI]", "share of cycle", "profiled cycles"]
+PHASE_HEADER = ["arm", "phase", "mean ms [CI]", "share of the GPU cycle", "profiled cycles"]
+
+
+def _phase_share(phase: str, share: float) -> str:
+    # draft + verify + extend + other = the GPU cycle (100 %); the idle gap comes after it, and wall = cycle + gap
+    if phase == "gap":
+        return f"+{share:.1%} after the cycle (GPU idle)"
+    if phase == "wall":
+        return "cycle + gap"
+    return f"{share:.1%}"
 
 
 def phase_rows(c: Comparison) -> list[list[str]]:
-    return [[p.arm, p.phase, f"{p.mean_ms:.3f} {fmt_interval(p.ci_low_ms, p.ci_high_ms)}", f"{p.share:.1%}", str(p.n_rows)]
-            for p in c.phases]
+    return [[p.arm, p.phase, f"{p.mean_ms:.3f} {fmt_interval(p.ci_low_ms, p.ci_high_ms)}", _phase_share(p.phase, p.share),
+             str(p.n_rows)] for p in c.phases]
 
 
 EFFECT_HEADER = ["effect", "kind", "source", "levels", "ratio [CI]", "change", "verdict"]
@@ -155,7 +242,8 @@ def nccl_sections(c: Comparison, brief: bool = False) -> list[tuple[str, list[st
     diffs = getattr(evidence, "settings_diff", ()) or ()
     if diffs:
         sections.append(("NCCL settings that differ", ["setting", "values"],
-                         [[d.name, "; ".join(f"{run}: {value}" for run, value in d.values)] for d in diffs]))
+                         [[d.name, "; ".join(f"{run}: {UNSET if value is None else value}" for run, value in d.values)]
+                          for d in diffs]))
     estimates = getattr(evidence, "estimates", ()) or ()
     if estimates:
         rows = []
@@ -182,24 +270,9 @@ def _preferred(c: Comparison):
     return list(chosen.values())
 
 
-def summary_lines(c: Comparison) -> list[str]:
-    """The headline sentences: what the data supports, in words (formatting of the results only)."""
+def profile_lines(c: Comparison) -> list[str]:
+    """One sentence per profiled arm: verify's and draft's share of the GPU cycle, and the idle gap after it."""
     lines = []
-    for r in _preferred(c):
-        scope = "; one launch per arm: request noise only" if r.n_a < 2 or r.n_b < 2 else ""
-        lines.append(
-            f"{r.arm_b} vs {r.arm_a} ({r.source}): {verdict_text(r.verdict, r.ratio)} — ×{r.ratio:.3f}, "
-            f"{c.confidence:.0%} CI [{r.ci_low:.3f}, {r.ci_high:.3f}], {r.n_a} vs {r.n_b} launches{scope}"
-        )
-    for a in c.attributions:
-        if a.accept_len_a == 1.0 and a.accept_len_b == 1.0:
-            continue
-        terms = {t.name: t for t in a.terms}
-        lines.append(
-            f"{a.arm_b} vs {a.arm_a} (server): accept len {a.accept_len_b:.2f} vs {a.accept_len_a:.2f} "
-            f"(×{math.exp(terms['acceptance'].log_ratio):.2f}), step time {a.cycle_ms_b:.2f} vs {a.cycle_ms_a:.2f} ms "
-            f"(×{a.cycle_ms_b / a.cycle_ms_a:.2f}) → throughput ×{math.exp(a.total.log_ratio):.2f}"
-        )
     by_arm: dict[str, dict[str, object]] = {}
     for p in c.phases:
         by_arm.setdefault(p.arm, {})[p.phase] = p
@@ -209,6 +282,11 @@ def summary_lines(c: Comparison) -> list[str]:
             idle = f"; the GPU then idles {gap.mean_ms:.2f} ms before the next cycle" if gap else ""
             lines.append(f"{arm} (profiled cycles): verify {verify.mean_ms:.2f} ms = {verify.share:.0%} of the "
                          f"{cycle.mean_ms:.2f} ms GPU cycle, draft {draft.share:.1%}{idle}")
+    return lines
+
+
+def _effect_lines(c: Comparison) -> list[str]:
+    lines = []
     for e in c.effects:
         if e.kind in ("main", "interaction") and e.source == "client" or (
                 e.kind in ("main", "interaction") and not any(x.source == "client" for x in c.effects)):

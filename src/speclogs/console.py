@@ -1,0 +1,31 @@
+"""Where text becomes a rich renderable: the one place that decides nothing in the user's data is markup.
+
+Log lines, file names, run names and SQL values are full of brackets and colons that rich would read as
+markup (`[rank1]:[W1130 10:19:01]` loses its `[rank1]`), emoji codes (`uvicorn.toml:100:` becomes 💯) or
+highlighting. Every console speclogs prints to comes from `make_console` (markup, emoji and highlighting
+off, so a plain str prints as it is), and every renderer that may be handed someone else's console wraps
+its strings with `plain` (a `Text`, which rich never parses).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+
+def make_console(*, stderr: bool = False, width: int | None = None, file: Any = None) -> Console:
+    """A console that prints strings literally: no markup, no emoji codes, no highlighting."""
+    return Console(stderr=stderr, width=width, file=file, markup=False, emoji=False, highlight=False)
+
+
+def report_console(*, stderr: bool = False) -> Console:
+    """`make_console` for wide output: 160 columns when not a terminal (so piped tables do not fold at 80)."""
+    console = make_console(stderr=stderr)
+    return console if console.is_terminal else make_console(stderr=stderr, width=160)
+
+
+def plain(value: object, style: str = "") -> Text:
+    """`value` as literal text (never parsed as markup or emoji), optionally styled."""
+    return Text(str(value), style=style)

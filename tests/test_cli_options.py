@@ -1,0 +1,32 @@
+"""Options every command shares: --version, --format json (with the old --json kept as a hidden alias)."""
+
+from __future__ import annotations
+
+import json
+
+import speclogs
+from conftest import MATRIX, run_cli
+
+
+def test_version():
+    result = run_cli("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"speclogs {speclogs.__version__}"
+
+
+def test_ingest_format_json_and_the_hidden_json_alias(tmp_path):
+    log = str(MATRIX / "eagle3_default.log")
+    first = run_cli("ingest", log, "--db", str(tmp_path / "a.duckdb"), "--format", "json")
+    second = run_cli("ingest", log, "--db", str(tmp_path / "b.duckdb"), "--json")
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert json.loads(first.stdout)["files_ingested"] == json.loads(second.stdout)["files_ingested"] == 1
+    assert "--json" not in run_cli("ingest", "--help").stdout
+
+
+def test_grammars_list_format_json():
+    result = run_cli("grammars", "list", "--format", "json")
+    assert result.returncode == 0 and json.loads(result.stdout)[0]["family"] == "prefix"
+
+
+def test_every_command_takes_format():
+    for command in (["ingest"], ["sql"], ["report"], ["launch"], ["grammars", "list"]):
+        assert "--format" in run_cli(*command, "--help").stdout, command

@@ -1,0 +1,114 @@
+"""`speclogs report` as a user runs it: arm labels, one computation written to several formats, a first screen that
+answers which is faster, by how much, how sure and why — before any warning about a driver script's variable."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import ROOT, run_cli
+
+
+@pytest.fixture(scope="module")
+def fixtures_db(tmp_path_factory):
+    """Every bundled fixture, ingested as the README's quick start does."""
+    db = tmp_path_factory.mktemp("fixtures") / "speclogs.duckdb"
+    result = run_cli("ingest", str(ROOT / "fixtures"), "--db", str(db))
+    assert result.returncode == 0, result.stderr
+    return db
+
+
+def test_arm_labels(fixtures_db):
+    result = run_cli("report", "--db", str(fixtures_db), "-c", "base=baseline_default_[0-9]", "-c",
+                     "eagle=eagle3_default_[0-9]", "--format", "json", "--resamples", "200")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["reference"] == "base" and [a["name"] for a in doc["arms"]] == ["base", "eagle"]
+    assert doc["arms"][0]["run_names"] == ["baseline_default_1", "baseline_default_2"]
+    assert doc["comparisons"][0]["arm_b"] == "eagle"
+
+
+def test_a_run_name_with_an_equals_sign_is_still_a_run_name():
+    from speclogs.analysis.load import split_arm
+
+    assert split_arm("tp=2", {"tp=2"}) == ("tp=2", "tp=2")
+    assert split_arm("base=baseline_*", {"baseline_1"}) == ("base", "baseline_*")
+    assert split_arm("a*=b", set()) == ("a*=b", "a*=b")
+
+
+def test_one_computation_rendered_to_every_format(fixtures_db, tmp_path, monkeypatch):
+    import speclogs.analysis
+    from speclogs.cli import main
+
+    calls = []
+    real = speclogs.analysis.compare_runs
+    monkeypatch.setattr(speclogs.analysis, "compare_runs", lambda *a, **k: calls.append(1) or real(*a, **k))
+    out = [tmp_path / "r.json", tmp_path / "r.md", tmp_path / "r.html", tmp_path / "r.txt"]
+    code = main(["report", "--db", str(fixtures_db), "-c", "baseline_default", "-c", "eagle3_default", "--resamples", "200",
+                 "--format", "json", *(arg for path in out for arg in ("-o", str(path)))])
+    assert code == 0 and len(calls) == 1
+    doc = json.loads(out[0].read_text())
+    assert doc["schema"] == "speclogs.report/1" and doc["comparisons"]
+    assert out[1].read_text().startswith("# speclogs report") and "vegaEmbed" in out[2].read_text()
+    assert out[3].read_text().startswith("speclogs report") and "Answer" in out[3].read_text()
+
+
+def test_first_screen_answers_before_warning(fixtures_db):
+    """The README's quick start: the verdict, ratio, interval, p-value, why and per-launch range come first."""
+    result = run_cli("report", "--db", str(fixtures_db), "--compare", "baseline_default_[0-9]", "baseline_nccl_[0-9]",
+                     "eagle3_default_[0-9]", "eagle3_nccl_[0-9]")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    first = "\n".join(lines[:20])
+    assert lines[2] == "Answer"
+    assert "eagle3_default_[0-9] vs baseline_default_[0-9]: no detectable difference — ×0.873, 95% CI [0.640, 1.192]" in first
+    assert "p = 0.333, 2 vs 2 launches" in first
+    assert "why (server): accept len 2.00 vs 1.00 (×2.00), step time 4.51 vs 1.97 ms (×2.29)" in first
+    assert "per launch (client tok/s): baseline_default_[0-9] 476.3–514.5 (2 launches)" in first
+    assert "MINUTES" not in "\n".join(lines[:60]) and "AWS_CA_BUNDLE" not in result.stdout
+    out = result.stdout
+    assert out.index("can change the answer") < out.index("[confounded_factors]") < out.index("change how sure it is") \
+        < out.index("[non_stationary]") < out.index("Throughput per arm")
+
+
+def test_unset_is_written_one_way(fixtures_db):
+    result = run_cli("report", "--db", str(fixtures_db), "-c", "baseline_default_[0-9]", "-c", "baseline_nccl_[0-9]",
+                     "--format", "md", "--resamples", "200")
+    assert result.returncode == 0
+    assert "unset → Ring" in result.stdout or "=unset" in result.stdout
+    assert "<unset>" not in result.stdout and "\\<unset\\>" not in result.stdout
+    assert ": None" not in result.stdout and "=—" not in result.stdout
+
+
+def _readme_commands() -> list[list[str]]:
+    """The `speclogs report` and `speclogs sql` commands of the README's bash blocks, as argv after `speclogs`."""
+    import re
+    import shlex
+
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S):
+        text = block.replace("\\\n", " ")
+        for match in re.finditer(r"speclogs (?:report|sql) ", text):
+            quote, end = None, len(text)
+            for i in range(match.start(), len(text)):      # the command ends at a newline outside quotes
+                ch = text[i]
+                if quote:
+                    quote = None if ch == quote else quote
+                elif ch in "'\"":
+                    quote = ch
+                elif ch == "\n":
+                    end = i
+                    break
+            words = shlex.split(text[match.start():end], comments=True)
+            commands.append(words[1:words.index("&&")] if "&&" in words else words[1:])
+    return commands
+
+
+def test_readme_report_and_sql_commands_run_as_written(fixtures_db, tmp_path):
+    """Every `speclogs report` / `speclogs sql` command in the README runs as written against the bundled fixtures."""
+    commands = _readme_commands()
+    assert len(commands) >= 4 and any("baseline_nccl_[0-9]" in c for c in commands)
+    for args in commands:
+        result = run_cli(*args, "--db", str(fixtures_db), cwd=tmp_path)
+        assert result.returncode == 0, (args, result.stderr[-2000:])

@@ -1,0 +1,170 @@
+"""Secrets planted everywhere a user can put one never reach what speclogs writes: run.json, the launch's own output,
+the DuckDB file after ingest, and every report format. Proxies are not inherited unless the plan names them; harmless
+names that merely look like secrets (TOKENIZERS_PARALLELISM, NCCL_IB_PKEY, TIKTOKEN_CACHE_DIR) stay readable."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from speclogs.launcher.runinfo import build_env
+from speclogs.redact import REDACTED, redact_argv, redact_env, redact_text, secret_name
+
+ROOT = Path(__file__).resolve().parent.parent
+STANDIN = ROOT / "tests" / "standin_server.py"
+
+# what a user could put where: plan env, inherited env, argv (plan and cell args), server args (the server prints them)
+PLAN_ENV = {"DATABASE_URL": "postgres://app:dbpw-PLANENV-7@127.0.0.1:9/x",
+            "OPENAI_API_KEY": "sk-planenv0123456789abcdef", "NCCL_IB_PKEY": "0x8001"}
+INHERITED = {"HTTPS_PROXY": "http://bob:proxypw-INHERIT-7@127.0.0.1:9",
+             "http_proxy": "http://bob:proxypw-INHERIT-8@127.0.0.1:9",
+             "ALL_PROXY": "socks5://carol:proxypw-INHERIT-9@127.0.0.1:9",
+             "GH_PAT": "ghp_inheritABCDEFGHIJKLMNOPQRSTUV0123",
+             "MYSQL_PWD": "mysqlpw-INHERIT-7",
+             "SENTRY_DSN": "https://sentrykey-INHERIT-7@o1.ingest.sentry.io/5",
+             "HF_TOKEN": "hf_inheritABCDEFGHIJKLMNOPQRS",
+             "TOKENIZERS_PARALLELISM": "false", "TIKTOKEN_CACHE_DIR": "/tmp/tiktoken-cache"}
+ARGV_API_KEY = "sk-argv0123456789abcdefghij"
+ARGV_HF_TOKEN = "hf_argvABCDEFGHIJKLMNOPQRSTU"
+SECRETS = ["dbpw-PLANENV-7", "planenv0123456789", "proxypw-INHERIT", "ghp_inherit", "mysqlpw-INHERIT-7",
+           "sentrykey-INHERIT-7", "hf_inherit", "argv0123456789", "hf_argv"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _speclogs(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "speclogs", *args], capture_output=True, text=True, timeout=180,
+                          env=dict(env or os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="200"))
+
+
+def _leaks(text: str) -> list[str]:
+    return [secret for secret in SECRETS if secret in text]
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """Two cells launched through the CLI with secrets in every place, ingested, then reported in every format."""
+    tmp = tmp_path_factory.mktemp("secrets")
+    env_lines = "\n".join(f'{name} = "{value}"' for name, value in PLAN_ENV.items())
+    plan = tmp / "plan.toml"
+    plan.write_text(f"""name = "secrets"
+command = ["{{python}}", "{STANDIN}"]
+port = {_free_port()}
+health_poll_s = 0.05
+stop_grace_s = 2
+launches = 1
+inherit_env = ["*"]
+args = ["--ready-after", "0.2", "--speculative-algorithm", "EAGLE3"]
+[env]
+{env_lines}
+[bench]
+requests = 3
+max_new_tokens = 8
+[[cells]]
+name = "keyed"
+args = ["--api-key", "{ARGV_API_KEY}", "--hf-token={ARGV_HF_TOKEN}"]
+[[cells]]
+name = "open"
+""")
+    db = tmp / "runs.duckdb"
+    out = tmp / "out"
+    launch = _speclogs("launch", str(plan), "--out", str(out), "--db", str(db), "--format", "json",
+                       env={**os.environ, **INHERITED})
+    assert launch.returncode == 0, launch.stderr
+    reports = {"launch stdout": launch.stdout, "launch stderr": launch.stderr}
+    arms = ["-c", "keyed_1", "-c", "open_1", "--db", str(db), "--resamples", "200"]
+    for fmt in ("terminal", "json", "md"):
+        result = _speclogs("report", *arms, "--format", fmt)
+        assert result.returncode == 0, result.stderr
+        reports[f"report {fmt}"] = result.stdout
+    html = tmp / "report.html"
+    assert _speclogs("report", *arms, "--html", str(html)).returncode == 0
+    reports["report html"] = html.read_text()
+    return {"out": out, "db": db, "reports": reports}
+
+
+def test_run_json_has_no_secret_but_keeps_harmless_names(launched):
+    for path in launched["out"].glob("*/*/run.json"):
+        text = path.read_text()
+        assert _leaks(text) == [], path
+        record = json.loads(text)
+        env = record["env"]
+        assert env["TOKENIZERS_PARALLELISM"] == "false" and env["NCCL_IB_PKEY"] == "0x8001"
+        assert env["TIKTOKEN_CACHE_DIR"] == "/tmp/tiktoken-cache"
+        assert env["MYSQL_PWD"] == env["GH_PAT"] == env["SENTRY_DSN"] == env["HF_TOKEN"] == REDACTED
+        assert env["DATABASE_URL"] == f"postgres://{REDACTED}@127.0.0.1:9/x"
+        assert not any(name.lower().endswith("_proxy") for name in env), "proxies are not inherited unless named"
+    keyed = json.loads((launched["out"] / "keyed" / "1" / "run.json").read_text())
+    assert keyed["argv"][keyed["argv"].index("--api-key") + 1] == REDACTED
+    assert f"--hf-token={REDACTED}" in keyed["argv"]
+
+
+def test_launch_output_and_every_report_format_have_no_secret(launched):
+    for name, text in launched["reports"].items():
+        assert _leaks(text) == [], name
+
+
+def _database_text(db: Path) -> str:
+    with duckdb.connect(str(db), read_only=True) as con:
+        names = [row[0] for row in con.execute(
+            "SELECT table_name FROM duckdb_tables() UNION SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()]
+        return "\n".join(str(con.execute(f'SELECT * FROM "{name}"').fetchall()) for name in names)
+
+
+def test_database_runs_argv_env_have_no_secret(launched):
+    with duckdb.connect(str(launched["db"]), read_only=True) as con:
+        runs = str(con.execute("SELECT argv, env, run_json FROM runs").fetchall())
+    assert _leaks(runs) == []
+
+
+@pytest.mark.xfail(strict=True, reason="the server prints its ServerArgs (api_key included) into server.log; ingest "
+                   "(store/ingest, the lead's storage rewrite) must pass server_args values and kept raw lines through "
+                   "speclogs.redact before they are stored")
+def test_database_has_no_secret_anywhere(launched):
+    assert _leaks(_database_text(launched["db"])) == []
+    assert _leaks(launched["db"].read_bytes().decode("latin-1")) == []
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "MYSQL_PWD", "GH_PAT", "SENTRY_DSN",
+                                  "api_key", "admin_api_key", "DB_PASSWORD_FILE", "AWS_SESSION_TOKEN"])
+def test_secret_names(name):
+    assert secret_name(name)
+
+
+@pytest.mark.parametrize("name", ["TOKENIZERS_PARALLELISM", "NCCL_IB_PKEY", "TIKTOKEN_CACHE_DIR", "speculative_token_map",
+                                  "max_total_tokens", "PWD", "OLDPWD", "PATH", "SSH_AUTH_SOCK", "DATABASE_URL"])
+def test_harmless_names(name):
+    assert not secret_name(name)
+
+
+def test_values_and_flags():
+    assert redact_text("http://bob:pw@proxy:3128/") == f"http://{REDACTED}@proxy:3128/"
+    assert redact_text("see https://x-access-token:ghs_ABCDEFGHIJKLMNOPQRSTUVWX@github.com/o/r") == \
+        f"see https://{REDACTED}@github.com/o/r"
+    assert redact_text("key sk-ant-api03-abcdefghijklmnop and github_pat_11ABCDEFG0123456789_abcdefghij") == \
+        f"key {REDACTED} and {REDACTED}"
+    assert redact_text("http://127.0.0.1:30000/health") == "http://127.0.0.1:30000/health"
+    assert redact_argv(["--api-key", "plain-words", "--admin-password=x", "--ssl-keyfile", "/k.pem",
+                        "--speculative-token-map", "/m.pt", "--max-total-tokens", "4096"]) == \
+        ["--api-key", REDACTED, f"--admin-password={REDACTED}", "--ssl-keyfile", "/k.pem", "--speculative-token-map",
+         "/m.pt", "--max-total-tokens", "4096"]
+    assert redact_env({"NO_PROXY": "localhost", "X": "https://u:p@h"}) == {"NO_PROXY": "localhost", "X": f"https://{REDACTED}@h"}
+
+
+def test_proxies_inherited_only_when_named():
+    base = {"HTTPS_PROXY": "http://p", "http_proxy": "http://p", "NO_PROXY": "localhost", "PATH": "/bin"}
+    env, dropped = build_env(base, ("*",), ())
+    assert env == {"PATH": "/bin"} and set(dropped) == {"HTTPS_PROXY", "http_proxy", "NO_PROXY"}
+    env, _ = build_env(base, ("PATH", "HTTPS_PROXY", "no_proxy"), ())
+    assert env == {"PATH": "/bin", "HTTPS_PROXY": "http://p", "NO_PROXY": "localhost"}

@@ -120,3 +120,33 @@ def redact_json(value: Any, key: str = "") -> Any:
     if isinstance(value, str):
         return redact_value(key, value) if key else redact_text(value)
     return value
+
+
+_ASSIGNMENT = re.compile(  # name=value (ServerArgs(…), env dumps) or 'name': value / "name": value (dicts, JSON)
+    r"""(?P<head>(?:(?<![A-Za-z0-9_#.\-])(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)=|(?P<quote>['"])(?P<qname>[A-Za-z_][A-Za-z0-9_.\-]*)(?P=quote): ))"""
+    r"""(?P<value>'[^']*'|"[^"]*"|[^\s,)}\]]+)"""
+)
+_FLAG = re.compile(r"(?P<flag>--[A-Za-z0-9][A-Za-z0-9\-_]*)(?P<sep>=| +)(?P<value>[^\s'\",)]+)")
+# A cheap test first: the text a line needs for redact_line to change anything (most lines have none of it).
+SUSPECT = re.compile(
+    r"://[^\s/@]*@|sk-|hf_|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|AKIA|eyJ|[Bb]earer |[Bb]asic "
+    r"|(?i:key|token|secret|passw|pwd|auth|dsn|_pat|cookie|credential)"
+)
+
+
+def redact_line(text: str) -> str:
+    """A log line as speclogs keeps it: redact_text, plus the value of every secret-named assignment
+    (`api_key='sk-…'`, `"hf_token": "…"`) and of every secret flag (`--api-key X`) in it."""
+    if not text or not SUSPECT.search(text):
+        return text
+
+    def assignment(m: re.Match) -> str:
+        if not secret_name(m["name"] or m["qname"]) or m["value"].strip("'\"") in ("", "None", "null"):
+            return m[0]
+        quote = m["value"][0] if m["value"][:1] in ("'", '"') else ""
+        return f"{m['head']}{quote}{REDACTED}{quote}"
+
+    def flag(m: re.Match) -> str:
+        return f"{m['flag']}{m['sep']}{REDACTED}" if secret_name(_flag_name(m["flag"])) else m[0]
+
+    return _FLAG.sub(flag, _ASSIGNMENT.sub(assignment, redact_text(text)))

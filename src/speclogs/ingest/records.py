@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from speclogs.grammar import parse_server_args, split_rank_tags
+from speclogs.redact import REDACTED, SUSPECT, redact_line, secret_name
 from speclogs.ingest.classify import Claims, Engine, NearMiss, is_server_args
 
 ERRORS_TABLE = "errors"
@@ -147,7 +148,10 @@ def assemble(
             schema={"line_no": pl.Int64, "piece": pl.Int32, "prefix": pl.Utf8}, orient="row",
         )
 
-    # 6. launch numbers for every table
+    # 6. secrets never stored: the text kept and the server arguments, redacted (speclogs.redact)
+    tables = redacted(tables)
+
+    # 7. launch numbers for every table
     for table, frame in tables.items():
         tables[table] = _with_launch(frame, launch_starts, launches_before).drop("piece", strict=False)
 
@@ -164,6 +168,41 @@ def assemble(
         run_facts=_run_facts(tables),
         launch_facts=_launch_facts(tables),
     )
+
+
+# The text a row keeps of its line, where a secret could be (typed numbers and the batch lines' labels cannot hold one).
+FREE_TEXT_TABLES = frozenset({"server_events", "foreign_lines", "nccl_events", "bench_summary", "errors", "unparsed_lines",
+                              "outer_prefixes", "http_requests", "spec_cycles"})
+
+
+def redacted(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """The tables with every secret the text holds replaced by <redacted>: a server argument by its name, any text
+    column by what redact_line finds (only the few rows its cheap test picks are looked at in Python)."""
+    out = {}
+    for table, frame in tables.items():
+        if table == "server_args" and frame.height:
+            secret = frame.get_column("name").map_elements(secret_name, return_dtype=pl.Boolean)
+            if secret.any():
+                frame = frame.with_columns(
+                    pl.when(secret & pl.col("value").is_not_null() & ~pl.col("value").is_in(["None", "''", '""']))
+                    .then(pl.lit(REDACTED)).otherwise(pl.col(column)).alias(column) for column in ("value",)
+                ).with_columns(
+                    pl.when(secret & pl.col("value_json").is_not_null() & (pl.col("value_json") != "null"))
+                    .then(pl.lit('"' + REDACTED + '"')).otherwise(pl.col("value_json")).alias("value_json")
+                )
+        elif table in FREE_TEXT_TABLES and frame.height:
+            columns = [name for name, dtype in frame.schema.items() if dtype == pl.Utf8]
+            frame = frame.with_columns(_redacted_column(frame.get_column(name)) for name in columns)
+        out[table] = frame
+    return out
+
+
+def _redacted_column(texts: pl.Series) -> pl.Series:
+    suspect = texts.str.contains(SUSPECT.pattern).fill_null(False)
+    if not suspect.any():
+        return texts
+    at = suspect.arg_true()
+    return texts.scatter(at, pl.Series([redact_line(text) for text in texts.gather(at).to_list()], dtype=pl.Utf8))
 
 
 def _launch_facts(tables: dict[str, pl.DataFrame]) -> list[tuple[int, str, object]]:

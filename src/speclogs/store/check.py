@@ -26,6 +26,7 @@ from pathlib import Path
 
 from speclogs.errors import StoreError
 from speclogs.ingest.lines import ANSI_RE
+from speclogs.redact import redact_line
 
 # Columns that say where a row came from, not what the line printed (never evidence for a token).
 _KEY_COLUMNS = frozenset({"run_id", "source_file", "line_no", "last_line_no", "launch_no", "file_key", "piece"})
@@ -298,9 +299,11 @@ def _check_lines(source_file: str, lines: list[str], rows: dict[int, _Evidence],
 
 
 def _tokens(line: str) -> list[str]:
-    """A line's tokens: words of two letters or more, and numbers; ANSI colour codes are formatting, not content."""
+    """A line's tokens: words of two letters or more, and numbers. ANSI colour codes are formatting, not content;
+    secrets are redacted as the ingest redacts them (speclogs.redact), so '<redacted>' stands for them."""
     if "\x1b" in line or "^[[" in line:
         line = ANSI_RE.sub(" ", line)
+    line = redact_line(line)
     return [t for t in TOKEN_RE.findall(line) if len(t) > 1 or t.isdigit()]
 
 

@@ -95,6 +95,7 @@ def ingest(
     grammar: Optional[list[Path]] = typer.Option(
         None, "--grammar", help="Extra grammar file or directory of *.toml (repeatable); checked like `speclogs grammars check`."
     ),
+    check_after: bool = typer.Option(False, "--check", help="Then run `speclogs check` on the files just ingested (exit 1 if a line lost content)."),
 ) -> None:
     """Parse SGLang logs, NCCL lines and benchmark files into DuckDB tables (idempotent)."""
     from speclogs.store import ingest_paths
@@ -115,6 +116,55 @@ def ingest(
     if _wants_json(output_format, json_alias):
         typer.echo(summary.to_json())
     _render_ingest_summary(summary)
+    if check_after and summary.source_files:
+        from speclogs.store.check import check_database
+
+        result = check_database(db, sources=summary.source_files, grammar_paths=grammar or ())
+        _render_check(result, shown=10)
+        if not result.ok:
+            raise typer.Exit(1)
+
+
+@app.command()
+def check(
+    db: DbOption = DEFAULT_DB,
+    output_format: TextFormatOption = TextFormat.text,
+    json_alias: JsonAliasOption = False,
+    show: int = typer.Option(10, "--show", min=0, help="How many of the lines that lost something to print."),
+    grammar: Optional[list[Path]] = typer.Option(None, "--grammar", help="The extra grammar files the ingest used (repeatable)."),
+) -> None:
+    """Check that the database holds every line it was given: re-read each ingested file and find every number and word
+    of every line in that line's rows (lnav -C style). Exit 1 when a line lost something."""
+    from speclogs.store.check import check_database
+
+    result = check_database(db, grammar_paths=grammar or ())
+    if _wants_json(output_format, json_alias):
+        import json
+
+        typer.echo(json.dumps(result.to_dict(), indent=2, default=str))
+    _render_check(result, shown=show)
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+def _render_check(result, *, shown: int) -> None:
+    """What the content check found, on stderr: the totals, the files it could not re-read, the first losses."""
+    from rich.text import Text
+
+    console = _stderr_console()
+    share = 100.0 * result.lines_kept / result.lines if result.lines else 100.0
+    console.print(Text(f"content check: {result.lines_kept:,} of {result.lines:,} lines ({share:.2f} %) of "
+                       f"{len(result.files) - len(result.unchecked):,} file(s) are in the database with everything they print",
+                       style="green" if result.ok else "red"))
+    for item in result.unchecked:
+        console.print(Text(f"not checked: {item.source_file}: {item.note}", style="yellow"))
+    for loss in result.losses[:shown]:
+        console.print(Text(f"{loss.source_file}:{loss.line_no}: not stored: {' '.join(loss.missing[:12])}"
+                           f"{' …' if len(loss.missing) > 12 else ''}  (rows in: {', '.join(loss.tables) or 'none'})"))
+        console.print(Text(f"    {loss.text[:300]}", style="dim"))
+    if result.lines_lost > min(shown, len(result.losses)):
+        console.print(Text(f"… {result.lines_lost - min(shown, len(result.losses)):,} more line(s) lost something "
+                           "(--show N, or --format json for all the examples kept)", style="yellow"))
 
 
 @app.command()

@@ -126,7 +126,7 @@ _ASSIGNMENT = re.compile(  # name=value (ServerArgs(…), env dumps) or 'name': 
     r"""(?P<head>(?:(?<![A-Za-z0-9_#.\-])(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)=|(?P<quote>['"])(?P<qname>[A-Za-z_][A-Za-z0-9_.\-]*)(?P=quote): ))"""
     r"""(?P<value>'[^']*'|"[^"]*"|[^\s,)}\]]+)"""
 )
-_FLAG = re.compile(r"(?P<flag>--[A-Za-z0-9][A-Za-z0-9\-_]*)(?P<sep>=| +)(?P<value>[^\s'\",)]+)")
+_FLAG = re.compile(r"(?<![\w\-])(?P<flag>--[A-Za-z0-9][A-Za-z0-9\-_]*)(?P<sep>=| +)(?P<value>[^\s'\",)\-][^\s'\",)]*)")
 # A cheap test first: the text a line needs for redact_line to change anything (most lines have none of it).
 SUSPECT = re.compile(
     r"://[^\s/@]*@|sk-|hf_|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|AKIA|eyJ|[Bb]earer |[Bb]asic "

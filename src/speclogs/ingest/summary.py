@@ -38,6 +38,7 @@ class IngestSummary:
     warnings: tuple[str, ...] = ()
     drift: dict[str, int] = field(default_factory=dict)
     runs: tuple[str, ...] = ()
+    source_files: tuple[str, ...] = ()  # the files this call ingested (files.source_file)
 
     @property
     def files_skipped(self) -> int:
@@ -59,6 +60,7 @@ class IngestSummary:
         data = asdict(self)
         data["warnings"] = list(self.warnings)
         data["runs"] = list(self.runs)
+        data["source_files"] = list(self.source_files)
         data["files_skipped"] = self.files_skipped
         data["parsed_pct"] = round(self.parsed_pct, 2)
         data["lines_per_s"] = round(self.lines_per_s, 1)

@@ -237,6 +237,7 @@ class _Tally:
     warnings: list = field(default_factory=list)
     drift: Counter = field(default_factory=Counter)
     runs: set = field(default_factory=set)
+    source_files: list = field(default_factory=list)
 
     def skip(self, reason: str, where: str) -> None:
         self.skipped[reason] += 1
@@ -246,6 +247,7 @@ class _Tally:
         counts = prepared.counts
         self.ingested += 1
         self.runs.add(prepared.item.run.run_name)
+        self.source_files.append(prepared.source_file)
         self.lines_total += counts.total
         self.lines_parsed += counts.parsed
         self.lines_continuation += counts.continuation
@@ -362,6 +364,7 @@ def ingest_paths(
         warnings=tuple(tally.warnings),
         drift=dict(tally.drift),
         runs=tuple(sorted(tally.runs)),
+        source_files=tuple(tally.source_files),
     )
 
 

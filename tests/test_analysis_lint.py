@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import duckdb
 import pytest
 
@@ -22,7 +24,8 @@ def con(tmp_path_factory):
         RunSpec(name="flat", seed=1, **base),
         RunSpec(name="drift", seed=2, drift=0.25, **base),
         RunSpec(name="retract", seed=3, retract_at_request=4, **base),
-        RunSpec(name="slowclient", seed=1, client_overhead_s=2.0, **base),  # same server timeline as flat
+        # the same server timeline as flat, an hour later (the same log content twice would be ingested once)
+        RunSpec(name="slowclient", seed=1, client_overhead_s=2.0, start=datetime(2026, 11, 30, 10, 0, 0), **base),
     ]
     for spec in specs:
         write_run(spec, logs, "plain")

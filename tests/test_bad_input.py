@@ -82,9 +82,9 @@ def test_truncated_gzip_keeps_what_decompressed(db_path, tmp_path):
 def test_directory_with_thousands_of_files(db_path, tmp_path):
     root = tmp_path / "many"
     root.mkdir()
-    sample = b"".join(EAGLE.read_bytes().splitlines(keepends=True)[:12])
-    for index in range(1500):
-        (root / f"part{index:04d}.log").write_bytes(sample)
+    sample = b"".join(EAGLE.read_bytes().splitlines(keepends=True)[:11])
+    for index in range(1500):  # each its own last line: the same content twice would be ingested once
+        (root / f"part{index:04d}.log").write_bytes(sample + f"[2026-11-30 10:18:43] part {index}\n".encode())
     for index in range(300):
         (root / f"notes{index}.md").write_text("not a log")
     (root / ".hidden.log").write_bytes(sample)
@@ -110,7 +110,7 @@ def test_a_file_that_disappears_before_it_is_read(db_path, tmp_path):
     first = tmp_path / "a.log"
     second = tmp_path / "b.log"
     first.write_bytes(EAGLE.read_bytes())
-    second.write_bytes(EAGLE.read_bytes())
+    second.write_bytes(EAGLE.read_bytes() + b"[2026-11-30 10:30:00] the second\n")
 
     def remove_the_second(event) -> None:
         if event.files_done == 1 and second.exists():

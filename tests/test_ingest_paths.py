@@ -15,7 +15,7 @@ from conftest import FIXTURE_LOGS, ROOT
 from speclogs.grammar import load_grammars
 from speclogs.ingest.classify import classify, compile_engine
 from speclogs.ingest.lines import build_lines
-from speclogs.ingest.logfile import parse_log_chunks
+from speclogs.ingest.pipeline import parse_log_chunks
 from speclogs.ingest.sources import make_valid_text
 
 GENERATOR = ROOT / "benchmarks" / "gen_sglang_log.py"
@@ -33,8 +33,9 @@ def parse(engine, data: bytes, chunk_bytes: int = 64 << 20) -> dict:
     for chunk in parse_log_chunks(data, engine, chunk_bytes=chunk_bytes):
         for table, frame in chunk.tables.items():
             tables.setdefault(table, []).append(frame)
-        counts = [a + b for a, b in zip(counts, (chunk.total_lines, chunk.parsed_lines, chunk.continuation_lines, chunk.unparsed_lines))]
-        for name, n in chunk.near_miss_counts.items():
+        tally = chunk.files[0]
+        counts = [a + b for a, b in zip(counts, (tally.total_lines, tally.parsed_lines, tally.continuation_lines, tally.unparsed_lines))]
+        for name, n in tally.drift_counts.items():
             drift[name] = drift.get(name, 0) + n
     merged = {}
     for table, frames in tables.items():

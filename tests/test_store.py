@@ -86,14 +86,15 @@ def test_sql_without_database_says_so(tmp_path):
 def test_schema_is_created_once_and_versioned(db_path):
     connect(db_path).close()
     connect(db_path).close()
-    assert scalar(db_path, "SELECT value FROM meta WHERE key = 'schema_version'") == "3"
+    assert scalar(db_path, "SELECT value FROM meta WHERE key = 'schema_version'") == "4"
 
 
 def write_launch_dir(root: Path, cell: str, launch: int, uid: str) -> Path:
     launch_dir = root / cell / str(launch)
     launch_dir.mkdir(parents=True)
-    (launch_dir / "server.log").write_bytes(EAGLE.read_bytes())
-    bench = [json.loads(line) for line in EAGLE_BENCH.read_text().splitlines()]
+    # each launch its own day: two launches never print the same log (the same content twice is ingested once)
+    (launch_dir / "server.log").write_bytes(EAGLE.read_bytes().replace(b"[2026-11-30 ", f"[2026-12-{launch:02d} ".encode()))
+    bench = [{**json.loads(line), "run": f"{cell}_{launch}"} for line in EAGLE_BENCH.read_text().splitlines()]
     (launch_dir / "bench.jsonl").write_text("".join(json.dumps(b) + "\n" for b in bench))
     run = {
         "schema": "speclogs.run/1", "run_uid": uid, "run_name": f"{cell}_{launch}", "cell": cell, "launch": launch,
@@ -190,7 +191,7 @@ def _relabelled(tmp_path: Path, name: str) -> Path:
     decode = [i for i, line in enumerate(lines) if "Decode batch" in line]
     for i in decode[1::2]:
         lines[i] = lines[i].replace(" TP0]", " TP1]").replace("cuda graph", "npu graph")
-    text = "".join(lines).replace("503 Service Unavailable", "418 I'm a Teapot")
+    text = "".join(lines).replace("503 Service Unavailable", "418 I'm a Teapot") + f"[2026-11-30 10:30:00] this is {name}\n"
     log = tmp_path / name
     log.write_text(text)
     return log
@@ -223,17 +224,19 @@ def test_label_columns_are_stored_as_codes_and_read_back_as_text(db_path, tmp_pa
 
 
 def test_labels_of_a_rolled_back_file_are_forgotten(db_path, tmp_path, monkeypatch):
-    from speclogs import store
+    import duckdb
+
+    from speclogs.store import writer
 
     ingest_paths([EAGLE], db_path)
-    upsert = store._upsert_runs
+    upsert = writer._upsert_runs
 
-    def fail_one(connection, batch):
-        if any(prepared.source_file.endswith("failed.log") for prepared in batch):
-            raise store.duckdb.Error("disk on fire")
-        upsert(connection, batch)
+    def fail_one(connection, files):
+        if any(parsed.source_file.endswith("failed.log") for parsed in files):
+            raise duckdb.Error("disk on fire")
+        upsert(connection, files)
 
-    monkeypatch.setattr(store, "_upsert_runs", fail_one)
+    monkeypatch.setattr(writer, "_upsert_runs", fail_one)
     failed, again = _relabelled(tmp_path, "failed.log"), _relabelled(tmp_path, "again.log")
     summary = ingest_paths([failed, again], db_path)  # one transaction for both, then one each: failed.log's rolls back
     assert summary.files_ingested == 1 and any("rolled back" in reason for reason in summary.skipped)
@@ -241,18 +244,3 @@ def test_labels_of_a_rolled_back_file_are_forgotten(db_path, tmp_path, monkeypat
     assert _decode_labels(db_path, failed) == []
     assert _decode_labels(db_path, EAGLE)[0][:2] == (" TP0", "cuda graph")
     assert scalar(db_path, "SELECT count(*) - count(DISTINCT (column_name, code)) FROM _labels") == 0
-
-
-def test_narrow_tables_are_written_in_small_row_groups(db_path, tmp_path):
-    """Row groups of ROW_GROUP_ROWS (a quarter of DuckDB's default): the last partial one per table, written at
-    COMMIT once parsing has ended, is small."""
-    from speclogs.store import ROW_GROUP_ROWS
-
-    line = next(line for line in EAGLE.read_text().splitlines() if "Decode batch" in line)
-    log = tmp_path / "many.log"
-    log.write_text("".join(f"{line[:-1]}{n % 10}\n" for n in range(70_000)))
-    ingest_paths([log], db_path)
-    shard = scalar(db_path, "SELECT table_name FROM duckdb_tables() WHERE table_name LIKE '\\_decode\\_batches\\_%' ESCAPE '\\'")
-    rows = query(db_path, f"SELECT row_group_id, max(start + count) - min(start) FROM pragma_storage_info('{shard}') "
-                          "WHERE column_name = 'line_no' GROUP BY 1 ORDER BY 1")
-    assert [count for _, count in rows] == [ROW_GROUP_ROWS, ROW_GROUP_ROWS, 70_000 - 2 * ROW_GROUP_ROWS]

@@ -1,9 +1,12 @@
-"""Parsing inputs into table frames: logs (grammars, fast and slow paths), benchmark JSON, run.json, NCCL probes.
+"""Parsing inputs into table frames: logs (grammars), benchmark JSON, run.json, NCCL probes.
 
-This package never touches DuckDB (speclogs.store does, and calls these). Public API:
-    discover_inputs(paths, run_name=None) -> Discovery          which files, which runs, what was skipped
-    read_input(InputFile) -> RawInput                            bytes made safe (gzip, binary, NUL, UTF-8)
-    parse_log_chunks(data, engine, slow=False) -> ChunkResult…   one log, chunk by chunk
+This package never touches DuckDB (speclogs.store writes what it parses). pipeline.py reads top to bottom:
+discover (sources.py) → read (sources.py) → split (lines.py) → classify (classify.py, native.py) → assemble
+(records.py) → the store's writer. Public API:
+    run_pipeline(paths, sink, engine_for, …) -> Tally        the whole ingest, into a sink (speclogs.store.writer)
+    discover_inputs(paths, run_name=None) -> Discovery       which files, which runs, what was skipped
+    read_input(InputFile) -> RawInput                        bytes made safe (gzip, binary, NUL, UTF-8)
+    parse_log_chunks(data, engine) -> ChunkResult…           one log, chunk by chunk
     parse_bench_jsonl / parse_bench_json / parse_run_json / parse_nccl_probe -> JsonFileResult
     IngestSummary, ProgressEvent
 
@@ -20,9 +23,9 @@ _EXPORTS = {
     "parse_bench_jsonl": "speclogs.ingest.jsonfiles",
     "parse_nccl_probe": "speclogs.ingest.jsonfiles",
     "parse_run_json": "speclogs.ingest.jsonfiles",
-    "DEFAULT_CHUNK_BYTES": "speclogs.ingest.logfile",
-    "engine_note": "speclogs.ingest.logfile",
-    "parse_log_chunks": "speclogs.ingest.logfile",
+    "DEFAULT_CHUNK_BYTES": "speclogs.ingest.pipeline",
+    "parse_log_chunks": "speclogs.ingest.pipeline",
+    "run_pipeline": "speclogs.ingest.pipeline",
     "ChunkResult": "speclogs.ingest.records",
     "Discovery": "speclogs.ingest.sources",
     "InputFile": "speclogs.ingest.sources",

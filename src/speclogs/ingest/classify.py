@@ -27,7 +27,6 @@ from speclogs.ingest import native
 
 PREFIX_COLUMNS = ("ts", "ts_text", "rank_tags", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "attn_cp_rank", "moe_dp_rank")
 RANK_COLUMNS = PREFIX_COLUMNS[3:]
-DRIFT_EXAMPLES_PER_PATTERN = 20
 _COMPACT_BELOW = 0.7  # compact the working set when fewer than this share of its rows are still unclaimed
 _PRESENCE_BELOW_ROWS = 20_000  # from this few rows on, find the gates that occur with one multi-literal search
 
@@ -74,24 +73,14 @@ class Engine:
         return self.by_name[name]
 
 
-@dataclass(frozen=True)
-class NearMiss:
-    pattern: str
-    line_no: int
-    piece: int
-    text: str
-    error: str  # pyparsing's message with the column, e.g. "Expected '#queue-req:', found end of text (at char 141), (line:1, col:142)"
-
-
 @dataclass
 class Claims:
     """The classification of one chunk's pieces."""
 
     frames: dict[str, pl.DataFrame]  # pattern name → line_no, piece, prefix columns (message scope), fields, constants
     unclaimed: pl.DataFrame  # line_no, piece, text, prefixed (Boolean)
-    prefixed_pieces: int  # pieces with an SGLang prefix
-    near_miss_counts: dict[str, int] = field(default_factory=dict)
-    near_misses: list[NearMiss] = field(default_factory=list)
+    prefixed: pl.Series  # line_no of every piece with an SGLang prefix
+    drift: pl.DataFrame  # line_no, piece, pattern, text: pieces that look like a pattern's lines but went elsewhere
     server_args_text: dict[tuple[int, int], str] = field(default_factory=dict)  # (line_no, piece) → message
 
 
@@ -194,8 +183,9 @@ def is_server_args(pattern: Pattern) -> bool:
 # fast path
 
 
-def classify(engine: Engine, pieces: pl.DataFrame) -> Claims:
+def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] = (1,)) -> Claims:
     """Classify the piece frame (line_no, piece, text): split off the SGLang prefix, then each scope by its executor.
+    `file_starts`: the first line number of each file when the pieces are several files' (records.ChunkFiles).
 
     Per scope, the working set is narrow: the text to match and each row's index into the scope's metadata
     (line_no, piece, and for messages ts and ranks), which is gathered only for the rows a pattern claims."""
@@ -204,7 +194,10 @@ def classify(engine: Engine, pieces: pl.DataFrame) -> Claims:
     prefixed, message, prefix_groups = split if split is not None else _split_prefix(engine, text)
     message_rows = pieces.filter(prefixed)
     ts = _ts_column(prefix_groups)
-    ts, ts_text = _dated(engine, message_rows, ts) if ts.null_count() else (ts, pl.Series("ts_text", [None], pl.Utf8).new_from_index(0, ts.len()))
+    if ts.null_count():
+        ts, ts_text = _dated(engine, message_rows, ts, file_starts)
+    else:
+        ts_text = pl.Series("ts_text", [None], pl.Utf8).new_from_index(0, ts.len())
     msg_meta = _with_ranks(
         pl.DataFrame(
             {
@@ -238,13 +231,11 @@ def classify(engine: Engine, pieces: pl.DataFrame) -> Claims:
             .with_columns(pl.when(pl.col("prefixed")).then(pl.col("full")).otherwise(pl.col("text")).alias("text"))
             .drop("full")
         )
-    counts, misses = _near_misses(engine, found.near_ids, found.winners, unclaimed)
     return Claims(
         frames=found.frames,
         unclaimed=unclaimed,
-        prefixed_pieces=message_rows.height,
-        near_miss_counts=counts,
-        near_misses=misses,
+        prefixed=message_rows.get_column("line_no"),
+        drift=_drift(engine, found.near_ids, found.winners, unclaimed),
         server_args_text=found.server_args_text,
     )
 
@@ -447,14 +438,19 @@ def _ts_column(prefix_groups: pl.DataFrame) -> pl.Series:
     return parsed.alias("ts")
 
 
-def _dated(engine: Engine, message_rows: pl.DataFrame, ts: pl.Series) -> tuple[pl.Series, pl.Series]:
+def _dated(engine: Engine, message_rows: pl.DataFrame, ts: pl.Series, file_starts: tuple[int, ...]) -> tuple[pl.Series, pl.Series]:
     """(ts, ts_text) for the prefixed rows when some timestamps did not type: ts_text is the timestamp as printed for
-    those rows; a time without a date ('HH:MM:SS', ≤0.3.0) gets the date of the nearest dated row of the chunk
-    before it (a day later when the clock went back), else after it; a 'MM-DD HH:MM:SS' gets its year so. Without
-    any dated row near, ts stays NULL and ts_text says what was printed."""
+    those rows; a time without a date ('HH:MM:SS', ≤0.3.0) gets the date of the nearest dated row of its file in the
+    chunk before it (a day later when the clock went back), else after it; a 'MM-DD HH:MM:SS' gets its year so.
+    Without any dated row near, ts stays NULL and ts_text says what was printed."""
     missing = ts.is_null()
     texts = message_rows.get_column("text").filter(missing).str.extract_groups(engine.prefix_regex).struct.field("ts")
-    frame = pl.DataFrame({"ts": ts, "before": ts.forward_fill(), "after": ts.backward_fill()}).filter(missing)
+    file = pl.Series(file_starts, dtype=pl.Int64).search_sorted(message_rows.get_column("line_no"), side="right")
+    frame = (
+        pl.DataFrame({"ts": ts, "file": file})
+        .with_columns(pl.col("ts").forward_fill().over("file").alias("before"), pl.col("ts").backward_fill().over("file").alias("after"))
+        .filter(missing)
+    )
     frame = frame.with_columns(texts.alias("ts_text"))
     time_only = pl.col("ts_text").str.len_chars() == 8
     month_day = pl.col("ts_text").str.len_chars() == 14
@@ -529,23 +525,19 @@ def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.Da
     return source.select(compiled.select)
 
 
-def _near_misses(
-    engine: Engine, near_ids: dict[str, pl.DataFrame], winners: dict[str, pl.DataFrame], unclaimed: pl.DataFrame
-) -> tuple[dict[str, int], list[NearMiss]]:
-    """Gate passed, regex failed, and the piece went to a more generic pattern (or to none): drift."""
-    counts: dict[str, int] = {}
-    examples: list[NearMiss] = []
+def _drift(engine: Engine, near_ids: dict[str, pl.DataFrame], winners: dict[str, pl.DataFrame], unclaimed: pl.DataFrame) -> pl.DataFrame:
+    """Gate passed, regex failed, and the piece went to a more generic pattern (or to none): drift. One row per
+    (piece, pattern): line_no, piece, pattern, text."""
+    parts = []
     unclaimed_keys = unclaimed.select("line_no", "piece")
     for name, ids in near_ids.items():
         ends = [winners[w] for w in engine.drift_winners.get(name, ()) if w in winners] + [unclaimed_keys]
         drift = ids.join(pl.concat(ends), on=["line_no", "piece"], how="semi")
-        if drift.height == 0:
-            continue
-        counts[name] = drift.height
-        pattern = engine.pattern(name).pattern
-        for line_no, piece, text in drift.sort("line_no", "piece").head(DRIFT_EXAMPLES_PER_PATTERN).iter_rows():
-            examples.append(NearMiss(name, line_no, piece, text, explain_miss(pattern, text)))
-    return counts, examples
+        if drift.height:
+            parts.append(drift.select("line_no", "piece", pl.lit(name).alias("pattern"), pl.col("src").alias("text")))
+    if not parts:
+        return pl.DataFrame(schema={"line_no": pl.Int64, "piece": pl.Int32, "pattern": pl.Utf8, "text": pl.Utf8})
+    return pl.concat(parts).sort("pattern", "line_no", "piece")
 
 
 def is_drift(gate: str, winner_gate: str | None) -> bool:

@@ -1,8 +1,8 @@
 """Claims → table frames: multi-line error records, launches, server_args rows, unparsed rows, line accounting.
 
-Shared by both parse paths (they differ only in how pieces are classified), so everything decided here —
-which lines continue a traceback, which launch a line belongs to, which lines count as parsed — is the
-same for both.
+A chunk is either a batch of small files (their lines numbered on in one sequence, one number left out between two
+files so that no record runs from one into the next) or a part of one big file; every row leaves with its file's
+index and its line number in that file (ChunkFiles).
 
 Launches: a log file is split at each `server_args=` line (launch_no 1, 2, …). Lines before the first
 server_args line (SGLang prints warnings there) belong to launch 1; a file without any has one launch.
@@ -22,11 +22,12 @@ import json
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from speclogs.grammar import parse_server_args, split_rank_tags
 from speclogs.redact import REDACTED, SUSPECT, redact_line, secret_name
-from speclogs.ingest.classify import Claims, Engine, NearMiss, is_server_args
+from speclogs.ingest.classify import Claims, Engine, explain_miss, is_server_args
 
 ERRORS_TABLE = "errors"
 # grammar table names that cannot be SQL table names as they are (FOREIGN is an SQL keyword)
@@ -42,35 +43,56 @@ _FRAGMENT = " (fragment; the same line also holds parsed records)"
 
 
 @dataclass
-class ChunkResult:
-    """One chunk of a log parsed into table frames (no run_id / source_file yet: the store adds them)."""
+class FileTally:
+    """What one file's lines in a chunk came to (a batch of small files shares a chunk; a big file streams many)."""
 
-    tables: dict[str, pl.DataFrame]
-    total_lines: int
-    parsed_lines: int
-    continuation_lines: int
-    unparsed_lines: int
-    prefixed_pieces: int
-    launch_starts: list[int]  # line numbers of server_args lines in this chunk
-    near_miss_counts: dict[str, int] = field(default_factory=dict)
-    near_misses: list[NearMiss] = field(default_factory=list)
+    total_lines: int = 0
+    parsed_lines: int = 0
+    continuation_lines: int = 0
+    unparsed_lines: int = 0
+    prefixed_pieces: int = 0
+    launch_starts: list[int] = field(default_factory=list)  # file line numbers of its server_args lines
+    drift_counts: dict[str, int] = field(default_factory=dict)  # pattern → near misses that are drift
     run_facts: dict[str, object] = field(default_factory=dict)
     launch_facts: list[tuple[int, str, object]] = field(default_factory=list)  # (launch_no, fact, ts)
+
+
+@dataclass
+class ChunkResult:
+    """A chunk parsed into table frames. Every row carries `file` (the index of its file in the chunk) and its line_no
+    in that file; run_id / source_file are the store's to add."""
+
+    tables: dict[str, pl.DataFrame]
+    files: list[FileTally]
     byte_end: int = 0  # offset in the (decompressed) text where this chunk ends
 
 
+@dataclass(frozen=True)
+class ChunkFiles:
+    """Where a chunk's files are: `starts[f]` is the chunk line number of file f's first line, `lines[f]` how many it
+    has; a number between two files belongs to none (so no record joins them). A streamed chunk is one file whose
+    line numbers are the file's own (starts = [1]); `launches_before` counts the launches earlier chunks found."""
+
+    starts: tuple[int, ...]
+    lines: tuple[int, ...]
+    launches_before: int = 0
+
+    def index_of(self, line_no: pl.Series) -> pl.Series:
+        return (pl.Series(self.starts, dtype=pl.Int64).search_sorted(line_no, side="right") - 1).cast(pl.Int32).alias("file")
+
+
 LAUNCH_EVENT_KINDS = ("server_args", "ready", "cuda_graph_end", "sigterm")
+DRIFT_EXAMPLES_PER_PATTERN = 20  # per file: the near misses kept with their text and pyparsing's reason
 
 
 def assemble(
     engine: Engine,
     claims: Claims,
     raw_lines: pl.DataFrame,
+    files: ChunkFiles,
     *,
-    total_lines: int,
     blank: tuple[int, ...] | list[int],
     too_long: tuple[tuple[int, int], ...] | list[tuple[int, int]],
-    launches_before: int,
     outer_prefixes: tuple[tuple[int, str], ...] = (),
 ) -> ChunkResult:
     """Build the table frames of one chunk. `raw_lines` is (line_no, raw) for every physical line of the chunk."""
@@ -137,9 +159,6 @@ def assemble(
                 pl.when(fragment).then(pl.col("reason") + _FRAGMENT).otherwise(pl.col("reason")).alias("reason")
             )
         tables["unparsed_lines"] = frame
-    continuation_only = len(continuation_lines)  # a line with a continuation piece counts as continuation
-    parsed_count = parsed.len()
-    unparsed_count = total_lines - parsed_count - continuation_only
 
     # 5. what a capture tool put before the text (docker compose service, Ray actor, kubectl pod, journald unit, …)
     if outer_prefixes:
@@ -148,26 +167,83 @@ def assemble(
             schema={"line_no": pl.Int64, "piece": pl.Int32, "prefix": pl.Utf8}, orient="row",
         )
 
-    # 6. secrets never stored: the text kept and the server arguments, redacted (speclogs.redact)
+    # 6. format drift: near misses, the first few per pattern and file with pyparsing's account of where they fail
+    if claims.drift.height:
+        tables["parse_drift"] = _drift_examples(engine, claims.drift, files)
+
+    # 7. secrets never stored: the text kept and the server arguments, redacted (speclogs.redact)
     tables = redacted(tables)
 
-    # 7. launch numbers for every table
+    # 8. every row's file, its line number in that file, and its launch there
+    tallies = [FileTally(total_lines=n) for n in files.lines]
+    starts = pl.Series("starts", launch_starts, dtype=pl.Int64)
     for table, frame in tables.items():
-        tables[table] = _with_launch(frame, launch_starts, launches_before).drop("piece", strict=False)
+        tables[table] = _in_files(frame, files, starts).drop("piece", strict=False)
+    per_file = _count_per_file(files, parsed, pl.Series(sorted(continuation_lines), dtype=pl.Int64), claims.prefixed)
+    for index, (parsed_count, continuation_count, prefixed_count) in enumerate(per_file):
+        tally = tallies[index]
+        tally.parsed_lines, tally.continuation_lines, tally.prefixed_pieces = parsed_count, continuation_count, prefixed_count
+        tally.unparsed_lines = tally.total_lines - parsed_count - continuation_count
+    if launch_starts:
+        at = files.index_of(starts).to_list()
+        for line_no, index in zip(launch_starts, at):
+            tallies[index].launch_starts.append(line_no - files.starts[index] + 1)
+    if claims.drift.height:
+        counted = claims.drift.group_by(files.index_of(claims.drift.get_column("line_no")), "pattern").len().iter_rows()
+        for index, pattern, count in counted:
+            tallies[index].drift_counts[pattern] = count
+    for index, facts in _run_facts(tables).items():
+        tallies[index].run_facts = facts
+    for index, facts in _launch_facts(tables).items():
+        tallies[index].launch_facts = facts
+    return ChunkResult(tables=tables, files=tallies)
 
-    return ChunkResult(
-        tables=tables,
-        total_lines=total_lines,
-        parsed_lines=parsed_count,
-        continuation_lines=continuation_only,
-        unparsed_lines=unparsed_count,
-        prefixed_pieces=claims.prefixed_pieces,
-        launch_starts=launch_starts,
-        near_miss_counts=dict(claims.near_miss_counts),
-        near_misses=list(claims.near_misses),
-        run_facts=_run_facts(tables),
-        launch_facts=_launch_facts(tables),
+
+def _in_files(frame: pl.DataFrame, files: ChunkFiles, launch_starts: pl.Series) -> pl.DataFrame:
+    """A frame of chunk line numbers → with `file`, the line_no (and last_line_no) in that file, and the launch_no
+    there: the server starts (server_args lines) of its file up to the line, at least 1 (lines before the first
+    server_args belong to launch 1), after the launches earlier chunks of a streamed file found."""
+    line_no = frame.get_column("line_no")
+    if len(files.starts) == 1 and files.starts[0] == 1:  # a whole file, or a streamed one's chunk: numbers are its own
+        within = launch_starts.search_sorted(line_no, side="right") if launch_starts.len() else None
+        launch = (pl.Series([0], dtype=pl.Int64).new_from_index(0, frame.height) if within is None else within.cast(pl.Int64))
+        return frame.with_columns(
+            pl.lit(0, dtype=pl.Int32).alias("file"),
+            (launch + files.launches_before).clip(lower_bound=1).cast(pl.Int32).alias("launch_no"),
+        )
+    index = files.index_of(line_no)
+    base = pl.Series(files.starts, dtype=pl.Int64).gather(index)
+    before_file = launch_starts.search_sorted(base, side="left")
+    up_to_line = launch_starts.search_sorted(line_no, side="right")
+    shifted = [(line_no - base + 1).alias("line_no")]
+    if "last_line_no" in frame.columns:
+        shifted.append((frame.get_column("last_line_no") - base + 1).alias("last_line_no"))
+    return frame.with_columns(
+        *shifted, index, (up_to_line - before_file).cast(pl.Int64).clip(lower_bound=1).cast(pl.Int32).alias("launch_no")
     )
+
+
+def _count_per_file(files: ChunkFiles, parsed: pl.Series, continuation: pl.Series, prefixed: pl.Series) -> list[tuple[int, int, int]]:
+    """(parsed, continuation, prefixed pieces) per file of the chunk."""
+    n = len(files.starts)
+
+    def counts(line_nos: pl.Series) -> list[int]:
+        if not line_nos.len():
+            return [0] * n
+        return np.bincount(files.index_of(line_nos).to_numpy(), minlength=n).tolist()
+
+    return list(zip(counts(parsed), counts(continuation), counts(prefixed)))
+
+
+def _drift_examples(engine: Engine, drift: pl.DataFrame, files: ChunkFiles) -> pl.DataFrame:
+    """The first DRIFT_EXAMPLES_PER_PATTERN near misses per pattern and file, each with pyparsing's reason."""
+    picked = (
+        drift.with_columns(files.index_of(drift.get_column("line_no")))
+        .sort("file", "pattern", "line_no", "piece")
+        .filter(pl.int_range(pl.len()).over("file", "pattern") < DRIFT_EXAMPLES_PER_PATTERN)
+    )
+    errors = [explain_miss(engine.pattern(name).pattern, text) for name, text in picked.select("pattern", "text").iter_rows()]
+    return picked.drop("file").with_columns(pl.Series("error", errors, dtype=pl.Utf8)).select("line_no", "piece", "pattern", "error", "text")
 
 
 # The text a row keeps of its line, where a secret could be (typed numbers and the batch lines' labels cannot hold one).
@@ -205,33 +281,33 @@ def _redacted_column(texts: pl.Series) -> pl.Series:
     return texts.scatter(at, pl.Series([redact_line(text) for text in texts.gather(at).to_list()], dtype=pl.Utf8))
 
 
-def _launch_facts(tables: dict[str, pl.DataFrame]) -> list[tuple[int, str, object]]:
-    """The few timestamped events launches are summarised by: server_args, ready, cuda_graph_end, sigterm, /health 200.
-
-    Launches use only the earliest and latest time of each event, so a chunk reports just those two per
-    (launch_no, event) rather than a tuple for every /health request."""
+def _launch_facts(tables: dict[str, pl.DataFrame]) -> dict[int, list[tuple[int, str, object]]]:
+    """Per file: the few timestamped events launches are summarised by (server_args, ready, cuda_graph_end, sigterm,
+    /health 200), as (launch_no, event, ts). Launches use only the earliest and latest time of each event, so a chunk
+    reports just those two per event rather than a tuple for every /health request."""
     parts: list[pl.DataFrame] = []
     events = tables.get("server_events")
     if events is not None and "kind" in events.columns and "ts" in events.columns:
         picked = events.filter(pl.col("kind").is_in(LAUNCH_EVENT_KINDS) & pl.col("ts").is_not_null())
-        parts.append(picked.select("launch_no", pl.col("kind").alias("fact"), "ts"))
+        parts.append(picked.select("file", "launch_no", pl.col("kind").alias("fact"), "ts"))
     http = tables.get("http_requests")
     if http is not None and {"path", "status", "ts"} <= set(http.columns):
         health = http.filter(pl.col("path").str.starts_with("/health") & (pl.col("status") == 200) & pl.col("ts").is_not_null())
-        parts.append(health.select("launch_no", pl.lit("health_200").alias("fact"), "ts"))
+        parts.append(health.select("file", "launch_no", pl.lit("health_200").alias("fact"), "ts"))
     if not parts:
-        return []
+        return {}
     spans = (
         pl.concat(parts)
-        .group_by("launch_no", "fact")
+        .group_by("file", "launch_no", "fact")
         .agg(pl.col("ts").min().alias("first_ts"), pl.col("ts").max().alias("last_ts"))
-        .sort("launch_no", "fact")
+        .sort("file", "launch_no", "fact")
     )
-    facts: list[tuple[int, str, object]] = []
-    for launch_no, fact, first_ts, last_ts in spans.rows():
-        facts.append((launch_no, fact, first_ts))
+    facts: dict[int, list[tuple[int, str, object]]] = {}
+    for index, launch_no, fact, first_ts, last_ts in spans.rows():
+        found = facts.setdefault(index, [])
+        found.append((launch_no, fact, first_ts))
         if last_ts != first_ts:
-            facts.append((launch_no, fact, last_ts))
+            found.append((launch_no, fact, last_ts))
     return facts
 
 
@@ -474,44 +550,24 @@ def _unparsed_frame(rows: list[tuple[int, str]], raw_lines: pl.DataFrame) -> pl.
     )
 
 
-def _with_launch(frame: pl.DataFrame, launch_starts: list[int], launches_before: int) -> pl.DataFrame:
-    if not launch_starts or (len(launch_starts) == 1 and launches_before == 0):
-        # a single launch in view (lines before the first server_args belong to launch 1)
-        return frame.with_columns(pl.lit(max(1, launches_before), dtype=pl.Int32).alias("launch_no"))
-    if launch_starts:
-        starts = pl.Series("starts", launch_starts, dtype=pl.Int64)
-        within = starts.search_sorted(frame.get_column("line_no"), side="right").cast(pl.Int32)
-        launch = (within + launches_before).clip(lower_bound=1)
-    else:
-        launch = pl.Series([max(1, launches_before)] * frame.height, dtype=pl.Int32)
-    return frame.with_columns(launch.alias("launch_no").cast(pl.Int32))
-
-
-def _run_facts(tables: dict[str, pl.DataFrame]) -> dict[str, object]:
-    """What a log says about its run: model path, speculative algorithm, TP size (first launch), host."""
-    facts: dict[str, object] = {}
+def _run_facts(tables: dict[str, pl.DataFrame]) -> dict[int, dict[str, object]]:
+    """Per file: what a log says about its run: model path, speculative algorithm, TP size (its first launch), host."""
+    facts: dict[int, dict[str, object]] = {}
     server_args = tables.get("server_args")
     if server_args is not None and server_args.height:
-        first_line = server_args.get_column("line_no")[0]
         wanted = {"model_path", "speculative_algorithm", "tp_size"}
-        values: dict[str, object] = {}
-        rows = zip(
-            server_args.get_column("line_no").to_list(),
-            server_args.get_column("name").to_list(),
-            server_args.get_column("value_json").to_list(),
-        )
-        for line_no, name, value_json in rows:
-            if line_no != first_line:
-                break
-            if name in wanted and value_json is not None:
-                values[name] = json.loads(value_json)
-        facts["model_path"] = values.get("model_path")
-        facts["speculative_algorithm"] = values.get("speculative_algorithm")
-        tp_size = values.get("tp_size")
-        facts["tp_size"] = tp_size if isinstance(tp_size, int) else None
+        first = server_args.filter(pl.col("line_no") == pl.col("line_no").min().over("file"))
+        values: dict[int, dict[str, object]] = {}
+        for index, name, value_json in first.filter(pl.col("name").is_in(list(wanted))).select("file", "name", "value_json").iter_rows():
+            if value_json is not None:
+                values.setdefault(index, {})[name] = json.loads(value_json)
+        for index in first.get_column("file").unique().to_list():
+            found = values.get(index, {})
+            tp_size = found.get("tp_size")
+            facts[index] = {"model_path": found.get("model_path"), "speculative_algorithm": found.get("speculative_algorithm"),
+                            "tp_size": tp_size if isinstance(tp_size, int) else None}
     nccl = tables.get("nccl_events")
     if nccl is not None and "host" in nccl.columns:
-        hosts = nccl.get_column("host").drop_nulls()
-        if hosts.len():
-            facts["hostname"] = hosts[0]
+        for index, host in nccl.filter(pl.col("host").is_not_null()).group_by("file", maintain_order=True).agg(pl.col("host").first()).iter_rows():
+            facts.setdefault(index, {})["hostname"] = host
     return facts

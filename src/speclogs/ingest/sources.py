@@ -8,15 +8,17 @@ it never raises for a bad file, it returns a skip reason or warnings instead.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import stat
 import sys
 import threading
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from speclogs.errors import InputError
@@ -91,6 +93,7 @@ class Discovery:
     files: tuple[InputFile, ...]
     skipped: dict[str, int] = field(default_factory=dict)
     skipped_examples: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # what discovery decided that a user should know (runs renamed apart)
 
 
 class Sha256Job:
@@ -257,12 +260,15 @@ def _skip_reason_for_name(name: str) -> str:
     return f"not a log or bench file name ({suffix})"
 
 
-def discover_inputs(paths: list[str], *, run_name: str | None = None) -> Discovery:
+def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs: dict[str, str] | None = None) -> Discovery:
     """Expand PATH arguments into input files with their runs.
 
     Explicit files are always read (as logs unless the name says bench/run.json); directories are walked
-    recursively, skipping hidden entries and names that are not logs/bench files. Raises InputError for a
-    named path that does not exist.
+    recursively (symlinked directories followed, once each), skipping hidden entries and names that are not
+    logs/bench files. Two different runs never share a name: a run whose name another run of this call or of the
+    database (`known_runs`: run_id → run_name) has gets the folder that tells them apart before its name
+    ('h200x2-profile/eagle3_unprof_1'), and a note says so. Raises InputError for a named path that does not
+    exist, is a symlink loop, or is not a regular file (a FIFO would block: read a pipe as '-').
     """
     files: list[InputFile] = []
     skipped: Counter[str] = Counter()
@@ -292,33 +298,97 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None) -> Discove
             files.append(InputFile(source_file=STDIN_NAME, kind="log", run=run, path=None, size_bytes=0))
             continue
         path = Path(argument)
-        try:
-            is_dir = path.is_dir()
-            exists = is_dir or path.exists()
-        except OSError as error:
-            raise InputError(f"cannot read {argument}: {error.strerror}", hint="check the path and its permissions") from error
-        if not exists:
-            raise InputError(
-                f"{argument}: no such file or directory",
-                hint="pass log files, directories, .gz files or '-' for stdin",
-            )
-        if is_dir:
+        mode = _mode(path, argument)
+        if stat.S_ISDIR(mode):
             _walk(path, add, skip)
+        elif not stat.S_ISREG(mode):
+            raise InputError(f"{argument}: not a regular file ({_file_type(mode)})",
+                             hint="speclogs reads files and directories; pipe a stream in as '-' (… | speclogs ingest -)")
         else:
             kind = kind_for_name(path.name) or "log"
             add(path, kind, _size(path))
-    return Discovery(files=tuple(files), skipped=dict(skipped), skipped_examples=examples)
+    named, notes = _names_apart(files, known_runs or {})
+    return Discovery(files=tuple(named), skipped=dict(skipped), skipped_examples=examples, notes=tuple(notes))
+
+
+def _mode(path: Path, argument: str) -> int:
+    """The st_mode of a named path (following symlinks); InputError saying why when there is none."""
+    try:
+        return path.stat().st_mode
+    except FileNotFoundError as error:
+        if path.is_symlink():
+            raise InputError(f"{argument}: a broken symlink (it points at {os.readlink(path)})",
+                             hint="point it at a log file or directory") from error
+        raise InputError(f"{argument}: no such file or directory",
+                         hint="pass log files, directories, .gz files or '-' for stdin") from error
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise InputError(f"{argument}: a symlink loop", hint="the link points back at itself; point it at a real file") from error
+        raise InputError(f"cannot read {argument}: {error.strerror}", hint="check the path and its permissions") from error
+
+
+def _file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
+def _names_apart(files: list[InputFile], known_runs: dict[str, str]) -> tuple[list[InputFile], list[str]]:
+    """Give a run a name no other run has: a run of this call whose name a different run (of this call, or stored)
+    has is named '<folder>/<name>', <folder> being the first folder where their directories part."""
+    runs: dict[str, RunRef] = {}
+    for item in files:
+        runs.setdefault(item.run.run_id, item.run)
+    by_name: dict[str, set[str]] = {}
+    for run_id, name in known_runs.items():
+        by_name.setdefault(name, set()).add(run_id)
+    for run in runs.values():
+        by_name.setdefault(run.run_name, set()).add(run.run_id)
+    renamed: dict[str, str] = {}
+    notes: list[str] = []
+    for name, run_ids in by_name.items():
+        new = [runs[run_id] for run_id in sorted(run_ids) if run_id in runs and run_id not in known_runs]
+        if len(run_ids) < 2 or not new:
+            continue
+        dirs = [run.source_dir or "" for run in new]
+        common = os.path.commonpath(dirs) if len(new) > 1 and all(dirs) else os.path.dirname(dirs[0]) if dirs[0] else ""
+        for run in new:
+            relative = os.path.relpath(run.source_dir, common) if run.source_dir and common else ""
+            folder = relative.split(os.sep)[0] if relative and relative != "." else run.run_id[:8]
+            renamed[run.run_id] = f"{folder}/{name}"
+        notes.append(f"run name '{name}' belongs to {len(run_ids)} different runs: named "
+                     + ", ".join(f"'{renamed[run.run_id]}'" for run in new) + " (by the folder that tells them apart)")
+    if not renamed:
+        return files, notes
+    out = []
+    for item in files:
+        name = renamed.get(item.run.run_id)
+        out.append(item if name is None else replace(item, run=replace(item.run, run_name=name)))
+    return out, notes
 
 
 def _walk(root: Path, add, skip) -> None:
+    """Every file under root; symlinked directories are followed, each real directory walked once (a link back to
+    one already walked — a loop — is reported, not followed)."""
     def on_error(error: OSError) -> None:
         skip(f"unreadable directory ({error.strerror})", str(error.filename))
 
-    for directory, dirnames, filenames in os.walk(root, onerror=on_error):
+    walked = {os.path.realpath(root)}
+    for directory, dirnames, filenames in os.walk(root, onerror=on_error, followlinks=True):
         hidden_dirs = [d for d in dirnames if d.startswith(".") or d == "__pycache__"]
         for name in hidden_dirs:
             skip("hidden directory", os.path.join(directory, name))
-        dirnames[:] = sorted(d for d in dirnames if d not in hidden_dirs)
+        kept = []
+        for name in sorted(d for d in dirnames if d not in hidden_dirs):
+            real = os.path.realpath(os.path.join(directory, name))
+            if real in walked:
+                skip("symlinked directory already walked (a loop, or a second link to it)", os.path.join(directory, name))
+                continue
+            walked.add(real)
+            kept.append(name)
+        dirnames[:] = kept
         for name in sorted(filenames):
             where = os.path.join(directory, name)
             if name.startswith("."):
@@ -330,9 +400,18 @@ def _walk(root: Path, add, skip) -> None:
                 continue
             path = Path(where)
             if not path.is_file():
-                skip("not a regular file", where)
+                skip(_why_not_a_file(path), where)
                 continue
             add(path, kind, _size(path))
+
+
+def _why_not_a_file(path: Path) -> str:
+    try:
+        return f"not a regular file ({_file_type(path.stat().st_mode)})"
+    except FileNotFoundError:
+        return "broken symlink"
+    except OSError as error:
+        return "symlink loop" if error.errno == errno.ELOOP else f"unreadable ({error.strerror})"
 
 
 def _size(path: Path) -> int:

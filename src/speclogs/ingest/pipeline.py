@@ -1,0 +1,525 @@
+"""The ingest pipeline, top to bottom: discover → read → split → classify → assemble → (the store) write.
+
+`run_pipeline(discovery, sink)` is what `speclogs ingest` does, given the inputs sources.discover_inputs found
+(which files, which runs; it runs before the database is opened). It reads each one
+safely (gzip, binary, NUL and invalid bytes), leaves out what the database already holds and what this call
+already read (the same content under another name), and parses the rest:
+
+- small files go in batches: their lines, numbered on in one sequence, are split (lines.py), classified
+  (classify.py) and assembled (records.py) as ONE chunk, so two thousand 500-line logs cost about what one
+  million-line log does; JSON inputs (bench results, run.json, probe files) are read file by file (jsonfiles.py);
+- a big log streams, chunk by chunk, two chunks classified at once.
+
+What comes out goes to the sink (speclogs.store.writer): `write_batch(batch)` for a batch, `write_stream(parsed,
+produce)` for a big log (the sink runs `produce(emit)` as it likes, e.g. on a thread while it inserts). Nothing here
+touches DuckDB. Per file the pipeline keeps its account (line counts, rows per table, warnings, run facts,
+launches) in a ParsedFile, which the sink writes to `files`, `runs` and `launches`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import polars as pl
+
+from speclogs.errors import InputError, SpeclogsError
+from speclogs.ingest import native
+from speclogs.ingest.classify import Engine, classify
+from speclogs.ingest.jsonfiles import parse_bench_json, parse_bench_jsonl, parse_nccl_probe, parse_run_json
+from speclogs.ingest.lines import Lines, build_lines, count_lines
+from speclogs.ingest.records import ChunkFiles, ChunkResult, FileTally, assemble
+from speclogs.ingest.sources import (
+    STDIN_NAME,
+    STREAM_MIN_BYTES,
+    Discovery,
+    InputFile,
+    LogStream,
+    RawInput,
+    read_input,
+    tapered_bytes,
+)
+from speclogs.ingest.summary import IngestSummary, ProgressEvent
+
+DEFAULT_CHUNK_BYTES = 16 << 20  # two chunks are parsed at once; 32 MiB chunks cost ~140 MB more peak RSS, no speed
+BATCH_BYTES = 16 << 20  # small files parsed together, at most this much text (or BATCH_FILES of them) at a time
+BATCH_FILES = 4000
+PARSE_THREADS = 2
+CHUNKS_AHEAD = PARSE_THREADS + 1  # chunks in flight: one more than threads, so a thread never waits for the next chunk
+NOTE_MIN_BYTES = 512 << 10  # logs from this size on get a note when the native matcher is off
+PROGRESS_MIN_BYTES = 8 << 20
+NO_SGLANG_WARNING = "no SGLang lines: is this an SGLang log?"
+FAILURES = (SpeclogsError, ValueError, OSError, pl.exceptions.PolarsError)  # what parsing a bad input may raise
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# what the pipeline hands the store
+
+
+@dataclass
+class FileCounts:
+    kind: str
+    total: int = 0
+    parsed: int = 0
+    continuation: int = 0
+    unparsed: int = 0
+    rows: Counter = field(default_factory=Counter)
+    drift: Counter = field(default_factory=Counter)
+    warnings: list = field(default_factory=list)
+
+
+@dataclass
+class ParsedFile:
+    """One file on its way into the database: its account (the rows themselves travel in a Batch or a stream)."""
+
+    item: InputFile
+    source_file: str
+    raw: RawInput
+    replaces: bool
+    counts: FileCounts
+    facts: dict = field(default_factory=dict)  # what the file says about its run (runs columns)
+    launch_rows: list = field(default_factory=list)
+    seconds: float = 0.0
+    launch_starts: list = field(default_factory=list)  # line numbers of its server starts
+    launch_facts: list = field(default_factory=list)  # (launch_no, event, ts)
+    prefixed_pieces: int = 0
+
+
+@dataclass
+class Batch:
+    """Files parsed together: every row of `tables` has `file`, its file's index in `files`."""
+
+    files: list[ParsedFile]
+    tables: dict[str, pl.DataFrame]
+
+    def of(self, index: int) -> "Batch":
+        """The batch of file `index` alone (to write it on its own when the batch as a whole fails)."""
+        tables = {}
+        for table, frame in self.tables.items():
+            own = frame.filter(pl.col("file") == index)
+            if own.height:
+                tables[table] = own.with_columns(pl.lit(0, dtype=pl.Int32).alias("file"))
+        return Batch([self.files[index]], tables)
+
+
+class Sink(Protocol):
+    """Where parsed files go (speclogs.store.writer.Writer)."""
+
+    def stored(self) -> dict[str, set[str]]: ...  # source_file → the sha256 of the contents stored for it
+
+    def write_batch(self, batch: Batch, tally: "Tally") -> None: ...
+
+    def write_stream(self, parsed: ParsedFile, produce: Callable[[Callable[[str, pl.DataFrame], None]], None], tally: "Tally") -> None: ...
+
+
+@dataclass
+class Tally:
+    """The account of one pipeline run, for IngestSummary; the sink adds what it wrote or failed to write."""
+
+    files_total: int
+    bytes_total: int
+    ingested: int = 0
+    unchanged: int = 0
+    bytes_done: int = 0
+    lines_total: int = 0
+    lines_parsed: int = 0
+    lines_continuation: int = 0
+    lines_unparsed: int = 0
+    rows: Counter = field(default_factory=Counter)
+    skipped: Counter = field(default_factory=Counter)
+    skipped_examples: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)
+    drift: Counter = field(default_factory=Counter)
+    runs: set = field(default_factory=set)
+    source_files: list = field(default_factory=list)
+
+    def skip(self, reason: str, where: str) -> None:
+        self.skipped[reason] += 1
+        self.skipped_examples.setdefault(reason, where)
+
+    def add(self, parsed: ParsedFile) -> None:
+        counts = parsed.counts
+        self.ingested += 1
+        self.runs.add(parsed.item.run.run_name)
+        self.source_files.append(parsed.source_file)
+        self.lines_total += counts.total
+        self.lines_parsed += counts.parsed
+        self.lines_continuation += counts.continuation
+        self.lines_unparsed += counts.unparsed
+        self.rows.update(counts.rows)
+        self.drift.update(counts.drift)
+        for warning in counts.warnings:
+            self.warnings.append(f"{parsed.source_file}: {warning}")
+
+    def summary(self, db_path: str, seconds: float) -> IngestSummary:
+        return IngestSummary(
+            db_path=db_path, files_found=self.files_total, files_ingested=self.ingested, files_unchanged=self.unchanged,
+            skipped=dict(self.skipped), skipped_examples=dict(self.skipped_examples), lines_total=self.lines_total,
+            lines_parsed=self.lines_parsed, lines_continuation=self.lines_continuation, lines_unparsed=self.lines_unparsed,
+            rows_per_table=dict(sorted(self.rows.items())), bytes_read=self.bytes_done, seconds=seconds,
+            warnings=tuple(self.warnings), drift=dict(self.drift), runs=tuple(sorted(self.runs)),
+            source_files=tuple(self.source_files),
+        )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the pipeline
+
+
+def run_pipeline(
+    discovery: Discovery,
+    sink: Sink,
+    engine_for: Callable[[], Engine],
+    *,
+    replace: bool = False,
+    on_progress: Callable[[ProgressEvent], None] | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> Tally:
+    """(discovered inputs, sources.discover_inputs) → read → (skip what is stored) → split → classify → assemble →
+    sink. `engine_for()` compiles the grammars, called only when there is a log to read. Raises InputError when
+    nothing names an input."""
+    if not discovery.files and not discovery.skipped:
+        raise InputError("nothing to ingest", hint="pass log files, directories, .gz files or '-' for stdin")
+    tally = Tally(len(discovery.files), sum(f.size_bytes for f in discovery.files))
+    for reason, count in discovery.skipped.items():
+        tally.skipped[reason] += count
+        tally.skipped_examples.setdefault(reason, discovery.skipped_examples.get(reason, ""))
+    tally.warnings.extend(discovery.notes)
+    engine = engine_for() if any(f.kind == "log" for f in discovery.files) else None
+    show = tally.bytes_total >= PROGRESS_MIN_BYTES or tally.files_total > 50
+    stored = sink.stored()
+    seen: dict[str, str] = {sha: source for source, shas in stored.items() for sha in shas}  # content → where it is
+    batch: list[ParsedFile] = []
+    batch_bytes = 0
+
+    def flush() -> None:
+        nonlocal batch, batch_bytes
+        if batch:
+            _write_batch(batch, engine, sink, tally)
+        batch, batch_bytes = [], 0
+
+    for index, item in enumerate(discovery.files):
+        if on_progress is not None:
+            on_progress(ProgressEvent(_short(item.source_file), tally.bytes_done, tally.bytes_total, index, tally.files_total, show))
+        parsed = _read(item, stored, seen, tally, replace=replace)
+        if parsed is None:
+            tally.bytes_done += item.size_bytes
+            continue
+        if item.kind == "log" and (parsed.raw.stream is not None or len(parsed.raw.data) >= STREAM_MIN_BYTES):
+            flush()
+            progress = _stream_progress(on_progress, item, tally, index, show)
+            sink.write_stream(parsed, lambda emit, parsed=parsed: _parse_stream(parsed, engine, emit, chunk_bytes, progress), tally)
+        else:
+            batch.append(parsed)
+            batch_bytes += len(parsed.raw.data)
+            if batch_bytes >= BATCH_BYTES or len(batch) >= BATCH_FILES:
+                flush()
+        tally.bytes_done += item.size_bytes
+    flush()
+    if on_progress is not None:
+        on_progress(ProgressEvent("done", tally.bytes_total, tally.bytes_total, tally.files_total, tally.files_total, show))
+    return tally
+
+
+def _read(item: InputFile, stored: dict[str, set[str]], seen: dict[str, str], tally: Tally, *, replace: bool) -> ParsedFile | None:
+    """Read one input, or say why it is left out: unreadable, unchanged, changed without --replace, or the same
+    content as another file of this call or of the database (empty files excepted)."""
+    raw = read_input(item)
+    source_file = item.source_file
+    if item.path is None and raw.sha256:
+        source_file = f"{STDIN_NAME[:-1]}:{raw.sha256[:12]}>"
+    for warning in raw.warnings:
+        tally.warnings.append(f"{source_file}: {warning}")
+    if raw.skipped_reason is not None:
+        tally.skip(raw.skipped_reason, source_file)
+        return None
+    known = stored.get(source_file)
+    if known and not replace:
+        if raw.sha256 in known:
+            tally.unchanged += 1
+            tally.skip("unchanged, skipped (already ingested; --replace re-ingests)", source_file)
+        else:
+            tally.skip("content changed since it was ingested (use --replace to re-ingest)", source_file)
+        return None
+    twin = seen.get(raw.sha256) if raw.size_bytes else None
+    if twin is not None and twin != source_file:
+        tally.skip("the same content as a file already ingested, skipped", source_file)
+        tally.warnings.append(f"{source_file}: the same content as {twin}: ingested once, as {twin}")
+        return None
+    seen[raw.sha256] = source_file
+    stored.setdefault(source_file, set()).add(raw.sha256)
+    return ParsedFile(item=item, source_file=source_file, raw=raw, replaces=bool(known), counts=FileCounts(kind=item.kind))
+
+
+def _write_batch(files: list[ParsedFile], engine: Engine | None, sink: Sink, tally: Tally) -> None:
+    started = time.perf_counter()
+    try:
+        batch = parse_batch(files, engine)
+    except FAILURES:  # parse them one by one: only the file that fails is left out
+        batch = None
+    if batch is None:
+        for parsed in files:
+            try:
+                one = parse_batch([parsed], engine)
+            except FAILURES as error:
+                tally.skip(f"failed ({type(error).__name__}: {first_line(error)})", parsed.source_file)
+                continue
+            sink.write_batch(one, tally)
+        return
+    share = (time.perf_counter() - started) / max(1, len(files))
+    for parsed in files:
+        parsed.seconds = share
+    sink.write_batch(batch, tally)
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def _short(source_file: str) -> str:
+    return source_file if len(source_file) <= 60 else "…" + source_file[-59:]
+
+
+def _stream_progress(on_progress, item: InputFile, tally: Tally, index: int, show: bool):
+    if on_progress is None:
+        return None
+    done_before = tally.bytes_done
+    return lambda fraction: on_progress(ProgressEvent(_short(item.source_file), done_before + int(fraction * item.size_bytes),
+                                                      tally.bytes_total, index, tally.files_total, show))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# small files: one batch, one chunk
+
+
+def parse_batch(files: list[ParsedFile], engine: Engine | None) -> Batch:
+    """Parse small files together: every log's lines in one chunk, every JSON input on its own."""
+    tables: dict[str, list[pl.DataFrame]] = {}
+    logs = [index for index, parsed in enumerate(files) if parsed.item.kind == "log"]
+    if logs:
+        chunk = _parse_logs([files[index].raw.data for index in logs], engine)
+        for table, frame in chunk.tables.items():
+            remapped = frame.with_columns(pl.col("file").replace_strict(list(range(len(logs))), logs, return_dtype=pl.Int32))
+            tables.setdefault(table, []).append(remapped)
+        for position, index in enumerate(logs):
+            parsed = files[index]
+            _take_tally(parsed, chunk.files[position])
+            _finish_log(parsed, engine)
+    for index, parsed in enumerate(files):
+        if parsed.item.kind == "log":
+            continue
+        for table, frame in _parse_json(parsed).items():
+            tables.setdefault(table, []).append(frame.with_columns(pl.lit(index, dtype=pl.Int32).alias("file")))
+    merged = {table: frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed") for table, frames in tables.items()}
+    for table, frame in merged.items():
+        for index, count in frame.group_by("file").len().iter_rows():
+            files[index].counts.rows[table] += count
+    return Batch(files, merged)
+
+
+def _parse_logs(texts: list[bytes], engine: Engine) -> ChunkResult:
+    """Logs as one chunk: their text joined, each ending with a newline, one empty line between two (no file's
+    record can reach into the next); the empty lines between them belong to no file."""
+    parts: list[bytes] = []
+    starts: list[int] = []
+    lines: list[int] = []
+    next_start = 1
+    for text in texts:
+        count = count_lines(text)
+        starts.append(next_start)
+        lines.append(count)
+        parts.append(text if not text or text.endswith(b"\n") else text + b"\n")
+        parts.append(b"\n")
+        next_start += count + 1
+    data = b"".join(parts)
+    gaps = frozenset(start + count for start, count in zip(starts, lines))
+    split = build_lines(data, 1, next_start - 1)
+    split = Lines(frame=split.frame, total_lines=split.total_lines, first_line_no=1, raw=split.raw,
+                  blank=tuple(n for n in split.blank if n not in gaps), too_long=split.too_long, outer_prefixes=split.outer_prefixes)
+    return _assemble_chunk(engine, split, classify(engine, split.frame, tuple(starts)), ChunkFiles(tuple(starts), tuple(lines)))
+
+
+def _parse_json(parsed: ParsedFile) -> dict[str, pl.DataFrame]:
+    text = parsed.raw.data.decode("utf-8")
+    kind = parsed.item.kind
+    if kind == "run_json":
+        result = parse_run_json(text)
+    elif kind == "bench_json":
+        result = parse_bench_json(text)
+    elif kind == "nccl_probe":
+        result = parse_nccl_probe(text, parsed.source_file)
+    else:
+        result = parse_bench_jsonl(text, kind=kind)
+    counts = parsed.counts
+    counts.total, counts.parsed, counts.unparsed = result.total_lines, result.parsed_lines, result.unparsed_lines
+    counts.warnings.extend(result.warnings)
+    parsed.facts.update(result.run_facts)
+    return {table: frame for table, frame in result.tables.items() if frame.height}
+
+
+def _take_tally(parsed: ParsedFile, tally: FileTally) -> None:
+    """Add one chunk's account of a file to the file's."""
+    counts = parsed.counts
+    counts.total += tally.total_lines
+    counts.parsed += tally.parsed_lines
+    counts.continuation += tally.continuation_lines
+    counts.unparsed += tally.unparsed_lines
+    counts.drift.update(tally.drift_counts)
+    parsed.launch_starts.extend(tally.launch_starts)
+    parsed.launch_facts.extend(tally.launch_facts)
+    parsed.prefixed_pieces += tally.prefixed_pieces
+    for key, value in tally.run_facts.items():
+        parsed.facts.setdefault(key, value)
+
+
+def _finish_log(parsed: ParsedFile, engine: Engine) -> None:
+    """A log's warnings and launches, once all its chunks are in."""
+    counts = parsed.counts
+    for name, count in sorted(counts.drift.items()):
+        counts.warnings.append(f"{count:,} line(s) look like '{name}' but do not match it (parse_drift has the first ones and why)")
+    if parsed.raw.stream is not None:  # what reading found comes first, as for a file read whole
+        counts.warnings[:0] = parsed.raw.stream.warnings()
+    note = engine_note(engine, parsed.item.size_bytes)
+    if note is not None:
+        counts.warnings.append(note)
+    if counts.total and parsed.prefixed_pieces == 0:
+        counts.warnings.append(NO_SGLANG_WARNING)
+    parsed.launch_rows = launch_rows(parsed.item.run.run_id, parsed.source_file, parsed.launch_starts, parsed.launch_facts, counts.total)
+
+
+def engine_note(engine: Engine, size_bytes: int) -> str | None:
+    """A warning for a log big enough to notice when the native matcher is off (it then runs on polars' regexes,
+    slower); None otherwise."""
+    if size_bytes < NOTE_MIN_BYTES or engine.prefix_native is not None:
+        return None
+    return native.unavailable_reason() or "the native matcher does not run these grammars: the lines ran on polars' regexes"
+
+
+def launch_rows(run_id: str, source_file: str, starts: list[int], facts, total_lines: int) -> list[tuple]:
+    """One launches row per server start of a file: its line range and the timestamps of its milestones."""
+    if total_lines == 0:
+        return []
+    starts = sorted(starts)
+    bounds = [1] + starts[1:]  # lines before the first server_args belong to launch 1
+    first_ts: dict[tuple[int, str], object] = {}
+    last_ts: dict[tuple[int, str], object] = {}
+    for launch_no, fact, ts in facts:
+        key = (launch_no, fact)
+        if key not in first_ts or ts < first_ts[key]:
+            first_ts[key] = ts
+        if key not in last_ts or ts > last_ts[key]:
+            last_ts[key] = ts
+    rows = []
+    for index, first in enumerate(bounds):
+        launch_no = index + 1
+        last = bounds[index + 1] - 1 if index + 1 < len(bounds) else total_lines
+        health = first_ts.get((launch_no, "health_200"))
+        ready = first_ts.get((launch_no, "ready")) or health
+        rows.append((run_id, source_file, launch_no, first, last, first_ts.get((launch_no, "server_args")), ready, health,
+                     last_ts.get((launch_no, "cuda_graph_end")), first_ts.get((launch_no, "sigterm"))))
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# a big log: chunk by chunk
+
+
+def _parse_stream(parsed: ParsedFile, engine: Engine, emit, chunk_bytes: int, on_progress) -> None:
+    """Parse a big log chunk by chunk, handing every table frame to `emit(table, frame)`; then its account."""
+    source = parsed.raw.stream or parsed.raw.data
+    size = parsed.raw.size_bytes if parsed.raw.stream is not None else len(parsed.raw.data)
+    for chunk in parse_log_chunks(source, engine, chunk_bytes=chunk_bytes):
+        for table, frame in chunk.tables.items():
+            if frame.height:
+                parsed.counts.rows[table] += frame.height
+                emit(table, frame)
+        _take_tally(parsed, chunk.files[0])
+        if on_progress is not None:
+            on_progress(chunk.byte_end / max(1, size))
+    _finish_log(parsed, engine)
+
+
+def chunk_bounds(data: bytes, chunk_bytes: int) -> Iterator[tuple[int, int]]:
+    """(start, end) byte ranges of whole lines, smaller towards the end (tapered_bytes); each chunk after the first
+    starts at a '[' line when one is near."""
+    size = len(data)
+    start = 0
+    while start < size:
+        target = start + tapered_bytes(size - start, chunk_bytes)
+        if target >= size:
+            yield start, size
+            return
+        cut = data.find(b"\n[", target, target + chunk_bytes)
+        if cut < 0:
+            cut = data.find(b"\n", target)
+        if cut < 0:
+            yield start, size
+            return
+        yield start, cut + 1
+        start = cut + 1
+
+
+def parse_log_chunks(source: bytes | LogStream, engine: Engine, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[ChunkResult]:
+    """Parse one log (valid UTF-8 bytes, or a LogStream read chunk by chunk); launch numbers continue across chunks.
+
+    Up to PARSE_THREADS chunks are split and classified at once (the native matcher and polars release the GIL);
+    the per-chunk assembly, which numbers launches, runs in order."""
+    launches_before = 0
+    with ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="speclogs-classify") as pool:
+        pending: deque = deque()  # (byte_end, future), in file order
+        for chunk, first_line_no, lines, byte_end in _planned_chunks(source, chunk_bytes):
+            pending.append((byte_end, pool.submit(_classify_chunk, chunk, engine, first_line_no, lines)))
+            while len(pending) >= CHUNKS_AHEAD:
+                result = _finish_chunk(engine, pending.popleft(), launches_before)
+                launches_before += len(result.files[0].launch_starts)
+                yield result
+        while pending:
+            result = _finish_chunk(engine, pending.popleft(), launches_before)
+            launches_before += len(result.files[0].launch_starts)
+            yield result
+
+
+def _planned_chunks(source: bytes | LogStream, chunk_bytes: int) -> Iterator[tuple[bytes | memoryview, int, int, int]]:
+    """(chunk, first_line_no, lines, byte_end) per chunk; lines are counted as the chunks are handed out, so the
+    first chunk starts parsing before the rest of the file is read or counted. byte_end is in the file's own
+    bytes (what progress is measured in)."""
+    first_line_no = 1
+    if isinstance(source, LogStream):
+        for chunk in source.chunks(chunk_bytes):
+            lines = count_lines(chunk)
+            yield chunk, first_line_no, lines, source.bytes_read
+            first_line_no += lines
+        return
+    view = memoryview(source)
+    for start, end in chunk_bounds(source, chunk_bytes):
+        lines = source.count(b"\n", start, end) + (0 if source[end - 1 : end] == b"\n" else 1)
+        yield view[start:end], first_line_no, lines, end
+        first_line_no += lines
+
+
+def _classify_chunk(chunk: bytes | memoryview, engine: Engine, first_line_no: int, line_count: int):
+    lines = build_lines(chunk, first_line_no, line_count)
+    return lines, classify(engine, lines.frame)
+
+
+def _finish_chunk(engine: Engine, planned: tuple, launches_before: int) -> ChunkResult:
+    byte_end, future = planned
+    lines, claims = future.result()
+    result = _assemble_chunk(engine, lines, claims, ChunkFiles((1,), (lines.total_lines,), launches_before))
+    result.byte_end = byte_end
+    return result
+
+
+def _assemble_chunk(engine: Engine, lines: Lines, claims, files: ChunkFiles) -> ChunkResult:
+    first_line_no = lines.first_line_no
+    raw_lines = pl.DataFrame(
+        {"line_no": pl.int_range(first_line_no, first_line_no + lines.total_lines, eager=True, dtype=pl.Int64), "raw": lines.raw}
+    )
+    return assemble(engine, claims, raw_lines, files, blank=lines.blank, too_long=lines.too_long,
+                    outer_prefixes=lines.outer_prefixes)
+

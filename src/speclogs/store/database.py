@@ -1,0 +1,164 @@
+"""Opening the speclogs database: the schema (schema.sql, the only source of columns), its migrations, the file format.
+
+A new file gets the schema of this version. A file an older speclogs wrote gets the migrations it lacks, in order,
+each in the same transaction as the rest of the opening, and each recorded in `_migrations` (version, what it did,
+when). A file of a newer schema is only read. The file is written in the storage format of DuckDB 1.4 (the LTS),
+so the `duckdb` CLI and the 1.4 library read it too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+
+from speclogs.errors import StoreError
+from speclogs.store.layout import SHARDED_TABLES, sharded_view_sql
+from speclogs.store.writer import ROW_GROUP_ROWS
+
+SCHEMA_VERSION = 4
+STORAGE_VERSION = "v1.4.0"  # the oldest DuckDB that must read speclogs files: the 1.4 LTS
+_LOCK_PID = re.compile(r"PID (\d+)")
+
+VIEWS_SQL = """
+CREATE OR REPLACE VIEW line_accounting AS
+SELECT f.source_file, f.run_id, f.kind, f.total_lines,
+       f.parsed_lines AS parsed, f.continuation_lines AS continuation, f.unparsed_lines AS unparsed,
+       (f.parsed_lines + f.continuation_lines + f.unparsed_lines = f.total_lines) AS balanced,
+       round(100.0 * f.parsed_lines / nullif(f.total_lines, 0), 2) AS parsed_pct
+FROM files f
+WHERE f.skipped_reason IS NULL;
+"""
+
+
+def schema_sql() -> str:
+    return resources.files("speclogs.store").joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step from schema `version - 1` to `version`."""
+
+    version: int
+    description: str
+    apply: Callable[[duckdb.DuckDBPyConnection], None]
+
+
+def declared_columns() -> dict[str, dict[str, str]]:
+    """table → column → type, as schema.sql declares them (read by DuckDB itself, in memory)."""
+    scratch = duckdb.connect()
+    try:
+        scratch.execute(schema_sql())
+        rows = scratch.execute(
+            "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE NOT internal ORDER BY table_name, column_index"
+        ).fetchall()
+    finally:
+        scratch.close()
+    declared: dict[str, dict[str, str]] = {}
+    for table, column, data_type in rows:
+        declared.setdefault(table, {})[column] = data_type
+    return declared
+
+
+def _add_declared_columns(connection: duckdb.DuckDBPyConnection) -> None:
+    """Every column schema.sql declares that the file's tables lack (the contract only ever adds columns); new tables
+    come with schema.sql itself."""
+    present: dict[str, set[str]] = {}
+    for table, column in connection.execute(
+        "SELECT table_name, column_name FROM duckdb_columns() WHERE schema_name = 'main' AND NOT internal"
+    ).fetchall():
+        present.setdefault(table, set()).add(column)
+    for table, columns in declared_columns().items():
+        if table not in present:
+            continue
+        for column, data_type in columns.items():
+            if column not in present[table]:
+                connection.execute(f'ALTER TABLE "{table}" ADD COLUMN "{column}" {data_type}')
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(4, "lossless ingest: ts_text; extra_fields, truncated (batch lines); NCCL counts; kept line text; "
+                 "tables outer_prefixes, nccl_probe_files, drift_notes", _add_declared_columns),
+)
+
+
+def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open the speclogs database (creating the schema, or migrating an older one, when writable). Raises StoreError
+    with a clear reason."""
+    path = Path(db_path)
+    if read_only and not path.exists():
+        raise StoreError(f"no database at {path}", hint="run `speclogs ingest PATH… --db FILE` first, or pass --db")
+    try:
+        if read_only:
+            connection = duckdb.connect(str(path), read_only=True)
+        else:  # attached, for the row group size and the storage version (the file's catalog is then the default one)
+            connection = duckdb.connect()
+            quoted = str(path).replace("'", "''")
+            options = f"ROW_GROUP_SIZE {ROW_GROUP_ROWS}" + ("" if path.exists() else f", STORAGE_VERSION '{STORAGE_VERSION}'")
+            connection.execute(f"ATTACH '{quoted}' AS speclogs ({options})")
+            connection.execute("USE speclogs")
+    except duckdb.IOException as error:
+        raise _store_error(path, error) from error
+    except duckdb.Error as error:
+        raise StoreError(f"cannot open {path}: {error}", hint="is it a DuckDB file written by speclogs?") from error
+    if not read_only:
+        try:
+            connection.execute("BEGIN TRANSACTION")  # one commit (and one WAL sync) for the whole schema
+            _migrate(connection, path)
+            connection.execute(schema_sql())
+            connection.execute(VIEWS_SQL)
+            views = {row[0] for row in connection.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+            for table in SHARDED_TABLES:  # a new file's views (no narrow tables yet); the store keeps them up to date
+                if table not in views:
+                    connection.execute(sharded_view_sql(table, {}, {}))
+            connection.execute("COMMIT")
+        except duckdb.Error as error:
+            connection.close()
+            raise StoreError(f"cannot create the speclogs schema in {path}: {error}", hint="use a new --db file") from error
+        except StoreError:
+            connection.close()
+            raise
+    return connection
+
+
+def _migrate(connection, path: Path) -> None:
+    """Bring a file of an older schema up to SCHEMA_VERSION (a new file: just record the version)."""
+    has_meta = connection.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = 'meta'"
+    ).fetchone()[0]
+    found = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() if has_meta else None
+    connection.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    connection.execute("CREATE TABLE IF NOT EXISTS _migrations (version INTEGER, description VARCHAR, applied_at TIMESTAMP)")
+    if found is None:
+        connection.execute("INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [str(SCHEMA_VERSION)])
+        return
+    version = int(found[0])
+    oldest = MIGRATIONS[0].version - 1
+    if version > SCHEMA_VERSION or version < oldest:
+        raise StoreError(
+            f"{path} was written by another speclogs version (schema {version}, this one writes schema {SCHEMA_VERSION})",
+            hint="ingest into a new --db file; `speclogs sql` still reads this one",
+        )
+    for migration in MIGRATIONS:
+        if migration.version > version:
+            connection.execute(schema_sql())  # the tables a migration may add columns to exist first
+            migration.apply(connection)
+            connection.execute("INSERT INTO _migrations VALUES (?, ?, now())", [migration.version, migration.description])
+    connection.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+
+
+def _store_error(path: Path, error: duckdb.Error) -> StoreError:
+    message = str(error)
+    if "lock" in message.lower():
+        found = _LOCK_PID.search(message)
+        pid = found.group(1) if found else "unknown"
+        return StoreError(
+            f"{path} is being written by another process (pid {pid}?)",
+            hint="wait for it to finish (each file is one transaction), or use another --db file",
+        )
+    return StoreError(f"cannot open {path}: {message}", hint="check the path and its permissions")
+

@@ -1,0 +1,51 @@
+"""Read-only SQL on the database (`speclogs sql`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from speclogs.errors import StoreError
+from speclogs.store.database import connect
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    columns: tuple[str, ...]
+    types: tuple[str, ...]
+    rows: tuple[tuple, ...]
+
+    def to_csv(self) -> str:
+        import csv
+        import io
+
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(self.columns)
+        writer.writerows(["" if v is None else v for v in row] for row in self.rows)
+        return buffer.getvalue()
+
+    def to_json(self) -> str:
+        records = [dict(zip(self.columns, row)) for row in self.rows]
+        return json.dumps(records, default=str, indent=2)
+
+
+def run_query(db_path: str | Path, sql: str) -> QueryResult:
+    """Run SQL read-only against the database. Raises StoreError on a SQL error (with DuckDB's message)."""
+    connection = connect(db_path, read_only=True)
+    try:
+        try:
+            cursor = connection.execute(sql)
+        except duckdb.Error as error:
+            raise StoreError(f"SQL error: {error}", hint="`speclogs tables` lists the tables; docs/sql.md describes every column") from error
+        if cursor.description is None:
+            return QueryResult(columns=(), types=(), rows=())
+        columns = tuple(d[0] for d in cursor.description)
+        types = tuple(str(d[1]) for d in cursor.description)
+        rows = tuple(tuple(row) for row in cursor.fetchall())
+        return QueryResult(columns=columns, types=types, rows=rows)
+    finally:
+        connection.close()

@@ -418,18 +418,19 @@ def report(
         "default: the launch plan's factors (runs.factors)."
     ),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval coverage, e.g. 0.95."),
-    resamples: int = typer.Option(1000, "--resamples", help="Bootstrap resamples (the interval uses their standard error; 1000 is plenty)."),
+    min_effect: str = typer.Option("0%", "--min-effect", help="Practical threshold, e.g. 2%: a winner's interval must lie beyond ±2 %; inside it, 'equivalent'."),
     hidden_size: Optional[int] = typer.Option(None, "--hidden-size", help="Target model hidden size (NCCL communication-share estimate)."),
     num_layers: Optional[int] = typer.Option(None, "--num-layers", help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
 ) -> None:
     """Compare runs: throughput ratios with intervals, attribution, factorial effects, confounder warnings."""
-    from speclogs.analysis import compare_runs, parse_factor_options
+    from speclogs.analysis import compare_runs, parse_factor_options, parse_percent
     from speclogs.store import connect
 
     connection = connect(db, read_only=True)
     try:
         comparison = compare_runs(connection, list(compare) + list(arms or []), parse_factor_options(factor),
-                                  confidence, n_resamples=resamples, hidden_size=hidden_size, num_layers=num_layers)
+                                  confidence, min_effect=parse_percent(min_effect, "--min-effect"), hidden_size=hidden_size,
+                                  num_layers=num_layers)
     finally:
         connection.close()
     if output_format is ReportFormat.json:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from speclogs.analysis import stats
+from speclogs.analysis import power, stats
 from speclogs.analysis.load import RunTables, parse_json_text
 from speclogs.analysis.steady import launch_slices
 from speclogs.analysis.results import Arm, Finding, RatioComparison
@@ -196,7 +196,7 @@ def _function_of(settings, by_run: dict[str, str], ids: Sequence[str], key: str)
 def lint_comparison(
     *, tables: RunTables, decode: pl.DataFrame, clients: pl.DataFrame, arm_runs: dict[str, list[str]],
     arms: Sequence[Arm], comparisons: Sequence[RatioComparison], levels: dict[str, dict[str, str]],
-    run_data_rows: dict[str, int],
+    run_data_rows: dict[str, int], confidence: float = 0.95, min_effect: float = 0.0,
 ) -> list[Finding]:
     """All findings for one comparison, most important first."""
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
@@ -207,9 +207,9 @@ def lint_comparison(
     single = [a.name for a in arms if max((e.n_launches for e in (a.client, a.server) if e), default=0) < 2]
     if single:
         findings.append(Finding(
-            "single_launch", f"one launch in arm(s) {', '.join(single)}: intervals and tests cover request noise only, "
-            "not launch-to-launch variation (warm-up, placement, NCCL init). Repeat launches (≥ 3 per arm, interleaved) "
-            "before trusting a small difference.", "warning", tuple(single)))
+            "single_launch", f"one launch in arm(s) {', '.join(single)}: need ≥ 2 launches per arm for a verdict — "
+            "one launch shows request noise only, not launch-to-launch variation (warm-up, placement, NCCL init), so no "
+            "winner is named. Repeat launches (≥ 3 per arm, interleaved).", "warning", tuple(single)))
     few = [(a.name, n) for a in arms if 2 <= (n := max((e.n_launches for e in (a.client, a.server) if e), default=0)) < 5]
     if few:
         findings.append(Finding(
@@ -217,7 +217,8 @@ def lint_comparison(
             "estimated from so few values that the t intervals are wide (t at 97.5 %: 12.7 with 1 degree of freedom, "
             "4.3 with 2, 2.8 with 4); each extra launch narrows them a lot — aim for ≥ 5 per arm", "info",
             tuple(name for name, _ in few)))
-    findings += _launches_needed(arms)
+    findings += _launches_needed(arms, comparisons, confidence, min_effect)
+    findings += _launch_outliers(arms, comparisons)
     for a in arms:
         if a.client and a.client.n_rows < MIN_REQUESTS:
             findings.append(Finding("too_few_samples", f"arm {a.name}: {a.client.n_rows} client request(s) after warm-up; "
@@ -270,28 +271,77 @@ def lint_comparison(
     return findings
 
 
-def _launches_needed(arms: Sequence[Arm], effect: float = 0.05) -> list[Finding]:
-    """From the pooled launch-to-launch spread (SD of per-launch log throughput within arms, client source first):
-    about how many launches per arm a two-sided 95 % test needs to detect a 5 % difference with 80 % power."""
-    from scipy.stats import norm
+PLANNED_EFFECT = 0.05  # the difference launches_needed plans for
 
-    deviations, dof = 0.0, 0
+
+def _launch_values(arm: Arm) -> tuple[str, np.ndarray, tuple[str, ...], float] | None:
+    """(source, per-launch log throughput, their run names, within-launch CV) of an arm: the client source first."""
+    estimate = arm.client or arm.server
+    if estimate is None:
+        return None
+    return estimate.source, np.log(np.array(estimate.per_launch_tok_s)), estimate.launch_run_names, estimate.within_cv
+
+
+def _launches_needed(arms: Sequence[Arm], comparisons: Sequence[RatioComparison], confidence: float,
+                     min_effect: float) -> list[Finding]:
+    """From the pooled spread of per-launch log throughput within arms (client source first), its within-launch
+    part, and the Welch t power calculation (speclogs.analysis.power): how many launches per arm detect a 5 %
+    difference with 80 % power, and what the comparisons at hand can detect."""
+    deviations, dof, within = 0.0, 0, 0.0
     for a in arms:
-        estimate = a.client or a.server
-        if estimate and len(estimate.per_launch_tok_s) >= 2:
-            logs = np.log(np.array(estimate.per_launch_tok_s))
+        values = _launch_values(a)
+        if values and len(values[1]) >= 2:
+            logs = values[1]
             deviations += float(np.sum((logs - logs.mean()) ** 2))
+            within += (len(logs) - 1) * values[3] ** 2
             dof += len(logs) - 1
     if dof == 0:
         return []
     sd = math.sqrt(deviations / dof)
-    z = float(norm.ppf(0.975) + norm.ppf(0.8))
-    needed = max(3, math.ceil(2 * (z * sd / math.log(1 + effect)) ** 2))
+    within_sd = math.sqrt(within / dof)
+    launch_sd = math.sqrt(max(sd**2 - within_sd**2, 0.0))
+    needed = power.launches_needed(sd, PLANNED_EFFECT, confidence, min_effect)
+    plan = (f"plan ≈ {needed} launches per arm" if needed is not None
+            else f"more than {power.MAX_LAUNCHES} launches per arm would be needed")
+    threshold = f", with the {min_effect:.0%} threshold" if min_effect > 0 else ""
+    detect = sorted({f"{c.arm_b} vs {c.arm_a} ({c.source}) ×{c.min_detectable_ratio:.3f}" for c in comparisons
+                     if math.isfinite(c.min_detectable_ratio)})
+    detect_text = (f"; with the launches at hand the smallest true ratio detected with 80 % power is {', '.join(detect)}"
+                   if detect else "")
+    lever = ("more launches narrow the interval; more requests per launch barely help"
+             if launch_sd >= within_sd else "more requests per launch would narrow it as much as more launches")
     return [Finding(
-        "launches_needed", f"launch-to-launch spread: {sd:.1%} (pooled SD of per-launch log throughput, {dof} degrees "
-        f"of freedom); to detect a {effect:.0%} difference (95 % two-sided, 80 % power) plan ≈ {needed} launches per arm "
-        "(normal approximation, at least 3)",
-        "info")]
+        "launches_needed", f"spread of per-launch throughput: {sd:.1%} (pooled SD of per-launch log throughput, {dof} "
+        f"degrees of freedom) = launch-to-launch {launch_sd:.1%} + within-launch {within_sd:.1%} (in quadrature): "
+        f"{lever}. To detect a {PLANNED_EFFECT:.0%} difference (Welch t, {confidence:.0%} two-sided, 80 % power"
+        f"{threshold}) {plan}{detect_text}", "info")]
+
+
+def _launch_outliers(arms: Sequence[Arm], comparisons: Sequence[RatioComparison]) -> list[Finding]:
+    """Launches far from their arm's median (MAD rule: |modified z| > 3.5, Iglewicz & Hoaglin 1993), with the spread
+    (MAD) pooled over the arms with ≥ 3 launches and never below their within-launch noise. Flagged, not dropped: the
+    finding says how the ratio would move without the launch."""
+    values = {a.name: v for a in arms if (v := _launch_values(a)) and len(v[1]) >= 3}
+    if not values:
+        return []
+    deviations = np.concatenate([logs - np.median(logs) for _, logs, _, _ in values.values()])
+    mad = float(np.median(np.abs(deviations)))
+    by_pair = {(c.arm_a, c.arm_b): c for c in comparisons if c.source == next(iter(values.values()))[0]}
+    findings = []
+    for arm, (source, logs, runs, within_cv) in values.items():
+        centre = float(np.median(logs))
+        z = stats.modified_z(logs, centre, max(mad, 0.6745 * within_cv))
+        for index in np.flatnonzero(np.abs(z) > stats.MAD_Z):
+            without = float(np.exp(np.delete(logs, index).mean() - logs.mean()))
+            moves = [f"{c.arm_b} vs {c.arm_a} ×{c.ratio:.3f} → ×{c.ratio * (without if arm == c.arm_b else 1 / without):.3f}"
+                     for c in by_pair.values() if arm in (c.arm_a, c.arm_b)]
+            findings.append(Finding(
+                "launch_outlier", f"run {runs[index]} ({arm}) ran {math.exp(logs[index] - centre) - 1:+.1%} against its "
+                f"arm's median {source} throughput (modified z {z[index]:+.1f}, MAD rule |z| > {stats.MAD_Z}); without it: "
+                + ("; ".join(moves) if moves else f"the arm's level ×{without:.3f}")
+                + ". Look at its server.log (warm-up, a co-tenant, a throttled GPU) and rerun it rather than dropping it "
+                "silently", "warning", (arm,)))
+    return findings
 
 
 def _launch_round_findings(tables: RunTables, clients: pl.DataFrame, arm_runs: dict[str, list[str]]) -> list[Finding]:
@@ -356,27 +406,35 @@ def _warmup_findings(decode: pl.DataFrame, arm_of, names) -> list[Finding]:
     return findings
 
 
+TREND_ALPHA = 0.01  # family-wise, over every launch and source tested in one comparison (Holm)
+TREND_MIN_CHANGE = 0.05
+
+
 def _trend_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:
     findings = []
+    tests: list[tuple[str, str, stats.Trend]] = []
     steady = decode.filter(pl.col("steady"))
     rates = steady["gen_throughput_tok_s"].cast(pl.Float64).to_numpy()
     for run_id, start, stop in launch_slices(steady):
         trend = stats.trend_test(rates[start:stop])
-        if trend and trend.p_value < 0.01 and abs(trend.relative_change) > 0.05:
-            findings.append(Finding(
-                "non_stationary", f"run {names[run_id]}: server throughput drifts over the run (Kendall tau {trend.tau:+.2f}, "
-                f"p={trend.p_value:.1g}, last third vs first third {trend.relative_change:+.1%}, n={trend.n}) — thermal "
-                "throttling, growing KV cache or a co-tenant; a mean over a drifting series depends on the run length",
-                "warning", (arm_of[run_id],)))
+        if trend:
+            tests.append(("server", run_id, trend))
     used = clients.filter(pl.col("excluded_reason").is_null())
-    for (run_id,), rows in used.partition_by("run_id", as_dict=True).items():
-        rate = (rows["tokens"] / rows["seconds"]).to_numpy()
-        trend = stats.trend_test(rate)
-        if trend and trend.p_value < 0.01 and abs(trend.relative_change) > 0.05:
-            findings.append(Finding(
-                "non_stationary", f"run {names[run_id]}: client throughput drifts over the requests (Kendall tau "
-                f"{trend.tau:+.2f}, p={trend.p_value:.1g}, {trend.relative_change:+.1%}, n={trend.n})", "warning",
-                (arm_of[run_id],)))
+    for (run_id,), rows in sorted(used.partition_by("run_id", as_dict=True).items()):
+        trend = stats.trend_test((rows["tokens"] / rows["seconds"]).to_numpy())
+        if trend:
+            tests.append(("client", run_id, trend))
+    adjusted = stats.holm([trend.p_value for _, _, trend in tests]) if tests else []
+    for (source, run_id, trend), p_value in zip(tests, adjusted):
+        if p_value >= TREND_ALPHA or abs(trend.relative_change) <= TREND_MIN_CHANGE:
+            continue
+        what = ("server throughput drifts over the run" if source == "server"
+                else "client throughput drifts over the requests")
+        findings.append(Finding(
+            "non_stationary", f"run {names[run_id]}: {what} (Kendall tau {trend.tau:+.2f}, p={trend.p_value:.1g}, "
+            f"Holm-adjusted over the {len(tests)} series tested {p_value:.1g}, last third vs first third "
+            f"{trend.relative_change:+.1%}, n={trend.n}) — thermal throttling, growing KV cache or a co-tenant; a mean "
+            "over a drifting series depends on the run length", "warning", (arm_of[run_id],)))
     bad = clients.filter(pl.col("excluded_reason") == "non_finite").group_by("run_id").len()
     for run_id, n in bad.iter_rows():
         findings.append(Finding("non_finite_values", f"run {names[run_id]}: {n} client request(s) without usable tokens or "

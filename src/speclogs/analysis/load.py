@@ -84,7 +84,7 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
         run_ids,
     )
     # Rows are ordered by what names them (run name, file name, launch), not by run_id, which hashes the file's
-    # path: the same logs in another directory give the same report, bootstrap resamples included.
+    # path: the same logs in another directory give the same report.
     named = "JOIN (SELECT run_id, run_name FROM runs) AS r USING (run_id)"
     launch_hash = (
         "concat_ws(chr(1), r.run_name, parse_filename(t.source_file), t.source_file, "

@@ -318,13 +318,17 @@ def _launches_needed(arms: Sequence[Arm], comparisons: Sequence[RatioComparison]
 
 
 def _launch_outliers(arms: Sequence[Arm], comparisons: Sequence[RatioComparison]) -> list[Finding]:
-    """Launches far from their arm's median (MAD rule: |modified z| > 3.5, Iglewicz & Hoaglin 1993), with the spread
-    (MAD) pooled over the arms with ≥ 3 launches and never below their within-launch noise. Flagged, not dropped: the
-    finding says how the ratio would move without the launch."""
+    """Launches far from their arm's median (MAD rule: |modified z| > stats.MAD_Z, Iglewicz & Hoaglin 1993), with the
+    MAD pooled over the arms with ≥ 3 launches (deviations from each arm's median, the median launches themselves left
+    out) and never below their within-launch noise. Flagged, not dropped: the finding says how the ratio would move
+    without the launch."""
     values = {a.name: v for a in arms if (v := _launch_values(a)) and len(v[1]) >= 3}
     if not values:
         return []
     deviations = np.concatenate([logs - np.median(logs) for _, logs, _, _ in values.values()])
+    deviations = deviations[deviations != 0]
+    if not len(deviations):
+        return []
     mad = float(np.median(np.abs(deviations)))
     by_pair = {(c.arm_a, c.arm_b): c for c in comparisons if c.source == next(iter(values.values()))[0]}
     findings = []

@@ -172,3 +172,19 @@ def test_client_warmup_flag_or_first_request_is_excluded():
     assert rows["excluded_reason"].to_list() == ["warmup", None, "non_finite"]
     unflagged = flagged.with_columns(pl.lit(None, pl.Boolean).alias("warmup"), pl.lit(1.0).alias("latency_s"))
     assert client_rows(unflagged)["excluded_reason"].to_list() == ["warmup", None, None]
+
+
+def test_eager_batches_above_the_captured_sizes_count_and_the_bench_warmup_request_does_not():
+    decode, prefill, launches = _decode_frame()
+    decode = decode.with_columns(pl.when(pl.col("line_no") == 32).then(8).otherwise(pl.col("running_req")).alias("running_req"))
+    marked = mark_steady(decode, prefill, launches, graphs={"r": (False, 4)})
+    row = marked.filter(pl.col("line_no") == 32)
+    assert row["excluded_reason"].to_list() == [None] and row["eager_by_config"].to_list() == [True]
+    small = mark_steady(*_decode_frame(), graphs={"r": (False, 4)})
+    assert small.filter(pl.col("line_no") == 32)["excluded_reason"].to_list() == ["no_cuda_graph"]
+    disabled = mark_steady(*_decode_frame(), graphs={"r": (True, None)})
+    assert disabled.filter(pl.col("line_no") == 32)["excluded_reason"].to_list() == [None]
+    # one warm-up request: the first request after ready (segment 1) is the bench's, not the server's steady state
+    warm = mark_steady(*_decode_frame(), warmup_requests={"r": 1})
+    reasons = dict(zip(warm["line_no"].to_list(), warm["excluded_reason"].to_list()))
+    assert reasons[30] == reasons[31] == reasons[32] == "warmup_request" and reasons[42] is None

@@ -22,6 +22,7 @@ from speclogs.analysis import attribution, factorial, power, stats
 from speclogs.analysis.load import RunTables, load_run_tables, resolve_arms
 from speclogs.analysis.nccl import nccl_evidence
 from speclogs.analysis.results import Arm, Comparison, Estimate, Finding, RatioComparison
+from speclogs.analysis import steady as steady_rule
 from speclogs.analysis.steady import client_rows, launch_slices, mark_steady, server_columns
 from speclogs.errors import AnalysisError
 
@@ -86,9 +87,12 @@ def _cycle_stat(s: np.ndarray) -> np.ndarray:
         return np.column_stack([means, accept, gap])
 
 
-def _prepare_runs(tables: RunTables) -> tuple[dict[str, _RunData], pl.DataFrame, pl.DataFrame]:
-    decode = mark_steady(tables.decode, tables.prefill, tables.launches)
-    clients = client_rows(tables.bench)
+def _prepare_runs(tables: RunTables) -> tuple[dict[str, _RunData], pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    warmup = steady_rule.warmup_requests(client_rows(tables.bench))
+    decode = mark_steady(tables.decode, tables.prefill, tables.launches,
+                         graphs=steady_rule.graph_settings(tables.server_args), warmup_requests=warmup)
+    clients = client_rows(tables.bench, steady_rule.detected_warmup_requests(decode))
+    cycles_marked = steady_rule.mark_cycles(tables.spec_cycles, tables.prefill, tables.launches, decode)
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
     data: dict[str, _RunData] = {}
     steady = decode.filter(pl.col("steady"))
@@ -103,7 +107,8 @@ def _prepare_runs(tables: RunTables) -> tuple[dict[str, _RunData], pl.DataFrame,
     client_by_run = {
         key[0]: frame for key, frame in clients.filter(pl.col("excluded_reason").is_null()).partition_by("run_id", as_dict=True).items()
     }
-    cycles_by_run = {key[0]: frame for key, frame in tables.spec_cycles.partition_by("run_id", as_dict=True).items()}
+    cycles_by_run = {key[0]: frame for key, frame in
+                     cycles_marked.filter(pl.col("steady")).partition_by("run_id", as_dict=True).items()}
     for run_id, run_name in names.items():
         server_units = np.concatenate(server_by_run[run_id]) if run_id in server_by_run else None
         client_units = None
@@ -129,7 +134,7 @@ def _prepare_runs(tables: RunTables) -> tuple[dict[str, _RunData], pl.DataFrame,
         data[run_id] = _RunData(
             run_id, run_name, server_units, rows_by_run.get(run_id, 0), client_units, cycle_units, n_cycles
         )
-    return data, decode, clients
+    return data, decode, clients, cycles_marked
 
 
 def _group(units: Sequence[np.ndarray | None]) -> list[np.ndarray]:
@@ -223,7 +228,7 @@ def compare_tables(
     from speclogs.analysis import lint
 
     arm_runs = dict(arm_runs)
-    run_data, decode, clients = _prepare_runs(tables)
+    run_data, decode, clients, cycles = _prepare_runs(tables)
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
 
     for arm, ids in arm_runs.items():
@@ -319,9 +324,9 @@ def compare_tables(
 
     timeline = _timeline(decode, tables, arm_runs, names)
     warmup_spans = _warmup_spans(timeline)
-    accept_hist = _accept_hist(decode, clients, tables, arm_runs)
+    accept_hist = _accept_hist(decode, clients, cycles, arm_runs)
     findings = lint.lint_comparison(
-        tables=tables, decode=decode, clients=clients, arm_runs=arm_runs, arms=arm_objects,
+        tables=tables, decode=decode, clients=clients, cycles=cycles, arm_runs=arm_runs, arms=arm_objects,
         comparisons=comparisons, levels=levels, run_data_rows={r: d.server_rows for r, d in run_data.items()},
         confidence=confidence, min_effect=min_effect,
     )
@@ -426,7 +431,7 @@ def _warmup_spans(timeline: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, tables: RunTables, arm_runs) -> pl.DataFrame:
+def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFrame, arm_runs) -> pl.DataFrame:
     arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
     frames = []
     server = (decode.filter(pl.col("steady") & pl.col("accept_len").is_not_null())
@@ -438,7 +443,7 @@ def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, tables: RunTables,
         frames.append(client.select(pl.col("run_id"), pl.lit("client requests").alias("source"),
                                     pl.col("spec_accept_length").cast(pl.Float64).round(2).alias("accept_len"),
                                     pl.lit(1, pl.UInt32).alias("count")))
-    cycles = tables.spec_cycles.filter(pl.col("accepted_tokens").is_not_null())
+    cycles = cycles.filter(pl.col("steady") & pl.col("accepted_tokens").is_not_null())
     if cycles.height:
         frames.append(cycles.select(
             pl.col("run_id"), pl.lit("profiled cycles").alias("source"),

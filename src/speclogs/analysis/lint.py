@@ -1,11 +1,12 @@
 """Confounders and data-quality checks for a comparison: pure functions returning `Finding`s (warnings as data).
 
 Confounders: every setting that differs between two compared arms — environment (NCCL_*, CUDA_*, others), server
-args, versions, GPU, model, TP size, host — must be explained by a declared factor (launch-plan factors or
---factor), otherwise the ratio silently includes its effect. A setting is explained by factor f when f is the only
-declared factor that differs between the two arms and the setting's value is a function of f's level over all
-compared runs. Speculative-decoding settings (`speculative_*` server args, …) are explained by the speculation
-itself whenever the arms differ in speculative algorithm.
+args, versions, GPU, model, the draft model's config and weights (run.json `models`), TP size, host — must be
+explained by a declared factor (launch-plan factors or --factor), otherwise the ratio silently includes its effect,
+whether or not a factor also differs. A setting is explained by factor f when f differs between the two arms, the
+setting is named after f (see `factor_names`) and its value is a function of f's level over all compared runs.
+Speculative-decoding settings (`speculative_*` server args, …) are explained by the speculation itself only when the
+arms differ in speculative algorithm; the profiler's PYTHONPATH entry only when they differ in being profiled.
 """
 
 from __future__ import annotations
@@ -75,6 +76,16 @@ def run_settings(tables: RunTables) -> dict[str, dict[str, str]]:
             if row[column] is not None:
                 s[key] = str(row[column])
         s["spec speculative_algorithm"] = str(row["speculative_algorithm"] or "none")
+        if "profile" in run_json:
+            s["profile profiled"] = str(bool(run_json["profile"]))
+        for role, group in (("target", "model"), ("draft", "draft")):
+            model = (run_json.get("models") or {}).get(role) or {}
+            for field, name in (("config_sha256", "config"), ("weights_sha256", "weights"),
+                                ("eagle3_layer_ids", "eagle3_layer_ids"), ("architectures", "architectures")):
+                if model.get(field) is not None:
+                    value = model[field]
+                    s[f"{group} {name}"] = (value[:12] if field.endswith("sha256") else
+                                            ",".join(map(str, value)) if isinstance(value, list) else str(value))
     for run_id, name, value in tables.server_args.select("run_id", "name", "value").iter_rows():
         if name in IGNORED_SERVER_ARGS or name == "tp_size":
             continue
@@ -90,7 +101,26 @@ def _is_spec_key(key: str) -> bool:
 def _code_for(key: str) -> str:
     group = key.partition(" ")[0]
     return {"env": "confounder_env", "server_arg": "confounder_server_args", "version": "confounder_version",
-            "hardware": "confounder_hardware", "model": "confounder_model"}.get(group, "confounder")
+            "hardware": "confounder_hardware", "model": "confounder_model", "draft": "confounder_model"}.get(group, "confounder")
+
+
+def _norm(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+def factor_names(factor: str, key: str) -> bool:
+    """Is the setting `key` ('<group> <name>') named after the factor? Env variables, server args, hardware, model
+    and draft settings: the factor's name (letters and digits, any case) is part of the setting's name or is its
+    group — `nccl` names NCCL_PROTO, `draft` names speculative_draft_model_path and the draft's weights, `gpu` names
+    gpu_name, `mem_fraction` names mem_fraction_static. Versions only by `version` or `<name>_version`
+    (`sglang_version`), so NCCL tuning never excuses a different NCCL library."""
+    group, _, name = key.partition(" ")
+    f = _norm(factor)
+    if not f:
+        return False
+    if group == "version":
+        return f in ("version", _norm(name) + "version")
+    return f == _norm(group) or f in _norm(name)
 
 
 def _values(settings: dict[str, dict[str, str]], ids: Sequence[str], key: str) -> set[str]:
@@ -148,13 +178,17 @@ def confounder_findings(
             continue
         explained: dict[str, list[str]] = {}
         unexplained: list[str] = []
+        profiled_differs = _values(settings, ids_a, "profile profiled") != _values(settings, ids_b, "profile profiled")
         for key in differing:
-            if key == "spec speculative_algorithm":
+            if key in ("spec speculative_algorithm", "profile profiled"):
                 continue
-            if _is_spec_key(key) and (spec_differs or factors):
+            named_by = [f for f in factors if factor_names(f, key) and _function_of(settings, levels[f], all_ids, key)]
+            if named_by:
+                explained.setdefault(f"factor {named_by[0]}", []).append(key)
+            elif _is_spec_key(key) and spec_differs:
                 explained.setdefault("speculative decoding", []).append(key)
-            elif factors and _function_of(settings, levels[factors[0]], all_ids, key):
-                explained.setdefault(f"factor {factors[0]}", []).append(key)
+            elif key == "env PYTHONPATH" and profiled_differs:
+                explained.setdefault("profiling (python -m speclogs.profile)", []).append(key)
             elif key == "hardware hostname" and "hardware gpu_name" not in differing:
                 explained.setdefault("host name only", []).append(key)
             else:
@@ -165,12 +199,12 @@ def confounder_findings(
         for code, group in by_code.items():
             shown = "; ".join(_describe(k, _values(settings, ids_a, k), _values(settings, ids_b, k)) for k in group[:10])
             more = f" and {len(group) - 10} more" if len(group) > 10 else ""
-            why = (f"the declared factor {factors[0]} does not explain them" if factors
+            why = (f"the declared factor {factors[0]} is not named after them" if factors
                    else "no declared factor explains them")
             findings.append(Finding(
                 code, f"{arm} vs {reference} is confounded: {shown}{more} differ, and {why} — the ratio "
-                "includes their effect. Rerun with equal settings, or declare the difference as a factor "
-                "(--factor NAME=GLOB, or factors in the launch plan).", "warning", pair))
+                "includes their effect. Rerun with equal settings, or declare the difference as a factor named after "
+                "the setting (--factor NAME=GLOB, or factors in the launch plan; docs/report.md).", "warning", pair))
         for why, group in explained.items():
             shown = "; ".join(_describe(k, _values(settings, ids_a, k), _values(settings, ids_b, k)) for k in group[:12])
             findings.append(Finding(
@@ -194,7 +228,8 @@ def _function_of(settings, by_run: dict[str, str], ids: Sequence[str], key: str)
 
 
 def lint_comparison(
-    *, tables: RunTables, decode: pl.DataFrame, clients: pl.DataFrame, arm_runs: dict[str, list[str]],
+    *, tables: RunTables, decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFrame,
+    arm_runs: dict[str, list[str]],
     arms: Sequence[Arm], comparisons: Sequence[RatioComparison], levels: dict[str, dict[str, str]],
     run_data_rows: dict[str, int], confidence: float = 0.95, min_effect: float = 0.0,
 ) -> list[Finding]:
@@ -253,7 +288,7 @@ def lint_comparison(
                     "something else (prefill share, client overhead, a warm-up inside the window)", "warning", (arm_a, arm_b)))
 
     findings += _launch_round_findings(tables, clients, arm_runs)
-    findings += _warmup_findings(decode, arm_of, names)
+    findings += _warmup_findings(decode, clients, cycles, arm_of, names)
     findings += _trend_findings(decode, clients, arm_of, names)
     findings += _event_findings(tables, decode, clients, arm_of, names)
     for run_id, n in run_data_rows.items():
@@ -382,7 +417,7 @@ def _runs_text(runs: list[tuple[str, int]]) -> str:
     return shown + (f" and {len(runs) - 6} more runs" if len(runs) > 6 else "")
 
 
-def _warmup_findings(decode: pl.DataFrame, arm_of, names) -> list[Finding]:
+def _warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFrame, arm_of, names) -> list[Finding]:
     findings: list[Finding] = []
     if decode.is_empty():
         return findings
@@ -393,9 +428,9 @@ def _warmup_findings(decode: pl.DataFrame, arm_of, names) -> list[Finding]:
         by_reason.setdefault(reason, []).append((names[run_id], n))
         arms_by_reason.setdefault(reason, set()).add(arm_of[run_id])
     texts = {
-        "no_cuda_graph": ("warmup_in_window", "decode batches without CUDA graph after the server was ready (eager warm-up, "
-                          "or batches larger than the captured sizes) in {runs}: excluded from server figures; the client's "
-                          "numbers include them"),
+        "no_cuda_graph": ("warmup_in_window", "decode batches without CUDA graph after the server was ready, with CUDA "
+                          "graphs configured and the batch within the captured sizes (eager warm-up) in {runs}: excluded "
+                          "from server figures; the client's numbers include them"),
         "before_health_200": ("served_before_ready", "decode batches after 'ready' but before the first /health 200 in {runs}: "
                               "a client that did not wait for health measured warm-up; excluded from server figures"),
         "non_finite": ("non_finite_values", "decode rows with NaN/inf/zero gen throughput in {runs}: excluded"),
@@ -404,9 +439,46 @@ def _warmup_findings(decode: pl.DataFrame, arm_of, names) -> list[Finding]:
         if reason in by_reason:
             findings.append(Finding(code, text.format(runs=_runs_text(by_reason[reason])), "warning",
                                     tuple(sorted(arms_by_reason[reason]))))
+    findings += _detected_warmup_findings(decode, clients, arm_of, names)
+    eager = decode.filter(pl.col("eager_by_config")).group_by("run_id").len().sort("run_id")
+    if eager.height:
+        runs = [(names[r], n) for r, n in eager.iter_rows()]
+        findings.append(Finding(
+            "eager_by_config", f"decode batches without CUDA graph by configuration (disable_cuda_graph, or more running "
+            f"requests than the largest captured batch) in {_runs_text(runs)}: not warm-up — they count, and their step "
+            "time is the eager one", "info", tuple(sorted({arm_of[r] for r in eager["run_id"].to_list()}))))
     counts = decode.group_by("excluded_reason").len()
     detail = ", ".join(f"{r or 'steady'} {n}" for r, n in counts.sort("excluded_reason", nulls_last=True).iter_rows())
-    findings.append(Finding("steady_state", f"decode rows used / excluded by the steady-state rule: {detail}", "info"))
+    cycle_detail = ""
+    if not cycles.is_empty():
+        cycle_counts = cycles.group_by("excluded_reason").len().sort("excluded_reason", nulls_last=True)
+        cycle_detail = "; profiled cycles (spec_cycles) " + ", ".join(f"{r or 'used'} {n}" for r, n in cycle_counts.iter_rows())
+    findings.append(Finding("steady_state", f"decode rows used / excluded by the steady-state rule: {detail}{cycle_detail}",
+                            "info"))
+    return findings
+
+
+def _detected_warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:
+    """Warm-up found in the data (slow start with CUDA graphs on), per run: how long, how much slower, what was cut."""
+    detected = decode.filter(pl.col("excluded_reason") == "warmup_detected")
+    if detected.is_empty():
+        return []
+    steady = decode.filter(pl.col("steady"))
+    cut_requests = dict(clients.filter(pl.col("excluded_reason") == "warmup_detected").group_by("run_id").len().iter_rows())
+    findings = []
+    for (run_id,), rows in sorted(detected.partition_by("run_id", as_dict=True).items()):
+        rest = steady.filter(pl.col("run_id") == run_id)["gen_throughput_tok_s"].cast(pl.Float64)
+        slow = rows["gen_throughput_tok_s"].cast(pl.Float64)
+        change = float(slow.mean() / rest.mean() - 1.0) if rest.len() else float("nan")
+        seconds = (rows["ts"].max() - rows["ts"].min()).total_seconds() if rows.height > 1 else 0.0
+        client = cut_requests.get(run_id, 0)
+        findings.append(Finding(
+            "warmup_detected", f"run {names[run_id]}: its first {rows.height} steady-looking decode rows (~{seconds:.0f} s) "
+            f"ran {change:+.1%} against the rest — a warm-up with CUDA graphs on (least-squares change point, t test p < 0.01): "
+            f"excluded from the server figures and its profiled cycles"
+            + (f", and {client} client request(s) in that window from the client's" if client else
+               "; the client's requests could not be matched to it and still include it"),
+            "warning", (arm_of[run_id],)))
     return findings
 
 

@@ -273,39 +273,38 @@ def holm(p_values: Sequence[float]) -> np.ndarray:
     return adjusted
 
 
-MSER_BATCH = 5
+WARMUP_BATCH = 5  # consecutive values per batch mean in the significance check (neighbouring decode rows correlate)
 
 
 def warmup_length(series: np.ndarray, *, min_change: float = 0.03, alpha: float = 0.01) -> int:
     """How many leading values of a throughput series are warm-up (0: none).
 
-    MSER-5 (White 1997; Franklin & White 2008): over batch means of 5, the truncation point d that minimises the
-    squared standard error of the remaining mean, Σ_{i>d} (X_i − X̄_d)² / (b − d)², searched over the first half.
-    It always finds some d, so the cut prefix must also be slower than the rest by more than `min_change` and
-    significantly so (one-sided t test of the prefix's batch means against the rest's spread, p < alpha).
+    The least-squares change point in the mean (Hinkley 1970) within the first half of the series: the cut k that
+    minimises the squared deviations of x[:k] and x[k:] from their own means. It is a warm-up when the prefix is slower
+    than the rest by more than `min_change` and significantly so: one-sided t of the prefix mean against the rest,
+    with the spread of the rest's batch means of WARMUP_BATCH values (so autocorrelation counts) and their degrees of
+    freedom, p < alpha.
     """
     from scipy.stats import t as student_t
 
-    b = len(series) // MSER_BATCH
-    if b < 4:
+    x = np.asarray(series, dtype=float)
+    n = len(x)
+    if n < 4 * WARMUP_BATCH:
         return 0
-    means = np.asarray(series[: b * MSER_BATCH], dtype=float).reshape(b, MSER_BATCH).mean(axis=1)
-    suffix_n = np.arange(b, 0, -1, dtype=float)
-    suffix_sum = np.cumsum(means[::-1])[::-1]
-    suffix_sq = np.cumsum((means**2)[::-1])[::-1]
-    sse = suffix_sq - suffix_sum**2 / suffix_n
-    depth = b // 2
-    d = int(np.argmin(sse[: depth + 1] / suffix_n[: depth + 1] ** 2))
-    if d == 0:
+    total, squares = np.cumsum(x), np.cumsum(x**2)
+    k = np.arange(WARMUP_BATCH, n // 2 + 1)
+    left = squares[k - 1] - total[k - 1] ** 2 / k
+    right = (squares[-1] - squares[k - 1]) - (total[-1] - total[k - 1]) ** 2 / (n - k)
+    cut = int(k[np.argmin(left + right)])
+    head, rest = x[:cut], x[cut:]
+    if head.mean() >= rest.mean() * (1.0 - min_change):
         return 0
-    head, rest = means[:d], means[d:]
-    if len(rest) < 3 or head.mean() >= rest.mean() * (1.0 - min_change):
-        return 0
-    spread = float(np.std(rest, ddof=1))
+    batches = rest[: len(rest) // WARMUP_BATCH * WARMUP_BATCH].reshape(-1, WARMUP_BATCH).mean(axis=1)
+    spread = float(np.std(batches, ddof=1)) * math.sqrt(WARMUP_BATCH)  # per-value SD, autocorrelation included
     if spread == 0:
-        return d * MSER_BATCH
-    statistic = (head.mean() - rest.mean()) / (spread * math.sqrt(1.0 / d + 1.0 / len(rest)))
-    return d * MSER_BATCH if float(student_t.cdf(statistic, len(rest) - 1)) < alpha else 0
+        return cut
+    statistic = (head.mean() - rest.mean()) / (spread * math.sqrt(1.0 / cut + 1.0 / len(rest)))
+    return cut if float(student_t.cdf(statistic, len(batches) - 1)) < alpha else 0
 
 
 # Iglewicz & Hoaglin (1993): |modified z| = 0.6745 |x − median| / MAD above 3.5 is an outlier. With 3–10 launches the

@@ -306,8 +306,9 @@ def launch(
     resume: bool = typer.Option(False, "--resume", help="Skip launches whose run.json is complete; redo the rest."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume, also redo failed launches."),
     only: list[str] = typer.Option([], "--only", help="Run only these cells (repeatable or comma-separated)."),
-    max_launches: Optional[int] = typer.Option(None, "--max-launches", help="Run at most N launches in this call."),
+    max_launches: Optional[int] = typer.Option(None, "--max-launches", help="Run at most N launches in this call; adaptive (--until or [adaptive]): the whole run's budget, all cells."),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Stop before a launch would not fit; interrupt at M minutes."),
+    until: Optional[str] = typer.Option(None, "--until", help="Adaptive: add interleaved rounds until every cell vs the reference is decided or its interval spans ≤ P, e.g. 'ci_width<=5%' (repeated confidence intervals; docs/launcher.md)."),
     no_ingest: bool = typer.Option(False, "--no-ingest", help="Do not ingest the outputs at the end (GPU box without duckdb)."),
     db: Path = typer.Option(DEFAULT_DB, "--db", help="DuckDB file the outputs are ingested into."),
     host: Optional[str] = typer.Option(None, "--host", help="user@box: run the plan there over ssh and pull the outputs back."),
@@ -327,9 +328,12 @@ def launch(
     def say(message: str) -> None:
         console.print(message, highlight=False, markup=False, soft_wrap=True)
 
+    from speclogs.launcher.adaptive import parse_until
+
     loaded = load_plan(plan)
     options = LaunchOptions(out_dir=out or Path("runs") / loaded.name, resume=resume, retry_failed=retry_failed,
-                            only=tuple(only), max_launches=max_launches, max_minutes=max_minutes)
+                            only=tuple(only), max_launches=max_launches, max_minutes=max_minutes,
+                            until=parse_until(until) if until is not None else None)
     try:
         if host:
             summary = launch_remote(plan, host, options, ssh_options=tuple(ssh_opt), remote_python=remote_python,
@@ -370,6 +374,9 @@ def _render_launch_summary(summary, console) -> None:
                       "-" if r.ready_s is None else f"{r.ready_s:.1f}",
                       "-" if r.median_tok_s is None else f"{r.median_tok_s:.1f}", r.outcome_detail[:80])
     console.print(table)
+    if summary.adaptive:
+        console.print(f"adaptive ({summary.adaptive['design']['method']}): {summary.adaptive['reason']}",
+                      highlight=False, markup=False, soft_wrap=True)
     if summary.pending:
         console.print(f"pending: {len(summary.pending)} launch(es): {', '.join(summary.pending)} — run again with --resume",
                       highlight=False)

@@ -299,6 +299,14 @@ def lint_comparison(
         if row["outcome"] not in (None, "ok"):
             findings.append(Finding("run_outcome", f"run {row['run_name']} ended with outcome {row['outcome']!r}: its numbers may "
                                     "be partial", "warning", (arm_of[row["run_id"]],)))
+    adaptive = [row["run_name"] for row in tables.runs.iter_rows(named=True) if parse_json_text(row["run_json"]).get("adaptive")]
+    if adaptive:
+        findings.append(Finding(
+            "adaptive_run", f"{_runs_text([(name, 1) for name in adaptive]).replace(' (1)', '')} come from an adaptive "
+            "plan (speclogs launch --until): when to stop was decided on repeated confidence intervals (adaptive.json "
+            "next to the launches), which are wider than this report's. After a data-dependent stop a fixed-sample "
+            "interval covers somewhat less than its nominal level: quote the launcher's interval for the decision",
+            "info"))
     multi = tables.launches.group_by("run_id").agg(pl.col("launch_no").n_unique().alias("n")).filter(pl.col("n") > 1)
     for run_id, n in multi.iter_rows():
         findings.append(Finding("several_launches_in_file", f"run {names[run_id]} holds {n} server starts in one file; they "

@@ -19,6 +19,7 @@ smallest true ratio above 1 detected with power 0.8 by the launches at hand.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -37,21 +38,27 @@ def _variance_grid(launches: int) -> np.ndarray:
     return chi2.ppf((np.arange(GRID_POINTS) + 0.5) / GRID_POINTS, df) / df
 
 
+@lru_cache(maxsize=256)
+def _half_widths(la: int, lb: int, confidence: float) -> np.ndarray:
+    """The interval's half-width over σ at each grid point of the two sample variances (it scales with σ)."""
+    from scipy.stats import t as student_t
+
+    va = _variance_grid(la)[:, None] / la
+    vb = _variance_grid(lb)[None, :] / lb
+    df = (va + vb) ** 2 / (va**2 / (la - 1) + vb**2 / (lb - 1))
+    return (student_t.ppf(0.5 + confidence / 2.0, df) * np.sqrt(va + vb)).ravel()
+
+
 def power(delta: float, sd: float, la: int, lb: int, confidence: float = 0.95, min_effect: float = 0.0) -> float:
     """Probability that a comparison of la vs lb launches names a winner when the true log ratio is `delta`."""
-    from scipy.stats import norm
-    from scipy.stats import t as student_t
+    from scipy.special import ndtr
 
     if la < 2 or lb < 2 or not sd > 0:
         return float("nan")
-    va = sd**2 * _variance_grid(la)[:, None] / la
-    vb = sd**2 * _variance_grid(lb)[None, :] / lb
-    estimated = np.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va**2 / (la - 1) + vb**2 / (lb - 1))
-    half = student_t.ppf(0.5 + confidence / 2.0, df) * estimated
+    half = sd * _half_widths(la, lb, confidence)
     se = sd * math.sqrt(1.0 / la + 1.0 / lb)
     threshold = math.log1p(min_effect)
-    hits = norm.cdf((delta - threshold - half) / se) + norm.cdf((-delta - threshold - half) / se)
+    hits = ndtr((delta - threshold - half) / se) + ndtr((-delta - threshold - half) / se)
     return float(hits.mean())
 
 

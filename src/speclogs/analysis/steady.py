@@ -134,14 +134,19 @@ def mark_steady(decode: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFr
     ts = decode["ts"].dt.epoch("us").fill_null(_NO_TIME).to_numpy()
     startup, before_health = _window(launches, key, ts, n_keys)
     request = _dense_rank(key, segment, kept & ~startup & ~before_health)
-    run_ids = decode["run_id"].to_numpy()
-    warm = np.array([(warmup_requests or {}).get(r, 0) for r in run_ids], dtype=np.int64)
-    in_warmup_request = (request >= 0) & (request < warm)
+    settings = graphs or {}
+    per_run = decode.select(
+        pl.col("run_id").replace_strict(warmup_requests or {}, default=0, return_dtype=pl.Int64).alias("warm"),
+        pl.col("run_id").replace_strict({r: g[0] for r, g in settings.items()}, default=False,
+                                        return_dtype=pl.Boolean).alias("disabled"),
+        pl.col("run_id").replace_strict({r: g[1] for r, g in settings.items() if g[1] is not None},
+                                        default=np.iinfo(np.int64).max, return_dtype=pl.Int64).alias("max_bs"),
+    )
+    in_warmup_request = (request >= 0) & (request < per_run["warm"].to_numpy())
 
     graph_off = decode["cuda_graph"].eq(False).fill_null(False).to_numpy()
-    settings = graphs or {}
-    disabled = np.array([settings.get(r, (False, None))[0] for r in run_ids], dtype=bool)
-    max_bs = np.array([settings.get(r, (False, None))[1] or np.iinfo(np.int64).max for r in run_ids], dtype=np.int64)
+    disabled = per_run["disabled"].to_numpy()
+    max_bs = per_run["max_bs"].to_numpy()
     batch = decode["running_req"].fill_null(1).to_numpy().astype(np.int64)
     by_config = graph_off & (disabled | (batch > max_bs))
     rate = decode["gen_throughput_tok_s"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
@@ -214,7 +219,10 @@ def mark_cycles(cycles: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFr
     if not decode.is_empty():
         marked = decode.filter(pl.col("excluded_reason").is_in(["warmup_request", "warmup_detected"]))
         warm_segments = {(int(k), int(s)): r for k, s, r in marked.select("launch_key", "segment", "excluded_reason").iter_rows()}
-    warm = np.array([warm_segments.get((k, s)) for k, s in zip(key.tolist(), segment.tolist())], dtype=object)
+    packed = (key << _SHIFT) | segment
+    warm = np.full(len(key), None, dtype=object)
+    for (k, seg), reason in warm_segments.items():
+        warm[packed == ((k << int(_SHIFT)) | seg)] = reason
     conditions = [~kept, startup, before_health, warm == "warmup_request", warm == "warmup_detected"]
     names = ["other_tp_rank", "startup", "before_health_200", "warmup_request", "warmup_detected"]
     code = np.select(conditions, list(range(len(conditions))), default=len(conditions))

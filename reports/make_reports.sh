@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerate every example report in reports/ from the repository's fixtures, with the speclogs CLI only.
 #   bash reports/make_reports.sh            (from anywhere; uses python3 unless PYTHON is set)
-# Writes reports/<name>.{html,md,json}. Deterministic: the bootstrap has a fixed seed.
+# Writes reports/<name>.{html,md,json}. Deterministic: the statistics draw no random numbers.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"

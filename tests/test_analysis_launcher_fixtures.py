@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
 
 from speclogs.analysis import compare_runs
@@ -97,3 +98,39 @@ def test_phases_plus_gpu_idle_gap_account_for_the_cycle_within_ten_percent(tmp_p
     assert phases["wall"].mean_ms == pytest.approx(step_ms, rel=0.10)
     assert any(w.code == "cycle_accounting" and w.severity == "info" for w in c.warnings)
     assert not any(w.code == "cycle_accounting_gap" for w in c.warnings)
+
+
+def test_two_launches_per_arm_give_t_intervals_and_the_smallest_ratio_they_could_detect(comparison):
+    """Real H200, 2 vs 2 launches, ~7 % launch-to-launch spread: every p-value is the Welch t test of the interval,
+    and the report says plainly how large a difference these launches could have detected (≥ ×1.4)."""
+    for r in comparison.comparisons:
+        assert "Welch's t" in r.test and (r.p_value < 0.05) == (r.ci_low > 1 or r.ci_high < 1)
+        assert r.min_detectable_ratio > 1.4 and r.launch_cv > r.within_cv
+
+
+def test_the_slow_start_of_the_first_eagle3_launch_is_found_in_the_data(comparison):
+    # eagle3_nccl_1 ran ~13 % slower for its first ~20 s with CUDA graphs on (the device's first EAGLE-3 start)
+    found = [w for w in comparison.warnings if w.code == "warmup_detected"]
+    assert [w.message.split(":")[0] for w in found] == ["run eagle3_nccl_1"]
+    assert "client request(s) in that window" in found[0].message
+
+
+OVERHEAD = Path(__file__).resolve().parents[1] / "fixtures" / "h200x2-overhead"
+
+
+@pytest.mark.skipif(not (OVERHEAD / "eagle3_prof" / "1" / "run.json").exists(), reason="fixtures/h200x2-overhead missing")
+def test_four_vs_four_real_launches_plan_the_launches_a_5_percent_question_needs(tmp_path):
+    from speclogs.analysis import power
+    from speclogs.store import ingest_paths
+
+    db = tmp_path / "overhead.duckdb"
+    ingest_paths([str(OVERHEAD)], db)
+    with duckdb.connect(str(db), read_only=True) as con:
+        c = compare_runs(con, ["eagle3_unprof_[0-9]*", "eagle3_prof_[0-9]*"])
+    client = next(r for r in c.comparisons if r.source == "client")
+    assert client.verdict == "no detectable difference" and 1.2 < client.min_detectable_ratio < 1.3
+    needed = next(w.message for w in c.warnings if w.code == "launches_needed")
+    logs = [np.log(a.client.per_launch_tok_s) for a in c.arms]
+    spread = float(np.sqrt(sum(((x - x.mean()) ** 2).sum() for x in logs) / sum(len(x) - 1 for x in logs)))
+    assert f"plan ≈ {power.launches_needed(spread, 0.05)} launches per arm" in needed  # ≈ 53 at 8.8 %
+    assert not [w for w in c.warnings if w.code in ("launch_outlier", "warmup_detected")]

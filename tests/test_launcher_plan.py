@@ -140,3 +140,14 @@ def test_adaptive_designs_that_cannot_work_are_refused_before_anything_starts(tm
     with pytest.raises(PlanError, match="does not reach the first look"):
         launch_plan(load_plan(path), LaunchOptions(out_dir=tmp_path / "out", max_launches=3, until=0.05))
     assert not (tmp_path / "out").exists()
+
+
+def test_the_device_plan_for_the_adaptive_run_is_a_two_draft_design_with_five_looks():
+    from speclogs.launcher.run import adaptive_design
+
+    plan = load_plan(ROOT / "plans" / "h200-adaptive.toml")
+    design = adaptive_design(plan, LaunchOptions(out_dir=Path("/nonexistent")))
+    assert design.cells == ("draft_noisy", "draft_exact") and design.reference == "draft_noisy"
+    assert design.looks == (2, 3, 4, 5, 6) and design.until == pytest.approx(0.05)
+    argv = server_argv(plan, plan.launch_order()[1])
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == "/tmp/d3" and argv[argv.index("--tp") + 1] == "1"

@@ -148,3 +148,13 @@ def test_steady_state_rule_excludes_startup_and_first_rows_after_idle(seeds):
                    - 3 * 7 - counts["warmup_request"])
     assert counts[None] == steady_rows
     assert c.arms[0].server.n_rows == steady_rows
+
+
+def test_min_effect_threshold_changes_what_counts_as_a_winner(seeds):
+    """+41 % is a winner beyond a 2 % threshold, and inside a 50 % one it is 'equivalent' (criterion's noise
+    threshold): the interval and p-value do not change, only the words."""
+    con, _ = seeds
+    plain = _ratio(compare_runs(con, ["baseline_default_*", "baseline_nccl_*"], min_effect=0.02), "client")
+    wide = _ratio(compare_runs(con, ["baseline_default_*", "baseline_nccl_*"], min_effect=0.5), "client")
+    assert plain.verdict == "faster" and wide.verdict == "equivalent"
+    assert (plain.ci_low, plain.ci_high, plain.p_value) == (wide.ci_low, wide.ci_high, wide.p_value)

@@ -124,3 +124,10 @@ def test_bad_options_exit_1(bad_db, args, message):
 def test_missing_database_exits_1(tmp_path):
     result = _cli("-c", "a", "b", "--db", str(tmp_path / "none.duckdb"))
     assert result.returncode == 1 and "no database" in result.stderr
+
+
+def test_min_effect_option_is_a_percentage(bad_db):
+    result = _cli("-c", "steady", "--db", str(bad_db), "--min-effect", "two")
+    assert result.returncode == 1 and "--min-effect 'two' is not a percentage" in result.stderr
+    result = _cli("-c", "old_*", "new_*", "--db", str(bad_db), "--format", "json", "--min-effect", "2%")
+    assert result.returncode == 0 and json.loads(result.stdout)["min_effect"] == 0.02

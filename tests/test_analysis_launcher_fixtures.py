@@ -108,11 +108,12 @@ def test_two_launches_per_arm_give_t_intervals_and_the_smallest_ratio_they_could
         assert r.min_detectable_ratio > 1.4 and r.launch_cv > r.within_cv
 
 
-def test_the_slow_start_of_the_first_eagle3_launch_is_found_in_the_data(comparison):
-    # eagle3_nccl_1 ran ~13 % slower for its first ~20 s with CUDA graphs on (the device's first EAGLE-3 start)
-    found = [w for w in comparison.warnings if w.code == "warmup_detected"]
-    assert [w.message.split(":")[0] for w in found] == ["run eagle3_nccl_1"]
-    assert "client request(s) in that window" in found[0].message
+def test_real_launches_lose_no_rows_to_a_warmup_the_data_do_not_clearly_show(comparison):
+    """The real launches wander (eagle3_nccl_1 runs ~13 % slower for its first ~20 s, baseline_nccl_2 ~8 % for half
+    its run): with the change point chosen from ~50 candidate cuts, such shifts are within noise (Bonferroni over the
+    cuts), so nothing is cut and the spread stays in the launch-to-launch variance where it belongs."""
+    assert not [w for w in comparison.warnings if w.code == "warmup_detected"]
+    assert "warmup_detected" not in next(w.message for w in comparison.warnings if w.code == "steady_state")
 
 
 OVERHEAD = Path(__file__).resolve().parents[1] / "fixtures" / "h200x2-overhead"

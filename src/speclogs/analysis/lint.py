@@ -482,7 +482,7 @@ def _detected_warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_o
         client = cut_requests.get(run_id, 0)
         findings.append(Finding(
             "warmup_detected", f"run {names[run_id]}: its first {rows.height} steady-looking decode rows (~{seconds:.0f} s) "
-            f"ran {change:+.1%} against the rest — a warm-up with CUDA graphs on (least-squares change point, t test p < 0.01): "
+            f"ran {change:+.1%} against the rest — a warm-up with CUDA graphs on (least-squares change point, t test p < 0.01 over the cuts searched): "
             f"excluded from the server figures and its profiled cycles"
             + (f", and {client} client request(s) in that window from the client's" if client else
                "; the client's requests could not be matched to it and still include it"),

@@ -283,7 +283,8 @@ def warmup_length(series: np.ndarray, *, min_change: float = 0.03, alpha: float 
     minimises the squared deviations of x[:k] and x[k:] from their own means. It is a warm-up when the prefix is slower
     than the rest by more than `min_change` and significantly so: one-sided t of the prefix mean against the rest,
     with the spread of the rest's batch means of WARMUP_BATCH values (so autocorrelation counts) and their degrees of
-    freedom, p < alpha.
+    freedom, p < alpha / (number of candidate cuts) — Bonferroni over the cuts searched, since the cut was chosen to
+    make the difference large.
     """
     from scipy.stats import t as student_t
 
@@ -304,7 +305,7 @@ def warmup_length(series: np.ndarray, *, min_change: float = 0.03, alpha: float 
     if spread == 0:
         return cut
     statistic = (head.mean() - rest.mean()) / (spread * math.sqrt(1.0 / cut + 1.0 / len(rest)))
-    return cut if float(student_t.cdf(statistic, len(batches) - 1)) < alpha else 0
+    return cut if float(student_t.cdf(statistic, len(batches) - 1)) < alpha / len(k) else 0
 
 
 # Iglewicz & Hoaglin (1993): |modified z| = 0.6745 |x − median| / MAD above 3.5 is an outlier. With 3–10 launches the

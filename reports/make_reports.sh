@@ -45,6 +45,11 @@ if [ -d fixtures/h200x2-overhead ]; then
   "$py" -m speclogs ingest fixtures/h200x2-overhead --db "$work/overhead.duckdb" 2>/dev/null
   report h200x2-overhead-4v4 "$work/overhead.duckdb" -c "eagle3_unprof_[0-9]*" -c "eagle3_prof_[0-9]*"
 fi
+# 3d. The adaptive device run (issue 17): EAGLE-3 with an exact and a noisy draft, launched until decided.
+if [ -d fixtures/h200-adaptive ]; then
+  "$py" -m speclogs ingest fixtures/h200-adaptive --db "$work/adaptive.duckdb" 2>/dev/null
+  report h200-adaptive-drafts "$work/adaptive.duckdb" -c "draft_noisy_[0-9]*" -c "draft_exact_[0-9]*"
+fi
 
 # 4. Ground truth: the seeds' story generated with known effects (3 launches per cell, factors spec × nccl).
 # (generated at a fixed path: run ids hash the logs' paths, and the JSON reports list them)

@@ -135,3 +135,34 @@ def test_four_vs_four_real_launches_plan_the_launches_a_5_percent_question_needs
     spread = float(np.sqrt(sum(((x - x.mean()) ** 2).sum() for x in logs) / sum(len(x) - 1 for x in logs)))
     assert f"plan ≈ {power.launches_needed(spread, 0.05)} launches per arm" in needed  # ≈ 53 at 8.8 %
     assert not [w for w in c.warnings if w.code in ("launch_outlier", "warmup_detected")]
+
+
+ADAPTIVE = Path(__file__).resolve().parents[1] / "fixtures" / "h200-adaptive"
+
+
+@pytest.mark.skipif(not (ADAPTIVE / "adaptive.json").exists(), reason="fixtures/h200-adaptive (device run of "
+                    "plans/h200-adaptive.toml) is not there yet")
+def test_the_adaptive_device_run_stopped_by_itself_with_the_winner_the_report_explains(tmp_path):
+    """One H200, EAGLE-3 with the exact draft (accept len 2.00) against the noisy one (≈ 1.02): the launcher stopped
+    on a decided look, naming the exact draft faster; the report agrees, attributes it to acceptance, and the plan's
+    `draft` factor accounts for the different draft path and weights."""
+    import json
+
+    from speclogs.store import ingest_paths
+
+    decision = json.loads((ADAPTIVE / "adaptive.json").read_text())
+    assert decision["stopped"] == "decided" and decision["launches_spent"] < decision["design"]["max_launches"]
+    final = decision["looks"][-1]["comparisons"][0]
+    assert (final["cell_a"], final["cell_b"], final["status"]) == ("draft_noisy", "draft_exact", "faster")
+    db = tmp_path / "adaptive.duckdb"
+    ingest_paths([str(ADAPTIVE)], db)
+    with duckdb.connect(str(db), read_only=True) as con:
+        c = compare_runs(con, ["draft_noisy_[0-9]*", "draft_exact_[0-9]*"])
+    accept = {a.name: a.accept_len for a in c.arms}
+    assert accept["draft_exact_[0-9]*"] == pytest.approx(2.0, abs=1e-6) and accept["draft_noisy_[0-9]*"] < 1.1
+    client = next(r for r in c.comparisons if r.source == "client")
+    assert client.verdict == "faster" and final["ci_low"] <= client.ratio <= final["ci_high"]
+    assert any(w.code == "adaptive_run" for w in c.warnings)
+    assert not [w for w in c.warnings if w.code.startswith("confounder")]
+    terms = {t.name: t for t in c.attributions[0].terms}
+    assert terms["acceptance"].ci_low > 0.5  # log(2.00 / 1.02) ≈ 0.67: acceptance explains the win

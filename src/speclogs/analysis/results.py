@@ -78,7 +78,7 @@ class RatioComparison:
     n_b: int
     n_units_a: int
     n_units_b: int
-    verdict: str  # stats.VERDICTS: 'faster' | 'slower' | 'no detectable difference' | 'equivalent' | 'below min effect'
+    verdict: str  # stats.verdict_for: 'faster' | 'slower' | 'no detectable difference' | 'equivalent' | 'below min effect'
     #               | 'need ≥ 2 launches' | 'insufficient data'
     interval_covers: str  # 'launches and requests' | 'request noise only (one launch per arm)'
     df: float = float("nan")  # Welch–Satterthwaite degrees of freedom of the t interval and test

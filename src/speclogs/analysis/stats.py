@@ -205,10 +205,6 @@ def diff_parts(a: GroupSummary, b: GroupSummary, column: int, sign: float = 1.0)
     return [part(b, column, sign), part(a, column, -sign)]
 
 
-VERDICTS = ("faster", "slower", "no detectable difference", "equivalent", "below min effect", "need ≥ 2 launches",
-            "insufficient data")
-
-
 def verdict_for(result: TInterval, *, enough: bool, min_effect: float = 0.0) -> str:
     """The words for a log-ratio interval. A winner only when every group has ≥ 2 launches and the interval lies beyond
     ±log(1 + min_effect) (min_effect 0: excludes 0, i.e. p < 1 − confidence). With a threshold, an interval inside

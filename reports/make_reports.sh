@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerate every example report in reports/ from the repository's fixtures, with the speclogs CLI only.
 #   bash reports/make_reports.sh            (from anywhere; uses python3 unless PYTHON is set)
-# Writes reports/<name>.{html,md,json}. Deterministic: the bootstrap has a fixed seed.
+# Writes reports/<name>.{html,md,json}. Deterministic: the statistics draw no random numbers.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -44,6 +44,11 @@ fi
 if [ -d fixtures/h200x2-overhead ]; then
   "$py" -m speclogs ingest fixtures/h200x2-overhead --db "$work/overhead.duckdb" 2>/dev/null
   report h200x2-overhead-4v4 "$work/overhead.duckdb" -c "eagle3_unprof_[0-9]*" -c "eagle3_prof_[0-9]*"
+fi
+# 3d. The adaptive device run (issue 17): EAGLE-3 with an exact and a noisy draft, launched until decided.
+if [ -d fixtures/h200-adaptive ]; then
+  "$py" -m speclogs ingest fixtures/h200-adaptive --db "$work/adaptive.duckdb" 2>/dev/null
+  report h200-adaptive-drafts "$work/adaptive.duckdb" -c "draft_noisy_[0-9]*" -c "draft_exact_[0-9]*"
 fi
 
 # 4. Ground truth: the seeds' story generated with known effects (3 launches per cell, factors spec × nccl).

@@ -4,6 +4,11 @@ It accepts SGLang's flags (ignores the ones it does not use), prints SGLang-0.5.
 answers /health 503 for --ready-after seconds then 200, /generate with output_ids + meta_info, and drains on SIGTERM.
 Fault switches: --die-after S (exit 3 during start), --never-ready, --hang-on-sigterm, --generate-status CODE,
 --generate-delay S, --spawn-child (a child process in the same group, like SGLang's schedulers).
+
+Playing an arm with known throughput: --tok-s R makes /generate take max_new_tokens / rate seconds, rate =
+R × (a launch factor exp N(0, --launch-cv), drawn once at start) × exp N(0, --request-cv) per request, and log it as
+the decode line's gen throughput. The draws are seeded by --noise-seed and the launch's directory (the launcher's
+DIR/<cell>/<launch>/server.log is this process's stdout), so every launch of a plan differs, reproducibly.
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -43,13 +50,29 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--generate-delay", type=float, default=0.0)
     parser.add_argument("--spawn-child", action="store_true")
     parser.add_argument("--print-env", action="append", default=[])
+    parser.add_argument("--tok-s", type=float, default=None)
+    parser.add_argument("--launch-cv", type=float, default=0.0)
+    parser.add_argument("--request-cv", type=float, default=0.0)
+    parser.add_argument("--noise-seed", type=int, default=0)
     args, _unknown = parser.parse_known_args()
     return args
+
+
+def launch_rng(seed: int) -> random.Random:
+    """Seeded by the launch: the directory of the log file that stdout points at (<cell>/<launch>)."""
+    try:
+        where = os.readlink("/proc/self/fd/1")
+    except OSError:
+        where = ""
+    parts = where.split(os.sep)
+    return random.Random(f"{seed}:{os.sep.join(parts[-3:-1])}")
 
 
 def main() -> None:
     args = parse_args()
     started = time.monotonic()
+    rng = launch_rng(args.noise_seed)
+    launch_factor = math.exp(rng.gauss(0.0, args.launch_cv))
     spec = args.speculative_algorithm
     log(f"server_args=ServerArgs(model_path='{args.model_path}', tokenizer_path='{args.model_path}', "
         f"skip_tokenizer_init=True, host='{args.host}', port={args.port}, tp_size={args.tp}, "
@@ -109,6 +132,10 @@ def main() -> None:
             started_req = time.perf_counter()
             time.sleep(args.generate_delay)
             n_new = payload.get("sampling_params", {}).get("max_new_tokens", 16)
+            rate = 521.29
+            if args.tok_s is not None:
+                rate = args.tok_s * launch_factor * math.exp(rng.gauss(0.0, args.request_cv))
+                time.sleep(max(0.0, n_new / rate - (time.perf_counter() - started_req)))
             prompt = payload.get("input_ids") or list(range(len(payload.get("text", "x").split())))
             log(f"Prefill batch, #new-seq: 1, #new-token: {len(prompt)}, #cached-token: 0, token usage: 0.00, "
                 "#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 71.81",
@@ -116,7 +143,7 @@ def main() -> None:
             verify_ct = (n_new + 1) // 2 if spec else 0
             accept = ", accept len: 2.00, accept rate: 0.20" if spec else ""
             log(f"Decode batch, #running-req: 1, #token: {len(prompt) + n_new}, token usage: 0.00{accept}, "
-                "cuda graph: True, gen throughput (token/s): 521.29, #queue-req: 0", "TP0")
+                f"cuda graph: True, gen throughput (token/s): {rate:.2f}, #queue-req: 0", "TP0")
             meta = {"id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": n_new},
                     "prompt_tokens": len(prompt), "completion_tokens": n_new, "cached_tokens": 0,
                     "e2e_latency": time.perf_counter() - started_req}

@@ -141,7 +141,20 @@ def test_steady_state_rule_excludes_startup_and_first_rows_after_idle(seeds):
     reasons = c.timeline.group_by("excluded_reason").len()
     counts = dict(reasons.iter_rows())
     assert counts["startup"] == 3 * 2  # the two eager rows before 'ready' in each of the 3 launches
-    assert counts["first_after_idle"] == 3 * 8  # one per request (8 requests per launch)
-    steady_rows = sum(r["decode_rows"] for r in truth["runs"] if r["name"].startswith("baseline_default")) - 3 * 8
+    # the bench's warm-up request (the first of 8) is cut from the server rows too, its first row after idle with it
+    assert counts["first_after_idle"] == 3 * 7  # one per measured request
+    assert 3 * 12 <= counts["warmup_request"] <= 3 * 13  # 500 tokens = 12.5 decode lines of 40 steps
+    steady_rows = (sum(r["decode_rows"] for r in truth["runs"] if r["name"].startswith("baseline_default"))
+                   - 3 * 7 - counts["warmup_request"])
     assert counts[None] == steady_rows
     assert c.arms[0].server.n_rows == steady_rows
+
+
+def test_min_effect_threshold_changes_what_counts_as_a_winner(seeds):
+    """+41 % is a winner beyond a 2 % threshold, and inside a 50 % one it is 'equivalent' (criterion's noise
+    threshold): the interval and p-value do not change, only the words."""
+    con, _ = seeds
+    plain = _ratio(compare_runs(con, ["baseline_default_*", "baseline_nccl_*"], min_effect=0.02), "client")
+    wide = _ratio(compare_runs(con, ["baseline_default_*", "baseline_nccl_*"], min_effect=0.5), "client")
+    assert plain.verdict == "faster" and wide.verdict == "equivalent"
+    assert (plain.ci_low, plain.ci_high, plain.p_value) == (wide.ci_low, wide.ci_high, wide.p_value)

@@ -49,54 +49,55 @@ def _codes(c):
 
 
 def test_clean_runs_raise_no_false_alarms(con):
-    c = compare_runs(con, ["flat"], n_resamples=200)
+    c = compare_runs(con, ["flat"])
     assert _codes(c) == {"single_launch"}
 
 
 def test_seeds_story_has_no_drift_or_disagreement_alarms(tmp_path_factory):
     db, _ = dbs.seeds_db(tmp_path_factory.getbasetemp())
     with duckdb.connect(str(db), read_only=True) as seeds:
-        c = compare_runs(seeds, ["baseline_default_*", "baseline_nccl_*", "eagle3_default_*", "eagle3_nccl_*"],
-                         n_resamples=200)
+        c = compare_runs(seeds, ["baseline_default_*", "baseline_nccl_*", "eagle3_default_*", "eagle3_nccl_*"])
     assert not {"non_stationary", "source_disagreement", "arm_inconsistent", "too_few_samples"} & _codes(c)
 
 
 def test_throughput_drift_inside_a_launch_is_flagged(con):
-    c = compare_runs(con, ["flat", "drift"], n_resamples=200)
+    c = compare_runs(con, ["flat", "drift"])
     drift = [w for w in c.warnings if w.code == "non_stationary"]
     assert drift and all("drift" in w.message for w in drift)
     assert not any("run flat" in w.message for w in drift)
 
 
 def test_retractions_are_flagged(con):
-    c = compare_runs(con, ["flat", "retract"], n_resamples=200)
+    c = compare_runs(con, ["flat", "retract"])
     flagged = [w for w in c.warnings if w.code == "retractions"]
     assert flagged and "retract" in flagged[0].message and "1 request retraction" in flagged[0].message
 
 
 def test_client_overhead_makes_the_sources_disagree(con):
-    c = compare_runs(con, ["flat", "slowclient"], n_resamples=400)
+    c = compare_runs(con, ["flat", "slowclient"])
     ratios = {r.source: r for r in c.comparisons}
-    assert ratios["client"].verdict == "slower" and ratios["server"].ci_low < 1 < ratios["server"].ci_high
+    # one launch each: no verdict, but the request-noise intervals already disagree
+    assert ratios["client"].verdict == "need ≥ 2 launches" and ratios["client"].ci_high < 1
+    assert ratios["server"].ci_low < 1 < ratios["server"].ci_high
     assert "source_disagreement" in _codes(c)
     assert any(w.code == "source_levels" and "slowclient" in w.message for w in c.warnings)
 
 
 def test_cuda_and_other_env_differences_are_confounders(con):
-    c = compare_runs(con, ["plain_*", "cuda_*"], n_resamples=200)
+    c = compare_runs(con, ["plain_*", "cuda_*"])
     env = [w for w in c.warnings if w.code == "confounder_env"]
     assert env and "CUDA_DEVICE_MAX_CONNECTIONS (unset → 1)" in env[0].message
     assert "OMP_NUM_THREADS" in env[0].message
 
 
 def test_replicates_that_differ_are_not_replicates(con):
-    c = compare_runs(con, ["mixed_*"], n_resamples=200)
+    c = compare_runs(con, ["mixed_*"])
     flagged = [w for w in c.warnings if w.code == "arm_inconsistent"]
     assert flagged and "CUDA_VISIBLE_DEVICES" in flagged[0].message
 
 
 def test_ignore_env_leaves_a_variable_out_of_the_confounder_check_and_says_so(con):
-    c = compare_runs(con, ["plain_*", "cuda_*"], n_resamples=200, ignore_env=["CUDA_DEVICE_MAX_CONNECTIONS", "OMP_*"])
+    c = compare_runs(con, ["plain_*", "cuda_*"], ignore_env=["CUDA_DEVICE_MAX_CONNECTIONS", "OMP_*"])
     assert not [w for w in c.warnings if w.code == "confounder_env"]
     ignored = [w for w in c.warnings if w.code == "env_ignored"]
     assert ignored and "CUDA_DEVICE_MAX_CONNECTIONS" in ignored[0].message and "OMP_NUM_THREADS" in ignored[0].message

@@ -1,4 +1,5 @@
-"""The statistics on their own: cluster bootstrap honesty, verdict wording, the steady-state rule, warm-up rule."""
+"""The statistics on their own: variance components, verdict wording, tests, warm-up detection, the steady-state
+rule, the client warm-up rule. (The honesty of the intervals on the simulation grid: tests/test_analysis_grid.py.)"""
 
 from __future__ import annotations
 
@@ -16,62 +17,100 @@ def _client_stat(s):
     return np.log(s[:, [0]] / s[:, [1]])
 
 
-def _arm(rng, rate, launches, requests, launch_sigma, request_sigma=0.02):
+def _launches(rng, rate, launches, requests, launch_sigma, residual_sigma, prompts):
+    """Launches replaying the same prompts (prompt factors `prompts`) with launch and residual noise: (n, 2) each."""
     units = []
     for _ in range(launches):
         launch_rate = rate * np.exp(rng.normal(0, launch_sigma))
         tokens = np.full(requests, 500.0)
-        seconds = tokens / (launch_rate * np.exp(rng.normal(0, request_sigma, requests)))
+        seconds = tokens / (launch_rate * prompts * np.exp(rng.normal(0, residual_sigma, requests)))
         units.append(np.column_stack([tokens, seconds]))
     return units
 
 
-def test_interval_covers_the_true_ratio_with_three_launches_where_percentiles_do_not():
-    """Launch-to-launch noise 3 %, request noise 2 %, 3 launches per arm, nominal 95 %: the report's interval
-    (cluster-bootstrap SE, Welch t over launches) covers the truth ≥ 90 % of the time; a percentile interval of
-    the same cluster bootstrap covers less, and treating requests as independent far less."""
-    rng = np.random.default_rng(1)
-    true_log = np.log(1.05)
-    covered = {"report": 0, "percentile": 0, "requests as independent": 0}
-    trials = 80
-    for _ in range(trials):
-        a = _arm(rng, 100.0, 3, 10, 0.03)
-        b = _arm(rng, 100.0 * 1.05, 3, 10, 0.03)
-        ga = stats.resample_group(a, _client_stat, 500, rng)
-        gb = stats.resample_group(b, _client_stat, 500, rng)
-        point = gb.point[0] - ga.point[0]
-        low, high = stats.interval(point, [(gb.draws[:, 0], 3), (-ga.draws[:, 0], 3)], 0.95)
-        covered["report"] += low <= true_log <= high
-        low, high = stats.percentile_interval(gb.draws[:, 0] - ga.draws[:, 0], 0.95)
-        covered["percentile"] += low <= true_log <= high
-        na = stats.resample_group([np.concatenate(a)], _client_stat, 500, rng)
-        nb = stats.resample_group([np.concatenate(b)], _client_stat, 500, rng)
-        low, high = stats.percentile_interval(nb.draws[:, 0] - na.draws[:, 0], 0.95)
-        covered["requests as independent"] += low <= true_log <= high
-    rates = {k: v / trials for k, v in covered.items()}
-    assert rates["report"] >= 0.9, rates
-    assert rates["requests as independent"] < rates["percentile"] < rates["report"], rates
+def test_replayed_prompts_are_not_counted_as_within_launch_noise():
+    """Requests differ by ±30 % (their prompts) but identically in every launch: the within-launch noise of a launch
+    mean is the 2 % residual / √10, not the prompt spread / √10 that a one-way estimate (or a bootstrap over requests)
+    would count — the double count that made the old intervals 2–3× wider than Welch's."""
+    rng = np.random.default_rng(4)
+    prompts = np.exp(rng.normal(0, 0.3, 10))
+    group = stats.summarize_group(_launches(rng, 100.0, 4, 10, 0.0, 0.02, prompts), _client_stat)
+    assert group.aligned
+    assert np.sqrt(group.within_cov[0, 0]) == pytest.approx(0.02 / np.sqrt(10), rel=0.35)
+    unaligned = stats.summarize_group(_launches(rng, 100.0, 4, 10, 0.0, 0.02, prompts)[:3]
+                                      + [_launches(rng, 100.0, 1, 9, 0.0, 0.02, prompts[:9])[0]], _client_stat)
+    assert not unaligned.aligned and np.sqrt(unaligned.within_cov[0, 0]) > 0.05
 
 
-def test_single_unit_gives_a_zero_width_interval_and_the_verdict_refuses():
-    rng = np.random.default_rng(0)
-    group = stats.resample_group([np.array([[500.0, 5.0]])], _client_stat, 200, rng)
-    low, high = stats.percentile_interval(group.draws[:, 0], 0.95)
-    assert low == high == pytest.approx(np.log(100.0))
-    assert stats.verdict_for(1.2, 1.2, enough=False) == "insufficient data"
+def test_between_and_within_components_are_each_counted_once():
+    """3 % launch noise + 2 % request noise over 10 requests: the variance of an arm mean is (σ²_b + σ²_w/n) / L;
+    the pooled components recover both parts."""
+    rng = np.random.default_rng(5)
+    groups = [stats.summarize_group(_launches(rng, 100.0, 40, 10, 0.03, 0.05, np.ones(10)), _client_stat)
+              for _ in range(2)]
+    between, within = stats.pooled_components(groups, 0)
+    assert np.sqrt(between) == pytest.approx(0.03, rel=0.2)
+    assert np.sqrt(within) == pytest.approx(0.05 / np.sqrt(10), rel=0.2)
+    variance, df = stats.part(groups[0], 0).variance()
+    assert variance == pytest.approx(np.var(groups[0].per_launch[:, 0], ddof=1) / 40) and df == 39
 
 
-@pytest.mark.parametrize(("low", "high", "verdict"), [
-    (0.98, 1.03, "no detectable difference"), (1.01, 1.2, "faster"), (0.7, 0.99, "slower"),
-    (float("nan"), 1.1, "insufficient data"),
+def test_two_equal_launches_do_not_give_a_zero_width_interval():
+    """The launch-to-launch component is truncated at 0, never the total: the interval keeps the requests' noise."""
+    rng = np.random.default_rng(6)
+    one = _launches(rng, 100.0, 1, 10, 0.0, 0.05, np.ones(10))[0]
+    shuffled = one[rng.permutation(10)]  # the same launch value, different requests
+    group = stats.summarize_group([one, shuffled], _client_stat)
+    assert np.var(group.per_launch[:, 0]) == pytest.approx(0.0, abs=1e-20)
+    low, high = stats.interval([stats.part(group, 0)], 0.95)
+    assert high - low > 0.01
+
+
+def test_p_value_and_interval_are_the_same_statement():
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        a = stats.summarize_group(_launches(rng, 100.0, 3, 8, 0.04, 0.02, np.ones(8)), _client_stat)
+        b = stats.summarize_group(_launches(rng, 104.0, 3, 8, 0.04, 0.02, np.ones(8)), _client_stat)
+        result = stats.t_interval(stats.diff_parts(a, b, 0), 0.95)
+        assert (result.p_value < 0.05) == (result.low > 0 or result.high < 0)
+
+
+def test_a_single_unit_launch_has_no_within_noise_and_one_launch_gives_no_verdict():
+    group = stats.summarize_group([np.array([[500.0, 5.0]])], _client_stat)
+    assert group.point[0] == pytest.approx(np.log(100.0)) and group.within_df == 0
+    result = stats.t_interval([stats.part(group, 0), stats.part(group, 0, -1.0)], 0.95)
+    assert stats.verdict_for(result, enough=True) == "need ≥ 2 launches"
+    assert stats.verdict_for(result, enough=False) == "insufficient data"
+
+
+def _result(low, high):
+    return stats.TInterval(point=(low + high) / 2, se=1.0, df=4.0, low=low, high=high, p_value=0.5, launches_covered=True)
+
+
+@pytest.mark.parametrize(("low", "high", "min_effect", "verdict"), [
+    (-0.02, 0.03, 0.0, "no detectable difference"), (0.01, 0.2, 0.0, "faster"), (-0.3, -0.01, 0.0, "slower"),
+    (float("nan"), 0.1, 0.0, "insufficient data"), (0.01, 0.2, 0.02, "below min effect"),
+    (0.03, 0.2, 0.02, "faster"), (-0.015, 0.012, 0.02, "equivalent"), (-0.03, 0.012, 0.02, "no detectable difference"),
 ])
-def test_verdict_names_a_winner_only_when_the_interval_excludes_one(low, high, verdict):
-    assert stats.verdict_for(low, high, enough=True) == verdict
+def test_verdict_names_a_winner_only_beyond_the_threshold(low, high, min_effect, verdict):
+    assert stats.verdict_for(_result(low, high), enough=True, min_effect=min_effect) == verdict
 
 
-def test_rank_test_needs_two_values_a_side():
-    assert stats.rank_test([1.0], [2.0, 3.0]) is None
-    assert stats.rank_test([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(0.1)
+def test_holm_controls_the_family():
+    adjusted = stats.holm([0.01, 0.04, 0.03, 0.5])
+    assert adjusted.tolist() == pytest.approx([0.04, 0.09, 0.09, 0.5])
+
+
+def test_warmup_length_finds_a_slow_start_and_nothing_in_a_flat_series():
+    rng = np.random.default_rng(8)
+    flat_hits = sum(stats.warmup_length(100 * np.exp(rng.normal(0, 0.03, 60))) > 0 for _ in range(300))
+    assert flat_hits <= 3  # ≤ 1 % false warm-ups on drift-free launches
+    slow = 100 * np.exp(rng.normal(0, 0.03, 60))
+    slow[:12] *= 0.8
+    assert 10 <= stats.warmup_length(slow) <= 15
+    fast_start = 100 * np.exp(rng.normal(0, 0.03, 60))
+    fast_start[:12] *= 1.2  # faster first: not a warm-up (that is drift or throttling)
+    assert stats.warmup_length(fast_start) == 0
 
 
 def test_trend_test_sees_a_drift_and_not_noise():
@@ -133,3 +172,19 @@ def test_client_warmup_flag_or_first_request_is_excluded():
     assert rows["excluded_reason"].to_list() == ["warmup", None, "non_finite"]
     unflagged = flagged.with_columns(pl.lit(None, pl.Boolean).alias("warmup"), pl.lit(1.0).alias("latency_s"))
     assert client_rows(unflagged)["excluded_reason"].to_list() == ["warmup", None, None]
+
+
+def test_eager_batches_above_the_captured_sizes_count_and_the_bench_warmup_request_does_not():
+    decode, prefill, launches = _decode_frame()
+    decode = decode.with_columns(pl.when(pl.col("line_no") == 32).then(8).otherwise(pl.col("running_req")).alias("running_req"))
+    marked = mark_steady(decode, prefill, launches, graphs={"r": (False, 4)})
+    row = marked.filter(pl.col("line_no") == 32)
+    assert row["excluded_reason"].to_list() == [None] and row["eager_by_config"].to_list() == [True]
+    small = mark_steady(*_decode_frame(), graphs={"r": (False, 4)})
+    assert small.filter(pl.col("line_no") == 32)["excluded_reason"].to_list() == ["no_cuda_graph"]
+    disabled = mark_steady(*_decode_frame(), graphs={"r": (True, None)})
+    assert disabled.filter(pl.col("line_no") == 32)["excluded_reason"].to_list() == [None]
+    # one warm-up request: the first request after ready (segment 1) is the bench's, not the server's steady state
+    warm = mark_steady(*_decode_frame(), warmup_requests={"r": 1})
+    reasons = dict(zip(warm["line_no"].to_list(), warm["excluded_reason"].to_list()))
+    assert reasons[30] == reasons[31] == reasons[32] == "warmup_request" and reasons[42] is None

@@ -325,3 +325,23 @@ def test_bench_serving_runs_with_the_server_env_and_its_failure_is_recorded(tmp_
         assert record["bench"]["bench_serving_args"][:2] == ["--num-prompts", "7"]
         if expected == "bench_failed":
             assert "exited 4" in record["outcome_detail"]
+
+
+def test_run_json_records_the_draft_models_eagle3_layers_and_a_hash_of_its_weights(tmp_path):
+    import hashlib
+
+    draft = tmp_path / "d3"
+    draft.mkdir()
+    config = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 64, "num_hidden_layers": 1,
+              "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 7, 13]}}
+    (draft / "config.json").write_text(json.dumps(config))
+    weights = b"\x00\x01" * 5000
+    (draft / "model.safetensors").write_bytes(weights)
+    plan = write_plan(tmp_path, f'[[cells]]\nname = "e3"\nargs = ["--speculative-draft-model-path", "{draft}"]')
+    summary, _ = run(plan, tmp_path / "out")
+    assert summary.results[0].outcome == "ok"
+    recorded = run_json(tmp_path / "out", "e3")["models"]["draft"]
+    assert recorded["eagle3_layer_ids"] == [1, 7, 13] and recorded["architectures"] == ["LlamaForCausalLMEagle3"]
+    expected = hashlib.sha256(b"model.safetensors\0" + str(len(weights)).encode() + b"\0" + weights).hexdigest()
+    assert recorded["weights_sha256"] == expected and recorded["weights_hash"] == "sha256 of every weight byte"
+    assert recorded["config_sha256"] == hashlib.sha256((draft / "config.json").read_bytes()).hexdigest()

@@ -113,3 +113,41 @@ def test_servers_inherit_only_what_a_gpu_server_needs(tmp_path, monkeypatch):
     path.write_text('inherit_env = ["*"]\n[[cells]]\nname = "a"\n')
     everything, dropped = server_env(load_plan(path), load_plan(path).launch_order()[0])
     assert everything["MINUTES"] == "30" and "NCCL_PROTO" not in everything and dropped == ["NCCL_PROTO"]
+
+
+def test_adaptive_table_is_checked_with_file_and_line(tmp_path):
+    cells = '[[cells]]\nname = "a"\n[[cells]]\nname = "b"\n'
+    assert "bad.toml:3:" in plan_error(tmp_path, f'name = "x"\n[adaptive]\nuntill = "ci_width<=5%"\n{cells}')
+    assert "bad.toml:3:" in plan_error(tmp_path, f'name = "x"\n[adaptive]\nuntil = "width 5%"\n{cells}')
+    assert "min_effect" in plan_error(tmp_path, f'[adaptive]\nuntil = "ci_width<=5%"\nmin_effect = "200%"\n{cells}')
+    path = tmp_path / "good.toml"
+    path.write_text(f'[adaptive]\nuntil = "ci_width<=4%"\nmax_launches = 10\nmin_effect = "2%"\nreference = "b"\n{cells}')
+    spec = load_plan(path).adaptive
+    assert (spec.until, spec.max_launches, spec.min_effect, spec.reference) == (pytest.approx(0.04), 10,
+                                                                                pytest.approx(0.02), "b")
+
+
+def test_adaptive_designs_that_cannot_work_are_refused_before_anything_starts(tmp_path):
+    path = tmp_path / "plan.toml"
+    path.write_text('launches = 2\n[adaptive]\nuntil = "ci_width<=5%"\nreference = "c"\n[[cells]]\nname = "a"\n'
+                    '[[cells]]\nname = "b"\n')
+    plan = load_plan(path)
+    with pytest.raises(PlanError, match="needs a budget"):
+        launch_plan(plan, LaunchOptions(out_dir=tmp_path / "out"))
+    with pytest.raises(PlanError, match="reference 'c' is not a cell"):
+        launch_plan(plan, LaunchOptions(out_dir=tmp_path / "out", max_launches=8))
+    path.write_text(path.read_text().replace('reference = "c"\n', ""))
+    with pytest.raises(PlanError, match="does not reach the first look"):
+        launch_plan(load_plan(path), LaunchOptions(out_dir=tmp_path / "out", max_launches=3, until=0.05))
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_device_plan_for_the_adaptive_run_is_a_two_draft_design_with_five_looks():
+    from speclogs.launcher.run import adaptive_design
+
+    plan = load_plan(ROOT / "plans" / "h200-adaptive.toml")
+    design = adaptive_design(plan, LaunchOptions(out_dir=Path("/nonexistent")))
+    assert design.cells == ("draft_noisy", "draft_exact") and design.reference == "draft_noisy"
+    assert design.looks == (2, 3, 4, 5, 6) and design.until == pytest.approx(0.05)
+    argv = server_argv(plan, plan.launch_order()[1])
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == "/tmp/d3" and argv[argv.index("--tp") + 1] == "1"

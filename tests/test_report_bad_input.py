@@ -77,14 +77,14 @@ def test_run_without_decode_rows_or_requests_exits_1_with_the_reason(bad_db):
 
 def test_run_without_decode_rows_but_with_requests_uses_the_client_and_says_so(bad_db):
     with duckdb.connect(str(bad_db), read_only=True) as con:
-        c = compare_runs(con, ["steady", "nodecode_bench"], n_resamples=200)
+        c = compare_runs(con, ["steady", "nodecode_bench"])
     assert [r.source for r in c.comparisons] == ["client"]
     assert any(w.code == "no_decode_rows" and "nodecode_bench" in w.message for w in c.warnings)
 
 
 def test_single_sample_gives_no_verdict(bad_db):
     with duckdb.connect(str(bad_db), read_only=True) as con:
-        c = compare_runs(con, ["steady", "single"], n_resamples=200)
+        c = compare_runs(con, ["steady", "single"])
     client = next(r for r in c.comparisons if r.source == "client")
     assert client.n_units_b == 1 and client.verdict == "insufficient data"
     assert any(w.code == "too_few_samples" and "single" in w.message for w in c.warnings)
@@ -92,7 +92,7 @@ def test_single_sample_gives_no_verdict(bad_db):
 
 def test_nan_and_zero_latency_requests_are_excluded_and_reported(bad_db):
     with duckdb.connect(str(bad_db), read_only=True) as con:
-        c = compare_runs(con, ["nanbench"], n_resamples=200)
+        c = compare_runs(con, ["nanbench"])
     assert c.arms[0].client.n_rows == 3  # 6 requests − warm-up − NaN − zero latency
     assert math.isfinite(c.arms[0].client.value_tok_s)
     assert any(w.code == "non_finite_values" and "nanbench" in w.message for w in c.warnings)
@@ -100,13 +100,13 @@ def test_nan_and_zero_latency_requests_are_excluded_and_reported(bad_db):
 
 def test_mixed_sglang_versions_are_flagged(bad_db):
     with duckdb.connect(str(bad_db), read_only=True) as con:
-        c = compare_runs(con, ["old_*", "new_*"], n_resamples=200)
+        c = compare_runs(con, ["old_*", "new_*"])
     assert any(w.code == "mixed_versions" and "0.5.23" in w.message for w in c.warnings)
     assert any(w.code == "confounder_version" for w in c.warnings)
 
 
 def test_json_output_parses_and_carries_the_warnings(bad_db):
-    result = _cli("-c", "steady", "single", "--db", str(bad_db), "--format", "json", "--resamples", "200")
+    result = _cli("-c", "steady", "single", "--db", str(bad_db), "--format", "json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["comparisons"] and any(w["code"] == "too_few_samples" for w in doc["warnings"])
@@ -121,27 +121,34 @@ def test_bad_options_exit_1(bad_db, args, message):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--resamples", "0"], "--resamples"), (["--resamples", "1"], "--resamples"), (["--resamples", "-5"], "--resamples"),
+    (["--min-effect", "150%"], "--min-effect"), (["--min-effect", "-5%"], "--min-effect"), (["--min-effect", "lots"], "--min-effect"),
     (["--confidence", "1.5"], "--confidence"), (["--confidence", "95"], "--confidence"), (["--confidence", "0.2"], "--confidence"),
     (["--hidden-size", "0"], "--hidden-size"), (["--num-layers", "-1"], "--num-layers"), (["-o", "report.pdf"], "suffix"),
 ])
 def test_out_of_range_options_are_usage_errors(bad_db, args, message):
-    """No fake verdict from 0 or 1 resamples, no traceback from -5: a clear message and exit 2 before any work."""
+    """No fake verdict from a threshold of 150 %, no traceback from -5 %: a clear message and exit 2 before any work."""
     result = _cli("-c", "steady", "single", "--db", str(bad_db), *args)
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr and result.stdout == ""
 
 
-def test_library_refuses_too_few_resamples(bad_db):
+def test_library_refuses_a_min_effect_out_of_range(bad_db):
     import duckdb
 
     from speclogs.analysis import compare_runs
     from speclogs.errors import AnalysisError
 
-    with duckdb.connect(str(bad_db), read_only=True) as con, pytest.raises(AnalysisError, match="too few"):
-        compare_runs(con, ["steady", "single"], n_resamples=1)
+    with duckdb.connect(str(bad_db), read_only=True) as con, pytest.raises(AnalysisError, match="outside"):
+        compare_runs(con, ["steady", "single"], min_effect=1.5)
 
 
 def test_missing_database_exits_1(tmp_path):
     result = _cli("-c", "a", "b", "--db", str(tmp_path / "none.duckdb"))
     assert result.returncode == 1 and "no database" in result.stderr
+
+
+def test_min_effect_option_is_a_percentage(bad_db):
+    result = _cli("-c", "steady", "--db", str(bad_db), "--min-effect", "two")
+    assert result.returncode == 2 and "--min-effect 'two' is not a percentage" in result.stderr
+    result = _cli("-c", "old_*", "new_*", "--db", str(bad_db), "--format", "json", "--min-effect", "2%")
+    assert result.returncode == 0 and json.loads(result.stdout)["min_effect"] == 0.02

@@ -42,8 +42,7 @@ def test_every_chart_draws_in_chromium(tmp_path, tmp_path_factory):
     db, _ = dbs.seeds_db(tmp_path_factory.getbasetemp())
     con = duckdb.connect(str(db), read_only=True)
     try:
-        comparison = compare_runs(con, ["baseline_default_*", "baseline_nccl_*", "eagle3_default_*", "eagle3_nccl_*"],
-                                  n_resamples=300)
+        comparison = compare_runs(con, ["baseline_default_*", "baseline_nccl_*", "eagle3_default_*", "eagle3_nccl_*"])
     finally:
         con.close()
     page = write_html(comparison, tmp_path / "report.html")
@@ -108,7 +107,7 @@ def chart_screens(tmp_path_factory):
     screens = {}
     for report, (db, arms) in reports.items():
         with duckdb.connect(str(db), read_only=True) as con:
-            comparison = compare_runs(con, arms, n_resamples=300)
+            comparison = compare_runs(con, arms)
         for name, page in chart_pages(comparison).items():
             html = out / f"{report}-{name}.html"
             html.write_text(page)

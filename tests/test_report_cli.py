@@ -21,7 +21,7 @@ def fixtures_db(tmp_path_factory):
 
 def test_arm_labels(fixtures_db):
     result = run_cli("report", "--db", str(fixtures_db), "-c", "base=baseline_default_[0-9]", "-c",
-                     "eagle=eagle3_default_[0-9]", "--format", "json", "--resamples", "200")
+                     "eagle=eagle3_default_[0-9]", "--format", "json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["reference"] == "base" and [a["name"] for a in doc["arms"]] == ["base", "eagle"]
@@ -45,7 +45,7 @@ def test_one_computation_rendered_to_every_format(fixtures_db, tmp_path, monkeyp
     real = speclogs.analysis.compare_runs
     monkeypatch.setattr(speclogs.analysis, "compare_runs", lambda *a, **k: calls.append(1) or real(*a, **k))
     out = [tmp_path / "r.json", tmp_path / "r.md", tmp_path / "r.html", tmp_path / "r.txt"]
-    code = main(["report", "--db", str(fixtures_db), "-c", "baseline_default", "-c", "eagle3_default", "--resamples", "200",
+    code = main(["report", "--db", str(fixtures_db), "-c", "baseline_default", "-c", "eagle3_default",
                  "--format", "json", *(arg for path in out for arg in ("-o", str(path)))])
     assert code == 0 and len(calls) == 1
     doc = json.loads(out[0].read_text())
@@ -62,9 +62,9 @@ def test_first_screen_answers_before_warning(fixtures_db):
     lines = result.stdout.splitlines()
     first = "\n".join(lines[:20])
     assert lines[2] == "Answer"
-    assert "eagle3_default_[0-9] vs baseline_default_[0-9]: no detectable difference — ×0.873, 95% CI [0.640, 1.192]" in first
-    assert "p = 0.333, 2 vs 2 launches" in first
-    assert "why (server): accept len 2.00 vs 1.00 (×2.00), step time 4.51 vs 1.97 ms (×2.29)" in first
+    assert "eagle3_default_[0-9] vs baseline_default_[0-9]: no detectable difference — ×0.873, 95% CI [0.644, 1.185]" in first
+    assert "p = 0.184, 2 vs 2 launches" in first
+    assert "why (server): accept len 2.00 vs 1.00 (×2.00), step time 4.47 vs 1.99 ms (×2.25)" in first
     assert "per launch (client tok/s): baseline_default_[0-9] 476.3–514.5 (2 launches)" in first
     assert "MINUTES" not in "\n".join(lines[:60]) and "AWS_CA_BUNDLE" not in result.stdout
     out = result.stdout
@@ -74,7 +74,7 @@ def test_first_screen_answers_before_warning(fixtures_db):
 
 def test_unset_is_written_one_way(fixtures_db):
     result = run_cli("report", "--db", str(fixtures_db), "-c", "baseline_default_[0-9]", "-c", "baseline_nccl_[0-9]",
-                     "--format", "md", "--resamples", "200")
+                     "--format", "md")
     assert result.returncode == 0
     assert "unset → Ring" in result.stdout or "=unset" in result.stdout
     assert "<unset>" not in result.stdout and "\\<unset\\>" not in result.stdout

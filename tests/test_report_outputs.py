@@ -22,7 +22,7 @@ def comparison(tmp_path_factory):
     db, _ = dbs.seeds_db(tmp_path_factory.getbasetemp())
     con = duckdb.connect(str(db), read_only=True)
     try:
-        yield compare_runs(con, ARMS, n_resamples=400)
+        yield compare_runs(con, ARMS)
     finally:
         con.close()
 

@@ -83,7 +83,7 @@ name = "open"
                        env={**os.environ, **INHERITED})
     assert launch.returncode == 0, launch.stderr
     reports = {"launch stdout": launch.stdout, "launch stderr": launch.stderr}
-    arms = ["-c", "keyed_1", "-c", "open_1", "--db", str(db), "--resamples", "200"]
+    arms = ["-c", "keyed_1", "-c", "open_1", "--db", str(db)]
     for fmt in ("terminal", "json", "md"):
         result = _speclogs("report", *arms, "--format", fmt)
         assert result.returncode == 0, result.stderr

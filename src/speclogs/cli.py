@@ -396,8 +396,9 @@ def launch(
     resume: bool = typer.Option(False, "--resume", help="Skip launches whose run.json is complete; redo the rest."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume, also redo failed launches."),
     only: list[str] = typer.Option([], "--only", help="Run only these cells (repeatable or comma-separated)."),
-    max_launches: Optional[int] = typer.Option(None, "--max-launches", help="Run at most N launches in this call."),
+    max_launches: Optional[int] = typer.Option(None, "--max-launches", help="Run at most N launches in this call; adaptive (--until or [adaptive]): the whole run's budget, all cells."),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Stop before a launch would not fit; interrupt at M minutes."),
+    until: Optional[str] = typer.Option(None, "--until", help="Adaptive: add interleaved rounds until every cell vs the reference is decided or its interval spans ≤ P, e.g. 'ci_width<=5%' (repeated confidence intervals; docs/launcher.md)."),
     no_ingest: bool = typer.Option(False, "--no-ingest", help="Do not ingest the outputs at the end (GPU box without duckdb)."),
     db: DbOption = DEFAULT_DB,
     host: Optional[str] = typer.Option(None, "--host", help="user@box: run the plan there over ssh and pull the outputs back."),
@@ -418,9 +419,12 @@ def launch(
     def say(message: str) -> None:
         console.print(message, soft_wrap=True)
 
+    from speclogs.launcher.adaptive import parse_until
+
     loaded = load_plan(plan)
     options = LaunchOptions(out_dir=out or Path("runs") / loaded.name, resume=resume, retry_failed=retry_failed,
-                            only=tuple(only), max_launches=max_launches, max_minutes=max_minutes)
+                            only=tuple(only), max_launches=max_launches, max_minutes=max_minutes,
+                            until=parse_until(until) if until is not None else None)
     try:
         if host:
             summary = launch_remote(plan, host, options, ssh_options=tuple(ssh_opt), remote_python=remote_python,
@@ -461,6 +465,9 @@ def _render_launch_summary(summary, console) -> None:
                       "-" if r.ready_s is None else f"{r.ready_s:.1f}",
                       "-" if r.median_tok_s is None else f"{r.median_tok_s:.1f}", r.outcome_detail[:80])
     console.print(table)
+    if summary.adaptive:
+        console.print(f"adaptive ({summary.adaptive['design']['method']}): {summary.adaptive['reason']}",
+                      highlight=False, markup=False, soft_wrap=True)
     if summary.pending:
         console.print(f"pending: {len(summary.pending)} launch(es): {', '.join(summary.pending)} — run again with --resume",
                       highlight=False)
@@ -500,6 +507,17 @@ def _check_confidence(value: float) -> float:
     return value
 
 
+def _check_min_effect(value: str) -> str:
+    from speclogs.analysis import parse_percent
+    from speclogs.errors import AnalysisError
+
+    try:
+        parse_percent(value, "--min-effect")
+    except AnalysisError as error:
+        raise typer.BadParameter(str(error)) from None
+    return value
+
+
 def _check_outputs(paths: list[Path]) -> list[Path]:
     from speclogs.report import FORMATS
 
@@ -531,14 +549,13 @@ def report(
         "Driver-script, shell, container and cloud variables (MINUTES, AWS_*, CONTAINER_NAME …) are ignored already."),
     confidence: float = typer.Option(0.95, "--confidence", callback=_check_confidence,
                                      help="Interval coverage, e.g. 0.95 (0.5 ≤ value < 1)."),
-    resamples: int = typer.Option(1000, "--resamples", min=100, help="Bootstrap resamples (at least 100; the interval "
-                                  "uses their standard error; 1000 is plenty)."),
+    min_effect: str = typer.Option("0%", "--min-effect", callback=_check_min_effect, help="Practical threshold, e.g. 2%: a winner's interval must lie beyond ±2 %; inside it, 'equivalent'."),
     hidden_size: Optional[int] = typer.Option(None, "--hidden-size", min=1, help="Target model hidden size (NCCL communication-share estimate)."),
     num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1, help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
 ) -> None:
     """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
     effects, warnings ranked by whether they change the answer."""
-    from speclogs.analysis import compare_runs, parse_factor_options
+    from speclogs.analysis import compare_runs, parse_factor_options, parse_percent
     from speclogs.report import render, write_report
     from speclogs.store import connect
 
@@ -546,8 +563,8 @@ def report(
     connection = connect(db, read_only=True)
     try:
         comparison = compare_runs(connection, list(compare) + list(arms or []), parse_factor_options(factor),
-                                  confidence, n_resamples=resamples, hidden_size=hidden_size, num_layers=num_layers,
-                                  ignore_env=tuple(ignore_env))
+                                  confidence, min_effect=parse_percent(min_effect, "--min-effect"), hidden_size=hidden_size,
+                                  num_layers=num_layers, ignore_env=tuple(ignore_env))
     finally:
         connection.close()
     if output_format is ReportFormat.terminal:

@@ -66,6 +66,13 @@ class RunSpec:
     drift: float = 0.0  # step time grows linearly by this fraction from the first to the last request
     client_overhead_s: float = 0.0  # extra latency the client sees per request (HTTP, tokenizer …), not the server
     retract_at_request: int | None = None  # log a 'KV cache pool is full. Retract requests.' line in this request
+    slow_start_requests: int = 0  # the first N measured requests (after the warm-up one) run slow_start_factor × as fast,
+    slow_start_factor: float = 1.0  # with CUDA graphs on: a warm-up only the data show
+    disable_cuda_graph: bool = False  # server_args disable_cuda_graph=True: every decode batch eager, steps eager_slowdown × longer
+    eager_slowdown: float = 6.0
+    draft_model: dict | None = None  # run.json models.draft (e.g. {"weights_sha256": …, "eagle3_layer_ids": […]})
+    gpu_name: str = "NVIDIA H200"
+    server_arg_overrides: dict = field(default_factory=dict)  # name → printed value in the server_args dump
     seed: int = 0
     start: datetime = datetime(2026, 11, 30, 9, 0, 0)
 
@@ -91,12 +98,12 @@ def write_run(spec: RunSpec, directory: Path, layout: str = "launcher") -> dict:
     'plain': directory/<name>.log + <name>.bench.jsonl. Returns the truth of this launch."""
     rng = np.random.default_rng(spec.seed)
     template, template_start = _template(spec.spec, spec.nccl_tuned)
-    out = [_shift(line, spec.start - template_start) for line in template]
+    out = [_server_args(_shift(line, spec.start - template_start), spec) for line in template]
     last_ts = max(datetime.strptime(m.group(1), TS_FMT) for line in out if (m := TS_RE.search(line)))
     t = last_ts + timedelta(seconds=1)
     launch_factor = math.exp(rng.normal(0.0, spec.launch_sigma))
     accept = spec.accept_len if spec.spec else 1.0
-    step_s = accept / spec.rate_tok_s * launch_factor
+    step_s = accept / spec.rate_tok_s * launch_factor * (spec.eager_slowdown if spec.disable_cuda_graph else 1.0)
 
     # the server's own warm-up request before 'ready': eager (no CUDA graph) decode rows
     out.append(f"{_ts(t)} Prefill batch, #new-seq: 1, #new-token: 3, #cached-token: 0, token usage: 0.00, "
@@ -132,6 +139,8 @@ def write_run(spec: RunSpec, directory: Path, layout: str = "launcher") -> dict:
             out.append(f"{_ts(t)} KV cache pool is full. Retract requests. #retracted_reqs: 1, "
                        "#new_token_ratio: 0.4123 -> 0.5000")
         drift_factor = 1.0 + spec.drift * i / max(spec.requests - 1, 1)
+        if 1 <= i <= spec.slow_start_requests:
+            drift_factor /= spec.slow_start_factor
         while generated < spec.max_new_tokens:
             this_step = step_s * window_factor * drift_factor
             t += timedelta(seconds=this_step)
@@ -154,7 +163,7 @@ def write_run(spec: RunSpec, directory: Path, layout: str = "launcher") -> dict:
                 elapsed = (t - last_log_t).total_seconds()
                 window_accept = tokens_since_log / steps_since_log  # SGLang prints the window's mean acceptance
                 out.append(_decode_line(t, spec.prompt_tokens + generated, window_accept if spec.spec else None,
-                                        tokens_since_log / elapsed, cuda_graph=True))
+                                        tokens_since_log / elapsed, cuda_graph=not spec.disable_cuda_graph))
                 decode_rows += 1
                 last_log_t = t
                 tokens_since_log = 0
@@ -196,6 +205,20 @@ def write_run(spec: RunSpec, directory: Path, layout: str = "launcher") -> dict:
             "decode_rows": decode_rows, "cycle_rows": cycle_rows, "requests": spec.requests}
 
 
+def _server_args(line: str, spec: RunSpec) -> str:
+    """The template's server_args dump with this run's overrides (disable_cuda_graph, server_arg_overrides)."""
+    if "server_args=ServerArgs(" not in line:
+        return line
+    overrides = dict(spec.server_arg_overrides)
+    if spec.disable_cuda_graph:
+        overrides["disable_cuda_graph"] = "True"
+    for name, value in overrides.items():
+        line, n = re.subn(rf"\b{name}=[^,)]*", f"{name}={value}", line, count=1)
+        if n == 0:
+            raise ValueError(f"server_args has no {name}")
+    return line
+
+
 def _decode_line(t: datetime, n_tokens: int, accept: float | None, rate: float, cuda_graph: bool) -> str:
     spec_part = f"accept len: {accept:.2f}, accept rate: {(accept - 1) / SPEC_STEPS:.2f}, " if accept is not None else ""
     return (f"{_ts(t)} Decode batch, #running-req: 1, #token: {n_tokens}, token usage: 0.00, {spec_part}"
@@ -214,7 +237,7 @@ def _write_run_json(spec: RunSpec, run_dir: Path, env: dict, ready: datetime) ->
         "env_cuda": {k: v for k, v in env.items() if k.startswith("CUDA_")},
         "profile": spec.spec and spec.profile,
         "versions": {"python": "3.12.3", "sglang": spec.sglang_version, "torch": "2.11.0+cu130", "nccl": "2.28.9", "speclogs": "0.1.0"},
-        "gpus": [{"index": i, "name": "NVIDIA H200", "driver": "580.159.04", "memory_mib": 143771} for i in range(2)],
+        "gpus": [{"index": i, "name": spec.gpu_name, "driver": "580.159.04", "memory_mib": 143771} for i in range(2)],
         "hostname": "vm",
         "bench": {"kind": "single_stream", "requests": spec.requests, "warmup_requests": 1,
                   "max_new_tokens": spec.max_new_tokens, "prompt_tokens": spec.prompt_tokens},
@@ -223,6 +246,8 @@ def _write_run_json(spec: RunSpec, run_dir: Path, env: dict, ready: datetime) ->
         "outcome": "ok", "outcome_detail": "", "exit_code": 0,
         "files": {"server_log": "server.log", "bench": "bench.jsonl"},
     }
+    if spec.draft_model is not None:
+        run["models"] = {"draft": spec.draft_model}
     (run_dir / "run.json").write_text(json.dumps(run, indent=2), encoding="utf-8")
 
 

@@ -11,43 +11,41 @@ from speclogs.analysis import stats
 from speclogs.analysis.results import Arm, Attribution, Counterfactual, Finding, PhaseStat, Term
 
 PHASES = ("draft", "verify", "extend", "other", "cycle")
-GAP_COLUMN = 6  # of the cycle draws (compare._cycle_stat): mean GPU idle gap before a cycle, NaN when not measured
+GAP_COLUMN = 6  # of the cycle statistic (compare._cycle_stat): mean GPU idle gap before a cycle, NaN when not measured
 # profiled time per cycle further than this from the step time implied by accept len / throughput is a warning
 CYCLE_ACCOUNTING_TOLERANCE = 0.10
 
 
 def attribution(
-    arm_a: str, arm_b: str, a: stats.GroupDraws, b: stats.GroupDraws,
-    cyc_a: stats.GroupDraws | None, cyc_b: stats.GroupDraws | None, confidence: float,
+    arm_a: str, arm_b: str, a: stats.GroupSummary, b: stats.GroupSummary,
+    cyc_a: stats.GroupSummary | None, cyc_b: stats.GroupSummary | None, confidence: float,
 ) -> Attribution:
-    """B against A from their server-source draws (columns: log T, log accept, log batch, log step seconds) and,
-    when both have profiling rows, their spec_cycles draws (phase means in ms)."""
-    d_point = b.point - a.point
-    total = stats.term("throughput", d_point[0], stats.diff_parts(a, b, 0), confidence)
+    """B against A from their server-source summaries (columns: log T, log accept, log batch, log step seconds) and,
+    when both have profiling rows, their spec_cycles summaries (phase means in ms)."""
+    total = stats.term("throughput", stats.diff_parts(a, b, 0), confidence)
     terms = (
-        stats.term("acceptance", d_point[1], stats.diff_parts(a, b, 1), confidence),
-        stats.term("batch size", d_point[2], stats.diff_parts(a, b, 2), confidence),
-        stats.term("step time", -d_point[3], stats.diff_parts(a, b, 3, -1.0), confidence),
+        stats.term("acceptance", stats.diff_parts(a, b, 1), confidence),
+        stats.term("batch size", stats.diff_parts(a, b, 2), confidence),
+        stats.term("step time", stats.diff_parts(a, b, 3, -1.0), confidence),
     )
 
-    def cf(text: str, point: float, b_draws: np.ndarray, a_draws: np.ndarray) -> Counterfactual:
-        low, high = stats.interval(float(point), [(b_draws, b.n_launches), (a_draws, a.n_launches)], confidence)
-        return Counterfactual(text, float(math.exp(point)), float(math.exp(low)), float(math.exp(high)))
+    def cf(text: str, b_coefficients: list[float], a_coefficients: list[float]) -> Counterfactual:
+        result = stats.t_interval([stats.part(b, b_coefficients), stats.part(a, a_coefficients)], confidence)
+        return Counterfactual(text, float(math.exp(result.point)), float(math.exp(result.low)), float(math.exp(result.high)))
 
     acc_a, acc_b = math.exp(a.point[1]), math.exp(b.point[1])
     counterfactuals = []
     if abs(acc_a - acc_b) > 1e-9:
         counterfactuals.append(cf(f"{arm_b} with {arm_a}'s acceptance (accept len {acc_a:.2f}) would run at",
-                                  b.point[0] - b.point[1] + a.point[1], b.draws[:, 0] - b.draws[:, 1], a.draws[:, 1]))
-    counterfactuals.append(cf(f"{arm_b} with {arm_a}'s step time would run at",
-                              b.point[0] + b.point[3] - a.point[3], b.draws[:, 0] + b.draws[:, 3], -a.draws[:, 3]))
+                                  [1, -1, 0, 0], [0, 1, 0, 0]))
+    counterfactuals.append(cf(f"{arm_b} with {arm_a}'s step time would run at", [1, 0, 0, 1], [0, 0, 0, -1]))
     if acc_b > 1.0 + 1e-9:
         counterfactuals.append(cf(f"{arm_b} would need accept len (at its own step time and batch) to match {arm_a}:",
-                                  b.point[1] - d_point[0], b.draws[:, 1] - b.draws[:, 0], a.draws[:, 0]))
+                                  [-1, 1, 0, 0], [1, 0, 0, 0]))
     phase_terms: tuple[Term, ...] = ()
     if cyc_a is not None and cyc_b is not None:
         phase_terms = tuple(
-            stats.term(phase, *_lmdi(cyc_a, cyc_b, i), confidence)
+            stats.term(phase, _lmdi(cyc_a, cyc_b, i), confidence)
             for i, phase in enumerate(PHASES[:4])
         )
     return Attribution(
@@ -63,29 +61,28 @@ def _log_mean(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.where(np.isclose(x, y), x, lm)
 
 
-def _lmdi(a: stats.GroupDraws, b: stats.GroupDraws, i: int) -> tuple[float, stats.Parts]:
+def _lmdi(a: stats.GroupSummary, b: stats.GroupSummary, i: int) -> stats.Parts:
     """Contribution of phase i to −log(cycle_B / cycle_A) (i.e. to the log throughput ratio): −Δphase / L(cycle_B,
     cycle_A) with L the logarithmic mean; the interval holds L at its point value (a linearisation)."""
     weight = float(_log_mean(np.array(b.point[4]), np.array(a.point[4])))
-    point = -(b.point[i] - a.point[i]) / weight
-    return float(point), [(-b.draws[:, i] / weight, b.n_launches), (a.draws[:, i] / weight, a.n_launches)]
+    return [stats.part(b, i, -1.0 / weight), stats.part(a, i, 1.0 / weight)]
 
 
-def phase_stats(arm: str, draws: stats.GroupDraws, n_rows: int, confidence: float) -> list[PhaseStat]:
+def phase_stats(arm: str, group: stats.GroupSummary, n_rows: int, confidence: float) -> list[PhaseStat]:
     """Mean ms of each phase of one arm's profiled cycles, its interval and its share of the cycle (GPU busy time).
 
     When the profiler measured it, also 'gap' (GPU idle before each cycle: the host preparing the next one) and
     'wall' = cycle + gap, the time per cycle that throughput sees."""
-    cycle = draws.point[4]
-    columns = [(phase, draws.point[i], draws.draws[:, i]) for i, phase in enumerate(PHASES)]
-    if np.isfinite(draws.point[GAP_COLUMN]):
-        gap, gap_draws = draws.point[GAP_COLUMN], draws.draws[:, GAP_COLUMN]
-        columns += [("gap", gap, gap_draws), ("wall", cycle + gap, draws.draws[:, 4] + gap_draws)]
+    cycle = group.point[4]
+    m = group.per_launch.shape[1]
+    columns = [(phase, np.eye(m)[i]) for i, phase in enumerate(PHASES)]
+    if np.isfinite(group.point[GAP_COLUMN]):
+        columns += [("gap", np.eye(m)[GAP_COLUMN]), ("wall", np.eye(m)[4] + np.eye(m)[GAP_COLUMN])]
     rows = []
-    for phase, point, phase_draws in columns:
-        low, high = stats.interval(float(point), [(phase_draws, draws.n_launches)], confidence)
-        rows.append(PhaseStat(arm=arm, phase=phase, mean_ms=float(point), ci_low_ms=low, ci_high_ms=high,
-                              share=float(point / cycle) if cycle else float("nan"), n_rows=n_rows))
+    for phase, coefficients in columns:
+        result = stats.t_interval([stats.part(group, coefficients)], confidence)
+        rows.append(PhaseStat(arm=arm, phase=phase, mean_ms=result.point, ci_low_ms=result.low, ci_high_ms=result.high,
+                              share=float(result.point / cycle) if cycle else float("nan"), n_rows=n_rows))
     return rows
 
 

@@ -1,16 +1,15 @@
 """`compare_runs`: the one entry of the analysis. DuckDB → frames (load) → pure computation → `Comparison`.
 
 Statistics (see docs/report.md): throughput of an arm = geometric mean over its launches of each launch's
-tokens / seconds; ratios B/A with intervals from a two-stage (cluster) bootstrap — launches, then requests or
-blocks of decode rows — (t over launches, or percentiles with one launch); p-values from the Mann-Whitney U
-test on per-launch values (benchstat/asv's test); a winner only when the interval excludes 1.
+tokens / seconds; ratios B/A with Student t intervals over launches whose variance counts the launch-to-launch and
+the within-launch components once each (speclogs.analysis.stats), Welch–Satterthwaite degrees of freedom, and the
+p-value of the same t statistic; a winner only with ≥ 2 launches per arm and an interval beyond ±min_effect.
 Attribution lives in speclogs.analysis.attribution, factorial effects in speclogs.analysis.factorial, the
 confounder and data-quality checks in speclogs.analysis.lint.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,30 +18,30 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from speclogs.analysis import attribution, factorial, stats
+from speclogs.analysis import attribution, factorial, power, stats
 from speclogs.analysis.load import RunTables, load_run_tables, resolve_arms
 from speclogs.analysis.nccl import nccl_evidence
 from speclogs.analysis.results import Arm, Comparison, Estimate, Finding, RatioComparison
+from speclogs.analysis import steady as steady_rule
 from speclogs.analysis.steady import client_rows, launch_slices, mark_steady, server_columns
 from speclogs.errors import AnalysisError
 
 TIMELINE_POINTS_PER_RUN = 1500
-SEED = 20261130
-MIN_RESAMPLES = 100  # fewer cannot estimate the standard error the interval is built on
 
 METHODS = {
     "replication": "The launch (one server start: a launcher directory or one log file) is the unit of replication; "
     "requests inside a launch are not independent.",
     "estimate": "Arm throughput = geometric mean over launches of (Σ tokens / Σ seconds) per launch.",
-    "interval": "Two-stage bootstrap (launches with replacement, then requests — or blocks of decode rows — within "
-    "each drawn launch; fixed seed, so reports are reproducible) gives the standard error of the log ratio; with ≥ 2 "
-    "launches per arm the interval is ± Student t (Welch–Satterthwaite df over launches) × that SE inflated by "
-    "L/(L−1), because percentile intervals over 2–5 launches are too narrow; with one launch, the percentile "
-    "interval of the request-level bootstrap (request noise only). Follows criterion.rs (bootstrap CI on the change) "
-    "with a cluster bootstrap for the nested data.",
-    "test": "Mann-Whitney U, two-sided, on per-launch throughputs when both arms have ≥ 2 launches (benchstat/asv); "
-    "with one launch in an arm it runs on requests and says so — that p-value ignores launch-to-launch variation.",
-    "verdict": "A winner is named only when the whole interval lies on one side of 1; otherwise 'no detectable difference'.",
+    "interval": "Variance components, each counted once: the variance of an arm's mean log throughput is "
+    "(launch-to-launch + within-launch) / L, estimated by the spread of the per-launch values, never below the "
+    "within-launch noise that the requests (or decode-row blocks) of each launch show (delete-one jackknife; two-way "
+    "launch × position residuals when every launch replays the same prompts). Interval: Student t with "
+    "Welch–Satterthwaite degrees of freedom over launches (deterministic: no resampling). With one launch in an arm: "
+    "within-launch noise only, and no verdict.",
+    "test": "Welch's t test on per-launch log throughput: the p-value comes from the same t statistic as the interval "
+    "(p < 1 − confidence exactly when the interval excludes 1).",
+    "verdict": "A winner is named only with ≥ 2 launches per arm and an interval entirely beyond ±min_effect "
+    "(default 0: beyond 1); with a threshold, an interval inside ±min_effect is 'equivalent'.",
     "client": "Client source: bench_requests without warm-up requests; per launch Σ completion_tokens / Σ latency_s.",
     "server": "Server source: steady-state decode_batches (rule in speclogs.analysis.steady); per launch "
     "Σ tokens per step / Σ seconds per step, from SGLang's gen throughput.",
@@ -51,7 +50,7 @@ METHODS = {
     "logarithmic-mean (LMDI) weights that add up.",
     "effects": "2^k factorial: main effect = mean over the other factors' levels of the log ratio high/low; interaction = "
     "difference of simple effects (for 2 factors: effect of A at B=high over effect of A at B=low); cell = geometric mean "
-    "over its launches; bootstrap within cells.",
+    "over its launches; Welch–Satterthwaite t over the cells' launches.",
 }
 
 
@@ -64,11 +63,6 @@ class _RunData:
     client_units: np.ndarray | None  # (u, 2) [tokens, seconds]
     cycle_units: np.ndarray | None  # (u, 8) [draft, verify, extend, other, cycle, accepted, batch, 1]
     cycle_rows: int
-
-
-def _rng(seed: int, key: str) -> np.random.Generator:
-    digest = hashlib.sha1(key.encode()).digest()
-    return np.random.default_rng([seed, int.from_bytes(digest[:8], "little")])
 
 
 def _client_stat(s: np.ndarray) -> np.ndarray:
@@ -93,9 +87,12 @@ def _cycle_stat(s: np.ndarray) -> np.ndarray:
         return np.column_stack([means, accept, gap])
 
 
-def _prepare_runs(tables: RunTables) -> tuple[dict[str, _RunData], pl.DataFrame, pl.DataFrame]:
-    decode = mark_steady(tables.decode, tables.prefill, tables.launches)
-    clients = client_rows(tables.bench)
+def _prepare_runs(tables: RunTables) -> tuple[dict[str, _RunData], pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    warmup = steady_rule.warmup_requests(client_rows(tables.bench))
+    decode = mark_steady(tables.decode, tables.prefill, tables.launches,
+                         graphs=steady_rule.graph_settings(tables.server_args), warmup_requests=warmup)
+    clients = client_rows(tables.bench, steady_rule.detected_warmup_requests(decode))
+    cycles_marked = steady_rule.mark_cycles(tables.spec_cycles, tables.prefill, tables.launches, decode)
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
     data: dict[str, _RunData] = {}
     steady = decode.filter(pl.col("steady"))
@@ -110,7 +107,8 @@ def _prepare_runs(tables: RunTables) -> tuple[dict[str, _RunData], pl.DataFrame,
     client_by_run = {
         key[0]: frame for key, frame in clients.filter(pl.col("excluded_reason").is_null()).partition_by("run_id", as_dict=True).items()
     }
-    cycles_by_run = {key[0]: frame for key, frame in tables.spec_cycles.partition_by("run_id", as_dict=True).items()}
+    cycles_by_run = {key[0]: frame for key, frame in
+                     cycles_marked.filter(pl.col("steady")).partition_by("run_id", as_dict=True).items()}
     for run_id, run_name in names.items():
         server_units = np.concatenate(server_by_run[run_id]) if run_id in server_by_run else None
         client_units = None
@@ -136,24 +134,27 @@ def _prepare_runs(tables: RunTables) -> tuple[dict[str, _RunData], pl.DataFrame,
         data[run_id] = _RunData(
             run_id, run_name, server_units, rows_by_run.get(run_id, 0), client_units, cycle_units, n_cycles
         )
-    return data, decode, clients
+    return data, decode, clients, cycles_marked
 
 
 def _group(units: Sequence[np.ndarray | None]) -> list[np.ndarray]:
     return [u for u in units if u is not None and len(u) > 0]
 
 
-def _estimate(source: str, draws: stats.GroupDraws, confidence: float, n_rows: int) -> Estimate:
-    low, high = stats.interval(draws.point[0], [(draws.draws[:, 0], draws.n_launches)], confidence)
+def _estimate(source: str, group: stats.GroupSummary, confidence: float, n_rows: int,
+              run_names: tuple[str, ...]) -> Estimate:
+    low, high = stats.interval([stats.part(group, 0)], confidence)
     return Estimate(
         source=source,
-        value_tok_s=float(math.exp(draws.point[0])),
+        value_tok_s=float(math.exp(group.point[0])),
         ci_low_tok_s=float(math.exp(low)),
         ci_high_tok_s=float(math.exp(high)),
-        n_launches=draws.n_launches,
-        n_units=draws.n_units,
+        n_launches=group.n_launches,
+        n_units=group.n_units,
         n_rows=n_rows,
-        per_launch_tok_s=tuple(float(math.exp(v)) for v in draws.per_launch[:, 0]),
+        per_launch_tok_s=tuple(float(math.exp(v)) for v in group.per_launch[:, 0]),
+        within_cv=float(math.sqrt(group.within_cov[0, 0])),
+        launch_run_names=run_names,
     )
 
 
@@ -170,14 +171,27 @@ def parse_factor_options(options: Sequence[str]) -> dict[str, str]:
     return parsed
 
 
+def parse_percent(text: str, option: str) -> float:
+    """'2%' or '2 %' → 0.02, a bare number as a fraction ('0.02' → 0.02); AnalysisError otherwise."""
+    raw = text.strip()
+    percent = raw.endswith("%")
+    try:
+        value = float(raw.rstrip("%").strip())
+    except ValueError:
+        raise AnalysisError(f"{option} {text!r} is not a percentage", hint=f"e.g. {option} 2%") from None
+    value = value / 100.0 if percent else value
+    if not 0.0 <= value < 1.0:
+        raise AnalysisError(f"{option} {text!r} is outside [0 %, 100 %)", hint=f"e.g. {option} 2%")
+    return value
+
+
 def compare_runs(
     con: Any,
     arms: Sequence[str],
     factors: Mapping[str, str] | None = None,
     confidence: float = 0.95,
     *,
-    n_resamples: int = 1000,
-    seed: int = SEED,
+    min_effect: float = 0.0,
     hidden_size: int | None = None,
     num_layers: int | None = None,
     ignore_env: Sequence[str] = (),
@@ -186,22 +200,21 @@ def compare_runs(
     DuckDB connection `con`.
 
     factors: {name: glob over run names} (runs matching are level 'on', others 'off'); when empty, the launch plan's
-    runs.factors are used. hidden_size / num_layers describe the target model for the NCCL communication-share
+    runs.factors are used. min_effect: the practical threshold (0.02 = 2 %): a winner's interval must lie beyond
+    ±log(1 + min_effect). hidden_size / num_layers describe the target model for the NCCL communication-share
     estimate (see speclogs.analysis.nccl). ignore_env: env variable names (globs) the confounder check does not
     compare, on top of speclogs.analysis.lint.DEFAULT_IGNORED_ENV. Raises AnalysisError when nothing can be computed
     or an option is out of range. This is the thin loading part; `compare_tables` does the (pure) computation.
     """
     if not 0.5 <= confidence < 1.0:
         raise AnalysisError(f"confidence {confidence} is outside [0.5, 1)", hint="e.g. --confidence 0.95")
-    if n_resamples < MIN_RESAMPLES:
-        raise AnalysisError(f"{n_resamples} bootstrap resamples are too few for an interval (at least {MIN_RESAMPLES})",
-                            hint="e.g. --resamples 1000")
+    if not 0.0 <= min_effect < 1.0:
+        raise AnalysisError(f"min effect {min_effect:.1%} is outside [0 %, 100 %)", hint="e.g. --min-effect 2%")
     arm_runs = resolve_arms(con, list(arms))
     all_ids = [run_id for ids in arm_runs.values() for run_id in ids]
     tables = load_run_tables(con, all_ids)
     nccl = nccl_evidence(con, all_ids, hidden_size=hidden_size, num_layers=num_layers)
-    return compare_tables(tables, arm_runs, factors, confidence, n_resamples=n_resamples, seed=seed, nccl=nccl,
-                          ignore_env=ignore_env)
+    return compare_tables(tables, arm_runs, factors, confidence, min_effect=min_effect, nccl=nccl, ignore_env=ignore_env)
 
 
 def compare_tables(
@@ -210,8 +223,7 @@ def compare_tables(
     factors: Mapping[str, str] | None = None,
     confidence: float = 0.95,
     *,
-    n_resamples: int = 1000,
-    seed: int = SEED,
+    min_effect: float = 0.0,
     nccl: Any = None,
     ignore_env: Sequence[str] = (),
 ) -> Comparison:
@@ -220,7 +232,7 @@ def compare_tables(
     from speclogs.analysis import lint
 
     arm_runs = dict(arm_runs)
-    run_data, decode, clients = _prepare_runs(tables)
+    run_data, decode, clients, cycles = _prepare_runs(tables)
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
 
     for arm, ids in arm_runs.items():
@@ -238,14 +250,13 @@ def compare_tables(
 
     levels, factor_findings = factorial.factor_levels(tables, arm_runs, dict(factors or {}))
     reference = next(iter(arm_runs))
-    group_draws: dict[tuple[str, str], tuple[stats.GroupDraws, int]] = {}
+    summaries: dict[tuple[str, str], tuple[stats.GroupSummary, int]] = {}
 
-    def draws_for(ids: Sequence[str], source: str) -> tuple[stats.GroupDraws, int] | None:
-        # keyed by the set of runs, so an arm and an identical factorial cell share one resample
-        key = ",".join(sorted(ids))
-        cache_key = (source, key)
-        if cache_key in group_draws:
-            return group_draws[cache_key]
+    def summary_for(ids: Sequence[str], source: str) -> tuple[stats.GroupSummary, int] | None:
+        # keyed by the set of runs, so an arm and an identical factorial cell share one summary
+        cache_key = (source, ",".join(sorted(ids)))
+        if cache_key in summaries:
+            return summaries[cache_key]
         if source == "client":
             units = _group([run_data[r].client_units for r in ids])
             stat, n_rows = _client_stat, sum(len(u) for u in units)
@@ -257,17 +268,19 @@ def compare_tables(
             stat, n_rows = _cycle_stat, sum(run_data[r].cycle_rows for r in ids)
         if not units:
             return None
-        # the random stream is named by the runs' names, not their ids (which hash the files' paths): the same
-        # logs in another directory give the same intervals
-        stream = ",".join(sorted(names[r] for r in ids))
-        result = (stats.resample_group(units, stat, n_resamples, _rng(seed, f"{source}:{stream}")), n_rows)
-        group_draws[cache_key] = result
+        result = (stats.summarize_group(units, stat), n_rows)
+        summaries[cache_key] = result
         return result
+
+    def _measured(ids: Sequence[str], source: str) -> tuple[str, ...]:
+        """Names of the runs that have units of this source, in the order of the summary's launches."""
+        column = "client_units" if source == "client" else "server_units"
+        return tuple(names[r] for r in ids if getattr(run_data[r], column) is not None and len(getattr(run_data[r], column)))
 
     arm_objects = []
     for arm, ids in arm_runs.items():
-        client = draws_for(ids, "client")
-        server = draws_for(ids, "server")
+        client = summary_for(ids, "client")
+        server = summary_for(ids, "server")
         run_rows = tables.runs.filter(pl.col("run_id").is_in(ids))
         spec_algos = sorted({a for a in run_rows["speculative_algorithm"].to_list() if a})
         arm_objects.append(
@@ -278,8 +291,8 @@ def compare_tables(
                 speculative_algorithm=",".join(spec_algos) or None,
                 sglang_versions=tuple(sorted({v for v in run_rows["sglang_version"].to_list() if v})),
                 factor_levels=factorial.arm_levels(levels, ids),
-                client=_estimate("client", client[0], confidence, client[1]) if client else None,
-                server=_estimate("server", server[0], confidence, server[1]) if server else None,
+                client=_estimate("client", client[0], confidence, client[1], _measured(ids, "client")) if client else None,
+                server=_estimate("server", server[0], confidence, server[1], _measured(ids, "server")) if server else None,
                 accept_len=float(math.exp(server[0].point[1])) if server else None,
                 cycle_ms=float(1000 * math.exp(server[0].point[3])) if server else None,
                 batch_size=float(math.exp(server[0].point[2])) if server else None,
@@ -290,35 +303,36 @@ def compare_tables(
     attributions = []
     for arm_b, ids_b in list(arm_runs.items())[1:]:
         for source in ("client", "server"):
-            a = draws_for(arm_runs[reference], source)
-            b = draws_for(ids_b, source)
+            a = summary_for(arm_runs[reference], source)
+            b = summary_for(ids_b, source)
             if a and b:
-                comparisons.append(_ratio(reference, arm_b, source, a[0], b[0], run_data, arm_runs, confidence))
-        a = draws_for(arm_runs[reference], "server")
-        b = draws_for(ids_b, "server")
+                comparisons.append(_ratio(reference, arm_b, source, a[0], b[0], confidence, min_effect))
+        a = summary_for(arm_runs[reference], "server")
+        b = summary_for(ids_b, "server")
         if a and b:
-            cyc_a = draws_for(arm_runs[reference], "cycles")
-            cyc_b = draws_for(ids_b, "cycles")
+            cyc_a = summary_for(arm_runs[reference], "cycles")
+            cyc_b = summary_for(ids_b, "cycles")
             attributions.append(
                 attribution.attribution(reference, arm_b, a[0], b[0], cyc_a[0] if cyc_a else None, cyc_b[0] if cyc_b else None, confidence)
             )
 
     phases = []
     for arm, ids in arm_runs.items():
-        cyc = draws_for(ids, "cycles")
+        cyc = summary_for(ids, "cycles")
         if cyc:
             phases.extend(attribution.phase_stats(arm, cyc[0], cyc[1], confidence))
     cycle_findings = attribution.cycle_accounting(phases, arm_objects)
 
-    effects, factor_span, effect_findings = factorial.effects(levels, arm_runs, reference, draws_for, confidence, bool(factors))
+    effects, factor_span, effect_findings = factorial.effects(levels, arm_runs, reference, summary_for, confidence,
+                                                              bool(factors), min_effect)
 
     timeline = _timeline(decode, tables, arm_runs, names)
     warmup_spans = _warmup_spans(timeline)
-    accept_hist = _accept_hist(decode, clients, tables, arm_runs)
+    accept_hist = _accept_hist(decode, clients, cycles, arm_runs)
     findings = lint.lint_comparison(
-        tables=tables, decode=decode, clients=clients, arm_runs=arm_runs, arms=arm_objects,
+        tables=tables, decode=decode, clients=clients, cycles=cycles, arm_runs=arm_runs, arms=arm_objects,
         comparisons=comparisons, levels=levels, run_data_rows={r: d.server_rows for r, d in run_data.items()},
-        ignore_env=ignore_env,
+        ignore_env=ignore_env, confidence=confidence, min_effect=min_effect,
     )
     warnings = tuple(factor_findings + effect_findings + findings + cycle_findings + _nccl_findings(nccl))
     warnings = tuple(sorted(warnings, key=lambda f: 0 if f.severity == "warning" else 1))
@@ -326,8 +340,7 @@ def compare_tables(
         arms=tuple(arm_objects),
         reference=reference,
         confidence=confidence,
-        n_resamples=n_resamples,
-        seed=seed,
+        min_effect=min_effect,
         warnings=warnings,
         comparisons=tuple(comparisons),
         attributions=tuple(attributions),
@@ -347,31 +360,21 @@ def _reason_counts(rows: pl.DataFrame) -> str:
     return ", ".join(f"{r or 'steady'}: {n}" for r, n in counts.iter_rows())
 
 
-def _ratio(
-    arm_a: str, arm_b: str, source: str, a: stats.GroupDraws, b: stats.GroupDraws,
-    run_data: dict[str, _RunData], arm_runs: dict[str, list[str]], confidence: float,
-) -> RatioComparison:
-    low, high = stats.interval(float(b.point[0] - a.point[0]), stats.diff_parts(a, b, 0), confidence)
-    single = a.n_launches < 2 or b.n_launches < 2
-    if not single:
-        p_value = stats.rank_test(a.per_launch[:, 0], b.per_launch[:, 0])
-        test = f"Mann-Whitney U on per-launch {source} throughput ({a.n_launches} vs {b.n_launches} launches)"
+def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.GroupSummary, confidence: float,
+           min_effect: float) -> RatioComparison:
+    result = stats.t_interval(stats.diff_parts(a, b, 0), confidence)
+    single = not result.launches_covered
+    between, within = stats.pooled_components([a, b], 0)
+    spread = math.sqrt(between + within)
+    if single:
+        units = "requests" if source == "client" else "request segments of decode rows"
+        test = (f"one launch per arm ({a.n_launches} vs {b.n_launches}): Student t on the within-launch noise of its "
+                f"{units} only — no launch-to-launch variation, so no verdict (need ≥ 2 launches)")
+        detectable = float("nan")
     else:
-        unit_values = []
-        for arm in (arm_a, arm_b):
-            values = []
-            for r in arm_runs[arm]:
-                units = run_data[r].client_units if source == "client" else run_data[r].server_units
-                if units is not None:
-                    values.extend((units[:, 0] / units[:, 1]).tolist())
-            unit_values.append(values)
-        p_value = stats.rank_test(unit_values[0], unit_values[1])
-        what = "requests" if source == "client" else "request segments of decode rows"
-        test = (
-            f"Mann-Whitney U on {what} ({len(unit_values[0])} vs {len(unit_values[1])}) — one launch per arm: "
-            "ignores launch-to-launch variation"
-        )
-    enough = a.n_units >= 2 and b.n_units >= 2
+        test = (f"Welch's t on per-launch log {source} throughput ({a.n_launches} vs {b.n_launches} launches, "
+                f"df {result.df:.1f}); the p-value and the interval come from the same t statistic")
+        detectable = power.min_detectable_ratio(spread, a.n_launches, b.n_launches, confidence, min_effect)
     return RatioComparison(
         metric="throughput",
         source=source,
@@ -380,17 +383,21 @@ def _ratio(
         arm_b=arm_b,
         a=float(math.exp(a.point[0])),
         b=float(math.exp(b.point[0])),
-        ratio=float(math.exp(b.point[0] - a.point[0])),
-        ci_low=float(math.exp(low)),
-        ci_high=float(math.exp(high)),
-        p_value=p_value,
+        ratio=float(math.exp(result.point)),
+        ci_low=float(math.exp(result.low)),
+        ci_high=float(math.exp(result.high)),
+        p_value=None if single else result.p_value,
         test=test,
         n_a=a.n_launches,
         n_b=b.n_launches,
         n_units_a=a.n_units,
         n_units_b=b.n_units,
-        verdict=stats.verdict_for(float(math.exp(low)), float(math.exp(high)), enough=enough),
+        verdict=stats.verdict_for(result, enough=a.n_units >= 2 and b.n_units >= 2, min_effect=min_effect),
         interval_covers="request noise only (one launch per arm)" if single else "launches and requests",
+        df=result.df,
+        launch_cv=math.sqrt(between),
+        within_cv=math.sqrt(within),
+        min_detectable_ratio=detectable,
     )
 
 
@@ -428,7 +435,7 @@ def _warmup_spans(timeline: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, tables: RunTables, arm_runs) -> pl.DataFrame:
+def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFrame, arm_runs) -> pl.DataFrame:
     arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
     frames = []
     server = (decode.filter(pl.col("steady") & pl.col("accept_len").is_not_null())
@@ -440,7 +447,7 @@ def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, tables: RunTables,
         frames.append(client.select(pl.col("run_id"), pl.lit("client requests").alias("source"),
                                     pl.col("spec_accept_length").cast(pl.Float64).round(2).alias("accept_len"),
                                     pl.lit(1, pl.UInt32).alias("count")))
-    cycles = tables.spec_cycles.filter(pl.col("accepted_tokens").is_not_null())
+    cycles = cycles.filter(pl.col("steady") & pl.col("accepted_tokens").is_not_null())
     if cycles.height:
         frames.append(cycles.select(
             pl.col("run_id"), pl.lit("profiled cycles").alias("source"),

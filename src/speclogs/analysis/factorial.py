@@ -56,7 +56,7 @@ def arm_levels(levels: dict[str, dict[str, str]], ids: Sequence[str]) -> dict[st
     return out
 
 
-def effects(levels, arm_runs, reference, draws_for, confidence, explicit):
+def effects(levels, arm_runs, reference, summary_for, confidence, explicit, min_effect=0.0):
     findings: list[Finding] = []
     if not levels:
         return [], {}, findings
@@ -89,39 +89,38 @@ def effects(levels, arm_runs, reference, draws_for, confidence, explicit):
     span = {f: span[f] for f in names}
     effects: list[Effect] = []
     for source in ("client", "server"):
-        cell_draws = {}
+        cell_summaries = {}
         for cell, ids in cells.items():
-            got = draws_for(ids, source)
+            got = summary_for(ids, source)
             if got is None:
                 break
-            cell_draws[cell] = got[0]
+            cell_summaries[cell] = got[0]
         else:
-            n_launches = sum(d.n_launches for d in cell_draws.values())
-            if any(d.n_launches < 2 for d in cell_draws.values()) and source == "client":
+            n_launches = sum(d.n_launches for d in cell_summaries.values())
+            if any(d.n_launches < 2 for d in cell_summaries.values()) and source == "client":
                 findings.append(Finding(
                     "effects_single_launch", "some factorial cells have one launch: effect intervals cover request noise "
                     "only, not launch-to-launch variation", "warning"))
             for size in range(1, k + 1):
                 for subset in combinations(range(k), size):
                     scale = 2.0 ** (size - 1) / 2.0 ** (k - 1)
-                    point, parts = 0.0, []
-                    for cell, d in cell_draws.items():
+                    parts = []
+                    for cell, d in cell_summaries.items():
                         sign = scale * float(np.prod([1 if cell[i] else -1 for i in subset]))
-                        point += sign * float(d.point[0])
-                        parts.append((sign * d.draws[:, 0], d.n_launches))
+                        parts.append(stats.part(d, 0, sign))
                     name = " × ".join(names[i] for i in subset)
-                    effects.append(_effect(name, "main" if size == 1 else "interaction", source, point, parts,
-                                           span[names[subset[0]]] if size == 1 else ("", ""), n_launches, confidence))
+                    effects.append(_effect(name, "main" if size == 1 else "interaction", source, parts,
+                                           span[names[subset[0]]] if size == 1 else ("", ""), n_launches, confidence,
+                                           min_effect))
             if k == 2:
                 for i in range(2):
                     j = 1 - i
                     for level in (0, 1):
                         hi = tuple(1 if x == i else (level if x == j else 0) for x in range(2))
                         lo = tuple(0 if x == i else (level if x == j else 0) for x in range(2))
-                        point = float(cell_draws[hi].point[0] - cell_draws[lo].point[0])
-                        parts = stats.diff_parts(cell_draws[lo], cell_draws[hi], 0)
+                        parts = stats.diff_parts(cell_summaries[lo], cell_summaries[hi], 0)
                         effects.append(_effect(f"{names[i]} | {names[j]}={span[names[j]][level]}", "simple", source,
-                                               point, parts, span[names[i]], n_launches, confidence))
+                                               parts, span[names[i]], n_launches, confidence, min_effect))
     return effects, span, findings
 
 
@@ -146,16 +145,16 @@ def _complete_design(names: list[str], ids: list[str], levels, span) -> tuple[li
     return names, ids, held
 
 
-def _effect(name, kind, source, point, parts, span, n_launches, confidence) -> Effect:
-    low, high = stats.interval(point, parts, confidence)
-    lo, hi = math.exp(low), math.exp(high)
-    return Effect(name=name, kind=kind, source=source, ratio=math.exp(point), ci_low=lo, ci_high=hi, low=span[0],
-                  high=span[1], verdict=_effect_verdict(lo, hi), n_launches=n_launches)
+def _effect(name, kind, source, parts, span, n_launches, confidence, min_effect) -> Effect:
+    result = stats.t_interval(parts, confidence)
+    return Effect(name=name, kind=kind, source=source, ratio=math.exp(result.point), ci_low=math.exp(result.low),
+                  ci_high=math.exp(result.high), low=span[0], high=span[1],
+                  verdict=EFFECT_VERDICTS[stats.verdict_for(result, enough=True, min_effect=min_effect)],
+                  n_launches=n_launches)
 
 
-def _effect_verdict(lo: float, hi: float) -> str:
-    if lo > 1:
-        return "increases throughput"
-    if hi < 1:
-        return "decreases throughput"
-    return "no detectable effect"
+# the comparison's verdict words for an effect (same rule: stats.verdict_for)
+EFFECT_VERDICTS = {"faster": "increases throughput", "slower": "decreases throughput",
+                   "no detectable difference": "no detectable effect", "equivalent": "equivalent",
+                   "below min effect": "below min effect", "need ≥ 2 launches": "need ≥ 2 launches per cell",
+                   "insufficient data": "insufficient data"}

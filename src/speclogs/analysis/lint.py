@@ -1,11 +1,12 @@
 """Confounders and data-quality checks for a comparison: pure functions returning `Finding`s (warnings as data).
 
 Confounders: every setting that differs between two compared arms — environment (NCCL_*, CUDA_*, others), server
-args, versions, GPU, model, TP size, host — must be explained by a declared factor (launch-plan factors or
---factor), otherwise the ratio silently includes its effect. A setting is explained by factor f when f is the only
-declared factor that differs between the two arms and the setting's value is a function of f's level over all
-compared runs. Speculative-decoding settings (`speculative_*` server args, …) are explained by the speculation
-itself whenever the arms differ in speculative algorithm.
+args, versions, GPU, model, the draft model's config and weights (run.json `models`), TP size, host — must be
+explained by a declared factor (launch-plan factors or --factor), otherwise the ratio silently includes its effect,
+whether or not a factor also differs. A setting is explained by factor f when f differs between the two arms, the
+setting is named after f (see `factor_names`) and its value is a function of f's level over all compared runs.
+Speculative-decoding settings (`speculative_*` server args, …) are explained by the speculation itself only when the
+arms differ in speculative algorithm; the profiler's PYTHONPATH entry only when they differ in being profiled.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from speclogs.analysis import stats
+from speclogs.analysis import power, stats
 from speclogs.analysis.load import RunTables, parse_json_text
 from speclogs.analysis.steady import launch_slices
 from speclogs.analysis.results import UNSET, Arm, Finding, RatioComparison
@@ -91,6 +92,16 @@ def run_settings(tables: RunTables, ignore_env: Sequence[str] = DEFAULT_IGNORED_
             if row[column] is not None:
                 s[key] = str(row[column])
         s["spec speculative_algorithm"] = str(row["speculative_algorithm"] or "none")
+        if "profile" in run_json:
+            s["profile profiled"] = str(bool(run_json["profile"]))
+        for role, group in (("target", "model"), ("draft", "draft")):
+            model = (run_json.get("models") or {}).get(role) or {}
+            for field, name in (("config_sha256", "config"), ("weights_sha256", "weights"),
+                                ("eagle3_layer_ids", "eagle3_layer_ids"), ("architectures", "architectures")):
+                if model.get(field) is not None:
+                    value = model[field]
+                    s[f"{group} {name}"] = (value[:12] if field.endswith("sha256") else
+                                            ",".join(map(str, value)) if isinstance(value, list) else str(value))
     for run_id, name, value in tables.server_args.select("run_id", "name", "value").iter_rows():
         if name in IGNORED_SERVER_ARGS or name == "tp_size":
             continue
@@ -106,7 +117,26 @@ def _is_spec_key(key: str) -> bool:
 def _code_for(key: str) -> str:
     group = key.partition(" ")[0]
     return {"env": "confounder_env", "server_arg": "confounder_server_args", "version": "confounder_version",
-            "hardware": "confounder_hardware", "model": "confounder_model"}.get(group, "confounder")
+            "hardware": "confounder_hardware", "model": "confounder_model", "draft": "confounder_model"}.get(group, "confounder")
+
+
+def _norm(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+def factor_names(factor: str, key: str) -> bool:
+    """Is the setting `key` ('<group> <name>') named after the factor? Env variables, server args, hardware, model
+    and draft settings: the factor's name (letters and digits, any case) is part of the setting's name or is its
+    group — `nccl` names NCCL_PROTO, `draft` names speculative_draft_model_path and the draft's weights, `gpu` names
+    gpu_name, `mem_fraction` names mem_fraction_static. Versions only by `version` or `<name>_version`
+    (`sglang_version`), so NCCL tuning never excuses a different NCCL library."""
+    group, _, name = key.partition(" ")
+    f = _norm(factor)
+    if not f:
+        return False
+    if group == "version":
+        return f in ("version", _norm(name) + "version")
+    return f == _norm(group) or f in _norm(name)
 
 
 def _values(settings: dict[str, dict[str, str]], ids: Sequence[str], key: str) -> set[str]:
@@ -164,13 +194,17 @@ def confounder_findings(
             continue
         explained: dict[str, list[str]] = {}
         unexplained: list[str] = []
+        profiled_differs = _values(settings, ids_a, "profile profiled") != _values(settings, ids_b, "profile profiled")
         for key in differing:
-            if key == "spec speculative_algorithm":
+            if key in ("spec speculative_algorithm", "profile profiled"):
                 continue
-            if _is_spec_key(key) and (spec_differs or factors):
+            named_by = [f for f in factors if factor_names(f, key) and _function_of(settings, levels[f], all_ids, key)]
+            if named_by:
+                explained.setdefault(f"factor {named_by[0]}", []).append(key)
+            elif _is_spec_key(key) and spec_differs:
                 explained.setdefault("speculative decoding", []).append(key)
-            elif factors and _function_of(settings, levels[factors[0]], all_ids, key):
-                explained.setdefault(f"factor {factors[0]}", []).append(key)
+            elif key == "env PYTHONPATH" and profiled_differs:
+                explained.setdefault("profiling (python -m speclogs.profile)", []).append(key)
             elif key == "hardware hostname" and "hardware gpu_name" not in differing:
                 explained.setdefault("host name only", []).append(key)
             else:
@@ -181,12 +215,12 @@ def confounder_findings(
         for code, group in by_code.items():
             shown = "; ".join(_describe(k, _values(settings, ids_a, k), _values(settings, ids_b, k)) for k in group[:10])
             more = f" and {len(group) - 10} more" if len(group) > 10 else ""
-            why = (f"the declared factor {factors[0]} does not explain them" if factors
+            why = (f"the declared factor {factors[0]} is not named after them" if factors
                    else "no declared factor explains them")
             findings.append(Finding(
                 code, f"{arm} vs {reference} is confounded: {shown}{more} differ, and {why} — the ratio "
-                "includes their effect. Rerun with equal settings, or declare the difference as a factor "
-                "(--factor NAME=GLOB, or factors in the launch plan).", "warning", pair))
+                "includes their effect. Rerun with equal settings, or declare the difference as a factor named after "
+                "the setting (--factor NAME=GLOB, or factors in the launch plan; docs/report.md).", "warning", pair))
         for why, group in explained.items():
             shown = "; ".join(_describe(k, _values(settings, ids_a, k), _values(settings, ids_b, k)) for k in group[:12])
             findings.append(Finding(
@@ -210,9 +244,10 @@ def _function_of(settings, by_run: dict[str, str], ids: Sequence[str], key: str)
 
 
 def lint_comparison(
-    *, tables: RunTables, decode: pl.DataFrame, clients: pl.DataFrame, arm_runs: dict[str, list[str]],
+    *, tables: RunTables, decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFrame,
+    arm_runs: dict[str, list[str]],
     arms: Sequence[Arm], comparisons: Sequence[RatioComparison], levels: dict[str, dict[str, str]],
-    run_data_rows: dict[str, int], ignore_env: Sequence[str] = (),
+    run_data_rows: dict[str, int], ignore_env: Sequence[str] = (), confidence: float = 0.95, min_effect: float = 0.0,
 ) -> list[Finding]:
     """All findings for one comparison, most important first. `ignore_env`: env names (globs) not compared, on top
     of DEFAULT_IGNORED_ENV."""
@@ -226,9 +261,9 @@ def lint_comparison(
     single = [a.name for a in arms if max((e.n_launches for e in (a.client, a.server) if e), default=0) < 2]
     if single:
         findings.append(Finding(
-            "single_launch", f"one launch in arm(s) {', '.join(single)}: intervals and tests cover request noise only, "
-            "not launch-to-launch variation (warm-up, placement, NCCL init). Repeat launches (≥ 3 per arm, interleaved) "
-            "before trusting a small difference.", "warning", tuple(single)))
+            "single_launch", f"one launch in arm(s) {', '.join(single)}: need ≥ 2 launches per arm for a verdict — "
+            "one launch shows request noise only, not launch-to-launch variation (warm-up, placement, NCCL init), so no "
+            "winner is named. Repeat launches (≥ 3 per arm, interleaved).", "warning", tuple(single)))
     few = [(a.name, n) for a in arms if 2 <= (n := max((e.n_launches for e in (a.client, a.server) if e), default=0)) < 5]
     if few:
         findings.append(Finding(
@@ -236,7 +271,8 @@ def lint_comparison(
             "estimated from so few values that the t intervals are wide (t at 97.5 %: 12.7 with 1 degree of freedom, "
             "4.3 with 2, 2.8 with 4); each extra launch narrows them a lot — aim for ≥ 5 per arm", "info",
             tuple(name for name, _ in few)))
-    findings += _launches_needed(arms)
+    findings += _launches_needed(arms, comparisons, confidence, min_effect)
+    findings += _launch_outliers(arms, comparisons)
     for a in arms:
         if a.client and a.client.n_rows < MIN_REQUESTS:
             findings.append(Finding("too_few_samples", f"arm {a.name}: {a.client.n_rows} client request(s) after warm-up; "
@@ -271,7 +307,7 @@ def lint_comparison(
                     "something else (prefill share, client overhead, a warm-up inside the window)", "warning", (arm_a, arm_b)))
 
     findings += _launch_round_findings(tables, clients, arm_runs)
-    findings += _warmup_findings(decode, arm_of, names)
+    findings += _warmup_findings(decode, clients, cycles, arm_of, names)
     findings += _trend_findings(decode, clients, arm_of, names)
     findings += _event_findings(tables, decode, clients, arm_of, names)
     for run_id, n in run_data_rows.items():
@@ -282,6 +318,14 @@ def lint_comparison(
         if row["outcome"] not in (None, "ok"):
             findings.append(Finding("run_outcome", f"run {row['run_name']} ended with outcome {row['outcome']!r}: its numbers may "
                                     "be partial", "warning", (arm_of[row["run_id"]],)))
+    adaptive = [row["run_name"] for row in tables.runs.iter_rows(named=True) if parse_json_text(row["run_json"]).get("adaptive")]
+    if adaptive:
+        findings.append(Finding(
+            "adaptive_run", f"{_runs_text([(name, 1) for name in adaptive]).replace(' (1)', '')} come from an adaptive "
+            "plan (speclogs launch --until): when to stop was decided on repeated confidence intervals (adaptive.json "
+            "next to the launches), which are wider than this report's. After a data-dependent stop a fixed-sample "
+            "interval covers somewhat less than its nominal level: quote the launcher's interval for the decision",
+            "info"))
     multi = tables.launches.group_by("run_id").agg(pl.col("launch_no").n_unique().alias("n")).filter(pl.col("n") > 1)
     for run_id, n in multi.iter_rows():
         findings.append(Finding("several_launches_in_file", f"run {names[run_id]} holds {n} server starts in one file; they "
@@ -289,28 +333,81 @@ def lint_comparison(
     return findings
 
 
-def _launches_needed(arms: Sequence[Arm], effect: float = 0.05) -> list[Finding]:
-    """From the pooled launch-to-launch spread (SD of per-launch log throughput within arms, client source first):
-    about how many launches per arm a two-sided 95 % test needs to detect a 5 % difference with 80 % power."""
-    from scipy.stats import norm
+PLANNED_EFFECT = 0.05  # the difference launches_needed plans for
 
-    deviations, dof = 0.0, 0
+
+def _launch_values(arm: Arm) -> tuple[str, np.ndarray, tuple[str, ...], float] | None:
+    """(source, per-launch log throughput, their run names, within-launch CV) of an arm: the client source first."""
+    estimate = arm.client or arm.server
+    if estimate is None:
+        return None
+    return estimate.source, np.log(np.array(estimate.per_launch_tok_s)), estimate.launch_run_names, estimate.within_cv
+
+
+def _launches_needed(arms: Sequence[Arm], comparisons: Sequence[RatioComparison], confidence: float,
+                     min_effect: float) -> list[Finding]:
+    """From the pooled spread of per-launch log throughput within arms (client source first), its within-launch
+    part, and the Welch t power calculation (speclogs.analysis.power): how many launches per arm detect a 5 %
+    difference with 80 % power, and what the comparisons at hand can detect."""
+    deviations, dof, within = 0.0, 0, 0.0
     for a in arms:
-        estimate = a.client or a.server
-        if estimate and len(estimate.per_launch_tok_s) >= 2:
-            logs = np.log(np.array(estimate.per_launch_tok_s))
+        values = _launch_values(a)
+        if values and len(values[1]) >= 2:
+            logs = values[1]
             deviations += float(np.sum((logs - logs.mean()) ** 2))
+            within += (len(logs) - 1) * values[3] ** 2
             dof += len(logs) - 1
     if dof == 0:
         return []
     sd = math.sqrt(deviations / dof)
-    z = float(norm.ppf(0.975) + norm.ppf(0.8))
-    needed = max(3, math.ceil(2 * (z * sd / math.log(1 + effect)) ** 2))
+    within_sd = math.sqrt(within / dof)
+    launch_sd = math.sqrt(max(sd**2 - within_sd**2, 0.0))
+    needed = power.launches_needed(sd, PLANNED_EFFECT, confidence, min_effect)
+    plan = (f"plan ≈ {needed} launches per arm" if needed is not None
+            else f"more than {power.MAX_LAUNCHES} launches per arm would be needed")
+    threshold = f", with the {min_effect:.0%} threshold" if min_effect > 0 else ""
+    detect = sorted({f"{c.arm_b} vs {c.arm_a} ({c.source}) ×{c.min_detectable_ratio:.3f}" for c in comparisons
+                     if math.isfinite(c.min_detectable_ratio)})
+    detect_text = (f"; with the launches at hand the smallest true ratio detected with 80 % power is {', '.join(detect)}"
+                   if detect else "")
+    lever = ("more launches narrow the interval; more requests per launch barely help"
+             if launch_sd >= within_sd else "more requests per launch would narrow it as much as more launches")
     return [Finding(
-        "launches_needed", f"launch-to-launch spread: {sd:.1%} (pooled SD of per-launch log throughput, {dof} degrees "
-        f"of freedom); to detect a {effect:.0%} difference (95 % two-sided, 80 % power) plan ≈ {needed} launches per arm "
-        "(normal approximation, at least 3)",
-        "info")]
+        "launches_needed", f"spread of per-launch throughput: {sd:.1%} (pooled SD of per-launch log throughput, {dof} "
+        f"degrees of freedom) = launch-to-launch {launch_sd:.1%} + within-launch {within_sd:.1%} (in quadrature): "
+        f"{lever}. To detect a {PLANNED_EFFECT:.0%} difference (Welch t, {confidence:.0%} two-sided, 80 % power"
+        f"{threshold}) {plan}{detect_text}", "info")]
+
+
+def _launch_outliers(arms: Sequence[Arm], comparisons: Sequence[RatioComparison]) -> list[Finding]:
+    """Launches far from their arm's median (MAD rule: |modified z| > stats.MAD_Z, Iglewicz & Hoaglin 1993), with the
+    MAD pooled over the arms with ≥ 3 launches (deviations from each arm's median, the median launches themselves left
+    out) and never below their within-launch noise. Flagged, not dropped: the finding says how the ratio would move
+    without the launch."""
+    values = {a.name: v for a in arms if (v := _launch_values(a)) and len(v[1]) >= 3}
+    if not values:
+        return []
+    deviations = np.concatenate([logs - np.median(logs) for _, logs, _, _ in values.values()])
+    deviations = deviations[deviations != 0]
+    if not len(deviations):
+        return []
+    mad = float(np.median(np.abs(deviations)))
+    by_pair = {(c.arm_a, c.arm_b): c for c in comparisons if c.source == next(iter(values.values()))[0]}
+    findings = []
+    for arm, (source, logs, runs, within_cv) in values.items():
+        centre = float(np.median(logs))
+        z = stats.modified_z(logs, centre, max(mad, 0.6745 * within_cv))
+        for index in np.flatnonzero(np.abs(z) > stats.MAD_Z):
+            without = float(np.exp(np.delete(logs, index).mean() - logs.mean()))
+            moves = [f"{c.arm_b} vs {c.arm_a} ×{c.ratio:.3f} → ×{c.ratio * (without if arm == c.arm_b else 1 / without):.3f}"
+                     for c in by_pair.values() if arm in (c.arm_a, c.arm_b)]
+            findings.append(Finding(
+                "launch_outlier", f"run {runs[index]} ({arm}) ran {math.exp(logs[index] - centre) - 1:+.1%} against its "
+                f"arm's median {source} throughput (modified z {z[index]:+.1f}, MAD rule |z| > {stats.MAD_Z}); without it: "
+                + ("; ".join(moves) if moves else f"the arm's level ×{without:.3f}")
+                + ". Look at its server.log (warm-up, a co-tenant, a throttled GPU) and rerun it rather than dropping it "
+                "silently", "warning", (arm,)))
+    return findings
 
 
 def _ignored_env_findings(tables: RunTables, ignore: Sequence[str]) -> list[Finding]:
@@ -371,7 +468,7 @@ def _runs_text(runs: list[tuple[str, int]]) -> str:
     return shown + (f" and {len(runs) - 6} more runs" if len(runs) > 6 else "")
 
 
-def _warmup_findings(decode: pl.DataFrame, arm_of, names) -> list[Finding]:
+def _warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFrame, arm_of, names) -> list[Finding]:
     findings: list[Finding] = []
     if decode.is_empty():
         return findings
@@ -382,9 +479,9 @@ def _warmup_findings(decode: pl.DataFrame, arm_of, names) -> list[Finding]:
         by_reason.setdefault(reason, []).append((names[run_id], n))
         arms_by_reason.setdefault(reason, set()).add(arm_of[run_id])
     texts = {
-        "no_cuda_graph": ("warmup_in_window", "decode batches without CUDA graph after the server was ready (eager warm-up, "
-                          "or batches larger than the captured sizes) in {runs}: excluded from server figures; the client's "
-                          "numbers include them"),
+        "no_cuda_graph": ("warmup_in_window", "decode batches without CUDA graph after the server was ready, with CUDA "
+                          "graphs configured and the batch within the captured sizes (eager warm-up) in {runs}: excluded "
+                          "from server figures; the client's numbers include them"),
         "before_health_200": ("served_before_ready", "decode batches after 'ready' but before the first /health 200 in {runs}: "
                               "a client that did not wait for health measured warm-up; excluded from server figures"),
         "non_finite": ("non_finite_values", "decode rows with NaN/inf/zero gen throughput in {runs}: excluded"),
@@ -393,33 +490,78 @@ def _warmup_findings(decode: pl.DataFrame, arm_of, names) -> list[Finding]:
         if reason in by_reason:
             findings.append(Finding(code, text.format(runs=_runs_text(by_reason[reason])), "warning",
                                     tuple(sorted(arms_by_reason[reason]))))
+    findings += _detected_warmup_findings(decode, clients, arm_of, names)
+    eager = decode.filter(pl.col("eager_by_config")).group_by("run_id").len().sort("run_id")
+    if eager.height:
+        runs = [(names[r], n) for r, n in eager.iter_rows()]
+        findings.append(Finding(
+            "eager_by_config", f"decode batches without CUDA graph by configuration (disable_cuda_graph, or more running "
+            f"requests than the largest captured batch) in {_runs_text(runs)}: not warm-up — they count, and their step "
+            "time is the eager one", "info", tuple(sorted({arm_of[r] for r in eager["run_id"].to_list()}))))
     counts = decode.group_by("excluded_reason").len()
     detail = ", ".join(f"{r or 'steady'} {n}" for r, n in counts.sort("excluded_reason", nulls_last=True).iter_rows())
-    findings.append(Finding("steady_state", f"decode rows used / excluded by the steady-state rule: {detail}", "info"))
+    cycle_detail = ""
+    if not cycles.is_empty():
+        cycle_counts = cycles.group_by("excluded_reason").len().sort("excluded_reason", nulls_last=True)
+        cycle_detail = "; profiled cycles (spec_cycles) " + ", ".join(f"{r or 'used'} {n}" for r, n in cycle_counts.iter_rows())
+    findings.append(Finding("steady_state", f"decode rows used / excluded by the steady-state rule: {detail}{cycle_detail}",
+                            "info"))
     return findings
+
+
+def _detected_warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:
+    """Warm-up found in the data (slow start with CUDA graphs on), per run: how long, how much slower, what was cut."""
+    detected = decode.filter(pl.col("excluded_reason") == "warmup_detected")
+    if detected.is_empty():
+        return []
+    steady = decode.filter(pl.col("steady"))
+    cut_requests = dict(clients.filter(pl.col("excluded_reason") == "warmup_detected").group_by("run_id").len().iter_rows())
+    findings = []
+    for (run_id,), rows in sorted(detected.partition_by("run_id", as_dict=True).items()):
+        rest = steady.filter(pl.col("run_id") == run_id)["gen_throughput_tok_s"].cast(pl.Float64)
+        slow = rows["gen_throughput_tok_s"].cast(pl.Float64)
+        change = float(slow.mean() / rest.mean() - 1.0) if rest.len() else float("nan")
+        seconds = (rows["ts"].max() - rows["ts"].min()).total_seconds() if rows.height > 1 else 0.0
+        client = cut_requests.get(run_id, 0)
+        findings.append(Finding(
+            "warmup_detected", f"run {names[run_id]}: its first {rows.height} steady-looking decode rows (~{seconds:.0f} s) "
+            f"ran {change:+.1%} against the rest — a warm-up with CUDA graphs on (least-squares change point, t test p < 0.01 over the cuts searched): "
+            f"excluded from the server figures and its profiled cycles"
+            + (f", and {client} client request(s) in that window from the client's" if client else
+               "; the client's requests could not be matched to it and still include it"),
+            "warning", (arm_of[run_id],)))
+    return findings
+
+
+TREND_ALPHA = 0.01  # family-wise, over every launch and source tested in one comparison (Holm)
+TREND_MIN_CHANGE = 0.05
 
 
 def _trend_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:
     findings = []
+    tests: list[tuple[str, str, stats.Trend]] = []
     steady = decode.filter(pl.col("steady"))
     rates = steady["gen_throughput_tok_s"].cast(pl.Float64).to_numpy()
     for run_id, start, stop in launch_slices(steady):
         trend = stats.trend_test(rates[start:stop])
-        if trend and trend.p_value < 0.01 and abs(trend.relative_change) > 0.05:
-            findings.append(Finding(
-                "non_stationary", f"run {names[run_id]}: server throughput drifts over the run (Kendall tau {trend.tau:+.2f}, "
-                f"p={trend.p_value:.1g}, last third vs first third {trend.relative_change:+.1%}, n={trend.n}) — thermal "
-                "throttling, growing KV cache or a co-tenant; a mean over a drifting series depends on the run length",
-                "warning", (arm_of[run_id],)))
+        if trend:
+            tests.append(("server", run_id, trend))
     used = clients.filter(pl.col("excluded_reason").is_null())
-    for (run_id,), rows in used.partition_by("run_id", as_dict=True).items():
-        rate = (rows["tokens"] / rows["seconds"]).to_numpy()
-        trend = stats.trend_test(rate)
-        if trend and trend.p_value < 0.01 and abs(trend.relative_change) > 0.05:
-            findings.append(Finding(
-                "non_stationary", f"run {names[run_id]}: client throughput drifts over the requests (Kendall tau "
-                f"{trend.tau:+.2f}, p={trend.p_value:.1g}, {trend.relative_change:+.1%}, n={trend.n})", "warning",
-                (arm_of[run_id],)))
+    for (run_id,), rows in sorted(used.partition_by("run_id", as_dict=True).items()):
+        trend = stats.trend_test((rows["tokens"] / rows["seconds"]).to_numpy())
+        if trend:
+            tests.append(("client", run_id, trend))
+    adjusted = stats.holm([trend.p_value for _, _, trend in tests]) if tests else []
+    for (source, run_id, trend), p_value in zip(tests, adjusted):
+        if p_value >= TREND_ALPHA or abs(trend.relative_change) <= TREND_MIN_CHANGE:
+            continue
+        what = ("server throughput drifts over the run" if source == "server"
+                else "client throughput drifts over the requests")
+        findings.append(Finding(
+            "non_stationary", f"run {names[run_id]}: {what} (Kendall tau {trend.tau:+.2f}, p={trend.p_value:.1g}, "
+            f"Holm-adjusted over the {len(tests)} series tested {p_value:.1g}, last third vs first third "
+            f"{trend.relative_change:+.1%}, n={trend.n}) — thermal throttling, growing KV cache or a co-tenant; a mean "
+            "over a drifting series depends on the run length", "warning", (arm_of[run_id],)))
     bad = clients.filter(pl.col("excluded_reason") == "non_finite").group_by("run_id").len()
     for run_id, n in bad.iter_rows():
         findings.append(Finding("non_finite_values", f"run {names[run_id]}: {n} client request(s) without usable tokens or "

@@ -98,7 +98,7 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
         run_ids,
     )
     # Rows are ordered by what names them (run name, file name, launch), not by run_id, which hashes the file's
-    # path: the same logs in another directory give the same report, bootstrap resamples included.
+    # path: the same logs in another directory give the same report.
     named = "JOIN (SELECT run_id, run_name FROM runs) AS r USING (run_id)"
     launch_hash = (
         "concat_ws(chr(1), r.run_name, parse_filename(t.source_file), t.source_file, "
@@ -114,7 +114,6 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
     )
     prefill = _select(con, f"""SELECT {launch_hash}, line_no FROM prefill_batches AS t {named} {where} AND running_req = 0
                                ORDER BY launch_hash, line_no""", run_ids)
-    launches, decode, prefill = _with_launch_keys(launches, decode, prefill)
     bench = _select(
         con,
         f"""SELECT run_id, source_file, line_no, request_index, warmup, latency_s, e2e_latency_s, completion_tokens,
@@ -124,11 +123,12 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
     )
     spec_cycles = _select(
         con,
-        f"""SELECT run_id, line_no, launch_no, ts, tp_rank, cycle, batch_size, draft_ms, verify_ms, extend_ms, other_ms,
-                   cycle_ms, accepted_tokens, proposed_tokens, gap_ms
-            FROM spec_cycles AS t {named} {where} ORDER BY r.run_name, parse_filename(t.source_file), t.source_file, line_no""",
+        f"""SELECT {launch_hash}, run_id, line_no, launch_no, ts, tp_rank, cycle, batch_size, draft_ms, verify_ms,
+                   extend_ms, other_ms, cycle_ms, accepted_tokens, proposed_tokens, gap_ms
+            FROM spec_cycles AS t {named} {where} ORDER BY launch_hash, line_no""",
         run_ids,
     )
+    launches, decode, prefill, spec_cycles = _with_launch_keys(launches, decode, prefill, spec_cycles)
     server_args = _select(
         con,
         f"""SELECT run_id, name, value FROM server_args {where}
@@ -152,14 +152,12 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
     return RunTables(runs, launches, decode, prefill, bench, spec_cycles, server_args, nccl_settings, events)
 
 
-def _with_launch_keys(
-    launches: pl.DataFrame, decode: pl.DataFrame, prefill: pl.DataFrame
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Replace the per-launch name key by a dense integer `launch_key` shared by the three frames. The key is monotone
+def _with_launch_keys(*frames: pl.DataFrame) -> tuple[pl.DataFrame, ...]:
+    """Replace the per-launch name key by a dense integer `launch_key` shared by the frames. The key is monotone
     in the name key, so frames that SQL ordered by (launch_hash, line_no) stay ordered by (launch_key, line_no)."""
     import numpy as np
 
-    hashes = np.unique(np.concatenate([f["launch_hash"].to_numpy() for f in (launches, decode, prefill)]))
+    hashes = np.unique(np.concatenate([f["launch_hash"].to_numpy() for f in frames]))
 
     def keyed(frame: pl.DataFrame) -> pl.DataFrame:
         h = frame["launch_hash"].to_numpy()
@@ -169,7 +167,7 @@ def _with_launch_keys(
         key = np.searchsorted(hashes, h[change]).astype(np.int64)[np.cumsum(change) - 1]
         return frame.with_columns(pl.Series("launch_key", key)).drop("launch_hash")
 
-    return keyed(launches), keyed(decode), keyed(prefill)
+    return tuple(keyed(frame) for frame in frames)
 
 
 def parse_json_text(text: str | None) -> dict:

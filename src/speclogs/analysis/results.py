@@ -29,7 +29,7 @@ class Finding:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A throughput level of one arm from one source: geometric mean over launches, with a bootstrap interval."""
+    """A throughput level of one arm from one source: geometric mean over launches, with its t interval."""
 
     source: str  # 'client' (bench_requests) | 'server' (steady-state decode_batches)
     value_tok_s: float
@@ -39,6 +39,8 @@ class Estimate:
     n_units: int  # requests (client) or resampling blocks of decode rows (server)
     n_rows: int  # requests (client) or decode rows (server) used
     per_launch_tok_s: tuple[float, ...]
+    within_cv: float = 0.0  # within-launch noise of one launch's value (SD of its log throughput from its requests/blocks)
+    launch_run_names: tuple[str, ...] = ()  # the run of each per-launch value
 
 
 @dataclass(frozen=True)
@@ -78,13 +80,18 @@ class RatioComparison:
     n_b: int
     n_units_a: int
     n_units_b: int
-    verdict: str  # 'faster' | 'slower' | 'no detectable difference' | 'insufficient data'
+    verdict: str  # stats.verdict_for: 'faster' | 'slower' | 'no detectable difference' | 'equivalent' | 'below min effect'
+    #               | 'need ≥ 2 launches' | 'insufficient data'
     interval_covers: str  # 'launches and requests' | 'request noise only (one launch per arm)'
+    df: float = float("nan")  # Welch–Satterthwaite degrees of freedom of the t interval and test
+    launch_cv: float = float("nan")  # launch-to-launch SD of log throughput (pooled over both arms), within part removed
+    within_cv: float = float("nan")  # within-launch SD of one launch's log throughput (from its requests or blocks)
+    min_detectable_ratio: float = float("nan")  # smallest true ratio > 1 these launches detect with 80 % power
 
 
 @dataclass(frozen=True)
 class Term:
-    """An additive term of a log-ratio decomposition, with its bootstrap interval (natural-log units)."""
+    """An additive term of a log-ratio decomposition, with its t interval (natural-log units)."""
 
     name: str
     log_ratio: float
@@ -167,8 +174,7 @@ class Comparison:
     arms: tuple[Arm, ...]
     reference: str
     confidence: float
-    n_resamples: int
-    seed: int
+    min_effect: float  # practical threshold: a winner's interval lies beyond ±log(1 + min_effect)
     warnings: tuple[Finding, ...]
     comparisons: tuple[RatioComparison, ...]
     attributions: tuple[Attribution, ...]
@@ -178,5 +184,5 @@ class Comparison:
     accept_hist: pl.DataFrame  # arm, source, accept_len, count
     phases: tuple[PhaseStat, ...]  # every arm with spec_cycles rows
     warmup_spans: pl.DataFrame  # run_name, arm, t_start_s, t_end_s: from launch start to the first steady decode row
-    methods: dict[str, str]  # method notes: steady-state rule, bootstrap, tests (shown in reports)
+    methods: dict[str, str]  # method notes: steady-state rule, intervals, tests (shown in reports)
     nccl: Any = None  # speclogs.analysis.nccl.NcclEvidence when that module exists

@@ -1,20 +1,32 @@
-"""Which measurements count: the steady-state rule for decode rows and the warm-up rule for client requests.
+"""Which measurements count: the steady-state rule for decode rows, profiled cycles and client requests.
 
 Steady-state rule for `decode_batches` (server source). A decode row counts when ALL of:
   1. it is from the lowest TP rank that logged decode rows in its launch (SGLang logs decode stats on TP0);
   2. its ts is at or after the launch's 'The server is fired up and ready to roll!' line and the end of CUDA-graph
      capture (else 'startup': the server's own warm-up), and at or after the first `/health` 200 (else
      'before_health_200': a client that did not wait for health measured warm-up);
-  3. `cuda_graph` is not False (False after start-up = eager batches: warm-up or batches larger than the captured graphs);
-  4. it is not the first decode row after idle: SGLang's `gen throughput` is tokens since the previous decode log
+  3. it does not belong to the benchmark's own warm-up requests (else 'warmup_request'): in a single-stream
+     benchmark the k-th request after ready is the k-th segment (below), so the first `warmup` requests' rows go;
+  4. `cuda_graph` is not False (else 'no_cuda_graph': eager batches inside the window are warm-up) — unless eager
+     decode is the configuration: `disable_cuda_graph=True`, or more running requests than the largest captured
+     batch size (`cuda_graph_max_bs[_decode]`, `cuda_graph_bs[_decode]`); such rows count (`eager_by_config`);
+  5. it is not the first decode row after idle: SGLang's `gen throughput` is tokens since the previous decode log
      divided by the wall time since then, so the first row after the server sat idle (the first row of the launch,
      and the first row after a prefill that found 0 running requests) includes idle time and prefill;
-  5. its `gen_throughput_tok_s` is finite and > 0.
+  6. its `gen_throughput_tok_s` is finite and > 0;
+  7. it is not in a warm-up the data show (else 'warmup_detected'): a slow start with CUDA graphs on, found per launch
+     by the least-squares change point with a significance check (speclogs.analysis.stats.warmup_length).
 Each excluded row keeps its reason (`excluded_reason`). Rows between two idle points form one segment
-(≈ one request in single-stream benchmarks): the resampling unit inside a launch.
+(≈ one request in single-stream benchmarks): the unit of within-launch noise; `request` numbers the segments after
+ready (0 = the first request the client sent).
 
-Warm-up rule for `bench_requests` (client source): rows with warmup = true are excluded; when a run's rows carry
-no warm-up flag at all (older `*.bench.json`), its first request (lowest request_index) is the warm-up.
+Client requests (`bench_requests`): rows with warmup = true are excluded ('warmup'); when a run's rows carry no
+warm-up flag at all (older `*.bench.json`), its first request (lowest request_index) is the warm-up. A request whose
+segment holds detected warm-up rows is excluded too ('warmup_detected'), where requests and segments correspond
+(one launch, as many segments after ready as requests).
+
+Profiled cycles (`spec_cycles`) follow the decode rows: before ready / health, on another TP rank, in a warm-up
+request or in a detected warm-up → excluded.
 """
 
 from __future__ import annotations
@@ -22,8 +34,39 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-REASONS = ("other_tp_rank", "startup", "before_health_200", "no_cuda_graph", "first_after_idle", "non_finite")
+from speclogs.analysis import stats
+
+REASONS = ("other_tp_rank", "startup", "before_health_200", "warmup_request", "no_cuda_graph", "first_after_idle",
+           "non_finite", "warmup_detected")
+SINGLE_STREAM_SOURCES = ("bench_jsonl", "bench_json")  # one request after the other: request k = segment k
 _NO_TIME = np.iinfo(np.int64).min
+_SHIFT = np.int64(40)
+
+
+def graph_settings(server_args: pl.DataFrame) -> dict[str, tuple[bool, int | None]]:
+    """Per run: (CUDA graphs disabled by configuration, largest captured decode batch size or None when unknown)."""
+    import ast
+
+    settings: dict[str, dict[str, str]] = {}
+    for run_id, name, value in server_args.select("run_id", "name", "value").iter_rows():
+        settings.setdefault(run_id, {})[name] = value
+    out: dict[str, tuple[bool, int | None]] = {}
+    for run_id, args in settings.items():
+        disabled = str(args.get("disable_cuda_graph", "False")).strip() == "True"
+        sizes: list[int] = []
+        for name in ("cuda_graph_max_bs_decode", "cuda_graph_max_bs", "cuda_graph_bs_decode", "cuda_graph_bs"):
+            try:
+                value = ast.literal_eval(str(args.get(name, "None")))
+            except (ValueError, SyntaxError):
+                continue
+            if isinstance(value, int) and not isinstance(value, bool):
+                sizes.append(value)
+            elif isinstance(value, (list, tuple)):
+                sizes += [v for v in value if isinstance(v, int)]
+            if sizes:
+                break
+        out[run_id] = (disabled, max(sizes) if sizes else None)
+    return out
 
 
 def _launch_times(launches: pl.DataFrame, n_keys: int, column: pl.Expr) -> np.ndarray:
@@ -36,20 +79,52 @@ def _launch_times(launches: pl.DataFrame, n_keys: int, column: pl.Expr) -> np.nd
     return out
 
 
-def mark_steady(decode: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
-    """decode rows (sorted by launch_key, line_no) + columns steady (bool), excluded_reason (str|null) and segment
-    (int: idle points so far in the launch). `launch_key` is an integer id of (run, file, launch) shared by the three
-    frames; prefill holds only the prefill rows that found 0 running requests (the idle points)."""
+def _segments(key: np.ndarray, line: np.ndarray, prefill: pl.DataFrame) -> np.ndarray:
+    """Idle points (prefill rows that found 0 running requests) before each row of its launch."""
+    idle = np.sort((prefill["launch_key"].to_numpy().astype(np.int64) << _SHIFT)
+                   | prefill["line_no"].to_numpy().astype(np.int64))
+    return np.searchsorted(idle, (key << _SHIFT) | line) - np.searchsorted(idle, key << _SHIFT)
+
+
+def _window(launches: pl.DataFrame, key: np.ndarray, ts: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """(before ready or the end of CUDA-graph capture, before the first /health 200) per row."""
+    ready = np.maximum(_launch_times(launches, n_keys, pl.coalesce("ready_ts", "first_health_200_ts"))[key],
+                       _launch_times(launches, n_keys, pl.col("cuda_graph_end_ts"))[key])
+    health = _launch_times(launches, n_keys, pl.coalesce("first_health_200_ts", "ready_ts"))[key]
+    return (ready != _NO_TIME) & (ts <= ready), (health != _NO_TIME) & (ts < health)
+
+
+def _dense_rank(key: np.ndarray, segment: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per row: the rank of its segment among the segments of `rows` (a mask) in its launch; −1 outside `rows`."""
+    out = np.full(len(key), -1, dtype=np.int64)
+    index = np.flatnonzero(rows)
+    if not len(index):
+        return out
+    k, seg = key[index], segment[index]
+    new_launch = np.r_[True, k[1:] != k[:-1]]
+    counter = np.cumsum(np.r_[True, new_launch[1:] | (seg[1:] != seg[:-1])])
+    first = np.maximum.accumulate(np.where(new_launch, np.arange(len(index)), 0))
+    out[index] = counter - counter[first]
+    return out
+
+
+def mark_steady(decode: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFrame, *,
+                graphs: dict[str, tuple[bool, int | None]] | None = None,
+                warmup_requests: dict[str, int] | None = None) -> pl.DataFrame:
+    """decode rows (sorted by launch_key, line_no) + columns steady (bool), excluded_reason (str|null), segment
+    (int: idle points so far in the launch), request (int: segment number after ready, −1 before) and
+    eager_by_config (bool). `launch_key` is an integer id of (run, file, launch) shared by the three frames; prefill
+    holds only the prefill rows that found 0 running requests (the idle points). graphs: graph_settings(server_args);
+    warmup_requests: per run, how many of its first requests were the benchmark's warm-up."""
     if decode.is_empty():
         return decode.with_columns(
-            pl.lit(True).alias("steady"), pl.lit(None, pl.Utf8).alias("excluded_reason"), pl.lit(0, pl.Int64).alias("segment")
+            pl.lit(True).alias("steady"), pl.lit(None, pl.Utf8).alias("excluded_reason"), pl.lit(0, pl.Int64).alias("segment"),
+            pl.lit(-1, pl.Int64).alias("request"), pl.lit(False).alias("eager_by_config"),
         )
     key = decode["launch_key"].to_numpy().astype(np.int64)
     line = decode["line_no"].to_numpy().astype(np.int64)
     n_keys = int(max(key.max(), launches["launch_key"].max() if not launches.is_empty() else 0)) + 1
-    shift = np.int64(40)
-    idle = np.sort((prefill["launch_key"].to_numpy().astype(np.int64) << shift) | prefill["line_no"].to_numpy().astype(np.int64))
-    segment = np.searchsorted(idle, (key << shift) | line) - np.searchsorted(idle, key << shift)
+    segment = _segments(key, line, prefill)
 
     rank = decode["tp_rank"].fill_null(-1).to_numpy().astype(np.int64)
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
@@ -57,10 +132,23 @@ def mark_steady(decode: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFr
     kept = rank == min_rank
 
     ts = decode["ts"].dt.epoch("us").fill_null(_NO_TIME).to_numpy()
-    ready = np.maximum(_launch_times(launches, n_keys, pl.coalesce("ready_ts", "first_health_200_ts"))[key],
-                       _launch_times(launches, n_keys, pl.col("cuda_graph_end_ts"))[key])
-    health = _launch_times(launches, n_keys, pl.coalesce("first_health_200_ts", "ready_ts"))[key]
-    eager = decode["cuda_graph"].eq(False).fill_null(False).to_numpy()
+    startup, before_health = _window(launches, key, ts, n_keys)
+    request = _dense_rank(key, segment, kept & ~startup & ~before_health)
+    settings = graphs or {}
+    per_run = decode.select(
+        pl.col("run_id").replace_strict(warmup_requests or {}, default=0, return_dtype=pl.Int64).alias("warm"),
+        pl.col("run_id").replace_strict({r: g[0] for r, g in settings.items()}, default=False,
+                                        return_dtype=pl.Boolean).alias("disabled"),
+        pl.col("run_id").replace_strict({r: g[1] for r, g in settings.items() if g[1] is not None},
+                                        default=np.iinfo(np.int64).max, return_dtype=pl.Int64).alias("max_bs"),
+    )
+    in_warmup_request = (request >= 0) & (request < per_run["warm"].to_numpy())
+
+    graph_off = decode["cuda_graph"].eq(False).fill_null(False).to_numpy()
+    disabled = per_run["disabled"].to_numpy()
+    max_bs = per_run["max_bs"].to_numpy()
+    batch = decode["running_req"].fill_null(1).to_numpy().astype(np.int64)
+    by_config = graph_off & (disabled | (batch > max_bs))
     rate = decode["gen_throughput_tok_s"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
 
     # first decode row after idle, among the kept rank's rows
@@ -70,20 +158,77 @@ def mark_steady(decode: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFr
     after_idle = np.zeros(len(key), dtype=bool)
     after_idle[kept_index] = first
 
-    conditions = [
-        ~kept,
-        (ready != _NO_TIME) & (ts <= ready),
-        (health != _NO_TIME) & (ts < health),
-        eager,
-        after_idle,
-        ~np.isfinite(rate) | (rate <= 0),
-    ]
-    code = np.select(conditions, list(range(len(REASONS))), default=len(REASONS))
+    conditions = [~kept, startup, before_health, in_warmup_request, graph_off & ~by_config, after_idle,
+                  ~np.isfinite(rate) | (rate <= 0)]
+    code = np.select(conditions, list(range(len(conditions))), default=len(REASONS))
+    detected = REASONS.index("warmup_detected")
+    steady_index = np.flatnonzero(code == len(REASONS))
+    if len(steady_index):
+        steady_key = key[steady_index]
+        bounds = np.flatnonzero(np.r_[True, steady_key[1:] != steady_key[:-1], True])
+        for start, stop in zip(bounds[:-1], bounds[1:]):
+            cut = stats.warmup_length(rate[steady_index[start:stop]])
+            code[steady_index[start:start + cut]] = detected
     labels = np.array(list(REASONS) + [None], dtype=object)
-    reason = pl.Series("excluded_reason", labels[code], dtype=pl.Utf8)
     return decode.with_columns(
-        reason, pl.Series("steady", code == len(REASONS)), pl.Series("segment", segment.astype(np.int64))
+        pl.Series("excluded_reason", labels[code], dtype=pl.Utf8), pl.Series("steady", code == len(REASONS)),
+        pl.Series("segment", segment.astype(np.int64)), pl.Series("request", request),
+        pl.Series("eager_by_config", by_config & (code == len(REASONS))),
     )
+
+
+def warmup_requests(clients: pl.DataFrame) -> dict[str, int]:
+    """Per run of a single-stream benchmark: how many requests were warm-up (client_rows' 'warmup' rows)."""
+    if clients.is_empty():
+        return {}
+    rows = clients.filter(pl.col("source_kind").is_in(SINGLE_STREAM_SOURCES))
+    counts = rows.group_by("run_id").agg((pl.col("excluded_reason") == "warmup").sum().alias("n"))
+    return {run_id: int(n) for run_id, n in counts.iter_rows()}
+
+
+def detected_warmup_requests(decode: pl.DataFrame) -> dict[str, tuple[int, set[int]]]:
+    """Per run with one launch of decode rows: (number of requests after ready, the request numbers whose rows hold
+    a detected warm-up)."""
+    if decode.is_empty():
+        return {}
+    rows = decode.filter(pl.col("request") >= 0)
+    per_run = rows.group_by("run_id").agg(
+        pl.col("launch_key").n_unique().alias("launches"), (pl.col("request").max() + 1).alias("requests"),
+        pl.col("request").filter(pl.col("excluded_reason") == "warmup_detected").unique().alias("detected"))
+    return {run_id: (int(n), {int(r) for r in detected})
+            for run_id, launches_, n, detected in per_run.iter_rows() if launches_ == 1}
+
+
+def mark_cycles(cycles: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFrame, decode: pl.DataFrame
+                ) -> pl.DataFrame:
+    """spec_cycles rows (sorted by launch_key, line_no) + steady / excluded_reason by the decode rows' rule: before
+    ready or health ('startup', 'before_health_200'), another TP rank ('other_tp_rank'), or inside a segment whose
+    decode rows are the benchmark's warm-up request or a detected warm-up ('warmup_request', 'warmup_detected')."""
+    if cycles.is_empty():
+        return cycles.with_columns(pl.lit(True).alias("steady"), pl.lit(None, pl.Utf8).alias("excluded_reason"))
+    key = cycles["launch_key"].to_numpy().astype(np.int64)
+    line = cycles["line_no"].to_numpy().astype(np.int64)
+    n_keys = int(max(key.max(), launches["launch_key"].max() if not launches.is_empty() else 0)) + 1
+    segment = _segments(key, line, prefill)
+    rank = cycles["tp_rank"].fill_null(-1).to_numpy().astype(np.int64)
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    kept = rank == np.repeat(np.minimum.reduceat(rank, starts), np.diff(np.r_[starts, len(key)]))
+    ts = cycles["ts"].dt.epoch("us").fill_null(_NO_TIME).to_numpy()
+    startup, before_health = _window(launches, key, ts, n_keys)
+    warm_segments: dict[tuple[int, int], str] = {}
+    if not decode.is_empty():
+        marked = decode.filter(pl.col("excluded_reason").is_in(["warmup_request", "warmup_detected"]))
+        warm_segments = {(int(k), int(s)): r for k, s, r in marked.select("launch_key", "segment", "excluded_reason").iter_rows()}
+    packed = (key << _SHIFT) | segment
+    warm = np.full(len(key), None, dtype=object)
+    for (k, seg), reason in warm_segments.items():
+        warm[packed == ((k << int(_SHIFT)) | seg)] = reason
+    conditions = [~kept, startup, before_health, warm == "warmup_request", warm == "warmup_detected"]
+    names = ["other_tp_rank", "startup", "before_health_200", "warmup_request", "warmup_detected"]
+    code = np.select(conditions, list(range(len(conditions))), default=len(conditions))
+    labels = np.array(names + [None], dtype=object)
+    return cycles.with_columns(pl.Series("excluded_reason", labels[code], dtype=pl.Utf8),
+                               pl.Series("steady", code == len(conditions)))
 
 
 def launch_slices(rows: pl.DataFrame) -> list[tuple[str, int, int]]:
@@ -110,8 +255,10 @@ def server_columns(steady_rows: pl.DataFrame) -> np.ndarray:
     return np.column_stack([tokens, tokens / rate, batch, np.ones_like(rate)])
 
 
-def client_rows(bench: pl.DataFrame) -> pl.DataFrame:
-    """Non-warm-up client requests with tokens and seconds; adds `excluded_reason` for the ones that cannot count."""
+def client_rows(bench: pl.DataFrame, detected: dict[str, tuple[int, set[int]]] | None = None) -> pl.DataFrame:
+    """Client requests with tokens and seconds; adds `excluded_reason` for the ones that cannot count. detected:
+    detected_warmup_requests(decode) — a single-stream run's k-th request (by request_index) is its k-th segment
+    after ready when it has as many requests as segments; the requests of detected warm-up segments are excluded."""
     if bench.is_empty():
         return bench.with_columns(
             pl.lit(None, pl.Float64).alias("tokens"), pl.lit(None, pl.Float64).alias("seconds"),
@@ -132,5 +279,14 @@ def client_rows(bench: pl.DataFrame) -> pl.DataFrame:
         pl.col("tokens").is_null() | pl.col("seconds").is_null() | ~pl.col("tokens").is_finite()
         | ~pl.col("seconds").is_finite() | (pl.col("tokens") <= 0) | (pl.col("seconds") <= 0)
     )
-    reason = pl.when(is_warmup).then(pl.lit("warmup")).when(bad).then(pl.lit("non_finite")).otherwise(pl.lit(None, pl.Utf8))
-    return rows.with_columns(reason.alias("excluded_reason")).drop(["_has_flag", "_first_index"])
+    rows = rows.with_columns((pl.col("request_index").rank("ordinal").over("run_id") - 1).cast(pl.Int64).alias("_order"),
+                             pl.len().over("run_id").alias("_requests"))
+    in_detected = pl.lit(False)
+    for run_id, (n_requests, requests) in (detected or {}).items():
+        if requests:
+            in_detected = in_detected | ((pl.col("run_id") == run_id) & (pl.col("_requests") == n_requests)
+                                         & pl.col("source_kind").is_in(SINGLE_STREAM_SOURCES)
+                                         & pl.col("_order").is_in(sorted(requests)))
+    reason = (pl.when(is_warmup).then(pl.lit("warmup")).when(bad).then(pl.lit("non_finite"))
+              .when(in_detected).then(pl.lit("warmup_detected")).otherwise(pl.lit(None, pl.Utf8)))
+    return rows.with_columns(reason.alias("excluded_reason")).drop(["_has_flag", "_first_index", "_order", "_requests"])

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from speclogs.errors import SpeclogsError
 from speclogs.launcher import Interrupted, LaunchOptions, launch_plan, load_plan
+from speclogs.launcher.adaptive import parse_until
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[])
     parser.add_argument("--max-launches", type=int, default=None)
     parser.add_argument("--max-minutes", type=float, default=None)
+    parser.add_argument("--until", default=None, help="adaptive: e.g. 'ci_width<=5%%'")
     parser.add_argument("--json-summary", action="store_true")
     parser.add_argument("--stop-on-stdin-eof", action="store_true",
                         help="interrupt (and stop the server) when stdin closes: the ssh connection went away")
@@ -41,9 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plan = load_plan(args.plan)
         out = Path(args.out) if args.out else Path("runs") / plan.name
+        until = parse_until(args.until) if args.until is not None else None
         summary = launch_plan(plan, LaunchOptions(out_dir=out, resume=args.resume, retry_failed=args.retry_failed,
                                                   only=tuple(args.only), max_launches=args.max_launches,
-                                                  max_minutes=args.max_minutes), progress=say)
+                                                  max_minutes=args.max_minutes, until=until), progress=say)
     except SpeclogsError as exc:
         say(f"Error: {exc}")
         if exc.hint:
@@ -58,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"{result.run_name:<28} {'skipped (complete)' if result.skipped else result.outcome:<18} "
             f"ready {result.ready_s if result.ready_s is not None else '-':>8} s  "
             f"median {result.median_tok_s if result.median_tok_s is not None else '-'} tok/s")
+    if summary.adaptive:
+        say(f"adaptive: {summary.adaptive['reason']}")
     say(f"stopped: {summary.stopped}; pending: {len(summary.pending)}")
     return 1 if summary.failed else 0
 

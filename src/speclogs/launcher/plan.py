@@ -32,7 +32,7 @@ MODEL_PATH_FLAGS = ("--model-path", "--speculative-draft-model-path", "--tokeniz
 _TOP_KEYS = {
     "name", "command", "model_path", "args", "env", "inherit_env", "drop_inherited_env", "port", "host", "health_timeout_s",
     "health_poll_s", "stop_grace_s", "port_wait_s", "min_free_mb", "launches", "order", "seed", "progress_every_s",
-    "bench", "bench_serving", "cells", "profile_every", "launch_estimate_s",
+    "bench", "bench_serving", "cells", "profile_every", "launch_estimate_s", "adaptive",
 }
 _CELL_KEYS = {"name", "args", "env", "factors", "launches", "profile", "profile_every", "model_path"}
 _BENCH_KEYS = {
@@ -40,6 +40,7 @@ _BENCH_KEYS = {
     "request_timeout_s", "temperature",
 }
 _BENCH_SERVING_KEYS = {"args", "timeout_s", "enabled"}
+_ADAPTIVE_KEYS = {"until", "max_launches", "reference", "min_effect", "confidence"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,17 @@ class BenchServingSpec:
 
     args: tuple[str, ...] = ()
     timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class AdaptiveSpec:
+    """The plan's [adaptive] table (speclogs.launcher.adaptive): stop when every cell vs the reference is decided."""
+
+    until: float | None = None          # ci_width bound (fraction); --until overrides
+    max_launches: int | None = None     # budget over all cells; --max-launches overrides
+    reference: str | None = None        # default: the first cell
+    min_effect: float = 0.0
+    confidence: float = 0.95
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,7 @@ class Plan:
     bench_serving: BenchServingSpec | None
     cells: tuple[Cell, ...]
     text: str = field(repr=False, default="")
+    adaptive: AdaptiveSpec | None = None
 
     def launch_order(self) -> list[LaunchSpec]:
         """Interleaved rounds (A1 B1 C1 A2 B2 C2 …); with order = "shuffle" each round is shuffled with `seed`."""
@@ -172,6 +185,8 @@ def parse_plan(text: str, path: Path) -> Plan:
     profile_every = checker.integer(data.get("profile_every", 16), "profile_every", 0, minimum=1)
     cells = _parse_cells(data.get("cells"), checker, default_launches, profile_every)
 
+    adaptive = _parse_adaptive(data["adaptive"], checker) if "adaptive" in data else None
+
     order = data.get("order", "interleaved")
     if order not in ("interleaved", "shuffle"):
         checker.fail("order", 0, f"order must be \"interleaved\" or \"shuffle\", not {order!r}", "use order = \"interleaved\"")
@@ -200,6 +215,7 @@ def parse_plan(text: str, path: Path) -> Plan:
         bench_serving=bench_serving,
         cells=cells,
         text=text,
+        adaptive=adaptive,
     )
 
 
@@ -227,6 +243,46 @@ def _parse_bench(raw: object, checker: "_Checker") -> BenchSpec:
         checker.fail("warmup_requests", header, f"warmup_requests ({spec.warmup_requests}) exceeds requests ({spec.requests})",
                      "requests counts the warm-up requests too")
     return spec
+
+
+def _percent(text: str, key: str, checker: "_Checker", line: int) -> float:
+    raw = text.strip()
+    try:
+        value = float(raw.rstrip("%").strip()) / (100.0 if raw.endswith("%") else 1.0)
+    except ValueError:
+        checker.fail(key, line, f"{key} = {text!r} is not a percentage", f"write {key} = \"2%\"")
+    if not 0.0 <= value < 1.0:
+        checker.fail(key, line, f"{key} = {text!r} is outside [0 %, 100 %)", f"write {key} = \"2%\"")
+    return value
+
+
+def _parse_adaptive(raw: object, checker: "_Checker") -> AdaptiveSpec:
+    from speclogs.launcher.adaptive import parse_until
+
+    header = _find_header_line(checker.text, "adaptive")
+    table = checker.table(raw, "adaptive", 0)
+    checker.unknown_keys(table, _ADAPTIVE_KEYS, header, "[adaptive]")
+    until = None
+    if "until" in table:
+        text = checker.string(table["until"], "until", header)
+        try:
+            until = parse_until(text)
+        except PlanError as exc:
+            checker.fail("until", header, str(exc), exc.hint or "")
+    min_effect = table.get("min_effect", "0%")
+    if not isinstance(min_effect, str):
+        min_effect = f"{checker.number(min_effect, 'min_effect', header, minimum=0)}"
+    confidence = checker.number(table.get("confidence", 0.95), "confidence", header, minimum=0.5)
+    if confidence >= 1.0:
+        checker.fail("confidence", header, f"confidence = {confidence} must be below 1", "write confidence = 0.95")
+    return AdaptiveSpec(
+        until=until,
+        max_launches=(checker.integer(table["max_launches"], "max_launches", header, minimum=2)
+                      if "max_launches" in table else None),
+        reference=_optional_string(checker, table, "reference", header),
+        min_effect=_percent(min_effect, "min_effect", checker, header),
+        confidence=confidence,
+    )
 
 
 def _parse_cells(raw: object, checker: "_Checker", default_launches: int, profile_every: int) -> tuple[Cell, ...]:

@@ -52,6 +52,8 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
         flags += ["--only", cell]
     if options.max_launches is not None:
         flags += ["--max-launches", str(options.max_launches)]
+    if options.until is not None:
+        flags += ["--until", f"ci_width<={options.until!r}"]
     if options.max_minutes is not None:
         flags += ["--max-minutes", str(options.max_minutes)]
     command = (f"{cd} && PYTHONPATH=\"$PWD/src${{PYTHONPATH:+:$PYTHONPATH}}\" exec {shlex.quote(remote_python)} "

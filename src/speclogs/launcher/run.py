@@ -13,12 +13,13 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
 import speclogs
 from speclogs.errors import LaunchError, PlanError
+from speclogs.launcher import adaptive as _adaptive
 from speclogs.launcher import bench as _bench
 from speclogs.launcher import process as _proc
 from speclogs.launcher import runinfo
@@ -57,8 +58,9 @@ class LaunchOptions:
     resume: bool = False
     retry_failed: bool = False
     only: tuple[str, ...] = ()
-    max_launches: int | None = None
+    max_launches: int | None = None   # this call; with an adaptive design: the run's whole budget
     max_minutes: float | None = None
+    until: float | None = None        # adaptive: stop when every comparison's interval spans at most this
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,9 @@ class PlanRunSummary:
     plan_name: str
     out_dir: str
     results: tuple[LaunchResult, ...]
-    stopped: str             # complete | max_launches | max_minutes | interrupted
+    stopped: str             # complete | max_launches | max_minutes | interrupted | decided (adaptive)
     pending: tuple[str, ...] = field(default=())   # run names not yet complete
+    adaptive: dict | None = None   # adaptive runs: speclogs.launcher.adaptive.AdaptiveSummary.to_dict()
 
     @property
     def failed(self) -> tuple[LaunchResult, ...]:
@@ -89,13 +92,14 @@ class PlanRunSummary:
 
     def to_dict(self) -> dict:
         return redact_json({"plan_name": self.plan_name, "out_dir": self.out_dir, "stopped": self.stopped,
-                            "pending": list(self.pending), "results": [dict(r.__dict__) for r in self.results]})
+                            "pending": list(self.pending), "results": [dict(r.__dict__) for r in self.results],
+                            "adaptive": self.adaptive})
 
     @classmethod
     def from_dict(cls, data: dict) -> "PlanRunSummary":
         return cls(plan_name=data["plan_name"], out_dir=data["out_dir"], stopped=data["stopped"],
                    pending=tuple(data.get("pending", ())),
-                   results=tuple(LaunchResult(**r) for r in data["results"]))
+                   results=tuple(LaunchResult(**r) for r in data["results"]), adaptive=data.get("adaptive"))
 
 
 def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = None) -> PlanRunSummary:
@@ -109,22 +113,47 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
     started = time.monotonic()
     deadline = started + options.max_minutes * 60 if options.max_minutes else None
     out_dir = options.out_dir.resolve()
+    design = adaptive_design(plan, options)
+    if design is not None:
+        # every round up to the budget's last one; the looks decide how many of them run
+        plan = replace(plan, cells=tuple(replace(cell, launches=design.last_look) for cell in plan.cells))
     order = _select(plan, options.only)
     _check_model_paths(plan, order)
     _check_overwrite(order, out_dir, options)
+    if design is not None:
+        _adaptive.check_state(out_dir, design)
     out_dir.mkdir(parents=True, exist_ok=True)
-    context = _MachineContext(plan)
+    context = _MachineContext(plan, design)
     results: list[LaunchResult] = []
     stopped = "complete"
     done = 0
+    looks: list[_adaptive.Look] = []
+
+    def take_look(round_: int) -> bool:
+        """The adaptive look after `round_` rounds (all of them processed); True when it stops the plan."""
+        nonlocal stopped
+        if design is None or round_ < design.first_look or any(lk.round == round_ for lk in looks):
+            return False
+        looks.append(_adaptive.look(design, round_, _adaptive.values_through(out_dir, design.cells, round_)))
+        for c in looks[-1].comparisons:
+            say(f"look after round {round_}: {c.cell_b} vs {c.cell_a} {c.status}"
+                + (f" ×{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] ({c.n_a} vs {c.n_b} launches, {c.detail})"
+                   if c.ratio is not None else f" ({c.detail})"))
+        if looks[-1].decided:
+            stopped = "decided"
+            return True
+        return False
+
     with _signals_raise_interrupted():
         for spec in order:
+            if take_look(spec.launch - 1):
+                break
             run_dir = out_dir / spec.cell.name / str(spec.launch)
             previous = _read_run_json(run_dir)
             if previous and _is_complete(previous, options.retry_failed):
                 results.append(_result_from(previous, spec, run_dir, skipped=True))
                 continue
-            if options.max_launches is not None and done >= options.max_launches:
+            if design is None and options.max_launches is not None and done >= options.max_launches:
                 stopped = "max_launches"
                 break
             if deadline is not None:
@@ -149,9 +178,54 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
             done += 1
             _raise_if_pending()
             say(f"{spec.run_name}: {result.outcome}" + (f" ({result.outcome_detail})" if result.outcome_detail else ""))
-    pending = tuple(spec.run_name for spec in order
-                    if not _is_complete(_read_run_json(out_dir / spec.cell.name / str(spec.launch)) or {}, options.retry_failed))
-    return PlanRunSummary(plan_name=plan.name, out_dir=str(out_dir), results=tuple(results), stopped=stopped, pending=pending)
+        else:
+            if design is not None and not take_look(design.last_look):
+                stopped = "max_launches"
+    pending = () if stopped == "decided" else tuple(
+        spec.run_name for spec in order
+        if not _is_complete(_read_run_json(out_dir / spec.cell.name / str(spec.launch)) or {}, options.retry_failed))
+    summary = None
+    if design is not None:
+        summary = _adaptive_summary(design, looks, out_dir, stopped)
+        _adaptive.write_state(out_dir, summary)
+        say(f"adaptive: {summary.reason}")
+    return PlanRunSummary(plan_name=plan.name, out_dir=str(out_dir), results=tuple(results), stopped=stopped,
+                          pending=pending, adaptive=summary.to_dict() if summary else None)
+
+
+def adaptive_design(plan: Plan, options: LaunchOptions) -> _adaptive.Design | None:
+    """The adaptive design of this run (plan [adaptive] and --until / --max-launches), or None for a plain plan."""
+    spec = plan.adaptive
+    if spec is None and options.until is None:
+        return None
+    until = options.until if options.until is not None else spec.until
+    budget = options.max_launches if options.max_launches is not None else (spec.max_launches if spec else None)
+    where = str(plan.path)
+    if until is None:
+        raise PlanError(f"{where}: [adaptive] needs until = \"ci_width<=P%\" (or --until)", hint="e.g. --until 'ci_width<=5%'")
+    if budget is None:
+        raise PlanError(f"{where}: adaptive launching needs a budget: --max-launches N or [adaptive] max_launches",
+                        hint="e.g. --max-launches 12 (all cells together)")
+    if options.only:
+        raise PlanError(f"{where}: --only cannot be combined with adaptive launching (its looks compare every cell)",
+                        hint="drop --only, or write a plan with the cells to compare")
+    design = _adaptive.Design(
+        cells=tuple(cell.name for cell in plan.cells),
+        reference=(spec.reference if spec and spec.reference else plan.cells[0].name),
+        until=until, max_launches=budget, first_look=max(cell.launches for cell in plan.cells),
+        confidence=spec.confidence if spec else 0.95, min_effect=spec.min_effect if spec else 0.0)
+    design.check(where)
+    return design
+
+
+def _adaptive_summary(design: _adaptive.Design, looks: list[_adaptive.Look], out_dir: Path, stopped: str
+                      ) -> _adaptive.AdaptiveSummary:
+    spent = sum(1 for cell in design.cells for path in (out_dir / cell).glob("*/run.json")
+                if _is_complete(_read_run_json(path.parent) or {}, False))
+    state = {"decided": "decided", "max_launches": "budget"}.get(stopped, "not yet")
+    final = looks[-1] if looks else None
+    return _adaptive.AdaptiveSummary(design=design.to_dict(), looks=tuple(looks), launches_spent=spent, stopped=state,
+                                     reason=_adaptive.reason_for(design, final, state, spent))
 
 
 def server_argv(plan: Plan, spec: LaunchSpec) -> list[str]:
@@ -275,13 +349,26 @@ def _result_from(record: dict, spec: LaunchSpec, run_dir: Path, skipped: bool = 
 
 
 class _MachineContext:
-    """Facts gathered once per plan run: GPUs, hostname, versions per (python, PYTHONPATH)."""
+    """Facts gathered once per plan run: GPUs, hostname, versions per (python, PYTHONPATH), model records."""
 
-    def __init__(self, plan: Plan):
+    def __init__(self, plan: Plan, design: _adaptive.Design | None = None):
         self.plan = plan
+        self.design = design.to_dict() if design is not None else None
         self.gpus = runinfo.gpu_inventory()
         self.hostname = runinfo.hostname()
         self._versions: dict[tuple[str, str], dict] = {}
+        self._models: dict[str, dict] = {}
+
+    def models(self, argv: list[str]) -> dict:
+        """run.json `models`: what --model-path and --speculative-draft-model-path point at (runinfo.model_record)."""
+        out = {}
+        for role, flag in (("target", "--model-path"), ("draft", "--speculative-draft-model-path")):
+            path = _arg_value(argv, flag)
+            if path is not None:
+                if path not in self._models:
+                    self._models[path] = runinfo.model_record(path)
+                out[role] = dict(self._models[path])
+        return out
 
     def versions(self, python: str, env: dict[str, str]) -> dict:
         key = (python, env.get("PYTHONPATH", ""))
@@ -329,8 +416,11 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
         "versions": {}, "gpus": context.gpus, "hostname": context.hostname,
         "bench": _bench_record(plan), "timestamps": stamps, "utc_offset": runinfo.utc_offset(),
         "host": host, "port": port, "ready_s": None, "outcome": "running", "outcome_detail": "", "complete": False,
-        "exit_code": None, "server_pid": None, "server_identity": None, "stop": None, "bench_summary": None, "files": files, "previous_attempts": attempts,
+        "exit_code": None, "server_pid": None, "server_identity": None, "stop": None, "bench_summary": None, "files": files,
+        "previous_attempts": attempts, "models": {},
     }
+    if context.design is not None:
+        record["adaptive"] = context.design
     run_json = run_dir / "run.json"
     proc = None
     leader: _proc.ProcessIdentity | None = None
@@ -376,6 +466,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
                                     hint="stop whatever listens there or set port = … in the plan")
             record["gpu_apps_before_spawn"] = _wait_gpu_idle(plan.port_wait_s * 3)
             record["versions"] = context.versions(python, env)
+            record["models"] = context.models(argv)
             _write_json_atomic(run_json, record)
             log_path = run_dir / "server.log"
             log_path.write_bytes(b"")

@@ -141,3 +141,69 @@ def gpu_inventory() -> list[dict]:
 
 def hostname() -> str:
     return socket.gethostname() or platform.node()
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+FULL_HASH_LIMIT_BYTES = 4 << 30    # weights up to 4 GiB are hashed whole (an EAGLE-3 draft is tens to hundreds of MB)
+SAMPLE_BYTES = 1 << 20
+SAMPLES_PER_FILE = 16
+
+
+def _hash_weights(files: list[Path]) -> tuple[str, str, int]:
+    """(sha256 hex, how, total bytes) over the weight files in name order: every byte when they total at most
+    FULL_HASH_LIMIT_BYTES, else each file's size and SAMPLES_PER_FILE evenly spaced 1 MiB samples."""
+    import hashlib
+
+    total = sum(f.stat().st_size for f in files)
+    digest = hashlib.sha256()
+    full = total <= FULL_HASH_LIMIT_BYTES
+    for path in files:
+        size = path.stat().st_size
+        digest.update(f"{path.name}\0{size}\0".encode())
+        with open(path, "rb") as handle:
+            if full:
+                for block in iter(lambda: handle.read(16 << 20), b""):
+                    digest.update(block)
+                continue
+            for k in range(SAMPLES_PER_FILE):
+                handle.seek(max(0, (size - SAMPLE_BYTES) * k // (SAMPLES_PER_FILE - 1)))
+                digest.update(handle.read(SAMPLE_BYTES))
+    how = "sha256 of every weight byte" if full else (
+        f"sha256 of each weight file's size and {SAMPLES_PER_FILE} × 1 MiB samples (over {FULL_HASH_LIMIT_BYTES >> 30} GiB in all)")
+    return digest.hexdigest(), how, total
+
+
+def model_record(path: str) -> dict:
+    """What run.json records about a model directory: config.json's identifying fields, EAGLE-3 aux-hidden-state layer
+    ids (draft models), sha256 of config.json and a hash of the weights — so two runs with different drafts (or a
+    retrained one at the same path) are told apart. A path that is not a local directory (a hub id) records why."""
+    import hashlib
+
+    record: dict = {"path": path}
+    directory = Path(path).expanduser()
+    if not directory.is_dir():
+        record["error"] = "not a local directory (hub id or missing): config and weights not recorded"
+        return record
+    try:
+        raw = (directory / "config.json").read_bytes()
+        config = json.loads(raw)
+    except (OSError, json.JSONDecodeError) as exc:
+        record["error"] = f"config.json unreadable: {getattr(exc, 'strerror', None) or exc}"
+        return record
+    record["config_sha256"] = hashlib.sha256(raw).hexdigest()
+    if isinstance(config, dict):
+        for key in ("architectures", "model_type", "hidden_size", "num_hidden_layers", "vocab_size", "torch_dtype"):
+            if key in config:
+                record[key] = config[key]
+        eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
+        layers = eagle.get("eagle_aux_hidden_state_layer_ids", config.get("eagle_aux_hidden_state_layer_ids"))
+        if layers is not None:
+            record["eagle3_layer_ids"] = layers
+    weights = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))
+    if weights:
+        try:
+            record["weights_sha256"], record["weights_hash"], record["weights_bytes"] = _hash_weights(weights)
+        except OSError as exc:
+            record["error"] = f"weights unreadable: {exc.strerror}"
+        record["weight_files"] = [p.name for p in weights]
+    return record

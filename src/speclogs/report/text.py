@@ -31,17 +31,22 @@ def fmt_term(t: Term) -> str:
     return f"{pct(math.exp(t.log_ratio))} [{pct(math.exp(t.ci_low))}, {pct(math.exp(t.ci_high))}]"
 
 
-def verdict_text(verdict: str, ratio: float) -> str:
+def verdict_text(verdict: str, ratio: float, min_effect: float = 0.0) -> str:
     if verdict == "faster":
         return f"faster by {ratio - 1:.1%}"
     if verdict == "slower":
         return f"slower by {1 - ratio:.1%}"
+    if verdict == "equivalent":
+        return f"equivalent (within ±{min_effect:.1%})"
+    if verdict == "below min effect":
+        return f"a difference, not shown to exceed {min_effect:.1%}"
     return verdict
 
 
 def title(c: Comparison) -> str:
+    threshold = f", min effect {c.min_effect:.1%}" if c.min_effect > 0 else ""
     return (f"speclogs report — {len(c.arms)} arm(s), reference {c.reference}, {c.confidence:.0%} intervals "
-            f"({c.n_resamples} bootstrap resamples, seed {c.seed})")
+            f"(Student t over launches{threshold})")
 
 
 def fmt_range(e: Estimate | None, count: bool = True) -> str:
@@ -111,7 +116,7 @@ def answer_blocks(c: Comparison) -> list[tuple[str, list[str]]]:
     blocks: list[tuple[str, list[str]]] = []
     for r in _preferred(c):
         scope = "; one launch per arm: request noise only" if r.n_a < 2 or r.n_b < 2 else ""
-        head = (f"{r.arm_b} vs {r.arm_a}: {verdict_text(r.verdict, r.ratio)} — ×{r.ratio:.3f}, {c.confidence:.0%} CI "
+        head = (f"{r.arm_b} vs {r.arm_a}: {verdict_text(r.verdict, r.ratio, c.min_effect)} — ×{r.ratio:.3f}, {c.confidence:.0%} CI "
                 f"[{r.ci_low:.3f}, {r.ci_high:.3f}], p = {fmt_p(r.p_value)}, {r.n_a} vs {r.n_b} launches ({r.source}{scope})")
         details = []
         a = attributions.get((r.arm_a, r.arm_b))
@@ -138,14 +143,16 @@ def answer_blocks(c: Comparison) -> list[tuple[str, list[str]]]:
     return blocks
 
 
-COMPARISON_HEADER = ["B vs A", "source", "A tok/s", "B tok/s", "B/A [CI]", "p", "n (launches)", "verdict"]
+COMPARISON_HEADER = ["B vs A", "source", "A tok/s", "B tok/s", "B/A [CI]", "p", "n (launches)", "detects ≥ (80 %)",
+                     "verdict"]
 
 
 def comparison_rows(c: Comparison) -> list[list[str]]:
     return [[
         f"{r.arm_b} vs {r.arm_a}", r.source, f"{r.a:.1f}", f"{r.b:.1f}",
         f"{r.ratio:.3f} {fmt_interval(r.ci_low, r.ci_high)}", fmt_p(r.p_value), f"{r.n_a} vs {r.n_b}",
-        verdict_text(r.verdict, r.ratio) + (" (request noise only)" if r.n_a < 2 or r.n_b < 2 else ""),
+        f"×{r.min_detectable_ratio:.3f}" if math.isfinite(r.min_detectable_ratio) else "–",
+        verdict_text(r.verdict, r.ratio, c.min_effect),
     ] for r in c.comparisons]
 
 

@@ -1,0 +1,94 @@
+"""Power of the report's comparison (Welch t over per-launch log throughput): launches needed, minimum detectable effect.
+
+The verdict names a winner when the t interval lies beyond ±log(1 + min_effect) (stats.verdict_for). With per-launch
+log-throughput standard deviation σ in both arms and L_A, L_B launches, the t statistic against the threshold is
+noncentral t with noncentrality (δ ∓ log(1 + min_effect)) / (σ √(1/L_A + 1/L_B)) and Welch–Satterthwaite degrees of
+freedom. Those degrees of freedom are themselves random (they depend on the two sample variances), which matters
+with 2–4 launches per arm, so the power is averaged over the sampling distribution of the two variances (each
+σ² χ²_{L−1}/(L−1), on an equal-probability grid): given them, the estimated standard error ŝ and the critical value
+t(df(ŝ)) are fixed and the log ratio is normal, so
+
+    power(δ) = E[ Φ((δ − log(1 + min_effect) − t·ŝ) / se) + Φ((−δ − log(1 + min_effect) − t·ŝ) / se) ].
+
+tests/test_analysis_grid.py checks it against simulated comparisons.
+
+`launches_needed` is the smallest equal number of launches per arm with power ≥ 0.8; `min_detectable_ratio` the
+smallest true ratio above 1 detected with power 0.8 by the launches at hand.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+POWER = 0.8
+MAX_LAUNCHES = 1000
+
+
+GRID_POINTS = 64  # per sample variance
+
+
+def _variance_grid(launches: int) -> np.ndarray:
+    """Equal-probability points of s²/σ² ~ χ²_{L−1}/(L−1)."""
+    from scipy.stats import chi2
+
+    df = launches - 1
+    return chi2.ppf((np.arange(GRID_POINTS) + 0.5) / GRID_POINTS, df) / df
+
+
+@lru_cache(maxsize=256)
+def _half_widths(la: int, lb: int, confidence: float) -> np.ndarray:
+    """The interval's half-width over σ at each grid point of the two sample variances (it scales with σ)."""
+    from scipy.stats import t as student_t
+
+    va = _variance_grid(la)[:, None] / la
+    vb = _variance_grid(lb)[None, :] / lb
+    df = (va + vb) ** 2 / (va**2 / (la - 1) + vb**2 / (lb - 1))
+    return (student_t.ppf(0.5 + confidence / 2.0, df) * np.sqrt(va + vb)).ravel()
+
+
+def power(delta: float, sd: float, la: int, lb: int, confidence: float = 0.95, min_effect: float = 0.0) -> float:
+    """Probability that a comparison of la vs lb launches names a winner when the true log ratio is `delta`."""
+    from scipy.special import ndtr
+
+    if la < 2 or lb < 2 or not sd > 0:
+        return float("nan")
+    half = sd * _half_widths(la, lb, confidence)
+    se = sd * math.sqrt(1.0 / la + 1.0 / lb)
+    threshold = math.log1p(min_effect)
+    hits = ndtr((delta - threshold - half) / se) + ndtr((-delta - threshold - half) / se)
+    return float(hits.mean())
+
+
+def launches_needed(sd: float, effect: float = 0.05, confidence: float = 0.95, min_effect: float = 0.0,
+                    target: float = POWER) -> int | None:
+    """Smallest L (launches per arm, equal arms) detecting a true ratio 1 + effect with the target power; None above
+    MAX_LAUNCHES."""
+    delta = math.log1p(effect)
+    if power(delta, sd, MAX_LAUNCHES, MAX_LAUNCHES, confidence, min_effect) < target:
+        return None
+    low, high = 2, MAX_LAUNCHES  # power is increasing in L: bisect
+    while low < high:
+        mid = (low + high) // 2
+        if power(delta, sd, mid, mid, confidence, min_effect) >= target:
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
+def min_detectable_ratio(sd: float, la: int, lb: int, confidence: float = 0.95, min_effect: float = 0.0,
+                         target: float = POWER) -> float:
+    """Smallest true ratio > 1 that la vs lb launches detect with the target power (NaN with < 2 launches an arm)."""
+    from scipy.optimize import brentq
+
+    if la < 2 or lb < 2 or not sd > 0:
+        return float("nan")
+    se = sd * math.sqrt(1.0 / la + 1.0 / lb)
+    high = math.log1p(min_effect) + 200 * se
+    if power(high, sd, la, lb, confidence, min_effect) < target:
+        return float("inf")
+    delta = brentq(lambda d: power(d, sd, la, lb, confidence, min_effect) - target, 0.0, high, xtol=1e-6)
+    return math.exp(delta)

@@ -1,0 +1,348 @@
+"""Adaptive launching: interleaved rounds until every planned comparison is decided, with a stopping rule that keeps
+its error rate. Standard library only (runs on the GPU box).
+
+Rule: repeated confidence intervals (RCIs; Jennison & Turnbull 1989, "Interim analyses: the repeated confidence
+interval approach", JRSS B 51:305–361; Jennison & Turnbull 2000, "Group Sequential Methods with Applications to
+Clinical Trials", ch. 9) with a Pocock-type constant boundary over the planned looks. A look is taken after every
+round from the plan's `launches` (≥ 2) up to the budget's last round (`max_launches` // cells). With known variance
+the constant c satisfies P(|Z_k| ≥ c for some look k) = α under H0, Z_k the standardised difference after round r_k
+(computed here by numerical integration, Armitage–McPherson–Rowe recursion); the RCI at look k is
+d̂_k ± t(ν_k; 1 − α′/2) · SE_k with α′ = 2(1 − Φ(c)) the boundary's nominal level per look and ν_k Welch's degrees
+of freedom (the "significance level" approach to an unknown variance, Jennison & Turnbull 2000). RCIs cover
+the true ratio at every look simultaneously with probability ≥ 1 − α, so stopping at any look for any reason — a
+winner, a narrow enough interval — keeps both the coverage and the false-winner rate at α per comparison.
+
+Per launch the statistic is the client throughput of its bench.jsonl (Σ tokens / Σ latency of the non-warm-up
+requests); a comparison is B against the reference cell on log throughput, Welch's standard error over launches. It
+is decided when its RCI lies beyond ±log(1 + min_effect) (a winner), inside it (equivalent, with min_effect > 0), or
+spans at most `until` (ci_width: exp(high) − exp(low), e.g. [0.98, 1.03] is 5 %).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from statistics import NormalDist
+
+from speclogs.errors import PlanError
+
+METHOD = ("repeated confidence intervals with a Pocock-type constant boundary over the planned looks "
+          "(Jennison & Turnbull 1989; 2000, ch. 9), Welch t at each look")
+STATE_FILE = "adaptive.json"
+_UNTIL = re.compile(r"^\s*ci_width\s*<=\s*([0-9]*\.?[0-9]+)\s*(%?)\s*$")
+_NORMAL = NormalDist()
+
+
+def parse_until(text: str) -> float:
+    """'ci_width<=5%' → 0.05 (a bare number is a fraction: 'ci_width<=0.05'); PlanError otherwise."""
+    match = _UNTIL.match(text)
+    if not match:
+        raise PlanError(f"--until {text!r}: expected ci_width<=P%", hint="e.g. --until 'ci_width<=5%'")
+    value = float(match.group(1)) / (100.0 if match.group(2) else 1.0)
+    if not 0.0 < value < 1.0:
+        raise PlanError(f"--until {text!r}: the width must lie between 0 and 100 %", hint="e.g. --until 'ci_width<=5%'")
+    return value
+
+
+# --- Student t and the Pocock constant, standard library only ------------------------------------------------------
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return h
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _beta_fraction(a, b, x) / a
+    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
+
+
+def t_cdf(value: float, df: float) -> float:
+    if math.isinf(df):
+        return _NORMAL.cdf(value)
+    tail = 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + value * value))
+    return 1.0 - tail if value > 0 else tail
+
+
+def t_ppf(q: float, df: float) -> float:
+    """Quantile of Student t (bisection on the cdf; q in (0, 1))."""
+    if math.isinf(df) or df > 1e7:
+        return _NORMAL.inv_cdf(q)
+    if q < 0.5:
+        return -t_ppf(1.0 - q, df)
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < q:
+        high *= 2.0
+    for _ in range(200):
+        mid = (low + high) / 2.0
+        if t_cdf(mid, df) < q:
+            low = mid
+        else:
+            high = mid
+        if high - low < 1e-10 * max(1.0, high):
+            break
+    return (low + high) / 2.0
+
+
+_GRID = 61  # Simpson points per look (odd)
+
+
+def _crossing_probability(c: float, looks: tuple[int, ...]) -> float:
+    """P(|S_r| ≥ c √r at some look r) for S a standard random walk (one unit of information per round)."""
+    def grid(r: int) -> tuple[list[float], list[float]]:
+        half = c * math.sqrt(r)
+        step = 2.0 * half / (_GRID - 1)
+        weights = [step / 3.0 * (1 if i in (0, _GRID - 1) else 4 if i % 2 else 2) for i in range(_GRID)]
+        return [-half + i * step for i in range(_GRID)], weights
+
+    points, weights = grid(looks[0])
+    sd = math.sqrt(looks[0])
+    density = [math.exp(-0.5 * (s / sd) ** 2) / (sd * math.sqrt(2 * math.pi)) for s in points]
+    for previous, look in zip(looks, looks[1:]):
+        spread = math.sqrt(look - previous)
+        new_points, new_weights = grid(look)
+        mass = [w * f for w, f in zip(weights, density)]
+        density = [sum(m * math.exp(-0.5 * ((s - p) / spread) ** 2) for m, p in zip(mass, points))
+                   / (spread * math.sqrt(2 * math.pi)) for s in new_points]
+        points, weights = new_points, new_weights
+    return 1.0 - sum(w * f for w, f in zip(weights, density))
+
+
+@lru_cache(maxsize=64)
+def pocock_constant(looks: tuple[int, ...], alpha: float) -> float:
+    """The constant boundary c with P(cross at some look) = alpha under H0 (looks: rounds, increasing)."""
+    low, high = _NORMAL.inv_cdf(1.0 - alpha / 2.0), _NORMAL.inv_cdf(1.0 - alpha / (2.0 * len(looks)))
+    for _ in range(40):
+        mid = (low + high) / 2.0
+        if _crossing_probability(mid, looks) > alpha:
+            low = mid
+        else:
+            high = mid
+        if high - low < 1e-5:
+            break
+    return (low + high) / 2.0
+
+
+# --- the design and its decisions ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Design:
+    """What the error rate depends on; fixed for an out directory (recorded in adaptive.json)."""
+
+    cells: tuple[str, ...]
+    reference: str
+    until: float            # decided when the RCI spans at most this (exp(high) − exp(low))
+    max_launches: int       # budget, all cells
+    first_look: int         # round of the first look (the plan's launches per cell, ≥ 2)
+    confidence: float = 0.95
+    min_effect: float = 0.0
+
+    @property
+    def last_look(self) -> int:
+        return self.max_launches // len(self.cells)
+
+    @property
+    def looks(self) -> tuple[int, ...]:
+        return tuple(range(self.first_look, self.last_look + 1))
+
+    @property
+    def boundary(self) -> float:
+        return pocock_constant(self.looks, 1.0 - self.confidence)
+
+    @property
+    def nominal_level(self) -> float:
+        """Two-sided level of each look's t interval."""
+        return 2.0 * (1.0 - _NORMAL.cdf(self.boundary))
+
+    def check(self, source: str) -> None:
+        if self.reference not in self.cells:
+            raise PlanError(f"{source}: adaptive reference {self.reference!r} is not a cell",
+                            hint=f"cells: {', '.join(self.cells)}")
+        if len(self.cells) < 2:
+            raise PlanError(f"{source}: adaptive launching compares cells: the plan has one",
+                            hint="add a second [[cells]] table")
+        if self.first_look < 2:
+            raise PlanError(f"{source}: adaptive launching needs launches ≥ 2 per cell before its first look",
+                            hint="set launches = 2 (or more) in the plan")
+        if self.last_look < self.first_look:
+            raise PlanError(f"{source}: max_launches {self.max_launches} does not reach the first look "
+                            f"({self.first_look} rounds × {len(self.cells)} cells = {self.first_look * len(self.cells)})",
+                            hint="raise --max-launches")
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "looks": list(self.looks), "boundary": self.boundary,
+                "nominal_level": self.nominal_level, "method": METHOD}
+
+
+@dataclass(frozen=True)
+class ComparisonStatus:
+    cell_a: str
+    cell_b: str
+    n_a: int
+    n_b: int
+    ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    df: float | None
+    status: str             # faster | slower | equivalent | narrow | open
+    detail: str
+
+    @property
+    def decided(self) -> bool:
+        return self.status != "open"
+
+
+@dataclass(frozen=True)
+class Look:
+    round: int
+    comparisons: tuple[ComparisonStatus, ...]
+
+    @property
+    def decided(self) -> bool:
+        return all(c.decided for c in self.comparisons)
+
+
+def compare_cells(design: Design, cell_b: str, a: list[float], b: list[float]) -> ComparisonStatus:
+    """One comparison at a look: the RCI of log(B/A) from per-launch throughputs (tok/s)."""
+    if len(a) < 2 or len(b) < 2:
+        return ComparisonStatus(design.reference, cell_b, len(a), len(b), None, None, None, None, "open",
+                                "need ≥ 2 ok launches per cell")
+    la, lb = [math.log(v) for v in a], [math.log(v) for v in b]
+    mean_a, mean_b = sum(la) / len(la), sum(lb) / len(lb)
+    va = sum((x - mean_a) ** 2 for x in la) / (len(la) - 1) / len(la)
+    vb = sum((x - mean_b) ** 2 for x in lb) / (len(lb) - 1) / len(lb)
+    point, se = mean_b - mean_a, math.sqrt(va + vb)
+    denominator = (va**2 / (len(la) - 1) if va else 0.0) + (vb**2 / (len(lb) - 1) if vb else 0.0)
+    df = (va + vb) ** 2 / denominator if denominator else float("inf")
+    half = t_ppf(1.0 - design.nominal_level / 2.0, df) * se
+    low, high = point - half, point + half
+    threshold = math.log1p(design.min_effect)
+    width = math.exp(high) - math.exp(low)
+    if low > threshold:
+        status = "faster"
+    elif high < -threshold:
+        status = "slower"
+    elif design.min_effect > 0 and -threshold <= low and high <= threshold:
+        status = "equivalent"
+    elif width <= design.until:
+        status = "narrow"
+    else:
+        status = "open"
+    detail = f"width {width:.1%} (until ≤ {design.until:.1%})"
+    return ComparisonStatus(design.reference, cell_b, len(a), len(b), math.exp(point), math.exp(low), math.exp(high),
+                            df, status, detail)
+
+
+def look(design: Design, round_: int, values: dict[str, list[float]]) -> Look:
+    """The decision after `round_` rounds from each cell's per-launch throughputs of those rounds."""
+    return Look(round_, tuple(compare_cells(design, cell, values.get(design.reference, []), values.get(cell, []))
+                              for cell in design.cells if cell != design.reference))
+
+
+def launch_throughput(run_dir: Path) -> float | None:
+    """Client tok/s of one complete ok launch: Σ completion tokens / Σ latency of its non-warm-up requests."""
+    try:
+        record = json.loads((run_dir / "run.json").read_text())
+        lines = (run_dir / "bench.jsonl").read_text().splitlines()
+    except (OSError, json.JSONDecodeError):
+        return None
+    if record.get("outcome") != "ok":
+        return None
+    tokens = seconds = 0.0
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("warmup") or not isinstance(row.get("completion_tokens"), (int, float)):
+            continue
+        latency = row.get("latency_s")
+        if isinstance(latency, (int, float)) and latency > 0 and math.isfinite(latency):
+            tokens += row["completion_tokens"]
+            seconds += latency
+    return tokens / seconds if seconds > 0 and tokens > 0 else None
+
+
+def values_through(out_dir: Path, cells: tuple[str, ...], round_: int) -> dict[str, list[float]]:
+    """Per cell, the throughputs of its ok launches numbered ≤ round_ (the launches of those rounds)."""
+    values: dict[str, list[float]] = {}
+    for cell in cells:
+        for launch in range(1, round_ + 1):
+            value = launch_throughput(out_dir / cell / str(launch))
+            if value is not None:
+                values.setdefault(cell, []).append(value)
+    return values
+
+
+@dataclass(frozen=True)
+class AdaptiveSummary:
+    """What an adaptive run did: its design, every look, how many launches it spent and why it stopped."""
+
+    design: dict
+    looks: tuple[Look, ...]
+    launches_spent: int
+    stopped: str            # decided | budget | not yet (the call ended before a decision: run again with --resume)
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"design": self.design, "launches_spent": self.launches_spent, "stopped": self.stopped,
+                "reason": self.reason, "looks": [asdict(lk) for lk in self.looks]}
+
+
+def reason_for(design: Design, final: Look | None, stopped: str, spent: int) -> str:
+    if final is None:
+        return f"no look yet: the first comes after round {design.first_look} ({spent} launch(es) so far)"
+    parts = "; ".join(f"{c.cell_b} vs {c.cell_a}: {c.status}"
+                      + (f" ×{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ratio is not None else "")
+                      + (f" ({c.n_a} vs {c.n_b} launches)") for c in final.comparisons)
+    what = {"decided": f"every comparison decided after round {final.round}",
+            "budget": f"budget spent ({design.max_launches} launches, {design.last_look} rounds) without a decision",
+            "not yet": f"not decided after round {final.round}; run again with --resume"}[stopped]
+    return f"{what}, {spent} launches: {parts}"
+
+
+def check_state(out_dir: Path, design: Design) -> None:
+    """A resumed adaptive run must keep its design: the error rate depends on the planned looks."""
+    path = out_dir / STATE_FILE
+    try:
+        previous = json.loads(path.read_text())["design"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return
+    keys = ("cells", "reference", "until", "max_launches", "first_look", "confidence", "min_effect")
+    now = design.to_dict()
+    changed = [k for k in keys if json.dumps(previous.get(k)) != json.dumps(now[k])]
+    if changed:
+        raise PlanError(f"{path}: this adaptive run was started with another design ("
+                        + ", ".join(f"{k} {previous.get(k)!r} → {now[k]!r}" for k in changed) + ")",
+                        hint="resume with the same --until / --max-launches / plan, or choose a new --out")
+
+
+def write_state(out_dir: Path, summary: AdaptiveSummary) -> None:
+    path = out_dir / STATE_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(summary.to_dict(), indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)

@@ -145,3 +145,52 @@ def test_chunks_taper_over_the_last_two_chunks_worth(tmp_path: Path) -> None:
     assert all(abs(size - 16_000) <= len(record) for size in sizes[:9])  # 9 of the 10 chunks' worth come whole …
     assert abs(sizes[9] - 8_000) <= len(record) and len(sizes) >= 12  # … then halves, down to an eighth
     assert all(16_000 // 8 - len(record) <= size <= 4_000 + len(record) for size in sizes[10:])
+
+
+class _Killed(BaseException):
+    """What a kill between two commits looks like to the writer: not an error it handles."""
+
+
+def test_a_big_log_is_committed_in_segments_and_a_killed_ingest_is_cleaned_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from speclogs.store import layout, writer
+
+    log = odd_log(tmp_path)
+    whole_db, segmented_db = tmp_path / "whole.duckdb", tmp_path / "segmented.duckdb"
+    ingest_paths([log], whole_db)
+    monkeypatch.setattr(sources, "STREAM_MIN_BYTES", 1024)
+    monkeypatch.setattr(writer, "SEGMENT_ROWS", 40)
+    inserts = []  # every insert of the segmented ingest
+    real_insert = layout.Layout.insert
+
+    def insert(self, table, frame, keys=None):
+        inserts.append(table)
+        return real_insert(self, table, frame, keys)
+
+    monkeypatch.setattr(layout.Layout, "insert", insert)
+    ingest_paths([log], segmented_db, chunk_bytes=4096)
+    assert len(inserts) > 3
+    assert table_rows(segmented_db) == table_rows(whole_db)
+
+    killed_db = tmp_path / "killed.duckdb"
+    inserted = []
+
+    def dies_after_some(self, table, frame, keys=None):
+        inserted.append(table)
+        if len(inserted) == len(inserts) - 3:
+            raise _Killed()
+        return real_insert(self, table, frame, keys)
+
+    monkeypatch.setattr(layout.Layout, "insert", dies_after_some)
+    with pytest.raises(_Killed):
+        ingest_paths([log], killed_db, chunk_bytes=4096)
+    con = connect(killed_db, read_only=True)
+    try:  # some segments were committed: the rows are there, and so is the mark that they are incomplete
+        assert con.execute("SELECT count(*) FROM server_events").fetchone()[0] > 0
+        assert con.execute("SELECT count(*) FROM _ingesting").fetchone()[0] == 1
+        assert con.execute("SELECT count(*) FROM files").fetchone()[0] == 0
+    finally:
+        con.close()
+    monkeypatch.setattr(layout.Layout, "insert", real_insert)
+    summary = ingest_paths([log], killed_db, chunk_bytes=4096)
+    assert any("interrupted" in warning for warning in summary.warnings)
+    assert table_rows(killed_db) == table_rows(whole_db)

@@ -167,3 +167,30 @@ def test_proxies_inherited_only_when_named():
     assert env == {"PATH": "/bin"} and set(dropped) == {"HTTPS_PROXY", "http_proxy", "NO_PROXY"}
     env, _ = build_env(base, ("PATH", "HTTPS_PROXY", "no_proxy"), ())
     assert env == {"PATH": "/bin", "HTTPS_PROXY": "http://p", "NO_PROXY": "localhost"}
+
+
+SECRET_LINES = [
+    "ServerArgs(model_path='m', api_key='sk-x', admin_api_key=abc123, port=30000)",
+    "{'hf_token': 'abc', 'x': 1}", '{"OPENAI_API_KEY": "plainvalue"}', "DB_PASSWORD_FILE=/run/pw",
+    "launch --api-key plain-words --port 1", "launch --hf-token=plain", "Authorization: BEARER abcdefghijklmnopqrstu",
+    "fetch https://u:p@h/x", "token hf_abcdefghijklmnopqrstuvwx", "AWS_SECRET_ACCESS_KEY=xyz", "x.authorization=yz",
+    "MYSQL_PWD=pw", "GH_PAT=ghp_abc", "SENTRY_DSN=https://k@o.ingest/1", "session_cookie='c'", "apiKey=abc",
+    "run --apiKey=y", "{\"ApiKey\": \"v\"}", "HF_Token=abc",
+]
+
+
+def test_cheap_test_finds_every_line_redact_changes():
+    """redact_line looks only at lines the cheap SUSPECT test picks: every line whose redaction changes something must
+    be one of them (planted lines and every fixture and excerpt line), while a line's plain "tokens" is not."""
+    from speclogs.redact import SUSPECT, _redact_secrets
+
+    lines = list(SECRET_LINES)
+    for path in sorted((ROOT / "fixtures").rglob("*")):
+        if path.is_file() and path.suffix in {".log", ".txt", ".out", ""}:
+            lines += path.read_text(errors="replace").splitlines()
+    changed = [line for line in lines if _redact_secrets(line) != line]
+    assert set(SECRET_LINES) <= set(changed)
+    assert [line for line in changed if not SUSPECT.search(line)] == []
+    for harmless in ("KV Cache is allocated. #tokens: 800000", "{'max_new_tokens': 47, 'prompt_tokens': 5}",
+                     "Requested token count exceeds the model's maximum context length", "max_total_num_tokens=800000"):
+        assert not SUSPECT.search(harmless)

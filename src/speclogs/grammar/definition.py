@@ -152,21 +152,3 @@ def pattern_element(nodes: tuple, name: str, *, field_types: dict[str, str], fie
     full = exact_tree(pp.And([element, pp.StringEnd()])).parse_with_tabs()
     full.set_name(name)
     return full
-
-
-class Definition:
-    """A pattern's pyparsing element, built the first time it is needed (validating samples, explaining a near miss):
-    loading grammars for an ingest needs only their regexes. One per pattern; `element` is then kept."""
-
-    def __init__(self, nodes: tuple, name: str, *, field_types: dict[str, str], field_shapes: dict[str, str | None],
-                 shape_specs: dict[str, dict], where: str) -> None:
-        self._arguments = (nodes, name, field_types, field_shapes, shape_specs, where)
-        self._element: pp.ParserElement | None = None
-
-    @property
-    def element(self) -> pp.ParserElement:
-        if self._element is None:
-            nodes, name, field_types, field_shapes, shape_specs, where = self._arguments
-            self._element = pattern_element(nodes, name, field_types=field_types, field_shapes=field_shapes,
-                                            shape_specs=shape_specs, where=where)
-        return self._element

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from speclogs.errors import GrammarError
-from speclogs.grammar.definition import Definition
+from speclogs.grammar.held import Definition
 from speclogs.grammar.fields import FIELDS_SLOT, read_labels
 from speclogs.grammar.lower import BUILTIN_SHAPE_REGEXES, file_shape_regex, template_regex
 from speclogs.grammar.regex import parse_regex

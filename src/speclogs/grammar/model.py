@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     import polars as pl
     import pyparsing as pp
 
-    from speclogs.grammar.definition import Definition
+    from speclogs.grammar.held import Definition
     from speclogs.grammar.fields import FieldList
     from speclogs.grammar.regex import Regex
 

@@ -109,7 +109,7 @@ class Batch:
 class Sink(Protocol):
     """Where parsed files go (speclogs.store.writer.Writer)."""
 
-    def stored(self) -> dict[str, set[str]]: ...  # source_file → the sha256 of the contents stored for it
+    def stored(self) -> list[tuple[str, str, int]]: ...  # (source_file, sha256, size_bytes) of every file stored
 
     def write_batch(self, batch: Batch, tally: "Tally") -> None: ...
 
@@ -191,8 +191,7 @@ def run_pipeline(
     tally.warnings.extend(discovery.notes)
     engine = engine_for() if any(f.kind == "log" for f in discovery.files) else None
     show = tally.bytes_total >= PROGRESS_MIN_BYTES or tally.files_total > 50
-    stored = sink.stored()
-    seen: dict[str, str] = {sha: source for source, shas in stored.items() for sha in shas}  # content → where it is
+    contents = Contents(sink.stored())
     batch: list[ParsedFile] = []
     batch_bytes = 0
 
@@ -205,7 +204,7 @@ def run_pipeline(
     for index, item in enumerate(discovery.files):
         if on_progress is not None:
             on_progress(ProgressEvent(_short(item.source_file), tally.bytes_done, tally.bytes_total, index, tally.files_total, show))
-        parsed = _read(item, stored, seen, tally, replace=replace)
+        parsed = _read(item, contents, tally, replace=replace)
         if parsed is None:
             tally.bytes_done += item.size_bytes
             continue
@@ -225,7 +224,40 @@ def run_pipeline(
     return tally
 
 
-def _read(item: InputFile, stored: dict[str, set[str]], seen: dict[str, str], tally: Tally, *, replace: bool) -> ParsedFile | None:
+class Contents:
+    """Which content is where (stored, or read earlier in this call), to ingest the same content once. Sizes are
+    compared first and a file's sha256 only asked for when another file has its size: a big log is streamed and
+    hashed as it is parsed, and asking for its hash before would read it twice."""
+
+    def __init__(self, stored: list[tuple[str, str, int]]) -> None:
+        self._by_size: dict[int, list[tuple[str, str | RawInput]]] = {}
+        self._sources: dict[str, list[str | RawInput]] = {}
+        for source_file, sha256, size_bytes in stored:
+            self._add(source_file, sha256, size_bytes)
+
+    def known(self, source_file: str) -> list[str | RawInput]:
+        return self._sources.get(source_file, [])
+
+    def twin(self, source_file: str, raw: RawInput) -> str | None:
+        """Another source with the same (non-empty) content, or None."""
+        others = [(source, digest) for source, digest in self._by_size.get(raw.size_bytes, ()) if source != source_file]
+        if not others or not raw.size_bytes:
+            return None
+        return next((source for source, digest in others if _sha256(digest) == raw.sha256), None)
+
+    def add(self, source_file: str, raw: RawInput) -> None:
+        self._add(source_file, raw, raw.size_bytes)
+
+    def _add(self, source_file: str, digest: str | RawInput, size_bytes: int) -> None:
+        self._by_size.setdefault(size_bytes, []).append((source_file, digest))
+        self._sources.setdefault(source_file, []).append(digest)
+
+
+def _sha256(digest: str | RawInput) -> str:
+    return digest if isinstance(digest, str) else digest.sha256
+
+
+def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool) -> ParsedFile | None:
     """Read one input, or say why it is left out: unreadable, unchanged, changed without --replace, or the same
     content as another file of this call or of the database (empty files excepted)."""
     raw = read_input(item)
@@ -237,21 +269,20 @@ def _read(item: InputFile, stored: dict[str, set[str]], seen: dict[str, str], ta
     if raw.skipped_reason is not None:
         tally.skip(raw.skipped_reason, source_file)
         return None
-    known = stored.get(source_file)
+    known = contents.known(source_file)
     if known and not replace:
-        if raw.sha256 in known:
+        if raw.sha256 in {_sha256(digest) for digest in known}:
             tally.unchanged += 1
             tally.skip("unchanged, skipped (already ingested; --replace re-ingests)", source_file)
         else:
             tally.skip("content changed since it was ingested (use --replace to re-ingest)", source_file)
         return None
-    twin = seen.get(raw.sha256) if raw.size_bytes else None
-    if twin is not None and twin != source_file:
+    twin = contents.twin(source_file, raw)
+    if twin is not None:
         tally.skip("the same content as a file already ingested, skipped", source_file)
         tally.warnings.append(f"{source_file}: the same content as {twin}: ingested once, as {twin}")
         return None
-    seen[raw.sha256] = source_file
-    stored.setdefault(source_file, set()).add(raw.sha256)
+    contents.add(source_file, raw)
     return ParsedFile(item=item, source_file=source_file, raw=raw, replaces=bool(known), counts=FileCounts(kind=item.kind))
 
 

@@ -228,8 +228,8 @@ def _count_per_file(files: ChunkFiles, parsed: pl.Series, continuation: pl.Serie
     n = len(files.starts)
 
     def counts(line_nos: pl.Series) -> list[int]:
-        if not line_nos.len():
-            return [0] * n
+        if n == 1 or not line_nos.len():
+            return [line_nos.len()] + [0] * (n - 1)
         return np.bincount(files.index_of(line_nos).to_numpy(), minlength=n).tolist()
 
     return list(zip(counts(parsed), counts(continuation), counts(prefixed)))
@@ -251,6 +251,10 @@ FREE_TEXT_TABLES = frozenset({"server_events", "foreign_lines", "nccl_events", "
                               "outer_prefixes", "http_requests", "spec_cycles"})
 
 
+# Text columns of the prefix whose shapes (a timestamp, rank tags) cannot hold a secret.
+PREFIX_TEXT_COLUMNS = frozenset({"ts_text", "rank_tags"})
+
+
 def redacted(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     """The tables with every secret the text holds replaced by <redacted>: a server argument by its name, any text
     column by what redact_line finds (only the few rows its cheap test picks are looked at in Python)."""
@@ -267,18 +271,28 @@ def redacted(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
                     .then(pl.lit('"' + REDACTED + '"')).otherwise(pl.col("value_json")).alias("value_json")
                 )
         elif table in FREE_TEXT_TABLES and frame.height:
-            columns = [name for name, dtype in frame.schema.items() if dtype == pl.Utf8]
-            frame = frame.with_columns(_redacted_column(frame.get_column(name)) for name in columns)
+            frame = _redacted_texts(frame)
         out[table] = frame
     return out
 
 
-def _redacted_column(texts: pl.Series) -> pl.Series:
-    suspect = texts.str.contains(SUSPECT.pattern).fill_null(False)
-    if not suspect.any():
-        return texts
-    at = suspect.arg_true()
-    return texts.scatter(at, pl.Series([redact_line(text) for text in texts.gather(at).to_list()], dtype=pl.Utf8))
+def _redacted_texts(frame: pl.DataFrame) -> pl.DataFrame:
+    """Every text column of `frame` redacted; one pass of the cheap test over all of them, Python only where it hits."""
+    columns = [name for name, dtype in frame.schema.items() if dtype == pl.Utf8 and name not in PREFIX_TEXT_COLUMNS]
+    if not columns:
+        return frame
+    suspect = frame.select(pl.col(column).str.contains(SUSPECT.pattern).fill_null(False).alias(column) for column in columns)
+    hits = suspect.select(pl.all().any()).row(0)
+    if not any(hits):
+        return frame
+    redacted_columns = []
+    for column, hit in zip(columns, hits):
+        if hit:
+            texts, at = frame.get_column(column), suspect.get_column(column).arg_true()
+            redacted_columns.append(
+                texts.scatter(at, pl.Series([redact_line(text) for text in texts.gather(at).to_list()], dtype=pl.Utf8))
+            )
+    return frame.with_columns(redacted_columns)
 
 
 def _launch_facts(tables: dict[str, pl.DataFrame]) -> dict[int, list[tuple[int, str, object]]]:
@@ -413,10 +427,14 @@ def _attach_to_previous_line(engine: Engine, claims: Claims, bare_heads: list[_R
     wanted = {record.members[0][0] - 1 for record in bare_heads if record.members[0][1] == 0}
     raw = dict(raw_lines.filter(pl.col("line_no").is_in(list(wanted))).iter_rows())
     prefixed: dict[int, dict] = {}  # line_no → the prefix columns of the SGLang line there
+    wanted_line_nos = np.array(sorted(wanted), dtype=np.int64)
     for name, frame in claims.frames.items():
         if engine.pattern(name).pattern.scope != "message" or not frame.height:
             continue
-        for row in frame.filter(pl.col("line_no").is_in(list(wanted)) & (pl.col("piece") == 0)).select(
+        near = np.isin(frame.get_column("line_no").to_numpy(), wanted_line_nos)  # numpy: ~100 frames, a few rows wanted
+        if not near.any():
+            continue
+        for row in frame.filter(pl.Series(near) & (pl.col("piece") == 0)).select(
             "line_no", "ts", "ts_text", "rank_tags", "tp_rank"
         ).iter_rows(named=True):
             prefixed[row["line_no"]] = row

@@ -96,7 +96,7 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
         if read_only:
             connection = duckdb.connect(str(path), read_only=True)
         else:  # attached, for the row group size and the storage version (the file's catalog is then the default one)
-            connection = duckdb.connect()
+            connection = duckdb.connect(config={"memory_limit": "256MB"})
             quoted = str(path).replace("'", "''")
             options = f"ROW_GROUP_SIZE {ROW_GROUP_ROWS}" + ("" if path.exists() else f", STORAGE_VERSION '{STORAGE_VERSION}'")
             connection.execute(f"ATTACH '{quoted}' AS speclogs ({options})")

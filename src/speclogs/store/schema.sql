@@ -1,4 +1,4 @@
--- speclogs SQL contract, schema version 3. Stable: columns may be added, never renamed or removed.
+-- speclogs SQL contract, schema version 4. Stable: columns may be added, never renamed or removed.
 -- prefill_batches, decode_batches and http_requests (millions of rows, each line filling only some columns)
 -- are VIEWS: `_<name>` below holds their contract columns and types, and the rows live in narrow tables
 -- `_<name>_<hash>`, one per set of filled columns (DuckDB writes every NULL of a wide table: 2× the insert
@@ -14,6 +14,9 @@ CREATE TABLE IF NOT EXISTS _labels (column_name VARCHAR, code INTEGER, value VAR
 -- ts_text: the SGLang prefix's timestamp as printed, where it has no date ('HH:MM:SS', ≤0.3.0) or no year
 -- ('MM-DD HH:MM:SS') or is not a time at all; ts then holds it dated from the nearest dated line, or NULL.
 
+-- a big log is written in several commits (memory stays bounded); its row here from the first to the last says the
+-- ingest is under way: one left by a killed ingest names rows that the next writer removes
+CREATE TABLE IF NOT EXISTS _ingesting (source_file VARCHAR, run_id VARCHAR, started_at TIMESTAMP);
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
 
 -- One row per run: a log file (its stem is the run name) or a launcher launch directory (run.json names it).

@@ -27,7 +27,11 @@ from speclogs.store.layout import Layout
 # DuckDB's row group, a quarter of its default: a streamed file's last partial row group per table is written
 # at COMMIT, on one core once parsing has ended (0.36 s of a 4.2 s ingest with 122,880 rows, 0.07 s with these)
 ROW_GROUP_ROWS = 30_720
-INSERT_BATCH_ROWS = 4 * ROW_GROUP_ROWS  # a table's rows are inserted once this many gathered, in whole row groups
+INSERT_BATCH_ROWS = ROW_GROUP_ROWS  # a table's rows are inserted once this many gathered, in whole row groups
+# A table with fewer rows than this in a chunk goes in at once: its rows kept for later would keep the chunk's whole
+# text alive (text columns are views into it; measured +350 MB at 2M lines), and its partial row groups cost little.
+SMALL_FRAME_ROWS = ROW_GROUP_ROWS // 4
+SEGMENT_ROWS = 1_000_000  # a big log's rows are committed this many at a time
 STREAM_QUEUE_FRAMES = 12  # about one parsed chunk in flight (a chunk gives a handful of table frames)
 FAILURES = (duckdb.Error, pl.exceptions.PolarsError, SpeclogsError, ValueError, OSError)
 
@@ -38,14 +42,25 @@ class Writer:
     def __init__(self, connection) -> None:
         self.connection = connection
         self.layout = Layout(connection)
+        self._remove_interrupted()
+
+    def _remove_interrupted(self, *, say: bool = True) -> None:
+        """Rows of a big log whose ingest was killed or failed between its commits (its _ingesting row is there)."""
+        left = self.connection.execute("SELECT DISTINCT source_file FROM _ingesting").fetchall()
+        if not left:
+            return
+        self.connection.execute("BEGIN TRANSACTION")
+        for (source_file,) in left:
+            self.layout.delete_file_rows(source_file)
+            if say:
+                self.layout.notes.append(f"{source_file}: its ingest was interrupted; the rows it had written are removed, ingest it again")
+        self.connection.execute("DELETE FROM _ingesting")
+        self.connection.execute("COMMIT")
 
     # the pipeline's questions
 
-    def stored(self) -> dict[str, set[str]]:
-        stored: dict[str, set[str]] = {}
-        for source, sha in self.connection.execute("SELECT source_file, sha256 FROM files").fetchall():
-            stored.setdefault(source, set()).add(sha)
-        return stored
+    def stored(self) -> list[tuple[str, str, int]]:
+        return self.connection.execute("SELECT source_file, sha256, size_bytes FROM files").fetchall()
 
     # small files
 
@@ -95,7 +110,10 @@ class Writer:
     # a big log
 
     def write_stream(self, parsed: ParsedFile, produce, tally: Tally) -> None:
-        """A big log in one transaction: `produce(emit)` runs on a parser thread, this thread inserts."""
+        """A big log: `produce(emit)` runs on a parser thread, this thread inserts. Its rows are committed every
+        SEGMENT_ROWS (DuckDB holds a transaction's rows in memory: one transaction for 10M lines peaked at 1.5 GB,
+        and was slower); an _ingesting row marks the file as under way until its files row is written with the
+        last commit. A failure removes what was written; so does the next writer after a killed ingest."""
         connection = self.connection
         run_id, source_file = parsed.item.run.run_id, parsed.source_file
         started = time.perf_counter()
@@ -123,16 +141,22 @@ class Writer:
         try:
             if parsed.replaces:
                 self.layout.delete_file_rows(source_file)
+            connection.execute("INSERT INTO _ingesting VALUES (?, ?, current_localtimestamp())", [source_file, run_id])
             parser.start()
             pending = _PendingRows(self.layout, run_id, source_file)
             while (item := frames.get()) is not None:
                 pending.add(*item)
+                if pending.inserted >= SEGMENT_ROWS:
+                    connection.execute("COMMIT")
+                    connection.execute("BEGIN TRANSACTION")
+                    pending.inserted = 0
             parser.join()
             pending.flush_all()
             if failures:
                 raise failures[0]
             parsed.seconds = time.perf_counter() - started
             self._finish([parsed])
+            connection.execute("DELETE FROM _ingesting WHERE source_file = ?", [source_file])
             connection.execute("COMMIT")
         except FAILURES as error:
             stop.set()
@@ -143,6 +167,7 @@ class Writer:
                     pass
             connection.execute("ROLLBACK")
             self.layout.reload()
+            self._remove_interrupted(say=False)  # what earlier commits of this file wrote
             tally.skip(f"failed and rolled back ({type(error).__name__}: {first_line(error)})", source_file)
             return
         tally.add(parsed)
@@ -172,9 +197,13 @@ class _PendingRows:
         self.source_file = source_file
         self.frames: dict[str, list[pl.DataFrame]] = {}
         self.rows: Counter = Counter()
+        self.inserted = 0  # rows inserted since the writer last committed
 
     def add(self, table: str, frame: pl.DataFrame) -> None:
         frame = frame.drop("file")
+        if not self.rows[table] and frame.height < SMALL_FRAME_ROWS:  # a few rows a chunk (events, errors): now
+            self._insert(table, frame)
+            return
         self.frames.setdefault(table, []).append(frame)
         self.rows[table] += frame.height
         if self.rows[table] >= INSERT_BATCH_ROWS:
@@ -195,7 +224,7 @@ class _PendingRows:
         return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
 
     def _insert(self, table: str, frame: pl.DataFrame) -> None:
-        self.layout.insert(table, frame, self.layout.keys(table, self.run_id, self.source_file))
+        self.inserted += self.layout.insert(table, frame, self.layout.keys(table, self.run_id, self.source_file))
 
 
 FILE_TYPES = {

@@ -22,6 +22,9 @@ from speclogs.store.writer import ROW_GROUP_ROWS
 
 SCHEMA_VERSION = 4
 STORAGE_VERSION = "v1.4.0"  # the oldest DuckDB that must read speclogs files: the 1.4 LTS
+# DuckDB's buffer pool when writing (its default is 80 % of RAM): the blocks an ingest writes stay cached up to it,
+# so it bounds what a long ingest holds (the parse itself holds ~450 MB: chunks in flight and their frames)
+WRITER_MEMORY_LIMIT = "512MB"
 _LOCK_PID = re.compile(r"PID (\d+)")
 
 VIEWS_SQL = """
@@ -96,7 +99,7 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
         if read_only:
             connection = duckdb.connect(str(path), read_only=True)
         else:  # attached, for the row group size and the storage version (the file's catalog is then the default one)
-            connection = duckdb.connect(config={"memory_limit": "256MB"})
+            connection = duckdb.connect(config={"memory_limit": WRITER_MEMORY_LIMIT})
             quoted = str(path).replace("'", "''")
             options = f"ROW_GROUP_SIZE {ROW_GROUP_ROWS}" + ("" if path.exists() else f", STORAGE_VERSION '{STORAGE_VERSION}'")
             connection.execute(f"ATTACH '{quoted}' AS speclogs ({options})")

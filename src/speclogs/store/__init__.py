@@ -34,14 +34,18 @@ from speclogs.ingest import (
     IngestSummary,
     InputFile,
     ProgressEvent,
+    RequestLog,
     discover_inputs,
     engine_note,
     parse_bench_json,
     parse_bench_jsonl,
     parse_log_chunks,
     parse_nccl_probe,
+    parse_prometheus_file,
+    parse_request_export,
     parse_run_json,
     read_input,
+    with_bench_serving_requests,
 )
 from speclogs.ingest.sources import STDIN_NAME, STREAM_MIN_BYTES
 
@@ -453,9 +457,12 @@ def _parse_file(prepared: _Prepared, engine, emit, *, chunk_bytes: int, on_chunk
         launch_facts: list[tuple[int, str, object]] = []
         drift_examples = []
         prefixed = 0
+        requests = RequestLog()
         for chunk in parse_log_chunks(raw.stream or raw.data, engine, chunk_bytes=chunk_bytes):
             for table, frame in chunk.tables.items():
                 emit(table, frame)
+            if "server_events" in chunk.tables:
+                requests.add(chunk.tables["server_events"])
             counts.total += chunk.total_lines
             counts.parsed += chunk.parsed_lines
             counts.continuation += chunk.continuation_lines
@@ -469,6 +476,9 @@ def _parse_file(prepared: _Prepared, engine, emit, *, chunk_bytes: int, on_chunk
                 on_chunk(chunk.byte_end)
             for key, value in chunk.run_facts.items():
                 prepared.facts.setdefault(key, value)
+        request_rows = requests.frame()
+        if request_rows is not None:
+            emit("requests", request_rows)
         if drift_examples:
             emit("parse_drift", _drift_frame(drift_examples, launch_starts))
             for name, count in sorted(counts.drift.items()):
@@ -492,8 +502,12 @@ def _parse_file(prepared: _Prepared, engine, emit, *, chunk_bytes: int, on_chunk
         result = parse_bench_json(text)
     elif item.kind == "nccl_probe":
         result = parse_nccl_probe(text, prepared.source_file)
+    elif item.kind == "prometheus":
+        result = parse_prometheus_file(text, item.path)
+    elif item.kind == "request_export":
+        result = parse_request_export(text)
     else:
-        result = parse_bench_jsonl(text, kind=item.kind)
+        result = with_bench_serving_requests(parse_bench_jsonl(text, kind=item.kind))
     for table, frame in result.tables.items():
         emit(table, frame)
     counts.total = result.total_lines

@@ -32,7 +32,7 @@ MODEL_PATH_FLAGS = ("--model-path", "--speculative-draft-model-path", "--tokeniz
 _TOP_KEYS = {
     "name", "command", "model_path", "args", "env", "inherit_env", "drop_inherited_env", "port", "host", "health_timeout_s",
     "health_poll_s", "stop_grace_s", "port_wait_s", "min_free_mb", "launches", "order", "seed", "progress_every_s",
-    "bench", "bench_serving", "cells", "profile_every", "launch_estimate_s",
+    "bench", "bench_serving", "cells", "profile_every", "launch_estimate_s", "metrics",
 }
 _CELL_KEYS = {"name", "args", "env", "factors", "launches", "profile", "profile_every", "model_path"}
 _BENCH_KEYS = {
@@ -40,6 +40,8 @@ _BENCH_KEYS = {
     "request_timeout_s", "temperature",
 }
 _BENCH_SERVING_KEYS = {"args", "timeout_s", "enabled"}
+_METRICS_KEYS = {"enable", "scrape_every_s", "scrape_timeout_s", "device_timer", "request_export"}
+DEVICE_TIMER_ENV = "SGLANG_ENABLE_METRICS_DEVICE_TIMER"
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,18 @@ class BenchServingSpec:
 
     args: tuple[str, ...] = ()
     timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class MetricsSpec:
+    """SGLang's own signals for every launch (`[metrics]`): /metrics scraped around the benchmark windows whenever the
+    server has --enable-metrics (`enable` adds it), the CUDA-event device timer, the per-request export file."""
+
+    enable: bool = False              # add --enable-metrics to the server args
+    scrape_every_s: float = 0.0       # also scrape every N s while a window is open (0: before and after only)
+    scrape_timeout_s: float = 10.0
+    device_timer: bool = False        # SGLANG_ENABLE_METRICS_DEVICE_TIMER=1: forward_execution_seconds_total{category}
+    request_export: bool = False      # --export-metrics-to-file --export-metrics-to-file-dir <launch dir>
 
 
 @dataclass(frozen=True)
@@ -117,6 +131,7 @@ class Plan:
     bench_serving: BenchServingSpec | None
     cells: tuple[Cell, ...]
     text: str = field(repr=False, default="")
+    metrics: MetricsSpec = MetricsSpec()
 
     def launch_order(self) -> list[LaunchSpec]:
         """Interleaved rounds (A1 B1 C1 A2 B2 C2 …); with order = "shuffle" each round is shuffled with `seed`."""
@@ -172,6 +187,7 @@ def parse_plan(text: str, path: Path) -> Plan:
     profile_every = checker.integer(data.get("profile_every", 16), "profile_every", 0, minimum=1)
     cells = _parse_cells(data.get("cells"), checker, default_launches, profile_every)
 
+    metrics = _parse_metrics(data.get("metrics", {}), checker)
     order = data.get("order", "interleaved")
     if order not in ("interleaved", "shuffle"):
         checker.fail("order", 0, f"order must be \"interleaved\" or \"shuffle\", not {order!r}", "use order = \"interleaved\"")
@@ -200,6 +216,7 @@ def parse_plan(text: str, path: Path) -> Plan:
         bench_serving=bench_serving,
         cells=cells,
         text=text,
+        metrics=metrics,
     )
 
 
@@ -227,6 +244,19 @@ def _parse_bench(raw: object, checker: "_Checker") -> BenchSpec:
         checker.fail("warmup_requests", header, f"warmup_requests ({spec.warmup_requests}) exceeds requests ({spec.requests})",
                      "requests counts the warm-up requests too")
     return spec
+
+
+def _parse_metrics(raw: object, checker: "_Checker") -> MetricsSpec:
+    header = _find_header_line(checker.text, "metrics")
+    table = checker.table(raw, "metrics", 0)
+    checker.unknown_keys(table, _METRICS_KEYS, header, "[metrics]")
+    return MetricsSpec(
+        enable=checker.boolean(table.get("enable", False), "enable", header),
+        scrape_every_s=checker.number(table.get("scrape_every_s", 0.0), "scrape_every_s", header, minimum=0),
+        scrape_timeout_s=checker.number(table.get("scrape_timeout_s", 10.0), "scrape_timeout_s", header, minimum=0.1),
+        device_timer=checker.boolean(table.get("device_timer", False), "device_timer", header),
+        request_export=checker.boolean(table.get("request_export", False), "request_export", header),
+    )
 
 
 def _parse_cells(raw: object, checker: "_Checker", default_launches: int, profile_every: int) -> tuple[Cell, ...]:

@@ -144,10 +144,13 @@ def request_accept_chart(c: Comparison) -> alt.Chart | None:
             for r in evidence.request_acceptance for start, count in r.histogram]
     means = [{"layer": "mean", "arm": r.arm, "mean": r.verify_weighted_mean} for r in evidence.request_acceptance]
     arms = [r.arm for r in evidence.request_acceptance]
+    starts = [b["bin_start"] for b in bars]
+    extent = [round(max(min(starts) - 0.1, 0.0), 2), round(max(starts) + 0.2, 2)]   # a bin of room either side
     data = alt.Data(values=bars + means)
-    histogram = alt.Chart(data).transform_filter(alt.datum.layer == "bin").mark_bar().encode(
-        x=alt.X("bin_start:Q", title="accept length per request (tokens per verify step)", scale=alt.Scale(zero=False)),
-        x2="bin_end:Q", y=alt.Y("requests:Q", title="requests"), color=alt.Color("arm:N", sort=arms, legend=None),
+    histogram = alt.Chart(data).transform_filter(alt.datum.layer == "bin").mark_rect().encode(
+        x=alt.X("bin_start:Q", title="accept length per request (tokens per verify step)", scale=alt.Scale(domain=extent)),
+        x2="bin_end:Q", y=alt.Y("requests:Q", title="requests", scale=alt.Scale(zero=True)), y2=alt.datum(0),
+        color=alt.Color("arm:N", sort=arms, legend=None),
         tooltip=["arm:N", "bin_start:Q", "bin_end:Q", "requests:Q"])
     rule = alt.Chart(data).transform_filter(alt.datum.layer == "mean").mark_rule(strokeDash=[4, 2], color="black").encode(
         x="mean:Q", tooltip=["arm:N", alt.Tooltip("mean:Q", format=".3f", title="verify-weighted mean")])

@@ -8,7 +8,7 @@ SGLang's own signals, modelled on SGLang 0.5.14's real output (fixtures/h200-sgl
 serves GET /metrics (Prometheus text: generation tokens and verify calls counted per finished request, spec gauges, and
 with SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 forward_execution_seconds_total per category); --export-metrics-to-file
 --export-metrics-to-file-dir D writes D/sglang-request-metrics-YYYYMMDD_HH.log; --log-requests prints Receive: /
-Finish: lines.
+Finish: lines (--log-requests-format json: 0.5.14's JSON lines).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--export-metrics-to-file-dir", default=None)
     parser.add_argument("--log-requests", action="store_true")
     parser.add_argument("--metrics-status", type=int, default=200)
+    parser.add_argument("--log-requests-format", default="text")
     args, _unknown = parser.parse_known_args()
     return args
 
@@ -161,7 +162,11 @@ def main() -> None:
                 return
             started_req = time.perf_counter()
             rid = uuid.uuid4().hex
-            if args.log_requests:
+            obj = {"rid": rid, "sampling_params": payload.get("sampling_params", {}), "stream": False}
+            if args.log_requests and args.log_requests_format == "json":   # 0.5.14's log_utils.log_json
+                log(json.dumps({"timestamp": datetime.datetime.now().isoformat(), "event": "request.received", "rid": rid,
+                                "obj": obj}))
+            elif args.log_requests:
                 log(f"Receive: obj=GenerateReqInput(rid='{rid}', sampling_params={payload.get('sampling_params', {})!r}, "
                     "stream=False)")
             time.sleep(args.generate_delay)
@@ -172,8 +177,11 @@ def main() -> None:
                 "TP0")
             verify_ct = (n_new + 1) // 2 if spec else 0
             accept = ", accept len: 2.00, accept rate: 0.20" if spec else ""
-            log(f"Decode batch, #running-req: 1, #token: {len(prompt) + n_new}, token usage: 0.00{accept}, "
-                "cuda graph: True, gen throughput (token/s): 521.29, #queue-req: 0", "TP0")
+            occupancy = ", fwd occupancy: 40.40%" if device_timer else ""   # SGLang prints it with the device timer on
+            for tokens, throughput in ((len(prompt) + n_new // 2, "14.00"), (len(prompt) + n_new, "521.29")):
+                # like SGLang: the first line after idle counts the idle time in its throughput, the next is a cycle's
+                log(f"Decode batch, #running-req: 1, #token: {tokens}, token usage: 0.00{accept}, "
+                    f"cuda graph: True, gen throughput (token/s): {throughput}, #queue-req: 0{occupancy}", "TP0")
             meta = {"id": rid, "finish_reason": {"type": "length", "length": n_new},
                     "prompt_tokens": len(prompt), "completion_tokens": n_new, "cached_tokens": 0,
                     "e2e_latency": time.perf_counter() - started_req}
@@ -191,7 +199,10 @@ def main() -> None:
                 counters["eagle_draft"] += 0.00043 * verify_ct
                 counters["eagle_draft_extend"] += 0.00014 * verify_ct
             export_record(rid, payload, meta)
-            if args.log_requests:
+            if args.log_requests and args.log_requests_format == "json":
+                log(json.dumps({"timestamp": datetime.datetime.now().isoformat(), "event": "request.finished", "rid": rid,
+                                "obj": obj, "out": {"meta_info": meta}}))
+            elif args.log_requests:
                 log(f"Finish: obj=GenerateReqInput(rid='{rid}', sampling_params={payload.get('sampling_params', {})!r}, "
                     f"stream=False), out={{'meta_info': {meta!r}}}")
             body = json.dumps({"output_ids": [(i * 7) % 2048 for i in range(n_new)], "meta_info": meta}).encode()

@@ -176,19 +176,23 @@ def signal_evidence_for(con: Any, arm_runs: Mapping[str, list[str]]) -> SignalEv
     run_ids = [run_id for ids in arm_runs.values() for run_id in ids]
     where = "WHERE run_id IN (SELECT unnest(?::VARCHAR[]))"
 
-    def select(sql: str) -> pl.DataFrame:
-        return pl.from_arrow(con.sql(sql, params=[run_ids]).to_arrow_table())
+    def select(sql: str, ids: list[str]) -> pl.DataFrame:
+        return pl.from_arrow(con.sql(sql, params=[ids]).to_arrow_table())
 
+    metrics = select(f"""SELECT run_id, source_file, ts, window_name, phase, name, CAST(labels AS VARCHAR) AS labels, value
+        FROM metrics {where} AND name IN ('{GENERATION_TOKENS}', '{VERIFY_CALLS}', '{FORWARD_SECONDS}')""", run_ids)
+    requests = select(f"""SELECT run_id, source_kind, rid, health_check, completion_tokens, spec_accept_length,
+        spec_verify_ct, finished_unix_s, ts FROM requests {where}""", run_ids)
+    scraped = sorted(set(metrics["run_id"].to_list()))   # the log rows are compared with windows only: runs with scrapes
     tables = SignalTables(
-        runs=select(f"SELECT run_id, run_name, CAST(run_json AS VARCHAR) AS run_json FROM runs {where}"),
-        metrics=select(f"""SELECT run_id, source_file, ts, window_name, phase, name, CAST(labels AS VARCHAR) AS labels, value
-            FROM metrics {where} AND name IN ('{GENERATION_TOKENS}', '{VERIFY_CALLS}', '{FORWARD_SECONDS}')"""),
+        runs=select(f"SELECT run_id, run_name, CAST(run_json AS VARCHAR) AS run_json FROM runs {where}", run_ids),
+        metrics=metrics,
         decode=select(f"""SELECT run_id, source_file, line_no, ts, tp_rank, running_req, accept_len, gen_throughput_tok_s,
-            fwd_occupancy_pct FROM decode_batches {where}"""),
-        idle=select(f"SELECT run_id, source_file, line_no FROM prefill_batches {where} AND running_req = 0"),
-        requests=select(f"""SELECT run_id, source_kind, rid, health_check, completion_tokens, spec_accept_length,
-            spec_verify_ct, finished_unix_s, ts FROM requests {where}"""),
-        spec_cycles=select(f"SELECT run_id, ts, tp_rank, draft_ms, verify_ms, extend_ms, cycle_ms FROM spec_cycles {where}"),
+            fwd_occupancy_pct FROM decode_batches {where}""", scraped),
+        idle=select(f"SELECT run_id, source_file, line_no FROM prefill_batches {where} AND running_req = 0", scraped),
+        requests=requests,
+        spec_cycles=select(f"SELECT run_id, ts, tp_rank, draft_ms, verify_ms, extend_ms, cycle_ms FROM spec_cycles {where}",
+                           scraped),
     )
     return signal_evidence(tables, arm_runs)
 
@@ -351,9 +355,12 @@ def _one_source(requests: pl.DataFrame) -> pl.DataFrame:
                            & ~pl.col("health_check").fill_null(False))
     if rows.is_empty():
         return rows
-    rows = rows.with_columns(pl.col("source_kind").replace_strict(rank, default=len(rank)).alias("_rank"))
-    best = rows.group_by("run_id", "rid").agg(pl.col("_rank").min())
-    return rows.join(best, on=["run_id", "rid", "_rank"], how="semi").unique(["run_id", "rid"], keep="first").drop("_rank")
+    named = rows.filter(pl.col("rid").is_not_null()).with_columns(
+        pl.col("source_kind").replace_strict(rank, default=len(rank)).alias("_rank"))
+    best = named.group_by("run_id", "rid").agg(pl.col("_rank").min())
+    named = named.join(best, on=["run_id", "rid", "_rank"], how="semi").unique(["run_id", "rid"], keep="first",
+                                                                              maintain_order=True).drop("_rank")
+    return pl.concat([named, rows.filter(pl.col("rid").is_null())])   # a record without an id is its own request
 
 
 def _decode_rows(decode: pl.DataFrame, idle: pl.DataFrame) -> pl.DataFrame:

@@ -97,9 +97,12 @@ class Windows:
         except (urllib.error.URLError, OSError, ValueError) as exc:
             entry["error"] = f"GET /metrics failed: {getattr(exc, 'reason', exc)}"
         if entry["error"] is None:
-            (self.run_dir / name).write_bytes(body)
-            entry["file"], entry["bytes"] = name, len(body)
-        else:
+            try:
+                (self.run_dir / name).write_bytes(body)
+                entry["file"], entry["bytes"] = name, len(body)
+            except OSError as exc:   # a full disk shows in the launch's own writes; the scrape only records it
+                entry["error"] = f"cannot write {name}: {exc.strerror}"
+        if entry["error"] is not None:
             self.say(f"metrics scrape {window['name']}/{phase}: {entry['error']} (recorded; the launch goes on)")
         with self._lock:
             window["scrapes"].append(entry)

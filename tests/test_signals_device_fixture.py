@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from conftest import ROOT, query, scalar

@@ -24,8 +24,8 @@ from pathlib import Path
 import polars as pl
 
 from speclogs.ingest.jsonfiles import JsonFileResult, count_lines
+from speclogs.ingest.sources import PROM_SUFFIX
 
-PROM_SUFFIX = ".prom"
 PHASES = ("before", "during", "after")
 # Sample names of one family: the family itself, or its histogram / summary / counter series.
 _SERIES_SUFFIXES = ("_bucket", "_sum", "_count", "_created", "_total", "_gsum", "_gcount", "_info")

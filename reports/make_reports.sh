@@ -51,6 +51,16 @@ if [ -d fixtures/h200-adaptive ]; then
   report h200-adaptive-drafts "$work/adaptive.duckdb" -c "draft_noisy_[0-9]*" -c "draft_exact_[0-9]*"
 fi
 
+# 3d. Stock SGLang signals: counters, device timer, request export, --log-requests (one H200, TP 1). The real files of
+#     fixtures/h200-sglang-0.5.14-metrics are plain files: one run by --run-name.
+"$py" -m speclogs ingest fixtures/h200-sglang-0.5.14-metrics --run-name h200_metrics --db "$work/metrics.duckdb" 2>/dev/null
+report h200-metrics "$work/metrics.duckdb" -c h200_metrics
+# … and the device run of plans/h200-signals.toml (scripts/h200_signals_device.sh), when fixtures/h200-signals/ is there.
+if [ -d fixtures/h200-signals ]; then
+  "$py" -m speclogs ingest fixtures/h200-signals --db "$work/signals.duckdb" 2>/dev/null
+  report h200-signals "$work/signals.duckdb" -c "eagle3_prof_[0-9]*" -c "eagle3_noisy_[0-9]*"
+fi
+
 # 4. Ground truth: the seeds' story generated with known effects (3 launches per cell, factors spec × nccl).
 # (generated at a fixed path: run ids hash the logs' paths, and the JSON reports list them)
 seeds=/tmp/speclogs-report-seeds

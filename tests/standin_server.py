@@ -3,7 +3,12 @@
 It accepts SGLang's flags (ignores the ones it does not use), prints SGLang-0.5.14-format log lines to stdout,
 answers /health 503 for --ready-after seconds then 200, /generate with output_ids + meta_info, and drains on SIGTERM.
 Fault switches: --die-after S (exit 3 during start), --never-ready, --hang-on-sigterm, --generate-status CODE,
---generate-delay S, --spawn-child (a child process in the same group, like SGLang's schedulers).
+--generate-delay S, --spawn-child (a child process in the same group, like SGLang's schedulers), --metrics-status CODE.
+SGLang's own signals, modelled on SGLang 0.5.14's real output (fixtures/h200-sglang-0.5.14-metrics): --enable-metrics
+serves GET /metrics (Prometheus text: generation tokens and verify calls counted per finished request, spec gauges, and
+with SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 forward_execution_seconds_total per category); --export-metrics-to-file
+--export-metrics-to-file-dir D writes D/sglang-request-metrics-YYYYMMDD_HH.log; --log-requests prints Receive: /
+Finish: lines (--log-requests-format json: 0.5.14's JSON lines).
 
 Playing an arm with known throughput: --tok-s R makes /generate take max_new_tokens / rate seconds, rate =
 R × (a launch factor exp N(0, --launch-cv), drawn once at start) × exp N(0, --request-cv) per request, and log it as
@@ -54,6 +59,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--launch-cv", type=float, default=0.0)
     parser.add_argument("--request-cv", type=float, default=0.0)
     parser.add_argument("--noise-seed", type=int, default=0)
+    parser.add_argument("--enable-metrics", action="store_true")
+    parser.add_argument("--export-metrics-to-file", action="store_true")
+    parser.add_argument("--export-metrics-to-file-dir", default=None)
+    parser.add_argument("--log-requests", action="store_true")
+    parser.add_argument("--metrics-status", type=int, default=200)
+    parser.add_argument("--log-requests-format", default="text")
     args, _unknown = parser.parse_known_args()
     return args
 
@@ -96,7 +107,48 @@ def main() -> None:
         sys.exit(3)
 
     state = {"ready": False, "verify_ct": 0}
+    counters = {"generation_tokens": 0, "verify_calls": 0, "requests": 0, "target_verify": 0.0, "eagle_draft": 0.0,
+                "eagle_draft_extend": 0.0, "extend": 0.0}
+    counters_lock = threading.Lock()
+    device_timer = os.environ.get("SGLANG_ENABLE_METRICS_DEVICE_TIMER") == "1"
+    labels = f'engine_type="unified",model_name="{args.model_path}",moe_ep_rank="0",pp_rank="0",tp_rank="0"'
     stop_event = threading.Event()
+
+    def metrics_text() -> bytes:
+        with counters_lock:
+            c = dict(counters)
+        lines = []
+        if device_timer:
+            lines += ["# HELP sglang:forward_execution_seconds_total Total time that GPU is busy executing model forward "
+                      "passes. Refer to ForwardMode for category labels.",
+                      "# TYPE sglang:forward_execution_seconds_total counter"]
+            lines += [f'sglang:forward_execution_seconds_total{{category="{k}",{labels}}} {c[k]!r}'
+                      for k in ("extend", "eagle_draft", "target_verify", "eagle_draft_extend") if spec or k == "extend"]
+        short = f'engine_type="unified",model_name="{args.model_path}"'
+        lines += ["# HELP sglang:generation_tokens_total Number of generation tokens processed.",
+                  "# TYPE sglang:generation_tokens_total counter",
+                  f"sglang:generation_tokens_total{{{short}}} {float(c['generation_tokens'])}",
+                  "# HELP sglang:spec_verify_calls_total Number of speculative decoding verification calls.",
+                  "# TYPE sglang:spec_verify_calls_total counter",
+                  f"sglang:spec_verify_calls_total{{{short}}} {float(c['verify_calls'])}",
+                  "# HELP sglang:num_requests_total Number of requests processed.",
+                  "# TYPE sglang:num_requests_total counter",
+                  f"sglang:num_requests_total{{{short}}} {float(c['requests'])}",
+                  "# HELP sglang:max_total_num_tokens Maximum total number of tokens in the KV cache pool.",
+                  "# TYPE sglang:max_total_num_tokens gauge",
+                  f"sglang:max_total_num_tokens{{{labels}}} 2.0955e+06"]
+        if spec:
+            lines += ["# HELP sglang:spec_accept_length The average acceptance length of speculative decoding.",
+                      "# TYPE sglang:spec_accept_length gauge", f"sglang:spec_accept_length{{{labels}}} 2.0"]
+        return ("\n".join(lines) + "\n").encode()
+
+    def export_record(rid: str, payload: dict, meta: dict) -> None:
+        if not (args.export_metrics_to_file and args.export_metrics_to_file_dir):
+            return
+        name = f"sglang-request-metrics-{datetime.datetime.now().strftime('%Y%m%d_%H')}.log"
+        parameters = {"rid": rid, "sampling_params": payload.get("sampling_params", {}), "stream": False}
+        with open(os.path.join(args.export_metrics_to_file_dir, name), "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"request_parameters": json.dumps(parameters), **meta}) + "\n")
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -117,6 +169,8 @@ def main() -> None:
         def do_GET(self):  # noqa: N802 - http.server API
             if self.path == "/health":
                 self._send(200 if state["ready"] else 503, b"")
+            elif self.path == "/metrics" and args.enable_metrics:
+                self._send(args.metrics_status, metrics_text() if args.metrics_status == 200 else b"")
             else:
                 self._send(404, b"{}")
 
@@ -130,6 +184,14 @@ def main() -> None:
                 self._send(args.generate_status, b'{"error": "stand-in failure"}')
                 return
             started_req = time.perf_counter()
+            rid = uuid.uuid4().hex
+            obj = {"rid": rid, "sampling_params": payload.get("sampling_params", {}), "stream": False}
+            if args.log_requests and args.log_requests_format == "json":   # 0.5.14's log_utils.log_json
+                log(json.dumps({"timestamp": datetime.datetime.now().isoformat(), "event": "request.received", "rid": rid,
+                                "obj": obj}))
+            elif args.log_requests:
+                log(f"Receive: obj=GenerateReqInput(rid='{rid}', sampling_params={payload.get('sampling_params', {})!r}, "
+                    "stream=False)")
             time.sleep(args.generate_delay)
             n_new = payload.get("sampling_params", {}).get("max_new_tokens", 16)
             rate = 521.29
@@ -142,13 +204,37 @@ def main() -> None:
                 "TP0")
             verify_ct = (n_new + 1) // 2 if spec else 0
             accept = ", accept len: 2.00, accept rate: 0.20" if spec else ""
-            log(f"Decode batch, #running-req: 1, #token: {len(prompt) + n_new}, token usage: 0.00{accept}, "
-                f"cuda graph: True, gen throughput (token/s): {rate:.2f}, #queue-req: 0", "TP0")
-            meta = {"id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": n_new},
+            occupancy = ", fwd occupancy: 40.40%" if device_timer else ""   # SGLang prints it with the device timer on
+            if args.tok_s is not None:  # an arm of known throughput: one line with this request's rate
+                lines = ((len(prompt) + n_new, f"{rate:.2f}"),)
+            else:  # like SGLang: the first line after idle counts the idle time in its throughput, the next is a cycle's
+                lines = ((len(prompt) + n_new // 2, "14.00"), (len(prompt) + n_new, "521.29"))
+            for tokens, throughput in lines:
+                log(f"Decode batch, #running-req: 1, #token: {tokens}, token usage: 0.00{accept}, "
+                    f"cuda graph: True, gen throughput (token/s): {throughput}, #queue-req: 0{occupancy}", "TP0")
+            meta = {"id": rid, "finish_reason": {"type": "length", "length": n_new},
                     "prompt_tokens": len(prompt), "completion_tokens": n_new, "cached_tokens": 0,
                     "e2e_latency": time.perf_counter() - started_req}
             if spec:
-                meta.update({"spec_accept_rate": 0.2, "spec_accept_length": 2.0, "spec_verify_ct": verify_ct})
+                meta.update({"spec_accept_rate": 0.2, "spec_accept_length": n_new / verify_ct, "spec_verify_ct": verify_ct,
+                             "spec_num_correct_drafts": n_new - verify_ct, "spec_num_proposed_drafts": 5 * verify_ct,
+                             "spec_accept_histogram": [2 * verify_ct - n_new, n_new - verify_ct]})
+            meta.update({"request_received_ts": time.time() - meta["e2e_latency"], "request_finished_ts": time.time()})
+            with counters_lock:
+                counters["generation_tokens"] += n_new
+                counters["verify_calls"] += verify_ct
+                counters["requests"] += 1
+                counters["extend"] += 0.01
+                counters["target_verify"] += 0.0013 * verify_ct
+                counters["eagle_draft"] += 0.00043 * verify_ct
+                counters["eagle_draft_extend"] += 0.00014 * verify_ct
+            export_record(rid, payload, meta)
+            if args.log_requests and args.log_requests_format == "json":
+                log(json.dumps({"timestamp": datetime.datetime.now().isoformat(), "event": "request.finished", "rid": rid,
+                                "obj": obj, "out": {"meta_info": meta}}))
+            elif args.log_requests:
+                log(f"Finish: obj=GenerateReqInput(rid='{rid}', sampling_params={payload.get('sampling_params', {})!r}, "
+                    f"stream=False), out={{'meta_info': {meta!r}}}")
             body = json.dumps({"output_ids": [(i * 7) % 2048 for i in range(n_new)], "meta_info": meta}).encode()
             self._send(200, body)
 

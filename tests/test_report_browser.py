@@ -146,3 +146,24 @@ def test_throughput_over_time_starts_at_the_first_decode_row(chart_screens):
     for report in ("seeds", "matrix", "launches"):
         labels = _axes(chart_screens[(report, "timeline")][1])["X"]
         assert labels and float(labels[0]) > 0, (report, labels)
+
+
+def test_the_signals_page_of_the_real_metrics_run_draws(tmp_path):
+    """fixtures/h200-sglang-0.5.14-metrics: the per-request acceptance chart draws next to the others; the signal tables
+    are on the page."""
+    from pathlib import Path
+
+    from speclogs.store import ingest_paths
+
+    db = tmp_path / "speclogs.duckdb"
+    ingest_paths([Path(__file__).resolve().parents[1] / "fixtures" / "h200-sglang-0.5.14-metrics"], db, run_name="h200_metrics")
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        comparison = compare_runs(con, ["h200_metrics"], n_resamples=200)
+    finally:
+        con.close()
+    dom = _dom(write_html(comparison, tmp_path / "report.html"))
+    block = _chart_blocks(dom)["requests"]
+    assert "<svg" in block and "chart-error" not in block
+    assert block.count("<path") + block.count("<line") >= 2   # the bar and the mean's rule
+    assert "Phase split from SGLang's device timer" in dom and "Per-request acceptance" in dom

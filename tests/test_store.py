@@ -32,6 +32,29 @@ def test_ingesting_twice_adds_nothing(db_path):
     assert counts(db_path) == before
 
 
+def test_the_same_content_under_two_names_is_ingested_once(db_path, tmp_path):
+    """A log copied into another folder, or named twice in one call, would count its launches twice in a comparison:
+    it is ingested once, with a note naming the first. Empty files and /metrics snapshots (two fresh launches' before
+    snapshots are the same text) are exempt."""
+    copy = tmp_path / "backup" / "eagle3_nccl.log"
+    copy.parent.mkdir()
+    copy.write_bytes(EAGLE.read_bytes())
+    prom = "# TYPE sglang:num_requests_total counter\nsglang:num_requests_total 0\n"
+    for launch in ("a", "b"):
+        (tmp_path / launch).mkdir()
+        (tmp_path / launch / "metrics-before.prom").write_text(prom)
+        (tmp_path / launch / "empty.log").write_text("")
+    summary = ingest_paths([EAGLE, copy, EAGLE, tmp_path / "a", tmp_path / "b"], db_path)
+    assert summary.skipped.get("the same content as a file already ingested, skipped") == 1
+    assert [w for w in summary.warnings if "the same content as" in w] == [
+        f"{copy.resolve()}: the same content as {EAGLE.resolve()}: ingested once, as {EAGLE.resolve()}"]
+    assert scalar(db_path, "SELECT count(DISTINCT source_file) FROM decode_batches") == 1
+    assert scalar(db_path, "SELECT count(*) FROM files WHERE source_file LIKE '%.prom'") == 2
+    assert scalar(db_path, "SELECT count(*) FROM files WHERE source_file LIKE '%empty.log'") == 2
+    again = ingest_paths([copy], db_path)  # a later call knows what the database holds
+    assert again.files_ingested == 0 and again.skipped == {"the same content as a file already ingested, skipped": 1}
+
+
 def test_replace_reingests_without_duplicates(db_path):
     ingest_paths([EAGLE], db_path)
     before = counts(db_path)

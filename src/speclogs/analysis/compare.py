@@ -23,6 +23,7 @@ from speclogs.analysis.load import RunTables, load_run_tables, resolve_arms
 from speclogs.analysis.nccl import nccl_evidence
 from speclogs.analysis.results import Arm, Comparison, Estimate, Finding, RatioComparison
 from speclogs.analysis import steady as steady_rule
+from speclogs.analysis.signals import signal_evidence_for, with_signals
 from speclogs.analysis.steady import client_rows, launch_slices, mark_steady, server_columns
 from speclogs.errors import AnalysisError
 
@@ -214,7 +215,8 @@ def compare_runs(
     all_ids = [run_id for ids in arm_runs.values() for run_id in ids]
     tables = load_run_tables(con, all_ids)
     nccl = nccl_evidence(con, all_ids, hidden_size=hidden_size, num_layers=num_layers)
-    return compare_tables(tables, arm_runs, factors, confidence, min_effect=min_effect, nccl=nccl, ignore_env=ignore_env)
+    comparison = compare_tables(tables, arm_runs, factors, confidence, min_effect=min_effect, nccl=nccl, ignore_env=ignore_env)
+    return with_signals(comparison, signal_evidence_for(con, arm_runs))
 
 
 def compare_tables(

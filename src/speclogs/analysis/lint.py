@@ -37,10 +37,11 @@ DEFAULT_IGNORED_ENV = (
     "SSL_CERT_*", "*_CERT_FILE", "PYTHONDONTWRITEBYTECODE", "*_proxy", "*_PROXY", "SLURM_JOB_ID", "SLURM_JOBID",
     "SLURM_TASK_PID",
 )
-# server args that differ between launches without changing what runs (ports, seeds drawn at start, paths of the model
+# server args that differ between launches without changing what runs (ports, seeds drawn at start, the launch
+# directory SGLang exports per-request records into, paths of the model
 # which the 'model' key already compares)
 IGNORED_SERVER_ARGS = {"port", "nccl_port", "dist_init_addr", "random_seed", "model_path", "tokenizer_path",
-                       "served_model_name", "file_storage_path", "metrics_port"}
+                       "served_model_name", "file_storage_path", "metrics_port", "export_metrics_to_file_dir"}
 SPEC_ARG_PREFIXES = ("speculative_",)
 SPEC_ARGS = {"max_running_requests", "disable_overlap_schedule", "enable_mixed_chunk", "cuda_graph_max_bs",
              "cuda_graph_bs", "cuda_graph_config", "disable_cuda_graph_padding"}

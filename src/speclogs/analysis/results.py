@@ -186,3 +186,4 @@ class Comparison:
     warmup_spans: pl.DataFrame  # run_name, arm, t_start_s, t_end_s: from launch start to the first steady decode row
     methods: dict[str, str]  # method notes: steady-state rule, intervals, tests (shown in reports)
     nccl: Any = None  # speclogs.analysis.nccl.NcclEvidence when that module exists
+    signals: Any = None  # speclogs.analysis.signals.SignalEvidence: SGLang's counters, device timer, per-request records

@@ -14,8 +14,9 @@ _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = set(_OPEN.values())
 
 
-def _split_top_level(body: str) -> tuple[list[str], bool]:
-    """Split on ', ' at nesting depth 0 outside quotes. Returns the items and whether the body was closed."""
+def _split_top_level(body: str) -> tuple[list[str], int | None]:
+    """Split on ', ' at nesting depth 0 outside quotes. Returns the items and the index of the bracket that closed
+    the body (None when the text ran out first: it was truncated)."""
     items: list[str] = []
     depth: list[str] = []
     quote: str | None = None
@@ -43,7 +44,7 @@ def _split_top_level(body: str) -> tuple[list[str], bool]:
         elif ch in _CLOSE:
             if not depth:
                 items.append(body[start:i])
-                return [s for s in (x.strip() for x in items) if s], True
+                return [s for s in (x.strip() for x in items) if s], i
             if depth[-1] == ch:
                 depth.pop()
         elif ch == "," and not depth:
@@ -51,7 +52,7 @@ def _split_top_level(body: str) -> tuple[list[str], bool]:
             start = i + 1
         i += 1
     # Ran off the end: the text was truncated; the last item may be cut, drop it.
-    return [s for s in (x.strip() for x in items) if s], False
+    return [s for s in (x.strip() for x in items) if s], None
 
 
 def _literal(text: str) -> object | None:
@@ -81,7 +82,41 @@ def parse_server_args(text: str) -> list[tuple[str, str, object | None]]:
         body, is_dict = s[1:], True
     else:
         return []
-    items, _closed = _split_top_level(body)
+    items, _end = _split_top_level(body)
+    return _fields(items, is_dict)
+
+
+def parse_call_repr(text: str) -> tuple[str | None, list[tuple[str, str, object | None]], str]:
+    """A dataclass repr and what follows it: "GenerateReqInput(rid='a', n=1), out={…}" → ('GenerateReqInput',
+    [(name, repr_text, value), …], ", out={…}"). A truncated repr gives the fields before the cut and no rest;
+    text that is not `Name(` gives (None, [], text)."""
+    s = text.lstrip()
+    head = s.find("(")
+    if head <= 0 or not s[:head].isidentifier():
+        return None, [], text
+    items, end = _split_top_level(s[head + 1:])
+    rest = "" if end is None else s[head + 1 + end + 1:]
+    return s[:head], _fields(items, False), rest
+
+
+def parse_keyword_reprs(text: str) -> list[tuple[str, str, object | None]]:
+    """", headers={…}, out={'meta_info': …}" (keyword=repr items, as a repr's tail prints them) → [(name, repr_text,
+    value), …]; a cut last item is dropped."""
+    items, _end = _split_top_level(text.strip().lstrip(",") + ")")
+    return _fields(items, False)
+
+
+def literal_tolerant(text: str) -> object | None:
+    """A Python literal repr as a value; a dict whose literal as a whole does not read (a non-literal or `inf`
+    somewhere inside) is read item by item, keeping the items that do."""
+    value = _literal(text)
+    if value is not None or not text.startswith("{"):
+        return value
+    items, _end = _split_top_level(text[1:])
+    return {name: literal_tolerant(value_text) for name, value_text, _ in _fields(items, True)}
+
+
+def _fields(items: list[str], is_dict: bool) -> list[tuple[str, str, object | None]]:
     out: list[tuple[str, str, object | None]] = []
     for item in items:
         if is_dict:

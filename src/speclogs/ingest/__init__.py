@@ -8,6 +8,8 @@ discover (sources.py) → read (sources.py) → split (lines.py) → classify (c
     read_input(InputFile) -> RawInput                        bytes made safe (gzip, binary, NUL, UTF-8)
     parse_log_chunks(data, engine) -> ChunkResult…           one log, chunk by chunk
     parse_bench_jsonl / parse_bench_json / parse_run_json / parse_nccl_probe -> JsonFileResult
+    parse_prometheus_file (*.prom → metrics) / parse_request_export (→ requests) -> JsonFileResult
+    RequestLog (a log's --log-requests lines → requests), with_bench_serving_requests (bench_serving arrays → requests)
     IngestSummary, ProgressEvent
 
 Names are imported lazily: `speclogs.ingest.nccl_probe` is also imported on GPU boxes without polars.
@@ -34,6 +36,10 @@ _EXPORTS = {
     "discover_inputs": "speclogs.ingest.sources",
     "read_input": "speclogs.ingest.sources",
     "IngestSummary": "speclogs.ingest.summary",
+    "parse_prometheus_file": "speclogs.ingest.prometheus",
+    "RequestLog": "speclogs.ingest.requests",
+    "parse_request_export": "speclogs.ingest.requests",
+    "with_bench_serving_requests": "speclogs.ingest.requests",
     "ProgressEvent": "speclogs.ingest.summary",
 }
 

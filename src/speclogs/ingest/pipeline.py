@@ -31,6 +31,8 @@ from speclogs.errors import InputError, SpeclogsError
 from speclogs.ingest import native
 from speclogs.ingest.classify import Engine, classify
 from speclogs.ingest.jsonfiles import parse_bench_json, parse_bench_jsonl, parse_nccl_probe, parse_run_json
+from speclogs.ingest.prometheus import parse_prometheus_file
+from speclogs.ingest.requests import RequestLog, parse_request_export, with_bench_serving_requests
 from speclogs.ingest.lines import Lines, build_lines, count_lines
 from speclogs.ingest.records import ChunkFiles, ChunkResult, FileTally, assemble
 from speclogs.ingest.sources import (
@@ -224,6 +226,11 @@ def run_pipeline(
     return tally
 
 
+# Kinds whose identical content in two places is expected, not a copy: a /metrics snapshot taken before a window of
+# two fresh launches has the same counters (zero) and so the same text.
+SAME_CONTENT_EXPECTED = frozenset({"prometheus"})
+
+
 class Contents:
     """Which content is where (stored, or read earlier in this call), to ingest the same content once. Sizes are
     compared first and a file's sha256 only asked for when another file has its size: a big log is streamed and
@@ -277,7 +284,7 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool) -
         else:
             tally.skip("content changed since it was ingested (use --replace to re-ingest)", source_file)
         return None
-    twin = contents.twin(source_file, raw)
+    twin = contents.twin(source_file, raw) if item.kind not in SAME_CONTENT_EXPECTED else None
     if twin is not None:
         tally.skip("the same content as a file already ingested, skipped", source_file)
         tally.warnings.append(f"{source_file}: the same content as {twin}: ingested once, as {twin}")
@@ -337,10 +344,17 @@ def parse_batch(files: list[ParsedFile], engine: Engine | None) -> Batch:
         for table, frame in chunk.tables.items():
             remapped = frame.with_columns(pl.col("file").replace_strict(list(range(len(logs))), logs, return_dtype=pl.Int32))
             tables.setdefault(table, []).append(remapped)
+        events = chunk.tables.get("server_events")
         for position, index in enumerate(logs):
             parsed = files[index]
             _take_tally(parsed, chunk.files[position])
             _finish_log(parsed, engine)
+            if events is not None:  # --log-requests lines, paired into requests rows
+                requests = RequestLog()
+                requests.add(events.filter(pl.col("file") == position))
+                frame = requests.frame()
+                if frame is not None:
+                    tables.setdefault("requests", []).append(frame.with_columns(pl.lit(index, dtype=pl.Int32).alias("file")))
     for index, parsed in enumerate(files):
         if parsed.item.kind == "log":
             continue
@@ -384,8 +398,12 @@ def _parse_json(parsed: ParsedFile) -> dict[str, pl.DataFrame]:
         result = parse_bench_json(text)
     elif kind == "nccl_probe":
         result = parse_nccl_probe(text, parsed.source_file)
+    elif kind == "prometheus":
+        result = parse_prometheus_file(text, parsed.item.path)
+    elif kind == "request_export":
+        result = parse_request_export(text)
     else:
-        result = parse_bench_jsonl(text, kind=kind)
+        result = with_bench_serving_requests(parse_bench_jsonl(text, kind=kind))
     counts = parsed.counts
     counts.total, counts.parsed, counts.unparsed = result.total_lines, result.parsed_lines, result.unparsed_lines
     counts.warnings.extend(result.warnings)
@@ -464,14 +482,21 @@ def _parse_stream(parsed: ParsedFile, engine: Engine, emit, chunk_bytes: int, on
     """Parse a big log chunk by chunk, handing every table frame to `emit(table, frame)`; then its account."""
     source = parsed.raw.stream or parsed.raw.data
     size = parsed.raw.size_bytes if parsed.raw.stream is not None else len(parsed.raw.data)
+    requests = RequestLog()  # --log-requests lines, paired across chunks into requests rows
     for chunk in parse_log_chunks(source, engine, chunk_bytes=chunk_bytes):
         for table, frame in chunk.tables.items():
             if frame.height:
                 parsed.counts.rows[table] += frame.height
                 emit(table, frame)
+        if "server_events" in chunk.tables:
+            requests.add(chunk.tables["server_events"])
         _take_tally(parsed, chunk.files[0])
         if on_progress is not None:
             on_progress(chunk.byte_end / max(1, size))
+    frame = requests.frame()
+    if frame is not None:
+        parsed.counts.rows["requests"] += frame.height
+        emit("requests", frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("file")))
     _finish_log(parsed, engine)
 
 

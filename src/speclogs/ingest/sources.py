@@ -31,6 +31,9 @@ BENCH_JSONL_SUFFIX = ".bench.jsonl"
 BENCH_JSON_SUFFIX = ".bench.json"
 NCCL_PROBE_SUFFIX = ".nccl_probe.json"
 RUN_JSON_NAME = "run.json"
+PROM_SUFFIX = ".prom"                                   # a Prometheus text snapshot (GET /metrics)
+REQUEST_EXPORT_PREFIX = "sglang-request-metrics-"       # SGLang's --export-metrics-to-file output (…YYYYMMDD_HH.log)
+REQUEST_EXPORT_SUFFIXES = ("request_export.jsonl", ".requests.jsonl")   # copies of one under a name of our own
 
 # Longest first: the stem of 'a.bench.jsonl' is 'a', not 'a.bench'.
 _STEM_SUFFIXES = (
@@ -80,7 +83,7 @@ class InputFile:
     """One file to ingest. `source_file` is what the tables' source_file column holds (resolved path or '<stdin>')."""
 
     source_file: str
-    kind: str  # 'log' | 'bench_jsonl' | 'bench_json' | 'jsonl' | 'run_json' | 'nccl_probe'
+    kind: str  # 'log' | 'bench_jsonl' | 'bench_json' | 'jsonl' | 'run_json' | 'nccl_probe' | 'prometheus' | 'request_export'
     run: RunRef
     path: Path | None  # None for stdin
     size_bytes: int
@@ -244,6 +247,10 @@ def kind_for_name(name: str) -> str | None:
         return "run_json"
     if name.endswith(NCCL_PROBE_SUFFIX):
         return "nccl_probe"
+    if name.endswith(PROM_SUFFIX):
+        return "prometheus"
+    if name.startswith(REQUEST_EXPORT_PREFIX) or name.endswith(REQUEST_EXPORT_SUFFIXES):
+        return "request_export"
     if name.endswith(BENCH_JSONL_SUFFIX) or name == "bench.jsonl":
         return "bench_jsonl"
     if name.endswith(BENCH_JSON_SUFFIX):

@@ -32,7 +32,7 @@ MODEL_PATH_FLAGS = ("--model-path", "--speculative-draft-model-path", "--tokeniz
 _TOP_KEYS = {
     "name", "command", "model_path", "args", "env", "inherit_env", "drop_inherited_env", "port", "host", "health_timeout_s",
     "health_poll_s", "stop_grace_s", "port_wait_s", "min_free_mb", "launches", "order", "seed", "progress_every_s",
-    "bench", "bench_serving", "cells", "profile_every", "launch_estimate_s", "adaptive",
+    "bench", "bench_serving", "cells", "profile_every", "launch_estimate_s", "adaptive", "metrics",
 }
 _CELL_KEYS = {"name", "args", "env", "factors", "launches", "profile", "profile_every", "model_path"}
 _BENCH_KEYS = {
@@ -41,6 +41,8 @@ _BENCH_KEYS = {
 }
 _BENCH_SERVING_KEYS = {"args", "timeout_s", "enabled"}
 _ADAPTIVE_KEYS = {"until", "max_launches", "reference", "min_effect", "confidence"}
+_METRICS_KEYS = {"enable", "scrape_every_s", "scrape_timeout_s", "device_timer", "request_export"}
+DEVICE_TIMER_ENV = "SGLANG_ENABLE_METRICS_DEVICE_TIMER"
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,18 @@ class AdaptiveSpec:
     reference: str | None = None        # default: the first cell
     min_effect: float = 0.0
     confidence: float = 0.95
+
+
+@dataclass(frozen=True)
+class MetricsSpec:
+    """SGLang's own signals for every launch (`[metrics]`): /metrics scraped around the benchmark windows whenever the
+    server has --enable-metrics (`enable` adds it), the CUDA-event device timer, the per-request export file."""
+
+    enable: bool = False              # add --enable-metrics to the server args
+    scrape_every_s: float = 0.0       # also scrape every N s while a window is open (0: before and after only)
+    scrape_timeout_s: float = 10.0
+    device_timer: bool = False        # SGLANG_ENABLE_METRICS_DEVICE_TIMER=1: forward_execution_seconds_total{category}
+    request_export: bool = False      # --export-metrics-to-file --export-metrics-to-file-dir <launch dir>
 
 
 @dataclass(frozen=True)
@@ -130,6 +144,7 @@ class Plan:
     cells: tuple[Cell, ...]
     text: str = field(repr=False, default="")
     adaptive: AdaptiveSpec | None = None
+    metrics: MetricsSpec = MetricsSpec()
 
     def launch_order(self) -> list[LaunchSpec]:
         """Interleaved rounds (A1 B1 C1 A2 B2 C2 …); with order = "shuffle" each round is shuffled with `seed`."""
@@ -187,6 +202,7 @@ def parse_plan(text: str, path: Path) -> Plan:
 
     adaptive = _parse_adaptive(data["adaptive"], checker) if "adaptive" in data else None
 
+    metrics = _parse_metrics(data.get("metrics", {}), checker)
     order = data.get("order", "interleaved")
     if order not in ("interleaved", "shuffle"):
         checker.fail("order", 0, f"order must be \"interleaved\" or \"shuffle\", not {order!r}", "use order = \"interleaved\"")
@@ -216,6 +232,7 @@ def parse_plan(text: str, path: Path) -> Plan:
         cells=cells,
         text=text,
         adaptive=adaptive,
+        metrics=metrics,
     )
 
 
@@ -282,6 +299,19 @@ def _parse_adaptive(raw: object, checker: "_Checker") -> AdaptiveSpec:
         reference=_optional_string(checker, table, "reference", header),
         min_effect=_percent(min_effect, "min_effect", checker, header),
         confidence=confidence,
+    )
+
+
+def _parse_metrics(raw: object, checker: "_Checker") -> MetricsSpec:
+    header = _find_header_line(checker.text, "metrics")
+    table = checker.table(raw, "metrics", 0)
+    checker.unknown_keys(table, _METRICS_KEYS, header, "[metrics]")
+    return MetricsSpec(
+        enable=checker.boolean(table.get("enable", False), "enable", header),
+        scrape_every_s=checker.number(table.get("scrape_every_s", 0.0), "scrape_every_s", header, minimum=0),
+        scrape_timeout_s=checker.number(table.get("scrape_timeout_s", 10.0), "scrape_timeout_s", header, minimum=0.1),
+        device_timer=checker.boolean(table.get("device_timer", False), "device_timer", header),
+        request_export=checker.boolean(table.get("request_export", False), "request_export", header),
     )
 
 

@@ -23,7 +23,8 @@ from speclogs.launcher import adaptive as _adaptive
 from speclogs.launcher import bench as _bench
 from speclogs.launcher import process as _proc
 from speclogs.launcher import runinfo
-from speclogs.launcher.plan import MODEL_PATH_FLAGS, PYTHON_PLACEHOLDER, LaunchSpec, Plan
+from speclogs.launcher.plan import DEVICE_TIMER_ENV, MODEL_PATH_FLAGS, PYTHON_PLACEHOLDER, LaunchSpec, Plan
+from speclogs.launcher.scrape import METRICS_FLAG, Windows
 from speclogs.redact import redact_json
 
 SCHEMA = "speclogs.run/1"
@@ -228,8 +229,9 @@ def _adaptive_summary(design: _adaptive.Design, looks: list[_adaptive.Look], out
                                      reason=_adaptive.reason_for(design, final, state, spent))
 
 
-def server_argv(plan: Plan, spec: LaunchSpec) -> list[str]:
-    """The exact argv of the server process for this launch (profile wrapper included)."""
+def server_argv(plan: Plan, spec: LaunchSpec, run_dir: Path | None = None) -> list[str]:
+    """The exact argv of the server process for this launch (profile wrapper included); `run_dir` is where
+    `[metrics] request_export` has SGLang write its per-request file."""
     argv = [sys.executable if part == PYTHON_PLACEHOLDER else part for part in plan.command]
     model_path = spec.cell.model_path or plan.model_path
     if model_path:
@@ -237,6 +239,10 @@ def server_argv(plan: Plan, spec: LaunchSpec) -> list[str]:
     argv += [*plan.args, *spec.cell.args]
     if "--port" not in argv:
         argv += ["--port", str(plan.port)]
+    if plan.metrics.enable and METRICS_FLAG not in argv:
+        argv.append(METRICS_FLAG)
+    if plan.metrics.request_export and "--export-metrics-to-file" not in argv:
+        argv += ["--export-metrics-to-file", "--export-metrics-to-file-dir", str(run_dir or ".")]
     if spec.cell.profile:
         argv = [runinfo.python_of(argv), "-m", "speclogs.profile", "--every", str(spec.cell.profile_every), "--", *argv]
     return argv
@@ -245,8 +251,9 @@ def server_argv(plan: Plan, spec: LaunchSpec) -> list[str]:
 def server_env(plan: Plan, spec: LaunchSpec, base: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
     """Base env (the names inherit_env allows, minus drop_inherited_env) + plan env + cell env; speclogs on
     PYTHONPATH when profiled."""
+    timer = {DEVICE_TIMER_ENV: "1"} if plan.metrics.device_timer else {}   # under the plan's and cell's own env
     env, dropped = runinfo.build_env(dict(os.environ if base is None else base), plan.inherit_env, plan.drop_inherited_env,
-                                     plan.env, spec.cell.env)
+                                     timer, plan.env, spec.cell.env)
     if spec.cell.profile:
         runinfo.prepend_path(env, "PYTHONPATH", str(Path(speclogs.__file__).resolve().parent.parent))
     return env, dropped
@@ -393,7 +400,7 @@ def _write_json_atomic(path: Path, data: dict) -> None:
 def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | None, context: _MachineContext,
                 deadline: float | None, say: Progress) -> LaunchResult:
     run_dir.mkdir(parents=True, exist_ok=True)
-    argv = server_argv(plan, spec)
+    argv = server_argv(plan, spec, run_dir)
     env, dropped = server_env(plan, spec)
     host = _arg_value(argv, "--host") or plan.host
     probe_host = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
@@ -418,6 +425,9 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
         "host": host, "port": port, "ready_s": None, "outcome": "running", "outcome_detail": "", "complete": False,
         "exit_code": None, "server_pid": None, "server_identity": None, "stop": None, "bench_summary": None, "files": files,
         "previous_attempts": attempts, "models": {},
+        "metrics": {"scrape": METRICS_FLAG in argv, "scrape_every_s": plan.metrics.scrape_every_s,
+                    "device_timer": env.get(DEVICE_TIMER_ENV) == "1", "request_export": "--export-metrics-to-file" in argv},
+        "windows": [],
     }
     if context.design is not None:
         record["adaptive"] = context.design
@@ -429,6 +439,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
 
     def finish(outcome: str, detail: str) -> LaunchResult:
         record["outcome"], record["outcome_detail"] = outcome, detail
+        _record_exports(record, run_dir)
         record["complete"] = outcome not in RETRY_OUTCOMES
         try:
             _write_json_atomic(run_json, record)
@@ -487,8 +498,15 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
             record["ready_s"] = round(time.monotonic() - spawn_clock, 3)
             say(f"{spec.run_name}: ready in {record['ready_s']:.1f} s")
             known.update(_ours(proc))
-            _run_benchmarks(plan, spec, run_dir, base_url, python, env, probe_host, port, record, stamps, deadline,
-                            proc, say)
+            windows = Windows(base_url, run_dir, scrape=record["metrics"]["scrape"], every_s=plan.metrics.scrape_every_s,
+                              timeout_s=plan.metrics.scrape_timeout_s, say=lambda m: say(f"{spec.run_name}: {m}"))
+            try:
+                _run_benchmarks(plan, spec, run_dir, base_url, python, env, probe_host, port, record, stamps, deadline,
+                                proc, say, windows)
+            finally:
+                windows.close()
+                record["windows"] = windows.records
+                record["files"]["metrics"] = windows.files()
             known.update(_ours(proc))
             stop()
             return finish("ok", "")
@@ -602,7 +620,8 @@ def _wait_ready(plan: Plan, proc, host: str, port: int, base_url: str, log_path:
 
 
 def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, python: str, env: dict[str, str],
-                    host: str, port: int, record: dict, stamps: dict, deadline: float | None, proc, say: Progress) -> None:
+                    host: str, port: int, record: dict, stamps: dict, deadline: float | None, proc, say: Progress,
+                    windows: Windows) -> None:
     if deadline is not None and time.monotonic() > deadline:
         raise _DeadlineReached()
     stamps["bench_start"] = runinfo.now_iso()
@@ -611,10 +630,14 @@ def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, 
         tok_s = row["tok_per_s"]
         say(f"{spec.run_name}: request {row['i'] + 1}/{plan.bench.requests}"
             + (" (warm-up)" if row["warmup"] else "") + (f" {tok_s:.1f} tok/s" if tok_s else ""))
+        if row["i"] + 1 == plan.bench.warmup_requests and plan.bench.requests > plan.bench.warmup_requests:
+            windows.open("single_stream")   # the measured requests start now
         if deadline is not None and time.monotonic() > deadline:
             raise _DeadlineReached()
 
     if plan.bench.kind == "single_stream" and plan.bench.requests:
+        if plan.bench.warmup_requests == 0:
+            windows.open("single_stream")
         try:
             summary = _bench.run_single_stream(base_url, plan.bench, spec.run_name, run_dir / "bench.jsonl", on_request)
         except _bench.BenchFailed as exc:
@@ -622,17 +645,26 @@ def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, 
             code = _proc.exit_code(proc)
             raise _LaunchFailed("bench_failed", str(exc) + ("" if code is None else f" (server exited with {code})"),
                                 hint=exc.hint) from exc
+        windows.close()
         record["bench_summary"] = {"requests_done": summary.requests_done, "median_tok_s": summary.median_tok_s}
     else:
         record["files"].pop("bench", None)
     if plan.bench_serving is not None:
+        windows.open("bench_serving")
         code, detail = _bench.run_bench_serving(python, env, host, port, plan.bench_serving, run_dir)
+        windows.close()
         record["files"]["bench_serving"] = "bench_serving.jsonl"
         record["files"]["bench_serving_log"] = "bench_serving.log"
         if code != 0:
             stamps["bench_end"] = runinfo.now_iso()
             raise _LaunchFailed("bench_failed", detail, hint=f"see {run_dir / 'bench_serving.log'}")
     stamps["bench_end"] = runinfo.now_iso()
+
+
+def _record_exports(record: dict, run_dir: Path) -> None:
+    """The per-request files SGLang wrote into the launch directory (--export-metrics-to-file), once it stopped."""
+    if record["metrics"]["request_export"]:
+        record["files"]["request_export"] = sorted(p.name for p in run_dir.glob("sglang-request-metrics-*.log"))
 
 
 def _bench_record(plan: Plan) -> dict:

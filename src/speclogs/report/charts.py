@@ -134,6 +134,31 @@ def accept_chart(c: Comparison) -> alt.Chart | None:
     ).resolve_scale(y="independent").properties(title="Accept-length distribution")
 
 
+def request_accept_chart(c: Comparison) -> alt.Chart | None:
+    """Per-request accept length per arm (one row per arm: requests per bin of 0.1), with the arm's verify-weighted
+    mean as a rule: where it sits against the bars shows how much long requests weigh."""
+    evidence = c.signals
+    if evidence is None or not evidence.request_acceptance:
+        return None
+    bars = [{"layer": "bin", "arm": r.arm, "bin_start": start, "bin_end": round(start + 0.1, 6), "requests": count}
+            for r in evidence.request_acceptance for start, count in r.histogram]
+    means = [{"layer": "mean", "arm": r.arm, "mean": r.verify_weighted_mean} for r in evidence.request_acceptance]
+    arms = [r.arm for r in evidence.request_acceptance]
+    starts = [b["bin_start"] for b in bars]
+    extent = [round(max(min(starts) - 0.1, 0.0), 2), round(max(starts) + 0.2, 2)]   # a bin of room either side
+    data = alt.Data(values=bars + means)
+    histogram = alt.Chart(data).transform_filter(alt.datum.layer == "bin").mark_rect().encode(
+        x=alt.X("bin_start:Q", title="accept length per request (tokens per verify step)", scale=alt.Scale(domain=extent)),
+        x2="bin_end:Q", y=alt.Y("requests:Q", title="requests", scale=alt.Scale(zero=True)), y2=alt.datum(0),
+        color=alt.Color("arm:N", sort=arms, legend=None),
+        tooltip=["arm:N", "bin_start:Q", "bin_end:Q", "requests:Q"])
+    rule = alt.Chart(data).transform_filter(alt.datum.layer == "mean").mark_rule(strokeDash=[4, 2], color="black").encode(
+        x="mean:Q", tooltip=["arm:N", alt.Tooltip("mean:Q", format=".3f", title="verify-weighted mean")])
+    return alt.layer(histogram, rule).properties(width=WIDTH, height=70).facet(
+        row=alt.Row("arm:N", title=None, sort=arms, header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=260)),
+    ).properties(title="Per-request acceptance (dashed: verify-weighted mean)")
+
+
 def timeline_chart(c: Comparison) -> alt.Chart | None:
     """Decode throughput over time, one panel per launch. The x axis starts at the launch's first decode row (the
     start-up before it — loading, CUDA-graph capture — is said in the title, not drawn), so the panel's width goes to
@@ -163,5 +188,5 @@ def timeline_chart(c: Comparison) -> alt.Chart | None:
 def all_charts(c: Comparison) -> list[tuple[str, alt.Chart]]:
     """(id, chart) for every chart that has data, in report order."""
     builders = [("throughput", throughput_chart), ("effects", effects_chart), ("cycle", cycle_chart),
-                ("accept", accept_chart), ("timeline", timeline_chart)]
+                ("accept", accept_chart), ("requests", request_accept_chart), ("timeline", timeline_chart)]
     return [(name, chart) for name, build in builders if (chart := build(c)) is not None]

@@ -87,6 +87,7 @@ def comparison_to_dict(comparison: Comparison) -> dict:
         "effects": list(comparison.effects),
         "methods": comparison.methods,
         "nccl": comparison.nccl,
+        "signals": comparison.signals,
     }
     return redact_json(_clean(document))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from speclogs.analysis.results import UNSET, Comparison, Estimate, Term
+from speclogs.report.signals import answer_lines as signal_answer_lines
 
 
 def pct(ratio: float) -> str:
@@ -139,7 +140,7 @@ def answer_blocks(c: Comparison) -> list[tuple[str, list[str]]]:
         if concerning:
             details.append("read first: " + ", ".join(concerning))
         blocks.append((head, details))
-    blocks += [(line, []) for line in _effect_lines(c) + profile_lines(c)]
+    blocks += [(line, []) for line in _effect_lines(c) + profile_lines(c) + signal_answer_lines(c)]
     return blocks
 
 

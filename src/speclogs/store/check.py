@@ -9,9 +9,10 @@ A line passes when every token it prints is found in its rows:
 - a word (`Decode`, `TP0`, `OutOfMemoryError`) occurs in a text cell, equals a boolean cell (`True`/`False`),
   or is template text: a literal of a grammar pattern that writes to one of the line's tables.
 
-A line with no row at all, or a token found nowhere, is a loss. JSON inputs (bench.jsonl, *.nccl_probe.json)
-are checked the same way, value by value: every scalar of a JSONL record is in its line's rows, every scalar of
-a probe file in the file's rows. The check reads, never writes; `speclogs check` prints what it finds.
+A line with no row at all, or a token found nowhere, is a loss. Prometheus snapshots (*.prom) are checked like
+logs, token by token (a sample's name, label names and values, and its value as printed; a # HELP line's words).
+JSON inputs (bench.jsonl, request exports, *.nccl_probe.json) are checked the same way, value by value: every scalar
+of a JSONL record is in its line's rows, every scalar of a probe file in the file's rows. The check reads, never writes; `speclogs check` prints what it finds.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ _KEY_COLUMNS = frozenset({"run_id", "source_file", "line_no", "last_line_no", "l
 TOKEN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+(?:\.[0-9]+)*")
 _LOG_TABLE_EXCLUDES = frozenset({"files", "runs", "launches", "meta", "line_accounting", "nccl_probe"})
 EXAMPLES_SHOWN = 20
+_TEXT_KINDS = ("log", "prometheus")  # checked token by token; every other kind is JSON lines (bench, request_export, jsonl)
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ def check_content(connection, *, sources: Iterable[str] | None = None, grammar_p
         else:
             rows = _rows_by_line(connection, tables, source_file, run_names)
             lines = _physical_lines(text)
-            result = _check_lines(source_file, lines, rows, vocabulary, json_lines=kind != "log")
+            result = _check_lines(source_file, lines, rows, vocabulary, json_lines=kind not in _TEXT_KINDS)
         file_losses, lines_total, lines_lost = result
         lost += lines_lost
         losses.extend(file_losses[:EXAMPLES_SHOWN])

@@ -236,3 +236,59 @@ CREATE TABLE IF NOT EXISTS parse_drift (
   run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER,
   pattern VARCHAR, error VARCHAR, text VARCHAR
 );
+
+-- Prometheus text snapshots (*.prom: what GET /metrics answered; the launcher scrapes around benchmark windows):
+-- one row per sample line, counters, gauges and histogram/summary series alike, any metric name.
+-- ts / window_name / phase say which scrape: the launch's run.json (windows[].scrapes[]), else phase from the
+-- file name (metrics_before.prom) and ts, window_name NULL.
+CREATE TABLE IF NOT EXISTS metrics (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT,
+  ts TIMESTAMP,                        -- when the scrape was taken (launcher, local time like SGLang's log); NULL when unknown
+  window_name VARCHAR,                 -- benchmark window of the scrape: single_stream | bench_serving (run.json)
+  phase VARCHAR,                       -- before | during | after the window
+  name VARCHAR,                        -- sample name as printed: sglang:generation_tokens_total, …_bucket, …_sum
+  family VARCHAR,                      -- metric family (the name of its # TYPE line; histogram series share it)
+  metric_type VARCHAR,                 -- counter | gauge | histogram | summary | untyped (from # TYPE)
+  labels JSON,                         -- label → value, e.g. {"category": "target_verify", "tp_rank": "0"}
+  value DOUBLE,                        -- the sample value (+Inf / NaN as DOUBLE infinity / NaN)
+  value_text VARCHAR,                  -- the value as printed (2.0955e+06, +Inf)
+  sample_ts_ms BIGINT                  -- the exposition's optional timestamp (ms since the epoch); NULL when not printed
+);
+
+-- the comment lines of a Prometheus snapshot: # HELP / # TYPE / # UNIT (directive), any other # line ('comment')
+CREATE TABLE IF NOT EXISTS metric_types (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT,
+  ts TIMESTAMP, window_name VARCHAR, phase VARCHAR,   -- the scrape, as in metrics
+  family VARCHAR,                      -- the metric family the line describes (NULL for other comments)
+  directive VARCHAR,                   -- HELP | TYPE | UNIT | comment
+  text VARCHAR                         -- the help text, the type (counter, gauge …), the unit, or the comment as printed
+);
+
+-- one row per request and source: SGLang's --export-metrics-to-file records (request_export), --log-requests lines
+-- (log_requests_text: Receive:/Finish:, log_requests_json: --log-requests-format json) and sglang.bench_serving
+-- --output-details arrays (bench_serving). The same request seen by two sources has two rows (join on rid).
+CREATE TABLE IF NOT EXISTS requests (
+  run_id VARCHAR, source_file VARCHAR, line_no BIGINT,   -- the record's line (log sources: the Finish line)
+  launch_no INTEGER, ts TIMESTAMP,     -- log sources: the server start and the Finish line's time
+  received_line_no BIGINT,             -- log sources: the Receive: line of the same request (NULL when not logged)
+  source_kind VARCHAR,                 -- request_export | log_requests_text | log_requests_json | bench_serving
+  rid VARCHAR,                         -- SGLang's request id (meta_info.id / obj.rid)
+  health_check BOOLEAN,                -- SGLang's own /health probe request (rid HEALTH_CHECK_…)
+  finish_reason VARCHAR,               -- length | stop | abort … (meta_info.finish_reason.type)
+  prompt_tokens BIGINT, completion_tokens BIGINT, cached_tokens BIGINT,
+  e2e_latency_s DOUBLE,                -- server-side end-to-end latency (meta_info.e2e_latency)
+  queue_time_s DOUBLE,                 -- meta_info.queue_time
+  ttft_s DOUBLE,                       -- bench_serving: time to first token (client side)
+  itl_mean_ms DOUBLE,                  -- bench_serving: mean inter-token latency (client side)
+  received_unix_s DOUBLE, finished_unix_s DOUBLE,   -- meta_info request_received_ts / request_finished_ts (s since the epoch)
+  spec_accept_length DOUBLE,           -- completion tokens / verify steps (incl. the bonus token), SGLang's per-request figure
+  spec_accept_rate DOUBLE,             -- accepted / proposed draft tokens (0–1)
+  spec_verify_ct BIGINT,               -- verify steps (speculative cycles) of the request
+  spec_accept_token_num BIGINT,        -- accepted draft tokens (0.5.14: spec_num_correct_drafts / spec_accepted_drafts)
+  spec_draft_token_num BIGINT,         -- proposed draft tokens (0.5.14: spec_num_proposed_drafts / spec_proposed_drafts)
+  spec_accept_histogram JSON,          -- verify steps by accepted drafts: element j = steps that accepted j drafts
+  request_index INTEGER,               -- bench_serving: position of the request in its benchmark run
+  error VARCHAR,                       -- bench_serving: the request's error text (NULL when it succeeded)
+  request JSON,                        -- the request as logged (request_parameters / obj)
+  extra JSON                           -- every other field of the record
+);

@@ -1,0 +1,574 @@
+"""What stock SGLang's own signals say, next to the log lines: exact accept length from counter deltas, the phase split
+of SGLang's device timer (compared with speclogs' profiler and the decode lines), per-request acceptance.
+
+- **Counters.** Between a benchmark window's first and last scrape of `/metrics`, Δ`sglang:generation_tokens_total` /
+  Δ`sglang:spec_verify_calls_total` is the window's accept length, exactly: SGLang adds each finished request's
+  completion tokens and verify steps to them, so this is Σ tokens / Σ verify steps of the requests that finished in the
+  window — the verify-weighted mean of the per-request accept lengths. The decode lines' estimate is the mean of
+  their `accept len` weighted by verify steps (running requests; every line covers the same number of decode steps).
+- **Device timer** (`SGLANG_ENABLE_METRICS_DEVICE_TIMER=1`): Δ`sglang:forward_execution_seconds_total{category}` is
+  GPU time per forward category from CUDA events; per decode cycle = seconds / (Δ verify calls / mean batch size).
+  target_verify → verify, eagle_draft → draft, eagle_draft_extend → extend (speclogs' profiler's names), the
+  target's `extend` → prefill (outside the cycle). Labels are mode-dependent: with CUDA graphs off the draft
+  runner's forwards count as `decode` / `extend`.
+- **Three phase sources** where they overlap: the device timer, speclogs' profiler (`spec_cycles`, CUDA events around
+  the EAGLE worker's methods: verify includes sampling and acceptance, the cycle includes host gaps inside it) and the
+  decode lines (wall time per cycle × `fwd occupancy`, the GPU-busy share SGLang prints with the device timer on — so
+  not independent of the timer for the total).
+- **Per request** (`requests`, one source per request: export file, else JSON request lines, else text request lines):
+  the distribution per arm, its verify-weighted mean (the figure the counters give; an unweighted mean over-weights
+  short requests) and outliers beyond Tukey's fences (1.5 × IQR, at least ±0.1 accept length).
+
+`signal_evidence_for(con, arm_runs)` loads the rows (SQL); `signal_evidence(tables, arm_runs)` is pure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from speclogs.analysis.results import Comparison, Finding
+
+GENERATION_TOKENS = "sglang:generation_tokens_total"
+VERIFY_CALLS = "sglang:spec_verify_calls_total"
+FORWARD_SECONDS = "sglang:forward_execution_seconds_total"
+CATEGORY_PHASE = {"target_verify": "verify", "eagle_draft": "draft", "frozen_kv_draft": "draft",
+                  "eagle_draft_extend": "extend", "decode": "decode", "extend": "prefill", "split_prefill": "prefill",
+                  "idle": "idle"}
+CYCLE_PHASES = ("verify", "draft", "extend", "decode")
+ACCEPT_TOLERANCE = 0.02       # relative: decode lines print 2 decimals and cover whole 40-step intervals
+REQUEST_TOLERANCE = 0.005     # relative: the counters and the requests count the same finished requests
+PHASE_TOLERANCE = 0.10
+HISTOGRAM_BIN = 0.1
+OUTLIER_FLOOR = 0.1           # accept length: fences at least this far from the quartiles
+OUTLIERS_SHOWN = 10
+SOURCE_PREFERENCE = ("request_export", "log_requests_json", "log_requests_text")
+
+
+@dataclass(frozen=True)
+class SignalTables:
+    """Rows the signals need, per selected run (frames as the loader reads them)."""
+
+    runs: pl.DataFrame        # run_id, run_name, run_json
+    metrics: pl.DataFrame     # run_id, source_file, ts, window_name, phase, name, labels, value
+    decode: pl.DataFrame      # run_id, source_file, line_no, ts, tp_rank, running_req, accept_len, gen_throughput_tok_s, fwd_occupancy_pct
+    idle: pl.DataFrame        # run_id, source_file, line_no: prefill lines that found 0 running requests
+    requests: pl.DataFrame    # run_id, source_kind, rid, health_check, completion_tokens, spec_accept_length, spec_verify_ct, finished_unix_s, ts
+    spec_cycles: pl.DataFrame  # run_id, ts, tp_rank, draft_ms, verify_ms, extend_ms, cycle_ms
+
+
+@dataclass(frozen=True)
+class WindowAccept:
+    """One benchmark window of one run: the exact accept length from counter deltas next to the estimates."""
+
+    arm: str
+    run_name: str
+    window: str                          # run.json window name, or 'scrapes' when the run has no window record
+    start: datetime | None
+    end: datetime | None
+    generation_tokens: float             # Δ sglang:generation_tokens_total
+    verify_calls: float                  # Δ sglang:spec_verify_calls_total
+    accept_len_counters: float | None    # Δ tokens / Δ verify calls (None without verify calls)
+    accept_len_decode_lines: float | None  # verify-weighted mean of the window's Decode-line accept len
+    decode_rows: int
+    accept_len_requests: float | None    # verify-weighted mean of the requests that finished in the window
+    requests: int
+    agrees: bool | None                  # counters vs decode lines within ACCEPT_TOLERANCE (None: nothing to compare)
+
+
+@dataclass(frozen=True)
+class ArmAccept:
+    """An arm's accept length pooled over its windows: Σ Δ tokens / Σ Δ verify calls, and the decode lines' figure."""
+
+    arm: str
+    accept_len_counters: float | None
+    accept_len_decode_lines: float | None
+    windows: int
+
+
+@dataclass(frozen=True)
+class DevicePhase:
+    """GPU time of one device-timer category in one window."""
+
+    arm: str
+    run_name: str
+    window: str
+    category: str                        # SGLang's ForwardMode label (target_verify, eagle_draft, …)
+    phase: str                           # verify | draft | extend | decode (the cycle) | prefill | idle | the category
+    seconds: float                       # Δ forward_execution_seconds_total
+    share: float | None                  # of the window's cycle GPU time (None outside the cycle)
+    ms_per_cycle: float | None           # seconds / decode cycles (Δ verify calls / mean batch size)
+
+
+@dataclass(frozen=True)
+class PhaseCheck:
+    """One phase of one window by each source that measures it (ms per decode cycle), and whether they agree."""
+
+    arm: str
+    run_name: str
+    window: str
+    phase: str                           # verify | draft | extend | cycle (GPU-busy time of the whole cycle)
+    device_timer_ms: float | None
+    profiler_ms: float | None            # spec_cycles mean over the window's profiled cycles
+    decode_lines_ms: float | None        # cycle only: wall ms per cycle × fwd occupancy
+    max_difference: float | None         # largest |source − device timer| / device timer
+    within_tolerance: bool | None        # max_difference ≤ PHASE_TOLERANCE (None: one source only)
+
+
+@dataclass(frozen=True)
+class RequestOutlier:
+    run_name: str
+    rid: str | None
+    spec_accept_length: float
+    spec_verify_ct: int
+    completion_tokens: int | None
+    side: str                            # 'low' | 'high'
+
+
+@dataclass(frozen=True)
+class RequestAcceptance:
+    """Per-request acceptance of one arm: its distribution, its verify-weighted mean, outliers."""
+
+    arm: str
+    sources: tuple[str, ...]             # requests.source_kind values used
+    n_requests: int
+    verify_weighted_mean: float          # Σ accept len × verify steps / Σ verify steps (= Σ tokens / Σ verify steps)
+    mean: float                          # unweighted: each request counts once
+    minimum: float
+    p10: float
+    median: float
+    p90: float
+    maximum: float
+    low_fence: float
+    high_fence: float
+    histogram: tuple[tuple[float, int], ...]   # (bin start, requests) in bins of HISTOGRAM_BIN
+    outliers: tuple[RequestOutlier, ...]       # the OUTLIERS_SHOWN farthest from the median
+    n_outliers: int
+
+
+@dataclass(frozen=True)
+class SignalEvidence:
+    windows: tuple[WindowAccept, ...]
+    arms: tuple[ArmAccept, ...]
+    device_phases: tuple[DevicePhase, ...]
+    phase_checks: tuple[PhaseCheck, ...]
+    request_acceptance: tuple[RequestAcceptance, ...]
+    findings: tuple[Finding, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.windows or self.device_phases or self.request_acceptance)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# loading (SQL); everything below it is pure
+
+
+def signal_evidence_for(con: Any, arm_runs: Mapping[str, list[str]]) -> SignalEvidence:
+    """Load the selected runs' metrics, decode lines, requests and profiled cycles, then `signal_evidence`."""
+    run_ids = [run_id for ids in arm_runs.values() for run_id in ids]
+    where = "WHERE run_id IN (SELECT unnest(?::VARCHAR[]))"
+
+    def select(sql: str, ids: list[str]) -> pl.DataFrame:
+        return pl.from_arrow(con.sql(sql, params=[ids]).to_arrow_table())
+
+    metrics = select(f"""SELECT run_id, source_file, ts, window_name, phase, name, CAST(labels AS VARCHAR) AS labels, value
+        FROM metrics {where} AND name IN ('{GENERATION_TOKENS}', '{VERIFY_CALLS}', '{FORWARD_SECONDS}')""", run_ids)
+    requests = select(f"""SELECT run_id, source_kind, rid, health_check, completion_tokens, spec_accept_length,
+        spec_verify_ct, finished_unix_s, ts FROM requests {where}""", run_ids)
+    scraped = sorted(set(metrics["run_id"].to_list()))   # the log rows are compared with windows only: runs with scrapes
+    tables = SignalTables(
+        runs=select(f"SELECT run_id, run_name, CAST(run_json AS VARCHAR) AS run_json FROM runs {where}", run_ids),
+        metrics=metrics,
+        decode=select(f"""SELECT run_id, source_file, line_no, ts, tp_rank, running_req, accept_len, gen_throughput_tok_s,
+            fwd_occupancy_pct FROM decode_batches {where}""", scraped),
+        idle=select(f"SELECT run_id, source_file, line_no FROM prefill_batches {where} AND running_req = 0", scraped),
+        requests=requests,
+        spec_cycles=select(f"SELECT run_id, ts, tp_rank, draft_ms, verify_ms, extend_ms, cycle_ms FROM spec_cycles {where}",
+                           scraped),
+    )
+    return signal_evidence(tables, arm_runs)
+
+
+def with_signals(comparison: Comparison, evidence: SignalEvidence) -> Comparison:
+    """`comparison` carrying the signals, their findings among its warnings (warnings before notes, as compare sorts)."""
+    if evidence.empty:
+        return comparison
+    warnings = sorted(comparison.warnings + evidence.findings, key=lambda f: 0 if f.severity == "warning" else 1)
+    return replace(comparison, signals=evidence, warnings=tuple(warnings))
+
+
+def signal_evidence(tables: SignalTables, arm_runs: Mapping[str, list[str]]) -> SignalEvidence:
+    """Pure: the signals of every run of every arm (see the module docstring)."""
+    names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
+    run_json = {r: _json_object(t) for r, t in zip(tables.runs["run_id"].to_list(), tables.runs["run_json"].to_list())}
+    decode = _decode_rows(tables.decode, tables.idle)
+    windows: list[WindowAccept] = []
+    phases: list[DevicePhase] = []
+    checks: list[PhaseCheck] = []
+    findings: list[Finding] = []
+    for arm, run_ids in arm_runs.items():
+        for run_id in run_ids:
+            for window in _windows(tables.metrics.filter(pl.col("run_id") == run_id), run_json.get(run_id, {}), findings,
+                                   names.get(run_id, run_id), arm):
+                rows = _in_window(decode.filter(pl.col("run_id") == run_id), window)
+                requests = _requests_in(tables.requests.filter(pl.col("run_id") == run_id), window)
+                cycles = _in_window(_lowest_rank(tables.spec_cycles.filter(pl.col("run_id") == run_id)), window)
+                accept = _window_accept(arm, names.get(run_id, run_id), window, rows, requests)
+                windows.append(accept)
+                batch = _mean_batch(rows)
+                run_phases = _device_phases(arm, accept, window, batch)
+                phases.extend(run_phases)
+                checks.extend(_phase_checks(arm, accept, run_phases, cycles, rows))
+    findings += _accept_findings(windows) + _phase_findings(phases, checks)
+    arms = tuple(_arm_accept(arm, [w for w in windows if w.arm == arm]) for arm in arm_runs if any(w.arm == arm for w in windows))
+    acceptance = []
+    for arm, run_ids in arm_runs.items():
+        found = _request_acceptance(arm, tables.requests.filter(pl.col("run_id").is_in(run_ids)), run_json, names)
+        if found is not None:
+            acceptance.append(found)
+            if found.n_outliers:
+                findings.append(Finding("request_acceptance_outliers",
+                                        f"{arm}: {found.n_outliers} of {found.n_requests} requests have an accept length outside "
+                                        f"[{found.low_fence:.2f}, {found.high_fence:.2f}] (Tukey fences around the median "
+                                        f"{found.median:.2f}); the report lists the farthest", "info", (arm,)))
+    return SignalEvidence(tuple(windows), arms, tuple(phases), tuple(checks), tuple(acceptance), tuple(findings))
+
+
+def _json_object(text: str | None) -> dict:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# windows and counter deltas
+
+
+@dataclass(frozen=True)
+class _Window:
+    name: str
+    start: datetime | None
+    end: datetime | None
+    start_unix: float | None
+    end_unix: float | None
+    before: dict[str, float]              # counter series key → value at the first scrape
+    after: dict[str, float]               # … at the last scrape
+
+
+def _windows(metrics: pl.DataFrame, run_json: dict, findings: list[Finding], run_name: str, arm: str) -> list[_Window]:
+    """The run's windows with a first and a last scrape: run.json's windows, else one window over the run's scrapes
+    (the `before` and `after` files, else the earliest and the latest)."""
+    if metrics.is_empty():
+        return []
+    recorded = {w.get("name"): w for w in run_json.get("windows", []) if isinstance(w, dict) and w.get("name")}
+    out = []
+    for (window_name,), rows in sorted(metrics.partition_by("window_name", as_dict=True).items(), key=lambda kv: str(kv[0][0])):
+        scrapes = rows.group_by("source_file").agg(pl.col("ts").first(), pl.col("phase").first())
+        order = {"before": 0, "during": 1, "after": 2}
+        ranked = sorted(scrapes.iter_rows(named=True),
+                        key=lambda s: (s["ts"] is None, s["ts"] or datetime.min, order.get(s["phase"], 1)))
+        if any(s["ts"] is None for s in ranked):   # no times: the phases order them
+            ranked = sorted(ranked, key=lambda s: order.get(s["phase"], 1))
+        if len(ranked) < 2 or ranked[0]["phase"] == ranked[-1]["phase"] == "during":
+            continue
+        first, last = ranked[0]["source_file"], ranked[-1]["source_file"]
+        record = recorded.get(window_name, {})
+        window = _Window(
+            name=window_name or "scrapes",
+            start=_iso(record.get("start")) or ranked[0]["ts"], end=_iso(record.get("end")) or ranked[-1]["ts"],
+            start_unix=_float(record.get("start_unix")), end_unix=_float(record.get("end_unix")),
+            before=_series(rows.filter(pl.col("source_file") == first)),
+            after=_series(rows.filter(pl.col("source_file") == last)),
+        )
+        resets = [key for key, value in window.after.items() if value < window.before.get(key, 0.0)]
+        if resets:
+            findings.append(Finding("counter_reset", f"{run_name} window {window.name}: counters went down between its "
+                                    f"scrapes ({', '.join(sorted(resets))}): did the server restart? The window is left out",
+                                    "warning", (arm,)))
+            continue
+        out.append(window)
+    return out
+
+
+def _series(rows: pl.DataFrame) -> dict[str, float]:
+    """Counter series of one scrape: generation tokens and verify calls summed over their label sets; forward seconds
+    per category, from the lowest tp_rank that reports it (each rank times its own GPU)."""
+    out: dict[str, float] = {}
+    timer: dict[str, tuple[int, float]] = {}
+    for name, labels, value in rows.select("name", "labels", "value").iter_rows():
+        parsed = _json_object(labels)
+        if name == FORWARD_SECONDS:
+            category = str(parsed.get("category", "?"))
+            rank = int(parsed["tp_rank"]) if str(parsed.get("tp_rank", "")).isdigit() else 0
+            if category not in timer or rank < timer[category][0]:
+                timer[category] = (rank, value)
+        else:
+            out[name] = out.get(name, 0.0) + value
+    out.update({f"{FORWARD_SECONDS}:{category}": value for category, (_, value) in timer.items()})
+    return out
+
+
+def _iso(value: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+
+
+def _in_window(rows: pl.DataFrame, window: _Window) -> pl.DataFrame:
+    """Rows whose ts lies in the window; log timestamps have 1 s resolution, so the window's first second counts."""
+    if window.start is None or window.end is None or rows.is_empty():
+        return rows
+    start = window.start.replace(microsecond=0)
+    return rows.filter((pl.col("ts") >= start) & (pl.col("ts") <= window.end))
+
+
+def _requests_in(requests: pl.DataFrame, window: _Window) -> pl.DataFrame:
+    rows = _one_source(requests)
+    if window.start_unix is not None and window.end_unix is not None:
+        timed = pl.col("finished_unix_s").is_not_null()
+        inside = timed & pl.col("finished_unix_s").is_between(window.start_unix, window.end_unix)
+        by_ts = ~timed & pl.col("ts").is_not_null() & (pl.col("ts") >= window.start.replace(microsecond=0)) & (pl.col("ts") <= window.end) \
+            if window.start is not None and window.end is not None else pl.lit(False)
+        return rows.filter(inside | by_ts)
+    return _in_window(rows, window) if rows["ts"].is_not_null().all() else rows
+
+
+def _one_source(requests: pl.DataFrame) -> pl.DataFrame:
+    """Speculative, finished, non-health-check requests, each once: its row from the preferred source."""
+    rank = {kind: i for i, kind in enumerate(SOURCE_PREFERENCE)}
+    rows = requests.filter((pl.col("spec_verify_ct") > 0) & pl.col("spec_accept_length").is_not_null()
+                           & ~pl.col("health_check").fill_null(False))
+    if rows.is_empty():
+        return rows
+    named = rows.filter(pl.col("rid").is_not_null()).with_columns(
+        pl.col("source_kind").replace_strict(rank, default=len(rank)).alias("_rank"))
+    best = named.group_by("run_id", "rid").agg(pl.col("_rank").min())
+    named = named.join(best, on=["run_id", "rid", "_rank"], how="semi").unique(["run_id", "rid"], keep="first",
+                                                                              maintain_order=True).drop("_rank")
+    return pl.concat([named, rows.filter(pl.col("rid").is_null())])   # a record without an id is its own request
+
+
+def _decode_rows(decode: pl.DataFrame, idle: pl.DataFrame) -> pl.DataFrame:
+    """Decode lines of the lowest TP rank, with `after_idle`: the first line of a file or after a prefill that found 0
+    running requests (its interval includes the idle time, so its throughput is not a cycle's)."""
+    rows = _lowest_rank(decode)
+    if rows.is_empty():
+        return rows.with_columns(pl.lit(False).alias("after_idle"))
+    marks = pl.concat([rows.select("run_id", "source_file", "line_no", pl.lit(False).alias("_idle")),
+                       idle.select("run_id", "source_file", "line_no", pl.lit(True).alias("_idle"))])
+    marks = marks.sort("run_id", "source_file", "line_no").with_columns(
+        pl.col("_idle").shift(1, fill_value=True).over("run_id", "source_file").alias("after_idle")).filter(~pl.col("_idle"))
+    return rows.join(marks.select("run_id", "source_file", "line_no", "after_idle"), on=["run_id", "source_file", "line_no"])
+
+
+def _lowest_rank(rows: pl.DataFrame) -> pl.DataFrame:
+    if rows.is_empty():
+        return rows
+    return rows.filter(pl.col("tp_rank").fill_null(-1) == pl.col("tp_rank").fill_null(-1).min().over("run_id"))
+
+
+def _mean_batch(rows: pl.DataFrame) -> float | None:
+    values = rows["running_req"].drop_nulls() if not rows.is_empty() else pl.Series([], dtype=pl.Int64)
+    return float(values.mean()) if len(values) and values.mean() > 0 else None
+
+
+def _window_accept(arm: str, run_name: str, window: _Window, rows: pl.DataFrame, requests: pl.DataFrame) -> WindowAccept:
+    tokens = window.after.get(GENERATION_TOKENS, 0.0) - window.before.get(GENERATION_TOKENS, 0.0)
+    verify = window.after.get(VERIFY_CALLS, 0.0) - window.before.get(VERIFY_CALLS, 0.0)
+    counters = tokens / verify if verify > 0 else None
+    spec_rows = rows.filter(pl.col("accept_len").is_not_null()) if not rows.is_empty() else rows
+    lines = None
+    if spec_rows.height:
+        weight = spec_rows["running_req"].fill_null(1).cast(pl.Float64).clip(lower_bound=1.0)
+        lines = float((spec_rows["accept_len"] * weight).sum() / weight.sum())
+    from_requests = None
+    if requests.height:
+        from_requests = float((requests["spec_accept_length"] * requests["spec_verify_ct"]).sum() / requests["spec_verify_ct"].sum())
+    agrees = None if counters is None or lines is None else abs(lines - counters) <= ACCEPT_TOLERANCE * counters
+    return WindowAccept(arm, run_name, window.name, window.start, window.end, tokens, verify, counters, lines,
+                        spec_rows.height, from_requests, requests.height, agrees)
+
+
+def _arm_accept(arm: str, windows: list[WindowAccept]) -> ArmAccept:
+    tokens = sum(w.generation_tokens for w in windows if w.verify_calls > 0)
+    verify = sum(w.verify_calls for w in windows)
+    lined = [w for w in windows if w.accept_len_decode_lines is not None]
+    rows = sum(w.decode_rows for w in lined)
+    lines = sum(w.accept_len_decode_lines * w.decode_rows for w in lined) / rows if rows else None
+    return ArmAccept(arm, tokens / verify if verify > 0 else None, lines, len(windows))
+
+
+def _accept_findings(windows: list[WindowAccept]) -> list[Finding]:
+    found = []
+    for w in windows:
+        where = f"{w.run_name} window {w.window}"
+        if w.agrees is False:
+            found.append(Finding("accept_len_sources_disagree", (
+                f"{where}: the counters give accept len {w.accept_len_counters:.3f} exactly (Δ {w.generation_tokens:.0f} "
+                f"tokens / Δ {w.verify_calls:.0f} verify calls), the {w.decode_rows} Decode lines {w.accept_len_decode_lines:.3f} "
+                f"({(w.accept_len_decode_lines / w.accept_len_counters - 1):+.1%}). Decode lines cover whole intervals of "
+                "decode steps and count a request while it runs; the counters count it when it finishes: a window with few "
+                "lines or requests cut by its edges differs. Trust the counters"), "warning", (w.arm,)))
+        if w.accept_len_counters is not None and w.accept_len_requests is not None and \
+                abs(w.accept_len_requests - w.accept_len_counters) > REQUEST_TOLERANCE * w.accept_len_counters:
+            found.append(Finding("accept_len_requests_differ", (
+                f"{where}: the {w.requests} requests' verify-weighted accept len {w.accept_len_requests:.3f} differs from the "
+                f"counters' {w.accept_len_counters:.3f}: some finished requests of the window are missing from the request "
+                "records (an export file cut short, --log-requests off for part of the run) or fall outside its time bounds"),
+                "info", (w.arm,)))
+        if w.window == "scrapes" and w.start is None:
+            found.append(Finding("signals_window_unknown", (
+                f"{where}: the scrapes carry no time (no launcher run.json): the counter delta is exact, but the decode lines "
+                "and requests compared with it are all of the run's"), "info", (w.arm,)))
+    return found
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# device timer and the three phase sources
+
+
+def _device_phases(arm: str, accept: WindowAccept, window: _Window, batch: float | None) -> list[DevicePhase]:
+    prefix = f"{FORWARD_SECONDS}:"
+    seconds = {key[len(prefix):]: window.after[key] - window.before.get(key, 0.0)
+               for key in window.after if key.startswith(prefix)}
+    if not seconds:
+        return []
+    steps = accept.verify_calls if accept.verify_calls > 0 else accept.generation_tokens
+    cycles = steps / (batch or 1.0)
+    cycle_total = sum(v for c, v in seconds.items() if CATEGORY_PHASE.get(c, c) in CYCLE_PHASES)
+    out = []
+    for category, value in sorted(seconds.items(), key=lambda kv: -kv[1]):
+        phase = CATEGORY_PHASE.get(category, category)
+        in_cycle = phase in CYCLE_PHASES
+        out.append(DevicePhase(arm, accept.run_name, accept.window, category, phase, value,
+                               value / cycle_total if in_cycle and cycle_total > 0 else None,
+                               1000.0 * value / cycles if in_cycle and cycles > 0 else None))
+    return out
+
+
+def _phase_checks(arm: str, accept: WindowAccept, phases: list[DevicePhase], cycles: pl.DataFrame,
+                  rows: pl.DataFrame) -> list[PhaseCheck]:
+    device = {}
+    for p in phases:
+        if p.ms_per_cycle is not None:
+            device[p.phase] = device.get(p.phase, 0.0) + p.ms_per_cycle
+    profiled = {}
+    if cycles.height:
+        means = cycles.select(pl.col("verify_ms").mean(), pl.col("draft_ms").mean(), pl.col("extend_ms").mean(),
+                              pl.col("cycle_ms").mean()).row(0)
+        profiled = {k: v for k, v in zip(("verify", "draft", "extend", "cycle"), means) if v is not None}
+    busy = _decode_busy_ms(rows)
+    if not device and not profiled:
+        return []
+    if device:
+        device["cycle"] = sum(device.values())
+    out = []
+    for phase in ("verify", "draft", "extend", "cycle"):
+        ref, prof = device.get(phase), profiled.get(phase)
+        lines = busy if phase == "cycle" else None
+        others = [v for v in (prof, lines) if v is not None]
+        if ref is None or not others:
+            if ref is None and prof is None:
+                continue
+            out.append(PhaseCheck(arm, accept.run_name, accept.window, phase, ref, prof, lines, None, None))
+            continue
+        difference = max(abs(v - ref) / ref for v in others) if ref > 0 else None
+        out.append(PhaseCheck(arm, accept.run_name, accept.window, phase, ref, prof, lines, difference,
+                              None if difference is None else difference <= PHASE_TOLERANCE))
+    return out
+
+
+def _decode_busy_ms(rows: pl.DataFrame) -> float | None:
+    """GPU-busy ms per decode cycle from the decode lines: tokens per step / gen throughput × fwd occupancy, over the
+    lines that are not the first after idle."""
+    if rows.is_empty():
+        return None
+    usable = rows.filter(~pl.col("after_idle") & pl.col("fwd_occupancy_pct").is_not_null()
+                         & (pl.col("gen_throughput_tok_s") > 0))
+    if usable.is_empty():
+        return None
+    tokens = usable["running_req"].fill_null(1).cast(pl.Float64) * usable["accept_len"].fill_null(1.0)
+    wall_ms = 1000.0 * tokens / usable["gen_throughput_tok_s"]
+    return float((wall_ms * usable["fwd_occupancy_pct"] / 100.0).mean())
+
+
+def _phase_findings(phases: list[DevicePhase], checks: list[PhaseCheck]) -> list[Finding]:
+    found = []
+    for check in checks:
+        if check.within_tolerance is False:
+            values = ", ".join(f"{name} {value:.3f} ms" for name, value in (
+                ("device timer", check.device_timer_ms), ("profiler", check.profiler_ms), ("decode lines", check.decode_lines_ms))
+                if value is not None)
+            found.append(Finding("phase_sources_disagree", (
+                f"{check.run_name} window {check.window}, {check.phase} per cycle: {values} — {check.max_difference:.0%} apart "
+                f"(more than {PHASE_TOLERANCE:.0%}). The profiler times whole worker methods (verify includes sampling and "
+                "acceptance; its cycle includes host gaps inside the cycle), the device timer only model forwards"),
+                "warning", (check.arm,)))
+    if any(p.category == "decode" for p in phases) and any(p.phase in ("verify", "draft") for p in phases):
+        runs = sorted({p.run_name for p in phases if p.category == "decode"})
+        found.append(Finding("device_timer_graph_labels", (
+            f"{', '.join(runs)}: the device timer has a `decode` category in a speculative run: with CUDA graphs off SGLang "
+            "labels the draft model's forwards decode / extend, so draft time is counted there"), "info",
+            tuple(sorted({p.arm for p in phases if p.category == "decode"}))))
+    return found
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# per-request acceptance
+
+
+def _request_acceptance(arm: str, requests: pl.DataFrame, run_json: dict[str, dict], names: dict[str, str]) -> RequestAcceptance | None:
+    """The arm's requests (one source each), within the runs' benchmark windows when run.json records them."""
+    rows = _one_source(requests)
+    kept = []
+    for (run_id,), part in rows.partition_by("run_id", as_dict=True).items() if rows.height else ():
+        bounds = [(w.get("start_unix"), w.get("end_unix")) for w in run_json.get(run_id, {}).get("windows", [])
+                  if isinstance(w, dict) and _float(w.get("start_unix")) is not None and _float(w.get("end_unix")) is not None]
+        if bounds and part["finished_unix_s"].is_not_null().all():
+            inside = pl.lit(False)
+            for start, end in bounds:
+                inside = inside | pl.col("finished_unix_s").is_between(start, end)
+            part = part.filter(inside)
+        kept.append(part)
+    rows = pl.concat(kept) if kept else rows
+    if rows.is_empty():
+        return None
+    accept = rows["spec_accept_length"].to_numpy().astype(float)
+    verify = rows["spec_verify_ct"].to_numpy().astype(float)
+    q1, median, q3 = np.percentile(accept, [25, 50, 75])
+    spread = max(1.5 * (q3 - q1), OUTLIER_FLOOR)
+    low, high = float(q1 - spread), float(q3 + spread)
+    outside = rows.with_columns(pl.col("run_id").replace_strict(names, default=None).alias("run_name")).filter(
+        (pl.col("spec_accept_length") < low) | (pl.col("spec_accept_length") > high)).with_columns(
+        (pl.col("spec_accept_length") - median).abs().alias("_distance")).sort("_distance", descending=True)
+    outliers = tuple(RequestOutlier(r["run_name"], r["rid"], float(r["spec_accept_length"]), int(r["spec_verify_ct"]),
+                                    r["completion_tokens"], "low" if r["spec_accept_length"] < low else "high")
+                     for r in outside.head(OUTLIERS_SHOWN).iter_rows(named=True))
+    bins = np.floor(accept / HISTOGRAM_BIN + 1e-9) * HISTOGRAM_BIN
+    values, counts = np.unique(np.round(bins, 6), return_counts=True)
+    return RequestAcceptance(
+        arm=arm, sources=tuple(sorted(set(rows["source_kind"].to_list()))), n_requests=rows.height,
+        verify_weighted_mean=float((accept * verify).sum() / verify.sum()), mean=float(accept.mean()),
+        minimum=float(accept.min()), p10=float(np.percentile(accept, 10)), median=float(median),
+        p90=float(np.percentile(accept, 90)), maximum=float(accept.max()), low_fence=low, high_fence=high,
+        histogram=tuple((float(v), int(c)) for v, c in zip(values, counts)), outliers=outliers, n_outliers=outside.height,
+    )
+
+
+__all__ = ["ArmAccept", "DevicePhase", "PhaseCheck", "RequestAcceptance", "RequestOutlier", "SignalEvidence",
+           "SignalTables", "WindowAccept", "signal_evidence", "signal_evidence_for", "with_signals"]

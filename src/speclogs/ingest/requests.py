@@ -1,0 +1,283 @@
+"""Per-request records → the `requests` table: one row per request and source, with its acceptance and latency.
+
+Sources (`source_kind`):
+- `request_export`: `--export-metrics-to-file --export-metrics-to-file-dir D` writes `D/sglang-request-metrics-
+  YYYYMMDD_HH.log`, one JSON object per finished request: `{"request_parameters": "<JSON text>", **meta_info}`.
+- `log_requests_text` / `log_requests_json`: `--log-requests` lines, read by the grammars into server_events rows of
+  kind request_received / request_finished (lifecycle.toml: `Receive: obj=GenerateReqInput(…)` /
+  `Finish: obj=…, out={'meta_info': …}`; request_log.toml: `--log-requests-format json`). `RequestLog` pairs a
+  request's two lines by rid within a launch: the row is the Finish line (`received_line_no` names the Receive line).
+- `bench_serving`: `python -m sglang.bench_serving --output-details` arrays (input_lens, output_lens, ttfts, itls,
+  errors) in its JSONL output: one row per request of each benchmark run.
+
+SGLang's meta_info names changed across versions; one column each: `spec_accept_token_num` = accepted draft tokens
+(≤0.5.10 `spec_accept_token_num`, 0.5.14 `spec_num_correct_drafts` / `spec_accepted_drafts`), `spec_draft_token_num`
+= proposed draft tokens (`spec_draft_token_num`, `spec_num_proposed_drafts` / `spec_proposed_drafts`). Whatever a
+record holds beyond the typed columns stays in `extra` (JSON), the request itself in `request` (JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import polars as pl
+
+from speclogs.grammar.server_args import literal_tolerant, parse_call_repr, parse_keyword_reprs
+from speclogs.ingest.jsonfiles import JsonFileResult, count_lines, json_text
+
+HEALTH_CHECK_PREFIX = "HEALTH_CHECK"
+REQUEST_KINDS = ("request_received", "request_finished")
+
+REQUEST_COLUMNS = {
+    "line_no": pl.Int64, "launch_no": pl.Int32, "ts": pl.Datetime("us"), "received_line_no": pl.Int64,
+    "source_kind": pl.Utf8, "rid": pl.Utf8, "health_check": pl.Boolean, "finish_reason": pl.Utf8,
+    "prompt_tokens": pl.Int64, "completion_tokens": pl.Int64, "cached_tokens": pl.Int64,
+    "e2e_latency_s": pl.Float64, "queue_time_s": pl.Float64, "ttft_s": pl.Float64, "itl_mean_ms": pl.Float64,
+    "received_unix_s": pl.Float64, "finished_unix_s": pl.Float64,
+    "spec_accept_length": pl.Float64, "spec_accept_rate": pl.Float64, "spec_verify_ct": pl.Int64,
+    "spec_accept_token_num": pl.Int64, "spec_draft_token_num": pl.Int64, "spec_accept_histogram": pl.Utf8,
+    "request_index": pl.Int64, "error": pl.Utf8, "request": pl.Utf8, "extra": pl.Utf8,
+}
+_UNPARSED_COLUMNS = {"line_no": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8}
+# meta_info key(s) → column; the first key present wins
+_META_COLUMNS = {
+    "prompt_tokens": ("prompt_tokens",),
+    "completion_tokens": ("completion_tokens",),
+    "cached_tokens": ("cached_tokens",),
+    "e2e_latency_s": ("e2e_latency",),
+    "queue_time_s": ("queue_time",),
+    "received_unix_s": ("request_received_ts",),
+    "finished_unix_s": ("request_finished_ts",),
+    "spec_accept_length": ("spec_accept_length",),
+    "spec_accept_rate": ("spec_accept_rate",),
+    "spec_verify_ct": ("spec_verify_ct",),
+    "spec_accept_token_num": ("spec_accept_token_num", "spec_num_correct_drafts", "spec_accepted_drafts"),
+    "spec_draft_token_num": ("spec_draft_token_num", "spec_num_proposed_drafts", "spec_proposed_drafts"),
+}
+_INT_COLUMNS = {name for name, dtype in REQUEST_COLUMNS.items() if dtype == pl.Int64}
+
+
+def request_row(meta: dict, *, line_no: int, source_kind: str, request: object = None, rid: object = None,
+                extra: dict | None = None) -> dict:
+    """A requests row from a meta_info-shaped dict (typed fields out of it; the rest → extra)."""
+    row: dict = {name: None for name in REQUEST_COLUMNS}
+    row.update(line_no=line_no, source_kind=source_kind)
+    rest = dict(meta)
+    for column, keys in _META_COLUMNS.items():
+        for key in keys:
+            if key in meta:
+                value = _int(meta[key]) if column in _INT_COLUMNS else _number(meta[key])
+                if value is not None and row[column] is None:
+                    row[column] = value
+                    rest.pop(key, None)
+                elif value is not None:
+                    rest.pop(key, None)  # an alias of a value already typed
+    histogram = meta.get("spec_accept_histogram")
+    if isinstance(histogram, list):
+        row["spec_accept_histogram"] = json_text(histogram)
+        rest.pop("spec_accept_histogram")
+    rid = rid if isinstance(rid, str) else meta.get("id")
+    if isinstance(rid, str):
+        row["rid"] = rid
+        row["health_check"] = rid.startswith(HEALTH_CHECK_PREFIX)
+        if rest.get("id") == rid:
+            rest.pop("id")
+    reason = meta.get("finish_reason")
+    row["finish_reason"] = reason.get("type") if isinstance(reason, dict) else reason if isinstance(reason, str) else None
+    if request is not None:
+        row["request"] = json_text(request)
+    rest.update(extra or {})
+    row["extra"] = json_text(rest) if rest else None
+    return row
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# --export-metrics-to-file
+
+
+def parse_request_export(text: str) -> JsonFileResult:
+    """An export file: one JSON object per line → requests rows; a line that is not such an object → unparsed
+    (a file copied while SGLang was still writing ends in half a record)."""
+    rows: list[dict] = []
+    unparsed: list[tuple[int, str, str]] = []
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for line_no, line in enumerate(lines, start=1):
+        if not line.strip():
+            unparsed.append((line_no, "empty line", line))
+            continue
+        try:
+            document = json.loads(line)
+        except ValueError as error:
+            unparsed.append((line_no, f"not JSON ({error}; a record cut off?)", line))
+            continue
+        if not isinstance(document, dict) or "request_parameters" not in document:
+            unparsed.append((line_no, "JSON of an unknown shape (not an --export-metrics-to-file record)", line))
+            continue
+        meta = dict(document)
+        parameters = meta.pop("request_parameters")
+        request = _json_or_text(parameters)
+        rid = request.get("rid") if isinstance(request, dict) else None
+        rows.append(request_row(meta, line_no=line_no, source_kind="request_export", request=request, rid=rid))
+    tables: dict[str, pl.DataFrame] = {}
+    if rows:
+        tables["requests"] = pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row")
+    if unparsed:
+        tables["unparsed_lines"] = pl.DataFrame(unparsed, schema=_UNPARSED_COLUMNS, orient="row")
+    total = count_lines(text)
+    return JsonFileResult(tables=tables, total_lines=total, parsed_lines=total - len(unparsed), unparsed_lines=len(unparsed))
+
+
+def _json_or_text(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# --log-requests lines (server_events rows of kind request_received / request_finished)
+
+
+class RequestLog:
+    """Collects a log's request lines (from its server_events frames, chunk by chunk) and pairs them into rows."""
+
+    def __init__(self) -> None:
+        self._lines: list[dict] = []
+
+    def add(self, events: pl.DataFrame) -> None:
+        if "kind" not in events.columns:
+            return
+        found = events.filter(pl.col("kind").is_in(REQUEST_KINDS))
+        if found.height:
+            self._lines.extend(found.select("line_no", "launch_no", "ts", "kind", "message").to_dicts())
+
+    def frame(self) -> pl.DataFrame | None:
+        """One row per request (the Finish line; a request that never finished: its Receive line)."""
+        pending: dict[tuple, dict] = {}
+        rows: list[dict] = []
+        for line in sorted(self._lines, key=lambda item: item["line_no"]):
+            parsed = _parse_request_line(line["message"] or "")
+            if parsed is None:
+                continue
+            source_kind, rid, request, meta, extra = parsed
+            key = (line["launch_no"], rid)
+            if line["kind"] == "request_received":
+                pending[key] = {"line_no": line["line_no"], "ts": line["ts"], "request": request, "source_kind": source_kind}
+                continue
+            received = pending.pop(key, None)
+            row = request_row(meta, line_no=line["line_no"], source_kind=source_kind, request=request, rid=rid, extra=extra)
+            row.update(launch_no=line["launch_no"], ts=line["ts"],
+                       received_line_no=received["line_no"] if received else None)
+            rows.append(row)
+        for (launch_no, rid), received in pending.items():
+            row = request_row({}, line_no=received["line_no"], source_kind=received["source_kind"],
+                              request=received["request"], rid=rid)
+            row.update(launch_no=launch_no, ts=received["ts"], received_line_no=received["line_no"])
+            rows.append(row)
+        if not rows:
+            return None
+        return pl.DataFrame(sorted(rows, key=lambda row: row["line_no"]), schema=REQUEST_COLUMNS, orient="row")
+
+
+def _parse_request_line(message: str) -> tuple[str, object, object, dict, dict] | None:
+    """A request line's text → (source_kind, rid, request, meta_info, other out fields); None when unreadable."""
+    text = message.strip()
+    if text.startswith("{"):
+        try:
+            document = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(document, dict):
+            return None
+        request = document.get("obj")
+        out = document.get("out") if isinstance(document.get("out"), dict) else {}
+        rid = document.get("rid")
+        extra = {key: value for key, value in document.items() if key not in ("timestamp", "event", "rid", "obj", "out")}
+        return "log_requests_json", rid, request, _meta(out), extra | _other(out)
+    for head in ("Receive: obj=", "Finish: obj="):
+        if text.startswith(head):
+            break
+    else:
+        return None
+    class_name, fields, rest = parse_call_repr(text[len(head):])
+    request = {name: value if value is not None or value_text == "None" else value_text for name, value_text, value in fields}
+    if class_name is not None:
+        request = {"__class__": class_name, **request}
+    tail = {name: literal_tolerant(value_text) for name, value_text, _ in parse_keyword_reprs(rest)}
+    out = tail.pop("out", None)
+    out = out if isinstance(out, dict) else {}
+    rid = request.get("rid") if isinstance(request.get("rid"), str) else _meta(out).get("id")
+    return "log_requests_text", rid, request, _meta(out), tail | _other(out)
+
+
+def _meta(out: dict) -> dict:
+    meta = out.get("meta_info")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _other(out: dict) -> dict:
+    return {f"out.{key}": value for key, value in out.items() if key != "meta_info"}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# sglang.bench_serving --output-details
+
+
+def with_bench_serving_requests(result: JsonFileResult) -> JsonFileResult:
+    """`result` (a parsed JSONL benchmark file) with a requests table when its bench_serving rows have per-request arrays."""
+    bench = result.tables.get("bench_requests")
+    frame = bench_serving_requests(bench) if bench is not None else None
+    if frame is not None:
+        result.tables["requests"] = frame
+    return result
+
+
+def bench_serving_requests(bench: pl.DataFrame) -> pl.DataFrame | None:
+    """Per-request rows from the bench_serving results (bench_requests rows of source_kind bench_serving_jsonl) that
+    carry `--output-details` arrays; None when there are none."""
+    if "source_kind" not in bench.columns:
+        return None
+    rows: list[dict] = []
+    for line_no, extra in bench.filter(pl.col("source_kind") == "bench_serving_jsonl").select("line_no", "extra").iter_rows():
+        document = _json_or_text(extra)
+        if not isinstance(document, dict) or not isinstance(document.get("output_lens"), list):
+            continue
+        arrays = {key: value for key, value in document.items() if isinstance(value, list) and len(value) == len(document["output_lens"])}
+        for index in range(len(document["output_lens"])):
+            item = {key: value[index] for key, value in arrays.items()}
+            itls = item.get("itls")
+            meta = {"prompt_tokens": item.get("input_lens"), "completion_tokens": item.get("output_lens"),
+                    "cached_tokens": item.get("cached_tokens")}
+            rest = {key: value for key, value in item.items()
+                    if key not in ("input_lens", "output_lens", "ttfts", "errors", "cached_tokens") and value not in (None, "")}
+            row = request_row({k: v for k, v in meta.items() if v is not None}, line_no=line_no,
+                              source_kind="bench_serving", extra=rest)
+            row["request_index"] = index
+            row["ttft_s"] = _number(item.get("ttfts"))
+            if isinstance(itls, list) and itls and all(_number(v) is not None for v in itls):
+                row["itl_mean_ms"] = 1000.0 * sum(itls) / len(itls)
+            error = item.get("errors")
+            row["error"] = error if isinstance(error, str) and error else None
+            rows.append(row)
+    return pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row") if rows else None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None

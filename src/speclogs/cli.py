@@ -77,6 +77,18 @@ class SqlFormat(str, Enum):
     table = "table"
     csv = "csv"
     json = "json"
+    parquet = "parquet"
+
+
+# Options of the commands that print a query result (sql, tables, runs), defined once.
+SqlFormatOption = Annotated[SqlFormat, typer.Option(
+    "--format", "-f", help="table (the first --limit rows), csv, json (an array of objects; NaN is null) or parquet "
+    "(needs --output).")]
+OutputOption = Annotated[Optional[Path], typer.Option(
+    "--output", "-o", help="Write the result to FILE instead of stdout (csv, json, parquet).")]
+ForceOption = Annotated[bool, typer.Option("--force", help="Overwrite --output FILE if it exists.")]
+LimitOption = Annotated[int, typer.Option(
+    "--limit", min=0, help="Table format: show at most N rows, then '… M more rows' (0: all of them).")]
 
 
 @app.command()
@@ -169,20 +181,107 @@ def _render_check(result, *, shown: int) -> None:
 
 @app.command()
 def sql(
-    query: str = typer.Argument(..., help='SQL to run read-only, e.g. "SELECT run_name, count(*) FROM decode_batches JOIN runs USING (run_id) GROUP BY 1".'),
+    query: str = typer.Argument(..., help='SQL to run read-only, e.g. "SELECT run_name, count(*) FROM decode_batches '
+                                'JOIN runs USING (run_id) GROUP BY 1"; several statements print one result each; '
+                                "'-' reads the SQL from stdin."),
     db: DbOption = DEFAULT_DB,
-    output_format: SqlFormat = typer.Option(SqlFormat.table, "--format", "-f", help="Output format."),
+    output_format: SqlFormatOption = SqlFormat.table,
+    output: OutputOption = None,
+    force: ForceOption = False,
+    limit: LimitOption = 40,
 ) -> None:
-    """Run a read-only SQL query against the speclogs database and print the result."""
-    from speclogs.store import run_query
+    """Run read-only SQL against the speclogs database and print each statement's result (streamed: any size).
 
-    result = run_query(db, query)
-    if output_format is SqlFormat.csv:
-        sys.stdout.write(result.to_csv())
-    elif output_format is SqlFormat.json:
-        typer.echo(result.to_json())
-    else:
-        _render_query_table(result)
+    `SHOW TABLES` (or `speclogs tables`) lists the tables and views of the contract (docs/sql.md)."""
+    text = sys.stdin.read() if query == "-" else query
+    _print_query(db, text, output_format, output, force, limit)
+
+
+@app.command()
+def tables(
+    db: DbOption = DEFAULT_DB,
+    output_format: SqlFormatOption = SqlFormat.table,
+    output: OutputOption = None,
+    force: ForceOption = False,
+    limit: LimitOption = 0,
+) -> None:
+    """List the database's tables and views (the contract in docs/sql.md): kind, columns, rows."""
+    from speclogs.store.query import tables_sql
+
+    _print_query(db, tables_sql(db), output_format, output, force, limit)
+
+
+@app.command()
+def runs(
+    db: DbOption = DEFAULT_DB,
+    output_format: SqlFormatOption = SqlFormat.table,
+    output: OutputOption = None,
+    force: ForceOption = False,
+    limit: LimitOption = 0,
+) -> None:
+    """List the runs: name, folder, cell and launch, SGLang / torch / NCCL versions, launcher outcome, files, lines, id."""
+    from speclogs.store.query import RUNS_SQL
+
+    _print_query(db, RUNS_SQL, output_format, output, force, limit)
+
+
+def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | None, force: bool, limit: int) -> None:
+    """Every statement's result of `text` in the chosen format, on stdout or in --output (one library call per
+    result; the rows stream through)."""
+    from speclogs.store.query import split_statements, statements
+
+    if output_format is SqlFormat.parquet and output is None:
+        raise typer.BadParameter("--format parquet writes a file: add --output FILE", param_hint="'--output'")
+    if output is not None and output_format is SqlFormat.table:
+        raise typer.BadParameter("--output writes csv, json or parquet: add --format csv|json|parquet", param_hint="'--format'")
+    if output is not None and output.exists() and not force:
+        raise typer.BadParameter(f"{output} exists: pass --force to overwrite it", param_hint="'--output'")
+    if output_format is SqlFormat.parquet and len(split_statements(text)) > 1:
+        raise typer.BadParameter("a Parquet file holds one result: give one statement", param_hint="'--format'")
+    with statements(db, text) as results:
+        if output_format is SqlFormat.table:
+            for index, result in enumerate(results):
+                _render_query_table(result, limit, first=index == 0)
+            return
+        if output_format is SqlFormat.parquet:
+            from speclogs.store.export import write_parquet
+
+            for result in results:
+                write_parquet(result, output)
+            return
+        from speclogs.store.export import write_csv, write_json
+
+        sink = open(output, "wb") if output is not None else sys.stdout.buffer
+        try:
+            for index, result in enumerate(results):
+                if index:
+                    sink.write(b"\n")
+                if output_format is SqlFormat.csv:
+                    sys.stdout.flush()
+                    write_csv(result, sink)
+                else:
+                    import io
+
+                    text_sink = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=True)
+                    try:
+                        write_json(result, text_sink)
+                    finally:
+                        text_sink.detach()
+                sink.flush()
+        except BrokenPipeError:   # `speclogs sql … | head`: the reader has what it wanted
+            _quiet_broken_pipe()
+        finally:
+            if output is not None:
+                sink.close()
+
+
+def _quiet_broken_pipe() -> None:
+    """Stop writing to a closed pipe without a second error when Python flushes stdout at exit."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _render_ingest_summary(summary) -> None:
@@ -229,23 +328,40 @@ def _render_ingest_summary(summary) -> None:
         console.print(Text(f"… {len(summary.warnings) - 20} more warnings (see the files table: SELECT source_file, warnings FROM files)", style="yellow"))
 
 
-def _render_query_table(result) -> None:
+def _render_query_table(result, limit: int, *, first: bool = True) -> None:
+    """One result as a table on stdout: its first `limit` rows (all when 0), then how many more there are."""
     from rich.table import Table
 
     from speclogs.console import make_console, plain
 
     console = make_console()
-    if not result.columns:
-        console.print("(no result set)")
-        return
+    if not first:
+        console.print()
+    rows = result.head(limit + 1) if limit else [tuple(r) for batch in result.batches() for r in _tuples(batch)]
+    more = 0
+    if limit and len(rows) > limit:
+        rows = rows[:limit]
+        more = result.count() - limit
     table = Table(show_edge=False, pad_edge=False)
     for name, type_name in zip(result.columns, result.types):
-        numeric = any(word in type_name.upper() for word in ("INT", "DOUBLE", "FLOAT", "DECIMAL", "NUMBER"))
+        numeric = type_name.upper().startswith(("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+                                                "UINTEGER", "UBIGINT", "UHUGEINT", "DOUBLE", "FLOAT", "DECIMAL"))
+        numeric = numeric and not type_name.endswith("]")
         table.add_column(plain(name), justify="right" if numeric else "left", overflow="fold")
-    for row in result.rows:
+    for row in rows:
         table.add_row(*(plain("NULL" if value is None else value) for value in row))
     console.print(table)
-    console.print(f"({len(result.rows):,} row{'s' if len(result.rows) != 1 else ''})", style="dim")
+    shown = len(rows) + more
+    if more:
+        console.print(f"… {more:,} more row{'s' if more != 1 else ''} ({shown:,} in all; --limit N shows N, --limit 0 all, "
+                      "--format csv|json streams them)", style="dim")
+    else:
+        console.print(f"({shown:,} row{'s' if shown != 1 else ''})", style="dim")
+
+
+def _tuples(batch) -> list[tuple]:
+    columns = [column.to_pylist() for column in batch.columns]
+    return list(zip(*columns)) if columns else []
 
 
 class _ProgressReporter:

@@ -31,7 +31,6 @@ import polars as pl  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_ingest import ensure_log  # noqa: E402
-
 from speclogs.grammar import load_grammars  # noqa: E402
 from speclogs.ingest.classify import cast_expr, classify_fast, compile_engine  # noqa: E402
 from speclogs.ingest.lines import build_lines, read_lines  # noqa: E402

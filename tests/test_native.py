@@ -19,13 +19,12 @@ import duckdb
 import numpy as np
 import polars as pl
 import pytest
-from conftest import ROOT, cli_env
 from polars.testing import assert_frame_equal
 
+from conftest import ROOT, cli_env
 from speclogs import ingest_paths
-from speclogs.grammar import load_grammars
+from speclogs.grammar import cast_expr, load_grammars
 from speclogs.ingest import lines, native
-from speclogs.grammar import cast_expr
 from speclogs.ingest.classify import classify, compile_engine
 from speclogs.ingest.lines import build_lines
 

@@ -246,6 +246,7 @@ def test_more_gpus_than_exist_and_single_gpu_are_outcomes(standin, monkeypatch):
 
 def test_probe_json_round_trips_into_a_real_duckdb_table(standin, tmp_path):
     import duckdb
+
     from speclogs.ingest.nccl_probe import NCCL_PROBE_COLUMNS, read_nccl_probe
     result = run_probe(standin("default", "tuned:NCCL_PROTO=LL", "hang:STANDIN_MODE=hang_init",
                                tokens=(1, 2), init_timeout_s=1.0))

@@ -100,14 +100,16 @@ def ingest(
     replace: bool = typer.Option(False, "--replace", help="Re-ingest files already in the database (their rows are deleted first)."),
     output_format: TextFormatOption = TextFormat.text,
     json_alias: JsonAliasOption = False,
-    run_name: Optional[str] = typer.Option(None, "--run-name", help="Make every input of this call ONE run with this name (default: the log stem, or run.json in a launch directory)."),
+    run_name: Optional[str] = typer.Option(None, "--run-name", help="Make every input of this call ONE run with this name "
+                                           "(default: the log stem, or run.json in a launch directory)."),
     progress: Optional[bool] = typer.Option(
         None, "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal and the input is large)."
     ),
     grammar: Optional[list[Path]] = typer.Option(
         None, "--grammar", help="Extra grammar file or directory of *.toml (repeatable); checked like `speclogs grammars check`."
     ),
-    check_after: bool = typer.Option(False, "--check", help="Then run `speclogs check` on the files just ingested (exit 1 if a line lost content)."),
+    check_after: bool = typer.Option(False, "--check", help="Then run `speclogs check` on the files just ingested "
+                                     "(exit 1 if a line lost content)."),
 ) -> None:
     """Parse SGLang logs, NCCL lines and benchmark files into DuckDB tables (idempotent)."""
     from speclogs.store import ingest_paths
@@ -325,7 +327,8 @@ def _render_ingest_summary(summary) -> None:
     for warning in summary.warnings[:20]:
         console.print(Text(f"warning: {warning}", style="yellow"))
     if len(summary.warnings) > 20:
-        console.print(Text(f"… {len(summary.warnings) - 20} more warnings (see the files table: SELECT source_file, warnings FROM files)", style="yellow"))
+        console.print(Text(f"… {len(summary.warnings) - 20} more warnings (see the files table: SELECT source_file, warnings "
+                           "FROM files)", style="yellow"))
 
 
 def _render_query_table(result, limit: int, *, first: bool = True) -> None:
@@ -512,9 +515,12 @@ def launch(
     resume: bool = typer.Option(False, "--resume", help="Skip launches whose run.json is complete; redo the rest."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume, also redo failed launches."),
     only: list[str] = typer.Option([], "--only", help="Run only these cells (repeatable or comma-separated)."),
-    max_launches: Optional[int] = typer.Option(None, "--max-launches", help="Run at most N launches in this call; adaptive (--until or [adaptive]): the whole run's budget, all cells."),
+    max_launches: Optional[int] = typer.Option(None, "--max-launches", help="Run at most N launches in this call; adaptive "
+                                               "(--until or [adaptive]): the whole run's budget, all cells."),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Stop before a launch would not fit; interrupt at M minutes."),
-    until: Optional[str] = typer.Option(None, "--until", help="Adaptive: add interleaved rounds until every cell vs the reference is decided or its interval spans ≤ P, e.g. 'ci_width<=5%' (repeated confidence intervals; docs/launcher.md)."),
+    until: Optional[str] = typer.Option(None, "--until", help="Adaptive: add interleaved rounds until every cell vs the "
+                                        "reference is decided or its interval spans ≤ P, e.g. 'ci_width<=5%' (repeated "
+                                        "confidence intervals; docs/launcher.md)."),
     no_ingest: bool = typer.Option(False, "--no-ingest", help="Do not ingest the outputs at the end (GPU box without duckdb)."),
     db: DbOption = DEFAULT_DB,
     host: Optional[str] = typer.Option(None, "--host", help="user@box: run the plan there over ssh and pull the outputs back."),
@@ -653,7 +659,8 @@ def report(
     db: DbOption = DEFAULT_DB,
     output_format: ReportFormat = typer.Option(ReportFormat.terminal, "--format", "-f", help="terminal, json or md (stdout)."),
     output: list[Path] = typer.Option(
-        [], "--output", "-o", callback=_check_outputs, help="Also write the report to FILE, its format from the suffix (.json, .md, .html, .txt); "
+        [], "--output", "-o", callback=_check_outputs, help="Also write the report to FILE, its format from the suffix "
+        "(.json, .md, .html, .txt); "
         "repeatable: every file comes from the one computation."),
     html: Optional[Path] = typer.Option(None, "--html", help="Also write one self-contained HTML file with charts (= -o FILE.html)."),
     factor: list[str] = typer.Option(
@@ -665,9 +672,12 @@ def report(
         "Driver-script, shell, container and cloud variables (MINUTES, AWS_*, CONTAINER_NAME …) are ignored already."),
     confidence: float = typer.Option(0.95, "--confidence", callback=_check_confidence,
                                      help="Interval coverage, e.g. 0.95 (0.5 ≤ value < 1)."),
-    min_effect: str = typer.Option("0%", "--min-effect", callback=_check_min_effect, help="Practical threshold, e.g. 2%: a winner's interval must lie beyond ±2 %; inside it, 'equivalent'."),
-    hidden_size: Optional[int] = typer.Option(None, "--hidden-size", min=1, help="Target model hidden size (NCCL communication-share estimate)."),
-    num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1, help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
+    min_effect: str = typer.Option("0%", "--min-effect", callback=_check_min_effect, help="Practical threshold, e.g. 2%: a "
+                                   "winner's interval must lie beyond ±2 %; inside it, 'equivalent'."),
+    hidden_size: Optional[int] = typer.Option(None, "--hidden-size", min=1,
+                                              help="Target model hidden size (NCCL communication-share estimate)."),
+    num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1,
+                                             help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
 ) -> None:
     """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
     effects, warnings ranked by whether they change the answer."""

@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from speclogs.analysis import attribution, factorial, power, stats
+from speclogs.analysis import attribution, factorial, power, stats, steady as steady_rule
 from speclogs.analysis.load import RunTables, load_run_tables, resolve_arms
 from speclogs.analysis.nccl import nccl_evidence
 from speclogs.analysis.results import Arm, Comparison, Estimate, Finding, RatioComparison
-from speclogs.analysis import steady as steady_rule
 from speclogs.analysis.steady import client_rows, launch_slices, mark_steady, server_columns
 from speclogs.errors import AnalysisError
 

@@ -20,11 +20,10 @@ import polars as pl
 
 from speclogs.analysis import power, stats
 from speclogs.analysis.load import RunTables, parse_json_text
-from speclogs.analysis.steady import launch_slices
 from speclogs.analysis.results import UNSET, Arm, Finding, RatioComparison
-from speclogs.runrecord import FILE_NAME as RUN_JSON
-from speclogs.runrecord import RunRecord
+from speclogs.analysis.steady import launch_slices
 from speclogs.redact import redact_value
+from speclogs.runrecord import FILE_NAME as RUN_JSON, RunRecord
 
 # Environment variables the confounder check does not compare by default (globs): the shell's own, a driver script's
 # bookkeeping (MINUTES, SECONDS_LEFT, OUT …), the container's and the cloud's, package managers', certificate paths and
@@ -320,7 +319,8 @@ def lint_comparison(
         if row["outcome"] not in (None, "ok"):
             findings.append(Finding("run_outcome", f"run {row['run_name']} ended with outcome {row['outcome']!r}: its numbers may "
                                     "be partial", "warning", (arm_of[row["run_id"]],)))
-    adaptive = [row["run_name"] for row in tables.runs.iter_rows(named=True) if RunRecord.from_document(parse_json_text(row["run_json"])).adaptive]
+    adaptive = [row["run_name"] for row in tables.runs.iter_rows(named=True)
+                if RunRecord.from_document(parse_json_text(row["run_json"])).adaptive]
     if adaptive:
         findings.append(Finding(
             "adaptive_run", f"{_runs_text([(name, 1) for name in adaptive]).replace(' (1)', '')} come from an adaptive "
@@ -527,7 +527,8 @@ def _detected_warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_o
         client = cut_requests.get(run_id, 0)
         findings.append(Finding(
             "warmup_detected", f"run {names[run_id]}: its first {rows.height} steady-looking decode rows (~{seconds:.0f} s) "
-            f"ran {change:+.1%} against the rest — a warm-up with CUDA graphs on (least-squares change point, t test p < 0.01 over the cuts searched): "
+            f"ran {change:+.1%} against the rest — a warm-up with CUDA graphs on (least-squares change point, t test p < 0.01 "
+            "over the cuts searched): "
             f"excluded from the server figures and its profiled cycles"
             + (f", and {client} client request(s) in that window from the client's" if client else
                "; the client's requests could not be matched to it and still include it"),

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from speclogs.errors import InputError
-from speclogs.runrecord import FILE_NAME as RUN_JSON_NAME
-from speclogs.runrecord import read_run_json
+from speclogs.runrecord import FILE_NAME as RUN_JSON_NAME, read_run_json
 
 STDIN_NAME = "<stdin>"
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import speclogs
 from speclogs.errors import LaunchError
 from speclogs.launcher.plan import load_plan
-from speclogs.runrecord import FILE_NAME as RUN_JSON
 from speclogs.launcher.run import Interrupted, LaunchOptions, PlanRunSummary, Progress, _signals_raise_interrupted
+from speclogs.runrecord import FILE_NAME as RUN_JSON
 
 
 def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, ssh_options: tuple[str, ...] = (),

@@ -18,14 +18,10 @@ from typing import Callable, Iterator
 
 import speclogs
 from speclogs.errors import LaunchError, PlanError
-from speclogs.launcher import adaptive as _adaptive
-from speclogs.launcher import bench as _bench
-from speclogs.launcher import process as _proc
-from speclogs.launcher import runinfo
+from speclogs.launcher import adaptive as _adaptive, bench as _bench, process as _proc, runinfo
 from speclogs.launcher.plan import MODEL_PATH_FLAGS, PYTHON_PLACEHOLDER, LaunchSpec, Plan
 from speclogs.redact import redact_json
-from speclogs.runrecord import FILE_NAME as RUN_JSON
-from speclogs.runrecord import RETRY_OUTCOMES, RunRecord, read_run_json, write_run_json
+from speclogs.runrecord import FILE_NAME as RUN_JSON, RETRY_OUTCOMES, RunRecord, read_run_json, write_run_json
 
 Progress = Callable[[str], None]
 

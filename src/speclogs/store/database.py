@@ -94,7 +94,7 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
         if read_only:
             connection = duckdb.connect(str(path), read_only=True)
         else:  # attached, for the row group size and the storage version (the file's catalog is then the default one)
-            from speclogs.store.writer import ROW_GROUP_ROWS   # (polars: only where the file is written)
+            from speclogs.store.writer import ROW_GROUP_ROWS  # (polars: only where the file is written)
 
             connection = duckdb.connect()
             quoted = str(path).replace("'", "''")

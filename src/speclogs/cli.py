@@ -44,6 +44,8 @@ TextFormatOption = Annotated[
     TextFormat, typer.Option("--format", "-f", help="text (a summary on stderr) or json (the summary as JSON on stdout).")
 ]
 JsonAliasOption = Annotated[bool, typer.Option("--json", hidden=True, help="Same as --format json.")]
+GrammarOption = Annotated[Optional[list[Path]], typer.Option(
+    "--grammar", "-g", help="An extra grammar file, or a directory of *.toml (repeatable; checked like `speclogs grammars check`).")]
 
 
 def _wants_json(output_format: TextFormat, json_alias: bool) -> bool:
@@ -105,9 +107,7 @@ def ingest(
     progress: Optional[bool] = typer.Option(
         None, "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal and the input is large)."
     ),
-    grammar: Optional[list[Path]] = typer.Option(
-        None, "--grammar", help="Extra grammar file or directory of *.toml (repeatable); checked like `speclogs grammars check`."
-    ),
+    grammar: GrammarOption = None,
     check_after: bool = typer.Option(False, "--check", help="Then run `speclogs check` on the files just ingested "
                                      "(exit 1 if a line lost content)."),
 ) -> None:
@@ -145,7 +145,7 @@ def check(
     output_format: TextFormatOption = TextFormat.text,
     json_alias: JsonAliasOption = False,
     show: int = typer.Option(10, "--show", min=0, help="How many of the lines that lost something to print."),
-    grammar: Optional[list[Path]] = typer.Option(None, "--grammar", help="The extra grammar files the ingest used (repeatable)."),
+    grammar: GrammarOption = None,
 ) -> None:
     """Check that the database holds every line it was given: re-read each ingested file and find every number and word
     of every line in that line's rows (lnav -C style). Exit 1 when a line lost something."""
@@ -729,14 +729,14 @@ def grammars_check(
 
 @grammars_app.command("list")
 def grammars_list(
-    extra: list[Path] = typer.Option([], "--grammar", "-g", help="Also load this grammar file or directory (repeatable)."),
+    extra: GrammarOption = None,
     output_format: Annotated[TextFormat, typer.Option("--format", "-f", help="text (a table) or json.")] = TextFormat.text,
     json_alias: JsonAliasOption = False,
 ) -> None:
     """List families and patterns in priority order (first match wins), with table, scope and SGLang versions."""
     from speclogs.grammar import load_grammars
 
-    grammars = load_grammars(extra)
+    grammars = load_grammars(extra or [])
     rows = [(p.family, p.name, p.table, p.scope, p.versions, p.gate) for p in [grammars.prefix, *grammars.patterns]]
     if _wants_json(output_format, json_alias):
         import json

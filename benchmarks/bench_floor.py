@@ -31,11 +31,10 @@ import polars as pl  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_ingest import ensure_log  # noqa: E402
-
 from speclogs.grammar import load_grammars  # noqa: E402
 from speclogs.ingest.classify import cast_expr, classify_fast, compile_engine  # noqa: E402
 from speclogs.ingest.lines import build_lines, read_lines  # noqa: E402
-from speclogs.store import ROW_GROUP_ROWS  # noqa: E402
+from speclogs.store.writer import ROW_GROUP_ROWS  # noqa: E402
 
 HOT_TABLES = ("decode_batches", "prefill_batches", "http_requests")
 def busiest_patterns(engine, data: bytes) -> list:

@@ -93,10 +93,11 @@ def main() -> None:
 def native_figures(log: Path, grammars) -> None:
     """The same work in the native matcher, one thread, chunk by chunk as the ingest does (16 MiB): split, prefix
     (typed ts, ms, ranks, message), then one pass of every message pattern in priority order with typed values."""
+    from speclogs.ingest.logfile import DEFAULT_CHUNK_BYTES, chunk_bounds
+
     from speclogs.ingest import native
     from speclogs.ingest.classify import compile_engine
     from speclogs.ingest.lines import MAX_LINE_BYTES
-    from speclogs.ingest.logfile import DEFAULT_CHUNK_BYTES, chunk_bounds
 
     if not native.available():
         print(f"native matcher: not measured ({native.unavailable_reason()})")

@@ -101,10 +101,11 @@ def check(got: dict, truth: dict) -> list[str]:
 
 def staged(log: Path) -> dict[str, float]:
     """Seconds per stage of the fast path on the whole file, one stage after the other (in-process, no overlap)."""
+    from speclogs.ingest.logfile import DEFAULT_CHUNK_BYTES, _assemble, chunk_bounds
+
     from speclogs.grammar import load_grammars
     from speclogs.ingest.classify import classify, compile_engine
     from speclogs.ingest.lines import build_lines
-    from speclogs.ingest.logfile import DEFAULT_CHUNK_BYTES, _assemble, chunk_bounds
     from speclogs.ingest.sources import make_valid_text
     from speclogs.store import _PendingRows, _TableColumns, connect
 
@@ -185,14 +186,16 @@ def main() -> None:
             print(
                 f"run {run + 1}{f' ({name})' if len(variants) > 1 else ''}: {result['seconds']:.2f} s  {lines_s:,.0f} lines/s  "
                 f"{size_mb / result['seconds']:,.1f} MB/s  CPU {result['cpu_s']:.1f} s ({result['cpu_s'] / result['seconds']:.2f} cores)  "
-                f"peak RSS {result['peak_rss_mb']:,.0f} MB ({result['peak_rss_mb'] / size_mb:.1f}× file)  DuckDB file {result['db_mb']:,.0f} MB  "
+                f"peak RSS {result['peak_rss_mb']:,.0f} MB ({result['peak_rss_mb'] / size_mb:.1f}× file)  "
+                f"DuckDB file {result['db_mb']:,.0f} MB  "
                 + ("truth: OK" if not problems else "truth MISMATCH: " + "; ".join(problems))
             )
     for name, runs in results.items():
         seconds = sorted(r["seconds"] for r in runs)
         best, median = seconds[0], seconds[len(seconds) // 2]
         print(
-            f"{name + ': ' if len(variants) > 1 else ''}min {best:.2f} s = {truth['lines'] / best:,.0f} lines/s ({size_mb / best:,.1f} MB/s); "
+            f"{name + ': ' if len(variants) > 1 else ''}min {best:.2f} s = {truth['lines'] / best:,.0f} lines/s "
+            f"({size_mb / best:,.1f} MB/s); "
             f"median {median:.2f} s = {truth['lines'] / median:,.0f} lines/s; min CPU {min(r['cpu_s'] for r in runs):.1f} s; "
             f"max peak RSS {max(r['peak_rss_mb'] for r in runs):,.0f} MB"
         )

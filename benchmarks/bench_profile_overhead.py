@@ -2,7 +2,8 @@
 
 Builds a worker module with SGLang 0.5.14's method layout (EAGLEWorkerV2 / EagleDraftWorker, methods that do
 no work) from source, wraps it with the real hook (`hook.patch_worker_module`, which reads that source), and
-times `forward_batch_generation` plain and wrapped. The difference is what the wrappers, the profiler, its events and its log lines cost the host per cycle.
+times `forward_batch_generation` plain and wrapped. The difference is what the wrappers, the profiler, its events and
+its log lines cost the host per cycle.
 Log lines go through a real logging handler into os.devnull.
 
     PYTHONPATH=src python benchmarks/bench_profile_overhead.py            # stand-in events (no torch needed)

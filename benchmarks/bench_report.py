@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import json
+import os
 import sys
 import tempfile
 import time
@@ -108,7 +108,8 @@ def main() -> int:
     total = analysis_s + render_s
     rows_total = args.runs * args.rows
     sys.stdout.write(
-        f"report (best of {args.repeat}) over {args.runs} runs × {args.rows:,} decode rows ({rows_total:,} rows): analysis {analysis_s:.2f} s "
+        f"report (best of {args.repeat}) over {args.runs} runs × {args.rows:,} decode rows ({rows_total:,} rows): "
+        f"analysis {analysis_s:.2f} s "
         f"+ terminal & JSON render {render_s:.2f} s = {total:.2f} s (target < 2 s; {rows_total / total:,.0f} rows/s)\n"
         f"  CPU time {cpu_s:.2f} s (threads summed; compare with wall time when the machine is busy: "
         f"load average {os.getloadavg()[0]:.1f})\n"

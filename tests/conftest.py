@@ -53,7 +53,8 @@ def run_cli(*args: str, stdin: bytes | None = None, cwd: Path | None = None, tim
 def database_held_by_another_process(db: Path):
     """Another process with `db` open for writing (DuckDB's file lock), for as long as the block runs; yields its pid."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); time.sleep(60)", str(db)],
+        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('ready', flush=True); "
+         "time.sleep(60)", str(db)],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -39,7 +39,7 @@ class Trial:
 
 def compare(tokens: np.ndarray, seconds: np.ndarray) -> tuple[stats.TInterval, str, float]:
     """One comparison of arm 1 against arm 0 ((2, L, n) arrays) with speclogs.analysis.stats."""
-    groups = [stats.summarize_group([np.column_stack([tokens[arm, l], seconds[arm, l]]) for l in range(tokens.shape[1])],
+    groups = [stats.summarize_group([np.column_stack([tokens[arm, launch], seconds[arm, launch]]) for launch in range(tokens.shape[1])],
                                     _client_stat) for arm in range(2)]
     result = stats.t_interval(stats.diff_parts(groups[0], groups[1], 0), CONFIDENCE)
     between, within = stats.pooled_components(groups, 0)
@@ -172,7 +172,7 @@ def test_launch_outliers_are_flagged_rarely_when_there_are_none_and_almost_alway
         a = rng.normal(0.0, cv, 5)
         b = rng.normal(math.log(1.05), cv, 5)
         false_flags += bool(_launch_outliers([_arm("A", a, 0.01), _arm("B", b, 0.01)], []))
-    for t in range(trials // 3):
+    for _ in range(trials // 3):
         a = rng.normal(0.0, 0.03, 5)
         b = rng.normal(math.log(1.05), 0.03, 5)
         b[0] += math.log(0.8)

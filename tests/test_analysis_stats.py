@@ -143,7 +143,8 @@ def _decode_frame():
         (42, 15, True, 89.0),
     ]
     decode = pl.DataFrame({
-        "launch_key": [0] * len(rows), "run_id": ["r"] * len(rows), "line_no": [r[0] for r in rows], "ts": [t0 + timedelta(seconds=r[1]) for r in rows],
+        "launch_key": [0] * len(rows), "run_id": ["r"] * len(rows), "line_no": [r[0] for r in rows],
+        "ts": [t0 + timedelta(seconds=r[1]) for r in rows],
         "tp_rank": [r[4] if len(r) > 4 else 0 for r in rows],
         "running_req": [1] * len(rows), "accept_len": [None] * len(rows), "cuda_graph": [r[2] for r in rows],
         "gen_throughput_tok_s": [r[3] for r in rows],

@@ -123,13 +123,21 @@ def test_a_file_that_disappears_before_it_is_read(db_path, tmp_path):
 
 def test_pitfalls_ansi_crlf_tqdm_docker_ray_prefixes(db_path, tmp_path):
     text = (
-        "[2026-11-30 10:18:53 TP0] Decode batch, #running-req: 1, #token: 96, token usage: 0.00, cuda graph: True, gen throughput (token/s): 3.84, #queue-req: 0\r\n"
-        "\x1b[32m[2026-11-30 10:18:54 TP0] Decode batch, #running-req: 1, #token: 97, token usage: 0.00, cuda graph: True, gen throughput (token/s): 3.85, #queue-req: 0\x1b[0m\r\n"
-        "^[[36m[2026-11-30 10:18:55 TP0] Decode batch, #running-req: 1, #token: 98, token usage: 0.00, cuda graph: True, gen throughput (token/s): 3.86, #queue-req: 0^[[0m\r\n"
-        "sglang-1  | [2026-11-30 10:18:56 TP0] Decode batch, #running-req: 1, #token: 99, token usage: 0.00, cuda graph: True, gen throughput (token/s): 3.87, #queue-req: 0\r\n"
-        "(SchedulerActor pid=123, ip=10.0.0.1) [2026-11-30 10:18:57 TP1] Decode batch, #running-req: 2, #token: 100, token usage: 0.00, cuda graph: True, gen throughput (token/s): 3.88, #queue-req: 0\r\n"
-        "\rCapturing batches (bs=4 avail_mem=69.07 GB):   0%|          | 0/4 [00:00<?, ?it/s][2026-11-30 10:18:58 TP0] Decode batch, #running-req: 3, #token: 101, token usage: 0.00, cuda graph: True, gen throughput (token/s): 3.89, #queue-req: 0\r\n"
-        "[2026-11-30 10:18:52 TP1] Decode batch, #running-req: 1, #token: 95, token usage: 0.00, cuda graph: True, gen throughput (token/s): 3.80, #queue-req: 0\r\n"
+        "[2026-11-30 10:18:53 TP0] Decode batch, #running-req: 1, #token: 96, token usage: 0.00,"
+        " cuda graph: True, gen throughput (token/s): 3.84, #queue-req: 0\r\n"
+        "\x1b[32m[2026-11-30 10:18:54 TP0] Decode batch, #running-req: 1, #token: 97, token usage: 0.00,"
+        " cuda graph: True, gen throughput (token/s): 3.85, #queue-req: 0\x1b[0m\r\n"
+        "^[[36m[2026-11-30 10:18:55 TP0] Decode batch, #running-req: 1, #token: 98, token usage: 0.00,"
+        " cuda graph: True, gen throughput (token/s): 3.86, #queue-req: 0^[[0m\r\n"
+        "sglang-1  | [2026-11-30 10:18:56 TP0] Decode batch, #running-req: 1, #token: 99, token usage: 0.00,"
+        " cuda graph: True, gen throughput (token/s): 3.87, #queue-req: 0\r\n"
+        "(SchedulerActor pid=123, ip=10.0.0.1) [2026-11-30 10:18:57 TP1] Decode batch, #running-req: 2, #token: 100, token usage: 0.00,"
+        " cuda graph: True, gen throughput (token/s): 3.88, #queue-req: 0\r\n"
+        "\rCapturing batches (bs=4 avail_mem=69.07 GB):   0%|          | 0/4 [00:00<?, ?it/s]"
+        "[2026-11-30 10:18:58 TP0] Decode batch, #running-req: 3, #token: 101, token usage: 0.00,"
+        " cuda graph: True, gen throughput (token/s): 3.89, #queue-req: 0\r\n"
+        "[2026-11-30 10:18:52 TP1] Decode batch, #running-req: 1, #token: 95, token usage: 0.00,"
+        " cuda graph: True, gen throughput (token/s): 3.80, #queue-req: 0\r\n"
         "[2026-11-30 10:18:59 TP0] Decode batch, #running-req: 1, #tok\r\n"
     )
     log = tmp_path / "pitfalls.log"
@@ -149,7 +157,8 @@ def test_pitfalls_ansi_crlf_tqdm_docker_ray_prefixes(db_path, tmp_path):
     total, parsed, continuation, unparsed = query(db_path, "SELECT total_lines, parsed, continuation, unparsed FROM line_accounting")[0]
     assert (total, parsed + continuation + unparsed) == (8, 8)
     # the decode line cut short is a row with what it has, not taken for a complete one
-    assert query(db_path, "SELECT running_req, truncated, extra_fields FROM decode_batches WHERE line_no = 8") == [(1, True, '{"#tok": null}')]
+    assert query(db_path, "SELECT running_req, truncated, extra_fields FROM decode_batches WHERE line_no = 8") == [
+        (1, True, '{"#tok": null}')]
     assert query(db_path, "SELECT count(*) FROM decode_batches WHERE truncated") == [(1,)]
 
 

@@ -56,10 +56,12 @@ def test_stdin_and_gzip(db_path, tmp_path):
 def test_sql_formats(ingested):
     db_path, _ = ingested
     eagle = f"source_file = '{EAGLE.resolve()}'"
-    as_json = run_cli("sql", f"SELECT count(*) AS n, min(accept_len) AS a FROM decode_batches WHERE {eagle}", "--db", str(db_path), "--format", "json")
+    as_json = run_cli("sql", f"SELECT count(*) AS n, min(accept_len) AS a FROM decode_batches WHERE {eagle}", "--db", str(db_path),
+                      "--format", "json")
     assert as_json.returncode == 0, as_json.stderr
     assert json.loads(as_json.stdout) == [{"n": 37, "a": 2.0}]
-    as_csv = run_cli("sql", f"SELECT status, count(*) AS n FROM http_requests WHERE path = '/health' AND {eagle} GROUP BY 1 ORDER BY 1", "--db", str(db_path), "--format", "csv")
+    as_csv = run_cli("sql", f"SELECT status, count(*) AS n FROM http_requests WHERE path = '/health' AND {eagle} GROUP BY 1 ORDER BY 1",
+                     "--db", str(db_path), "--format", "csv")
     assert as_csv.stdout.splitlines() == ["status,n", "200,1", "503,2"]
     as_table = run_cli("sql", "SELECT kind, count(*) FROM server_events GROUP BY 1 ORDER BY 1", "--db", str(db_path))
     assert "cuda_graph_end" in as_table.stdout and "rows)" in as_table.stdout

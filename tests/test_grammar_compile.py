@@ -66,7 +66,8 @@ def test_fixture_decode_lines_have_the_values_a_user_expects():
 
 
 def test_prefix_rank_tags_regexes_agree_with_pyparsing():
-    lines = ["[2025-05-31 18:31:21 DP0 TP0] x", "[2024-11-28 08:12:40 DP-1 TP0] x", "[2026-05-27 10:01:02 ATTN_CP1 MOE_DP2 TP3] x", "[2026-11-30 10:19:31] x"]
+    lines = ["[2025-05-31 18:31:21 DP0 TP0] x", "[2024-11-28 08:12:40 DP-1 TP0] x", "[2026-05-27 10:01:02 ATTN_CP1 MOE_DP2 TP3] x",
+             "[2026-11-30 10:19:31] x"]
     for line in lines:
         slow = GRAMMARS.prefix.parse(line)
         tags = pl.Series([slow["rank_tags"]])

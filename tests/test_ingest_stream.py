@@ -21,7 +21,8 @@ def table_rows(db: Path) -> dict[str, list[tuple]]:
     try:
         rows = {}
         for table in TABLES:
-            columns = [c for c, in con.execute(f"SELECT column_name FROM (DESCRIBE {table})").fetchall() if c not in ("source_file", "run_id")]
+            columns = [c for c, in con.execute(f"SELECT column_name FROM (DESCRIBE {table})").fetchall()
+                       if c not in ("source_file", "run_id")]
             select = ", ".join(f'"{c}"' for c in columns)
             rows[table] = con.execute(f"SELECT {select} FROM {table} ORDER BY ALL").fetchall()
         rows["files"] = con.execute(

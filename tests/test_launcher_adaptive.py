@@ -12,8 +12,7 @@ import pytest
 
 from conftest import run_cli
 from speclogs.errors import PlanError
-from speclogs.launcher import LaunchOptions, launch_plan, parse_plan
-from speclogs.launcher import adaptive
+from speclogs.launcher import LaunchOptions, adaptive, launch_plan, parse_plan
 from test_launcher import STANDIN, free_port
 
 

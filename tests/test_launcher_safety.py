@@ -11,8 +11,7 @@ import time
 
 import pytest
 
-from speclogs.launcher import process as proc
-from speclogs.launcher import runinfo
+from speclogs.launcher import process as proc, runinfo
 from test_launcher import alive, run, run_json, write_plan
 
 

@@ -19,13 +19,12 @@ import duckdb
 import numpy as np
 import polars as pl
 import pytest
-from conftest import ROOT, cli_env
 from polars.testing import assert_frame_equal
 
+from conftest import ROOT, cli_env
 from speclogs import ingest_paths
-from speclogs.grammar import load_grammars
+from speclogs.grammar import cast_expr, load_grammars
 from speclogs.ingest import lines, native
-from speclogs.grammar import cast_expr
 from speclogs.ingest.classify import classify, compile_engine
 from speclogs.ingest.lines import build_lines
 
@@ -789,7 +788,9 @@ def test_fallback_without_native_gives_the_same_claims(engine, monkeypatch):
 
 def test_summary_says_when_a_big_log_ran_without_the_native_matcher(monkeypatch, tmp_path):
     log = tmp_path / "big.log"
-    log.write_bytes(b"".join(path.read_bytes() for path in ALL_LOGS)[: (512 << 10) + 4096].rsplit(b"\n", 1)[0] + b"\n")
+    text = b"".join(path.read_bytes() for path in ALL_LOGS)
+    end = text.index(b"\n", (512 << 10) + 4096) + 1  # whole lines, just over the size that gets the note
+    log.write_bytes(text[:end])
     small = tmp_path / "small.log"
     small.write_bytes(SERVER_LOGS[0].read_bytes()[:20_000].rsplit(b"\n", 1)[0] + b"\n")
     monkeypatch.setenv(native.ENV_SWITCH, "0")

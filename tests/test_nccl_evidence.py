@@ -166,26 +166,15 @@ def test_latency_interpolation_is_linear_in_log_size():
     assert interpolate_latency_us([4096, 4096, 4096], [1.0, 9.0, 5.0], 4096) == 5.0   # median of repeats
 
 
-def test_evidence_from_the_real_ingest_matches(tmp_path):
-    """The same evidence through `speclogs ingest` (grammars + store) and DuckDB instead of the test scaffolding."""
-    from speclogs import store
-    from speclogs.analysis.nccl import nccl_evidence
-
-    db = tmp_path / "m.duckdb"
-    store.ingest_paths([str(MATRIX)], db)
-    con = store.connect(db, read_only=True)
-    ids = dict(con.execute("SELECT run_name, run_id FROM runs").fetchall())
-    evidence = nccl_evidence(con, [ids[name] for name in ("baseline_default", "baseline_nccl", "eagle3_default", "eagle3_nccl")],
-                             hidden_size=2048)
-    scaffold = compute_nccl_evidence(frames_from_logs(ALL_FOUR), hidden_size=2048)
-    for real, expected in zip(evidence.runs, scaffold.runs):
-        assert real.run_name == expected.run_name
-        assert real.nccl_version == expected.nccl_version
-        assert [(s.name, s.log_value) for s in real.settings] == [(s.name, s.log_value) for s in expected.settings]
-        assert real.coll_channels == expected.coll_channels
-        assert real.transports == expected.transports
-        assert real.collectives == expected.collectives
-        assert real.allreduce_verdict == expected.allreduce_verdict
+def test_channel_counts_are_the_ones_the_log_prints(matrix_evidence):
+    """'24 coll channels, 24 collnet channels, 0 nvls channels, 32 p2p channels, …': both counts, as NCCL printed them."""
+    for run in matrix_evidence.runs:
+        printed = {line.split(" NCCL INFO ")[1] for line in (MATRIX / f"{run.run_name}.log").read_text().splitlines()
+                   if " coll channels, " in line}
+        assert printed == {f"{run.coll_channels} coll channels, {run.coll_channels} collnet channels, 0 nvls channels, "
+                           f"{run.p2p_channels} p2p channels, {run.p2p_channels} p2p channels per peer"}
+    assert [(run.run_name, run.coll_channels, run.p2p_channels) for run in matrix_evidence.runs] == [
+        ("baseline_default", 24, 32), ("baseline_nccl", 16, 16), ("eagle3_default", 24, 32), ("eagle3_nccl", 16, 16)]
 
 
 def test_tuning_lost_on_a_restart_is_loud(tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from speclogs.errors import InputError, PlanError, ProbeError
+from speclogs.launcher.plan import load_plan
 from speclogs.probe import (
     SEEDS_TUNED_ENV,
     EnvSet,
@@ -148,6 +149,29 @@ def test_a_broken_plan_names_the_file_and_line(tmp_path):
         env_sets_from_plan(empty)
 
 
+@pytest.mark.parametrize("plan_text, message", [
+    ('[server]\nenv = { NCCL_PROTO = "LL" }\n[[cells]]\nname = "a"\n', r"plan\.toml:1: unknown key 'server' in the plan"),
+    ('[[cells]]\nname = "a"\nenvv = { NCCL_PROTO = "LL" }\n', r"plan\.toml:3: unknown key 'envv'"),
+    ('[[cells]]\nname = "a"\nenv = { NCCL_PROTO = ["LL"] }\n', r"plan\.toml:1: env\.NCCL_PROTO must be a string or number"),
+])
+def test_the_probe_refuses_exactly_the_plans_the_launcher_refuses(tmp_path, plan_text, message):
+    """One plan parser: `probe nccl --plan` and `launch` agree on every plan, error text and line included."""
+    plan = tmp_path / "plan.toml"
+    plan.write_text(plan_text)
+    with pytest.raises(PlanError, match=message) as launcher:
+        load_plan(plan)
+    with pytest.raises(PlanError, match=message) as probe:
+        env_sets_from_plan(plan)
+    assert str(probe.value) == str(launcher.value)
+
+
+def test_cells_as_named_tables_give_their_env_sets(tmp_path):
+    plan = tmp_path / "plan.toml"
+    plan.write_text('env = { NCCL_ALGO = "Ring" }\n[cells.base]\nargs = []\n[cells.tuned]\nenv = { NCCL_PROTO = "LL" }\n')
+    assert [(e.name, e.env) for e in env_sets_from_plan(plan)] == [
+        ("base", {"NCCL_ALGO": "Ring"}), ("tuned", {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL"})]
+
+
 # --- the runner, with a stand-in worker (real processes, stage files, timeouts) ------------------------
 
 @pytest.fixture
@@ -222,6 +246,7 @@ def test_more_gpus_than_exist_and_single_gpu_are_outcomes(standin, monkeypatch):
 
 def test_probe_json_round_trips_into_a_real_duckdb_table(standin, tmp_path):
     import duckdb
+
     from speclogs.ingest.nccl_probe import NCCL_PROBE_COLUMNS, read_nccl_probe
     result = run_probe(standin("default", "tuned:NCCL_PROTO=LL", "hang:STANDIN_MODE=hang_init",
                                tokens=(1, 2), init_timeout_s=1.0))

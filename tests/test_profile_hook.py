@@ -496,7 +496,7 @@ def run_profiled(
         cwd=root, env=env, capture_output=True, text=True, timeout=60,
     )
     assert completed.returncode == 0, completed.stderr
-    summary_lines = [l for l in completed.stdout.splitlines() if l.startswith("SUMMARY ")]
+    summary_lines = [line for line in completed.stdout.splitlines() if line.startswith("SUMMARY ")]
     return completed.stderr.splitlines(), json.loads(summary_lines[-1][len("SUMMARY "):])
 
 

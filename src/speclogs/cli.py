@@ -44,6 +44,8 @@ TextFormatOption = Annotated[
     TextFormat, typer.Option("--format", "-f", help="text (a summary on stderr) or json (the summary as JSON on stdout).")
 ]
 JsonAliasOption = Annotated[bool, typer.Option("--json", hidden=True, help="Same as --format json.")]
+GrammarOption = Annotated[Optional[list[Path]], typer.Option(
+    "--grammar", "-g", help="An extra grammar file, or a directory of *.toml (repeatable; checked like `speclogs grammars check`).")]
 
 
 def _wants_json(output_format: TextFormat, json_alias: bool) -> bool:
@@ -77,6 +79,18 @@ class SqlFormat(str, Enum):
     table = "table"
     csv = "csv"
     json = "json"
+    parquet = "parquet"
+
+
+# Options of the commands that print a query result (sql, tables, runs), defined once.
+SqlFormatOption = Annotated[SqlFormat, typer.Option(
+    "--format", "-f", help="table (the first --limit rows), csv, json (an array of objects; NaN is null) or parquet "
+    "(needs --output).")]
+OutputOption = Annotated[Optional[Path], typer.Option(
+    "--output", "-o", help="Write the result to FILE instead of stdout (csv, json, parquet).")]
+ForceOption = Annotated[bool, typer.Option("--force", help="Overwrite --output FILE if it exists.")]
+LimitOption = Annotated[int, typer.Option(
+    "--limit", min=0, help="Table format: show at most N rows, then '… M more rows' (0: all of them).")]
 
 
 @app.command()
@@ -88,14 +102,14 @@ def ingest(
     replace: bool = typer.Option(False, "--replace", help="Re-ingest files already in the database (their rows are deleted first)."),
     output_format: TextFormatOption = TextFormat.text,
     json_alias: JsonAliasOption = False,
-    run_name: Optional[str] = typer.Option(None, "--run-name", help="Make every input of this call ONE run with this name (default: the log stem, or run.json in a launch directory)."),
+    run_name: Optional[str] = typer.Option(None, "--run-name", help="Make every input of this call ONE run with this name "
+                                           "(default: the log stem, or run.json in a launch directory)."),
     progress: Optional[bool] = typer.Option(
         None, "--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal and the input is large)."
     ),
-    grammar: Optional[list[Path]] = typer.Option(
-        None, "--grammar", help="Extra grammar file or directory of *.toml (repeatable); checked like `speclogs grammars check`."
-    ),
-    check_after: bool = typer.Option(False, "--check", help="Then run `speclogs check` on the files just ingested (exit 1 if a line lost content)."),
+    grammar: GrammarOption = None,
+    check_after: bool = typer.Option(False, "--check", help="Then run `speclogs check` on the files just ingested "
+                                     "(exit 1 if a line lost content)."),
 ) -> None:
     """Parse SGLang logs, NCCL lines and benchmark files into DuckDB tables (idempotent)."""
     from speclogs.store import ingest_paths
@@ -131,7 +145,7 @@ def check(
     output_format: TextFormatOption = TextFormat.text,
     json_alias: JsonAliasOption = False,
     show: int = typer.Option(10, "--show", min=0, help="How many of the lines that lost something to print."),
-    grammar: Optional[list[Path]] = typer.Option(None, "--grammar", help="The extra grammar files the ingest used (repeatable)."),
+    grammar: GrammarOption = None,
 ) -> None:
     """Check that the database holds every line it was given: re-read each ingested file and find every number and word
     of every line in that line's rows (lnav -C style). Exit 1 when a line lost something."""
@@ -169,20 +183,107 @@ def _render_check(result, *, shown: int) -> None:
 
 @app.command()
 def sql(
-    query: str = typer.Argument(..., help='SQL to run read-only, e.g. "SELECT run_name, count(*) FROM decode_batches JOIN runs USING (run_id) GROUP BY 1".'),
+    query: str = typer.Argument(..., help='SQL to run read-only, e.g. "SELECT run_name, count(*) FROM decode_batches '
+                                'JOIN runs USING (run_id) GROUP BY 1"; several statements print one result each; '
+                                "'-' reads the SQL from stdin."),
     db: DbOption = DEFAULT_DB,
-    output_format: SqlFormat = typer.Option(SqlFormat.table, "--format", "-f", help="Output format."),
+    output_format: SqlFormatOption = SqlFormat.table,
+    output: OutputOption = None,
+    force: ForceOption = False,
+    limit: LimitOption = 40,
 ) -> None:
-    """Run a read-only SQL query against the speclogs database and print the result."""
-    from speclogs.store import run_query
+    """Run read-only SQL against the speclogs database and print each statement's result (streamed: any size).
 
-    result = run_query(db, query)
-    if output_format is SqlFormat.csv:
-        sys.stdout.write(result.to_csv())
-    elif output_format is SqlFormat.json:
-        typer.echo(result.to_json())
-    else:
-        _render_query_table(result)
+    `SHOW TABLES` (or `speclogs tables`) lists the tables and views of the contract (docs/sql.md)."""
+    text = sys.stdin.read() if query == "-" else query
+    _print_query(db, text, output_format, output, force, limit)
+
+
+@app.command()
+def tables(
+    db: DbOption = DEFAULT_DB,
+    output_format: SqlFormatOption = SqlFormat.table,
+    output: OutputOption = None,
+    force: ForceOption = False,
+    limit: LimitOption = 0,
+) -> None:
+    """List the database's tables and views (the contract in docs/sql.md): kind, columns, rows."""
+    from speclogs.store.query import tables_sql
+
+    _print_query(db, tables_sql(db), output_format, output, force, limit)
+
+
+@app.command()
+def runs(
+    db: DbOption = DEFAULT_DB,
+    output_format: SqlFormatOption = SqlFormat.table,
+    output: OutputOption = None,
+    force: ForceOption = False,
+    limit: LimitOption = 0,
+) -> None:
+    """List the runs: name, folder, cell and launch, SGLang / torch / NCCL versions, launcher outcome, files, lines, id."""
+    from speclogs.store.query import RUNS_SQL
+
+    _print_query(db, RUNS_SQL, output_format, output, force, limit)
+
+
+def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | None, force: bool, limit: int) -> None:
+    """Every statement's result of `text` in the chosen format, on stdout or in --output (one library call per
+    result; the rows stream through)."""
+    from speclogs.store.query import split_statements, statements
+
+    if output_format is SqlFormat.parquet and output is None:
+        raise typer.BadParameter("--format parquet writes a file: add --output FILE", param_hint="'--output'")
+    if output is not None and output_format is SqlFormat.table:
+        raise typer.BadParameter("--output writes csv, json or parquet: add --format csv|json|parquet", param_hint="'--format'")
+    if output is not None and output.exists() and not force:
+        raise typer.BadParameter(f"{output} exists: pass --force to overwrite it", param_hint="'--output'")
+    if output_format is SqlFormat.parquet and len(split_statements(text)) > 1:
+        raise typer.BadParameter("a Parquet file holds one result: give one statement", param_hint="'--format'")
+    with statements(db, text) as results:
+        if output_format is SqlFormat.table:
+            for index, result in enumerate(results):
+                _render_query_table(result, limit, first=index == 0)
+            return
+        if output_format is SqlFormat.parquet:
+            from speclogs.store.export import write_parquet
+
+            for result in results:
+                write_parquet(result, output)
+            return
+        from speclogs.store.export import write_csv, write_json
+
+        sink = open(output, "wb") if output is not None else sys.stdout.buffer
+        try:
+            for index, result in enumerate(results):
+                if index:
+                    sink.write(b"\n")
+                if output_format is SqlFormat.csv:
+                    sys.stdout.flush()
+                    write_csv(result, sink)
+                else:
+                    import io
+
+                    text_sink = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=True)
+                    try:
+                        write_json(result, text_sink)
+                    finally:
+                        text_sink.detach()
+                sink.flush()
+        except BrokenPipeError:   # `speclogs sql … | head`: the reader has what it wanted
+            _quiet_broken_pipe()
+        finally:
+            if output is not None:
+                sink.close()
+
+
+def _quiet_broken_pipe() -> None:
+    """Stop writing to a closed pipe without a second error when Python flushes stdout at exit."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _render_ingest_summary(summary) -> None:
@@ -226,26 +327,44 @@ def _render_ingest_summary(summary) -> None:
     for warning in summary.warnings[:20]:
         console.print(Text(f"warning: {warning}", style="yellow"))
     if len(summary.warnings) > 20:
-        console.print(Text(f"… {len(summary.warnings) - 20} more warnings (see the files table: SELECT source_file, warnings FROM files)", style="yellow"))
+        console.print(Text(f"… {len(summary.warnings) - 20} more warnings (see the files table: SELECT source_file, warnings "
+                           "FROM files)", style="yellow"))
 
 
-def _render_query_table(result) -> None:
+def _render_query_table(result, limit: int, *, first: bool = True) -> None:
+    """One result as a table on stdout: its first `limit` rows (all when 0), then how many more there are."""
     from rich.table import Table
 
     from speclogs.console import make_console, plain
 
     console = make_console()
-    if not result.columns:
-        console.print("(no result set)")
-        return
+    if not first:
+        console.print()
+    rows = result.head(limit + 1) if limit else [tuple(r) for batch in result.batches() for r in _tuples(batch)]
+    more = 0
+    if limit and len(rows) > limit:
+        rows = rows[:limit]
+        more = result.count() - limit
     table = Table(show_edge=False, pad_edge=False)
     for name, type_name in zip(result.columns, result.types):
-        numeric = any(word in type_name.upper() for word in ("INT", "DOUBLE", "FLOAT", "DECIMAL", "NUMBER"))
+        numeric = type_name.upper().startswith(("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+                                                "UINTEGER", "UBIGINT", "UHUGEINT", "DOUBLE", "FLOAT", "DECIMAL"))
+        numeric = numeric and not type_name.endswith("]")
         table.add_column(plain(name), justify="right" if numeric else "left", overflow="fold")
-    for row in result.rows:
+    for row in rows:
         table.add_row(*(plain("NULL" if value is None else value) for value in row))
     console.print(table)
-    console.print(f"({len(result.rows):,} row{'s' if len(result.rows) != 1 else ''})", style="dim")
+    shown = len(rows) + more
+    if more:
+        console.print(f"… {more:,} more row{'s' if more != 1 else ''} ({shown:,} in all; --limit N shows N, --limit 0 all, "
+                      "--format csv|json streams them)", style="dim")
+    else:
+        console.print(f"({shown:,} row{'s' if shown != 1 else ''})", style="dim")
+
+
+def _tuples(batch) -> list[tuple]:
+    columns = [column.to_pylist() for column in batch.columns]
+    return list(zip(*columns)) if columns else []
 
 
 class _ProgressReporter:
@@ -396,9 +515,12 @@ def launch(
     resume: bool = typer.Option(False, "--resume", help="Skip launches whose run.json is complete; redo the rest."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="With --resume, also redo failed launches."),
     only: list[str] = typer.Option([], "--only", help="Run only these cells (repeatable or comma-separated)."),
-    max_launches: Optional[int] = typer.Option(None, "--max-launches", help="Run at most N launches in this call; adaptive (--until or [adaptive]): the whole run's budget, all cells."),
+    max_launches: Optional[int] = typer.Option(None, "--max-launches", help="Run at most N launches in this call; adaptive "
+                                               "(--until or [adaptive]): the whole run's budget, all cells."),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="Stop before a launch would not fit; interrupt at M minutes."),
-    until: Optional[str] = typer.Option(None, "--until", help="Adaptive: add interleaved rounds until every cell vs the reference is decided or its interval spans ≤ P, e.g. 'ci_width<=5%' (repeated confidence intervals; docs/launcher.md)."),
+    until: Optional[str] = typer.Option(None, "--until", help="Adaptive: add interleaved rounds until every cell vs the "
+                                        "reference is decided or its interval spans ≤ P, e.g. 'ci_width<=5%' (repeated "
+                                        "confidence intervals; docs/launcher.md)."),
     no_ingest: bool = typer.Option(False, "--no-ingest", help="Do not ingest the outputs at the end (GPU box without duckdb)."),
     db: DbOption = DEFAULT_DB,
     host: Optional[str] = typer.Option(None, "--host", help="user@box: run the plan there over ssh and pull the outputs back."),
@@ -537,7 +659,8 @@ def report(
     db: DbOption = DEFAULT_DB,
     output_format: ReportFormat = typer.Option(ReportFormat.terminal, "--format", "-f", help="terminal, json or md (stdout)."),
     output: list[Path] = typer.Option(
-        [], "--output", "-o", callback=_check_outputs, help="Also write the report to FILE, its format from the suffix (.json, .md, .html, .txt); "
+        [], "--output", "-o", callback=_check_outputs, help="Also write the report to FILE, its format from the suffix "
+        "(.json, .md, .html, .txt); "
         "repeatable: every file comes from the one computation."),
     html: Optional[Path] = typer.Option(None, "--html", help="Also write one self-contained HTML file with charts (= -o FILE.html)."),
     factor: list[str] = typer.Option(
@@ -549,9 +672,12 @@ def report(
         "Driver-script, shell, container and cloud variables (MINUTES, AWS_*, CONTAINER_NAME …) are ignored already."),
     confidence: float = typer.Option(0.95, "--confidence", callback=_check_confidence,
                                      help="Interval coverage, e.g. 0.95 (0.5 ≤ value < 1)."),
-    min_effect: str = typer.Option("0%", "--min-effect", callback=_check_min_effect, help="Practical threshold, e.g. 2%: a winner's interval must lie beyond ±2 %; inside it, 'equivalent'."),
-    hidden_size: Optional[int] = typer.Option(None, "--hidden-size", min=1, help="Target model hidden size (NCCL communication-share estimate)."),
-    num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1, help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
+    min_effect: str = typer.Option("0%", "--min-effect", callback=_check_min_effect, help="Practical threshold, e.g. 2%: a "
+                                   "winner's interval must lie beyond ±2 %; inside it, 'equivalent'."),
+    hidden_size: Optional[int] = typer.Option(None, "--hidden-size", min=1,
+                                              help="Target model hidden size (NCCL communication-share estimate)."),
+    num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1,
+                                             help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
 ) -> None:
     """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
     effects, warnings ranked by whether they change the answer."""
@@ -603,14 +729,14 @@ def grammars_check(
 
 @grammars_app.command("list")
 def grammars_list(
-    extra: list[Path] = typer.Option([], "--grammar", "-g", help="Also load this grammar file or directory (repeatable)."),
+    extra: GrammarOption = None,
     output_format: Annotated[TextFormat, typer.Option("--format", "-f", help="text (a table) or json.")] = TextFormat.text,
     json_alias: JsonAliasOption = False,
 ) -> None:
     """List families and patterns in priority order (first match wins), with table, scope and SGLang versions."""
     from speclogs.grammar import load_grammars
 
-    grammars = load_grammars(extra)
+    grammars = load_grammars(extra or [])
     rows = [(p.family, p.name, p.table, p.scope, p.versions, p.gate) for p in [grammars.prefix, *grammars.patterns]]
     if _wants_json(output_format, json_alias):
         import json

@@ -123,7 +123,8 @@ def redact_json(value: Any, key: str = "") -> Any:
 
 
 _ASSIGNMENT = re.compile(  # name=value (ServerArgs(…), env dumps) or 'name': value / "name": value (dicts, JSON)
-    r"""(?P<head>(?:(?<![A-Za-z0-9_#.\-])(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)=|(?P<quote>['"])(?P<qname>[A-Za-z_][A-Za-z0-9_.\-]*)(?P=quote): ))"""
+    r"""(?P<head>(?:(?<![A-Za-z0-9_#.\-])(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)="""
+    r"""|(?P<quote>['"])(?P<qname>[A-Za-z_][A-Za-z0-9_.\-]*)(?P=quote): ))"""
     r"""(?P<value>'[^']*'|"[^"]*"|[^\s,)}\]]+)"""
 )
 _FLAG = re.compile(r"(?<![\w\-])(?P<flag>--[A-Za-z0-9][A-Za-z0-9\-_]*)(?P<sep>=| +)(?P<value>[^\s'\",)\-][^\s'\",)]*)")

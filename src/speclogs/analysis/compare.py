@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from speclogs.analysis import attribution, factorial, power, stats
+from speclogs.analysis import attribution, factorial, power, stats, steady as steady_rule
 from speclogs.analysis.load import RunTables, load_run_tables, resolve_arms
 from speclogs.analysis.nccl import nccl_evidence
 from speclogs.analysis.results import Arm, Comparison, Estimate, Finding, RatioComparison
-from speclogs.analysis import steady as steady_rule
 from speclogs.analysis.signals import signal_evidence_for, with_signals
 from speclogs.analysis.steady import client_rows, launch_slices, mark_steady, server_columns
 from speclogs.errors import AnalysisError
@@ -336,7 +335,9 @@ def compare_tables(
         comparisons=comparisons, levels=levels, run_data_rows={r: d.server_rows for r, d in run_data.items()},
         ignore_env=ignore_env, confidence=confidence, min_effect=min_effect,
     )
-    warnings = tuple(factor_findings + effect_findings + findings + cycle_findings + _nccl_findings(nccl))
+    if nccl is not None:   # the evidence's findings name runs; in a comparison they concern the arms of those runs too
+        nccl = replace(nccl, findings=tuple(_with_arms(nccl.findings, arm_runs, names)))
+    warnings = tuple(factor_findings + effect_findings + findings + cycle_findings + list(nccl.findings if nccl else ()))
     warnings = tuple(sorted(warnings, key=lambda f: 0 if f.severity == "warning" else 1))
     return Comparison(
         arms=tuple(arm_objects),
@@ -462,12 +463,11 @@ def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFra
     return rows.group_by("arm", "source", "accept_len").agg(pl.col("count").sum()).sort("arm", "source", "accept_len")
 
 
-def _nccl_findings(evidence: Any) -> list[Finding]:
-    """The evidence's findings as report findings (code prefixed 'nccl.' unless it already starts with 'nccl')."""
-    findings = []
-    for item in getattr(evidence, "findings", ()) or ():
-        code = str(getattr(item, "code", "nccl"))
-        findings.append(Finding(
-            code if code.startswith("nccl") else f"nccl.{code}", str(getattr(item, "message", item)),
-            str(getattr(item, "severity", "warning")), tuple(getattr(item, "runs", ()) or ())))
-    return findings
+def _with_arms(findings: Sequence[Finding], arm_runs: Mapping[str, list[str]], names: Mapping[str, str]) -> list[Finding]:
+    """The findings, each with the arms its runs belong to (in arm order)."""
+    arms_of: dict[str, list[str]] = {}
+    for arm, ids in arm_runs.items():
+        for run_id in ids:
+            arms_of.setdefault(names[run_id], []).append(arm)
+    return [replace(item, arms=tuple(dict.fromkeys(arm for run in item.runs for arm in arms_of.get(run, ()))))
+            for item in findings]

@@ -20,9 +20,10 @@ import polars as pl
 
 from speclogs.analysis import power, stats
 from speclogs.analysis.load import RunTables, parse_json_text
-from speclogs.analysis.steady import launch_slices
 from speclogs.analysis.results import UNSET, Arm, Finding, RatioComparison
+from speclogs.analysis.steady import launch_slices
 from speclogs.redact import redact_value
+from speclogs.runrecord import FILE_NAME as RUN_JSON, RunRecord
 
 # Environment variables the confounder check does not compare by default (globs): the shell's own, a driver script's
 # bookkeeping (MINUTES, SECONDS_LEFT, OUT …), the container's and the cloud's, package managers', certificate paths and
@@ -77,13 +78,13 @@ def run_settings(tables: RunTables, ignore_env: Sequence[str] = DEFAULT_IGNORED_
         env = parse_json_text(row["env"])
         if env:
             s.update({f"env {k}": str(redact_value(k, v)) for k, v in env.items() if not ignored_env(k, ignore_env)})
-            s["_env_known"] = "run.json"
+            s["_env_known"] = RUN_JSON
         elif run_id in nccl_env:
             s.update({f"env {k}": str(redact_value(k, v)) for k, v in nccl_env[run_id].items()
                       if not ignored_env(k, ignore_env)})
             s["_env_known"] = "NCCL INFO lines"
-        run_json = parse_json_text(row["run_json"])
-        for name, value in (run_json.get("versions") or {}).items():
+        record = RunRecord.from_document(parse_json_text(row["run_json"]))
+        for name, value in record.versions.items():
             if name != "speclogs":
                 s[f"version {name}"] = str(value)
         if row["sglang_version"]:
@@ -93,10 +94,10 @@ def run_settings(tables: RunTables, ignore_env: Sequence[str] = DEFAULT_IGNORED_
             if row[column] is not None:
                 s[key] = str(row[column])
         s["spec speculative_algorithm"] = str(row["speculative_algorithm"] or "none")
-        if "profile" in run_json:
-            s["profile profiled"] = str(bool(run_json["profile"]))
+        if record.profile is not None:
+            s["profile profiled"] = str(record.profile)
         for role, group in (("target", "model"), ("draft", "draft")):
-            model = (run_json.get("models") or {}).get(role) or {}
+            model = record.models.get(role) or {}
             for field, name in (("config_sha256", "config"), ("weights_sha256", "weights"),
                                 ("eagle3_layer_ids", "eagle3_layer_ids"), ("architectures", "architectures")):
                 if model.get(field) is not None:
@@ -319,7 +320,8 @@ def lint_comparison(
         if row["outcome"] not in (None, "ok"):
             findings.append(Finding("run_outcome", f"run {row['run_name']} ended with outcome {row['outcome']!r}: its numbers may "
                                     "be partial", "warning", (arm_of[row["run_id"]],)))
-    adaptive = [row["run_name"] for row in tables.runs.iter_rows(named=True) if parse_json_text(row["run_json"]).get("adaptive")]
+    adaptive = [row["run_name"] for row in tables.runs.iter_rows(named=True)
+                if RunRecord.from_document(parse_json_text(row["run_json"])).adaptive]
     if adaptive:
         findings.append(Finding(
             "adaptive_run", f"{_runs_text([(name, 1) for name in adaptive]).replace(' (1)', '')} come from an adaptive "
@@ -526,7 +528,8 @@ def _detected_warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_o
         client = cut_requests.get(run_id, 0)
         findings.append(Finding(
             "warmup_detected", f"run {names[run_id]}: its first {rows.height} steady-looking decode rows (~{seconds:.0f} s) "
-            f"ran {change:+.1%} against the rest — a warm-up with CUDA graphs on (least-squares change point, t test p < 0.01 over the cuts searched): "
+            f"ran {change:+.1%} against the rest — a warm-up with CUDA graphs on (least-squares change point, t test p < 0.01 "
+            "over the cuts searched): "
             f"excluded from the server figures and its profiled cycles"
             + (f", and {client} client request(s) in that window from the client's" if client else
                "; the client's requests could not be matched to it and still include it"),

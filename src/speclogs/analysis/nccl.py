@@ -6,7 +6,7 @@ does the rest. Reports render NcclEvidence and compute nothing.
 
 NcclEvidence (frozen; every tuple is in run order as given):
   runs:          RunNccl per run —
-                   nccl_version, info_lines (NCCL INFO lines), processes (distinct pids), ranks;
+                   nccl_version, info_lines (lines with NCCL's INFO head), processes (distinct pids), ranks;
                    settings: NcclSetting per variable — log_value ("NAME set by environment to VALUE"; None when
                      NCCL never said), env_value (runs.env NCCL_* from run.json; None when not recorded there),
                      agrees (False = the log and the recorded env disagree; None = one side is missing);
@@ -20,7 +20,8 @@ NcclEvidence (frozen; every tuple is in run order as given):
                  'effective …' rows are what NCCL chose: coll channels, algo/proto per collective).
   estimates:     CommShareEstimate per run that has spec_cycles and a matching probe: all-reduce latency at the
                  verify message size × all-reduces per verify forward / median verify_ms, with its assumptions.
-  findings:      NcclFinding(code, message, severity 'warning'|'info', runs) — warnings as data; codes:
+  findings:      Finding(code, message, severity 'warning'|'info', runs=run names) — the
+                 analysis' one finding type (speclogs.analysis.results) — warnings as data; codes:
                  nccl_no_info_lines, nccl_single_gpu, nccl_env_mismatch, nccl_env_not_in_log, nccl_set_in_process,
                  nccl_no_env_recorded, nccl_ranks_disagree, nccl_launches_differ, nccl_version_differs, nccl_settings_differ,
                  nccl_no_tuning_lines, nccl_allreduce_bypassed, nccl_allreduce_served, nccl_estimate_unavailable,
@@ -31,13 +32,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
-from speclogs.analysis.results import UNSET
+from speclogs.analysis.results import UNSET, Finding
 from speclogs.errors import AnalysisError
 
 # variables NCCL never echoes as "set by environment" (logging switches; NCCL_VERSION is an informational label
@@ -49,21 +49,6 @@ _SET_BY_SGLANG = frozenset({"NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"})
 _IMPLAUSIBLE_SHARE = 0.5
 _TINY_ALLREDUCE_BYTES = 64          # init-time sanity all-reduces (a 4 B AllReduce at communicator setup)
 _COLLECTIVE_NAMES = {"all_reduce": "AllReduce", "all_gather": "AllGather"}
-_CHANNELS = re.compile(r"(\d+) coll channels, (?:\d+ collnet channels, )?(?:\d+ nvls channels, )?(\d+) p2p channels")
-_TRANSPORT = re.compile(r"Channel (\d+)/\d+ : (\d+)\[\d+\] -> (\d+)\[\d+\] via (\S+)")
-_TUNING = re.compile(r"(\w+): (\d+) Bytes -> Algo (\w+) proto (\w+)")
-_ENV = re.compile(r"(NCCL_\w+) set by environment to (.*?)\.?$")
-_VERSION = re.compile(r"NCCL version (\S+)")
-
-
-@dataclass(frozen=True)
-class NcclFinding:
-    """A warning or note; same fields as the report's findings (code, message, severity, runs)."""
-
-    code: str
-    message: str
-    severity: str = "warning"
-    runs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,7 +124,7 @@ class NcclEvidence:
     runs: tuple[RunNccl, ...]
     settings_diff: tuple[SettingDiff, ...]
     estimates: tuple[CommShareEstimate, ...]
-    findings: tuple[NcclFinding, ...]
+    findings: tuple[Finding, ...]
 
 
 @dataclass(frozen=True)
@@ -193,7 +178,7 @@ def nccl_evidence(con: Any, run_ids: list[str], *, hidden_size: int | None = Non
 
 def compute_nccl_evidence(frames: NcclFrames, *, hidden_size: int | None = None,
                           num_layers: int | None = None) -> NcclEvidence:
-    findings: list[NcclFinding] = []
+    findings: list[Finding] = []
     runs: list[RunNccl] = []
     for run in frames.runs.iter_rows(named=True):
         run_id = run["run_id"]
@@ -208,7 +193,7 @@ def compute_nccl_evidence(frames: NcclFrames, *, hidden_size: int | None = None,
 
     versions = {run.nccl_version for run in runs if run.nccl_version}
     if len(versions) > 1:
-        findings.append(NcclFinding(
+        findings.append(Finding(
             "nccl_version_differs",
             "the runs used different NCCL versions: " + ", ".join(f"{run.run_name} {run.nccl_version}" for run in runs),
             runs=tuple(run.run_name for run in runs)))
@@ -217,7 +202,7 @@ def compute_nccl_evidence(frames: NcclFrames, *, hidden_size: int | None = None,
         shown = "; ".join(
             f"{diff.name}: " + ", ".join(f"{name}={value if value is not None else UNSET}" for name, value in diff.values)
             for diff in settings_diff)
-        findings.append(NcclFinding("nccl_settings_differ", f"NCCL settings differ between the compared runs: {shown}",
+        findings.append(Finding("nccl_settings_differ", f"NCCL settings differ between the compared runs: {shown}",
                                     runs=tuple(run.run_name for run in runs)))
     estimates, estimate_findings = _estimates(frames, runs, hidden_size, num_layers)
     return NcclEvidence(runs=tuple(runs), settings_diff=tuple(settings_diff), estimates=tuple(estimates),
@@ -226,29 +211,31 @@ def compute_nccl_evidence(frames: NcclFrames, *, hidden_size: int | None = None,
 
 def _examine_run(run_id: str, run_name: str, tp_size: int | None, env: dict[str, str] | None,
                  events: pl.DataFrame, markers: pl.DataFrame, args: dict[str, str],
-                 hidden_size: int | None) -> tuple[RunNccl, list[NcclFinding]]:
-    findings: list[NcclFinding] = []
-    info_lines = events.height
+                 hidden_size: int | None) -> tuple[RunNccl, list[Finding]]:
+    findings: list[Finding] = []
+    # NCCL's own lines ('host:pid:tid [rank] NCCL INFO …'), not SGLang's "sglang is using nccl==…" nor the headless
+    # rows of NCCL's algorithm table: a log with only those proves nothing about the NCCL settings
+    info_lines = events.filter(pl.col("nccl_rank").is_not_null()).height
     version = _nccl_version(events)
     log_settings, disagreeing = _log_settings(events)
     for name, values in disagreeing.items():
-        findings.append(NcclFinding("nccl_ranks_disagree",
+        findings.append(Finding("nccl_ranks_disagree",
                                     f"{run_name}: NCCL processes report different {name}: {', '.join(sorted(values))}",
                                     runs=(run_name,)))
     settings = _settings(run_name, log_settings, env, info_lines, findings)
     lost = _launch_differences(events)
     if lost:
-        findings.append(NcclFinding(
+        findings.append(Finding(
             "nccl_launches_differ",
             f"{run_name}: THE SERVER STARTS IN THIS RUN HAD DIFFERENT NCCL SETTINGS — {lost} (a restart without the "
             "same environment loses NCCL tuning silently)", runs=(run_name,)))
 
     if info_lines == 0:
         if tp_size == 1:
-            findings.append(NcclFinding("nccl_single_gpu", f"{run_name}: single GPU (tp_size 1): no NCCL communicator "
-                                        "for tensor parallelism, so NCCL settings do not matter", "info", (run_name,)))
+            findings.append(Finding("nccl_single_gpu", f"{run_name}: single GPU (tp_size 1): no NCCL communicator "
+                                        "for tensor parallelism, so NCCL settings do not matter", "info", runs=(run_name,)))
         else:
-            findings.append(NcclFinding(
+            findings.append(Finding(
                 "nccl_no_info_lines",
                 f"{run_name}: NO NCCL INFO LINES — nothing can be proven about the NCCL settings this run really had "
                 "(a recorded env is only what was asked for). Run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING.",
@@ -268,32 +255,20 @@ def _examine_run(run_id: str, run_name: str, tp_size: int | None, env: dict[str,
 
 
 def _nccl_version(events: pl.DataFrame) -> str | None:
-    if events.is_empty():
+    """NCCL's own line ("NCCL version 2.28.9+cuda13.0", has a rank) before SGLang's "sglang is using nccl==2.28.9"."""
+    versions = events.filter((pl.col("kind") == "version") & pl.col("value").is_not_null()
+                             & (pl.col("name").is_null() | (pl.col("name") == "nccl")))
+    if versions.is_empty():
         return None
-    # NCCL's own line ("NCCL version 2.28.9+cuda13.0", has a rank) before SGLang's "sglang is using nccl==2.28.9"
-    versions = events.filter(pl.col("kind") == "version").sort(pl.col("nccl_rank").is_null(), "line_no")
-    for row in versions.iter_rows(named=True):
-        if row.get("name") in (None, "nccl") and row.get("value"):
-            return str(row["value"])
-    for message in events["message"].drop_nulls().to_list():
-        match = _VERSION.search(message)
-        if match:
-            return match.group(1)
-    return None
+    return str(versions.sort(pl.col("nccl_rank").is_null(), "line_no")["value"][0])
 
 
 def _log_settings(events: pl.DataFrame) -> tuple[dict[str, str], dict[str, set[str]]]:
     """NAME → VALUE from "set by environment" lines; names whose processes report different values."""
     seen: dict[str, set[str]] = {}
-    for row in events.filter(pl.col("kind") == "env").iter_rows(named=True):
-        name, value = row.get("name"), row.get("value")
-        if name is None and row.get("message"):
-            match = _ENV.search(row["message"])
-            if match:
-                name, value = match.group(1), match.group(2)
-        if name is None or value is None:
-            continue
-        seen.setdefault(str(name), set()).add(str(value).strip().rstrip("."))
+    env = events.filter((pl.col("kind") == "env") & pl.col("name").is_not_null() & pl.col("value").is_not_null())
+    for name, value in env.select("name", "value").iter_rows():
+        seen.setdefault(str(name), set()).add(str(value))
     settings = {name: sorted(values)[0] for name, values in seen.items()}
     return settings, {name: values for name, values in seen.items() if len(values) > 1}
 
@@ -316,12 +291,12 @@ def _launch_differences(events: pl.DataFrame) -> str | None:
 
 
 def _settings(run_name: str, log_settings: dict[str, str], env: dict[str, str] | None, info_lines: int,
-              findings: list[NcclFinding]) -> list[NcclSetting]:
+              findings: list[Finding]) -> list[NcclSetting]:
     names = sorted(set(log_settings) | set(env or {}))
     settings = []
     if env is None and info_lines:
-        findings.append(NcclFinding("nccl_no_env_recorded", f"{run_name}: no recorded environment (a plain log, no "
-                                    "run.json): NCCL settings come from the log alone", "info", (run_name,)))
+        findings.append(Finding("nccl_no_env_recorded", f"{run_name}: no recorded environment (a plain log, no "
+                                    "run.json): NCCL settings come from the log alone", "info", runs=(run_name,)))
     mismatches, unconfirmed, in_process = [], [], []
     for name in names:
         log_value = log_settings.get(name)
@@ -335,82 +310,57 @@ def _settings(run_name: str, log_settings: dict[str, str], env: dict[str, str] |
         elif env is not None and env_value is None and log_value is not None:
             in_process.append(f"{name}={log_value}")
     if mismatches:
-        findings.append(NcclFinding(
+        findings.append(Finding(
             "nccl_env_mismatch",
             f"{run_name}: THE LOG AND THE RECORDED ENV DISAGREE — " + "; ".join(mismatches)
             + ". NCCL used the log's values (something in the server process changed them).", runs=(run_name,)))
     if unconfirmed:
-        findings.append(NcclFinding(
+        findings.append(Finding(
             "nccl_env_not_in_log",
             f"{run_name}: the recorded env sets {', '.join(unconfirmed)} but NCCL never reported reading it "
             "(no 'set by environment' line): it may not have reached the NCCL processes", runs=(run_name,)))
     if in_process:
         by_sglang = all(item.split("=")[0] in _SET_BY_SGLANG for item in in_process)
-        findings.append(NcclFinding(
+        findings.append(Finding(
             "nccl_set_in_process",
             f"{run_name}: NCCL reports {', '.join(in_process)} although the recorded env lacks it: set inside the "
             "server process" + (" (SGLang sets NCCL_CUMEM_ENABLE / NCCL_NVLS_ENABLE from --enable-symm-mem / "
                                 "--enable-nccl-nvls)" if by_sglang else ""),
-            "info" if by_sglang else "warning", (run_name,)))
+            "info" if by_sglang else "warning", runs=(run_name,)))
     return settings
 
 
 def _channel_counts(events: pl.DataFrame) -> tuple[int | None, int | None]:
-    """(coll channels, p2p channels): from the "24 coll channels, … 32 p2p channels" text when the message keeps it,
-    else from the grammar's `nchannels` column (the counts line, or the ring lines "Channel 00/24 : 0 1")."""
-    if events.is_empty():
+    """(coll channels, p2p channels) from the counts line ("24 coll channels, … 32 p2p channels": nchannels,
+    p2p_channels); without one, the coll channels from the ring lines ("Channel 00/24 : 0 1": nchannels)."""
+    channels = events.filter((pl.col("kind") == "channels") & pl.col("nchannels").is_not_null())
+    if channels.is_empty():
         return None, None
-    coll, p2p = set(), set()
-    for message in events["message"].drop_nulls().to_list():
-        match = _CHANNELS.search(message)
-        if match:
-            coll.add(int(match.group(1)))
-            p2p.add(int(match.group(2)))
-    if not coll and "nchannels" in events.columns:
-        channels = events.filter((pl.col("kind") == "channels") & pl.col("nchannels").is_not_null())
-        counts = channels.filter(pl.col("channel").is_null()) if "channel" in channels.columns else channels
-        values = (counts if not counts.is_empty() else channels)["nchannels"].to_list()
-        coll = {int(value) for value in values}
-    return (max(coll) if coll else None), (max(p2p) if p2p else None)
+    counts = channels.filter(pl.col("channel").is_null())
+    coll = (counts if not counts.is_empty() else channels)["nchannels"].max()
+    p2p = counts["p2p_channels"].max() if not counts.is_empty() else None
+    return (int(coll) if coll is not None else None), (int(p2p) if p2p is not None else None)
 
 
 def _transports(events: pl.DataFrame) -> list[TransportUse]:
-    if events.is_empty():
-        return []
-    rows = []
-    for row in events.filter(pl.col("kind") == "transport").iter_rows(named=True):
-        channel, peer_from, peer_to, transport = row.get("channel"), row.get("peer_from"), row.get("peer_to"), row.get("transport")
-        if transport is None and row.get("message"):
-            match = _TRANSPORT.search(row["message"])
-            if match:
-                channel, peer_from, peer_to, transport = int(match.group(1)), int(match.group(2)), int(match.group(3)), match.group(4)
-        if transport is not None:
-            rows.append((str(transport), channel, f"{peer_from}->{peer_to}"))
+    """Per transport ('P2P/IPC', 'SHM/direct/direct', 'NET/Socket' …): the channels and peer pairs using it."""
+    rows = events.filter((pl.col("kind") == "transport") & pl.col("transport").is_not_null())
     uses = []
-    for transport in sorted({row[0] for row in rows}):
-        mine = [row for row in rows if row[0] == transport]
-        uses.append(TransportUse(transport=transport, channels=len({row[1] for row in mine}),
-                                 peer_pairs=tuple(sorted({row[2] for row in mine}))))
+    for transport in sorted(set(rows["transport"].to_list())):
+        mine = rows.filter(pl.col("transport") == transport)
+        pairs = {f"{peer_from}->{peer_to}" for peer_from, peer_to in mine.select("peer_from", "peer_to").iter_rows()}
+        uses.append(TransportUse(transport=str(transport), channels=mine["channel"].n_unique(),
+                                 peer_pairs=tuple(sorted(pairs))))
     return uses
 
 
 def _tuning_frame(events: pl.DataFrame) -> pl.DataFrame:
-    """Tuning lines as (source_file, line_no, collective, bytes, algo, proto)."""
-    schema = {"source_file": pl.String, "line_no": pl.Int64, "collective": pl.String, "bytes": pl.Int64,
-              "algo": pl.String, "proto": pl.String}
-    if events.is_empty():
-        return pl.DataFrame(schema=schema)
-    rows = []
-    for row in events.filter(pl.col("kind") == "tuning").iter_rows(named=True):
-        collective, size, algo, proto = row.get("collective"), row.get("bytes"), row.get("algo"), row.get("proto")
-        if collective is None and row.get("message"):
-            match = _TUNING.search(row["message"])
-            if match:
-                collective, size, algo, proto = match.group(1), int(match.group(2)), match.group(3), match.group(4)
-        if collective is not None and size is not None:
-            rows.append({"source_file": row["source_file"], "line_no": int(row["line_no"]), "collective": str(collective),
-                         "bytes": int(size), "algo": str(algo).upper(), "proto": str(proto).upper()})
-    return pl.DataFrame(rows, schema=schema)
+    """Tuning lines ("AllReduce: 33554432 Bytes -> Algo RING proto SIMPLE …") as
+    (source_file, line_no, collective, bytes, algo, proto)."""
+    return (events.filter((pl.col("kind") == "tuning") & pl.col("collective").is_not_null() & pl.col("bytes").is_not_null())
+            .select(pl.col("source_file").cast(pl.String), pl.col("line_no").cast(pl.Int64),
+                    pl.col("collective").cast(pl.String), pl.col("bytes").cast(pl.Int64),
+                    pl.col("algo").cast(pl.String).str.to_uppercase(), pl.col("proto").cast(pl.String).str.to_uppercase()))
 
 
 def _phase_frame(markers: pl.DataFrame) -> pl.DataFrame:
@@ -463,16 +413,16 @@ def _size(message_bytes: int) -> str:
 
 
 def _allreduce_verdict(run_name: str, tp_size: int | None, info_lines: int, collectives: list[CollectiveUse],
-                       args: dict[str, str], hidden_size: int | None, findings: list[NcclFinding]) -> str:
+                       args: dict[str, str], hidden_size: int | None, findings: list[Finding]) -> str:
     if tp_size == 1:
         return "single GPU: no tensor-parallel all-reduce"
     if info_lines == 0:
         return "unknown: no NCCL INFO lines"
     if not collectives:
-        findings.append(NcclFinding(
+        findings.append(Finding(
             "nccl_no_tuning_lines",
             f"{run_name}: no NCCL tuning lines (NCCL_DEBUG_SUBSYS without TUNING?): which collectives NCCL served, and with "
-            "which algorithm/protocol, cannot be told", "info", (run_name,)))
+            "which algorithm/protocol, cannot be told", "info", runs=(run_name,)))
         return "unknown: no NCCL tuning lines (add TUNING to NCCL_DEBUG_SUBSYS)"
     custom = args.get("disable_custom_all_reduce")
     custom_note = {"False": "SGLang's custom all-reduce was enabled (disable_custom_all_reduce=False)",
@@ -494,7 +444,7 @@ def _allreduce_verdict(run_name: str, tp_size: int | None, info_lines: int, coll
         verdict = (f"NCCL served no tensor-parallel all-reduce (only init-time AllReduce of ≤ {_TINY_ALLREDUCE_BYTES} B). "
                    f"{custom_note}: TP all-reduces, decode and verify included, went through it (or another non-NCCL path), "
                    f"so NCCL settings cannot have changed all-reduce cost in this run.{served_note}")
-        findings.append(NcclFinding("nccl_allreduce_bypassed", f"{run_name}: {verdict}{replay_note}", "info", (run_name,)))
+        findings.append(Finding("nccl_allreduce_bypassed", f"{run_name}: {verdict}{replay_note}", "info", runs=(run_name,)))
         return verdict
     smallest = min(use.min_bytes for use in allreduce)
     phases = sorted({use.phase for use in allreduce})
@@ -507,7 +457,7 @@ def _allreduce_verdict(run_name: str, tp_size: int | None, info_lines: int, coll
                           else "overlap those sizes: NCCL settings do affect decode/verify."))
     verdict = (f"NCCL served AllReduce only at ≥ {_size(smallest)} ({', '.join(choices)}; during {', '.join(phases)}); "
                f"smaller all-reduces never appear in NCCL's tuning lines. {custom_note}.{decode_note}{served_note}")
-    findings.append(NcclFinding("nccl_allreduce_served", f"{run_name}: {verdict}{replay_note}", "info", (run_name,)))
+    findings.append(Finding("nccl_allreduce_served", f"{run_name}: {verdict}{replay_note}", "info", runs=(run_name,)))
     return verdict
 
 
@@ -544,9 +494,9 @@ def _settings_diff(runs: list[RunNccl]) -> list[SettingDiff]:
 # --- communication share of verify time --------------------------------------------------------------
 
 def _estimates(frames: NcclFrames, runs: list[RunNccl], hidden_size: int | None,
-               num_layers: int | None) -> tuple[list[CommShareEstimate], list[NcclFinding]]:
+               num_layers: int | None) -> tuple[list[CommShareEstimate], list[Finding]]:
     estimates: list[CommShareEstimate] = []
-    findings: list[NcclFinding] = []
+    findings: list[Finding] = []
     probe = frames.probe.filter(pl.col("collective") == "all_reduce") if not frames.probe.is_empty() else frames.probe
     for run in runs:
         cycles = frames.spec_cycles.filter(pl.col("run_id") == run.run_id).drop_nulls("verify_ms")
@@ -566,9 +516,9 @@ def _estimates(frames: NcclFrames, runs: list[RunNccl], hidden_size: int | None,
         elif hidden is None:
             why = "the hidden size is unknown: pass hidden_size (e.g. --hidden-size 2048)"
         if why:
-            findings.append(NcclFinding("nccl_estimate_unavailable",
+            findings.append(Finding("nccl_estimate_unavailable",
                                         f"{run.run_name}: no estimate of the communication share of verify time: {why}",
-                                        "info", (run.run_name,)))
+                                        "info", runs=(run.run_name,)))
             continue
         batch_size = int(cycles["batch_size"].drop_nulls().median() or 1)
         verify_ms = float(cycles["verify_ms"].median())
@@ -602,13 +552,13 @@ def _estimates(frames: NcclFrames, runs: list[RunNccl], hidden_size: int | None,
             assumptions.append(f"hidden size {hidden} taken from the probe's decode sizes (bytes / tokens / 2)")
         world_sizes = set(rows["world_size"].to_list())
         if run.tp_size is not None and world_sizes and run.tp_size not in world_sizes:
-            findings.append(NcclFinding("nccl_probe_mismatch", f"{run.run_name}: tp_size {run.tp_size} but the probe ran with "
+            findings.append(Finding("nccl_probe_mismatch", f"{run.run_name}: tp_size {run.tp_size} but the probe ran with "
                                         f"{sorted(world_sizes)} ranks: the estimate does not transfer", runs=(run.run_name,)))
         if not matches:
-            findings.append(NcclFinding("nccl_probe_mismatch", f"{run.run_name}: no probe env set has this run's NCCL settings; "
+            findings.append(Finding("nccl_probe_mismatch", f"{run.run_name}: no probe env set has this run's NCCL settings; "
                                         f"the estimate uses '{env_set}'", runs=(run.run_name,)))
         if verify_ms > 0 and comm_ms > _IMPLAUSIBLE_SHARE * verify_ms:
-            findings.append(NcclFinding(
+            findings.append(Finding(
                 "nccl_estimate_implausible",
                 f"{run.run_name}: {per_verify} NCCL all-reduces at the probe's {latency_us:.1f} µs "
                 f"({'in a CUDA graph' if source == 'cuda_graph' else 'eager'}) would take "
@@ -619,7 +569,7 @@ def _estimates(frames: NcclFrames, runs: list[RunNccl], hidden_size: int | None,
                    "the probe's per-call latency (host launch and rank skew included) overstates what all-reduces cost "
                    "inside verify's CUDA graph, where SGLang's custom all-reduce serves them")
                 + " — read the share as an upper bound only",
-                "warning", (run.run_name,)))
+                "warning", runs=(run.run_name,)))
         estimates.append(CommShareEstimate(
             run_id=run.run_id, run_name=run.run_name, probe_id=probe_id, env_set=env_set, env_set_matches=matches,
             verify_tokens=verify_tokens, message_bytes=message_bytes, allreduce_latency_us=latency_us,

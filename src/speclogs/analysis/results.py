@@ -15,16 +15,19 @@ UNSET = "unset"  # how every report writes a setting a run does not have (env va
 
 @dataclass(frozen=True)
 class Finding:
-    """A warning or note about the data, shown at the top of every report.
+    """A warning or note about the data, shown at the top of every report: the one finding type of the analysis
+    (comparison checks, factorial design, cycle accounting, NCCL evidence).
 
-    code: stable identifier (e.g. `confounder_env`, `single_launch`); severity: 'warning' (the numbers below
-    may mislead) or 'info' (how the numbers were made); arms: the arm names it concerns.
+    code: stable identifier (e.g. `confounder_env`, `single_launch`, `nccl_env_mismatch`); severity: 'warning' (the
+    numbers below may mislead) or 'info' (how the numbers were made); arms: the arm names it concerns; runs: the run
+    names it concerns, where it is about runs rather than arms (the NCCL evidence's findings).
     """
 
     code: str
     message: str
     severity: str = "warning"
     arms: tuple[str, ...] = ()
+    runs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

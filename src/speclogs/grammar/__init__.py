@@ -17,12 +17,12 @@ from pathlib import Path
 from speclogs.errors import GrammarError
 from speclogs.grammar.model import (
     RANK_TAG_REGEXES,
-    bundled_grammar_dir,
     RANK_TAGS,
     Field,
     GrammarProblem,
     GrammarSet,
     Pattern,
+    bundled_grammar_dir,
     cast_expr,
     cast_value,
     split_rank_tags,
@@ -85,7 +85,8 @@ def _assemble(files: list, focus: set[str] | None = None) -> tuple[GrammarSet | 
                      for f in prefixes[1:]]
     prefix = find_prefix(files)
     if prefix is None:
-        problems.append(GrammarProblem("grammars/prefix.toml", 1, None, "no prefix grammar (a file with kind = \"prefix\" and a pattern named 'prefix')"))
+        problems.append(GrammarProblem("grammars/prefix.toml", 1, None,
+                                       "no prefix grammar (a file with kind = \"prefix\" and a pattern named 'prefix')"))
     problems += validate(files, prefix, focus)
     if prefix is None:
         return None, problems

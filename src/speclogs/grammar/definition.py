@@ -85,7 +85,8 @@ def file_shape_element(spec: dict, where: str) -> pp.ParserElement:
     if "values" in spec:
         values = spec["values"]
         if not values or not all(isinstance(v, str) and v for v in values):
-            raise GrammarError(f"{where}: shape 'values' must be a non-empty list of non-empty strings", hint='values = ["cuda graph", "npu graph"]')
+            raise GrammarError(f"{where}: shape 'values' must be a non-empty list of non-empty strings",
+                               hint='values = ["cuda graph", "npu graph"]')
         # Longest first: pyparsing takes the first alternative that matches, a regex may backtrack; longest-first makes them agree.
         return pp.MatchFirst([pp.Literal(v) for v in sorted(values, key=len, reverse=True)])
     if "regex" in spec:
@@ -94,7 +95,8 @@ def file_shape_element(spec: dict, where: str) -> pp.ParserElement:
         return pp.Word(spec["chars"])
     if "not_chars" in spec:
         return pp.CharsNotIn(spec["not_chars"])
-    raise GrammarError(f"{where}: a shape needs one of values, chars, not_chars, regex", hint='e.g. hexaddr = { chars = "0123456789abcdefx" }')
+    raise GrammarError(f"{where}: a shape needs one of values, chars, not_chars, regex",
+                       hint='e.g. hexaddr = { chars = "0123456789abcdefx" }')
 
 
 def build_element(

@@ -11,7 +11,6 @@ from speclogs.errors import GrammarError
 from speclogs.grammar.held import Definition
 from speclogs.grammar.fields import FIELDS_SLOT, read_labels
 from speclogs.grammar.lower import BUILTIN_SHAPE_REGEXES, file_shape_regex, template_regex
-from speclogs.grammar.regex import parse_regex
 from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-exported)
     DERIVES,
     FIELD_ROLES,
@@ -20,12 +19,13 @@ from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-expo
     CounterSample,
     Field,
     GrammarProblem,
-    cast_expr,
     GrammarSet,
     Pattern,
     Sample,
     bundled_grammar_dir,
+    cast_expr,
 )
+from speclogs.grammar.regex import parse_regex
 from speclogs.grammar.template import check_rest_is_last, discarded_slots, parse_template, resolve_slot, slot_names
 
 PREFIX_NAME = "prefix"
@@ -176,7 +176,8 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
         if expand is None:
             variants = [(name, spec["template"], gate, constants)]
         else:
-            var, values = expand.get("var") if isinstance(expand, dict) else None, expand.get("values") if isinstance(expand, dict) else None
+            var = expand.get("var") if isinstance(expand, dict) else None
+            values = expand.get("values") if isinstance(expand, dict) else None
             if not isinstance(var, str) or not isinstance(values, dict) or not values:
                 problem(pline, f"pattern '{name}': expand needs var = \"name\" and values = {{ \"text\" = \"value\", … }}")
                 continue
@@ -381,7 +382,8 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
         compiled = compiled_values(p, [text for text, _ in texts])
         for s, (text, head), fast in zip(p.samples, texts, compiled):
             if p.gate and p.gate not in text:
-                problems.append(GrammarProblem(file, s.line_no, s.line, f"gate {p.gate!r} of pattern '{p.name}' does not occur in the sample"))
+                problems.append(GrammarProblem(file, s.line_no, s.line,
+                                               f"gate {p.gate!r} of pattern '{p.name}' does not occur in the sample"))
             slow = p.parse(text)
             if slow is None:
                 problems.append(GrammarProblem(file, s.line_no, s.line, f"sample does not fully match pattern '{p.name}'"))
@@ -395,7 +397,8 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
             values = {**head, **slow}
             for key, want in s.expect.items():
                 if key not in values:
-                    problems.append(GrammarProblem(file, s.line_no, s.line, f"expect names '{key}', which pattern '{p.name}' does not fill"))
+                    problems.append(GrammarProblem(file, s.line_no, s.line,
+                                                   f"expect names '{key}', which pattern '{p.name}' does not fill"))
                 elif not _same(want, values[key]):
                     problems.append(GrammarProblem(file, s.line_no, s.line, f"expected {key} = {want!r}, got {values[key]!r}"))
             for key in s.null:

@@ -120,7 +120,8 @@ def file_shape_regex(spec: dict, where: str) -> str:
     if "values" in spec:
         values = spec["values"]
         if not isinstance(values, list) or not values or not all(isinstance(v, str) and v for v in values):
-            raise GrammarError(f"{where}: shape 'values' must be a non-empty list of non-empty strings", hint='values = ["cuda graph", "npu graph"]')
+            raise GrammarError(f"{where}: shape 'values' must be a non-empty list of non-empty strings",
+                               hint='values = ["cuda graph", "npu graph"]')
         return literal_alternation(sorted(values, key=len, reverse=True))
     if "regex" in spec:
         parse_regex(spec["regex"])  # GrammarError when it leaves the subset
@@ -129,7 +130,8 @@ def file_shape_regex(spec: dict, where: str) -> str:
         return char_class(spec["chars"]) + "+"
     if "not_chars" in spec:
         return char_class(spec["not_chars"], negate=True) + "+"
-    raise GrammarError(f"{where}: a shape needs one of values, chars, not_chars, regex", hint='e.g. hexaddr = { chars = "0123456789abcdefx" }')
+    raise GrammarError(f"{where}: a shape needs one of values, chars, not_chars, regex",
+                       hint='e.g. hexaddr = { chars = "0123456789abcdefx" }')
 
 
 def template_regex(nodes: tuple, shape_of, where: str) -> str:

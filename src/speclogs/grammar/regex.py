@@ -5,9 +5,10 @@ lower.py writes every pattern's regex in this subset; `parse_regex` reads one ba
 builds its program from them, and the loader uses it to refuse a user's `regex` shape outside the subset).
 
 The subset: literal characters and `\\x` escapes of punctuation (plus `\\t`, `\\n`, `\\r`); `.`; classes `[a-z_]` /
-`[^ ]` (the native matcher runs ASCII members only; a scope with another class runs on polars); groups `(?:…)`, `(?P<name>…)`, `(…)`; alternation `|`; greedy `*`, `+`, `?`, `{m}`,
-`{m,}`, `{m,n}`; anchors `^` and `$`. Not in it: lazy or possessive repeats, lookaround, backreferences, `\\d \\w \\s`
-(their meaning differs between the engines), inline flags.
+`[^ ]` (the native matcher runs ASCII members only; a scope with another class runs on polars); groups `(?:…)`,
+`(?P<name>…)`, `(…)`; alternation `|`; greedy `*`, `+`, `?`, `{m}`, `{m,}`, `{m,n}`; anchors `^` and `$`. Not in it:
+lazy or possessive repeats, lookaround, backreferences, `\\d \\w \\s` (their meaning differs between the engines),
+inline flags.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from speclogs.errors import InputError
+from speclogs.runrecord import RunRecordError, parse_run_record
 
 BENCH_COLUMNS = {
     "line_no": pl.Int64,
@@ -233,39 +234,26 @@ def parse_run_json(text: str) -> JsonFileResult:
     """Launcher run.json → the run's facts (cell, factors, env, argv, versions, outcome …); no table rows."""
     total = count_lines(text)
     try:
-        document = json.loads(text)
-    except ValueError as error:
-        unparsed = pl.DataFrame([(1, f"run.json is not JSON ({error})", text)], schema=_UNPARSED_COLUMNS, orient="row")
+        record = parse_run_record(text)
+    except RunRecordError as error:
+        unparsed = pl.DataFrame([(1, str(error), text)], schema=_UNPARSED_COLUMNS, orient="row")
         return JsonFileResult(tables={"unparsed_lines": unparsed}, total_lines=total, parsed_lines=0, unparsed_lines=total,
-                              warnings=[f"run.json is not JSON ({error}); the run keeps its directory name"])
-    if not isinstance(document, dict):
-        unparsed = pl.DataFrame([(1, "run.json is not a JSON object", text)], schema=_UNPARSED_COLUMNS, orient="row")
-        return JsonFileResult(tables={"unparsed_lines": unparsed}, total_lines=total, parsed_lines=0, unparsed_lines=total)
-    versions = document.get("versions") if isinstance(document.get("versions"), dict) else {}
-    gpus = document.get("gpus") if isinstance(document.get("gpus"), list) else []
-    gpu_names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict) and g.get("name")})
+                              warnings=[f"{error}; the run keeps its directory name"])
     facts: dict[str, object] = {
-        "cell": _str(document.get("cell")),
-        "factors": json_text(document["factors"]) if isinstance(document.get("factors"), dict) else None,
-        "launch_index": _int(document.get("launch")),
-        "sglang_version": _str(versions.get("sglang")),
-        "hostname": _str(document.get("hostname")),
-        "gpu_name": ", ".join(gpu_names) or None,
-        "env": json_text(document["env"]) if isinstance(document.get("env"), dict) else None,
-        "argv": json_text(document["argv"]) if isinstance(document.get("argv"), list) else None,
-        "run_json": json_text(document),
-        "outcome": _str(document.get("outcome")),
+        "cell": record.cell,
+        "factors": json_text(record.factors) if record.factors is not None else None,
+        "launch_index": _int(record.launch),
+        "sglang_version": record.sglang_version,
+        "hostname": record.hostname,
+        "gpu_name": ", ".join(record.gpu_names) or None,
+        "env": json_text(record.env) if record.env is not None else None,
+        "argv": json_text(record.argv) if record.argv is not None else None,
+        "run_json": json_text(record.document),
+        "outcome": record.outcome,
     }
-    warnings = []
-    schema = document.get("schema")
-    if schema is not None and schema != "speclogs.run/1":
-        warnings.append(f"run.json schema {schema!r} is not 'speclogs.run/1'; read what matched")
+    warnings = [record.schema_note] if record.schema_note else []
     return JsonFileResult(tables={}, total_lines=total, parsed_lines=total, unparsed_lines=0, warnings=warnings,
                           run_facts={k: v for k, v in facts.items() if v is not None})
-
-
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
 
 
 def parse_nccl_probe(text: str, source: str) -> JsonFileResult:

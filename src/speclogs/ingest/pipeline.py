@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -213,7 +213,8 @@ def run_pipeline(
         if item.kind == "log" and (parsed.raw.stream is not None or len(parsed.raw.data) >= STREAM_MIN_BYTES):
             flush()
             progress = _stream_progress(on_progress, item, tally, index, show)
-            sink.write_stream(parsed, lambda emit, parsed=parsed: _parse_stream(parsed, engine, emit, chunk_bytes, progress), tally)
+            sink.write_stream(parsed, lambda emit, parsed=parsed, progress=progress:
+                              _parse_stream(parsed, engine, emit, chunk_bytes, progress), tally)
         else:
             batch.append(parsed)
             batch_bytes += len(parsed.raw.data)

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from speclogs.grammar import parse_server_args, split_rank_tags
-from speclogs.redact import REDACTED, SUSPECT, redact_line, secret_name
+from speclogs.grammar import parse_server_args
 from speclogs.ingest.classify import Claims, Engine, explain_miss, is_server_args
+from speclogs.redact import REDACTED, SUSPECT, redact_line, secret_name
 
 ERRORS_TABLE = "errors"
 # grammar table names that cannot be SQL table names as they are (FOREIGN is an SQL keyword)
@@ -243,7 +243,8 @@ def _drift_examples(engine: Engine, drift: pl.DataFrame, files: ChunkFiles) -> p
         .filter(pl.int_range(pl.len()).over("file", "pattern") < DRIFT_EXAMPLES_PER_PATTERN)
     )
     errors = [explain_miss(engine.pattern(name).pattern, text) for name, text in picked.select("pattern", "text").iter_rows()]
-    return picked.drop("file").with_columns(pl.Series("error", errors, dtype=pl.Utf8)).select("line_no", "piece", "pattern", "error", "text")
+    return (picked.drop("file").with_columns(pl.Series("error", errors, dtype=pl.Utf8))
+            .select("line_no", "piece", "pattern", "error", "text"))
 
 
 # The text a row keeps of its line, where a secret could be (typed numbers and the batch lines' labels cannot hold one).
@@ -586,6 +587,7 @@ def _run_facts(tables: dict[str, pl.DataFrame]) -> dict[int, dict[str, object]]:
                             "tp_size": tp_size if isinstance(tp_size, int) else None}
     nccl = tables.get("nccl_events")
     if nccl is not None and "host" in nccl.columns:
-        for index, host in nccl.filter(pl.col("host").is_not_null()).group_by("file", maintain_order=True).agg(pl.col("host").first()).iter_rows():
+        hosts = nccl.filter(pl.col("host").is_not_null()).group_by("file", maintain_order=True).agg(pl.col("host").first())
+        for index, host in hosts.iter_rows():
             facts.setdefault(index, {})["hostname"] = host
     return facts

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import stat
 import sys
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from speclogs.errors import InputError
+from speclogs.runrecord import FILE_NAME as RUN_JSON_NAME, read_run_json
 
 STDIN_NAME = "<stdin>"
 
@@ -30,7 +30,6 @@ LOG_SUFFIXES = (".log", ".txt", ".out", ".log.gz", ".txt.gz", ".out.gz")
 BENCH_JSONL_SUFFIX = ".bench.jsonl"
 BENCH_JSON_SUFFIX = ".bench.json"
 NCCL_PROBE_SUFFIX = ".nccl_probe.json"
-RUN_JSON_NAME = "run.json"
 PROM_SUFFIX = ".prom"                                   # a Prometheus text snapshot (GET /metrics)
 REQUEST_EXPORT_PREFIX = "sglang-request-metrics-"       # SGLang's --export-metrics-to-file output (…YYYYMMDD_HH.log)
 REQUEST_EXPORT_SUFFIXES = ("request_export.jsonl", ".requests.jsonl")   # copies of one under a name of our own
@@ -444,23 +443,14 @@ def _run_for(path: Path, run_name: str | None, launch_dirs: dict[str, RunRef | N
 
 def _launch_run(directory: Path) -> RunRef | None:
     """A launcher launch directory (holds run.json) is one run named '<cell>_<launch>'."""
-    run_json = directory / RUN_JSON_NAME
-    if not run_json.is_file():
+    if not (directory / RUN_JSON_NAME).is_file():
         return None
-    try:
-        document = json.loads(run_json.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError):
-        document = None
-    if not isinstance(document, dict):
+    record = read_run_json(directory)
+    if record is None:
         return RunRef(run_id=run_id_for(str(directory)), run_name=directory.name, source_dir=str(directory))
-    cell = document.get("cell") if isinstance(document.get("cell"), str) else None
-    launch = document.get("launch") if isinstance(document.get("launch"), int) else None
-    name = document.get("run_name")
-    if not isinstance(name, str) or not name:
-        name = f"{cell}_{launch}" if cell is not None and launch is not None else directory.name
-    uid = document.get("run_uid")
-    key = f"run_uid:{uid}" if isinstance(uid, str) and uid else str(directory)
-    return RunRef(run_id=run_id_for(key), run_name=name, source_dir=str(directory), cell=cell, launch_index=launch)
+    key = f"run_uid:{record.run_uid}" if record.run_uid else str(directory)
+    return RunRef(run_id=run_id_for(key), run_name=record.run_name or directory.name, source_dir=str(directory),
+                  cell=record.cell, launch_index=record.launch)
 
 
 # ----------------------------------------------------------------------------------------------------------------

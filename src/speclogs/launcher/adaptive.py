@@ -29,6 +29,7 @@ from pathlib import Path
 from statistics import NormalDist
 
 from speclogs.errors import PlanError
+from speclogs.runrecord import read_run_json
 
 METHOD = ("repeated confidence intervals with a Pocock-type constant boundary over the planned looks "
           "(Jennison & Turnbull 1989; 2000, ch. 9), Welch t at each look")
@@ -265,12 +266,12 @@ def look(design: Design, round_: int, values: dict[str, list[float]]) -> Look:
 
 def launch_throughput(run_dir: Path) -> float | None:
     """Client tok/s of one complete ok launch: Σ completion tokens / Σ latency of its non-warm-up requests."""
-    try:
-        record = json.loads((run_dir / "run.json").read_text())
-        lines = (run_dir / "bench.jsonl").read_text().splitlines()
-    except (OSError, json.JSONDecodeError):
+    record = read_run_json(run_dir)
+    if record is None or record.outcome != "ok":
         return None
-    if record.get("outcome") != "ok":
+    try:
+        lines = (run_dir / "bench.jsonl").read_text().splitlines()
+    except OSError:
         return None
     tokens = seconds = 0.0
     for line in lines:

@@ -183,7 +183,8 @@ def parse_plan(text: str, path: Path) -> Plan:
     command_raw = data.get("command", list(DEFAULT_COMMAND))
     command = tuple(checker.str_list(command_raw, "command", 0))
     if not command:
-        checker.fail("command", 0, "command is empty", "give the server command, e.g. command = [\"{python}\", \"-m\", \"sglang.launch_server\"]")
+        checker.fail("command", 0, "command is empty",
+                     "give the server command, e.g. command = [\"{python}\", \"-m\", \"sglang.launch_server\"]")
 
     bench = _parse_bench(data.get("bench", {}), checker)
     bench_serving = None

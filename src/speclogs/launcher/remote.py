@@ -21,6 +21,7 @@ import speclogs
 from speclogs.errors import LaunchError
 from speclogs.launcher.plan import load_plan
 from speclogs.launcher.run import Interrupted, LaunchOptions, PlanRunSummary, Progress, _signals_raise_interrupted
+from speclogs.runrecord import FILE_NAME as RUN_JSON
 
 
 def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, ssh_options: tuple[str, ...] = (),
@@ -30,7 +31,7 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
     say = progress or (lambda message: None)
     plan = load_plan(plan_path)   # plan errors surface here, with the local file:line
     out_dir = options.out_dir.resolve()
-    if not options.resume and any(out_dir.glob("*/*/run.json")):
+    if not options.resume and any(out_dir.glob(f"*/*/{RUN_JSON}")):
         raise LaunchError(f"{out_dir} already holds launches", hint="add --resume, or choose a new --out")
     ssh = ["ssh", "-o", "BatchMode=yes", *ssh_options, host]
     remote_plan = f"plans/{plan.name}.toml"

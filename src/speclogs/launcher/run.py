@@ -6,31 +6,23 @@ Standard library only (runs on the GPU box). Progress goes to the `progress` cal
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
 import speclogs
 from speclogs.errors import LaunchError, PlanError
-from speclogs.launcher import adaptive as _adaptive
-from speclogs.launcher import bench as _bench
-from speclogs.launcher import process as _proc
-from speclogs.launcher import runinfo
+from speclogs.launcher import adaptive as _adaptive, bench as _bench, process as _proc, runinfo
 from speclogs.launcher.plan import DEVICE_TIMER_ENV, MODEL_PATH_FLAGS, PYTHON_PLACEHOLDER, LaunchSpec, Plan
 from speclogs.launcher.scrape import METRICS_FLAG, Windows
 from speclogs.redact import redact_json
-
-SCHEMA = "speclogs.run/1"
-# Outcomes after which --resume runs the launch again.
-RETRY_OUTCOMES = {"running", "interrupted", "port_in_use", "disk_full", "spawn_failed"}
-FAILED_OUTCOMES = {"failed_start", "health_timeout", "bench_failed"}
+from speclogs.runrecord import FILE_NAME as RUN_JSON, RETRY_OUTCOMES, RunRecord, read_run_json, write_run_json
 
 Progress = Callable[[str], None]
 
@@ -93,7 +85,7 @@ class PlanRunSummary:
 
     def to_dict(self) -> dict:
         return redact_json({"plan_name": self.plan_name, "out_dir": self.out_dir, "stopped": self.stopped,
-                            "pending": list(self.pending), "results": [dict(r.__dict__) for r in self.results],
+                            "pending": list(self.pending), "results": [asdict(r) for r in self.results],
                             "adaptive": self.adaptive})
 
     @classmethod
@@ -150,8 +142,8 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
             if take_look(spec.launch - 1):
                 break
             run_dir = out_dir / spec.cell.name / str(spec.launch)
-            previous = _read_run_json(run_dir)
-            if previous and _is_complete(previous, options.retry_failed):
+            previous = read_run_json(run_dir)
+            if previous and previous.is_complete(options.retry_failed):
                 results.append(_result_from(previous, spec, run_dir, skipped=True))
                 continue
             if design is None and options.max_launches is not None and done >= options.max_launches:
@@ -169,11 +161,11 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
             try:
                 result = _launch_one(plan, spec, run_dir, previous, context, deadline, say)
             except _DeadlineReached:
-                results.append(_result_from(_read_run_json(run_dir) or {}, spec, run_dir))
+                results.append(_result_from(read_run_json(run_dir), spec, run_dir))
                 stopped = "max_minutes"
                 break
             except Interrupted:
-                results.append(_result_from(_read_run_json(run_dir) or {}, spec, run_dir))
+                results.append(_result_from(read_run_json(run_dir), spec, run_dir))
                 raise
             results.append(result)
             done += 1
@@ -184,7 +176,7 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
                 stopped = "max_launches"
     pending = () if stopped == "decided" else tuple(
         spec.run_name for spec in order
-        if not _is_complete(_read_run_json(out_dir / spec.cell.name / str(spec.launch)) or {}, options.retry_failed))
+        if not _is_complete(out_dir / spec.cell.name / str(spec.launch), options.retry_failed))
     summary = None
     if design is not None:
         summary = _adaptive_summary(design, looks, out_dir, stopped)
@@ -221,8 +213,8 @@ def adaptive_design(plan: Plan, options: LaunchOptions) -> _adaptive.Design | No
 
 def _adaptive_summary(design: _adaptive.Design, looks: list[_adaptive.Look], out_dir: Path, stopped: str
                       ) -> _adaptive.AdaptiveSummary:
-    spent = sum(1 for cell in design.cells for path in (out_dir / cell).glob("*/run.json")
-                if _is_complete(_read_run_json(path.parent) or {}, False))
+    spent = sum(1 for cell in design.cells for path in (out_dir / cell).glob(f"*/{RUN_JSON}")
+                if _is_complete(path.parent, False))
     state = {"decided": "decided", "max_launches": "budget"}.get(stopped, "not yet")
     final = looks[-1] if looks else None
     return _adaptive.AdaptiveSummary(design=design.to_dict(), looks=tuple(looks), launches_spent=spent, stopped=state,
@@ -305,24 +297,15 @@ def _check_overwrite(order: list[LaunchSpec], out_dir: Path, options: LaunchOpti
     if options.resume:
         return
     existing = [spec.run_name for spec in order
-                if (out_dir / spec.cell.name / str(spec.launch) / "run.json").exists()]
+                if (out_dir / spec.cell.name / str(spec.launch) / RUN_JSON).exists()]
     if existing:
         raise LaunchError(f"{out_dir} already holds launches ({', '.join(existing[:4])}{' …' if len(existing) > 4 else ''})",
                           hint="add --resume to skip complete ones and redo the rest, or choose a new --out")
 
 
-def _read_run_json(run_dir: Path) -> dict | None:
-    try:
-        return json.loads((run_dir / "run.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def _is_complete(record: dict, retry_failed: bool) -> bool:
-    outcome = record.get("outcome")
-    if outcome is None or outcome in RETRY_OUTCOMES:
-        return False
-    return not (retry_failed and outcome in FAILED_OUTCOMES)
+def _is_complete(run_dir: Path, retry_failed: bool) -> bool:
+    record = read_run_json(run_dir)
+    return record is not None and record.is_complete(retry_failed)
 
 
 def _estimate_launch_s(out_dir: Path, recent: int = 3) -> float | None:
@@ -331,13 +314,14 @@ def _estimate_launch_s(out_dir: Path, recent: int = 3) -> float | None:
     Only recent ones: the first start on a fresh machine (Triton JIT) is much slower and should not hold back later calls.
     """
     spans: list[tuple[str, float]] = []
-    for path in out_dir.glob("*/*/run.json"):
+    for path in out_dir.glob(f"*/*/{RUN_JSON}"):
+        record = read_run_json(path.parent)
+        if record is None or record.outcome != "ok":
+            continue
+        stamps = record.timestamps
         try:
-            record = json.loads(path.read_text())
-            stamps = record["timestamps"]
-            if record.get("outcome") == "ok":
-                spans.append((stamps["spawn"], _seconds_between(stamps["spawn"], stamps["stop"])))
-        except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+            spans.append((stamps["spawn"], _seconds_between(stamps["spawn"], stamps["stop"])))
+        except (KeyError, TypeError, ValueError):
             continue
     latest = sorted(spans)[-recent:]
     return max(span for _, span in latest) if latest else None
@@ -348,11 +332,11 @@ def _seconds_between(first: str, second: str) -> float:
     return (datetime.fromisoformat(second) - datetime.fromisoformat(first)).total_seconds()
 
 
-def _result_from(record: dict, spec: LaunchSpec, run_dir: Path, skipped: bool = False) -> LaunchResult:
+def _result_from(record: RunRecord | None, spec: LaunchSpec, run_dir: Path, skipped: bool = False) -> LaunchResult:
+    record = record or RunRecord()
     return LaunchResult(run_name=spec.run_name, cell=spec.cell.name, launch=spec.launch, order_index=spec.order_index,
-                        outcome=record.get("outcome", "unknown"), outcome_detail=record.get("outcome_detail", ""),
-                        ready_s=record.get("ready_s"), median_tok_s=(record.get("bench_summary") or {}).get("median_tok_s"),
-                        run_dir=str(run_dir), skipped=skipped)
+                        outcome=record.outcome or "unknown", outcome_detail=record.outcome_detail,
+                        ready_s=record.ready_s, median_tok_s=record.median_tok_s, run_dir=str(run_dir), skipped=skipped)
 
 
 class _MachineContext:
@@ -386,18 +370,7 @@ class _MachineContext:
         return dict(self._versions[key])
 
 
-def _write_json_atomic(path: Path, data: dict) -> None:
-    """Write run.json (secrets redacted: names, values, flags — speclogs.redact) so that no reader sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(redact_json(data), handle, indent=1)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | None, context: _MachineContext,
+def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord | None, context: _MachineContext,
                 deadline: float | None, say: Progress) -> LaunchResult:
     run_dir.mkdir(parents=True, exist_ok=True)
     argv = server_argv(plan, spec, run_dir)
@@ -409,11 +382,11 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
     python = runinfo.python_of(argv)
     stamps: dict[str, str | None] = {key: None for key in ("spawn", "port_open", "health_200", "bench_start", "bench_end", "stop")}
     files = {"server_log": "server.log", "bench": "bench.jsonl"}
-    attempts = list((previous or {}).get("previous_attempts", []))
+    attempts = previous.previous_attempts if previous else []
     if previous:
-        attempts.append({key: previous.get(key) for key in ("run_uid", "outcome", "outcome_detail", "timestamps")})
-    record: dict = {
-        "schema": SCHEMA, "speclogs_version": speclogs.__version__, "run_uid": _uuid_hex(),
+        attempts.append({key: previous.document.get(key) for key in ("run_uid", "outcome", "outcome_detail", "timestamps")})
+    record: dict = {   # run.json (speclogs.runrecord writes it, schema first)
+        "speclogs_version": speclogs.__version__, "run_uid": _uuid_hex(),
         "run_name": spec.run_name, "plan_name": plan.name, "plan_file": str(plan.path),
         "cell": spec.cell.name, "launch": spec.launch, "factors": dict(spec.cell.factors), "order_index": spec.order_index,
         "argv": runinfo.redact_argv(argv), "env": runinfo.redact_env(env),
@@ -431,7 +404,6 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
     }
     if context.design is not None:
         record["adaptive"] = context.design
-    run_json = run_dir / "run.json"
     proc = None
     leader: _proc.ProcessIdentity | None = None
     known: dict[int, _proc.ProcessIdentity] = {}
@@ -442,7 +414,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
         _record_exports(record, run_dir)
         record["complete"] = outcome not in RETRY_OUTCOMES
         try:
-            _write_json_atomic(run_json, record)
+            write_run_json(run_dir, record)
         except OSError as exc:
             detail = f"{detail}; run.json not written: {exc.strerror}"
         return LaunchResult(run_name=spec.run_name, cell=spec.cell.name, launch=spec.launch,
@@ -478,7 +450,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
             record["gpu_apps_before_spawn"] = _wait_gpu_idle(plan.port_wait_s * 3)
             record["versions"] = context.versions(python, env)
             record["models"] = context.models(argv)
-            _write_json_atomic(run_json, record)
+            write_run_json(run_dir, record)
             log_path = run_dir / "server.log"
             log_path.write_bytes(b"")
             try:
@@ -491,7 +463,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
             leader = _proc.process_identity(proc.pid)
             record["server_pid"] = proc.pid   # also its process group id
             record["server_identity"] = leader.to_dict() if leader else None   # pid + start time + boot: checked on --resume
-            _write_json_atomic(run_json, record)
+            write_run_json(run_dir, record)
             say(f"{spec.run_name}: pid {proc.pid}, log {log_path}")
             _wait_ready(plan, proc, probe_host, port, base_url, log_path, stamps, known, spawn_clock, deadline,
                         spec.run_name, run_dir, say)
@@ -536,16 +508,16 @@ def _ours(proc) -> dict[int, _proc.ProcessIdentity]:
     return _proc.identities(_proc.descendants(proc.pid) | set(_proc.group_pids(proc.pid)))
 
 
-def _stop_orphan(previous: dict | None, hostname: str, grace_s: float, record: dict, run_name: str,
+def _stop_orphan(previous: RunRecord | None, hostname: str, grace_s: float, record: dict, run_name: str,
                  say: Progress) -> None:
     """A run.json still saying `running` means its launcher was killed: stop the server group it left behind — only
     when its recorded identity (pid + start time + boot) is still that process; never a stranger who got the pid."""
-    if not previous or previous.get("outcome") != "running" or previous.get("hostname") != hostname:
+    if not previous or previous.outcome != "running" or previous.hostname != hostname:
         return
-    pgid = previous.get("server_pid")
-    if not isinstance(pgid, int):
+    pgid = previous.server_pid
+    if pgid is None:
         return
-    leader = _proc.ProcessIdentity.from_dict(previous.get("server_identity"))
+    leader = _proc.ProcessIdentity.from_dict(previous.server_identity)
     if leader is not None and leader.pid != pgid:
         leader = None
     with _signals_deferred():

@@ -1,6 +1,6 @@
 """What run.json records about the machine: versions, GPUs, environment (secrets redacted), timestamps.
 
-Standard library only (runs on the GPU box). Contract: /work/notes/runjson.md (docs/launcher.md).
+Standard library only (runs on the GPU box). The file itself: speclogs.runrecord (fields: docs/launcher.md).
 """
 
 from __future__ import annotations

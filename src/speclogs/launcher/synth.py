@@ -196,7 +196,7 @@ def write_synth_pair(target_dir: str | Path, draft_dir: str | Path, config: Synt
     except OSError as exc:
         raise SpeclogsError(f"synth-pair: cannot create {exc.filename}: {exc.strerror}", hint="check the path") from exc
     H = V = config.vocab_size
-    L, I, NH, NKV = config.num_layers, config.intermediate_size, config.num_heads, config.num_kv_heads
+    L, FF, NH, NKV = config.num_layers, config.intermediate_size, config.num_heads, config.num_kv_heads
     hd = H // NH
     rng = np.random.default_rng(config.seed)
     E = np.linalg.qr(rng.standard_normal((V, H)))[0].astype(np.float32)   # orthogonal: rows orthonormal
@@ -220,8 +220,8 @@ def write_synth_pair(target_dir: str | Path, draft_dir: str | Path, config: Synt
         specs += [(p + "input_layernorm.weight", (H,)), (p + "post_attention_layernorm.weight", (H,)),
                   (p + "self_attn.q_proj.weight", (NH * hd, H)), (p + "self_attn.k_proj.weight", (NKV * hd, H)),
                   (p + "self_attn.v_proj.weight", (NKV * hd, H)), (p + "self_attn.o_proj.weight", (H, NH * hd)),
-                  (p + "mlp.gate_proj.weight", (I, H)), (p + "mlp.up_proj.weight", (I, H)),
-                  (p + "mlp.down_proj.weight", (H, I))]
+                  (p + "mlp.gate_proj.weight", (FF, H)), (p + "mlp.up_proj.weight", (FF, H)),
+                  (p + "mlp.down_proj.weight", (H, FF))]
     specs += [("model.norm.weight", (H,)), ("lm_head.weight", (V, H))]
 
     def target_tensor(name, shape):
@@ -238,7 +238,7 @@ def write_synth_pair(target_dir: str | Path, draft_dir: str | Path, config: Synt
     target_bytes = _SafetensorsWriter(specs).write(target_dir / "model.safetensors", target_tensor)
     target_config = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": H,
-        "intermediate_size": I, "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": NKV,
+        "intermediate_size": FF, "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": NKV,
         "head_dim": hd, "hidden_act": "silu", "max_position_embeddings": config.max_position_embeddings,
         "initializer_range": 0.02, "rms_norm_eps": 1e-6, "use_cache": True, "tie_word_embeddings": False,
         "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0,
@@ -252,8 +252,8 @@ def write_synth_pair(target_dir: str | Path, draft_dir: str | Path, config: Synt
               ("midlayer.hidden_norm.weight", (H,)), ("midlayer.post_attention_layernorm.weight", (H,)),
               ("midlayer.self_attn.q_proj.weight", (NH * hd, 2 * H)), ("midlayer.self_attn.k_proj.weight", (NKV * hd, 2 * H)),
               ("midlayer.self_attn.v_proj.weight", (NKV * hd, 2 * H)), ("midlayer.self_attn.o_proj.weight", (H, NH * hd)),
-              ("midlayer.mlp.gate_proj.weight", (I, H)), ("midlayer.mlp.up_proj.weight", (I, H)),
-              ("midlayer.mlp.down_proj.weight", (H, I))]
+              ("midlayer.mlp.gate_proj.weight", (FF, H)), ("midlayer.mlp.up_proj.weight", (FF, H)),
+              ("midlayer.mlp.down_proj.weight", (H, FF))]
 
     def draft_tensor(name, shape):
         if name == "fc.weight":
@@ -268,7 +268,7 @@ def write_synth_pair(target_dir: str | Path, draft_dir: str | Path, config: Synt
 
     draft_bytes = _SafetensorsWriter(dspecs).write(draft_dir / "model.safetensors", draft_tensor)
     draft_config = {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H, "intermediate_size": I,
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H, "intermediate_size": FF,
         "num_attention_heads": NH, "num_key_value_heads": NKV, "num_hidden_layers": 1, "vocab_size": V,
         "rms_norm_eps": 1e-6, "max_position_embeddings": config.max_position_embeddings, "tie_word_embeddings": False,
         "target_hidden_size": H, "torch_dtype": "bfloat16", "hidden_act": "silu", "draft_vocab_size": None,

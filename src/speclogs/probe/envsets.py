@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from speclogs.errors import PlanError, ProbeError
+from speclogs.errors import ProbeError
 
 # The seeds' tuned set (issue #6): moved the baseline by 41 % and was silently lost on a restart.
 SEEDS_TUNED_ENV: dict[str, str] = {
@@ -85,37 +84,22 @@ def parse_env_sets(texts: list[str]) -> list[EnvSet]:
 def env_sets_from_plan(plan_path: Path) -> list[EnvSet]:
     """The distinct NCCL_* environments of a launch plan's cells, one EnvSet each.
 
-    Reads the plan's common `env` table (top level, or under [server]/[common]/[defaults]) and each cell's
-    `env` (cells as `[[cells]]` with `name`, or `[cells.NAME]`). NCCL_DEBUG* keys are left to the probe.
-    A set is named after the cells' `nccl` factor level when they agree, else after its first cell.
+    The plan is read by the launcher's own parser (speclogs.launcher.plan.load_plan), so `speclogs probe nccl --plan`
+    accepts exactly the plans `speclogs launch` accepts, with the same file:line errors. A cell's environment is the
+    plan's `env` overlaid with the cell's; NCCL_DEBUG* keys are left to the probe. A set is named after the cells'
+    `nccl` factor level when they agree, else after its first cell.
     """
-    try:
-        text = plan_path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise PlanError(f"{plan_path}: cannot read the plan ({err.strerror})", hint="check the path") from err
-    try:
-        plan = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise PlanError(f"{plan_path}: {err}", hint="fix the TOML syntax at that line") from err
+    from speclogs.launcher.plan import load_plan
 
-    common_env: dict[str, str] = {}
-    for section in (plan, plan.get("server"), plan.get("common"), plan.get("defaults")):
-        if isinstance(section, dict) and isinstance(section.get("env"), dict):
-            common_env.update({str(key): str(value) for key, value in section["env"].items()})
-
-    cells = _plan_cells(plan, plan_path)
+    plan = load_plan(plan_path)
     grouped: dict[tuple[tuple[str, str], ...], list[tuple[str, str | None]]] = {}
-    for cell_name, cell in cells:
-        cell_env = dict(common_env)
-        if isinstance(cell.get("env"), dict):
-            cell_env.update({str(key): str(value) for key, value in cell["env"].items()})
+    for cell in plan.cells:
+        cell_env = {**plan.env, **cell.env}
         nccl_env = tuple(sorted(
             (key, value) for key, value in cell_env.items()
             if key.startswith("NCCL_") and key not in _DEBUG_KEYS
         ))
-        factors = cell.get("factors") if isinstance(cell.get("factors"), dict) else {}
-        nccl_level = factors.get("nccl")
-        grouped.setdefault(nccl_env, []).append((cell_name, None if nccl_level is None else str(nccl_level)))
+        grouped.setdefault(nccl_env, []).append((cell.name, cell.factors.get("nccl")))
 
     env_sets = []
     used_names: set[str] = set()
@@ -127,21 +111,3 @@ def env_sets_from_plan(plan_path: Path) -> list[EnvSet]:
         used_names.add(name)
         env_sets.append(EnvSet(name=name, env=dict(nccl_env)))
     return env_sets
-
-
-def _plan_cells(plan: dict, plan_path: Path) -> list[tuple[str, dict]]:
-    cells = plan.get("cells")
-    if isinstance(cells, list):
-        named = []
-        for index, cell in enumerate(cells):
-            if not isinstance(cell, dict):
-                raise PlanError(f"{plan_path}: cells[{index}] is not a table", hint="write [[cells]] tables")
-            named.append((str(cell.get("name", f"cell{index + 1}")), cell))
-        if named:
-            return named
-    if isinstance(cells, dict) and cells:
-        return [(str(name), cell) for name, cell in cells.items() if isinstance(cell, dict)]
-    raise PlanError(
-        f"{plan_path}: no cells in the plan",
-        hint="a launch plan lists [[cells]] (or [cells.NAME]) with their env; or use --env-set NAME:K=V,K=V",
-    )

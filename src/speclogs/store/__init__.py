@@ -14,13 +14,17 @@ import gc
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, run_pipeline
-from speclogs.ingest.sources import discover_inputs
-from speclogs.ingest.summary import IngestSummary, ProgressEvent
+from speclogs.ingest.summary import IngestSummary
 from speclogs.store.database import SCHEMA_VERSION, connect
 from speclogs.store.query import QueryResult, run_query
-from speclogs.store.writer import Writer
+
+if TYPE_CHECKING:
+    from speclogs.ingest.summary import ProgressEvent
+
+# The ingest (polars, numpy, the native matcher) is imported by ingest_paths, not here: `speclogs sql` opens the
+# store without paying for it.
 
 __all__ = ["IngestSummary", "QueryResult", "SCHEMA_VERSION", "connect", "ingest_paths", "run_query"]
 
@@ -52,7 +56,7 @@ def ingest_paths(
     run_name: str | None = None,
     on_progress: Callable[[ProgressEvent], None] | None = None,
     grammar_paths: Sequence[Path] = (),
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    chunk_bytes: int | None = None,
 ) -> IngestSummary:
     """Ingest files/directories/'-' into the DuckDB file `db_path`; returns what happened (IngestSummary).
 
@@ -62,6 +66,10 @@ def ingest_paths(
     Raises InputError for a named path that does not exist, StoreError when the database is locked by
     another writer, GrammarError for a broken user grammar.
     """
+    from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, run_pipeline
+    from speclogs.ingest.sources import discover_inputs
+    from speclogs.store.writer import Writer
+
     started = time.perf_counter()
 
     def engine():
@@ -78,7 +86,8 @@ def ingest_paths(
         # RLE's analysis pass costs ~15 % of the insert CPU; bit-packing and dictionaries store these columns as small
         connection.execute("SET disabled_compression_methods = 'rle'")
         writer = Writer(connection)
-        tally = run_pipeline(discovery, writer, engine, replace=replace, on_progress=on_progress, chunk_bytes=chunk_bytes)
+        tally = run_pipeline(discovery, writer, engine, replace=replace, on_progress=on_progress,
+                             chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES)
         tally.warnings.extend(writer.layout.notes)
     finally:
         connection.close()

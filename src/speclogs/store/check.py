@@ -21,7 +21,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -88,7 +88,7 @@ class ContentCheck:
     def to_dict(self) -> dict:
         return {
             "ok": self.ok, "lines": self.lines, "lines_kept": self.lines_kept, "lines_lost": self.lines_lost,
-            "files": [f.__dict__ for f in self.files], "losses": [loss.to_dict() for loss in self.losses],
+            "files": [asdict(f) for f in self.files], "losses": [loss.to_dict() for loss in self.losses],
         }
 
 

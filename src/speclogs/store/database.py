@@ -17,8 +17,6 @@ from pathlib import Path
 import duckdb
 
 from speclogs.errors import StoreError
-from speclogs.store.layout import SHARDED_TABLES, sharded_view_sql
-from speclogs.store.writer import ROW_GROUP_ROWS
 
 SCHEMA_VERSION = 4
 STORAGE_VERSION = "v1.4.0"  # the oldest DuckDB that must read speclogs files: the 1.4 LTS
@@ -99,6 +97,8 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
         if read_only:
             connection = duckdb.connect(str(path), read_only=True)
         else:  # attached, for the row group size and the storage version (the file's catalog is then the default one)
+            from speclogs.store.writer import ROW_GROUP_ROWS  # (polars: only where the file is written)
+
             connection = duckdb.connect(config={"memory_limit": WRITER_MEMORY_LIMIT})
             quoted = str(path).replace("'", "''")
             options = f"ROW_GROUP_SIZE {ROW_GROUP_ROWS}" + ("" if path.exists() else f", STORAGE_VERSION '{STORAGE_VERSION}'")
@@ -109,6 +109,8 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
     except duckdb.Error as error:
         raise StoreError(f"cannot open {path}: {error}", hint="is it a DuckDB file written by speclogs?") from error
     if not read_only:
+        from speclogs.store.layout import SHARDED_TABLES, sharded_view_sql
+
         try:
             connection.execute("BEGIN TRANSACTION")  # one commit (and one WAL sync) for the whole schema
             _migrate(connection, path)

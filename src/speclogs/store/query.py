@@ -1,15 +1,192 @@
-"""Read-only SQL on the database (`speclogs sql`)."""
+"""Read-only SQL on the database (`speclogs sql`, `speclogs tables`, `speclogs runs`).
+
+`statements(db_path, sql)` runs every statement of `sql`, one after the other, and yields each one's result as a
+`StatementResult`: its columns and DuckDB types, and its rows read on demand — the first few (`head`), the count
+of the rest, or all of them as Arrow record batches (`batches`), so no result is ever held whole in memory. A
+statement without a result (SET …) yields nothing. `SHOW TABLES` lists the contract's tables and views (docs/sql.md),
+not the store's internal `_…` tables. `speclogs.store.export` writes the batches as CSV, JSON or Parquet.
+
+`run_query(db_path, sql)` is the small library form: the last statement's rows as Python tuples (QueryResult).
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
 from speclogs.errors import StoreError
 from speclogs.store.database import connect
+
+BATCH_ROWS = 65_536
+_HINT = "`speclogs tables` lists the tables; docs/sql.md describes every column"
+# Statements whose result is a relation (streamed); the others (SET, USE, ATTACH, …) are run for their effect.
+_QUERY_TYPES = frozenset({"SELECT", "EXPLAIN", "PRAGMA", "CALL"})
+_SHOW_TABLES = re.compile(r"\s*show\s+tables\s*;?\s*", re.IGNORECASE)
+
+# The contract's tables and views: what `SHOW TABLES` and `speclogs tables` list (not meta's internal `_…` shards).
+CONTRACT_TABLES_SQL = """
+SELECT table_name AS name FROM duckdb_tables() WHERE NOT internal AND schema_name = 'main' AND NOT starts_with(table_name, '_')
+UNION ALL
+SELECT view_name FROM duckdb_views() WHERE NOT internal AND schema_name = 'main' AND NOT starts_with(view_name, '_')
+ORDER BY name
+"""
+
+_LISTED_SQL = """
+SELECT table_name AS name, 'table' AS kind, column_count AS columns FROM duckdb_tables()
+WHERE NOT internal AND schema_name = 'main' AND NOT starts_with(table_name, '_')
+UNION ALL
+SELECT view_name, 'view', (SELECT count(*) FROM duckdb_columns() c WHERE c.table_name = v.view_name AND c.schema_name = 'main')
+FROM duckdb_views() v WHERE NOT internal AND schema_name = 'main' AND NOT starts_with(view_name, '_')
+ORDER BY name
+"""
+
+
+def tables_sql(db_path: str | Path) -> str:
+    """The query behind `speclogs tables`: each contract table or view with its kind, columns and rows."""
+    connection = connect(db_path, read_only=True)
+    try:
+        listed = connection.execute(_LISTED_SQL).fetchall()
+    finally:
+        connection.close()
+    if not listed:
+        return "SELECT NULL::VARCHAR AS name, NULL::VARCHAR AS kind, NULL::BIGINT AS columns, NULL::BIGINT AS rows WHERE false"
+    return "\nUNION ALL\n".join(
+        f"SELECT '{_literal(name)}' AS name, '{kind}' AS kind, {columns}::BIGINT AS columns, "
+        f'(SELECT count(*) FROM "{_quoted(name)}") AS rows' for name, kind, columns in listed) + "\nORDER BY name"
+
+
+def _literal(text: str) -> str:
+    return text.replace("'", "''")
+
+
+# `speclogs runs`: one row per run — its name, folder, versions, launcher outcome, and what was ingested for it.
+RUNS_SQL = """
+SELECT r.run_name, r.source_dir AS folder, r.cell, r.launch_index AS launch, r.sglang_version,
+       CAST(r.run_json->'versions'->>'torch' AS VARCHAR) AS torch_version,
+       coalesce(CAST(r.run_json->'versions'->>'nccl' AS VARCHAR),
+                (SELECT max(e.value) FROM nccl_events e WHERE e.run_id = r.run_id AND e.kind = 'version')) AS nccl_version,
+       r.outcome,
+       (SELECT count(*) FROM files f WHERE f.run_id = r.run_id) AS files,
+       (SELECT sum(f.total_lines) FROM files f WHERE f.run_id = r.run_id) AS lines,
+       r.run_id
+FROM runs r
+ORDER BY r.run_name, r.source_dir
+"""
+
+
+@dataclass(frozen=True)
+class StatementResult:
+    """One statement's result: `columns`, `types` (DuckDB's names: 'INTEGER', 'JSON', 'VARCHAR[]' …), and its rows,
+    read when asked for (each read runs the statement; nothing is kept between reads)."""
+
+    sql: str
+    columns: tuple[str, ...]
+    types: tuple[str, ...]
+    _relation: Any
+
+    def head(self, n: int) -> list[tuple]:
+        """The first n rows as Python tuples."""
+        return self._fetch(lambda: self._relation.limit(n).fetchall())
+
+    def count(self) -> int:
+        """How many rows the result has (running the statement once more)."""
+        return int(self._fetch(lambda: self._relation.aggregate("count(*)").fetchall())[0][0])
+
+    def batches(self, rows: int = BATCH_ROWS, *, text_columns: tuple[str, ...] = ()) -> Batches:
+        """All rows as pyarrow RecordBatches of at most `rows` rows, streamed (`.schema` is known before the first).
+        `text_columns` are cast to VARCHAR by DuckDB first (what CSV cannot hold: lists, structs, maps, intervals)."""
+        relation = self._relation
+        if text_columns:
+            relation = relation.project(", ".join(
+                f'CAST(#{i} AS VARCHAR) AS "{_quoted(c)}"' if c in text_columns else f'#{i} AS "{_quoted(c)}"'
+                for i, c in enumerate(self.columns, start=1)))
+        return Batches(self._fetch(lambda: (relation.to_arrow_reader(rows) if hasattr(relation, "to_arrow_reader")
+                                            else relation.fetch_record_batch(rows))))
+
+    def projected(self, expression: str) -> StatementResult:
+        """This result seen through one SQL expression over its columns (a one-column result)."""
+        relation = self._fetch(lambda: self._relation.project(f"{expression} AS value"))
+        return StatementResult(self.sql, ("value",), tuple(str(t) for t in relation.types), relation)
+
+    @staticmethod
+    def _fetch(read):
+        try:
+            return read()
+        except duckdb.Error as error:
+            raise StoreError(f"SQL error: {error}", hint=_HINT) from error
+
+
+class Batches:
+    """A result's record batches, read once, in order; `schema` before the first. StoreError for an error while
+    the statement runs."""
+
+    def __init__(self, reader: Any):
+        self._reader = reader
+        self.schema = reader.schema
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            try:
+                batch = self._reader.read_next_batch()
+            except StopIteration:
+                return
+            except duckdb.Error as error:
+                raise StoreError(f"SQL error: {error}", hint=_HINT) from error
+            yield batch
+
+
+def _quoted(name: str) -> str:
+    return name.replace('"', '""')
+
+
+def split_statements(sql: str) -> list[tuple[str, str]]:
+    """(statement type, text) for every statement of `sql`, as DuckDB's parser splits it. StoreError when it does
+    not parse."""
+    try:
+        parsed = duckdb.extract_statements(sql)
+    except duckdb.Error as error:
+        raise StoreError(f"SQL error: {error}", hint=_HINT) from error
+    return [(statement.type.name, statement.query) for statement in parsed]
+
+
+@contextmanager
+def statements(db_path: str | Path, sql: str) -> Iterator[Iterator[StatementResult]]:
+    """Open the database read-only and run `sql`'s statements in order, yielding each result as it comes (a
+    statement runs when the previous one's result has been read). StoreError for SQL that does not parse or run."""
+    parsed = split_statements(sql)
+    if not parsed:
+        raise StoreError("no SQL statement given", hint='e.g. speclogs sql "SELECT run_name FROM runs"')
+    connection = connect(db_path, read_only=True)
+    try:
+        connection.execute("SET enable_progress_bar = false")  # DuckDB's bar would land in the output
+        yield _results(connection, parsed)
+    finally:
+        connection.close()
+
+
+def _results(connection, parsed: list[tuple[str, str]]) -> Iterator[StatementResult]:
+    for kind, text in parsed:
+        if _SHOW_TABLES.fullmatch(text):
+            text = CONTRACT_TABLES_SQL
+        try:
+            if kind not in _QUERY_TYPES:
+                connection.execute(text)
+                continue
+            relation = connection.sql(text)
+        except duckdb.Error as error:
+            raise StoreError(f"SQL error: {error}", hint=_HINT) from error
+        if relation is None:
+            continue
+        yield StatementResult(sql=text.strip(), columns=tuple(relation.columns),
+                              types=tuple(str(t) for t in relation.types), _relation=relation)
 
 
 @dataclass(frozen=True)
@@ -29,18 +206,49 @@ class QueryResult:
         return buffer.getvalue()
 
     def to_json(self) -> str:
-        records = [dict(zip(self.columns, row)) for row in self.rows]
-        return json.dumps(records, default=str, indent=2)
+        """The rows as a JSON array of objects: valid JSON (NaN and ±Infinity are null), JSON columns as JSON."""
+        records = [{name: json_value(value, type_name) for name, type_name, value in zip(self.columns, self.types, row)}
+                   for row in self.rows]
+        return json.dumps(records, default=str, indent=2, allow_nan=False)
+
+
+def json_value(value: Any, type_name: str = "") -> Any:
+    """A result value as JSON can hold it: a JSON column's text parsed, NaN/±Infinity as None (also inside lists
+    and structs), a whole-number decimal (HUGEINT sums) as an int, other decimals as floats, the rest unchanged
+    (dates, times, UUIDs and blobs go through str)."""
+    if value is None:
+        return None
+    if type_name == "JSON" and isinstance(value, str):
+        try:
+            return _finite(json.loads(value))
+        except ValueError:
+            return value
+    return _finite(value)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if type(value).__name__ == "Decimal":
+        if not value.is_finite():
+            return None
+        return int(value) if value == value.to_integral_value() else float(value)
+    return value
 
 
 def run_query(db_path: str | Path, sql: str) -> QueryResult:
-    """Run SQL read-only against the database. Raises StoreError on a SQL error (with DuckDB's message)."""
+    """Run SQL read-only against the database; the last statement's result. Raises StoreError on a SQL error (with
+    DuckDB's message)."""
     connection = connect(db_path, read_only=True)
     try:
         try:
             cursor = connection.execute(sql)
         except duckdb.Error as error:
-            raise StoreError(f"SQL error: {error}", hint="`speclogs tables` lists the tables; docs/sql.md describes every column") from error
+            raise StoreError(f"SQL error: {error}", hint=_HINT) from error
         if cursor.description is None:
             return QueryResult(columns=(), types=(), rows=())
         columns = tuple(d[0] for d in cursor.description)

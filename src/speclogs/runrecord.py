@@ -1,0 +1,225 @@
+"""run.json: the launcher's record of one launch — the one module that writes it and reads it.
+
+Standard library only: the launcher writes it on a GPU box without duckdb or polars; the ingest (runs table), the
+launcher's `--resume` and adaptive looks, and the report's confounder check read it through `RunRecord`.
+
+    write_run_json(run_dir, record)   atomic (a reader never sees half a file), secrets redacted, schema stamped
+    read_run_json(run_dir)            RunRecord | None (missing or unreadable file)
+    parse_run_record(text)            RunRecord, or RunRecordError saying why the text is not a run.json
+    RunRecord.from_document(obj)      typed accessors over an already decoded document (e.g. runs.run_json)
+
+The document's fields are listed in docs/launcher.md ("What each launch leaves"). The accessors never raise: a
+field that is missing or of the wrong type reads as None (or an empty dict/list), so an older or hand-edited
+run.json is read for what it holds.
+
+Versions: `speclogs.run/1` is the only one so far. A reader meets a newer one (`speclogs.run/2`) by reading what
+it recognises and saying so (`RunRecord.schema_note`); a change that breaks readers gets the next number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_NAME = "speclogs.run"
+VERSION = 1
+SCHEMA = f"{SCHEMA_NAME}/{VERSION}"
+FILE_NAME = "run.json"
+
+# Outcomes (docs/launcher.md "Outcomes"): after these `--resume` runs the launch again …
+RETRY_OUTCOMES = frozenset({"running", "interrupted", "port_in_use", "disk_full", "spawn_failed"})
+# … and after these only with --retry-failed.
+FAILED_OUTCOMES = frozenset({"failed_start", "health_timeout", "bench_failed"})
+
+
+class RunRecordError(ValueError):
+    """The text is not a run.json (not JSON, or not a JSON object); the message says which."""
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _integer(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _mapping(value: object) -> dict | None:
+    return value if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run.json as read: `document` is the decoded object; the properties are its fields, typed."""
+
+    document: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_document(cls, document: object) -> RunRecord:
+        """A record over an already decoded JSON value (anything but an object reads as an empty record)."""
+        return cls(document if isinstance(document, dict) else {})
+
+    # --- identity -------------------------------------------------------------------------------------------
+    @property
+    def schema(self) -> str | None:
+        return _text(self.document.get("schema"))
+
+    @property
+    def schema_note(self) -> str | None:
+        """Why this record may not be read in full (another schema than this reader's), or None."""
+        schema = self.document.get("schema")
+        if schema is None or schema == SCHEMA:
+            return None
+        return f"run.json schema {schema!r} is not {SCHEMA!r}; read what matched"
+
+    @property
+    def run_uid(self) -> str | None:
+        return _text(self.document.get("run_uid"))
+
+    @property
+    def cell(self) -> str | None:
+        return _text(self.document.get("cell"))
+
+    @property
+    def launch(self) -> int | None:
+        return _integer(self.document.get("launch"))
+
+    @property
+    def run_name(self) -> str | None:
+        """`run_name`, else `<cell>_<launch>`; None when the record names neither."""
+        name = _text(self.document.get("run_name"))
+        if name is None and self.cell is not None and self.launch is not None:
+            name = f"{self.cell}_{self.launch}"
+        return name
+
+    @property
+    def factors(self) -> dict | None:
+        return _mapping(self.document.get("factors"))
+
+    # --- what the server ran with ------------------------------------------------------------------------------
+    @property
+    def env(self) -> dict | None:
+        return _mapping(self.document.get("env"))
+
+    @property
+    def argv(self) -> list | None:
+        argv = self.document.get("argv")
+        return argv if isinstance(argv, list) else None
+
+    @property
+    def versions(self) -> dict:
+        return _mapping(self.document.get("versions")) or {}
+
+    @property
+    def sglang_version(self) -> str | None:
+        return _text(self.versions.get("sglang"))
+
+    @property
+    def gpu_names(self) -> tuple[str, ...]:
+        """Distinct GPU names from `gpus`, sorted."""
+        gpus = self.document.get("gpus")
+        if not isinstance(gpus, list):
+            return ()
+        return tuple(sorted({str(g["name"]) for g in gpus if isinstance(g, dict) and g.get("name")}))
+
+    @property
+    def hostname(self) -> str | None:
+        return _text(self.document.get("hostname"))
+
+    @property
+    def profile(self) -> bool | None:
+        """Whether the server ran under `python -m speclogs.profile` (None: not recorded)."""
+        return bool(self.document["profile"]) if "profile" in self.document else None
+
+    @property
+    def models(self) -> dict:
+        """`models`: role ('target', 'draft') → what run.json recorded about that model directory."""
+        models = _mapping(self.document.get("models")) or {}
+        return {role: model for role, model in models.items() if isinstance(model, dict)}
+
+    @property
+    def adaptive(self) -> dict | None:
+        return _mapping(self.document.get("adaptive"))
+
+    # --- how the launch went ----------------------------------------------------------------------------------
+    @property
+    def outcome(self) -> str | None:
+        return _text(self.document.get("outcome"))
+
+    @property
+    def outcome_detail(self) -> str:
+        return self.document.get("outcome_detail") if isinstance(self.document.get("outcome_detail"), str) else ""
+
+    def is_complete(self, retry_failed: bool = False) -> bool:
+        """Whether `--resume` skips this launch (with `retry_failed`, failed launches are redone too)."""
+        outcome = self.outcome
+        if outcome is None or outcome in RETRY_OUTCOMES:
+            return False
+        return not (retry_failed and outcome in FAILED_OUTCOMES)
+
+    @property
+    def timestamps(self) -> dict:
+        return _mapping(self.document.get("timestamps")) or {}
+
+    @property
+    def ready_s(self) -> float | None:
+        value = self.document.get("ready_s")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    @property
+    def median_tok_s(self) -> float | None:
+        value = (_mapping(self.document.get("bench_summary")) or {}).get("median_tok_s")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    @property
+    def server_pid(self) -> int | None:
+        return _integer(self.document.get("server_pid"))
+
+    @property
+    def server_identity(self) -> dict | None:
+        return _mapping(self.document.get("server_identity"))
+
+    @property
+    def previous_attempts(self) -> list:
+        attempts = self.document.get("previous_attempts")
+        return list(attempts) if isinstance(attempts, list) else []
+
+
+def parse_run_record(text: str) -> RunRecord:
+    """The record in a run.json's text. Raises RunRecordError when it is not JSON or not a JSON object."""
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        raise RunRecordError(f"run.json is not JSON ({error})") from None
+    if not isinstance(document, dict):
+        raise RunRecordError("run.json is not a JSON object")
+    return RunRecord(document)
+
+
+def read_run_json(run_dir: str | Path) -> RunRecord | None:
+    """The record in run_dir/run.json; None when there is none or it cannot be read as one."""
+    try:
+        return parse_run_record((Path(run_dir) / FILE_NAME).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, RunRecordError):
+        return None
+
+
+def write_run_json(run_dir: str | Path, record: dict[str, Any]) -> Path:
+    """Write run_dir/run.json: the schema first, then `record`, secrets redacted (names, values, flags —
+    speclogs.redact); through a temporary file renamed over the old one, so that no reader sees half a file.
+    OSError (ENOSPC …) propagates."""
+    from speclogs.redact import redact_json
+
+    path = Path(run_dir) / FILE_NAME
+    document = {"schema": SCHEMA, **{key: value for key, value in record.items() if key != "schema"}}
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(redact_json(document), handle, indent=1)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    return path

@@ -159,7 +159,7 @@ def test_the_signals_page_of_the_real_metrics_run_draws(tmp_path):
     ingest_paths([Path(__file__).resolve().parents[1] / "fixtures" / "h200-sglang-0.5.14-metrics"], db, run_name="h200_metrics")
     con = duckdb.connect(str(db), read_only=True)
     try:
-        comparison = compare_runs(con, ["h200_metrics"], n_resamples=200)
+        comparison = compare_runs(con, ["h200_metrics"])
     finally:
         con.close()
     dom = _dom(write_html(comparison, tmp_path / "report.html"))

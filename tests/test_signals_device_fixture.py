@@ -54,7 +54,8 @@ def assert_signals(comparison, check, db: Path, *, launches: int, measured_reque
     assert all(p.device_timer_ms and p.decode_lines_ms for p in cycle) and len(cycle) == launches
     prof = [p for p in cycle if p.arm == ARMS[0]]
     assert prof and all((p.profiler_ms is not None) == profiled for p in prof)
-    kinds = dict(query(db, "SELECT r.cell, list(DISTINCT q.source_kind ORDER BY q.source_kind) FROM requests q JOIN runs r USING (run_id) GROUP BY 1"))
+    kinds = dict(query(db, "SELECT r.cell, list(DISTINCT q.source_kind ORDER BY q.source_kind) "
+                           "FROM requests q JOIN runs r USING (run_id) GROUP BY 1"))
     assert kinds == {"eagle3_prof": ["log_requests_text", "request_export"], "eagle3_noisy": ["log_requests_json", "request_export"]}
     assert {r.arm for r in evidence.request_acceptance} == set(ARMS)
 

@@ -144,6 +144,12 @@ class RunRecord:
     def adaptive(self) -> dict | None:
         return _mapping(self.document.get("adaptive"))
 
+    @property
+    def windows(self) -> list[dict]:
+        """The benchmark windows with their /metrics scrapes ([metrics] plans): name, start, end, scrapes[]."""
+        windows = self.document.get("windows")
+        return [window for window in windows if isinstance(window, dict)] if isinstance(windows, list) else []
+
     # --- how the launch went ----------------------------------------------------------------------------------
     @property
     def outcome(self) -> str | None:

@@ -60,7 +60,8 @@ class SignalTables:
     metrics: pl.DataFrame     # run_id, source_file, ts, window_name, phase, name, labels, value
     decode: pl.DataFrame      # run_id, source_file, line_no, ts, tp_rank, running_req, accept_len, gen_throughput_tok_s, fwd_occupancy_pct
     idle: pl.DataFrame        # run_id, source_file, line_no: prefill lines that found 0 running requests
-    requests: pl.DataFrame    # run_id, source_kind, rid, health_check, completion_tokens, spec_accept_length, spec_verify_ct, finished_unix_s, ts
+    # run_id, source_kind, rid, health_check, completion_tokens, spec_accept_length, spec_verify_ct, finished_unix_s, ts
+    requests: pl.DataFrame
     spec_cycles: pl.DataFrame  # run_id, ts, tp_rank, draft_ms, verify_ms, extend_ms, cycle_ms
 
 

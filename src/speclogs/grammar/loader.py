@@ -8,8 +8,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from speclogs.errors import GrammarError
-from speclogs.grammar.held import Definition
 from speclogs.grammar.fields import FIELDS_SLOT, read_labels
+from speclogs.grammar.held import Definition
 from speclogs.grammar.lower import BUILTIN_SHAPE_REGEXES, file_shape_regex, template_regex
 from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-exported)
     DERIVES,

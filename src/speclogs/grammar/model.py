@@ -12,8 +12,8 @@ if TYPE_CHECKING:
     import polars as pl
     import pyparsing as pp
 
-    from speclogs.grammar.held import Definition
     from speclogs.grammar.fields import FieldList
+    from speclogs.grammar.held import Definition
     from speclogs.grammar.regex import Regex
 
 FIELD_TYPES = ("int", "float", "bool", "str", "pct")

@@ -31,10 +31,10 @@ from speclogs.errors import InputError, SpeclogsError
 from speclogs.ingest import native
 from speclogs.ingest.classify import Engine, classify
 from speclogs.ingest.jsonfiles import parse_bench_json, parse_bench_jsonl, parse_nccl_probe, parse_run_json
-from speclogs.ingest.prometheus import parse_prometheus_file
-from speclogs.ingest.requests import RequestLog, parse_request_export, with_bench_serving_requests
 from speclogs.ingest.lines import Lines, build_lines, count_lines
+from speclogs.ingest.prometheus import parse_prometheus_file
 from speclogs.ingest.records import ChunkFiles, ChunkResult, FileTally, assemble
+from speclogs.ingest.requests import RequestLog, parse_request_export, with_bench_serving_requests
 from speclogs.ingest.sources import (
     STDIN_NAME,
     STREAM_MIN_BYTES,

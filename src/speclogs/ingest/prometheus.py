@@ -25,6 +25,7 @@ import polars as pl
 
 from speclogs.ingest.jsonfiles import JsonFileResult, count_lines
 from speclogs.ingest.sources import PROM_SUFFIX
+from speclogs.runrecord import read_run_json
 
 PHASES = ("before", "during", "after")
 # Sample names of one family: the family itself, or its histogram / summary / counter series.
@@ -164,12 +165,8 @@ def scrape_for(path: Path) -> Scrape:
 
 
 def _run_json_scrape(path: Path) -> Scrape | None:
-    try:
-        document = json.loads((path.parent / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    windows = document.get("windows") if isinstance(document, dict) else None
-    for window in windows if isinstance(windows, list) else ():
+    record = read_run_json(path.parent)
+    for window in record.windows if record is not None else ():
         scrapes = window.get("scrapes") if isinstance(window, dict) else None
         for entry in scrapes if isinstance(scrapes, list) else ():
             if isinstance(entry, dict) and entry.get("file") == path.name:

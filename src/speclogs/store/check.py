@@ -12,7 +12,8 @@ A line passes when every token it prints is found in its rows:
 A line with no row at all, or a token found nowhere, is a loss. Prometheus snapshots (*.prom) are checked like
 logs, token by token (a sample's name, label names and values, and its value as printed; a # HELP line's words).
 JSON inputs (bench.jsonl, request exports, *.nccl_probe.json) are checked the same way, value by value: every scalar
-of a JSONL record is in its line's rows, every scalar of a probe file in the file's rows. The check reads, never writes; `speclogs check` prints what it finds.
+of a JSONL record is in its line's rows, every scalar of a probe file in the file's rows. The check reads, never
+writes; `speclogs check` prints what it finds.
 """
 
 from __future__ import annotations

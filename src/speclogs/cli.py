@@ -44,6 +44,8 @@ TextFormatOption = Annotated[
     TextFormat, typer.Option("--format", "-f", help="text (a summary on stderr) or json (the summary as JSON on stdout).")
 ]
 JsonAliasOption = Annotated[bool, typer.Option("--json", hidden=True, help="Same as --format json.")]
+LakeOption = Annotated[Optional[Path], typer.Option(
+    "--lake", help="A Parquet lake folder instead of the DuckDB file (docs/sql.md, 'The lake'); any engine reads it.")]
 
 
 def _wants_json(output_format: TextFormat, json_alias: bool) -> bool:
@@ -96,20 +98,36 @@ def ingest(
         None, "--grammar", help="Extra grammar file or directory of *.toml (repeatable); checked like `speclogs grammars check`."
     ),
     check_after: bool = typer.Option(False, "--check", help="Then run `speclogs check` on the files just ingested (exit 1 if a line lost content)."),
+    lake: LakeOption = None,
+    ray: Optional[str] = typer.Option(
+        None, "--ray", help="With --lake: parse the files as tasks on a Ray cluster: 'local' (one started on this machine "
+        "for the call), 'auto' (the running cluster) or its ADDRESS (host:port)."),
+    ray_cpus: Optional[int] = typer.Option(None, "--ray-cpus", min=1, help="With --ray local: the CPUs of that cluster (default: all)."),
 ) -> None:
-    """Parse SGLang logs, NCCL lines and benchmark files into DuckDB tables (idempotent)."""
-    from speclogs.store import ingest_paths
-
+    """Parse SGLang logs, NCCL lines and benchmark files into DuckDB tables (idempotent), or into a Parquet lake."""
+    if ray is not None and lake is None:
+        raise typer.BadParameter("--ray writes a lake: give --lake DIR too", param_hint="--ray")
+    if lake is not None and replace:
+        raise typer.BadParameter("a lake is append-only: nothing in it is replaced (ingest a changed file under a new "
+                                 "name, or into a new lake)", param_hint="--replace")
     reporter = _make_progress(progress)
     try:
-        summary = ingest_paths(
-            paths,
-            db,
-            replace=replace,
-            run_name=run_name,
-            on_progress=reporter.update if reporter else None,
-            grammar_paths=grammar or (),
-        )
+        if lake is not None:
+            from speclogs.store.lake import ingest_lake
+
+            summary = ingest_lake(paths, lake, run_name=run_name, on_progress=reporter.update if reporter else None,
+                                  grammar_paths=grammar or (), ray=ray, num_cpus=ray_cpus)
+        else:
+            from speclogs.store import ingest_paths
+
+            summary = ingest_paths(
+                paths,
+                db,
+                replace=replace,
+                run_name=run_name,
+                on_progress=reporter.update if reporter else None,
+                grammar_paths=grammar or (),
+            )
     finally:
         if reporter is not None:
             reporter.close()
@@ -117,9 +135,10 @@ def ingest(
         typer.echo(summary.to_json())
     _render_ingest_summary(summary)
     if check_after and summary.source_files:
-        from speclogs.store.check import check_database
+        from speclogs.store.check import check_database, check_lake
 
-        result = check_database(db, sources=summary.source_files, grammar_paths=grammar or ())
+        kwargs = {"sources": summary.source_files, "grammar_paths": grammar or ()}
+        result = check_lake(lake, **kwargs) if lake is not None else check_database(db, **kwargs)
         _render_check(result, shown=10)
         if not result.ok:
             raise typer.Exit(1)
@@ -132,12 +151,13 @@ def check(
     json_alias: JsonAliasOption = False,
     show: int = typer.Option(10, "--show", min=0, help="How many of the lines that lost something to print."),
     grammar: Optional[list[Path]] = typer.Option(None, "--grammar", help="The extra grammar files the ingest used (repeatable)."),
+    lake: LakeOption = None,
 ) -> None:
     """Check that the database holds every line it was given: re-read each ingested file and find every number and word
     of every line in that line's rows (lnav -C style). Exit 1 when a line lost something."""
-    from speclogs.store.check import check_database
+    from speclogs.store.check import check_database, check_lake
 
-    result = check_database(db, grammar_paths=grammar or ())
+    result = check_lake(lake, grammar_paths=grammar or ()) if lake is not None else check_database(db, grammar_paths=grammar or ())
     if _wants_json(output_format, json_alias):
         import json
 
@@ -172,11 +192,13 @@ def sql(
     query: str = typer.Argument(..., help='SQL to run read-only, e.g. "SELECT run_name, count(*) FROM decode_batches JOIN runs USING (run_id) GROUP BY 1".'),
     db: DbOption = DEFAULT_DB,
     output_format: SqlFormat = typer.Option(SqlFormat.table, "--format", "-f", help="Output format."),
+    lake: LakeOption = None,
 ) -> None:
-    """Run a read-only SQL query against the speclogs database and print the result."""
+    """Run a read-only SQL query against the speclogs database (or a lake) and print the result."""
     from speclogs.store import run_query
+    from speclogs.store.query import run_lake_query
 
-    result = run_query(db, query)
+    result = run_lake_query(lake, query) if lake is not None else run_query(db, query)
     if output_format is SqlFormat.csv:
         sys.stdout.write(result.to_csv())
     elif output_format is SqlFormat.json:
@@ -552,6 +574,7 @@ def report(
     min_effect: str = typer.Option("0%", "--min-effect", callback=_check_min_effect, help="Practical threshold, e.g. 2%: a winner's interval must lie beyond ±2 %; inside it, 'equivalent'."),
     hidden_size: Optional[int] = typer.Option(None, "--hidden-size", min=1, help="Target model hidden size (NCCL communication-share estimate)."),
     num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1, help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
+    lake: LakeOption = None,
 ) -> None:
     """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
     effects, warnings ranked by whether they change the answer."""
@@ -560,7 +583,12 @@ def report(
     from speclogs.store import connect
 
     outputs = [*output, *([html] if html is not None else [])]
-    connection = connect(db, read_only=True)
+    if lake is not None:
+        from speclogs.store.lake import connect_lake
+
+        connection = connect_lake(lake)
+    else:
+        connection = connect(db, read_only=True)
     try:
         comparison = compare_runs(connection, list(compare) + list(arms or []), parse_factor_options(factor),
                                   confidence, min_effect=parse_percent(min_effect, "--min-effect"), hidden_size=hidden_size,

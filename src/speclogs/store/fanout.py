@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import resource
 import shutil
 import socket
 import time
@@ -269,5 +270,6 @@ def parse_files(files: list[InputFile], stored: dict[str, set[str]], lake_dir: s
     tally = run_pipeline(Discovery(files=tuple(files)), sink, lambda: engine, chunk_bytes=chunk_bytes)
     result = sink.finish()
     where = {"task": writer, "host": socket.gethostname(), "pid": os.getpid(), "files": len(files),
-             "bytes": sum(item.size_bytes for item in files), "seconds": round(time.perf_counter() - started, 3)}
+             "bytes": sum(item.size_bytes for item in files), "seconds": round(time.perf_counter() - started, 3),
+             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
     return tally, result, where

@@ -101,3 +101,27 @@ def test_a_node_that_dies_fails_the_launch_and_every_node_is_stopped(sshd, tmp_p
         node = json.loads((out / "a" / "1" / f"node{rank}" / "run.json").read_text())
         assert node["outcome"] == "failed_start" and node["stop"]["leftover_pids"] == []
         assert not _alive(node["server_pid"])
+
+
+@pytest.mark.parametrize("text, message", [
+    ('nodes = ["me@a"]\n', "needs two or more"),
+    ('dist_init_port = 5000\n', "dist_init_port needs nodes"),
+    ('nodes = ["me@a", "me@b"]\n[adaptive]\nuntil = "ci_width<=5%"\n', "cannot be combined with [adaptive]"),
+])
+def test_multi_node_plan_errors_name_the_line(tmp_path, text, message):
+    from speclogs.errors import PlanError
+
+    plan = tmp_path / "bad.toml"
+    plan.write_text(text + '[[cells]]\nname = "a"\n')
+    with pytest.raises(PlanError, match=message.replace("[", r"\[")) as error:
+        load_plan(plan)
+    assert str(error.value).startswith(f"{plan}:1:")
+
+
+def test_a_profiled_cell_is_refused_with_nodes(tmp_path):
+    from speclogs.errors import PlanError
+
+    plan = tmp_path / "bad.toml"
+    plan.write_text('nodes = ["me@a", "me@b"]\n[[cells]]\nname = "a"\nprofile = true\n')
+    with pytest.raises(PlanError, match=r"bad.toml:4: cell a: profile = true is not supported with nodes"):
+        load_plan(plan)

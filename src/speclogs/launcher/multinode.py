@@ -257,7 +257,10 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: dict | No
         try:
             stamps["spawn"] = runinfo.now_iso()
             for rank, host in enumerate(nodes.hosts):
-                agent = _Agent(nodes, rank, host)
+                try:
+                    agent = _Agent(nodes, rank, host)
+                except OSError as error:
+                    raise _Failed("spawn_failed", f"cannot run ssh for node {rank} ({host}): {error.strerror}") from error
                 agents.append(agent)
                 agent.send(json.dumps(_agent_spec(plan, spec, rank)))
             for agent, node in zip(agents, node_records):

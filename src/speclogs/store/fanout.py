@@ -60,6 +60,10 @@ def ingest_lake_ray(
     lake_dir = Path(lake_dir).resolve()
     discovery = discover_inputs([str(p) for p in paths], run_name=run_name, known_runs=stored_run_names(lake_dir))
     ray = _ray()
+    if not discovery.files:  # nothing to parse: no cluster needed (and the same messages as without --ray)
+        from speclogs.store.lake import ingest_lake
+
+        return ingest_lake(paths, lake_dir, run_name=run_name, on_progress=on_progress, grammar_paths=grammar_paths)
     grammars = tuple(str(Path(p).resolve()) for p in grammar_paths)
     with LakeWriter(lake_dir) as lake, _cluster(ray, address, num_cpus) as cpus:
         commit_id = new_commit_id()

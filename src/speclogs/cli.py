@@ -216,7 +216,7 @@ def _render_ingest_summary(summary) -> None:
 
     console = _stderr_console()
     head = Table.grid(padding=(0, 2))
-    head.add_row("database", plain(summary.db_path))
+    head.add_row("lake" if Path(summary.db_path).is_dir() else "database", plain(summary.db_path))
     head.add_row(
         "files",
         f"{summary.files_ingested:,} ingested, {summary.files_unchanged:,} unchanged, "

@@ -25,6 +25,7 @@ import os
 import resource
 import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -133,8 +134,7 @@ class _cluster:
             if self.address == "local":
                 options.update(address="local", num_cpus=self.num_cpus, include_dashboard=False)
             else:
-                package = str(Path(speclogs.__file__).resolve().parent)
-                options.update(address=self.address, runtime_env={"py_modules": [package]})
+                options.update(address=self.address, runtime_env={"py_modules": [self._package()]})
             try:
                 ray.init(**options)
             except (ConnectionError, RuntimeError, ValueError) as error:
@@ -143,9 +143,25 @@ class _cluster:
             self.owned = True
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
+    def _package(self) -> str:
+        """speclogs as Ray ships it to the nodes: the package with its grammars inside (a checkout keeps them beside
+        it, in grammars/, where a node would not find them)."""
+        from speclogs.grammar.model import bundled_grammar_dir
+
+        package = Path(speclogs.__file__).resolve().parent
+        if (package / "_grammars").is_dir():
+            return str(package)
+        self._shipped = tempfile.TemporaryDirectory(prefix="speclogs-ray-")
+        target = Path(self._shipped.name) / "speclogs"
+        shutil.copytree(package, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(bundled_grammar_dir(), target / "_grammars")
+        return str(target)
+
     def __exit__(self, *exc) -> None:
         if self.owned:
             self.ray.shutdown()
+        if getattr(self, "_shipped", None) is not None:
+            self._shipped.cleanup()
 
 
 def _hash_round(ray, groups: list[list[InputFile]]) -> dict[str, str]:

@@ -41,7 +41,7 @@ import polars as pl
 import speclogs
 from speclogs.errors import SpeclogsError, StoreError
 from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, Batch, ParsedFile, Tally, first_line, run_pipeline
-from speclogs.ingest.sources import Discovery, InputFile, discover_inputs
+from speclogs.ingest.sources import InputFile, discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
 from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL, schema_sql
 from speclogs.store.layout import SHARDED_TABLES, SOURCE_ONLY_TABLES, sharded_view_sql

@@ -78,3 +78,30 @@ def query(db: Path, sql: str, params: list | None = None) -> list[tuple]:
 
 def scalar(db: Path, sql: str, params: list | None = None):
     return query(db, sql, params)[0][0]
+
+
+# Columns whose values say when or how fast, not what: they differ between any two ingests of the same files.
+VOLATILE_COLUMNS = frozenset({"ingested_at", "parse_seconds"})
+
+
+def contract_rows(connection, relation: str) -> tuple[list[tuple], list[tuple]]:
+    """(columns with their types, every row in a fixed order) of one table or view, as a user of the connection sees
+    it; the columns of VOLATILE_COLUMNS are left out of the rows."""
+    described = [tuple(row[:2]) for row in connection.execute(f'DESCRIBE "{relation}"').fetchall()]
+    names = ", ".join(f'"{name}"' for name, _ in described if name not in VOLATILE_COLUMNS)
+    return described, connection.execute(f'SELECT {names} FROM "{relation}" ORDER BY ALL').fetchall()
+
+
+def assert_same_tables(expected, actual, relations) -> None:
+    """Every relation has the same columns, types and rows on both connections."""
+    for relation in relations:
+        columns, rows = contract_rows(expected, relation)
+        got_columns, got_rows = contract_rows(actual, relation)
+        assert got_columns == columns, relation
+        assert len(got_rows) == len(rows), relation
+        assert _nan_as_text(got_rows) == _nan_as_text(rows), relation
+
+
+def _nan_as_text(rows: list[tuple]) -> list[tuple]:
+    """Rows with every NaN as the text 'NaN' (NaN equals nothing, not even the NaN of the same value printed)."""
+    return [tuple("NaN" if isinstance(v, float) and v != v else v for v in row) for row in rows]

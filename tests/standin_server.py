@@ -10,6 +10,10 @@ with SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 forward_execution_seconds_total per ca
 --export-metrics-to-file-dir D writes D/sglang-request-metrics-YYYYMMDD_HH.log; --log-requests prints Receive: /
 Finish: lines (--log-requests-format json: 0.5.14's JSON lines).
 
+Several nodes (--nnodes N --node-rank I --dist-init-addr HOST:PORT), as SGLang's multi-node launch: node 0 listens on
+the dist-init port and becomes ready only once the N - 1 other nodes have connected to it (each says its rank);
+the other nodes connect to it, serve no HTTP, and wait for SIGTERM.
+
 Playing an arm with known throughput: --tok-s R makes /generate take max_new_tokens / rate seconds, rate =
 R × (a launch factor exp N(0, --launch-cv), drawn once at start) × exp N(0, --request-cv) per request, and log it as
 the decode line's gen throughput. The draws are seeded by --noise-seed and the launch's directory (the launcher's
@@ -65,6 +69,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--log-requests", action="store_true")
     parser.add_argument("--metrics-status", type=int, default=200)
     parser.add_argument("--log-requests-format", default="text")
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--dist-init-addr", default=None)
     args, _unknown = parser.parse_known_args()
     return args
 
@@ -100,6 +107,11 @@ def main() -> None:
         log("Load weight begin. avail mem=138.31 GB", f"TP{rank}")
         log("Load weight end. elapsed=0.22 s, type=LlamaForCausalLM, avail mem=137.60 GB, mem usage=0.71 GB.", f"TP{rank}")
     log("Capture target verify CUDA graph begin. backend=full, num_tokens_per_bs=6, bs=[1], avail mem=69.07 GB", "TP0")
+
+    if args.nnodes > 1 and args.node_rank > 0:
+        follow_node_zero(args)
+        return
+    joined = rendezvous(args) if args.nnodes > 1 else None
 
     if args.die_after is not None:
         time.sleep(args.die_after)
@@ -253,7 +265,8 @@ def main() -> None:
     log(f"INFO:     Started server process [{os.getpid()}]")
     log(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
     while not stop_event.is_set():
-        if not state["ready"] and not args.never_ready and time.monotonic() - started >= args.ready_after:
+        peers_in = joined is None or joined.is_set()
+        if not state["ready"] and not args.never_ready and peers_in and time.monotonic() - started >= args.ready_after:
             log("Capture target verify CUDA graph end. elapsed=0.10 s, mem usage=0.04 GB, avail mem=69.03 GB.", "TP0")
             log("The server is fired up and ready to roll!")
             state["ready"] = True
@@ -264,6 +277,54 @@ def main() -> None:
         child.terminate()
         child.wait()
     sys.exit(0)
+
+
+def rendezvous(args: argparse.Namespace) -> threading.Event:
+    """Node 0: listen on the dist-init port; the event is set once every other node has connected."""
+    import socket
+
+    host, port = args.dist_init_addr.rsplit(":", 1)
+    listener = socket.create_server((host, int(port)), reuse_port=False)
+    joined = threading.Event()
+
+    def accept() -> None:
+        ranks = set()
+        while len(ranks) < args.nnodes - 1:
+            connection, _ = listener.accept()
+            rank = connection.recv(16).decode().strip()
+            ranks.add(rank)
+            log(f"Init torch distributed: node rank {rank} joined ({len(ranks) + 1}/{args.nnodes} nodes)", "TP0")
+            connection.close()
+        listener.close()
+        log("Init torch distributed ends. mem usage=0.00 GB", "TP0")
+        joined.set()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return joined
+
+
+def follow_node_zero(args: argparse.Namespace) -> None:
+    """Node rank > 0: join node 0 at --dist-init-addr, serve nothing, drain on SIGTERM."""
+    import socket
+
+    host, port = args.dist_init_addr.rsplit(":", 1)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=2) as connection:
+                connection.sendall(f"{args.node_rank}\n".encode())
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                log(f"Init torch distributed failed: cannot reach {args.dist_init_addr}", f"TP{args.node_rank}")
+                sys.exit(4)
+            time.sleep(0.1)
+    log(f"Init torch distributed ends. node rank {args.node_rank} of {args.nnodes}. mem usage=0.00 GB", f"TP{args.node_rank}")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: (log("SIGTERM received. signum=None frame=None. Draining requests "
+                                                           "and shutting down..."), stop.set()))
+    stop.wait()
+    log("Gracefully exiting... Remaining number of requests 0. Remaining requests remaining_rids=[].")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ TextFormatOption = Annotated[
 JsonAliasOption = Annotated[bool, typer.Option("--json", hidden=True, help="Same as --format json.")]
 GrammarOption = Annotated[Optional[list[Path]], typer.Option(
     "--grammar", "-g", help="An extra grammar file, or a directory of *.toml (repeatable; checked like `speclogs grammars check`).")]
+LakeOption = Annotated[Optional[Path], typer.Option(
+    "--lake", help="A Parquet lake folder instead of the DuckDB file (docs/sql.md, 'The lake'); any engine reads it.")]
 
 
 def _wants_json(output_format: TextFormat, json_alias: bool) -> bool:
@@ -110,20 +112,36 @@ def ingest(
     grammar: GrammarOption = None,
     check_after: bool = typer.Option(False, "--check", help="Then run `speclogs check` on the files just ingested "
                                      "(exit 1 if a line lost content)."),
+    lake: LakeOption = None,
+    ray: Optional[str] = typer.Option(
+        None, "--ray", help="With --lake: parse the files as tasks on a Ray cluster: 'local' (one started on this machine "
+        "for the call), 'auto' (the running cluster) or its ADDRESS (host:port)."),
+    ray_cpus: Optional[int] = typer.Option(None, "--ray-cpus", min=1, help="With --ray local: the CPUs of that cluster (default: all)."),
 ) -> None:
-    """Parse SGLang logs, NCCL lines and benchmark files into DuckDB tables (idempotent)."""
-    from speclogs.store import ingest_paths
-
+    """Parse SGLang logs, NCCL lines and benchmark files into DuckDB tables (idempotent), or into a Parquet lake."""
+    if ray is not None and lake is None:
+        raise typer.BadParameter("--ray writes a lake: give --lake DIR too", param_hint="--ray")
+    if lake is not None and replace:
+        raise typer.BadParameter("a lake is append-only: nothing in it is replaced (ingest a changed file under a new "
+                                 "name, or into a new lake)", param_hint="--replace")
     reporter = _make_progress(progress)
     try:
-        summary = ingest_paths(
-            paths,
-            db,
-            replace=replace,
-            run_name=run_name,
-            on_progress=reporter.update if reporter else None,
-            grammar_paths=grammar or (),
-        )
+        if lake is not None:
+            from speclogs.store.lake import ingest_lake
+
+            summary = ingest_lake(paths, lake, run_name=run_name, on_progress=reporter.update if reporter else None,
+                                  grammar_paths=grammar or (), ray=ray, num_cpus=ray_cpus)
+        else:
+            from speclogs.store import ingest_paths
+
+            summary = ingest_paths(
+                paths,
+                db,
+                replace=replace,
+                run_name=run_name,
+                on_progress=reporter.update if reporter else None,
+                grammar_paths=grammar or (),
+            )
     finally:
         if reporter is not None:
             reporter.close()
@@ -131,9 +149,10 @@ def ingest(
         typer.echo(summary.to_json())
     _render_ingest_summary(summary)
     if check_after and summary.source_files:
-        from speclogs.store.check import check_database
+        from speclogs.store.check import check_database, check_lake
 
-        result = check_database(db, sources=summary.source_files, grammar_paths=grammar or ())
+        kwargs = {"sources": summary.source_files, "grammar_paths": grammar or ()}
+        result = check_lake(lake, **kwargs) if lake is not None else check_database(db, **kwargs)
         _render_check(result, shown=10)
         if not result.ok:
             raise typer.Exit(1)
@@ -146,12 +165,13 @@ def check(
     json_alias: JsonAliasOption = False,
     show: int = typer.Option(10, "--show", min=0, help="How many of the lines that lost something to print."),
     grammar: GrammarOption = None,
+    lake: LakeOption = None,
 ) -> None:
     """Check that the database holds every line it was given: re-read each ingested file and find every number and word
     of every line in that line's rows (lnav -C style). Exit 1 when a line lost something."""
-    from speclogs.store.check import check_database
+    from speclogs.store.check import check_database, check_lake
 
-    result = check_database(db, grammar_paths=grammar or ())
+    result = check_lake(lake, grammar_paths=grammar or ()) if lake is not None else check_database(db, grammar_paths=grammar or ())
     if _wants_json(output_format, json_alias):
         import json
 
@@ -191,12 +211,14 @@ def sql(
     output: OutputOption = None,
     force: ForceOption = False,
     limit: LimitOption = 40,
+    lake: LakeOption = None,
 ) -> None:
-    """Run read-only SQL against the speclogs database and print each statement's result (streamed: any size).
+    """Run read-only SQL against the speclogs database (or a lake) and print each statement's result (streamed: any
+    size).
 
     `SHOW TABLES` (or `speclogs tables`) lists the tables and views of the contract (docs/sql.md)."""
     text = sys.stdin.read() if query == "-" else query
-    _print_query(db, text, output_format, output, force, limit)
+    _print_query(db, text, output_format, output, force, limit, lake=lake)
 
 
 @app.command()
@@ -227,7 +249,8 @@ def runs(
     _print_query(db, RUNS_SQL, output_format, output, force, limit)
 
 
-def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | None, force: bool, limit: int) -> None:
+def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | None, force: bool, limit: int, *,
+                 lake: Path | None = None) -> None:
     """Every statement's result of `text` in the chosen format, on stdout or in --output (one library call per
     result; the rows stream through)."""
     from speclogs.store.query import split_statements, statements
@@ -240,7 +263,7 @@ def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | N
         raise typer.BadParameter(f"{output} exists: pass --force to overwrite it", param_hint="'--output'")
     if output_format is SqlFormat.parquet and len(split_statements(text)) > 1:
         raise typer.BadParameter("a Parquet file holds one result: give one statement", param_hint="'--format'")
-    with statements(db, text) as results:
+    with statements(db, text, lake=lake) as results:
         if output_format is SqlFormat.table:
             for index, result in enumerate(results):
                 _render_query_table(result, limit, first=index == 0)
@@ -295,7 +318,7 @@ def _render_ingest_summary(summary) -> None:
 
     console = _stderr_console()
     head = Table.grid(padding=(0, 2))
-    head.add_row("database", plain(summary.db_path))
+    head.add_row("lake" if Path(summary.db_path).is_dir() else "database", plain(summary.db_path))
     head.add_row(
         "files",
         f"{summary.files_ingested:,} ingested, {summary.files_unchanged:,} unchanged, "
@@ -678,6 +701,7 @@ def report(
                                               help="Target model hidden size (NCCL communication-share estimate)."),
     num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1,
                                              help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
+    lake: LakeOption = None,
 ) -> None:
     """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
     effects, warnings ranked by whether they change the answer."""
@@ -686,7 +710,12 @@ def report(
     from speclogs.store import connect
 
     outputs = [*output, *([html] if html is not None else [])]
-    connection = connect(db, read_only=True)
+    if lake is not None:
+        from speclogs.store.lake import connect_lake
+
+        connection = connect_lake(lake)
+    else:
+        connection = connect(db, read_only=True)
     try:
         comparison = compare_runs(connection, list(compare) + list(arms or []), parse_factor_options(factor),
                                   confidence, min_effect=parse_percent(min_effect, "--min-effect"), hidden_size=hidden_size,

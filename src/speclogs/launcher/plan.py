@@ -33,6 +33,7 @@ _TOP_KEYS = {
     "name", "command", "model_path", "args", "env", "inherit_env", "drop_inherited_env", "port", "host", "health_timeout_s",
     "health_poll_s", "stop_grace_s", "port_wait_s", "min_free_mb", "launches", "order", "seed", "progress_every_s",
     "bench", "bench_serving", "cells", "profile_every", "launch_estimate_s", "adaptive", "metrics",
+    "nodes", "dist_init_port", "ssh_options", "remote_python", "remote_dir",
 }
 _CELL_KEYS = {"name", "args", "env", "factors", "launches", "profile", "profile_every", "model_path"}
 _BENCH_KEYS = {
@@ -119,6 +120,22 @@ class LaunchSpec:
 
 
 @dataclass(frozen=True)
+class NodesSpec:
+    """`nodes = ["user@host1", "user@host2"]`: SGLang on every node (node 0 first, it serves HTTP), reached over ssh."""
+
+    hosts: tuple[str, ...]
+    dist_init_port: int = 20000          # node 0's port for torch.distributed's rendezvous (--dist-init-addr)
+    ssh_options: tuple[str, ...] = ()    # e.g. ["-p", "2222", "-i", "~/.ssh/cluster"]
+    remote_python: str = "python3"       # Python ≥ 3.11 on the nodes; also what {python} in `command` means there
+    remote_dir: str = ".speclogs-remote"  # working directory on each node (speclogs is unpacked there)
+
+    @property
+    def http_host(self) -> str:
+        """Where node 0 serves HTTP: its host name as the plan writes it (user@ dropped)."""
+        return self.hosts[0].rsplit("@", 1)[-1]
+
+
+@dataclass(frozen=True)
 class Plan:
     name: str
     path: Path
@@ -145,6 +162,7 @@ class Plan:
     text: str = field(repr=False, default="")
     adaptive: AdaptiveSpec | None = None
     metrics: MetricsSpec = MetricsSpec()
+    nodes: NodesSpec | None = None   # a multi-node launch (speclogs.launcher.multinode)
 
     def launch_order(self) -> list[LaunchSpec]:
         """Interleaved rounds (A1 B1 C1 A2 B2 C2 …); with order = "shuffle" each round is shuffled with `seed`."""
@@ -202,6 +220,7 @@ def parse_plan(text: str, path: Path) -> Plan:
     cells = _parse_cells(data.get("cells"), checker, default_launches, profile_every)
 
     adaptive = _parse_adaptive(data["adaptive"], checker) if "adaptive" in data else None
+    nodes = _parse_nodes(data, checker, adaptive is not None, cells)
 
     metrics = _parse_metrics(data.get("metrics", {}), checker)
     order = data.get("order", "interleaved")
@@ -234,6 +253,34 @@ def parse_plan(text: str, path: Path) -> Plan:
         text=text,
         adaptive=adaptive,
         metrics=metrics,
+        nodes=nodes,
+    )
+
+
+def _parse_nodes(data: dict, checker: "_Checker", adaptive: bool, cells: tuple[Cell, ...]) -> NodesSpec | None:
+    """The multi-node keys: `nodes` (at least two ssh destinations) and its companions, which need it."""
+    companions = [key for key in ("dist_init_port", "ssh_options", "remote_python", "remote_dir") if key in data]
+    if "nodes" not in data:
+        if companions:
+            checker.fail(companions[0], 0, f"{companions[0]} needs nodes = [\"user@host1\", \"user@host2\"]",
+                         "add nodes, or drop the key (--host runs a single box over ssh)")
+        return None
+    hosts = tuple(checker.str_list(data["nodes"], "nodes", 0))
+    if len(hosts) < 2:
+        checker.fail("nodes", 0, f"nodes lists {len(hosts)} node(s); a multi-node launch needs two or more",
+                     "list every node, node 0 first; one box is a plain plan (or --host user@box)")
+    if adaptive:
+        checker.fail("nodes", 0, "nodes cannot be combined with [adaptive] yet", "drop [adaptive] for a multi-node plan")
+    for cell in cells:
+        if cell.profile:
+            checker.fail("profile", cell.line_no, f"cell {cell.name}: profile = true is not supported with nodes",
+                         "profile on one node (a plain plan)")
+    return NodesSpec(
+        hosts=hosts,
+        dist_init_port=checker.integer(data.get("dist_init_port", 20000), "dist_init_port", 0, minimum=1, maximum=65535),
+        ssh_options=tuple(checker.str_list(data.get("ssh_options", []), "ssh_options", 0)),
+        remote_python=checker.string(data.get("remote_python", "python3"), "remote_python", 0),
+        remote_dir=checker.string(data.get("remote_dir", ".speclogs-remote"), "remote_dir", 0),
     )
 
 

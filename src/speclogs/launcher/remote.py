@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import speclogs
-from speclogs.errors import LaunchError
+from speclogs.errors import LaunchError, PlanError
 from speclogs.launcher.plan import load_plan
 from speclogs.launcher.run import Interrupted, LaunchOptions, PlanRunSummary, Progress, _signals_raise_interrupted
 from speclogs.runrecord import FILE_NAME as RUN_JSON
@@ -30,6 +30,9 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
     """Run the plan on `host` (user@box) and pull DIR/<cell>/<launch>/ back into options.out_dir."""
     say = progress or (lambda message: None)
     plan = load_plan(plan_path)   # plan errors surface here, with the local file:line
+    if plan.nodes is not None:
+        raise PlanError(f"{plan_path}: the plan lists its nodes, so --host has nothing to add",
+                        hint="run `speclogs launch PLAN` where ssh reaches the nodes (docs/launcher.md, several nodes)")
     out_dir = options.out_dir.resolve()
     if not options.resume and any(out_dir.glob(f"*/*/{RUN_JSON}")):
         raise LaunchError(f"{out_dir} already holds launches", hint="add --resume, or choose a new --out")

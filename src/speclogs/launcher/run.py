@@ -102,6 +102,10 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
     in `only` is unknown; LaunchError when the out dir already holds complete launches and --resume is not given.
     Interrupted (Ctrl-C/SIGTERM/SIGHUP) stops the running server, marks its run.json `interrupted` and re-raises.
     """
+    if plan.nodes is not None:  # SGLang on several nodes at once
+        from speclogs.launcher.multinode import launch_nodes
+
+        return launch_nodes(plan, options, progress)
     say = progress or (lambda message: None)
     started = time.monotonic()
     deadline = started + options.max_minutes * 60 if options.max_minutes else None

@@ -372,7 +372,8 @@ def _check_document(connection, source_file: str, kind: str, text: str) -> tuple
     value: `lines` are its values here)."""
     table, sql = _DOCUMENT_ROWS[kind]
     evidence = _Evidence()
-    known = {name for (name,) in connection.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    known = {name for (name,) in connection.execute(
+        "SELECT table_name FROM duckdb_tables() UNION SELECT view_name FROM duckdb_views()").fetchall()}  # a lake: views
     if table not in known and table != "runs":  # a database written before the table existed
         return [Loss(source_file, 0, ("(no row)",), (), f"no {table} table in this database")], 1, 1
     cursor = connection.execute(sql, [source_file])
@@ -390,6 +391,19 @@ def check_database(db_path: str | Path, **kwargs) -> ContentCheck:
     from speclogs.store import connect
 
     connection = connect(db_path, read_only=True)
+    try:
+        return check_content(connection, **kwargs)
+    except OSError as error:
+        raise StoreError(f"cannot re-read a source file: {error}", hint="the check reads the ingested files where they were") from error
+    finally:
+        connection.close()
+
+
+def check_lake(lake_dir: str | Path, **kwargs) -> ContentCheck:
+    """check_content on a lake (speclogs.store.lake: the same tables as views over its Parquet)."""
+    from speclogs.store.lake import connect_lake
+
+    connection = connect_lake(lake_dir)
     try:
         return check_content(connection, **kwargs)
     except OSError as error:

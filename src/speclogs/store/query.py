@@ -158,13 +158,19 @@ def split_statements(sql: str) -> list[tuple[str, str]]:
 
 
 @contextmanager
-def statements(db_path: str | Path, sql: str) -> Iterator[Iterator[StatementResult]]:
-    """Open the database read-only and run `sql`'s statements in order, yielding each result as it comes (a
-    statement runs when the previous one's result has been read). StoreError for SQL that does not parse or run."""
+def statements(db_path: str | Path, sql: str, *, lake: str | Path | None = None) -> Iterator[Iterator[StatementResult]]:
+    """Open the database read-only (or the lake `lake`) and run `sql`'s statements in order, yielding each result as
+    it comes (a statement runs when the previous one's result has been read). StoreError for SQL that does not parse
+    or run."""
     parsed = split_statements(sql)
     if not parsed:
         raise StoreError("no SQL statement given", hint='e.g. speclogs sql "SELECT run_name FROM runs"')
-    connection = connect(db_path, read_only=True)
+    if lake is not None:
+        from speclogs.store.lake import connect_lake
+
+        connection = connect_lake(lake)
+    else:
+        connection = connect(db_path, read_only=True)
     try:
         connection.execute("SET enable_progress_bar = false")  # DuckDB's bar would land in the output
         yield _results(connection, parsed)
@@ -245,15 +251,31 @@ def run_query(db_path: str | Path, sql: str) -> QueryResult:
     DuckDB's message)."""
     connection = connect(db_path, read_only=True)
     try:
-        try:
-            cursor = connection.execute(sql)
-        except duckdb.Error as error:
-            raise StoreError(f"SQL error: {error}", hint=_HINT) from error
-        if cursor.description is None:
-            return QueryResult(columns=(), types=(), rows=())
-        columns = tuple(d[0] for d in cursor.description)
-        types = tuple(str(d[1]) for d in cursor.description)
-        rows = tuple(tuple(row) for row in cursor.fetchall())
-        return QueryResult(columns=columns, types=types, rows=rows)
+        return query_connection(connection, sql)
     finally:
         connection.close()
+
+
+def run_lake_query(lake_dir: str | Path, sql: str) -> QueryResult:
+    """Run SQL against a lake (speclogs.store.lake: views with the contract's names over its Parquet)."""
+    from speclogs.store.lake import connect_lake
+
+    connection = connect_lake(lake_dir)
+    try:
+        return query_connection(connection, sql)
+    finally:
+        connection.close()
+
+
+def query_connection(connection, sql: str) -> QueryResult:
+    """Run SQL on an open connection. Raises StoreError on a SQL error (with DuckDB's message)."""
+    try:
+        cursor = connection.execute(sql)
+    except duckdb.Error as error:
+        raise StoreError(f"SQL error: {error}", hint=_HINT) from error
+    if cursor.description is None:
+        return QueryResult(columns=(), types=(), rows=())
+    columns = tuple(d[0] for d in cursor.description)
+    types = tuple(str(d[1]) for d in cursor.description)
+    rows = tuple(tuple(row) for row in cursor.fetchall())
+    return QueryResult(columns=columns, types=types, rows=rows)

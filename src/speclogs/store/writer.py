@@ -104,7 +104,7 @@ class Writer:
         launch_rows = [row for parsed in files for row in parsed.launch_rows]
         if launch_rows:
             self.layout.insert("launches", pl.DataFrame(launch_rows, schema=LAUNCH_TYPES, orient="row"))
-        self.layout.insert("files", pl.DataFrame([_file_row(p) for p in files], schema=FILE_TYPES, orient="row"))
+        self.layout.insert("files", pl.DataFrame([file_row(p) for p in files], schema=FILE_TYPES, orient="row"))
         _upsert_runs(self.connection, files)
 
     # a big log
@@ -234,7 +234,7 @@ FILE_TYPES = {
 }
 
 
-def _file_row(parsed: ParsedFile) -> list:
+def file_row(parsed: ParsedFile) -> list:
     raw, counts = parsed.raw, parsed.counts
     warnings = list(raw.warnings) + counts.warnings
     return [
@@ -258,8 +258,9 @@ RUN_TYPES = {
 }
 
 
-def _upsert_runs(connection, files: list[ParsedFile]) -> None:
-    """One statement for the files: new runs are inserted, known ones keep what the new files do not say."""
+def batch_run_rows(files: list[ParsedFile]) -> dict[str, dict]:
+    """run_id → the runs row the files of one batch say: the run's name and folder, and per fact the first file's
+    (in the batch's order) that says it. The lake (speclogs.store.lake) folds these the way _upsert_runs does."""
     merged: dict[str, dict] = {}
     now = datetime.now()
     for parsed in files:
@@ -273,6 +274,12 @@ def _upsert_runs(connection, files: list[ParsedFile]) -> None:
             value = parsed.facts.get(column)
             if value is not None and row.get(column) is None:
                 row[column] = value
+    return merged
+
+
+def _upsert_runs(connection, files: list[ParsedFile]) -> None:
+    """One statement for the files: new runs are inserted, known ones keep what the new files do not say."""
+    merged = batch_run_rows(files)
     frame = pl.DataFrame([{c: r.get(c) for c in RUN_TYPES} for r in merged.values()], schema=RUN_TYPES, orient="row")
     frame = frame.with_row_index("_position")
     updates = ", ".join(f"{c} = COALESCE(n.{c}, runs.{c})" for c in RUN_TYPES if c != "run_id")

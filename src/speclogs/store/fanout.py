@@ -1,0 +1,300 @@
+"""`speclogs ingest … --lake DIR --ray local|auto|ADDRESS`: the ingest's parsing fanned out as tasks on a Ray cluster.
+
+Ray does the scheduling, the worker processes, the retries of lost workers and the transport; speclogs only says
+what a task is. The driver (this process) discovers the inputs, opens the lake for writing (speclogs.store.lake:
+its lock, an interrupted commit finished, the hashes it holds) and cuts the files into tasks, in discovery order, of
+about `TASK_BYTES` each (at least two per CPU of the cluster), never splitting a run's files. Then two rounds:
+
+1. hash: each task takes the sha256 of its files where they are. The driver thereby knows the files whose content
+   an earlier file of this call has, and tells the tasks holding them, so the pipeline leaves them out with its own
+   words, as a single-process ingest does (the first in discovery order is kept).
+2. parse: each task runs the ingest pipeline (speclogs.ingest.pipeline.run_pipeline) over its files into a LakeSink
+   writing Parquet parts into the commit's staging folder, and returns its account (Tally) and what it staged.
+
+The driver adds the accounts up in task order and commits (speclogs.store.lake.LakeWriter.commit): the runs rows,
+the manifest (with where each task ran), the parts in place. A task that fails fails the ingest: nothing of it is
+committed. The inputs and the lake must be at the same paths on every node that runs tasks (one machine, or a
+shared file system); a cluster other than 'local' gets speclogs itself shipped with the job (Ray's py_modules), so
+its nodes need Ray and speclogs' dependencies, not speclogs.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import resource
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import speclogs
+from speclogs.errors import StoreError
+from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, Tally, run_pipeline
+from speclogs.ingest.sources import Discovery, InputFile, discover_inputs
+from speclogs.ingest.summary import IngestSummary, ProgressEvent
+from speclogs.store.database import SCHEMA_VERSION
+from speclogs.store.lake import STAGING_DIR, LakeSink, LakeWriter, SinkResult, engine_factory, new_commit_id, stored_run_names
+
+TASK_BYTES = 64 << 20     # input per task at most: big enough that a task's fixed cost (~0.2 s) is noise
+TASKS_PER_CPU = 2         # at least this many tasks per CPU, so that a slow task does not leave CPUs idle at the end
+
+
+def ingest_lake_ray(
+    paths: Sequence[str | Path],
+    lake_dir: str | Path,
+    address: str,
+    *,
+    run_name: str | None = None,
+    on_progress: Callable[[ProgressEvent], None] | None = None,
+    grammar_paths: Sequence[Path] = (),
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    num_cpus: int | None = None,
+) -> IngestSummary:
+    """Ingest into the lake with the parsing done by tasks on the Ray cluster at `address` ('local': a cluster of
+    this machine started for the call, with `num_cpus` CPUs, default all; 'auto': the running one; else its
+    address). Raises StoreError when Ray is missing or the cluster cannot be reached, or a task failed."""
+    started = time.perf_counter()
+    lake_dir = Path(lake_dir).resolve()
+    discovery = discover_inputs([str(p) for p in paths], run_name=run_name, known_runs=stored_run_names(lake_dir))
+    ray = _ray()
+    if not discovery.files:  # nothing to parse: no cluster needed (and the same messages as without --ray)
+        from speclogs.store.lake import ingest_lake
+
+        return ingest_lake(paths, lake_dir, run_name=run_name, on_progress=on_progress, grammar_paths=grammar_paths)
+    grammars = tuple(str(Path(p).resolve()) for p in grammar_paths)
+    with LakeWriter(lake_dir) as lake, _cluster(ray, address, num_cpus) as cpus:
+        commit_id = new_commit_id()
+        stored = lake.stored()
+        groups = plan_tasks(discovery.files, cpus)
+        try:
+            hashes = _hash_round(ray, groups)
+            results = _parse_round(ray, groups, _twins(groups, hashes, stored), stored, lake_dir, commit_id, grammars,
+                                   chunk_bytes, discovery, on_progress)
+            tally = _account(discovery, [tally for tally, _, _ in results])
+            sink_results: list[SinkResult] = [result for _, result, _ in results]
+            lake.commit(commit_id, sink_results, {
+                "engine": "ray", "address": address, "driver": socket.gethostname(),
+                "tasks": [where for _, _, where in results],
+            })
+        except BaseException:
+            shutil.rmtree(lake_dir / STAGING_DIR / commit_id, ignore_errors=True)
+            raise
+    for result in sink_results:
+        tally.warnings.extend(note for note in result.notes if note not in tally.warnings)
+    return tally.summary(str(lake_dir), time.perf_counter() - started)
+
+
+def plan_tasks(files: Sequence[InputFile], cpus: int) -> list[list[InputFile]]:
+    """Cut the files, in discovery order, into tasks of about max(total / (cpus × TASKS_PER_CPU), 1 byte) and at most
+    TASK_BYTES; a run's files (adjacent in discovery order) are never split between two tasks."""
+    total = sum(max(1, item.size_bytes) for item in files)
+    target = max(1, min(TASK_BYTES, total // max(1, cpus * TASKS_PER_CPU)))
+    groups: list[list[InputFile]] = []
+    current: list[InputFile] = []
+    size = 0
+    for item in files:
+        if current and size >= target and item.run.run_id != current[-1].run.run_id:
+            groups.append(current)
+            current, size = [], 0
+        current.append(item)
+        size += max(1, item.size_bytes)
+    if current:
+        groups.append(current)
+    return groups
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the driver's side
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError as error:
+        raise StoreError("--ray needs Ray, which is not installed here",
+                         hint="pip install 'speclogs[fleet]' (or pip install ray), or leave out --ray") from error
+    return ray
+
+
+class _cluster:
+    """Connected to the cluster for the block (a 'local' one started and stopped); yields its CPU count."""
+
+    def __init__(self, ray, address: str, num_cpus: int | None) -> None:
+        self.ray, self.address, self.num_cpus = ray, address, num_cpus
+        self.owned = False
+
+    def __enter__(self) -> int:
+        ray = self.ray
+        if not ray.is_initialized():
+            options: dict = {"logging_level": "ERROR", "log_to_driver": False}
+            if self.address == "local":
+                options.update(address="local", num_cpus=self.num_cpus, include_dashboard=False)
+            else:
+                options.update(address=self.address, runtime_env={"py_modules": [self._package()]})
+            try:
+                ray.init(**options)
+            except (ConnectionError, RuntimeError, ValueError) as error:
+                raise StoreError(f"cannot reach the Ray cluster at {self.address!r}: {error}",
+                                 hint="start one (ray start --head), pass its address, or use --ray local") from error
+            self.owned = True
+        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+    def _package(self) -> str:
+        """speclogs as Ray ships it to the nodes: the package with its grammars inside (a checkout keeps them beside
+        it, in grammars/, where a node would not find them)."""
+        from speclogs.grammar.model import bundled_grammar_dir
+
+        package = Path(speclogs.__file__).resolve().parent
+        if (package / "_grammars").is_dir():
+            return str(package)
+        self._shipped = tempfile.TemporaryDirectory(prefix="speclogs-ray-")
+        target = Path(self._shipped.name) / "speclogs"
+        shutil.copytree(package, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(bundled_grammar_dir(), target / "_grammars")
+        return str(target)
+
+    def __exit__(self, *exc) -> None:
+        if self.owned:
+            self.ray.shutdown()
+        if getattr(self, "_shipped", None) is not None:
+            self._shipped.cleanup()
+
+
+def _hash_round(ray, groups: list[list[InputFile]]) -> dict[str, str]:
+    task = ray.remote(num_cpus=1)(hash_files)
+    hashes: dict[str, str] = {}
+    for found in _get(ray, [task.remote(group) for group in groups]):
+        versions = found.pop("")
+        if versions != _versions():
+            raise StoreError(f"a Ray worker runs speclogs {versions[0]} (schema {versions[1]}), this driver "
+                             f"{speclogs.__version__} (schema {SCHEMA_VERSION})",
+                             hint="install the same speclogs on every node (or let --ray ship it: leave it uninstalled there)")
+        hashes.update(found)
+    return hashes
+
+
+def _twins(groups: list[list[InputFile]], hashes: dict[str, str],
+           stored: dict[str, dict[str, int]]) -> list[dict[str, dict[str, int]]]:
+    """Per task: the files of earlier tasks whose content one of its files repeats (source → {sha256: size}), for the
+    pipeline's own same-content rule. Empty files are never twins."""
+    first: dict[str, tuple[int, str]] = {}
+    for sha_source, shas in stored.items():
+        for sha in shas:
+            first.setdefault(sha, (-1, sha_source))
+    extra: list[dict[str, dict[str, int]]] = [{} for _ in groups]
+    for index, group in enumerate(groups):
+        for item in group:
+            sha = hashes.get(item.source_file)
+            if not sha or item.size_bytes == 0:
+                continue
+            owner = first.setdefault(sha, (index, item.source_file))
+            if owner[0] != index and owner[1] != item.source_file and owner[0] >= 0:
+                extra[index].setdefault(owner[1], {})[sha] = item.size_bytes
+    return extra
+
+
+def _parse_round(ray, groups, twins, stored, lake_dir: Path, commit_id: str, grammars: tuple[str, ...],
+                 chunk_bytes: int, discovery: Discovery, on_progress) -> list[tuple[Tally, SinkResult, dict]]:
+    task = ray.remote(num_cpus=1)(parse_files)
+    pending = {}
+    for index, group in enumerate(groups):
+        own_stored = {source: shas for source, shas in stored.items()} | twins[index]
+        pending[task.remote(group, own_stored, str(lake_dir), commit_id, f"t{index}", grammars, chunk_bytes)] = index
+    results: list = [None] * len(groups)
+    total_bytes = sum(item.size_bytes for item in discovery.files)
+    done_bytes = done_files = 0
+    show = total_bytes >= (8 << 20) or len(discovery.files) > 50
+    waiting = list(pending)
+    while waiting:
+        ready, waiting = ray.wait(waiting, num_returns=1)
+        index = pending[ready[0]]
+        results[index] = _get(ray, ready)[0]
+        done_files += len(groups[index])
+        done_bytes += sum(item.size_bytes for item in groups[index])
+        if on_progress is not None:
+            on_progress(ProgressEvent(f"{len(groups) - len(waiting)}/{len(groups)} Ray tasks", done_bytes, total_bytes,
+                                      done_files, len(discovery.files), show))
+    return results
+
+
+def _get(ray, refs):
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayError as error:
+        text = str(error).strip().splitlines()
+        raise StoreError(f"a Ray task failed: {text[-1] if text else type(error).__name__}",
+                         hint="nothing was committed; see the task's error above, fix it and ingest again") from error
+
+
+def _account(discovery: Discovery, tallies: list[Tally]) -> Tally:
+    """The tasks' accounts added up in task order, with what discovery skipped and noted first (as run_pipeline)."""
+    total = Tally(len(discovery.files), sum(item.size_bytes for item in discovery.files))
+    for reason, count in discovery.skipped.items():
+        total.skipped[reason] += count
+        total.skipped_examples.setdefault(reason, discovery.skipped_examples.get(reason, ""))
+    total.warnings.extend(discovery.notes)
+    for tally in tallies:
+        total.ingested += tally.ingested
+        total.unchanged += tally.unchanged
+        total.bytes_done += tally.bytes_done
+        total.lines_total += tally.lines_total
+        total.lines_parsed += tally.lines_parsed
+        total.lines_continuation += tally.lines_continuation
+        total.lines_unparsed += tally.lines_unparsed
+        total.rows.update(tally.rows)
+        total.skipped.update(tally.skipped)
+        for reason, example in tally.skipped_examples.items():
+            total.skipped_examples.setdefault(reason, example)
+        total.warnings.extend(tally.warnings)
+        total.drift.update(tally.drift)
+        total.runs |= tally.runs
+        total.source_files.extend(tally.source_files)
+    return total
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the tasks (run in Ray worker processes)
+
+
+def _versions() -> tuple[str, int]:
+    return speclogs.__version__, SCHEMA_VERSION
+
+
+def hash_files(files: list[InputFile]) -> dict:
+    """source_file → sha256 of the bytes on disk ('' when unreadable: the parse round says why); '' → versions."""
+    found: dict = {"": _versions()}
+    for item in files:
+        digest = hashlib.sha256()
+        try:
+            with open(item.path, "rb") as handle:
+                while block := handle.read(1 << 20):
+                    digest.update(block)
+            found[item.source_file] = digest.hexdigest()
+        except (OSError, TypeError):
+            found[item.source_file] = ""
+    return found
+
+
+@functools.lru_cache(maxsize=2)
+def _worker_engine(grammars: tuple[str, ...]):
+    """The grammars compiled once per worker process and reused by its tasks (a call's grammars; the last two kept)."""
+    return engine_factory(tuple(Path(p) for p in grammars))()
+
+
+def parse_files(files: list[InputFile], stored: dict[str, dict[str, int]], lake_dir: str, commit_id: str, writer: str,
+                grammars: tuple[str, ...], chunk_bytes: int) -> tuple[Tally, SinkResult, dict]:
+    """One task: the pipeline over `files` into the commit's staging folder. Returns (its account, what it staged,
+    where it ran)."""
+    started = time.perf_counter()
+    engine = _worker_engine(grammars)
+    sink = LakeSink(Path(lake_dir), commit_id, writer, stored)
+    tally = run_pipeline(Discovery(files=tuple(files)), sink, lambda: engine, chunk_bytes=chunk_bytes)
+    result = sink.finish()
+    where = {"task": writer, "host": socket.gethostname(), "pid": os.getpid(), "files": len(files),
+             "bytes": sum(item.size_bytes for item in files), "seconds": round(time.perf_counter() - started, 3),
+             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+    return tally, result, where

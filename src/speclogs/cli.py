@@ -347,11 +347,47 @@ def _render_ingest_summary(summary) -> None:
     for reason, count in sorted(summary.skipped.items(), key=lambda item: -item[1]):
         example = summary.skipped_examples.get(reason, "")
         console.print(Text(f"skipped {count:,} file(s): {reason}" + (f"  (e.g. {example})" if example else ""), style="yellow"))
+    for line in _drift_lines(summary.drift_notes):
+        console.print(Text(line, style="yellow"))
     for warning in summary.warnings[:20]:
         console.print(Text(f"warning: {warning}", style="yellow"))
     if len(summary.warnings) > 20:
         console.print(Text(f"… {len(summary.warnings) - 20} more warnings (see the files table: SELECT source_file, warnings "
                            "FROM files)", style="yellow"))
+
+
+def _drift_lines(notes) -> list[str]:
+    """The drift view's rows for the files just ingested, a line per kind (SELECT * FROM drift has them all)."""
+    by_kind: dict[str, list] = {}
+    for note in notes:
+        by_kind.setdefault(note.kind, []).append(note)
+
+    def subjects(items, most: int = 4) -> str:
+        counted: dict[str, int] = {}
+        for note in items:
+            counted[note.subject] = counted.get(note.subject, 0) + note.lines
+        top = sorted(counted.items(), key=lambda item: -item[1])
+        shown = ", ".join(f"{subject!r} ({lines:,})" for subject, lines in top[:most])
+        return shown + (f", … {len(top) - most} more" if len(top) > most else "")
+
+    lines = []
+    if "new_label" in by_kind:
+        lines.append(f"drift: batch-line labels no typed column took (kept in extra_fields): {subjects(by_kind['new_label'])}")
+    if "unmatched_line" in by_kind:
+        items = by_kind["unmatched_line"]
+        lines.append(f"drift: {sum(n.lines for n in items):,} line(s) no grammar matched, {len(items):,} template(s), e.g. "
+                     f"{items[0].subject[:100]!r} ({items[0].lines:,})")
+    if "unknown_message" in by_kind:
+        items = by_kind["unknown_message"]
+        lines.append(f"drift: {sum(n.lines for n in items):,} SGLang message(s) no specific grammar knows (kept as kind "
+                     f"'message'), {len(items):,} template(s), e.g. {items[0].subject[:100]!r} ({items[0].lines:,})")
+    if "near_miss" in by_kind:
+        lines.append(f"drift: lines that look like a pattern's but fail it: {subjects(by_kind['near_miss'])}")
+    for note in by_kind.get("missing_field", []):
+        lines.append(f"drift: {note.source_file}: {note.detail}")
+    if lines:
+        lines.append("drift: SELECT * FROM drift lists every one, per file, with an example line")
+    return lines
 
 
 def _render_query_table(result, limit: int, *, first: bool = True) -> None:

@@ -262,7 +262,8 @@ class _Found:
                 self.server_args_text[(line_no, piece)] = text
 
     def missed(self, compiled: CompiledPattern, meta: pl.DataFrame, texts: pl.Series) -> None:
-        self.near_ids[compiled.name] = meta.select("line_no", "piece").with_columns(texts.alias("src"))
+        if distinctive_gate(compiled.pattern.gate):
+            self.near_ids[compiled.name] = meta.select("line_no", "piece").with_columns(texts.alias("src"))
 
 
 def _classify_native(scope: Scope, src: pl.Series, meta: pl.DataFrame, found: _Found) -> pl.DataFrame | None:
@@ -538,6 +539,15 @@ def _drift(engine: Engine, near_ids: dict[str, pl.DataFrame], winners: dict[str,
     if not parts:
         return pl.DataFrame(schema={"line_no": pl.Int64, "piece": pl.Int32, "pattern": pl.Utf8, "text": pl.Utf8})
     return pl.concat(parts).sort("pattern", "line_no", "piece")
+
+
+NEAR_MISS_GATE_CHARS = 3  # a gate with fewer non-blank characters ('', '] ', ':  ') says nothing of what a line is
+
+
+def distinctive_gate(gate: str) -> bool:
+    """Whether passing `gate` makes a line look like the pattern's: only then is failing its regex a near miss
+    (with an empty gate every unknown line would be one, for every such pattern)."""
+    return len(gate.strip()) >= NEAR_MISS_GATE_CHARS
 
 
 def is_drift(gate: str, winner_gate: str | None) -> bool:

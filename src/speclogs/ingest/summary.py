@@ -19,6 +19,19 @@ class ProgressEvent:
 
 
 @dataclass(frozen=True)
+class DriftNote:
+    """One row of the `drift` view for a file just ingested: a label no typed column took, a template of lines no
+    grammar matched, a pattern's near misses, or a field the run's configuration implies but the log never printed."""
+
+    source_file: str
+    kind: str  # new_label | unmatched_line | unknown_message | near_miss | missing_field
+    subject: str
+    lines: int
+    example_line_no: int | None
+    detail: str | None
+
+
+@dataclass(frozen=True)
 class IngestSummary:
     """Counts of one `ingest_paths` call. `skipped` maps a reason to how many files it applied to."""
 
@@ -39,6 +52,7 @@ class IngestSummary:
     drift: dict[str, int] = field(default_factory=dict)
     runs: tuple[str, ...] = ()
     source_files: tuple[str, ...] = ()  # the files this call ingested (files.source_file)
+    drift_notes: tuple[DriftNote, ...] = ()  # the drift view's rows for those files
 
     @property
     def files_skipped(self) -> int:
@@ -61,6 +75,7 @@ class IngestSummary:
         data["warnings"] = list(self.warnings)
         data["runs"] = list(self.runs)
         data["source_files"] = list(self.source_files)
+        data["drift_notes"] = [asdict(note) for note in self.drift_notes]
         data["files_skipped"] = self.files_skipped
         data["parsed_pct"] = round(self.parsed_pct, 2)
         data["lines_per_s"] = round(self.lines_per_s, 1)

@@ -9,6 +9,7 @@ input file.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from speclogs.ingest.summary import IngestSummary
-from speclogs.store.database import SCHEMA_VERSION, connect
+from speclogs.store.database import SCHEMA_VERSION, connect, drift_notes
 from speclogs.store.query import QueryResult, run_query
 
 if TYPE_CHECKING:
@@ -89,9 +90,10 @@ def ingest_paths(
         tally = run_pipeline(discovery, writer, engine, replace=replace, on_progress=on_progress,
                              chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES)
         tally.warnings.extend(writer.layout.notes)
+        notes = drift_notes(connection, tally.source_files)
     finally:
         connection.close()
-    return tally.summary(str(db_path), time.perf_counter() - started)
+    return dataclasses.replace(tally.summary(str(db_path), time.perf_counter() - started), drift_notes=notes)
 
 
 def _stored_run_names(db_path: str | Path) -> dict[str, str]:

@@ -9,7 +9,7 @@ so the `duckdb` CLI and the 1.4 library read it too.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 
 from speclogs.errors import StoreError
+from speclogs.ingest.summary import DriftNote
 
 SCHEMA_VERSION = 4
 STORAGE_VERSION = "v1.4.0"  # the oldest DuckDB that must read speclogs files: the 1.4 LTS
@@ -33,7 +34,81 @@ SELECT f.source_file, f.run_id, f.kind, f.total_lines,
        round(100.0 * f.parsed_lines / nullif(f.total_lines, 0), 2) AS parsed_pct
 FROM files f
 WHERE f.skipped_reason IS NULL;
+
+-- drift: per file, what the grammars did not foresee (docs/sql.md "drift"): labels of batch lines no typed column
+-- took (in extra_fields); lines no grammar matched, and SGLang messages only the catch-all pattern took (server_events
+-- kind 'message'), each grouped into templates; near misses (lines that look like a pattern's but fail it;
+-- parse_drift has the first ones and why); fields the run's configuration implies but the log never printed.
+--
+-- a line's template: ids (uuids, long hex, 0x…) → <id>, numbers → <n>, runs of blanks → one space
+CREATE OR REPLACE MACRO _line_template(text) AS regexp_replace(regexp_replace(regexp_replace(text,
+  '\\b[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}\\b|\\b[0-9a-f]{16,}\\b|0x[0-9a-fA-F]+', '<id>', 'g'),
+  '[0-9]+(\\.[0-9]+)?', '<n>', 'g'), '\\s+', ' ', 'g');
+CREATE OR REPLACE VIEW drift AS
+WITH batch_labels AS (
+  SELECT run_id, source_file, line_no, unnest(json_keys(extra_fields)) AS label FROM decode_batches
+  WHERE extra_fields IS NOT NULL
+  UNION ALL
+  SELECT run_id, source_file, line_no, unnest(json_keys(extra_fields)) AS label FROM prefill_batches
+  WHERE extra_fields IS NOT NULL
+), unmatched AS (
+  SELECT run_id, source_file, line_no, raw,
+         _line_template(raw) AS template
+  FROM unparsed_lines WHERE starts_with(reason, 'no pattern matched')
+), unknown_messages AS (
+  SELECT run_id, source_file, line_no, message,
+         _line_template(message) AS template
+  FROM server_events WHERE kind = 'message' AND message IS NOT NULL AND message <> ''
+), near AS (
+  SELECT f.run_id, f.source_file, m.key AS pattern, m.value AS lines
+  FROM files f, unnest(map_entries(f.near_misses::MAP(VARCHAR, BIGINT))) AS e(m)
+  WHERE f.near_misses IS NOT NULL
+), decode_accept AS (
+  SELECT run_id, source_file, count(*) AS lines, count(accept_len) AS with_accept, min(line_no) AS first_line
+  FROM decode_batches GROUP BY ALL
+), spec AS (
+  SELECT source_file, min(trim(value, chr(39) || chr(34))) AS algorithm FROM server_args
+  WHERE name = 'speculative_algorithm' AND value IS NOT NULL AND value NOT IN ('None', '', 'null', '''''')
+  GROUP BY ALL
+)
+SELECT run_id, source_file, 'new_label' AS kind, label AS subject, count(*) AS lines, min(line_no) AS example_line_no,
+       'batch lines print "' || label || '" but no typed column takes it: its text is in extra_fields' AS detail
+FROM batch_labels GROUP BY ALL
+UNION ALL
+SELECT run_id, source_file, 'unmatched_line', template, count(*), min(line_no), arg_min(raw, line_no)
+FROM unmatched GROUP BY ALL
+UNION ALL
+SELECT run_id, source_file, 'unknown_message', template, count(*), min(line_no), arg_min(message, line_no)
+FROM unknown_messages GROUP BY ALL
+UNION ALL
+SELECT n.run_id, n.source_file, 'near_miss', n.pattern, n.lines,
+       (SELECT min(d.line_no) FROM parse_drift d WHERE d.source_file = n.source_file AND d.pattern = n.pattern),
+       (SELECT arg_min(d.error, d.line_no) FROM parse_drift d WHERE d.source_file = n.source_file AND d.pattern = n.pattern)
+FROM near n
+UNION ALL
+SELECT d.run_id, d.source_file, 'missing_field', 'accept_len', d.lines, d.first_line,
+       'speculative decoding is configured (speculative_algorithm ' || s.algorithm || ') but none of the '
+       || d.lines || ' Decode batch lines prints accept len'
+FROM decode_accept d JOIN spec s USING (source_file) WHERE d.with_accept = 0
+UNION ALL
+SELECT f.run_id, f.source_file, 'missing_field', 'nccl_lines', 0, NULL,
+       'NCCL_DEBUG=' || json_extract_string(r.env, '$.NCCL_DEBUG') || ' was set for the launch but the log has no NCCL INFO line'
+FROM files f JOIN runs r USING (run_id)
+WHERE f.kind = 'log' AND f.skipped_reason IS NULL AND upper(json_extract_string(r.env, '$.NCCL_DEBUG')) IN ('INFO', 'TRACE')
+  AND NOT EXISTS (SELECT 1 FROM nccl_events n WHERE n.source_file = f.source_file AND n.nccl_rank IS NOT NULL);
 """
+
+
+def drift_notes(connection, source_files: Sequence[str]) -> tuple[DriftNote, ...]:
+    """The drift view's rows for `source_files` (the files an ingest just wrote), biggest first."""
+    if not source_files:
+        return ()
+    rows = connection.execute(
+        "SELECT source_file, kind, subject, lines, example_line_no, detail FROM drift "
+        "WHERE source_file IN (SELECT unnest(?::VARCHAR[])) ORDER BY kind, lines DESC, source_file, subject",
+        [list(source_files)],
+    ).fetchall()
+    return tuple(DriftNote(*row) for row in rows)
 
 
 def schema_sql() -> str:
@@ -115,11 +190,11 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
             connection.execute("BEGIN TRANSACTION")  # one commit (and one WAL sync) for the whole schema
             _migrate(connection, path)
             connection.execute(schema_sql())
-            connection.execute(VIEWS_SQL)
             views = {row[0] for row in connection.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
             for table in SHARDED_TABLES:  # a new file's views (no narrow tables yet); the store keeps them up to date
                 if table not in views:
                     connection.execute(sharded_view_sql(table, {}, {}))
+            connection.execute(VIEWS_SQL)  # after the sharded views: drift reads them
             connection.execute("COMMIT")
         except duckdb.Error as error:
             connection.close()

@@ -210,6 +210,7 @@ CREATE TABLE IF NOT EXISTS files (
   nul_bytes BIGINT,                    -- NUL bytes replaced by U+FFFD
   warnings JSON,                       -- what was odd about the file (truncated gzip, drift, not an SGLang log …)
   parse_seconds DOUBLE,
+  near_misses JSON,                    -- {pattern: lines} that look like a pattern's but fail it (the drift view)
   PRIMARY KEY (sha256, source_file)
 );
 

@@ -231,6 +231,7 @@ FILE_TYPES = {
     "source_file": pl.Utf8, "sha256": pl.Utf8, "run_id": pl.Utf8, "size_bytes": pl.Int64, "total_lines": pl.Int64,
     "parsed_lines": pl.Int64, "continuation_lines": pl.Int64, "unparsed_lines": pl.Int64, "ingested_at": pl.Datetime("us"),
     "kind": pl.Utf8, "invalid_utf8": pl.Int64, "nul_bytes": pl.Int64, "warnings": pl.Utf8, "parse_seconds": pl.Float64,
+    "near_misses": pl.Utf8,
 }
 
 
@@ -243,6 +244,7 @@ def file_row(parsed: ParsedFile) -> list:
         raw.stream.invalid_utf8 if raw.stream is not None else raw.invalid_utf8,
         raw.stream.nul_bytes if raw.stream is not None else raw.nul_bytes,
         json.dumps(warnings) if warnings else None, round(parsed.seconds, 6),
+        json.dumps(dict(sorted(counts.drift.items()))) if counts.drift else None,
     ]
 
 

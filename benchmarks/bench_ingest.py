@@ -5,6 +5,8 @@
     git worktree add /tmp/before <rev> && PYTHONPATH=src python benchmarks/bench_ingest.py --against /tmp/before/src
     # the native matcher against the polars-only engine (SPECLOGS_NATIVE=0), runs alternating
     PYTHONPATH=src python benchmarks/bench_ingest.py --polars-too
+    # the same log gzipped (LOG.gz, made once): time and peak RSS of a compressed log, e.g. against main
+    PYTHONPATH=src python benchmarks/bench_ingest.py --gzip --against /tmp/before/src --no-stages
 
 Generates the log with benchmarks/gen_sglang_log.py when it is missing (plus its .truth.json), then
 for each run, in a fresh subprocess (so peak RSS is that run's own): ingest into a new DuckDB file with
@@ -16,9 +18,11 @@ Prints figures; asserts nothing about speed (the machine is shared and noisy: co
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +41,17 @@ def ensure_log(path: Path, lines: int) -> Path:
     print(f"generating {path} ({lines:,} lines) …", flush=True)
     subprocess.run([sys.executable, str(GENERATOR), str(path), "-n", str(lines)], check=True)
     return truth
+
+
+def ensure_gzip(log: Path) -> Path:
+    packed = Path(str(log) + ".gz")
+    if not packed.exists():
+        print(f"compressing {log} → {packed} (gzip -6) …", flush=True)
+        partial = packed.with_suffix(".gz.partial")
+        with open(log, "rb") as source, gzip.open(partial, "wb", compresslevel=6) as target:
+            shutil.copyfileobj(source, target, 1 << 20)
+        partial.rename(packed)
+    return packed
 
 
 def one_run(log: Path) -> dict:
@@ -156,6 +171,7 @@ def main() -> None:
     parser.add_argument("--no-stages", action="store_true")
     parser.add_argument("--against", type=Path, help="another checkout's src/ directory: runs alternate with it (A/B)")
     parser.add_argument("--polars-too", action="store_true", help="alternate with runs of the polars-only engine (SPECLOGS_NATIVE=0)")
+    parser.add_argument("--gzip", action="store_true", help="ingest LOG.gz (gzip -6 of LOG, made when missing) instead of LOG")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(one_run(args.log)))
@@ -163,10 +179,12 @@ def main() -> None:
     truth_path = ensure_log(args.log, args.lines)
     truth = json.loads(truth_path.read_text())
     size_mb = args.log.stat().st_size / 1e6
+    ingested = ensure_gzip(args.log) if args.gzip else args.log
     from speclogs.ingest import native
 
     engine = native.unavailable_reason() or "native matcher"
-    print(f"log: {args.log} — {truth['lines']:,} lines, {size_mb:,.1f} MB; {os.cpu_count()} CPUs; engine: {engine}")
+    packed = f", ingested as {ingested} ({ingested.stat().st_size / 1e6:,.1f} MB)" if args.gzip else ""
+    print(f"log: {args.log} — {truth['lines']:,} lines, {size_mb:,.1f} MB{packed}; {os.cpu_count()} CPUs; engine: {engine}")
     variants = {"this tree": (ROOT / "src", {})}
     if args.against:
         variants[f"against {args.against}"] = (args.against, {})
@@ -177,7 +195,7 @@ def main() -> None:
         for name, (src, extra_env) in variants.items():
             env = dict(os.environ, PYTHONPATH=str(src) + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra_env)
             out = subprocess.run(
-                [sys.executable, __file__, "--child", "--log", str(args.log)], env=env, check=True, capture_output=True, text=True
+                [sys.executable, __file__, "--child", "--log", str(ingested)], env=env, check=True, capture_output=True, text=True
             )
             result = json.loads(out.stdout.strip().splitlines()[-1])
             results[name].append(result)

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
+import random
+import shutil
+import subprocess
+import sys
+import zlib
+from pathlib import Path
 
-from conftest import MATRIX, query, run_cli, scalar
+import pytest
+
+from conftest import MATRIX, ROOT, query, run_cli, scalar
+from speclogs.ingest.sources import binary_reason
 from speclogs.store import ingest_paths
 
 EAGLE = MATRIX / "eagle3_nccl.log"
@@ -67,16 +77,88 @@ def test_a_10mb_single_line_is_stored_whole(db_path, tmp_path):
     assert scalar(db_path, "SELECT bool_and(balanced) FROM line_accounting")
 
 
-def test_truncated_gzip_keeps_what_decompressed(db_path, tmp_path):
+def _lines(text: bytes) -> int:
+    return text.count(b"\n") + (0 if text.endswith(b"\n") else 1)
+
+
+def gzip_damaged_after(text: bytes) -> bytes:
+    """A gzip of `text` followed by a deflate block zlib refuses ('invalid block type') and more compressed text: the
+    damage sits right after `text`, at a block boundary (a full flush), as a bad sector in a big file would."""
+    packer = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    head = packer.compress(text) + packer.flush(zlib.Z_FULL_FLUSH)
+    return head + b"\x07" + packer.compress(b"[2026-11-30 10:30:00] never read\n" * 500) + packer.flush()
+
+
+def test_a_gzip_corrupt_in_the_middle_keeps_the_lines_before(db_path, tmp_path):
+    text = b"\n".join(EAGLE.read_bytes().split(b"\n")[:480]) + b"\n"  # 12 of its decode lines
+    damaged = tmp_path / "damaged.log.gz"
+    damaged.write_bytes(gzip_damaged_after(text))
+    result = run_cli("ingest", str(damaged), "--db", str(db_path), "--check")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert (f"corrupt gzip data after {len(text):,} bytes of text (invalid block type): the lines before are kept"
+            in " ".join(result.stderr.split()))
+    assert scalar(db_path, "SELECT total_lines FROM files") == _lines(text)
+    plain = tmp_path / "plain.log"
+    plain.write_bytes(text)
+    assert run_cli("ingest", str(plain), "--db", str(tmp_path / "plain.duckdb")).returncode == 0
+    decoded = "SELECT count(*) FROM decode_batches"
+    assert scalar(db_path, decoded) == scalar(tmp_path / "plain.duckdb", decoded) == 12
+
+
+def test_a_truncated_gzip_keeps_its_prefix_and_says_truncated(db_path, tmp_path):
     packed = gzip.compress(EAGLE.read_bytes())
     cut = tmp_path / "cut.log.gz"
-    cut.write_bytes(packed[: len(packed) * 2 // 3])
-    summary = ingest_paths([cut], db_path)
-    assert summary.files_ingested == 1
-    warning = next(w for w in summary.warnings if "truncated gzip" in w)
-    assert "truncated gzip at byte" in warning
-    decoded = scalar(db_path, "SELECT count(*) FROM decode_batches")
-    assert 0 < decoded < 37 or scalar(db_path, "SELECT count(*) FROM server_events") > 0
+    cut.write_bytes(packed[: len(packed) * 95 // 100])  # cut inside the decode lines
+    prefix = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(cut.read_bytes())
+    result = run_cli("ingest", str(cut), "--db", str(db_path), "--check")  # --check: every line kept its content
+    assert result.returncode == 0, result.stderr
+    said = f"truncated gzip: the file ends after {len(prefix):,} bytes of text; the lines before are kept"
+    assert said in " ".join(result.stderr.split())
+    assert scalar(db_path, "SELECT total_lines FROM files") == _lines(prefix)
+    assert 0 < scalar(db_path, "SELECT count(*) FROM decode_batches") < 37
+
+
+def test_a_gzip_corrupt_from_its_first_bytes_is_skipped_with_the_reason(db_path, tmp_path):
+    packed = bytearray(gzip.compress(EAGLE.read_bytes()))
+    packed[10:14] = b"\xff\xff\xff\xff"  # the first deflate block's header
+    (tmp_path / "broken.log.gz").write_bytes(bytes(packed))
+    (tmp_path / "ok.log").write_bytes(EAGLE.read_bytes())
+    result = run_cli("ingest", str(tmp_path), "--db", str(db_path))
+    assert result.returncode == 0, result.stderr
+    stderr = " ".join(result.stderr.split())
+    assert "files 1 ingested, 0 unchanged, 1 skipped" in stderr
+    assert "skipped 1 file(s): not readable as gzip (" in stderr and "): nothing decompresses" in stderr
+    assert "broken.log.gz" in stderr
+    assert query(db_path, "SELECT source_file FROM files") == [(str((tmp_path / "ok.log").resolve()),)]
+
+
+def test_random_bytes_named_log_are_skipped_as_binary_not_unparsed(db_path, tmp_path):
+    (tmp_path / "random.log").write_bytes(random.Random(14).randbytes(1 << 20))
+    lines = EAGLE.read_bytes().rstrip(b"\n").split(b"\n")
+    lines[5] = b"caf\xe9 \xff\xfe latin-1 and stray bytes \x00\x01"
+    (tmp_path / "dirty.log").write_bytes(b"\n".join(lines) + b"\n")
+    result = run_cli("ingest", str(tmp_path), "--db", str(db_path))
+    assert result.returncode == 0, result.stderr
+    stderr = " ".join(result.stderr.split())
+    assert ("skipped 1 file(s): binary file (over 30 % of its first 8,192 bytes are NUL, control bytes or invalid UTF-8)"
+            in stderr and "random.log" in stderr)
+    assert "3 invalid UTF-8 byte sequences replaced by U+FFFD" in stderr and "1 NUL bytes replaced" in stderr
+    assert query(db_path, "SELECT count(*), sum(total_lines) FROM files") == [(1, len(lines))]
+    assert scalar(db_path, "SELECT count(*) FROM decode_batches") == 37
+
+
+@pytest.mark.parametrize(("name", "head", "binary"), [
+    ("random bytes", random.Random(1).randbytes(8192), True),
+    ("UTF-16 text", "[2026-11-30 10:18:53] Decode batch\n".encode("utf-16-le") * 200, True),
+    ("NUL padding", b"\x00" * 8192, True),
+    ("a log with a few bad bytes", b"[2026-11-30] ok \xff\xfe \x00 caf\xe9\n" * 10 + b"[2026-11-30] fine\n" * 400, False),
+    ("Latin-1 text", "[2026-11-30] Fehler: Gerät nicht verfügbar, überprüfen\n".encode("latin-1") * 150, False),
+    ("UTF-8 cut inside a character", ("é" * 4097).encode("utf-8")[:8191], False),
+    ("ANSI colours and tabs", b"\x1b[32m[2026-11-30]\tINFO\x1b[0m ok\r\n" * 300, False),
+])
+def test_binary_probe(name, head, binary):
+    assert (binary_reason(head) is not None) == binary, name
 
 
 def test_directory_with_thousands_of_files(db_path, tmp_path):
@@ -187,3 +269,115 @@ def test_cli_reports_skips_without_traceback(db_path, tmp_path):
     assert result.returncode == 0
     assert "skipped 1 file(s): binary file" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_named_fifo_is_refused_at_once_without_taking_the_database(db_path, tmp_path):
+    fifo = tmp_path / "server.log"
+    os.mkfifo(fifo)
+    result = run_cli("ingest", str(fifo), "--db", str(db_path), timeout=60)  # nothing writes to it: reading would hang
+    assert result.returncode == 1
+    assert f"Error: {fifo}: not a regular file (a FIFO)" in result.stderr
+    assert "hint: speclogs reads files and directories; pipe a stream in as '-'" in result.stderr
+    assert not db_path.exists()  # refused before the database was opened (and its write lock taken)
+
+
+def test_a_fifo_inside_a_directory_is_skipped_with_the_reason(db_path, tmp_path):
+    os.mkfifo(tmp_path / "pipe.log")
+    (tmp_path / "ok.log").write_bytes(EAGLE.read_bytes())
+    result = run_cli("ingest", str(tmp_path), "--db", str(db_path), timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "skipped 1 file(s): not a regular file (a FIFO)" in result.stderr
+    assert scalar(db_path, "SELECT count(*) FROM files") == 1
+
+
+def test_symlink_loops_are_named_and_symlinked_directories_followed(db_path, tmp_path):
+    (tmp_path / "loop_a.log").symlink_to(tmp_path / "loop_b.log")
+    (tmp_path / "loop_b.log").symlink_to(tmp_path / "loop_a.log")
+    named = run_cli("ingest", str(tmp_path / "loop_a.log"), "--db", str(db_path))
+    assert named.returncode == 1
+    assert f"Error: {tmp_path / 'loop_a.log'}: a symlink loop" in named.stderr and "hint:" in named.stderr
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "server.log").write_bytes(EAGLE.read_bytes())
+    walked = tmp_path / "walked"
+    walked.mkdir()
+    (walked / "linked").symlink_to(elsewhere, target_is_directory=True)  # followed
+    (elsewhere / "back").symlink_to(walked, target_is_directory=True)  # a loop: reported, not walked for ever
+    for name in ("loop_a.log", "loop_b.log"):
+        (walked / name).symlink_to(tmp_path / name)
+    result = run_cli("ingest", str(walked), "--db", str(db_path))
+    assert result.returncode == 0, result.stderr
+    stderr = " ".join(result.stderr.split())
+    assert "skipped 2 file(s): symlink loop" in stderr
+    assert "skipped 1 file(s): symlinked directory already walked (a loop, or a second link to it)" in stderr
+    assert query(db_path, "SELECT source_file FROM files") == [(str(elsewhere / "server.log"),)]
+    assert scalar(db_path, "SELECT count(*) FROM decode_batches") == 37
+
+
+def test_crlf_nul_bytes_non_utf8_and_an_enormous_line_through_the_cli(db_path, tmp_path):
+    lines = EAGLE.read_bytes().rstrip(b"\n").split(b"\n")
+    decode = next(index for index, line in enumerate(lines) if b"Decode batch" in line)
+    lines[decode] = lines[decode] + b"\r"  # CRLF
+    lines[10] = lines[10] + b" \x00 NUL"
+    lines[20] = b"\xff\xfe caf\xe9 not UTF-8"
+    lines.insert(30, b"y" * (12 << 20))  # 12 MiB without a newline
+    log = tmp_path / "odd.log"
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    result = run_cli("ingest", str(log), "--db", str(db_path), "--check")
+    assert result.returncode == 0, result.stderr
+    stderr = " ".join(result.stderr.split())
+    assert "1 NUL bytes replaced by U+FFFD" in stderr and "3 invalid UTF-8 byte sequences replaced by U+FFFD" in stderr
+    assert f"{len(lines):,} of {len(lines):,} lines (100.00 %)" in stderr  # the content check: every line kept
+    assert scalar(db_path, "SELECT count(*) FROM decode_batches") == 37
+    assert query(db_path, "SELECT length(raw), starts_with(reason, 'line too long') FROM unparsed_lines WHERE line_no = 31") == [
+        (12 << 20, True)]
+    assert "caf\ufffd not UTF-8" in scalar(db_path, "SELECT raw FROM unparsed_lines WHERE line_no = 21")
+
+
+def test_a_log_of_another_server_is_said_in_the_summary(db_path, tmp_path):
+    log = tmp_path / "vllm_server.log"
+    log.write_text(VLLM_LOG)
+    result = run_cli("ingest", str(log), "--db", str(db_path))
+    assert result.returncode == 0, result.stderr
+    assert "no SGLang lines: is this an SGLang log?" in " ".join(result.stderr.split())
+    assert scalar(db_path, "SELECT total_lines FROM files") == len(VLLM_LOG.splitlines())
+
+
+@contextlib.contextmanager
+def small_filesystem(where: Path, size: str):
+    """A tmpfs of `size` mounted at `where` for the block (skips the test where it cannot be mounted)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a full disk is made with a small tmpfs: mounting one needs root and mount(8)")
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@pytest.mark.parametrize("lines", [60_000, 110_000], ids=["batched with another file", "streamed"])
+def test_a_full_disk_stops_the_ingest_with_no_space_left_on_device(tmp_path, lines):
+    big = tmp_path / "big.log"  # 60,000 lines: 9 MB, parsed in one batch with EAGLE; 110,000: 17 MB, streamed
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gen_sglang_log.py"), str(big), "-n", str(lines)],
+                   check=True, capture_output=True)
+    with small_filesystem(tmp_path / "small", "2m") as small:
+        db = small / "speclogs.duckdb"
+        full = run_cli("ingest", str(EAGLE), str(big), "--db", str(db))
+        assert full.returncode == 1, full.stderr
+        stderr = " ".join(full.stderr.split())
+        assert (f"Error: cannot write {big} into {db}: No space left on device (it is rolled back; the 1 file(s) ingested "
+                "before it are stored)") in stderr
+        assert "hint: free space on that disk, or pass --db FILE on another one" in stderr
+        assert "Traceback" not in stderr and "files " not in stderr  # no summary claiming what was ingested
+        assert query(db, "SELECT source_file FROM files") == [(str(EAGLE.resolve()),)]  # nothing of big.log
+        assert query(db, "SELECT count(*) FROM decode_batches WHERE source_file = ?", [str(big)]) == [(0,)]
+
+        subprocess.run(["mount", "-o", "remount,size=64m", str(small)], check=True)  # room again: the same command
+        again = run_cli("ingest", str(EAGLE), str(big), "--db", str(db))
+        assert again.returncode == 0, again.stderr
+        assert "files     1 ingested, 1 unchanged, 0 skipped" in again.stderr
+        assert scalar(db, "SELECT total_lines FROM files WHERE source_file = ?", [str(big)]) == lines

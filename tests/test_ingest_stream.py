@@ -1,16 +1,20 @@
-"""Big plain logs are read chunk by chunk (ingest.sources.LogStream): same rows as reading them whole,
+"""Big logs, plain or gzip, are read chunk by chunk (ingest.sources.LogStream): same rows as reading them whole,
 bad bytes counted, the file's sha256 recorded, chunks cut only at line ends."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
+import random
+import zlib
 from pathlib import Path
 
 import pytest
 
 from conftest import MATRIX
 from speclogs.ingest import sources
-from speclogs.ingest.sources import LogStream
+from speclogs.ingest.sources import GzipText, LogStream
 from speclogs.store import connect, ingest_paths
 
 TABLES = ("decode_batches", "prefill_batches", "http_requests", "server_events", "errors", "unparsed_lines", "launches")
@@ -195,3 +199,71 @@ def test_a_big_log_is_committed_in_segments_and_a_killed_ingest_is_cleaned_up(tm
     summary = ingest_paths([log], killed_db, chunk_bytes=4096)
     assert any("interrupted" in warning for warning in summary.warnings)
     assert table_rows(killed_db) == table_rows(whole_db)
+
+
+def without_sha(rows: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
+    return {**rows, "files": [row[1:] for row in rows["files"]]}
+
+
+@pytest.mark.parametrize("chunk_bytes", [4096, 65536])
+@pytest.mark.parametrize("members", [1, 3])
+def test_a_gzip_log_streams_with_the_rows_of_the_plain_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            chunk_bytes: int, members: int) -> None:
+    log = odd_log(tmp_path)
+    data = log.read_bytes()
+    packed = tmp_path / "odd.log.gz"  # several members: `cat a.gz b.gz`, as log rotation makes them
+    step = len(data) // members + 1
+    packed.write_bytes(b"".join(gzip.compress(data[start : start + step]) for start in range(0, len(data), step)))
+    plain_db, gzip_db = tmp_path / "plain.duckdb", tmp_path / "gzip.duckdb"
+    ingest_paths([log], plain_db)
+    monkeypatch.setattr(sources, "STREAM_MIN_BYTES", 1024)
+    reads = []
+    real_chunks = LogStream.chunks
+
+    def chunks(self, size):
+        reads.append(self.gzipped)
+        yield from real_chunks(self, size)
+
+    monkeypatch.setattr(LogStream, "chunks", chunks)
+    summary = ingest_paths([packed], gzip_db, chunk_bytes=chunk_bytes)
+    assert reads == [True] and summary.files_ingested == 1  # streamed, not read whole
+    streamed = table_rows(gzip_db)
+    assert without_sha(streamed) == without_sha(table_rows(plain_db))
+    assert streamed["files"][0][0] == hashlib.sha256(packed.read_bytes()).hexdigest()  # the bytes on disk
+
+
+def test_a_corrupt_gzip_streamed_keeps_the_same_lines_as_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = odd_log(tmp_path).read_bytes() * 3
+    packer = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    damaged = packer.compress(text) + packer.flush(zlib.Z_FULL_FLUSH) + b"\x07" + packer.compress(text) + packer.flush()
+    path = tmp_path / "damaged.log.gz"
+    path.write_bytes(damaged)
+    whole_db, streamed_db = tmp_path / "whole.duckdb", tmp_path / "streamed.duckdb"
+    whole = ingest_paths([path], whole_db)
+    monkeypatch.setattr(sources, "STREAM_MIN_BYTES", 1024)
+    streamed = ingest_paths([path], streamed_db, chunk_bytes=8192)
+    assert table_rows(streamed_db) == table_rows(whole_db)
+    said = f"corrupt gzip data after {len(text):,} bytes of text (invalid block type): the lines before are kept"
+    assert [w for w in whole.warnings if said in w] == [w for w in streamed.warnings if said in w] == [f"{path}: {said}"]
+
+
+def test_gzip_text_keeps_every_byte_before_the_damage_and_reads_in_bounded_pieces() -> None:
+    noise = random.Random(14)
+    text = b"".join(b"[2026-01-01 00:00:%02d] line %d, request %s\n" % (i % 60, i, noise.randbytes(8).hex().encode())
+                    for i in range(200_000))
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    packed = packer.compress(text) + packer.flush()
+    reader = GzipText(io.BytesIO(packed))
+    sizes = []
+    while piece := reader.read(100_000):
+        sizes.append(len(piece))
+    assert sum(sizes) == len(text) and max(sizes) == 100_000 and reader.problem is None
+    # damage at a block boundary zlib refuses, past the first reads (3.5 MB of gzip): every byte before it is kept
+    packer = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    damaged = packer.compress(text) + packer.flush(zlib.Z_FULL_FLUSH) + b"\x07" + packer.compress(text) + packer.flush()
+    reader = GzipText(io.BytesIO(damaged))
+    kept = b"".join(iter(lambda: reader.read(100_000), b""))
+    assert kept == text and reader.reason == "invalid block type"
+    assert reader.problem == f"corrupt gzip data after {len(text):,} bytes of text (invalid block type): the lines before are kept"
+    reader = GzipText(io.BytesIO(packed + b"\x00" * 1000))
+    assert reader.read_all() == text and reader.problem == "1,000 bytes after the end of the gzip data ignored (not gzip)"

@@ -2,14 +2,17 @@
 
 Discovery turns the user's PATH arguments (files, directories, `-`) into `InputFile`s, each with the
 run it belongs to, and counts what it skipped and why. Reading (`read_input`) copes with gzip (also
-truncated), binary files, NUL bytes, non-UTF-8 bytes and files that vanish between discovery and read:
-it never raises for a bad file, it returns a skip reason or warnings instead.
+truncated or corrupt: what decompresses before the damage is kept), binary files, NUL bytes, non-UTF-8 bytes
+and files that vanish between discovery and read: it never raises for a bad file, it returns a skip reason or
+warnings instead. A big log, plain or gzip, is a `LogStream`: read chunk by chunk, never whole.
 """
 
 from __future__ import annotations
 
+import codecs
 import errno
 import hashlib
+import io
 import os
 import stat
 import sys
@@ -64,6 +67,7 @@ _BINARY_MAGIC = (
     b"(\xb5/\xfd",
 )
 _GZIP_MAGIC = b"\x1f\x8b"
+_REPLACEMENT = "\ufffd".encode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,11 @@ class Sha256Job:
 
 
 BACKGROUND_HASH_BYTES = 16 << 20
-STREAM_MIN_BYTES = 16 << 20  # plain logs this big are read chunk by chunk, never whole
+STREAM_MIN_BYTES = 16 << 20  # logs with this much text are read chunk by chunk, never whole
+GZIP_TEXT_RATIO = 8  # an SGLang log compresses 8-10×: a .gz of STREAM_MIN_BYTES / 8 on disk is streamed too
+GZIP_READ_BYTES = 1 << 20  # compressed bytes read from disk at a time
+_GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib reads the gzip header and trailer (CRC, length) itself
+_SALVAGE_STEP = 4096  # a failed block is decompressed again this many bytes at a time, then byte by byte
 
 
 def tapered_bytes(remaining: int, chunk_bytes: int) -> int:
@@ -127,33 +135,187 @@ def tapered_bytes(remaining: int, chunk_bytes: int) -> int:
     return max(chunk_bytes // 8, remaining // 2)
 
 
-class LogStream:
-    """A big plain log on disk, read chunk by chunk: each chunk is hashed and made valid UTF-8 as it is read,
-    so memory holds a few chunks, not the file. Chunks end just before a line that starts with '[' (an SGLang
-    record) where there is one, else after a newline, so no line and no traceback is cut in two."""
+class PlainText:
+    """A plain file's bytes as they are read, hashed on the way."""
 
-    def __init__(self, path: Path, size_bytes: int) -> None:
+    def __init__(self, handle, digest) -> None:
+        self._handle = handle
+        self._digest = digest
+        self.disk_bytes = 0  # bytes read from the file
+        self.problem: str | None = None
+
+    def read(self, size: int) -> bytes:
+        block = self._handle.read(size)
+        self._digest.update(block)
+        self.disk_bytes += len(block)
+        return block
+
+    def remaining(self, size_bytes: int) -> int:
+        return size_bytes - self.disk_bytes
+
+
+class GzipText:
+    """The text of a gzip file (one member or several), decompressed as it is asked for, its bytes on disk hashed on
+    the way (`digest`, optional), so memory holds what `read` returns, not the file.
+
+    Where the gzip data stops being readable (corrupt, or the file cut short) the text ends: what decompressed before
+    is kept to the last byte (a block that fails is decompressed again in small steps from a copy of the state before
+    it), `problem` says where it stopped, `reason` why, and the rest of the file is still hashed. Bytes after the last
+    member that are not gzip are ignored, as gzip(1) does, and `problem` says how many."""
+
+    def __init__(self, handle, digest=None) -> None:
+        self._handle = handle
+        self._digest = digest
+        self._decompressor = zlib.decompressobj(_GZIP_WBITS)
+        self._input = b""  # compressed bytes read, not decompressed yet
+        self._ended = False
+        self.disk_bytes = 0  # bytes read from the file
+        self.text_bytes = 0  # bytes of text decompressed
+        self.reason: str | None = None  # why the text ended early ('truncated', zlib's reason); None when it did not
+        self.problem: str | None = None
+
+    def read(self, size: int) -> bytes:
+        """The next `size` bytes of text (more when a failed block was salvaged, fewer only at the end)."""
+        pieces = []
+        have = 0
+        while have < size and not self._ended:
+            piece = self._next(size - have)
+            pieces.append(piece)
+            have += len(piece)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def read_all(self) -> bytes:
+        pieces = []
+        while piece := self.read(STREAM_MIN_BYTES):
+            pieces.append(piece)
+        return b"".join(pieces)
+
+    def remaining(self, size_bytes: int) -> int:
+        """About how much text is left (at the ratio of text to gzip so far)."""
+        consumed = self.disk_bytes - len(self._input)
+        if self._ended:
+            return 0
+        if consumed <= 0 or not self.text_bytes:
+            return size_bytes * GZIP_TEXT_RATIO
+        return (size_bytes - consumed) * self.text_bytes // consumed
+
+    def skip_reason(self) -> str | None:
+        """Why the file gives no text at all, when it is broken from its first bytes."""
+        if self.reason is None or self.text_bytes:
+            return None
+        return f"not readable as gzip ({self.reason}): nothing decompresses"
+
+    def _next(self, limit: int) -> bytes:
+        """Up to `limit` more bytes of text (b'' between members, or once it has ended)."""
+        if self._decompressor.eof:
+            self._next_member()
+            return b""
+        if not self._input:
+            self._input = self._read_disk()
+        at_end = not self._input  # the file is read: what zlib still holds, then the member must have ended
+        before = self._decompressor.copy()
+        try:
+            out = self._decompressor.flush() if at_end else self._decompressor.decompress(self._input, limit)
+        except zlib.error as error:
+            out = b"" if at_end else _salvage(before, self._input)
+            self.text_bytes += len(out)
+            reason = str(error).rpartition(": ")[2]
+            self._stop(reason, f"corrupt gzip data after {self.text_bytes:,} bytes of text ({reason}): the lines before "
+                               f"are kept{_CHECKSUM_NOTE if reason in _CHECKSUM_REASONS else ''}")
+            return out
+        self.text_bytes += len(out)
+        if at_end and not self._decompressor.eof:
+            self._stop("truncated", f"truncated gzip: the file ends after {self.text_bytes:,} bytes of text; the lines "
+                                    "before are kept")
+            return out
+        self._input = self._decompressor.unused_data if self._decompressor.eof else self._decompressor.unconsumed_tail
+        return out
+
+    def _next_member(self) -> None:
+        """A member has ended: the next one starts, or the gzip data is over."""
+        if len(self._input) < len(_GZIP_MAGIC):
+            self._input += self._read_disk()
+        if not self._input:
+            self._ended = True
+        elif self._input.startswith(_GZIP_MAGIC):
+            self._decompressor = zlib.decompressobj(_GZIP_WBITS)
+        else:
+            ignored = len(self._input) + self._drain()
+            self._stop(None, f"{ignored:,} bytes after the end of the gzip data ignored (not gzip)")
+
+    def _stop(self, reason: str | None, problem: str) -> None:
+        self.reason, self.problem = reason, problem
+        self._input = b""
+        self._ended = True
+        self._drain()
+
+    def _drain(self) -> int:
+        """Read (and hash) the rest of the file; → how many bytes that was."""
+        drained = 0
+        while block := self._read_disk():
+            drained += len(block)
+        return drained
+
+    def _read_disk(self) -> bytes:
+        block = self._handle.read(GZIP_READ_BYTES)
+        if self._digest is not None:
+            self._digest.update(block)
+        self.disk_bytes += len(block)
+        return block
+
+
+_CHECKSUM_REASONS = ("incorrect data check", "incorrect length check")  # zlib's: all text was decompressed, its CRC is wrong
+_CHECKSUM_NOTE = " (its checksum does not match: some of them may be damaged)"
+
+
+def _salvage(decompressor, data: bytes) -> bytes:
+    """The text `decompressor` (the state before a call that failed) gives for `data` before the error."""
+    out = []
+    for start in range(0, len(data), _SALVAGE_STEP):
+        step = data[start : start + _SALVAGE_STEP]
+        before = decompressor.copy()
+        try:
+            out.append(decompressor.decompress(step))
+        except zlib.error:
+            for index in range(len(step)):  # the step that fails, a byte at a time
+                try:
+                    out.append(before.decompress(step[index : index + 1]))
+                except zlib.error:
+                    break
+            break
+    return b"".join(out)
+
+
+class LogStream:
+    """A big log on disk, plain or gzip, read chunk by chunk: each chunk is hashed (the bytes on disk) and made valid
+    UTF-8 as it is read, so memory holds a few chunks, not the file. Chunks end just before a line that starts with
+    '[' (an SGLang record) where there is one, else after a newline, so no line and no traceback is cut in two."""
+
+    def __init__(self, path: Path, size_bytes: int, *, gzipped: bool = False) -> None:
         self.path = path
         self.size_bytes = size_bytes
-        self.bytes_read = 0
+        self.gzipped = gzipped
+        self.bytes_read = 0  # bytes of the file read (on disk, also for a gzip)
         self.invalid_utf8 = 0
         self.nul_bytes = 0
+        self.problem: str | None = None  # where a gzip's data stopped being readable (known once read through)
         self._hash = hashlib.sha256()
         self._digest: str | None = None
 
     def chunks(self, chunk_bytes: int) -> Iterator[bytes]:
-        """The file's valid-UTF-8 chunks of about chunk_bytes, smaller towards the end (tapered_bytes; a very
+        """The file's valid-UTF-8 chunks of about chunk_bytes of text, smaller towards the end (tapered_bytes; a very
         small rest joins the last one); afterwards `result()` is the sha256 of what was read."""
         carry = b""  # the start of the next chunk: what followed the last cut (a line or a record, usually small)
         with open(self.path, "rb") as handle:
-            block = self._read(handle, tapered_bytes(self.size_bytes - self.bytes_read, chunk_bytes))
+            text = GzipText(handle, self._hash) if self.gzipped else PlainText(handle, self._hash)
+            block = self._read(text, tapered_bytes(text.remaining(self.size_bytes), chunk_bytes))
             while block:
-                following = self._read(handle, tapered_bytes(self.size_bytes - self.bytes_read, chunk_bytes))
+                following = self._read(text, tapered_bytes(text.remaining(self.size_bytes), chunk_bytes))
                 if len(following) < chunk_bytes // 16:
                     rest = [carry, block]
                     while following:
                         rest.append(following)
-                        following = self._read(handle, chunk_bytes)
+                        following = self._read(text, chunk_bytes)
                     yield self._valid(b"".join(rest))
                     break
                 cut = block.rfind(b"\n[") + 1
@@ -165,12 +327,12 @@ class LogStream:
                 chunk = b"".join((carry, memoryview(block)[:cut]))  # one copy: the chunk is carry + the block's head
                 carry, block = block[cut:], following
                 yield self._valid(chunk)
+            self.problem = text.problem
         self._digest = self._hash.hexdigest()
 
-    def _read(self, handle, size: int) -> bytes:
-        block = handle.read(size)
-        self._hash.update(block)
-        self.bytes_read += len(block)
+    def _read(self, text: PlainText | GzipText, size: int) -> bytes:
+        block = text.read(size)
+        self.bytes_read = text.disk_bytes
         return block
 
     def _valid(self, chunk: bytes) -> bytes:
@@ -195,7 +357,7 @@ class LogStream:
 
     def warnings(self) -> list[str]:
         """What reading it found (known once it was read through)."""
-        found = []
+        found = [self.problem] if self.problem else []
         if self.size_bytes and self.bytes_read != self.size_bytes:
             found.append(f"changed while being read ({self.size_bytes:,} bytes when found, {self.bytes_read:,} when read)")
         if self.invalid_utf8:
@@ -458,9 +620,10 @@ def _launch_run(directory: Path) -> RunRef | None:
 
 
 def read_input(item: InputFile) -> RawInput:
-    """Read one input's bytes: gunzip, refuse binary files, make the text valid UTF-8. Never raises for a bad file."""
+    """Read one input's bytes: gunzip, refuse binary files, make the text valid UTF-8. Never raises for a bad file.
+    A big log (plain, or gzip) is not read here: it comes back as a LogStream."""
     warnings: list[str] = []
-    if item.path is not None and item.kind == "log" and item.size_bytes >= STREAM_MIN_BYTES:
+    if item.path is not None and item.kind == "log" and item.size_bytes * GZIP_TEXT_RATIO >= STREAM_MIN_BYTES:
         streamed = _streamed(item.path, item.size_bytes)
         if streamed is not None:
             return streamed
@@ -483,9 +646,12 @@ def read_input(item: InputFile) -> RawInput:
     sha256: str | Sha256Job = Sha256Job(raw) if len(raw) >= BACKGROUND_HASH_BYTES else hashlib.sha256(raw).hexdigest()
     size = len(raw)
     if raw.startswith(_GZIP_MAGIC):
-        raw, gzip_problem = gunzip(raw)
-        if gzip_problem:
-            warnings.append(gzip_problem)
+        text = GzipText(io.BytesIO(raw))
+        raw = text.read_all()
+        if text.skip_reason() is not None:
+            return RawInput(data=b"", digest=sha256, size_bytes=size, skipped_reason=text.skip_reason())
+        if text.problem:
+            warnings.append(text.problem)
     binary = binary_reason(raw[:BINARY_PROBE_BYTES])
     if binary is not None:
         return RawInput(data=b"", digest=sha256, size_bytes=size, skipped_reason=binary, warnings=tuple(warnings))
@@ -500,20 +666,28 @@ def read_input(item: InputFile) -> RawInput:
 
 
 def _streamed(path: Path, size_bytes: int) -> RawInput | None:
-    """A big plain log as a LogStream (after a look at its head); None for gzip, which is read whole."""
+    """A big log as a LogStream, after a look at its first text (binary? a gzip broken from the start?); None for a
+    log small enough to read whole."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(BINARY_PROBE_BYTES)
+            gzipped = head.startswith(_GZIP_MAGIC)
+            if gzipped:
+                handle.seek(0)
+                text = GzipText(handle)
+                head = text.read(BINARY_PROBE_BYTES)
+                if text.skip_reason() is not None:
+                    return RawInput(data=b"", digest="", size_bytes=size_bytes, skipped_reason=text.skip_reason())
     except FileNotFoundError:
         return _skipped("disappeared before it could be read")
     except OSError as error:
         return _skipped(f"read error ({error.strerror or error})")
-    if head.startswith(_GZIP_MAGIC):
+    if not gzipped and size_bytes < STREAM_MIN_BYTES:
         return None
     binary = binary_reason(head)
     if binary is not None:
         return RawInput(data=b"", digest="", size_bytes=size_bytes, skipped_reason=binary)
-    stream = LogStream(path, size_bytes)
+    stream = LogStream(path, size_bytes, gzipped=gzipped)
     return RawInput(data=b"", digest=stream, size_bytes=size_bytes, stream=stream)
 
 
@@ -521,41 +695,31 @@ def _skipped(reason: str) -> RawInput:
     return RawInput(data=b"", digest="", size_bytes=0, skipped_reason=reason)
 
 
-def gunzip(raw: bytes) -> tuple[bytes, str | None]:
-    """Decompress (multi-member) gzip; a truncated or corrupt stream keeps what decompressed and says where it stopped."""
-    pieces: list[bytes] = []
-    remaining = raw
-    produced = 0
-    while remaining:
-        decompressor = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
-        try:
-            out = decompressor.decompress(remaining)
-        except zlib.error as error:
-            return b"".join(pieces), f"corrupt gzip at byte {produced:,} of the decompressed text ({error}); kept what decompressed"
-        pieces.append(out)
-        produced += len(out)
-        if not decompressor.eof:
-            return b"".join(pieces), f"truncated gzip at byte {produced:,} of the decompressed text; kept what decompressed"
-        remaining = decompressor.unused_data
-        if remaining and not remaining.startswith(_GZIP_MAGIC):
-            break  # trailing garbage after the last member, as gzip(1) ignores it
-    return b"".join(pieces), None
+BINARY_NON_TEXT_SHARE = 0.3  # a file whose first block is this much NUL, control bytes or invalid UTF-8 is binary
+_TEXT_BYTES = bytes([9, 10, 12, 13, 27, 8]) + bytes(range(32, 127)) + bytes(range(128, 256))  # 0x80-0xFF: judged as UTF-8
 
 
 def binary_reason(head: bytes) -> str | None:
-    """Why the first bytes of a file look binary (None for text): known magic numbers, or mostly control bytes."""
+    """Why the first bytes of a file look binary (None for text): a known magic number, or more than
+    BINARY_NON_TEXT_SHARE of them NUL, other control bytes or invalid UTF-8 (random bytes: ~60 %; a log with a few
+    bad bytes: well under 1 %)."""
     for magic in _BINARY_MAGIC:
         if head.startswith(magic):
             return "binary file (magic number)"
-    if b"\x00" not in head:
-        return None
-    control = sum(1 for byte in head if byte < 32 and byte not in (9, 10, 13, 27, 12, 8)) + head.count(b"\x7f")
-    if control > 0.3 * len(head):
-        return f"binary file ({control:,} control/NUL bytes in the first {len(head):,})"
+    if non_text_bytes(head) > BINARY_NON_TEXT_SHARE * len(head):
+        return (f"binary file (over {BINARY_NON_TEXT_SHARE * 100:.0f} % of its first {BINARY_PROBE_BYTES:,} bytes are NUL, control "
+                "bytes or invalid UTF-8)")
     return None
 
 
-_REPLACEMENT = "\ufffd".encode("utf-8")
+def non_text_bytes(head: bytes) -> int:
+    """NUL and control bytes (tab, newlines, form feed, backspace and ESC are text) plus invalid UTF-8 sequences (a
+    character cut at the end of `head` is not one)."""
+    control = len(head.translate(None, _TEXT_BYTES))
+    if head.isascii():
+        return control
+    text = codecs.getincrementaldecoder("utf-8")("replace").decode(head, final=False)
+    return control + text.count("\ufffd") - head.count(_REPLACEMENT)
 
 
 def make_valid_text(raw: bytes) -> tuple[bytes, int, int]:

@@ -64,8 +64,9 @@ def ingest_paths(
     replace=True re-ingests files already stored (their rows are deleted first); without it a file whose
     content is already stored is skipped as unchanged, and a file whose content changed is skipped with a
     hint to use replace.
-    Raises InputError for a named path that does not exist, StoreError when the database is locked by
-    another writer, GrammarError for a broken user grammar.
+    Raises InputError for a named path that does not exist (or is a FIFO, a symlink loop), StoreError when the
+    database is locked by another writer or its disk is full ("No space left on device": the file being written is
+    rolled back, the files before it stay), GrammarError for a broken user grammar.
     """
     from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, run_pipeline
     from speclogs.ingest.sources import discover_inputs
@@ -86,7 +87,7 @@ def ingest_paths(
     try:
         # RLE's analysis pass costs ~15 % of the insert CPU; bit-packing and dictionaries store these columns as small
         connection.execute("SET disabled_compression_methods = 'rle'")
-        writer = Writer(connection)
+        writer = Writer(connection, str(db_path))
         tally = run_pipeline(discovery, writer, engine, replace=replace, on_progress=on_progress,
                              chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES)
         tally.warnings.extend(writer.layout.notes)

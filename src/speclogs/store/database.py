@@ -8,6 +8,7 @@ so the `duckdb` CLI and the 1.4 library read it too.
 
 from __future__ import annotations
 
+import errno
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,19 @@ STORAGE_VERSION = "v1.4.0"  # the oldest DuckDB that must read speclogs files: t
 # so it bounds what a long ingest holds (the parse itself holds ~450 MB: chunks in flight and their frames)
 WRITER_MEMORY_LIMIT = "512MB"
 _LOCK_PID = re.compile(r"PID (\d+)")
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_NO_SPACE_TEXTS = ("No space left on device", "Disk quota exceeded")  # how DuckDB's messages say ENOSPC / EDQUOT
+NO_SPACE_HINT = "free space on that disk, or pass --db FILE on another one, then run the same command again"
+
+
+def no_space_left(error: BaseException | None) -> bool:
+    """Whether a write failed because the disk (or the user's quota) is full: `error`, or the error it was raised
+    while handling (a statement after the failed one says only "Current transaction is aborted")."""
+    while error is not None:
+        if getattr(error, "errno", None) in _NO_SPACE or any(text in str(error) for text in _NO_SPACE_TEXTS):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 VIEWS_SQL = """
 CREATE OR REPLACE VIEW line_accounting AS
@@ -198,7 +212,8 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
             connection.execute("COMMIT")
         except duckdb.Error as error:
             connection.close()
-            raise StoreError(f"cannot create the speclogs schema in {path}: {error}", hint="use a new --db file") from error
+            hint = NO_SPACE_HINT if no_space_left(error) else "use a new --db file"
+            raise StoreError(f"cannot create the speclogs schema in {path}: {error}", hint=hint) from error
         except StoreError:
             connection.close()
             raise
@@ -240,5 +255,6 @@ def _store_error(path: Path, error: duckdb.Error) -> StoreError:
             f"{path} is being written by another process (pid {pid}?)",
             hint="wait for it to finish (each file is one transaction), or use another --db file",
         )
-    return StoreError(f"cannot open {path}: {message}", hint="check the path and its permissions")
+    hint = NO_SPACE_HINT if no_space_left(error) else "check the path and its permissions"
+    return StoreError(f"cannot open {path}: {message}", hint=hint)
 

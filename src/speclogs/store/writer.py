@@ -5,13 +5,15 @@ fails, each file is tried again in its own, and only the file that fails is left
 own transaction, a parser thread turning chunks into frames while this thread inserts the previous ones (polars,
 the native matcher and DuckDB release the GIL, so the two overlap on two cores). With every file go its `files` row
 (hash and line accounting), its `launches` rows and its run (`runs`: inserted, or completed with what it says).
+
+A file that fails is rolled back and reported in the summary; the next one is tried. A full disk stops the ingest:
+the file is rolled back and StoreError says "No space left on device" (every file after it would fail too).
 """
 
 from __future__ import annotations
 
 import json
 import queue
-import sys
 import threading
 import time
 from collections import Counter
@@ -20,8 +22,9 @@ from datetime import datetime
 import duckdb
 import polars as pl
 
-from speclogs.errors import SpeclogsError
+from speclogs.errors import SpeclogsError, StoreError
 from speclogs.ingest.pipeline import Batch, ParsedFile, Tally, first_line
+from speclogs.store.database import NO_SPACE_HINT, no_space_left
 from speclogs.store.layout import Layout
 
 # DuckDB's row group, a quarter of its default: a streamed file's last partial row group per table is written
@@ -37,25 +40,52 @@ FAILURES = (duckdb.Error, pl.exceptions.PolarsError, SpeclogsError, ValueError, 
 
 
 class Writer:
-    """Writes parsed files into the database of `connection`, counting what it wrote (or could not) in a Tally."""
+    """Writes parsed files into the database `db_path` open on `connection`, counting what it wrote (or could not)
+    in a Tally."""
 
-    def __init__(self, connection) -> None:
+    def __init__(self, connection, db_path: str) -> None:
         self.connection = connection
+        self.db_path = db_path
         self.layout = Layout(connection)
-        self._remove_interrupted()
+        self._in_transaction = False
+        try:
+            self._remove_interrupted()
+        except FAILURES as error:
+            raise StoreError(f"cannot remove the rows of an interrupted ingest from {db_path}: {first_line(error)}",
+                             hint=NO_SPACE_HINT if no_space_left(error) else "ingest into a new --db file") from error
+
+    def _begin(self) -> None:
+        self.connection.execute("BEGIN TRANSACTION")
+        self._in_transaction = True
+
+    def _commit(self) -> None:
+        self._in_transaction = False  # a COMMIT that fails has rolled the transaction back (DuckDB)
+        self.connection.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        """Roll back the transaction under way, if one is (after a failed COMMIT none is)."""
+        if self._in_transaction:
+            self._in_transaction = False
+            self.connection.execute("ROLLBACK")
+        self.layout.reload()
 
     def _remove_interrupted(self, *, say: bool = True) -> None:
         """Rows of a big log whose ingest was killed or failed between its commits (its _ingesting row is there)."""
         left = self.connection.execute("SELECT DISTINCT source_file FROM _ingesting").fetchall()
         if not left:
             return
-        self.connection.execute("BEGIN TRANSACTION")
-        for (source_file,) in left:
-            self.layout.delete_file_rows(source_file)
-            if say:
+        self._begin()
+        try:
+            for (source_file,) in left:
+                self.layout.delete_file_rows(source_file)
+            self.connection.execute("DELETE FROM _ingesting")
+            self._commit()
+        except FAILURES:
+            self._rollback()
+            raise
+        if say:
+            for (source_file,) in left:
                 self.layout.notes.append(f"{source_file}: its ingest was interrupted; the rows it had written are removed, ingest it again")
-        self.connection.execute("DELETE FROM _ingesting")
-        self.connection.execute("COMMIT")
 
     # the pipeline's questions
 
@@ -67,15 +97,15 @@ class Writer:
     def write_batch(self, batch: Batch, tally: Tally) -> None:
         try:
             self._transaction(batch)
-        except FAILURES:
+        except FAILURES as error:
             if len(batch.files) == 1:
-                _failed(batch.files[0], tally)
+                self._failed(batch.files[0], error, tally)
                 return
             for index, parsed in enumerate(batch.files):  # find the culprit: one transaction per file
                 try:
                     self._transaction(batch.of(index))
-                except FAILURES:
-                    _failed(parsed, tally)
+                except FAILURES as error:
+                    self._failed(parsed, error, tally)
                 else:
                     tally.add(parsed)
             return
@@ -83,8 +113,7 @@ class Writer:
             tally.add(parsed)
 
     def _transaction(self, batch: Batch) -> None:
-        connection = self.connection
-        connection.execute("BEGIN TRANSACTION")
+        self._begin()
         try:
             for parsed in batch.files:
                 if parsed.replaces:
@@ -93,11 +122,23 @@ class Writer:
             for table, frame in batch.tables.items():
                 self.layout.insert(table, self.layout.with_keys(table, frame, files))
             self._finish(batch.files)
-            connection.execute("COMMIT")
+            self._commit()
         except FAILURES:
-            connection.execute("ROLLBACK")
-            self.layout.reload()
+            self._rollback()
             raise
+
+    def _failed(self, parsed: ParsedFile, error: BaseException, tally: Tally, *, rows_left: bool = False) -> None:
+        """A file that could not be written (rolled back): said in the summary, or, when the disk is full, the end of
+        the ingest (StoreError). `rows_left`: rows of it committed earlier are still there (the next ingest removes
+        them)."""
+        if no_space_left(error):
+            done = "its rows written so far are removed by the next ingest" if rows_left else "it is rolled back"
+            stored = f"; the {tally.ingested:,} file(s) ingested before it are stored" if tally.ingested else ""
+            raise StoreError(
+                f"cannot write {parsed.source_file} into {self.db_path}: No space left on device ({done}{stored})",
+                hint=NO_SPACE_HINT + " (what is stored is skipped as unchanged)",
+            ) from error
+        tally.skip(f"failed and rolled back ({type(error).__name__}: {first_line(error)})", parsed.source_file)
 
     def _finish(self, files: list[ParsedFile]) -> None:
         """The files rows, launches rows and runs of some files (one statement each)."""
@@ -137,7 +178,7 @@ class Writer:
                 frames.put(None)
 
         parser = threading.Thread(target=run, name="speclogs-parse", daemon=True)
-        connection.execute("BEGIN TRANSACTION")
+        self._begin()
         try:
             if parsed.replaces:
                 self.layout.delete_file_rows(source_file)
@@ -147,8 +188,8 @@ class Writer:
             while (item := frames.get()) is not None:
                 pending.add(*item)
                 if pending.inserted >= SEGMENT_ROWS:
-                    connection.execute("COMMIT")
-                    connection.execute("BEGIN TRANSACTION")
+                    self._commit()
+                    self._begin()
                     pending.inserted = 0
             parser.join()
             pending.flush_all()
@@ -157,7 +198,7 @@ class Writer:
             parsed.seconds = time.perf_counter() - started
             self._finish([parsed])
             connection.execute("DELETE FROM _ingesting WHERE source_file = ?", [source_file])
-            connection.execute("COMMIT")
+            self._commit()
         except FAILURES as error:
             stop.set()
             while parser.is_alive() or not frames.empty():  # let the parser see `stop` and finish
@@ -165,17 +206,21 @@ class Writer:
                     frames.get(timeout=0.1)
                 except queue.Empty:
                     pass
-            connection.execute("ROLLBACK")
-            self.layout.reload()
-            self._remove_interrupted(say=False)  # what earlier commits of this file wrote
-            tally.skip(f"failed and rolled back ({type(error).__name__}: {first_line(error)})", source_file)
+            self._rollback()
+            self._failed(parsed, error, tally, rows_left=not self._remove_written(source_file))
             return
         tally.add(parsed)
 
-
-def _failed(parsed: ParsedFile, tally: Tally) -> None:
-    error = sys.exc_info()[1]
-    tally.skip(f"failed and rolled back ({type(error).__name__}: {first_line(error)})", parsed.source_file)
+    def _remove_written(self, source_file: str) -> bool:
+        """Remove what earlier commits of a streamed file that failed wrote (→ True when done). Should that fail too
+        (a full disk), its _ingesting mark is committed: the next ingest removes them, and says so."""
+        try:
+            self._remove_interrupted(say=False)
+        except FAILURES as error:
+            self.layout.notes.append(f"{source_file}: the rows it had written could not be removed yet ({first_line(error)}); "
+                                     "the next ingest removes them")
+            return False
+        return True
 
 
 class _Stopped(Exception):

@@ -164,6 +164,20 @@ def test_text_request_lines_of_older_versions_and_an_unfinished_request(tmp_path
     assert rows[1] == ("a2", 3, 3, None, None, None, "never answered", None)
 
 
+def test_request_lines_pair_within_their_own_file_of_a_batch(tmp_path, db_path):
+    # small logs are parsed together in one chunk: a Finish line must never be paired with another file's Receive line
+    (tmp_path / "a.log").write_text("[2025-09-17 16:23:16] Receive: obj=GenerateReqInput(rid='r1', text='in a')\n")
+    (tmp_path / "b.log").write_text(
+        "[2025-09-17 16:23:17] Receive: obj=GenerateReqInput(rid='r2', text='in b')\n"
+        "[2025-09-17 16:23:18] Finish: obj=GenerateReqInput(rid='r1'), out={'meta_info': {'id': 'r1', 'completion_tokens': 4}}\n"
+        "[2025-09-17 16:23:19] Finish: obj=GenerateReqInput(rid='r2'), out={'meta_info': {'id': 'r2', 'completion_tokens': 6}}\n"
+    )
+    ingest_paths([tmp_path], db_path)
+    rows = query(db_path, """SELECT parse_filename(source_file), rid, line_no, received_line_no, completion_tokens
+        FROM requests ORDER BY 1, 3""")
+    assert rows == [("a.log", "r1", 1, 1, None), ("b.log", "r1", 2, None, 4), ("b.log", "r2", 3, 1, 6)]
+
+
 def test_bench_serving_output_details_become_one_row_per_request(tmp_path, db_path):
     result = {"backend": "sglang", "completed": 2, "duration": 1.5, "output_throughput": 260.0, "total_input_tokens": 128,
               "total_output_tokens": 390, "input_lens": [64, 64], "output_lens": [200, 190], "ttfts": [0.05, 0.07],

@@ -11,8 +11,9 @@ Generates the log with benchmarks/gen_sglang_log.py when it is missing (plus its
 a fresh subprocess (so peak RSS is that run's own), one after the other:
 - speclogs: ingest into a new DuckDB file with speclogs.store.ingest_paths, check counts and sums against truth.json;
 - hand-written: what a user would write with polars and DuckDB alone (`handwritten()`): scan the lines with
-  scan_csv (a separator that never occurs), pull the Decode batch, Prefill batch and uvicorn access lines out with one `str.extract_groups` regex
-  each (gated by `str.contains`), cast, CREATE TABLE AS from the Arrow frames; its counts and sums are checked too.
+  scan_csv (a separator that never occurs), pull the Decode batch, Prefill batch and uvicorn access lines out with
+  one `str.extract_groups` regex each (gated by `str.contains`), cast, CREATE TABLE AS from the Arrow frames; its
+  counts and sums are checked too.
 It prints lines/s, MB/s, CPU and peak RSS of each run, the medians, and speclogs' time as a multiple of the
 hand-written pipeline's (issue 15's target: ≤ 1.0×; speclogs also reads every other line, keeps the ones no grammar
 matches, and accounts for each line). Then one staged run in-process prints seconds per stage. Prints figures;

@@ -105,7 +105,8 @@ def test_prometheus_edge_cases_are_rows_or_unparsed_and_pass_the_check(tmp_path,
     )
     summary = ingest_paths([prom], db_path)
     assert summary.lines_total == 12 and summary.lines_unparsed == 2
-    rows = query(db_path, "SELECT name, family, metric_type, labels::VARCHAR, value_text, sample_ts_ms, phase FROM metrics ORDER BY line_no")
+    rows = query(db_path, "SELECT name, family, metric_type, labels::VARCHAR, value_text, sample_ts_ms, phase FROM metrics "
+                          "ORDER BY line_no")
     assert rows[0][:3] + rows[0][4:] == ("http_requests_total", "http_requests_total", "counter", "1027", 1395066363000, "after")
     assert json.loads(rows[0][3]) == {"method": "post", "code": "200"}
     assert json.loads(rows[1][3]) == {"method": "post", "path": "C:\\DIR\\", "note": 'say "hi"'}

@@ -31,16 +31,18 @@ import polars as pl  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_ingest import ensure_log  # noqa: E402
-from speclogs.grammar import load_grammars  # noqa: E402
-from speclogs.ingest.classify import cast_expr, classify_fast, compile_engine  # noqa: E402
+from speclogs.grammar import cast_expr, load_grammars  # noqa: E402
+from speclogs.ingest.classify import classify, compile_engine  # noqa: E402
 from speclogs.ingest.lines import build_lines, read_lines  # noqa: E402
 from speclogs.store.writer import ROW_GROUP_ROWS  # noqa: E402
 
 HOT_TABLES = ("decode_batches", "prefill_batches", "http_requests")
+
+
 def busiest_patterns(engine, data: bytes) -> list:
     """Per hot table, the pattern that claims most lines of the log's first 16 MiB (what the ingest would use)."""
     head = data[: data.find(b"\n", 16 << 20) + 1]
-    claims = classify_fast(engine, build_lines(head).frame)
+    claims = classify(engine, build_lines(head).frame)
     chosen = []
     for table in HOT_TABLES:
         names = [c.name for c in engine.patterns if c.pattern.table == table and c.name in claims.frames]

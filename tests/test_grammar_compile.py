@@ -115,6 +115,22 @@ def test_parse_server_args_tolerates_non_literals_dicts_and_truncation():
     assert parse_server_args("ServerArgs(s='it\\'s, ok', t=\"a)b\")") == [("s", "'it\\'s, ok'", "it's, ok"), ("t", '"a)b"', "a)b")]
 
 
+def test_server_args_values_are_what_python_reads_from_them():
+    # the common shapes are read without ast.literal_eval; each must come out as Python reads it (None where it cannot)
+    texts = ["007", "-0", "1_000", "0x10", "1e5", "1.", ".5", "+1", "-0.0", "00.5", "0.88", "9" * 25, "12.50", "''", '""',
+             r"'a\'b'", "'a\"b'", "'\t'", "'é'", "'\u200b'", "'''x'''", "None", "none", "True", "'auto'", "inf"]
+    body = ", ".join(f"v{index}={text}" for index, text in enumerate(texts))
+    args = parse_server_args(f"ServerArgs({body})")
+    assert [text for _, text, _ in args] == texts
+    for _, text, value in args:
+        try:
+            python = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            python = None
+        python = None if python == float("inf") else python
+        assert type(value) is type(python) and repr(value) == repr(python), text
+
+
 HOT_PATTERNS = ("decode_batch_common", "decode_batch_legacy", "prefill_batch_common", "prefill_batch_059_common", "uvicorn_access")
 
 

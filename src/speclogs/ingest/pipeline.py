@@ -8,6 +8,7 @@ already read (the same content under another name), and parses the rest:
 - small files go in batches: their lines, numbered on in one sequence, are split (lines.py), classified
   (classify.py) and assembled (records.py) as ONE chunk, so two thousand 500-line logs cost about what one
   million-line log does; JSON inputs (bench results, run.json, probe files) are read file by file (jsonfiles.py);
+  a batch is parsed on a thread while the sink writes the one before;
 - a big log streams, chunk by chunk, two chunks classified at once.
 
 What comes out goes to the sink (speclogs.store.writer): `write_batch(batch)` for a batch, `write_stream(parsed,
@@ -18,10 +19,11 @@ launches) in a ParsedFile, which the sink writes to `files`, `runs` and `launche
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -196,32 +198,46 @@ def run_pipeline(
     contents = Contents(sink.stored())
     batch: list[ParsedFile] = []
     batch_bytes = 0
+    # A batch is parsed on this thread while the previous one is written (and the next files are read): the native
+    # matcher, polars and DuckDB release the GIL, so the two overlap on two cores, as a big log's chunks do.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speclogs-batch") as pool:
+        parsing: Future | None = None
 
-    def flush() -> None:
-        nonlocal batch, batch_bytes
-        if batch:
-            _write_batch(batch, engine, sink, tally)
-        batch, batch_bytes = [], 0
+        def flush() -> None:
+            nonlocal batch, batch_bytes, parsing
+            if batch:
+                submitted = pool.submit(_parse_files, batch, engine)
+                drain()
+                parsing = submitted
+            batch, batch_bytes = [], 0
 
-    for index, item in enumerate(discovery.files):
-        if on_progress is not None:
-            on_progress(ProgressEvent(_short(item.source_file), tally.bytes_done, tally.bytes_total, index, tally.files_total, show))
-        parsed = _read(item, contents, tally, replace=replace)
-        if parsed is None:
-            tally.bytes_done += item.size_bytes
-            continue
-        if item.kind == "log" and (parsed.raw.stream is not None or len(parsed.raw.data) >= STREAM_MIN_BYTES):
-            flush()
-            progress = _stream_progress(on_progress, item, tally, index, show)
-            sink.write_stream(parsed, lambda emit, parsed=parsed, progress=progress:
-                              _parse_stream(parsed, engine, emit, chunk_bytes, progress), tally)
-        else:
-            batch.append(parsed)
-            batch_bytes += len(parsed.raw.data)
-            if batch_bytes >= BATCH_BYTES or len(batch) >= BATCH_FILES:
+        def drain() -> None:
+            nonlocal parsing
+            if parsing is not None:
+                _write_parsed(parsing.result(), sink, tally)
+                parsing = None
+
+        for index, item in enumerate(discovery.files):
+            if on_progress is not None:
+                on_progress(ProgressEvent(_short(item.source_file), tally.bytes_done, tally.bytes_total, index, tally.files_total, show))
+            parsed = _read(item, contents, tally, replace=replace)
+            if parsed is None:
+                tally.bytes_done += item.size_bytes
+                continue
+            if item.kind == "log" and (parsed.raw.stream is not None or len(parsed.raw.data) >= STREAM_MIN_BYTES):
                 flush()
-        tally.bytes_done += item.size_bytes
-    flush()
+                drain()
+                progress = _stream_progress(on_progress, item, tally, index, show)
+                sink.write_stream(parsed, lambda emit, parsed=parsed, progress=progress:
+                                  _parse_stream(parsed, engine, emit, chunk_bytes, progress), tally)
+            else:
+                batch.append(parsed)
+                batch_bytes += len(parsed.raw.data)
+                if batch_bytes >= BATCH_BYTES or len(batch) >= BATCH_FILES:
+                    flush()
+            tally.bytes_done += item.size_bytes
+        flush()
+        drain()
     if on_progress is not None:
         on_progress(ProgressEvent("done", tally.bytes_total, tally.bytes_total, tally.files_total, tally.files_total, show))
     return tally
@@ -294,25 +310,42 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool) -
     return ParsedFile(item=item, source_file=source_file, raw=raw, replaces=bool(known), counts=FileCounts(kind=item.kind))
 
 
-def _write_batch(files: list[ParsedFile], engine: Engine | None, sink: Sink, tally: Tally) -> None:
+def _parse_files(files: list[ParsedFile], engine: Engine | None) -> list[Batch | tuple[ParsedFile, BaseException]]:
+    """Small files parsed as one batch; when the batch as a whole fails, file by file (only the file that fails is
+    left out: it comes back with its error)."""
     started = time.perf_counter()
     try:
         batch = parse_batch(files, engine)
-    except FAILURES:  # parse them one by one: only the file that fails is left out
-        batch = None
-    if batch is None:
+        collect_cycles()
+    except FAILURES:  # parse them one by one
+        out: list[Batch | tuple[ParsedFile, BaseException]] = []
         for parsed in files:
             try:
-                one = parse_batch([parsed], engine)
+                out.append(parse_batch([parsed], engine))
             except FAILURES as error:
-                tally.skip(f"failed ({type(error).__name__}: {first_line(error)})", parsed.source_file)
-                continue
-            sink.write_batch(one, tally)
-        return
+                out.append((parsed, error))
+        return out
     share = (time.perf_counter() - started) / max(1, len(files))
     for parsed in files:
         parsed.seconds = share
-    sink.write_batch(batch, tally)
+    return [batch]
+
+
+def _write_parsed(parsed_files: list[Batch | tuple[ParsedFile, BaseException]], sink: Sink, tally: Tally) -> None:
+    for item in parsed_files:
+        if isinstance(item, Batch):
+            sink.write_batch(item, tally)
+        else:
+            parsed, error = item
+            tally.skip(f"failed ({type(error).__name__}: {first_line(error)})", parsed.source_file)
+
+
+def collect_cycles() -> None:
+    """Free the reference cycles made since the last call (the youngest generation only: what was allocated since).
+    speclogs.store.ingest_paths turns the automatic cyclic GC off for the ingest, and ast.literal_eval, which reads
+    the values of server_args and --log-requests lines, leaves a cycle of ~11 objects a value: 3M objects, ~300 MB,
+    kept to the end of a 10M-line log. Called once a chunk or batch: a few ms."""
+    gc.collect(0)
 
 
 def first_line(error: BaseException) -> str:
@@ -345,17 +378,17 @@ def parse_batch(files: list[ParsedFile], engine: Engine | None) -> Batch:
         for table, frame in chunk.tables.items():
             remapped = frame.with_columns(pl.col("file").replace_strict(list(range(len(logs))), logs, return_dtype=pl.Int32))
             tables.setdefault(table, []).append(remapped)
-        events = chunk.tables.get("server_events")
         for position, index in enumerate(logs):
             parsed = files[index]
             _take_tally(parsed, chunk.files[position])
             _finish_log(parsed, engine)
-            if events is not None:  # --log-requests lines, paired into requests rows
-                requests = RequestLog()
-                requests.add(events.filter(pl.col("file") == position))
-                frame = requests.frame()
-                if frame is not None:
-                    tables.setdefault("requests", []).append(frame.with_columns(pl.lit(index, dtype=pl.Int32).alias("file")))
+        if "server_events" in chunk.tables:  # --log-requests lines, paired within each file into requests rows
+            requests = RequestLog()
+            requests.add(chunk.tables["server_events"])
+            frame = requests.frame()
+            if frame is not None:
+                remapped = frame.with_columns(pl.col("file").replace_strict(list(range(len(logs))), logs, return_dtype=pl.Int32))
+                tables.setdefault("requests", []).append(remapped)
     for index, parsed in enumerate(files):
         if parsed.item.kind == "log":
             continue
@@ -492,6 +525,7 @@ def _parse_stream(parsed: ParsedFile, engine: Engine, emit, chunk_bytes: int, on
         if "server_events" in chunk.tables:
             requests.add(chunk.tables["server_events"])
         _take_tally(parsed, chunk.files[0])
+        collect_cycles()
         if on_progress is not None:
             on_progress(chunk.byte_end / max(1, size))
     frame = requests.frame()

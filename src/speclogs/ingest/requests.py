@@ -144,44 +144,70 @@ def _json_or_text(value: object) -> object:
 
 
 class RequestLog:
-    """Collects a log's request lines (from its server_events frames, chunk by chunk) and pairs them into rows."""
+    """Collects a log's request lines (from its server_events frames, chunk by chunk, in line order) and pairs them
+    into rows: a request's Finish line is its row, with the line number of its Receive line; a request that never
+    finished is its Receive line's row.
+
+    The frames of a batch of small files carry `file` (the file's index in the batch): their lines are paired within
+    their file, and the rows keep `file`, in file order (one RequestLog for the batch, not one a file).
+
+    Lines are read and paired as they are added (~130 µs a line, Python): for a big log that is chunk by chunk, while
+    the next chunks are classified and the previous ones inserted, not all at the end on one core; what is kept until
+    `frame()` is the rows so far (a frame a chunk) and the requests still waiting for their Finish line."""
 
     def __init__(self) -> None:
-        self._lines: list[dict] = []
+        self._frames: list[pl.DataFrame] = []
+        self._pending: dict[tuple, dict] = {}  # (file, launch_no, rid) → its Receive line
+        self._schema = REQUEST_COLUMNS
 
     def add(self, events: pl.DataFrame) -> None:
         if "kind" not in events.columns:
             return
         found = events.filter(pl.col("kind").is_in(REQUEST_KINDS))
-        if found.height:
-            self._lines.extend(found.select("line_no", "launch_no", "ts", "kind", "message").to_dicts())
-
-    def frame(self) -> pl.DataFrame | None:
-        """One row per request (the Finish line; a request that never finished: its Receive line)."""
-        pending: dict[tuple, dict] = {}
+        if not found.height:
+            return
+        columns = ["line_no", "launch_no", "ts", "kind", "message"]
+        if "file" in found.columns:
+            self._schema = REQUEST_COLUMNS | {"file": pl.Int32}
+            columns.append("file")
+            found = found.sort("file", "line_no", maintain_order=True)
+        else:
+            found = found.sort("line_no", maintain_order=True)
         rows: list[dict] = []
-        for line in sorted(self._lines, key=lambda item: item["line_no"]):
+        for line in found.select(columns).iter_rows(named=True):
             parsed = _parse_request_line(line["message"] or "")
             if parsed is None:
                 continue
             source_kind, rid, request, meta, extra = parsed
-            key = (line["launch_no"], rid)
+            file = line.get("file", 0)
+            key = (file, line["launch_no"], rid)
             if line["kind"] == "request_received":
-                pending[key] = {"line_no": line["line_no"], "ts": line["ts"], "request": request, "source_kind": source_kind}
+                self._pending[key] = {"line_no": line["line_no"], "ts": line["ts"], "request": request, "source_kind": source_kind}
                 continue
-            received = pending.pop(key, None)
+            received = self._pending.pop(key, None)
             row = request_row(meta, line_no=line["line_no"], source_kind=source_kind, request=request, rid=rid, extra=extra)
             row.update(launch_no=line["launch_no"], ts=line["ts"],
-                       received_line_no=received["line_no"] if received else None)
+                       received_line_no=received["line_no"] if received else None, file=file)
             rows.append(row)
-        for (launch_no, rid), received in pending.items():
+        if rows:
+            self._frames.append(pl.DataFrame(rows, schema=self._schema, orient="row"))
+
+    def frame(self) -> pl.DataFrame | None:
+        """One row per request (the Finish line; a request that never finished: its Receive line), in line order."""
+        rows = []
+        for (file, launch_no, rid), received in self._pending.items():
             row = request_row({}, line_no=received["line_no"], source_kind=received["source_kind"],
                               request=received["request"], rid=rid)
-            row.update(launch_no=launch_no, ts=received["ts"], received_line_no=received["line_no"])
+            row.update(launch_no=launch_no, ts=received["ts"], received_line_no=received["line_no"], file=file)
             rows.append(row)
-        if not rows:
+        frames = [frame if "file" in frame.columns or "file" not in self._schema else frame.with_columns(file=pl.lit(0, pl.Int32))
+                  for frame in self._frames]
+        if rows:
+            frames.append(pl.DataFrame(rows, schema=self._schema, orient="row"))
+        if not frames:
             return None
-        return pl.DataFrame(sorted(rows, key=lambda row: row["line_no"]), schema=REQUEST_COLUMNS, orient="row")
+        order = ["file", "line_no"] if "file" in self._schema else ["line_no"]
+        return pl.concat(frames).sort(order, maintain_order=True)
 
 
 def _parse_request_line(message: str) -> tuple[str, object, object, dict, dict] | None:

@@ -85,12 +85,26 @@ class Layout:
 
     def file_key(self, source_file: str, run_id: str) -> int:
         """The small integer the sharded tables' rows of one file carry (allocated on first use)."""
-        key = self._file_keys.get((source_file, run_id))
-        if key is None:
-            key = max(self._file_keys.values(), default=0) + 1
-            self._connection.execute("INSERT INTO _file_keys VALUES (?, ?, ?)", [key, source_file, run_id])
-            self._file_keys[(source_file, run_id)] = key
-        return key
+        return self.file_keys([(run_id, source_file)])[0]
+
+    def file_keys(self, files: Sequence[tuple[str, str]]) -> list[int]:
+        """The file keys of `files` ((run_id, source_file) each); those met for the first time get the next keys, in
+        order, with one INSERT for all of them (one a file cost 0.8 ms: 1.7 s for 2,000 small files)."""
+        new = []
+        next_key = max(self._file_keys.values(), default=0) + 1
+        for run_id, source_file in files:
+            if (source_file, run_id) not in self._file_keys:
+                self._file_keys[(source_file, run_id)] = next_key
+                new.append((next_key, source_file, run_id))
+                next_key += 1
+        if new:
+            rows = pl.DataFrame(new, schema={"file_key": pl.Int32, "source_file": pl.Utf8, "run_id": pl.Utf8}, orient="row")
+            self._connection.register("_speclogs_file_keys", rows.to_arrow())
+            try:
+                self._connection.execute("INSERT INTO _file_keys BY NAME SELECT * FROM _speclogs_file_keys")
+            finally:
+                self._connection.unregister("_speclogs_file_keys")
+        return [self._file_keys[(source_file, run_id)] for run_id, source_file in files]
 
     def keys(self, table: str, run_id: str, source_file: str) -> dict[str, object]:
         """The key columns every row of `table` gets from its file: a file_key for the sharded tables."""
@@ -104,14 +118,12 @@ class Layout:
         """`frame` with the key columns of each row's file (`file` indexes `files`: (run_id, source_file)), and
         without `file`. Strings go dictionary-encoded: one per file, not per row."""
         index = frame.get_column("file")
-        keys = [self.keys(table, run_id, source_file) for run_id, source_file in files]
-        columns = []
-        for name in keys[0]:
-            values = [key[name] for key in keys]
-            if isinstance(values[0], int):
-                columns.append(pl.Series(name, values, dtype=pl.Int32).gather(index))
-            else:
-                columns.append(pl.Series(name, values, dtype=pl.Utf8).cast(pl.Categorical).gather(index))
+        if table in SHARDED_TABLES:
+            columns = [pl.Series("file_key", self.file_keys(files), dtype=pl.Int32).gather(index)]
+        else:
+            values = {"source_file": [source_file for _, source_file in files], "run_id": [run_id for run_id, _ in files]}
+            names = ("source_file",) if table in SOURCE_ONLY_TABLES else ("source_file", "run_id")
+            columns = [pl.Series(name, values[name], dtype=pl.Utf8).cast(pl.Categorical).gather(index) for name in names]
         return frame.drop("file").with_columns(columns)
 
     def tables_with(self, column: str) -> list[str]:

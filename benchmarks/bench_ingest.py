@@ -329,7 +329,8 @@ def main() -> None:
         for name, (child, src, extra_env) in variants.items():
             env = dict(os.environ, PYTHONPATH=str(src) + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra_env)
             out = subprocess.run(
-                [sys.executable, __file__, "--child", child, "--log", str(ingested if child == "speclogs" else args.log)], env=env, check=True, capture_output=True, text=True
+                [sys.executable, __file__, "--child", child, "--log", str(ingested if child == "speclogs" else args.log)],
+                env=env, check=True, capture_output=True, text=True,
             )
             result = json.loads(out.stdout.strip().splitlines()[-1])
             results[name].append(result)

@@ -42,8 +42,12 @@ def parse_arguments(argv: list[str]) -> tuple[int, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["-h"], ["--help"]):
+        sys.stdout.write(USAGE)
+        return 0
     try:
-        every, command = parse_arguments(sys.argv[1:] if argv is None else argv)
+        every, command = parse_arguments(argv)
     except ValueError as error:
         if str(error):
             sys.stderr.write(f"Error: {error}\n")

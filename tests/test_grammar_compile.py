@@ -5,6 +5,7 @@ read as Python would."""
 from __future__ import annotations
 
 import ast
+import random
 import re
 from pathlib import Path
 
@@ -129,6 +130,46 @@ def test_server_args_values_are_what_python_reads_from_them():
             python = None
         python = None if python == float("inf") else python
         assert type(value) is type(python) and repr(value) == repr(python), text
+
+
+def _reference_literal(text: str) -> object:
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    return None if isinstance(value, float) and value in (float("inf"), float("-inf")) or value != value else value
+
+
+def test_dict_and_list_values_are_what_python_reads_from_them():
+    """Dict / list reprs take a JSON fast path (json.loads after swapping quotes and constants) where their shape
+    allows; on 40,000 random reprs, damaged or not, every value is what ast.literal_eval reads."""
+    from speclogs.grammar.server_args import _literal
+
+    rng = random.Random(7)
+    keys = ["a", "it's", 'q"x', "k:v", "x, y", "None", "e", "", "ü"]
+    leaves = [None, True, False, 0, -1, 10**30, 0.7, 1e-5, -0.0, 1e300, 0.1 + 0.2, "", "a b", "x\ny", "tab\t", "back\\slash",
+              "{", "]", "'", '"', "True", "\x00", (1, 2)]
+
+    def value(depth: int = 0) -> object:
+        roll = rng.random()
+        if depth < 3 and roll < 0.25:
+            return {rng.choice(keys) if rng.random() < 0.8 else rng.choice([1, 1.5, None, True]): value(depth + 1)
+                    for _ in range(rng.randint(0, 4))}
+        if depth < 3 and roll < 0.4:
+            return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+        return rng.choice(leaves)
+
+    damage = [",", " ", "]", "}", "'", ": ", ",,", "x", "\\", "+", "NaN", "Infinity", "true", "null", "1e400", "\t", "'a' ",
+              ".5", "1.", "_", "0x1"]
+    for _ in range(40_000):
+        text = repr(value())
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            at = rng.randrange(len(text) + 1)
+            text = text[:at] + rng.choice(damage) + text[at:]
+        if not text.startswith(("{", "[")):
+            continue
+        expected, got = _reference_literal(text), _literal(text)
+        assert type(got) is type(expected) and repr(got) == repr(expected), text
 
 
 HOT_PATTERNS = ("decode_batch_common", "decode_batch_legacy", "prefill_batch_common", "prefill_batch_059_common", "uvicorn_access")

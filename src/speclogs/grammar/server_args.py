@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import math
 import re
 
@@ -15,45 +16,62 @@ _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = set(_OPEN.values())
 
 
+_SPECIAL = re.compile(r"['\"()\[\]{},]")  # what can change the nesting or end an item: the scan jumps from one to the next
+
+
 def _split_top_level(body: str) -> tuple[list[str], int | None]:
     """Split on ', ' at nesting depth 0 outside quotes. Returns the items and the index of the bracket that closed
     the body (None when the text ran out first: it was truncated)."""
+    items, end = _split_raw(body)
+    if end is None:  # the text was truncated: the last item may be cut, drop it
+        items = items[:-1]
+    return [s for s in (x.strip() for x in items) if s], end
+
+
+def _split_raw(body: str) -> tuple[list[str], int | None]:
+    """_split_top_level's items as they are written (not stripped; empty ones kept; a truncated text's cut last
+    item included)."""
     items: list[str] = []
     depth: list[str] = []
-    quote: str | None = None
     start = 0
     i = 0
-    n = len(body)
-    while i < n:
+    search = _SPECIAL.search
+    while (found := search(body, i)) is not None:
+        i = found.start()
         ch = body[i]
-        if quote is not None:
-            if ch == "\\":
-                i += 2
-                continue
-            if body.startswith(quote, i):
-                i += len(quote)
-                quote = None
-                continue
-            i += 1
-            continue
         if ch in "'\"":
-            quote = body[i : i + 3] if body.startswith(ch * 3, i) else ch
-            i += len(quote)
+            quote = ch * 3 if body.startswith(ch * 3, i) else ch
+            i = _after_quoted(body, i + len(quote), quote)
+            if i < 0:
+                break  # the text ran out inside a string
             continue
         if ch in _OPEN:
             depth.append(_OPEN[ch])
         elif ch in _CLOSE:
             if not depth:
                 items.append(body[start:i])
-                return [s for s in (x.strip() for x in items) if s], i
+                return items, i
             if depth[-1] == ch:
                 depth.pop()
-        elif ch == "," and not depth:
+        elif not depth:  # a comma at depth 0
             items.append(body[start:i])
             start = i + 1
         i += 1
-    # Ran off the end: the text was truncated; the last item may be cut, drop it.
-    return [s for s in (x.strip() for x in items) if s], None
+    items.append(body[start:])
+    return items, None
+
+
+def _after_quoted(body: str, i: int, quote: str) -> int:
+    """Index after the quote that closes a string whose text starts at `i` (a backslash escapes the next character);
+    -1 when the text ends first."""
+    while (end := body.find(quote, i)) >= 0:
+        escapes = end
+        while escapes > i and body[escapes - 1] == "\\":
+            escapes -= 1
+        if (end - escapes) % 2 == 0:
+            return end + len(quote)
+        i = end + 1
+    return -1
 
 
 # The shapes most values have (None, True, 8192, 0.88, 'auto'), read without ast.literal_eval: it compiles the text
@@ -64,7 +82,36 @@ _INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
 _FLOAT = re.compile(r"-?[0-9]{1,20}\.[0-9]{1,20}")
 
 
+# A dict or list repr whose strings have no escapes and no double quotes, and whose other tokens are numbers, brackets,
+# ':' and ',' or None/True/False, reads as JSON once its quotes and constants are swapped: json.loads (C) gives what
+# ast.literal_eval gives; anything else it might read differently (a tab inside a string, a trailing comma, a
+# non-string key, +1, NaN) makes json.loads fail or the shape check refuse, and goes to literal_eval.
+_REPR_TOKEN = re.compile(r"'[^'\\\"]*'|None|True|False")
+_JSON_OUTSIDE_STRINGS = re.compile(r"[\s0-9.eE+\-{}\[\]:,]*")
+_TO_JSON = {"None": "null", "True": "true", "False": "false"}
+
+
+def _json_shaped(text: str) -> object | None:
+    """The value of a simple dict / list repr through json.loads; None when it is not simple (or not a literal)."""
+    if '"' in text or "\\" in text or not _JSON_OUTSIDE_STRINGS.fullmatch(_REPR_TOKEN.sub("", text)):
+        return None
+    converted = _REPR_TOKEN.sub(lambda m: _TO_JSON.get(m[0]) or f'"{m[0][1:-1]}"', text)
+    try:
+        return _JSON.decode(converted)
+    except ValueError:
+        return None
+
+
+def _refuse(name: str) -> None:
+    raise ValueError(name)  # NaN / Infinity: JSON words, not Python literals
+
+
+_JSON = json.JSONDecoder(parse_constant=_refuse)
+
+
 def _literal(text: str) -> object | None:
+    if text[:1] in ("{", "[") and (value := _json_shaped(text)) is not None:
+        return value
     if text in _CONSTANTS:
         return _CONSTANTS[text]
     if _INT.fullmatch(text):

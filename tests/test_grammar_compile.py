@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import random
 import re
+import warnings
 from pathlib import Path
 
 import duckdb
@@ -134,7 +135,9 @@ def test_server_args_values_are_what_python_reads_from_them():
 
 def _reference_literal(text: str) -> object:
     try:
-        value = ast.literal_eval(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            value = ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
     return None if isinstance(value, float) and value in (float("inf"), float("-inf")) or value != value else value

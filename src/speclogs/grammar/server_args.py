@@ -11,6 +11,7 @@ import ast
 import json
 import math
 import re
+import warnings
 
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = set(_OPEN.values())
@@ -123,7 +124,9 @@ def _literal(text: str) -> object | None:
         if text[0] not in inner and "\\" not in inner and inner.isprintable():
             return inner
     try:
-        value = ast.literal_eval(text)
+        with warnings.catch_warnings():  # '1.e' or '0x1for' would print a SyntaxWarning on stderr
+            warnings.simplefilter("ignore", SyntaxWarning)
+            value = ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
     if isinstance(value, float) and not math.isfinite(value):

@@ -136,7 +136,7 @@ def test_server_args_values_are_what_python_reads_from_them():
 def _reference_literal(text: str) -> object:
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SyntaxWarning)
+            warnings.simplefilter("ignore", (SyntaxWarning, DeprecationWarning))
             value = ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None

@@ -124,8 +124,8 @@ def _literal(text: str) -> object | None:
         if text[0] not in inner and "\\" not in inner and inner.isprintable():
             return inner
     try:
-        with warnings.catch_warnings():  # '1.e' or '0x1for' would print a SyntaxWarning on stderr
-            warnings.simplefilter("ignore", SyntaxWarning)
+        with warnings.catch_warnings():  # '1.e' or a bad escape would print a warning on stderr
+            warnings.simplefilter("ignore", (SyntaxWarning, DeprecationWarning))
             value = ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None

@@ -23,7 +23,7 @@ from speclogs.analysis.load import RunTables, load_run_tables, resolve_arms
 from speclogs.analysis.nccl import nccl_evidence
 from speclogs.analysis.results import Arm, Comparison, Estimate, Finding, RatioComparison
 from speclogs.analysis.signals import signal_evidence_for, with_signals
-from speclogs.analysis.steady import client_rows, launch_slices, mark_steady, server_columns
+from speclogs.analysis.steady import client_rows, mark_steady, server_columns, steady_launches
 from speclogs.errors import AnalysisError
 
 TIMELINE_POINTS_PER_RUN = 1500
@@ -95,15 +95,11 @@ def _prepare_runs(tables: RunTables) -> tuple[dict[str, _RunData], pl.DataFrame,
     cycles_marked = steady_rule.mark_cycles(tables.spec_cycles, tables.prefill, tables.launches, decode)
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
     data: dict[str, _RunData] = {}
-    steady = decode.filter(pl.col("steady"))
-    steady_columns = server_columns(steady)
-    steady_segments = steady["segment"].to_numpy()
     server_by_run: dict[str, list[np.ndarray]] = {}
     rows_by_run: dict[str, int] = {}
-    for run_id, start, stop in launch_slices(steady):
-        server_by_run.setdefault(run_id, []).append(
-            stats.block_sums(steady_columns[start:stop], steady_segments[start:stop]))
-        rows_by_run[run_id] = rows_by_run.get(run_id, 0) + stop - start
+    for run_id, rows in steady_launches(decode, ["running_req", "accept_len", "gen_throughput_tok_s", "segment"]):
+        server_by_run.setdefault(run_id, []).append(stats.block_sums(server_columns(rows), rows["segment"].to_numpy()))
+        rows_by_run[run_id] = rows_by_run.get(run_id, 0) + rows.height
     client_by_run = {
         key[0]: frame for key, frame in clients.filter(pl.col("excluded_reason").is_null()).partition_by("run_id", as_dict=True).items()
     }
@@ -405,16 +401,16 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
 
 
 def _timeline(decode: pl.DataFrame, tables: RunTables, arm_runs, names) -> pl.DataFrame:
-    """Decode rows for the over-time chart: every excluded row, and steady rows thinned to about
-    TIMELINE_POINTS_PER_RUN per launch (evenly spaced)."""
+    """Decode rows for the over-time chart, at most TIMELINE_POINTS_PER_RUN per run (all of them when it has no
+    more): excluded rows evenly spaced, up to half of that, then steady rows evenly spaced (the first of them, where
+    the warm-up shade ends, always) in the rest."""
     arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
     if decode.is_empty():
         return pl.DataFrame(schema={"run_name": pl.Utf8, "arm": pl.Utf8, "t_s": pl.Float64, "gen_throughput_tok_s": pl.Float64,
                                     "accept_len": pl.Float64, "steady": pl.Boolean, "excluded_reason": pl.Utf8})
-    keep = ~decode["steady"].to_numpy()
-    for _, start, stop in launch_slices(decode):
-        keep[start:stop:max((stop - start) // TIMELINE_POINTS_PER_RUN, 1)] = True
-    rows = decode.filter(pl.Series(keep))
+    rows = decode.filter(pl.Series(timeline_rows(_codes(decode["run_id"]), decode["steady"].to_numpy(),
+                                                 TIMELINE_POINTS_PER_RUN)))
+    rows = rows.with_columns(pl.col("run_id").cast(pl.Utf8), pl.col("excluded_reason").cast(pl.Utf8))
     start = tables.launches.group_by("run_id").agg(pl.col("start_ts").min().alias("_start"))
     rows = rows.join(start, on="run_id", how="left").with_columns(
         pl.coalesce("_start", pl.col("ts").min().over("run_id")).alias("_start")
@@ -425,6 +421,33 @@ def _timeline(decode: pl.DataFrame, tables: RunTables, arm_runs, names) -> pl.Da
         pl.col("run_id").replace_strict(arm_of, default=None).alias("arm"),
     )
     return rows.select("run_name", "arm", "t_s", "gen_throughput_tok_s", "accept_len", "steady", "excluded_reason")
+
+
+def timeline_rows(run: np.ndarray, steady: np.ndarray, points: int) -> np.ndarray:
+    """Mask of the rows a run's timeline keeps, at most `points` per run (every row of a run with no more): its
+    excluded rows evenly spaced, at most half of `points`, then its steady rows evenly spaced from the first one.
+    `run`: a run code per row; rows keep their order."""
+    keep = np.zeros(len(run), dtype=bool)
+    order = np.argsort(run, kind="stable")
+    bounds = np.flatnonzero(np.r_[True, run[order][1:] != run[order][:-1], True])
+    for start, stop in zip(bounds[:-1], bounds[1:]):
+        index = order[start:stop]
+        if len(index) <= points:
+            keep[index] = True
+            continue
+        excluded, kept = index[~steady[index]], index[steady[index]]
+        excluded = excluded[::-(-len(excluded) // (points // 2))] if len(excluded) > points // 2 else excluded
+        room = points - len(excluded)
+        keep[excluded] = True
+        keep[kept[::-(-len(kept) // room)] if len(kept) > room else kept] = True
+    return keep
+
+
+def _codes(run_id: pl.Series) -> np.ndarray:
+    """An integer per row naming its run (an Enum's codes; the strings' first-seen order otherwise)."""
+    if isinstance(run_id.dtype, pl.Enum):
+        return run_id.to_physical().to_numpy()
+    return run_id.cast(pl.Categorical).to_physical().to_numpy()
 
 
 def _warmup_spans(timeline: pl.DataFrame) -> pl.DataFrame:
@@ -441,19 +464,20 @@ def _warmup_spans(timeline: pl.DataFrame) -> pl.DataFrame:
 def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFrame, arm_runs) -> pl.DataFrame:
     arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
     frames = []
-    server = (decode.filter(pl.col("steady") & pl.col("accept_len").is_not_null())
-              .group_by("run_id", pl.col("accept_len").cast(pl.Float64).round(2)).len("count"))
+    server = (decode.lazy().filter(pl.col("steady") & pl.col("accept_len").is_not_null())  # lazy: copies 3 columns
+              .group_by(pl.col("run_id").cast(pl.Utf8), pl.col("accept_len").cast(pl.Float64).round(2)).len("count")
+              .collect())
     if server.height:
         frames.append(server.select("run_id", pl.lit("server decode rows").alias("source"), "accept_len", "count"))
     client = clients.filter(pl.col("excluded_reason").is_null() & pl.col("spec_accept_length").is_not_null())
     if client.height:
-        frames.append(client.select(pl.col("run_id"), pl.lit("client requests").alias("source"),
+        frames.append(client.select(pl.col("run_id").cast(pl.Utf8), pl.lit("client requests").alias("source"),
                                     pl.col("spec_accept_length").cast(pl.Float64).round(2).alias("accept_len"),
                                     pl.lit(1, pl.UInt32).alias("count")))
     cycles = cycles.filter(pl.col("steady") & pl.col("accepted_tokens").is_not_null())
     if cycles.height:
         frames.append(cycles.select(
-            pl.col("run_id"), pl.lit("profiled cycles").alias("source"),
+            pl.col("run_id").cast(pl.Utf8), pl.lit("profiled cycles").alias("source"),
             (1.0 + pl.col("accepted_tokens").cast(pl.Float64) / pl.col("batch_size").fill_null(1).clip(lower_bound=1)).round(2)
             .alias("accept_len"), pl.lit(1, pl.UInt32).alias("count")))
     if not frames:

@@ -21,7 +21,7 @@ import polars as pl
 from speclogs.analysis import power, stats
 from speclogs.analysis.load import RunTables, parse_json_text
 from speclogs.analysis.results import UNSET, Arm, Finding, RatioComparison
-from speclogs.analysis.steady import launch_slices
+from speclogs.analysis.steady import steady_launches
 from speclogs.redact import redact_value
 from speclogs.runrecord import FILE_NAME as RUN_JSON, RunRecord
 
@@ -329,7 +329,7 @@ def lint_comparison(
             "next to the launches), which are wider than this report's. After a data-dependent stop a fixed-sample "
             "interval covers somewhat less than its nominal level: quote the launcher's interval for the decision",
             "info"))
-    multi = tables.launches.group_by("run_id").agg(pl.col("launch_no").n_unique().alias("n")).filter(pl.col("n") > 1)
+    multi = tables.launches.group_by("run_id", maintain_order=True).agg(pl.col("launch_no").n_unique().alias("n")).filter(pl.col("n") > 1)
     for run_id, n in multi.iter_rows():
         findings.append(Finding("several_launches_in_file", f"run {names[run_id]} holds {n} server starts in one file; they "
                                 "are pooled as one replicate", "info", (arm_of[run_id],)))
@@ -475,7 +475,9 @@ def _warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.Dat
     findings: list[Finding] = []
     if decode.is_empty():
         return findings
-    excluded = decode.filter(~pl.col("steady")).group_by("run_id", "excluded_reason").len().sort("run_id")
+    # lazy: the filters copy only the columns the counts read, not every column of millions of rows
+    excluded = (decode.lazy().filter(~pl.col("steady")).group_by("run_id", "excluded_reason").len()
+                .collect().with_columns(pl.col("run_id").cast(pl.Utf8)).sort("run_id"))
     by_reason: dict[str, list[tuple[str, int]]] = {}
     arms_by_reason: dict[str, set[str]] = {}
     for run_id, reason, n in excluded.iter_rows():
@@ -494,7 +496,8 @@ def _warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.Dat
             findings.append(Finding(code, text.format(runs=_runs_text(by_reason[reason])), "warning",
                                     tuple(sorted(arms_by_reason[reason]))))
     findings += _detected_warmup_findings(decode, clients, arm_of, names)
-    eager = decode.filter(pl.col("eager_by_config")).group_by("run_id").len().sort("run_id")
+    eager = (decode.lazy().filter(pl.col("eager_by_config")).group_by("run_id").len()
+             .collect().with_columns(pl.col("run_id").cast(pl.Utf8)).sort("run_id"))
     if eager.height:
         runs = [(names[r], n) for r, n in eager.iter_rows()]
         findings.append(Finding(
@@ -514,14 +517,15 @@ def _warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.Dat
 
 def _detected_warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:
     """Warm-up found in the data (slow start with CUDA graphs on), per run: how long, how much slower, what was cut."""
-    detected = decode.filter(pl.col("excluded_reason") == "warmup_detected")
+    detected = (decode.lazy().filter(pl.col("excluded_reason") == "warmup_detected")
+                .select(pl.col("run_id").cast(pl.Utf8), "gen_throughput_tok_s", "ts").collect())
     if detected.is_empty():
         return []
-    steady = decode.filter(pl.col("steady"))
     cut_requests = dict(clients.filter(pl.col("excluded_reason") == "warmup_detected").group_by("run_id").len().iter_rows())
     findings = []
     for (run_id,), rows in sorted(detected.partition_by("run_id", as_dict=True).items()):
-        rest = steady.filter(pl.col("run_id") == run_id)["gen_throughput_tok_s"].cast(pl.Float64)
+        rest = (decode.lazy().filter(pl.col("steady") & (pl.col("run_id") == run_id)).select("gen_throughput_tok_s")
+                .collect()["gen_throughput_tok_s"].cast(pl.Float64))
         slow = rows["gen_throughput_tok_s"].cast(pl.Float64)
         change = float(slow.mean() / rest.mean() - 1.0) if rest.len() else float("nan")
         seconds = (rows["ts"].max() - rows["ts"].min()).total_seconds() if rows.height > 1 else 0.0
@@ -544,10 +548,8 @@ TREND_MIN_CHANGE = 0.05
 def _trend_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:
     findings = []
     tests: list[tuple[str, str, stats.Trend]] = []
-    steady = decode.filter(pl.col("steady"))
-    rates = steady["gen_throughput_tok_s"].cast(pl.Float64).to_numpy()
-    for run_id, start, stop in launch_slices(steady):
-        trend = stats.trend_test(rates[start:stop])
+    for run_id, rows in steady_launches(decode, ["gen_throughput_tok_s"]):
+        trend = stats.trend_test(rows["gen_throughput_tok_s"].cast(pl.Float64).to_numpy())
         if trend:
             tests.append(("server", run_id, trend))
     used = clients.filter(pl.col("excluded_reason").is_null())
@@ -566,7 +568,7 @@ def _trend_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) 
             f"Holm-adjusted over the {len(tests)} series tested {p_value:.1g}, last third vs first third "
             f"{trend.relative_change:+.1%}, n={trend.n}) — thermal throttling, growing KV cache or a co-tenant; a mean "
             "over a drifting series depends on the run length", "warning", (arm_of[run_id],)))
-    bad = clients.filter(pl.col("excluded_reason") == "non_finite").group_by("run_id").len()
+    bad = clients.filter(pl.col("excluded_reason") == "non_finite").group_by("run_id", maintain_order=True).len()
     for run_id, n in bad.iter_rows():
         findings.append(Finding("non_finite_values", f"run {names[run_id]}: {n} client request(s) without usable tokens or "
                                 "latency (NaN/inf/0) were excluded", "warning", (arm_of[run_id],)))

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from speclogs.errors import AnalysisError
@@ -87,7 +88,11 @@ def resolve_arms(con: Any, selectors: list[str]) -> dict[str, list[str]]:
 
 
 def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
-    """Read the rows of `run_ids` from every table the comparison uses."""
+    """Read the rows of `run_ids` from every table the comparison uses.
+
+    The per-row frames (decode, prefill, spec_cycles) carry an integer `launch_key` (one per (run, file, launch),
+    shared by the frames) and `run_id` as a polars Enum over the selected run ids (sorted): no per-row strings, so
+    millions of rows stay a few bytes each. They are ordered by (launch_key, line_no)."""
     where = "WHERE run_id IN (SELECT unnest(?::VARCHAR[]))"
     runs = _select(
         con,
@@ -97,23 +102,26 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
             FROM runs {where} ORDER BY run_name""",
         run_ids,
     )
-    # Rows are ordered by what names them (run name, file name, launch), not by run_id, which hashes the file's
-    # path: the same logs in another directory give the same report.
-    named = "JOIN (SELECT run_id, run_name FROM runs) AS r USING (run_id)"
-    launch_hash = (
-        "concat_ws(chr(1), r.run_name, parse_filename(t.source_file), t.source_file, "
-        "lpad(coalesce(t.launch_no, 0)::VARCHAR, 9, '0')) AS launch_hash"
-    )
+    keys = _launch_keys(con, run_ids)
+    run_type = pl.Enum(sorted(set(run_ids)))
     launches = _select(
-        con, f"SELECT {launch_hash}, t.* FROM launches AS t {named} {where} ORDER BY launch_hash", run_ids)
-    decode = _select(
         con,
-        f"""SELECT {launch_hash}, run_id, line_no, ts, tp_rank, running_req, accept_len, cuda_graph, gen_throughput_tok_s
-            FROM decode_batches AS t {named} {where} ORDER BY launch_hash, line_no""",
-        run_ids,
+        """SELECT t.*, k.launch_key FROM launches AS t
+           JOIN (SELECT unnest(?::VARCHAR[]) AS run_id, unnest(?::VARCHAR[]) AS source_file,
+                        unnest(?::INTEGER[]) AS launch_no, unnest(?::INTEGER[]) AS launch_key) AS k
+             ON t.run_id = k.run_id AND t.source_file = k.source_file AND coalesce(t.launch_no, 0) = k.launch_no
+           ORDER BY k.launch_key""",
+        [keys[c].to_list() for c in ("run_id", "source_file", "launch_no", "launch_key")],
     )
-    prefill = _select(con, f"""SELECT {launch_hash}, line_no FROM prefill_batches AS t {named} {where} AND running_req = 0
-                               ORDER BY launch_hash, line_no""", run_ids)
+    decode = _launch_rows(con, keys, run_type, "decode_batches", "decode_rows",
+                          "t.line_no, t.ts, t.tp_rank, t.running_req, t.accept_len, t.cuda_graph, t.gen_throughput_tok_s")
+    prefill = _launch_rows(con, keys, run_type, "prefill_batches", "idle_rows", "t.line_no",
+                           "t.running_req = 0").drop("run_id")
+    spec_cycles = _launch_rows(
+        con, keys, run_type, "spec_cycles", "cycle_rows",
+        "t.line_no, t.launch_no, t.ts, t.tp_rank, t.cycle, t.batch_size, t.draft_ms, t.verify_ms, t.extend_ms, "
+        "t.other_ms, t.cycle_ms, t.accepted_tokens, t.proposed_tokens, t.gap_ms")
+    named = "JOIN (SELECT run_id, run_name FROM runs) AS r USING (run_id)"
     bench = _select(
         con,
         f"""SELECT run_id, source_file, line_no, request_index, warmup, latency_s, e2e_latency_s, completion_tokens,
@@ -121,14 +129,6 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
             FROM bench_requests AS t {named} {where} ORDER BY r.run_name, parse_filename(t.source_file), t.source_file, line_no""",
         run_ids,
     )
-    spec_cycles = _select(
-        con,
-        f"""SELECT {launch_hash}, run_id, line_no, launch_no, ts, tp_rank, cycle, batch_size, draft_ms, verify_ms,
-                   extend_ms, other_ms, cycle_ms, accepted_tokens, proposed_tokens, gap_ms
-            FROM spec_cycles AS t {named} {where} ORDER BY launch_hash, line_no""",
-        run_ids,
-    )
-    launches, decode, prefill, spec_cycles = _with_launch_keys(launches, decode, prefill, spec_cycles)
     server_args = _select(
         con,
         f"""SELECT run_id, name, value FROM server_args {where}
@@ -152,22 +152,59 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
     return RunTables(runs, launches, decode, prefill, bench, spec_cycles, server_args, nccl_settings, events)
 
 
-def _with_launch_keys(*frames: pl.DataFrame) -> tuple[pl.DataFrame, ...]:
-    """Replace the per-launch name key by a dense integer `launch_key` shared by the frames. The key is monotone
-    in the name key, so frames that SQL ordered by (launch_hash, line_no) stay ordered by (launch_key, line_no)."""
-    import numpy as np
+def _launch_keys(con: Any, run_ids: list[str]) -> pl.DataFrame:
+    """One row per launch (run_id, source_file, launch_no — NULL read as 0) of the selected runs found in launches,
+    decode_batches, the idle prefill rows or spec_cycles, with `launch_key`: its dense rank by what names it (run name,
+    file name, file path, launch number), not by run_id, which hashes the file's path — the same logs in another
+    directory give the same report — and its rows in each per-row table (decode_rows, idle_rows, cycle_rows)."""
+    where = "WHERE run_id IN (SELECT unnest(?::VARCHAR[]))"
+    found = " UNION ALL ".join(
+        f"SELECT run_id, source_file, coalesce(launch_no, 0) AS launch_no, '{name}' AS kind, count(*) AS n "
+        f"FROM {table} {where}{extra} GROUP BY ALL"
+        for table, name, extra in (("launches", "launch", ""), ("decode_batches", "decode", ""),
+                                   ("prefill_batches", "idle", " AND running_req = 0"), ("spec_cycles", "cycle", "")))
+    return _select(con, f"""
+        SELECT l.*, (dense_rank() OVER (ORDER BY concat_ws(chr(1), r.run_name, parse_filename(l.source_file), l.source_file,
+                                                           lpad(l.launch_no::VARCHAR, 9, '0'))) - 1)::INTEGER AS launch_key
+        FROM (SELECT run_id, source_file, launch_no, coalesce(sum(n) FILTER (kind = 'decode'), 0) AS decode_rows,
+                     coalesce(sum(n) FILTER (kind = 'idle'), 0) AS idle_rows,
+                     coalesce(sum(n) FILTER (kind = 'cycle'), 0) AS cycle_rows
+              FROM ({found}) GROUP BY ALL) AS l
+        JOIN runs AS r USING (run_id) ORDER BY launch_key""", [run_ids] * 4)
 
-    hashes = np.unique(np.concatenate([f["launch_hash"].to_numpy() for f in frames]))
 
-    def keyed(frame: pl.DataFrame) -> pl.DataFrame:
-        h = frame["launch_hash"].to_numpy()
-        if len(h) == 0:
-            return frame.with_columns(pl.lit(0, pl.Int64).alias("launch_key")).drop("launch_hash")
-        change = np.r_[True, h[1:] != h[:-1]]
-        key = np.searchsorted(hashes, h[change]).astype(np.int64)[np.cumsum(change) - 1]
-        return frame.with_columns(pl.Series("launch_key", key)).drop("launch_hash")
+_ROWS_PER_QUERY = 1 << 21  # the per-row tables are read about this many rows (whole launches) per query
 
-    return tuple(keyed(frame) for frame in frames)
+
+def _launch_rows(con: Any, keys: pl.DataFrame, run_type: pl.Enum, table: str, count: str, columns: str,
+                 condition: str = "") -> pl.DataFrame:
+    """The rows of `table` (`columns` of `t`, WHERE `condition`) of the launches in `keys` (`count`: the keys' column
+    of their rows in it), ordered by (launch_key, line_no), with run_id (a `run_type` Enum) first and launch_key last.
+
+    A query per group of whole launches, about _ROWS_PER_QUERY rows, joins the rows to their integer launch_key;
+    polars sorts each group on one packed integer (launch_key, line_no): DuckDB returns a parallel scan's rows in no
+    fixed order, an ORDER BY there costs about three times as much, and a sort of every row at once would hold them
+    all twice. The frame is the groups side by side (chunks, not copied into one)."""
+    sql = f"""SELECT k.launch_key, {columns} FROM {table} AS t
+              JOIN (SELECT unnest(?::VARCHAR[]) AS run_id, unnest(?::VARCHAR[]) AS source_file,
+                           unnest(?::INTEGER[]) AS launch_no, unnest(?::INTEGER[]) AS launch_key) AS k
+                ON t.run_id = k.run_id AND t.source_file = k.source_file AND coalesce(t.launch_no, 0) = k.launch_no
+              WHERE t.run_id IN (SELECT unnest(?::VARCHAR[])){f" AND {condition}" if condition else ""}"""
+    launches = keys.filter(pl.col(count) > 0).with_columns(
+        ((pl.col(count).cum_sum() - pl.col(count)) // _ROWS_PER_QUERY).alias("_query"))
+    # run_id per row from its launch: the Enum's codes, gathered (no per-row strings)
+    run_of_key = np.zeros(int(keys["launch_key"].max()) + 1 if keys.height else 1, dtype=np.uint32)
+    run_of_key[keys["launch_key"].to_numpy()] = keys["run_id"].cast(run_type).to_physical().to_numpy()
+    run_names = pl.Series("run_id", run_type.categories, dtype=run_type)
+    frames = []
+    for part in launches.partition_by("_query", maintain_order=True) if launches.height else [launches]:
+        frame = _select(con, sql, [part[c].to_list() for c in ("run_id", "source_file", "launch_no", "launch_key")]
+                        + [part["run_id"].unique(maintain_order=True).to_list()])
+        # (launch_key, line_no) is unique: a line is one row of a table
+        frame = frame.sort(pl.col("launch_key").cast(pl.Int64) * (1 << 40) + pl.col("line_no"))
+        frames.append(frame.select(run_names.gather(run_of_key[frame["launch_key"].to_numpy()]),
+                                   pl.exclude("launch_key"), "launch_key"))
+    return pl.concat(frames, rechunk=False)
 
 
 def parse_json_text(text: str | None) -> dict:

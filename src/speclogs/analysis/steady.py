@@ -38,6 +38,8 @@ from speclogs.analysis import stats
 
 REASONS = ("other_tp_rank", "startup", "before_health_200", "warmup_request", "no_cuda_graph", "first_after_idle",
            "non_finite", "warmup_detected")
+# excluded_reason's type: the reasons in alphabetical order, so a sort by it is a sort by the text
+REASON_TYPE = pl.Enum(sorted(REASONS))
 SINGLE_STREAM_SOURCES = ("bench_jsonl", "bench_json")  # one request after the other: request k = segment k
 _NO_TIME = np.iinfo(np.int64).min
 _SHIFT = np.int64(40)
@@ -79,18 +81,33 @@ def _launch_times(launches: pl.DataFrame, n_keys: int, column: pl.Expr) -> np.nd
     return out
 
 
-def _segments(key: np.ndarray, line: np.ndarray, prefill: pl.DataFrame) -> np.ndarray:
-    """Idle points (prefill rows that found 0 running requests) before each row of its launch."""
-    idle = np.sort((prefill["launch_key"].to_numpy().astype(np.int64) << _SHIFT)
+def _idle_points(prefill: pl.DataFrame) -> np.ndarray:
+    """The idle points (prefill rows that found 0 running requests) as sorted (launch_key << _SHIFT) | line_no."""
+    return np.sort((prefill["launch_key"].to_numpy().astype(np.int64) << _SHIFT)
                    | prefill["line_no"].to_numpy().astype(np.int64))
+
+
+def _segments(key: np.ndarray, line: np.ndarray, prefill: pl.DataFrame | np.ndarray) -> np.ndarray:
+    """Idle points (prefill rows that found 0 running requests, or _idle_points of them) before each row of its
+    launch."""
+    idle = prefill if isinstance(prefill, np.ndarray) else _idle_points(prefill)
     return np.searchsorted(idle, (key << _SHIFT) | line) - np.searchsorted(idle, key << _SHIFT)
 
 
-def _window(launches: pl.DataFrame, key: np.ndarray, ts: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
-    """(before ready or the end of CUDA-graph capture, before the first /health 200) per row."""
-    ready = np.maximum(_launch_times(launches, n_keys, pl.coalesce("ready_ts", "first_health_200_ts"))[key],
-                       _launch_times(launches, n_keys, pl.col("cuda_graph_end_ts"))[key])
-    health = _launch_times(launches, n_keys, pl.coalesce("first_health_200_ts", "ready_ts"))[key]
+def _launch_windows(launches: pl.DataFrame, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per launch_key (epoch µs, _NO_TIME where unknown): the ready time (ready or the end of CUDA-graph capture,
+    whichever is later) and the first /health 200."""
+    ready = np.maximum(_launch_times(launches, n_keys, pl.coalesce("ready_ts", "first_health_200_ts")),
+                       _launch_times(launches, n_keys, pl.col("cuda_graph_end_ts")))
+    return ready, _launch_times(launches, n_keys, pl.coalesce("first_health_200_ts", "ready_ts"))
+
+
+def _window(launches: pl.DataFrame | tuple[np.ndarray, np.ndarray], key: np.ndarray, ts: np.ndarray,
+            n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """(before ready or the end of CUDA-graph capture, before the first /health 200) per row. `launches`: the frame,
+    or _launch_windows of it."""
+    ready_of, health_of = launches if isinstance(launches, tuple) else _launch_windows(launches, n_keys)
+    ready, health = ready_of[key], health_of[key]
     return (ready != _NO_TIME) & (ts <= ready), (health != _NO_TIME) & (ts < health)
 
 
@@ -108,47 +125,104 @@ def _dense_rank(key: np.ndarray, segment: np.ndarray, rows: np.ndarray) -> np.nd
     return out
 
 
+_CHUNK_ROWS = 1 << 20  # frames of millions of rows are worked through whole launches about this many rows at a time
+
+
+def _launch_starts(key: np.ndarray) -> np.ndarray:
+    """The first row of each launch in rows sorted by launch_key."""
+    return np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, dtype=np.int64)
+
+
+def _launch_chunks(starts: np.ndarray, n_rows: int, rows: int = _CHUNK_ROWS) -> list[tuple[int, int]]:
+    """(first, last) launch indices, launches [first, last) of about `rows` rows together (at least one launch):
+    bounded memory for a pass over millions of rows, few passes for many small launches."""
+    chunks, first = [], 0
+    stops = np.r_[starts[1:], n_rows]
+    while first < len(starts):
+        last = max(int(np.searchsorted(stops, starts[first] + rows, side="right")), first + 1)
+        chunks.append((first, last))
+        first = last
+    return chunks
+
+
+def steady_launches(decode: pl.DataFrame, columns: list[str]) -> list[tuple[str, pl.DataFrame]]:
+    """(run_id, `columns` of its steady rows) per launch of marked decode rows (sorted by launch_key) that has steady
+    rows, in launch order — what `launch_slices(decode.filter(pl.col("steady")))` gives, without copying every
+    column of every steady row at once."""
+    out = []
+    starts = _launch_starts(decode["launch_key"].to_numpy())
+    for first, last in _launch_chunks(starts, decode.height):
+        lo, hi = int(starts[first]), int(starts[last]) if last < len(starts) else decode.height
+        rows = (decode.slice(lo, hi - lo).lazy().filter(pl.col("steady"))
+                .select(list(dict.fromkeys(["run_id", "launch_key", *columns]))).collect())
+        out += [(run_id, rows.slice(start, stop - start).select(columns)) for run_id, start, stop in launch_slices(rows)]
+    return out
+
+
 def mark_steady(decode: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFrame, *,
                 graphs: dict[str, tuple[bool, int | None]] | None = None,
                 warmup_requests: dict[str, int] | None = None) -> pl.DataFrame:
-    """decode rows (sorted by launch_key, line_no) + columns steady (bool), excluded_reason (str|null), segment
+    """decode rows (sorted by launch_key, line_no) + columns steady (bool), excluded_reason (REASON_TYPE|null), segment
     (int: idle points so far in the launch), request (int: segment number after ready, −1 before) and
     eager_by_config (bool). `launch_key` is an integer id of (run, file, launch) shared by the three frames; prefill
     holds only the prefill rows that found 0 running requests (the idle points). graphs: graph_settings(server_args);
     warmup_requests: per run, how many of its first requests were the benchmark's warm-up."""
     if decode.is_empty():
         return decode.with_columns(
-            pl.lit(True).alias("steady"), pl.lit(None, pl.Utf8).alias("excluded_reason"), pl.lit(0, pl.Int64).alias("segment"),
-            pl.lit(-1, pl.Int64).alias("request"), pl.lit(False).alias("eager_by_config"),
+            pl.lit(True).alias("steady"), pl.lit(None, REASON_TYPE).alias("excluded_reason"),
+            pl.lit(0, pl.Int64).alias("segment"), pl.lit(-1, pl.Int64).alias("request"),
+            pl.lit(False).alias("eager_by_config"),
         )
-    key = decode["launch_key"].to_numpy().astype(np.int64)
-    line = decode["line_no"].to_numpy().astype(np.int64)
+    key = decode["launch_key"].to_numpy()
     n_keys = int(max(key.max(), launches["launch_key"].max() if not launches.is_empty() else 0)) + 1
-    segment = _segments(key, line, prefill)
+    starts = _launch_starts(key)
+    del key
+    # per-run settings, looked up once per launch (the rows of a launch are contiguous and belong to one run)
+    settings = graphs or {}
+    launch_runs = decode["run_id"].gather(starts).to_list()
+    per_launch = (
+        np.array([(warmup_requests or {}).get(r, 0) for r in launch_runs], dtype=np.int64),
+        np.array([settings[r][0] if r in settings else False for r in launch_runs], dtype=bool),
+        np.array([settings[r][1] if r in settings and settings[r][1] is not None else np.iinfo(np.int64).max
+                  for r in launch_runs], dtype=np.int64),
+    )
+    idle, windows = _idle_points(prefill), _launch_windows(launches, n_keys)
+    code = np.empty(decode.height, dtype=np.int8)
+    segment = np.empty(decode.height, dtype=np.int64)
+    request = np.empty(decode.height, dtype=np.int64)
+    by_config = np.empty(decode.height, dtype=bool)
+    for first, last in _launch_chunks(starts, decode.height):  # the rule is per launch
+        lo, hi = int(starts[first]), int(starts[last]) if last < len(starts) else decode.height
+        code[lo:hi], segment[lo:hi], request[lo:hi], by_config[lo:hi] = _mark_launches(
+            decode.slice(lo, hi - lo), starts[first:last] - lo, [p[first:last] for p in per_launch], idle, windows)
+    steady = code == len(REASONS)
+    return decode.with_columns(
+        reason_labels(code).alias("excluded_reason"), pl.Series("steady", steady),
+        pl.Series("segment", segment), pl.Series("request", request),
+        pl.Series("eager_by_config", by_config & steady),
+    )
 
-    rank = decode["tp_rank"].fill_null(-1).to_numpy().astype(np.int64)
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    min_rank = np.repeat(np.minimum.reduceat(rank, starts), np.diff(np.r_[starts, len(key)]))
-    kept = rank == min_rank
+
+def _mark_launches(decode: pl.DataFrame, starts: np.ndarray, per_launch: list[np.ndarray], idle: np.ndarray,
+                   windows: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """The steady-state rule on the rows of whole launches (`starts`: the first row of each): (reason code — len(REASONS)
+    for a row that counts —, segment, request, eager by configuration) per row. per_launch: warm-up requests, CUDA
+    graphs disabled, largest captured batch size, one value per launch."""
+    key = decode["launch_key"].to_numpy().astype(np.int64, copy=False)
+    lengths = np.diff(np.r_[starts, len(key)])
+    segment = _segments(key, decode["line_no"].to_numpy(), idle)
+
+    rank = decode["tp_rank"].fill_null(-1).to_numpy()
+    kept = rank == np.repeat(np.minimum.reduceat(rank, starts), lengths)
 
     ts = decode["ts"].dt.epoch("us").fill_null(_NO_TIME).to_numpy()
-    startup, before_health = _window(launches, key, ts, n_keys)
+    startup, before_health = _window(windows, key, ts, 0)
     request = _dense_rank(key, segment, kept & ~startup & ~before_health)
-    settings = graphs or {}
-    per_run = decode.select(
-        pl.col("run_id").replace_strict(warmup_requests or {}, default=0, return_dtype=pl.Int64).alias("warm"),
-        pl.col("run_id").replace_strict({r: g[0] for r, g in settings.items()}, default=False,
-                                        return_dtype=pl.Boolean).alias("disabled"),
-        pl.col("run_id").replace_strict({r: g[1] for r, g in settings.items() if g[1] is not None},
-                                        default=np.iinfo(np.int64).max, return_dtype=pl.Int64).alias("max_bs"),
-    )
-    in_warmup_request = (request >= 0) & (request < per_run["warm"].to_numpy())
+    warm, disabled, max_bs = (np.repeat(values, lengths) for values in per_launch)
+    in_warmup_request = (request >= 0) & (request < warm)
 
     graph_off = decode["cuda_graph"].eq(False).fill_null(False).to_numpy()
-    disabled = per_run["disabled"].to_numpy()
-    max_bs = per_run["max_bs"].to_numpy()
-    batch = decode["running_req"].fill_null(1).to_numpy().astype(np.int64)
-    by_config = graph_off & (disabled | (batch > max_bs))
+    by_config = graph_off & (disabled | (decode["running_req"].fill_null(1).to_numpy() > max_bs))
     rate = decode["gen_throughput_tok_s"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
 
     # first decode row after idle, among the kept rank's rows
@@ -160,7 +234,7 @@ def mark_steady(decode: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFr
 
     conditions = [~kept, startup, before_health, in_warmup_request, graph_off & ~by_config, after_idle,
                   ~np.isfinite(rate) | (rate <= 0)]
-    code = np.select(conditions, list(range(len(conditions))), default=len(REASONS))
+    code = np.select(conditions, np.arange(len(conditions), dtype=np.int8), default=np.int8(len(REASONS)))
     detected = REASONS.index("warmup_detected")
     steady_index = np.flatnonzero(code == len(REASONS))
     if len(steady_index):
@@ -169,12 +243,12 @@ def mark_steady(decode: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFr
         for start, stop in zip(bounds[:-1], bounds[1:]):
             cut = stats.warmup_length(rate[steady_index[start:stop]])
             code[steady_index[start:start + cut]] = detected
-    labels = np.array(list(REASONS) + [None], dtype=object)
-    return decode.with_columns(
-        pl.Series("excluded_reason", labels[code], dtype=pl.Utf8), pl.Series("steady", code == len(REASONS)),
-        pl.Series("segment", segment.astype(np.int64)), pl.Series("request", request),
-        pl.Series("eager_by_config", by_config & (code == len(REASONS))),
-    )
+    return code, segment, request, by_config
+
+
+def reason_labels(code: np.ndarray) -> pl.Series:
+    """REASONS[code] as a REASON_TYPE series, null where code is len(REASONS) (the row counts)."""
+    return pl.Series("excluded_reason", [*REASONS, None], dtype=REASON_TYPE).gather(code.astype(np.uint32))
 
 
 def warmup_requests(clients: pl.DataFrame) -> dict[str, int]:
@@ -191,12 +265,18 @@ def detected_warmup_requests(decode: pl.DataFrame) -> dict[str, tuple[int, set[i
     a detected warm-up)."""
     if decode.is_empty():
         return {}
-    rows = decode.filter(pl.col("request") >= 0)
-    per_run = rows.group_by("run_id").agg(
-        pl.col("launch_key").n_unique().alias("launches"), (pl.col("request").max() + 1).alias("requests"),
-        pl.col("request").filter(pl.col("excluded_reason") == "warmup_detected").unique().alias("detected"))
-    return {run_id: (int(n), {int(r) for r in detected})
-            for run_id, launches_, n, detected in per_run.iter_rows() if launches_ == 1}
+    starts = _launch_starts(decode["launch_key"].to_numpy())
+    request = decode["request"].to_numpy()
+    last_request = np.maximum.reduceat(request, starts)  # per launch: its last request number, −1 when none
+    detected = np.flatnonzero((decode["excluded_reason"] == "warmup_detected").fill_null(False).to_numpy()
+                              & (request >= 0))
+    detected_launch = np.searchsorted(starts, detected, side="right") - 1
+    launches_of: dict[str, list[int]] = {}
+    for index, run_id in enumerate(decode["run_id"].gather(starts).to_list()):
+        if last_request[index] >= 0:
+            launches_of.setdefault(run_id, []).append(index)
+    return {run_id: (int(last_request[index]) + 1, {int(r) for r in request[detected[detected_launch == index]]})
+            for run_id, (index, *more) in launches_of.items() if not more}
 
 
 def mark_cycles(cycles: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFrame, decode: pl.DataFrame
@@ -205,7 +285,7 @@ def mark_cycles(cycles: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFr
     ready or health ('startup', 'before_health_200'), another TP rank ('other_tp_rank'), or inside a segment whose
     decode rows are the benchmark's warm-up request or a detected warm-up ('warmup_request', 'warmup_detected')."""
     if cycles.is_empty():
-        return cycles.with_columns(pl.lit(True).alias("steady"), pl.lit(None, pl.Utf8).alias("excluded_reason"))
+        return cycles.with_columns(pl.lit(True).alias("steady"), pl.lit(None, REASON_TYPE).alias("excluded_reason"))
     key = cycles["launch_key"].to_numpy().astype(np.int64)
     line = cycles["line_no"].to_numpy().astype(np.int64)
     n_keys = int(max(key.max(), launches["launch_key"].max() if not launches.is_empty() else 0)) + 1
@@ -215,20 +295,26 @@ def mark_cycles(cycles: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFr
     kept = rank == np.repeat(np.minimum.reduceat(rank, starts), np.diff(np.r_[starts, len(key)]))
     ts = cycles["ts"].dt.epoch("us").fill_null(_NO_TIME).to_numpy()
     startup, before_health = _window(launches, key, ts, n_keys)
-    warm_segments: dict[tuple[int, int], str] = {}
+    # the reason of the warm-up segments (launch_key, segment) of the decode rows; the last row's where they differ
+    warm = np.full(len(key), -1, dtype=np.int8)
     if not decode.is_empty():
         marked = decode.filter(pl.col("excluded_reason").is_in(["warmup_request", "warmup_detected"]))
-        warm_segments = {(int(k), int(s)): r for k, s, r in marked.select("launch_key", "segment", "excluded_reason").iter_rows()}
-    packed = (key << _SHIFT) | segment
-    warm = np.full(len(key), None, dtype=object)
-    for (k, seg), reason in warm_segments.items():
-        warm[packed == ((k << int(_SHIFT)) | seg)] = reason
-    conditions = [~kept, startup, before_health, warm == "warmup_request", warm == "warmup_detected"]
+        if marked.height:
+            marked_packed = ((marked["launch_key"].to_numpy().astype(np.int64) << _SHIFT)
+                             | marked["segment"].to_numpy().astype(np.int64))
+            is_request = (marked["excluded_reason"] == "warmup_request").to_numpy()
+            order = np.argsort(marked_packed, kind="stable")
+            marked_packed, is_request = marked_packed[order], is_request[order]
+            last = np.r_[marked_packed[1:] != marked_packed[:-1], True]
+            segments, reasons = marked_packed[last], np.where(is_request[last], 0, 1).astype(np.int8)
+            packed = (key << _SHIFT) | segment
+            at = np.minimum(np.searchsorted(segments, packed), len(segments) - 1)
+            warm = np.where(segments[at] == packed, reasons[at], np.int8(-1))
+    conditions = [~kept, startup, before_health, warm == 0, warm == 1]
     names = ["other_tp_rank", "startup", "before_health_200", "warmup_request", "warmup_detected"]
-    code = np.select(conditions, list(range(len(conditions))), default=len(conditions))
-    labels = np.array(names + [None], dtype=object)
-    return cycles.with_columns(pl.Series("excluded_reason", labels[code], dtype=pl.Utf8),
-                               pl.Series("steady", code == len(conditions)))
+    code = np.select(conditions, np.arange(len(conditions), dtype=np.int8), default=np.int8(len(conditions)))
+    labels = pl.Series("excluded_reason", [*names, None], dtype=REASON_TYPE)
+    return cycles.with_columns(labels.gather(code.astype(np.uint32)), pl.Series("steady", code == len(conditions)))
 
 
 def launch_slices(rows: pl.DataFrame) -> list[tuple[str, int, int]]:

@@ -189,3 +189,33 @@ def test_eager_batches_above_the_captured_sizes_count_and_the_bench_warmup_reque
     warm = mark_steady(*_decode_frame(), warmup_requests={"r": 1})
     reasons = dict(zip(warm["line_no"].to_list(), warm["excluded_reason"].to_list()))
     assert reasons[30] == reasons[31] == reasons[32] == "warmup_request" and reasons[42] is None
+
+
+def test_timeline_rows_thins_each_run_to_its_points():
+    """timeline_rows = per run (rows in order, wherever they lie): every row up to `points`; else its excluded rows
+    evenly spaced (at most half), then its steady rows evenly spaced from the first — the plain definition below."""
+    import numpy as np
+
+    from speclogs.analysis.compare import timeline_rows
+
+    def plain(run, steady, points):
+        keep = np.zeros(len(run), dtype=bool)
+        for code in np.unique(run):
+            index = np.flatnonzero(run == code)
+            if len(index) <= points:
+                keep[index] = True
+                continue
+            excluded, kept = index[~steady[index]], index[steady[index]]
+            excluded = excluded[::-(-len(excluded) // (points // 2))] if len(excluded) > points // 2 else excluded
+            room = points - len(excluded)
+            keep[excluded] = True
+            keep[kept[::-(-len(kept) // room)] if len(kept) > room else kept] = True
+        return keep
+
+    rng = np.random.default_rng(7)
+    for trial in range(400):
+        n, runs = int(rng.integers(0, 3000)), int(rng.integers(1, 5))
+        run = (np.repeat(rng.integers(0, runs, 12), n // 12 + 1)[:n] if trial % 2 else rng.integers(0, runs, n))
+        steady = rng.random(n) < [0.0, 1.0, rng.random()][trial % 3]
+        points = int(rng.integers(2, 200))
+        assert np.array_equal(timeline_rows(run, steady, points), plain(run, steady, points)), trial

@@ -428,18 +428,28 @@ def timeline_rows(run: np.ndarray, steady: np.ndarray, points: int) -> np.ndarra
     excluded rows evenly spaced, at most half of `points`, then its steady rows evenly spaced from the first one.
     `run`: a run code per row; rows keep their order."""
     keep = np.zeros(len(run), dtype=bool)
-    order = np.argsort(run, kind="stable")
-    bounds = np.flatnonzero(np.r_[True, run[order][1:] != run[order][:-1], True])
-    for start, stop in zip(bounds[:-1], bounds[1:]):
-        index = order[start:stop]
-        if len(index) <= points:
-            keep[index] = True
+    starts = np.flatnonzero(np.r_[True, run[1:] != run[:-1]]) if len(run) else np.zeros(0, dtype=np.int64)
+    blocks: dict[int, list[tuple[int, int]]] = {}  # a run's rows: its blocks of consecutive rows, in order
+    for code, start, stop in zip(run[starts].tolist(), starts.tolist(), np.r_[starts[1:], len(run)].tolist()):
+        blocks.setdefault(code, []).append((start, stop))
+    for ranges in blocks.values():
+        first = np.array([start for start, _ in ranges], dtype=np.int64)
+        offset = np.r_[0, np.cumsum([stop - start for start, stop in ranges])]  # the run's rows, numbered 0 … n − 1
+        if offset[-1] <= points:
+            for start, stop in ranges:
+                keep[start:stop] = True
             continue
-        excluded, kept = index[~steady[index]], index[steady[index]]
-        excluded = excluded[::-(-len(excluded) // (points // 2))] if len(excluded) > points // 2 else excluded
+        # the excluded rows by number (few, as a rule); the j-th steady row is row j + (excluded rows before it)
+        all_excluded = np.concatenate([np.flatnonzero(~steady[start:stop]) + offset[i]
+                                       for i, (start, stop) in enumerate(ranges)])
+        n_steady = int(offset[-1]) - len(all_excluded)
+        excluded = all_excluded[::-(-len(all_excluded) // (points // 2))] if len(all_excluded) > points // 2 else all_excluded
         room = points - len(excluded)
-        keep[excluded] = True
-        keep[kept[::-(-len(kept) // room)] if len(kept) > room else kept] = True
+        j = np.arange(0, n_steady, -(-n_steady // room) if n_steady > room else 1)
+        kept = j + np.searchsorted(all_excluded - np.arange(len(all_excluded)), j, side="right")
+        for numbers in (excluded, kept):  # back to rows of the frame
+            block = np.searchsorted(offset, numbers, side="right") - 1
+            keep[first[block] + numbers - offset[block]] = True
     return keep
 
 

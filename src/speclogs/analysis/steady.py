@@ -91,7 +91,10 @@ def _segments(key: np.ndarray, line: np.ndarray, prefill: pl.DataFrame | np.ndar
     """Idle points (prefill rows that found 0 running requests, or _idle_points of them) before each row of its
     launch."""
     idle = prefill if isinstance(prefill, np.ndarray) else _idle_points(prefill)
-    return np.searchsorted(idle, (key << _SHIFT) | line) - np.searchsorted(idle, key << _SHIFT)
+    key = key.astype(np.int64, copy=False)
+    starts = _launch_starts(key)  # the idle points before a launch: one search per launch, not per row
+    before = np.repeat(np.searchsorted(idle, key[starts] << _SHIFT), np.diff(np.r_[starts, len(key)]))
+    return np.searchsorted(idle, (key << _SHIFT) | line) - before
 
 
 def _launch_windows(launches: pl.DataFrame, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
@@ -113,15 +116,19 @@ def _window(launches: pl.DataFrame | tuple[np.ndarray, np.ndarray], key: np.ndar
 
 def _dense_rank(key: np.ndarray, segment: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Per row: the rank of its segment among the segments of `rows` (a mask) in its launch; −1 outside `rows`."""
-    out = np.full(len(key), -1, dtype=np.int64)
-    index = np.flatnonzero(rows)
-    if not len(index):
-        return out
-    k, seg = key[index], segment[index]
+    every = bool(rows.all())
+    index = None if every else np.flatnonzero(rows)
+    if index is not None and not len(index):
+        return np.full(len(key), -1, dtype=np.int64)
+    k, seg = (key, segment) if index is None else (key[index], segment[index])
     new_launch = np.r_[True, k[1:] != k[:-1]]
-    counter = np.cumsum(np.r_[True, new_launch[1:] | (seg[1:] != seg[:-1])])
-    first = np.maximum.accumulate(np.where(new_launch, np.arange(len(index)), 0))
-    out[index] = counter - counter[first]
+    counter = np.cumsum(new_launch | np.r_[True, seg[1:] != seg[:-1]])
+    launch_at = np.flatnonzero(new_launch)
+    rank = counter - np.repeat(counter[launch_at], np.diff(np.r_[launch_at, len(k)]))
+    if index is None:
+        return rank
+    out = np.full(len(key), -1, dtype=np.int64)
+    out[index] = rank
     return out
 
 
@@ -226,11 +233,13 @@ def _mark_launches(decode: pl.DataFrame, starts: np.ndarray, per_launch: list[np
     rate = decode["gen_throughput_tok_s"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
 
     # first decode row after idle, among the kept rank's rows
-    kept_index = np.flatnonzero(kept)
-    kept_key, kept_segment = key[kept_index], segment[kept_index]
+    kept_index = None if kept.all() else np.flatnonzero(kept)  # None: every row (one TP rank logged)
+    kept_key, kept_segment = (key, segment) if kept_index is None else (key[kept_index], segment[kept_index])
     first = np.r_[True, (kept_key[1:] != kept_key[:-1]) | (kept_segment[1:] != kept_segment[:-1])]
-    after_idle = np.zeros(len(key), dtype=bool)
-    after_idle[kept_index] = first
+    after_idle = first
+    if kept_index is not None:
+        after_idle = np.zeros(len(key), dtype=bool)
+        after_idle[kept_index] = first
 
     conditions = [~kept, startup, before_health, in_warmup_request, graph_off & ~by_config, after_idle,
                   ~np.isfinite(rate) | (rate <= 0)]

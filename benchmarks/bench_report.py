@@ -1,122 +1,112 @@
-"""Benchmark: `speclogs report` over 10 runs × 100,000 decode rows each (terminal + JSON), target < 2 s on 2 cores.
+"""Benchmark: `speclogs report --compare A B --format json` on two generated SGLang logs (default 10 M lines each,
+≈ 7 M decode rows per run), wall time and peak RSS of the whole command. Goal (issue 15.4): < 5 s, < 2 GB.
 
-Builds the database with SQL (the report is measured, not the ingest): 10 runs in a 2×... (5 arms × 2 launches,
-factors spec × nccl on 4 of them), 100k decode rows per run with a prefill line (an idle point) every 12 decode rows,
-100 client requests per run, 10k spec_cycles rows for the speculative runs. Prints the figures.
+Builds the database the way a user does (benchmarks/gen_sglang_log.py, then `speclogs ingest --run-name A|B`; a few
+minutes at 10 M lines — --db keeps it for the next call), then runs the report --repeat times in a fresh process each,
+alternating between the --src checkouts (A/B on a noisy machine: the same load for both), checks they print the same
+JSON, and prints per checkout the best and median wall time, CPU time and peak RSS. Runs from a clean clone:
 
-    PYTHONPATH=src python benchmarks/bench_report.py [--rows 100000] [--runs 10] [--keep DB]
+    python benchmarks/bench_report.py [--lines 10000000] [--db FILE] [--repeat 3] [--src before=/other/checkout/src]
+
+Measured (2 shared cores; 10 M + 10 M lines, 13,992,583 decode rows; `--repeat 3 --src after=src --src before=…`):
+    load average 1.5:  before (main: per-row launch strings, sorted)  wall best 25.2 s, median 26.0 s, CPU 32.8 s,
+                                                                      peak RSS 6,114 MB
+                       after (integer launch keys, launch chunks)     wall best 4.30 s, median 4.46 s, CPU 5.67 s,
+                                                                      peak RSS 1,721 MB
+    load average ≈ 3.5 (another job's tests on one core): before 32–42 s, 6.1–6.5 GB; after 5.4–6.6 s, 1.7–1.8 GB.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
-import json
+import hashlib
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
 
-def build(db: Path, runs: int, rows: int) -> None:
-    from speclogs.store import connect
 
-    con = connect(db)
-    arms = ["baseline_default", "baseline_nccl", "eagle3_default", "eagle3_nccl", "eagle3_extra"]
-    for i in range(runs):
-        arm = arms[i % len(arms)]
-        run_id = f"run{i:02d}"
-        spec = arm.startswith("eagle3")
-        factors = json.dumps({"spec": "eagle3" if spec else "baseline", "nccl": "tuned" if "nccl" in arm else "default"})
-        rate = {"baseline_default": 62.9, "baseline_nccl": 88.8, "eagle3_default": 73.0, "eagle3_nccl": 94.0,
-                "eagle3_extra": 90.0}[arm]
-        accept = 2.1 if spec else None
-        con.execute(
-            "INSERT INTO runs (run_id, run_name, cell, factors, launch_index, sglang_version, speculative_algorithm, env) "
-            "VALUES (?, ?, ?, ?, ?, '0.5.14', ?, ?)",
-            [run_id, f"{arm}_{i // len(arms) + 1}", arm, factors, i // len(arms) + 1, "EAGLE3" if spec else None,
-             json.dumps({"NCCL_PROTO": "LL"} if "nccl" in arm else {})])
-        con.execute("INSERT INTO launches VALUES (?, 'f.log', 1, 1, ?, TIMESTAMP '2026-11-30 09:00:00', "
-                    "TIMESTAMP '2026-11-30 09:01:00', TIMESTAMP '2026-11-30 09:01:02', TIMESTAMP '2026-11-30 09:00:50', NULL)",
-                    [run_id, rows * 2 + 10])
-        con.execute(f"""
-            INSERT INTO decode_batches (run_id, source_file, line_no, launch_no, ts, tp_rank, running_req, accept_len,
-                                        cuda_graph, gen_throughput_tok_s, retracted_req)
-            SELECT ?, 'f.log', 100 + 2 * g, 1, TIMESTAMP '2026-11-30 09:01:03' + to_milliseconds(g * 400), 0, 1, ?,
-                   true, ? * exp(0.03 * (random() - 0.5)), 0
-            FROM generate_series(0, {rows - 1}) t(g)""", [run_id, accept, rate])
-        con.execute(f"""
-            INSERT INTO prefill_batches (run_id, source_file, line_no, launch_no, tp_rank, running_req)
-            SELECT ?, 'f.log', 99 + 2 * g, 1, 0, 0 FROM generate_series(0, {rows - 1}, 12) t(g)""", [run_id])
-        con.execute("""
-            INSERT INTO bench_requests (run_id, source_file, line_no, request_index, warmup, latency_s, completion_tokens,
-                                        output_tok_s, source_kind)
-            SELECT ?, 'b.jsonl', g + 1, g, g = 0, 500 / (? * exp(0.03 * (random() - 0.5))), 500, NULL, 'bench_jsonl'
-            FROM generate_series(0, 99) t(g)""", [run_id, rate])
-        if spec:
-            con.execute("""
-                INSERT INTO spec_cycles (run_id, source_file, line_no, launch_no, tp_rank, cycle, batch_size, draft_ms,
-                                         verify_ms, extend_ms, other_ms, cycle_ms, accepted_tokens, proposed_tokens)
-                SELECT ?, 'f.log', 10 + g, 1, 0, 16 * g, 1, 0.9, 21.0, 0.2, 0.05, 22.15, 1, 5
-                FROM generate_series(0, 9999) t(g)""", [run_id])
-    con.close()
+def _env(src: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(src)}
+
+
+def build(db: Path, lines: int, work: Path, src: Path) -> float:
+    """Generate two logs (seeds 1 and 2) and ingest them as runs A and B; returns the seconds it took."""
+    started = time.perf_counter()
+    for name, seed in (("A", 1), ("B", 2)):
+        log = work / f"{name}.log"
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gen_sglang_log.py"), str(log), "--lines", str(lines),
+                        "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "speclogs", "ingest", str(log), "--run-name", name, "--db", str(db)],
+                       check=True, env=_env(src), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log.unlink()
+    return time.perf_counter() - started
+
+
+def measure(db: Path, src: Path, out: Path) -> tuple[float, float, float]:
+    """One `speclogs report --compare A B --format json` in a fresh process: (wall s, CPU s, peak RSS MB)."""
+    with out.open("wb") as stdout:
+        started = time.perf_counter()
+        process = subprocess.Popen([sys.executable, "-m", "speclogs", "report", "--db", str(db), "--compare", "A", "B",
+                                    "--format", "json"], env=_env(src), stdout=stdout, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall_s = time.perf_counter() - started
+    stderr = process.stderr.read().decode() if process.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"report failed with {src}:\n{stderr}")
+    return wall_s, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024  # ru_maxrss: KiB on Linux
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--keep", type=Path, default=None, help="write the database here and keep it")
-    parser.add_argument("--repeat", type=int, default=3, help="report the best of N runs (default 3)")
+    parser.add_argument("--lines", type=int, default=10_000_000, help="lines per generated log (default 10 M)")
+    parser.add_argument("--db", type=Path, default=None, help="keep the database here; reused when it exists")
+    parser.add_argument("--repeat", type=int, default=3, help="report runs per checkout (default 3)")
+    parser.add_argument("--src", action="append", default=[], metavar="LABEL=DIR",
+                        help="a checkout's src/ to measure (repeatable, alternated); default: this one's")
+    parser.add_argument("--target-s", type=float, default=5.0)
+    parser.add_argument("--target-mb", type=float, default=2048.0)
     args = parser.parse_args()
-
-    import duckdb
-    from rich.console import Console
-
-    from speclogs.analysis import compare_runs
-    from speclogs.report import render_json, render_terminal
+    sources = [(label, Path(path).resolve()) for label, _, path in (s.partition("=") for s in args.src)] or [
+        ("this", ROOT / "src")]
 
     with tempfile.TemporaryDirectory() as tmp:
-        db = args.keep or Path(tmp) / "bench.duckdb"
-        started = time.perf_counter()
-        build(db, args.runs, args.rows)
-        build_s = time.perf_counter() - started
-        arms = ["baseline_default_*", "baseline_nccl_*", "eagle3_default_*", "eagle3_nccl_*", "eagle3_extra_*"]
-        # imports (scipy, polars, rich) are paid once per process; measure them apart from the report itself
-        started = time.perf_counter()
-        import scipy.stats  # noqa: F401
-
-        import_s = time.perf_counter() - started
-        # best of --repeat runs: the machine is shared, and the minimum is the least disturbed measurement
-        best = None
+        work = Path(tmp)
+        db = args.db or work / "bench.duckdb"
+        build_note = f"database {db} reused"
+        if not db.exists():
+            build_note = f"database built in {build(db, args.lines, work, sources[0][1]):.0f} s ({2 * args.lines:,} lines)"
+        figures: dict[str, list[tuple[float, float, float]]] = {label: [] for label, _ in sources}
+        digests: dict[str, set[str]] = {label: set() for label, _ in sources}
         for _ in range(args.repeat):
-            started = time.perf_counter()
-            cpu_started = time.process_time()
-            con = duckdb.connect(str(db), read_only=True)
-            comparison = compare_runs(con, arms)
-            con.close()
-            analysis_s = time.perf_counter() - started
-            started = time.perf_counter()
-            render_terminal(comparison, Console(file=io.StringIO(), width=160))
-            text = render_json(comparison)
-            render_s = time.perf_counter() - started
-            cpu_s = time.process_time() - cpu_started
-            if best is None or analysis_s + render_s < best[0] + best[1]:
-                best = (analysis_s, render_s, cpu_s)
-        analysis_s, render_s, cpu_s = best
-    total = analysis_s + render_s
-    rows_total = args.runs * args.rows
-    sys.stdout.write(
-        f"report (best of {args.repeat}) over {args.runs} runs × {args.rows:,} decode rows ({rows_total:,} rows): "
-        f"analysis {analysis_s:.2f} s "
-        f"+ terminal & JSON render {render_s:.2f} s = {total:.2f} s (target < 2 s; {rows_total / total:,.0f} rows/s)\n"
-        f"  CPU time {cpu_s:.2f} s (threads summed; compare with wall time when the machine is busy: "
-        f"load average {os.getloadavg()[0]:.1f})\n"
-        f"  (database built in {build_s:.1f} s; scipy import {import_s:.2f} s; JSON {len(text):,} bytes; "
-        f"{len(comparison.comparisons)} comparisons, {len(comparison.effects)} effects, {len(comparison.warnings)} findings)\n"
-    )
-    return 0 if total < 2.0 else 1
+            for label, src in sources:  # alternate: both see the same machine load
+                out = work / f"{label}.json"
+                figures[label].append(measure(db, src, out))
+                digests[label].add(hashlib.sha256(out.read_bytes()).hexdigest())
+        rows = int(subprocess.run([sys.executable, "-m", "speclogs", "sql", "SELECT count(*) FROM decode_batches",
+                                   "--db", str(db), "--format", "csv"], env=_env(sources[0][1]), check=True,
+                                  capture_output=True, text=True).stdout.split()[-1])
+    sys.stdout.write(f"speclogs report --compare A B --format json: {rows:,} decode rows; {build_note}; "
+                     f"load average {os.getloadavg()[0]:.1f}\n")
+    for label, src in sources:
+        walls = [f[0] for f in figures[label]]
+        sys.stdout.write(
+            f"  {label:>8}: wall best {min(walls):.2f} s, median {statistics.median(walls):.2f} s; "
+            f"CPU median {statistics.median(f[1] for f in figures[label]):.2f} s; "
+            f"peak RSS max {max(f[2] for f in figures[label]):,.0f} MB  ({src})\n")
+    same = len(set().union(*digests.values())) == 1
+    sys.stdout.write("  JSON output identical across runs and checkouts\n" if same else
+                     "  JSON output DIFFERS between runs or checkouts\n")
+    first = figures[sources[0][0]]
+    ok = min(f[0] for f in first) < args.target_s and max(f[2] for f in first) < args.target_mb
+    sys.stdout.write(f"  {sources[0][0]}: {'meets' if ok else 'misses'} the goal "
+                     f"(< {args.target_s:g} s, < {args.target_mb:,.0f} MB)\n")
+    return 0 if ok and same else 1
 
 
 if __name__ == "__main__":

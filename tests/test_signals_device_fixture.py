@@ -4,7 +4,9 @@ the plan, the launcher, the ingest and the report are known to fit together befo
 
 from __future__ import annotations
 
+import json
 import re
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from conftest import ROOT, query, scalar
 from speclogs.analysis import compare_runs
 from speclogs.analysis.signals import REQUEST_TOLERANCE
 from speclogs.launcher import LaunchOptions, launch_plan, parse_plan
+from speclogs.report import render_json, render_markdown
 from speclogs.store import connect, ingest_paths
 from speclogs.store.check import check_content
 
@@ -76,6 +79,11 @@ def test_the_device_run(tmp_path):
     assert all(1.0 < w.accept_len_counters < 2.0 for w in noisy)
     noisy_requests = next(r for r in evidence.request_acceptance if r.arm == ARMS[1])
     assert noisy_requests.maximum > noisy_requests.minimum
+    # every format renders it (the windows' bounds are timestamps: ISO 8601 text in the JSON)
+    document = json.loads(render_json(comparison))
+    windows = document["signals"]["windows"]
+    assert len(windows) == launches and all(datetime.fromisoformat(w["start"]) for w in windows)
+    assert "Phase sources compared" in render_markdown(comparison)
 
 
 def test_the_plan_against_the_stand_in_server(tmp_path):

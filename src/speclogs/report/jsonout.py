@@ -6,6 +6,7 @@ Non-finite numbers become null. Nothing is computed here except unit conversions
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import math
 from typing import Any
@@ -27,6 +28,10 @@ def _clean(value: Any) -> Any:
         return _clean({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
     if hasattr(value, "to_dicts"):  # a polars frame inside third-party evidence
         return _clean(value.to_dicts())
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):  # e.g. a benchmark window's bounds
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
     return value
 
 

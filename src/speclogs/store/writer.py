@@ -30,7 +30,7 @@ from speclogs.store.layout import Layout
 # DuckDB's row group, a quarter of its default: a streamed file's last partial row group per table is written
 # at COMMIT, on one core once parsing has ended (0.36 s of a 4.2 s ingest with 122,880 rows, 0.07 s with these)
 ROW_GROUP_ROWS = 30_720
-INSERT_BATCH_ROWS = ROW_GROUP_ROWS  # a table's rows are inserted once this many gathered, in whole row groups
+INSERT_BATCH_ROWS = 4 * ROW_GROUP_ROWS  # a table's rows are inserted once this many gathered, in whole row groups
 # A table with fewer rows than this in a chunk goes in at once: its rows kept for later would keep the chunk's whole
 # text alive (text columns are views into it; measured +350 MB at 2M lines), and its partial row groups cost little.
 SMALL_FRAME_ROWS = ROW_GROUP_ROWS // 4
@@ -187,10 +187,11 @@ class Writer:
             pending = _PendingRows(self.layout, run_id, source_file)
             while (item := frames.get()) is not None:
                 pending.add(*item)
-                if pending.inserted >= SEGMENT_ROWS:
+                if pending.received >= SEGMENT_ROWS:
+                    pending.flush_all()  # a segment holds every row of the chunks parsed so far
                     self._commit()
                     self._begin()
-                    pending.inserted = 0
+                    pending.received = 0
             parser.join()
             pending.flush_all()
             if failures:
@@ -242,13 +243,15 @@ class _PendingRows:
         self.source_file = source_file
         self.frames: dict[str, list[pl.DataFrame]] = {}
         self.rows: Counter = Counter()
-        self.inserted = 0  # rows inserted since the writer last committed
+        self.received = 0  # rows handed over since the writer last committed (inserted, or pending)
 
     def add(self, table: str, frame: pl.DataFrame) -> None:
         frame = frame.drop("file")
-        if not self.rows[table] and frame.height < SMALL_FRAME_ROWS:  # a few rows a chunk (events, errors): now
-            self._insert(table, frame)
-            return
+        if frame.height < SMALL_FRAME_ROWS:
+            # a few rows a chunk (events, errors): gathered like the rest (an INSERT costs ~12 ms whatever its size),
+            # as a copy: a chunk's frames hold string views into the whole chunk's text (+350 MB at 2M lines)
+            frame = pl.from_arrow(frame.to_arrow(compat_level=pl.CompatLevel.oldest()))
+        self.received += frame.height
         self.frames.setdefault(table, []).append(frame)
         self.rows[table] += frame.height
         if self.rows[table] >= INSERT_BATCH_ROWS:
@@ -269,7 +272,7 @@ class _PendingRows:
         return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
 
     def _insert(self, table: str, frame: pl.DataFrame) -> None:
-        self.inserted += self.layout.insert(table, frame, self.layout.keys(table, self.run_id, self.source_file))
+        self.layout.insert(table, frame, self.layout.keys(table, self.run_id, self.source_file))
 
 
 FILE_TYPES = {

@@ -263,10 +263,11 @@ def staged(log: Path) -> dict[str, float]:
             for table, frame in result.tables.items():
                 if frame.height:
                     pending.add(table, frame)
-                if pending.inserted >= SEGMENT_ROWS:
+                if pending.received >= SEGMENT_ROWS:
+                    pending.flush_all()
                     con.execute("COMMIT")
                     con.execute("BEGIN TRANSACTION")
-                    pending.inserted = 0
+                    pending.received = 0
             stages["insert"] += time.perf_counter() - t
             first_line_no += lines.total_lines
             launches += len(result.files[0].launch_starts)

@@ -1,10 +1,10 @@
 """A command the docs show is a command that works. Every command line of README.md's "What you can ask" and of
 the bash / console blocks of docs/ runs as written (bash, in a scratch folder whose `logs/` and `fixtures/` are
-the bundled fixtures; the fleet guide's /var/log/sglang and /shared/… are scratch folders), and a console block's
-shown output is what the command prints. What needs a GPU box (launch, probe, the profiler) or a running Ray
-cluster (`--ray auto`) or the network (`pip install`) is held to what can be checked here: the plan it names
-parses with the launcher's one plan parser, and every option it uses is one the command accepts. The quick start
-and the test command are what CI itself runs."""
+the bundled fixtures; the fleet guide's /var/log/sglang and /shared/… are scratch folders), a console block's shown
+output is what the command prints, and the quick start runs after its venv + pip part (which CI runs on a fresh
+clone, with the README's test command). What needs a GPU box (launch, probe, the profiler), a running Ray cluster
+(`--ray auto`) or the network (`pip install`) is held to what can be checked here: the plan it names parses with the
+launcher's one plan parser, and every option it uses is one the command accepts."""
 
 from __future__ import annotations
 
@@ -126,6 +126,22 @@ def _runs_here(statement: str) -> bool:
     if statement.lstrip().startswith((*NEEDS_GPU, "pip install")) or "--ray auto" in statement:
         return False
     return "--ray local" not in statement or importlib.util.find_spec("ray") is not None
+
+
+def test_the_quick_start_runs_as_written_after_its_install(tmp_path):
+    """The README's first command, after its venv + pip part (what CI does on a fresh clone): the ingest of the
+    bundled fixtures and the 2×2 report, with `.venv/bin/speclogs` being this checkout."""
+    section = (ROOT / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    command = re.findall(r"```bash\n(.*?)```", section, re.S)[0].strip()
+    steps = [step.strip() for step in command.split("&&")]
+    assert steps[0].startswith("python3 -m venv .venv") and "pip install" in steps[1]
+    env = _scratch(tmp_path)
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    os.symlink(tmp_path / "bin" / "speclogs", tmp_path / ".venv" / "bin" / "speclogs")
+    done = _run(" && ".join(steps[2:]), env, tmp_path)
+    assert done.returncode == 0, (steps[2:], done.stderr[-3000:])
+    answer = done.stdout.splitlines()
+    assert answer[2] == "Answer" and "eagle3_nccl_[0-9] vs baseline_default_[0-9]" in "\n".join(answer[:20])
 
 
 def test_every_command_of_what_you_can_ask_runs_as_written(tmp_path):

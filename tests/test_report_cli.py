@@ -81,34 +81,3 @@ def test_unset_is_written_one_way(fixtures_db):
     assert ": None" not in result.stdout and "=—" not in result.stdout
 
 
-def _readme_commands() -> list[list[str]]:
-    """The `speclogs report` and `speclogs sql` commands of the README's bash blocks, as argv after `speclogs`."""
-    import re
-    import shlex
-
-    commands = []
-    for block in re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S):
-        text = block.replace("\\\n", " ")
-        for match in re.finditer(r"speclogs (?:report|sql) ", text):
-            quote, end = None, len(text)
-            for i in range(match.start(), len(text)):      # the command ends at a newline outside quotes
-                ch = text[i]
-                if quote:
-                    quote = None if ch == quote else quote
-                elif ch in "'\"":
-                    quote = ch
-                elif ch == "\n":
-                    end = i
-                    break
-            words = shlex.split(text[match.start():end], comments=True)
-            commands.append(words[1:words.index("&&")] if "&&" in words else words[1:])
-    return commands
-
-
-def test_readme_report_and_sql_commands_run_as_written(fixtures_db, tmp_path):
-    """Every `speclogs report` / `speclogs sql` command in the README runs as written against the bundled fixtures."""
-    commands = _readme_commands()
-    assert len(commands) >= 4 and any("baseline_nccl_[0-9]" in c for c in commands)
-    for args in commands:
-        result = run_cli(*args, "--db", str(fixtures_db), cwd=tmp_path)
-        assert result.returncode == 0, (args, result.stderr[-2000:])

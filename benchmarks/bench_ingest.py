@@ -62,7 +62,8 @@ def ensure_gzip(log: Path) -> Path:
 
 
 def one_run(log: Path) -> dict:
-    """Runs in a child process: ingest end to end into a fresh DuckDB file, then check against truth."""
+    """Runs in a child process: ingest `log` (a file or a directory) end to end into a fresh DuckDB file; its counts
+    and sums (compared with truth.json by the caller), seconds, CPU and peak RSS."""
     import duckdb
 
     from speclogs.store import ingest_paths
@@ -79,6 +80,8 @@ def one_run(log: Path) -> dict:
         con = duckdb.connect(str(db), read_only=True)
         q = lambda sql: con.execute(sql).fetchone()  # noqa: E731
         got = {
+            "files": q("SELECT count(*) FROM files")[0],
+            "launches": q("SELECT count(*) FROM launches")[0],
             "lines": q("SELECT sum(total_lines) FROM files")[0],
             "decode": q("SELECT count(*) FROM decode_batches")[0],
             "prefill": q("SELECT count(*) FROM prefill_batches")[0],

@@ -20,14 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_ingest import one_run  # noqa: E402  (the same child-process ingest and counts)
+
 GENERATOR = ROOT / "benchmarks" / "gen_sglang_log.py"
 
 
@@ -60,35 +61,6 @@ def ensure_logs(where: Path, files: int, lines_per_file: int) -> tuple[Path, Pat
     if pieces != data:
         raise SystemExit("the small logs are not the one file cut in pieces")
     return small, one, json.loads(truth_path.read_text())
-
-
-def one_run(path: Path) -> dict:
-    """In a child process: ingest `path` (a directory or a file) into a fresh DuckDB file; its counts."""
-    import duckdb
-
-    from speclogs.store import ingest_paths
-
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "bench.duckdb"
-        usage_before = resource.getrusage(resource.RUSAGE_SELF)
-        started = time.perf_counter()
-        summary = ingest_paths([str(path)], db)
-        seconds = time.perf_counter() - started
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        con = duckdb.connect(str(db), read_only=True)
-        q = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
-        got = {
-            "files": q("SELECT count(*) FROM files"),
-            "lines": q("SELECT sum(total_lines) FROM files"),
-            "decode": q("SELECT count(*) FROM decode_batches"),
-            "prefill": q("SELECT count(*) FROM prefill_batches"),
-            "access": q("SELECT count(*) FROM http_requests"),
-            "launches": q("SELECT count(*) FROM launches"),
-        }
-        con.close()
-    cpu_s = (usage.ru_utime - usage_before.ru_utime) + (usage.ru_stime - usage_before.ru_stime)
-    return {"seconds": seconds, "cpu_s": cpu_s, "peak_rss_mb": usage.ru_maxrss / 1024, "got": got,
-            "skipped": summary.skipped}
 
 
 def problems(got: dict, truth: dict, files: int) -> list[str]:
@@ -154,7 +126,8 @@ def main() -> None:
                 seconds.setdefault((side, label), []).append(result["seconds"])
                 wrong = problems(result["got"], truth, args.files)  # a server start per small log, in either
                 if label == "directory" and result["got"]["files"] != args.files:
-                    wrong.append(f"files: got {result['got']['files']}, wanted {args.files} (skipped: {result['skipped']})")
+                    skipped = result["summary"]["files_skipped"]
+                    wrong.append(f"files: got {result['got']['files']}, wanted {args.files} (skipped: {skipped})")
                 print(f"run {run + 1}{f' ({side})' if len(sides) > 1 else ''} {label:9s}: {result['seconds']:6.2f} s  "
                       f"{truth['lines'] / result['seconds']:>9,.0f} lines/s  CPU {result['cpu_s']:.1f} s  "
                       f"peak RSS {result['peak_rss_mb']:,.0f} MB  " + ("truth: OK" if not wrong else "MISMATCH: " + "; ".join(wrong)),

@@ -145,6 +145,24 @@ class Tally:
         self.skipped[reason] += 1
         self.skipped_examples.setdefault(reason, where)
 
+    def absorb(self, other: "Tally") -> None:
+        """Add another run's account to this one (its files, lines, rows, skips, warnings; not its totals)."""
+        self.ingested += other.ingested
+        self.unchanged += other.unchanged
+        self.bytes_done += other.bytes_done
+        self.lines_total += other.lines_total
+        self.lines_parsed += other.lines_parsed
+        self.lines_continuation += other.lines_continuation
+        self.lines_unparsed += other.lines_unparsed
+        self.rows.update(other.rows)
+        self.skipped.update(other.skipped)
+        for reason, example in other.skipped_examples.items():
+            self.skipped_examples.setdefault(reason, example)
+        self.warnings.extend(other.warnings)
+        self.drift.update(other.drift)
+        self.runs |= other.runs
+        self.source_files.extend(other.source_files)
+
     def add(self, parsed: ParsedFile) -> None:
         counts = parsed.counts
         self.ingested += 1

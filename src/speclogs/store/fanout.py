@@ -238,21 +238,7 @@ def _account(discovery: Discovery, tallies: list[Tally]) -> Tally:
         total.skipped_examples.setdefault(reason, discovery.skipped_examples.get(reason, ""))
     total.warnings.extend(discovery.notes)
     for tally in tallies:
-        total.ingested += tally.ingested
-        total.unchanged += tally.unchanged
-        total.bytes_done += tally.bytes_done
-        total.lines_total += tally.lines_total
-        total.lines_parsed += tally.lines_parsed
-        total.lines_continuation += tally.lines_continuation
-        total.lines_unparsed += tally.lines_unparsed
-        total.rows.update(tally.rows)
-        total.skipped.update(tally.skipped)
-        for reason, example in tally.skipped_examples.items():
-            total.skipped_examples.setdefault(reason, example)
-        total.warnings.extend(tally.warnings)
-        total.drift.update(tally.drift)
-        total.runs |= tally.runs
-        total.source_files.extend(tally.source_files)
+        total.absorb(tally)
     return total
 
 

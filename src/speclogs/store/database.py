@@ -58,31 +58,33 @@ WHERE f.skipped_reason IS NULL;
 CREATE OR REPLACE MACRO _line_template(text) AS regexp_replace(regexp_replace(regexp_replace(text,
   '\\b[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}\\b|\\b[0-9a-f]{16,}\\b|0x[0-9a-fA-F]+', '<id>', 'g'),
   '[0-9]+(\\.[0-9]+)?', '<n>', 'g'), '\\s+', ' ', 'g');
-CREATE OR REPLACE VIEW drift AS
+-- drift_of(files): the same for the files listed only (NULL: every file); the ingest asks it for the files it just
+-- wrote, and a filter on the view would come only after every table was scanned
+CREATE OR REPLACE MACRO drift_of(files) AS TABLE
 WITH batch_labels AS (
   SELECT run_id, source_file, line_no, unnest(json_keys(extra_fields)) AS label FROM decode_batches
-  WHERE extra_fields IS NOT NULL
+  WHERE extra_fields IS NOT NULL AND (files IS NULL OR list_contains(files, source_file))
   UNION ALL
   SELECT run_id, source_file, line_no, unnest(json_keys(extra_fields)) AS label FROM prefill_batches
-  WHERE extra_fields IS NOT NULL
+  WHERE extra_fields IS NOT NULL AND (files IS NULL OR list_contains(files, source_file))
 ), unmatched AS (
   SELECT run_id, source_file, line_no, raw,
          _line_template(raw) AS template
-  FROM unparsed_lines WHERE starts_with(reason, 'no pattern matched')
+  FROM unparsed_lines WHERE starts_with(reason, 'no pattern matched') AND (files IS NULL OR list_contains(files, source_file))
 ), unknown_messages AS (
   SELECT run_id, source_file, line_no, message,
          _line_template(message) AS template
-  FROM server_events WHERE kind = 'message' AND message IS NOT NULL AND message <> ''
+  FROM server_events WHERE kind = 'message' AND message IS NOT NULL AND message <> '' AND (files IS NULL OR list_contains(files, source_file))
 ), near AS (
   SELECT f.run_id, f.source_file, m.key AS pattern, m.value AS lines
   FROM files f, unnest(map_entries(f.near_misses::MAP(VARCHAR, BIGINT))) AS e(m)
-  WHERE f.near_misses IS NOT NULL
+  WHERE f.near_misses IS NOT NULL AND (files IS NULL OR list_contains(files, f.source_file))
 ), decode_accept AS (
   SELECT run_id, source_file, count(*) AS lines, count(accept_len) AS with_accept, min(line_no) AS first_line
-  FROM decode_batches GROUP BY ALL
+  FROM decode_batches WHERE (files IS NULL OR list_contains(files, source_file)) GROUP BY ALL
 ), spec AS (
   SELECT source_file, min(trim(value, chr(39) || chr(34))) AS algorithm FROM server_args
-  WHERE name = 'speculative_algorithm' AND value IS NOT NULL AND value NOT IN ('None', '', 'null', '''''')
+  WHERE name = 'speculative_algorithm' AND value IS NOT NULL AND value NOT IN ('None', '', 'null', '''''') AND (files IS NULL OR list_contains(files, source_file))
   GROUP BY ALL
 )
 SELECT run_id, source_file, 'new_label' AS kind, label AS subject, count(*) AS lines, min(line_no) AS example_line_no,
@@ -108,8 +110,9 @@ UNION ALL
 SELECT f.run_id, f.source_file, 'missing_field', 'nccl_lines', 0, NULL,
        'NCCL_DEBUG=' || json_extract_string(r.env, '$.NCCL_DEBUG') || ' was set for the launch but the log has no NCCL INFO line'
 FROM files f JOIN runs r USING (run_id)
-WHERE f.kind = 'log' AND f.skipped_reason IS NULL AND upper(json_extract_string(r.env, '$.NCCL_DEBUG')) IN ('INFO', 'TRACE')
+WHERE f.kind = 'log' AND f.skipped_reason IS NULL AND (files IS NULL OR list_contains(files, f.source_file)) AND upper(json_extract_string(r.env, '$.NCCL_DEBUG')) IN ('INFO', 'TRACE')
   AND NOT EXISTS (SELECT 1 FROM nccl_events n WHERE n.source_file = f.source_file AND n.nccl_rank IS NOT NULL);
+CREATE OR REPLACE VIEW drift AS SELECT * FROM drift_of(NULL);
 """
 
 
@@ -118,8 +121,8 @@ def drift_notes(connection, source_files: Sequence[str]) -> tuple[DriftNote, ...
     if not source_files:
         return ()
     rows = connection.execute(
-        "SELECT source_file, kind, subject, lines, example_line_no, detail FROM drift "
-        "WHERE source_file IN (SELECT unnest(?::VARCHAR[])) ORDER BY kind, lines DESC, source_file, subject",
+        "SELECT source_file, kind, subject, lines, example_line_no, detail FROM drift_of(?::VARCHAR[]) "
+        "ORDER BY kind, lines DESC, source_file, subject",
         [list(source_files)],
     ).fetchall()
     return tuple(DriftNote(*row) for row in rows)

@@ -74,7 +74,8 @@ WITH batch_labels AS (
 ), unknown_messages AS (
   SELECT run_id, source_file, line_no, message,
          _line_template(message) AS template
-  FROM server_events WHERE kind = 'message' AND message IS NOT NULL AND message <> '' AND (files IS NULL OR list_contains(files, source_file))
+  FROM server_events WHERE kind = 'message' AND message IS NOT NULL AND message <> ''
+    AND (files IS NULL OR list_contains(files, source_file))
 ), near AS (
   SELECT f.run_id, f.source_file, m.key AS pattern, m.value AS lines
   FROM files f, unnest(map_entries(f.near_misses::MAP(VARCHAR, BIGINT))) AS e(m)
@@ -84,7 +85,8 @@ WITH batch_labels AS (
   FROM decode_batches WHERE (files IS NULL OR list_contains(files, source_file)) GROUP BY ALL
 ), spec AS (
   SELECT source_file, min(trim(value, chr(39) || chr(34))) AS algorithm FROM server_args
-  WHERE name = 'speculative_algorithm' AND value IS NOT NULL AND value NOT IN ('None', '', 'null', '''''') AND (files IS NULL OR list_contains(files, source_file))
+  WHERE name = 'speculative_algorithm' AND value IS NOT NULL AND value NOT IN ('None', '', 'null', '''''')
+    AND (files IS NULL OR list_contains(files, source_file))
   GROUP BY ALL
 )
 SELECT run_id, source_file, 'new_label' AS kind, label AS subject, count(*) AS lines, min(line_no) AS example_line_no,
@@ -110,7 +112,8 @@ UNION ALL
 SELECT f.run_id, f.source_file, 'missing_field', 'nccl_lines', 0, NULL,
        'NCCL_DEBUG=' || json_extract_string(r.env, '$.NCCL_DEBUG') || ' was set for the launch but the log has no NCCL INFO line'
 FROM files f JOIN runs r USING (run_id)
-WHERE f.kind = 'log' AND f.skipped_reason IS NULL AND (files IS NULL OR list_contains(files, f.source_file)) AND upper(json_extract_string(r.env, '$.NCCL_DEBUG')) IN ('INFO', 'TRACE')
+WHERE f.kind = 'log' AND f.skipped_reason IS NULL AND (files IS NULL OR list_contains(files, f.source_file))
+  AND upper(json_extract_string(r.env, '$.NCCL_DEBUG')) IN ('INFO', 'TRACE')
   AND NOT EXISTS (SELECT 1 FROM nccl_events n WHERE n.source_file = f.source_file AND n.nccl_rank IS NOT NULL);
 CREATE OR REPLACE VIEW drift AS SELECT * FROM drift_of(NULL);
 """

@@ -216,8 +216,8 @@ def handwritten_run(log: Path) -> dict:
 def staged(log: Path) -> dict[str, float]:
     """Seconds per stage of the big-log path, one stage after the other on the main thread (the ingest overlaps them:
     two chunks classified at once while a thread inserts), chunk by chunk as speclogs.ingest.pipeline does:
-    read (LogStream: read, sha256, UTF-8 check) → lines + classify (the two steps of pipeline._classify_chunk) →
-    assemble (pipeline._assemble_chunk) → requests (RequestLog pairs --log-requests lines) → insert (store.writer's
+    read (LogStream: read, sha256, UTF-8 check) → lines + classify + assemble (the steps of pipeline._parse_chunk) →
+    requests (read_request_lines reads --log-requests lines, RequestLog pairs them) → insert (store.writer's
     _PendingRows through the Layout, committed every SEGMENT_ROWS rows). Left out: the files, runs and launches rows
     (a few statements) and the progress display."""
     from speclogs.grammar import load_grammars
@@ -225,7 +225,7 @@ def staged(log: Path) -> dict[str, float]:
     from speclogs.ingest.lines import build_lines, count_lines
     from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, _assemble_chunk
     from speclogs.ingest.records import ChunkFiles
-    from speclogs.ingest.requests import RequestLog
+    from speclogs.ingest.requests import RequestLog, read_request_lines
     from speclogs.ingest.sources import LogStream
     from speclogs.store.database import connect
     from speclogs.store.layout import Layout
@@ -259,8 +259,7 @@ def staged(log: Path) -> dict[str, float]:
             result = _assemble_chunk(engine, lines, claims, ChunkFiles((1,), (lines.total_lines,), launches))
             stages["assemble"] += time.perf_counter() - t
             t = time.perf_counter()
-            if "server_events" in result.tables:
-                requests.add(result.tables["server_events"])
+            requests.add(read_request_lines(result.tables.get("server_events")))
             stages["requests"] += time.perf_counter() - t
             t = time.perf_counter()
             for table, frame in result.tables.items():
@@ -280,7 +279,7 @@ def staged(log: Path) -> dict[str, float]:
         stages["requests"] += time.perf_counter() - t
         t = time.perf_counter()
         if frame is not None:
-            pending.add("requests", frame.with_columns(file=0))
+            pending.add("requests", frame)
         pending.flush_all()
         con.execute("COMMIT")
         stages["insert"] += time.perf_counter() - t

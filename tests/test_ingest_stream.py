@@ -138,18 +138,21 @@ def test_chunks_keep_a_traceback_with_its_record_even_when_a_record_starts_a_blo
     assert len(chunks) > 10 and all(chunk.startswith(b"[") and len(chunk) % 1000 == 0 for chunk in chunks)
 
 
-def test_chunks_taper_over_the_last_two_chunks_worth(tmp_path: Path) -> None:
-    """The last two chunks' worth of a file comes in halving chunks (down to an eighth), so the two parse
-    threads finish together and the rows left to insert after the last chunk are few."""
+def test_chunks_ramp_up_at_the_start_and_taper_over_the_last_two_chunks_worth(tmp_path: Path) -> None:
+    """The first chunk's worth of a file comes in doubling chunks from an eighth (the writer gets rows to insert
+    early), the last two chunks' worth in halving ones down to an eighth (the two parse threads finish together and
+    the rows left to insert after the last chunk are few), whole chunks in between."""
     record = b"[2026-01-01 00:00:00] Decode batch, #running-req: 1\n"
     path = tmp_path / "x.log"
     path.write_bytes(record * (10 * 16_000 // len(record)))
     chunks = list(LogStream(path, path.stat().st_size).chunks(16_000))
     assert b"".join(chunks) == path.read_bytes()
     sizes = [len(chunk) for chunk in chunks]
-    assert all(abs(size - 16_000) <= len(record) for size in sizes[:9])  # 9 of the 10 chunks' worth come whole …
-    assert abs(sizes[9] - 8_000) <= len(record) and len(sizes) >= 12  # … then halves, down to an eighth
-    assert all(16_000 // 8 - len(record) <= size <= 4_000 + len(record) for size in sizes[10:])
+    near = lambda size, expected: abs(size - expected) <= len(record)  # noqa: E731 — chunks end at a line
+    assert [near(size, expected) for size, expected in zip(sizes[:4], (2_000, 2_000, 4_000, 8_000))] == [True] * 4
+    assert len(sizes) == 16 and all(near(size, 16_000) for size in sizes[4:12])  # eight whole chunks …
+    assert near(sizes[12], 8_000) and near(sizes[13], 4_000)  # … then halves, down to an eighth
+    assert all(near(size, 2_000) for size in sizes[14:])
 
 
 class _Killed(BaseException):

@@ -4,7 +4,6 @@ regex each (the compiled form, in the subset of speclogs.grammar.regex).
 Public API (consumed by speclogs.ingest):
     load_grammars(extra_paths) -> GrammarSet      bundled grammars + user files; raises GrammarError
     check_grammar_file(path) -> list[GrammarProblem]
-    parse_server_args(text) -> list[(name, repr_text, value_or_None)]
     Field, Pattern, GrammarSet, GrammarProblem, cast_expr, cast_value, RANK_TAG_REGEXES
 """
 
@@ -27,7 +26,6 @@ from speclogs.grammar.model import (
     cast_value,
     split_rank_tags,
 )
-from speclogs.grammar.server_args import parse_server_args
 
 # The loader (and pyparsing with it) is imported only when grammars are loaded: `speclogs sql` needs neither.
 
@@ -50,7 +48,6 @@ __all__ = [
     "check_grammar_file",
     "check_grammar_files",
     "load_grammars",
-    "parse_server_args",
     "split_rank_tags",
 ]
 

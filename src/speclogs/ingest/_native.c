@@ -896,12 +896,114 @@ static PyObject *py_count_lines(PyObject *module, PyObject *data_o) {
     return PyLong_FromLongLong(found);
 }
 
+/* The flaws of a chunk of text: its NUL bytes, and whether it is valid UTF-8 as Python's strict decoder has it
+ * (no overlong forms, no surrogates, nothing above U+10FFFF). */
+static void sl_text_flaws(const uint8_t *s, Py_ssize_t n, Py_ssize_t *nuls, int *valid) {
+    Py_ssize_t i = 0, zeros = 0;
+    int ok = 1;
+    while (i < n) {
+        if (i + 8 <= n) { /* eight ASCII bytes without a NUL at a time: the usual text */
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (!(w & 0x8080808080808080ULL) && !((w - 0x0101010101010101ULL) & ~w & 0x8080808080808080ULL)) {
+                i += 8;
+                continue;
+            }
+        }
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            zeros += c == 0;
+            i++;
+            continue;
+        }
+        if (!ok) {
+            i++;
+            continue;
+        }
+        int need;
+        uint32_t lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) need = 1;
+        else if (c == 0xE0) need = 2, lo = 0xA0;
+        else if (c >= 0xE1 && c <= 0xEC) need = 2;
+        else if (c == 0xED) need = 2, hi = 0x9F;
+        else if (c >= 0xEE && c <= 0xEF) need = 2;
+        else if (c == 0xF0) need = 3, lo = 0x90;
+        else if (c >= 0xF1 && c <= 0xF3) need = 3;
+        else if (c == 0xF4) need = 3, hi = 0x8F;
+        else {
+            ok = 0;
+            i++;
+            continue;
+        }
+        if (i + need >= n) { /* cut at the end */
+            ok = 0;
+            i++;
+            continue;
+        }
+        if (s[i + 1] < lo || s[i + 1] > hi) {
+            ok = 0;
+            i++;
+            continue;
+        }
+        for (int k = 2; k <= need; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF) ok = 0;
+        i += ok ? need + 1 : 1;
+    }
+    *nuls = zeros;
+    *valid = ok;
+}
+
+/* text_flaws(data) → (NUL bytes, valid UTF-8): one pass, without the GIL. */
+static PyObject *py_text_flaws(PyObject *module, PyObject *data_o) {
+    held_t held = {NULL, 0};
+    const uint8_t *data = take(&held, data_o, 0, 0, "data");
+    if (!data) {
+        release_all(&held);
+        return NULL;
+    }
+    Py_ssize_t len = held.views[0].len, nuls;
+    int valid;
+    Py_BEGIN_ALLOW_THREADS
+    sl_text_flaws(data, len, &nuls, &valid);
+    Py_END_ALLOW_THREADS
+    release_all(&held);
+    return Py_BuildValue("(nO)", nuls, valid ? Py_True : Py_False);
+}
+
+/* joined(parts) → bytes: the parts (buffers) one after the other, copied without the GIL. */
+static PyObject *py_joined(PyObject *module, PyObject *parts) {
+    PyObject *seq = PySequence_Fast(parts, "joined takes a sequence of buffers");
+    if (!seq) return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq), total = 0;
+    held_t held = {NULL, 0};
+    PyObject *out = NULL;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (!take(&held, PySequence_Fast_GET_ITEM(seq, k), 0, 0, "part")) goto done;
+        total += held.views[k].len;
+    }
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) goto done;
+    char *to = PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < count; k++) {
+        memcpy(to, held.views[k].buf, (size_t)held.views[k].len);
+        to += held.views[k].len;
+    }
+    Py_END_ALLOW_THREADS
+done:
+    release_all(&held);
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"classify", py_classify, METH_VARARGS, "First matching pattern per row, its captures converted to cells."},
     {"cells", py_cells, METH_VARARGS, "Picked rows' cells into columns."},
     {"own_views", py_own_views, METH_VARARGS, "String views copied so their text lives in one new buffer."},
     {"split_lines", py_split_lines, METH_VARARGS, "Lines of a chunk as string views into it, with odd-line flags."},
     {"count_lines", py_count_lines, METH_O, "Lines of a chunk."},
+    {"text_flaws", py_text_flaws, METH_O, "NUL bytes of a chunk, and whether it is valid UTF-8."},
+    {"joined", py_joined, METH_O, "Buffers joined into one bytes object."},
     {NULL, NULL, 0, NULL},
 };
 

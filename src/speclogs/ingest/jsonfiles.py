@@ -211,19 +211,33 @@ def _int(value: object) -> int | None:
     return None
 
 
+_ENCODE = json.JSONEncoder(allow_nan=False, default=str).encode
+
+
 def json_text(value: object) -> str:
-    """JSON text DuckDB's JSON type accepts: Infinity/NaN become strings."""
-    return json.dumps(_finite(value), allow_nan=False, default=str)
+    """JSON text DuckDB's JSON type accepts: Infinity/NaN become strings, and so do keys JSON has no form for (a
+    tuple); other keys as json.dumps writes them."""
+    try:
+        return _ENCODE(value)  # the usual case: nothing to replace (the C encoder, one pass)
+    except (ValueError, TypeError):
+        return _ENCODE(_finite(value))
 
 
 def _finite(value: object) -> object:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
+        return {_key(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
+
+
+def _key(key: object) -> object:
+    """A key as JSON writes it where it can (str, int, finite float, True/False/None), else its str()."""
+    if isinstance(key, (str, int)) or key is None or (isinstance(key, float) and math.isfinite(key)):
+        return key
+    return str(key)
 
 
 # ----------------------------------------------------------------------------------------------------------------

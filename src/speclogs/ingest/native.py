@@ -383,6 +383,17 @@ def unavailable_reason() -> str | None:
     return f"the native matcher is off ({why}): the lines ran on polars' regexes (~1.6× slower)"
 
 
+def text_flaws(data: bytes) -> tuple[int, bool] | None:
+    """(NUL bytes, whether it is valid UTF-8) of `data`, in one pass without the GIL; None where the extension is
+    not built."""
+    return _native.text_flaws(data) if _native is not None else None
+
+
+def joined(parts: list) -> bytes:
+    """The buffers `parts` as one bytes object (a big chunk's copy made without the GIL, where the extension is built)."""
+    return _native.joined(parts) if _native is not None else b"".join(parts)
+
+
 def count_lines(data: bytes) -> int:
     """How many lines split_lines finds in `data`."""
     return _native.count_lines(data)

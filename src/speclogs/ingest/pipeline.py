@@ -9,7 +9,8 @@ already read (the same content under another name), and parses the rest:
   (classify.py) and assembled (records.py) as ONE chunk, so two thousand 500-line logs cost about what one
   million-line log does; JSON inputs (bench results, run.json, probe files) are read file by file (jsonfiles.py);
   a batch is parsed on a thread while the sink writes the one before;
-- a big log streams, chunk by chunk, two chunks classified at once.
+- a big log streams, chunk by chunk, two chunks parsed at once (each whole: split, classified, assembled, its
+  request lines read); only numbering its launches after the chunks before it waits for them.
 
 What comes out goes to the sink (speclogs.store.writer): `write_batch(batch)` for a batch, `write_stream(parsed,
 produce)` for a big log (the sink runs `produce(emit)` as it likes, e.g. on a thread while it inserts). Nothing here
@@ -35,8 +36,8 @@ from speclogs.ingest.classify import Engine, classify
 from speclogs.ingest.jsonfiles import parse_bench_json, parse_bench_jsonl, parse_nccl_probe, parse_run_json
 from speclogs.ingest.lines import Lines, build_lines, count_lines
 from speclogs.ingest.prometheus import parse_prometheus_file
-from speclogs.ingest.records import ChunkFiles, ChunkResult, FileTally, assemble
-from speclogs.ingest.requests import RequestLog, parse_request_export, with_bench_serving_requests
+from speclogs.ingest.records import ChunkFiles, ChunkResult, FileTally, assemble, number_launches
+from speclogs.ingest.requests import RequestLog, parse_request_export, read_request_lines, with_bench_serving_requests
 from speclogs.ingest.sources import (
     STDIN_NAME,
     STREAM_MIN_BYTES,
@@ -402,7 +403,7 @@ def parse_batch(files: list[ParsedFile], engine: Engine | None) -> Batch:
             _finish_log(parsed, engine)
         if "server_events" in chunk.tables:  # --log-requests lines, paired within each file into requests rows
             requests = RequestLog()
-            requests.add(chunk.tables["server_events"])
+            requests.add(read_request_lines(chunk.tables["server_events"]))
             frame = requests.frame()
             if frame is not None:
                 remapped = frame.with_columns(pl.col("file").replace_strict(list(range(len(logs))), logs, return_dtype=pl.Int32))
@@ -540,8 +541,7 @@ def _parse_stream(parsed: ParsedFile, engine: Engine, emit, chunk_bytes: int, on
             if frame.height:
                 parsed.counts.rows[table] += frame.height
                 emit(table, frame)
-        if "server_events" in chunk.tables:
-            requests.add(chunk.tables["server_events"])
+        requests.add(chunk.request_lines)
         _take_tally(parsed, chunk.files[0])
         collect_cycles()
         if on_progress is not None:
@@ -549,17 +549,17 @@ def _parse_stream(parsed: ParsedFile, engine: Engine, emit, chunk_bytes: int, on
     frame = requests.frame()
     if frame is not None:
         parsed.counts.rows["requests"] += frame.height
-        emit("requests", frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("file")))
+        emit("requests", frame)
     _finish_log(parsed, engine)
 
 
 def chunk_bounds(data: bytes, chunk_bytes: int) -> Iterator[tuple[int, int]]:
-    """(start, end) byte ranges of whole lines, smaller towards the end (tapered_bytes); each chunk after the first
-    starts at a '[' line when one is near."""
+    """(start, end) byte ranges of whole lines, smaller at the start and towards the end (tapered_bytes); each chunk
+    after the first starts at a '[' line when one is near."""
     size = len(data)
     start = 0
     while start < size:
-        target = start + tapered_bytes(size - start, chunk_bytes)
+        target = start + tapered_bytes(start, size - start, chunk_bytes)
         if target >= size:
             yield start, size
             return
@@ -576,19 +576,20 @@ def chunk_bounds(data: bytes, chunk_bytes: int) -> Iterator[tuple[int, int]]:
 def parse_log_chunks(source: bytes | LogStream, engine: Engine, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[ChunkResult]:
     """Parse one log (valid UTF-8 bytes, or a LogStream read chunk by chunk); launch numbers continue across chunks.
 
-    Up to PARSE_THREADS chunks are split and classified at once (the native matcher and polars release the GIL);
-    the per-chunk assembly, which numbers launches, runs in order."""
+    Up to PARSE_THREADS chunks are parsed at once, each whole (split, classified, assembled, its request lines read:
+    the native matcher and polars release the GIL); what needs the chunks before it, numbering its launches after
+    theirs, is done here, in file order."""
     launches_before = 0
     with ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="speclogs-classify") as pool:
         pending: deque = deque()  # (byte_end, future), in file order
         for chunk, first_line_no, lines, byte_end in _planned_chunks(source, chunk_bytes):
-            pending.append((byte_end, pool.submit(_classify_chunk, chunk, engine, first_line_no, lines)))
+            pending.append((byte_end, pool.submit(_parse_chunk, chunk, engine, first_line_no, lines)))
             while len(pending) >= CHUNKS_AHEAD:
-                result = _finish_chunk(engine, pending.popleft(), launches_before)
+                result = _numbered(pending.popleft(), launches_before)
                 launches_before += len(result.files[0].launch_starts)
                 yield result
         while pending:
-            result = _finish_chunk(engine, pending.popleft(), launches_before)
+            result = _numbered(pending.popleft(), launches_before)
             launches_before += len(result.files[0].launch_starts)
             yield result
 
@@ -611,15 +612,17 @@ def _planned_chunks(source: bytes | LogStream, chunk_bytes: int) -> Iterator[tup
         first_line_no += lines
 
 
-def _classify_chunk(chunk: bytes | memoryview, engine: Engine, first_line_no: int, line_count: int):
+def _parse_chunk(chunk: bytes | memoryview, engine: Engine, first_line_no: int, line_count: int) -> ChunkResult:
+    """One chunk of a streamed log, its launches numbered within it (number_launches numbers them in the file)."""
     lines = build_lines(chunk, first_line_no, line_count)
-    return lines, classify(engine, lines.frame)
+    result = _assemble_chunk(engine, lines, classify(engine, lines.frame), ChunkFiles((1,), (lines.total_lines,), None))
+    result.request_lines = read_request_lines(result.tables.get("server_events"))
+    return result
 
 
-def _finish_chunk(engine: Engine, planned: tuple, launches_before: int) -> ChunkResult:
+def _numbered(planned: tuple, launches_before: int) -> ChunkResult:
     byte_end, future = planned
-    lines, claims = future.result()
-    result = _assemble_chunk(engine, lines, claims, ChunkFiles((1,), (lines.total_lines,), launches_before))
+    result = number_launches(future.result(), launches_before)
     result.byte_end = byte_end
     return result
 

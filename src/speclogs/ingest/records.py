@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from speclogs.grammar import parse_server_args
 from speclogs.ingest.classify import Claims, Engine, explain_miss, is_server_args
+from speclogs.ingest.reprs import parse_server_args
+from speclogs.ingest.requests import RequestLines
 from speclogs.redact import REDACTED, SUSPECT, redact_line, secret_name
 
 ERRORS_TABLE = "errors"
@@ -65,17 +66,20 @@ class ChunkResult:
     tables: dict[str, pl.DataFrame]
     files: list[FileTally]
     byte_end: int = 0  # offset in the (decompressed) text where this chunk ends
+    request_lines: RequestLines | None = None  # its --log-requests lines, read (the pipeline's, for requests.RequestLog)
 
 
 @dataclass(frozen=True)
 class ChunkFiles:
     """Where a chunk's files are: `starts[f]` is the chunk line number of file f's first line, `lines[f]` how many it
     has; a number between two files belongs to none (so no record joins them). A streamed chunk is one file whose
-    line numbers are the file's own (starts = [1]); `launches_before` counts the launches earlier chunks found."""
+    line numbers are the file's own (starts = [1]); `launches_before` counts the launches earlier chunks found, and
+    is None when they are not known yet: launch_no is then the number of the chunk's own server starts up to the line
+    (0 before the first), and `number_launches` numbers them once they are."""
 
     starts: tuple[int, ...]
     lines: tuple[int, ...]
-    launches_before: int = 0
+    launches_before: int | None = 0
 
     def index_of(self, line_no: pl.Series) -> pl.Series:
         return (pl.Series(self.starts, dtype=pl.Int64).search_sorted(line_no, side="right") - 1).cast(pl.Int32).alias("file")
@@ -199,6 +203,21 @@ def assemble(
     return ChunkResult(tables=tables, files=tallies)
 
 
+def number_launches(result: ChunkResult, launches_before: int) -> ChunkResult:
+    """A streamed chunk assembled before the launches of the chunks before it were known (ChunkFiles.launches_before
+    None), its launches numbered after those: launch_no n of the chunk becomes max(1, n + launches_before) in every
+    table, launch fact and request line."""
+    def number(launch_no: int) -> int:
+        return max(1, launch_no + launches_before)
+
+    numbered = (pl.col("launch_no") + launches_before).clip(lower_bound=1).cast(pl.Int32)
+    tables = {table: frame.with_columns(numbered) if "launch_no" in frame.columns else frame for table, frame in result.tables.items()}
+    for tally in result.files:
+        tally.launch_facts = [(number(launch_no), fact, ts) for launch_no, fact, ts in tally.launch_facts]
+    lines = result.request_lines.numbered(number) if result.request_lines is not None else None
+    return ChunkResult(tables=tables, files=result.files, byte_end=result.byte_end, request_lines=lines)
+
+
 def _in_files(frame: pl.DataFrame, files: ChunkFiles, launch_starts: pl.Series) -> pl.DataFrame:
     """A frame of chunk line numbers → with `file`, the line_no (and last_line_no) in that file, and the launch_no
     there: the server starts (server_args lines) of its file up to the line, at least 1 (lines before the first
@@ -207,10 +226,9 @@ def _in_files(frame: pl.DataFrame, files: ChunkFiles, launch_starts: pl.Series) 
     if len(files.starts) == 1 and files.starts[0] == 1:  # a whole file, or a streamed one's chunk: numbers are its own
         within = launch_starts.search_sorted(line_no, side="right") if launch_starts.len() else None
         launch = (pl.Series([0], dtype=pl.Int64).new_from_index(0, frame.height) if within is None else within.cast(pl.Int64))
-        return frame.with_columns(
-            pl.lit(0, dtype=pl.Int32).alias("file"),
-            (launch + files.launches_before).clip(lower_bound=1).cast(pl.Int32).alias("launch_no"),
-        )
+        if files.launches_before is not None:
+            launch = (launch + files.launches_before).clip(lower_bound=1)
+        return frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("file"), launch.cast(pl.Int32).alias("launch_no"))
     index = files.index_of(line_no)
     base = pl.Series(files.starts, dtype=pl.Int64).gather(index)
     before_file = launch_starts.search_sorted(base, side="left")

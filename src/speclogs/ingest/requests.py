@@ -5,8 +5,9 @@ Sources (`source_kind`):
   YYYYMMDD_HH.log`, one JSON object per finished request: `{"request_parameters": "<JSON text>", **meta_info}`.
 - `log_requests_text` / `log_requests_json`: `--log-requests` lines, read by the grammars into server_events rows of
   kind request_received / request_finished (lifecycle.toml: `Receive: obj=GenerateReqInput(…)` /
-  `Finish: obj=…, out={'meta_info': …}`; request_log.toml: `--log-requests-format json`). `RequestLog` pairs a
-  request's two lines by rid within a launch: the row is the Finish line (`received_line_no` names the Receive line).
+  `Finish: obj=…, out={'meta_info': …}`; request_log.toml: `--log-requests-format json`). `read_request_lines` reads
+  a frame's lines (on the thread that made the frame), `RequestLog` pairs a request's two lines by rid within a
+  launch, in line order: the row is the Finish line (`received_line_no` names the Receive line).
 - `bench_serving`: `python -m sglang.bench_serving --output-details` arrays (input_lens, output_lens, ttfts, itls,
   errors) in its JSONL output: one row per request of each benchmark run.
 
@@ -20,11 +21,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import polars as pl
 
-from speclogs.grammar.server_args import literal_tolerant, parse_call_repr, parse_keyword_reprs
 from speclogs.ingest.jsonfiles import JsonFileResult, count_lines, json_text
+from speclogs.ingest.reprs import literal_tolerant, parse_call_repr, parse_keyword_reprs
 
 HEALTH_CHECK_PREFIX = "HEALTH_CHECK"
 REQUEST_KINDS = ("request_received", "request_finished")
@@ -143,71 +146,89 @@ def _json_or_text(value: object) -> object:
 # --log-requests lines (server_events rows of kind request_received / request_finished)
 
 
+@dataclass
+class RequestLines:
+    """A frame's --log-requests lines, read (their Python reprs: the costly part, done where the frame is made): in
+    line order, (file, line_no, launch_no, ts, kind, source_kind, rid, request, row) each, `row` being a Finish
+    line's requests row so far. `launch_no` is the frame's own (see `numbered`)."""
+
+    lines: list[tuple]
+
+    def numbered(self, number: Callable[[int], int]) -> "RequestLines":
+        """The same lines with launch numbers `number(launch_no)` (a streamed chunk's, once the chunks before it are in)."""
+        return RequestLines([(line[0], line[1], number(line[2]), *line[3:]) for line in self.lines])
+
+
+def read_request_lines(events: pl.DataFrame | None) -> RequestLines | None:
+    """The request lines of a server_events frame (kinds request_received / request_finished), read; None when it
+    has none. A frame of a batch of small files carries `file`; a streamed chunk's is file 0."""
+    if events is None or "kind" not in events.columns:
+        return None
+    found = events.filter(pl.col("kind").is_in(REQUEST_KINDS))
+    if not found.height:
+        return None
+    if "file" not in found.columns:
+        found = found.with_columns(file=pl.lit(0, pl.Int32))
+    lines = []
+    for file, line_no, launch_no, ts, kind, message in (
+        found.sort("file", "line_no", maintain_order=True).select("file", "line_no", "launch_no", "ts", "kind", "message").iter_rows()
+    ):
+        parsed = _parse_request_line(message or "")
+        if parsed is None:
+            continue
+        source_kind, rid, request, meta, extra = parsed
+        row = None
+        if kind != "request_received":
+            row = request_row(meta, line_no=line_no, source_kind=source_kind, request=request, rid=rid, extra=extra)
+        lines.append((file, line_no, launch_no, ts, kind, source_kind, rid, request, row))
+    return RequestLines(lines) if lines else None
+
+
 class RequestLog:
-    """Collects a log's request lines (from its server_events frames, chunk by chunk, in line order) and pairs them
-    into rows: a request's Finish line is its row, with the line number of its Receive line; a request that never
-    finished is its Receive line's row.
+    """Pairs a log's request lines (RequestLines, chunk by chunk, in line order) into rows: a request's Finish line
+    is its row, with the line number of its Receive line; a request that never finished is its Receive line's row.
 
-    The frames of a batch of small files carry `file` (the file's index in the batch): their lines are paired within
-    their file, and the rows keep `file`, in file order (one RequestLog for the batch, not one a file).
-
-    Lines are read and paired as they are added (~130 µs a line, Python): for a big log that is chunk by chunk, while
-    the next chunks are classified and the previous ones inserted, not all at the end on one core; what is kept until
-    `frame()` is the rows so far (a frame a chunk) and the requests still waiting for their Finish line."""
+    A batch of small files is one RequestLog: lines are paired within their file, and the rows keep `file`, in file
+    order. What is kept until `frame()` is the rows so far (a frame a chunk) and the requests still waiting for their
+    Finish line."""
 
     def __init__(self) -> None:
         self._frames: list[pl.DataFrame] = []
         self._pending: dict[tuple, dict] = {}  # (file, launch_no, rid) → its Receive line
-        self._schema = REQUEST_COLUMNS
 
-    def add(self, events: pl.DataFrame) -> None:
-        if "kind" not in events.columns:
+    def add(self, read: RequestLines | None) -> None:
+        if read is None:
             return
-        found = events.filter(pl.col("kind").is_in(REQUEST_KINDS))
-        if not found.height:
-            return
-        columns = ["line_no", "launch_no", "ts", "kind", "message"]
-        if "file" in found.columns:
-            self._schema = REQUEST_COLUMNS | {"file": pl.Int32}
-            columns.append("file")
-            found = found.sort("file", "line_no", maintain_order=True)
-        else:
-            found = found.sort("line_no", maintain_order=True)
         rows: list[dict] = []
-        for line in found.select(columns).iter_rows(named=True):
-            parsed = _parse_request_line(line["message"] or "")
-            if parsed is None:
-                continue
-            source_kind, rid, request, meta, extra = parsed
-            file = line.get("file", 0)
-            key = (file, line["launch_no"], rid)
-            if line["kind"] == "request_received":
-                self._pending[key] = {"line_no": line["line_no"], "ts": line["ts"], "request": request, "source_kind": source_kind}
+        for file, line_no, launch_no, ts, kind, source_kind, rid, request, row in read.lines:
+            key = (file, launch_no, rid)
+            if kind == "request_received":
+                self._pending[key] = {"line_no": line_no, "ts": ts, "request": request, "source_kind": source_kind}
                 continue
             received = self._pending.pop(key, None)
-            row = request_row(meta, line_no=line["line_no"], source_kind=source_kind, request=request, rid=rid, extra=extra)
-            row.update(launch_no=line["launch_no"], ts=line["ts"],
-                       received_line_no=received["line_no"] if received else None, file=file)
+            row.update(launch_no=launch_no, ts=ts, received_line_no=received["line_no"] if received else None, file=file)
             rows.append(row)
         if rows:
-            self._frames.append(pl.DataFrame(rows, schema=self._schema, orient="row"))
+            self._frames.append(pl.DataFrame(rows, schema=_SCHEMA, orient="row"))
 
     def frame(self) -> pl.DataFrame | None:
-        """One row per request (the Finish line; a request that never finished: its Receive line), in line order."""
+        """One row per request (the Finish line; a request that never finished: its Receive line), in (file, line)
+        order, with `file`."""
         rows = []
         for (file, launch_no, rid), received in self._pending.items():
             row = request_row({}, line_no=received["line_no"], source_kind=received["source_kind"],
                               request=received["request"], rid=rid)
             row.update(launch_no=launch_no, ts=received["ts"], received_line_no=received["line_no"], file=file)
             rows.append(row)
-        frames = [frame if "file" in frame.columns or "file" not in self._schema else frame.with_columns(file=pl.lit(0, pl.Int32))
-                  for frame in self._frames]
+        frames = list(self._frames)
         if rows:
-            frames.append(pl.DataFrame(rows, schema=self._schema, orient="row"))
+            frames.append(pl.DataFrame(rows, schema=_SCHEMA, orient="row"))
         if not frames:
             return None
-        order = ["file", "line_no"] if "file" in self._schema else ["line_no"]
-        return pl.concat(frames).sort(order, maintain_order=True)
+        return pl.concat(frames).sort(["file", "line_no"], maintain_order=True)
+
+
+_SCHEMA = REQUEST_COLUMNS | {"file": pl.Int32}
 
 
 def _parse_request_line(message: str) -> tuple[str, object, object, dict, dict] | None:

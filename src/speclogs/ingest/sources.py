@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from speclogs.errors import InputError
+from speclogs.ingest import native
 from speclogs.runrecord import FILE_NAME as RUN_JSON_NAME, read_run_json
 
 STDIN_NAME = "<stdin>"
@@ -126,13 +127,16 @@ _GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib reads the gzip header and trailer (CRC
 _SALVAGE_STEP = 4096  # a failed block is decompressed again this many bytes at a time, then byte by byte
 
 
-def tapered_bytes(remaining: int, chunk_bytes: int) -> int:
-    """The size of the next chunk when `remaining` bytes are left: chunk_bytes, then over the last two chunks'
-    worth halves down to an eighth of it. Chunks are parsed two at a time; without the taper the last one was
-    often parsed alone (one core idle for ~0.3 s) and its rows were all still to insert when it ended."""
+def tapered_bytes(done: int, remaining: int, chunk_bytes: int) -> int:
+    """The size of the next chunk when `done` bytes were read and `remaining` are left: an eighth of chunk_bytes at
+    first, doubling up to chunk_bytes (the writer gets its first rows after a small chunk is parsed, not a whole
+    one), then over the last two chunks' worth halving down to an eighth again. Chunks are parsed two at a time;
+    without the taper the last one was often parsed alone (one core idle for ~0.3 s) and its rows were all still to
+    insert when it ended."""
+    size = chunk_bytes if done >= chunk_bytes else max(chunk_bytes // 8, done)
     if remaining > 2 * chunk_bytes:
-        return chunk_bytes
-    return max(chunk_bytes // 8, remaining // 2)
+        return size
+    return min(size, max(chunk_bytes // 8, remaining // 2))
 
 
 class PlainText:
@@ -303,20 +307,22 @@ class LogStream:
         self._digest: str | None = None
 
     def chunks(self, chunk_bytes: int) -> Iterator[bytes]:
-        """The file's valid-UTF-8 chunks of about chunk_bytes of text, smaller towards the end (tapered_bytes; a very
-        small rest joins the last one); afterwards `result()` is the sha256 of what was read."""
+        """The file's valid-UTF-8 chunks of about chunk_bytes of text, smaller at the start and towards the end
+        (tapered_bytes; a very small rest joins the last one); afterwards `result()` is the sha256 of what was read."""
         carry = b""  # the start of the next chunk: what followed the last cut (a line or a record, usually small)
         with open(self.path, "rb") as handle:
             text = GzipText(handle, self._hash) if self.gzipped else PlainText(handle, self._hash)
-            block = self._read(text, tapered_bytes(text.remaining(self.size_bytes), chunk_bytes))
+            block = self._read(text, tapered_bytes(0, text.remaining(self.size_bytes), chunk_bytes))
+            done = len(block)
             while block:
-                following = self._read(text, tapered_bytes(text.remaining(self.size_bytes), chunk_bytes))
+                following = self._read(text, tapered_bytes(done, text.remaining(self.size_bytes), chunk_bytes))
+                done += len(following)
                 if len(following) < chunk_bytes // 16:
                     rest = [carry, block]
                     while following:
                         rest.append(following)
                         following = self._read(text, chunk_bytes)
-                    yield self._valid(b"".join(rest))
+                    yield self._valid(native.joined(rest))
                     break
                 cut = block.rfind(b"\n[") + 1
                 if cut == 0 and not (block.startswith(b"[") and carry.endswith(b"\n")):
@@ -324,7 +330,7 @@ class LogStream:
                     if cut == 0:  # no line end in this block (one very long line), or no record starts in a tapered one: read on
                         carry, block = carry + block, following
                         continue
-                chunk = b"".join((carry, memoryview(block)[:cut]))  # one copy: the chunk is carry + the block's head
+                chunk = native.joined((carry, memoryview(block)[:cut]))  # one copy: the chunk is carry + the block's head
                 carry, block = block[cut:], following
                 yield self._valid(chunk)
             self.problem = text.problem
@@ -724,6 +730,9 @@ def non_text_bytes(head: bytes) -> int:
 
 def make_valid_text(raw: bytes) -> tuple[bytes, int, int]:
     """→ (valid UTF-8 bytes, invalid sequences replaced, NUL bytes replaced)."""
+    flaws = native.text_flaws(raw)  # the usual case, a chunk without flaws, in one pass that lets other threads run
+    if flaws == (0, True):
+        return raw, 0, 0
     nuls = raw.count(b"\x00") if b"\x00" in raw else 0  # `in` is memchr; count walks byte by byte
     if nuls:
         raw = raw.replace(b"\x00", _REPLACEMENT)

@@ -1,8 +1,14 @@
-"""A tolerant reader for SGLang's `server_args=…` dump.
+"""A tolerant reader of the Python reprs SGLang logs: the `server_args=…` dump and the `--log-requests` lines.
 
 ≤0.5.18 logs `server_args=ServerArgs(model_path='…', tp_size=2, …)` (a dataclass repr); 0.5.23 logs a dict repr
-`server_args={'model_path': '…', …}`. Values are Python reprs: strings with nested quotes, lists, dicts, None,
+`server_args={'model_path': '…', …}`; `--log-requests` prints `Receive: obj=GenerateReqInput(rid='…', …)` and
+`Finish: obj=…, out={'meta_info': {…}}`. Values are Python reprs: strings with nested quotes, lists, dicts, None,
 `inf`, and non-literals such as `<object at 0x7f…>`. Log shippers truncate long lines, so the text may stop anywhere.
+
+Two readers of the same reprs: the extension module `speclogs.ingest._reprs` (_reprs.c, built with the package)
+splits a body at its top-level commas and reads the common literal forms in C (~1 µs a value); what it does not
+read, and everything where it is not built, is read here in Python (ast.literal_eval, ~10 µs, for the rest).
+tests/test_reprs.py holds the two to the same results.
 """
 
 from __future__ import annotations
@@ -12,6 +18,11 @@ import json
 import math
 import re
 import warnings
+
+try:
+    from speclogs.ingest import _reprs
+except ImportError:  # not built (no C compiler at install time): everything is read in Python
+    _reprs = None
 
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = set(_OPEN.values())
@@ -32,6 +43,11 @@ def _split_top_level(body: str) -> tuple[list[str], int | None]:
 def _split_raw(body: str) -> tuple[list[str], int | None]:
     """_split_top_level's items as they are written (not stripped; empty ones kept; a truncated text's cut last
     item included)."""
+    return _reprs.split(body) if _reprs is not None else split_raw_python(body)
+
+
+def split_raw_python(body: str) -> tuple[list[str], int | None]:
+    """_split_raw in Python (the C reader's twin)."""
     items: list[str] = []
     depth: list[str] = []
     start = 0
@@ -110,7 +126,20 @@ def _refuse(name: str) -> None:
 _JSON = json.JSONDecoder(parse_constant=_refuse)
 
 
+_UNREAD = object()  # what the C reader returns for a text it leaves to Python
+
+
 def _literal(text: str) -> object | None:
+    """The value of a literal repr; None when it is none (or not finite)."""
+    if _reprs is not None:
+        value = _reprs.literal(text, _UNREAD)
+        if value is not _UNREAD:
+            return None if isinstance(value, float) and not math.isfinite(value) else value
+    return literal_python(text)
+
+
+def literal_python(text: str) -> object | None:
+    """_literal in Python (the C reader's twin, and what reads the texts it leaves)."""
     if text[:1] in ("{", "[") and (value := _json_shaped(text)) is not None:
         return value
     if text in _CONSTANTS:

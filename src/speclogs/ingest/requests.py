@@ -61,21 +61,27 @@ _META_COLUMNS = {
 _INT_COLUMNS = {name for name, dtype in REQUEST_COLUMNS.items() if dtype == pl.Int64}
 
 
+_META_KEYS = frozenset(key for keys in _META_COLUMNS.values() for key in keys)
+_EMPTY_ROW = dict.fromkeys(REQUEST_COLUMNS)
+
+
 def request_row(meta: dict, *, line_no: int, source_kind: str, request: object = None, rid: object = None,
                 extra: dict | None = None) -> dict:
     """A requests row from a meta_info-shaped dict (typed fields out of it; the rest → extra)."""
-    row: dict = {name: None for name in REQUEST_COLUMNS}
-    row.update(line_no=line_no, source_kind=source_kind)
+    row = _EMPTY_ROW.copy()
+    row["line_no"] = line_no
+    row["source_kind"] = source_kind
     rest = dict(meta)
-    for column, keys in _META_COLUMNS.items():
-        for key in keys:
-            if key in meta:
-                value = _int(meta[key]) if column in _INT_COLUMNS else _number(meta[key])
-                if value is not None and row[column] is None:
-                    row[column] = value
-                    rest.pop(key, None)
-                elif value is not None:
-                    rest.pop(key, None)  # an alias of a value already typed
+    if not _META_KEYS.isdisjoint(meta):
+        for column, keys in _META_COLUMNS.items():
+            for key in keys:
+                if key in meta:
+                    value = _int(meta[key]) if column in _INT_COLUMNS else _number(meta[key])
+                    if value is not None and row[column] is None:
+                        row[column] = value
+                        rest.pop(key, None)
+                    elif value is not None:
+                        rest.pop(key, None)  # an alias of a value already typed
     histogram = meta.get("spec_accept_histogram")
     if isinstance(histogram, list):
         row["spec_accept_histogram"] = json_text(histogram)
@@ -90,7 +96,8 @@ def request_row(meta: dict, *, line_no: int, source_kind: str, request: object =
     row["finish_reason"] = reason.get("type") if isinstance(reason, dict) else reason if isinstance(reason, str) else None
     if request is not None:
         row["request"] = json_text(request)
-    rest.update(extra or {})
+    if extra:
+        rest.update(extra)
     row["extra"] = json_text(rest) if rest else None
     return row
 

@@ -69,6 +69,8 @@ def ingest_paths(
     database is locked by another writer or its disk is full ("No space left on device": the file being written is
     rolled back, the files before it stay), GrammarError for a broken user grammar.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, run_pipeline
     from speclogs.ingest.sources import discover_inputs
     from speclogs.store.writer import Writer
@@ -84,17 +86,20 @@ def ingest_paths(
     # what to read is found before the database is opened for writing (no lock held while a big tree is walked;
     # nothing created when an input does not exist)
     discovery = discover_inputs([str(p) for p in paths], run_name=run_name, known_runs=_stored_run_names(db_path))
-    connection = connect(db_path)
-    try:
-        # RLE's analysis pass costs ~15 % of the insert CPU; bit-packing and dictionaries store these columns as small
-        connection.execute("SET disabled_compression_methods = 'rle'")
-        writer = Writer(connection, str(db_path))
-        tally = run_pipeline(discovery, writer, engine, replace=replace, on_progress=on_progress,
-                             chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES)
-        tally.warnings.extend(writer.layout.notes)
-        notes = drift_notes(connection, tally.source_files)
-    finally:
-        connection.close()
+    # the grammars compile on a thread while the database opens (DuckDB makes the schema without holding the GIL)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speclogs-grammars") as pool:
+        compiling = pool.submit(engine) if any(item.kind == "log" for item in discovery.files) else None
+        connection = connect(db_path)
+        try:
+            # RLE's analysis pass costs ~15 % of the insert CPU; bit-packing and dictionaries store these columns as small
+            connection.execute("SET disabled_compression_methods = 'rle'")
+            writer = Writer(connection, str(db_path))
+            tally = run_pipeline(discovery, writer, compiling.result if compiling is not None else engine, replace=replace,
+                                 on_progress=on_progress, chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES)
+            tally.warnings.extend(writer.layout.notes)
+            notes = drift_notes(connection, tally.source_files)
+        finally:
+            connection.close()
     return dataclasses.replace(tally.summary(str(db_path), time.perf_counter() - started), drift_notes=notes)
 
 

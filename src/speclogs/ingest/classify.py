@@ -40,7 +40,9 @@ class CompiledPattern:
     hit_regex: str
     schema: dict[str, pl.DataType]  # output columns (after line_no, piece) in order, with their dtype
     native: native.Program | None  # the regex for the native matcher (None: outside what it runs; polars runs it)
-    select: tuple[pl.Expr, ...]  # the typed frame's columns, from the claimed rows' metadata and _value_<field> columns
+    # the typed frame's columns after line_no and piece: (name, dtype, source, constant), source one of "meta" (a
+    # prefix column), "value" (a field), "constant", "text" (the matched text)
+    columns: tuple[tuple[str, pl.DataType, str, object], ...]
 
     @property
     def name(self) -> str:
@@ -105,7 +107,7 @@ def compile_engine(grammars: GrammarSet, *, use_native: bool | None = None) -> E
         schema = _schema(p)
         compiled.append(CompiledPattern(pattern=p, hit_regex=hit_regex, schema=schema,
                                         native=native.program_of(p.parsed) if use_native else None,
-                                        select=_typed_select(p, schema)))
+                                        columns=_typed_columns(p, schema)))
     patterns = tuple(compiled)
     drift_winners = {
         c.name: frozenset(w.name for w in patterns if w.pattern.scope == c.pattern.scope and is_drift(c.pattern.gate, w.pattern.gate))
@@ -485,45 +487,49 @@ def _with_ranks(work: pl.DataFrame) -> pl.DataFrame:
     return work.with_columns(columns)
 
 
-_VALUE = "_value_"  # prefix of the captured values' columns while they are typed (no clash with line_no, piece, ts …)
-_TEXT = "_text_"  # the matched text while the typed frame is made
-
-
-def _typed_select(p: Pattern, schema: dict[str, pl.DataType]) -> tuple[pl.Expr, ...]:
-    """The select that turns a claimed rows' source frame (line_no, piece, prefix columns for messages, and one
-    _value_<field> column per field) into the pattern's typed frame, in schema order."""
-    keep = PREFIX_COLUMNS if p.scope == "message" else ()
-    exprs: dict[str, pl.Expr] = {column: pl.col(column) for column in keep}
+def _typed_columns(p: Pattern, schema: dict[str, pl.DataType]) -> tuple[tuple[str, pl.DataType, str, object], ...]:
+    """Where each column of a pattern's typed frame comes from, in schema order: the claimed rows' prefix columns
+    (message scope), its typed values, its constants, the matched text (for a pattern whose rows keep it)."""
+    sources: dict[str, tuple[str, object]] = {column: ("meta", None) for column in (PREFIX_COLUMNS if p.scope == "message" else ())}
     for name in _value_types(p):
-        exprs[name] = pl.col(_VALUE + name)
+        sources[name] = ("value", None)
     for name, value in p.constants.items():
-        exprs.setdefault(name, pl.lit(value, dtype=schema[name]))
+        sources.setdefault(name, ("constant", value))
     if p.text_column is not None:
-        exprs[p.text_column] = pl.col(_TEXT)
-    keys = (pl.col("line_no").cast(pl.Int64), pl.col("piece").cast(pl.Int32))
-    return keys + tuple(exprs[name].cast(dtype).alias(name) for name, dtype in schema.items())
+        sources[p.text_column] = ("text", None)
+    return tuple((name, dtype, *sources[name]) for name, dtype in schema.items())
 
 
 def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame, texts: pl.Series) -> pl.DataFrame:
-    """The claimed rows' metadata (line_no, piece, prefix columns), typed values and (for a pattern whose rows keep it)
-    matched text, in schema order, in one pass (a field the executor did not capture, because its group never took
-    part, is NULL)."""
+    """The claimed rows' metadata (line_no, piece, prefix columns), typed values, constants and (for a pattern whose
+    rows keep it) matched text, in schema order (a field the executor did not capture, because its group never took
+    part, is NULL): a frame of Series, without a pass of polars' query engine (this runs for every pattern that
+    claims rows, in every chunk)."""
     p = compiled.pattern
-    keep = ("line_no", "piece", *(PREFIX_COLUMNS if p.scope == "message" else ()))
     n = matched.height
-    types = _value_types(p)
     if p.field_list is not None and FIELDS_SLOT in values.columns:  # the rare rows no shape took: read in Python
         read = [p.field_list.read(text or "") for text in values.get_column(FIELDS_SLOT).to_list()]
+        types = _value_types(p)
         listed = {name: types[name] for name in p.field_list.columns}
         values = pl.concat([values.drop(FIELDS_SLOT), pl.DataFrame(read, schema=listed, orient="row")], how="horizontal")
-    source = pl.DataFrame(
-        [matched.get_column(column) for column in keep]
-        + [values.get_column(name).alias(_VALUE + name) if name in values.columns
-           else pl.Series(_VALUE + name, [None], dtype=dtype).new_from_index(0, n)
-           for name, dtype in types.items()]
-        + ([texts.alias(_TEXT)] if p.text_column is not None else [])
-    )
-    return source.select(compiled.select)
+    out = [_typed(matched.get_column("line_no"), pl.Int64), _typed(matched.get_column("piece"), pl.Int32)]
+    for name, dtype, source, constant in compiled.columns:
+        if source == "meta":
+            column = matched.get_column(name)
+        elif source == "value":
+            column = values.get_column(name) if name in values.columns else None
+        elif source == "text":
+            column = texts
+        else:
+            column = pl.Series(name, [constant], dtype=dtype).new_from_index(0, n)
+        if column is None:
+            column = pl.Series(name, [None], dtype=dtype).new_from_index(0, n)
+        out.append(_typed(column.alias(name), dtype))
+    return pl.DataFrame(out)
+
+
+def _typed(column: pl.Series, dtype: pl.DataType) -> pl.Series:
+    return column if column.dtype == dtype else column.cast(dtype)
 
 
 def _drift(engine: Engine, near_ids: dict[str, pl.DataFrame], winners: dict[str, pl.DataFrame], unclaimed: pl.DataFrame) -> pl.DataFrame:

@@ -182,7 +182,7 @@ def assemble(
     tallies = [FileTally(total_lines=n) for n in files.lines]
     starts = pl.Series("starts", launch_starts, dtype=pl.Int64)
     for table, frame in tables.items():
-        tables[table] = _in_files(frame, files, starts).drop("piece", strict=False)
+        tables[table] = _in_files(frame, files, starts)
     per_file = _count_per_file(files, parsed, pl.Series(sorted(continuation_lines), dtype=pl.Int64), claims.prefixed)
     for index, (parsed_count, continuation_count, prefixed_count) in enumerate(per_file):
         tally = tallies[index]
@@ -221,14 +221,15 @@ def number_launches(result: ChunkResult, launches_before: int) -> ChunkResult:
 def _in_files(frame: pl.DataFrame, files: ChunkFiles, launch_starts: pl.Series) -> pl.DataFrame:
     """A frame of chunk line numbers → with `file`, the line_no (and last_line_no) in that file, and the launch_no
     there: the server starts (server_args lines) of its file up to the line, at least 1 (lines before the first
-    server_args belong to launch 1), after the launches earlier chunks of a streamed file found."""
+    server_args belong to launch 1), after the launches earlier chunks of a streamed file found; without `piece`."""
     line_no = frame.get_column("line_no")
     if len(files.starts) == 1 and files.starts[0] == 1:  # a whole file, or a streamed one's chunk: numbers are its own
         within = launch_starts.search_sorted(line_no, side="right") if launch_starts.len() else None
         launch = (pl.Series([0], dtype=pl.Int64).new_from_index(0, frame.height) if within is None else within.cast(pl.Int64))
         if files.launches_before is not None:
             launch = (launch + files.launches_before).clip(lower_bound=1)
-        return frame.with_columns(pl.lit(0, dtype=pl.Int32).alias("file"), launch.cast(pl.Int32).alias("launch_no"))
+        return _with_series(frame, pl.Series("file", [0], dtype=pl.Int32).new_from_index(0, frame.height),
+                            launch.cast(pl.Int32).alias("launch_no"))
     index = files.index_of(line_no)
     base = pl.Series(files.starts, dtype=pl.Int64).gather(index)
     before_file = launch_starts.search_sorted(base, side="left")
@@ -236,9 +237,16 @@ def _in_files(frame: pl.DataFrame, files: ChunkFiles, launch_starts: pl.Series) 
     shifted = [(line_no - base + 1).alias("line_no")]
     if "last_line_no" in frame.columns:
         shifted.append((frame.get_column("last_line_no") - base + 1).alias("last_line_no"))
-    return frame.with_columns(
-        *shifted, index, (up_to_line - before_file).cast(pl.Int64).clip(lower_bound=1).cast(pl.Int32).alias("launch_no")
-    )
+    launch = (up_to_line - before_file).cast(pl.Int64).clip(lower_bound=1).cast(pl.Int32).alias("launch_no")
+    return _with_series(frame, *shifted, index, launch)
+
+
+def _with_series(frame: pl.DataFrame, *series: pl.Series) -> pl.DataFrame:
+    """`frame` without `piece`, with `series` in place of its columns of the same names (else after them): a frame of
+    the same Series, without a pass of polars' query engine (this runs for every table of every chunk)."""
+    columns = {name: frame.get_column(name) for name in frame.columns if name != "piece"}
+    columns.update((s.name, s) for s in series)
+    return pl.DataFrame(list(columns.values()))
 
 
 def _count_per_file(files: ChunkFiles, parsed: pl.Series, continuation: pl.Series, prefixed: pl.Series) -> list[tuple[int, int, int]]:
@@ -300,14 +308,14 @@ def _redacted_texts(frame: pl.DataFrame) -> pl.DataFrame:
     columns = [name for name, dtype in frame.schema.items() if dtype == pl.Utf8 and name not in PREFIX_TEXT_COLUMNS]
     if not columns:
         return frame
-    suspect = frame.select(pl.col(column).str.contains(SUSPECT.pattern).fill_null(False).alias(column) for column in columns)
-    hits = suspect.select(pl.all().any()).row(0)
+    suspect = {column: pl.col(column).str.contains(SUSPECT.pattern).fill_null(False) for column in columns}
+    hits = frame.select(expr.any().alias(column) for column, expr in suspect.items()).row(0)  # the usual answer: none
     if not any(hits):
         return frame
     redacted_columns = []
     for column, hit in zip(columns, hits):
         if hit:
-            texts, at = frame.get_column(column), suspect.get_column(column).arg_true()
+            texts, at = frame.get_column(column), frame.select(suspect[column]).to_series().arg_true()
             redacted_columns.append(
                 texts.scatter(at, pl.Series([redact_line(text) for text in texts.gather(at).to_list()], dtype=pl.Utf8))
             )

@@ -9,7 +9,9 @@ discover (sources.py) → read (sources.py) → split (lines.py) → classify (c
     parse_log_chunks(data, engine) -> ChunkResult…           one log, chunk by chunk
     parse_bench_jsonl / parse_bench_json / parse_run_json / parse_nccl_probe -> JsonFileResult
     parse_prometheus_file (*.prom → metrics) / parse_request_export (→ requests) -> JsonFileResult
-    RequestLog (a log's --log-requests lines → requests), with_bench_serving_requests (bench_serving arrays → requests)
+    read_request_lines + RequestLog (a log's --log-requests lines read, then paired → requests),
+    with_bench_serving_requests (bench_serving arrays → requests)
+    parse_server_args (reprs.py: the server_args dump; the C reader _reprs.c where it is built)
     IngestSummary, ProgressEvent
 
 Names are imported lazily: `speclogs.ingest.nccl_probe` is also imported on GPU boxes without polars.
@@ -38,6 +40,8 @@ _EXPORTS = {
     "IngestSummary": "speclogs.ingest.summary",
     "parse_prometheus_file": "speclogs.ingest.prometheus",
     "RequestLog": "speclogs.ingest.requests",
+    "read_request_lines": "speclogs.ingest.requests",
+    "parse_server_args": "speclogs.ingest.reprs",
     "parse_request_export": "speclogs.ingest.requests",
     "with_bench_serving_requests": "speclogs.ingest.requests",
     "ProgressEvent": "speclogs.ingest.summary",

@@ -30,9 +30,7 @@ from speclogs.store.layout import Layout
 # DuckDB's row group, a quarter of its default: a streamed file's last partial row group per table is written
 # at COMMIT, on one core once parsing has ended (0.36 s of a 4.2 s ingest with 122,880 rows, 0.07 s with these)
 ROW_GROUP_ROWS = 30_720
-# a table's rows are inserted once a row group's worth gathered: what is left to insert when parsing ends (on one core)
-# stays under a row group a table (with 4 row groups a batch: up to 0.1 s a table at the end of a 2M-line ingest)
-INSERT_BATCH_ROWS = ROW_GROUP_ROWS
+INSERT_BATCH_ROWS = 4 * ROW_GROUP_ROWS  # a table's rows are inserted once this many gathered, in whole row groups
 # A table with fewer rows than this in a chunk goes in at once: its rows kept for later would keep the chunk's whole
 # text alive (text columns are views into it; measured +350 MB at 2M lines), and its partial row groups cost little.
 SMALL_FRAME_ROWS = ROW_GROUP_ROWS // 4

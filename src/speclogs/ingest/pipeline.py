@@ -580,7 +580,7 @@ def parse_log_chunks(source: bytes | LogStream, engine: Engine, *, chunk_bytes: 
     the native matcher and polars release the GIL); what needs the chunks before it, numbering its launches after
     theirs, is done here, in file order."""
     launches_before = 0
-    with ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="speclogs-classify") as pool:
+    with ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="speclogs-chunk") as pool:
         pending: deque = deque()  # (byte_end, future), in file order
         for chunk, first_line_no, lines, byte_end in _planned_chunks(source, chunk_bytes):
             pending.append((byte_end, pool.submit(_parse_chunk, chunk, engine, first_line_no, lines)))

@@ -205,17 +205,19 @@ def assemble(
 
 def number_launches(result: ChunkResult, launches_before: int) -> ChunkResult:
     """A streamed chunk assembled before the launches of the chunks before it were known (ChunkFiles.launches_before
-    None), its launches numbered after those: launch_no n of the chunk becomes max(1, n + launches_before) in every
-    table, launch fact and request line."""
+    None), its launches numbered after those, in place: launch_no n of the chunk becomes max(1, n + launches_before)
+    in every table, launch fact and request line."""
     def number(launch_no: int) -> int:
         return max(1, launch_no + launches_before)
 
     numbered = (pl.col("launch_no") + launches_before).clip(lower_bound=1).cast(pl.Int32)
-    tables = {table: frame.with_columns(numbered) if "launch_no" in frame.columns else frame for table, frame in result.tables.items()}
+    result.tables = {table: frame.with_columns(numbered) if "launch_no" in frame.columns else frame
+                     for table, frame in result.tables.items()}
     for tally in result.files:
         tally.launch_facts = [(number(launch_no), fact, ts) for launch_no, fact, ts in tally.launch_facts]
-    lines = result.request_lines.numbered(number) if result.request_lines is not None else None
-    return ChunkResult(tables=tables, files=result.files, byte_end=result.byte_end, request_lines=lines)
+    if result.request_lines is not None:
+        result.request_lines = result.request_lines.numbered(number)
+    return result
 
 
 def _in_files(frame: pl.DataFrame, files: ChunkFiles, launch_starts: pl.Series) -> pl.DataFrame:

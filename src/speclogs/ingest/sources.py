@@ -730,20 +730,23 @@ def non_text_bytes(head: bytes) -> int:
 
 def make_valid_text(raw: bytes) -> tuple[bytes, int, int]:
     """→ (valid UTF-8 bytes, invalid sequences replaced, NUL bytes replaced)."""
-    flaws = native.text_flaws(raw)  # the usual case, a chunk without flaws, in one pass that lets other threads run
-    if flaws == (0, True):
-        return raw, 0, 0
-    nuls = raw.count(b"\x00") if b"\x00" in raw else 0  # `in` is memchr; count walks byte by byte
-    if nuls:
+    flaws = native.text_flaws(raw)  # (NUL bytes, valid UTF-8) in one pass that lets other threads run; None: not built
+    if flaws is None:  # the same answers in Python (`in` is memchr; count walks byte by byte)
+        flaws = (raw.count(b"\x00") if b"\x00" in raw else 0, raw.isascii() or _decodes(raw))
+    nuls, valid = flaws
+    if nuls:  # NUL is valid UTF-8, and so is its replacement: the text stays as valid as it was
         raw = raw.replace(b"\x00", _REPLACEMENT)
-    if raw.isascii():
+    if valid:
         return raw, 0, nuls
-    try:
-        raw.decode("utf-8")
-        return raw, 0, nuls
-    except UnicodeDecodeError:
-        pass
     already = raw.count(_REPLACEMENT)
     text = raw.decode("utf-8", errors="replace")
     invalid = text.count("\ufffd") - already
     return text.encode("utf-8"), invalid, nuls
+
+
+def _decodes(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

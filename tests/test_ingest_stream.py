@@ -163,20 +163,31 @@ def test_a_big_log_is_committed_in_segments_and_a_killed_ingest_is_cleaned_up(tm
     from speclogs.store import layout, writer
 
     log = odd_log(tmp_path)
+    decode = ("[2026-02-26 17:20:{:02d} TP0] Decode batch. #running-req: 1, #token: {}, token usage: 0.00, cuda graph: True, "
+              "gen throughput (token/s): 81.68, #queue-req: 0\n")
+    with log.open("a") as out:  # enough decode rows for segments of whole (2,048-row) row groups
+        out.writelines(decode.format(i % 60, i) for i in range(7_000))
     whole_db, segmented_db = tmp_path / "whole.duckdb", tmp_path / "segmented.duckdb"
     ingest_paths([log], whole_db)
     monkeypatch.setattr(sources, "STREAM_MIN_BYTES", 1024)
-    monkeypatch.setattr(writer, "SEGMENT_ROWS", 40)
+    monkeypatch.setattr(writer, "SEGMENT_ROWS", 2_500)
+    monkeypatch.setattr(writer, "ROW_GROUP_ROWS", 2_048)  # a segment commits whole row groups; the rest waits for the next
     inserts = []  # every insert of the segmented ingest
-    real_insert = layout.Layout.insert
+    commits = []
+    real_insert, real_commit = layout.Layout.insert, writer.Writer._commit
 
     def insert(self, table, frame, keys=None):
         inserts.append(table)
         return real_insert(self, table, frame, keys)
 
+    def commit(self):
+        commits.append(len(inserts))
+        return real_commit(self)
+
     monkeypatch.setattr(layout.Layout, "insert", insert)
-    ingest_paths([log], segmented_db, chunk_bytes=4096)
-    assert len(inserts) > 3
+    monkeypatch.setattr(writer.Writer, "_commit", commit)
+    ingest_paths([log], segmented_db, chunk_bytes=65536)
+    assert len(commits) > 2 and len(inserts) > 3
     assert table_rows(segmented_db) == table_rows(whole_db)
 
     killed_db = tmp_path / "killed.duckdb"
@@ -190,16 +201,16 @@ def test_a_big_log_is_committed_in_segments_and_a_killed_ingest_is_cleaned_up(tm
 
     monkeypatch.setattr(layout.Layout, "insert", dies_after_some)
     with pytest.raises(_Killed):
-        ingest_paths([log], killed_db, chunk_bytes=4096)
+        ingest_paths([log], killed_db, chunk_bytes=65536)
     con = connect(killed_db, read_only=True)
     try:  # some segments were committed: the rows are there, and so is the mark that they are incomplete
-        assert con.execute("SELECT count(*) FROM server_events").fetchone()[0] > 0
+        assert con.execute("SELECT count(*) FROM decode_batches").fetchone()[0] > 0
         assert con.execute("SELECT count(*) FROM _ingesting").fetchone()[0] == 1
         assert con.execute("SELECT count(*) FROM files").fetchone()[0] == 0
     finally:
         con.close()
     monkeypatch.setattr(layout.Layout, "insert", real_insert)
-    summary = ingest_paths([log], killed_db, chunk_bytes=4096)
+    summary = ingest_paths([log], killed_db, chunk_bytes=65536)
     assert any("interrupted" in warning for warning in summary.warnings)
     assert table_rows(killed_db) == table_rows(whole_db)
 

@@ -67,15 +67,15 @@ WITH batch_labels AS (
   UNION ALL
   SELECT run_id, source_file, line_no, unnest(json_keys(extra_fields)) AS label FROM prefill_batches
   WHERE extra_fields IS NOT NULL AND (files IS NULL OR list_contains(files, source_file))
-), unmatched AS (
-  SELECT run_id, source_file, line_no, raw,
-         _line_template(raw) AS template
+), unmatched AS (  -- each distinct text templated once (19k messages of a 2M-line log: 62 → 5 ms)
+  SELECT run_id, source_file, raw, count(*) AS lines, min(line_no) AS line_no, _line_template(raw) AS template
   FROM unparsed_lines WHERE starts_with(reason, 'no pattern matched') AND (files IS NULL OR list_contains(files, source_file))
+  GROUP BY run_id, source_file, raw
 ), unknown_messages AS (
-  SELECT run_id, source_file, line_no, message,
-         _line_template(message) AS template
+  SELECT run_id, source_file, message, count(*) AS lines, min(line_no) AS line_no, _line_template(message) AS template
   FROM server_events WHERE kind = 'message' AND message IS NOT NULL AND message <> ''
     AND (files IS NULL OR list_contains(files, source_file))
+  GROUP BY run_id, source_file, message
 ), near AS (
   SELECT f.run_id, f.source_file, m.key AS pattern, m.value AS lines
   FROM files f, unnest(map_entries(f.near_misses::MAP(VARCHAR, BIGINT))) AS e(m)
@@ -93,11 +93,11 @@ SELECT run_id, source_file, 'new_label' AS kind, label AS subject, count(*) AS l
        'batch lines print "' || label || '" but no typed column takes it: its text is in extra_fields' AS detail
 FROM batch_labels GROUP BY ALL
 UNION ALL
-SELECT run_id, source_file, 'unmatched_line', template, count(*), min(line_no), arg_min(raw, line_no)
-FROM unmatched GROUP BY ALL
+SELECT run_id, source_file, 'unmatched_line', template, sum(lines)::BIGINT, min(line_no), arg_min(raw, line_no)
+FROM unmatched GROUP BY run_id, source_file, template
 UNION ALL
-SELECT run_id, source_file, 'unknown_message', template, count(*), min(line_no), arg_min(message, line_no)
-FROM unknown_messages GROUP BY ALL
+SELECT run_id, source_file, 'unknown_message', template, sum(lines)::BIGINT, min(line_no), arg_min(message, line_no)
+FROM unknown_messages GROUP BY run_id, source_file, template
 UNION ALL
 SELECT n.run_id, n.source_file, 'near_miss', n.pattern, n.lines,
        (SELECT min(d.line_no) FROM parse_drift d WHERE d.source_file = n.source_file AND d.pattern = n.pattern),

@@ -136,9 +136,7 @@ def assemble(
         if patterns[name].table != ERRORS_TABLE or _is_head(patterns[name])
     ]
     continuation_lines = {line for line, _ in continuation_keys}
-    parsed = pl.concat(claimed).unique() if claimed else pl.Series("line_no", [], dtype=pl.Int64)
-    if continuation_lines:
-        parsed = parsed.filter(~parsed.is_in(list(continuation_lines)))
+    parsed = _distinct_lines(claimed, raw_lines.get_column("line_no"), continuation_lines)
     unparsed_rows: list[tuple[int, str]] = []
     seen_unparsed: set[int] = set()
     for line_no, piece, _text, prefixed in claims.unclaimed.iter_rows():
@@ -218,6 +216,18 @@ def number_launches(result: ChunkResult, launches_before: int) -> ChunkResult:
     if result.request_lines is not None:
         result.request_lines = result.request_lines.numbered(number)
     return result
+
+
+def _distinct_lines(claimed: list[pl.Series], line_nos: pl.Series, minus: set[int]) -> pl.Series:
+    """The line numbers (of `line_nos`, consecutive) found in any of `claimed` and not in `minus`, in order: marks on
+    the chunk's lines (a hashed unique of the claimed line numbers cost 10× more)."""
+    first = line_nos[0] if line_nos.len() else 0
+    mark = np.zeros(line_nos.len(), dtype=bool)
+    for column in claimed:
+        mark[column.to_numpy() - first] = True
+    if minus:
+        mark[np.fromiter(minus, dtype=np.int64, count=len(minus)) - first] = False
+    return pl.Series("line_no", np.flatnonzero(mark) + first, dtype=pl.Int64)
 
 
 def _in_files(frame: pl.DataFrame, files: ChunkFiles, launch_starts: pl.Series) -> pl.DataFrame:
@@ -311,7 +321,8 @@ def _redacted_texts(frame: pl.DataFrame) -> pl.DataFrame:
     if not columns:
         return frame
     suspect = {column: pl.col(column).str.contains(SUSPECT.pattern).fill_null(False) for column in columns}
-    hits = frame.select(expr.any().alias(column) for column, expr in suspect.items()).row(0)  # the usual answer: none
+    # the usual answer: none; asked of each column's distinct texts (few: levels, methods, paths …), half the time
+    hits = frame.select(pl.col(column).unique().str.contains(SUSPECT.pattern).fill_null(False).any() for column in columns).row(0)
     if not any(hits):
         return frame
     redacted_columns = []

@@ -23,6 +23,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from speclogs.analysis.stats import chi2_quantile, t_quantile
+
 POWER = 0.8
 MAX_LAUNCHES = 1000
 
@@ -32,21 +34,17 @@ GRID_POINTS = 64  # per sample variance
 
 def _variance_grid(launches: int) -> np.ndarray:
     """Equal-probability points of s²/σ² ~ χ²_{L−1}/(L−1)."""
-    from scipy.stats import chi2
-
     df = launches - 1
-    return chi2.ppf((np.arange(GRID_POINTS) + 0.5) / GRID_POINTS, df) / df
+    return chi2_quantile((np.arange(GRID_POINTS) + 0.5) / GRID_POINTS, df) / df
 
 
 @lru_cache(maxsize=256)
 def _half_widths(la: int, lb: int, confidence: float) -> np.ndarray:
     """The interval's half-width over σ at each grid point of the two sample variances (it scales with σ)."""
-    from scipy.stats import t as student_t
-
     va = _variance_grid(la)[:, None] / la
     vb = _variance_grid(lb)[None, :] / lb
     df = (va + vb) ** 2 / (va**2 / (la - 1) + vb**2 / (lb - 1))
-    return (student_t.ppf(0.5 + confidence / 2.0, df) * np.sqrt(va + vb)).ravel()
+    return (t_quantile(0.5 + confidence / 2.0, df) * np.sqrt(va + vb)).ravel()
 
 
 def power(delta: float, sd: float, la: int, lb: int, confidence: float = 0.95, min_effect: float = 0.0) -> float:

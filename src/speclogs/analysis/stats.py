@@ -1,4 +1,4 @@
-"""Per-launch values, variance components and Student t intervals over launches. Pure numpy/scipy.
+"""Per-launch values, variance components and Student t intervals over launches. Pure numpy/scipy.special.
 
 The launch is the unit of replication: requests (or decode rows) inside one server launch share its warm-up, its
 memory layout, its NCCL communicator, so they are not independent draws. A group statistic (an arm, a factorial
@@ -171,8 +171,6 @@ class TInterval:
 
 def t_interval(parts: Parts, confidence: float) -> TInterval:
     """Σ part means ± t(Welch–Satterthwaite df) × SE; p-value from the same t statistic."""
-    from scipy.stats import t as student_t
-
     point = float(sum(float(np.mean(p.values)) for p in parts))
     variances = [p.variance() for p in parts]
     se2 = float(sum(v for v, _ in variances))
@@ -185,8 +183,8 @@ def t_interval(parts: Parts, confidence: float) -> TInterval:
     denominator = sum(v**2 / df for v, df in variances if v > 0 and df > 0)
     df = se2**2 / denominator if denominator > 0 else float("inf")
     se = math.sqrt(se2)
-    half = float(student_t.ppf(0.5 + confidence / 2.0, df)) * se
-    p_value = float(2.0 * student_t.sf(abs(point) / se, df))
+    half = t_quantile(0.5 + confidence / 2.0, df) * se
+    p_value = 2.0 * t_cdf(-abs(point) / se, df)
     return TInterval(point, se, df, point - half, point + half, p_value, covered)
 
 
@@ -226,6 +224,78 @@ def verdict_for(result: TInterval, *, enough: bool, min_effect: float = 0.0) -> 
     return "no detectable difference"
 
 
+# Distributions from scipy.special: scipy.stats computes them with the same functions (t: stdtr / stdtrit, χ²:
+# gammaincinv, normal: ndtr) but takes 0.5 s to import, a tenth of a `speclogs report` on two 10M-line runs.
+# tests/test_stats_functions.py holds each to scipy.stats' result.
+
+
+def t_quantile(q: float | np.ndarray, df: float | np.ndarray):
+    """Student t's quantile (scipy.stats.t.ppf) for 0 < q < 1 and df > 0 (inf: the normal's)."""
+    from scipy.special import stdtrit
+
+    value = stdtrit(df, q)
+    return float(value) if np.ndim(value) == 0 else value
+
+
+def t_cdf(x: float, df: float) -> float:
+    """Student t's distribution function (scipy.stats.t.cdf); its upper tail at x is t_cdf(-x, df)."""
+    from scipy.special import stdtr
+
+    return float(stdtr(df, x))
+
+
+def chi2_quantile(q: np.ndarray, df: float) -> np.ndarray:
+    """χ²'s quantiles (scipy.stats.chi2.ppf) for 0 < q < 1 and df > 0."""
+    from scipy.special import gammaincinv
+
+    return 2.0 * gammaincinv(df / 2.0, q)
+
+
+def kendall_tau(y: np.ndarray) -> tuple[float, float]:
+    """Kendall's tau-b of `y` against its order and the two-sided p-value, as scipy.stats.kendalltau(arange(n), y)
+    gives them: exact (Kendall's recursion) for n ≤ 33 without ties, else the normal approximation with the ties'
+    correction; (nan, nan) when y is constant or holds a NaN. O(n²): the trend test passes at most 50 values."""
+    from scipy.special import ndtr
+
+    y = np.asarray(y, dtype=float)
+    n = len(y)
+    if n < 2 or np.isnan(y).any():
+        return math.nan, math.nan
+    discordant = int(np.triu(y[:, None] > y[None, :], k=1).sum())  # i < j with y_i > y_j
+    _, counts = np.unique(y, return_counts=True)
+    counts = counts[counts > 1].astype(np.int64)
+    ties = int((counts * (counts - 1) // 2).sum())
+    pairs = n * (n - 1) // 2
+    if ties == pairs:
+        return math.nan, math.nan
+    score = pairs - ties - 2 * discordant  # concordant − discordant
+    tau = min(1.0, max(-1.0, score / math.sqrt(pairs) / math.sqrt(pairs - ties)))
+    if ties == 0 and (n <= 33 or min(discordant, pairs - discordant) <= 1):
+        return tau, _kendall_p_exact(n, min(discordant, pairs - discordant))
+    m = n * (n - 1.0)
+    variance = (m * (2 * n + 5) - int((counts * (counts - 1.0) * (2 * counts + 5)).sum())) / 18
+    return tau, float(2 * ndtr(-abs(score / math.sqrt(variance))))
+
+
+def _kendall_p_exact(n: int, c: int) -> float:
+    """Two-sided exact p-value of c discordant pairs (the smaller tail) among n untied values."""
+    if n <= 2:
+        return 1.0
+    if c == 0:
+        return min(1.0, 2.0 / math.factorial(n)) if n < 171 else 0.0
+    if c == 1:
+        return min(1.0, 2.0 / math.factorial(n - 1)) if n < 172 else 0.0
+    if 4 * c == n * (n - 1):
+        return 1.0
+    counts = np.zeros(c + 1)  # permutations of 1..j with k inversions, k ≤ c, built up j by j
+    counts[0:2] = 1.0
+    for j in range(3, n + 1):
+        counts = np.cumsum(counts)
+        if j <= c:
+            counts[j:] -= counts[: c + 1 - j]
+    return float(np.clip(2.0 * np.sum(counts) / math.factorial(n), 0, 1))
+
+
 @dataclass(frozen=True)
 class Trend:
     tau: float
@@ -243,8 +313,6 @@ def trend_test(values: np.ndarray) -> Trend | None:
     Long series are first averaged into TREND_BLOCKS consecutive blocks: neighbouring decode rows are
     autocorrelated, and a rank test on raw rows would call a wobble a trend (and be slow on 100k rows).
     """
-    from scipy.stats import kendalltau
-
     n = len(values)
     if n < 10:
         return None
@@ -252,11 +320,11 @@ def trend_test(values: np.ndarray) -> Trend | None:
     if n > TREND_BLOCKS:
         starts = np.linspace(0, n, TREND_BLOCKS, endpoint=False).astype(np.int64)
         series = np.add.reduceat(values, starts) / np.diff(np.r_[starts, n])
-    result = kendalltau(np.arange(len(series)), series)
+    tau, p_value = kendall_tau(series)
     third = max(n // 3, 1)
     mean = float(np.mean(values))
     change = (float(np.mean(values[-third:])) - float(np.mean(values[:third]))) / mean if mean else 0.0
-    return Trend(tau=float(result.statistic), p_value=float(result.pvalue), relative_change=change, n=n)
+    return Trend(tau=tau, p_value=p_value, relative_change=change, n=n)
 
 
 def holm(p_values: Sequence[float]) -> np.ndarray:
@@ -282,8 +350,6 @@ def warmup_length(series: np.ndarray, *, min_change: float = 0.03, alpha: float 
     freedom, p < alpha / (number of candidate cuts) — Bonferroni over the cuts searched, since the cut was chosen to
     make the difference large.
     """
-    from scipy.stats import t as student_t
-
     x = np.asarray(series, dtype=float)
     n = len(x)
     if n < 4 * WARMUP_BATCH:
@@ -301,7 +367,7 @@ def warmup_length(series: np.ndarray, *, min_change: float = 0.03, alpha: float 
     if spread == 0:
         return cut
     statistic = (head.mean() - rest.mean()) / (spread * math.sqrt(1.0 / cut + 1.0 / len(rest)))
-    return cut if float(student_t.cdf(statistic, len(batches) - 1)) < alpha / len(k) else 0
+    return cut if t_cdf(statistic, len(batches) - 1) < alpha / len(k) else 0
 
 
 # Iglewicz & Hoaglin (1993): |modified z| = 0.6745 |x − median| / MAD above 3.5 is an outlier. With 3–10 launches the

@@ -224,7 +224,7 @@ def staged(log: Path) -> dict[str, float]:
     from speclogs.ingest.classify import classify, compile_engine
     from speclogs.ingest.lines import build_lines, count_lines
     from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, _assemble_chunk
-    from speclogs.ingest.records import ChunkFiles
+    from speclogs.ingest.records import ChunkFiles, number_launches
     from speclogs.ingest.requests import RequestLog, read_request_lines
     from speclogs.ingest.sources import LogStream
     from speclogs.store.database import connect
@@ -256,7 +256,8 @@ def staged(log: Path) -> dict[str, float]:
             claims = classify(engine, lines.frame)
             stages["classify"] += time.perf_counter() - t
             t = time.perf_counter()
-            result = _assemble_chunk(engine, lines, claims, ChunkFiles((1,), (lines.total_lines,), launches))
+            result = number_launches(_assemble_chunk(engine, lines, claims, ChunkFiles((1,), (lines.total_lines,), numbered=False)),
+                                     launches)
             stages["assemble"] += time.perf_counter() - t
             t = time.perf_counter()
             requests.add(read_request_lines(result.tables.get("server_events")))
@@ -266,7 +267,7 @@ def staged(log: Path) -> dict[str, float]:
                 if frame.height:
                     pending.add(table, frame)
                 if pending.received >= SEGMENT_ROWS:
-                    pending.flush_all()
+                    pending.flush_whole()
                     con.execute("COMMIT")
                     con.execute("BEGIN TRANSACTION")
                     pending.received = 0

@@ -615,7 +615,7 @@ def _planned_chunks(source: bytes | LogStream, chunk_bytes: int) -> Iterator[tup
 def _parse_chunk(chunk: bytes | memoryview, engine: Engine, first_line_no: int, line_count: int) -> ChunkResult:
     """One chunk of a streamed log, its launches numbered within it (number_launches numbers them in the file)."""
     lines = build_lines(chunk, first_line_no, line_count)
-    result = _assemble_chunk(engine, lines, classify(engine, lines.frame), ChunkFiles((1,), (lines.total_lines,), None))
+    result = _assemble_chunk(engine, lines, classify(engine, lines.frame), ChunkFiles((1,), (lines.total_lines,), numbered=False))
     result.request_lines = read_request_lines(result.tables.get("server_events"))
     return result
 

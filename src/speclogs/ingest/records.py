@@ -73,13 +73,13 @@ class ChunkResult:
 class ChunkFiles:
     """Where a chunk's files are: `starts[f]` is the chunk line number of file f's first line, `lines[f]` how many it
     has; a number between two files belongs to none (so no record joins them). A streamed chunk is one file whose
-    line numbers are the file's own (starts = [1]); `launches_before` counts the launches earlier chunks found, and
-    is None when they are not known yet: launch_no is then the number of the chunk's own server starts up to the line
-    (0 before the first), and `number_launches` numbers them once they are."""
+    line numbers are the file's own (starts = [1]), assembled before the chunks ahead of it are (`numbered` False):
+    its launch_no is then the number of the chunk's own server starts up to the line (0 before the first), and
+    `number_launches` numbers them after those of the chunks before it."""
 
     starts: tuple[int, ...]
     lines: tuple[int, ...]
-    launches_before: int | None = 0
+    numbered: bool = True
 
     def index_of(self, line_no: pl.Series) -> pl.Series:
         return (pl.Series(self.starts, dtype=pl.Int64).search_sorted(line_no, side="right") - 1).cast(pl.Int32).alias("file")
@@ -202,8 +202,8 @@ def assemble(
 
 
 def number_launches(result: ChunkResult, launches_before: int) -> ChunkResult:
-    """A streamed chunk assembled before the launches of the chunks before it were known (ChunkFiles.launches_before
-    None), its launches numbered after those, in place: launch_no n of the chunk becomes max(1, n + launches_before)
+    """A streamed chunk assembled before the launches of the chunks before it were known (ChunkFiles.numbered
+    False), its launches numbered after those, in place: launch_no n of the chunk becomes max(1, n + launches_before)
     in every table, launch fact and request line."""
     def number(launch_no: int) -> int:
         return max(1, launch_no + launches_before)
@@ -233,13 +233,13 @@ def _distinct_lines(claimed: list[pl.Series], line_nos: pl.Series, minus: set[in
 def _in_files(frame: pl.DataFrame, files: ChunkFiles, launch_starts: pl.Series) -> pl.DataFrame:
     """A frame of chunk line numbers → with `file`, the line_no (and last_line_no) in that file, and the launch_no
     there: the server starts (server_args lines) of its file up to the line, at least 1 (lines before the first
-    server_args belong to launch 1), after the launches earlier chunks of a streamed file found; without `piece`."""
+    server_args belong to launch 1; a streamed chunk's are numbered later, by number_launches); without `piece`."""
     line_no = frame.get_column("line_no")
     if len(files.starts) == 1 and files.starts[0] == 1:  # a whole file, or a streamed one's chunk: numbers are its own
         within = launch_starts.search_sorted(line_no, side="right") if launch_starts.len() else None
         launch = (pl.Series([0], dtype=pl.Int64).new_from_index(0, frame.height) if within is None else within.cast(pl.Int64))
-        if files.launches_before is not None:
-            launch = (launch + files.launches_before).clip(lower_bound=1)
+        if files.numbered:
+            launch = launch.clip(lower_bound=1)
         return _with_series(frame, pl.Series("file", [0], dtype=pl.Int32).new_from_index(0, frame.height),
                             launch.cast(pl.Int32).alias("launch_no"))
     index = files.index_of(line_no)

@@ -209,3 +209,50 @@ def test_the_c_reader_reads_every_value_of_the_real_dumps_that_python_reads():
                         values += 1
                         assert _same(reprs._reprs.literal(text, unread), expected), text
     assert values > 4_000, values
+
+
+def _request_lines() -> list[str]:
+    """The fixtures' --log-requests text lines, after their `Receive: obj=` / `Finish: obj=`."""
+    out = []
+    for path in sorted((ROOT / "fixtures").rglob("*.log")):
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            for head in ("Receive: obj=", "Finish: obj="):
+                if head in line:
+                    out.append(line.split(head, 1)[1])
+    return out
+
+
+def _random_request(rng: random.Random) -> str:
+    """A call repr like the --log-requests lines print ("GenerateReqInput(rid='…', …), out={…}"), with random values,
+    names, spacing and damage."""
+    names = ["rid", "text", "input_ids", "sampling_params", "stream", "x", "9bad", "", "__class__", "rid"]
+    fields = ", ".join(f"{rng.choice(names)}{rng.choice(['=', ' = ', '=', ''])}{_random_repr(rng)}" for _ in range(rng.randint(0, 4)))
+    tail = rng.choice(["", ", out={'meta_info': {'id': 'a', 'prompt_tokens': 3}}", f", out={_random_repr(rng)}",
+                       f", headers={_random_repr(rng)}, out={{'text': {_random_repr(rng)}}}", ",, out=1 ", " ; junk", ", = 2"])
+    text = rng.choice(["GenerateReqInput", "EmbeddingReqInput", " Gen", "9x", "", "a.b"]) + "(" + fields + rng.choice([")", ")", ""]) + tail
+    if rng.random() < 0.2:
+        text = text[: rng.randint(0, len(text))]
+    return rng.choice(["", "", " ", "\u2003"]) + text + rng.choice(["", "", " ", "\u00a0"])
+
+
+@native
+def test_the_c_request_reader_reads_lines_as_python_does():
+    """A --log-requests line's call repr and tail, by the C reader: for every real line of the fixtures and 100,000
+    random ones (cut, odd names and spacing, values only Python reads), what it returns is the Python twin's, and
+    what it leaves is read by the twin; the real lines it reads itself."""
+    unread = object()
+    real = _request_lines()
+    assert len(real) > 60
+    for body in real:
+        got = reprs._reprs.request(body, unread)
+        assert got is not unread, body
+        assert _same(got, reprs.parse_request_repr_python(body)), body
+    rng = random.Random(13)
+    read = 0
+    for _ in range(100_000):
+        body = _random_request(rng)
+        got = reprs._reprs.request(body, unread)
+        if got is not unread:
+            read += 1
+            assert _same(got, reprs.parse_request_repr_python(body)), body
+    assert read > 20_000, read

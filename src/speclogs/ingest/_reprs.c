@@ -10,12 +10,17 @@
  *   triple-quoted or prefixed string, an unusual escape, a tab, `inf`, a name, a syntax error) returns `default`:
  *   the caller then asks ast.literal_eval, so a value never depends on this reader. tests/test_reprs.py holds the
  *   two to the same values.
+ * - request(body, default) → (request, tail): a `--log-requests` line's text after `Receive: obj=` / `Finish: obj=`,
+ *   read as reprs.parse_request_repr reads it ("GenerateReqInput(rid='a', …), out={…}" → ({'__class__':
+ *   'GenerateReqInput', 'rid': 'a', …}, {'out': {…}})), when literal() reads each of its values; `default` otherwise
+ *   (a value only Python reads, a body that is not `Name(…`): the caller then reads the line in Python.
  *
  * An ordinary CPython extension module (speclogs.ingest._reprs), built with the package (setup.py) and optional:
  * without it reprs.py reads everything in Python.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 
 #define MAX_DEPTH 100    /* deeper nesting: ast.literal_eval decides (it may refuse it) */
 #define MAX_DIGITS 4000  /* longer ints: ast.literal_eval decides (Python limits int digits to 4300) */
@@ -52,11 +57,8 @@ static int append_item(PyObject *items, PyObject *body, Py_ssize_t start, Py_ssi
     return failed;
 }
 
-static PyObject *py_split(PyObject *module, PyObject *body) {
-    if (!PyUnicode_Check(body)) {
-        PyErr_SetString(PyExc_TypeError, "split takes a str");
-        return NULL;
-    }
+/* (items, end) of a str, as reprs._split_raw gives them. */
+static PyObject *split_body(PyObject *body) {
     int kind = PyUnicode_KIND(body);
     const void *data = PyUnicode_DATA(body);
     Py_ssize_t n = PyUnicode_GET_LENGTH(body);
@@ -103,6 +105,14 @@ fail:
     PyMem_Free(depth);
     Py_DECREF(items);
     return NULL;
+}
+
+static PyObject *py_split(PyObject *module, PyObject *body) {
+    if (!PyUnicode_Check(body)) {
+        PyErr_SetString(PyExc_TypeError, "split takes a str");
+        return NULL;
+    }
+    return split_body(body);
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -374,9 +384,133 @@ static PyObject *py_literal(PyObject *module, PyObject *args) {
     return fallback;
 }
 
+/* ------------------------------------------------------------------------------------------------------------ */
+/* request */
+
+/* The value literal() gives for `text`, as reprs._literal gives it (a float that is not finite: None); NULL with
+ * no exception set when this reader leaves it to Python. */
+static PyObject *literal_value(PyObject *text) {
+    reader_t r = {text, PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text), 0, 0};
+    PyObject *value = r.n ? read_value(&r, 0) : NULL;
+    if (value && r.i != r.n) {
+        Py_DECREF(value);
+        return NULL;
+    }
+    if (value && PyFloat_CheckExact(value) && !isfinite(PyFloat_AS_DOUBLE(value))) {
+        Py_DECREF(value);
+        Py_RETURN_NONE;
+    }
+    return value;
+}
+
+/* text[start:end] without the whitespace str.strip() removes (a new reference). */
+static PyObject *stripped(PyObject *text, Py_ssize_t start, Py_ssize_t end) {
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    while (start < end && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, start))) start++;
+    while (end > start && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, end - 1))) end--;
+    return PyUnicode_Substring(text, start, end);
+}
+
+/* Into `out`, the keyword items `name=value` of a body split at its top-level commas (`split`, split_body's): as
+ * reprs._fields reads reprs._split_top_level's items (a truncated body's last item dropped, items that are not
+ * `identifier=…` skipped, a repeated name's last value kept). The value is literal()'s, or with `as_text` its text
+ * where literal() gives None for a text other than "None". Returns 1 when done, 0 when a value is one only Python
+ * reads, -1 on an error. */
+static int read_items(PyObject *split, PyObject *out, int as_text) {
+    PyObject *items = PyTuple_GET_ITEM(split, 0);
+    Py_ssize_t count = PyList_GET_SIZE(items) - (PyTuple_GET_ITEM(split, 1) == Py_None ? 1 : 0);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *item = PyList_GET_ITEM(items, k);
+        Py_ssize_t n = PyUnicode_GET_LENGTH(item), eq = PyUnicode_FindChar(item, '=', 0, n, 1);
+        if (eq == -2) return -1;
+        if (eq < 0) continue; /* an empty item, or not a keyword item */
+        PyObject *name = stripped(item, 0, eq);
+        if (!name) return -1;
+        if (!PyUnicode_IsIdentifier(name)) {
+            Py_DECREF(name);
+            continue;
+        }
+        PyObject *text = stripped(item, eq + 1, n), *value = text ? literal_value(text) : NULL;
+        int done = value ? 1 : PyErr_Occurred() ? -1 : 0;
+        if (value) {
+            int keep_text = as_text && value == Py_None && PyUnicode_CompareWithASCIIString(text, "None") != 0;
+            if (PyDict_SetItem(out, name, keep_text ? text : value) < 0) done = -1;
+        }
+        Py_DECREF(name);
+        Py_XDECREF(text);
+        Py_XDECREF(value);
+        if (done <= 0) return done;
+    }
+    return 1;
+}
+
+/* The keyword items after a call repr's closing bracket ("…), out={…}"): body[from:] as reprs.parse_keyword_reprs
+ * reads it (stripped, leading commas dropped, a ')' added to close it), into `tail`. */
+static int read_tail(PyObject *body, Py_ssize_t from, PyObject *tail) {
+    int kind = PyUnicode_KIND(body);
+    const void *data = PyUnicode_DATA(body);
+    Py_ssize_t to = PyUnicode_GET_LENGTH(body);
+    while (from < to && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, from))) from++;
+    while (to > from && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, to - 1))) to--;
+    while (from < to && PyUnicode_READ(kind, data, from) == ',') from++;
+    PyObject *cut = PyUnicode_Substring(body, from, to), *close = PyUnicode_FromOrdinal(')');
+    PyObject *closed = cut && close ? PyUnicode_Concat(cut, close) : NULL;
+    Py_XDECREF(cut);
+    Py_XDECREF(close);
+    PyObject *split = closed ? split_body(closed) : NULL;
+    Py_XDECREF(closed);
+    if (!split) return -1;
+    int done = read_items(split, tail, 0);
+    Py_DECREF(split);
+    return done;
+}
+
+static PyObject *py_request(PyObject *module, PyObject *args) {
+    PyObject *body, *fallback;
+    if (!PyArg_ParseTuple(args, "UO", &body, &fallback)) return NULL;
+    int kind = PyUnicode_KIND(body);
+    const void *data = PyUnicode_DATA(body);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(body), start = 0;
+    while (start < n && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, start))) start++;
+    Py_ssize_t head = PyUnicode_FindChar(body, '(', start, n, 1);
+    if (head == -2) return NULL;
+    PyObject *name = NULL, *request = NULL, *tail = NULL, *inner = NULL, *split = NULL;
+    int done = 0; /* 1 read, 0 left to Python, -1 an error */
+    if (head <= start) goto finish; /* not `Name(` */
+    if (!(name = PyUnicode_Substring(body, start, head))) goto error;
+    if (!PyUnicode_IsIdentifier(name)) goto finish;
+    if (!(request = PyDict_New()) || PyDict_SetItemString(request, "__class__", name) < 0) goto error;
+    if (!(inner = PyUnicode_Substring(body, head + 1, n)) || !(split = split_body(inner))) goto error;
+    if ((done = read_items(split, request, 1)) <= 0) goto finish;
+    if (!(tail = PyDict_New())) goto error;
+    PyObject *end = PyTuple_GET_ITEM(split, 1);
+    if (end == Py_None) {
+        done = 1; /* truncated inside the call: nothing after it */
+    } else {
+        Py_ssize_t closing = PyLong_AsSsize_t(end);
+        if (closing == -1 && PyErr_Occurred()) goto error;
+        done = read_tail(body, head + 1 + closing + 1, tail);
+    }
+    goto finish;
+error:
+    done = -1;
+finish:
+    Py_XDECREF(name);
+    Py_XDECREF(inner);
+    Py_XDECREF(split);
+    if (done == 1) return Py_BuildValue("(NN)", request, tail);
+    Py_XDECREF(request);
+    Py_XDECREF(tail);
+    if (done < 0) return NULL;
+    Py_INCREF(fallback);
+    return fallback;
+}
+
 static PyMethodDef methods[] = {
     {"split", py_split, METH_O, "A repr body's items, split at top-level commas, and the index of its closing bracket."},
     {"literal", py_literal, METH_VARARGS, "The value of a literal repr, or the default where ast.literal_eval must decide."},
+    {"request", py_request, METH_VARARGS, "A --log-requests line's call repr and what follows it, read, or the default."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -204,6 +204,27 @@ def parse_keyword_reprs(text: str) -> list[tuple[str, str, object | None]]:
     return _fields(items, False)
 
 
+def parse_request_repr(body: str) -> tuple[dict, dict] | None:
+    """A `--log-requests` line after `Receive: obj=` / `Finish: obj=`: "GenerateReqInput(rid='a', n=1), out={…}" →
+    ({'__class__': 'GenerateReqInput', 'rid': 'a', 'n': 1}, {'out': {…}}): the call's fields (a value that is not a
+    literal as its text), and the keyword items after it, read tolerantly. None when the body is not `Name(…`."""
+    if _reprs is not None:
+        read = _reprs.request(body, _UNREAD)
+        if read is not _UNREAD:
+            return read
+    return parse_request_repr_python(body)
+
+
+def parse_request_repr_python(body: str) -> tuple[dict, dict] | None:
+    """parse_request_repr in Python (the C reader's twin, and what reads the lines it leaves)."""
+    class_name, fields, rest = parse_call_repr(body)
+    if class_name is None:
+        return None
+    request = {name: value if value is not None or value_text == "None" else value_text for name, value_text, value in fields}
+    tail = {name: literal_tolerant(value_text) for name, value_text, _ in parse_keyword_reprs(rest)}
+    return {"__class__": class_name, **request}, tail
+
+
 def literal_tolerant(text: str) -> object | None:
     """A Python literal repr as a value; a dict whose literal as a whole does not read (a non-literal or `inf`
     somewhere inside) is read item by item, keeping the items that do."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from speclogs.ingest.jsonfiles import JsonFileResult, count_lines, json_text
-from speclogs.ingest.reprs import literal_tolerant, parse_call_repr, parse_keyword_reprs
+from speclogs.ingest.reprs import literal_tolerant, parse_keyword_reprs, parse_request_repr
 
 HEALTH_CHECK_PREFIX = "HEALTH_CHECK"
 REQUEST_KINDS = ("request_received", "request_finished")
@@ -61,7 +61,9 @@ _META_COLUMNS = {
 _INT_COLUMNS = {name for name, dtype in REQUEST_COLUMNS.items() if dtype == pl.Int64}
 
 
-_META_KEYS = frozenset(key for keys in _META_COLUMNS.values() for key in keys)
+# meta_info key → (its column, its rank among the column's keys, the column is an integer)
+_META_KEYS = {key: (column, rank, column in _INT_COLUMNS)
+              for column, keys in _META_COLUMNS.items() for rank, key in enumerate(keys)}
 _EMPTY_ROW = dict.fromkeys(REQUEST_COLUMNS)
 
 
@@ -72,16 +74,19 @@ def request_row(meta: dict, *, line_no: int, source_kind: str, request: object =
     row["line_no"] = line_no
     row["source_kind"] = source_kind
     rest = dict(meta)
-    if not _META_KEYS.isdisjoint(meta):
-        for column, keys in _META_COLUMNS.items():
-            for key in keys:
-                if key in meta:
-                    value = _int(meta[key]) if column in _INT_COLUMNS else _number(meta[key])
-                    if value is not None and row[column] is None:
-                        row[column] = value
-                        rest.pop(key, None)
-                    elif value is not None:
-                        rest.pop(key, None)  # an alias of a value already typed
+    ranks: dict[str, int] = {}
+    for key, value in meta.items():
+        typed = _META_KEYS.get(key)
+        if typed is None:
+            continue
+        column, rank, is_int = typed
+        value = _int(value) if is_int else _number(value)
+        if value is None:
+            continue  # not a number: it stays in extra
+        del rest[key]  # typed, or an alias of the column's value: the first of its keys wins
+        if rank < ranks.get(column, len(_META_COLUMNS[column])):
+            row[column] = value
+            ranks[column] = rank
     histogram = meta.get("spec_accept_histogram")
     if isinstance(histogram, list):
         row["spec_accept_histogram"] = json_text(histogram)
@@ -221,18 +226,27 @@ class RequestLog:
     def frame(self) -> pl.DataFrame | None:
         """One row per request (the Finish line; a request that never finished: its Receive line), in (file, line)
         order, with `file`."""
-        rows = []
-        for (file, launch_no, rid), received in self._pending.items():
-            row = request_row({}, line_no=received["line_no"], source_kind=received["source_kind"],
-                              request=received["request"], rid=rid)
-            row.update(launch_no=launch_no, ts=received["ts"], received_line_no=received["line_no"], file=file)
-            rows.append(row)
         frames = list(self._frames)
-        if rows:
-            frames.append(pl.DataFrame(rows, schema=_SCHEMA, orient="row"))
+        if self._pending:
+            frames.append(self._unfinished())
         if not frames:
             return None
         return pl.concat(frames).sort(["file", "line_no"], maintain_order=True)
+
+    def _unfinished(self) -> pl.DataFrame:
+        """The rows of the requests still waiting: request_row of their Receive line (no meta_info), made by column."""
+        keys, received = list(self._pending), list(self._pending.values())
+        rids = [rid if isinstance(rid, str) else None for _, _, rid in keys]
+        line_nos = [line["line_no"] for line in received]
+        columns = {
+            "line_no": line_nos, "launch_no": [launch_no for _, launch_no, _ in keys], "ts": [line["ts"] for line in received],
+            "received_line_no": line_nos, "source_kind": [line["source_kind"] for line in received], "rid": rids,
+            "health_check": [rid.startswith(HEALTH_CHECK_PREFIX) if rid is not None else None for rid in rids],
+            "request": [json_text(line["request"]) if line["request"] is not None else None for line in received],
+            "file": [file for file, _, _ in keys],
+        }
+        return pl.DataFrame(columns, schema={name: _SCHEMA[name] for name in columns}).select(
+            pl.col(name) if name in columns else pl.lit(None, dtype).alias(name) for name, dtype in _SCHEMA.items())
 
 
 _SCHEMA = REQUEST_COLUMNS | {"file": pl.Int32}
@@ -258,11 +272,13 @@ def _parse_request_line(message: str) -> tuple[str, object, object, dict, dict] 
             break
     else:
         return None
-    class_name, fields, rest = parse_call_repr(text[len(head):])
-    request = {name: value if value is not None or value_text == "None" else value_text for name, value_text, value in fields}
-    if class_name is not None:
-        request = {"__class__": class_name, **request}
-    tail = {name: literal_tolerant(value_text) for name, value_text, _ in parse_keyword_reprs(rest)}
+    body = text[len(head):]
+    read = parse_request_repr(body)
+    if read is None:  # not `Name(…`: the keyword items alone
+        request = {}
+        tail = {name: literal_tolerant(value_text) for name, value_text, _ in parse_keyword_reprs(body)}
+    else:
+        request, tail = read
     out = tail.pop("out", None)
     out = out if isinstance(out, dict) else {}
     rid = request.get("rid") if isinstance(request.get("rid"), str) else _meta(out).get("id")

@@ -213,7 +213,7 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
             # Each sample goes to the variant that parses it (the first variant when none does, so the failure is reported).
             own: dict[int, list[Sample]] = {k: [] for k in range(len(built))}
             texts = [smp.line for smp in samples] + [_strip_prefix_guess(smp.line) for smp in samples]
-            hits = [[v is not None for v in compiled_values(b, texts)] for b in built]
+            hits = [compiled_hits(b, texts) for b in built]
             for i, smp in enumerate(samples):
                 k = next((k for k, hit in enumerate(hits) if hit[i] or hit[len(samples) + i]), 0)
                 own[k].append(smp)
@@ -447,6 +447,19 @@ def _disagreement(reader: Pattern, p: Pattern, text: str, values: dict, file: st
     return []
 
 
+def _compiled_groups(p: Pattern, texts: list[str]):
+    """The compiled regex's groups for each text, run by polars (the portable executor); `_hit` is null where it does
+    not match."""
+    import polars as pl
+
+    return pl.Series(texts, dtype=pl.Utf8).str.extract_groups("^(?P<_hit>)" + p.regex.removeprefix("^")).struct.unnest()
+
+
+def compiled_hits(p: Pattern, texts: list[str]) -> list[bool]:
+    """Whether the compiled regex matches each text (compiled_values' `is not None`, without reading the values)."""
+    return _compiled_groups(p, texts).get_column("_hit").is_not_null().to_list() if texts else []
+
+
 def compiled_values(p: Pattern, texts: list[str]) -> list[dict | None]:
     """What the compiled regex gives for each text, run by polars (the portable executor) and cast as the ingest
     casts: the same dict as `Pattern.parse` (fields, constants, derived columns), or None where it does not match."""
@@ -454,7 +467,7 @@ def compiled_values(p: Pattern, texts: list[str]) -> list[dict | None]:
 
     if not texts:
         return []
-    groups = pl.Series(texts, dtype=pl.Utf8).str.extract_groups("^(?P<_hit>)" + p.regex.removeprefix("^")).struct.unnest()
+    groups = _compiled_groups(p, texts)
     typed = groups.select(pl.col("_hit"), *(cast_expr(pl.col(f.name), f.type) for f in p.fields))
     out: list[dict | None] = []
     for row in typed.iter_rows(named=True):

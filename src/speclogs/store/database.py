@@ -207,11 +207,18 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
         from speclogs.store.layout import SHARDED_TABLES, sharded_view_sql
 
         try:
+            new = not connection.execute(
+                "SELECT count(*) FROM duckdb_tables() WHERE database_name = 'speclogs' AND table_name = 'meta'").fetchone()[0]
+            if new:  # one script: each call is a wait for the GIL (~5 ms while the grammars load on their thread)
+                connection.execute(";\n".join(statement.strip().rstrip(";") for statement in (
+                    "BEGIN TRANSACTION", *META_SQL, f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}')", schema_sql(),
+                    *(sharded_view_sql(table, {}, {}) for table in SHARDED_TABLES), VIEWS_SQL, "COMMIT")))
+                return connection
             connection.execute("BEGIN TRANSACTION")  # one commit (and one WAL sync) for the whole schema
             _migrate(connection, path)
             connection.execute(schema_sql())
             views = {row[0] for row in connection.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-            for table in SHARDED_TABLES:  # a new file's views (no narrow tables yet); the store keeps them up to date
+            for table in SHARDED_TABLES:  # where a file has none (no narrow tables yet); the store keeps them up to date
                 if table not in views:
                     connection.execute(sharded_view_sql(table, {}, {}))
             connection.execute(VIEWS_SQL)  # after the sharded views: drift reads them
@@ -226,14 +233,18 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
     return connection
 
 
+META_SQL = ("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
+            "CREATE TABLE IF NOT EXISTS _migrations (version INTEGER, description VARCHAR, applied_at TIMESTAMP)")
+
+
 def _migrate(connection, path: Path) -> None:
     """Bring a file of an older schema up to SCHEMA_VERSION (a new file: just record the version)."""
     has_meta = connection.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = 'meta'"
     ).fetchone()[0]
     found = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() if has_meta else None
-    connection.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
-    connection.execute("CREATE TABLE IF NOT EXISTS _migrations (version INTEGER, description VARCHAR, applied_at TIMESTAMP)")
+    for statement in META_SQL:
+        connection.execute(statement)
     if found is None:
         connection.execute("INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [str(SCHEMA_VERSION)])
         return

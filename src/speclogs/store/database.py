@@ -238,11 +238,8 @@ META_SQL = ("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VAR
 
 
 def _migrate(connection, path: Path) -> None:
-    """Bring a file of an older schema up to SCHEMA_VERSION (a new file: just record the version)."""
-    has_meta = connection.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = 'meta'"
-    ).fetchone()[0]
-    found = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() if has_meta else None
+    """Bring a file of an older schema (it has a meta table) up to SCHEMA_VERSION."""
+    found = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     for statement in META_SQL:
         connection.execute(statement)
     if found is None:

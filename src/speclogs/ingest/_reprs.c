@@ -403,12 +403,17 @@ static PyObject *literal_value(PyObject *text) {
     return value;
 }
 
-/* text[start:end] without the whitespace str.strip() removes (a new reference). */
-static PyObject *stripped(PyObject *text, Py_ssize_t start, Py_ssize_t end) {
+/* [*start, *end) of text narrowed past the whitespace str.strip() removes. */
+static void strip_range(PyObject *text, Py_ssize_t *start, Py_ssize_t *end) {
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
-    while (start < end && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, start))) start++;
-    while (end > start && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, end - 1))) end--;
+    while (*start < *end && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, *start))) (*start)++;
+    while (*end > *start && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, *end - 1))) (*end)--;
+}
+
+/* text[start:end].strip() (a new reference). */
+static PyObject *stripped(PyObject *text, Py_ssize_t start, Py_ssize_t end) {
+    strip_range(text, &start, &end);
     return PyUnicode_Substring(text, start, end);
 }
 
@@ -448,12 +453,9 @@ static int read_items(PyObject *split, PyObject *out, int as_text) {
 /* The keyword items after a call repr's closing bracket ("…), out={…}"): body[from:] as reprs.parse_keyword_reprs
  * reads it (stripped, leading commas dropped, a ')' added to close it), into `tail`. */
 static int read_tail(PyObject *body, Py_ssize_t from, PyObject *tail) {
-    int kind = PyUnicode_KIND(body);
-    const void *data = PyUnicode_DATA(body);
     Py_ssize_t to = PyUnicode_GET_LENGTH(body);
-    while (from < to && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, from))) from++;
-    while (to > from && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, to - 1))) to--;
-    while (from < to && PyUnicode_READ(kind, data, from) == ',') from++;
+    strip_range(body, &from, &to);
+    while (from < to && PyUnicode_READ(PyUnicode_KIND(body), PyUnicode_DATA(body), from) == ',') from++;
     PyObject *cut = PyUnicode_Substring(body, from, to), *close = PyUnicode_FromOrdinal(')');
     PyObject *closed = cut && close ? PyUnicode_Concat(cut, close) : NULL;
     Py_XDECREF(cut);

@@ -204,10 +204,11 @@ def parse_keyword_reprs(text: str) -> list[tuple[str, str, object | None]]:
     return _fields(items, False)
 
 
-def parse_request_repr(body: str) -> tuple[dict, dict] | None:
+def parse_request_repr(body: str) -> tuple[dict, dict]:
     """A `--log-requests` line after `Receive: obj=` / `Finish: obj=`: "GenerateReqInput(rid='a', n=1), out={…}" →
     ({'__class__': 'GenerateReqInput', 'rid': 'a', 'n': 1}, {'out': {…}}): the call's fields (a value that is not a
-    literal as its text), and the keyword items after it, read tolerantly. None when the body is not `Name(…`."""
+    literal as its text), and the keyword items after it, read tolerantly. A body that is not `Name(…` is keyword
+    items alone: ({}, its items)."""
     if _reprs is not None:
         read = _reprs.request(body, _UNREAD)
         if read is not _UNREAD:
@@ -215,11 +216,11 @@ def parse_request_repr(body: str) -> tuple[dict, dict] | None:
     return parse_request_repr_python(body)
 
 
-def parse_request_repr_python(body: str) -> tuple[dict, dict] | None:
+def parse_request_repr_python(body: str) -> tuple[dict, dict]:
     """parse_request_repr in Python (the C reader's twin, and what reads the lines it leaves)."""
     class_name, fields, rest = parse_call_repr(body)
     if class_name is None:
-        return None
+        return {}, {name: literal_tolerant(value_text) for name, value_text, _ in parse_keyword_reprs(body)}
     request = {name: value if value is not None or value_text == "None" else value_text for name, value_text, value in fields}
     tail = {name: literal_tolerant(value_text) for name, value_text, _ in parse_keyword_reprs(rest)}
     return {"__class__": class_name, **request}, tail

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from speclogs.ingest.jsonfiles import JsonFileResult, count_lines, json_text
-from speclogs.ingest.reprs import literal_tolerant, parse_keyword_reprs, parse_request_repr
+from speclogs.ingest.reprs import parse_request_repr
 
 HEALTH_CHECK_PREFIX = "HEALTH_CHECK"
 REQUEST_KINDS = ("request_received", "request_finished")
@@ -272,13 +272,7 @@ def _parse_request_line(message: str) -> tuple[str, object, object, dict, dict] 
             break
     else:
         return None
-    body = text[len(head):]
-    read = parse_request_repr(body)
-    if read is None:  # not `Name(…`: the keyword items alone
-        request = {}
-        tail = {name: literal_tolerant(value_text) for name, value_text, _ in parse_keyword_reprs(body)}
-    else:
-        request, tail = read
+    request, tail = parse_request_repr(text[len(head):])
     out = tail.pop("out", None)
     out = out if isinstance(out, dict) else {}
     rid = request.get("rid") if isinstance(request.get("rid"), str) else _meta(out).get("id")

@@ -140,22 +140,33 @@ def tapered_bytes(done: int, remaining: int, chunk_bytes: int) -> int:
 
 
 class PlainText:
-    """A plain file's bytes as they are read, hashed on the way."""
+    """A plain file's bytes as they are read, hashed on the way (each byte once, in order). What follows a chunk's
+    cut is given back with `unread` and read again with the next block, so a chunk is one read, never a copy."""
 
     def __init__(self, handle, digest) -> None:
         self._handle = handle
         self._digest = digest
-        self.disk_bytes = 0  # bytes read from the file
+        self._at = 0  # where the next read starts
+        self.disk_bytes = 0  # bytes read from the file (and hashed): the furthest a read went
         self.problem: str | None = None
 
     def read(self, size: int) -> bytes:
         block = self._handle.read(size)
-        self._digest.update(block)
-        self.disk_bytes += len(block)
+        end = self._at + len(block)
+        if end > self.disk_bytes:
+            self._digest.update(memoryview(block)[len(block) - (end - self.disk_bytes):])
+            self.disk_bytes = end
+        self._at = end
         return block
 
+    def unread(self, tail: memoryview) -> None:
+        """The next read starts again where `tail`, the end of the last block, began."""
+        if len(tail):
+            self._at -= len(tail)
+            self._handle.seek(self._at)
+
     def remaining(self, size_bytes: int) -> int:
-        return size_bytes - self.disk_bytes
+        return size_bytes - self._at
 
 
 class GzipText:
@@ -172,6 +183,7 @@ class GzipText:
         self._digest = digest
         self._decompressor = zlib.decompressobj(_GZIP_WBITS)
         self._input = b""  # compressed bytes read, not decompressed yet
+        self._unread: bytes | memoryview = b""  # text given back (unread), read again first
         self._ended = False
         self.disk_bytes = 0  # bytes read from the file
         self.text_bytes = 0  # bytes of text decompressed
@@ -180,13 +192,18 @@ class GzipText:
 
     def read(self, size: int) -> bytes:
         """The next `size` bytes of text (more when a failed block was salvaged, fewer only at the end)."""
-        pieces = []
-        have = 0
+        pieces = [self._unread] if self._unread else []
+        have = len(self._unread)
+        self._unread = b""
         while have < size and not self._ended:
             piece = self._next(size - have)
             pieces.append(piece)
             have += len(piece)
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return pieces[0] if len(pieces) == 1 and isinstance(pieces[0], bytes) else native.joined(pieces)
+
+    def unread(self, tail: memoryview) -> None:
+        """`tail`, the end of the last block, is the start of the next read (kept: a gzip cannot seek back)."""
+        self._unread = tail
 
     def read_all(self) -> bytes:
         pieces = []
@@ -198,7 +215,7 @@ class GzipText:
         """About how much text is left (at the ratio of text to gzip so far)."""
         consumed = self.disk_bytes - len(self._input)
         if self._ended:
-            return 0
+            return len(self._unread)
         if consumed <= 0 or not self.text_bytes:
             return size_bytes * GZIP_TEXT_RATIO
         return (size_bytes - consumed) * self.text_bytes // consumed
@@ -306,33 +323,36 @@ class LogStream:
         self._hash = hashlib.sha256()
         self._digest: str | None = None
 
-    def chunks(self, chunk_bytes: int) -> Iterator[bytes]:
+    def chunks(self, chunk_bytes: int) -> Iterator[bytes | memoryview]:
         """The file's valid-UTF-8 chunks of about chunk_bytes of text, smaller at the start and towards the end
-        (tapered_bytes; a very small rest joins the last one); afterwards `result()` is the sha256 of what was read."""
-        carry = b""  # the start of the next chunk: what followed the last cut (a line or a record, usually small)
+        (tapered_bytes; a very small rest joins the last one); afterwards `result()` is the sha256 of what was read.
+
+        A chunk is the head of one block read (a view into it, not a copy); the rest of the block, after the cut, is
+        given back to the reader and starts the next block."""
         with open(self.path, "rb") as handle:
             text = GzipText(handle, self._hash) if self.gzipped else PlainText(handle, self._hash)
-            block = self._read(text, tapered_bytes(0, text.remaining(self.size_bytes), chunk_bytes))
-            done = len(block)
-            while block:
-                following = self._read(text, tapered_bytes(done, text.remaining(self.size_bytes), chunk_bytes))
-                done += len(following)
-                if len(following) < chunk_bytes // 16:
-                    rest = [carry, block]
-                    while following:
+            done = 0  # bytes of text in the chunks so far
+            size = tapered_bytes(0, text.remaining(self.size_bytes), chunk_bytes)
+            while block := self._read(text, size):
+                if len(block) < size or text.remaining(self.size_bytes) < chunk_bytes // 16:  # the end, or nearly
+                    rest = [block]
+                    while following := self._read(text, chunk_bytes):
                         rest.append(following)
-                        following = self._read(text, chunk_bytes)
-                    yield self._valid(native.joined(rest))
+                    yield self._valid(rest[0] if len(rest) == 1 else native.joined(rest))
                     break
-                cut = block.rfind(b"\n[") + 1
-                if cut == 0 and not (block.startswith(b"[") and carry.endswith(b"\n")):
+                view = memoryview(block)
+                cut = block.rfind(b"\n[") + 1  # just before the last record that starts in the block
+                if cut == 0:
                     cut = block.rfind(b"\n") + 1 if len(block) >= chunk_bytes else 0
-                    if cut == 0:  # no line end in this block (one very long line), or no record starts in a tapered one: read on
-                        carry, block = carry + block, following
-                        continue
-                chunk = native.joined((carry, memoryview(block)[:cut]))  # one copy: the chunk is carry + the block's head
-                carry, block = block[cut:], following
-                yield self._valid(chunk)
+                if cut == 0:  # no line end in it (one very long line), or no record starts in a tapered block: read more
+                    text.unread(view)
+                    size = 2 * len(block)
+                    continue
+                text.unread(view[cut:])
+                done += cut
+                yield self._valid(view[:cut])
+                tail = len(block) - cut  # read again: the next block is the tail and the next chunk's worth of new text
+                size = tail + tapered_bytes(done + tail, text.remaining(self.size_bytes) - tail, chunk_bytes)
             self.problem = text.problem
         self._digest = self._hash.hexdigest()
 
@@ -728,16 +748,18 @@ def non_text_bytes(head: bytes) -> int:
     return control + text.count("\ufffd") - head.count(_REPLACEMENT)
 
 
-def make_valid_text(raw: bytes) -> tuple[bytes, int, int]:
-    """→ (valid UTF-8 bytes, invalid sequences replaced, NUL bytes replaced)."""
+def make_valid_text(raw: bytes | memoryview) -> tuple[bytes | memoryview, int, int]:
+    """→ (valid UTF-8 bytes, invalid sequences replaced, NUL bytes replaced); `raw` itself when it is valid."""
     flaws = native.text_flaws(raw)  # (NUL bytes, valid UTF-8) in one pass that lets other threads run; None: not built
     if flaws is None:  # the same answers in Python (`in` is memchr; count walks byte by byte)
+        raw = bytes(raw)
         flaws = (raw.count(b"\x00") if b"\x00" in raw else 0, raw.isascii() or _decodes(raw))
     nuls, valid = flaws
     if nuls:  # NUL is valid UTF-8, and so is its replacement: the text stays as valid as it was
-        raw = raw.replace(b"\x00", _REPLACEMENT)
+        raw = bytes(raw).replace(b"\x00", _REPLACEMENT)
     if valid:
         return raw, 0, nuls
+    raw = bytes(raw)
     already = raw.count(_REPLACEMENT)
     text = raw.decode("utf-8", errors="replace")
     invalid = text.count("\ufffd") - already

@@ -179,19 +179,19 @@ def read_request_lines(events: pl.DataFrame | None) -> RequestLines | None:
     found = events.filter(pl.col("kind").is_in(REQUEST_KINDS))
     if not found.height:
         return None
-    if "file" not in found.columns:
-        found = found.with_columns(file=pl.lit(0, pl.Int32))
+    if "file" in found.columns:
+        found = found.sort("file", "line_no", maintain_order=True)
+    else:
+        found = found.sort("line_no", maintain_order=True).with_columns(file=pl.lit(0, pl.Int32))
     lines = []
-    for file, line_no, launch_no, ts, kind, message in (
-        found.sort("file", "line_no", maintain_order=True).select("file", "line_no", "launch_no", "ts", "kind", "message").iter_rows()
-    ):
-        parsed = _parse_request_line(message or "")
+    columns = (found.get_column(name).to_list() for name in ("file", "line_no", "launch_no", "ts", "kind", "message"))
+    for file, line_no, launch_no, ts, kind, message in zip(*columns):
+        finished = kind != "request_received"
+        parsed = _parse_request_line(message or "", finished)
         if parsed is None:
             continue
         source_kind, rid, request, meta, extra = parsed
-        row = None
-        if kind != "request_received":
-            row = request_row(meta, line_no=line_no, source_kind=source_kind, request=request, rid=rid, extra=extra)
+        row = request_row(meta, line_no=line_no, source_kind=source_kind, request=request, rid=rid, extra=extra) if finished else None
         lines.append((file, line_no, launch_no, ts, kind, source_kind, rid, request, row))
     return RequestLines(lines) if lines else None
 
@@ -252,8 +252,9 @@ class RequestLog:
 _SCHEMA = REQUEST_COLUMNS | {"file": pl.Int32}
 
 
-def _parse_request_line(message: str) -> tuple[str, object, object, dict, dict] | None:
-    """A request line's text → (source_kind, rid, request, meta_info, other out fields); None when unreadable."""
+def _parse_request_line(message: str, finished: bool = True) -> tuple[str, object, object, dict, dict] | None:
+    """A request line's text → (source_kind, rid, request, meta_info, other out fields); None when unreadable. A line
+    that is not `finished` (a Receive line) gets no meta_info nor other fields (its row, if any, has none)."""
     text = message.strip()
     if text.startswith("{"):
         try:
@@ -265,18 +266,28 @@ def _parse_request_line(message: str) -> tuple[str, object, object, dict, dict] 
         request = document.get("obj")
         out = document.get("out") if isinstance(document.get("out"), dict) else {}
         rid = document.get("rid")
+        if not finished:
+            return "log_requests_json", rid, request, {}, {}
         extra = {key: value for key, value in document.items() if key not in ("timestamp", "event", "rid", "obj", "out")}
         return "log_requests_json", rid, request, _meta(out), extra | _other(out)
-    for head in ("Receive: obj=", "Finish: obj="):
-        if text.startswith(head):
-            break
+    if text.startswith("Receive: obj="):
+        head = len("Receive: obj=")
+    elif text.startswith("Finish: obj="):
+        head = len("Finish: obj=")
     else:
         return None
-    request, tail = parse_request_repr(text[len(head):])
+    request, tail = parse_request_repr(text[head:])
+    rid = request.get("rid")
+    if not finished and isinstance(rid, str):
+        return "log_requests_text", rid, request, {}, {}
     out = tail.pop("out", None)
     out = out if isinstance(out, dict) else {}
-    rid = request.get("rid") if isinstance(request.get("rid"), str) else _meta(out).get("id")
-    return "log_requests_text", rid, request, _meta(out), tail | _other(out)
+    meta = _meta(out)
+    if not isinstance(rid, str):
+        rid = meta.get("id")
+    if not finished:
+        return "log_requests_text", rid, request, {}, {}
+    return "log_requests_text", rid, request, meta, tail | _other(out)
 
 
 def _meta(out: dict) -> dict:

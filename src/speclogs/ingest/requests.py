@@ -252,7 +252,7 @@ class RequestLog:
 _SCHEMA = REQUEST_COLUMNS | {"file": pl.Int32}
 
 
-def _parse_request_line(message: str, finished: bool = True) -> tuple[str, object, object, dict, dict] | None:
+def _parse_request_line(message: str, finished: bool) -> tuple[str, object, object, dict, dict] | None:
     """A request line's text → (source_kind, rid, request, meta_info, other out fields); None when unreadable. A line
     that is not `finished` (a Receive line) gets no meta_info nor other fields (its row, if any, has none)."""
     text = message.strip()
@@ -277,14 +277,10 @@ def _parse_request_line(message: str, finished: bool = True) -> tuple[str, objec
     else:
         return None
     request, tail = parse_request_repr(text[head:])
-    rid = request.get("rid")
-    if not finished and isinstance(rid, str):
-        return "log_requests_text", rid, request, {}, {}
     out = tail.pop("out", None)
     out = out if isinstance(out, dict) else {}
     meta = _meta(out)
-    if not isinstance(rid, str):
-        rid = meta.get("id")
+    rid = request.get("rid") if isinstance(request.get("rid"), str) else meta.get("id")
     if not finished:
         return "log_requests_text", rid, request, {}, {}
     return "log_requests_text", rid, request, meta, tail | _other(out)

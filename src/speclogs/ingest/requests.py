@@ -270,13 +270,12 @@ def _parse_request_line(message: str, finished: bool) -> tuple[str, object, obje
             return "log_requests_json", rid, request, {}, {}
         extra = {key: value for key, value in document.items() if key not in ("timestamp", "event", "rid", "obj", "out")}
         return "log_requests_json", rid, request, _meta(out), extra | _other(out)
-    if text.startswith("Receive: obj="):
-        head = len("Receive: obj=")
-    elif text.startswith("Finish: obj="):
-        head = len("Finish: obj=")
+    for head in ("Receive: obj=", "Finish: obj="):
+        if text.startswith(head):
+            break
     else:
         return None
-    request, tail = parse_request_repr(text[head:])
+    request, tail = parse_request_repr(text[len(head):])
     out = tail.pop("out", None)
     out = out if isinstance(out, dict) else {}
     meta = _meta(out)

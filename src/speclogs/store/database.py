@@ -209,20 +209,19 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
         try:
             new = not connection.execute(
                 "SELECT count(*) FROM duckdb_tables() WHERE database_name = 'speclogs' AND table_name = 'meta'").fetchone()[0]
-            if new:  # one script: each call is a wait for the GIL (~5 ms while the grammars load on their thread)
-                connection.execute(";\n".join(statement.strip().rstrip(";") for statement in (
-                    "BEGIN TRANSACTION", *META_SQL, f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}')", schema_sql(),
-                    *(sharded_view_sql(table, {}, {}) for table in SHARDED_TABLES), VIEWS_SQL, "COMMIT")))
-                return connection
-            connection.execute("BEGIN TRANSACTION")  # one commit (and one WAL sync) for the whole schema
-            _migrate(connection, path)
-            connection.execute(schema_sql())
-            views = {row[0] for row in connection.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-            for table in SHARDED_TABLES:  # where a file has none (no narrow tables yet); the store keeps them up to date
-                if table not in views:
-                    connection.execute(sharded_view_sql(table, {}, {}))
-            connection.execute(VIEWS_SQL)  # after the sharded views: drift reads them
-            connection.execute("COMMIT")
+            if new:
+                start, views = ("BEGIN TRANSACTION", *META_SQL, f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}')"), set()
+            else:
+                connection.execute("BEGIN TRANSACTION")  # one commit (and one WAL sync) for the whole schema
+                _migrate(connection, path)
+                start = ()
+                views = {row[0] for row in connection.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+            # the rest in one script: each call is a wait for the GIL (~5 ms while the grammars load on their thread).
+            # A sharded table's view where the file has none (no narrow tables yet; the store keeps them up to date),
+            # then the other views (drift reads the sharded ones).
+            connection.execute(";\n".join(statement.strip().rstrip(";") for statement in (
+                *start, schema_sql(), *(sharded_view_sql(table, {}, {}) for table in SHARDED_TABLES if table not in views),
+                VIEWS_SQL, "COMMIT")))
         except duckdb.Error as error:
             connection.close()
             hint = NO_SPACE_HINT if no_space_left(error) else "use a new --db file"

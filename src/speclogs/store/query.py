@@ -147,14 +147,23 @@ def _quoted(name: str) -> str:
     return name.replace('"', '""')
 
 
-def split_statements(sql: str) -> list[tuple[str, str]]:
-    """(statement type, text) for every statement of `sql`, as DuckDB's parser splits it. StoreError when it does
-    not parse."""
+def split_statements(sql: str, connection: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    """(statement type, text) for every statement of `sql`, as `connection`'s parser splits it (duckdb's module-level
+    parser would start a database of its own: ~30 ms). StoreError when it does not parse."""
     try:
-        parsed = duckdb.extract_statements(sql)
+        parsed = connection.extract_statements(sql)
     except duckdb.Error as error:
         raise StoreError(f"SQL error: {error}", hint=_HINT) from error
     return [(statement.type.name, statement.query) for statement in parsed]
+
+
+def statement_count(sql: str) -> int:
+    """How many statements `sql` holds (parsed by a database of its own, opened for it)."""
+    scratch = duckdb.connect()
+    try:
+        return len(split_statements(sql, scratch))
+    finally:
+        scratch.close()
 
 
 @contextmanager
@@ -162,9 +171,6 @@ def statements(db_path: str | Path, sql: str, *, lake: str | Path | None = None)
     """Open the database read-only (or the lake `lake`) and run `sql`'s statements in order, yielding each result as
     it comes (a statement runs when the previous one's result has been read). StoreError for SQL that does not parse
     or run."""
-    parsed = split_statements(sql)
-    if not parsed:
-        raise StoreError("no SQL statement given", hint='e.g. speclogs sql "SELECT run_name FROM runs"')
     if lake is not None:
         from speclogs.store.lake import connect_lake
 
@@ -172,6 +178,9 @@ def statements(db_path: str | Path, sql: str, *, lake: str | Path | None = None)
     else:
         connection = connect(db_path, read_only=True)
     try:
+        parsed = split_statements(sql, connection)
+        if not parsed:
+            raise StoreError("no SQL statement given", hint='e.g. speclogs sql "SELECT run_name FROM runs"')
         connection.execute("SET enable_progress_bar = false")  # DuckDB's bar would land in the output
         yield _results(connection, parsed)
     finally:

@@ -901,11 +901,23 @@ static PyObject *py_count_lines(PyObject *module, PyObject *data_o) {
 static void sl_text_flaws(const uint8_t *s, Py_ssize_t n, Py_ssize_t *nuls, int *valid) {
     Py_ssize_t i = 0, zeros = 0;
     int ok = 1;
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
     while (i < n) {
-        if (i + 8 <= n) { /* eight ASCII bytes without a NUL at a time: the usual text */
+        if (i + 32 <= n) { /* 32 ASCII bytes without a NUL at a time: the usual text (a word has a NUL byte when
+                            * (w - ones) & ~w & highs, exactly) */
+            uint64_t w[4];
+            memcpy(w, s + i, 32);
+            uint64_t high = (w[0] | w[1] | w[2] | w[3]) & highs;
+            uint64_t zero = ((w[0] - ones) & ~w[0]) | ((w[1] - ones) & ~w[1]) | ((w[2] - ones) & ~w[2]) | ((w[3] - ones) & ~w[3]);
+            if (!(high | (zero & highs))) {
+                i += 32;
+                continue;
+            }
+        }
+        if (i + 8 <= n) { /* eight at a time */
             uint64_t w;
             memcpy(&w, s + i, 8);
-            if (!(w & 0x8080808080808080ULL) && !((w - 0x0101010101010101ULL) & ~w & 0x8080808080808080ULL)) {
+            if (!(w & highs) && !((w - ones) & ~w & highs)) {
                 i += 8;
                 continue;
             }

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, query, scalar
+from speclogs.ingest import sources
 from speclogs.store import connect, ingest_paths
 from speclogs.store.check import check_content
 
@@ -184,3 +185,31 @@ def test_ingesting_the_same_signals_again_changes_nothing(metrics_db, tmp_path):
     summary = ingest_paths([METRICS_FIXTURE], copy, run_name="h200_metrics")
     assert summary.files_ingested == 0 and summary.files_unchanged == 4
     assert scalar(copy, "SELECT count(*) FROM metrics") + scalar(copy, "SELECT count(*) FROM requests") == before
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_request_lines_pair_by_rid_within_a_launch_in_line_order(tmp_path, db_path, monkeypatch, streamed):
+    """A Finish line takes the Receive line its rid waits for in that launch; one that waits for nothing, and a Receive
+    line nobody answered, are rows of their own; a Receive line followed by another of its rid gives no row (the later
+    one waits). Read whole, and streamed in chunks of a few lines, so that pairs reach across chunks."""
+    def receive(rid: str) -> str:
+        return f"[2026-12-01 09:00:00] Receive: obj=GenerateReqInput(rid='{rid}', text='{'x' * 60}')\n"
+
+    def finish(rid: str, tokens: int) -> str:
+        return (f"[2026-12-01 09:00:01] Finish: obj=GenerateReqInput(rid='{rid}'), "
+                f"out={{'meta_info': {{'id': '{rid}', 'completion_tokens': {tokens}}}}}\n")
+
+    server_args = "[2026-12-01 08:59:00] server_args=ServerArgs(model_path='m', tp_size=1)\n"
+    lines = [server_args, receive("a"), finish("a", 1), finish("a", 2),   # 2-4: a pair, then a Finish waiting for nothing
+             receive("b"), receive("b"), finish("b", 3),                   # 5-7: the second Receive line pairs
+             receive("c"),                                                 # 8: never answered ...
+             server_args, finish("c", 4),                                  # 9-10: ... in its launch: launch 2 has no c
+             receive("d"), "[2026-12-01 09:00:02] some other line\n" * 3, finish("d", 5)]  # 11-15
+    log = tmp_path / "server.log"
+    log.write_text("".join(lines))
+    if streamed:
+        monkeypatch.setattr(sources, "STREAM_MIN_BYTES", 256)
+    ingest_paths([log], db_path, chunk_bytes=300 if streamed else None)
+    assert query(db_path, "SELECT rid, launch_no, line_no, received_line_no, completion_tokens FROM requests ORDER BY line_no") == [
+        ("a", 1, 3, 2, 1), ("a", 1, 4, None, 2), ("b", 1, 7, 6, 3), ("c", 1, 8, 8, None), ("c", 2, 10, None, 4),
+        ("d", 2, 15, 11, 5)]

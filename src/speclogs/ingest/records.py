@@ -27,7 +27,6 @@ import polars as pl
 
 from speclogs.ingest.classify import Claims, Engine, explain_miss, is_server_args
 from speclogs.ingest.reprs import parse_server_args
-from speclogs.ingest.requests import RequestLines
 from speclogs.redact import REDACTED, SUSPECT, redact_line, secret_name
 
 ERRORS_TABLE = "errors"
@@ -66,7 +65,7 @@ class ChunkResult:
     tables: dict[str, pl.DataFrame]
     files: list[FileTally]
     byte_end: int = 0  # offset in the (decompressed) text where this chunk ends
-    request_lines: RequestLines | None = None  # its --log-requests lines, read (the pipeline's, for requests.RequestLog)
+    request_lines: pl.DataFrame | None = None  # its --log-requests lines, read (requests.read_request_lines, for RequestLog)
 
 
 @dataclass(frozen=True)
@@ -205,16 +204,13 @@ def number_launches(result: ChunkResult, launches_before: int) -> ChunkResult:
     """A streamed chunk assembled before the launches of the chunks before it were known (ChunkFiles.numbered
     False), its launches numbered after those, in place: launch_no n of the chunk becomes max(1, n + launches_before)
     in every table, launch fact and request line."""
-    def number(launch_no: int) -> int:
-        return max(1, launch_no + launches_before)
-
     numbered = (pl.col("launch_no") + launches_before).clip(lower_bound=1).cast(pl.Int32)
     result.tables = {table: frame.with_columns(numbered) if "launch_no" in frame.columns else frame
                      for table, frame in result.tables.items()}
     for tally in result.files:
-        tally.launch_facts = [(number(launch_no), fact, ts) for launch_no, fact, ts in tally.launch_facts]
+        tally.launch_facts = [(max(1, launch_no + launches_before), fact, ts) for launch_no, fact, ts in tally.launch_facts]
     if result.request_lines is not None:
-        result.request_lines = result.request_lines.numbered(number)
+        result.request_lines = result.request_lines.with_columns(numbered)
     return result
 
 

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import polars as pl
 
@@ -158,22 +156,11 @@ def _json_or_text(value: object) -> object:
 # --log-requests lines (server_events rows of kind request_received / request_finished)
 
 
-@dataclass
-class RequestLines:
-    """A frame's --log-requests lines, read (their Python reprs: the costly part, done where the frame is made): in
-    line order, (file, line_no, launch_no, ts, kind, source_kind, rid, request, row) each, `row` being a Finish
-    line's requests row so far. `launch_no` is the frame's own (see `numbered`)."""
-
-    lines: list[tuple]
-
-    def numbered(self, number: Callable[[int], int]) -> "RequestLines":
-        """The same lines with launch numbers `number(launch_no)` (a streamed chunk's, once the chunks before it are in)."""
-        return RequestLines([(line[0], line[1], number(line[2]), *line[3:]) for line in self.lines])
-
-
-def read_request_lines(events: pl.DataFrame | None) -> RequestLines | None:
-    """The request lines of a server_events frame (kinds request_received / request_finished), read; None when it
-    has none. A frame of a batch of small files carries `file`; a streamed chunk's is file 0."""
+def read_request_lines(events: pl.DataFrame | None) -> pl.DataFrame | None:
+    """The request lines of a server_events frame (kinds request_received / request_finished), read: a frame of one
+    row per readable line, in (file, line) order, with `finished` (a Finish line) and `pair_key` (its rid, what
+    RequestLog pairs by) besides each line's requests row; None when it has none. A frame of a batch of small files
+    carries `file`; a streamed chunk's is file 0."""
     if events is None or "kind" not in events.columns:
         return None
     found = events.filter(pl.col("kind").is_in(REQUEST_KINDS))
@@ -183,70 +170,59 @@ def read_request_lines(events: pl.DataFrame | None) -> RequestLines | None:
         found = found.sort("file", "line_no", maintain_order=True)
     else:
         found = found.sort("line_no", maintain_order=True).with_columns(file=pl.lit(0, pl.Int32))
-    lines = []
-    columns = (found.get_column(name).to_list() for name in ("file", "line_no", "launch_no", "ts", "kind", "message"))
-    for file, line_no, launch_no, ts, kind, message in zip(*columns):
-        finished = kind != "request_received"
-        parsed = _parse_request_line(message or "", finished)
+    readable, rows, keys = [], [], []
+    for kind, message in zip(found.get_column("kind").to_list(), found.get_column("message").to_list()):
+        parsed = _parse_request_line(message or "", kind == "request_finished")
+        readable.append(parsed is not None)
         if parsed is None:
             continue
         source_kind, rid, request, meta, extra = parsed
-        row = request_row(meta, line_no=line_no, source_kind=source_kind, request=request, rid=rid, extra=extra) if finished else None
-        lines.append((file, line_no, launch_no, ts, kind, source_kind, rid, request, row))
-    return RequestLines(lines) if lines else None
+        rows.append(request_row(meta, line_no=0, source_kind=source_kind, request=request, rid=rid, extra=extra).values())
+        # a rid that is not a str (a batch's list in a JSON line) pairs by its JSON; no str rid holds a NUL (the text is
+        # made valid before it is read)
+        keys.append(rid if isinstance(rid, str) else None if rid is None else "\0" + json_text(rid))
+    if not rows:
+        return None
+    read = {name: values for name, values in zip(REQUEST_COLUMNS, zip(*rows)) if name not in _LINE_COLUMNS}
+    found = found.filter(pl.Series(readable, dtype=pl.Boolean))
+    columns = [pl.Series(name, values, dtype=REQUEST_COLUMNS[name]) for name, values in read.items()]
+    return found.select(*_LINE_COLUMNS, "file", finished=pl.col("kind") == "request_finished").with_columns(
+        pl.Series("pair_key", keys, dtype=pl.Utf8), *columns)
+
+
+_LINE_COLUMNS = ("line_no", "launch_no", "ts")  # a requests row's columns that the server_events row holds
 
 
 class RequestLog:
-    """Pairs a log's request lines (RequestLines, chunk by chunk, in line order) into rows: a request's Finish line
-    is its row, with the line number of its Receive line; a request that never finished is its Receive line's row.
+    """Pairs a log's request lines (read_request_lines' frames, chunk by chunk, in line order) into rows: a request's
+    Finish line is its row, with the line number of its Receive line; a request that never finished is its Receive
+    line's row.
 
-    A batch of small files is one RequestLog: lines are paired within their file, and the rows keep `file`, in file
-    order. What is kept until `frame()` is the rows so far (a frame a chunk) and the requests still waiting for their
-    Finish line."""
+    Lines pair within a file and launch by rid, in line order, as a Finish line takes the request its rid waits for:
+    the Receive line before it, unless another line of that rid came between (a Receive line followed by another of its
+    rid gives no row: the later one waits). A batch of small files is one RequestLog: the rows keep `file`, in file
+    order."""
 
     def __init__(self) -> None:
         self._frames: list[pl.DataFrame] = []
-        self._pending: dict[tuple, dict] = {}  # (file, launch_no, rid) → its Receive line
 
-    def add(self, read: RequestLines | None) -> None:
-        if read is None:
-            return
-        rows: list[dict] = []
-        for file, line_no, launch_no, ts, kind, source_kind, rid, request, row in read.lines:
-            key = (file, launch_no, rid)
-            if kind == "request_received":
-                self._pending[key] = {"line_no": line_no, "ts": ts, "request": request, "source_kind": source_kind}
-                continue
-            received = self._pending.pop(key, None)
-            row.update(launch_no=launch_no, ts=ts, received_line_no=received["line_no"] if received else None, file=file)
-            rows.append(row)
-        if rows:
-            self._frames.append(pl.DataFrame(rows, schema=_SCHEMA, orient="row"))
+    def add(self, lines: pl.DataFrame | None) -> None:
+        if lines is not None:
+            self._frames.append(lines)
 
     def frame(self) -> pl.DataFrame | None:
         """One row per request (the Finish line; a request that never finished: its Receive line), in (file, line)
         order, with `file`."""
-        frames = list(self._frames)
-        if self._pending:
-            frames.append(self._unfinished())
-        if not frames:
+        if not self._frames:
             return None
-        return pl.concat(frames).sort(["file", "line_no"], maintain_order=True)
-
-    def _unfinished(self) -> pl.DataFrame:
-        """The rows of the requests still waiting: request_row of their Receive line (no meta_info), made by column."""
-        keys, received = list(self._pending), list(self._pending.values())
-        rids = [rid if isinstance(rid, str) else None for _, _, rid in keys]
-        line_nos = [line["line_no"] for line in received]
-        columns = {
-            "line_no": line_nos, "launch_no": [launch_no for _, launch_no, _ in keys], "ts": [line["ts"] for line in received],
-            "received_line_no": line_nos, "source_kind": [line["source_kind"] for line in received], "rid": rids,
-            "health_check": [rid.startswith(HEALTH_CHECK_PREFIX) if rid is not None else None for rid in rids],
-            "request": [json_text(line["request"]) if line["request"] is not None else None for line in received],
-            "file": [file for file, _, _ in keys],
-        }
-        return pl.DataFrame(columns, schema={name: _SCHEMA[name] for name in columns}).select(
-            pl.col(name) if name in columns else pl.lit(None, dtype).alias(name) for name, dtype in _SCHEMA.items())
+        lines = pl.concat(self._frames).sort("file", "line_no", maintain_order=True)
+        request = ("file", "launch_no", "pair_key")
+        before_is_receive = pl.col("finished").shift(1).over(request).not_()
+        return lines.with_columns(
+            received_line_no=pl.when(pl.col("finished").not_()).then("line_no")
+            .when(before_is_receive).then(pl.col("line_no").shift(1).over(request)),
+            waits=pl.col("finished").not_() & pl.col("line_no").shift(-1).over(request).is_null(),
+        ).filter(pl.col("finished") | pl.col("waits")).select(pl.col(name).cast(dtype) for name, dtype in _SCHEMA.items())
 
 
 _SCHEMA = REQUEST_COLUMNS | {"file": pl.Int32}

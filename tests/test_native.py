@@ -826,3 +826,20 @@ def test_anchor_turns_rows_down_and_near_misses_are_kept_where_they_are_read():
     assert near([False, False, False]) == always
     assert near([False, True, False]) == sorted([(2, 0), *always])
     assert near([False, False, True]) == sorted([(3, 0), *always])
+
+
+@needs_native
+def test_text_flaws_counts_nuls_and_checks_utf8_as_pythons_strict_decoder_does():
+    """Texts made of ASCII runs long and short, NUL bytes, valid multi-byte characters and the invalid forms (a stray
+    continuation byte, a cut sequence, an overlong form, a surrogate), at every alignment of the 32- and 8-byte steps."""
+    pieces = [b"a", b"\0", b"\xc3\xa9", b"\xe2\x82\xac", b"\xf0\x9f\x98\x80", b"\xff", b"\x80", b"\xc3", b"\xe2\x82",
+              b"\xed\xa0\x80", b"\xe0\x80\x80", b"\xf4\x90\x80\x80", b"x" * 40, b"[2026-12-01 09:00:00] Decode batch\n"]
+    rng = random.Random(14)
+    for _ in range(20_000):
+        data = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 24)))
+        try:
+            data.decode("utf-8")
+            valid = True
+        except UnicodeDecodeError:
+            valid = False
+        assert native.text_flaws(data) == (data.count(0), valid), data

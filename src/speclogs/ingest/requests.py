@@ -177,6 +177,7 @@ def read_request_lines(events: pl.DataFrame | None) -> pl.DataFrame | None:
         if parsed is None:
             continue
         source_kind, rid, request, meta, extra = parsed
+        # the row's line_no, launch_no and ts are the frame's (_LINE_COLUMNS): the 0 here is not kept
         rows.append(request_row(meta, line_no=0, source_kind=source_kind, request=request, rid=rid, extra=extra).values())
         # a rid that is not a str (a batch's list in a JSON line) pairs by its JSON; no str rid holds a NUL (the text is
         # made valid before it is read)

@@ -158,7 +158,7 @@ def _json_or_text(value: object) -> object:
 
 def read_request_lines(events: pl.DataFrame | None) -> pl.DataFrame | None:
     """The request lines of a server_events frame (kinds request_received / request_finished), read: a frame of one
-    row per readable line, in (file, line) order, with `finished` (a Finish line) and `pair_key` (its rid, what
+    row per readable line, in the frame's order, with `finished` (a Finish line) and `pair_key` (its rid, what
     RequestLog pairs by) besides each line's requests row; None when it has none. A frame of a batch of small files
     carries `file`; a streamed chunk's is file 0."""
     if events is None or "kind" not in events.columns:
@@ -166,10 +166,8 @@ def read_request_lines(events: pl.DataFrame | None) -> pl.DataFrame | None:
     found = events.filter(pl.col("kind").is_in(REQUEST_KINDS))
     if not found.height:
         return None
-    if "file" in found.columns:
-        found = found.sort("file", "line_no", maintain_order=True)
-    else:
-        found = found.sort("line_no", maintain_order=True).with_columns(file=pl.lit(0, pl.Int32))
+    if "file" not in found.columns:  # (no sort: RequestLog.frame orders the lines itself)
+        found = found.with_columns(file=pl.lit(0, pl.Int32))
     readable, rows, keys = [], [], []
     for kind, message in zip(found.get_column("kind").to_list(), found.get_column("message").to_list()):
         parsed = _parse_request_line(message or "", kind == "request_finished")

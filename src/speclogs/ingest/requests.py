@@ -65,9 +65,10 @@ _META_KEYS = {key: (column, rank, column in _INT_COLUMNS)
 _EMPTY_ROW = dict.fromkeys(REQUEST_COLUMNS)
 
 
-def request_row(meta: dict, *, line_no: int, source_kind: str, request: object = None, rid: object = None,
+def request_row(meta: dict, *, source_kind: str, line_no: int | None = None, request: object = None, rid: object = None,
                 extra: dict | None = None) -> dict:
-    """A requests row from a meta_info-shaped dict (typed fields out of it; the rest → extra)."""
+    """A requests row from a meta_info-shaped dict (typed fields out of it; the rest → extra). `line_no`: the line the
+    row comes from, where the caller has no frame that holds it."""
     row = _EMPTY_ROW.copy()
     row["line_no"] = line_no
     row["source_kind"] = source_kind
@@ -163,7 +164,9 @@ def read_request_lines(events: pl.DataFrame | None) -> pl.DataFrame | None:
     carries `file`; a streamed chunk's is file 0."""
     if events is None or "kind" not in events.columns:
         return None
-    found = events.filter(pl.col("kind").is_in(REQUEST_KINDS))
+    # the columns a request line's row takes, before the filter (a frame of server_events has ~40)
+    found = events.select(*_LINE_COLUMNS, *(["file"] if "file" in events.columns else []), "kind", "message").filter(
+        pl.col("kind").is_in(REQUEST_KINDS))
     if not found.height:
         return None
     if "file" not in found.columns:  # (no sort: RequestLog.frame orders the lines itself)
@@ -175,8 +178,8 @@ def read_request_lines(events: pl.DataFrame | None) -> pl.DataFrame | None:
         if parsed is None:
             continue
         source_kind, rid, request, meta, extra = parsed
-        # the row's line_no, launch_no and ts are the frame's (_LINE_COLUMNS): the 0 here is not kept
-        rows.append(request_row(meta, line_no=0, source_kind=source_kind, request=request, rid=rid, extra=extra).values())
+        # the row's line_no, launch_no and ts are the frame's (_LINE_COLUMNS)
+        rows.append(request_row(meta, source_kind=source_kind, request=request, rid=rid, extra=extra).values())
         # a rid that is not a str (a batch's list in a JSON line) pairs by its JSON; no str rid holds a NUL (the text is
         # made valid before it is read)
         keys.append(rid if isinstance(rid, str) else None if rid is None else "\0" + json_text(rid))

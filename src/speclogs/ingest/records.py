@@ -296,7 +296,8 @@ def redacted(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     out = {}
     for table, frame in tables.items():
         if table == "server_args" and frame.height:
-            secret = pl.Series([secret_name(name) for name in frame.get_column("name").to_list()], dtype=pl.Boolean)
+            secret = pl.Series([name is not None and secret_name(name) for name in frame.get_column("name").to_list()],
+                               dtype=pl.Boolean)
             if secret.any():
                 frame = frame.with_columns(
                     pl.when(secret & pl.col("value").is_not_null() & ~pl.col("value").is_in(["None", "''", '""']))

@@ -67,8 +67,8 @@ _EMPTY_ROW = dict.fromkeys(REQUEST_COLUMNS)
 
 def request_row(meta: dict, *, source_kind: str, line_no: int | None = None, request: object = None, rid: object = None,
                 extra: dict | None = None) -> dict:
-    """A requests row from a meta_info-shaped dict (typed fields out of it; the rest → extra). `line_no`: the line the
-    row comes from, where the caller has no frame that holds it."""
+    """A requests row from a meta_info-shaped dict (typed fields out of it; the rest → extra). `line_no`: the row's line,
+    for the callers whose rows do not take it from a frame (the --log-requests rows do)."""
     row = _EMPTY_ROW.copy()
     row["line_no"] = line_no
     row["source_kind"] = source_kind

@@ -253,7 +253,7 @@ def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | N
                  lake: Path | None = None) -> None:
     """Every statement's result of `text` in the chosen format, on stdout or in --output (one library call per
     result; the rows stream through)."""
-    from speclogs.store.query import statement_count, statements
+    from speclogs.store.query import statements
 
     if output_format is SqlFormat.parquet and output is None:
         raise typer.BadParameter("--format parquet writes a file: add --output FILE", param_hint="'--output'")
@@ -261,9 +261,9 @@ def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | N
         raise typer.BadParameter("--output writes csv, json or parquet: add --format csv|json|parquet", param_hint="'--format'")
     if output is not None and output.exists() and not force:
         raise typer.BadParameter(f"{output} exists: pass --force to overwrite it", param_hint="'--output'")
-    if output_format is SqlFormat.parquet and statement_count(text) > 1:
-        raise typer.BadParameter("a Parquet file holds one result: give one statement", param_hint="'--format'")
     with statements(db, text, lake=lake) as results:
+        if output_format is SqlFormat.parquet and len(results) > 1:
+            raise typer.BadParameter("a Parquet file holds one result: give one statement", param_hint="'--format'")
         if output_format is SqlFormat.table:
             for index, result in enumerate(results):
                 _render_query_table(result, limit, first=index == 0)

@@ -157,20 +157,11 @@ def split_statements(sql: str, connection: duckdb.DuckDBPyConnection) -> list[tu
     return [(statement.type.name, statement.query) for statement in parsed]
 
 
-def statement_count(sql: str) -> int:
-    """How many statements `sql` holds (parsed by a database of its own, opened for it)."""
-    scratch = duckdb.connect()
-    try:
-        return len(split_statements(sql, scratch))
-    finally:
-        scratch.close()
-
-
 @contextmanager
-def statements(db_path: str | Path, sql: str, *, lake: str | Path | None = None) -> Iterator[Iterator[StatementResult]]:
+def statements(db_path: str | Path, sql: str, *, lake: str | Path | None = None) -> Iterator["Statements"]:
     """Open the database read-only (or the lake `lake`) and run `sql`'s statements in order, yielding each result as
-    it comes (a statement runs when the previous one's result has been read). StoreError for SQL that does not parse
-    or run."""
+    it comes (a statement runs when the previous one's result has been read); `len()` of what it gives is how many
+    statements `sql` holds. StoreError for SQL that does not parse or run."""
     if lake is not None:
         from speclogs.store.lake import connect_lake
 
@@ -182,9 +173,23 @@ def statements(db_path: str | Path, sql: str, *, lake: str | Path | None = None)
         if not parsed:
             raise StoreError("no SQL statement given", hint='e.g. speclogs sql "SELECT run_name FROM runs"')
         connection.execute("SET enable_progress_bar = false")  # DuckDB's bar would land in the output
-        yield _results(connection, parsed)
+        yield Statements(connection, parsed)
     finally:
         connection.close()
+
+
+@dataclass(frozen=True)
+class Statements:
+    """A text's statements, parsed: iterated (once), each one runs and gives its result; len() counts them."""
+
+    connection: duckdb.DuckDBPyConnection
+    parsed: list[tuple[str, str]]  # (statement type, text)
+
+    def __len__(self) -> int:
+        return len(self.parsed)
+
+    def __iter__(self) -> Iterator[StatementResult]:
+        return _results(self.connection, self.parsed)
 
 
 def _results(connection, parsed: list[tuple[str, str]]) -> Iterator[StatementResult]:

@@ -424,10 +424,10 @@ static inline const uint8_t *row_text(const uint8_t *views, const uint8_t *const
  * cell_at[i] on; left[i] = 1 when one is in a form the C readers do not take (polars converts that row).
  * Each (row, pattern) whose gate the row contains (or that has none) but whose program missed, before the
  * winner, is a near miss: near_rows/near_patterns, up to near_capacity of them (*n_near counts them all: more
- * than the capacity means "call again with more room"). A row that does not start with a pattern's anchor is
- * a near miss of it when it contains the gate; that search is only made for rows that nothing wins or whose
- * winner has near_after set (the caller says which winners' near misses it reads). Near misses come in row
- * order for each pattern. */
+ * than the capacity means "call again with more room"). Only rows that nothing wins, or whose winner has
+ * near_after set (the caller says which winners' near misses it reads), have near misses. A row that does not start
+ * with a pattern's anchor is a near miss of it when it contains the gate. Near misses come in row order for each
+ * pattern. */
 static void sl_classify(const pattern_t *patterns, int32_t n_patterns, const uint8_t *views, const uint8_t *const *buffers,
                  const uint8_t *validity, int64_t offset, const int64_t *rows, int64_t n, int32_t *winner,
                  uint8_t *cells, uint8_t *cell_valid, int64_t *cell_at, uint8_t *left, int64_t *near_rows,
@@ -450,6 +450,7 @@ static void sl_classify(const pattern_t *patterns, int32_t n_patterns, const uin
         if (validity && !((validity[row >> 3] >> (row & 7)) & 1)) continue;
         if (!stack) { winner[i] = -2; continue; }
         int32_t len, turned_down = 0;
+        int64_t near_before = near; /* this row's near misses start here */
         const uint8_t *s = view_text(views, buffers, row, &len);
         for (int32_t k = 0; k < n_patterns; k++) {
             const pattern_t *p = &patterns[k];
@@ -469,6 +470,8 @@ static void sl_classify(const pattern_t *patterns, int32_t n_patterns, const uin
                 cell_at[i] = used;
                 left[i] = !convert(p->wanted, p->n_wanted, caps, views + 16 * row, s, cells + 16 * used, cell_valid + used);
                 used += p->n_wanted;
+                if (!p->near_after) near = near_before; /* the caller reads none of them (e.g. 0.5.9's prefill lines, won by
+                                                           the second of two prefill patterns: 240k of a 2M-line log) */
                 break;
             }
             if (st == UNDECIDED) {

@@ -431,8 +431,8 @@ class Patterns:
     scope in its Engine, not one per chunk). fields: name → int, float, pct, bool, timestamp, or anything else for
     text.
 
-    near_after[k]: whether the caller reads the near misses (of earlier patterns) of rows pattern k wins; rows
-    no pattern wins always get theirs. Default: all (every near miss is reported)."""
+    near_after[k]: whether the caller reads the near misses (of earlier patterns) of rows pattern k wins (without it
+    those rows have none); rows no pattern wins always get theirs. Default: all (every near miss is reported)."""
 
     def __init__(self, patterns: list[tuple[Program, str, dict[str, str]]], near_after: list[bool] | None = None) -> None:
         self.wanted = [[(name, _KINDS.get(type_name, _TEXT)) for name, type_name in fields.items() if name in prog.groups]

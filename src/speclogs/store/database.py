@@ -25,6 +25,7 @@ STORAGE_VERSION = "v1.4.0"  # the oldest DuckDB that must read speclogs files: t
 # DuckDB's buffer pool when writing (its default is 80 % of RAM): the blocks an ingest writes stay cached up to it,
 # so it bounds what a long ingest holds (the parse itself holds ~450 MB: chunks in flight and their frames)
 WRITER_MEMORY_LIMIT = "512MB"
+_CATALOG = "speclogs"  # the name the file is attached under when it is written (its catalog is then the default one)
 _LOCK_PID = re.compile(r"PID (\d+)")
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _NO_SPACE_TEXTS = ("No space left on device", "Disk quota exceeded")  # how DuckDB's messages say ENOSPC / EDQUOT
@@ -197,8 +198,8 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
             connection = duckdb.connect(config={"memory_limit": WRITER_MEMORY_LIMIT})
             quoted = str(path).replace("'", "''")
             options = f"ROW_GROUP_SIZE {ROW_GROUP_ROWS}" + ("" if path.exists() else f", STORAGE_VERSION '{STORAGE_VERSION}'")
-            connection.execute(f"ATTACH '{quoted}' AS speclogs ({options})")
-            connection.execute("USE speclogs")
+            connection.execute(f"ATTACH '{quoted}' AS {_CATALOG} ({options})")
+            connection.execute(f"USE {_CATALOG}")
     except duckdb.IOException as error:
         raise _store_error(path, error) from error
     except duckdb.Error as error:
@@ -208,7 +209,7 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
 
         try:
             new = not connection.execute(
-                "SELECT count(*) FROM duckdb_tables() WHERE database_name = 'speclogs' AND table_name = 'meta'").fetchone()[0]
+                f"SELECT count(*) FROM duckdb_tables() WHERE database_name = '{_CATALOG}' AND table_name = 'meta'").fetchone()[0]
             if new:
                 start, views = ("BEGIN TRANSACTION", *META_SQL, f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}')"), set()
             else:
@@ -230,6 +231,14 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
             connection.close()
             raise
     return connection
+
+
+def second_connection(connection: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """Another connection to the file `connection` (from connect) writes: its own transactions, run at the same time
+    as the first's (DuckDB appends to a table from two connections without conflict)."""
+    other = connection.cursor()
+    other.execute(f"USE {_CATALOG}")
+    return other
 
 
 META_SQL = ("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",

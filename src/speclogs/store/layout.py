@@ -129,12 +129,23 @@ class Layout:
     def tables_with(self, column: str) -> list[str]:
         return [t for t, cols in self._columns.items() if column in cols and t != "_file_keys"]
 
-    def insert(self, table: str, frame: pl.DataFrame, keys: dict[str, object] | None = None) -> int:
+    def settled(self, table: str, frame: pl.DataFrame, keys: dict[str, object]) -> bool:
+        """Whether inserting `frame` into `table` changes nothing in the layout (a plain table that has every column
+        the frame and keys fill): then another connection may insert it (insert's `connection`)."""
+        known = self._columns.get(table)
+        return table not in SHARDED_TABLES and known is not None and all(name in known for name in (*frame.columns, *keys))
+
+    def insert(self, table: str, frame: pl.DataFrame, keys: dict[str, object] | None = None, *,
+               connection: object = None) -> int:
         """One INSERT of `frame`'s columns (the table's others stay NULL); `keys` are constant columns (VARCHAR, or
-        INTEGER for a file_key) that DuckDB fills itself (cheaper than a column per row through Arrow)."""
+        INTEGER for a file_key) that DuckDB fills itself (cheaper than a column per row through Arrow). `connection`:
+        another connection to insert on (store.database.second_connection), for a frame the layout has `settled`."""
         if frame.height == 0:
             return 0
         keys = keys or {}
+        if connection is not None and not self.settled(table, frame, keys):
+            raise ValueError(f"rows for {table} change the layout: they are inserted on the layout's own connection")
+        connection = connection or self._connection
         if table in SHARDED_TABLES:
             frame = self._encode_labels(frame)
         target = self._target(table, frame, keys)
@@ -145,11 +156,11 @@ class Layout:
         constants = "".join(f', ?::{_key_type(value)} AS "{name}"' for name, value in keys.items())
         # large strings, copied: DuckDB keeps string views pointing into the buffers of the chunk they came from (the
         # whole chunk text, for a 400-row frame: +350 MB at 2M lines)
-        self._connection.register("_speclogs_frame", frame.to_arrow(compat_level=pl.CompatLevel.oldest()))
+        connection.register("_speclogs_frame", frame.to_arrow(compat_level=pl.CompatLevel.oldest()))
         try:
-            self._connection.execute(f'INSERT INTO "{target}" BY NAME SELECT *{constants} FROM _speclogs_frame', list(keys.values()))
+            connection.execute(f'INSERT INTO "{target}" BY NAME SELECT *{constants} FROM _speclogs_frame', list(keys.values()))
         finally:
-            self._connection.unregister("_speclogs_frame")
+            connection.unregister("_speclogs_frame")
         return frame.height
 
     def delete_file_rows(self, source_file: str) -> None:

@@ -256,3 +256,96 @@ def test_the_c_request_reader_reads_lines_as_python_does():
             read += 1
             assert _same(got, reprs.parse_request_repr_python(body)), body
     assert read > 20_000, read
+
+
+_META_VALUES = ["1", "1.0", "2.5", "-3", "True", "None", "'7'", "1e999", "12345678901234567890123456789", "[1, 2]", "[0.5]",
+                "{'type': 'stop'}", "{'type': 3}", "{}", "'stop'", "(1, 2)", "-0.0", "1" + "0" * 350]
+_META_NAMES = ["prompt_tokens", "completion_tokens", "cached_tokens", "e2e_latency", "spec_accept_length", "spec_verify_ct",
+               "spec_accept_token_num", "spec_num_correct_drafts", "spec_accepted_drafts", "spec_draft_token_num",
+               "spec_proposed_drafts", "spec_accept_histogram", "finish_reason", "id", "request_received_ts", "weird"]
+
+
+_KEYS = ["a", "it's", 'q"x', "k:v", "x, y", "None", "", "ü", "max_new_tokens", "a"]
+_LEAVES = [None, True, False, 0, -1, 7, 10**30, 0.7, 1e-5, -0.0, 1e300, 1e16, 0.1 + 0.2, 5.0, float("inf"), "", "a b", "x\ny",
+           "tab\t", "back\\slash", "{", "]", "'", '"', "é", "\U0001F600", "\x7f", "\x00", (1, 2)]
+
+
+def _random_value(rng: random.Random, depth: int = 0) -> object:
+    """A value as a request field holds one (printed with repr): dicts (keys of all kinds), lists, and leaves."""
+    roll = rng.random()
+    if depth < 3 and roll < 0.3:
+        return {rng.choice(_KEYS) if rng.random() < 0.9 else rng.choice([1, None]): _random_value(rng, depth + 1)
+                for _ in range(rng.randint(0, 4))}
+    if depth < 3 and roll < 0.45:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    return rng.choice(_LEAVES)
+
+
+def _random_request_line(rng: random.Random) -> str:
+    """A --log-requests text line as the grammars keep it in server_events.message: a head, a call repr of random
+    values, and an out whose meta_info has random typed (and mistyped, aliased, repeated) fields."""
+    meta = ", ".join(f"'{rng.choice(_META_NAMES)}': {rng.choice(_META_VALUES + ['1', '0.25', repr('HEALTH_CHECK_x')])}"
+                     for _ in range(rng.randint(0, 6)))
+    rid = rng.choice(["rid='abc', ", "rid='HEALTH_CHECK_1', ", "rid=['a', 'b'], ", "rid=7, ", "", "rid=None, ", "rid='a\\'b', "])
+    fields = ", ".join(f"{rng.choice(['text', 'n', 'sampling_params', 'rid', 'x'])}="
+                       f"{_random_repr(rng) if rng.random() < 0.3 else repr(_random_value(rng))}" for _ in range(rng.randint(0, 3)))
+    body = (rng.choice(["GenerateReqInput(", "EmbeddingReqInput(", "x(", " G("]) + rid + fields
+            + ")" + rng.choice(["", f", out={{'meta_info': {{{meta}}}}}", f", out={{'meta_info': {{{meta}}}, 'text': 'a'}}",
+                                ", out={'meta_info': 3}", ", out=None", f", headers={{'h': 1}}, out={{'meta_info': {{{meta}}}}}"]))
+    if rng.random() < 0.1:
+        body = body[: rng.randint(0, len(body))]
+    head = rng.choice(["Receive: obj=", "Finish: obj=", "Finish: obj=", "Finish:obj=", "", '{"event": "request.finished"}'])
+    return rng.choice(["", " "]) + head + body + rng.choice(["", " ", "\u00a0"])
+
+
+def _row_or_error(read, message: str, finished: bool):
+    try:
+        return "row", read(message, finished)
+    except Exception as error:  # noqa: BLE001 — the two readers must fail alike, whatever they raise
+        return "raises", type(error)
+
+
+@native
+def test_the_c_request_row_is_the_python_rows_for_every_line():
+    """A --log-requests line all the way to its requests row and pair key, by the C reader: for every real line of the
+    fixtures and of the benchmark's generated log (as a Receive and as a Finish line) and 100,000 random ones (random
+    values, mistyped and aliased meta_info fields, odd rids, cut lines, other heads), what it returns is the Python
+    twin's (types included) and it fails where the twin fails; what it leaves, the twin reads. It reads most real lines
+    itself."""
+    from speclogs.ingest import requests
+
+    unread = object()
+
+    def c_row(message: str, finished: bool):
+        return reprs._reprs.request_row(message, finished, requests._ROW_SPEC, unread)
+
+    generated = [f"Receive: obj=GenerateReqInput(rid='{index:032x}', text=None, sampling_params={{'max_new_tokens': {index}, "
+                 f"'temperature': 0.7}}, stream=True)" for index in range(50)]
+    generated += [f"Finish: obj=GenerateReqInput(rid='{index:032x}'), out={{'meta_info': {{'prompt_tokens': {index}, "
+                  f"'completion_tokens': 7, 'finish_reason': {{'type': 'stop'}}}}}}" for index in range(50)]
+    real = [head + body for body in _request_lines() for head in ("Receive: obj=", "Finish: obj=")]
+    assert len(real) > 120
+    in_c = 0
+    for message in real + generated:
+        for finished in (False, True):
+            got = c_row(message, finished)
+            if got is unread:
+                assert message in real, message  # the benchmark's lines are all read in C
+                got = requests.read_request_line(message, finished)
+            else:
+                in_c += 1
+            assert _same(got, requests.read_request_line_python(message, finished)), message
+    assert in_c >= 0.8 * 2 * len(real + generated), in_c
+    rng = random.Random(17)
+    outcomes = {"row": 0, "raises": 0, "left": 0}
+    for _ in range(100_000):
+        message, finished = _random_request_line(rng), rng.random() < 0.6
+        got = _row_or_error(c_row, message, finished)
+        if got[0] == "row" and got[1] is unread:
+            outcomes["left"] += 1
+            got = _row_or_error(requests.read_request_line, message, finished)
+        else:
+            outcomes[got[0]] += 1
+        expected = _row_or_error(requests.read_request_line_python, message, finished)
+        assert got[0] == expected[0] and (_same(got[1], expected[1]) if got[0] == "row" else got[1] is expected[1]), message
+    assert outcomes["row"] > 40_000 and outcomes["raises"] > 50, outcomes

@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import polars as pl
+
+if TYPE_CHECKING:
+    import duckdb
 
 SHARDED_TABLES = ("prefill_batches", "decode_batches", "http_requests")
 # Few-valued text columns of the sharded tables: stored as INTEGER codes into _labels, text again in the views.
@@ -136,7 +140,7 @@ class Layout:
         return table not in SHARDED_TABLES and known is not None and all(name in known for name in (*frame.columns, *keys))
 
     def insert(self, table: str, frame: pl.DataFrame, keys: dict[str, object] | None = None, *,
-               connection: object = None) -> int:
+               connection: duckdb.DuckDBPyConnection | None = None) -> int:
         """One INSERT of `frame`'s columns (the table's others stay NULL); `keys` are constant columns (VARCHAR, or
         INTEGER for a file_key) that DuckDB fills itself (cheaper than a column per row through Arrow). `connection`:
         another connection to insert on (store.database.second_connection), for a frame the layout has `settled`."""

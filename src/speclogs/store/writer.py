@@ -283,29 +283,26 @@ class _PendingRows:
         the next writer removes them."""
         tables = {table: self._take(table) for table in list(self.frames)}
         keys = {table: self.layout.keys(table, self.run_id, self.source_file) for table in tables}
-        on_side = [table for table, frame in tables.items() if side is not None and self.layout.settled(table, frame, keys[table])]
-        if not on_side:
-            if side is not None:
-                side.close()
-            for table, frame in tables.items():
-                self.layout.insert(table, frame, keys[table])
-            return
-
-        def insert_on_side() -> None:
-            try:
-                side.execute("BEGIN TRANSACTION")
-                for table in on_side:
-                    self.layout.insert(table, tables[table], keys[table], connection=side)
-                side.execute("COMMIT")
-            finally:
-                side.close()  # (an open transaction is rolled back)
-
+        on_side = {table: frame for table, frame in tables.items() if side is not None and self.layout.settled(table, frame, keys[table])}
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speclogs-insert") as pool:
-            inserted = pool.submit(insert_on_side)
+            inserted = pool.submit(self._insert_on, side, on_side, keys) if side is not None else None
             for table, frame in tables.items():
                 if table not in on_side:
                     self.layout.insert(table, frame, keys[table])
-        inserted.result()  # (the pool has waited for it) what failed there fails here
+        if inserted is not None:
+            inserted.result()  # (the pool has waited for it) what failed there fails here
+
+    def _insert_on(self, side: duckdb.DuckDBPyConnection, tables: dict[str, pl.DataFrame], keys: dict[str, dict]) -> None:
+        """`tables` inserted on the connection `side`, in a transaction of its own; the connection closed after (an open
+        transaction is then rolled back)."""
+        try:
+            if tables:
+                side.execute("BEGIN TRANSACTION")
+                for table, frame in tables.items():
+                    self.layout.insert(table, frame, keys[table], connection=side)
+                side.execute("COMMIT")
+        finally:
+            side.close()
 
     def _insert_whole(self, table: str) -> None:
         frame = self._take(table)

@@ -702,12 +702,13 @@ static int fast_json(reader_t *r, json_t *j, int depth) {
     return done;
 }
 
-/* The call repr at the start of body[from:] ("Name(field=value, …)") as the JSON of the dict reprs.parse_request_repr
- * reads from it ({"__class__": "Name", "field": value, …}), its rid when that is a plain string (*rid, a new
- * reference, else NULL) and where it closed (*closed, the index of its ')'): 1, or 0 when the fast path leaves it (a
- * value it does not take, a field named twice, a cut body, odd spacing), -1 on an error. */
-static int fast_request(PyObject *body, Py_ssize_t from, json_t *j, PyObject **rid, Py_ssize_t *closed) {
-    reader_t r = {body, PyUnicode_KIND(body), PyUnicode_DATA(body), PyUnicode_GET_LENGTH(body), from, 0};
+/* The call repr at the start of `body` ("Name(field=value, …)") as the JSON of the dict reprs.parse_request_repr reads
+ * from it ({"__class__": "Name", "field": value, …}), its rid when that is a plain string (*rid, a new reference, else
+ * NULL; the caller releases it whatever this returns) and where it closed (*closed, the index of its ')'): 1, or 0
+ * when the fast path leaves it (a value it does not take, a field named twice, a cut body, odd spacing), -1 on an
+ * error. */
+static int fast_request(PyObject *body, json_t *j, PyObject **rid, Py_ssize_t *closed) {
+    reader_t r = {body, PyUnicode_KIND(body), PyUnicode_DATA(body), PyUnicode_GET_LENGTH(body), 0, 0};
     *rid = NULL;
     Py_ssize_t name_start = r.i;
     while (r.i < r.n && is_name_char(peek(&r, 0)) && peek(&r, 0) < 0x80) r.i++;
@@ -729,28 +730,21 @@ static int fast_request(PyObject *body, Py_ssize_t from, json_t *j, PyObject **r
         n_names++;
         r.i++;
         if (put(j, ", ", 2) < 0 || put_json_string(j, &r, start, end) < 0 || put(j, ": ", 2) < 0) return -1;
-        Py_ssize_t value_start = r.i, string_start, string_end;
         int is_rid = end - start == 3 && PyUnicode_READ(r.kind, r.data, start) == 'r' &&
                      PyUnicode_READ(r.kind, r.data, start + 1) == 'i' && PyUnicode_READ(r.kind, r.data, start + 2) == 'd';
+        Py_ssize_t string_start, string_end;
+        reader_t string = r;
+        if (is_rid && (peek(&r, 0) == '\'' || peek(&r, 0) == '"') && plain_string(&string, &string_start, &string_end)) {
+            Py_XDECREF(*rid); /* a plain string: its text is the rid */
+            if (!(*rid = PyUnicode_Substring(body, string_start, string_end))) return -1;
+        }
         int done = fast_json(&r, j, 0);
-        if (done <= 0) {
-            Py_CLEAR(*rid);
-            return done;
-        }
-        if (is_rid && (peek(&r, -1) == '\'' || peek(&r, -1) == '"')) { /* a plain string: its text is the rid */
-            reader_t again = r;
-            again.i = value_start;
-            if (plain_string(&again, &string_start, &string_end) && again.i == r.i) {
-                Py_XDECREF(*rid);
-                if (!(*rid = PyUnicode_Substring(body, string_start, string_end))) return -1;
-            }
-        }
+        if (done <= 0) return done;
         skip_spaces(&r);
         if (peek(&r, 0) == ',') {
             r.i++;
             skip_spaces(&r);
         } else if (peek(&r, 0) != ')') {
-            Py_CLEAR(*rid);
             return 0;
         }
     }
@@ -921,7 +915,7 @@ static PyObject *py_request_row(PyObject *module, PyObject *args) {
     json_t j = {NULL, 0, 0};
     Py_ssize_t closed;
     if (!body) return NULL;
-    int done = fast_request(body, 0, &j, &rid, &closed);
+    int done = fast_request(body, &j, &rid, &closed);
     if (done > 0) { /* the keyword items after the call (none on a Receive line) */
         Py_ssize_t after = closed + 1, n = PyUnicode_GET_LENGTH(body);
         strip_range(body, &after, &n);

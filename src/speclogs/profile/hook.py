@@ -416,7 +416,9 @@ def runtime_facts(scheduler: Any) -> dict[str, str]:
     model = _attribute_path(scheduler, ("tp_worker", "model_runner", "model"))
     inner = getattr(model, "model", None)
     captured = getattr(inner, "layers_to_capture", None) if getattr(model, "capture_aux_hidden_states", False) else None
-    draft_model = _attribute_path(worker, ("draft_model_runner", "model")) if worker is not None else None
+    # EAGLEWorker keeps its draft runner itself; EAGLEWorkerV2 behind its own draft worker
+    paths = (("draft_model_runner", "model"), ("draft_worker", "draft_runner", "model"), ("draft_runner", "model"))
+    draft_model = next((m for m in (_attribute_path(worker, p) for p in paths) if m is not None), None)
     return {
         "worker": "-" if worker is None else f"{type(worker).__module__}.{type(worker).__name__}",
         "algorithm": getattr(algorithm, "name", str(algorithm)),

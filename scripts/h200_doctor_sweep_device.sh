@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Issues 32 (doctor evidence) and 33 (whatif sweep): plans/h200-doctor.toml and plans/h200-sweep.toml on one GPU
 # (nvidia-h200 / nvidia-h100-x1, TP 1), SGLang 0.5.14 from the shared/gpu bundle (staged and unpacked first:
-# `bash .gpu/device-install.sh stage 1..4` then `unpack`, see shared/gpu/README.md). Run from the repo root on the
+# `bash .gpu/device-install.sh stage N` for each part, then `unpack`, see shared/gpu/README.md; with a 21 MB checkout
+# the bundle's 44 MB parts overflow a call's 64 MiB, so it was re-split into five parts of 31 MB). Run from the repo root on the
 # device, twice if one call cannot hold every launch (each call's packs are usable alone; --resume continues):
-#   PHASE=1 BUDGET_S=480 bash scripts/h200_doctor_sweep_device.sh   # doctor's launch 1 of each cell, then the sweep
-#   PHASE=2 BUDGET_S=570 bash scripts/h200_doctor_sweep_device.sh   # the sweep's rest, then the doctor's rest
+#   PHASE=1 BUDGET_S=545 bash scripts/h200_doctor_sweep_device.sh   # doctor's launch 1 of each cell, then the sweep
+#   PHASE=2 BUDGET_S=560 bash scripts/h200_doctor_sweep_device.sh   # the sweep's rest, then the doctor's rest
 # SPECLOGS_SRC / PLANS point at a copy of the project when the device's checkout is not the one to run.
 # Writes $OUT/h200-doctor.tgz and $OUT/h200-sweep.tgz (h200-<name>/{<cell>/<launch>/…, *.console, gpus.nvidia-smi});
 # unpack them into fixtures/ (tar xzf h200-sweep.tgz -C fixtures).

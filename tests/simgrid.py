@@ -60,3 +60,90 @@ def welch(per_launch_a: np.ndarray, per_launch_b: np.ndarray, confidence: float 
 
 GRID = tuple(Cell(launches, cv, ratio) for launches in (2, 3, 4, 5) for cv in (0.03, 0.05, 0.08)
              for ratio in (1.00, 1.05, 1.20))
+
+
+# --- the trust table: what a user reads first, measured on known truths ----------------------------------------------
+# `python tests/simgrid.py [TRIALS]` prints it; tests/test_analysis_grid.py asserts its targets on fewer trials.
+
+def simulate_varied(cell: Cell, trials: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """As `simulate`, but every launch draws its own prompts (no replayed prompt set): within-launch noise is large."""
+    shape = (trials, 2, cell.launches, cell.requests)
+    prompt = np.exp(rng.normal(0.0, cell.prompt_sigma, shape))
+    launch = np.exp(rng.normal(0.0, cell.cv, (trials, 2, cell.launches, 1)))
+    arm = np.array([1.0, cell.ratio]).reshape(1, 2, 1, 1)
+    rate = RATE_TOK_S * arm * prompt * launch
+    tokens = np.full(shape, TOKENS)
+    return tokens, tokens / rate
+
+
+def _client_stat(s):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(s[:, [0]] / s[:, [1]])
+
+
+def compare_one(tokens: np.ndarray, seconds: np.ndarray, launches: int | None = None, confidence: float = 0.95):
+    """speclogs' verdict on arm 1 vs arm 0 of one trial ((2, L, n) arrays; the first `launches` of each arm)."""
+    from speclogs.analysis import stats
+
+    use = tokens.shape[1] if launches is None else launches
+    groups = [stats.summarize_group([np.column_stack([tokens[arm, i], seconds[arm, i]]) for i in range(use)], _client_stat)
+              for arm in range(2)]
+    result = stats.t_interval(stats.diff_parts(groups[0], groups[1], 0), confidence)
+    return result, stats.verdict_for(result, enough=True)
+
+
+WINNERS = ("faster", "slower")
+
+
+def trust_table(trials: int = 400, seed: int = 20261206) -> list[tuple[str, float, str]]:
+    """(measure, value, target) rows."""
+    import math
+
+    rng = np.random.default_rng(seed)
+    rows: list[tuple[str, float, str]] = []
+    coverage = {}
+    false_winners = []
+    for cell in GRID:
+        tokens, seconds = simulate(cell, trials, rng)
+        hits = []
+        for t in range(trials):
+            result, verdict = compare_one(tokens[t], seconds[t])
+            hits.append(result.low <= math.log(cell.ratio) <= result.high)
+            if cell.ratio == 1.0:
+                false_winners.append((cell, verdict in WINNERS))
+        coverage.setdefault(cell.launches, []).append(np.mean(hits))
+    for launches, values in coverage.items():
+        rows.append((f"coverage, {launches} launches/arm (min over cells)", float(np.min(values)), "≥ 0.93"))
+    by_cell: dict = {}
+    for cell, won in false_winners:
+        by_cell.setdefault(cell, []).append(won)
+    rows.append(("false winners, fixed design (max over null cells)", float(max(np.mean(v) for v in by_cell.values())), "≤ 0.05"))
+    # adaptive stopping: look after 2, 3, … 6 launches per arm, stop at the first winner the report names
+    peeks = []
+    for cv in (0.03, 0.08):
+        tokens, seconds = simulate(Cell(6, cv, 1.0), trials, rng)
+        peeks += [any(compare_one(tokens[t], seconds[t], launches)[1] in WINNERS for launches in range(2, 7))
+                  for t in range(trials)]
+    rows.append(("false winners after adaptive stopping (looks at 2..6 launches)", float(np.mean(peeks)), "≤ 0.05"))
+    # one launch per arm: an interval printed is a claim; the share of 1v1 comparisons that print one
+    tokens, seconds = simulate(Cell(1, 0.08, 1.0), trials, rng)
+    claims = [math.isfinite(compare_one(tokens[t], seconds[t])[0].low) for t in range(trials)]
+    rows.append(("1 vs 1 comparisons printing an interval", float(np.mean(claims)), "= 0"))
+    # power against Welch on per-launch means, random prompts per launch, 1 % launch noise
+    gaps = []
+    for launches in (2, 3, 5):
+        cell = Cell(launches, 0.01, 1.05, requests=10, prompt_sigma=0.30)
+        tokens, seconds = simulate_varied(cell, trials, rng)
+        ours = np.mean([compare_one(tokens[t], seconds[t])[1] == "faster" for t in range(trials)])
+        welch_low = np.array([welch(per_launch_logs(tokens[t, 0], seconds[t, 0]), per_launch_logs(tokens[t, 1], seconds[t, 1]))[1]
+                              for t in range(trials)])
+        gaps.append(ours - np.mean(welch_low > 0))
+    rows.append(("power − Welch's power, 1 % launch noise, random prompts (min)", float(min(gaps)), "≥ −0.05"))
+    return rows
+
+
+if __name__ == "__main__":
+    import sys
+
+    for measure, value, target in trust_table(int(sys.argv[1]) if len(sys.argv) > 1 else 400):
+        print(f"  {measure:<66} {value:>7.3f}   target {target}")

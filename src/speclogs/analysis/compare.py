@@ -191,6 +191,7 @@ def compare_runs(
     hidden_size: int | None = None,
     num_layers: int | None = None,
     ignore_env: Sequence[str] = (),
+    allow_mixed: bool = False,
 ) -> Comparison:
     """Compare arms (run names or globs, each optionally `LABEL=SELECTOR`; the first is the reference) read from the
     DuckDB connection `con`.
@@ -206,7 +207,7 @@ def compare_runs(
         raise AnalysisError(f"confidence {confidence} is outside [0.5, 1)", hint="e.g. --confidence 0.95")
     if not 0.0 <= min_effect < 1.0:
         raise AnalysisError(f"min effect {min_effect:.1%} is outside [0 %, 100 %)", hint="e.g. --min-effect 2%")
-    arm_runs = resolve_arms(con, list(arms))
+    arm_runs = resolve_arms(con, list(arms), allow_mixed=allow_mixed)
     all_ids = [run_id for ids in arm_runs.values() for run_id in ids]
     tables = load_run_tables(con, all_ids)
     nccl = nccl_evidence(con, all_ids, hidden_size=hidden_size, num_layers=num_layers)

@@ -30,7 +30,7 @@ def _table(title: str, header: list[str], rows: list[list[str]]) -> Table:
     return table
 
 
-def render_terminal(comparison: Comparison, console: Console) -> None:
+def render_terminal(comparison: Comparison, console: Console, brief: bool = False) -> None:
     """Print the report to `console`: the answer (verdict, ratio, interval, why, per-launch range), the warnings ranked
     by whether they can change it, then the tables (arms, comparisons, attribution, phases, effects, NCCL), notes,
     methods."""

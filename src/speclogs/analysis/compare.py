@@ -37,11 +37,13 @@ METHODS = {
     "within-launch noise that the requests (or decode-row blocks) of each launch show (delete-one jackknife; two-way "
     "launch × position residuals when every launch replays the same prompts). Interval: Student t with "
     "Welch–Satterthwaite degrees of freedom over launches (deterministic: no resampling). With one launch in an arm: "
-    "within-launch noise only, and no verdict.",
+    "no interval and no verdict (its within-launch spread is shown as such).",
     "test": "Welch's t test on per-launch log throughput: the p-value comes from the same t statistic as the interval "
     "(p < 1 − confidence exactly when the interval excludes 1).",
-    "verdict": "A winner is named only with ≥ 2 launches per arm and an interval entirely beyond ±min_effect "
-    "(default 0: beyond 1); with a threshold, an interval inside ±min_effect is 'equivalent'.",
+    "verdict": "Three answers: a winner (≥ 2 launches per arm and an interval entirely beyond ±min_effect; default 0: "
+    "beyond 1), 'equivalent' (the interval inside ±min_effect, or ±5 % without one), else 'inconclusive', with the "
+    "smallest effect these launches detect (80 % power) and the launches per arm that would detect ±5 % (or "
+    "±min_effect).",
     "client": "Client source: bench_requests without warm-up requests; per launch Σ completion_tokens / Σ latency_s.",
     "server": "Server source: steady-state decode_batches (rule in speclogs.analysis.steady); per launch "
     "Σ tokens per step / Σ seconds per step, from SGLang's gen throughput.",
@@ -139,7 +141,8 @@ def _group(units: Sequence[np.ndarray | None]) -> list[np.ndarray]:
 
 def _estimate(source: str, group: stats.GroupSummary, confidence: float, n_rows: int,
               run_names: tuple[str, ...]) -> Estimate:
-    low, high = stats.interval([stats.part(group, 0)], confidence)
+    # one launch: its requests say nothing about the next launch, so no interval is claimed
+    low, high = stats.interval([stats.part(group, 0)], confidence) if group.n_launches >= 2 else (math.nan, math.nan)
     return Estimate(
         source=source,
         value_tok_s=float(math.exp(group.point[0])),
@@ -366,15 +369,19 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
     single = not result.launches_covered
     between, within = stats.pooled_components([a, b], 0)
     spread = math.sqrt(between + within)
+    target = stats.equivalence_margin(min_effect)
+    nan = float("nan")
     if single:
-        units = "requests" if source == "client" else "request segments of decode rows"
-        test = (f"one launch per arm ({a.n_launches} vs {b.n_launches}): Student t on the within-launch noise of its "
-                f"{units} only — no launch-to-launch variation, so no verdict (need ≥ 2 launches)")
-        detectable = float("nan")
+        # one launch per arm says nothing about launch-to-launch noise: no interval, no p-value, no launch count
+        test = (f"one launch per arm ({a.n_launches} vs {b.n_launches}): no interval — the launch-to-launch noise is "
+                "unknown (need ≥ 2 launches per arm)")
+        detectable, needed, low, high = nan, None, nan, nan
     else:
         test = (f"Welch's t on per-launch log {source} throughput ({a.n_launches} vs {b.n_launches} launches, "
                 f"df {result.df:.1f}); the p-value and the interval come from the same t statistic")
         detectable = power.min_detectable_ratio(spread, a.n_launches, b.n_launches, confidence, min_effect)
+        needed = power.launches_needed(spread, target, confidence) if spread > 0 else None
+        low, high = math.exp(result.low), math.exp(result.high)
     return RatioComparison(
         metric="throughput",
         source=source,
@@ -384,8 +391,8 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
         a=float(math.exp(a.point[0])),
         b=float(math.exp(b.point[0])),
         ratio=float(math.exp(result.point)),
-        ci_low=float(math.exp(result.low)),
-        ci_high=float(math.exp(result.high)),
+        ci_low=low,
+        ci_high=high,
         p_value=None if single else result.p_value,
         test=test,
         n_a=a.n_launches,
@@ -393,11 +400,13 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
         n_units_a=a.n_units,
         n_units_b=b.n_units,
         verdict=stats.verdict_for(result, enough=a.n_units >= 2 and b.n_units >= 2, min_effect=min_effect),
-        interval_covers="request noise only (one launch per arm)" if single else "launches and requests",
+        interval_covers="none (one launch per arm)" if single else "launches and requests",
         df=result.df,
-        launch_cv=math.sqrt(between),
+        launch_cv=nan if single else math.sqrt(between),
         within_cv=math.sqrt(within),
         min_detectable_ratio=detectable,
+        launches_needed=needed,
+        target_effect=target,
     )
 
 

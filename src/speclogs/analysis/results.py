@@ -83,13 +83,14 @@ class RatioComparison:
     n_b: int
     n_units_a: int
     n_units_b: int
-    verdict: str  # stats.verdict_for: 'faster' | 'slower' | 'no detectable difference' | 'equivalent' | 'below min effect'
-    #               | 'need ≥ 2 launches' | 'insufficient data'
-    interval_covers: str  # 'launches and requests' | 'request noise only (one launch per arm)'
+    verdict: str  # stats.verdict_for: 'faster' | 'slower' | 'equivalent' | 'inconclusive' | 'insufficient data'
+    interval_covers: str  # 'launches and requests' | 'none (one launch per arm)': ci_low / ci_high are NaN (JSON null)
     df: float = float("nan")  # Welch–Satterthwaite degrees of freedom of the t interval and test
     launch_cv: float = float("nan")  # launch-to-launch SD of log throughput (pooled over both arms), within part removed
     within_cv: float = float("nan")  # within-launch SD of one launch's log throughput (from its requests or blocks)
     min_detectable_ratio: float = float("nan")  # smallest true ratio > 1 these launches detect with 80 % power
+    launches_needed: int | None = None  # launches per arm detecting ±target_effect with 80 % power (None: unknown)
+    target_effect: float = 0.05  # the effect launches_needed plans for: min_effect, else 5 %
 
 
 @dataclass(frozen=True)

@@ -203,25 +203,37 @@ def diff_parts(a: GroupSummary, b: GroupSummary, column: int, sign: float = 1.0)
     return [part(b, column, sign), part(a, column, -sign)]
 
 
+# With no --min-effect, "equivalent" means inside ±5 %: the smallest change a speculative-decoding setting is usually
+# tuned for; it is also the effect the launches-needed figure of an inconclusive verdict plans for.
+DEFAULT_EFFECT = 0.05
+
+VERDICTS = ("faster", "slower", "equivalent", "inconclusive", "insufficient data")
+
+
+def equivalence_margin(min_effect: float) -> float:
+    return min_effect if min_effect > 0 else DEFAULT_EFFECT
+
+
 def verdict_for(result: TInterval, *, enough: bool, min_effect: float = 0.0) -> str:
-    """The words for a log-ratio interval. A winner only when every group has ≥ 2 launches and the interval lies beyond
-    ±log(1 + min_effect) (min_effect 0: excludes 0, i.e. p < 1 − confidence). With a threshold, an interval inside
-    ±threshold is 'equivalent', one that excludes 0 but not the threshold 'below min effect' (criterion.rs's noise
-    threshold)."""
-    if not enough or not (math.isfinite(result.low) and math.isfinite(result.high)):
+    """One of three answers for a log-ratio interval (and 'insufficient data' when there is nothing to compare).
+
+    A winner ('faster' / 'slower') only when every group has ≥ 2 launches and the interval lies beyond
+    ±log(1 + min_effect) (min_effect 0: excludes 0, i.e. p < 1 − confidence); 'equivalent' when it lies inside
+    ±log(1 + margin), the margin being min_effect, else DEFAULT_EFFECT; anything else — one launch per arm, or an
+    interval too wide to say either — is 'inconclusive'."""
+    if not enough or not math.isfinite(result.point):
         return "insufficient data"
-    if not result.launches_covered:
-        return "need ≥ 2 launches"
+    if not result.launches_covered or not (math.isfinite(result.low) and math.isfinite(result.high)):
+        return "inconclusive"
     threshold = math.log1p(min_effect)
     if result.low > threshold:
         return "faster"
     if result.high < -threshold:
         return "slower"
-    if min_effect > 0 and -threshold <= result.low and result.high <= threshold:
+    margin = math.log1p(equivalence_margin(min_effect))
+    if -margin <= result.low and result.high <= margin:
         return "equivalent"
-    if result.low > 0 or result.high < 0:
-        return "below min effect"
-    return "no detectable difference"
+    return "inconclusive"
 
 
 # Distributions from scipy.special: scipy.stats computes them with the same functions (t: stdtr / stdtrit, χ²:

@@ -21,7 +21,7 @@ import polars as pl
 from speclogs.analysis import attribution, factorial, power, stats, steady as steady_rule
 from speclogs.analysis.load import RunTables, load_run_tables, resolve_arms
 from speclogs.analysis.nccl import nccl_evidence
-from speclogs.analysis.results import Arm, Comparison, Estimate, Finding, RatioComparison
+from speclogs.analysis.results import Arm, Comparison, Estimate, Finding, Rank, RatioComparison
 from speclogs.analysis.signals import signal_evidence_for, with_signals
 from speclogs.analysis.steady import client_rows, mark_steady, server_columns, steady_launches
 from speclogs.errors import AnalysisError
@@ -317,6 +317,8 @@ def compare_tables(
                 attribution.attribution(reference, arm_b, a[0], b[0], cyc_a[0] if cyc_a else None, cyc_b[0] if cyc_b else None, confidence)
             )
 
+    ranking = _ranking(arm_objects, arm_runs, summary_for, confidence, min_effect)
+
     phases = []
     for arm, ids in arm_runs.items():
         cyc = summary_for(ids, "cycles")
@@ -355,7 +357,29 @@ def compare_tables(
         warmup_spans=warmup_spans,
         methods=dict(METHODS),
         nccl=nccl,
+        ranking=ranking,
     )
+
+
+def _ranking(arms: Sequence[Arm], arm_runs: Mapping[str, list[str]], summary_for, confidence: float,
+             min_effect: float) -> tuple[Rank, ...]:
+    """Every arm, fastest first, each against the fastest with the comparison's own interval and verdict; on the
+    client source when every arm has one (what users measure), else the server's."""
+    if len(arms) < 2:
+        return ()
+    source = "client" if all(a.client for a in arms) else "server" if all(a.server for a in arms) else None
+    if source is None:
+        return ()
+    ordered = sorted(arms, key=lambda a: -getattr(a, source).value_tok_s)
+    best = ordered[0]
+    best_summary = summary_for(arm_runs[best.name], source)[0]
+    ranks = []
+    for arm in ordered:
+        estimate = getattr(arm, source)
+        vs_best = None if arm is best else _ratio(best.name, arm.name, source, best_summary,
+                                                   summary_for(arm_runs[arm.name], source)[0], confidence, min_effect)
+        ranks.append(Rank(arm.name, source, estimate.value_tok_s, estimate.n_launches, vs_best))
+    return tuple(ranks)
 
 
 def _reason_counts(rows: pl.DataFrame) -> str:
@@ -376,12 +400,14 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
         test = (f"one launch per arm ({a.n_launches} vs {b.n_launches}): no interval — the launch-to-launch noise is "
                 "unknown (need ≥ 2 launches per arm)")
         detectable, needed, low, high = nan, None, nan, nan
+        within_low, within_high = math.exp(result.low), math.exp(result.high)
     else:
         test = (f"Welch's t on per-launch log {source} throughput ({a.n_launches} vs {b.n_launches} launches, "
                 f"df {result.df:.1f}); the p-value and the interval come from the same t statistic")
         detectable = power.min_detectable_ratio(spread, a.n_launches, b.n_launches, confidence, min_effect)
         needed = power.launches_needed(spread, target, confidence) if spread > 0 else None
         low, high = math.exp(result.low), math.exp(result.high)
+        within_low = within_high = nan
     return RatioComparison(
         metric="throughput",
         source=source,
@@ -407,6 +433,8 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
         min_detectable_ratio=detectable,
         launches_needed=needed,
         target_effect=target,
+        within_low=within_low,
+        within_high=within_high,
     )
 
 

@@ -302,10 +302,13 @@ def lint_comparison(
     for (arm_a, arm_b), sources in by_pair.items():
         if "client" in sources and "server" in sources:
             c, s = sources["client"], sources["server"]
-            if c.ci_high < s.ci_low or s.ci_high < c.ci_low:
+            # one launch per arm: both sources measure the same launches, so their request-noise intervals compare
+            (c_low, c_high), (s_low, s_high) = (
+                (r.ci_low, r.ci_high) if math.isfinite(r.ci_low) else (r.within_low, r.within_high) for r in (c, s))
+            if c_high < s_low or s_high < c_low:
                 findings.append(Finding(
-                    "source_disagreement", f"{arm_b} vs {arm_a}: client ratio {c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] "
-                    f"and server ratio {s.ratio:.3f} [{s.ci_low:.3f}, {s.ci_high:.3f}] disagree: one source is measuring "
+                    "source_disagreement", f"{arm_b} vs {arm_a}: client ratio {c.ratio:.3f} [{c_low:.3f}, {c_high:.3f}] "
+                    f"and server ratio {s.ratio:.3f} [{s_low:.3f}, {s_high:.3f}] disagree: one source is measuring "
                     "something else (prefill share, client overhead, a warm-up inside the window)", "warning", (arm_a, arm_b)))
 
     findings += _launch_round_findings(tables, clients, arm_runs)

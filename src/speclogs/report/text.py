@@ -62,6 +62,32 @@ def needed_text(r: RatioComparison) -> str:
     return "; ".join(parts)
 
 
+def ranking_title(c: Comparison) -> str:
+    source = c.ranking[0].source if c.ranking else "client"
+    return f"Ranking ({source} tok/s, fastest first; ratio to the fastest, {c.confidence:.0%} CI)"
+
+
+def ranking_rows(c: Comparison) -> list[list[str]]:
+    """[place, arm, tok/s, ratio to the fastest [CI], verdict (decided or not, what would decide it), launches]."""
+    rows = []
+    for place, rank in enumerate(c.ranking, 1):
+        r = rank.vs_best
+        if r is None:
+            against, verdict = "fastest", ""
+        else:
+            against = f"×{r.ratio:.3f} {fmt_interval(r.ci_low, r.ci_high)}"
+            verdict = {"slower": "slower (decided)", "equivalent": "equivalent (decided)"}.get(r.verdict, r.verdict)
+            if r.verdict == "inconclusive":
+                verdict += (" — need ≥ 2 launches per arm" if r.n_a < 2 or r.n_b < 2 else
+                            f" — ±{r.target_effect:.0%} needs {r.launches_needed} launches/arm" if r.launches_needed
+                            else f" — ±{r.target_effect:.0%} needs > {MAX_LAUNCHES} launches/arm")
+        rows.append([str(place), rank.arm, f"{rank.value_tok_s:.1f}", against, verdict, str(rank.n_launches)])
+    return rows
+
+
+RANKING_HEADER = ["#", "arm", "tok/s", "× fastest [CI]", "verdict", "launches"]
+
+
 def headline(r: RatioComparison, c: Comparison) -> str:
     """The one line that answers a comparison: verdict, ratio, interval (none with one launch per arm), p, launches, and
     for an inconclusive one what would decide it."""
@@ -170,7 +196,7 @@ def answer_blocks(c: Comparison) -> list[tuple[str, list[str]]]:
     arms = {a.name: a for a in c.arms}
     attributions = {(a.arm_a, a.arm_b): a for a in c.attributions}
     blocks: list[tuple[str, list[str]]] = []
-    for r in _preferred(c):
+    for r in preferred(c):
         head = headline(r, c)
         details = []
         a = attributions.get((r.arm_a, r.arm_b))
@@ -314,7 +340,7 @@ def nccl_sections(c: Comparison, brief: bool = False) -> list[tuple[str, list[st
     return sections
 
 
-def _preferred(c: Comparison):
+def preferred(c: Comparison):
     """One comparison row per pair: the client source when there is one (what users measure), else the server."""
     chosen = {}
     for r in c.comparisons:

@@ -51,7 +51,8 @@ def _brief_tail(c: Comparison, console: Console) -> None:
 
 
 def render_terminal(comparison: Comparison, console: Console, brief: bool = False) -> None:
-    """Print the report to `console`: the ranking (fastest first), then — unless `brief` — the answer (verdict, ratio, interval, why, per-launch range), the warnings ranked
+    """Print the report to `console`: the ranking (fastest first), then — unless `brief` — the answer
+    (verdict, ratio, interval, why, per-launch range), the warnings ranked
     by whether they can change it, then the tables (arms, comparisons, attribution, phases, effects, NCCL), notes,
     methods."""
     c = comparison

@@ -300,14 +300,16 @@ def compare_tables(
             )
         )
 
+    designs = _adaptive_designs(tables)
     comparisons = []
     attributions = []
     for arm_b, ids_b in list(arm_runs.items())[1:]:
+        sequential = sequential_confidence(designs, arm_runs[reference], ids_b, confidence)
         for source in ("client", "server"):
             a = summary_for(arm_runs[reference], source)
             b = summary_for(ids_b, source)
             if a and b:
-                comparisons.append(_ratio(reference, arm_b, source, a[0], b[0], confidence, min_effect))
+                comparisons.append(_ratio(reference, arm_b, source, a[0], b[0], confidence, min_effect, sequential))
         a = summary_for(arm_runs[reference], "server")
         b = summary_for(ids_b, "server")
         if a and b:
@@ -317,7 +319,7 @@ def compare_tables(
                 attribution.attribution(reference, arm_b, a[0], b[0], cyc_a[0] if cyc_a else None, cyc_b[0] if cyc_b else None, confidence)
             )
 
-    ranking = _ranking(arm_objects, arm_runs, summary_for, confidence, min_effect)
+    ranking = _ranking(arm_objects, arm_runs, summary_for, confidence, min_effect, designs)
 
     phases = []
     for arm, ids in arm_runs.items():
@@ -362,7 +364,7 @@ def compare_tables(
 
 
 def _ranking(arms: Sequence[Arm], arm_runs: Mapping[str, list[str]], summary_for, confidence: float,
-             min_effect: float) -> tuple[Rank, ...]:
+             min_effect: float, designs: Mapping[str, dict]) -> tuple[Rank, ...]:
     """Every arm, fastest first, each against the fastest with the comparison's own interval and verdict; on the
     client source when every arm has one (what users measure), else the server's."""
     if len(arms) < 2:
@@ -376,10 +378,41 @@ def _ranking(arms: Sequence[Arm], arm_runs: Mapping[str, list[str]], summary_for
     ranks = []
     for arm in ordered:
         estimate = getattr(arm, source)
-        vs_best = None if arm is best else _ratio(best.name, arm.name, source, best_summary,
-                                                   summary_for(arm_runs[arm.name], source)[0], confidence, min_effect)
+        vs_best = None if arm is best else _ratio(
+            best.name, arm.name, source, best_summary, summary_for(arm_runs[arm.name], source)[0], confidence, min_effect,
+            sequential_confidence(designs, arm_runs[best.name], arm_runs[arm.name], confidence))
         ranks.append(Rank(arm.name, source, estimate.value_tok_s, estimate.n_launches, vs_best))
     return tuple(ranks)
+
+
+def _adaptive_designs(tables: RunTables) -> dict[str, dict]:
+    """run_id → the adaptive design its run.json records (speclogs launch --until), for runs that have one."""
+    from speclogs.analysis.load import parse_json_text
+
+    designs = {}
+    for run_id, text in zip(tables.runs["run_id"].to_list(), tables.runs["run_json"].to_list()):
+        design = parse_json_text(text).get("adaptive")
+        if isinstance(design, dict) and isinstance(design.get("nominal_level"), (int, float)):
+            designs[run_id] = design
+    return designs
+
+
+def sequential_confidence(designs: Mapping[str, dict], ids_a: Sequence[str], ids_b: Sequence[str],
+                          confidence: float) -> float | None:
+    """The confidence of the adaptive run's own repeated confidence interval (1 − its per-look nominal level) when
+    every launch of both arms comes from one adaptive design at this confidence; None otherwise. The run stopped when
+    its data said so: a fixed-sample interval at the stop names false winners more often than its level, the RCI
+    keeps its level at any look (speclogs.launcher.adaptive)."""
+    found = [designs.get(r) for r in (*ids_a, *ids_b)]
+    if not found or any(d is None for d in found):
+        return None
+    keys = {(tuple(d.get("cells") or ()), d.get("nominal_level"), d.get("confidence")) for d in found}
+    if len(keys) != 1:
+        return None
+    _, nominal, design_confidence = keys.pop()
+    if design_confidence is None or abs(float(design_confidence) - confidence) > 1e-9 or not 0 < nominal < 1:
+        return None
+    return 1.0 - float(nominal)
 
 
 def _reason_counts(rows: pl.DataFrame) -> str:
@@ -388,8 +421,10 @@ def _reason_counts(rows: pl.DataFrame) -> str:
 
 
 def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.GroupSummary, confidence: float,
-           min_effect: float) -> RatioComparison:
-    result = stats.t_interval(stats.diff_parts(a, b, 0), confidence)
+           min_effect: float, sequential: float | None = None) -> RatioComparison:
+    """B against A; `sequential`: the adaptive design's per-look confidence, whose repeated confidence interval gives
+    the interval, p-value and verdict instead of the fixed-sample one at `confidence`."""
+    result = stats.t_interval(stats.diff_parts(a, b, 0), sequential or confidence)
     single = not result.launches_covered
     between, within = stats.pooled_components([a, b], 0)
     spread = math.sqrt(between + within)
@@ -404,6 +439,9 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
     else:
         test = (f"Welch's t on per-launch log {source} throughput ({a.n_launches} vs {b.n_launches} launches, "
                 f"df {result.df:.1f}); the p-value and the interval come from the same t statistic")
+        if sequential:
+            test += (f"; adaptive run: the launcher's repeated confidence interval (each look at {sequential:.2%}, "
+                     f"{confidence:.0%} over all looks), the p-value compared with {1 - sequential:.2%}")
         detectable = power.min_detectable_ratio(spread, a.n_launches, b.n_launches, confidence, min_effect)
         needed = power.launches_needed(spread, target, confidence) if spread > 0 else None
         low, high = math.exp(result.low), math.exp(result.high)
@@ -426,7 +464,8 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
         n_units_a=a.n_units,
         n_units_b=b.n_units,
         verdict=stats.verdict_for(result, enough=a.n_units >= 2 and b.n_units >= 2, min_effect=min_effect),
-        interval_covers="none (one launch per arm)" if single else "launches and requests",
+        interval_covers="none (one launch per arm)" if single else
+        "launches and requests, at every look of the adaptive run" if sequential else "launches and requests",
         df=result.df,
         launch_cv=nan if single else math.sqrt(between),
         within_cv=math.sqrt(within),

@@ -329,8 +329,9 @@ def lint_comparison(
         findings.append(Finding(
             "adaptive_run", f"{_runs_text([(name, 1) for name in adaptive]).replace(' (1)', '')} come from an adaptive "
             "plan (speclogs launch --until): when to stop was decided on repeated confidence intervals (adaptive.json "
-            "next to the launches), which are wider than this report's. After a data-dependent stop a fixed-sample "
-            "interval covers somewhat less than its nominal level: quote the launcher's interval for the decision",
+            "next to the launches). A comparison whose launches all come from that design uses the same repeated "
+            "interval (wider than a fixed-sample one, which after a data-dependent stop names false winners more "
+            "often than its level)",
             "info"))
     multi = tables.launches.group_by("run_id", maintain_order=True).agg(pl.col("launch_no").n_unique().alias("n")).filter(pl.col("n") > 1)
     for run_id, n in multi.iter_rows():

@@ -120,7 +120,11 @@ class Part:
     def variance(self) -> tuple[float, float]:
         """(variance of this part's mean over launches, degrees of freedom)."""
         if self.n_launches >= 2:
-            return max(float(np.var(self.values, ddof=1)), self.within_var) / self.n_launches, float(self.n_launches - 1)
+            spread = float(np.var(self.values, ddof=1))
+            if self.within_var > spread and self.within_df > self.n_launches - 1:
+                # the noise floor decides: the estimate is the within-launch variance, with its own degrees of freedom
+                return self.within_var / self.n_launches, self.within_df
+            return spread / self.n_launches, float(self.n_launches - 1)
         return self.within_var, self.within_df
 
 

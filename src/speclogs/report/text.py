@@ -96,8 +96,9 @@ def headline(r: RatioComparison, c: Comparison) -> str:
         spread = f"; within-launch spread ±{r.within_cv:.1%}" if math.isfinite(r.within_cv) else ""
         return (f"{what} — one launch per arm: ×{r.ratio:.3f}, no interval (launch-to-launch noise unknown{spread}), "
                 f"{r.n_a} vs {r.n_b} launches ({r.source}); {needed_text(r)}")
-    line = (f"{what} — ×{r.ratio:.3f}, {c.confidence:.0%} CI {fmt_interval(r.ci_low, r.ci_high)}, p = {fmt_p(r.p_value)}, "
-            f"{r.n_a} vs {r.n_b} launches ({r.source})")
+    kind = "RCI (the adaptive run's repeated interval)" if "adaptive" in r.interval_covers else "CI"
+    line = (f"{what} — ×{r.ratio:.3f}, {c.confidence:.0%} {kind} {fmt_interval(r.ci_low, r.ci_high)}, "
+            f"p = {fmt_p(r.p_value)}, {r.n_a} vs {r.n_b} launches ({r.source})")
     return line + (f"; {needed_text(r)}" if r.verdict == "inconclusive" else "")
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Sequence
+from itertools import combinations
 
 import numpy as np
 import polars as pl
@@ -126,19 +127,29 @@ def _norm(text: str) -> str:
     return "".join(ch for ch in text.lower() if ch.isalnum())
 
 
+def _tokens(text: str) -> list[str]:
+    """Whole words of a name: split at anything not a letter or digit, and at lower→upper case changes."""
+    spaced = "".join(f" {ch}" if ch.isupper() and i and text[i - 1].islower() else ch for i, ch in enumerate(text))
+    return [t for t in "".join(ch.lower() if ch.isalnum() else " " for ch in spaced).split() if t]
+
+
 def factor_names(factor: str, key: str) -> bool:
-    """Is the setting `key` ('<group> <name>') named after the factor? Env variables, server args, hardware, model
-    and draft settings: the factor's name (letters and digits, any case) is part of the setting's name or is its
-    group — `nccl` names NCCL_PROTO, `draft` names speculative_draft_model_path and the draft's weights, `gpu` names
-    gpu_name, `mem_fraction` names mem_fraction_static. Versions only by `version` or `<name>_version`
-    (`sglang_version`), so NCCL tuning never excuses a different NCCL library."""
+    """Is the setting `key` ('<group> <name>') named after the factor? The factor's words (whole words, any case) are
+    the setting's group or a run of consecutive words of its name — `nccl` names NCCL_PROTO, `draft` names
+    speculative_draft_model_path and the draft's weights, `gpu` names gpu_name, `mem_fraction` names
+    mem_fraction_static; never a part of a word (`mode` does not name model_path, `a` names nothing but a setting
+    called A). Versions only by `version` or `<name>_version` (`sglang_version`), so NCCL tuning never excuses a
+    different NCCL library."""
     group, _, name = key.partition(" ")
-    f = _norm(factor)
-    if not f:
+    words = _tokens(factor)
+    if not words:
         return False
     if group == "version":
-        return f in ("version", _norm(name) + "version")
-    return f == _norm(group) or f in _norm(name)
+        return _norm(factor) in ("version", _norm(name) + "version")
+    if _norm(factor) == _norm(group):
+        return True
+    setting = _tokens(name)
+    return any(setting[i:i + len(words)] == words for i in range(len(setting) - len(words) + 1))
 
 
 def _values(settings: dict[str, dict[str, str]], ids: Sequence[str], key: str) -> set[str]:
@@ -228,11 +239,50 @@ def confounder_findings(
             findings.append(Finding(
                 "factor_settings", f"{arm} vs {reference}: {why} accounts for {shown}"
                 + (f" and {len(group) - 12} more" if len(group) > 12 else ""), "info", pair))
+    findings += _factorial_confounders(settings, levels, all_ids, keys)
     versions = sorted({settings[r].get("version sglang") for r in all_ids} - {None})
     if len(versions) > 1:
         findings.append(Finding(
             "mixed_versions", f"the compared runs use different SGLang versions ({', '.join(versions)}): log formats and "
             "scheduling differ between versions, so differences may come from the version", "warning"))
+    return findings
+
+
+def _factorial_confounders(settings, levels: dict[str, dict[str, str]], ids: Sequence[str], keys: Sequence[str]) -> list[Finding]:
+    """Settings that differ across a factorial's runs without following one factor (they change inside a cell, or in
+    one cell only): each factorial effect is a contrast of cell means, so such a setting biases every effect whose
+    contrast does not cancel its pattern. One warning per setting, naming the cells and the effects it biases."""
+    if len(levels) < 2:
+        return []
+    factors = sorted(levels)
+    high = {f: sorted(set(levels[f].values()))[-1] for f in factors}
+    cells: dict[tuple[int, ...], list[str]] = {}
+    for r in ids:
+        cells.setdefault(tuple(int(levels[f][r] == high[f]) for f in factors), []).append(r)
+    if len(cells) < 2 ** len(factors):
+        return []
+    findings = []
+    for key in keys:
+        if key == "hardware hostname" or _is_spec_key(key) or key == "env PYTHONPATH":
+            continue
+        values = [settings[r].get(key, UNSET) for r in ids]
+        if len(set(values)) < 2 or any(_function_of(settings, levels[f], ids, key) for f in factors):
+            continue
+        common = max(set(values), key=values.count)
+        share = {cell: sum(settings[r].get(key, UNSET) != common for r in rs) / len(rs) for cell, rs in cells.items()}
+        biased = []
+        for size in range(1, len(factors) + 1):
+            for subset in combinations(range(len(factors)), size):
+                contrast = sum(share[cell] * math.prod(1 if cell[i] else -1 for i in subset) for cell in cells)
+                if abs(contrast) > 1e-9:
+                    biased.append(" × ".join(factors[i] for i in subset))
+        where = "; ".join(
+            ", ".join(f"{f}={levels[f][rs[0]]}" for f in factors) + f" ({sum(settings[r].get(key, UNSET) != common for r in rs)}"
+            f" of {len(rs)} launches)" for cell, rs in sorted(cells.items()) if share[cell] > 0)
+        findings.append(Finding(
+            "factorial_confounder", f"{key.partition(' ')[2] or key} is {common} except in cell(s) {where}, where it is "
+            f"{_fmt(set(values) - {common})}: it follows no factor, so it biases the factorial effect(s) "
+            f"{', '.join(biased) or 'none'}. Rerun the cell with equal settings, or declare it as a factor.", "warning"))
     return findings
 
 

@@ -158,7 +158,60 @@ def trust_table(trials: int = 400, seed: int = 20261206) -> list[tuple[str, floa
             gaps.append(ours - np.mean(welch_low > 0))
     rows.append(("coverage, random prompts per launch, CV 1/3/8 % (min)", float(min(varied_coverage)), "≥ 0.93"))
     rows.append(("power − Welch's power, random prompts per launch (min)", float(min(gaps)), "≥ −0.05"))
+    for scenario in ("gradual", "thermal", "stationary"):
+        rows.append((f"warm-up bias of a launch's throughput, {scenario} (|mean error|)",
+                     abs(warmup_bias(scenario, trials // 4, rng)), "≤ 0.02"))
+    rows.append(("drift false alarms, stationary launches, prompts differ", drift_false_alarms(trials // 4, rng), "≤ 0.05"))
     return rows
+
+
+
+# --- warm-up and drift on decode-row series (one launch: `requests` requests of `rows` decode rows each) ------------
+
+def decode_series(rng: np.random.Generator, scenario: str, requests: int = 10, rows: int = 20,
+                  row_sigma: float = 0.03, request_sigma: float = 0.05) -> tuple[np.ndarray, np.ndarray, float]:
+    """(rates, request number per row, the steady mean rate) of one launch. Rows are AR(1) (ρ 0.5) around their
+    request's level (prompts differ: each request's level is exp N(0, request_sigma)). Scenarios: 'stationary';
+    'gradual' (CUDA graphs on, a slow start: 1 − 0.25·exp(−t/τ), τ = a fifth of the rows: 5 % slow uncut); 'thermal' (a 5 % slide
+    over the run: no warm-up; the run's own mean is the truth)."""
+    n = requests * rows
+    noise = np.empty(n)
+    noise[0] = rng.normal(0.0, row_sigma)
+    shocks = rng.normal(0.0, row_sigma * np.sqrt(1 - 0.25), n)
+    for i in range(1, n):
+        noise[i] = 0.5 * noise[i - 1] + shocks[i]
+    request = np.repeat(np.arange(requests), rows)
+    level = np.exp(rng.normal(0.0, request_sigma, requests))[request]
+    t = np.arange(n)
+    shape = {"stationary": np.ones(n), "gradual": 1 - 0.25 * np.exp(-t / (n / 5)), "thermal": 1 - 0.05 * t / n}[scenario]
+    rates = 100.0 * level * shape * np.exp(noise)
+    truth = float(np.mean(100.0 * level * np.exp(noise) * (shape if scenario == "thermal" else 1.0)))
+    return rates, request, truth
+
+
+def warmup_bias(scenario: str, trials: int, rng: np.random.Generator) -> float:
+    """Mean relative error of a launch's throughput after the warm-up rule cut its start."""
+    from speclogs.analysis import stats
+
+    errors = []
+    for _ in range(trials):
+        rates, _, truth = decode_series(rng, scenario)
+        cut = stats.warmup_length(rates)
+        errors.append(float(np.mean(rates[cut:])) / truth - 1.0)
+    return float(np.mean(errors))
+
+
+def drift_false_alarms(trials: int, rng: np.random.Generator) -> float:
+    """Share of stationary launches (prompts differ) the drift test calls drifting (p < 0.01, change > 3 %)."""
+    from speclogs.analysis import stats
+
+    alarms = 0
+    for _ in range(trials):
+        rates, request, _ = decode_series(rng, "stationary")
+        blocked = getattr(stats, "request_trend", None)
+        trend = blocked(rates, request) if blocked else stats.trend_test(rates)
+        alarms += bool(trend and trend.p_value < 0.01 and abs(trend.relative_change) > 0.03)
+    return alarms / trials
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def test_first_screen_ranks_then_answers_before_warning(fixtures_db):
     assert "MINUTES" not in "\n".join(lines[:60]) and "AWS_CA_BUNDLE" not in result.stdout
     out = result.stdout
     assert out.index("can change the answer") < out.index("[confounded_factors]") < out.index("change how sure it is") \
-        < out.index("[non_stationary]") < out.index("Throughput per arm")
+        < out.index("[nccl_settings_differ]") < out.index("Throughput per arm")
 
 
 def test_unset_is_written_one_way(fixtures_db):
@@ -97,7 +97,7 @@ def test_brief_is_the_ranking_and_the_warnings_in_15_lines(fixtures_db):
     assert len(lines) <= 15 and "Answer" not in lines
     assert [line.split()[1] for line in lines[3:7]] == ["baseline_nccl_[0-9]", "baseline_default_[0-9]",
                                                          "eagle3_nccl_[0-9]", "eagle3_default_[0-9]"]
-    assert "warning(s): confounded_factors" in result.stdout
+    assert "warning(s): confounded_factors, nccl_settings_differ" in result.stdout
 
 
 def test_one_launch_per_arm_claims_no_interval(fixtures_db):

@@ -602,8 +602,8 @@ TREND_MIN_CHANGE = 0.05
 def _trend_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:
     findings = []
     tests: list[tuple[str, str, stats.Trend]] = []
-    for run_id, rows in steady_launches(decode, ["gen_throughput_tok_s"]):
-        trend = stats.trend_test(rows["gen_throughput_tok_s"].cast(pl.Float64).to_numpy())
+    for run_id, rows in steady_launches(decode, ["gen_throughput_tok_s", "segment"]):
+        trend = stats.request_trend(rows["gen_throughput_tok_s"].cast(pl.Float64).to_numpy(), rows["segment"].to_numpy())
         if trend:
             tests.append(("server", run_id, trend))
     used = clients.filter(pl.col("excluded_reason").is_null())

@@ -343,6 +343,19 @@ def trend_test(values: np.ndarray) -> Trend | None:
     return Trend(tau=tau, p_value=p_value, relative_change=change, n=n)
 
 
+def request_trend(values: np.ndarray, requests: np.ndarray) -> Trend | None:
+    """trend_test on one value per request (the mean of its rows, in order) when a launch has ≥ 10 requests: the rows
+    of one request share its prompt and are autocorrelated, so a rank test over rows reads prompts that differ as a
+    trend; requests are the independent units. Fewer requests (or none told apart): trend_test over the rows."""
+    requests = np.asarray(requests)
+    if len(values) and len(requests) == len(values):
+        starts = np.flatnonzero(np.r_[True, requests[1:] != requests[:-1]])
+        if len(starts) >= 10:
+            means = np.add.reduceat(np.asarray(values, dtype=float), starts) / np.diff(np.r_[starts, len(values)])
+            return trend_test(means)
+    return trend_test(values)
+
+
 def holm(p_values: Sequence[float]) -> np.ndarray:
     """Holm's step-down adjusted p-values (family-wise error control over a set of tests)."""
     p = np.asarray(p_values, dtype=float)

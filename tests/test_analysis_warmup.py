@@ -31,6 +31,7 @@ def con(tmp_path_factory):
     _cell(root, "base", 3, 0, **base)
     _cell(root, "slowstart", 3, 10, slow_start_requests=2, slow_start_factor=0.8, **base)
     _cell(root, "eager", 2, 20, disable_cuda_graph=True, **base)
+    _cell(root, "eagerstart", 3, 80, eager_requests=1, **base)
     eagle = dict(spec=True, rate_tok_s=90.0, accept_len=2.0, requests=6)
     tuned = {"nccl_tuned": True}
     _cell(root, "e3_default", 2, 30, nccl_tuned=False, factors={"nccl": "default"}, **eagle)
@@ -119,3 +120,14 @@ def test_the_draft_model_recorded_in_run_json_is_compared(con):
     assert "eagle3_layer_ids (1,7,13 → 2,8,14)" in model and "weights" in model
     args = next(w.message for w in undeclared.warnings if w.code == "confounder_server_args")
     assert "speculative_draft_model_path" in args
+
+
+def test_requests_that_ran_eager_with_graphs_on_leave_the_client_headline_too(con):
+    """The first measured request of every eagerstart launch decodes eager (6× slower, CUDA graphs on): the server
+    source dropped its rows already; the client source now drops the request, so both sources read the truth (1.00)."""
+    c = compare_runs(con, ["base_*", "eagerstart_*"])
+    client = next(r for r in c.comparisons if r.source == "client")
+    server = next(r for r in c.comparisons if r.source == "server")
+    assert 0.97 < client.ratio < 1.03 and 0.97 < server.ratio < 1.03, (client.ratio, server.ratio)
+    arm = next(a for a in c.arms if a.name == "eagerstart_*")
+    assert arm.client.n_rows == 3 * (10 - 2)  # 10 requests: the bench's warm-up one and the eager one left out

@@ -726,8 +726,9 @@ def _check_outputs(paths: list[Path]) -> list[Path]:
 @app.command()
 def report(
     compare: list[str] = typer.Option(
-        ..., "--compare", "-c", help="Arms: run names or globs over run names ('baseline_nccl_[0-9]'), each optionally "
-        "LABEL=GLOB (base='baseline_*'); repeat, or list after one --compare. The first arm is the reference."
+        ..., "--compare", "-c", help="Arms: run names or globs over run names ('baseline_nccl_[0-9]'), FOLDER/GLOB, or "
+        "'cell:NAME', 'plan:NAME', 'folder:NAME' terms (space-separated terms must all match), each optionally "
+        "LABEL=SELECTOR (base='baseline_*'); repeat, or list after one --compare. The first arm is the reference."
     ),
     arms: list[str] = typer.Argument(None, help="More arms (so `--compare A B C` works)."),
     db: DbOption = DEFAULT_DB,
@@ -753,6 +754,8 @@ def report(
     num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1,
                                              help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
     lake: LakeOption = None,
+    brief: bool = typer.Option(False, "--brief", help="Terminal: only the ranking and the verdicts (≤ 15 lines)."),
+    mixed_arms: bool = typer.Option(False, "--mixed-arms", help="Allow an arm to pool launches of different plans or folders."),
 ) -> None:
     """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
     effects, warnings ranked by whether they change the answer."""
@@ -770,14 +773,14 @@ def report(
     try:
         comparison = compare_runs(connection, list(compare) + list(arms or []), parse_factor_options(factor),
                                   confidence, min_effect=parse_percent(min_effect, "--min-effect"), hidden_size=hidden_size,
-                                  num_layers=num_layers, ignore_env=tuple(ignore_env))
+                                  num_layers=num_layers, ignore_env=tuple(ignore_env), allow_mixed=mixed_arms)
     finally:
         connection.close()
     if output_format is ReportFormat.terminal:
         from speclogs.console import report_console
         from speclogs.report import render_terminal
 
-        render_terminal(comparison, report_console())
+        render_terminal(comparison, report_console(), brief=brief)
     else:
         sys.stdout.write(render(comparison, output_format.value))
     for path in outputs:

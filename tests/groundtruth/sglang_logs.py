@@ -69,6 +69,7 @@ class RunSpec:
     slow_start_requests: int = 0  # the first N measured requests (after the warm-up one) run slow_start_factor × as fast,
     slow_start_factor: float = 1.0  # with CUDA graphs on: a warm-up only the data show
     disable_cuda_graph: bool = False  # server_args disable_cuda_graph=True: every decode batch eager, steps eager_slowdown × longer
+    eager_requests: int = 0  # the first N measured requests (after the warm-up one) decode eager (cuda graph False, graphs on)
     eager_slowdown: float = 6.0
     draft_model: dict | None = None  # run.json models.draft (e.g. {"weights_sha256": …, "eagle3_layer_ids": […]})
     gpu_name: str = "NVIDIA H200"
@@ -141,6 +142,9 @@ def write_run(spec: RunSpec, directory: Path, layout: str = "launcher") -> dict:
         drift_factor = 1.0 + spec.drift * i / max(spec.requests - 1, 1)
         if 1 <= i <= spec.slow_start_requests:
             drift_factor /= spec.slow_start_factor
+        eager = 1 <= i <= spec.eager_requests
+        if eager:
+            drift_factor *= spec.eager_slowdown
         while generated < spec.max_new_tokens:
             this_step = step_s * window_factor * drift_factor
             t += timedelta(seconds=this_step)
@@ -163,7 +167,7 @@ def write_run(spec: RunSpec, directory: Path, layout: str = "launcher") -> dict:
                 elapsed = (t - last_log_t).total_seconds()
                 window_accept = tokens_since_log / steps_since_log  # SGLang prints the window's mean acceptance
                 out.append(_decode_line(t, spec.prompt_tokens + generated, window_accept if spec.spec else None,
-                                        tokens_since_log / elapsed, cuda_graph=not spec.disable_cuda_graph))
+                                        tokens_since_log / elapsed, cuda_graph=not (spec.disable_cuda_graph or eager)))
                 decode_rows += 1
                 last_log_t = t
                 tokens_since_log = 0

@@ -21,7 +21,7 @@ import polars as pl
 from speclogs.analysis import attribution, factorial, power, stats, steady as steady_rule
 from speclogs.analysis.load import RunTables, load_run_tables, resolve_arms
 from speclogs.analysis.nccl import nccl_evidence
-from speclogs.analysis.results import Arm, Comparison, Estimate, Finding, RatioComparison
+from speclogs.analysis.results import Arm, Comparison, Estimate, Finding, Rank, RatioComparison
 from speclogs.analysis.signals import signal_evidence_for, with_signals
 from speclogs.analysis.steady import client_rows, mark_steady, server_columns, steady_launches
 from speclogs.errors import AnalysisError
@@ -37,11 +37,13 @@ METHODS = {
     "within-launch noise that the requests (or decode-row blocks) of each launch show (delete-one jackknife; two-way "
     "launch × position residuals when every launch replays the same prompts). Interval: Student t with "
     "Welch–Satterthwaite degrees of freedom over launches (deterministic: no resampling). With one launch in an arm: "
-    "within-launch noise only, and no verdict.",
+    "no interval and no verdict (its within-launch spread is shown as such).",
     "test": "Welch's t test on per-launch log throughput: the p-value comes from the same t statistic as the interval "
     "(p < 1 − confidence exactly when the interval excludes 1).",
-    "verdict": "A winner is named only with ≥ 2 launches per arm and an interval entirely beyond ±min_effect "
-    "(default 0: beyond 1); with a threshold, an interval inside ±min_effect is 'equivalent'.",
+    "verdict": "Three answers: a winner (≥ 2 launches per arm and an interval entirely beyond ±min_effect; default 0: "
+    "beyond 1), 'equivalent' (the interval inside ±min_effect, or ±5 % without one), else 'inconclusive', with the "
+    "smallest effect these launches detect (80 % power) and the launches per arm that would detect ±5 % (or "
+    "±min_effect).",
     "client": "Client source: bench_requests without warm-up requests; per launch Σ completion_tokens / Σ latency_s.",
     "server": "Server source: steady-state decode_batches (rule in speclogs.analysis.steady); per launch "
     "Σ tokens per step / Σ seconds per step, from SGLang's gen throughput.",
@@ -139,7 +141,8 @@ def _group(units: Sequence[np.ndarray | None]) -> list[np.ndarray]:
 
 def _estimate(source: str, group: stats.GroupSummary, confidence: float, n_rows: int,
               run_names: tuple[str, ...]) -> Estimate:
-    low, high = stats.interval([stats.part(group, 0)], confidence)
+    # one launch: its requests say nothing about the next launch, so no interval is claimed
+    low, high = stats.interval([stats.part(group, 0)], confidence) if group.n_launches >= 2 else (math.nan, math.nan)
     return Estimate(
         source=source,
         value_tok_s=float(math.exp(group.point[0])),
@@ -191,6 +194,7 @@ def compare_runs(
     hidden_size: int | None = None,
     num_layers: int | None = None,
     ignore_env: Sequence[str] = (),
+    allow_mixed: bool = False,
 ) -> Comparison:
     """Compare arms (run names or globs, each optionally `LABEL=SELECTOR`; the first is the reference) read from the
     DuckDB connection `con`.
@@ -206,7 +210,7 @@ def compare_runs(
         raise AnalysisError(f"confidence {confidence} is outside [0.5, 1)", hint="e.g. --confidence 0.95")
     if not 0.0 <= min_effect < 1.0:
         raise AnalysisError(f"min effect {min_effect:.1%} is outside [0 %, 100 %)", hint="e.g. --min-effect 2%")
-    arm_runs = resolve_arms(con, list(arms))
+    arm_runs = resolve_arms(con, list(arms), allow_mixed=allow_mixed)
     all_ids = [run_id for ids in arm_runs.values() for run_id in ids]
     tables = load_run_tables(con, all_ids)
     nccl = nccl_evidence(con, all_ids, hidden_size=hidden_size, num_layers=num_layers)
@@ -296,14 +300,16 @@ def compare_tables(
             )
         )
 
+    designs = _adaptive_designs(tables)
     comparisons = []
     attributions = []
     for arm_b, ids_b in list(arm_runs.items())[1:]:
+        sequential = sequential_confidence(designs, arm_runs[reference], ids_b, confidence)
         for source in ("client", "server"):
             a = summary_for(arm_runs[reference], source)
             b = summary_for(ids_b, source)
             if a and b:
-                comparisons.append(_ratio(reference, arm_b, source, a[0], b[0], confidence, min_effect))
+                comparisons.append(_ratio(reference, arm_b, source, a[0], b[0], confidence, min_effect, sequential))
         a = summary_for(arm_runs[reference], "server")
         b = summary_for(ids_b, "server")
         if a and b:
@@ -312,6 +318,8 @@ def compare_tables(
             attributions.append(
                 attribution.attribution(reference, arm_b, a[0], b[0], cyc_a[0] if cyc_a else None, cyc_b[0] if cyc_b else None, confidence)
             )
+
+    ranking = _ranking(arm_objects, arm_runs, summary_for, confidence, min_effect, designs)
 
     phases = []
     for arm, ids in arm_runs.items():
@@ -351,7 +359,60 @@ def compare_tables(
         warmup_spans=warmup_spans,
         methods=dict(METHODS),
         nccl=nccl,
+        ranking=ranking,
     )
+
+
+def _ranking(arms: Sequence[Arm], arm_runs: Mapping[str, list[str]], summary_for, confidence: float,
+             min_effect: float, designs: Mapping[str, dict]) -> tuple[Rank, ...]:
+    """Every arm, fastest first, each against the fastest with the comparison's own interval and verdict; on the
+    client source when every arm has one (what users measure), else the server's."""
+    if len(arms) < 2:
+        return ()
+    source = "client" if all(a.client for a in arms) else "server" if all(a.server for a in arms) else None
+    if source is None:
+        return ()
+    ordered = sorted(arms, key=lambda a: -getattr(a, source).value_tok_s)
+    best = ordered[0]
+    best_summary = summary_for(arm_runs[best.name], source)[0]
+    ranks = []
+    for arm in ordered:
+        estimate = getattr(arm, source)
+        vs_best = None if arm is best else _ratio(
+            best.name, arm.name, source, best_summary, summary_for(arm_runs[arm.name], source)[0], confidence, min_effect,
+            sequential_confidence(designs, arm_runs[best.name], arm_runs[arm.name], confidence))
+        ranks.append(Rank(arm.name, source, estimate.value_tok_s, estimate.n_launches, vs_best))
+    return tuple(ranks)
+
+
+def _adaptive_designs(tables: RunTables) -> dict[str, dict]:
+    """run_id → the adaptive design its run.json records (speclogs launch --until), for runs that have one."""
+    from speclogs.analysis.load import parse_json_text
+
+    designs = {}
+    for run_id, text in zip(tables.runs["run_id"].to_list(), tables.runs["run_json"].to_list()):
+        design = parse_json_text(text).get("adaptive")
+        if isinstance(design, dict) and isinstance(design.get("nominal_level"), (int, float)):
+            designs[run_id] = design
+    return designs
+
+
+def sequential_confidence(designs: Mapping[str, dict], ids_a: Sequence[str], ids_b: Sequence[str],
+                          confidence: float) -> float | None:
+    """The confidence of the adaptive run's own repeated confidence interval (1 − its per-look nominal level) when
+    every launch of both arms comes from one adaptive design at this confidence; None otherwise. The run stopped when
+    its data said so: a fixed-sample interval at the stop names false winners more often than its level, the RCI
+    keeps its level at any look (speclogs.launcher.adaptive)."""
+    found = [designs.get(r) for r in (*ids_a, *ids_b)]
+    if not found or any(d is None for d in found):
+        return None
+    keys = {(tuple(d.get("cells") or ()), d.get("nominal_level"), d.get("confidence")) for d in found}
+    if len(keys) != 1:
+        return None
+    _, nominal, design_confidence = keys.pop()
+    if design_confidence is None or abs(float(design_confidence) - confidence) > 1e-9 or not 0 < nominal < 1:
+        return None
+    return 1.0 - float(nominal)
 
 
 def _reason_counts(rows: pl.DataFrame) -> str:
@@ -360,20 +421,31 @@ def _reason_counts(rows: pl.DataFrame) -> str:
 
 
 def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.GroupSummary, confidence: float,
-           min_effect: float) -> RatioComparison:
-    result = stats.t_interval(stats.diff_parts(a, b, 0), confidence)
+           min_effect: float, sequential: float | None = None) -> RatioComparison:
+    """B against A; `sequential`: the adaptive design's per-look confidence, whose repeated confidence interval gives
+    the interval, p-value and verdict instead of the fixed-sample one at `confidence`."""
+    result = stats.t_interval(stats.diff_parts(a, b, 0), sequential or confidence)
     single = not result.launches_covered
     between, within = stats.pooled_components([a, b], 0)
     spread = math.sqrt(between + within)
+    target = stats.equivalence_margin(min_effect)
+    nan = float("nan")
     if single:
-        units = "requests" if source == "client" else "request segments of decode rows"
-        test = (f"one launch per arm ({a.n_launches} vs {b.n_launches}): Student t on the within-launch noise of its "
-                f"{units} only — no launch-to-launch variation, so no verdict (need ≥ 2 launches)")
-        detectable = float("nan")
+        # one launch per arm says nothing about launch-to-launch noise: no interval, no p-value, no launch count
+        test = (f"one launch per arm ({a.n_launches} vs {b.n_launches}): no interval — the launch-to-launch noise is "
+                "unknown (need ≥ 2 launches per arm)")
+        detectable, needed, low, high = nan, None, nan, nan
+        within_low, within_high = math.exp(result.low), math.exp(result.high)
     else:
         test = (f"Welch's t on per-launch log {source} throughput ({a.n_launches} vs {b.n_launches} launches, "
                 f"df {result.df:.1f}); the p-value and the interval come from the same t statistic")
+        if sequential:
+            test += (f"; adaptive run: the launcher's repeated confidence interval (each look at {sequential:.2%}, "
+                     f"{confidence:.0%} over all looks), the p-value compared with {1 - sequential:.2%}")
         detectable = power.min_detectable_ratio(spread, a.n_launches, b.n_launches, confidence, min_effect)
+        needed = power.launches_needed(spread, target, confidence) if spread > 0 else None
+        low, high = math.exp(result.low), math.exp(result.high)
+        within_low = within_high = nan
     return RatioComparison(
         metric="throughput",
         source=source,
@@ -383,8 +455,8 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
         a=float(math.exp(a.point[0])),
         b=float(math.exp(b.point[0])),
         ratio=float(math.exp(result.point)),
-        ci_low=float(math.exp(result.low)),
-        ci_high=float(math.exp(result.high)),
+        ci_low=low,
+        ci_high=high,
         p_value=None if single else result.p_value,
         test=test,
         n_a=a.n_launches,
@@ -392,11 +464,16 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
         n_units_a=a.n_units,
         n_units_b=b.n_units,
         verdict=stats.verdict_for(result, enough=a.n_units >= 2 and b.n_units >= 2, min_effect=min_effect),
-        interval_covers="request noise only (one launch per arm)" if single else "launches and requests",
+        interval_covers="none (one launch per arm)" if single else
+        "launches and requests, at every look of the adaptive run" if sequential else "launches and requests",
         df=result.df,
-        launch_cv=math.sqrt(between),
+        launch_cv=nan if single else math.sqrt(between),
         within_cv=math.sqrt(within),
         min_detectable_ratio=detectable,
+        launches_needed=needed,
+        target_effect=target,
+        within_low=within_low,
+        within_high=within_high,
     )
 
 

@@ -147,14 +147,14 @@ def _complete_design(names: list[str], ids: list[str], levels, span) -> tuple[li
 
 def _effect(name, kind, source, parts, span, n_launches, confidence, min_effect) -> Effect:
     result = stats.t_interval(parts, confidence)
-    return Effect(name=name, kind=kind, source=source, ratio=math.exp(result.point), ci_low=math.exp(result.low),
-                  ci_high=math.exp(result.high), low=span[0], high=span[1],
+    # a cell of one launch says nothing about launch-to-launch noise: no interval is claimed
+    low, high = (math.exp(result.low), math.exp(result.high)) if result.launches_covered else (math.nan, math.nan)
+    return Effect(name=name, kind=kind, source=source, ratio=math.exp(result.point), ci_low=low, ci_high=high,
+                  low=span[0], high=span[1],
                   verdict=EFFECT_VERDICTS[stats.verdict_for(result, enough=True, min_effect=min_effect)],
                   n_launches=n_launches)
 
 
 # the comparison's verdict words for an effect (same rule: stats.verdict_for)
-EFFECT_VERDICTS = {"faster": "increases throughput", "slower": "decreases throughput",
-                   "no detectable difference": "no detectable effect", "equivalent": "equivalent",
-                   "below min effect": "below min effect", "need ≥ 2 launches": "need ≥ 2 launches per cell",
-                   "insufficient data": "insufficient data"}
+EFFECT_VERDICTS = {"faster": "increases throughput", "slower": "decreases throughput", "equivalent": "equivalent",
+                   "inconclusive": "inconclusive", "insufficient data": "insufficient data"}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Sequence
+from itertools import combinations
 
 import numpy as np
 import polars as pl
@@ -126,19 +127,29 @@ def _norm(text: str) -> str:
     return "".join(ch for ch in text.lower() if ch.isalnum())
 
 
+def _tokens(text: str) -> list[str]:
+    """Whole words of a name: split at anything not a letter or digit, and at lower→upper case changes."""
+    spaced = "".join(f" {ch}" if ch.isupper() and i and text[i - 1].islower() else ch for i, ch in enumerate(text))
+    return [t for t in "".join(ch.lower() if ch.isalnum() else " " for ch in spaced).split() if t]
+
+
 def factor_names(factor: str, key: str) -> bool:
-    """Is the setting `key` ('<group> <name>') named after the factor? Env variables, server args, hardware, model
-    and draft settings: the factor's name (letters and digits, any case) is part of the setting's name or is its
-    group — `nccl` names NCCL_PROTO, `draft` names speculative_draft_model_path and the draft's weights, `gpu` names
-    gpu_name, `mem_fraction` names mem_fraction_static. Versions only by `version` or `<name>_version`
-    (`sglang_version`), so NCCL tuning never excuses a different NCCL library."""
+    """Is the setting `key` ('<group> <name>') named after the factor? The factor's words (whole words, any case) are
+    the setting's group or a run of consecutive words of its name — `nccl` names NCCL_PROTO, `draft` names
+    speculative_draft_model_path and the draft's weights, `gpu` names gpu_name, `mem_fraction` names
+    mem_fraction_static; never a part of a word (`mode` does not name model_path, `a` names nothing but a setting
+    called A). Versions only by `version` or `<name>_version` (`sglang_version`), so NCCL tuning never excuses a
+    different NCCL library."""
     group, _, name = key.partition(" ")
-    f = _norm(factor)
-    if not f:
+    words = _tokens(factor)
+    if not words:
         return False
     if group == "version":
-        return f in ("version", _norm(name) + "version")
-    return f == _norm(group) or f in _norm(name)
+        return _norm(factor) in ("version", _norm(name) + "version")
+    if _norm(factor) == _norm(group):
+        return True
+    setting = _tokens(name)
+    return any(setting[i:i + len(words)] == words for i in range(len(setting) - len(words) + 1))
 
 
 def _values(settings: dict[str, dict[str, str]], ids: Sequence[str], key: str) -> set[str]:
@@ -228,11 +239,50 @@ def confounder_findings(
             findings.append(Finding(
                 "factor_settings", f"{arm} vs {reference}: {why} accounts for {shown}"
                 + (f" and {len(group) - 12} more" if len(group) > 12 else ""), "info", pair))
+    findings += _factorial_confounders(settings, levels, all_ids, keys)
     versions = sorted({settings[r].get("version sglang") for r in all_ids} - {None})
     if len(versions) > 1:
         findings.append(Finding(
             "mixed_versions", f"the compared runs use different SGLang versions ({', '.join(versions)}): log formats and "
             "scheduling differ between versions, so differences may come from the version", "warning"))
+    return findings
+
+
+def _factorial_confounders(settings, levels: dict[str, dict[str, str]], ids: Sequence[str], keys: Sequence[str]) -> list[Finding]:
+    """Settings that differ across a factorial's runs without following one factor (they change inside a cell, or in
+    one cell only): each factorial effect is a contrast of cell means, so such a setting biases every effect whose
+    contrast does not cancel its pattern. One warning per setting, naming the cells and the effects it biases."""
+    if len(levels) < 2:
+        return []
+    factors = sorted(levels)
+    high = {f: sorted(set(levels[f].values()))[-1] for f in factors}
+    cells: dict[tuple[int, ...], list[str]] = {}
+    for r in ids:
+        cells.setdefault(tuple(int(levels[f][r] == high[f]) for f in factors), []).append(r)
+    if len(cells) < 2 ** len(factors):
+        return []
+    findings = []
+    for key in keys:
+        if key == "hardware hostname" or _is_spec_key(key) or key == "env PYTHONPATH":
+            continue
+        values = [settings[r].get(key, UNSET) for r in ids]
+        if len(set(values)) < 2 or any(_function_of(settings, levels[f], ids, key) for f in factors):
+            continue
+        common = max(set(values), key=values.count)
+        share = {cell: sum(settings[r].get(key, UNSET) != common for r in rs) / len(rs) for cell, rs in cells.items()}
+        biased = []
+        for size in range(1, len(factors) + 1):
+            for subset in combinations(range(len(factors)), size):
+                contrast = sum(share[cell] * math.prod(1 if cell[i] else -1 for i in subset) for cell in cells)
+                if abs(contrast) > 1e-9:
+                    biased.append(" × ".join(factors[i] for i in subset))
+        where = "; ".join(
+            ", ".join(f"{f}={levels[f][rs[0]]}" for f in factors) + f" ({sum(settings[r].get(key, UNSET) != common for r in rs)}"
+            f" of {len(rs)} launches)" for cell, rs in sorted(cells.items()) if share[cell] > 0)
+        findings.append(Finding(
+            "factorial_confounder", f"{key.partition(' ')[2] or key} is {common} except in cell(s) {where}, where it is "
+            f"{_fmt(set(values) - {common})}: it follows no factor, so it biases the factorial effect(s) "
+            f"{', '.join(biased) or 'none'}. Rerun the cell with equal settings, or declare it as a factor.", "warning"))
     return findings
 
 
@@ -302,10 +352,13 @@ def lint_comparison(
     for (arm_a, arm_b), sources in by_pair.items():
         if "client" in sources and "server" in sources:
             c, s = sources["client"], sources["server"]
-            if c.ci_high < s.ci_low or s.ci_high < c.ci_low:
+            # one launch per arm: both sources measure the same launches, so their request-noise intervals compare
+            (c_low, c_high), (s_low, s_high) = (
+                (r.ci_low, r.ci_high) if math.isfinite(r.ci_low) else (r.within_low, r.within_high) for r in (c, s))
+            if c_high < s_low or s_high < c_low:
                 findings.append(Finding(
-                    "source_disagreement", f"{arm_b} vs {arm_a}: client ratio {c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] "
-                    f"and server ratio {s.ratio:.3f} [{s.ci_low:.3f}, {s.ci_high:.3f}] disagree: one source is measuring "
+                    "source_disagreement", f"{arm_b} vs {arm_a}: client ratio {c.ratio:.3f} [{c_low:.3f}, {c_high:.3f}] "
+                    f"and server ratio {s.ratio:.3f} [{s_low:.3f}, {s_high:.3f}] disagree: one source is measuring "
                     "something else (prefill share, client overhead, a warm-up inside the window)", "warning", (arm_a, arm_b)))
 
     findings += _launch_round_findings(tables, clients, arm_runs)
@@ -326,8 +379,9 @@ def lint_comparison(
         findings.append(Finding(
             "adaptive_run", f"{_runs_text([(name, 1) for name in adaptive]).replace(' (1)', '')} come from an adaptive "
             "plan (speclogs launch --until): when to stop was decided on repeated confidence intervals (adaptive.json "
-            "next to the launches), which are wider than this report's. After a data-dependent stop a fixed-sample "
-            "interval covers somewhat less than its nominal level: quote the launcher's interval for the decision",
+            "next to the launches). A comparison whose launches all come from that design uses the same repeated "
+            "interval (wider than a fixed-sample one, which after a data-dependent stop names false winners more "
+            "often than its level)",
             "info"))
     multi = tables.launches.group_by("run_id", maintain_order=True).agg(pl.col("launch_no").n_unique().alias("n")).filter(pl.col("n") > 1)
     for run_id, n in multi.iter_rows():
@@ -548,8 +602,8 @@ TREND_MIN_CHANGE = 0.05
 def _trend_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:
     findings = []
     tests: list[tuple[str, str, stats.Trend]] = []
-    for run_id, rows in steady_launches(decode, ["gen_throughput_tok_s"]):
-        trend = stats.trend_test(rows["gen_throughput_tok_s"].cast(pl.Float64).to_numpy())
+    for run_id, rows in steady_launches(decode, ["gen_throughput_tok_s", "segment"]):
+        trend = stats.request_trend(rows["gen_throughput_tok_s"].cast(pl.Float64).to_numpy(), rows["segment"].to_numpy())
         if trend:
             tests.append(("server", run_id, trend))
     used = clients.filter(pl.col("excluded_reason").is_null())

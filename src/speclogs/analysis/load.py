@@ -1,6 +1,7 @@
 """Thin loader: resolve arm selectors to runs and read the tables `compare_runs` needs into polars frames.
 
-No statistics here. Arms are run names or shell-style globs over run names (`'baseline_tuned_*'`).
+No statistics here. Arms are run names or shell-style globs over run names (`'baseline_tuned_*'`), optionally with
+the run's folder before the name, or `cell:` / `plan:` / `folder:` terms (resolve_arms).
 """
 
 from __future__ import annotations
@@ -47,33 +48,80 @@ def split_arm(option: str, known_names: set[str]) -> tuple[str, str]:
     return label.strip(), selector.strip()
 
 
-def resolve_arms(con: Any, selectors: list[str]) -> dict[str, list[str]]:
-    """Map each arm (run name or glob, optionally `LABEL=SELECTOR`) to the run_ids it names, in run_name order; the
-    keys are the labels (the selector when unlabelled).
+SELECTOR_KEYS = ("cell", "plan", "folder")
 
-    Raises AnalysisError naming the unknown selector and listing the known run names.
+
+@dataclass(frozen=True)
+class _Known:
+    run_id: str
+    name: str
+    cell: str | None
+    plan: str | None
+    folder: str  # the experiment's folder (a launcher run's output directory, else the log's directory)
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.folder.rstrip('/').rsplit('/', 1)[-1]}/{self.name}"
+
+    def matches(self, term: str) -> bool:
+        key, sep, pattern = term.partition(":")
+        if sep and key in SELECTOR_KEYS:
+            if key == "folder":
+                folder = self.folder.rstrip("/")
+                return fnmatch.fnmatchcase(folder, pattern) or fnmatch.fnmatchcase(folder, "*/" + pattern.strip("/"))
+            value = self.cell if key == "cell" else self.plan
+            return value is not None and fnmatch.fnmatchcase(value, pattern)
+        return term in (self.name, self.run_id, self.qualified) or fnmatch.fnmatchcase(self.name, term) or (
+            "/" in term and fnmatch.fnmatchcase(self.qualified, term))
+
+
+def _known_runs(con: Any) -> list[_Known]:
+    rows = con.execute("""SELECT run_id, run_name, cell, json_extract_string(run_json, '$.plan_name'), source_dir,
+                                 cell IS NOT NULL AND launch_index IS NOT NULL
+                          FROM runs ORDER BY run_name, run_id""").fetchall()
+    known = []
+    for run_id, name, cell, plan, source_dir, launcher in rows:
+        folder = source_dir or ""
+        if launcher and folder:  # a launch directory is <output>/<cell>/<launch>
+            folder = folder.rstrip("/").rsplit("/", 2)[0]
+        known.append(_Known(run_id, name, cell, plan, folder))
+    return known
+
+
+def resolve_arms(con: Any, selectors: list[str], *, allow_mixed: bool = False) -> dict[str, list[str]]:
+    """Map each arm (optionally `LABEL=SELECTOR`) to the run_ids it names, in run_name order; the keys are the labels
+    (the selector when unlabelled).
+
+    A selector is one or more space-separated terms, all of which a run must match: a run name or a glob over run
+    names ('eagle3_nccl_*'), the same prefixed by the run's folder ('h200x2-overhead/eagle3_prof_*'), `cell:GLOB`,
+    `plan:GLOB` (the launch plan's name) or `folder:GLOB` (the experiment's folder: a launcher run's output directory,
+    else the log's directory; its last components match). Raises AnalysisError naming an unknown selector, and — unless
+    `allow_mixed` — an arm whose launches come from different plans or folders, naming them.
     """
     if len(selectors) < 1:
         raise AnalysisError("report --compare needs at least one arm", hint="e.g. speclogs report --compare baseline eagle3")
-    known = con.execute("SELECT run_id, run_name FROM runs ORDER BY run_name, run_id").fetchall()
+    known = _known_runs(con)
     if not known:
         raise AnalysisError(
             "the database has no runs", hint="ingest logs first: speclogs ingest PATH --db FILE"
         )
     arms: dict[str, list[str]] = {}
     labels: dict[str, str] = {}
-    known_names = {name for _, name in known} | {run_id for run_id, _ in known}
+    known_names = {k.name for k in known} | {k.run_id for k in known} | {k.qualified for k in known}
     for option in selectors:
         label, selector = split_arm(option, known_names)
         if label in arms:
             raise AnalysisError(f"arm {label!r} is given twice", hint="name each arm once (LABEL=GLOB gives it a label)")
-        exact = [run_id for run_id, name in known if name == selector or run_id == selector]
-        matched = exact or [run_id for run_id, name in known if fnmatch.fnmatchcase(name, selector)]
+        terms = [selector] if selector in known_names else selector.split()
+        exact = [k for k in known if selector in (k.name, k.run_id, k.qualified)]
+        matched = exact or [k for k in known if terms and all(k.matches(term) for term in terms)]
         if not matched:
-            names = sorted({name for _, name in known})
+            names = sorted({k.name for k in known})
             shown = ", ".join(names[:40]) + (f", … ({len(names) - 40} more)" if len(names) > 40 else "")
             raise AnalysisError(f"no run matches {selector!r}; known runs: {shown}", hint=_HINT_LIST)
-        arms[label] = matched
+        if not allow_mixed:
+            _single_experiment(label, matched)
+        arms[label] = [k.run_id for k in matched]
         labels[label] = selector
     seen: dict[str, str] = {}
     for label, run_ids in arms.items():
@@ -85,6 +133,20 @@ def resolve_arms(con: Any, selectors: list[str]) -> dict[str, list[str]]:
                 )
             seen[run_id] = label
     return arms
+
+
+def _single_experiment(label: str, matched: list[_Known]) -> None:
+    """An arm's launches come from one plan and one folder: launches of another experiment are another condition."""
+    for what, values in (("plans", {k.plan for k in matched if k.plan}), ("folders", {k.folder for k in matched})):
+        if len(values) > 1:
+            counts = ", ".join(f"{value} ({sum(1 for k in matched if (k.plan if what == 'plans' else k.folder) == value)} "
+                               f"launches: {', '.join(k.name for k in matched if (k.plan if what == 'plans' else k.folder) == value)})"
+                               for value in sorted(values))
+            example = sorted(matched, key=lambda k: k.qualified)[0]
+            raise AnalysisError(
+                f"arm {label!r} mixes launches from {len(values)} {what}: {counts}",
+                hint=f"select one experiment, e.g. '{example.qualified.rsplit('/', 1)[0]}/{label.split('/')[-1]}' or "
+                     f"'folder:{example.qualified.rsplit('/', 1)[0]} {label}', or pass --mixed-arms to pool them")
 
 
 def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:

@@ -83,13 +83,28 @@ class RatioComparison:
     n_b: int
     n_units_a: int
     n_units_b: int
-    verdict: str  # stats.verdict_for: 'faster' | 'slower' | 'no detectable difference' | 'equivalent' | 'below min effect'
-    #               | 'need ≥ 2 launches' | 'insufficient data'
-    interval_covers: str  # 'launches and requests' | 'request noise only (one launch per arm)'
+    verdict: str  # stats.verdict_for: 'faster' | 'slower' | 'equivalent' | 'inconclusive' | 'insufficient data'
+    interval_covers: str  # 'launches and requests' | 'none (one launch per arm)': ci_low / ci_high are NaN (JSON null)
     df: float = float("nan")  # Welch–Satterthwaite degrees of freedom of the t interval and test
     launch_cv: float = float("nan")  # launch-to-launch SD of log throughput (pooled over both arms), within part removed
     within_cv: float = float("nan")  # within-launch SD of one launch's log throughput (from its requests or blocks)
     min_detectable_ratio: float = float("nan")  # smallest true ratio > 1 these launches detect with 80 % power
+    launches_needed: int | None = None  # launches per arm detecting ±target_effect with 80 % power (None: unknown)
+    target_effect: float = 0.05  # the effect launches_needed plans for: min_effect, else 5 %
+    # one launch per arm only: the interval its requests alone give (within-launch noise; not a claim about launches)
+    within_low: float = float("nan")
+    within_high: float = float("nan")
+
+
+@dataclass(frozen=True)
+class Rank:
+    """One place of the ranking (fastest first): an arm's throughput and its ratio to the fastest arm."""
+
+    arm: str
+    source: str  # the source every ranked arm has: 'client' when all have it, else 'server'
+    value_tok_s: float
+    n_launches: int
+    vs_best: RatioComparison | None  # this arm against the fastest (ratio ≤ 1); None for the fastest itself
 
 
 @dataclass(frozen=True)
@@ -190,3 +205,4 @@ class Comparison:
     methods: dict[str, str]  # method notes: steady-state rule, intervals, tests (shown in reports)
     nccl: Any = None  # speclogs.analysis.nccl.NcclEvidence when that module exists
     signals: Any = None  # speclogs.analysis.signals.SignalEvidence: SGLang's counters, device timer, per-request records
+    ranking: tuple[Rank, ...] = ()  # every arm, fastest first (empty with one arm)

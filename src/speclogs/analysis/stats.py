@@ -120,7 +120,11 @@ class Part:
     def variance(self) -> tuple[float, float]:
         """(variance of this part's mean over launches, degrees of freedom)."""
         if self.n_launches >= 2:
-            return max(float(np.var(self.values, ddof=1)), self.within_var) / self.n_launches, float(self.n_launches - 1)
+            spread = float(np.var(self.values, ddof=1))
+            if self.within_var > spread and self.within_df > self.n_launches - 1:
+                # the noise floor decides: the estimate is the within-launch variance, with its own degrees of freedom
+                return self.within_var / self.n_launches, self.within_df
+            return spread / self.n_launches, float(self.n_launches - 1)
         return self.within_var, self.within_df
 
 
@@ -203,25 +207,37 @@ def diff_parts(a: GroupSummary, b: GroupSummary, column: int, sign: float = 1.0)
     return [part(b, column, sign), part(a, column, -sign)]
 
 
+# With no --min-effect, "equivalent" means inside ±5 %: the smallest change a speculative-decoding setting is usually
+# tuned for; it is also the effect the launches-needed figure of an inconclusive verdict plans for.
+DEFAULT_EFFECT = 0.05
+
+VERDICTS = ("faster", "slower", "equivalent", "inconclusive", "insufficient data")
+
+
+def equivalence_margin(min_effect: float) -> float:
+    return min_effect if min_effect > 0 else DEFAULT_EFFECT
+
+
 def verdict_for(result: TInterval, *, enough: bool, min_effect: float = 0.0) -> str:
-    """The words for a log-ratio interval. A winner only when every group has ≥ 2 launches and the interval lies beyond
-    ±log(1 + min_effect) (min_effect 0: excludes 0, i.e. p < 1 − confidence). With a threshold, an interval inside
-    ±threshold is 'equivalent', one that excludes 0 but not the threshold 'below min effect' (criterion.rs's noise
-    threshold)."""
-    if not enough or not (math.isfinite(result.low) and math.isfinite(result.high)):
+    """One of three answers for a log-ratio interval (and 'insufficient data' when there is nothing to compare).
+
+    A winner ('faster' / 'slower') only when every group has ≥ 2 launches and the interval lies beyond
+    ±log(1 + min_effect) (min_effect 0: excludes 0, i.e. p < 1 − confidence); 'equivalent' when it lies inside
+    ±log(1 + margin), the margin being min_effect, else DEFAULT_EFFECT; anything else — one launch per arm, or an
+    interval too wide to say either — is 'inconclusive'."""
+    if not enough or not math.isfinite(result.point):
         return "insufficient data"
-    if not result.launches_covered:
-        return "need ≥ 2 launches"
+    if not result.launches_covered or not (math.isfinite(result.low) and math.isfinite(result.high)):
+        return "inconclusive"
     threshold = math.log1p(min_effect)
     if result.low > threshold:
         return "faster"
     if result.high < -threshold:
         return "slower"
-    if min_effect > 0 and -threshold <= result.low and result.high <= threshold:
+    margin = math.log1p(equivalence_margin(min_effect))
+    if -margin <= result.low and result.high <= margin:
         return "equivalent"
-    if result.low > 0 or result.high < 0:
-        return "below min effect"
-    return "no detectable difference"
+    return "inconclusive"
 
 
 # Distributions from scipy.special: scipy.stats computes them with the same functions (t: stdtr / stdtrit, χ²:
@@ -325,6 +341,19 @@ def trend_test(values: np.ndarray) -> Trend | None:
     mean = float(np.mean(values))
     change = (float(np.mean(values[-third:])) - float(np.mean(values[:third]))) / mean if mean else 0.0
     return Trend(tau=tau, p_value=p_value, relative_change=change, n=n)
+
+
+def request_trend(values: np.ndarray, requests: np.ndarray) -> Trend | None:
+    """trend_test on one value per request (the mean of its rows, in order) when a launch has ≥ 10 requests: the rows
+    of one request share its prompt and are autocorrelated, so a rank test over rows reads prompts that differ as a
+    trend; requests are the independent units. Fewer requests (or none told apart): trend_test over the rows."""
+    requests = np.asarray(requests)
+    if len(values) and len(requests) == len(values):
+        starts = np.flatnonzero(np.r_[True, requests[1:] != requests[:-1]])
+        if len(starts) >= 10:
+            means = np.add.reduceat(np.asarray(values, dtype=float), starts) / np.diff(np.r_[starts, len(values)])
+            return trend_test(means)
+    return trend_test(values)
 
 
 def holm(p_values: Sequence[float]) -> np.ndarray:

@@ -22,8 +22,9 @@ ready (0 = the first request the client sent).
 
 Client requests (`bench_requests`): rows with warmup = true are excluded ('warmup'); when a run's rows carry no
 warm-up flag at all (older `*.bench.json`), its first request (lowest request_index) is the warm-up. A request whose
-segment holds detected warm-up rows is excluded too ('warmup_detected'), where requests and segments correspond
-(one launch, as many segments after ready as requests).
+segment holds detected warm-up rows or eager rows with CUDA graphs on (rule 4: the server was not yet steady) is
+excluded too ('warmup_detected'), where requests and segments correspond (one launch, as many segments after ready as
+requests): the same warm-up rule for both sources.
 
 Profiled cycles (`spec_cycles`) follow the decode rows: before ready / health, on another TP rank, in a warm-up
 request or in a detected warm-up → excluded.
@@ -271,13 +272,15 @@ def warmup_requests(clients: pl.DataFrame) -> dict[str, int]:
 
 def detected_warmup_requests(decode: pl.DataFrame) -> dict[str, tuple[int, set[int]]]:
     """Per run with one launch of decode rows: (number of requests after ready, the request numbers whose rows hold
-    a detected warm-up)."""
+    a detected warm-up or eager batches with CUDA graphs on — the client's requests that overlap the server's
+    warm-up)."""
     if decode.is_empty():
         return {}
     starts = _launch_starts(decode["launch_key"].to_numpy())
     request = decode["request"].to_numpy()
     last_request = np.maximum.reduceat(request, starts)  # per launch: its last request number, −1 when none
-    detected = np.flatnonzero((decode["excluded_reason"] == "warmup_detected").fill_null(False).to_numpy()
+    # a request that ran eager batches with CUDA graphs on (not by configuration) ran in the server's warm-up too
+    detected = np.flatnonzero(decode["excluded_reason"].is_in(["warmup_detected", "no_cuda_graph"]).fill_null(False).to_numpy()
                               & (request >= 0))
     detected_launch = np.searchsorted(starts, detected, side="right") - 1
     launches_of: dict[str, list[int]] = {}

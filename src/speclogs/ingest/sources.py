@@ -20,7 +20,7 @@ import threading
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from speclogs.errors import InputError
@@ -100,7 +100,7 @@ class Discovery:
     files: tuple[InputFile, ...]
     skipped: dict[str, int] = field(default_factory=dict)
     skipped_examples: dict[str, str] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()  # what discovery decided that a user should know (runs renamed apart)
+    notes: tuple[str, ...] = ()  # what discovery found that a user should know (run names shared by different runs)
 
 
 class Sha256Job:
@@ -459,9 +459,9 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
 
     Explicit files are always read (as logs unless the name says bench/run.json); directories are walked
     recursively (symlinked directories followed, once each), skipping hidden entries and names that are not
-    logs/bench files. Two different runs never share a name: a run whose name another run of this call or of the
-    database (`known_runs`: run_id → run_name) has gets the folder that tells them apart before its name
-    ('h200x2-profile/eagle3_unprof_1'), and a note says so. Raises InputError for a named path that does not
+    logs/bench files. A run's name is what it is (run.json's '<cell>_<launch>', or the file's stem), never changed by
+    what else is ingested: a name that other runs of this call or of the database (`known_runs`: run_id → run_name)
+    also have gets a note naming their folders. Raises InputError for a named path that does not
     exist, is a symlink loop, or is not a regular file (a FIFO would block: read a pipe as '-').
     """
     files: list[InputFile] = []
@@ -501,8 +501,8 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
         else:
             kind = kind_for_name(path.name) or "log"
             add(path, kind, _size(path))
-    named, notes = _names_apart(files, known_runs or {})
-    return Discovery(files=tuple(named), skipped=dict(skipped), skipped_examples=examples, notes=tuple(notes))
+    notes = _shared_names(files, known_runs or {})
+    return Discovery(files=tuple(files), skipped=dict(skipped), skipped_examples=examples, notes=tuple(notes))
 
 
 def _mode(path: Path, argument: str) -> int:
@@ -529,9 +529,10 @@ def _file_type(mode: int) -> str:
     return "not a file"
 
 
-def _names_apart(files: list[InputFile], known_runs: dict[str, str]) -> tuple[list[InputFile], list[str]]:
-    """Give a run a name no other run has: a run of this call whose name a different run (of this call, or stored)
-    has is named '<folder>/<name>', <folder> being the first folder where their directories part."""
+def _shared_names(files: list[InputFile], known_runs: dict[str, str]) -> list[str]:
+    """Notes for run names that different runs share (of this call, or stored). Names are never changed here: a run's
+    name comes from what it is (run.json's cell and launch, or the file's stem), so the same logs ingested in any
+    order, alone or together, get the same names; the folder tells such runs apart when they are selected."""
     runs: dict[str, RunRef] = {}
     for item in files:
         runs.setdefault(item.run.run_id, item.run)
@@ -540,27 +541,22 @@ def _names_apart(files: list[InputFile], known_runs: dict[str, str]) -> tuple[li
         by_name.setdefault(name, set()).add(run_id)
     for run in runs.values():
         by_name.setdefault(run.run_name, set()).add(run.run_id)
-    renamed: dict[str, str] = {}
-    notes: list[str] = []
-    for name, run_ids in by_name.items():
-        new = [runs[run_id] for run_id in sorted(run_ids) if run_id in runs and run_id not in known_runs]
+    notes = []
+    for name, run_ids in sorted(by_name.items()):
+        new = sorted(run.source_dir or "" for run_id, run in runs.items() if run_id in run_ids and run_id not in known_runs)
         if len(run_ids) < 2 or not new:
             continue
-        dirs = [run.source_dir or "" for run in new]
-        common = os.path.commonpath(dirs) if len(new) > 1 and all(dirs) else os.path.dirname(dirs[0]) if dirs[0] else ""
-        for run in new:
-            relative = os.path.relpath(run.source_dir, common) if run.source_dir and common else ""
-            folder = relative.split(os.sep)[0] if relative and relative != "." else run.run_id[:8]
-            renamed[run.run_id] = f"{folder}/{name}"
-        notes.append(f"run name '{name}' belongs to {len(run_ids)} different runs: named "
-                     + ", ".join(f"'{renamed[run.run_id]}'" for run in new) + " (by the folder that tells them apart)")
-    if not renamed:
-        return files, notes
-    out = []
-    for item in files:
-        name = renamed.get(item.run.run_id)
-        out.append(item if name is None else replace(item, run=replace(item.run, run_name=name)))
-    return out, notes
+        folders = sorted({os.path.basename(run_folder(path, run.cell is not None and run.launch_index is not None))
+                          for path, run in ((r.source_dir or "", r) for r in runs.values() if r.run_id in run_ids)})
+        notes.append(f"run name '{name}' is shared by {len(run_ids)} different runs (folders: {', '.join(folders)}): "
+                     f"select one as 'FOLDER/{name}' or with folder:/cell:/plan: selectors (docs/report.md)")
+    return notes
+
+
+def run_folder(source_dir: str, launcher_run: bool) -> str:
+    """The folder that names an experiment: a launcher run's output directory (its launch directory is
+    <output>/<cell>/<launch>), else the directory of the log."""
+    return os.path.dirname(os.path.dirname(source_dir)) if launcher_run and source_dir else source_dir
 
 
 def _walk(root: Path, add, skip) -> None:

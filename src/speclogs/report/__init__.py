@@ -54,10 +54,10 @@ def write_report(comparison, path: Path) -> Path:  # noqa: ANN001
     return Path(path)
 
 
-def render_terminal(comparison, console):  # noqa: ANN001 - thin lazy wrapper (rich imported on use)
+def render_terminal(comparison, console, brief=False):  # noqa: ANN001 - thin lazy wrapper (rich imported on use)
     from speclogs.report.terminal import render_terminal as _render
 
-    return _render(comparison, console)
+    return _render(comparison, console, brief=brief)
 
 
 def render_html(comparison):  # noqa: ANN001

@@ -42,8 +42,10 @@ def throughput_chart(c: Comparison) -> alt.Chart | None:
     for arm in c.arms:
         for e in (arm.client, arm.server):
             if e is not None:
+                finite = math.isfinite(e.ci_low_tok_s) and math.isfinite(e.ci_high_tok_s)  # no interval for one launch
                 rows.append({"layer": "estimate", "arm": arm.name, "source": e.source, "tok_s": e.value_tok_s,
-                             "low": e.ci_low_tok_s, "high": e.ci_high_tok_s, "launches": e.n_launches})
+                             "low": e.ci_low_tok_s if finite else None, "high": e.ci_high_tok_s if finite else None,
+                             "launches": e.n_launches})
                 rows += [{"layer": "launch", "arm": arm.name, "source": e.source, "tok_s": v} for v in e.per_launch_tok_s]
     if not rows:
         return None
@@ -73,10 +75,12 @@ def effects_chart(c: Comparison) -> alt.Chart | None:
               "high": r.ci_high, "verdict": r.verdict} for r in c.comparisons]
     if not rows:
         return None
+    for row in rows:  # one launch per arm claims no interval: the point alone is drawn
+        row.update({k: row[k] if row[k] is not None and math.isfinite(row[k]) else None for k in ("low", "high")})
     data = alt.Data(values=rows)
     order = [row["effect"] for row in rows]
-    low = min([1.0] + [row["low"] for row in rows if row["low"] and row["low"] > 0])
-    high = max([1.0] + [row["high"] for row in rows if row["high"]])
+    low = min([1.0] + [row[k] for row in rows for k in ("low", "ratio") if row[k] and row[k] > 0])
+    high = max([1.0] + [row[k] for row in rows for k in ("high", "ratio") if row[k]])
     x_scale = alt.Scale(type="log", domain=[low / 1.05, high * 1.05], nice=False)
     x_axis = alt.Axis(values=ratio_ticks(low / 1.05, high * 1.05), format="~g")
     base = alt.Chart(data).encode(y=alt.Y("effect:N", sort=order, title=None, axis=alt.Axis(labelLimit=360)),

@@ -85,6 +85,7 @@ def comparison_to_dict(comparison: Comparison) -> dict:
         "min_effect": comparison.min_effect,
         "warnings": list(comparison.warnings),
         "arms": arms,
+        "ranking": list(comparison.ranking),
         "comparisons": list(comparison.comparisons),
         "attribution": attribution,
         "phases": list(comparison.phases),

@@ -33,6 +33,8 @@ def render_markdown(comparison: Comparison) -> str:
     c = comparison
     e = md_escape
     out = [f"# {e(text.title(c))}", ""]
+    if c.ranking:
+        out += [f"## {e(text.ranking_title(c))}", "", md_table(text.RANKING_HEADER, text.ranking_rows(c)), ""]
     blocks = text.answer_blocks(c)
     if blocks:
         out += ["## Answer", ""]

@@ -30,12 +30,42 @@ def _table(title: str, header: list[str], rows: list[list[str]]) -> Table:
     return table
 
 
-def render_terminal(comparison: Comparison, console: Console) -> None:
-    """Print the report to `console`: the answer (verdict, ratio, interval, why, per-launch range), the warnings ranked
+def _aligned(rows: list[list[str]]) -> list[str]:
+    """Rows as lines with columns padded to a common width (a table without borders: one line per row)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))] if rows else []
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def _brief_tail(c: Comparison, console: Console) -> None:
+    """--brief after the ranking: one line per comparison against the reference, then the warnings by code."""
+    if not c.ranking:
+        for r in text.preferred(c):
+            console.print(_text(f"  {text.headline(r, c)}"))
+    codes = [w.code for tier, found in text.ranked_warnings(c) for w in found]
+    if codes:
+        shown = ", ".join(dict.fromkeys(codes))
+        console.print(Text.assemble((f"{len(codes)} warning(s): ", "bold yellow"), _text(shown)))
+    else:
+        console.print(Text("no warnings", style="bold green"))
+    console.print(_text("the full report: the same command without --brief", "dim"))
+
+
+def render_terminal(comparison: Comparison, console: Console, brief: bool = False) -> None:
+    """Print the report to `console`: the ranking (fastest first), then — unless `brief` — the answer
+    (verdict, ratio, interval, why, per-launch range), the warnings ranked
     by whether they can change it, then the tables (arms, comparisons, attribution, phases, effects, NCCL), notes,
     methods."""
     c = comparison
     console.print(_text(text.title(c), "bold"))
+    if c.ranking:
+        console.print(_text(text.ranking_title(c), "bold"))
+        header, *rows = _aligned([text.RANKING_HEADER, *text.ranking_rows(c)])
+        console.print(_text(f"  {header}", "dim"))
+        for row in rows:
+            console.print(_text(f"  {row}"))
+    if brief:
+        _brief_tail(c, console)
+        return
     blocks = text.answer_blocks(c)
     if blocks:
         console.print(Text("\nAnswer", style="bold"))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
-from speclogs.analysis.results import UNSET, Comparison, Estimate, Term
+from speclogs.analysis.power import MAX_LAUNCHES
+from speclogs.analysis.results import UNSET, Attribution, Comparison, Estimate, RatioComparison, Term
+from speclogs.analysis.stats import DEFAULT_EFFECT
 from speclogs.report.signals import answer_lines as signal_answer_lines
 
 
@@ -13,12 +15,16 @@ def pct(ratio: float) -> str:
 
 
 def fmt_interval(low: float, high: float, digits: int = 3) -> str:
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "(no interval)"
     return f"[{low:.{digits}f}, {high:.{digits}f}]"
 
 
 def fmt_estimate(e: Estimate | None) -> str:
     if e is None:
         return "–"
+    if not (math.isfinite(e.ci_low_tok_s) and math.isfinite(e.ci_high_tok_s)):
+        return f"{e.value_tok_s:.1f} (1 launch: no interval)"
     return f"{e.value_tok_s:.1f} [{e.ci_low_tok_s:.1f}, {e.ci_high_tok_s:.1f}]"
 
 
@@ -38,10 +44,86 @@ def verdict_text(verdict: str, ratio: float, min_effect: float = 0.0) -> str:
     if verdict == "slower":
         return f"slower by {1 - ratio:.1%}"
     if verdict == "equivalent":
-        return f"equivalent (within ±{min_effect:.1%})"
-    if verdict == "below min effect":
-        return f"a difference, not shown to exceed {min_effect:.1%}"
+        return f"equivalent (within ±{min_effect if min_effect > 0 else DEFAULT_EFFECT:.1%})"
     return verdict
+
+
+def needed_text(r: RatioComparison) -> str:
+    """What an inconclusive comparison would need: the smallest effect its launches detect, the launches for ±target."""
+    if r.n_a < 2 or r.n_b < 2:
+        return "need ≥ 2 launches per arm"
+    parts = []
+    if math.isfinite(r.min_detectable_ratio):
+        parts.append(f"these launches detect only ≥ ×{r.min_detectable_ratio:.3f}")
+    if r.launches_needed is not None:
+        parts.append(f"±{r.target_effect:.0%} needs {r.launches_needed} launches per arm")
+    else:
+        parts.append(f"±{r.target_effect:.0%} needs more than {MAX_LAUNCHES} launches per arm")
+    return "; ".join(parts)
+
+
+def ranking_title(c: Comparison) -> str:
+    source = c.ranking[0].source if c.ranking else "client"
+    return f"Ranking ({source} tok/s, fastest first; ratio to the fastest, {c.confidence:.0%} CI)"
+
+
+def ranking_rows(c: Comparison) -> list[list[str]]:
+    """[place, arm, tok/s, ratio to the fastest [CI], verdict (decided or not, what would decide it), launches]."""
+    rows = []
+    for place, rank in enumerate(c.ranking, 1):
+        r = rank.vs_best
+        if r is None:
+            against, verdict = "fastest", ""
+        else:
+            against = f"×{r.ratio:.3f} {fmt_interval(r.ci_low, r.ci_high)}"
+            verdict = {"slower": "slower (decided)", "equivalent": "equivalent (decided)"}.get(r.verdict, r.verdict)
+            if r.verdict == "inconclusive":
+                verdict += (" — need ≥ 2 launches per arm" if r.n_a < 2 or r.n_b < 2 else
+                            f" — ±{r.target_effect:.0%} needs {r.launches_needed} launches/arm" if r.launches_needed
+                            else f" — ±{r.target_effect:.0%} needs > {MAX_LAUNCHES} launches/arm")
+        rows.append([str(place), rank.arm, f"{rank.value_tok_s:.1f}", against, verdict, str(rank.n_launches)])
+    return rows
+
+
+RANKING_HEADER = ["#", "arm", "tok/s", "× fastest [CI]", "verdict", "launches"]
+
+
+def headline(r: RatioComparison, c: Comparison) -> str:
+    """The one line that answers a comparison: verdict, ratio, interval (none with one launch per arm), p, launches, and
+    for an inconclusive one what would decide it."""
+    what = f"{r.arm_b} vs {r.arm_a}: {verdict_text(r.verdict, r.ratio, c.min_effect)}"
+    if r.n_a < 2 or r.n_b < 2:
+        spread = f"; within-launch spread ±{r.within_cv:.1%}" if math.isfinite(r.within_cv) else ""
+        return (f"{what} — one launch per arm: ×{r.ratio:.3f}, no interval (launch-to-launch noise unknown{spread}), "
+                f"{r.n_a} vs {r.n_b} launches ({r.source}); {needed_text(r)}")
+    kind = "RCI (the adaptive run's repeated interval)" if "adaptive" in r.interval_covers else "CI"
+    line = (f"{what} — ×{r.ratio:.3f}, {c.confidence:.0%} {kind} {fmt_interval(r.ci_low, r.ci_high)}, "
+            f"p = {fmt_p(r.p_value)}, {r.n_a} vs {r.n_b} launches ({r.source})")
+    return line + (f"; {needed_text(r)}" if r.verdict == "inconclusive" else "")
+
+
+def why_text(a: Attribution, single: bool) -> str:
+    """Acceptance and step time behind the server ratio, with intervals; says when the server difference itself is not
+    significant (one launch per arm: no intervals)."""
+    terms = {t.name: t for t in a.terms}
+
+    def ratio(term: Term, sign: float = 1.0) -> str:
+        point = math.exp(sign * term.log_ratio)
+        if single or not (math.isfinite(term.ci_low) and math.isfinite(term.ci_high)):
+            return f"×{point:.2f}"
+        low, high = sorted((math.exp(sign * term.ci_low), math.exp(sign * term.ci_high)))
+        return f"×{point:.2f} [{low:.2f}, {high:.2f}]"
+
+    total = a.total
+    settled = single or (math.isfinite(total.ci_low) and (total.ci_low > 0 or total.ci_high < 0))
+    caveat = "" if settled else " — not significant: the server difference itself may be 0"
+    lone = " (one launch per arm: no intervals)" if single else ""
+    if a.accept_len_a == 1.0 and a.accept_len_b == 1.0:
+        return (f"why (server): no speculation; step time {a.cycle_ms_b:.2f} vs {a.cycle_ms_a:.2f} ms "
+                f"({ratio(terms['step time'], -1.0)}) → throughput {ratio(total)}{caveat}{lone}")
+    return (f"why (server): accept len {a.accept_len_b:.2f} vs {a.accept_len_a:.2f} ({ratio(terms['acceptance'])}), "
+            f"step time {a.cycle_ms_b:.2f} vs {a.cycle_ms_a:.2f} ms ({ratio(terms['step time'], -1.0)}) → throughput "
+            f"{ratio(total)}{caveat}{lone}")
 
 
 def title(c: Comparison) -> str:
@@ -83,7 +165,7 @@ def arm_rows(c: Comparison) -> list[list[str]]:
 # Warnings that can change the answer itself (the ratio measures something else than the arms' difference) come
 # first; then those about how sure it is (the interval may be too narrow); codes not listed here count as the latter.
 ANSWER_CODES = frozenset({
-    "confounded_factors", "confounder", "confounder_env", "confounder_server_args", "confounder_version",
+    "confounded_factors", "factorial_confounder", "confounder", "confounder_env", "confounder_server_args", "confounder_version",
     "confounder_hardware", "confounder_model", "arm_inconsistent", "source_disagreement", "served_before_ready",
     "warmup_in_window", "accept_len_one", "mixed_versions", "env_unknown",
 })
@@ -115,21 +197,12 @@ def answer_blocks(c: Comparison) -> list[tuple[str, list[str]]]:
     arms = {a.name: a for a in c.arms}
     attributions = {(a.arm_a, a.arm_b): a for a in c.attributions}
     blocks: list[tuple[str, list[str]]] = []
-    for r in _preferred(c):
-        scope = "; one launch per arm: request noise only" if r.n_a < 2 or r.n_b < 2 else ""
-        head = (f"{r.arm_b} vs {r.arm_a}: {verdict_text(r.verdict, r.ratio, c.min_effect)} — ×{r.ratio:.3f}, {c.confidence:.0%} CI "
-                f"[{r.ci_low:.3f}, {r.ci_high:.3f}], p = {fmt_p(r.p_value)}, {r.n_a} vs {r.n_b} launches ({r.source}{scope})")
+    for r in preferred(c):
+        head = headline(r, c)
         details = []
         a = attributions.get((r.arm_a, r.arm_b))
-        if a is not None and not (a.accept_len_a == 1.0 and a.accept_len_b == 1.0):
-            terms = {t.name: t for t in a.terms}
-            details.append(
-                f"why (server): accept len {a.accept_len_b:.2f} vs {a.accept_len_a:.2f} "
-                f"(×{math.exp(terms['acceptance'].log_ratio):.2f}), step time {a.cycle_ms_b:.2f} vs {a.cycle_ms_a:.2f} ms "
-                f"(×{a.cycle_ms_b / a.cycle_ms_a:.2f}) → throughput ×{math.exp(a.total.log_ratio):.2f}")
-        elif a is not None:
-            details.append(f"why (server): no speculation; step time {a.cycle_ms_b:.2f} vs {a.cycle_ms_a:.2f} ms "
-                           f"(×{a.cycle_ms_b / a.cycle_ms_a:.2f})")
+        if a is not None:
+            details.append(why_text(a, r.n_a < 2 or r.n_b < 2))
         ranges = []
         for name in (r.arm_a, r.arm_b):
             estimate = getattr(arms[name], r.source) if name in arms else None
@@ -268,7 +341,7 @@ def nccl_sections(c: Comparison, brief: bool = False) -> list[tuple[str, list[st
     return sections
 
 
-def _preferred(c: Comparison):
+def preferred(c: Comparison):
     """One comparison row per pair: the client source when there is one (what users measure), else the server."""
     chosen = {}
     for r in c.comparisons:
@@ -299,7 +372,7 @@ def _effect_lines(c: Comparison) -> list[str]:
         if e.kind in ("main", "interaction") and e.source == "client" or (
                 e.kind in ("main", "interaction") and not any(x.source == "client" for x in c.effects)):
             what = f"{e.low} → {e.high}" if e.kind == "main" else "difference of simple effects"
-            lines.append(f"effect of {e.name} ({what}, {e.source}): ×{e.ratio:.3f} [{e.ci_low:.3f}, {e.ci_high:.3f}] — "
+            lines.append(f"effect of {e.name} ({what}, {e.source}): ×{e.ratio:.3f} {fmt_interval(e.ci_low, e.ci_high)} — "
                          f"{e.verdict}")
     return lines
 

@@ -45,7 +45,7 @@ from speclogs.ingest.sources import InputFile, discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
 from speclogs.runrecord import read_run_json
 from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL, schema_sql
-from speclogs.store.layout import SHARDED_TABLES, SOURCE_ONLY_TABLES, sharded_view_sql
+from speclogs.store.layout import SOURCE_ONLY_TABLES
 from speclogs.store.writer import FILE_TYPES, LAUNCH_TYPES, RUN_TYPES, batch_run_rows, file_row
 
 LAKE_FORMAT = "speclogs.lake/1"
@@ -81,8 +81,6 @@ def contract_columns() -> dict[str, tuple[tuple[str, str], ...]]:
     scratch = duckdb.connect()
     try:
         scratch.execute(schema_sql())
-        for table in SHARDED_TABLES:
-            scratch.execute(sharded_view_sql(table, {}, {}))
         names = [row[0] for row in scratch.execute(
             "SELECT table_name FROM duckdb_tables() WHERE NOT internal UNION SELECT view_name FROM duckdb_views() "
             "WHERE NOT internal").fetchall()]

@@ -28,7 +28,7 @@ import polars as pl
 from speclogs.errors import SpeclogsError, StoreError
 from speclogs.ingest.pipeline import Batch, ParsedFile, Tally, first_line
 from speclogs.store.database import NO_SPACE_HINT, no_space_left, second_connection
-from speclogs.store.layout import Layout
+from speclogs.store.layout import Layout, polars_schema
 
 # DuckDB's row group, a quarter of its default: a streamed file's last partial row group per table is written
 # at COMMIT, on one core once parsing has ended (0.36 s of a 4.2 s ingest with 122,880 rows, 0.07 s with these)
@@ -332,37 +332,28 @@ def _own_text(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(pl.col(pl.String) + "")
 
 
-FILE_TYPES = {
-    "source_file": pl.Utf8, "sha256": pl.Utf8, "run_id": pl.Utf8, "size_bytes": pl.Int64, "total_lines": pl.Int64,
-    "parsed_lines": pl.Int64, "continuation_lines": pl.Int64, "unparsed_lines": pl.Int64, "ingested_at": pl.Datetime("us"),
-    "kind": pl.Utf8, "invalid_utf8": pl.Int64, "nul_bytes": pl.Int64, "warnings": pl.Utf8, "parse_seconds": pl.Float64,
-    "near_misses": pl.Utf8,
-}
+FILE_TYPES = polars_schema("files")
 
 
-def file_row(parsed: ParsedFile) -> list:
+def file_row(parsed: ParsedFile) -> dict:
     raw, counts = parsed.raw, parsed.counts
     warnings = list(raw.warnings) + counts.warnings
-    return [
-        parsed.source_file, raw.sha256, parsed.item.run.run_id, raw.size_bytes, counts.total, counts.parsed,
-        counts.continuation, counts.unparsed, datetime.now(), counts.kind,
-        raw.stream.invalid_utf8 if raw.stream is not None else raw.invalid_utf8,
-        raw.stream.nul_bytes if raw.stream is not None else raw.nul_bytes,
-        json.dumps(warnings) if warnings else None, round(parsed.seconds, 6),
-        json.dumps(dict(sorted(counts.drift.items()))) if counts.drift else None,
-    ]
+    stream = raw.stream if raw.stream is not None else raw
+    return {
+        "source_file": parsed.source_file, "sha256": raw.sha256, "run_id": parsed.item.run.run_id,
+        "size_bytes": raw.size_bytes, "total_lines": counts.total, "parsed_lines": counts.parsed,
+        "continuation_lines": counts.continuation, "unparsed_lines": counts.unparsed, "ingested_at": datetime.now(),
+        "kind": counts.kind, "invalid_utf8": stream.invalid_utf8, "nul_bytes": stream.nul_bytes,
+        "warnings": json.dumps(warnings) if warnings else None, "parse_seconds": round(parsed.seconds, 6),
+        "near_misses": json.dumps(dict(sorted(counts.drift.items()))) if counts.drift else None,
+    }
 
 
 RUN_FACT_COLUMNS = (
     "cell", "factors", "launch_index", "sglang_version", "model_path", "speculative_algorithm", "tp_size",
     "hostname", "gpu_name", "env", "argv", "run_json", "outcome",
 )
-RUN_TYPES = {
-    "run_id": pl.Utf8, "run_name": pl.Utf8, "source_dir": pl.Utf8, "cell": pl.Utf8, "factors": pl.Utf8,
-    "launch_index": pl.Int32, "sglang_version": pl.Utf8, "model_path": pl.Utf8, "speculative_algorithm": pl.Utf8,
-    "tp_size": pl.Int32, "hostname": pl.Utf8, "gpu_name": pl.Utf8, "env": pl.Utf8, "argv": pl.Utf8,
-    "run_json": pl.Utf8, "outcome": pl.Utf8, "ingested_at": pl.Datetime("us"),
-}
+RUN_TYPES = polars_schema("runs")
 
 
 def batch_run_rows(files: list[ParsedFile]) -> dict[str, dict]:
@@ -402,8 +393,4 @@ def _upsert_runs(connection, files: list[ParsedFile]) -> None:
         connection.unregister("_speclogs_runs")
 
 
-LAUNCH_TYPES = {
-    "run_id": pl.Utf8, "source_file": pl.Utf8, "launch_no": pl.Int32, "first_line": pl.Int64, "last_line": pl.Int64,
-    "start_ts": pl.Datetime("us"), "ready_ts": pl.Datetime("us"), "first_health_200_ts": pl.Datetime("us"),
-    "cuda_graph_end_ts": pl.Datetime("us"), "shutdown_ts": pl.Datetime("us"),
-}
+LAUNCH_TYPES = polars_schema("launches")

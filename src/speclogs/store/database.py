@@ -19,7 +19,7 @@ from speclogs.errors import StoreError
 from speclogs.ingest.summary import DriftNote
 from speclogs.schema import SCHEMA_SQL, columns, migrations, schema_version
 
-SCHEMA_VERSION = schema_version()
+SCHEMA_VERSION = schema_version()  # (when this module was imported: the lake's manifests say it)
 STORAGE_VERSION = "v1.4.0"  # the oldest DuckDB that must read speclogs files: the 1.4 LTS
 # DuckDB's buffer pool when writing (its default is 80 % of RAM): the blocks an ingest writes stay cached up to it,
 # so it bounds what a long ingest holds (the parse itself holds ~450 MB: chunks in flight and their frames)
@@ -205,7 +205,7 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
             new = not connection.execute(
                 f"SELECT count(*) FROM duckdb_tables() WHERE database_name = '{_CATALOG}' AND table_name = 'meta'").fetchone()[0]
             if new:
-                start = ("BEGIN TRANSACTION", *META_SQL, f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}')",
+                start = ("BEGIN TRANSACTION", *META_SQL, f"INSERT INTO meta VALUES ('schema_version', '{schema_version()}')",
                          schema_sql(), *(sql for _, _, sql in migrations()))
             else:
                 connection.execute("BEGIN TRANSACTION")  # one commit (and one WAL sync) for the whole schema
@@ -238,17 +238,18 @@ META_SQL = ("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VAR
 def _migrate(connection, path: Path) -> None:
     """Bring a file of an older schema (it has a meta table) up to SCHEMA_VERSION."""
     found = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    current = schema_version()
     for statement in META_SQL:
         connection.execute(statement)
     if found is None:
-        connection.execute("INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [str(SCHEMA_VERSION)])
+        connection.execute("INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [str(current)])
         return
     version = int(found[0])
-    if version == SCHEMA_VERSION:
+    if version == current:
         return
-    if version > SCHEMA_VERSION or version < _OLD_STEPS[0][0] - 1:
+    if version > current or version < _OLD_STEPS[0][0] - 1:
         raise StoreError(
-            f"{path} was written by another speclogs version (schema {version}, this one writes schema {SCHEMA_VERSION})",
+            f"{path} was written by another speclogs version (schema {version}, this one writes schema {current})",
             hint="ingest into a new --db file; `speclogs sql` still reads this one",
         )
     for number, description, step in _OLD_STEPS:
@@ -260,7 +261,7 @@ def _migrate(connection, path: Path) -> None:
         if number > version:
             connection.execute(sql)
             connection.execute("INSERT INTO _migrations VALUES (?, ?, now())", [number, description])
-    connection.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+    connection.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(current)])
 
 
 def _store_error(path: Path, error: duckdb.Error) -> StoreError:

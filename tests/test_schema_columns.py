@@ -6,7 +6,6 @@ test does it)."""
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import duckdb
 import polars as pl
@@ -51,8 +50,8 @@ def test_duckdb_reads_the_column_list_as_speclogs_schema_does():
     for _, _, sql in schema.migrations():
         scratch.execute(sql)
     found: dict[str, dict[str, str]] = {}
-    for table, column, data_type in scratch.execute(
-            "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE NOT internal ORDER BY table_name, column_index").fetchall():
+    listed = "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE NOT internal ORDER BY table_name, column_index"
+    for table, column, data_type in scratch.execute(listed).fetchall():
         found.setdefault(table, {})[column] = data_type
     assert found == schema.columns()
 

@@ -98,7 +98,8 @@ def test_adding_a_decode_batch_field_takes_the_grammar_one_migration_and_the_doc
     missing = columns_not_in_schema()
     assert missing and {text.split(" ")[0] for text in missing} == {"decode_batches.spec_verify_ms"}, missing
 
-    (column_list / "006_decode_spec_verify_ms.sql").write_text(
+    version = schema.schema_version() + 1
+    (column_list / f"{version:03d}_decode_spec_verify_ms.sql").write_text(
         "ALTER TABLE decode_batches ADD COLUMN IF NOT EXISTS spec_verify_ms DOUBLE;  -- 'verify ms: 3.25'\n")
     schema.columns.cache_clear()
     assert columns_not_in_schema() == []
@@ -106,4 +107,10 @@ def test_adding_a_decode_batch_field_takes_the_grammar_one_migration_and_the_doc
         summary = ingest_paths([log], db, replace=True)
         assert not any("not in the speclogs schema" in warning for warning in summary.warnings), summary.warnings
         assert query(db, "SELECT spec_verify_ms, accept_len, extra_fields FROM decode_batches") == [(3.25, 2.5, None)]
-    assert query(older, "SELECT version, description FROM _migrations WHERE version = 6") == [(6, "decode_spec_verify_ms")]
+    assert query(older, "SELECT version, description FROM _migrations WHERE version = ?", [version]) == [
+        (version, "decode_spec_verify_ms")]
+
+
+def test_migrations_are_numbered_once_each_after_schema_sql():
+    numbers = [version for version, _, _ in schema.migrations()]
+    assert numbers == sorted(set(numbers)) and all(number > schema.base_version() for number in numbers)

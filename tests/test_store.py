@@ -70,7 +70,7 @@ def test_changed_file_needs_replace(db_path, tmp_path):
     log.write_text("".join(lines[:300]))
     ingest_paths([log], db_path)
     decode_before = scalar(db_path, "SELECT count(*) FROM decode_batches")
-    log.write_text("".join(lines))
+    log.write_text("# edited, not appended\n" + "".join(lines))
     skipped = ingest_paths([log], db_path)
     assert skipped.files_ingested == 0
     assert any("changed since it was ingested" in reason for reason in skipped.skipped)

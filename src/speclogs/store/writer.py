@@ -93,8 +93,8 @@ class Writer:
 
     # the pipeline's questions
 
-    def stored(self) -> list[tuple[str, str, int]]:
-        return self.connection.execute("SELECT source_file, sha256, size_bytes FROM files").fetchall()
+    def stored(self) -> list[tuple[str, str, int, str]]:
+        return self.connection.execute("SELECT source_file, sha256, size_bytes, run_id FROM files").fetchall()
 
     # small files
 
@@ -151,6 +151,8 @@ class Writer:
             self.layout.insert("launches", pl.DataFrame(launch_rows, schema=LAUNCH_TYPES, orient="row"))
         self.layout.insert("files", pl.DataFrame([file_row(p) for p in files], schema=FILE_TYPES, orient="row"))
         _upsert_runs(self.connection, files)
+        if any(parsed.replaces for parsed in files):  # a relaunched launch has a new run_id: its old run has no files left
+            self.connection.execute("DELETE FROM runs WHERE run_id NOT IN (SELECT run_id FROM files WHERE run_id IS NOT NULL)")
 
     # a big log
 
@@ -346,6 +348,7 @@ def file_row(parsed: ParsedFile) -> dict:
         "kind": counts.kind, "invalid_utf8": stream.invalid_utf8, "nul_bytes": stream.nul_bytes,
         "warnings": json.dumps(warnings) if warnings else None, "parse_seconds": round(parsed.seconds, 6),
         "near_misses": json.dumps(dict(sorted(counts.drift.items()))) if counts.drift else None,
+        "mtime_ns": parsed.stat.st_mtime_ns if parsed.stat else None, "inode": parsed.stat.st_ino if parsed.stat else None,
     }
 
 

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from conftest import MATRIX, ROOT, cli_env, run_cli
+from speclogs.schema import columns as declared_columns
 from speclogs.store import ingest_paths
-from speclogs.store.database import declared_columns
 from test_store import write_launch_dir
 
 

@@ -32,10 +32,9 @@ __all__ = ["IngestSummary", "QueryResult", "SCHEMA_VERSION", "connect", "ingest_
 
 
 def _cyclic_gc_paused(function):
-    """Python's cyclic GC walks every live object each time it runs: during an ingest, which holds many frames, that
-    was ~0.3 s of a 5 s ingest, most of it at the end on one core. The ingest's objects are freed by reference
-    counting, so the cyclic GC is off while it runs (and back after); the few cycles it makes (ast.literal_eval's) are
-    collected once a chunk, young objects only (speclogs.ingest.pipeline.collect_cycles)."""
+    """The cyclic GC off while `function` runs: it walks every live object each time, and an ingest holds many
+    frames (freed by reference counting; the few cycles it makes are collected once a chunk, young objects only:
+    speclogs.ingest.pipeline.collect_cycles)."""
 
     @functools.wraps(function)
     def paused(*args, **kwargs):

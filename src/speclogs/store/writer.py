@@ -31,11 +31,11 @@ from speclogs.store.database import NO_SPACE_HINT, no_space_left, second_connect
 from speclogs.store.layout import Layout, polars_schema
 
 # DuckDB's row group, a quarter of its default: a streamed file's last partial row group per table is written
-# at COMMIT, on one core once parsing has ended (0.36 s of a 4.2 s ingest with 122,880 rows, 0.07 s with these)
+# at COMMIT, on one core once parsing has ended: smaller row groups leave less of that work
 ROW_GROUP_ROWS = 30_720
 INSERT_BATCH_ROWS = 4 * ROW_GROUP_ROWS  # a table's rows are inserted once this many gathered, in whole row groups
 # A table with fewer rows than this in a chunk goes in at once: its rows kept for later would keep the chunk's whole
-# text alive (text columns are views into it; measured +350 MB at 2M lines), and its partial row groups cost little.
+# text alive (text columns are views into it), and its partial row groups cost little.
 SMALL_FRAME_ROWS = ROW_GROUP_ROWS // 4
 SEGMENT_ROWS = 1_000_000  # a big log's rows are committed this many at a time
 RECHUNK_FRAMES = 16  # a table's pending rows in more frames than this are copied into one piece before they are inserted
@@ -158,9 +158,9 @@ class Writer:
 
     def write_stream(self, parsed: ParsedFile, produce, tally: Tally) -> None:
         """A big log: `produce(emit)` runs on a parser thread, this thread inserts. Its rows are committed about every
-        SEGMENT_ROWS, in whole row groups (DuckDB holds a transaction's rows in memory: one transaction for 10M lines
-        peaked at 1.5 GB, and was slower); an _ingesting row marks the file as under way until its files row is written with the
-        last commit. A failure removes what was written; so does the next writer after a killed ingest."""
+        SEGMENT_ROWS, in whole row groups (DuckDB holds a transaction's rows in memory); an _ingesting row marks the
+        file as under way until its files row is written with the last commit. A failure removes what was written; so
+        does the next writer after a killed ingest."""
         connection = self.connection
         run_id, source_file = parsed.item.run.run_id, parsed.source_file
         started = time.perf_counter()
@@ -256,11 +256,11 @@ class _PendingRows:
         self.received = 0  # rows handed over since the writer last committed (inserted, or pending)
 
     def add(self, table: str, frame: pl.DataFrame) -> None:
-        frame = frame.clone()  # (shallow) DataFrame.drop runs a lazy plan: ~0.3 ms a call, holding the GIL
+        frame = frame.clone()  # (shallow) DataFrame.drop runs a lazy plan, holding the GIL
         frame.drop_in_place("file")
         if frame.height < SMALL_FRAME_ROWS:
-            # a few rows a chunk (events, errors): gathered like the rest (an INSERT costs ~12 ms whatever its size),
-            # with their own text: a chunk's frames hold string views into the whole chunk's text (+350 MB at 2M lines)
+            # a few rows a chunk (events, errors): gathered like the rest (an INSERT has a fixed cost whatever its
+            # size), with their own text: a chunk's frames hold string views into the whole chunk's text
             frame = _own_text(frame)
         self.received += frame.height
         self.frames.setdefault(table, []).append(frame)
@@ -270,8 +270,7 @@ class _PendingRows:
 
     def flush_whole(self) -> None:
         """Insert every table's whole row groups, before a segment's commit; the rest waits for the next segment.
-        Inserted, it would be partial row groups that the commit writes to the WAL and a checkpoint rewrites: the
-        2M-line log's first commit wrote 5.9 MB of WAL; its two commits took 0.05 + 0.12 s, now 0.02 + 0.05 s."""
+        Inserted, it would be partial row groups that the commit writes to the WAL and a checkpoint rewrites."""
         for table in list(self.frames):
             if self.rows[table] >= ROW_GROUP_ROWS:
                 self._insert_whole(table)
@@ -280,7 +279,7 @@ class _PendingRows:
         """Every table's last rows. With `side` (a second connection to the file, closed here), the tables it can take
         (Layout.settled: no table or column to create) are inserted on it, on a thread, in a transaction of its own
         committed before this returns, while this thread inserts the rest: the end of a big log, every table's partial
-        row groups, is written on two cores instead of one (the 2M-line log's last 0.4 s → 0.3 s). The caller's mark on the
+        row groups, is written on two cores instead of one. The caller's mark on the
         file (_ingesting) must be committed: a failure after the side's commit leaves rows that only the mark names, and
         the next writer removes them."""
         tables = {table: self._take(table) for table in list(self.frames)}
@@ -320,7 +319,7 @@ class _PendingRows:
         if len(frames) == 1:
             return frames[0]
         # the small frames of many chunks (events, errors) in one piece: DuckDB takes an Arrow table of a hundred small
-        # batches at a third of the speed (server_events of the 2M-line log: 87 → 35 ms); a few big ones it takes as
+        # batches at a third of the speed; a few big ones it takes as
         # they are, and copying them costs more
         return pl.concat(frames, how="diagonal_relaxed", rechunk=len(frames) > RECHUNK_FRAMES)
 
@@ -330,7 +329,7 @@ class _PendingRows:
 
 def _own_text(frame: pl.DataFrame) -> pl.DataFrame:
     """`frame` with its strings in buffers of their own: appending "" writes new ones (one polars expression; a round
-    trip through Arrow, column by column, held the GIL for ~2 ms a frame)."""
+    trip through Arrow, column by column, holds the GIL far longer)."""
     return frame.with_columns(pl.col(pl.String) + "")
 
 

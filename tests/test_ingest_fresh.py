@@ -90,14 +90,21 @@ def test_a_changed_launch_directory_is_read_again_and_its_old_run_is_gone(tmp_pa
 
 
 def test_a_changed_file_outside_a_launch_directory_is_listed_as_skipped(tmp_path):
-    log = tmp_path / "eagle.log"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "eagle.log"
     shutil.copy(MATRIX / "eagle3_nccl.log", log)
     db = tmp_path / "db.duckdb"
     ingest_paths([log], db)
     log.write_text(log.read_text().replace("TP0", "TP1", 1))
-    summary = ingest_paths([log], db)
+    (logs / "README.md").write_text("not a log")
+    summary = ingest_paths([logs], db)
     assert summary.files_ingested == 0 and summary.replaced == ()
-    assert summary.skipped_files == ((str(log.resolve()), "content changed since it was ingested (use --replace to re-ingest)"),)
+    assert sorted(summary.skipped_files) == [
+        (str(logs / "README.md"), "not a log or bench file name (.md)"),
+        (str(log.resolve()), "content changed since it was ingested (use --replace to re-ingest)"),
+    ]
+    assert json.loads(summary.to_json())["skipped_files"] == [list(pair) for pair in summary.skipped_files]
 
 
 @pytest.mark.parametrize("replace", [False, True])

@@ -220,6 +220,7 @@ def run_pipeline(
     for reason, count in discovery.skipped.items():
         tally.skipped[reason] += count
         tally.skipped_examples.setdefault(reason, discovery.skipped_examples.get(reason, ""))
+    tally.skipped_files.extend(discovery.skipped_files)
     tally.warnings.extend(discovery.notes)
     engine = engine_for() if any(f.kind == "log" for f in discovery.files) else None
     show = tally.bytes_total >= PROGRESS_MIN_BYTES or tally.files_total > 50

@@ -101,6 +101,7 @@ class Discovery:
     skipped: dict[str, int] = field(default_factory=dict)
     skipped_examples: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what discovery decided that a user should know (runs renamed apart)
+    skipped_files: tuple[tuple[str, str], ...] = ()  # (path, reason) of every file or directory skipped
 
 
 class Sha256Job:
@@ -469,10 +470,12 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
     examples: dict[str, str] = {}
     seen: set[str] = set()
     launch_dirs: dict[str, RunRef | None] = {}
+    skipped_files: list[tuple[str, str]] = []
 
     def skip(reason: str, where: str) -> None:
         skipped[reason] += 1
         examples.setdefault(reason, where)
+        skipped_files.append((where, reason))
 
     def add(path: Path, kind: str, size: int, resolved: str | None = None) -> None:
         resolved = resolved or str(path.resolve())
@@ -502,7 +505,8 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
             kind = kind_for_name(path.name) or "log"
             add(path, kind, _size(path))
     named, notes = _names_apart(files, known_runs or {})
-    return Discovery(files=tuple(named), skipped=dict(skipped), skipped_examples=examples, notes=tuple(notes))
+    return Discovery(files=tuple(named), skipped=dict(skipped), skipped_examples=examples, notes=tuple(notes),
+                     skipped_files=tuple(skipped_files))
 
 
 def _mode(path: Path, argument: str) -> int:

@@ -48,6 +48,8 @@ def test_an_unchanged_file_is_not_read_again_unless_verify_is_asked(tmp_path, mo
     os.utime(log, ns=(log.stat().st_atime_ns, log.stat().st_mtime_ns + 10**9))  # touched, same content
     summary = ingest_paths([log], db)
     assert (summary.files_unchanged, summary.files_ingested, len(reads)) == (1, 0, 2)
+    summary = ingest_paths([log], db)  # its new mtime was stored: not read again
+    assert (summary.files_unchanged, summary.files_ingested, len(reads)) == (1, 0, 2)
 
 
 def test_an_appended_log_is_read_again_and_equals_a_fresh_ingest(tmp_path):

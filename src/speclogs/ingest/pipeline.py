@@ -146,6 +146,7 @@ class Tally:
     source_files: list = field(default_factory=list)
     skipped_files: list = field(default_factory=list)  # (file, why), unchanged files excepted
     replaced: list = field(default_factory=list)  # (file, why)
+    restat: list = field(default_factory=list)  # (file, size, mtime_ns, inode) of stored content found again
 
     def skip(self, reason: str, where: str) -> None:
         self.skipped[reason] += 1
@@ -335,6 +336,8 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool) -
         if raw.sha256 in digests and not rerun:
             tally.unchanged += 1
             tally.skip(UNCHANGED, source_file)
+            if stat is not None:  # touched or copied: the next ingest then skips it unread
+                tally.restat.append((source_file, stat.st_size, stat.st_mtime_ns, stat.st_ino))
             return None
         if rerun:
             tally.replaced.append((source_file, "its launch ran again (a new run.json): read again, its rows replaced"))

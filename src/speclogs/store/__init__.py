@@ -114,6 +114,9 @@ def ingest_paths(
             tally = run_pipeline(discovery, writer, compiling.result if compiling is not None else engine, replace=replace,
                                  on_progress=on_progress, chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES)
             tally.warnings.extend(writer.layout.notes)
+            if tally.restat:
+                connection.executemany("UPDATE files SET size_bytes = ?, mtime_ns = ?, inode = ? WHERE source_file = ?",
+                                       [(size, mtime_ns, inode, source) for source, size, mtime_ns, inode in tally.restat])
             notes = drift_notes(connection, tally.source_files)
         finally:
             connection.close()
@@ -151,7 +154,7 @@ def _as_stored(item, stats: dict[str, tuple]) -> bool:
     if stored is None or item.path is None:
         return False
     try:
-        now = item.path.stat()
+        now = os.stat(item.source_file)  # (resolved already: no path object to build)
     except OSError:
         return False
     return stored == (now.st_size, now.st_mtime_ns, now.st_ino)

@@ -135,17 +135,21 @@ def _stored(db_path: str | Path) -> tuple[dict[str, tuple[str, list[str]]], dict
         return {}, {}
     connection = connect(db_path, read_only=True)
     try:
-        runs = {run_id: (name, files or []) for run_id, name, files in connection.execute(
-            "SELECT r.run_id, r.run_name, list(f.source_file) FILTER (WHERE f.source_file IS NOT NULL) FROM runs r "
-            "LEFT JOIN files f USING (run_id) GROUP BY ALL").fetchall()}
+        names = dict(connection.execute("SELECT run_id, run_name FROM runs").fetchall())
         has_stat = connection.execute(
             "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'files' AND column_name = 'inode'").fetchone()[0]
-        rows = connection.execute("SELECT source_file, size_bytes, mtime_ns, inode FROM files WHERE inode IS NOT NULL "
-                                  "AND skipped_reason IS NULL").fetchall() if has_stat else []
-        stats = {row[0]: row[1:] for row in rows}
-        return runs, stats
+        rows = connection.execute(f"SELECT source_file, run_id, size_bytes, {'mtime_ns, inode' if has_stat else 'NULL, NULL'} "
+                                  "FROM files WHERE skipped_reason IS NULL").fetchall()
     finally:
         connection.close()
+    runs: dict[str, tuple[str, list[str]]] = {run_id: (name, []) for run_id, name in names.items()}
+    stats = {}
+    for source_file, run_id, *stat in rows:
+        if run_id in runs:
+            runs[run_id][1].append(source_file)
+        if stat[-1] is not None:
+            stats[source_file] = tuple(stat)
+    return runs, stats
 
 
 def _as_stored(item, stats: dict[str, tuple]) -> bool:

@@ -93,11 +93,8 @@ def test_the_check_finds_a_number_the_database_does_not_hold(tmp_path):
     ingest_paths([log], db)
     connection = duckdb.connect(str(db))
     assert check_content(connection).ok
-    shard = connection.execute(
-        "SELECT table_name FROM duckdb_columns() WHERE table_name LIKE '_decode_batches_%' AND column_name = 'accept_len' LIMIT 1"
-    ).fetchone()[0]
-    line_no = connection.execute(f'SELECT min(line_no) FROM "{shard}"').fetchone()[0]
-    connection.execute(f'UPDATE "{shard}" SET accept_len = 2.5 WHERE line_no = ?', [line_no])
+    line_no = connection.execute("SELECT min(line_no) FROM decode_batches WHERE accept_len IS NOT NULL").fetchone()[0]
+    connection.execute("UPDATE decode_batches SET accept_len = 2.5 WHERE line_no = ?", [line_no])
     message_line = connection.execute("SELECT min(line_no) FROM server_events WHERE kind = 'message'").fetchone()[0]
     connection.execute("UPDATE server_events SET message = NULL WHERE line_no = ?", [message_line])
     result = check_content(connection)

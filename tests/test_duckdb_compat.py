@@ -60,7 +60,7 @@ def written(tmp_path_factory) -> tuple[Path, dict]:
     ingest_paths([FIXTURES, launches], db)
     names = [name for (name,) in query(db, "SELECT table_name FROM duckdb_tables() WHERE NOT internal UNION ALL "
                                            "SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1")]
-    assert {"runs", "decode_batches", "nccl_events", "line_accounting", "_labels"} <= set(names)
+    assert {"runs", "decode_batches", "nccl_events", "line_accounting", "_ingesting"} <= set(names)
     here = json.loads(subprocess.run([sys.executable, "-c", READ_ALL, str(db), json.dumps(names)], capture_output=True,
                                      check=True, text=True).stdout)
     return db, here

@@ -192,8 +192,8 @@ def test_a_big_log_is_committed_in_segments_and_a_killed_ingest_is_cleaned_up(tm
     ingest_paths([log], segmented_db, chunk_bytes=65536)
     assert len(commits) > 2 and len(inserts) > 3
     assert table_rows(segmented_db) == table_rows(whole_db)
-    # its last rows went in on two connections: the sharded tables on the writer's, the plain ones on a second
-    assert "server_events" in on_second and "decode_batches" not in on_second
+    # its last rows went in on a second connection
+    assert {"server_events", "decode_batches"} <= set(on_second)
 
     killed_db = tmp_path / "killed.duckdb"
     inserted = []

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from conftest import MATRIX, ROOT, cli_env, run_cli
+from speclogs.schema import columns as declared_columns
 from speclogs.store import ingest_paths
-from speclogs.store.database import declared_columns
 from test_store import write_launch_dir
 
 
@@ -73,7 +73,7 @@ def test_a_dash_reads_the_sql_from_stdin(db):
 
 
 def test_show_tables_and_speclogs_tables_list_the_contract_only(db):
-    """What SHOW TABLES lists is what docs/sql.md documents: no internal shard, label or bookkeeping table."""
+    """What SHOW TABLES lists is what docs/sql.md documents: no internal bookkeeping table."""
     documented = set(re.findall(r"^### `([a-z_]+)`", (ROOT / "docs" / "sql.md").read_text(), flags=re.MULTILINE))
     shown = run_cli("sql", "SHOW TABLES", "--db", str(db), "--format", "csv").stdout.split()[1:]
     assert set(shown) == documented
@@ -82,7 +82,7 @@ def test_show_tables_and_speclogs_tables_list_the_contract_only(db):
     assert listed.returncode == 0, listed.stderr
     rows = {row["name"]: row for row in json.loads(listed.stdout)}
     assert set(rows) == set(shown)
-    assert rows["decode_batches"]["kind"] == "view" and rows["runs"]["kind"] == "table"
+    assert rows["decode_batches"]["kind"] == "table" and rows["line_accounting"]["kind"] == "view"
     assert rows["runs"]["rows"] == 3 and rows["decode_batches"]["columns"] > 20
 
 

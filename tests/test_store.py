@@ -9,6 +9,7 @@ import pytest
 
 from conftest import MATRIX, database_held_by_another_process, query, scalar
 from speclogs.errors import StoreError
+from speclogs.schema import schema_version
 from speclogs.store import connect, ingest_paths, run_query
 
 EAGLE = MATRIX / "eagle3_nccl.log"
@@ -69,7 +70,7 @@ def test_changed_file_needs_replace(db_path, tmp_path):
     log.write_text("".join(lines[:300]))
     ingest_paths([log], db_path)
     decode_before = scalar(db_path, "SELECT count(*) FROM decode_batches")
-    log.write_text("".join(lines))
+    log.write_text("# edited, not appended\n" + "".join(lines))
     skipped = ingest_paths([log], db_path)
     assert skipped.files_ingested == 0
     assert any("changed since it was ingested" in reason for reason in skipped.skipped)
@@ -109,7 +110,7 @@ def test_sql_without_database_says_so(tmp_path):
 def test_schema_is_created_once_and_versioned(db_path):
     connect(db_path).close()
     connect(db_path).close()
-    assert scalar(db_path, "SELECT value FROM meta WHERE key = 'schema_version'") == "4"
+    assert scalar(db_path, "SELECT value FROM meta WHERE key = 'schema_version'") == str(schema_version())
 
 
 def write_launch_dir(root: Path, cell: str, launch: int, uid: str) -> Path:
@@ -225,7 +226,7 @@ def _decode_labels(db: Path, source_file: Path) -> list[tuple]:
                  [str(source_file.resolve())])
 
 
-def test_label_columns_are_stored_as_codes_and_read_back_as_text(db_path, tmp_path):
+def test_label_columns_read_back_as_printed(db_path, tmp_path):
     ingest_paths([EAGLE], db_path)
     decode_lines = sum("Decode batch" in line for line in EAGLE.read_text().splitlines())
     assert _decode_labels(db_path, EAGLE) == [(" TP0", "cuda graph", decode_lines)]
@@ -236,17 +237,9 @@ def test_label_columns_are_stored_as_codes_and_read_back_as_text(db_path, tmp_pa
     assert _decode_labels(db_path, EAGLE) == [(" TP0", "cuda graph", decode_lines)]  # the first file's codes still read the same
     statuses = dict(query(db_path, "SELECT status_text, count(*) FROM http_requests WHERE status = 418 GROUP BY 1"))
     assert statuses == {"I'm a Teapot": EAGLE.read_text().count("503 Service Unavailable")}
-    # in the narrow tables the label columns are INTEGER codes, one code per text and column
-    types = set(query(db_path, "SELECT data_type FROM duckdb_columns() WHERE table_name LIKE '\\_%\\_%' ESCAPE '\\' "
-                               "AND table_name NOT IN ('_file_keys', '_labels') AND column_name IN "
-                               "('rank_tags', 'graph_kind', 'level', 'method', 'http_version', 'status_text') "
-                               "AND table_name NOT IN ('_decode_batches', '_prefill_batches', '_http_requests')"))
-    assert types == {("INTEGER",)}
-    assert scalar(db_path, "SELECT count(*) - count(DISTINCT (column_name, code)) FROM _labels") == 0
-    assert scalar(db_path, "SELECT count(*) - count(DISTINCT (column_name, value)) FROM _labels") == 0
 
 
-def test_labels_of_a_rolled_back_file_are_forgotten(db_path, tmp_path, monkeypatch):
+def test_a_rolled_back_file_leaves_no_rows(db_path, tmp_path, monkeypatch):
     import duckdb
 
     from speclogs.store import writer
@@ -266,4 +259,48 @@ def test_labels_of_a_rolled_back_file_are_forgotten(db_path, tmp_path, monkeypat
     assert [row[:2] for row in _decode_labels(db_path, again)] == [(" TP0", "cuda graph"), (" TP1", "npu graph")]
     assert _decode_labels(db_path, failed) == []
     assert _decode_labels(db_path, EAGLE)[0][:2] == (" TP0", "cuda graph")
-    assert scalar(db_path, "SELECT count(*) - count(DISTINCT (column_name, code)) FROM _labels") == 0
+
+
+BATCH_TABLES = ("prefill_batches", "decode_batches", "http_requests")
+
+
+def test_a_schema_4_database_is_migrated_to_plain_tables_with_the_same_rows(tmp_path):
+    import gzip
+    import shutil
+
+    old = tmp_path / "schema4.duckdb"
+    with gzip.open(Path(__file__).parent / "data" / "schema4.duckdb.gz") as packed, old.open("wb") as out:
+        shutil.copyfileobj(packed, out)
+
+    def batch_rows(connection) -> dict[str, list[dict]]:
+        rows = {}
+        for table in BATCH_TABLES:
+            cursor = connection.execute(f"SELECT * FROM {table} ORDER BY source_file, line_no")
+            names = [column[0] for column in cursor.description]
+            rows[table] = [dict(zip(names, row)) for row in cursor.fetchall()]
+        return rows
+
+    before = connect(old, read_only=True)
+    try:
+        assert before.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
+        expected = batch_rows(before)
+    finally:
+        before.close()
+    assert sum(map(len, expected.values())) > 300 and {row["rank_tags"] for row in expected["decode_batches"]} > {None}
+
+    migrated = connect(old)
+    try:
+        got = batch_rows(migrated)
+        kinds = dict(migrated.execute("SELECT table_name, table_type FROM information_schema.tables").fetchall())
+        leftovers = [name for name in kinds if name.startswith(("_file_keys", "_labels", "_decode", "_prefill", "_http"))]
+    finally:
+        migrated.close()
+    for table in BATCH_TABLES:
+        assert kinds[table] == "BASE TABLE"
+        wanted = {name: row.get(name) for row in expected[table] for name in row}  # (columns the migration added: NULL)
+        assert [{name: row.get(name) for name in wanted} for row in got[table]] == expected[table]
+    assert leftovers == []
+    assert scalar(old, "SELECT value FROM meta WHERE key = 'schema_version'") == str(schema_version())
+    summary = ingest_paths([EAGLE], old)  # and it takes new files
+    assert summary.files_ingested == 1 and scalar(old, "SELECT count(*) FROM decode_batches WHERE source_file = ?",
+                                                   [str(EAGLE.resolve())]) > 0

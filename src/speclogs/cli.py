@@ -102,6 +102,8 @@ def ingest(
     ),
     db: DbOption = DEFAULT_DB,
     replace: bool = typer.Option(False, "--replace", help="Re-ingest files already in the database (their rows are deleted first)."),
+    verify: bool = typer.Option(False, "--verify", help="Read and hash every file, also those whose size, mtime and inode "
+                                "are as stored (skipped unread otherwise)."),
     output_format: TextFormatOption = TextFormat.text,
     json_alias: JsonAliasOption = False,
     run_name: Optional[str] = typer.Option(None, "--run-name", help="Make every input of this call ONE run with this name "
@@ -141,6 +143,7 @@ def ingest(
                 run_name=run_name,
                 on_progress=reporter.update if reporter else None,
                 grammar_paths=grammar or (),
+                verify=verify,
             )
     finally:
         if reporter is not None:
@@ -347,6 +350,8 @@ def _render_ingest_summary(summary) -> None:
     for reason, count in sorted(summary.skipped.items(), key=lambda item: -item[1]):
         example = summary.skipped_examples.get(reason, "")
         console.print(Text(f"skipped {count:,} file(s): {reason}" + (f"  (e.g. {example})" if example else ""), style="yellow"))
+    for source_file, why in summary.replaced:
+        console.print(Text(f"replaced {source_file}: {why}", style="yellow"))
     for line in _drift_lines(summary.drift_notes):
         console.print(Text(line, style="yellow"))
     for warning in summary.warnings[:20]:

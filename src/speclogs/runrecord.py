@@ -3,6 +3,8 @@
 Standard library only: the launcher writes it on a GPU box without duckdb or polars; the ingest (runs table), the
 launcher's `--resume` and adaptive looks, and the report's confounder check read it through `RunRecord`.
 
+    launch_record(…) / node_record(…)  a new launch's document (the launcher's and each multi-node node's)
+    finish_record(record, outcome, …)  its outcome, and whether --resume skips it
     write_run_json(run_dir, record)   atomic (a reader never sees half a file), secrets redacted, schema stamped
     read_run_json(run_dir)            RunRecord | None (missing or unreadable file)
     parse_run_record(text)            RunRecord, or RunRecordError saying why the text is not a run.json
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,6 +195,41 @@ class RunRecord:
     def previous_attempts(self) -> list:
         attempts = self.document.get("previous_attempts")
         return list(attempts) if isinstance(attempts, list) else []
+
+
+# What identifies a launch: every run.json of it (the launch's and each node's) carries these.
+IDENTITY = ("run_uid", "run_name", "plan_name", "plan_file", "cell", "launch", "factors", "order_index")
+
+
+def launch_record(*, run_name: str, plan_name: str | None, plan_file: str, cell: str, launch: int, factors: dict,
+                  order_index: int, previous: RunRecord | None, stamps: tuple[str, ...], **fields: Any) -> dict[str, Any]:
+    """A new launch's document: its identity (a new run_uid), the attempts before it (from `previous`, the record
+    the launch left last time), its timestamps (`stamps`, unset), outcome `running` until finish_record; `fields`
+    are what the writer records besides (docs/launcher.md)."""
+    from speclogs import __version__
+
+    attempts = previous.previous_attempts if previous is not None else []
+    if previous is not None:
+        attempts.append({key: previous.document.get(key) for key in ("run_uid", "outcome", "outcome_detail", "timestamps")})
+    return {
+        "speclogs_version": __version__, "run_uid": uuid.uuid4().hex, "run_name": run_name, "plan_name": plan_name,
+        "plan_file": plan_file, "cell": cell, "launch": launch, "factors": dict(factors), "order_index": order_index,
+        "timestamps": dict.fromkeys(stamps), "ready_s": None, "outcome": "running", "outcome_detail": "",
+        "complete": False, "bench_summary": None, "previous_attempts": attempts, **fields,
+    }
+
+
+def node_record(launch: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """The document of one node of a multi-node launch: the launch's identity, outcome `running`, and `fields`."""
+    from speclogs import __version__
+
+    return {"speclogs_version": __version__, **{key: launch[key] for key in IDENTITY}, "outcome": "running",
+            "outcome_detail": "", "complete": False, **fields}
+
+
+def finish_record(record: dict[str, Any], outcome: str, detail: str) -> None:
+    """Set a launch's (or node's) outcome; it is complete (skipped by --resume) unless the outcome is retried."""
+    record.update(outcome=outcome, outcome_detail=detail, complete=outcome not in RETRY_OUTCOMES)
 
 
 def parse_run_record(text: str) -> RunRecord:

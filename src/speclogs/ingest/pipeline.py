@@ -21,6 +21,8 @@ launches) in a ParsedFile, which the sink writes to `files`, `runs` and `launche
 from __future__ import annotations
 
 import gc
+import hashlib
+import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
@@ -48,7 +50,7 @@ from speclogs.ingest.sources import (
     read_input,
     tapered_bytes,
 )
-from speclogs.ingest.summary import IngestSummary, ProgressEvent
+from speclogs.ingest.summary import UNCHANGED, IngestSummary, ProgressEvent
 
 DEFAULT_CHUNK_BYTES = 16 << 20  # two chunks are parsed at once; 32 MiB chunks cost ~140 MB more peak RSS, no speed
 BATCH_BYTES = 16 << 20  # small files parsed together, at most this much text (or BATCH_FILES of them) at a time
@@ -92,6 +94,7 @@ class ParsedFile:
     launch_starts: list = field(default_factory=list)  # line numbers of its server starts
     launch_facts: list = field(default_factory=list)  # (launch_no, event, ts)
     prefixed_pieces: int = 0
+    stat: os.stat_result | None = None  # taken before the file was read (None for stdin)
 
 
 @dataclass
@@ -114,7 +117,7 @@ class Batch:
 class Sink(Protocol):
     """Where parsed files go (speclogs.store.writer.Writer)."""
 
-    def stored(self) -> list[tuple[str, str, int]]: ...  # (source_file, sha256, size_bytes) of every file stored
+    def stored(self) -> list[tuple]: ...  # (source_file, sha256, size_bytes[, run_id]) of every file stored
 
     def write_batch(self, batch: Batch, tally: "Tally") -> None: ...
 
@@ -141,10 +144,15 @@ class Tally:
     drift: Counter = field(default_factory=Counter)
     runs: set = field(default_factory=set)
     source_files: list = field(default_factory=list)
+    skipped_files: list = field(default_factory=list)  # (file, why), unchanged files excepted
+    replaced: list = field(default_factory=list)  # (file, why)
+    restat: list = field(default_factory=list)  # (file, size, mtime_ns, inode) of stored content found again
 
     def skip(self, reason: str, where: str) -> None:
         self.skipped[reason] += 1
         self.skipped_examples.setdefault(reason, where)
+        if reason != UNCHANGED:
+            self.skipped_files.append((where, reason))
 
     def absorb(self, other: "Tally") -> None:
         """Add another run's account to this one (its files, lines, rows, skips, warnings; not its totals)."""
@@ -163,6 +171,8 @@ class Tally:
         self.drift.update(other.drift)
         self.runs |= other.runs
         self.source_files.extend(other.source_files)
+        self.skipped_files.extend(other.skipped_files)
+        self.replaced.extend(other.replaced)
 
     def add(self, parsed: ParsedFile) -> None:
         counts = parsed.counts
@@ -185,7 +195,7 @@ class Tally:
             lines_parsed=self.lines_parsed, lines_continuation=self.lines_continuation, lines_unparsed=self.lines_unparsed,
             rows_per_table=dict(sorted(self.rows.items())), bytes_read=self.bytes_done, seconds=seconds,
             warnings=tuple(self.warnings), drift=dict(self.drift), runs=tuple(sorted(self.runs)),
-            source_files=tuple(self.source_files),
+            source_files=tuple(self.source_files), skipped_files=tuple(self.skipped_files), replaced=tuple(self.replaced),
         )
 
 
@@ -211,6 +221,7 @@ def run_pipeline(
     for reason, count in discovery.skipped.items():
         tally.skipped[reason] += count
         tally.skipped_examples.setdefault(reason, discovery.skipped_examples.get(reason, ""))
+    tally.skipped_files.extend(discovery.skipped_files)
     tally.warnings.extend(discovery.notes)
     engine = engine_for() if any(f.kind == "log" for f in discovery.files) else None
     show = tally.bytes_total >= PROGRESS_MIN_BYTES or tally.files_total > 50
@@ -275,8 +286,11 @@ class Contents:
     def __init__(self, stored: list[tuple[str, str, int]]) -> None:
         self._by_size: dict[int, list[tuple[str, str | RawInput]]] = {}
         self._sources: dict[str, list[str | RawInput]] = {}
-        for source_file, sha256, size_bytes in stored:
+        self.sizes: dict[str, int] = {}  # source → its stored size (the last one added)
+        self.run_ids: dict[str, str] = {}  # source → the run its stored rows belong to
+        for source_file, sha256, size_bytes, *run_id in stored:
             self._add(source_file, sha256, size_bytes)
+            self.run_ids[source_file] = run_id[0] if run_id else None
 
     def known(self, source_file: str) -> list[str | RawInput]:
         return self._sources.get(source_file, [])
@@ -294,6 +308,7 @@ class Contents:
     def _add(self, source_file: str, digest: str | RawInput, size_bytes: int) -> None:
         self._by_size.setdefault(size_bytes, []).append((source_file, digest))
         self._sources.setdefault(source_file, []).append(digest)
+        self.sizes[source_file] = size_bytes
 
 
 def _sha256(digest: str | RawInput) -> str:
@@ -302,7 +317,9 @@ def _sha256(digest: str | RawInput) -> str:
 
 def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool) -> ParsedFile | None:
     """Read one input, or say why it is left out: unreadable, unchanged, changed without --replace, or the same
-    content as another file of this call or of the database (empty files excepted)."""
+    content as another file of this call or of the database (empty files excepted). A stored file that grew by
+    appending, or one of a launch directory (its run.json says what ran), is read again: its rows are replaced."""
+    stat = _stat(item)
     raw = read_input(item)
     source_file = item.source_file
     if item.path is None and raw.sha256:
@@ -314,19 +331,54 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool) -
         return None
     known = contents.known(source_file)
     if known and not replace:
-        if raw.sha256 in {_sha256(digest) for digest in known}:
+        digests = {_sha256(digest) for digest in known}
+        rerun = item.run.cell is not None and contents.run_ids.get(source_file) not in (None, item.run.run_id)
+        if raw.sha256 in digests and not rerun:
             tally.unchanged += 1
-            tally.skip("unchanged, skipped (already ingested; --replace re-ingests)", source_file)
+            tally.skip(UNCHANGED, source_file)
+            if stat is not None:  # touched or copied: the next ingest then skips it unread
+                tally.restat.append((source_file, stat.st_size, stat.st_mtime_ns, stat.st_ino))
+            return None
+        if rerun:
+            tally.replaced.append((source_file, "its launch ran again (a new run.json): read again, its rows replaced"))
+        elif _appended(item, contents.sizes.get(source_file, 0), digests):
+            tally.replaced.append((source_file, "lines appended since it was ingested: read again, its rows replaced"))
+        elif item.run.cell is not None or item.kind == "run_json":
+            tally.replaced.append((source_file, "changed in its launch directory: read again, its rows replaced"))
         else:
             tally.skip("content changed since it was ingested (use --replace to re-ingest)", source_file)
-        return None
+            return None
     twin = contents.twin(source_file, raw) if item.kind not in SAME_CONTENT_EXPECTED else None
     if twin is not None:
         tally.skip("the same content as a file already ingested, skipped", source_file)
         tally.warnings.append(f"{source_file}: the same content as {twin}: ingested once, as {twin}")
         return None
     contents.add(source_file, raw)
-    return ParsedFile(item=item, source_file=source_file, raw=raw, replaces=bool(known), counts=FileCounts(kind=item.kind))
+    return ParsedFile(item=item, source_file=source_file, raw=raw, replaces=bool(known), counts=FileCounts(kind=item.kind),
+                      stat=stat)
+
+
+def _stat(item: InputFile) -> os.stat_result | None:
+    try:
+        return os.stat(item.path) if item.path is not None else None
+    except OSError:
+        return None
+
+
+def _appended(item: InputFile, stored_size: int, digests: set[str]) -> bool:
+    """Whether a plain file's first `stored_size` bytes are what was stored (lines were appended since)."""
+    if item.path is None or item.path.suffix == ".gz" or not 0 < stored_size < item.size_bytes:
+        return False
+    digest = hashlib.sha256()
+    try:
+        with open(item.path, "rb") as handle:
+            left = stored_size
+            while left > 0 and (block := handle.read(min(left, 1 << 20))):
+                digest.update(block)
+                left -= len(block)
+    except OSError:
+        return False
+    return digest.hexdigest() in digests
 
 
 def _parse_files(files: list[ParsedFile], engine: Engine | None) -> list[Batch | tuple[ParsedFile, BaseException]]:

@@ -101,6 +101,7 @@ class Discovery:
     skipped: dict[str, int] = field(default_factory=dict)
     skipped_examples: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what discovery found that a user should know (run names shared by different runs)
+    skipped_files: tuple[tuple[str, str], ...] = ()  # (path, reason) of every file or directory skipped
 
 
 class Sha256Job:
@@ -469,17 +470,19 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
     examples: dict[str, str] = {}
     seen: set[str] = set()
     launch_dirs: dict[str, RunRef | None] = {}
+    skipped_files: list[tuple[str, str]] = []
 
     def skip(reason: str, where: str) -> None:
         skipped[reason] += 1
         examples.setdefault(reason, where)
+        skipped_files.append((where, reason))
 
-    def add(path: Path, kind: str, size: int) -> None:
-        resolved = str(path.resolve())
+    def add(path: Path, kind: str, size: int, resolved: str | None = None) -> None:
+        resolved = resolved or str(path.resolve())
         if resolved in seen:
             return
         seen.add(resolved)
-        run = _run_for(path, run_name, launch_dirs)
+        run = _run_for(path, os.path.dirname(resolved), run_name, launch_dirs)
         files.append(InputFile(source_file=resolved, kind=kind, run=run, path=path, size_bytes=size))
 
     for argument in paths:
@@ -502,7 +505,8 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
             kind = kind_for_name(path.name) or "log"
             add(path, kind, _size(path))
     notes = _shared_names(files, known_runs or {})
-    return Discovery(files=tuple(files), skipped=dict(skipped), skipped_examples=examples, notes=tuple(notes))
+    return Discovery(files=tuple(files), skipped=dict(skipped), skipped_examples=examples, notes=tuple(notes),
+                     skipped_files=tuple(skipped_files))
 
 
 def _mode(path: Path, argument: str) -> int:
@@ -579,6 +583,7 @@ def _walk(root: Path, add, skip) -> None:
             walked.add(real)
             kept.append(name)
         dirnames[:] = kept
+        real_dir = os.path.realpath(directory)  # once a directory: a file's own path resolves further only if a link
         for name in sorted(filenames):
             where = os.path.join(directory, name)
             if name.startswith("."):
@@ -589,10 +594,14 @@ def _walk(root: Path, add, skip) -> None:
                 skip(_skip_reason_for_name(name), where)
                 continue
             path = Path(where)
-            if not path.is_file():
+            try:
+                found = os.stat(where)
+            except OSError:
+                found = None
+            if found is None or not stat.S_ISREG(found.st_mode):
                 skip(_why_not_a_file(path), where)
                 continue
-            add(path, kind, _size(path))
+            add(path, kind, found.st_size, os.path.realpath(where) if os.path.islink(where) else os.path.join(real_dir, name))
 
 
 def _why_not_a_file(path: Path) -> str:
@@ -611,18 +620,17 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _run_for(path: Path, run_name: str | None, launch_dirs: dict[str, RunRef | None]) -> RunRef:
-    directory = path.resolve().parent
+def _run_for(path: Path, directory: str, run_name: str | None, launch_dirs: dict[str, RunRef | None]) -> RunRef:
+    """The run of a file in the (resolved) `directory`."""
     if run_name is not None:
-        return RunRef(run_id=run_id_for(f"name:{run_name}"), run_name=run_name, source_dir=str(directory))
-    key = str(directory)
-    if key not in launch_dirs:
-        launch_dirs[key] = _launch_run(directory)
-    launch = launch_dirs[key]
+        return RunRef(run_id=run_id_for(f"name:{run_name}"), run_name=run_name, source_dir=directory)
+    if directory not in launch_dirs:
+        launch_dirs[directory] = _launch_run(Path(directory))
+    launch = launch_dirs[directory]
     if launch is not None:
         return launch
     stem = file_stem(path.name)
-    return RunRef(run_id=run_id_for(f"{directory}/{stem}"), run_name=stem, source_dir=str(directory))
+    return RunRef(run_id=run_id_for(f"{directory}/{stem}"), run_name=stem, source_dir=directory)
 
 
 def _launch_run(directory: Path) -> RunRef | None:

@@ -31,6 +31,9 @@ class DriftNote:
     detail: str | None
 
 
+UNCHANGED = "unchanged, skipped (already ingested; --replace re-ingests)"
+
+
 @dataclass(frozen=True)
 class IngestSummary:
     """Counts of one `ingest_paths` call. `skipped` maps a reason to how many files it applied to."""
@@ -53,6 +56,8 @@ class IngestSummary:
     runs: tuple[str, ...] = ()
     source_files: tuple[str, ...] = ()  # the files this call ingested (files.source_file)
     drift_notes: tuple[DriftNote, ...] = ()  # the drift view's rows for those files
+    skipped_files: tuple[tuple[str, str], ...] = ()  # (file, why) of every file left out, unchanged ones excepted
+    replaced: tuple[tuple[str, str], ...] = ()  # (file, why) of every stored file whose rows this call replaced
 
     @property
     def files_skipped(self) -> int:

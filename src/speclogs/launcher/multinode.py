@@ -28,10 +28,8 @@ import shlex
 import subprocess
 import threading
 import time
-import uuid
 from pathlib import Path
 
-import speclogs
 from speclogs.errors import LaunchError, PlanError
 from speclogs.launcher import bench as _bench, process as _proc, runinfo
 from speclogs.launcher.plan import PYTHON_PLACEHOLDER, LaunchSpec, NodesSpec, Plan
@@ -51,7 +49,7 @@ from speclogs.launcher.run import (
     _signals_raise_interrupted,
     server_argv,
 )
-from speclogs.runrecord import RETRY_OUTCOMES, RunRecord, read_run_json, write_run_json
+from speclogs.runrecord import RunRecord, finish_record, launch_record, node_record, read_run_json, write_run_json
 
 SPAWN_TIMEOUT_S = 300.0   # ssh + the node's version probe + spawn
 PINGS = 5                 # clock samples per node
@@ -214,20 +212,15 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
     port = int(_flag(server_argv(plan, spec), "--port") or plan.port)
     base_url = f"http://{nodes.http_host}:{port}"
     dist_init = f"{nodes.http_host}:{nodes.dist_init_port}"
-    stamps: dict[str, str | None] = {key: None for key in ("spawn", "health_200", "bench_start", "bench_end", "stop")}
-    attempts = list(previous.previous_attempts) if previous is not None else []
-    if previous is not None:
-        attempts.append({key: previous.document.get(key) for key in ("run_uid", "outcome", "outcome_detail", "timestamps")})
-    record: dict = {
-        "speclogs_version": speclogs.__version__, "run_uid": uuid.uuid4().hex,
-        "run_name": spec.run_name, "plan_name": plan.name, "plan_file": str(plan.path), "cell": spec.cell.name,
-        "launch": spec.launch, "factors": dict(spec.cell.factors), "order_index": spec.order_index,
-        "bench": _bench_record(plan), "timestamps": stamps, "utc_offset": runinfo.utc_offset(), "host": nodes.http_host,
-        "port": port, "dist_init_addr": dist_init, "ready_s": None, "outcome": "running", "outcome_detail": "",
-        "complete": False, "bench_summary": None, "previous_attempts": attempts,
-        "files": {"bench": "bench.jsonl", "nodes": [f"node{rank}" for rank in range(len(nodes.hosts))]},
-        "nodes": [{"rank": rank, "ssh": host} for rank, host in enumerate(nodes.hosts)],
-    }
+    record = launch_record(
+        run_name=spec.run_name, plan_name=plan.name, plan_file=str(plan.path), cell=spec.cell.name, launch=spec.launch,
+        factors=spec.cell.factors, order_index=spec.order_index, previous=previous,
+        stamps=("spawn", "health_200", "bench_start", "bench_end", "stop"),
+        bench=_bench_record(plan), utc_offset=runinfo.utc_offset(), host=nodes.http_host, port=port, dist_init_addr=dist_init,
+        files={"bench": "bench.jsonl", "nodes": [f"node{rank}" for rank in range(len(nodes.hosts))]},
+        nodes=[{"rank": rank, "ssh": host} for rank, host in enumerate(nodes.hosts)],
+    )
+    stamps = record["timestamps"]
     node_records = [_node_record(record, plan, spec, rank, host) for rank, host in enumerate(nodes.hosts)]
     write_run_json(run_dir, record)
     agents: list[_Agent] = []
@@ -236,11 +229,10 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
     def finish(outcome: str, detail: str) -> LaunchResult:
         _stop_all(agents, plan, node_records, stamps, say, spec.run_name)
         _bring_logs_back(plan, spec, agents, run_dir, say)
-        record["outcome"], record["outcome_detail"] = outcome, detail
-        record["complete"] = outcome not in RETRY_OUTCOMES
+        finish_record(record, outcome, detail)
         _summarise_nodes(record, node_records)
         for rank, node in enumerate(node_records):
-            node.update(outcome=outcome, outcome_detail=detail, complete=record["complete"])
+            finish_record(node, outcome, detail)
             (run_dir / f"node{rank}").mkdir(exist_ok=True)
             write_run_json(run_dir / f"node{rank}", node)
         write_run_json(run_dir, record)
@@ -296,17 +288,13 @@ def _agent_spec(plan: Plan, spec: LaunchSpec, rank: int) -> dict:
 
 
 def _node_record(launch: dict, plan: Plan, spec: LaunchSpec, rank: int, host: str) -> dict:
-    return {
-        "speclogs_version": speclogs.__version__,
-        **{key: launch[key] for key in ("run_uid", "run_name", "plan_name", "plan_file", "cell", "launch", "factors",
-                                        "order_index")},
-        "node": {"rank": rank, "nnodes": len(plan.nodes.hosts), "ssh": host, "dist_init_addr": launch["dist_init_addr"],
-                 "clock_offset_to_node0_s": None, "clock_offset_error_s": None},
-        "argv": runinfo.redact_argv(node_argv(plan, spec, rank)), "env": None, "env_nccl": {}, "env_cuda": {},
-        "env_dropped": [], "versions": {}, "gpus": [], "hostname": None, "timestamps": {"spawn": None, "stop": None},
-        "utc_offset": None, "server_pid": None, "server_identity": None, "exit_code": None, "stop": None,
-        "outcome": "running", "outcome_detail": "", "complete": False, "files": {"server_log": "server.log"},
-    }
+    return node_record(
+        launch, node={"rank": rank, "nnodes": len(plan.nodes.hosts), "ssh": host, "dist_init_addr": launch["dist_init_addr"],
+                      "clock_offset_to_node0_s": None, "clock_offset_error_s": None},
+        argv=runinfo.redact_argv(node_argv(plan, spec, rank)), env=None, env_nccl={}, env_cuda={}, env_dropped=[],
+        versions={}, gpus=[], hostname=None, timestamps={"spawn": None, "stop": None}, utc_offset=None, server_pid=None,
+        server_identity=None, exit_code=None, stop=None, files={"server_log": "server.log"},
+    )
 
 
 def _take_spawned(agent: _Agent, node: dict, say: Progress, run_name: str) -> None:

@@ -22,7 +22,7 @@ from speclogs.launcher import adaptive as _adaptive, bench as _bench, process as
 from speclogs.launcher.plan import DEVICE_TIMER_ENV, MODEL_PATH_FLAGS, PYTHON_PLACEHOLDER, LaunchSpec, Plan
 from speclogs.launcher.scrape import METRICS_FLAG, Windows
 from speclogs.redact import redact_json
-from speclogs.runrecord import FILE_NAME as RUN_JSON, RETRY_OUTCOMES, RunRecord, read_run_json, write_run_json
+from speclogs.runrecord import FILE_NAME as RUN_JSON, RunRecord, finish_record, launch_record, read_run_json, write_run_json
 
 Progress = Callable[[str], None]
 
@@ -384,28 +384,22 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
     port = int(_arg_value(argv, "--port") or plan.port)
     base_url = f"http://{probe_host}:{port}"
     python = runinfo.python_of(argv)
-    stamps: dict[str, str | None] = {key: None for key in ("spawn", "port_open", "health_200", "bench_start", "bench_end", "stop")}
     files = {"server_log": "server.log", "bench": "bench.jsonl"}
-    attempts = previous.previous_attempts if previous else []
-    if previous:
-        attempts.append({key: previous.document.get(key) for key in ("run_uid", "outcome", "outcome_detail", "timestamps")})
-    record: dict = {   # run.json (speclogs.runrecord writes it, schema first)
-        "speclogs_version": speclogs.__version__, "run_uid": _uuid_hex(),
-        "run_name": spec.run_name, "plan_name": plan.name, "plan_file": str(plan.path),
-        "cell": spec.cell.name, "launch": spec.launch, "factors": dict(spec.cell.factors), "order_index": spec.order_index,
-        "argv": runinfo.redact_argv(argv), "env": runinfo.redact_env(env),
-        "env_nccl": {k: v for k, v in runinfo.redact_env(env).items() if k.startswith("NCCL_")},
-        "env_cuda": {k: v for k, v in runinfo.redact_env(env).items() if k.startswith("CUDA_")},
-        "env_dropped": dropped, "profile": spec.cell.profile,
-        "versions": {}, "gpus": context.gpus, "hostname": context.hostname,
-        "bench": _bench_record(plan), "timestamps": stamps, "utc_offset": runinfo.utc_offset(),
-        "host": host, "port": port, "ready_s": None, "outcome": "running", "outcome_detail": "", "complete": False,
-        "exit_code": None, "server_pid": None, "server_identity": None, "stop": None, "bench_summary": None, "files": files,
-        "previous_attempts": attempts, "models": {},
-        "metrics": {"scrape": METRICS_FLAG in argv, "scrape_every_s": plan.metrics.scrape_every_s,
-                    "device_timer": env.get(DEVICE_TIMER_ENV) == "1", "request_export": "--export-metrics-to-file" in argv},
-        "windows": [],
-    }
+    record = launch_record(
+        run_name=spec.run_name, plan_name=plan.name, plan_file=str(plan.path), cell=spec.cell.name, launch=spec.launch,
+        factors=spec.cell.factors, order_index=spec.order_index, previous=previous,
+        stamps=("spawn", "port_open", "health_200", "bench_start", "bench_end", "stop"),
+        argv=runinfo.redact_argv(argv), env=runinfo.redact_env(env),
+        env_nccl={k: v for k, v in runinfo.redact_env(env).items() if k.startswith("NCCL_")},
+        env_cuda={k: v for k, v in runinfo.redact_env(env).items() if k.startswith("CUDA_")},
+        env_dropped=dropped, profile=spec.cell.profile, versions={}, gpus=context.gpus, hostname=context.hostname,
+        bench=_bench_record(plan), utc_offset=runinfo.utc_offset(), host=host, port=port, exit_code=None,
+        server_pid=None, server_identity=None, stop=None, files=files, models={},
+        metrics={"scrape": METRICS_FLAG in argv, "scrape_every_s": plan.metrics.scrape_every_s,
+                 "device_timer": env.get(DEVICE_TIMER_ENV) == "1", "request_export": "--export-metrics-to-file" in argv},
+        windows=[],
+    )
+    stamps = record["timestamps"]
     if context.design is not None:
         record["adaptive"] = context.design
     proc = None
@@ -414,9 +408,8 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
     spawn_clock = None
 
     def finish(outcome: str, detail: str) -> LaunchResult:
-        record["outcome"], record["outcome_detail"] = outcome, detail
+        finish_record(record, outcome, detail)
         _record_exports(record, run_dir)
-        record["complete"] = outcome not in RETRY_OUTCOMES
         try:
             write_run_json(run_dir, record)
         except OSError as exc:
@@ -652,11 +645,6 @@ def _bench_record(plan: Plan) -> dict:
     if plan.bench_serving is not None:
         out["bench_serving_args"] = list(plan.bench_serving.args)
     return out
-
-
-def _uuid_hex() -> str:
-    import uuid
-    return uuid.uuid4().hex
 
 
 # --- signals -------------------------------------------------------------------------------------------------------

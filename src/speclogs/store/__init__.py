@@ -12,12 +12,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from speclogs.ingest.summary import IngestSummary
+from speclogs.ingest.summary import UNCHANGED, IngestSummary
 from speclogs.store.database import SCHEMA_VERSION, connect, drift_notes
 from speclogs.store.query import QueryResult, run_query
 
@@ -31,10 +32,9 @@ __all__ = ["IngestSummary", "QueryResult", "SCHEMA_VERSION", "connect", "ingest_
 
 
 def _cyclic_gc_paused(function):
-    """Python's cyclic GC walks every live object each time it runs: during an ingest, which holds many frames, that
-    was ~0.3 s of a 5 s ingest, most of it at the end on one core. The ingest's objects are freed by reference
-    counting, so the cyclic GC is off while it runs (and back after); the few cycles it makes (ast.literal_eval's) are
-    collected once a chunk, young objects only (speclogs.ingest.pipeline.collect_cycles)."""
+    """The cyclic GC off while `function` runs: it walks every live object each time, and an ingest holds many
+    frames (freed by reference counting; the few cycles it makes are collected once a chunk, young objects only:
+    speclogs.ingest.pipeline.collect_cycles)."""
 
     @functools.wraps(function)
     def paused(*args, **kwargs):
@@ -59,21 +59,20 @@ def ingest_paths(
     on_progress: Callable[[ProgressEvent], None] | None = None,
     grammar_paths: Sequence[Path] = (),
     chunk_bytes: int | None = None,
+    verify: bool = False,
 ) -> IngestSummary:
     """Ingest files/directories/'-' into the DuckDB file `db_path`; returns what happened (IngestSummary).
 
-    replace=True re-ingests files already stored (their rows are deleted first); without it a file whose
-    content is already stored is skipped as unchanged, and a file whose content changed is skipped with a
-    hint to use replace.
+    replace=True re-ingests files already stored (their rows are deleted first). Without it a file whose path,
+    size, mtime and inode are as stored is skipped as unchanged without being read (verify=True reads and hashes it
+    anyway); one whose content is stored is unchanged too; one that grew by appending lines, or one of a launch
+    directory that changed, is read again and its rows replaced (IngestSummary.replaced says which); any other
+    changed file is skipped with a hint to use replace.
     Raises InputError for a named path that does not exist (or is a FIFO, a symlink loop), StoreError when the
     database is locked by another writer or its disk is full ("No space left on device": the file being written is
     rolled back, the files before it stay), GrammarError for a broken user grammar.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, run_pipeline
     from speclogs.ingest.sources import discover_inputs
-    from speclogs.store.writer import Writer
 
     started = time.perf_counter()
 
@@ -84,8 +83,26 @@ def ingest_paths(
         return compile_engine(load_grammars(grammar_paths))
 
     # what to read is found before the database is opened for writing (no lock held while a big tree is walked;
-    # nothing created when an input does not exist)
-    discovery = discover_inputs([str(p) for p in paths], run_name=run_name, known_runs=_stored_run_names(db_path))
+    # nothing created when an input does not exist); a file as stored (path, size, mtime, inode) is not read at all
+    known_runs, stats = _stored(db_path)
+    # a stored run whose files are all under the inputs is read again with them: its name is no other run's to avoid
+    roots = [os.path.realpath(p) for p in paths if str(p) != "-"]
+    known_runs = {run_id: name for run_id, (name, files) in known_runs.items()
+                  if not files or not all(any(f == root or f.startswith(root + os.sep) for root in roots) for f in files)}
+    discovery = discover_inputs([str(p) for p in paths], run_name=run_name, known_runs=known_runs)
+    unchanged = 0 if replace or verify else len(discovery.files)
+    if unchanged:
+        changed = {f.source_file: f for f in discovery.files if not _as_stored(f, stats)}
+        launches = {f.run.run_id for f in changed.values() if f.run.cell is not None}  # a changed launch is read whole
+        discovery = dataclasses.replace(discovery, files=tuple(
+            f for f in discovery.files if f.source_file in changed or f.run.run_id in launches))
+        unchanged -= len(discovery.files)
+    if not discovery.files and unchanged:
+        return _nothing_changed(str(db_path), unchanged, discovery, time.perf_counter() - started)
+    from concurrent.futures import ThreadPoolExecutor
+
+    from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, run_pipeline
+    from speclogs.store.writer import Writer
     # the grammars compile on a thread while the database opens (DuckDB makes the schema without holding the GIL)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speclogs-grammars") as pool:
         compiling = pool.submit(engine) if any(item.kind == "log" for item in discovery.files) else None
@@ -97,18 +114,62 @@ def ingest_paths(
             tally = run_pipeline(discovery, writer, compiling.result if compiling is not None else engine, replace=replace,
                                  on_progress=on_progress, chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES)
             tally.warnings.extend(writer.layout.notes)
+            if tally.restat:
+                connection.executemany("UPDATE files SET size_bytes = ?, mtime_ns = ?, inode = ? WHERE source_file = ?",
+                                       [(size, mtime_ns, inode, source) for source, size, mtime_ns, inode in tally.restat])
             notes = drift_notes(connection, tally.source_files)
         finally:
             connection.close()
+    if unchanged:
+        tally.files_total += unchanged
+        tally.unchanged += unchanged
+        tally.skipped[UNCHANGED] += unchanged
+        tally.skipped_examples.setdefault(UNCHANGED, "")
     return dataclasses.replace(tally.summary(str(db_path), time.perf_counter() - started), drift_notes=notes)
 
 
-def _stored_run_names(db_path: str | Path) -> dict[str, str]:
-    """run_id → run_name of the runs a database already holds (none when there is no database yet)."""
+def _stored(db_path: str | Path) -> tuple[dict[str, tuple[str, list[str]]], dict[str, tuple]]:
+    """run_id → (run_name, its files) of the runs a database holds, and source_file → (size, mtime_ns, inode) of its
+    files (none when there is no database yet)."""
     if not Path(db_path).exists():
-        return {}
+        return {}, {}
     connection = connect(db_path, read_only=True)
     try:
-        return dict(connection.execute("SELECT run_id, run_name FROM runs").fetchall())
+        names = dict(connection.execute("SELECT run_id, run_name FROM runs").fetchall())
+        has_stat = connection.execute(
+            "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'files' AND column_name = 'inode'").fetchone()[0]
+        rows = connection.execute(f"SELECT source_file, run_id, size_bytes, {'mtime_ns, inode' if has_stat else 'NULL, NULL'} "
+                                  "FROM files WHERE skipped_reason IS NULL").fetchall()
     finally:
         connection.close()
+    runs: dict[str, tuple[str, list[str]]] = {run_id: (name, []) for run_id, name in names.items()}
+    stats = {}
+    for source_file, run_id, *stat in rows:
+        if run_id in runs:
+            runs[run_id][1].append(source_file)
+        if stat[-1] is not None:
+            stats[source_file] = tuple(stat)
+    return runs, stats
+
+
+def _as_stored(item, stats: dict[str, tuple]) -> bool:
+    """Whether an input file is on disk as it was when it was stored: same path, size, mtime and inode."""
+    stored = stats.get(item.source_file)
+    if stored is None or item.path is None:
+        return False
+    try:
+        now = os.stat(item.source_file)  # (resolved already: no path object to build)
+    except OSError:
+        return False
+    return stored == (now.st_size, now.st_mtime_ns, now.st_ino)
+
+
+def _nothing_changed(db_path: str, unchanged: int, discovery, seconds: float) -> IngestSummary:
+    """The summary of a call whose every input is stored as it is (nothing read, the database not opened to write)."""
+    skipped = {**discovery.skipped, UNCHANGED: unchanged}
+    return IngestSummary(
+        db_path=db_path, files_found=unchanged, files_ingested=0, files_unchanged=unchanged, skipped=skipped,
+        skipped_examples={**discovery.skipped_examples, UNCHANGED: ""}, lines_total=0, lines_parsed=0, lines_continuation=0,
+        lines_unparsed=0, rows_per_table={}, bytes_read=0, seconds=seconds, warnings=tuple(discovery.notes),
+        skipped_files=discovery.skipped_files,
+    )

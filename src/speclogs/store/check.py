@@ -31,7 +31,7 @@ from speclogs.ingest.lines import ANSI_RE
 from speclogs.redact import redact_line
 
 # Columns that say where a row came from, not what the line printed (never evidence for a token).
-_KEY_COLUMNS = frozenset({"run_id", "source_file", "line_no", "last_line_no", "launch_no", "file_key", "piece"})
+_KEY_COLUMNS = frozenset({"run_id", "source_file", "line_no", "last_line_no", "launch_no", "piece"})
 TOKEN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+(?:\.[0-9]+)*")
 _LOG_TABLE_EXCLUDES = frozenset({"files", "runs", "launches", "meta", "line_accounting", "nccl_probe"})
 EXAMPLES_SHOWN = 20

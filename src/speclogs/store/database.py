@@ -11,16 +11,15 @@ from __future__ import annotations
 import errno
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import duckdb
 
 from speclogs.errors import StoreError
 from speclogs.ingest.summary import DriftNote
+from speclogs.schema import SCHEMA_SQL, columns, migrations, schema_version
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = schema_version()  # (when this module was imported: the lake's manifests say it)
 STORAGE_VERSION = "v1.4.0"  # the oldest DuckDB that must read speclogs files: the 1.4 LTS
 # DuckDB's buffer pool when writing (its default is 80 % of RAM): the blocks an ingest writes stay cached up to it,
 # so it bounds what a long ingest holds (the parse itself holds ~450 MB: chunks in flight and their frames)
@@ -68,7 +67,7 @@ WITH batch_labels AS (
   UNION ALL
   SELECT run_id, source_file, line_no, unnest(json_keys(extra_fields)) AS label FROM prefill_batches
   WHERE extra_fields IS NOT NULL AND (files IS NULL OR list_contains(files, source_file))
-), unmatched AS (  -- each distinct text templated once (19k messages of a 2M-line log: 62 → 5 ms)
+), unmatched AS (  -- each distinct text templated once
   SELECT run_id, source_file, raw, count(*) AS lines, min(line_no) AS line_no, _line_template(raw) AS template
   FROM unparsed_lines WHERE starts_with(reason, 'no pattern matched') AND (files IS NULL OR list_contains(files, source_file))
   GROUP BY run_id, source_file, raw
@@ -133,53 +132,45 @@ def drift_notes(connection, source_files: Sequence[str]) -> tuple[DriftNote, ...
 
 
 def schema_sql() -> str:
-    return resources.files("speclogs.store").joinpath("schema.sql").read_text(encoding="utf-8")
-
-
-@dataclass(frozen=True)
-class Migration:
-    """One step from schema `version - 1` to `version`."""
-
-    version: int
-    description: str
-    apply: Callable[[duckdb.DuckDBPyConnection], None]
-
-
-def declared_columns() -> dict[str, dict[str, str]]:
-    """table → column → type, as schema.sql declares them (read by DuckDB itself, in memory)."""
-    scratch = duckdb.connect()
-    try:
-        scratch.execute(schema_sql())
-        rows = scratch.execute(
-            "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE NOT internal ORDER BY table_name, column_index"
-        ).fetchall()
-    finally:
-        scratch.close()
-    declared: dict[str, dict[str, str]] = {}
-    for table, column, data_type in rows:
-        declared.setdefault(table, {})[column] = data_type
-    return declared
+    return SCHEMA_SQL.read_text(encoding="utf-8")
 
 
 def _add_declared_columns(connection: duckdb.DuckDBPyConnection) -> None:
-    """Every column schema.sql declares that the file's tables lack (the contract only ever adds columns); new tables
-    come with schema.sql itself."""
+    """Every declared column the file's tables lack (the contract only ever adds columns)."""
     present: dict[str, set[str]] = {}
     for table, column in connection.execute(
-        "SELECT table_name, column_name FROM duckdb_columns() WHERE schema_name = 'main' AND NOT internal"
+        "SELECT table_name, column_name FROM duckdb_columns() WHERE schema_name = 'main' AND NOT internal "
+        "AND table_name IN (SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main')"
     ).fetchall():
         present.setdefault(table, set()).add(column)
-    for table, columns in declared_columns().items():
-        if table not in present:
-            continue
-        for column, data_type in columns.items():
-            if column not in present[table]:
+    for table, known in columns().items():
+        for column, data_type in known.items():
+            if table in present and column not in present[table]:
                 connection.execute(f'ALTER TABLE "{table}" ADD COLUMN "{column}" {data_type}')
 
 
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(4, "lossless ingest: ts_text; extra_fields, truncated (batch lines); NCCL counts; kept line text; "
-                 "tables outer_prefixes, nccl_probe_files, drift_notes", _add_declared_columns),
+def _widen(connection: duckdb.DuckDBPyConnection) -> None:
+    """The batch tables of schema 4 (views over narrow per-shape tables, file keys, label codes) as plain tables
+    with the same rows."""
+    for table in ("prefill_batches", "decode_batches", "http_requests"):
+        connection.execute(f'CREATE TABLE "_wide_{table}" AS SELECT * FROM "{table}"')
+        connection.execute(f'DROP VIEW "{table}"')
+        narrow = connection.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' AND (table_name = ? OR starts_with(table_name, ?))",
+            [f"_{table}", f"_{table}_"]).fetchall()
+        for (name,) in narrow:
+            connection.execute(f'DROP TABLE "{name}"')
+        connection.execute(f'ALTER TABLE "_wide_{table}" RENAME TO "{table}"')
+    connection.execute("DROP TABLE IF EXISTS _file_keys")
+    connection.execute("DROP TABLE IF EXISTS _labels")
+    _add_declared_columns(connection)
+
+
+# Steps for files of schema 3 and 4, older than schema.sql; the migrations after it are SQL (speclogs.schema).
+_OLD_STEPS: tuple[tuple[int, str, Callable[[duckdb.DuckDBPyConnection], None]], ...] = (
+    (4, "lossless ingest: ts_text; extra_fields, truncated (batch lines); NCCL counts; kept line text; "
+        "tables outer_prefixes, nccl_probe_files, drift_notes", _add_declared_columns),
+    (5, "prefill_batches, decode_batches, http_requests: plain tables (were views over narrow tables)", _widen),
 )
 
 
@@ -205,24 +196,18 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
     except duckdb.Error as error:
         raise StoreError(f"cannot open {path}: {error}", hint="is it a DuckDB file written by speclogs?") from error
     if not read_only:
-        from speclogs.store.layout import SHARDED_TABLES, sharded_view_sql
-
         try:
             new = not connection.execute(
                 f"SELECT count(*) FROM duckdb_tables() WHERE database_name = '{_CATALOG}' AND table_name = 'meta'").fetchone()[0]
             if new:
-                start, views = ("BEGIN TRANSACTION", *META_SQL, f"INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}')"), set()
+                start = ("BEGIN TRANSACTION", *META_SQL, f"INSERT INTO meta VALUES ('schema_version', '{schema_version()}')",
+                         schema_sql(), *(sql for _, _, sql in migrations()))
             else:
                 connection.execute("BEGIN TRANSACTION")  # one commit (and one WAL sync) for the whole schema
                 _migrate(connection, path)
-                start = ()
-                views = {row[0] for row in connection.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-            # the rest in one script: each call is a wait for the GIL (~5 ms while the grammars load on their thread).
-            # A sharded table's view where the file has none (no narrow tables yet; the store keeps them up to date),
-            # then the other views (drift reads the sharded ones).
-            connection.execute(";\n".join(statement.strip().rstrip(";") for statement in (
-                *start, schema_sql(), *(sharded_view_sql(table, {}, {}) for table in SHARDED_TABLES if table not in views),
-                VIEWS_SQL, "COMMIT")))
+                start = (schema_sql(),)
+            # the rest in one script: each call is a wait for the GIL while the grammars load on their thread
+            connection.execute(";\n".join(statement.strip().rstrip(";") for statement in (*start, VIEWS_SQL, "COMMIT")))
         except duckdb.Error as error:
             connection.close()
             hint = NO_SPACE_HINT if no_space_left(error) else "use a new --db file"
@@ -248,24 +233,30 @@ META_SQL = ("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VAR
 def _migrate(connection, path: Path) -> None:
     """Bring a file of an older schema (it has a meta table) up to SCHEMA_VERSION."""
     found = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    current = schema_version()
     for statement in META_SQL:
         connection.execute(statement)
     if found is None:
-        connection.execute("INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [str(SCHEMA_VERSION)])
+        connection.execute("INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [str(current)])
         return
     version = int(found[0])
-    oldest = MIGRATIONS[0].version - 1
-    if version > SCHEMA_VERSION or version < oldest:
+    if version == current:
+        return
+    if version > current or version < _OLD_STEPS[0][0] - 1:
         raise StoreError(
-            f"{path} was written by another speclogs version (schema {version}, this one writes schema {SCHEMA_VERSION})",
+            f"{path} was written by another speclogs version (schema {version}, this one writes schema {current})",
             hint="ingest into a new --db file; `speclogs sql` still reads this one",
         )
-    for migration in MIGRATIONS:
-        if migration.version > version:
-            connection.execute(schema_sql())  # the tables a migration may add columns to exist first
-            migration.apply(connection)
-            connection.execute("INSERT INTO _migrations VALUES (?, ?, now())", [migration.version, migration.description])
-    connection.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+    for number, description, step in _OLD_STEPS:
+        if number > version:
+            step(connection)
+            connection.execute("INSERT INTO _migrations VALUES (?, ?, now())", [number, description])
+    connection.execute(schema_sql())  # the tables a migration may add columns to exist first
+    for number, description, sql in migrations():
+        if number > version:
+            connection.execute(sql)
+            connection.execute("INSERT INTO _migrations VALUES (?, ?, now())", [number, description])
+    connection.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(current)])
 
 
 def _store_error(path: Path, error: duckdb.Error) -> StoreError:

@@ -32,7 +32,6 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 import duckdb
@@ -44,8 +43,9 @@ from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, Batch, ParsedFile, Tal
 from speclogs.ingest.sources import InputFile, discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
 from speclogs.runrecord import read_run_json
-from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL, schema_sql
-from speclogs.store.layout import SHARDED_TABLES, SOURCE_ONLY_TABLES, sharded_view_sql
+from speclogs.schema import columns
+from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL
+from speclogs.store.layout import POLARS_TYPES, SOURCE_ONLY_TABLES
 from speclogs.store.writer import FILE_TYPES, LAUNCH_TYPES, RUN_TYPES, batch_run_rows, file_row
 
 LAKE_FORMAT = "speclogs.lake/1"
@@ -62,10 +62,6 @@ COMMIT_COLUMN = "lake_commit"
 BUFFER_BYTES = 96 << 20
 ROW_GROUP_ROWS = 122_880  # DuckDB's own row group: readers split work along row groups
 FAILURES = (pl.exceptions.PolarsError, SpeclogsError, ValueError, OSError)
-_DUCKDB_TO_POLARS = {
-    "VARCHAR": pl.Utf8, "JSON": pl.Utf8, "INTEGER": pl.Int32, "BIGINT": pl.Int64, "DOUBLE": pl.Float64,
-    "BOOLEAN": pl.Boolean, "TIMESTAMP": pl.Datetime("us"),
-}
 _PARTITION_TEXT = re.compile(r"[^A-Za-z0-9._+-]")
 
 
@@ -73,32 +69,14 @@ _PARTITION_TEXT = re.compile(r"[^A-Za-z0-9._+-]")
 # the contract: what each table looks like to a user of the DuckDB file
 
 
-@lru_cache(maxsize=1)
 def contract_columns() -> dict[str, tuple[tuple[str, str], ...]]:
-    """table → ((column, DuckDB type), …) of every table a user queries in a speclogs DuckDB file (the sharded ones
-    as their views show them), read from an empty database built from schema.sql. `line_accounting` and `meta` are
-    views the lake computes, not tables it stores."""
-    scratch = duckdb.connect()
-    try:
-        scratch.execute(schema_sql())
-        for table in SHARDED_TABLES:
-            scratch.execute(sharded_view_sql(table, {}, {}))
-        names = [row[0] for row in scratch.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE NOT internal UNION SELECT view_name FROM duckdb_views() "
-            "WHERE NOT internal").fetchall()]
-        columns = {}
-        for name in sorted(names):
-            if name.startswith("_") or name == "meta":
-                continue
-            described = scratch.execute(f'DESCRIBE "{name}"').fetchall()
-            columns[name] = tuple((row[0], row[1]) for row in described)
-        return columns
-    finally:
-        scratch.close()
+    """table → ((column, DuckDB type), …) of every table a user queries in a speclogs DuckDB file (speclogs.schema).
+    `line_accounting` and `meta` are views the lake computes, not tables it stores."""
+    return {table: tuple(known.items()) for table, known in sorted(columns().items()) if not table.startswith("_") and table != "meta"}
 
 
 def polars_schema(table: str) -> dict[str, pl.DataType]:
-    return {name: _DUCKDB_TO_POLARS[sql_type] for name, sql_type in contract_columns()[table]}
+    return {name: POLARS_TYPES[sql_type] for name, sql_type in contract_columns()[table]}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -305,7 +283,7 @@ def _typed(table: str, frame: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
     if contract is None:
         _note(notes, f"table {table} is not in the speclogs schema: written to the lake for a grammar of yours")
         return frame
-    types = {name: _DUCKDB_TO_POLARS[sql_type] for name, sql_type in contract}
+    types = {name: POLARS_TYPES[sql_type] for name, sql_type in contract}
     for name in frame.columns:
         if name not in types:
             _note(notes, f"column {table}.{name} is not in the speclogs schema: a grammar of yours fills it")
@@ -319,8 +297,8 @@ def _conform(table: str, frame: pl.DataFrame) -> pl.DataFrame:
     if contract is None:
         return frame
     names = {name for name, _ in contract}
-    columns = [(pl.col(name).cast(_DUCKDB_TO_POLARS[sql_type]) if name in frame.columns
-                else pl.lit(None, dtype=_DUCKDB_TO_POLARS[sql_type])).alias(name) for name, sql_type in contract]
+    columns = [(pl.col(name).cast(POLARS_TYPES[sql_type]) if name in frame.columns
+                else pl.lit(None, dtype=POLARS_TYPES[sql_type])).alias(name) for name, sql_type in contract]
     return frame.select(columns + [name for name in frame.columns if name not in names])
 
 

@@ -1,14 +1,5 @@
--- speclogs SQL contract, schema version 4. Stable: columns may be added, never renamed or removed.
--- prefill_batches, decode_batches and http_requests (millions of rows, each line filling only some columns)
--- are VIEWS: `_<name>` below holds their contract columns and types, and the rows live in narrow tables
--- `_<name>_<hash>`, one per set of filled columns (DuckDB writes every NULL of a wide table: 2× the insert
--- cost). Those rows carry a small file_key instead of run_id and source_file (two strings per row cost a third
--- of the insert); the views join them from _file_keys. Their few-valued text columns (rank_tags, graph_kind,
--- level, method, http_version, status_text) hold codes into _labels (compressing a text column cost DuckDB
--- ~150 ns a row, a quarter of the insert); the views turn the codes back into the text. Query the views; the
--- store keeps them up to date.
-CREATE TABLE IF NOT EXISTS _file_keys (file_key INTEGER, source_file VARCHAR, run_id VARCHAR);
-CREATE TABLE IF NOT EXISTS _labels (column_name VARCHAR, code INTEGER, value VARCHAR);  -- value = code's text, per column
+-- speclogs SQL contract, schema version 5. Stable: columns may be added, never renamed or removed.
+-- Columns added later are in the numbered migrations (migrations/NNN_name.sql): this file and they are the one list.
 -- Every parsed row carries run_id, source_file, line_no (1-based physical line in the source file),
 -- and launch_no / ts / tp_rank where the line has them. Units are in the column names.
 -- ts_text: the SGLang prefix's timestamp as printed, where it has no date ('HH:MM:SS', ≤0.3.0) or no year
@@ -58,7 +49,7 @@ CREATE TABLE IF NOT EXISTS server_args (
   name VARCHAR, value VARCHAR, value_json JSON
 );
 
-CREATE TABLE IF NOT EXISTS _prefill_batches (
+CREATE TABLE IF NOT EXISTS prefill_batches (
   run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP, ts_text VARCHAR,
   dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, rank_tags VARCHAR,
   iter INTEGER, new_seq INTEGER, new_tokens BIGINT, cached_tokens BIGINT, cache_hit_rate_pct DOUBLE,
@@ -72,11 +63,10 @@ CREATE TABLE IF NOT EXISTS _prefill_batches (
   full_num_tokens BIGINT, swa_num_tokens BIGINT,   -- 0.4.9 hybrid SWA '#token: full=N, swa=N'
   replay_tokens BIGINT, optimistic_req INTEGER, waiting_image_req INTEGER,
   extra_fields JSON,                   -- label → value of the fields this speclogs does not know (a newer or patched release)
-  truncated BOOLEAN,                   -- TRUE when the line was cut short (a terminal, a paste); NULL otherwise
-  file_key INTEGER                    -- → _file_keys (run_id, source_file)
+  truncated BOOLEAN                    -- TRUE when the line was cut short (a terminal, a paste); NULL otherwise
 );
 
-CREATE TABLE IF NOT EXISTS _decode_batches (
+CREATE TABLE IF NOT EXISTS decode_batches (
   run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP, ts_text VARCHAR,
   dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, rank_tags VARCHAR,
   iter INTEGER, running_req INTEGER, num_tokens BIGINT, token_usage DOUBLE,
@@ -92,17 +82,15 @@ CREATE TABLE IF NOT EXISTS _decode_batches (
   cap_len DOUBLE, block_accept_len DOUBLE, host_receive_req INTEGER, waiting_image_req INTEGER,
   est_read_bw_gb_s DOUBLE, est_write_bw_gb_s DOUBLE,
   extra_fields JSON,                   -- label → value of the fields this speclogs does not know (a newer or patched release)
-  truncated BOOLEAN,                   -- TRUE when the line was cut short (a terminal, a paste); NULL otherwise
-  file_key INTEGER                    -- → _file_keys (run_id, source_file)
+  truncated BOOLEAN                    -- TRUE when the line was cut short (a terminal, a paste); NULL otherwise
 );
 
 -- uvicorn access lines (GET /health → status) and uvicorn INFO lines are server_events.
-CREATE TABLE IF NOT EXISTS _http_requests (
+CREATE TABLE IF NOT EXISTS http_requests (
   run_id VARCHAR, source_file VARCHAR, line_no BIGINT, launch_no INTEGER, ts TIMESTAMP, ts_text VARCHAR,
   level VARCHAR, client_ip VARCHAR, client_port INTEGER, method VARCHAR, path VARCHAR, http_version VARCHAR,
   status INTEGER, status_text VARCHAR,
-  rank_tags VARCHAR, dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, attn_cp_rank INTEGER, moe_dp_rank INTEGER,
-  file_key INTEGER                    -- → _file_keys (run_id, source_file)
+  rank_tags VARCHAR, dp_rank INTEGER, tp_rank INTEGER, pp_rank INTEGER, ep_rank INTEGER, attn_cp_rank INTEGER, moe_dp_rank INTEGER
 );
 
 -- lifecycle and other recognised single-line records: kind is a stable identifier

@@ -28,14 +28,14 @@ import polars as pl
 from speclogs.errors import SpeclogsError, StoreError
 from speclogs.ingest.pipeline import Batch, ParsedFile, Tally, first_line
 from speclogs.store.database import NO_SPACE_HINT, no_space_left, second_connection
-from speclogs.store.layout import Layout
+from speclogs.store.layout import Layout, polars_schema
 
 # DuckDB's row group, a quarter of its default: a streamed file's last partial row group per table is written
-# at COMMIT, on one core once parsing has ended (0.36 s of a 4.2 s ingest with 122,880 rows, 0.07 s with these)
+# at COMMIT, on one core once parsing has ended: smaller row groups leave less of that work
 ROW_GROUP_ROWS = 30_720
 INSERT_BATCH_ROWS = 4 * ROW_GROUP_ROWS  # a table's rows are inserted once this many gathered, in whole row groups
 # A table with fewer rows than this in a chunk goes in at once: its rows kept for later would keep the chunk's whole
-# text alive (text columns are views into it; measured +350 MB at 2M lines), and its partial row groups cost little.
+# text alive (text columns are views into it), and its partial row groups cost little.
 SMALL_FRAME_ROWS = ROW_GROUP_ROWS // 4
 SEGMENT_ROWS = 1_000_000  # a big log's rows are committed this many at a time
 RECHUNK_FRAMES = 16  # a table's pending rows in more frames than this are copied into one piece before they are inserted
@@ -93,8 +93,8 @@ class Writer:
 
     # the pipeline's questions
 
-    def stored(self) -> list[tuple[str, str, int]]:
-        return self.connection.execute("SELECT source_file, sha256, size_bytes FROM files").fetchall()
+    def stored(self) -> list[tuple[str, str, int, str]]:
+        return self.connection.execute("SELECT source_file, sha256, size_bytes, run_id FROM files").fetchall()
 
     # small files
 
@@ -151,14 +151,16 @@ class Writer:
             self.layout.insert("launches", pl.DataFrame(launch_rows, schema=LAUNCH_TYPES, orient="row"))
         self.layout.insert("files", pl.DataFrame([file_row(p) for p in files], schema=FILE_TYPES, orient="row"))
         _upsert_runs(self.connection, files)
+        if any(parsed.replaces for parsed in files):  # a relaunched launch has a new run_id: its old run has no files left
+            self.connection.execute("DELETE FROM runs WHERE run_id NOT IN (SELECT run_id FROM files WHERE run_id IS NOT NULL)")
 
     # a big log
 
     def write_stream(self, parsed: ParsedFile, produce, tally: Tally) -> None:
         """A big log: `produce(emit)` runs on a parser thread, this thread inserts. Its rows are committed about every
-        SEGMENT_ROWS, in whole row groups (DuckDB holds a transaction's rows in memory: one transaction for 10M lines
-        peaked at 1.5 GB, and was slower); an _ingesting row marks the file as under way until its files row is written with the
-        last commit. A failure removes what was written; so does the next writer after a killed ingest."""
+        SEGMENT_ROWS, in whole row groups (DuckDB holds a transaction's rows in memory); an _ingesting row marks the
+        file as under way until its files row is written with the last commit. A failure removes what was written; so
+        does the next writer after a killed ingest."""
         connection = self.connection
         run_id, source_file = parsed.item.run.run_id, parsed.source_file
         started = time.perf_counter()
@@ -254,11 +256,11 @@ class _PendingRows:
         self.received = 0  # rows handed over since the writer last committed (inserted, or pending)
 
     def add(self, table: str, frame: pl.DataFrame) -> None:
-        frame = frame.clone()  # (shallow) DataFrame.drop runs a lazy plan: ~0.3 ms a call, holding the GIL
+        frame = frame.clone()  # (shallow) DataFrame.drop runs a lazy plan, holding the GIL
         frame.drop_in_place("file")
         if frame.height < SMALL_FRAME_ROWS:
-            # a few rows a chunk (events, errors): gathered like the rest (an INSERT costs ~12 ms whatever its size),
-            # with their own text: a chunk's frames hold string views into the whole chunk's text (+350 MB at 2M lines)
+            # a few rows a chunk (events, errors): gathered like the rest (an INSERT has a fixed cost whatever its
+            # size), with their own text: a chunk's frames hold string views into the whole chunk's text
             frame = _own_text(frame)
         self.received += frame.height
         self.frames.setdefault(table, []).append(frame)
@@ -268,8 +270,7 @@ class _PendingRows:
 
     def flush_whole(self) -> None:
         """Insert every table's whole row groups, before a segment's commit; the rest waits for the next segment.
-        Inserted, it would be partial row groups that the commit writes to the WAL and a checkpoint rewrites: the
-        2M-line log's first commit wrote 5.9 MB of WAL; its two commits took 0.05 + 0.12 s, now 0.02 + 0.05 s."""
+        Inserted, it would be partial row groups that the commit writes to the WAL and a checkpoint rewrites."""
         for table in list(self.frames):
             if self.rows[table] >= ROW_GROUP_ROWS:
                 self._insert_whole(table)
@@ -278,7 +279,7 @@ class _PendingRows:
         """Every table's last rows. With `side` (a second connection to the file, closed here), the tables it can take
         (Layout.settled: no table or column to create) are inserted on it, on a thread, in a transaction of its own
         committed before this returns, while this thread inserts the rest: the end of a big log, every table's partial
-        row groups, is written on two cores instead of one (the 2M-line log's last 0.4 s → 0.3 s). The caller's mark on the
+        row groups, is written on two cores instead of one. The caller's mark on the
         file (_ingesting) must be committed: a failure after the side's commit leaves rows that only the mark names, and
         the next writer removes them."""
         tables = {table: self._take(table) for table in list(self.frames)}
@@ -318,7 +319,7 @@ class _PendingRows:
         if len(frames) == 1:
             return frames[0]
         # the small frames of many chunks (events, errors) in one piece: DuckDB takes an Arrow table of a hundred small
-        # batches at a third of the speed (server_events of the 2M-line log: 87 → 35 ms); a few big ones it takes as
+        # batches at a third of the speed; a few big ones it takes as
         # they are, and copying them costs more
         return pl.concat(frames, how="diagonal_relaxed", rechunk=len(frames) > RECHUNK_FRAMES)
 
@@ -328,41 +329,33 @@ class _PendingRows:
 
 def _own_text(frame: pl.DataFrame) -> pl.DataFrame:
     """`frame` with its strings in buffers of their own: appending "" writes new ones (one polars expression; a round
-    trip through Arrow, column by column, held the GIL for ~2 ms a frame)."""
+    trip through Arrow, column by column, holds the GIL far longer)."""
     return frame.with_columns(pl.col(pl.String) + "")
 
 
-FILE_TYPES = {
-    "source_file": pl.Utf8, "sha256": pl.Utf8, "run_id": pl.Utf8, "size_bytes": pl.Int64, "total_lines": pl.Int64,
-    "parsed_lines": pl.Int64, "continuation_lines": pl.Int64, "unparsed_lines": pl.Int64, "ingested_at": pl.Datetime("us"),
-    "kind": pl.Utf8, "invalid_utf8": pl.Int64, "nul_bytes": pl.Int64, "warnings": pl.Utf8, "parse_seconds": pl.Float64,
-    "near_misses": pl.Utf8,
-}
+FILE_TYPES = polars_schema("files")
 
 
-def file_row(parsed: ParsedFile) -> list:
+def file_row(parsed: ParsedFile) -> dict:
     raw, counts = parsed.raw, parsed.counts
     warnings = list(raw.warnings) + counts.warnings
-    return [
-        parsed.source_file, raw.sha256, parsed.item.run.run_id, raw.size_bytes, counts.total, counts.parsed,
-        counts.continuation, counts.unparsed, datetime.now(), counts.kind,
-        raw.stream.invalid_utf8 if raw.stream is not None else raw.invalid_utf8,
-        raw.stream.nul_bytes if raw.stream is not None else raw.nul_bytes,
-        json.dumps(warnings) if warnings else None, round(parsed.seconds, 6),
-        json.dumps(dict(sorted(counts.drift.items()))) if counts.drift else None,
-    ]
+    stream = raw.stream if raw.stream is not None else raw
+    return {
+        "source_file": parsed.source_file, "sha256": raw.sha256, "run_id": parsed.item.run.run_id,
+        "size_bytes": raw.size_bytes, "total_lines": counts.total, "parsed_lines": counts.parsed,
+        "continuation_lines": counts.continuation, "unparsed_lines": counts.unparsed, "ingested_at": datetime.now(),
+        "kind": counts.kind, "invalid_utf8": stream.invalid_utf8, "nul_bytes": stream.nul_bytes,
+        "warnings": json.dumps(warnings) if warnings else None, "parse_seconds": round(parsed.seconds, 6),
+        "near_misses": json.dumps(dict(sorted(counts.drift.items()))) if counts.drift else None,
+        "mtime_ns": parsed.stat.st_mtime_ns if parsed.stat else None, "inode": parsed.stat.st_ino if parsed.stat else None,
+    }
 
 
 RUN_FACT_COLUMNS = (
     "cell", "factors", "launch_index", "sglang_version", "model_path", "speculative_algorithm", "tp_size",
     "hostname", "gpu_name", "env", "argv", "run_json", "outcome",
 )
-RUN_TYPES = {
-    "run_id": pl.Utf8, "run_name": pl.Utf8, "source_dir": pl.Utf8, "cell": pl.Utf8, "factors": pl.Utf8,
-    "launch_index": pl.Int32, "sglang_version": pl.Utf8, "model_path": pl.Utf8, "speculative_algorithm": pl.Utf8,
-    "tp_size": pl.Int32, "hostname": pl.Utf8, "gpu_name": pl.Utf8, "env": pl.Utf8, "argv": pl.Utf8,
-    "run_json": pl.Utf8, "outcome": pl.Utf8, "ingested_at": pl.Datetime("us"),
-}
+RUN_TYPES = polars_schema("runs")
 
 
 def batch_run_rows(files: list[ParsedFile]) -> dict[str, dict]:
@@ -402,8 +395,4 @@ def _upsert_runs(connection, files: list[ParsedFile]) -> None:
         connection.unregister("_speclogs_runs")
 
 
-LAUNCH_TYPES = {
-    "run_id": pl.Utf8, "source_file": pl.Utf8, "launch_no": pl.Int32, "first_line": pl.Int64, "last_line": pl.Int64,
-    "start_ts": pl.Datetime("us"), "ready_ts": pl.Datetime("us"), "first_health_200_ts": pl.Datetime("us"),
-    "cuda_graph_end_ts": pl.Datetime("us"), "shutdown_ts": pl.Datetime("us"),
-}
+LAUNCH_TYPES = polars_schema("launches")

@@ -737,6 +737,9 @@ def report(
                                               help="Target model hidden size (NCCL communication-share estimate)."),
     num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1,
                                              help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
+    reference_acceptance: Optional[float] = typer.Option(
+        None, "--reference-acceptance", min=1.0, help="The accept length this target/draft/workload reached before, "
+        "e.g. 2.0: a speculative arm whose interval lies below it is a finding (with the setup's cause, if any)."),
     lake: LakeOption = None,
 ) -> None:
     """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
@@ -755,7 +758,8 @@ def report(
     try:
         comparison = compare_runs(connection, list(compare) + list(arms or []), parse_factor_options(factor),
                                   confidence, min_effect=parse_percent(min_effect, "--min-effect"), hidden_size=hidden_size,
-                                  num_layers=num_layers, ignore_env=tuple(ignore_env))
+                                  num_layers=num_layers, ignore_env=tuple(ignore_env),
+                                  reference_acceptance=reference_acceptance)
     finally:
         connection.close()
     if output_format is ReportFormat.terminal:
@@ -768,6 +772,55 @@ def report(
     for path in outputs:
         write_report(comparison, path)
         _stderr_console().print(f"wrote {path}")
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def doctor(
+    targets: list[str] = typer.Argument(None, help="A plan file (PLAN.toml); or, after --, a server command line "
+                                        "(-- python -m sglang.launch_server …); or, with --db, run names or globs."),
+    db: Optional[Path] = typer.Option(None, "--db", help="Check ingested runs of this speclogs DuckDB file (run.json "
+                                      "models + the logged server args)."),
+    trained_layers: Optional[str] = typer.Option(None, "--trained-layers", help="The aux hidden-state layer ids the "
+                                                 "draft was trained on, e.g. 2,30,58 (config ids: k = layer k's output)."),
+    output_format: TextFormat = typer.Option(TextFormat.text, "--format", "-f", help="text, or json (the findings)."),
+) -> None:
+    """Check a speculative-decoding setup before the launch: algorithm flag vs the draft's architecture, aux layer
+    ids vs the target's layers, hidden/vocab sizes, draft-token settings. Exit 1 when a finding is an error."""
+    from speclogs.doctor import parse_layers
+
+    try:
+        layers = parse_layers(trained_layers) if trained_layers else None
+    except ValueError:
+        raise typer.BadParameter(f"--trained-layers {trained_layers!r} is not a comma-separated list of integers") from None
+    if not targets:
+        raise typer.BadParameter("give a plan file, -- and a server command line, or --db DB and run names")
+    if db is not None:
+        from speclogs.analysis.lint import doctor_runs
+        from speclogs.store import connect
+
+        connection = connect(db, read_only=True)
+        try:
+            checked = doctor_runs(connection, targets, layers)
+        finally:
+            connection.close()
+    elif len(targets) == 1 and targets[0].endswith(".toml"):
+        from speclogs.launcher import doctor_plan, load_plan
+
+        checked = [(f"cell {cell}", found) for cell, found in doctor_plan(load_plan(targets[0]), trained_layers=layers).items()]
+    else:
+        from speclogs.doctor import check_command
+
+        checked = [("command line", check_command(list(targets), layers))]
+    from speclogs.report.doctor import doctor_json, render_doctor
+
+    if output_format is TextFormat.json:
+        typer.echo(doctor_json(checked))
+    else:
+        from speclogs.console import make_console
+
+        render_doctor(checked, make_console())
+    if any(finding.severity == "error" for _, found in checked for finding in found):
+        raise typer.Exit(1)
 
 
 # --- speclogs grammars check / list ---

@@ -191,6 +191,7 @@ def compare_runs(
     hidden_size: int | None = None,
     num_layers: int | None = None,
     ignore_env: Sequence[str] = (),
+    reference_acceptance: float | None = None,
 ) -> Comparison:
     """Compare arms (run names or globs, each optionally `LABEL=SELECTOR`; the first is the reference) read from the
     DuckDB connection `con`.
@@ -199,7 +200,8 @@ def compare_runs(
     runs.factors are used. min_effect: the practical threshold (0.02 = 2 %): a winner's interval must lie beyond
     ±log(1 + min_effect). hidden_size / num_layers describe the target model for the NCCL communication-share
     estimate (see speclogs.analysis.nccl). ignore_env: env variable names (globs) the confounder check does not
-    compare, on top of speclogs.analysis.lint.DEFAULT_IGNORED_ENV. Raises AnalysisError when nothing can be computed
+    compare, on top of speclogs.analysis.lint.DEFAULT_IGNORED_ENV. reference_acceptance: the accept length this
+    target/draft/workload reached before (a speculative arm whose interval lies below it is a finding). Raises AnalysisError when nothing can be computed
     or an option is out of range. This is the thin loading part; `compare_tables` does the (pure) computation.
     """
     if not 0.5 <= confidence < 1.0:
@@ -210,7 +212,8 @@ def compare_runs(
     all_ids = [run_id for ids in arm_runs.values() for run_id in ids]
     tables = load_run_tables(con, all_ids)
     nccl = nccl_evidence(con, all_ids, hidden_size=hidden_size, num_layers=num_layers)
-    comparison = compare_tables(tables, arm_runs, factors, confidence, min_effect=min_effect, nccl=nccl, ignore_env=ignore_env)
+    comparison = compare_tables(tables, arm_runs, factors, confidence, min_effect=min_effect, nccl=nccl, ignore_env=ignore_env,
+                                reference_acceptance=reference_acceptance)
     return with_signals(comparison, signal_evidence_for(con, arm_runs))
 
 
@@ -223,6 +226,7 @@ def compare_tables(
     min_effect: float = 0.0,
     nccl: Any = None,
     ignore_env: Sequence[str] = (),
+    reference_acceptance: float | None = None,
 ) -> Comparison:
     """The computation behind `compare_runs`, pure: frames in (RunTables; arms as {name: run_ids}, reference first),
     Comparison out. `nccl` is speclogs.analysis.nccl's evidence (its findings join the warnings) or None."""
@@ -329,7 +333,9 @@ def compare_tables(
     findings = lint.lint_comparison(
         tables=tables, decode=decode, clients=clients, cycles=cycles, arm_runs=arm_runs, arms=arm_objects,
         comparisons=comparisons, levels=levels, run_data_rows={r: d.server_rows for r, d in run_data.items()},
-        ignore_env=ignore_env, confidence=confidence, min_effect=min_effect,
+        ignore_env=ignore_env, confidence=confidence, min_effect=min_effect, reference_acceptance=reference_acceptance,
+        accept_intervals={arm: tuple(math.exp(v) for v in stats.interval([stats.part(s[0], 1)], confidence))
+                          for arm, ids in arm_runs.items() if (s := summary_for(ids, "server"))},
     )
     if nccl is not None:   # the evidence's findings name runs; in a comparison they concern the arms of those runs too
         nccl = replace(nccl, findings=tuple(_with_arms(nccl.findings, arm_runs, names)))

@@ -774,7 +774,7 @@ def report(
         _stderr_console().print(f"wrote {path}")
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
+@app.command()
 def doctor(
     targets: list[str] = typer.Argument(None, help="A plan file (PLAN.toml); or, after --, a server command line "
                                         "(-- python -m sglang.launch_server …); or, with --db, run names or globs."),

@@ -361,13 +361,15 @@ def check_command(argv: list[str], trained_layers: list[int] | None = None) -> l
 
 def check_settings(settings: dict[str, str], source_of: Callable[[str], str], trained_layers: list[int] | None = None,
                    models: dict | None = None, where: str = "") -> list[DoctorFinding]:
-    """check_setup with the models read from run.json `models` (where given) or from the settings' local paths."""
-    paths = {"target": settings.get("model_path"), "draft": settings.get("speculative_draft_model_path")}
+    """check_setup with the models read from the settings' local paths; or, for a recorded launch (`models`: run.json
+    `models`, `where`: its name), only from what was recorded there, since this machine's paths may hold other models."""
     found = {}
-    for role, path in paths.items():
-        path = path.strip("'\"") if path else path
-        if models and models.get(role):
+    for role, name in (("target", "model_path"), ("draft", "speculative_draft_model_path")):
+        path = (settings.get(name) or "").strip("'\"")
+        if models is None:
+            found[role] = read_model(role, path)
+        elif models.get(role):
             found[role] = model_from_record(role, models[role], where)
         else:
-            found[role] = read_model(role, path)
+            found[role] = Model(role, path, None, where, note=f"{path} not recorded in {where}") if path else None
     return check_setup(settings, found["target"], found["draft"], source_of, trained_layers)

@@ -352,8 +352,8 @@ def _launch_values(arm: Arm) -> tuple[str, np.ndarray, tuple[str, ...], float] |
 
 def doctor_findings(runs: pl.DataFrame, server_args: pl.DataFrame, trained_layers: list[int] | None = None
                     ) -> dict[str, list[DoctorFinding]]:
-    """speclogs.doctor's checks on each ingested run: the settings the log's ServerArgs printed (else run.json's argv),
-    the models as run.json recorded them (else their paths, where local)."""
+    """speclogs.doctor's checks on each ingested run: the settings the log's ServerArgs printed (over run.json's argv),
+    the models as run.json recorded them."""
     logged: dict[str, dict[str, str]] = {}
     where: dict[str, dict[str, str]] = {}
     for run_id, name, value, source_file, line_no in server_args.select(
@@ -364,7 +364,7 @@ def doctor_findings(runs: pl.DataFrame, server_args: pl.DataFrame, trained_layer
     out: dict[str, list[DoctorFinding]] = {}
     for run_id, run_json in runs.select("run_id", "run_json").iter_rows():
         record = RunRecord.from_document(parse_json_text(run_json))
-        settings = logged.get(run_id) or server_settings([str(part) for part in record.argv or []])
+        settings = {**server_settings([str(part) for part in record.argv or []]), **logged.get(run_id, {})}
         sources = where.get(run_id, {})
         out[run_id] = check_settings(settings, lambda name, s=sources: s.get(name, f"{RUN_JSON} argv"), trained_layers,
                                      record.models, RUN_JSON)

@@ -111,7 +111,7 @@ def test_the_mismatch_is_named_from_a_plan_alone_with_its_line(tmp_path, pair):
     assert done.returncode == 1, done.stderr
     [finding] = json.loads(done.stdout)
     assert finding["code"] == "algorithm_draft_mismatch" and finding["subject"] == "cell spec"
-    line = plan.read_text().splitlines().index(f'args = ["--speculative-algorithm", "EAGLE",') + 1
+    line = plan.read_text().splitlines().index('args = ["--speculative-algorithm", "EAGLE",') + 1
     assert finding["source"] == f"{plan}:{line} (cell spec)"
     assert "use EAGLE3" in run_cli("doctor", str(plan)).stdout
 

@@ -201,8 +201,9 @@ def compare_runs(
     ±log(1 + min_effect). hidden_size / num_layers describe the target model for the NCCL communication-share
     estimate (see speclogs.analysis.nccl). ignore_env: env variable names (globs) the confounder check does not
     compare, on top of speclogs.analysis.lint.DEFAULT_IGNORED_ENV. reference_acceptance: the accept length this
-    target/draft/workload reached before (a speculative arm whose interval lies below it is a finding). Raises AnalysisError when nothing can be computed
-    or an option is out of range. This is the thin loading part; `compare_tables` does the (pure) computation.
+    target/draft/workload reached before (a speculative arm whose interval lies below it is a finding). Raises
+    AnalysisError when nothing can be computed or an option is out of range. This is the thin loading part;
+    `compare_tables` does the (pure) computation.
     """
     if not 0.5 <= confidence < 1.0:
         raise AnalysisError(f"confidence {confidence} is outside [0.5, 1)", hint="e.g. --confidence 0.95")

@@ -125,7 +125,8 @@ def read_model(role: str, path: str | None) -> Model | None:
         return None
     directory = Path(path).expanduser()
     if not directory.is_dir():
-        return Model(role, path, None, path, note=f"{path} is not a local path")
+        local = path.startswith(("/", "./", "../", "~")) or directory.exists()
+        return Model(role, path, None, path, note=f"{path} does not exist here" if local else f"{path} is not a local path")
     config_path = directory / "config.json"
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
@@ -191,10 +192,10 @@ def check_setup(settings: dict[str, str], target: Model | None, draft: Model | N
     if algorithm in ("", "NONE"):
         return out
     flag_source = source_of("speculative_algorithm")
-    for model in (target, draft):
+    for model, name in ((target, "model_path"), (draft, "speculative_draft_model_path")):
         if model is not None and model.note:
             add("not_checked", "info", f"{model.role} not checked: {model.note}", "run the doctor where the model "
-                "directory is (a local path) to check its config.json", model.source)
+                "directory is (a local path) to check its config.json", source_of(name))
     if algorithm == "NGRAM":
         if draft is not None:
             add("draft_ignored", "warning", f"`--speculative-algorithm NGRAM` ignores `--speculative-draft-model-path "

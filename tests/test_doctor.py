@@ -200,6 +200,8 @@ def test_algorithm_flags_for_other_draft_kinds(tmp_path):
     assert "use EAGLE" in check_command(command(target, eagle2, "EAGLE3"))[0].message
     assert check_command(command(target, eagle2, "NEXTN")) == []
     assert "use STANDALONE" in check_command(command(target, plain, "EAGLE"))[0].message
+    deepseek = model(tmp_path, "dsv3", {**TARGET, "architectures": ["DeepseekV3ForCausalLM"]})
+    assert check_command(command(deepseek, deepseek, "EAGLE")) == []   # SGLang loads its NextN head as the draft
     no_draft = ["--model-path", str(target), "--speculative-algorithm", "EAGLE3"]
     assert codes(check_command(no_draft)) == {"draft_missing"}
     partial = command(target, model(tmp_path, "d3", EAGLE3_DRAFT), "EAGLE3")

@@ -38,6 +38,13 @@ SELF_DRAFTING = ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepseekV4F
                  "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM", "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM",
                  "BailingMoeV2_5ForCausalLM", "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration",
                  "HYV3ForCausalLM")
+# Targets SGLang loads as their own MTP/NextN head when named as the draft (configs/model_config.py).
+MTP_AS_DRAFT = SELF_DRAFTING + ("Ernie4_5_MoeForCausalLM", "ExaoneMoEForCausalLM", "GlmOcrForConditionalGeneration",
+                                "InternS2PreviewForConditionalGeneration", "LongcatFlashForCausalLM", "MiMoForCausalLM",
+                                "MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM", "NemotronHForCausalLM",
+                                "NemotronHPuzzleForCausalLM", "Qwen3MoeForCausalLM", "Qwen3NextForCausalLM",
+                                "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+                                "Step3p5ForCausalLM", "Step3p7ForConditionalGeneration")
 NEEDS_DRAFT = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "DFLASH")
 SEVERITIES = ("error", "warning", "info")
 
@@ -155,6 +162,8 @@ def draft_kind(architecture: str) -> str:
     name = architecture.lower()
     if not name:
         return "unknown"
+    if architecture in MTP_AS_DRAFT:
+        return "mtp"
     for kind, marks in (("eagle3", ("eagle3",)), ("eagle", ("eagle",)), ("dflash", ("dflash",)),
                         ("gemma_assistant", ("assistantforcausallm",)), ("mtp", ("nextn", "mtp"))):
         if any(mark in name for mark in marks):

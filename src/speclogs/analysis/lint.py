@@ -395,7 +395,11 @@ def _setup_findings(setup: dict[str, list[DoctorFinding]], arm_of, names) -> lis
 def _acceptance_findings(arm: Arm, causes: list[DoctorFinding], reference: float | None,
                          interval: tuple[float, float] | None) -> list[Finding]:
     """Accept length 1.00, or below a reference beyond the arm's interval: the setup's errors named as the cause."""
-    cause = ("; ".join(dict.fromkeys(f"{f.message} ({f.source})" for f in causes)) if causes else "")
+    sources: dict[str, list[str]] = {}
+    for f in causes:
+        sources.setdefault(f.message, []).append(f.source)
+    cause = "; ".join(f"{message} ({where[0]}" + (f", and {len(where) - 1} more run(s)" if len(where) > 1 else "") + ")"
+                      for message, where in sources.items())
     why = (f" The setup names the cause: {cause}." if cause else " The doctor finds nothing wrong in the recorded setup "
            "(flags, configs, layer ids): check the draft was trained for this target and workload "
            "(speclogs doctor --trained-layers).")

@@ -740,6 +740,8 @@ def report(
     reference_acceptance: Optional[float] = typer.Option(
         None, "--reference-acceptance", min=1.0, help="The accept length this target/draft/workload reached before, "
         "e.g. 2.0: a speculative arm whose interval lies below it is a finding (with the setup's cause, if any)."),
+    trained_layers: Optional[str] = typer.Option(None, "--trained-layers", help="The aux layer ids the EAGLE-3 drafts "
+                                                 "were trained on, e.g. 2,30,58: an offset is named as the cause."),
     lake: LakeOption = None,
 ) -> None:
     """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
@@ -759,7 +761,8 @@ def report(
         comparison = compare_runs(connection, list(compare) + list(arms or []), parse_factor_options(factor),
                                   confidence, min_effect=parse_percent(min_effect, "--min-effect"), hidden_size=hidden_size,
                                   num_layers=num_layers, ignore_env=tuple(ignore_env),
-                                  reference_acceptance=reference_acceptance)
+                                  reference_acceptance=reference_acceptance,
+                                  trained_layers=_trained_layers(trained_layers))
     finally:
         connection.close()
     if output_format is ReportFormat.terminal:
@@ -774,6 +777,15 @@ def report(
         _stderr_console().print(f"wrote {path}")
 
 
+def _trained_layers(text: str | None) -> list[int] | None:
+    from speclogs.doctor import parse_layers
+
+    try:
+        return parse_layers(text) if text else None
+    except ValueError:
+        raise typer.BadParameter(f"--trained-layers {text!r} is not a comma-separated list of integers") from None
+
+
 @app.command()
 def doctor(
     targets: list[str] = typer.Argument(None, help="A plan file (PLAN.toml); or, after --, a server command line "
@@ -786,12 +798,7 @@ def doctor(
 ) -> None:
     """Check a speculative-decoding setup before the launch: algorithm flag vs the draft's architecture, aux layer
     ids vs the target's layers, hidden/vocab sizes, draft-token settings. Exit 1 when a finding is an error."""
-    from speclogs.doctor import parse_layers
-
-    try:
-        layers = parse_layers(trained_layers) if trained_layers else None
-    except ValueError:
-        raise typer.BadParameter(f"--trained-layers {trained_layers!r} is not a comma-separated list of integers") from None
+    layers = _trained_layers(trained_layers)
     if not targets:
         raise typer.BadParameter("give a plan file, -- and a server command line, or --db DB and run names")
     if db is not None:

@@ -120,7 +120,8 @@ def config_facts(directory: Path, config: dict) -> dict:
                 facts["d2t_rows"] = tensor["shape"][0]
     try:
         synth = json.loads((directory / "speclogs_synth.json").read_text(encoding="utf-8"))
-        facts["synth_aux_layers"], facts["synth_target_dir"] = synth["aux_layers"], synth["target_dir"]
+        facts["synth_aux_layers"] = synth.get("trained_aux_layers", synth.get("aux_layers"))
+        facts["synth_target_dir"] = synth["target_dir"]
     except (OSError, ValueError, KeyError, TypeError):
         pass
     return facts

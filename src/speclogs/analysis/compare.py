@@ -192,6 +192,7 @@ def compare_runs(
     num_layers: int | None = None,
     ignore_env: Sequence[str] = (),
     reference_acceptance: float | None = None,
+    trained_layers: list[int] | None = None,
 ) -> Comparison:
     """Compare arms (run names or globs, each optionally `LABEL=SELECTOR`; the first is the reference) read from the
     DuckDB connection `con`.
@@ -201,7 +202,8 @@ def compare_runs(
     ±log(1 + min_effect). hidden_size / num_layers describe the target model for the NCCL communication-share
     estimate (see speclogs.analysis.nccl). ignore_env: env variable names (globs) the confounder check does not
     compare, on top of speclogs.analysis.lint.DEFAULT_IGNORED_ENV. reference_acceptance: the accept length this
-    target/draft/workload reached before (a speculative arm whose interval lies below it is a finding). Raises
+    target/draft/workload reached before (a speculative arm whose interval lies below it is a finding);
+    trained_layers: the aux layer ids the EAGLE-3 drafts were trained on (speclogs.doctor compares them). Raises
     AnalysisError when nothing can be computed or an option is out of range. This is the thin loading part;
     `compare_tables` does the (pure) computation.
     """
@@ -214,7 +216,7 @@ def compare_runs(
     tables = load_run_tables(con, all_ids)
     nccl = nccl_evidence(con, all_ids, hidden_size=hidden_size, num_layers=num_layers)
     comparison = compare_tables(tables, arm_runs, factors, confidence, min_effect=min_effect, nccl=nccl, ignore_env=ignore_env,
-                                reference_acceptance=reference_acceptance)
+                                reference_acceptance=reference_acceptance, trained_layers=trained_layers)
     return with_signals(comparison, signal_evidence_for(con, arm_runs))
 
 
@@ -228,6 +230,7 @@ def compare_tables(
     nccl: Any = None,
     ignore_env: Sequence[str] = (),
     reference_acceptance: float | None = None,
+    trained_layers: list[int] | None = None,
 ) -> Comparison:
     """The computation behind `compare_runs`, pure: frames in (RunTables; arms as {name: run_ids}, reference first),
     Comparison out. `nccl` is speclogs.analysis.nccl's evidence (its findings join the warnings) or None."""
@@ -335,6 +338,7 @@ def compare_tables(
         tables=tables, decode=decode, clients=clients, cycles=cycles, arm_runs=arm_runs, arms=arm_objects,
         comparisons=comparisons, levels=levels, run_data_rows={r: d.server_rows for r, d in run_data.items()},
         ignore_env=ignore_env, confidence=confidence, min_effect=min_effect, reference_acceptance=reference_acceptance,
+        trained_layers=trained_layers,
         accept_intervals={arm: tuple(math.exp(v) for v in stats.interval([stats.part(s[0], 1)], confidence))
                           for arm, ids in arm_runs.items() if (s := summary_for(ids, "server"))},
     )

@@ -252,16 +252,17 @@ def lint_comparison(
     arms: Sequence[Arm], comparisons: Sequence[RatioComparison], levels: dict[str, dict[str, str]],
     run_data_rows: dict[str, int], ignore_env: Sequence[str] = (), confidence: float = 0.95, min_effect: float = 0.0,
     reference_acceptance: float | None = None, accept_intervals: dict[str, tuple[float, float]] | None = None,
+    trained_layers: list[int] | None = None,
 ) -> list[Finding]:
     """All findings for one comparison, most important first. `ignore_env`: env names (globs) not compared, on top
     of DEFAULT_IGNORED_ENV; `reference_acceptance`: the accept length expected of every speculative arm, compared with
-    the arm's interval (`accept_intervals`)."""
+    the arm's interval (`accept_intervals`); `trained_layers`: the aux layer ids the drafts were trained on."""
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
     arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
     ignore = (*DEFAULT_IGNORED_ENV, *ignore_env)
     findings: list[Finding] = []
     findings += confounder_findings(run_settings(tables, ignore), arm_runs, levels)
-    setup = doctor_findings(tables.runs, tables.server_args)
+    setup = doctor_findings(tables.runs, tables.server_args, trained_layers)
     causes = {arm: [f for r in ids for f in setup.get(r, []) if f.severity != "info"] for arm, ids in arm_runs.items()}
     findings += _setup_findings(setup, arm_of, names)
     findings += _ignored_env_findings(tables, ignore)

@@ -229,6 +229,9 @@ def test_the_report_names_the_cause_and_a_drop_below_the_reference(tmp_path):
     ingest_paths([tmp_path / "runs"], db)
     with duckdb.connect(str(db), read_only=True) as con:
         c = compare_runs(con, ["good_*", "flag_*", "low_*"], reference_acceptance=2.0)
+        shifted = compare_runs(con, ["good_*"], trained_layers=[2, 8, 14])   # the draft names [1, 7, 13]
+    [offset] = [w for w in shifted.warnings if w.code == "doctor_aux_layers_offset"]
+    assert "offset by -1 from the layers it was trained on [2, 8, 14]" in offset.message
     by_code = {}
     for w in c.warnings:
         by_code.setdefault(w.code, []).append(w)

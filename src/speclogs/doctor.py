@@ -27,10 +27,10 @@ FLAGS = {
     "--speculative-draft-model-path": "speculative_draft_model_path", "--speculative-draft": "speculative_draft_model_path",
     "--speculative-draft-model": "speculative_draft_model_path",
     "--speculative-num-steps": "speculative_num_steps", "--speculative-eagle-topk": "speculative_eagle_topk",
-    "--speculative-num-draft-tokens": "speculative_num_draft_tokens", "--speculative-token-map": "speculative_token_map",
+    "--speculative-num-draft-tokens": "speculative_num_draft_tokens",
 }
 # config.json keys the checks read; run.json `models` records them too, so the checks run again on ingested runs.
-CONFIG_KEYS = ("architectures", "model_type", "hidden_size", "target_hidden_size", "num_hidden_layers", "vocab_size",
+CONFIG_KEYS = ("architectures", "hidden_size", "target_hidden_size", "num_hidden_layers", "vocab_size",
                "draft_vocab_size", "max_position_embeddings", "eagle_config", "eagle_aux_hidden_state_layer_ids",
                "base_model_name_or_path", "base_model")
 # Targets whose checkpoint carries its own MTP layers: SGLang drafts with the target itself when no draft is named.
@@ -324,14 +324,9 @@ def _shape_findings(target: Model | None, draft: Model, algorithm: str, settings
 
 
 def _same_model(recorded: str, target: str) -> bool:
-    def norm(text: str) -> str:
-        return text.rstrip("/").rsplit("/", 1)[-1].lower()
-    try:
-        if Path(recorded).expanduser().resolve() == Path(target).expanduser().resolve():
-            return True
-    except OSError:
-        pass
-    return norm(recorded) == norm(target)
+    """The same directory, or the same last path component (a hub id and its local copy)."""
+    paths = [Path(p).expanduser() for p in (recorded, target)]
+    return paths[0].resolve() == paths[1].resolve() or paths[0].name.lower() == paths[1].name.lower()
 
 
 def _step_findings(settings: dict, source_of: Callable[[str], str]) -> list[DoctorFinding]:

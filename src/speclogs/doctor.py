@@ -1,7 +1,8 @@
 """speclogs doctor: the checks of a speculative-decoding setup before (and after) a launch.
 
 Pure functions: the server's settings (flag → value) and what the target's and the draft's config.json say in, a list
-of `DoctorFinding`s out (code, severity, message, fix, source). The rules are SGLang 0.5.14's, read in its source:
+of `DoctorFinding`s out (code, severity, message, fix, source). The rules are SGLang 0.5.14's, read in its source
+(0.5.23's says the same):
   - the draft worker follows the flag, not the draft: `EAGLE` (and its alias `NEXTN`) never makes the target capture
     auxiliary hidden states, so an EAGLE-3 draft (`*Eagle3*`) fed one hidden state proposes garbage (accept len 1.00);
   - the target captures, for each id k of the draft's `eagle_config.eagle_aux_hidden_state_layer_ids`, the output of

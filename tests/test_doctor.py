@@ -146,6 +146,10 @@ def test_the_cli_launch_needs_force_too(tmp_path, pair):
     plan = plan_file(tmp_path, target, draft)
     done = run_cli("launch", str(plan), "--out", str(tmp_path / "out"), "--no-ingest")
     assert done.returncode == 1 and "use EAGLE3" in done.stderr and "--force" in done.stderr
+    forced = run_cli("launch", str(plan), "--out", str(tmp_path / "out"), "--no-ingest", "--force")
+    assert forced.returncode == 0, forced.stderr
+    record = json.loads((tmp_path / "out" / "spec" / "1" / "run.json").read_text())
+    assert record["outcome"] == "ok" and record["doctor"][0]["code"] == "algorithm_draft_mismatch"
 
 
 @pytest.mark.parametrize("ids, trained, expected", [

@@ -580,6 +580,7 @@ def launch(
     until: Optional[str] = typer.Option(None, "--until", help="Adaptive: add interleaved rounds until every cell vs the "
                                         "reference is decided or its interval spans ≤ P, e.g. 'ci_width<=5%' (repeated "
                                         "confidence intervals; docs/launcher.md)."),
+    force: bool = typer.Option(False, "--force", help="Launch although `speclogs doctor` finds an error in a cell's setup."),
     no_ingest: bool = typer.Option(False, "--no-ingest", help="Do not ingest the outputs at the end (GPU box without duckdb)."),
     db: DbOption = DEFAULT_DB,
     host: Optional[str] = typer.Option(None, "--host", help="user@box: run the plan there over ssh and pull the outputs back."),
@@ -605,7 +606,7 @@ def launch(
     loaded = load_plan(plan)
     options = LaunchOptions(out_dir=out or Path("runs") / loaded.name, resume=resume, retry_failed=retry_failed,
                             only=tuple(only), max_launches=max_launches, max_minutes=max_minutes,
-                            until=parse_until(until) if until is not None else None)
+                            until=parse_until(until) if until is not None else None, force=force)
     try:
         if host:
             summary = launch_remote(plan, host, options, ssh_options=tuple(ssh_opt), remote_python=remote_python,

@@ -249,3 +249,20 @@ def test_the_report_names_the_cause_and_a_drop_below_the_reference(tmp_path):
     assert low.arms == ("low_*",) and "below the reference 2.00 (-20%)" in low.message
     assert "The doctor finds nothing wrong" in low.message
     assert not [w for w in c.warnings if "good_*" in w.arms and w.code.startswith(("doctor_", "accept"))]
+
+
+def test_the_profilers_runtime_line_is_what_ran(pair):
+    from speclogs.doctor import check_settings, parse_runtime, server_settings
+
+    target, draft = pair
+    line = "speclogs profiler: runtime: worker=sglang.srt.speculative.eagle_worker_v2.EAGLEWorkerV2 algorithm={} " \
+           "captured_layers={} draft=LlamaForCausalLMEagle3"
+    flag = {**parse_runtime(line.format("EAGLE", "-")), "source": "server.log:40"}
+    found = {f.code: f for f in check_settings(server_settings(command(target, draft)), str, runtime=flag)}
+    assert found["runtime_no_aux_capture"].source == "server.log:40"
+    assert "captured no auxiliary hidden states" in found["runtime_no_aux_capture"].message
+    shifted = {**parse_runtime(line.format("EAGLE3", "3,9,15")), "source": "server.log:41"}
+    found = {f.code: f for f in check_settings(server_settings(command(target, draft, "EAGLE3")), str, [1, 7, 13],
+                                               runtime=shifted)}
+    assert "captured ids [2, 8, 14]" in found["runtime_layers_differ"].message
+    assert found["aux_layers_offset"].source == "server.log:41" and "offset by +1" in found["aux_layers_offset"].message

@@ -190,10 +190,12 @@ def _int(value) -> int | None:
 
 
 def check_setup(settings: dict[str, str], target: Model | None, draft: Model | None,
-                source_of: Callable[[str], str], trained_layers: list[int] | None = None) -> list[DoctorFinding]:
+                source_of: Callable[[str], str], trained_layers: list[int] | None = None,
+                runtime: dict[str, str] | None = None) -> list[DoctorFinding]:
     """Every finding for one server start, errors first. `settings`: SGLang field name → value (server_settings, or
     the logged server_args); `source_of(field)` says where a flag was set; `trained_layers`: the aux layer ids the
-    draft was trained on, if known (else a synthetic draft's own record)."""
+    draft was trained on, if known (else a synthetic draft's own record); `runtime`: what the profiler saw the server
+    run (parse_runtime, with its `source`)."""
     out: list[DoctorFinding] = []
 
     def add(code, severity, message, fix, source):
@@ -227,19 +229,32 @@ def check_setup(settings: dict[str, str], target: Model | None, draft: Model | N
                     "; under EAGLE the target passes one hidden state, not the three auxiliary ones, and the server runs "
                     "healthy at accept len ≈ 1.00" if kind == "eagle3" else ""),
                 f"launch with --speculative-algorithm {use}", flag_source)
+        if runtime and kind == "eagle3" and runtime.get("captured_layers") == "-":
+            add("runtime_no_aux_capture", "error", f"at runtime ({runtime.get('worker')}, algorithm "
+                f"{runtime.get('algorithm')}) the target captured no auxiliary hidden states for the EAGLE-3 draft "
+                f"({draft.architecture})", "launch with --speculative-algorithm EAGLE3", runtime["source"])
         if algorithm == "EAGLE3" or kind == "eagle3":
-            out += _layer_findings(target, draft, trained_layers)
+            out += _layer_findings(target, draft, trained_layers, runtime)
         out += _shape_findings(target, draft, algorithm, settings, source_of)
     out += _step_findings(settings, source_of)
     return sorted(out, key=lambda f: SEVERITIES.index(f.severity))
 
 
-def _layer_findings(target: Model | None, draft: Model, trained: list[int] | None) -> list[DoctorFinding]:
+def _layer_findings(target: Model | None, draft: Model, trained: list[int] | None,
+                    runtime: dict[str, str] | None) -> list[DoctorFinding]:
     out: list[DoctorFinding] = []
     layers = _int(target.get("num_hidden_layers")) if target is not None else None
     eagle = draft.get("eagle_config") if isinstance(draft.get("eagle_config"), dict) else {}
     ids = eagle.get("eagle_aux_hidden_state_layer_ids")
     where = draft.source
+    captured = [_int(i) for i in (runtime or {}).get("captured_layers", "-").split(",") if i != "-"]
+    if captured and None not in captured:   # the profiler saw the inputs of these layers captured: the truth
+        ran = [i - 1 for i in captured]
+        if ids is not None and ran != ids:
+            out.append(DoctorFinding("runtime_layers_differ", "warning", f"at runtime the target captured ids {ran} "
+                                     f"(the inputs of layers {captured}), the draft's config names {ids}",
+                                     "check which config the server read", runtime["source"]))
+        ids, where = ran, runtime["source"]
     if ids is None and draft.get("eagle_aux_hidden_state_layer_ids") is not None:
         out.append(DoctorFinding(
             "aux_layers_ignored", "warning", f"the draft's eagle_aux_hidden_state_layer_ids "
@@ -353,6 +368,13 @@ def _step_findings(settings: dict, source_of: Callable[[str], str]) -> list[Doct
     return out
 
 
+def parse_runtime(message: str) -> dict[str, str]:
+    """The profiler's `speclogs profiler: runtime: worker=… algorithm=… captured_layers=3,9,15 draft=…` line → its
+    key=value pairs (`captured_layers` '-' when the target captured none)."""
+    pairs = message.split("runtime:", 1)[-1].split()
+    return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+
+
 def parse_layers(text: str) -> list[int]:
     """`--trained-layers 2,30,58` → [2, 30, 58]; ValueError naming the bad item."""
     return [int(item) for item in text.replace(" ", "").split(",") if item]
@@ -367,7 +389,8 @@ def check_command(argv: list[str], trained_layers: list[int] | None = None) -> l
 
 
 def check_settings(settings: dict[str, str], source_of: Callable[[str], str], trained_layers: list[int] | None = None,
-                   models: dict | None = None, where: str = "") -> list[DoctorFinding]:
+                   models: dict | None = None, where: str = "", runtime: dict[str, str] | None = None
+                   ) -> list[DoctorFinding]:
     """check_setup with the models read from the settings' local paths; or, for a recorded launch (`models`: run.json
     `models`, `where`: its name), only from what was recorded there, since this machine's paths may hold other models."""
     found = {}
@@ -379,4 +402,4 @@ def check_settings(settings: dict[str, str], source_of: Callable[[str], str], tr
             found[role] = model_from_record(role, models[role], where)
         else:
             found[role] = Model(role, path, None, where, note=f"{path} not recorded in {where}") if path else None
-    return check_setup(settings, found["target"], found["draft"], source_of, trained_layers)
+    return check_setup(settings, found["target"], found["draft"], source_of, trained_layers, runtime)

@@ -22,7 +22,7 @@ from speclogs.analysis import power, stats
 from speclogs.analysis.load import RunTables, load_setup, parse_json_text, resolve_arms
 from speclogs.analysis.results import UNSET, Arm, Finding, RatioComparison
 from speclogs.analysis.steady import steady_launches
-from speclogs.doctor import DoctorFinding, check_settings, server_settings
+from speclogs.doctor import DoctorFinding, check_settings, parse_runtime, server_settings
 from speclogs.redact import redact_value
 from speclogs.runrecord import FILE_NAME as RUN_JSON, RunRecord
 
@@ -262,7 +262,7 @@ def lint_comparison(
     ignore = (*DEFAULT_IGNORED_ENV, *ignore_env)
     findings: list[Finding] = []
     findings += confounder_findings(run_settings(tables, ignore), arm_runs, levels)
-    setup = doctor_findings(tables.runs, tables.server_args, trained_layers)
+    setup = doctor_findings(tables.runs, tables.server_args, tables.runtime, trained_layers)
     causes = {arm: [f for r in ids for f in setup.get(r, []) if f.severity != "info"] for arm, ids in arm_runs.items()}
     findings += _setup_findings(setup, arm_of, names)
     findings += _ignored_env_findings(tables, ignore)
@@ -351,10 +351,10 @@ def _launch_values(arm: Arm) -> tuple[str, np.ndarray, tuple[str, ...], float] |
     return estimate.source, np.log(np.array(estimate.per_launch_tok_s)), estimate.launch_run_names, estimate.within_cv
 
 
-def doctor_findings(runs: pl.DataFrame, server_args: pl.DataFrame, trained_layers: list[int] | None = None
-                    ) -> dict[str, list[DoctorFinding]]:
+def doctor_findings(runs: pl.DataFrame, server_args: pl.DataFrame, runtime: pl.DataFrame,
+                    trained_layers: list[int] | None = None) -> dict[str, list[DoctorFinding]]:
     """speclogs.doctor's checks on each ingested run: the settings the log's ServerArgs printed (over run.json's argv),
-    the models as run.json recorded them."""
+    the models as run.json recorded them, what the profiler saw run (its runtime line)."""
     logged: dict[str, dict[str, str]] = {}
     where: dict[str, dict[str, str]] = {}
     for run_id, name, value, source_file, line_no in server_args.select(
@@ -362,13 +362,16 @@ def doctor_findings(runs: pl.DataFrame, server_args: pl.DataFrame, trained_layer
         if value is not None and value != "None":
             logged.setdefault(run_id, {})[name] = value.strip("'\"")
             where.setdefault(run_id, {})[name] = f"{source_file}:{line_no} (ServerArgs {name})"
+    ran = {run_id: {**parse_runtime(message), "source": f"{source_file}:{line_no} (profiler runtime line)"}
+           for run_id, message, source_file, line_no in runtime.select(
+               "run_id", "message", "source_file", "line_no").iter_rows() if message}
     out: dict[str, list[DoctorFinding]] = {}
     for run_id, run_json in runs.select("run_id", "run_json").iter_rows():
         record = RunRecord.from_document(parse_json_text(run_json))
         settings = {**server_settings([str(part) for part in record.argv or []]), **logged.get(run_id, {})}
         sources = where.get(run_id, {})
         out[run_id] = check_settings(settings, lambda name, s=sources: s.get(name, f"{RUN_JSON} argv"), trained_layers,
-                                     record.models, RUN_JSON)
+                                     record.models, RUN_JSON, ran.get(run_id))
     return out
 
 
@@ -376,8 +379,8 @@ def doctor_runs(con, selectors: Sequence[str], trained_layers: list[int] | None 
                 ) -> list[tuple[str, list[DoctorFinding]]]:
     """(run name, the doctor's findings) for every ingested run the selectors (run names or globs) name."""
     ids = sorted({run_id for ids in resolve_arms(con, list(selectors)).values() for run_id in ids})
-    runs, server_args = load_setup(con, ids)
-    found = doctor_findings(runs, server_args, trained_layers)
+    runs, server_args, runtime = load_setup(con, ids)
+    found = doctor_findings(runs, server_args, runtime, trained_layers)
     return [(name, found[run_id]) for run_id, name in runs.select("run_id", "run_name").iter_rows()]
 
 

@@ -31,6 +31,7 @@ class RunTables:
     server_args: pl.DataFrame
     nccl_settings: pl.DataFrame  # run_id, kind ('env'|'version'), name, value from NCCL INFO lines
     events: pl.DataFrame  # run_id, kind, n: counts of server_events kinds lint cares about; 'retracted_req' = Σ over decode rows
+    runtime: pl.DataFrame  # run_id, message, source_file, line_no: the profiler's runtime line (speclogs.doctor reads it)
 
 
 def _select(con: Any, sql: str, run_ids: list) -> pl.DataFrame:
@@ -144,14 +145,23 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
             AND retracted_req > 0 GROUP BY 1""",
         [run_ids, run_ids],
     )
-    return RunTables(runs, launches, decode, prefill, bench, spec_cycles, server_args, nccl_settings, events)
+    return RunTables(runs, launches, decode, prefill, bench, spec_cycles, server_args, nccl_settings, events,
+                     load_runtime(con, run_ids))
 
 
-def load_setup(con: Any, run_ids: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """What the doctor reads of each run: (runs: run_id, run_name, run_json; its logged server args)."""
+def load_setup(con: Any, run_ids: list[str]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """What the doctor reads of each run: runs (run_id, run_name, run_json), its logged server args, its runtime line."""
     runs = _select(con, """SELECT run_id, run_name, CAST(run_json AS VARCHAR) AS run_json FROM runs
                            WHERE run_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY run_name""", run_ids)
-    return runs, load_server_args(con, run_ids)
+    return runs, load_server_args(con, run_ids), load_runtime(con, run_ids)
+
+
+def load_runtime(con: Any, run_ids: list[str]) -> pl.DataFrame:
+    """The profiler's `speclogs profiler: runtime: …` lines (server_events kind spec_runtime), first one per run."""
+    return _select(con, """SELECT run_id, arg_min(message, line_no) AS message, arg_min(source_file, line_no) AS source_file,
+                                  min(line_no) AS line_no FROM server_events
+                           WHERE run_id IN (SELECT unnest(?::VARCHAR[])) AND kind = 'spec_runtime' GROUP BY run_id""",
+                   run_ids)
 
 
 def load_server_args(con: Any, run_ids: list[str]) -> pl.DataFrame:

@@ -266,3 +266,7 @@ def test_the_profilers_runtime_line_is_what_ran(pair):
                                                runtime=shifted)}
     assert "captured ids [2, 8, 14]" in found["runtime_layers_differ"].message
     assert found["aux_layers_offset"].source == "server.log:41" and "offset by +1" in found["aux_layers_offset"].message
+    # a log without run.json: the draft class the server loaded stands for the draft's config
+    plain_log = {"speculative_algorithm": "EAGLE", "speculative_draft_model_path": "/elsewhere/draft"}
+    found = {f.code: f for f in check_settings(plain_log, str, models={}, where="run.json", runtime=flag)}
+    assert "(LlamaForCausalLMEagle3): use EAGLE3" in found["algorithm_draft_mismatch"].message

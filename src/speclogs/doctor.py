@@ -402,4 +402,7 @@ def check_settings(settings: dict[str, str], source_of: Callable[[str], str], tr
             found[role] = model_from_record(role, models[role], where)
         else:
             found[role] = Model(role, path, None, where, note=f"{path} not recorded in {where}") if path else None
+    loaded = (runtime or {}).get("draft", "-")
+    if found["draft"] is not None and found["draft"].facts is None and loaded != "-":   # the class the server loaded
+        found["draft"] = Model("draft", found["draft"].path, {"architectures": [loaded]}, runtime["source"])
     return check_setup(settings, found["target"], found["draft"], source_of, trained_layers, runtime)

@@ -101,7 +101,8 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
     """Run the plan's launches (interleaved order) into options.out_dir; returns what happened to each.
 
     Raises PlanError before anything starts when the doctor (speclogs.doctor) finds an error in a cell's setup and
-    options.force is not set, a cell names a local model path that does not exist, or a cell in `only` is unknown; LaunchError when the out dir already holds complete launches and --resume is not given.
+    options.force is not set, a cell names a local model path that does not exist, or a cell in `only` is unknown;
+    LaunchError when the out dir already holds complete launches and --resume is not given.
     Interrupted (Ctrl-C/SIGTERM/SIGHUP) stops the running server, marks its run.json `interrupted` and re-raises.
     """
     findings = doctor_plan(plan, _select(plan, options.only))

@@ -204,6 +204,8 @@ def test_algorithm_flags_for_other_draft_kinds(tmp_path):
     assert "use EAGLE" in check_command(command(target, eagle2, "EAGLE3"))[0].message
     assert check_command(command(target, eagle2, "NEXTN")) == []
     assert "use STANDALONE" in check_command(command(target, plain, "EAGLE"))[0].message
+    small = model(tmp_path, "small", {**TARGET, "hidden_size": 64, "num_hidden_layers": 2})
+    assert check_command(command(target, small, "STANDALONE")) == []   # a standalone draft reads tokens, not states
     deepseek = model(tmp_path, "dsv3", {**TARGET, "architectures": ["DeepseekV3ForCausalLM"]})
     assert check_command(command(deepseek, deepseek, "EAGLE")) == []   # SGLang loads its NextN head as the draft
     no_draft = ["--model-path", str(target), "--speculative-algorithm", "EAGLE3"]

@@ -235,7 +235,7 @@ def check_setup(settings: dict[str, str], target: Model | None, draft: Model | N
                 f"({draft.architecture})", "launch with --speculative-algorithm EAGLE3", runtime["source"])
         if algorithm == "EAGLE3" or kind == "eagle3":
             out += _layer_findings(target, draft, trained_layers, runtime)
-        out += _shape_findings(target, draft, algorithm, settings, source_of)
+        out += _shape_findings(target, draft, algorithm)
     out += _step_findings(settings, source_of)
     return sorted(out, key=lambda f: SEVERITIES.index(f.severity))
 
@@ -297,14 +297,13 @@ def _layer_findings(target: Model | None, draft: Model, trained: list[int] | Non
     return out
 
 
-def _shape_findings(target: Model | None, draft: Model, algorithm: str, settings: dict,
-                    source_of: Callable[[str], str]) -> list[DoctorFinding]:
+def _shape_findings(target: Model | None, draft: Model, algorithm: str) -> list[DoctorFinding]:
     out: list[DoctorFinding] = []
     where = draft.source
     if target is None or target.facts is None:
         return out
     t_hidden, d_hidden = _int(target.get("hidden_size")), _int(draft.get("target_hidden_size") or draft.get("hidden_size"))
-    if t_hidden and d_hidden and t_hidden != d_hidden:
+    if t_hidden and d_hidden and t_hidden != d_hidden and algorithm != "STANDALONE":   # a standalone draft reads tokens
         out.append(DoctorFinding("hidden_size_mismatch", "error", f"the draft reads hidden states of size {d_hidden} "
                                  f"but the target's hidden_size is {t_hidden} ({target.source})",
                                  "use a draft trained for this target", where))

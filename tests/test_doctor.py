@@ -234,7 +234,7 @@ def test_the_report_names_the_cause_and_a_drop_below_the_reference(tmp_path):
     db = tmp_path / "r.duckdb"
     ingest_paths([tmp_path / "runs"], db)
     with duckdb.connect(str(db), read_only=True) as con:
-        c = compare_runs(con, ["good_*", "flag_*", "low_*"], reference_acceptance=2.0)
+        c = compare_runs(con, ["good_*", "flag_*", "low_*"], reference_acceptance=(2.0, 0.0))
         shifted = compare_runs(con, ["good_*"], trained_layers=[2, 8, 14])   # the draft names [1, 7, 13]
     [offset] = [w for w in shifted.warnings if w.code == "doctor_aux_layers_offset"]
     assert "offset by -1 from the layers it was trained on [2, 8, 14]" in offset.message
@@ -272,3 +272,39 @@ def test_the_profilers_runtime_line_is_what_ran(pair):
     plain_log = {"speculative_algorithm": "EAGLE", "speculative_draft_model_path": "/elsewhere/draft"}
     found = {f.code: f for f in check_settings(plain_log, str, models={}, where="run.json", runtime=flag)}
     assert "(LlamaForCausalLMEagle3): use EAGLE3" in found["algorithm_draft_mismatch"].message
+
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "h200-doctor"
+
+
+@pytest.mark.skipif(not FIXTURE.is_dir(), reason="fixtures/h200-doctor (the GPU runs) is not in this checkout")
+def test_the_report_on_the_gpu_fixture_names_the_flag_bug_and_the_layer_offset_with_the_drop(tmp_path):
+    """One H100, SGLang 0.5.14: the layered synthetic pair with the EAGLE flag (the bug), with EAGLE3 (the control), and
+    with the draft's aux ids +1. The reference is what the draft was built for (its design record), ±1 %."""
+    from speclogs.analysis import compare_runs
+    from speclogs.analysis.lint import doctor_runs
+    from speclogs.store import ingest_paths
+
+    design = json.loads((FIXTURE / "draft_A.speclogs_synth.json.console").read_text())
+    trained, expected = design["trained_aux_layers"], design["expected_accept_len_by_steps"]["5"]
+    db = tmp_path / "doctor.duckdb"
+    ingest_paths([FIXTURE], db)
+    with duckdb.connect(str(db), read_only=True) as con:
+        c = compare_runs(con, ["eagle3_control_*", "eagle_flag_*", "eagle3_aux_offset_*"], trained_layers=trained,
+                         reference_acceptance=(expected, expected / 100))
+        by_run = dict(doctor_runs(con, ["*"], trained))
+    arms = {a.name: a for a in c.arms}
+    assert arms["eagle_flag_*"].accept_len == pytest.approx(1.0, abs=0.01)
+    assert arms["eagle3_aux_offset_*"].accept_len == pytest.approx(2.66, abs=0.01)
+    assert arms["eagle3_control_*"].accept_len == pytest.approx(3.0, abs=0.01)
+    [one] = [w for w in c.warnings if w.code == "accept_len_one"]
+    assert one.arms == ("eagle_flag_*",)
+    assert "`--speculative-algorithm EAGLE` with an EAGLE-3 draft (LlamaForCausalLMEagle3): use EAGLE3" in one.message
+    assert "captured no auxiliary hidden states" in one.message   # what the profiler saw run
+    [drop] = [w for w in c.warnings if w.code == "acceptance_below_reference"]
+    assert drop.arms == ("eagle3_aux_offset_*",) and "accept len 2.66" in drop.message and "(-12%)" in drop.message
+    assert "offset by +1 from the layers it was trained on [1, 7, 13]" in drop.message
+    assert not [w for w in c.warnings if "eagle3_control_*" in w.arms and w.code.startswith(("doctor_", "accept"))]
+    assert by_run["eagle3_control_1"] == [] and by_run["eagle3_control_2"] == []
+    assert {f.code for f in by_run["eagle_flag_1"]} == {"algorithm_draft_mismatch", "runtime_no_aux_capture"}
+    assert {f.code for f in by_run["eagle3_aux_offset_2"]} == {"aux_layers_offset"}

@@ -753,16 +753,17 @@ def report(
                                               help="Target model hidden size (NCCL communication-share estimate)."),
     num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1,
                                              help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
-    reference_acceptance: Optional[float] = typer.Option(
-        None, "--reference-acceptance", min=1.0, help="The accept length this target/draft/workload reached before, "
-        "e.g. 2.0: a speculative arm whose interval lies below it is a finding (with the setup's cause, if any)."),
+    reference_acceptance: Optional[str] = typer.Option(
+        None, "--reference-acceptance", help="The accept length this target/draft/workload reached before, e.g. 2.0 "
+        "or 2.0±0.05 (with its interval): a speculative arm whose interval lies below it is a finding, with the "
+        "setup's cause if the doctor finds one."),
     trained_layers: Optional[str] = typer.Option(None, "--trained-layers", help="The aux layer ids the EAGLE-3 drafts "
                                                  "were trained on, e.g. 2,30,58: an offset is named as the cause."),
     lake: LakeOption = None,
 ) -> None:
     """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
     effects, warnings ranked by whether they change the answer."""
-    from speclogs.analysis import compare_runs, parse_factor_options, parse_percent
+    from speclogs.analysis import compare_runs, parse_factor_options, parse_percent, parse_reference
     from speclogs.report import render, write_report
     from speclogs.store import connect
 
@@ -777,7 +778,7 @@ def report(
         comparison = compare_runs(connection, list(compare) + list(arms or []), parse_factor_options(factor),
                                   confidence, min_effect=parse_percent(min_effect, "--min-effect"), hidden_size=hidden_size,
                                   num_layers=num_layers, ignore_env=tuple(ignore_env),
-                                  reference_acceptance=reference_acceptance,
+                                  reference_acceptance=parse_reference(reference_acceptance) if reference_acceptance else None,
                                   trained_layers=_trained_layers(trained_layers))
     finally:
         connection.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -251,12 +252,13 @@ def lint_comparison(
     arm_runs: dict[str, list[str]],
     arms: Sequence[Arm], comparisons: Sequence[RatioComparison], levels: dict[str, dict[str, str]],
     run_data_rows: dict[str, int], ignore_env: Sequence[str] = (), confidence: float = 0.95, min_effect: float = 0.0,
-    reference_acceptance: float | None = None, accept_intervals: dict[str, tuple[float, float]] | None = None,
+    reference_acceptance: tuple[float, float] | None = None, accept_intervals: dict[str, tuple[float, float]] | None = None,
     trained_layers: list[int] | None = None,
 ) -> list[Finding]:
     """All findings for one comparison, most important first. `ignore_env`: env names (globs) not compared, on top
-    of DEFAULT_IGNORED_ENV; `reference_acceptance`: the accept length expected of every speculative arm, compared with
-    the arm's interval (`accept_intervals`); `trained_layers`: the aux layer ids the drafts were trained on."""
+    of DEFAULT_IGNORED_ENV; `reference_acceptance`: the accept length expected of every speculative arm (value, half
+    width of its own interval), compared with the arm's interval (`accept_intervals`); `trained_layers`: the aux layer
+    ids the drafts were trained on."""
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
     arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
     ignore = (*DEFAULT_IGNORED_ENV, *ignore_env)
@@ -355,14 +357,18 @@ def doctor_findings(runs: pl.DataFrame, server_args: pl.DataFrame, runtime: pl.D
                     trained_layers: list[int] | None = None) -> dict[str, list[DoctorFinding]]:
     """speclogs.doctor's checks on each ingested run: the settings the log's ServerArgs printed (over run.json's argv),
     the models as run.json recorded them, what the profiler saw run (its runtime line)."""
+    def at(source_file: str, line_no: int) -> str:   # relative to here when below it: reports stay portable
+        relative = os.path.relpath(source_file) if os.path.isabs(source_file) else source_file
+        return f"{source_file if relative.startswith('..') else relative}:{line_no}"
+
     logged: dict[str, dict[str, str]] = {}
     where: dict[str, dict[str, str]] = {}
     for run_id, name, value, source_file, line_no in server_args.select(
             "run_id", "name", "value", "source_file", "line_no").iter_rows():
         if value is not None and value != "None":
             logged.setdefault(run_id, {})[name] = value.strip("'\"")
-            where.setdefault(run_id, {})[name] = f"{source_file}:{line_no} (ServerArgs {name})"
-    ran = {run_id: {**parse_runtime(message), "source": f"{source_file}:{line_no} (profiler runtime line)"}
+            where.setdefault(run_id, {})[name] = f"{at(source_file, line_no)} (ServerArgs {name})"
+    ran = {run_id: {**parse_runtime(message), "source": f"{at(source_file, line_no)} (profiler runtime line)"}
            for run_id, message, source_file, line_no in runtime.select(
                "run_id", "message", "source_file", "line_no").iter_rows() if message}
     out: dict[str, list[DoctorFinding]] = {}
@@ -396,7 +402,7 @@ def _setup_findings(setup: dict[str, list[DoctorFinding]], arm_of, names) -> lis
             for (code, severity, message, fix), ids in grouped.items()]
 
 
-def _acceptance_findings(arm: Arm, causes: list[DoctorFinding], reference: float | None,
+def _acceptance_findings(arm: Arm, causes: list[DoctorFinding], reference: tuple[float, float] | None,
                          interval: tuple[float, float] | None) -> list[Finding]:
     """Accept length 1.00, or below a reference beyond the arm's interval: the setup's errors named as the cause."""
     sources: dict[str, list[str]] = {}
@@ -412,10 +418,12 @@ def _acceptance_findings(arm: Arm, causes: list[DoctorFinding], reference: float
         out.append(Finding("accept_len_one", f"arm {arm.name} runs {arm.speculative_algorithm} but its accept len is "
                            f"{arm.accept_len:.2f}: the draft is (almost) never accepted, speculation only adds cost here."
                            + why, "warning", (arm.name,)))
-    elif reference is not None and interval is not None and interval[1] < reference:
+    elif reference is not None and interval is not None and interval[1] < reference[0] - reference[1]:
+        value, width = reference
         out.append(Finding("acceptance_below_reference", f"arm {arm.name}: accept len {arm.accept_len:.2f} "
-                           f"[{interval[0]:.2f}, {interval[1]:.2f}] is below the reference {reference:.2f} "
-                           f"({arm.accept_len / reference - 1:+.0%})." + why, "warning", (arm.name,)))
+                           f"[{interval[0]:.2f}, {interval[1]:.2f}] is below the reference {value:.2f}"
+                           + (f" ± {width:.2f}" if width else "") + f" ({arm.accept_len / value - 1:+.0%})." + why,
+                           "warning", (arm.name,)))
     return out
 
 

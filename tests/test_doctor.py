@@ -195,6 +195,15 @@ def test_sizes_vocab_map_positions_base_model_and_draft_tokens(tmp_path):
     assert {"max_position_shorter", "base_model_differs", "draft_tokens_adjusted"} <= {
         code for code, f in found.items() if f.severity == "warning"}
     assert "by 6" in found["draft_tokens_adjusted"].message
+    mapped = model(tmp_path, "mapped", {**EAGLE3_DRAFT, "draft_vocab_size": 128,
+                                        "eagle_config": {"eagle_aux_hidden_state_layer_ids": "1,7,13"}})
+    header = json.dumps({"d2t": {"dtype": "I64", "shape": [100], "data_offsets": [0, 0]}}).encode()
+    (mapped / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+    found = {f.code: f for f in check_command(command(target, mapped, "EAGLE3"))}
+    assert "the d2t map has 100 rows, draft_vocab_size is 128" in found["draft_vocab_map_size"].message
+    assert found["aux_layers_invalid"].severity == "error"
+    too_big = model(tmp_path, "too_big", {**EAGLE3_DRAFT, "draft_vocab_size": 1024})
+    assert "draft_vocab_size" in codes(check_command(command(target, too_big, "EAGLE3")))
 
 
 def test_algorithm_flags_for_other_draft_kinds(tmp_path):

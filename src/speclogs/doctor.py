@@ -354,10 +354,6 @@ def _step_findings(settings: dict, source_of: Callable[[str], str]) -> list[Doct
                                  "to start (it chooses all three or none)", "give --speculative-num-steps too, or none "
                                  "of the three", source_of("speculative_eagle_topk" if topk is not None
                                                             else "speculative_num_draft_tokens")))
-    for name, value in (("num-steps", steps), ("eagle-topk", topk), ("num-draft-tokens", tokens)):
-        if value is not None and value < 1:
-            out.append(DoctorFinding("spec_params_range", "error", f"`--speculative-{name} {value}` must be at least 1",
-                                     f"set --speculative-{name} to 1 or more", source_of(f"speculative_{name.replace('-', '_')}")))
     if steps and topk == 1 and tokens is not None and tokens != steps + 1:
         out.append(DoctorFinding("draft_tokens_adjusted", "warning", f"`--speculative-eagle-topk 1` with "
                                  f"`--speculative-num-steps {steps}` verifies {steps + 1} tokens: SGLang replaces "

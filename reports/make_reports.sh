@@ -60,6 +60,13 @@ if [ -d fixtures/h200-signals ]; then
   "$py" -m speclogs ingest fixtures/h200-signals --db "$work/signals.duckdb" 2>/dev/null
   report h200-signals "$work/signals.duckdb" -c "eagle3_prof_[0-9]*" -c "eagle3_noisy_[0-9]*"
 fi
+# … and the doctor's evidence (plans/h200-doctor.toml): the EAGLE flag with an EAGLE-3 draft, the control, aux ids +1;
+#     the reference is what the draft was built for (its design record: 3.02 at 5 steps), ±1 %.
+if [ -d fixtures/h200-doctor ]; then
+  "$py" -m speclogs ingest fixtures/h200-doctor --db "$work/doctor.duckdb" 2>/dev/null
+  report h200-doctor "$work/doctor.duckdb" -c "eagle3_control_[0-9]*" -c "eagle_flag_[0-9]*" -c "eagle3_aux_offset_[0-9]*" \
+    --trained-layers 1,7,13 --reference-acceptance '3.02±1%'
+fi
 
 # 4. Ground truth: the seeds' story generated with known effects (3 launches per cell, factors spec × nccl).
 # (generated at a fixed path: run ids hash the logs' paths, and the JSON reports list them)

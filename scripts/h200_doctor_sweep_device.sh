@@ -40,9 +40,9 @@ launch() {  # plan name, extra flags
   python3 -m speclogs launch "$PLANS/$1.toml" --out "/root/$1" --no-ingest --resume --max-minutes "$(minutes_left)" "${@:2}" 2>&1 \
     | grep -v -e SyntaxWarning -e 'Configuration class' | tee -a "$PACK/$1/launch.console" | tail -n 14
 }
-[ "${PHASE:-1}" = 1 ] && launch h200-doctor --max-launches 3
+[ "${PHASE:-1}" = 1 ] && launch h200-doctor --max-launches 3 --force
 launch h200-sweep
-launch h200-doctor
+launch h200-doctor --force   # the eagle_flag cell is the bug on purpose: the doctor refuses it otherwise
 
 sglang_version=$(python3 -c 'import sglang; print(sglang.__version__)' 2>/dev/null)
 torch_version=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)

@@ -585,6 +585,7 @@ def launch(
     until: Optional[str] = typer.Option(None, "--until", help="Adaptive: add interleaved rounds until every cell vs the "
                                         "reference is decided or its interval spans ≤ P, e.g. 'ci_width<=5%' (repeated "
                                         "confidence intervals; docs/launcher.md)."),
+    force: bool = typer.Option(False, "--force", help="Launch although `speclogs doctor` finds an error in a cell's setup."),
     no_ingest: bool = typer.Option(False, "--no-ingest", help="Do not ingest the outputs at the end (GPU box without duckdb)."),
     db: DbOption = DEFAULT_DB,
     host: Optional[str] = typer.Option(None, "--host", help="user@box: run the plan there over ssh and pull the outputs back."),
@@ -610,7 +611,7 @@ def launch(
     loaded = load_plan(plan)
     options = LaunchOptions(out_dir=out or Path("runs") / loaded.name, resume=resume, retry_failed=retry_failed,
                             only=tuple(only), max_launches=max_launches, max_minutes=max_minutes,
-                            until=parse_until(until) if until is not None else None)
+                            until=parse_until(until) if until is not None else None, force=force)
     try:
         if host:
             summary = launch_remote(plan, host, options, ssh_options=tuple(ssh_opt), remote_python=remote_python,
@@ -758,13 +759,19 @@ def report(
                                               help="Target model hidden size (NCCL communication-share estimate)."),
     num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1,
                                              help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
+    reference_acceptance: Optional[str] = typer.Option(
+        None, "--reference-acceptance", help="The accept length this target/draft/workload reached before, e.g. 2.0 "
+        "or 2.0±0.05 (with its interval): a speculative arm whose interval lies below it is a finding, with the "
+        "setup's cause if the doctor finds one."),
+    trained_layers: Optional[str] = typer.Option(None, "--trained-layers", help="The aux layer ids the EAGLE-3 drafts "
+                                                 "were trained on, e.g. 2,30,58: an offset is named as the cause."),
     lake: LakeOption = None,
     brief: bool = typer.Option(False, "--brief", help="Terminal: only the ranking and the verdicts (≤ 15 lines)."),
     mixed_arms: bool = typer.Option(False, "--mixed-arms", help="Allow an arm to pool launches of different plans or folders."),
 ) -> None:
     """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
     effects, warnings ranked by whether they change the answer."""
-    from speclogs.analysis import compare_runs, parse_factor_options, parse_percent
+    from speclogs.analysis import compare_runs, parse_factor_options, parse_percent, parse_reference
     from speclogs.report import render, write_report
     from speclogs.store import connect
 
@@ -778,7 +785,9 @@ def report(
     try:
         comparison = compare_runs(connection, list(compare) + list(arms or []), parse_factor_options(factor),
                                   confidence, min_effect=parse_percent(min_effect, "--min-effect"), hidden_size=hidden_size,
-                                  num_layers=num_layers, ignore_env=tuple(ignore_env), allow_mixed=mixed_arms)
+                                  num_layers=num_layers, ignore_env=tuple(ignore_env), allow_mixed=mixed_arms,
+                                  reference_acceptance=parse_reference(reference_acceptance) if reference_acceptance else None,
+                                  trained_layers=_trained_layers(trained_layers))
     finally:
         connection.close()
     if output_format is ReportFormat.terminal:
@@ -791,6 +800,59 @@ def report(
     for path in outputs:
         write_report(comparison, path)
         _stderr_console().print(f"wrote {path}")
+
+
+def _trained_layers(text: str | None) -> list[int] | None:
+    from speclogs.doctor import parse_layers
+
+    try:
+        return parse_layers(text) if text else None
+    except ValueError:
+        raise typer.BadParameter(f"--trained-layers {text!r} is not a comma-separated list of integers") from None
+
+
+@app.command()
+def doctor(
+    targets: list[str] = typer.Argument(None, help="A plan file (PLAN.toml); or, after --, a server command line "
+                                        "(-- python -m sglang.launch_server …); or, with --db, run names or globs."),
+    db: Optional[Path] = typer.Option(None, "--db", help="Check ingested runs of this speclogs DuckDB file (run.json "
+                                      "models + the logged server args)."),
+    trained_layers: Optional[str] = typer.Option(None, "--trained-layers", help="The aux hidden-state layer ids the "
+                                                 "draft was trained on, e.g. 2,30,58 (config ids: k = layer k's output)."),
+    output_format: TextFormat = typer.Option(TextFormat.text, "--format", "-f", help="text, or json (the findings)."),
+) -> None:
+    """Check a speculative-decoding setup before the launch: algorithm flag vs the draft's architecture, aux layer
+    ids vs the target's layers, hidden/vocab sizes, draft-token settings. Exit 1 when a finding is an error."""
+    layers = _trained_layers(trained_layers)
+    if not targets:
+        raise typer.BadParameter("give a plan file, -- and a server command line, or --db DB and run names")
+    if db is not None:
+        from speclogs.analysis.lint import doctor_runs
+        from speclogs.store import connect
+
+        connection = connect(db, read_only=True)
+        try:
+            checked = doctor_runs(connection, targets, layers)
+        finally:
+            connection.close()
+    elif len(targets) == 1 and targets[0].endswith(".toml"):
+        from speclogs.launcher import doctor_plan, load_plan
+
+        checked = [(f"cell {cell}", found) for cell, found in doctor_plan(load_plan(targets[0]), trained_layers=layers).items()]
+    else:
+        from speclogs.doctor import check_command
+
+        checked = [("command line", check_command(list(targets), layers))]
+    from speclogs.report.doctor import doctor_json, render_doctor
+
+    if output_format is TextFormat.json:
+        typer.echo(doctor_json(checked))
+    else:
+        from speclogs.console import make_console
+
+        render_doctor(checked, make_console())
+    if any(finding.severity == "error" for _, found in checked for finding in found):
+        raise typer.Exit(1)
 
 
 # --- speclogs grammars check / list ---

@@ -144,6 +144,13 @@ class RunRecord:
         return {role: model for role, model in models.items() if isinstance(model, dict)}
 
     @property
+    def doctor(self) -> list[dict]:
+        """The doctor's findings on this launch's setup before it started (speclogs.doctor: code, severity, message,
+        fix, source); empty when none were found or the launcher predates the doctor."""
+        found = self.document.get("doctor")
+        return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
+
+    @property
     def adaptive(self) -> dict | None:
         return _mapping(self.document.get("adaptive"))
 

@@ -4,7 +4,7 @@ Pure functions over polars frames (speclogs.analysis.stats / steady / lint / com
 (speclogs.analysis.load). Results are frozen dataclasses (speclogs.analysis.results) with warnings as data.
 """
 
-from speclogs.analysis.compare import compare_runs, compare_tables, parse_factor_options, parse_percent
+from speclogs.analysis.compare import compare_runs, compare_tables, parse_factor_options, parse_percent, parse_reference
 from speclogs.analysis.results import (
     Arm,
     Attribution,
@@ -20,5 +20,5 @@ from speclogs.analysis.results import (
 
 __all__ = [
     "Arm", "Attribution", "Comparison", "Counterfactual", "Effect", "Estimate", "Finding", "PhaseStat",
-    "RatioComparison", "Term", "compare_runs", "compare_tables", "parse_factor_options", "parse_percent",
+    "RatioComparison", "Term", "compare_runs", "compare_tables", "parse_factor_options", "parse_percent", "parse_reference",
 ]

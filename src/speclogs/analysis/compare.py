@@ -11,6 +11,7 @@ confounder and data-quality checks in speclogs.analysis.lint.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -184,6 +185,21 @@ def parse_percent(text: str, option: str) -> float:
     return value
 
 
+def parse_reference(text: str) -> tuple[float, float]:
+    """`--reference-acceptance`: '2.0' → (2.0, 0.0); with the reference's own interval '2.0±0.05', '2.0+-0.05' or
+    '2.0±2%' → (2.0, 0.05) / (2.0, 0.04). AnalysisError otherwise."""
+    match = re.fullmatch(r"\s*([0-9.]+)\s*(?:(?:±|\+-|\+/-)\s*([0-9.]+)\s*(%?))?\s*", text)
+    try:
+        value = float(match[1])
+        width = float(match[2] or 0) * (value / 100.0 if match[3] else 1.0)
+    except (TypeError, ValueError):
+        raise AnalysisError(f"--reference-acceptance {text!r} is not an accept length",
+                            hint="e.g. --reference-acceptance 2.0 or 2.0±0.05 (the reference's own interval)") from None
+    if value < 1.0 or width >= value:
+        raise AnalysisError(f"--reference-acceptance {text!r}: an accept length is at least 1", hint="e.g. 2.0±0.05")
+    return value, width
+
+
 def compare_runs(
     con: Any,
     arms: Sequence[str],
@@ -195,6 +211,8 @@ def compare_runs(
     num_layers: int | None = None,
     ignore_env: Sequence[str] = (),
     allow_mixed: bool = False,
+    reference_acceptance: tuple[float, float] | None = None,
+    trained_layers: list[int] | None = None,
 ) -> Comparison:
     """Compare arms (run names or globs, each optionally `LABEL=SELECTOR`; the first is the reference) read from the
     DuckDB connection `con`.
@@ -203,8 +221,12 @@ def compare_runs(
     runs.factors are used. min_effect: the practical threshold (0.02 = 2 %): a winner's interval must lie beyond
     ±log(1 + min_effect). hidden_size / num_layers describe the target model for the NCCL communication-share
     estimate (see speclogs.analysis.nccl). ignore_env: env variable names (globs) the confounder check does not
-    compare, on top of speclogs.analysis.lint.DEFAULT_IGNORED_ENV. Raises AnalysisError when nothing can be computed
-    or an option is out of range. This is the thin loading part; `compare_tables` does the (pure) computation.
+    compare, on top of speclogs.analysis.lint.DEFAULT_IGNORED_ENV. reference_acceptance: (value, half width) of
+    the accept length this target/draft/workload reached before (parse_reference; a speculative arm whose interval
+    lies below it is a finding);
+    trained_layers: the aux layer ids the EAGLE-3 drafts were trained on (speclogs.doctor compares them). Raises
+    AnalysisError when nothing can be computed or an option is out of range. This is the thin loading part;
+    `compare_tables` does the (pure) computation.
     """
     if not 0.5 <= confidence < 1.0:
         raise AnalysisError(f"confidence {confidence} is outside [0.5, 1)", hint="e.g. --confidence 0.95")
@@ -214,7 +236,8 @@ def compare_runs(
     all_ids = [run_id for ids in arm_runs.values() for run_id in ids]
     tables = load_run_tables(con, all_ids)
     nccl = nccl_evidence(con, all_ids, hidden_size=hidden_size, num_layers=num_layers)
-    comparison = compare_tables(tables, arm_runs, factors, confidence, min_effect=min_effect, nccl=nccl, ignore_env=ignore_env)
+    comparison = compare_tables(tables, arm_runs, factors, confidence, min_effect=min_effect, nccl=nccl, ignore_env=ignore_env,
+                                reference_acceptance=reference_acceptance, trained_layers=trained_layers)
     return with_signals(comparison, signal_evidence_for(con, arm_runs))
 
 
@@ -227,6 +250,8 @@ def compare_tables(
     min_effect: float = 0.0,
     nccl: Any = None,
     ignore_env: Sequence[str] = (),
+    reference_acceptance: tuple[float, float] | None = None,
+    trained_layers: list[int] | None = None,
 ) -> Comparison:
     """The computation behind `compare_runs`, pure: frames in (RunTables; arms as {name: run_ids}, reference first),
     Comparison out. `nccl` is speclogs.analysis.nccl's evidence (its findings join the warnings) or None."""
@@ -337,7 +362,10 @@ def compare_tables(
     findings = lint.lint_comparison(
         tables=tables, decode=decode, clients=clients, cycles=cycles, arm_runs=arm_runs, arms=arm_objects,
         comparisons=comparisons, levels=levels, run_data_rows={r: d.server_rows for r, d in run_data.items()},
-        ignore_env=ignore_env, confidence=confidence, min_effect=min_effect,
+        ignore_env=ignore_env, confidence=confidence, min_effect=min_effect, reference_acceptance=reference_acceptance,
+        trained_layers=trained_layers,
+        accept_intervals={arm: tuple(math.exp(v) for v in stats.interval([stats.part(s[0], 1)], confidence))
+                          for arm, ids in arm_runs.items() if (s := summary_for(ids, "server"))},
     )
     if nccl is not None:   # the evidence's findings name runs; in a comparison they concern the arms of those runs too
         nccl = replace(nccl, findings=tuple(_with_arms(nccl.findings, arm_runs, names)))

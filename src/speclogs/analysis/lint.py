@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import os
 from collections.abc import Sequence
 from itertools import combinations
 
@@ -20,9 +21,10 @@ import numpy as np
 import polars as pl
 
 from speclogs.analysis import power, stats
-from speclogs.analysis.load import RunTables, parse_json_text
+from speclogs.analysis.load import RunTables, load_setup, parse_json_text, resolve_arms
 from speclogs.analysis.results import UNSET, Arm, Finding, RatioComparison
 from speclogs.analysis.steady import steady_launches
+from speclogs.doctor import DoctorFinding, check_settings, parse_runtime, server_settings
 from speclogs.redact import redact_value
 from speclogs.runrecord import FILE_NAME as RUN_JSON, RunRecord
 
@@ -300,14 +302,21 @@ def lint_comparison(
     arm_runs: dict[str, list[str]],
     arms: Sequence[Arm], comparisons: Sequence[RatioComparison], levels: dict[str, dict[str, str]],
     run_data_rows: dict[str, int], ignore_env: Sequence[str] = (), confidence: float = 0.95, min_effect: float = 0.0,
+    reference_acceptance: tuple[float, float] | None = None, accept_intervals: dict[str, tuple[float, float]] | None = None,
+    trained_layers: list[int] | None = None,
 ) -> list[Finding]:
     """All findings for one comparison, most important first. `ignore_env`: env names (globs) not compared, on top
-    of DEFAULT_IGNORED_ENV."""
+    of DEFAULT_IGNORED_ENV; `reference_acceptance`: the accept length expected of every speculative arm (value, half
+    width of its own interval), compared with the arm's interval (`accept_intervals`); `trained_layers`: the aux layer
+    ids the drafts were trained on."""
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
     arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
     ignore = (*DEFAULT_IGNORED_ENV, *ignore_env)
     findings: list[Finding] = []
     findings += confounder_findings(run_settings(tables, ignore), arm_runs, levels)
+    setup = doctor_findings(tables.runs, tables.server_args, tables.runtime, trained_layers)
+    causes = {arm: [f for r in ids for f in setup.get(r, []) if f.severity != "info"] for arm, ids in arm_runs.items()}
+    findings += _setup_findings(setup, arm_of, names)
     findings += _ignored_env_findings(tables, ignore)
 
     single = [a.name for a in arms if max((e.n_launches for e in (a.client, a.server) if e), default=0) < 2]
@@ -332,12 +341,9 @@ def lint_comparison(
         if a.server and a.server.n_rows < MIN_DECODE_ROWS:
             findings.append(Finding("too_few_samples", f"arm {a.name}: {a.server.n_rows} steady-state decode row(s); "
                                     f"≥ {MIN_DECODE_ROWS} give usable intervals", "warning", (a.name,)))
-        if a.speculative_algorithm and a.accept_len is not None and a.accept_len < ACCEPT_LEN_ONE:
-            findings.append(Finding(
-                "accept_len_one", f"arm {a.name} runs {a.speculative_algorithm} but its accept len is {a.accept_len:.2f}: "
-                "the draft is (almost) never accepted — typically an EAGLE-3 draft reading the wrong hidden layers of the "
-                "target (mismatched target/draft pair or layer ids), or a draft for another model. Speculation only adds cost "
-                "here.", "warning", (a.name,)))
+        if a.speculative_algorithm and a.accept_len is not None:
+            findings += _acceptance_findings(a, causes.get(a.name, []), reference_acceptance,
+                                             (accept_intervals or {}).get(a.name))
         if a.client and a.server:
             gap = math.log(a.server.value_tok_s / a.client.value_tok_s)
             if abs(gap) > SOURCE_LEVEL_GAP:
@@ -399,6 +405,80 @@ def _launch_values(arm: Arm) -> tuple[str, np.ndarray, tuple[str, ...], float] |
     if estimate is None:
         return None
     return estimate.source, np.log(np.array(estimate.per_launch_tok_s)), estimate.launch_run_names, estimate.within_cv
+
+
+def doctor_findings(runs: pl.DataFrame, server_args: pl.DataFrame, runtime: pl.DataFrame,
+                    trained_layers: list[int] | None = None) -> dict[str, list[DoctorFinding]]:
+    """speclogs.doctor's checks on each ingested run: the settings the log's ServerArgs printed (over run.json's argv),
+    the models as run.json recorded them, what the profiler saw run (its runtime line)."""
+    def at(source_file: str, line_no: int) -> str:   # relative to here when below it: reports stay portable
+        relative = os.path.relpath(source_file) if os.path.isabs(source_file) else source_file
+        return f"{source_file if relative.startswith('..') else relative}:{line_no}"
+
+    logged: dict[str, dict[str, str]] = {}
+    where: dict[str, dict[str, str]] = {}
+    for run_id, name, value, source_file, line_no in server_args.select(
+            "run_id", "name", "value", "source_file", "line_no").iter_rows():
+        if value is not None and value != "None":
+            logged.setdefault(run_id, {})[name] = value.strip("'\"")
+            where.setdefault(run_id, {})[name] = f"{at(source_file, line_no)} (ServerArgs {name})"
+    ran = {run_id: {**parse_runtime(message), "source": f"{at(source_file, line_no)} (profiler runtime line)"}
+           for run_id, message, source_file, line_no in runtime.select(
+               "run_id", "message", "source_file", "line_no").iter_rows() if message}
+    out: dict[str, list[DoctorFinding]] = {}
+    for run_id, run_json in runs.select("run_id", "run_json").iter_rows():
+        record = RunRecord.from_document(parse_json_text(run_json))
+        settings = {**server_settings([str(part) for part in record.argv or []]), **logged.get(run_id, {})}
+        sources = where.get(run_id, {})
+        out[run_id] = check_settings(settings, lambda name, s=sources: s.get(name, f"{RUN_JSON} argv"), trained_layers,
+                                     record.models, RUN_JSON, ran.get(run_id))
+    return out
+
+
+def doctor_runs(con, selectors: Sequence[str], trained_layers: list[int] | None = None
+                ) -> list[tuple[str, list[DoctorFinding]]]:
+    """(run name, the doctor's findings) for every ingested run the selectors (run names or globs) name."""
+    ids = sorted({run_id for ids in resolve_arms(con, list(selectors)).values() for run_id in ids})
+    runs, server_args, runtime = load_setup(con, ids)
+    found = doctor_findings(runs, server_args, runtime, trained_layers)
+    return [(name, found[run_id]) for run_id, name in runs.select("run_id", "run_name").iter_rows()]
+
+
+def _setup_findings(setup: dict[str, list[DoctorFinding]], arm_of, names) -> list[Finding]:
+    """The doctor's findings as report warnings, one per distinct message, naming the runs it concerns."""
+    grouped: dict[tuple[str, str, str, str], list[str]] = {}
+    for run_id, found in setup.items():
+        for f in found:
+            if f.code != "not_checked":
+                grouped.setdefault((f.code, f.severity, f.message, f.fix), []).append(run_id)
+    return [Finding(f"doctor_{code}", f"{message}. Fix: {fix} (speclogs doctor)", "info" if severity == "info" else "warning",
+                    tuple(sorted({arm_of[r] for r in ids})), tuple(names[r] for r in ids))
+            for (code, severity, message, fix), ids in grouped.items()]
+
+
+def _acceptance_findings(arm: Arm, causes: list[DoctorFinding], reference: tuple[float, float] | None,
+                         interval: tuple[float, float] | None) -> list[Finding]:
+    """Accept length 1.00, or below a reference beyond the arm's interval: the setup's errors named as the cause."""
+    sources: dict[str, list[str]] = {}
+    for f in causes:
+        sources.setdefault(f.message, []).append(f.source)
+    cause = "; ".join(f"{message} ({where[0]}" + (f", and {len(where) - 1} more run(s)" if len(where) > 1 else "") + ")"
+                      for message, where in sources.items())
+    why = (f" The setup names the cause: {cause}." if cause else " The doctor finds nothing wrong in the recorded setup "
+           "(flags, configs, layer ids): check the draft was trained for this target and workload "
+           "(speclogs doctor --trained-layers).")
+    out = []
+    if arm.accept_len < ACCEPT_LEN_ONE:
+        out.append(Finding("accept_len_one", f"arm {arm.name} runs {arm.speculative_algorithm} but its accept len is "
+                           f"{arm.accept_len:.2f}: the draft is (almost) never accepted, speculation only adds cost here."
+                           + why, "warning", (arm.name,)))
+    elif reference is not None and interval is not None and interval[1] < reference[0] - reference[1]:
+        value, width = reference
+        out.append(Finding("acceptance_below_reference", f"arm {arm.name}: accept len {arm.accept_len:.2f} "
+                           f"[{interval[0]:.2f}, {interval[1]:.2f}] is below the reference {value:.2f}"
+                           + (f" ± {width:.2f}" if width else "") + f" ({arm.accept_len / value - 1:+.0%})." + why,
+                           "warning", (arm.name,)))
+    return out
 
 
 def _launches_needed(arms: Sequence[Arm], comparisons: Sequence[RatioComparison], confidence: float,

@@ -32,6 +32,7 @@ class RunTables:
     server_args: pl.DataFrame
     nccl_settings: pl.DataFrame  # run_id, kind ('env'|'version'), name, value from NCCL INFO lines
     events: pl.DataFrame  # run_id, kind, n: counts of server_events kinds lint cares about; 'retracted_req' = Σ over decode rows
+    runtime: pl.DataFrame  # run_id, message, source_file, line_no: the profiler's runtime line (speclogs.doctor reads it)
 
 
 def _select(con: Any, sql: str, run_ids: list) -> pl.DataFrame:
@@ -191,12 +192,7 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
             FROM bench_requests AS t {named} {where} ORDER BY r.run_name, parse_filename(t.source_file), t.source_file, line_no""",
         run_ids,
     )
-    server_args = _select(
-        con,
-        f"""SELECT run_id, name, value FROM server_args {where}
-            AND launch_no = (SELECT min(launch_no) FROM server_args s2 WHERE s2.run_id = server_args.run_id)""",
-        run_ids,
-    )
+    server_args = load_server_args(con, run_ids)
     nccl_settings = _select(
         con,
         f"SELECT DISTINCT run_id, kind, name, value FROM nccl_events {where} AND kind IN ('env', 'version')",
@@ -211,7 +207,33 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
             AND retracted_req > 0 GROUP BY 1""",
         [run_ids, run_ids],
     )
-    return RunTables(runs, launches, decode, prefill, bench, spec_cycles, server_args, nccl_settings, events)
+    return RunTables(runs, launches, decode, prefill, bench, spec_cycles, server_args, nccl_settings, events,
+                     load_runtime(con, run_ids))
+
+
+def load_setup(con: Any, run_ids: list[str]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """What the doctor reads of each run: runs (run_id, run_name, run_json), its logged server args, its runtime line."""
+    runs = _select(con, """SELECT run_id, run_name, CAST(run_json AS VARCHAR) AS run_json FROM runs
+                           WHERE run_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY run_name""", run_ids)
+    return runs, load_server_args(con, run_ids), load_runtime(con, run_ids)
+
+
+def load_runtime(con: Any, run_ids: list[str]) -> pl.DataFrame:
+    """The profiler's `speclogs profiler: runtime: …` lines (server_events kind spec_runtime), first one per run."""
+    return _select(con, """SELECT run_id, arg_min(message, line_no) AS message, arg_min(source_file, line_no) AS source_file,
+                                  min(line_no) AS line_no FROM server_events
+                           WHERE run_id IN (SELECT unnest(?::VARCHAR[])) AND kind = 'spec_runtime' GROUP BY run_id""",
+                   run_ids)
+
+
+def load_server_args(con: Any, run_ids: list[str]) -> pl.DataFrame:
+    """The logged ServerArgs fields of each run's first server start: run_id, name, value (repr), source_file, line_no."""
+    return _select(
+        con,
+        """SELECT run_id, name, value, source_file, line_no FROM server_args WHERE run_id IN (SELECT unnest(?::VARCHAR[]))
+           AND launch_no = (SELECT min(launch_no) FROM server_args s2 WHERE s2.run_id = server_args.run_id)""",
+        run_ids,
+    )
 
 
 def _launch_keys(con: Any, run_ids: list[str]) -> pl.DataFrame:

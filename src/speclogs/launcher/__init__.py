@@ -9,6 +9,7 @@ from speclogs.launcher.run import (
     LaunchOptions,
     LaunchResult,
     PlanRunSummary,
+    doctor_plan,
     launch_plan,
     server_argv,
     server_env,
@@ -16,7 +17,7 @@ from speclogs.launcher.run import (
 
 __all__ = [
     "BenchServingSpec", "BenchSpec", "Cell", "Interrupted", "LaunchOptions", "LaunchResult", "LaunchSpec", "Plan",
-    "PlanRunSummary", "launch_plan", "launch_remote", "load_plan", "parse_plan", "server_argv", "server_env",
+    "PlanRunSummary", "doctor_plan", "launch_plan", "launch_remote", "load_plan", "parse_plan", "server_argv", "server_env",
 ]
 
 

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-launches", type=int, default=None)
     parser.add_argument("--max-minutes", type=float, default=None)
     parser.add_argument("--until", default=None, help="adaptive: e.g. 'ci_width<=5%%'")
+    parser.add_argument("--force", action="store_true", help="launch although the doctor found an error in the setup")
     parser.add_argument("--json-summary", action="store_true")
     parser.add_argument("--stop-on-stdin-eof", action="store_true",
                         help="interrupt (and stop the server) when stdin closes: the ssh connection went away")
@@ -46,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         until = parse_until(args.until) if args.until is not None else None
         summary = launch_plan(plan, LaunchOptions(out_dir=out, resume=args.resume, retry_failed=args.retry_failed,
                                                   only=tuple(args.only), max_launches=args.max_launches,
-                                                  max_minutes=args.max_minutes, until=until), progress=say)
+                                                  max_minutes=args.max_minutes, until=until, force=args.force),
+                              progress=say)
     except SpeclogsError as exc:
         say(f"Error: {exc}")
         if exc.hint:

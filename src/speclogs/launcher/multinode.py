@@ -30,6 +30,7 @@ import threading
 import time
 from pathlib import Path
 
+from speclogs.doctor import arg_value
 from speclogs.errors import LaunchError, PlanError
 from speclogs.launcher import bench as _bench, process as _proc, runinfo
 from speclogs.launcher.plan import PYTHON_PLACEHOLDER, LaunchSpec, NodesSpec, Plan
@@ -209,7 +210,7 @@ def _clock_offset(agent: _Agent) -> tuple[float, float] | None:
 def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord | None, say: Progress) -> LaunchResult:
     nodes = plan.nodes
     run_dir.mkdir(parents=True, exist_ok=True)
-    port = int(_flag(server_argv(plan, spec), "--port") or plan.port)
+    port = int(arg_value(server_argv(plan, spec), "--port") or plan.port)
     base_url = f"http://{nodes.http_host}:{port}"
     dist_init = f"{nodes.http_host}:{nodes.dist_init_port}"
     record = launch_record(
@@ -267,23 +268,14 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
         raise Interrupted(reason) from None
 
 
-def _flag(argv: list[str], flag: str) -> str | None:
-    for index, part in enumerate(argv):
-        if part == flag and index + 1 < len(argv):
-            return argv[index + 1]
-        if part.startswith(flag + "="):
-            return part.split("=", 1)[1]
-    return None
-
-
 def _agent_spec(plan: Plan, spec: LaunchSpec, rank: int) -> dict:
     argv = node_argv(plan, spec, rank)
     return {
         "argv": argv, "inherit_env": list(plan.inherit_env), "drop_inherited_env": list(plan.drop_inherited_env),
         "env_layers": [plan.env, spec.cell.env], "stop_grace_s": plan.stop_grace_s,
         "log": f"runs/{plan.name}/{spec.cell.name}/{spec.launch}/node{rank}/server.log",
-        "http_port": int(_flag(argv, "--port") or plan.port) if rank == 0 else None,
-        "http_host": _flag(argv, "--host") or "127.0.0.1",
+        "http_port": int(arg_value(argv, "--port") or plan.port) if rank == 0 else None,
+        "http_host": arg_value(argv, "--host") or "127.0.0.1",
     }
 
 

@@ -52,6 +52,7 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
     flags = ["--out", remote_out, "--json-summary", "--stop-on-stdin-eof"]
     flags += ["--resume"] if options.resume else []
     flags += ["--retry-failed"] if options.retry_failed else []
+    flags += ["--force"] if options.force else []
     for cell in options.only:
         flags += ["--only", cell]
     if options.max_launches is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import speclogs
+from speclogs.doctor import FLAGS as DOCTOR_FLAGS, DoctorFinding, arg_value, check_settings, server_settings
 from speclogs.errors import LaunchError, PlanError
 from speclogs.launcher import adaptive as _adaptive, bench as _bench, process as _proc, runinfo
 from speclogs.launcher.plan import DEVICE_TIMER_ENV, MODEL_PATH_FLAGS, PYTHON_PLACEHOLDER, LaunchSpec, Plan
@@ -54,6 +55,7 @@ class LaunchOptions:
     max_launches: int | None = None   # this call; with an adaptive design: the run's whole budget
     max_minutes: float | None = None
     until: float | None = None        # adaptive: stop when every comparison's interval spans at most this
+    force: bool = False               # launch although the doctor found an error in the setup
 
 
 @dataclass(frozen=True)
@@ -98,10 +100,16 @@ class PlanRunSummary:
 def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = None) -> PlanRunSummary:
     """Run the plan's launches (interleaved order) into options.out_dir; returns what happened to each.
 
-    Raises PlanError before anything starts when a cell names a local model path that does not exist, or a cell
-    in `only` is unknown; LaunchError when the out dir already holds complete launches and --resume is not given.
+    Raises PlanError before anything starts when the doctor (speclogs.doctor) finds an error in a cell's setup and
+    options.force is not set, a cell names a local model path that does not exist, or a cell in `only` is unknown;
+    LaunchError when the out dir already holds complete launches and --resume is not given.
     Interrupted (Ctrl-C/SIGTERM/SIGHUP) stops the running server, marks its run.json `interrupted` and re-raises.
     """
+    findings = doctor_plan(plan, _select(plan, options.only))
+    errors = [f"{f.source}: {f.message}" for cell_findings in findings.values() for f in cell_findings if f.severity == "error"]
+    if errors and not options.force:
+        raise PlanError(f"the doctor found {len(errors)} error(s) in the setup; nothing was started:\n  " + "\n  ".join(errors),
+                        hint="fix them (speclogs doctor PLAN shows each fix), or pass --force to launch anyway")
     if plan.nodes is not None:  # SGLang on several nodes at once
         from speclogs.launcher.multinode import launch_nodes
 
@@ -163,7 +171,7 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
                     break
             say(f"[{spec.order_index + 1}/{len(plan.launch_order())}] {spec.run_name}: starting")
             try:
-                result = _launch_one(plan, spec, run_dir, previous, context, deadline, say)
+                result = _launch_one(plan, spec, run_dir, previous, context, deadline, say, findings[spec.cell.name])
             except _DeadlineReached:
                 results.append(_result_from(read_run_json(run_dir), spec, run_dir))
                 stopped = "max_minutes"
@@ -255,15 +263,6 @@ def server_env(plan: Plan, spec: LaunchSpec, base: dict[str, str] | None = None)
     return env, dropped
 
 
-def _arg_value(argv: list[str], flag: str) -> str | None:
-    for index, part in enumerate(argv):
-        if part == flag and index + 1 < len(argv):
-            return argv[index + 1]
-        if part.startswith(flag + "="):
-            return part.split("=", 1)[1]
-    return None
-
-
 def _select(plan: Plan, only: tuple[str, ...]) -> list[LaunchSpec]:
     names = {cell.name for cell in plan.cells}
     wanted = {name for item in only for name in item.split(",") if name}
@@ -274,12 +273,42 @@ def _select(plan: Plan, only: tuple[str, ...]) -> list[LaunchSpec]:
     return [spec for spec in plan.launch_order() if not wanted or spec.cell.name in wanted]
 
 
+def doctor_plan(plan: Plan, order: list[LaunchSpec] | None = None, trained_layers: list[int] | None = None
+                ) -> dict[str, list[DoctorFinding]]:
+    """The doctor's findings for each cell of the plan (speclogs.doctor), their sources `plan.toml:LINE`."""
+    out: dict[str, list[DoctorFinding]] = {}
+    for spec in order if order is not None else plan.launch_order():
+        if spec.cell.name in out:
+            continue
+        argv = server_argv(plan, spec)
+
+        def source_of(name: str, cell=spec.cell) -> str:
+            needles = [f'"{flag}' for flag, field in DOCTOR_FLAGS.items() if field == name] + [f"{name} ="]
+            return f"{plan.path}:{_plan_line(plan, cell, needles)} (cell {cell.name})"
+
+        out[spec.cell.name] = check_settings(server_settings(argv), source_of, trained_layers)
+    return out
+
+
+def _plan_line(plan: Plan, cell, needles: list[str]) -> int:
+    """The line that sets a flag for `cell`: inside the cell's table, else the plan's own, else the cell's header."""
+    lines = plan.text.splitlines()
+
+    def table_end(start: int) -> int:
+        return next((n for n in range(start + 1, len(lines) + 1) if lines[n - 1].lstrip().startswith("[")), len(lines) + 1)
+
+    for number in [*range(cell.line_no, table_end(cell.line_no)), *range(1, table_end(0))]:
+        if any(needle in lines[number - 1] for needle in needles):
+            return number
+    return cell.line_no
+
+
 def _check_model_paths(plan: Plan, order: list[LaunchSpec]) -> None:
     checked: set[str] = set()
     for spec in order:
         argv = server_argv(plan, spec)
         for flag in MODEL_PATH_FLAGS:
-            value = _arg_value(argv, flag)
+            value = arg_value(argv, flag)
             if value is None or value in checked:
                 continue
             checked.add(value)
@@ -358,7 +387,7 @@ class _MachineContext:
         """run.json `models`: what --model-path and --speculative-draft-model-path point at (runinfo.model_record)."""
         out = {}
         for role, flag in (("target", "--model-path"), ("draft", "--speculative-draft-model-path")):
-            path = _arg_value(argv, flag)
+            path = arg_value(argv, flag)
             if path is not None:
                 if path not in self._models:
                     self._models[path] = runinfo.model_record(path)
@@ -375,13 +404,13 @@ class _MachineContext:
 
 
 def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord | None, context: _MachineContext,
-                deadline: float | None, say: Progress) -> LaunchResult:
+                deadline: float | None, say: Progress, findings: list[DoctorFinding]) -> LaunchResult:
     run_dir.mkdir(parents=True, exist_ok=True)
     argv = server_argv(plan, spec, run_dir)
     env, dropped = server_env(plan, spec)
-    host = _arg_value(argv, "--host") or plan.host
+    host = arg_value(argv, "--host") or plan.host
     probe_host = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
-    port = int(_arg_value(argv, "--port") or plan.port)
+    port = int(arg_value(argv, "--port") or plan.port)
     base_url = f"http://{probe_host}:{port}"
     python = runinfo.python_of(argv)
     files = {"server_log": "server.log", "bench": "bench.jsonl"}
@@ -397,7 +426,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
         server_pid=None, server_identity=None, stop=None, files=files, models={},
         metrics={"scrape": METRICS_FLAG in argv, "scrape_every_s": plan.metrics.scrape_every_s,
                  "device_timer": env.get(DEVICE_TIMER_ENV) == "1", "request_export": "--export-metrics-to-file" in argv},
-        windows=[],
+        windows=[], doctor=[finding.to_dict() for finding in findings],
     )
     stamps = record["timestamps"]
     if context.design is not None:

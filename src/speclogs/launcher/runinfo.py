@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from speclogs.doctor import config_facts
 from speclogs.redact import REDACTED, redact_argv, redact_env, secret_name  # noqa: F401 - re-exported
 
 # Proxy variables: a server never inherits them unless the plan's inherit_env names them (any case), since they
@@ -199,6 +200,8 @@ def model_record(path: str) -> dict:
         layers = eagle.get("eagle_aux_hidden_state_layer_ids", config.get("eagle_aux_hidden_state_layer_ids"))
         if layers is not None:
             record["eagle3_layer_ids"] = layers
+        # what `speclogs doctor` reads again from the ingested run
+        record.update({key: value for key, value in config_facts(directory, config).items() if key not in record})
     weights = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))
     if weights:
         try:

@@ -167,7 +167,7 @@ def arm_rows(c: Comparison) -> list[list[str]]:
 ANSWER_CODES = frozenset({
     "confounded_factors", "factorial_confounder", "confounder", "confounder_env", "confounder_server_args", "confounder_version",
     "confounder_hardware", "confounder_model", "arm_inconsistent", "source_disagreement", "served_before_ready",
-    "warmup_in_window", "accept_len_one", "mixed_versions", "env_unknown",
+    "warmup_in_window", "accept_len_one", "mixed_versions", "env_unknown", "acceptance_below_reference",
 })
 WARNING_TIERS = ("can change the answer", "change how sure it is")
 
@@ -177,7 +177,8 @@ def ranked_warnings(c: Comparison) -> list[tuple[str, list]]:
     tiers: dict[str, list] = {tier: [] for tier in WARNING_TIERS}
     for w in c.warnings:
         if w.severity == "warning":
-            tiers[WARNING_TIERS[0] if w.code in ANSWER_CODES else WARNING_TIERS[1]].append(w)
+            answer = w.code in ANSWER_CODES or w.code.startswith("doctor_")   # a broken setup changes the answer
+            tiers[WARNING_TIERS[0] if answer else WARNING_TIERS[1]].append(w)
     return [(tier, found) for tier, found in tiers.items() if found]
 
 

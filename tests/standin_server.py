@@ -2,7 +2,8 @@
 
 It accepts SGLang's flags (ignores the ones it does not use), prints SGLang-0.5.14-format log lines to stdout,
 answers /health 503 for --ready-after seconds then 200, /generate with output_ids + meta_info, and drains on SIGTERM.
-Fault switches: --die-after S (exit 3 during start), --never-ready, --hang-on-sigterm, --generate-status CODE,
+Flags it does not know are printed in its ServerArgs line like SGLang's (`--add-bos-token` → `add_bos_token=True`);
+--print-line TEXT prints TEXT as a log line. Fault switches: --die-after S (exit 3 during start), --never-ready, --hang-on-sigterm, --generate-status CODE,
 --generate-delay S, --spawn-child (a child process in the same group, like SGLang's schedulers), --metrics-status CODE.
 SGLang's own signals, modelled on SGLang 0.5.14's real output (fixtures/h200-sglang-0.5.14-metrics): --enable-metrics
 serves GET /metrics (Prometheus text: generation tokens and verify calls counted per finished request, spec gauges, and
@@ -59,6 +60,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--generate-delay", type=float, default=0.0)
     parser.add_argument("--spawn-child", action="store_true")
     parser.add_argument("--print-env", action="append", default=[])
+    parser.add_argument("--print-line", action="append", default=[])
     parser.add_argument("--tok-s", type=float, default=None)
     parser.add_argument("--launch-cv", type=float, default=0.0)
     parser.add_argument("--request-cv", type=float, default=0.0)
@@ -72,8 +74,33 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--nnodes", type=int, default=1)
     parser.add_argument("--node-rank", type=int, default=0)
     parser.add_argument("--dist-init-addr", default=None)
-    args, _unknown = parser.parse_known_args()
+    args, unknown = parser.parse_known_args()
+    args.server_args = other_server_args(unknown)
     return args
+
+
+def other_server_args(unknown: list[str]) -> str:
+    """The flags the stand-in does not use, as SGLang prints them in ServerArgs(…): `, name=value` each."""
+    fields, name = [], None
+    for part in [*unknown, "--"]:
+        if part.startswith("--"):
+            if name:
+                fields.append(f"{name}=True")
+            name, _, value = part[2:].replace("-", "_").partition("=")
+            if value:
+                fields.append(f"{name}={_field(value)}")
+                name = None
+        elif name:
+            fields.append(f"{name}={_field(part)}")
+            name = None
+    return "".join(f", {field}" for field in fields)
+
+
+def _field(value: str) -> str:
+    try:
+        return repr(json.loads(value)) if value[:1] in "[-0123456789" or value in ("true", "false") else repr(value)
+    except ValueError:
+        return repr(value)
 
 
 def launch_rng(seed: int) -> random.Random:
@@ -94,9 +121,11 @@ def main() -> None:
     spec = args.speculative_algorithm
     log(f"server_args=ServerArgs(model_path='{args.model_path}', tokenizer_path='{args.model_path}', "
         f"skip_tokenizer_init=True, host='{args.host}', port={args.port}, tp_size={args.tp}, "
-        f"speculative_algorithm={spec!r}, api_key={args.api_key!r})")
+        f"speculative_algorithm={spec!r}, api_key={args.api_key!r}{args.server_args})")
     for name in args.print_env:
         log(f"env {name}={os.environ.get(name, '<unset>')}")
+    for line in args.print_line:
+        log(line)
     for rank in range(args.tp):
         log("Init torch distributed begin.", f"TP{rank}")
     child = None

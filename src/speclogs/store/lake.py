@@ -41,6 +41,7 @@ import polars as pl
 import speclogs
 from speclogs.errors import SpeclogsError, StoreError
 from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, Batch, ParsedFile, Tally, first_line, run_pipeline
+from speclogs.ingest.records import redacted
 from speclogs.ingest.sources import InputFile, discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
 from speclogs.runrecord import read_run_json
@@ -254,7 +255,7 @@ class LakeSink:
             return
         table, (version, day) = key
         frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed", rechunk=False)
-        frame = _conform(table, frame)
+        frame = redacted(table, _conform(table, frame))
         relative = Path(table) / f"sglang={version}" / f"day={day}" / f"part-{self.commit_id}-{self.writer}-{self._written}.parquet"
         self._written += 1
         path = self.lake_dir / STAGING_DIR / self.commit_id / relative

@@ -27,6 +27,7 @@ import polars as pl
 
 from speclogs.errors import SpeclogsError, StoreError
 from speclogs.ingest.pipeline import Batch, ParsedFile, Tally, first_line
+from speclogs.ingest.records import redacted
 from speclogs.store.database import NO_SPACE_HINT, no_space_left, second_connection
 from speclogs.store.layout import Layout
 
@@ -388,7 +389,7 @@ def _upsert_runs(connection, files: list[ParsedFile]) -> None:
     """One statement for the files: new runs are inserted, known ones keep what the new files do not say."""
     merged = batch_run_rows(files)
     frame = pl.DataFrame([{c: r.get(c) for c in RUN_TYPES} for r in merged.values()], schema=RUN_TYPES, orient="row")
-    frame = frame.with_row_index("_position")
+    frame = redacted("runs", frame).with_row_index("_position")
     updates = ", ".join(f"{c} = COALESCE(n.{c}, runs.{c})" for c in RUN_TYPES if c != "run_id")
     connection.register("_speclogs_runs", frame.to_arrow())
     try:

@@ -3,7 +3,8 @@
 It accepts SGLang's flags (ignores the ones it does not use), prints SGLang-0.5.14-format log lines to stdout,
 answers /health 503 for --ready-after seconds then 200, /generate with output_ids + meta_info, and drains on SIGTERM.
 Flags it does not know are printed in its ServerArgs line like SGLang's (`--add-bos-token` → `add_bos_token=True`);
---print-line TEXT prints TEXT as a log line. Fault switches: --die-after S (exit 3 during start), --never-ready, --hang-on-sigterm, --generate-status CODE,
+--print-line TEXT prints TEXT as a log line.
+Fault switches: --die-after S (exit 3 during start), --never-ready, --hang-on-sigterm, --generate-status CODE,
 --generate-delay S, --spawn-child (a child process in the same group, like SGLang's schedulers), --metrics-status CODE.
 SGLang's own signals, modelled on SGLang 0.5.14's real output (fixtures/h200-sglang-0.5.14-metrics): --enable-metrics
 serves GET /metrics (Prometheus text: generation tokens and verify calls counted per finished request, spec gauges, and

@@ -381,3 +381,54 @@ def test_a_full_disk_stops_the_ingest_with_no_space_left_on_device(tmp_path, lin
         assert again.returncode == 0, again.stderr
         assert "files     1 ingested, 1 unchanged, 0 skipped" in again.stderr
         assert scalar(db, "SELECT total_lines FROM files WHERE source_file = ?", [str(big)]) == lines
+
+
+def _check_json(db_path: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    import json
+
+    result = run_cli("check", "--db", str(db_path), "--format", "json")
+    return result, json.loads(result.stdout)
+
+
+def test_check_cannot_verify_a_missing_source(db_path, tmp_path):
+    log = tmp_path / "gone.log"
+    log.write_bytes(EAGLE.read_bytes())
+    assert run_cli("ingest", str(log), "--db", str(db_path)).returncode == 0
+    log.unlink()
+    result, report = _check_json(db_path)
+    assert result.returncode == 1
+    assert "cannot verify: source missing" in result.stderr and "100.00 %" not in result.stderr
+    assert report["ok"] is False and report["files_unverified"] == 1
+
+
+def test_check_cannot_verify_a_changed_source(db_path, tmp_path):
+    log = tmp_path / "changed.log"
+    log.write_bytes(EAGLE.read_bytes())
+    assert run_cli("ingest", str(log), "--db", str(db_path)).returncode == 0
+    log.write_bytes(EAGLE.read_bytes().replace(b"accept len: 2", b"accept len: 7"))
+    result, report = _check_json(db_path)
+    assert result.returncode == 1
+    assert "cannot verify: source changed since it was ingested" in result.stderr and "100.00 %" not in result.stderr
+    assert report["ok"] is False and report["files_unverified"] == 1
+
+
+def test_check_cannot_verify_stdin(db_path):
+    assert run_cli("ingest", "-", "--db", str(db_path), stdin=EAGLE.read_bytes()).returncode == 0
+    result, report = _check_json(db_path)
+    assert result.returncode == 1
+    assert "cannot verify: stdin" in result.stderr and "100.00 %" not in result.stderr
+    assert report["ok"] is False
+
+
+def test_check_reads_the_raw_source_and_counts_redactions_apart(db_path, tmp_path):
+    """The source line keeps its secret; the database holds <redacted>: counted as redacted, not lost, not found."""
+    log = tmp_path / "keyed.log"
+    lines = EAGLE.read_text().splitlines(keepends=True)
+    lines.insert(5, "[2026-11-30 10:15:21] Password: hunter2secret and X-Api-Key: abcdefkey\n")
+    log.write_text("".join(lines))
+    assert run_cli("ingest", str(log), "--db", str(db_path)).returncode == 0
+    result, report = _check_json(db_path)
+    assert result.returncode == 0, result.stderr
+    assert report["ok"] is True and report["tokens_redacted"] == 2 and report["lines_redacted"] == 1
+    assert "redacted: 2 token(s) on 1 line(s)" in result.stderr
+    assert "hunter2secret" not in result.stdout + result.stderr

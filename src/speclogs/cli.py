@@ -186,12 +186,17 @@ def _render_check(result, *, shown: int) -> None:
     from rich.text import Text
 
     console = _stderr_console()
-    share = 100.0 * result.lines_kept / result.lines if result.lines else 100.0
-    console.print(Text(f"content check: {result.lines_kept:,} of {result.lines:,} lines ({share:.2f} %) of "
-                       f"{len(result.files) - len(result.unchecked):,} file(s) are in the database with everything they print",
-                       style="green" if result.ok else "red"))
+    verified = len(result.files) - len(result.unchecked)
+    if verified:
+        share = 100.0 * result.lines_kept / result.lines if result.lines else 100.0
+        console.print(Text(f"content check: {result.lines_kept:,} of {result.lines:,} lines ({share:.2f} %) of {verified:,} "
+                           "file(s) are in the database with everything they print",
+                           style="green" if result.lines_lost == 0 else "red"))
+    if result.tokens_redacted:
+        console.print(Text(f"redacted: {result.tokens_redacted:,} token(s) on {result.lines_redacted:,} line(s) are held "
+                           "as <redacted> (secrets; not counted as lost)"))
     for item in result.unchecked:
-        console.print(Text(f"not checked: {item.source_file}: {item.note}", style="yellow"))
+        console.print(Text(f"{item.source_file}: {item.note}", style="red"))
     for loss in result.losses[:shown]:
         console.print(Text(f"{loss.source_file}:{loss.line_no}: not stored: {' '.join(loss.missing[:12])}"
                            f"{' …' if len(loss.missing) > 12 else ''}  (rows in: {', '.join(loss.tables) or 'none'})"))

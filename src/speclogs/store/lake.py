@@ -45,7 +45,7 @@ from speclogs.ingest.records import redacted
 from speclogs.ingest.sources import InputFile, discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
 from speclogs.runrecord import read_run_json
-from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL, schema_sql
+from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL, no_extensions_connection, schema_sql
 from speclogs.store.layout import SHARDED_TABLES, SOURCE_ONLY_TABLES, sharded_view_sql
 from speclogs.store.writer import FILE_TYPES, LAUNCH_TYPES, RUN_TYPES, batch_run_rows, file_row
 
@@ -79,7 +79,7 @@ def contract_columns() -> dict[str, tuple[tuple[str, str], ...]]:
     """table → ((column, DuckDB type), …) of every table a user queries in a speclogs DuckDB file (the sharded ones
     as their views show them), read from an empty database built from schema.sql. `line_accounting` and `meta` are
     views the lake computes, not tables it stores."""
-    scratch = duckdb.connect()
+    scratch = no_extensions_connection()
     try:
         scratch.execute(schema_sql())
         for table in SHARDED_TABLES:
@@ -557,7 +557,7 @@ def connect_lake(lake_dir: str | Path) -> duckdb.DuckDBPyConnection:
     if not lake_dir.is_dir():
         raise StoreError(f"no lake at {lake_dir}", hint="run `speclogs ingest PATH… --lake DIR` first, or pass --lake")
     _check_format(lake_dir)
-    connection = duckdb.connect()
+    connection = no_extensions_connection()
     try:
         for table, columns in contract_columns().items():
             connection.execute(_view_sql(lake_dir, table, columns))

@@ -6,6 +6,7 @@ import contextlib
 import gzip
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -432,3 +433,62 @@ def test_check_reads_the_raw_source_and_counts_redactions_apart(db_path, tmp_pat
     assert report["ok"] is True and report["tokens_redacted"] == 2 and report["lines_redacted"] == 1
     assert "redacted: 2 token(s) on 1 line(s)" in result.stderr
     assert "hunter2secret" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("interrupt", ["KeyboardInterrupt", "duckdb.InterruptException"])
+def test_ctrl_c_mid_insert_exits_130_saying_what_was_kept(db_path, tmp_path, monkeypatch, capfd, interrupt):
+    """Ctrl-C while the second file's rows are being inserted: the first file stays, the second is rolled back, the
+    third is not read; one line says so, exit 130, no traceback."""
+    import duckdb
+
+    from speclogs import cli
+    from speclogs.ingest import pipeline
+    from speclogs.store.writer import Writer
+
+    files = []
+    for name, log in (("a", EAGLE), ("b", MATRIX / "baseline_default.log"), ("c", MATRIX / "eagle3_default.log")):
+        files.append(tmp_path / f"{name}.log")
+        files[-1].write_bytes(log.read_bytes())
+    monkeypatch.setattr(pipeline, "BATCH_FILES", 1)
+    finish, calls = Writer._finish, []
+
+    def finish_then_interrupt(self, parsed_files):
+        calls.append(parsed_files[0].source_file)
+        finish(self, parsed_files)  # (the rows are in, the transaction not yet committed)
+        if len(calls) == 2:
+            raise KeyboardInterrupt if interrupt == "KeyboardInterrupt" else duckdb.InterruptException("INTERRUPT Error")
+
+    monkeypatch.setattr(Writer, "_finish", finish_then_interrupt)
+    code = cli.main(["ingest", *map(str, files), "--db", str(db_path)])
+    stderr = " ".join(capfd.readouterr().err.split())
+    assert code == 130
+    assert "Traceback" not in stderr
+    assert (f"interrupted: 1 file(s) ingested before it are kept; rolled back: {files[1].resolve()}; 1 file(s) not ingested"
+            in stderr)
+    assert query(db_path, "SELECT source_file FROM files") == [(str(files[0].resolve()),)]
+    assert scalar(db_path, "SELECT count(DISTINCT source_file) FROM decode_batches") == 1
+
+
+def test_a_named_unreadable_file_exits_1_after_the_rest(db_path):
+    """/proc/self/mem is a regular file that no read succeeds on (EIO, also as root)."""
+    result = run_cli("ingest", "/proc/self/mem", str(EAGLE), "--db", str(db_path))
+    assert result.returncode == 1
+    stderr = " ".join(result.stderr.split())
+    assert re.search(r"1 file\(s\) failed: /proc/\d+/mem: read error", stderr) and "Traceback" not in stderr
+    assert scalar(db_path, "SELECT count(*) FROM decode_batches") == 37
+
+
+def test_a_failed_file_exits_1_with_the_list(db_path, tmp_path, monkeypatch, capfd):
+    from speclogs import cli
+    from speclogs.store import layout
+
+    log = tmp_path / "x.log"
+    log.write_bytes(EAGLE.read_bytes())
+
+    def broken(self, table, frame, keys=None, **kwargs):
+        raise ValueError("cannot insert")
+
+    monkeypatch.setattr(layout.Layout, "insert", broken)
+    assert cli.main(["ingest", str(log), "--db", str(db_path)]) == 1
+    assert f"1 file(s) failed: {log.resolve()}: failed and rolled back (ValueError: cannot insert)" in \
+        " ".join(capfd.readouterr().err.split())

@@ -148,6 +148,8 @@ def ingest(
     if _wants_json(output_format, json_alias):
         typer.echo(summary.to_json())
     _render_ingest_summary(summary)
+    if summary.failed:
+        _print_error(f"{len(summary.failed):,} file(s) failed: " + "; ".join(summary.failed), None)
     if check_after and summary.source_files:
         from speclogs.store.check import check_database, check_lake
 
@@ -156,6 +158,8 @@ def ingest(
         _render_check(result, shown=10)
         if not result.ok:
             raise typer.Exit(1)
+    if summary.failed:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -484,14 +488,23 @@ def main(argv: list[str] | None = None) -> int:
     except SpeclogsError as error:
         _print_error(str(error), error.hint)
         return 1
-    except KeyboardInterrupt:
-        _print_error("interrupted", None)
+    except KeyboardInterrupt as interrupt:
+        _print_error(str(interrupt) or "interrupted", None)
         return 130
     except SystemExit as exit_:
         if exit_.code is None:
             return 0
+        if exit_.code == 130:  # typer turns Ctrl-C into a silent exit 130: say what it left
+            _print_error(_interrupt_message(exit_), None)
         return exit_.code if isinstance(exit_.code, int) else 1
     return 0
+
+
+def _interrupt_message(exit_: BaseException) -> str:
+    cause: BaseException | None = exit_
+    while cause is not None and not isinstance(cause, KeyboardInterrupt):
+        cause = cause.__cause__ or cause.__context__
+    return str(cause or "") or "interrupted"
 
 
 def _print_error(message: str, hint: str | None) -> None:

@@ -101,6 +101,7 @@ class Discovery:
     skipped: dict[str, int] = field(default_factory=dict)
     skipped_examples: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what discovery decided that a user should know (runs renamed apart)
+    named: frozenset[str] = frozenset()  # source_file of every file named itself (not found in a directory)
 
 
 class Sha256Job:
@@ -468,6 +469,7 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
     skipped: Counter[str] = Counter()
     examples: dict[str, str] = {}
     seen: set[str] = set()
+    named_files: set[str] = set()
     launch_dirs: dict[str, RunRef | None] = {}
 
     def skip(reason: str, where: str) -> None:
@@ -501,8 +503,10 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
         else:
             kind = kind_for_name(path.name) or "log"
             add(path, kind, _size(path))
+            named_files.add(str(path.resolve()))
     named, notes = _names_apart(files, known_runs or {})
-    return Discovery(files=tuple(named), skipped=dict(skipped), skipped_examples=examples, notes=tuple(notes))
+    return Discovery(files=tuple(named), skipped=dict(skipped), skipped_examples=examples, notes=tuple(notes),
+                     named=frozenset(named_files))
 
 
 def _mode(path: Path, argument: str) -> int:

@@ -53,6 +53,7 @@ class IngestSummary:
     runs: tuple[str, ...] = ()
     source_files: tuple[str, ...] = ()  # the files this call ingested (files.source_file)
     drift_notes: tuple[DriftNote, ...] = ()  # the drift view's rows for those files
+    failed: tuple[str, ...] = ()  # "source_file: why" for each file that failed (written nowhere) or, named, was unreadable
 
     @property
     def files_skipped(self) -> int:
@@ -75,6 +76,7 @@ class IngestSummary:
         data["warnings"] = list(self.warnings)
         data["runs"] = list(self.runs)
         data["source_files"] = list(self.source_files)
+        data["failed"] = list(self.failed)
         data["drift_notes"] = [asdict(note) for note in self.drift_notes]
         data["files_skipped"] = self.files_skipped
         data["parsed_pct"] = round(self.parsed_pct, 2)

@@ -40,7 +40,15 @@ import polars as pl
 
 import speclogs
 from speclogs.errors import SpeclogsError, StoreError
-from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, Batch, ParsedFile, Tally, first_line, run_pipeline
+from speclogs.ingest.pipeline import (
+    DEFAULT_CHUNK_BYTES,
+    Batch,
+    IngestInterrupted,
+    ParsedFile,
+    Tally,
+    first_line,
+    run_pipeline,
+)
 from speclogs.ingest.records import redacted
 from speclogs.ingest.sources import InputFile, discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
@@ -172,7 +180,7 @@ class LakeSink:
         except FAILURES as error:
             for part in own.result.parts:
                 (self.lake_dir / part["path"]).unlink(missing_ok=True)
-            tally.skip(f"failed and left out ({type(error).__name__}: {first_line(error)})", parsed.source_file)
+            tally.fail(f"failed and left out ({type(error).__name__}: {first_line(error)})", parsed.source_file)
             return
         parsed.seconds = time.perf_counter() - started
         self.result.parts.extend(own.result.parts)
@@ -295,7 +303,7 @@ def _failed(parsed: ParsedFile, tally: Tally) -> None:
     import sys
 
     error = sys.exc_info()[1]
-    tally.skip(f"failed and left out ({type(error).__name__}: {first_line(error)})", parsed.source_file)
+    tally.fail(f"failed and left out ({type(error).__name__}: {first_line(error)})", parsed.source_file)
 
 
 def _typed(table: str, frame: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
@@ -632,6 +640,10 @@ def ingest_lake(
                                  chunk_bytes=chunk_bytes)
             result = sink.finish()
             lake.commit(commit_id, [result], {"engine": "single process", "host": socket.gethostname()})
+        except KeyboardInterrupt:
+            shutil.rmtree(lake_dir / STAGING_DIR / commit_id, ignore_errors=True)
+            raise IngestInterrupted("interrupted: nothing of this call is in the lake (it commits once, at the end); "
+                                    "the lake is as it was") from None
         except BaseException:
             shutil.rmtree(lake_dir / STAGING_DIR / commit_id, ignore_errors=True)
             raise

@@ -103,6 +103,7 @@ class Writer:
         try:
             self._transaction(batch)
         except FAILURES as error:
+            _raise_interrupt(error)
             if len(batch.files) == 1:
                 self._failed(batch.files[0], error, tally)
                 return
@@ -110,6 +111,7 @@ class Writer:
                 try:
                     self._transaction(batch.of(index))
                 except FAILURES as error:
+                    _raise_interrupt(error)
                     self._failed(parsed, error, tally)
                 else:
                     tally.add(parsed)
@@ -128,7 +130,7 @@ class Writer:
                 self.layout.insert(table, self.layout.with_keys(table, frame, files))
             self._finish(batch.files)
             self._commit()
-        except FAILURES:
+        except (*FAILURES, KeyboardInterrupt):
             self._rollback()
             raise
 
@@ -143,7 +145,7 @@ class Writer:
                 f"cannot write {parsed.source_file} into {self.db_path}: No space left on device ({done}{stored})",
                 hint=NO_SPACE_HINT + " (what is stored is skipped as unchanged)",
             ) from error
-        tally.skip(f"failed and rolled back ({type(error).__name__}: {first_line(error)})", parsed.source_file)
+        tally.fail(f"failed and rolled back ({type(error).__name__}: {first_line(error)})", parsed.source_file)
 
     def _finish(self, files: list[ParsedFile]) -> None:
         """The files rows, launches rows and runs of some files (one statement each)."""
@@ -209,7 +211,7 @@ class Writer:
             self._finish([parsed])
             connection.execute("DELETE FROM _ingesting WHERE source_file = ?", [source_file])
             self._commit()
-        except FAILURES as error:
+        except (*FAILURES, KeyboardInterrupt) as error:
             stop.set()
             while parser.is_alive() or not frames.empty():  # let the parser see `stop` and finish
                 try:
@@ -217,7 +219,9 @@ class Writer:
                 except queue.Empty:
                     pass
             self._rollback()
-            self._failed(parsed, error, tally, rows_left=not self._remove_written(source_file))
+            rows_left = not self._remove_written(source_file)
+            _raise_interrupt(error)
+            self._failed(parsed, error, tally, rows_left=rows_left)
             return
         tally.add(parsed)
 
@@ -231,6 +235,14 @@ class Writer:
                                      "the next ingest removes them")
             return False
         return True
+
+
+def _raise_interrupt(error: BaseException) -> None:
+    """Ctrl-C is not a failed file: it ends the ingest (DuckDB reports it as an InterruptException)."""
+    if isinstance(error, KeyboardInterrupt):
+        raise error
+    if isinstance(error, duckdb.InterruptException):
+        raise KeyboardInterrupt from error
 
 
 class _Stopped(Exception):

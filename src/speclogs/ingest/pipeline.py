@@ -25,7 +25,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace as replace_field
 from typing import Protocol
 
 import polars as pl
@@ -40,12 +40,14 @@ from speclogs.ingest.records import ChunkFiles, ChunkResult, FileTally, assemble
 from speclogs.ingest.requests import RequestLog, parse_request_export, read_request_lines, with_bench_serving_requests
 from speclogs.ingest.sources import (
     STDIN_NAME,
+    STDIN_RUN,
     STREAM_MIN_BYTES,
     Discovery,
     InputFile,
     LogStream,
     RawInput,
     read_input,
+    run_id_for,
     tapered_bytes,
 )
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
@@ -354,6 +356,9 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
     source_file = item.source_file
     if item.path is None and raw.sha256:
         source_file = f"{STDIN_NAME[:-1]}:{raw.sha256[:12]}>"
+        if item.run.run_name == STDIN_RUN:  # no --run-name: each text piped in is a run of its own
+            name = f"{STDIN_RUN}-{raw.sha256[:8]}"
+            item = replace_field(item, run=replace_field(item.run, run_id=run_id_for(f"stdin:{name}"), run_name=name))
     for warning in raw.warnings:
         tally.warnings.append(f"{source_file}: {warning}")
     if raw.skipped_reason is not None:

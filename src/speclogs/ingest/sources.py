@@ -14,6 +14,7 @@ import errno
 import hashlib
 import io
 import os
+import re
 import stat
 import sys
 import threading
@@ -28,6 +29,7 @@ from speclogs.ingest import native
 from speclogs.runrecord import FILE_NAME as RUN_JSON_NAME, read_run_json
 
 STDIN_NAME = "<stdin>"
+STDIN_RUN = "stdin"  # the run of text piped in without --run-name (named apart by its content once read)
 
 # File kinds and the names that select them inside a directory (explicitly named files are always read).
 LOG_SUFFIXES = (".log", ".txt", ".out", ".log.gz", ".txt.gz", ".out.gz")
@@ -489,7 +491,7 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
             if STDIN_NAME in seen:
                 continue
             seen.add(STDIN_NAME)
-            name = run_name or "stdin"
+            name = run_name or STDIN_RUN
             run = RunRef(run_id=run_id_for(f"stdin:{name}"), run_name=name, source_dir=None)
             files.append(InputFile(source_file=STDIN_NAME, kind="log", run=run, path=None, size_bytes=0))
             continue
@@ -653,7 +655,8 @@ def read_input(item: InputFile) -> RawInput:
     """Read one input's bytes: gunzip, refuse binary files, make the text valid UTF-8. Never raises for a bad file.
     A big log (plain, or gzip) is not read here: it comes back as a LogStream."""
     warnings: list[str] = []
-    if item.path is not None and item.kind == "log" and item.size_bytes * GZIP_TEXT_RATIO >= STREAM_MIN_BYTES:
+    if (item.path is not None and item.kind == "log" and item.size_bytes * GZIP_TEXT_RATIO >= STREAM_MIN_BYTES
+            and not _wide_encoding(item.path)):
         streamed = _streamed(item.path, item.size_bytes)
         if streamed is not None:
             return streamed
@@ -682,6 +685,12 @@ def read_input(item: InputFile) -> RawInput:
             return RawInput(data=b"", digest=sha256, size_bytes=size, skipped_reason=text.skip_reason())
         if text.problem:
             warnings.append(text.problem)
+        raw, dropped = cut_garbled(raw, text.reason)
+        if dropped:
+            warnings.append(f"{dropped:,} garbled line(s) after the corrupt gzip data dropped (not stored)")
+    raw, encoding = _utf8_from_bom(raw)
+    if encoding is not None:
+        warnings.append(f"decoded from {encoding} (byte order mark)")
     binary = binary_reason(raw[:BINARY_PROBE_BYTES])
     if binary is not None:
         return RawInput(data=b"", digest=sha256, size_bytes=size, skipped_reason=binary, warnings=tuple(warnings))
@@ -727,6 +736,56 @@ def _skipped(reason: str) -> RawInput:
 
 BINARY_NON_TEXT_SHARE = 0.3  # a file whose first block is this much NUL, control bytes or invalid UTF-8 is binary
 _TEXT_BYTES = bytes([9, 10, 12, 13, 27, 8]) + bytes(range(32, 127)) + bytes(range(128, 256))  # 0x80-0xFF: judged as UTF-8
+
+
+# Byte order marks of the encodings a Windows tool writes a log in (PowerShell's `>` writes UTF-16 LE): the longer first.
+_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32-LE"), (codecs.BOM_UTF32_BE, "UTF-32-BE"), (codecs.BOM_UTF16_LE, "UTF-16-LE"),
+         (codecs.BOM_UTF16_BE, "UTF-16-BE"))
+
+
+def _utf8_from_bom(raw: bytes) -> tuple[bytes, str | None]:
+    """`raw` as UTF-8 when it starts with a UTF-16 / UTF-32 byte order mark (→ the encoding it was in), else as it is."""
+    for bom, encoding in _BOMS:
+        if raw.startswith(bom):
+            return raw[len(bom):].decode(encoding, "replace").encode("utf-8"), encoding
+    return raw, None
+
+
+def _wide_encoding(path: Path) -> bool:
+    """Whether a file starts with a UTF-16 / UTF-32 byte order mark (read whole, to be decoded, not streamed)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+    except OSError:
+        return False
+    return any(head.startswith(bom) for bom, _ in _BOMS)
+
+
+_NOT_TEXT = re.compile(rb"[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f\x7f]")
+# How far back from where zlib found a deflate stream broken its output may already be garbage: a damaged block
+# decodes to wrong text until a code cannot be (measured on flipped bytes: 50–250 bytes before the error).
+GARBLED_BYTES = 1024
+
+
+def cut_garbled(text: bytes, reason: str | None) -> tuple[bytes, int]:
+    """Text decompressed from a corrupt gzip without what may be garbage → (kept text, lines dropped): the lines
+    within GARBLED_BYTES of where the deflate data broke (`reason`, zlib's), and from the first line with a byte no
+    log line has (a control byte or invalid UTF-8). A checksum that does not match says nothing of where the damage
+    is: nothing is cut for it."""
+    if reason is None or reason == "truncated" or reason in _CHECKSUM_REASONS:
+        return text, 0
+    first_bad = max(0, len(text) - GARBLED_BYTES)
+    found = _NOT_TEXT.search(text, 0, first_bad)
+    first_bad = found.start() if found else first_bad
+    try:
+        text[:first_bad].decode("utf-8")
+    except UnicodeDecodeError as error:
+        first_bad = error.start
+    cut = text.rfind(b"\n", 0, first_bad) + 1
+    dropped = text[cut:]
+    if not dropped:
+        return text, 0
+    return text[:cut], dropped.count(b"\n") + (0 if dropped.endswith(b"\n") else 1)
 
 
 def binary_reason(head: bytes) -> str | None:

@@ -18,7 +18,8 @@ the other nodes connect to it, serve no HTTP, and wait for SIGTERM.
 
 Playing an arm with known throughput: --tok-s R makes /generate take max_new_tokens / rate seconds, rate =
 R × (a launch factor exp N(0, --launch-cv), drawn once at start) × exp N(0, --request-cv) per request, and log it as
-the decode line's gen throughput. The draws are seeded by --noise-seed and the launch's directory (the launcher's
+the decode line's gen throughput and its meta_info.e2e_latency as max_new_tokens / rate (simulated time: what the
+launcher measures does not depend on how busy the machine is). The draws are seeded by --noise-seed and the launch's directory (the launcher's
 DIR/<cell>/<launch>/server.log is this process's stdout), so every launch of a plan differs, reproducibly.
 """
 
@@ -237,9 +238,11 @@ def main() -> None:
             time.sleep(args.generate_delay)
             n_new = payload.get("sampling_params", {}).get("max_new_tokens", 16)
             rate = 521.29
+            simulated_s = None  # an arm of known throughput: the request's time as simulated, not as the clock ran
             if args.tok_s is not None:
                 rate = args.tok_s * launch_factor * math.exp(rng.gauss(0.0, args.request_cv))
-                time.sleep(max(0.0, n_new / rate - (time.perf_counter() - started_req)))
+                simulated_s = n_new / rate
+                time.sleep(max(0.0, simulated_s - (time.perf_counter() - started_req)))
             prompt = payload.get("input_ids") or list(range(len(payload.get("text", "x").split())))
             log(f"Prefill batch, #new-seq: 1, #new-token: {len(prompt)}, #cached-token: 0, token usage: 0.00, "
                 "#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 71.81",
@@ -256,7 +259,7 @@ def main() -> None:
                     f"cuda graph: True, gen throughput (token/s): {throughput}, #queue-req: 0{occupancy}", "TP0")
             meta = {"id": rid, "finish_reason": {"type": "length", "length": n_new},
                     "prompt_tokens": len(prompt), "completion_tokens": n_new, "cached_tokens": 0,
-                    "e2e_latency": time.perf_counter() - started_req}
+                    "e2e_latency": simulated_s if simulated_s is not None else time.perf_counter() - started_req}
             if spec:
                 meta.update({"spec_accept_rate": 0.2, "spec_accept_length": n_new / verify_ct, "spec_verify_ct": verify_ct,
                              "spec_num_correct_drafts": n_new - verify_ct, "spec_num_proposed_drafts": 5 * verify_ct,

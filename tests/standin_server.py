@@ -5,7 +5,8 @@ answers /health 503 for --ready-after seconds then 200, /generate with output_id
 Flags it does not know are printed in its ServerArgs line like SGLang's (`--add-bos-token` → `add_bos_token=True`);
 --print-line TEXT prints TEXT as a log line.
 Fault switches: --die-after S (exit 3 during start), --never-ready, --hang-on-sigterm, --generate-status CODE,
---generate-delay S, --spawn-child (a child process in the same group, like SGLang's schedulers), --metrics-status CODE.
+--generate-delay S, --spawn-child (a child process in the same group, like SGLang's schedulers), --spawn-daemon (one
+that double-forks out of the group and session), --metrics-status CODE.
 SGLang's own signals, modelled on SGLang 0.5.14's real output (fixtures/h200-sglang-0.5.14-metrics): --enable-metrics
 serves GET /metrics (Prometheus text: generation tokens and verify calls counted per finished request, spec gauges, and
 with SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 forward_execution_seconds_total per category); --export-metrics-to-file
@@ -19,8 +20,9 @@ the other nodes connect to it, serve no HTTP, and wait for SIGTERM.
 Playing an arm with known throughput: --tok-s R makes /generate take max_new_tokens / rate seconds, rate =
 R × (a launch factor exp N(0, --launch-cv), drawn once at start) × exp N(0, --request-cv) per request, and log it as
 the decode line's gen throughput and its meta_info.e2e_latency as max_new_tokens / rate (simulated time: what the
-launcher measures does not depend on how busy the machine is). The draws are seeded by --noise-seed and the launch's directory (the launcher's
-DIR/<cell>/<launch>/server.log is this process's stdout), so every launch of a plan differs, reproducibly.
+launcher measures does not depend on how busy the machine is). The draws are seeded by --noise-seed and the launch's
+directory (the launcher's DIR/<cell>/<launch>/server.log is this process's stdout), so every launch of a plan differs,
+reproducibly.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--generate-status", type=int, default=200)
     parser.add_argument("--generate-delay", type=float, default=0.0)
     parser.add_argument("--spawn-child", action="store_true")
+    parser.add_argument("--spawn-daemon", action="store_true")
     parser.add_argument("--print-env", action="append", default=[])
     parser.add_argument("--print-line", action="append", default=[])
     parser.add_argument("--tok-s", type=float, default=None)
@@ -105,6 +108,19 @@ def _field(value: str) -> str:
         return repr(value)
 
 
+# A helper that leaves the server's process group the way daemons do: fork, setsid, fork; the first child exits.
+DAEMON = """
+import os, sys, time
+if os.fork():
+    sys.exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+print(f"daemon pid={os.getpid()}", flush=True)
+time.sleep(600)
+"""
+
+
 def launch_rng(seed: int) -> random.Random:
     """Seeded by the launch: the directory of the log file that stdout points at (<cell>/<launch>)."""
     try:
@@ -134,6 +150,8 @@ def main() -> None:
     if args.spawn_child:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         log(f"scheduler child pid={child.pid}", "TP0")
+    if args.spawn_daemon:  # double fork into a session of its own: no longer in the server's process group
+        subprocess.run([sys.executable, "-c", DAEMON], check=True)
     for rank in range(args.tp):
         log("Load weight begin. avail mem=138.31 GB", f"TP{rank}")
         log("Load weight end. elapsed=0.22 s, type=LlamaForCausalLM, avail mem=137.60 GB, mem usage=0.71 GB.", f"TP{rank}")

@@ -5,8 +5,9 @@ Log lines, file names, run names and SQL values are full of brackets and colons 
 markup (`[rank1]:[W1130 10:19:01]` loses its `[rank1]`), emoji codes (`uvicorn.toml:100:` becomes 💯) or
 highlighting, and a file name may hold an ANSI escape that would recolour or rewrite the terminal. Every console
 speclogs prints to comes from `make_console` (markup, emoji and highlighting off, control characters shown as their
-Unicode pictures: ESC as ␛), and every renderer that may be handed someone else's console wraps its strings with
-`plain` (a `Text`, which rich never parses, its control characters shown the same way).
+Unicode pictures: ESC as ␛; secrets redacted, the terminal's door of speclogs.redact's scan), and every renderer
+that may be handed someone else's console wraps its strings with `plain` (a `Text`, which rich never parses, shown
+the same way).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from speclogs.redact import redact_text
+
 # C0 controls but newline and tab, and DEL, → their Unicode control pictures (one character each, so a Text's styles
 # stay where they were); C1 controls → U+FFFD.
 _CONTROL_PICTURES = {code: 0x2400 + code for code in range(32) if code not in (9, 10)}
@@ -23,8 +26,9 @@ _CONTROL_PICTURES |= {0x7F: 0x2421, **{code: 0xFFFD for code in range(0x80, 0xA0
 
 
 def escaped(text: str) -> str:
-    """`text` with every control character (but newline and tab) shown as a visible character."""
-    return text.translate(_CONTROL_PICTURES)
+    """`text` as it may reach a terminal: secrets redacted (speclogs.redact), every control character (but newline
+    and tab) shown as a visible character."""
+    return redact_text(text).translate(_CONTROL_PICTURES)
 
 
 class _Console(Console):
@@ -40,9 +44,12 @@ class _Console(Console):
 def _visible(item: Any) -> Any:
     if isinstance(item, str):
         return escaped(item)
-    if isinstance(item, Text) and escaped(item.plain) != item.plain:
-        item = item.copy()
-        item.plain = escaped(item.plain)
+    if isinstance(item, Text) and (shown := escaped(item.plain)) != item.plain:
+        if len(shown) == len(item.plain):  # control characters only: the styles stay where they were
+            item = item.copy()
+            item.plain = shown
+        else:
+            item = Text(shown, style=item.style)
     return item
 
 

@@ -305,9 +305,9 @@ def _store_error(path: Path, error: duckdb.Error) -> StoreError:
     message = str(error)
     if "lock" in message.lower():
         found = _LOCK_PID.search(message)
-        holder = _process(found.group(1)) if found else "another process"
+        holder = _process(found.group(1)) if found else "pid unknown"
         return StoreError(
-            f"{path} is being written by {holder}",
+            f"{path} is being written by another process: {holder}",
             hint="wait for it to finish (each file is one transaction), or use another --db file",
         )
     hint = NO_SPACE_HINT if no_space_left(error) else "check the path and its permissions"

@@ -248,6 +248,9 @@ def test_harmless_settings_are_kept_and_compared(launched):
                     ("open_1", "add_bos_token", "True"),
                     ("open_1", "bucket_time_to_first_token", "[0.2, 0.5]"),
                     ("open_1", "kt_max_deferred_experts_per_token", "8")]
-    for fmt in ("report terminal", "report json", "report md"):
-        for name in ("kt_max_deferred_experts_per_token", "bucket_time_to_first_token"):
+    warnings = json.loads(launched["reports"]["report json"])["warnings"]
+    differing = [json.dumps(w) for w in warnings if "kt_max_deferred_experts_per_token" in json.dumps(w)]
+    assert differing and "bucket_time_to_first_token" in differing[0] and "add_bos_token" in differing[0], warnings
+    for fmt in ("report terminal", "report md"):
+        for name in ("kt_max_deferred_experts_per_token", "bucket_time_to_first_token", "add_bos_token"):
             assert name in launched["reports"][fmt], (fmt, name)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from speclogs.redact import redact_json
+
 
 @dataclass(frozen=True)
 class ProgressEvent:
@@ -86,4 +88,4 @@ class IngestSummary:
         return data
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+        return json.dumps(redact_json(self.to_dict()), indent=2)

@@ -17,7 +17,7 @@ import duckdb
 import pytest
 
 from speclogs.launcher.runinfo import NOT_RECORDED, build_env
-from speclogs.redact import REDACTED, redact_argv, redact_env, redact_text, secret_name
+from speclogs.redact import REDACTED, redact, redact_argv, redact_env, redact_text, secret_name
 
 ROOT = Path(__file__).resolve().parent.parent
 STANDIN = ROOT / "tests" / "standin_server.py"
@@ -189,6 +189,9 @@ def test_values_and_flags():
         ["--api-key", REDACTED, f"--admin-password={REDACTED}", "--ssl-keyfile", "/k.pem", "--speculative-token-map",
          "/m.pt", "--max-total-tokens", "4096"]
     assert redact_env({"NO_PROXY": "localhost", "X": "https://u:p@h"}) == {"NO_PROXY": "localhost", "X": f"https://{REDACTED}@h"}
+    # JSON text (an argv or env column): by its keys and as a command line
+    assert redact('["--api-key", "plainvalue", "--port", "1"]') == f'["--api-key", "{REDACTED}", "--port", "1"]'
+    assert json.loads(redact('{"HF_TOKEN": "abc", "add_bos_token": true}')) == {"HF_TOKEN": REDACTED, "add_bos_token": True}
 
 
 def test_proxies_inherited_only_when_named():
@@ -206,11 +209,20 @@ SECRET_LINES = [
     "fetch https://u:p@h/x", "token hf_abcdefghijklmnopqrstuvwx", "AWS_SECRET_ACCESS_KEY=xyz", "x.authorization=yz",
     "MYSQL_PWD=pw", "GH_PAT=ghp_abc", "SENTRY_DSN=https://k@o.ingest/1", "session_cookie='c'", "apiKey=abc",
     "run --apiKey=y", "{\"ApiKey\": \"v\"}", "HF_Token=abc",
+    "Password: hunter2", "X-Api-Key: abc", "aws_secret_access_key = wJalr", "password: pw", "hf_token: abc",
+    """cfg='{"aws_secret_access_key": "wJalr"}'""", '"{\\"aws_secret_access_key\\": \\"wJalr\\"}"',
+    "AWS_ACCESS_KEY_ID=abc",
+]
+HARMLESS_LINES = [
+    "Prefill batch, #new-seq: 1, #new-token: 3, #cached-token: 0, token usage: 0.00, #running-req: 0",
+    "Decode batch, #running-req: 1, #token: 532, token usage: 0.00, accept len: 2.81",
+    "ServerArgs(add_bos_token=True, kt_max_deferred_experts_per_token=4, bucket_time_to_first_token=[0.1, 0.5], "
+    "eos_token=2, cache_key='k', sort_key=3, num_pass=2)",
 ]
 
 
 def test_cheap_test_finds_every_line_redact_changes():
-    """redact_line looks only at lines the cheap SUSPECT test picks: every line whose redaction changes something must
+    """redact_text looks only at lines the cheap SUSPECT test picks: every line whose redaction changes something must
     be one of them (planted lines and every fixture and excerpt line), while a line's plain "tokens" is not."""
     from speclogs.redact import SUSPECT, _redact_secrets
 
@@ -221,6 +233,7 @@ def test_cheap_test_finds_every_line_redact_changes():
     changed = [line for line in lines if _redact_secrets(line) != line]
     assert set(SECRET_LINES) <= set(changed)
     assert [line for line in changed if not SUSPECT.search(line)] == []
+    assert [line for line in HARMLESS_LINES if _redact_secrets(line) != line] == []
     for harmless in ("KV Cache is allocated. #tokens: 800000", "{'max_new_tokens': 47, 'prompt_tokens': 5}",
                      "Requested token count exceeds the model's maximum context length", "max_total_num_tokens=800000"):
         assert not SUSPECT.search(harmless)

@@ -184,8 +184,6 @@ def redact_text(text: str) -> str:
     return _redact_secrets(text)
 
 
-redact_line = redact_text  # a log line as speclogs keeps it
-
 
 def _redact_secrets(text: str) -> str:
     def assignment(m: re.Match) -> str:

@@ -40,15 +40,7 @@ import polars as pl
 
 import speclogs
 from speclogs.errors import SpeclogsError, StoreError
-from speclogs.ingest.pipeline import (
-    DEFAULT_CHUNK_BYTES,
-    Batch,
-    IngestInterrupted,
-    ParsedFile,
-    Tally,
-    first_line,
-    run_pipeline,
-)
+from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, Batch, IngestInterrupted, ParsedFile, Tally, first_line, run_pipeline
 from speclogs.ingest.records import redacted
 from speclogs.ingest.sources import InputFile, discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent

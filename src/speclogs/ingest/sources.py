@@ -14,7 +14,6 @@ import errno
 import hashlib
 import io
 import os
-import re
 import stat
 import sys
 import threading
@@ -178,8 +177,10 @@ class GzipText:
 
     Where the gzip data stops being readable (corrupt, or the file cut short) the text ends: what decompressed before
     is kept to the last byte (a block that fails is decompressed again in small steps from a copy of the state before
-    it), `problem` says where it stopped, `reason` why, and the rest of the file is still hashed. Bytes after the last
-    member that are not gzip are ignored, as gzip(1) does, and `problem` says how many."""
+    it), `problem` says where it stopped, `reason` why, and the rest of the file is still hashed. Where the deflate data
+    broke, what decompressed just before may already be garbage: the last GARBLED_BYTES of text are held back until
+    more text follows them, and at a break the lines they touch are dropped (counted in `problem`). Bytes after the
+    last member that are not gzip are ignored, as gzip(1) does, and `problem` says how many."""
 
     def __init__(self, handle, digest=None) -> None:
         self._handle = handle
@@ -187,6 +188,7 @@ class GzipText:
         self._decompressor = zlib.decompressobj(_GZIP_WBITS)
         self._input = b""  # compressed bytes read, not decompressed yet
         self._unread: bytes | memoryview = b""  # text given back (unread), read again first
+        self._held = b""  # text decompressed, not given yet: the last GARBLED_BYTES (see the class docstring)
         self._ended = False
         self.disk_bytes = 0  # bytes read from the file
         self.text_bytes = 0  # bytes of text decompressed
@@ -198,11 +200,30 @@ class GzipText:
         pieces = [self._unread] if self._unread else []
         have = len(self._unread)
         self._unread = b""
-        while have < size and not self._ended:
-            piece = self._next(size - have)
+        while have < size and (self._held or not self._ended):
+            while not self._ended and len(self._held) <= GARBLED_BYTES + size - have:
+                self._held += self._next(GARBLED_BYTES + size - have - len(self._held) + 1)
+            if self._ended:
+                piece, self._held = self._without_garbage(self._held), b""
+            else:
+                piece, self._held = self._held[: size - have], self._held[size - have:]
             pieces.append(piece)
             have += len(piece)
+        if not pieces:
+            return b""
         return pieces[0] if len(pieces) == 1 and isinstance(pieces[0], bytes) else native.joined(pieces)
+
+    def _without_garbage(self, tail: bytes) -> bytes:
+        """The text's last bytes, without the lines within GARBLED_BYTES of where the deflate data broke (a checksum
+        that fails and a file cut short say nothing of where the damage is: nothing is dropped for them)."""
+        if self.reason is None or self.reason == "truncated" or self.reason in _CHECKSUM_REASONS:
+            return tail
+        cut = tail.rfind(b"\n", 0, max(0, len(tail) - GARBLED_BYTES)) + 1
+        dropped = tail[cut:]
+        if dropped:
+            lines = dropped.count(b"\n") + (0 if dropped.endswith(b"\n") else 1)
+            self.problem = f"{self.problem}; {lines:,} line(s) decompressed just before the break dropped (may be garbled)"
+        return tail[:cut]
 
     def unread(self, tail: memoryview) -> None:
         """`tail`, the end of the last block, is the start of the next read (kept: a gzip cannot seek back)."""
@@ -218,7 +239,7 @@ class GzipText:
         """About how much text is left (at the ratio of text to gzip so far)."""
         consumed = self.disk_bytes - len(self._input)
         if self._ended:
-            return len(self._unread)
+            return len(self._unread) + len(self._held)
         if consumed <= 0 or not self.text_bytes:
             return size_bytes * GZIP_TEXT_RATIO
         return (size_bytes - consumed) * self.text_bytes // consumed
@@ -685,9 +706,6 @@ def read_input(item: InputFile) -> RawInput:
             return RawInput(data=b"", digest=sha256, size_bytes=size, skipped_reason=text.skip_reason())
         if text.problem:
             warnings.append(text.problem)
-        raw, dropped = cut_garbled(raw, text.reason)
-        if dropped:
-            warnings.append(f"{dropped:,} garbled line(s) after the corrupt gzip data dropped (not stored)")
     raw, encoding = _utf8_from_bom(raw)
     if encoding is not None:
         warnings.append(f"decoded from {encoding} (byte order mark)")
@@ -761,31 +779,9 @@ def _wide_encoding(path: Path) -> bool:
     return any(head.startswith(bom) for bom, _ in _BOMS)
 
 
-_NOT_TEXT = re.compile(rb"[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f\x7f]")
 # How far back from where zlib found a deflate stream broken its output may already be garbage: a damaged block
 # decodes to wrong text until a code cannot be (measured on flipped bytes: 50–250 bytes before the error).
 GARBLED_BYTES = 1024
-
-
-def cut_garbled(text: bytes, reason: str | None) -> tuple[bytes, int]:
-    """Text decompressed from a corrupt gzip without what may be garbage → (kept text, lines dropped): the lines
-    within GARBLED_BYTES of where the deflate data broke (`reason`, zlib's), and from the first line with a byte no
-    log line has (a control byte or invalid UTF-8). A checksum that does not match says nothing of where the damage
-    is: nothing is cut for it."""
-    if reason is None or reason == "truncated" or reason in _CHECKSUM_REASONS:
-        return text, 0
-    first_bad = max(0, len(text) - GARBLED_BYTES)
-    found = _NOT_TEXT.search(text, 0, first_bad)
-    first_bad = found.start() if found else first_bad
-    try:
-        text[:first_bad].decode("utf-8")
-    except UnicodeDecodeError as error:
-        first_bad = error.start
-    cut = text.rfind(b"\n", 0, first_bad) + 1
-    dropped = text[cut:]
-    if not dropped:
-        return text, 0
-    return text[:cut], dropped.count(b"\n") + (0 if dropped.endswith(b"\n") else 1)
 
 
 def binary_reason(head: bytes) -> str | None:

@@ -166,13 +166,16 @@ def test_database_has_no_secret_anywhere(launched):
 
 
 @pytest.mark.parametrize("name", ["HF_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "MYSQL_PWD", "GH_PAT", "SENTRY_DSN",
-                                  "api_key", "admin_api_key", "DB_PASSWORD_FILE", "AWS_SESSION_TOKEN"])
+                                  "api_key", "admin_api_key", "DB_PASSWORD_FILE", "AWS_SESSION_TOKEN", "hf_token",
+                                  "aws_access_key_id", "ssl_keyfile_password", "X-Api-Key", "apiKey"])
 def test_secret_names(name):
     assert secret_name(name)
 
 
 @pytest.mark.parametrize("name", ["TOKENIZERS_PARALLELISM", "NCCL_IB_PKEY", "TIKTOKEN_CACHE_DIR", "speculative_token_map",
-                                  "max_total_tokens", "PWD", "OLDPWD", "PATH", "SSH_AUTH_SOCK", "DATABASE_URL"])
+                                  "max_total_tokens", "PWD", "OLDPWD", "PATH", "SSH_AUTH_SOCK", "DATABASE_URL",
+                                  "add_bos_token", "kt_max_deferred_experts_per_token", "bucket_time_to_first_token",
+                                  "eos_token", "cache_key", "sort_key", "num_pass", "file_key", "ssl_keyfile"])
 def test_harmless_names(name):
     assert not secret_name(name)
 

@@ -36,11 +36,12 @@ SECRET_LAST_WORDS = frozenset({
 SECRET_WORDS = frozenset({"SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS"})
 # A word before the last that makes TOKEN / KEY / PASS a count, a kind of token or a lookup key, as in SGLang's
 # ServerArgs and sampling parameters (kt_max_deferred_experts_per_token, bucket_time_to_first_token, add_bos_token,
-# eos_token, cache_key, sort_key, routing_key, num_pass, forward_pass) …
+# eos_token, cache_key, sort_key, routing_key, num_pass, forward_pass) and speclogs' own columns (file_key) …
 NOT_SECRET_QUALIFIERS = frozenset({
     "PER", "FIRST", "LAST", "NEXT", "BOS", "EOS", "PAD", "UNK", "SEP", "CLS", "MASK", "SPECIAL", "STOP", "START", "END",
     "IMAGE", "VIDEO", "AUDIO", "CACHE", "SORT", "ROUTING", "EXTRA", "PAIR", "PARTITION", "PRIMARY", "SHARD", "HASH",
-    "GROUP", "NUM", "FORWARD", "BACKWARD", "DRAFT", "VERIFY", "MULTI", "SINGLE",
+    "GROUP", "NUM", "FORWARD", "BACKWARD", "DRAFT", "VERIFY", "MULTI", "SINGLE", "FILE", "LAUNCH", "ROW", "JOIN", "LOOKUP",
+    "INDEX",
 })
 # … and whole names that have a secret word but are not secrets (the working directory is not a password).
 NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})

@@ -556,3 +556,30 @@ def test_control_characters_in_a_file_name_are_shown_escaped(db_path, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "\x1b" not in result.stderr and "\x07" not in result.stderr
     assert "evil\u241b[2Jname" in "".join(result.stderr.split())  # (rich itself drops BEL)
+
+
+def test_ctrl_c_on_the_parser_thread_of_a_streamed_log_is_not_a_short_file(db_path, tmp_path, monkeypatch, capfd):
+    """polars may raise Ctrl-C's KeyboardInterrupt on the thread that parses a big log: the log is rolled back (not
+    stored as if it ended there) and the ingest exits 130."""
+    from speclogs import cli
+    from speclogs.ingest import pipeline, sources
+
+    log = tmp_path / "big.log"
+    log.write_bytes(EAGLE.read_bytes() * 4)
+    monkeypatch.setattr(sources, "STREAM_MIN_BYTES", 1024)
+    monkeypatch.setattr(pipeline, "DEFAULT_CHUNK_BYTES", 8192)
+    assemble, calls = pipeline._assemble_chunk, []
+
+    def interrupted_on_the_second_chunk(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return assemble(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "_assemble_chunk", interrupted_on_the_second_chunk)
+    code = cli.main(["ingest", str(log), "--db", str(db_path)])
+    stderr = " ".join(capfd.readouterr().err.split())
+    assert code == 130 and "Traceback" not in stderr
+    assert f"rolled back: {log.resolve()}" in stderr
+    assert scalar(db_path, "SELECT count(*) FROM files") == 0
+    assert scalar(db_path, "SELECT count(*) FROM decode_batches") == 0

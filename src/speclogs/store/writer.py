@@ -179,7 +179,7 @@ class Writer:
                 produce(emit)
             except _Stopped:
                 pass
-            except FAILURES as error:
+            except (*FAILURES, KeyboardInterrupt) as error:  # (polars may raise Ctrl-C on this thread)
                 failures.append(error)
             finally:
                 frames.put(None)

@@ -2,8 +2,11 @@
 
 It accepts SGLang's flags (ignores the ones it does not use), prints SGLang-0.5.14-format log lines to stdout,
 answers /health 503 for --ready-after seconds then 200, /generate with output_ids + meta_info, and drains on SIGTERM.
+Flags it does not know are printed in its ServerArgs line like SGLang's (`--add-bos-token` → `add_bos_token=True`);
+--print-line TEXT prints TEXT as a log line.
 Fault switches: --die-after S (exit 3 during start), --never-ready, --hang-on-sigterm, --generate-status CODE,
---generate-delay S, --spawn-child (a child process in the same group, like SGLang's schedulers), --metrics-status CODE.
+--generate-delay S, --spawn-child (a child process in the same group, like SGLang's schedulers), --spawn-daemon (one
+that double-forks out of the group and session), --metrics-status CODE.
 SGLang's own signals, modelled on SGLang 0.5.14's real output (fixtures/h200-sglang-0.5.14-metrics): --enable-metrics
 serves GET /metrics (Prometheus text: generation tokens and verify calls counted per finished request, spec gauges, and
 with SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 forward_execution_seconds_total per category); --export-metrics-to-file
@@ -16,8 +19,10 @@ the other nodes connect to it, serve no HTTP, and wait for SIGTERM.
 
 Playing an arm with known throughput: --tok-s R makes /generate take max_new_tokens / rate seconds, rate =
 R × (a launch factor exp N(0, --launch-cv), drawn once at start) × exp N(0, --request-cv) per request, and log it as
-the decode line's gen throughput. The draws are seeded by --noise-seed and the launch's directory (the launcher's
-DIR/<cell>/<launch>/server.log is this process's stdout), so every launch of a plan differs, reproducibly.
+the decode line's gen throughput and its meta_info.e2e_latency as max_new_tokens / rate (simulated time: what the
+launcher measures does not depend on how busy the machine is). The draws are seeded by --noise-seed and the launch's
+directory (the launcher's DIR/<cell>/<launch>/server.log is this process's stdout), so every launch of a plan differs,
+reproducibly.
 """
 
 from __future__ import annotations
@@ -58,7 +63,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--generate-status", type=int, default=200)
     parser.add_argument("--generate-delay", type=float, default=0.0)
     parser.add_argument("--spawn-child", action="store_true")
+    parser.add_argument("--spawn-daemon", action="store_true")
     parser.add_argument("--print-env", action="append", default=[])
+    parser.add_argument("--print-line", action="append", default=[])
     parser.add_argument("--tok-s", type=float, default=None)
     parser.add_argument("--launch-cv", type=float, default=0.0)
     parser.add_argument("--request-cv", type=float, default=0.0)
@@ -72,8 +79,46 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--nnodes", type=int, default=1)
     parser.add_argument("--node-rank", type=int, default=0)
     parser.add_argument("--dist-init-addr", default=None)
-    args, _unknown = parser.parse_known_args()
+    args, unknown = parser.parse_known_args()
+    args.server_args = other_server_args(unknown)
     return args
+
+
+def other_server_args(unknown: list[str]) -> str:
+    """The flags the stand-in does not use, as SGLang prints them in ServerArgs(…): `, name=value` each."""
+    fields, name = [], None
+    for part in [*unknown, "--"]:
+        if part.startswith("--"):
+            if name:
+                fields.append(f"{name}=True")
+            name, _, value = part[2:].replace("-", "_").partition("=")
+            if value:
+                fields.append(f"{name}={_field(value)}")
+                name = None
+        elif name:
+            fields.append(f"{name}={_field(part)}")
+            name = None
+    return "".join(f", {field}" for field in fields)
+
+
+def _field(value: str) -> str:
+    try:
+        return repr(json.loads(value)) if value[:1] in "[-0123456789" or value in ("true", "false") else repr(value)
+    except ValueError:
+        return repr(value)
+
+
+# A helper that leaves the server's process group the way daemons do: fork, setsid, fork; the first child exits.
+DAEMON = """
+import os, sys, time
+if os.fork():
+    sys.exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+print(f"daemon pid={os.getpid()}", flush=True)
+time.sleep(600)
+"""
 
 
 def launch_rng(seed: int) -> random.Random:
@@ -94,15 +139,19 @@ def main() -> None:
     spec = args.speculative_algorithm
     log(f"server_args=ServerArgs(model_path='{args.model_path}', tokenizer_path='{args.model_path}', "
         f"skip_tokenizer_init=True, host='{args.host}', port={args.port}, tp_size={args.tp}, "
-        f"speculative_algorithm={spec!r}, api_key={args.api_key!r})")
+        f"speculative_algorithm={spec!r}, api_key={args.api_key!r}{args.server_args})")
     for name in args.print_env:
         log(f"env {name}={os.environ.get(name, '<unset>')}")
+    for line in args.print_line:
+        log(line)
     for rank in range(args.tp):
         log("Init torch distributed begin.", f"TP{rank}")
     child = None
     if args.spawn_child:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         log(f"scheduler child pid={child.pid}", "TP0")
+    if args.spawn_daemon:  # double fork into a session of its own: no longer in the server's process group
+        subprocess.run([sys.executable, "-c", DAEMON], check=True)
     for rank in range(args.tp):
         log("Load weight begin. avail mem=138.31 GB", f"TP{rank}")
         log("Load weight end. elapsed=0.22 s, type=LlamaForCausalLM, avail mem=137.60 GB, mem usage=0.71 GB.", f"TP{rank}")
@@ -207,9 +256,11 @@ def main() -> None:
             time.sleep(args.generate_delay)
             n_new = payload.get("sampling_params", {}).get("max_new_tokens", 16)
             rate = 521.29
+            simulated_s = None  # an arm of known throughput: the request's time as simulated, not as the clock ran
             if args.tok_s is not None:
                 rate = args.tok_s * launch_factor * math.exp(rng.gauss(0.0, args.request_cv))
-                time.sleep(max(0.0, n_new / rate - (time.perf_counter() - started_req)))
+                simulated_s = n_new / rate
+                time.sleep(max(0.0, simulated_s - (time.perf_counter() - started_req)))
             prompt = payload.get("input_ids") or list(range(len(payload.get("text", "x").split())))
             log(f"Prefill batch, #new-seq: 1, #new-token: {len(prompt)}, #cached-token: 0, token usage: 0.00, "
                 "#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 71.81",
@@ -226,7 +277,7 @@ def main() -> None:
                     f"cuda graph: True, gen throughput (token/s): {throughput}, #queue-req: 0{occupancy}", "TP0")
             meta = {"id": rid, "finish_reason": {"type": "length", "length": n_new},
                     "prompt_tokens": len(prompt), "completion_tokens": n_new, "cached_tokens": 0,
-                    "e2e_latency": time.perf_counter() - started_req}
+                    "e2e_latency": simulated_s if simulated_s is not None else time.perf_counter() - started_req}
             if spec:
                 meta.update({"spec_accept_rate": 0.2, "spec_accept_length": n_new / verify_ct, "spec_verify_ct": verify_ct,
                              "spec_num_correct_drafts": n_new - verify_ct, "spec_num_proposed_drafts": 5 * verify_ct,

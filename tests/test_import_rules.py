@@ -17,7 +17,7 @@ PACKAGE = SRC / "speclogs"
 
 # Each part of speclogs and the parts it may import. Shared leaves (errors; redact, runrecord, schema and doctor,
 # standard library only; console, the one place text becomes rich) may be imported from anywhere above them.
-LEAVES = {"errors": set(), "redact": set(), "runrecord": {"redact"}, "console": set(), "schema": set(), "doctor": set()}
+LEAVES = {"errors": set(), "redact": set(), "runrecord": {"redact"}, "console": {"redact"}, "schema": set(), "doctor": set()}
 MAY_IMPORT = {
     "cli": {"report", "analysis", "launcher", "probe", "profile", "store", "ingest", "grammar"},
     "report": {"analysis"},                   # renders analysis' results

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_cli
 from speclogs.errors import LaunchError, PlanError
 from speclogs.launcher import LaunchOptions, launch_plan, parse_plan
 from speclogs.launcher.process import group_pids
@@ -345,3 +346,24 @@ def test_run_json_records_the_draft_models_eagle3_layers_and_a_hash_of_its_weigh
     expected = hashlib.sha256(b"model.safetensors\0" + str(len(weights)).encode() + b"\0" + weights).hexdigest()
     assert recorded["weights_sha256"] == expected and recorded["weights_hash"] == "sha256 of every weight byte"
     assert recorded["config_sha256"] == hashlib.sha256((draft / "config.json").read_bytes()).hexdigest()
+
+
+def test_a_daemon_that_left_the_process_group_is_found_by_the_launch_tag_and_stopped(tmp_path):
+    """The server double-forks a helper into a session of its own (not in its process group, not its descendant):
+    the launch's environment tag finds it, and the stop leaves nothing behind."""
+    plan = write_plan(tmp_path, '[[cells]]\nname = "d"\nargs = ["--spawn-daemon"]')
+    summary, _ = run(plan, tmp_path / "out")
+    assert summary.results[0].outcome == "ok"
+    log = (tmp_path / "out" / "d" / "1" / "server.log").read_text()
+    daemon = int(log.split("daemon pid=")[1].split()[0])
+    deadline = time.monotonic() + 5
+    while alive(daemon) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(daemon)
+
+
+def test_a_host_starting_with_a_dash_is_refused_before_ssh_runs(tmp_path):
+    plan = write_plan(tmp_path, '[[cells]]\nname = "a"')
+    result = run_cli("launch", str(plan), "--host", "-oProxyCommand=touch /tmp/x", "--out", str(tmp_path / "out"))
+    assert result.returncode == 1 and "not a host" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()

@@ -206,3 +206,28 @@ def test_the_library_reads_the_same_way(db):
     with statements(db, "SELECT 1 AS a; SELECT * FROM range(5) t(i)") as results:
         first, second = list((r.columns, r.head(10)) for r in results)
     assert first == (("a",), [(1,)]) and second == (("i",), [(0,), (1,), (2,), (3,), (4,)])
+
+
+@pytest.mark.parametrize("statement", [
+    "COPY (SELECT 1) TO '{out}'", "EXPORT DATABASE '{out}'", "INSTALL sqlite", "LOAD sqlite",
+    "ATTACH '{out}' AS other", "CREATE TABLE t AS SELECT 1", "SET autoload_known_extensions = true",
+    "PRAGMA profiling_output = '{out}'", "SELECT 1; COPY (SELECT 2) TO '{out}'",
+])
+def test_sql_refuses_what_writes_or_reaches_out(db, tmp_path, statement):
+    out = tmp_path / "written"
+    result = run_cli("sql", statement.format(out=out), "--db", str(db))
+    assert result.returncode == 1
+    assert "refused:" in result.stderr and "Traceback" not in result.stderr
+    assert not out.exists() and result.stdout == ""
+
+
+def test_a_file_that_is_not_duckdb_is_not_a_speclogs_database(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "some.sqlite"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE t (a)")
+    for args in (["sql", "SELECT 1"], ["tables"], ["ingest", str(MATRIX / "eagle3_nccl.log")]):
+        result = run_cli(*args, "--db", str(path))
+        assert result.returncode == 1, args
+        assert "is not a speclogs database" in result.stderr and "extension" not in result.stderr.lower()

@@ -151,6 +151,8 @@ def ingest(
     if _wants_json(output_format, json_alias):
         typer.echo(summary.to_json())
     _render_ingest_summary(summary)
+    if summary.failed:
+        _print_error(f"{len(summary.failed):,} file(s) failed: " + "; ".join(summary.failed), None)
     if check_after and summary.source_files:
         from speclogs.store.check import check_database, check_lake
 
@@ -159,6 +161,8 @@ def ingest(
         _render_check(result, shown=10)
         if not result.ok:
             raise typer.Exit(1)
+    if summary.failed:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -189,12 +193,17 @@ def _render_check(result, *, shown: int) -> None:
     from rich.text import Text
 
     console = _stderr_console()
-    share = 100.0 * result.lines_kept / result.lines if result.lines else 100.0
-    console.print(Text(f"content check: {result.lines_kept:,} of {result.lines:,} lines ({share:.2f} %) of "
-                       f"{len(result.files) - len(result.unchecked):,} file(s) are in the database with everything they print",
-                       style="green" if result.ok else "red"))
+    verified = len(result.files) - len(result.unchecked)
+    if verified:
+        share = 100.0 * result.lines_kept / result.lines if result.lines else 100.0
+        console.print(Text(f"content check: {result.lines_kept:,} of {result.lines:,} lines ({share:.2f} %) of {verified:,} "
+                           "file(s) are in the database with everything they print",
+                           style="green" if result.lines_lost == 0 else "red"))
+    if result.tokens_redacted:
+        console.print(Text(f"redacted: {result.tokens_redacted:,} token(s) on {result.lines_redacted:,} line(s) are held "
+                           "as <redacted> (secrets; not counted as lost)"))
     for item in result.unchecked:
-        console.print(Text(f"not checked: {item.source_file}: {item.note}", style="yellow"))
+        console.print(Text(f"{item.source_file}: {item.note}", style="red"))
     for loss in result.losses[:shown]:
         console.print(Text(f"{loss.source_file}:{loss.line_no}: not stored: {' '.join(loss.missing[:12])}"
                            f"{' …' if len(loss.missing) > 12 else ''}  (rows in: {', '.join(loss.tables) or 'none'})"))
@@ -484,14 +493,23 @@ def main(argv: list[str] | None = None) -> int:
     except SpeclogsError as error:
         _print_error(str(error), error.hint)
         return 1
-    except KeyboardInterrupt:
-        _print_error("interrupted", None)
+    except KeyboardInterrupt as interrupt:
+        _print_error(str(interrupt) or "interrupted", None)
         return 130
     except SystemExit as exit_:
         if exit_.code is None:
             return 0
+        if exit_.code == 130:  # typer turns Ctrl-C into a silent exit 130: say what it left
+            _print_error(_interrupt_message(exit_), None)
         return exit_.code if isinstance(exit_.code, int) else 1
     return 0
+
+
+def _interrupt_message(exit_: BaseException) -> str:
+    cause: BaseException | None = exit_
+    while cause is not None and not isinstance(cause, KeyboardInterrupt):
+        cause = cause.__cause__ or cause.__context__
+    return str(cause or "") or "interrupted"
 
 
 def _print_error(message: str, hint: str | None) -> None:

@@ -1,10 +1,13 @@
-"""Where text becomes a rich renderable: the one place that decides nothing in the user's data is markup.
+"""Where text becomes a rich renderable: the one place that decides nothing in the user's data is markup or a
+terminal control sequence.
 
 Log lines, file names, run names and SQL values are full of brackets and colons that rich would read as
 markup (`[rank1]:[W1130 10:19:01]` loses its `[rank1]`), emoji codes (`uvicorn.toml:100:` becomes 💯) or
-highlighting. Every console speclogs prints to comes from `make_console` (markup, emoji and highlighting
-off, so a plain str prints as it is), and every renderer that may be handed someone else's console wraps
-its strings with `plain` (a `Text`, which rich never parses).
+highlighting, and a file name may hold an ANSI escape that would recolour or rewrite the terminal. Every console
+speclogs prints to comes from `make_console` (markup, emoji and highlighting off, control characters shown as their
+Unicode pictures: ESC as ␛; secrets redacted, the terminal's door of speclogs.redact's scan), and every renderer
+that may be handed someone else's console wraps its strings with `plain` (a `Text`, which rich never parses, shown
+the same way).
 """
 
 from __future__ import annotations
@@ -14,10 +17,45 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from speclogs.redact import redact_text
+
+# C0 controls but newline and tab, and DEL, → their Unicode control pictures (one character each, so a Text's styles
+# stay where they were); C1 controls → U+FFFD.
+_CONTROL_PICTURES = {code: 0x2400 + code for code in range(32) if code not in (9, 10)}
+_CONTROL_PICTURES |= {0x7F: 0x2421, **{code: 0xFFFD for code in range(0x80, 0xA0)}}
+
+
+def escaped(text: str) -> str:
+    """`text` as it may reach a terminal: secrets redacted (speclogs.redact), every control character (but newline
+    and tab) shown as a visible character."""
+    return redact_text(text).translate(_CONTROL_PICTURES)
+
+
+class _Console(Console):
+    """A Console whose strings and Text objects print their control characters as visible characters."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*(_visible(item) for item in objects), **kwargs)
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(escaped(text), **kwargs)
+
+
+def _visible(item: Any) -> Any:
+    if isinstance(item, str):
+        return escaped(item)
+    if isinstance(item, Text) and (shown := escaped(item.plain)) != item.plain:
+        if len(shown) == len(item.plain):  # control characters only: the styles stay where they were
+            item = item.copy()
+            item.plain = shown
+        else:
+            item = Text(shown, style=item.style)
+    return item
+
 
 def make_console(*, stderr: bool = False, width: int | None = None, file: Any = None) -> Console:
-    """A console that prints strings literally: no markup, no emoji codes, no highlighting."""
-    return Console(stderr=stderr, width=width, file=file, markup=False, emoji=False, highlight=False)
+    """A console that prints strings literally: no markup, no emoji codes, no highlighting, no control characters."""
+    return _Console(stderr=stderr, width=width, file=file, markup=False, emoji=False, highlight=False)
 
 
 def report_console(*, stderr: bool = False) -> Console:
@@ -27,5 +65,5 @@ def report_console(*, stderr: bool = False) -> Console:
 
 
 def plain(value: object, style: str = "") -> Text:
-    """`value` as literal text (never parsed as markup or emoji), optionally styled."""
-    return Text(str(value), style=style)
+    """`value` as literal text (never parsed as markup or emoji, control characters visible), optionally styled."""
+    return Text(escaped(str(value)), style=style)

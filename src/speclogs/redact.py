@@ -1,20 +1,26 @@
-"""Secrets never leave the machine in what speclogs writes: by name, by value pattern and by flag.
+"""Secrets never leave the machine in what speclogs writes: one scan every written value passes through.
 
-One definition, used by the launcher (run.json: argv, env, everything else in it), by the analysis (the
-settings the confounder check compares) and by every report renderer. Standard library only (the launcher
-runs on a GPU box).
+`redact(value)` is that scan: the database writer (every table, the runs row, the lake's Parquet parts), run.json
+(speclogs.runrecord) and every report renderer call it, on text, JSON text, argv lists and nested documents alike.
+Standard library only (the launcher runs on a GPU box).
 
-- By name: an environment variable or server argument whose name ends in a secret *word* (`HF_TOKEN`,
-  `OPENAI_API_KEY`, `MYSQL_PWD`, `GH_PAT`, `SENTRY_DSN`, `api_key`) or has a word that is always one
-  (`AWS_SECRET_ACCESS_KEY`, `DB_PASSWORD_FILE`); words, not substrings, so `TOKENIZERS_PARALLELISM`,
-  `NCCL_IB_PKEY`, `TIKTOKEN_CACHE_DIR` and `speculative_token_map` stay readable.
-- By value: credentials in a URL (`http://bob:pw@proxy` → `http://<redacted>@proxy`) and tokens with a
-  known shape (`sk-…`, `hf_…`, `ghp_…`, `github_pat_…`, `xoxb-…`, `glpat-…`, `AKIA…`, JWTs), wherever they are.
-- By flag: the value after `--api-key`, `--*-token`, `--*password`, `--*-secret` (`--flag VALUE` and `--flag=VALUE`).
+- By value: credentials in a URL (`http://bob:pw@proxy` → `http://<redacted>@proxy`), tokens with a known shape
+  (`sk-…`, `hf_…`, `ghp_…`, `github_pat_…`, `xoxb-…`, `glpat-…`, `AKIA…`, JWTs) and `Bearer …` credentials,
+  wherever they are.
+- By name: the value of an assignment whose name is secret, in every way text writes one: `name=value`,
+  `name = value`, `'name': value`, `"name": "value"` (escaped JSON inside JSON too), `Header-Name: value`, and the
+  value after a flag (`--api-key X`, `--hf-token=X`).
+- Secret names: one that ends in a secret *word* (`HF_TOKEN`, `api_key`, `MYSQL_PWD`, `GH_PAT`, `SENTRY_DSN`) or
+  has a word that always is one (`aws_secret_access_key`, `DB_PASSWORD_FILE`, `aws_access_key_id`). Words, not
+  substrings (`TOKENIZERS_PARALLELISM`, `NCCL_IB_PKEY`, `speculative_token_map` stay readable); and a last word a
+  qualifier makes a count, a kind of token or a lookup key is not a secret: SGLang's `add_bos_token`,
+  `kt_max_deferred_experts_per_token`, `bucket_time_to_first_token`, `eos_token`, `cache_key`, `num_pass` keep
+  their values, so they are compared as the settings they are.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -28,10 +34,21 @@ SECRET_LAST_WORDS = frozenset({
 })
 # … and words that make it secret anywhere (AWS_SECRET_ACCESS_KEY, DB_PASSWORD_FILE).
 SECRET_WORDS = frozenset({"SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS"})
-# Whole names that have a secret word but are not secrets (the working directory is not a password).
+# A word before the last that makes TOKEN / KEY / PASS a count, a kind of token or a lookup key, as in SGLang's
+# ServerArgs and sampling parameters (kt_max_deferred_experts_per_token, bucket_time_to_first_token, add_bos_token,
+# eos_token, cache_key, sort_key, routing_key, num_pass, forward_pass) and speclogs' own columns (file_key) …
+NOT_SECRET_QUALIFIERS = frozenset({
+    "PER", "FIRST", "LAST", "NEXT", "BOS", "EOS", "PAD", "UNK", "SEP", "CLS", "MASK", "SPECIAL", "STOP", "START", "END",
+    "IMAGE", "VIDEO", "AUDIO", "CACHE", "SORT", "ROUTING", "EXTRA", "PAIR", "PARTITION", "PRIMARY", "SHARD", "HASH",
+    "GROUP", "NUM", "FORWARD", "BACKWARD", "DRAFT", "VERIFY", "MULTI", "SINGLE", "FILE", "LAUNCH", "ROW", "JOIN", "LOOKUP",
+    "INDEX",
+})
+# … and whole names that have a secret word but are not secrets (the working directory is not a password).
 NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
+# Words that make a name secret wherever they stand together (aws_access_key_id, AWS_ACCESS_KEY).
+_SECRET_PAIRS = (("ACCESS", "KEY"), ("SECRET", "KEY"), ("PRIVATE", "KEY"), ("API", "KEY"))
 
-_WORD_SPLIT = re.compile(r"[_\-.]+")
+_WORD_SPLIT = re.compile(r"[_\-.]+|(?<=[a-z])(?=[A-Z])")
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s/@:\"'<>]*(?::[^\s/@\"'<>]*)?)@")
 _TOKENS = re.compile(
     r"\b(?:"
@@ -49,31 +66,23 @@ _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/\-]{12,}=*")
 
 
 def secret_name(name: str) -> bool:
-    """True when `name` (env variable, server argument or flag without dashes) names a secret."""
-    upper = name.upper().lstrip("-")
-    if upper in NOT_SECRET_NAMES:
+    """True when `name` (env variable, server argument, JSON key, header or flag without dashes) names a secret."""
+    words = [word.upper() for word in _WORD_SPLIT.split(name.lstrip("-")) if word]
+    if not words or "".join(words) in NOT_SECRET_NAMES and len(words) == 1:
         return False
-    words = [word for word in _WORD_SPLIT.split(upper) if word]
-    return bool(words) and (words[-1] in SECRET_LAST_WORDS or any(word in SECRET_WORDS for word in words))
-
-
-def redact_text(text: str) -> str:
-    """`text` with URL credentials, known token shapes and bearer credentials replaced by <redacted>."""
-    if not text:
-        return text
-    text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@" if m["userinfo"] else m[0], text)
-    text = _TOKENS.sub(REDACTED, text)
-    return _BEARER.sub(lambda m: f"{m[1]} {REDACTED}", text)
+    if any(word in SECRET_WORDS for word in words) or any(pair in zip(words, words[1:]) for pair in _SECRET_PAIRS):
+        return True
+    return words[-1] in SECRET_LAST_WORDS and not (len(words) > 1 and words[-2] in NOT_SECRET_QUALIFIERS)
 
 
 def redact_value(name: str, value: Any) -> Any:
     """A named value (env variable, server argument, JSON key): <redacted> when the name is secret and the value is
-    set; otherwise its text with secret-looking parts redacted."""
-    if value is None or value == "" or (isinstance(value, str) and value.strip("'\"") in ("", "None")):
+    set; otherwise the value with every secret in it redacted."""
+    if value is None or value == "" or (isinstance(value, str) and value.strip("'\"") in ("", "None", "null")):
         return value
     if secret_name(name):
         return REDACTED
-    return redact_text(value) if isinstance(value, str) else value
+    return redact(value)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -86,8 +95,9 @@ def _flag_name(flag: str) -> str:
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """A command line with the value of every secret flag (`--api-key X`, `--hf-token=X`) and every secret-looking
-    value redacted. The argv the process runs with is never changed: this is for what is written down."""
+    """A command line with the value of every secret flag (`--api-key X`, `--hf-token=X`) and every secret in a
+    value (a JSON-valued argument's keys included) redacted. The argv the process runs with is never changed: this is
+    for what is written down."""
     out: list[str] = []
     redact_next = False
     for part in argv:
@@ -109,55 +119,98 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
 
 
 def redact_json(value: Any, key: str = "") -> Any:
-    """A JSON-like document with every secret redacted: dict values by their key's name, lists of strings as
-    command lines, any other string by value pattern."""
+    """A JSON-like document with every secret redacted: a value by its key's name and by what it holds, lists of
+    strings as command lines, any string by redact_text."""
+    if key and secret_name(key) and value not in (None, "", [], {}) and not (
+            isinstance(value, str) and value.strip("'\"") in ("None", "null")):
+        return REDACTED
     if isinstance(value, Mapping):
-        return {k: (redact_value(str(k), v) if isinstance(v, str) else redact_json(v, str(k))) for k, v in value.items()}
+        return {k: redact_json(v, str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        if all(isinstance(item, str) for item in value):
+        if value and all(isinstance(item, str) for item in value):
             return redact_argv(value)
-        return [redact_json(item, key) for item in value]
+        return [redact_json(item) for item in value]
     if isinstance(value, str):
-        return redact_value(key, value) if key else redact_text(value)
+        return redact_text(value)
     return value
 
 
-_ASSIGNMENT = re.compile(  # name=value (ServerArgs(…), env dumps) or 'name': value / "name": value (dicts, JSON)
-    r"""(?P<head>(?:(?<![A-Za-z0-9_#.\-])(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)="""
-    r"""|(?P<quote>['"])(?P<qname>[A-Za-z_][A-Za-z0-9_.\-]*)(?P=quote): ))"""
-    r"""(?P<value>'[^']*'|"[^"]*"|[^\s,)}\]]+)"""
+def redact(value: Any) -> Any:
+    """The one scan every written value passes through: text (a JSON document in text by its keys and values, any
+    other text by redact_text), a document or list (redact_json); numbers and None as they are."""
+    if isinstance(value, str):
+        if value[:1] in ("{", "[") and SUSPECT.search(value):
+            try:
+                document = json.loads(value)
+            except ValueError:
+                return redact_text(value)
+            clean = redact_json(document)
+            return value if clean == document else json.dumps(clean)
+        return redact_text(value)
+    if isinstance(value, (Mapping, list, tuple)):
+        return redact_json(value)
+    return value
+
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*"
+_ASSIGNMENT = re.compile(  # name=value, name = value, Header-Name: value, 'name': value, "name": value, \"name\": \"value\"
+    rf"""(?P<head>(?<![A-Za-z0-9_#.\-\\'"])(?P<name>{_NAME})(?:[ \t]*=[ \t]*|:[ \t]+)"""
+    rf"""|(?P<esc>\\?)(?P<quote>['"])(?P<qname>{_NAME})(?P=esc)(?P=quote)[ \t]*[:=][ \t]*)"""
+    r"""(?P<value>\\"(?:[^"\\]|\\[^"])*\\"|'[^']*'|"(?:[^"\\]|\\.)*"|[^\s,;)}\]\\]+)"""
 )
 _FLAG = re.compile(r"(?<![\w\-])(?P<flag>--[A-Za-z0-9][A-Za-z0-9\-_]*)(?P<sep>=| +)(?P<value>[^\s'\",)\-][^\s'\",)]*)")
-# A cheap test first: text redact_line could change has one of these (most lines have none; a line's "tokens" is not
-# one: a secret name needs an assignment or a flag after its last word; tests/test_secrets.py checks it is a superset
-# on planted lines and on every fixture line). The name words are written in three cases (lower, UPPER, Capitalized:
-# `api_key`, `HF_TOKEN`, `apiKey`): a case-insensitive alternation is 2–3× slower to run over every text column.
+# A cheap test first: text redact_text could change has one of these (most text has none; tests/test_secrets.py
+# checks it is a superset on planted lines and on every fixture line). It runs in polars too, so it has no look-around.
+# The name words are written in three cases (lower, UPPER, Capitalized: `api_key`, `HF_TOKEN`, `apiKey`): a
+# case-insensitive alternation is 2–3× slower to run over every text column. A bare lowercase `token:` is not one
+# (SGLang's batch lines have `#token: 3456`), while `hf_token:` and `Token:` are.
 _NAME_WORDS = ("key", "token", "pass", "pwd", "auth", "authorization", "dsn", "pat", "cookie")
 _NAME_WORD_CASES = "|".join(sorted({form for word in _NAME_WORDS for form in (word, word.upper(), word.capitalize())}))
+_NAME_WORD_CAPITALS = "|".join(sorted({form for word in _NAME_WORDS for form in (word.upper(), word.capitalize())}))
+_HEADER = rf"(?:[_.](?:{_NAME_WORD_CASES})|(?:{_NAME_WORD_CAPITALS})):[ \t]"
 SUSPECT = re.compile(
     r"://[^\s/@]*@|sk-|hf_|gh[pousr]_|github_pat_|glpat-|xox[abposr]-|AKIA|eyJ"
-    r"|(?i:bearer|basic)\s|(?i:secret|passw|passphrase|credential)"
-    rf"|(?:{_NAME_WORD_CASES})(?:=|['\"]: )"
-    rf"|--[A-Za-z0-9_\-]*(?:{_NAME_WORD_CASES})[= ]"
+    r"|(?i:bearer|basic)\s|(?i:secret|passw|passphrase|credential|access.?key|api.?key)"
+    rf"|(?:{_NAME_WORD_CASES})(?:[ \t]*=|\\?['\"][ \t]*[:=])"
+    rf"|{_HEADER}"
+    rf"|--[A-Za-z0-9_\-]*(?:{_NAME_WORD_CASES})[= \"']"
 )
 
 
-def redact_line(text: str) -> str:
-    """A log line as speclogs keeps it: redact_text, plus the value of every secret-named assignment
-    (`api_key='sk-…'`, `"hf_token": "…"`) and of every secret flag (`--api-key X`) in it."""
-    if not text or not SUSPECT.search(text):
+def redact_text(text: str) -> str:
+    """`text` with every secret redacted: URL credentials, known token shapes, bearer credentials, the value of
+    every secret-named assignment (`api_key='sk-…'`, `"hf_token": "…"`, `Password: x`) and of every secret flag."""
+    if not text or not isinstance(text, str) or not SUSPECT.search(text):
         return text
     return _redact_secrets(text)
 
 
+
 def _redact_secrets(text: str) -> str:
     def assignment(m: re.Match) -> str:
-        if not secret_name(m["name"] or m["qname"]) or m["value"].strip("'\"") in ("", "None", "null"):
+        name = m["name"] or m["qname"]
+        if (m["name"] and ":" in m["head"] and not _header_name(name)) or not secret_name(name):
+            # a value that is itself text with assignments (a JSON-valued argument) is looked into
+            return m["head"] + _ASSIGNMENT.sub(assignment, m["value"]) if len(m["value"]) > 2 else m[0]
+        if m["value"].strip("'\"\\") in ("", "None", "null"):
             return m[0]
-        quote = m["value"][0] if m["value"][:1] in ("'", '"') else ""
+        value = m["value"]
+        quote = value[:2] if value.startswith('\\"') else value[:1] if value[:1] in ("'", '"') else ""
         return f"{m['head']}{quote}{REDACTED}{quote}"
 
     def flag(m: re.Match) -> str:
         return f"{m['flag']}{m['sep']}{REDACTED}" if secret_name(_flag_name(m["flag"])) else m[0]
 
-    return _FLAG.sub(flag, _ASSIGNMENT.sub(assignment, redact_text(text)))
+    text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@" if m["userinfo"] else m[0], text)
+    text = _TOKENS.sub(REDACTED, text)
+    text = _BEARER.sub(lambda m: f"{m[1]} {REDACTED}", text)
+    return _FLAG.sub(flag, _ASSIGNMENT.sub(assignment, text))
+
+
+def _header_name(name: str) -> bool:
+    """Whether an unquoted `name:` is written the way the cheap test looks for one (`X-Api-Key:`, `password:`,
+    `hf_token:`), not a lowercase word after a hyphen or alone like a batch line's `#new-token:` or `token:`."""
+    return bool(_HEADER_NAME.search(name + ": ") or SUSPECT.search(name))
+
+
+_HEADER_NAME = re.compile(_HEADER)

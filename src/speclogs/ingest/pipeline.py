@@ -27,7 +27,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace as replace_field
 from typing import Protocol
 
 import polars as pl
@@ -42,12 +42,14 @@ from speclogs.ingest.records import ChunkFiles, ChunkResult, FileTally, assemble
 from speclogs.ingest.requests import RequestLog, parse_request_export, read_request_lines, with_bench_serving_requests
 from speclogs.ingest.sources import (
     STDIN_NAME,
+    STDIN_RUN,
     STREAM_MIN_BYTES,
     Discovery,
     InputFile,
     LogStream,
     RawInput,
     read_input,
+    run_id_for,
     tapered_bytes,
 )
 from speclogs.ingest.summary import UNCHANGED, IngestSummary, ProgressEvent
@@ -147,12 +149,28 @@ class Tally:
     skipped_files: list = field(default_factory=list)  # (file, why), unchanged files excepted
     replaced: list = field(default_factory=list)  # (file, why)
     restat: list = field(default_factory=list)  # (file, size, mtime_ns, inode) of stored content found again
+    failed: list = field(default_factory=list)  # "source_file: why", for the summary and the exit code
+    writing: tuple = ()  # the files being written now (what an interrupt rolls back)
+    files_left_out: int = 0  # files of this call skipped or failed (read, not stored)
 
     def skip(self, reason: str, where: str) -> None:
         self.skipped[reason] += 1
         self.skipped_examples.setdefault(reason, where)
         if reason != UNCHANGED:
             self.skipped_files.append((where, reason))
+        self.files_left_out += 1
+
+    def fail(self, reason: str, where: str) -> None:
+        """A file that should have been stored and is not: skipped with `reason`, and listed as failed."""
+        self.skip(reason, where)
+        self.failed.append(f"{where}: {reason}")
+
+    def interrupted(self) -> "IngestInterrupted":
+        """What Ctrl-C left: the files committed before it are kept, the ones being written are rolled back."""
+        rolled_back = f"rolled back: {', '.join(self.writing)}" if self.writing else "nothing was being written"
+        files_left = self.files_total - self.ingested - self.files_left_out - len(self.writing)
+        left = f"; {files_left:,} file(s) not ingested" if files_left > 0 else ""
+        return IngestInterrupted(f"interrupted: {self.ingested:,} file(s) ingested before it are kept; {rolled_back}{left}")
 
     def absorb(self, other: "Tally") -> None:
         """Add another run's account to this one (its files, lines, rows, skips, warnings; not its totals)."""
@@ -173,6 +191,7 @@ class Tally:
         self.source_files.extend(other.source_files)
         self.skipped_files.extend(other.skipped_files)
         self.replaced.extend(other.replaced)
+        self.failed.extend(other.failed)
 
     def add(self, parsed: ParsedFile) -> None:
         counts = parsed.counts
@@ -196,6 +215,7 @@ class Tally:
             rows_per_table=dict(sorted(self.rows.items())), bytes_read=self.bytes_done, seconds=seconds,
             warnings=tuple(self.warnings), drift=dict(self.drift), runs=tuple(sorted(self.runs)),
             source_files=tuple(self.source_files), skipped_files=tuple(self.skipped_files), replaced=tuple(self.replaced),
+            failed=tuple(self.failed),
         )
 
 
@@ -226,6 +246,32 @@ def run_pipeline(
     engine = engine_for() if any(f.kind == "log" for f in discovery.files) else None
     show = tally.bytes_total >= PROGRESS_MIN_BYTES or tally.files_total > 50
     contents = Contents(sink.stored())
+    try:
+        _run_files(discovery, sink, engine, tally, contents, replace=replace, on_progress=on_progress,
+                   chunk_bytes=chunk_bytes, show=show)
+    except KeyboardInterrupt:
+        _ignore_further_interrupts()
+        raise tally.interrupted() from None
+    if on_progress is not None:
+        on_progress(ProgressEvent("done", tally.bytes_total, tally.bytes_total, tally.files_total, tally.files_total, show))
+    return tally
+
+
+class IngestInterrupted(KeyboardInterrupt):
+    """Ctrl-C during an ingest; the message says what was kept and what was rolled back (the CLI: exit 130)."""
+
+
+def _ignore_further_interrupts() -> None:
+    """A second Ctrl-C while the interrupted ingest closes the database would land in the middle of the cleanup."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_files(discovery: Discovery, sink: Sink, engine: Engine | None, tally: Tally, contents: "Contents", *,
+               replace: bool, on_progress: Callable[[ProgressEvent], None] | None, chunk_bytes: int, show: bool) -> None:
     batch: list[ParsedFile] = []
     batch_bytes = 0
     # A batch is parsed on this thread while the previous one is written (and the next files are read): the native
@@ -250,7 +296,7 @@ def run_pipeline(
         for index, item in enumerate(discovery.files):
             if on_progress is not None:
                 on_progress(ProgressEvent(_short(item.source_file), tally.bytes_done, tally.bytes_total, index, tally.files_total, show))
-            parsed = _read(item, contents, tally, replace=replace)
+            parsed = _read(item, contents, tally, replace=replace, named=discovery.named)
             if parsed is None:
                 tally.bytes_done += item.size_bytes
                 continue
@@ -258,8 +304,10 @@ def run_pipeline(
                 flush()
                 drain()
                 progress = _stream_progress(on_progress, item, tally, index, show)
+                tally.writing = (parsed.source_file,)
                 sink.write_stream(parsed, lambda emit, parsed=parsed, progress=progress:
                                   _parse_stream(parsed, engine, emit, chunk_bytes, progress), tally)
+                tally.writing = ()
             else:
                 batch.append(parsed)
                 batch_bytes += len(parsed.raw.data)
@@ -268,9 +316,6 @@ def run_pipeline(
             tally.bytes_done += item.size_bytes
         flush()
         drain()
-    if on_progress is not None:
-        on_progress(ProgressEvent("done", tally.bytes_total, tally.bytes_total, tally.files_total, tally.files_total, show))
-    return tally
 
 
 # Kinds whose identical content in two places is expected, not a copy: a /metrics snapshot taken before a window of
@@ -315,7 +360,12 @@ def _sha256(digest: str | RawInput) -> str:
     return digest if isinstance(digest, str) else digest.sha256
 
 
-def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool) -> ParsedFile | None:
+# Why read_input could not read a file at all: for a file named on the command line, a failure (exit 1).
+UNREADABLE_REASONS = ("permission denied", "read error", "disappeared", "is a directory")
+
+
+def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
+          named: frozenset[str] = frozenset()) -> ParsedFile | None:
     """Read one input, or say why it is left out: unreadable, unchanged, changed without --replace, or the same
     content as another file of this call or of the database (empty files excepted). A stored file that grew by
     appending, or one of a launch directory (its run.json says what ran), is read again: its rows are replaced."""
@@ -324,10 +374,16 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool) -
     source_file = item.source_file
     if item.path is None and raw.sha256:
         source_file = f"{STDIN_NAME[:-1]}:{raw.sha256[:12]}>"
+        if item.run.run_name == STDIN_RUN:  # no --run-name: each text piped in is a run of its own
+            name = f"{STDIN_RUN}-{raw.sha256[:8]}"
+            item = replace_field(item, run=replace_field(item.run, run_id=run_id_for(f"stdin:{name}"), run_name=name))
     for warning in raw.warnings:
         tally.warnings.append(f"{source_file}: {warning}")
     if raw.skipped_reason is not None:
-        tally.skip(raw.skipped_reason, source_file)
+        if source_file in named and raw.skipped_reason.startswith(UNREADABLE_REASONS):
+            tally.fail(raw.skipped_reason, source_file)
+        else:
+            tally.skip(raw.skipped_reason, source_file)
         return None
     known = contents.known(source_file)
     if known and not replace:
@@ -405,10 +461,12 @@ def _parse_files(files: list[ParsedFile], engine: Engine | None) -> list[Batch |
 def _write_parsed(parsed_files: list[Batch | tuple[ParsedFile, BaseException]], sink: Sink, tally: Tally) -> None:
     for item in parsed_files:
         if isinstance(item, Batch):
+            tally.writing = tuple(parsed.source_file for parsed in item.files)
             sink.write_batch(item, tally)
+            tally.writing = ()
         else:
             parsed, error = item
-            tally.skip(f"failed ({type(error).__name__}: {first_line(error)})", parsed.source_file)
+            tally.fail(f"failed ({type(error).__name__}: {first_line(error)})", parsed.source_file)
 
 
 def collect_cycles() -> None:

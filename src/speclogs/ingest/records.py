@@ -27,7 +27,7 @@ import polars as pl
 
 from speclogs.ingest.classify import Claims, Engine, explain_miss, is_server_args
 from speclogs.ingest.reprs import parse_server_args
-from speclogs.redact import REDACTED, SUSPECT, redact_line, secret_name
+from speclogs.redact import REDACTED, SUSPECT, redact, secret_name
 
 ERRORS_TABLE = "errors"
 # grammar table names that cannot be SQL table names as they are (FOREIGN is an SQL keyword)
@@ -172,10 +172,7 @@ def assemble(
     if claims.drift.height:
         tables["parse_drift"] = _drift_examples(engine, claims.drift, files)
 
-    # 7. secrets never stored: the text kept and the server arguments, redacted (speclogs.redact)
-    tables = redacted(tables)
-
-    # 8. every row's file, its line number in that file, and its launch there
+    # 7. every row's file, its line number in that file, and its launch there
     tallies = [FileTally(total_lines=n) for n in files.lines]
     starts = pl.Series("starts", launch_starts, dtype=pl.Int64)
     for table, frame in tables.items():
@@ -281,43 +278,28 @@ def _drift_examples(engine: Engine, drift: pl.DataFrame, files: ChunkFiles) -> p
             .select("line_no", "piece", "pattern", "error", "text"))
 
 
-# The text a row keeps of its line, where a secret could be (typed numbers and the batch lines' labels cannot hold one).
-FREE_TEXT_TABLES = frozenset({"server_events", "foreign_lines", "nccl_events", "bench_summary", "errors", "unparsed_lines",
-                              "outer_prefixes", "http_requests", "spec_cycles"})
-
-
 # Text columns of the prefix whose shapes (a timestamp, rank tags) cannot hold a secret.
 PREFIX_TEXT_COLUMNS = frozenset({"ts_text", "rank_tags"})
 
 
-def redacted(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
-    """The tables with every secret the text holds replaced by <redacted>: a server argument by its name, any text
-    column by what redact_line finds (only the few rows its cheap test picks are looked at in Python)."""
-    out = {}
-    for table, frame in tables.items():
-        if table == "server_args" and frame.height:
-            secret = pl.Series([name is not None and secret_name(name) for name in frame.get_column("name").to_list()],
-                               dtype=pl.Boolean)
-            if secret.any():
-                frame = frame.with_columns(
-                    pl.when(secret & pl.col("value").is_not_null() & ~pl.col("value").is_in(["None", "''", '""']))
-                    .then(pl.lit(REDACTED)).otherwise(pl.col(column)).alias(column) for column in ("value",)
-                ).with_columns(
-                    pl.when(secret & pl.col("value_json").is_not_null() & (pl.col("value_json") != "null"))
-                    .then(pl.lit('"' + REDACTED + '"')).otherwise(pl.col("value_json")).alias("value_json")
-                )
-        elif table in FREE_TEXT_TABLES and frame.height:
-            frame = _redacted_texts(frame)
-        out[table] = frame
-    return out
-
-
-def _redacted_texts(frame: pl.DataFrame) -> pl.DataFrame:
-    """Every text column of `frame` redacted; one pass of the cheap test over all of them, Python only where it hits."""
+def redacted(table: str, frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` as it may be written anywhere (the DuckDB file, the lake): every text column through speclogs.redact's
+    one scan (only the few rows its cheap test picks are looked at in Python), and a server argument with a secret
+    name by its name."""
+    if frame.height == 0:
+        return frame
+    if table == "server_args" and "name" in frame.columns:
+        secret = pl.Series([name is not None and secret_name(name) for name in frame.get_column("name").to_list()],
+                           dtype=pl.Boolean)
+        if secret.any():
+            frame = frame.with_columns(
+                pl.when(secret & pl.col(column).is_not_null() & ~pl.col(column).is_in(["None", "''", '""', "null"]))
+                .then(pl.lit(redacted_text)).otherwise(pl.col(column)).alias(column)
+                for column, redacted_text in (("value", REDACTED), ("value_json", f'"{REDACTED}"')) if column in frame.columns
+            )
     columns = [name for name, dtype in frame.schema.items() if dtype == pl.Utf8 and name not in PREFIX_TEXT_COLUMNS]
     if not columns:
         return frame
-    suspect = {column: pl.col(column).str.contains(SUSPECT.pattern).fill_null(False) for column in columns}
     # the usual answer: none; asked of each column's distinct texts (few: levels, methods, paths …), half the time
     hits = frame.select(pl.col(column).unique().str.contains(SUSPECT.pattern).fill_null(False).any() for column in columns).row(0)
     if not any(hits):
@@ -325,9 +307,10 @@ def _redacted_texts(frame: pl.DataFrame) -> pl.DataFrame:
     redacted_columns = []
     for column, hit in zip(columns, hits):
         if hit:
-            texts, at = frame.get_column(column), frame.select(suspect[column]).to_series().arg_true()
+            texts = frame.get_column(column)
+            at = texts.str.contains(SUSPECT.pattern).fill_null(False).arg_true()
             redacted_columns.append(
-                texts.scatter(at, pl.Series([redact_line(text) for text in texts.gather(at).to_list()], dtype=pl.Utf8))
+                texts.scatter(at, pl.Series([redact(text) for text in texts.gather(at).to_list()], dtype=pl.Utf8))
             )
     return frame.with_columns(redacted_columns)
 

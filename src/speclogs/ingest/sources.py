@@ -28,6 +28,7 @@ from speclogs.ingest import native
 from speclogs.runrecord import FILE_NAME as RUN_JSON_NAME, read_run_json
 
 STDIN_NAME = "<stdin>"
+STDIN_RUN = "stdin"  # the run of text piped in without --run-name (named apart by its content once read)
 
 # File kinds and the names that select them inside a directory (explicitly named files are always read).
 LOG_SUFFIXES = (".log", ".txt", ".out", ".log.gz", ".txt.gz", ".out.gz")
@@ -102,6 +103,7 @@ class Discovery:
     skipped_examples: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what discovery found that a user should know (run names shared by different runs)
     skipped_files: tuple[tuple[str, str], ...] = ()  # (path, reason) of every file or directory skipped
+    named: frozenset[str] = frozenset()  # source_file of every file named itself (not found in a directory)
 
 
 class Sha256Job:
@@ -176,8 +178,10 @@ class GzipText:
 
     Where the gzip data stops being readable (corrupt, or the file cut short) the text ends: what decompressed before
     is kept to the last byte (a block that fails is decompressed again in small steps from a copy of the state before
-    it), `problem` says where it stopped, `reason` why, and the rest of the file is still hashed. Bytes after the last
-    member that are not gzip are ignored, as gzip(1) does, and `problem` says how many."""
+    it), `problem` says where it stopped, `reason` why, and the rest of the file is still hashed. Where the deflate data
+    broke, what decompressed just before may already be garbage: the last GARBLED_BYTES of text are held back until
+    more text follows them, and at a break the lines they touch are dropped (counted in `problem`). Bytes after the
+    last member that are not gzip are ignored, as gzip(1) does, and `problem` says how many."""
 
     def __init__(self, handle, digest=None) -> None:
         self._handle = handle
@@ -185,6 +189,7 @@ class GzipText:
         self._decompressor = zlib.decompressobj(_GZIP_WBITS)
         self._input = b""  # compressed bytes read, not decompressed yet
         self._unread: bytes | memoryview = b""  # text given back (unread), read again first
+        self._held = b""  # text decompressed, not given yet: the last GARBLED_BYTES (see the class docstring)
         self._ended = False
         self.disk_bytes = 0  # bytes read from the file
         self.text_bytes = 0  # bytes of text decompressed
@@ -196,11 +201,30 @@ class GzipText:
         pieces = [self._unread] if self._unread else []
         have = len(self._unread)
         self._unread = b""
-        while have < size and not self._ended:
-            piece = self._next(size - have)
+        while have < size and (self._held or not self._ended):
+            while not self._ended and len(self._held) <= GARBLED_BYTES + size - have:
+                self._held += self._next(GARBLED_BYTES + size - have - len(self._held) + 1)
+            if self._ended:
+                piece, self._held = self._without_garbage(self._held), b""
+            else:
+                piece, self._held = self._held[: size - have], self._held[size - have:]
             pieces.append(piece)
             have += len(piece)
+        if not pieces:
+            return b""
         return pieces[0] if len(pieces) == 1 and isinstance(pieces[0], bytes) else native.joined(pieces)
+
+    def _without_garbage(self, tail: bytes) -> bytes:
+        """The text's last bytes, without the lines within GARBLED_BYTES of where the deflate data broke (a checksum
+        that fails and a file cut short say nothing of where the damage is: nothing is dropped for them)."""
+        if self.reason is None or self.reason == "truncated" or self.reason in _CHECKSUM_REASONS:
+            return tail
+        cut = tail.rfind(b"\n", 0, max(0, len(tail) - GARBLED_BYTES)) + 1
+        dropped = tail[cut:]
+        if dropped:
+            lines = dropped.count(b"\n") + (0 if dropped.endswith(b"\n") else 1)
+            self.problem = f"{self.problem}; {lines:,} line(s) decompressed just before the break dropped (may be garbled)"
+        return tail[:cut]
 
     def unread(self, tail: memoryview) -> None:
         """`tail`, the end of the last block, is the start of the next read (kept: a gzip cannot seek back)."""
@@ -216,7 +240,7 @@ class GzipText:
         """About how much text is left (at the ratio of text to gzip so far)."""
         consumed = self.disk_bytes - len(self._input)
         if self._ended:
-            return len(self._unread)
+            return len(self._unread) + len(self._held)
         if consumed <= 0 or not self.text_bytes:
             return size_bytes * GZIP_TEXT_RATIO
         return (size_bytes - consumed) * self.text_bytes // consumed
@@ -469,6 +493,7 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
     skipped: Counter[str] = Counter()
     examples: dict[str, str] = {}
     seen: set[str] = set()
+    named_files: set[str] = set()
     launch_dirs: dict[str, RunRef | None] = {}
     skipped_files: list[tuple[str, str]] = []
 
@@ -490,7 +515,7 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
             if STDIN_NAME in seen:
                 continue
             seen.add(STDIN_NAME)
-            name = run_name or "stdin"
+            name = run_name or STDIN_RUN
             run = RunRef(run_id=run_id_for(f"stdin:{name}"), run_name=name, source_dir=None)
             files.append(InputFile(source_file=STDIN_NAME, kind="log", run=run, path=None, size_bytes=0))
             continue
@@ -504,9 +529,10 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
         else:
             kind = kind_for_name(path.name) or "log"
             add(path, kind, _size(path))
+            named_files.add(str(path.resolve()))
     notes = _shared_names(files, known_runs or {})
     return Discovery(files=tuple(files), skipped=dict(skipped), skipped_examples=examples, notes=tuple(notes),
-                     skipped_files=tuple(skipped_files))
+                     skipped_files=tuple(skipped_files), named=frozenset(named_files))
 
 
 def _mode(path: Path, argument: str) -> int:
@@ -653,7 +679,8 @@ def read_input(item: InputFile) -> RawInput:
     """Read one input's bytes: gunzip, refuse binary files, make the text valid UTF-8. Never raises for a bad file.
     A big log (plain, or gzip) is not read here: it comes back as a LogStream."""
     warnings: list[str] = []
-    if item.path is not None and item.kind == "log" and item.size_bytes * GZIP_TEXT_RATIO >= STREAM_MIN_BYTES:
+    if (item.path is not None and item.kind == "log" and item.size_bytes * GZIP_TEXT_RATIO >= STREAM_MIN_BYTES
+            and not _wide_encoding(item.path)):
         streamed = _streamed(item.path, item.size_bytes)
         if streamed is not None:
             return streamed
@@ -682,6 +709,9 @@ def read_input(item: InputFile) -> RawInput:
             return RawInput(data=b"", digest=sha256, size_bytes=size, skipped_reason=text.skip_reason())
         if text.problem:
             warnings.append(text.problem)
+    raw, encoding = _utf8_from_bom(raw)
+    if encoding is not None:
+        warnings.append(f"decoded from {encoding} (byte order mark)")
     binary = binary_reason(raw[:BINARY_PROBE_BYTES])
     if binary is not None:
         return RawInput(data=b"", digest=sha256, size_bytes=size, skipped_reason=binary, warnings=tuple(warnings))
@@ -727,6 +757,34 @@ def _skipped(reason: str) -> RawInput:
 
 BINARY_NON_TEXT_SHARE = 0.3  # a file whose first block is this much NUL, control bytes or invalid UTF-8 is binary
 _TEXT_BYTES = bytes([9, 10, 12, 13, 27, 8]) + bytes(range(32, 127)) + bytes(range(128, 256))  # 0x80-0xFF: judged as UTF-8
+
+
+# Byte order marks of the encodings a Windows tool writes a log in (PowerShell's `>` writes UTF-16 LE): the longer first.
+_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32-LE"), (codecs.BOM_UTF32_BE, "UTF-32-BE"), (codecs.BOM_UTF16_LE, "UTF-16-LE"),
+         (codecs.BOM_UTF16_BE, "UTF-16-BE"))
+
+
+def _utf8_from_bom(raw: bytes) -> tuple[bytes, str | None]:
+    """`raw` as UTF-8 when it starts with a UTF-16 / UTF-32 byte order mark (→ the encoding it was in), else as it is."""
+    for bom, encoding in _BOMS:
+        if raw.startswith(bom):
+            return raw[len(bom):].decode(encoding, "replace").encode("utf-8"), encoding
+    return raw, None
+
+
+def _wide_encoding(path: Path) -> bool:
+    """Whether a file starts with a UTF-16 / UTF-32 byte order mark (read whole, to be decoded, not streamed)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+    except OSError:
+        return False
+    return any(head.startswith(bom) for bom, _ in _BOMS)
+
+
+# How far back from where zlib found a deflate stream broken its output may already be garbage: a damaged block
+# decodes to wrong text until a code cannot be (measured on flipped bytes: 50–250 bytes before the error).
+GARBLED_BYTES = 1024
 
 
 def binary_reason(head: bytes) -> str | None:

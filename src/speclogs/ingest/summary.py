@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from speclogs.redact import redact_json
+
 
 @dataclass(frozen=True)
 class ProgressEvent:
@@ -58,6 +60,7 @@ class IngestSummary:
     drift_notes: tuple[DriftNote, ...] = ()  # the drift view's rows for those files
     skipped_files: tuple[tuple[str, str], ...] = ()  # (file, why) of every file left out, unchanged ones excepted
     replaced: tuple[tuple[str, str], ...] = ()  # (file, why) of every stored file whose rows this call replaced
+    failed: tuple[str, ...] = ()  # "source_file: why" for each file that failed (written nowhere) or, named, was unreadable
 
     @property
     def files_skipped(self) -> int:
@@ -80,6 +83,7 @@ class IngestSummary:
         data["warnings"] = list(self.warnings)
         data["runs"] = list(self.runs)
         data["source_files"] = list(self.source_files)
+        data["failed"] = list(self.failed)
         data["drift_notes"] = [asdict(note) for note in self.drift_notes]
         data["files_skipped"] = self.files_skipped
         data["parsed_pct"] = round(self.parsed_pct, 2)
@@ -89,4 +93,4 @@ class IngestSummary:
         return data
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
+        return json.dumps(redact_json(self.to_dict()), indent=2)

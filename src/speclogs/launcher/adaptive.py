@@ -265,7 +265,9 @@ def look(design: Design, round_: int, values: dict[str, list[float]]) -> Look:
 
 
 def launch_throughput(run_dir: Path) -> float | None:
-    """Client tok/s of one complete ok launch: Σ completion tokens / Σ latency of its non-warm-up requests."""
+    """tok/s of one complete ok launch: Σ completion tokens / Σ latency of its non-warm-up requests, each request's
+    latency as the server measured it (SGLang's meta_info.e2e_latency: no client or HTTP scheduling in it) where it
+    says, else as the client did."""
     record = read_run_json(run_dir)
     if record is None or record.outcome != "ok":
         return None
@@ -281,7 +283,8 @@ def launch_throughput(run_dir: Path) -> float | None:
             continue
         if row.get("warmup") or not isinstance(row.get("completion_tokens"), (int, float)):
             continue
-        latency = row.get("latency_s")
+        served = (row.get("meta_info") or {}).get("e2e_latency")
+        latency = served if isinstance(served, (int, float)) and served > 0 else row.get("latency_s")
         if isinstance(latency, (int, float)) and latency > 0 and math.isfinite(latency):
             tokens += row["completion_tokens"]
             seconds += latency

@@ -109,7 +109,7 @@ def node_argv(plan: Plan, spec: LaunchSpec, rank: int) -> list[str]:
 
 
 def _ssh(nodes: NodesSpec, host: str) -> list[str]:
-    return ["ssh", "-o", "BatchMode=yes", *nodes.ssh_options, host]
+    return ["ssh", "-o", "BatchMode=yes", *nodes.ssh_options, "--", host]  # `--`: the host is never read as an option
 
 
 def _upload(plan: Plan, nodes: NodesSpec, say: Progress) -> None:

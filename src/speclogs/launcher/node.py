@@ -74,7 +74,8 @@ def main() -> int:
     leader = _proc.process_identity(proc.pid)
     known: dict = {}
     out.send(event="spawned", pid=proc.pid, identity=leader.to_dict() if leader else None, hostname=runinfo.hostname(),
-             gpus=runinfo.gpu_inventory(), env=runinfo.redact_env(env), env_dropped=dropped, versions=versions,
+             gpus=runinfo.gpu_inventory(), env=runinfo.recorded_env(env, tuple(spec["inherit_env"]), *spec["env_layers"]),
+             env_dropped=dropped, versions=versions,
              spawn=runinfo.now_iso(), utc_offset=runinfo.utc_offset())
     def read_commands() -> None:
         for command in sys.stdin:

@@ -21,6 +21,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,11 +151,38 @@ class StopResult:
     gpu_apps_after: tuple[int, ...] | None = None   # every pid nvidia-smi lists after the stop (None: no nvidia-smi)
 
 
+# The launch's own mark in the environment of every process the server starts: one that leaves its process group
+# (a double fork, a new session) still carries it, so stop_server finds it in /proc/*/environ.
+LAUNCH_TAG_ENV = "SPECLOGS_LAUNCH_TAG"
+
+
 def spawn_server(argv: list[str], env: dict[str, str], log_path: Path, cwd: Path | None = None) -> subprocess.Popen:
-    """Start `argv` in a new session (own process group), stdout+stderr appended to `log_path`."""
+    """Start `argv` in a new session (own process group), stdout+stderr appended to `log_path`, its environment
+    marked with a tag of this launch (`proc.launch_tag`, LAUNCH_TAG_ENV)."""
+    tag = uuid.uuid4().hex
     with open(log_path, "ab") as log:
-        return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=cwd)
+        proc = subprocess.Popen(argv, env={**env, LAUNCH_TAG_ENV: tag}, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
+    proc.launch_tag = tag
+    return proc
+
+
+def tagged_pids(tag: str | None) -> list[int]:
+    """Live processes whose environment carries the launch tag `tag` (those /proc lets this user read)."""
+    if not tag:
+        return []
+    mark = f"{LAUNCH_TAG_ENV}={tag}".encode()
+    pids = []
+    for pid, fields in _proc_stats():
+        if fields and fields[0] in ("Z", "X"):
+            continue
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if mark in environ.split(b"\0"):
+            pids.append(pid)
+    return pids
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -259,13 +287,19 @@ def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, Process
     known = dict(known or {})
     if is_same_process(leader):
         known.update(identities(group_pids(pgid)))
+    tag = getattr(proc, "launch_tag", None)
+    known.update(identities(tagged_pids(tag)))  # those that left the group (double fork, setsid) carry the tag
     if leader is not None:
         known[proc.pid] = leader
+    outside = {pid: identity for pid, identity in known.items() if _pgid(pid) != pgid}
     started = time.monotonic()
     signal_used = "none"
     if exit_code(proc) is None or group_pids(pgid):
         signal_used = "SIGTERM"
         _signal_group(pgid, signal.SIGTERM, leader, known)
+        for identity in outside.values():  # (a daemon of the server's is asked to stop too)
+            if is_same_process(identity):
+                _send(identity.pid, signal.SIGTERM)
         deadline = started + grace_s
         while time.monotonic() < deadline:
             if exit_code(proc) is not None and group_pids(pgid) in ([], [pgid]):
@@ -287,6 +321,7 @@ def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, Process
     while group_pids(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
     stop_s = time.monotonic() - started
+    known.update({pid: identity for pid, identity in identities(tagged_pids(tag)).items() if pid not in known})
     alive_known = [identity for pid, identity in known.items()
                    if pid != proc.pid and _running(pid) and is_same_process(identity)]
     # members still in the group: ours only if seen before (a group whose leader is gone is never signalled as a group)

@@ -29,6 +29,9 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
                   progress: Progress | None = None) -> PlanRunSummary:
     """Run the plan on `host` (user@box) and pull DIR/<cell>/<launch>/ back into options.out_dir."""
     say = progress or (lambda message: None)
+    if not host or host.startswith("-"):
+        raise LaunchError(f"--host {host!r}: not a host (a value starting with '-' would reach ssh as an option)",
+                          hint="give it as user@box or box; ssh options go in --ssh-opt")
     plan = load_plan(plan_path)   # plan errors surface here, with the local file:line
     if plan.nodes is not None:
         raise PlanError(f"{plan_path}: the plan lists its nodes, so --host has nothing to add",
@@ -36,7 +39,7 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
     out_dir = options.out_dir.resolve()
     if not options.resume and any(out_dir.glob(f"*/*/{RUN_JSON}")):
         raise LaunchError(f"{out_dir} already holds launches", hint="add --resume, or choose a new --out")
-    ssh = ["ssh", "-o", "BatchMode=yes", *ssh_options, host]
+    ssh = ["ssh", "-o", "BatchMode=yes", *ssh_options, "--", host]  # `--`: the host is never read as an option
     remote_plan = f"plans/{plan.name}.toml"
     remote_out = f"runs/{plan.name}"
     cd = f"cd {shlex.quote(remote_dir)}"

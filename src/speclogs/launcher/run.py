@@ -408,6 +408,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
     run_dir.mkdir(parents=True, exist_ok=True)
     argv = server_argv(plan, spec, run_dir)
     env, dropped = server_env(plan, spec)
+    recorded_env = runinfo.recorded_env(env, plan.inherit_env, plan.env, spec.cell.env)
     host = arg_value(argv, "--host") or plan.host
     probe_host = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
     port = int(arg_value(argv, "--port") or plan.port)
@@ -418,9 +419,9 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
         run_name=spec.run_name, plan_name=plan.name, plan_file=str(plan.path), cell=spec.cell.name, launch=spec.launch,
         factors=spec.cell.factors, order_index=spec.order_index, previous=previous,
         stamps=("spawn", "port_open", "health_200", "bench_start", "bench_end", "stop"),
-        argv=runinfo.redact_argv(argv), env=runinfo.redact_env(env),
-        env_nccl={k: v for k, v in runinfo.redact_env(env).items() if k.startswith("NCCL_")},
-        env_cuda={k: v for k, v in runinfo.redact_env(env).items() if k.startswith("CUDA_")},
+        argv=runinfo.redact_argv(argv), env=recorded_env,
+        env_nccl={k: v for k, v in recorded_env.items() if k.startswith("NCCL_")},
+        env_cuda={k: v for k, v in recorded_env.items() if k.startswith("CUDA_")},
         env_dropped=dropped, profile=spec.cell.profile, versions={}, gpus=context.gpus, hostname=context.hostname,
         bench=_bench_record(plan), utc_offset=runinfo.utc_offset(), host=host, port=port, exit_code=None,
         server_pid=None, server_identity=None, stop=None, files=files, models={},

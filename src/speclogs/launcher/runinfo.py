@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from speclogs.doctor import config_facts
-from speclogs.redact import REDACTED, redact_argv, redact_env, secret_name  # noqa: F401 - re-exported
+from speclogs.redact import REDACTED, redact_argv, redact_env, redact_value, secret_name  # noqa: F401 - re-exported
 
 # Proxy variables: a server never inherits them unless the plan's inherit_env names them (any case), since they
 # carry credentials (http://user:pw@proxy) and reroute traffic; "*" and PREFIX* entries do not name them.
@@ -52,6 +52,24 @@ def utc_offset() -> str:
     minutes = int(offset.total_seconds() // 60)
     sign = "+" if minutes >= 0 else "-"
     return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+# Inherited variables whose values run.json records: the families speclogs and the server's libraries read. Any other
+# inherited variable is recorded by name only, unless the plan names it (a plan's or cell's env, or an inherit_env
+# entry without '*'): a value nobody asked for is where an unlabelled credential hides.
+RECORDED_ENV_FAMILIES = (
+    "CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "GLOO_", "TORCH_", "PYTORCH_", "TRITON_", "SGLANG_", "FLASHINFER_", "HF_",
+    "HUGGING_FACE_", "TRANSFORMERS_", "TOKENIZERS_", "OMP_", "MKL_", "SPECLOGS_",
+)
+NOT_RECORDED = "<not recorded>"
+
+
+def recorded_env(env: dict[str, str], inherit: tuple[str, ...], *layers: dict[str, str]) -> dict[str, str]:
+    """`env` as run.json records it, sorted by name, secrets redacted: the values of the plan's own `layers`, of the
+    names `inherit` spells out and of RECORDED_ENV_FAMILIES; any other inherited variable by name only."""
+    asked = {name for layer in layers for name in layer} | {entry for entry in inherit if not entry.endswith("*")}
+    return {name: redact_value(name, value) if name in asked or name.startswith(RECORDED_ENV_FAMILIES) else NOT_RECORDED
+            for name, value in sorted(env.items())}
 
 
 def is_secret(name: str) -> bool:

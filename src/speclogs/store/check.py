@@ -14,6 +14,11 @@ logs, token by token (a sample's name, label names and values, and its value as 
 JSON inputs (bench.jsonl, request exports, *.nccl_probe.json) are checked the same way, value by value: every scalar
 of a JSONL record is in its line's rows, every scalar of a probe file in the file's rows. The check reads, never
 writes; `speclogs check` prints what it finds.
+
+The lines are the raw source's: a token the database does not hold because the ingest redacted it (speclogs.redact)
+is counted as redacted, per file, never as found, so an over-eager redaction shows. A file that cannot be re-read as
+it was ingested (gone, changed since, or stdin) is "cannot verify", which fails the check. A log is read and checked a
+window of lines at a time, with only that window's rows in memory.
 """
 
 from __future__ import annotations
@@ -24,11 +29,12 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from itertools import islice
 from pathlib import Path
 
 from speclogs.errors import StoreError
 from speclogs.ingest.lines import ANSI_RE
-from speclogs.redact import redact_line
+from speclogs.redact import redact
 
 # Columns that say where a row came from, not what the line printed (never evidence for a token).
 _KEY_COLUMNS = frozenset({"run_id", "source_file", "line_no", "last_line_no", "launch_no", "piece"})
@@ -36,6 +42,8 @@ TOKEN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+(?:\.[0-9]+)*")
 _LOG_TABLE_EXCLUDES = frozenset({"files", "runs", "launches", "meta", "line_accounting", "nccl_probe"})
 EXAMPLES_SHOWN = 20
 _TEXT_KINDS = ("log", "prometheus")  # checked token by token; every other kind is JSON lines (bench, request_export, jsonl)
+WINDOW_LINES = 50_000  # a log is checked this many lines at a time: their rows are all the check holds
+STDIN_SOURCE = "<stdin>"  # <stdin> or <stdin:digest>
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,9 @@ class FileCheck:
     kind: str
     lines: int
     lines_kept: int
-    note: str | None = None  # why a file could not be checked (changed since ingest, gone, stdin)
+    note: str | None = None  # why a file could not be verified ("cannot verify: source missing / changed / stdin")
+    tokens_redacted: int = 0  # tokens of the source the database holds as <redacted>
+    lines_redacted: int = 0
 
 
 @dataclass(frozen=True)
@@ -84,11 +94,22 @@ class ContentCheck:
 
     @property
     def ok(self) -> bool:
-        return self.lines_lost == 0
+        """Every line of every file verified and kept: a file that could not be verified is not a pass."""
+        return self.lines_lost == 0 and not self.unchecked
+
+    @property
+    def tokens_redacted(self) -> int:
+        return sum(f.tokens_redacted for f in self.files)
+
+    @property
+    def lines_redacted(self) -> int:
+        return sum(f.lines_redacted for f in self.files)
 
     def to_dict(self) -> dict:
         return {
             "ok": self.ok, "lines": self.lines, "lines_kept": self.lines_kept, "lines_lost": self.lines_lost,
+            "files_unverified": len(self.unchecked), "lines_redacted": self.lines_redacted,
+            "tokens_redacted": self.tokens_redacted,
             "files": [asdict(f) for f in self.files], "losses": [loss.to_dict() for loss in self.losses],
         }
 
@@ -110,21 +131,39 @@ def check_content(connection, *, sources: Iterable[str] | None = None, grammar_p
     for source_file, kind, sha256 in files:
         if wanted is not None and source_file not in wanted:
             continue
-        text, note = _source_text(source_file, sha256)
-        if text is None:
-            checks.append(FileCheck(source_file, kind, 0, 0, note))
+        source = _Source(source_file)
+        if source.note is not None:
+            checks.append(FileCheck(source_file, kind, 0, 0, source.note))
             continue
         if kind in ("nccl_probe", "run_json"):
-            result = _check_document(connection, source_file, kind, text)
+            text = "\n".join(source.lines())
+            counts = _Counts()
+            file_losses = _check_document(connection, source_file, kind, text, counts)
         else:
-            rows = _rows_by_line(connection, tables, source_file, run_names)
-            lines = _physical_lines(text)
-            result = _check_lines(source_file, lines, rows, vocabulary, json_lines=kind not in _TEXT_KINDS)
-        file_losses, lines_total, lines_lost = result
-        lost += lines_lost
+            counts, file_losses = _Counts(), []
+            lines = source.lines()
+            first = 1
+            while window := list(islice(lines, WINDOW_LINES)):
+                rows = _rows_by_line(connection, tables, source_file, run_names, first, first + len(window) - 1)
+                found = _check_lines(source_file, window, first, rows, vocabulary, counts, json_lines=kind not in _TEXT_KINDS)
+                file_losses.extend(found[:max(0, EXAMPLES_SHOWN - len(file_losses))])
+                first += len(window)
+        if source.digest() != sha256:
+            checks.append(FileCheck(source_file, kind, 0, 0, "cannot verify: source changed since it was ingested"))
+            continue
+        lost += counts.lines_lost
         losses.extend(file_losses[:EXAMPLES_SHOWN])
-        checks.append(FileCheck(source_file, kind, lines_total, lines_total - lines_lost))
+        checks.append(FileCheck(source_file, kind, counts.lines, counts.lines - counts.lines_lost, None,
+                                counts.tokens_redacted, counts.lines_redacted))
     return ContentCheck(files=tuple(checks), losses=tuple(losses), lines_lost=lost)
+
+
+@dataclass
+class _Counts:
+    lines: int = 0
+    lines_lost: int = 0
+    tokens_redacted: int = 0
+    lines_redacted: int = 0
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -195,31 +234,51 @@ def _pieces(nodes) -> list[str]:
 # reading the sources and the rows
 
 
-def _source_text(source_file: str, sha256: str) -> tuple[str | None, str | None]:
-    from speclogs.ingest.sources import InputFile, RunRef, read_input
+class _Source:
+    """An ingested file read again as the ingest read it (gunzipped, made valid UTF-8), line by line, chunk by chunk;
+    `digest()` (once read through) is of its bytes on disk, to hold against the one the ingest recorded."""
 
-    path = Path(source_file)
-    if not path.is_file():
-        return None, "not re-readable (stdin, or moved since ingest)"
-    item = InputFile(source_file=source_file, kind="log", run=RunRef("", "", None), path=path, size_bytes=path.stat().st_size)
-    raw = read_input(item)
-    if raw.skipped_reason is not None:
-        return None, raw.skipped_reason
-    if raw.stream is not None:
-        data = b"".join(raw.stream.chunks(16 << 20))
-        digest = raw.stream.result()
-    else:
-        data, digest = raw.data, raw.sha256
-    if digest != sha256:
-        return None, "changed since it was ingested"
-    return data.decode("utf-8"), None
+    def __init__(self, source_file: str) -> None:
+        from speclogs.ingest.sources import InputFile, RunRef, read_input
 
+        self.note: str | None = None
+        self._raw = None
+        path = Path(source_file)
+        if source_file.startswith(STDIN_SOURCE[:-1]):
+            self.note = "cannot verify: stdin (its text was not kept)"
+        elif not path.is_file():
+            self.note = "cannot verify: source missing (moved or deleted since it was ingested)"
+        else:
+            item = InputFile(source_file=source_file, kind="log", run=RunRef("", "", None), path=path,
+                             size_bytes=path.stat().st_size)
+            self._raw = read_input(item)
+            if self._raw.skipped_reason is not None:
+                self.note = f"cannot verify: {self._raw.skipped_reason}"
 
-def _physical_lines(text: str) -> list[str]:
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    def _chunks(self) -> Iterator[bytes]:
+        if self._raw.stream is not None:
+            yield from self._raw.stream.chunks(16 << 20)
+        else:
+            yield self._raw.data
+
+    def lines(self) -> Iterator[str]:
+        tail = b""
+        for chunk in self._chunks():
+            data = tail + chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                tail = data
+                continue
+            tail = data[cut + 1:]
+            for line in data[:cut].decode("utf-8", "replace").split("\n"):
+                yield line[:-1] if line.endswith("\r") else line
+        if tail:
+            line = tail.decode("utf-8", "replace")
+            yield line[:-1] if line.endswith("\r") else line
+
+    def digest(self) -> str:
+        """Once lines() has been read through."""
+        return self._raw.stream.result() if self._raw.stream is not None else self._raw.sha256
 
 
 def _line_tables(connection) -> list[tuple[str, bool]]:
@@ -262,11 +321,15 @@ class _Evidence:
                 self.text.append(value if isinstance(value, str) else json.dumps(value, default=str))
 
 
-def _rows_by_line(connection, tables: list[tuple[str, bool]], source_file: str, run_names: dict[str, str]) -> dict[int, _Evidence]:
-    """Each line's evidence: its rows' cells, and the name of the run they belong to (a bench line names it)."""
+def _rows_by_line(connection, tables: list[tuple[str, bool]], source_file: str, run_names: dict[str, str],
+                  first_line: int, last_line: int) -> dict[int, _Evidence]:
+    """Each line's evidence, for lines first_line..last_line: its rows' cells, and the name of the run they belong to
+    (a bench line names it)."""
     by_line: dict[int, _Evidence] = {}
     for table, spans in tables:
-        cursor = connection.execute(f'SELECT * FROM "{table}" WHERE source_file = ?', [source_file])
+        reach = "COALESCE(last_line_no, line_no)" if spans else "line_no"
+        cursor = connection.execute(f'SELECT * FROM "{table}" WHERE source_file = ? AND line_no <= ? AND {reach} >= ?',
+                                    [source_file, last_line, first_line])
         names = [d[0] for d in cursor.description]
         for values in cursor.fetchall():
             row = dict(zip(names, values))
@@ -275,7 +338,7 @@ def _rows_by_line(connection, tables: list[tuple[str, bool]], source_file: str, 
             if first is None:
                 continue
             last = row.get("last_line_no") if spans else None
-            for line_no in range(first, (last or first) + 1):
+            for line_no in range(max(first, first_line), min(last or first, last_line) + 1):
                 by_line.setdefault(line_no, _Evidence()).add(table, row)
     return by_line
 
@@ -284,29 +347,38 @@ def _rows_by_line(connection, tables: list[tuple[str, bool]], source_file: str, 
 # holding tokens against evidence
 
 
-def _check_lines(source_file: str, lines: list[str], rows: dict[int, _Evidence], vocabulary: dict[str, frozenset[str]],
-                 *, json_lines: bool) -> tuple[list[Loss], int, int]:
+def _check_lines(source_file: str, lines: list[str], first_line: int, rows: dict[int, _Evidence],
+                 vocabulary: dict[str, frozenset[str]], counts: _Counts, *, json_lines: bool) -> list[Loss]:
     losses: list[Loss] = []
-    for line_no, line in enumerate(lines, start=1):
-        tokens = _json_tokens(line) if json_lines else _tokens(line)
+    tokenize = _json_tokens if json_lines else _tokens
+    for line_no, line in enumerate(lines, start=first_line):
+        counts.lines += 1
+        tokens = tokenize(line)
         evidence = rows.get(line_no)
         if evidence is None:
             if tokens:
-                losses.append(Loss(source_file, line_no, ("(no row)",), (), line))
+                counts.lines_lost += 1
+                losses.append(Loss(source_file, line_no, ("(no row)",), (), redact(line)))
             continue
         template = frozenset().union(*(vocabulary.get(table, frozenset()) for table in evidence.tables))
         missing = missing_tokens(tokens, evidence, template)
         if missing:
-            losses.append(Loss(source_file, line_no, tuple(missing), tuple(sorted(evidence.tables)), line))
-    return losses, len(lines), len(losses)
+            hidden = set(tokens) - set(tokenize(redact(line)))  # what the ingest's redaction took out of this line
+            redacted = [token for token in missing if token in hidden]
+            if redacted:
+                counts.tokens_redacted += len(redacted)
+                counts.lines_redacted += 1
+                missing = [token for token in missing if token not in hidden]
+        if missing:
+            counts.lines_lost += 1
+            losses.append(Loss(source_file, line_no, tuple(missing), tuple(sorted(evidence.tables)), redact(line)))
+    return losses
 
 
 def _tokens(line: str) -> list[str]:
-    """A line's tokens: words of two letters or more, and numbers. ANSI colour codes are formatting, not content;
-    secrets are redacted as the ingest redacts them (speclogs.redact), so '<redacted>' stands for them."""
+    """A line's tokens: words of two letters or more, and numbers. ANSI colour codes are formatting, not content."""
     if "\x1b" in line or "^[[" in line:
         line = ANSI_RE.sub(" ", line)
-    line = redact_line(line)
     return [t for t in TOKEN_RE.findall(line) if len(t) > 1 or t.isdigit()]
 
 
@@ -367,7 +439,7 @@ _DOCUMENT_ROWS = {  # a whole-document input: the rows that hold it
 }
 
 
-def _check_document(connection, source_file: str, kind: str, text: str) -> tuple[list[Loss], int, int]:
+def _check_document(connection, source_file: str, kind: str, text: str, counts: _Counts) -> list[Loss]:
     """A JSON document (NCCL probe, run.json): every scalar value it holds must be in its rows (accounted value by
     value: `lines` are its values here)."""
     table, sql = _DOCUMENT_ROWS[kind]
@@ -375,15 +447,21 @@ def _check_document(connection, source_file: str, kind: str, text: str) -> tuple
     known = {name for (name,) in connection.execute(
         "SELECT table_name FROM duckdb_tables() UNION SELECT view_name FROM duckdb_views()").fetchall()}  # a lake: views
     if table not in known and table != "runs":  # a database written before the table existed
-        return [Loss(source_file, 0, ("(no row)",), (), f"no {table} table in this database")], 1, 1
+        counts.lines, counts.lines_lost = 1, 1
+        return [Loss(source_file, 0, ("(no row)",), (), f"no {table} table in this database")]
     cursor = connection.execute(sql, [source_file])
     names = [d[0] for d in cursor.description]
     for values in cursor.fetchall():
         evidence.add(table, dict(zip(names, values)))
-    tokens = _json_tokens(" ".join(text.split()))
+    flat = " ".join(text.split())
+    tokens = _json_tokens(flat)
     missing = missing_tokens(tokens, evidence, frozenset())
-    losses = [Loss(source_file, 0, tuple(missing), (table,), f"{len(missing)} of {len(tokens)} values not stored")] if missing else []
-    return losses, len(tokens), len(missing)
+    hidden = set(tokens) - set(_json_tokens(redact(flat)))
+    redacted = [token for token in missing if token in hidden]
+    missing = [token for token in missing if token not in hidden]
+    counts.lines, counts.lines_lost = len(tokens), len(missing)
+    counts.tokens_redacted, counts.lines_redacted = len(redacted), int(bool(redacted))
+    return [Loss(source_file, 0, tuple(missing), (table,), f"{len(missing)} of {len(tokens)} values not stored")] if missing else []
 
 
 def check_database(db_path: str | Path, **kwargs) -> ContentCheck:

@@ -174,19 +174,31 @@ _OLD_STEPS: tuple[tuple[int, str, Callable[[duckdb.DuckDBPyConnection], None]], 
 )
 
 
+# Every connection speclogs opens: DuckDB never fetches or loads an extension by itself (a `.sqlite` file, an
+# `https://` path or a `read_json` would otherwise download one from the network).
+NO_EXTENSIONS = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+_DUCKDB_MAGIC = (8, b"DUCK")  # where a DuckDB file says what it is
+
+
+def no_extensions_connection(database: str = ":memory:", **config) -> duckdb.DuckDBPyConnection:
+    """duckdb.connect with NO_EXTENSIONS (and `config`)."""
+    return duckdb.connect(database, config={**NO_EXTENSIONS, **config})
+
+
 def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """Open the speclogs database (creating the schema, or migrating an older one, when writable). Raises StoreError
     with a clear reason."""
     path = Path(db_path)
     if read_only and not path.exists():
         raise StoreError(f"no database at {path}", hint="run `speclogs ingest PATH… --db FILE` first, or pass --db")
+    _refuse_other_files(path)
     try:
         if read_only:
-            connection = duckdb.connect(str(path), read_only=True)
+            connection = duckdb.connect(str(path), read_only=True, config=NO_EXTENSIONS)
         else:  # attached, for the row group size and the storage version (the file's catalog is then the default one)
             from speclogs.store.writer import ROW_GROUP_ROWS  # (polars: only where the file is written)
 
-            connection = duckdb.connect(config={"memory_limit": WRITER_MEMORY_LIMIT})
+            connection = no_extensions_connection(memory_limit=WRITER_MEMORY_LIMIT)
             quoted = str(path).replace("'", "''")
             options = f"ROW_GROUP_SIZE {ROW_GROUP_ROWS}" + ("" if path.exists() else f", STORAGE_VERSION '{STORAGE_VERSION}'")
             connection.execute(f"ATTACH '{quoted}' AS {_CATALOG} ({options})")
@@ -216,6 +228,18 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
             connection.close()
             raise
     return connection
+
+
+def _refuse_other_files(path: Path) -> None:
+    """StoreError for a file that is there but is not a DuckDB file (a SQLite file, a log passed as --db)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(_DUCKDB_MAGIC[0] + len(_DUCKDB_MAGIC[1]))
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        return  # (connect says what is wrong with those)
+    if head and head[_DUCKDB_MAGIC[0]:] != _DUCKDB_MAGIC[1]:
+        raise StoreError(f"{path} is not a speclogs database (not a DuckDB file)",
+                         hint="pass the .duckdb file `speclogs ingest --db` wrote, or a new path to create one")
 
 
 def second_connection(connection: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
@@ -259,13 +283,22 @@ def _migrate(connection, path: Path) -> None:
     connection.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(current)])
 
 
+def _process(pid: str) -> str:
+    """'pid 1234 (speclogs ingest a.log --db x.duckdb)': the process and its command line where /proc shows it."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return f"pid {pid}"
+    return f"pid {pid} ({command[:200]})" if command else f"pid {pid}"
+
+
 def _store_error(path: Path, error: duckdb.Error) -> StoreError:
     message = str(error)
     if "lock" in message.lower():
         found = _LOCK_PID.search(message)
-        pid = found.group(1) if found else "unknown"
+        holder = _process(found.group(1)) if found else "pid unknown"
         return StoreError(
-            f"{path} is being written by another process (pid {pid}?)",
+            f"{path} is being written by another process: {holder}",
             hint="wait for it to finish (each file is one transaction), or use another --db file",
         )
     hint = NO_SPACE_HINT if no_space_left(error) else "check the path and its permissions"

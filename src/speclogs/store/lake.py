@@ -39,12 +39,13 @@ import polars as pl
 
 import speclogs
 from speclogs.errors import SpeclogsError, StoreError
-from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, Batch, ParsedFile, Tally, first_line, run_pipeline
+from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, Batch, IngestInterrupted, ParsedFile, Tally, first_line, run_pipeline
+from speclogs.ingest.records import redacted
 from speclogs.ingest.sources import InputFile, discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
 from speclogs.runrecord import read_run_json
 from speclogs.schema import columns
-from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL
+from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL, no_extensions_connection
 from speclogs.store.layout import POLARS_TYPES, SOURCE_ONLY_TABLES
 from speclogs.store.writer import FILE_TYPES, LAUNCH_TYPES, RUN_TYPES, batch_run_rows, file_row
 
@@ -149,7 +150,7 @@ class LakeSink:
         except FAILURES as error:
             for part in own.result.parts:
                 (self.lake_dir / part["path"]).unlink(missing_ok=True)
-            tally.skip(f"failed and left out ({type(error).__name__}: {first_line(error)})", parsed.source_file)
+            tally.fail(f"failed and left out ({type(error).__name__}: {first_line(error)})", parsed.source_file)
             return
         parsed.seconds = time.perf_counter() - started
         self.result.parts.extend(own.result.parts)
@@ -232,7 +233,7 @@ class LakeSink:
             return
         table, (version, day) = key
         frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed", rechunk=False)
-        frame = _conform(table, frame)
+        frame = redacted(table, _conform(table, frame))
         relative = Path(table) / f"sglang={version}" / f"day={day}" / f"part-{self.commit_id}-{self.writer}-{self._written}.parquet"
         self._written += 1
         path = self.lake_dir / STAGING_DIR / self.commit_id / relative
@@ -272,7 +273,7 @@ def _failed(parsed: ParsedFile, tally: Tally) -> None:
     import sys
 
     error = sys.exc_info()[1]
-    tally.skip(f"failed and left out ({type(error).__name__}: {first_line(error)})", parsed.source_file)
+    tally.fail(f"failed and left out ({type(error).__name__}: {first_line(error)})", parsed.source_file)
 
 
 def _typed(table: str, frame: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
@@ -534,7 +535,7 @@ def connect_lake(lake_dir: str | Path) -> duckdb.DuckDBPyConnection:
     if not lake_dir.is_dir():
         raise StoreError(f"no lake at {lake_dir}", hint="run `speclogs ingest PATH… --lake DIR` first, or pass --lake")
     _check_format(lake_dir)
-    connection = duckdb.connect()
+    connection = no_extensions_connection()
     try:
         for table, columns in contract_columns().items():
             connection.execute(_view_sql(lake_dir, table, columns))
@@ -609,6 +610,10 @@ def ingest_lake(
                                  chunk_bytes=chunk_bytes)
             result = sink.finish()
             lake.commit(commit_id, [result], {"engine": "single process", "host": socket.gethostname()})
+        except KeyboardInterrupt:
+            shutil.rmtree(lake_dir / STAGING_DIR / commit_id, ignore_errors=True)
+            raise IngestInterrupted("interrupted: nothing of this call is in the lake (it commits once, at the end); "
+                                    "the lake is as it was") from None
         except BaseException:
             shutil.rmtree(lake_dir / STAGING_DIR / commit_id, ignore_errors=True)
             raise

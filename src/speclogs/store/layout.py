@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from speclogs.ingest.records import redacted
 from speclogs.schema import columns
 
 if TYPE_CHECKING:
@@ -83,6 +84,7 @@ class Layout:
         self._ensure(table, frame, keys)
         constants = "".join(f', ?::VARCHAR AS "{name}"' for name in keys)
         connection = connection or self._connection
+        frame = redacted(table, frame)  # the one door into the database file: nothing secret goes through it
         # large strings, copied: DuckDB keeps string views pointing into the buffers of the chunk they came from (the
         # whole chunk's text, for a frame of a few hundred rows)
         connection.register("_speclogs_frame", frame.to_arrow(compat_level=pl.CompatLevel.oldest()))

@@ -29,6 +29,14 @@ BATCH_ROWS = 65_536
 _HINT = "`speclogs tables` lists the tables; docs/sql.md describes every column"
 # Statements whose result is a relation (streamed); the others (SET, USE, ATTACH, …) are run for their effect.
 _QUERY_TYPES = frozenset({"SELECT", "EXPLAIN", "PRAGMA", "CALL"})
+# What `speclogs sql` runs: statements that read. COPY, EXPORT, INSTALL / LOAD, ATTACH, CREATE, INSERT … are refused
+# before anything runs; SET / PRAGMA only for settings that neither reach out nor write (_SETTABLE).
+_READ_TYPES = frozenset({*_QUERY_TYPES, "SET"})
+_SETTING = re.compile(r"\s*(?:SET|RESET|PRAGMA)\s+(?:(?:GLOBAL|SESSION|LOCAL)\s+)?(?:VARIABLE\s+)?\"?(\w+)", re.IGNORECASE)
+_SETTABLE = frozenset({"threads", "worker_threads", "memory_limit", "max_memory", "timezone", "calendar", "default_order",
+                       "default_null_order", "null_order", "preserve_insertion_order", "enable_progress_bar",
+                       "max_expression_depth", "errors_as_json", "explain_output", "enable_profiling", "profiling_mode"})
+_PRAGMA_SETS = re.compile(r"=|\b(?:output|extension|external|secret|directory)", re.IGNORECASE)
 _SHOW_TABLES = re.compile(r"\s*show\s+tables\s*;?\s*", re.IGNORECASE)
 
 # The contract's tables and views: what `SHOW TABLES` and `speclogs tables` list (not meta's internal `_…` shards).
@@ -172,10 +180,28 @@ def statements(db_path: str | Path, sql: str, *, lake: str | Path | None = None)
         parsed = split_statements(sql, connection)
         if not parsed:
             raise StoreError("no SQL statement given", hint='e.g. speclogs sql "SELECT run_name FROM runs"')
+        refused = [(kind, text) for kind, text in parsed if not _reads(kind, text)]
+        if refused:
+            kind, text = refused[0]
+            raise StoreError(f"refused: `{' '.join(text.split())[:80]}` ({kind}): speclogs sql only reads",
+                             hint="SELECT, WITH, DESCRIBE, SHOW, EXPLAIN and CALL are run; to write a result, use "
+                                  "`speclogs sql … --output FILE`")
         connection.execute("SET enable_progress_bar = false")  # DuckDB's bar would land in the output
         yield Statements(connection, parsed)
     finally:
         connection.close()
+
+
+def _reads(kind: str, text: str) -> bool:
+    """Whether a statement only reads: a query, a SET of a harmless setting, a PRAGMA that sets nothing."""
+    if kind not in _READ_TYPES:
+        return False
+    setting = _SETTING.match(text)
+    if kind == "SET":
+        return text.lstrip()[:3].upper() == "USE" or (setting is not None and setting[1].lower() in _SETTABLE)
+    if kind == "PRAGMA" and setting is not None:
+        return setting[1].lower() in _SETTABLE or not _PRAGMA_SETS.search(text)
+    return True
 
 
 @dataclass(frozen=True)

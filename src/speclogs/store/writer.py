@@ -27,6 +27,7 @@ import polars as pl
 
 from speclogs.errors import SpeclogsError, StoreError
 from speclogs.ingest.pipeline import Batch, ParsedFile, Tally, first_line
+from speclogs.ingest.records import redacted
 from speclogs.store.database import NO_SPACE_HINT, no_space_left, second_connection
 from speclogs.store.layout import Layout, polars_schema
 
@@ -102,6 +103,7 @@ class Writer:
         try:
             self._transaction(batch)
         except FAILURES as error:
+            _raise_interrupt(error)
             if len(batch.files) == 1:
                 self._failed(batch.files[0], error, tally)
                 return
@@ -109,6 +111,7 @@ class Writer:
                 try:
                     self._transaction(batch.of(index))
                 except FAILURES as error:
+                    _raise_interrupt(error)
                     self._failed(parsed, error, tally)
                 else:
                     tally.add(parsed)
@@ -127,7 +130,7 @@ class Writer:
                 self.layout.insert(table, self.layout.with_keys(table, frame, files))
             self._finish(batch.files)
             self._commit()
-        except FAILURES:
+        except (*FAILURES, KeyboardInterrupt):
             self._rollback()
             raise
 
@@ -142,7 +145,7 @@ class Writer:
                 f"cannot write {parsed.source_file} into {self.db_path}: No space left on device ({done}{stored})",
                 hint=NO_SPACE_HINT + " (what is stored is skipped as unchanged)",
             ) from error
-        tally.skip(f"failed and rolled back ({type(error).__name__}: {first_line(error)})", parsed.source_file)
+        tally.fail(f"failed and rolled back ({type(error).__name__}: {first_line(error)})", parsed.source_file)
 
     def _finish(self, files: list[ParsedFile]) -> None:
         """The files rows, launches rows and runs of some files (one statement each)."""
@@ -178,7 +181,7 @@ class Writer:
                 produce(emit)
             except _Stopped:
                 pass
-            except FAILURES as error:
+            except (*FAILURES, KeyboardInterrupt) as error:  # (polars may raise Ctrl-C on this thread)
                 failures.append(error)
             finally:
                 frames.put(None)
@@ -210,7 +213,7 @@ class Writer:
             self._finish([parsed])
             connection.execute("DELETE FROM _ingesting WHERE source_file = ?", [source_file])
             self._commit()
-        except FAILURES as error:
+        except (*FAILURES, KeyboardInterrupt) as error:
             stop.set()
             while parser.is_alive() or not frames.empty():  # let the parser see `stop` and finish
                 try:
@@ -218,7 +221,9 @@ class Writer:
                 except queue.Empty:
                     pass
             self._rollback()
-            self._failed(parsed, error, tally, rows_left=not self._remove_written(source_file))
+            rows_left = not self._remove_written(source_file)
+            _raise_interrupt(error)
+            self._failed(parsed, error, tally, rows_left=rows_left)
             return
         tally.add(parsed)
 
@@ -232,6 +237,14 @@ class Writer:
                                      "the next ingest removes them")
             return False
         return True
+
+
+def _raise_interrupt(error: BaseException) -> None:
+    """Ctrl-C is not a failed file: it ends the ingest (DuckDB reports it as an InterruptException)."""
+    if isinstance(error, KeyboardInterrupt):
+        raise error
+    if isinstance(error, duckdb.InterruptException):
+        raise KeyboardInterrupt from error
 
 
 class _Stopped(Exception):
@@ -381,7 +394,7 @@ def _upsert_runs(connection, files: list[ParsedFile]) -> None:
     """One statement for the files: new runs are inserted, known ones keep what the new files do not say."""
     merged = batch_run_rows(files)
     frame = pl.DataFrame([{c: r.get(c) for c in RUN_TYPES} for r in merged.values()], schema=RUN_TYPES, orient="row")
-    frame = frame.with_row_index("_position")
+    frame = redacted("runs", frame).with_row_index("_position")
     updates = ", ".join(f"{c} = COALESCE(n.{c}, runs.{c})" for c in RUN_TYPES if c != "run_id")
     connection.register("_speclogs_runs", frame.to_arrow())
     try:

@@ -1,0 +1,273 @@
+"""What another speculative setting would give, predicted from one profiled run: `whatif(tables, ...)` is pure.
+
+A cycle with topk 1 and `s` draft steps verifies `s + 1` tokens and yields `1 + min(A, s)` tokens, where A is the number
+of draft tokens the target accepted. With a chain of drafts (topk 1) the k-th draft token does not depend on how many
+follow it, so a run measured at `s_obs` steps gives P(A ≥ k) for every k ≤ s_obs, and a cycle of fewer steps accepts
+exactly `min(A, s)`: no model is needed there. Beyond s_obs the acceptance of position k is unknown; it is extrapolated
+geometrically from the last measured conditional rate P(A ≥ s_obs) / P(A ≥ s_obs − 1), and such settings say so.
+
+Cycle time (ms): `draft_step_ms × s + verify(s + 1) + extend_ms + host_ms` — draft cost proportional to the steps (the
+measured draft phase ÷ its steps), verify linear in the tokens verified between the target's one-token step (a
+baseline's decode step, taken as GPU-bound, when one is selected) and the measured verify (memory-bound regime: flat
+when there is no baseline), extend and host time (other + gap: setup, scheduling) as measured. No speculation is the
+baseline's measured decode step, or, without a baseline, the verify plus the same host time (extrapolated). The client sees `1 / (overhead_ms_per_token + cycle_ms / tokens_per_cycle)`; the overhead per token
+(prefill, HTTP) is what the measured client throughput leaves after the measured cycles.
+
+Intervals: percentile bootstrap over launches and, within each, over the profiled cycles (what varies between launches
+and between cycles; not the model's assumptions). `whatif_for(con, selectors)` loads the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from speclogs.analysis.load import RunTables, load_run_tables, resolve_arms
+from speclogs.analysis.steady import client_rows
+from speclogs.errors import AnalysisError
+
+RESAMPLES = 400
+MAX_STEPS = 8          # settings predicted: steps 0 … max(MAX_STEPS, measured steps + 2)
+SEED = 20261206
+
+
+@dataclass(frozen=True)
+class CycleModel:
+    """The cycle of one draft model, fitted on the runs of its source setting."""
+
+    draft: str
+    source_runs: tuple[str, ...]
+    steps: int                           # the source setting's --speculative-num-steps
+    cycles: int                          # profiled single-stream cycles used
+    draft_step_ms: float
+    verify_1_ms: float                   # the target's one-token forward (verify of width 1)
+    no_spec_step_ms: float               # a decode step without speculation: the baseline's, else verify_1 + host
+    verify_slope_ms_per_token: float
+    extend_ms: float
+    host_ms: float                       # other + gap per cycle
+    client_overhead_ms_per_token: float  # 0 where the runs have no bench requests
+    accept_at_least: tuple[float, ...]   # P(A ≥ k), k = 1 … steps
+    tail_ratio: float                    # P(A ≥ k + 1) / P(A ≥ k) assumed beyond the measured steps
+    verify_regime: str
+    baseline_runs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    draft: str
+    speculative_num_steps: int           # 0: no speculation
+    speculative_num_draft_tokens: int
+    speculative_eagle_topk: int
+    throughput_tok_s: float
+    low: float
+    high: float
+    accept_len: float                    # tokens per cycle
+    cycle_ms: float
+    p_best: float                        # share of resamples in which this setting is the draft's fastest
+    extrapolated: bool                   # acceptance or verify width beyond what was measured
+    measured_tok_s: float | None         # mean over the selected launches of this setting, if any
+    measured_launches: int
+    error: float | None                  # predicted / measured − 1
+    calibration: bool                    # the measurement fed the model (the source setting, a baseline)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    unit: str                            # 'client' (single-stream bench requests) or 'cycle' (decode only)
+    confidence: float
+    models: tuple[CycleModel, ...]
+    predictions: tuple[Prediction, ...]  # per draft, fastest first
+    recommendations: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+def _setting(args: dict[str, str]) -> tuple[int, int, int, str] | None:
+    """(steps, draft tokens, topk, draft model) of a run's server_args; None without speculation."""
+    def number(name: str, default: int) -> int:
+        text = (args.get(name) or "").strip("'\"")
+        return int(float(text)) if text.replace(".", "", 1).isdigit() else default
+
+    algorithm = (args.get("speculative_algorithm") or "None").strip("'\"")
+    steps = number("speculative_num_steps", 0)
+    if algorithm in ("None", "", "null") or steps == 0:
+        return None
+    topk = number("speculative_eagle_topk", 1)
+    return steps, number("speculative_num_draft_tokens", steps + 1), topk, (args.get("speculative_draft_model_path") or "?").strip("'\"")
+
+
+def whatif_for(con: Any, selectors: Sequence[str], confidence: float = 0.95) -> WhatIf:
+    """Resolve `selectors` (run names or globs), load their rows, then `whatif`."""
+    arms = resolve_arms(con, list(selectors))
+    run_ids = list(dict.fromkeys(run_id for ids in arms.values() for run_id in ids))
+    return whatif(load_run_tables(con, run_ids), confidence)
+
+
+def _launch_tok_s(clients: pl.DataFrame, decode: pl.DataFrame, run_id: str, unit: str) -> float | None:
+    if unit == "client":
+        rows = clients.filter(pl.col("run_id") == run_id)
+        return float(rows["tokens"].sum() / rows["seconds"].sum()) if rows.height else None
+    rows = decode.filter((pl.col("run_id") == run_id) & (pl.col("running_req") == 1) & pl.col("gen_throughput_tok_s").is_not_null())
+    return float(rows["gen_throughput_tok_s"].median()) if rows.height else None
+
+
+def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPLES) -> WhatIf:
+    """Fit a cycle model per draft on its most-steps profiled setting; predict every topk-1 setting and no
+    speculation; check against the other selected settings. Raises AnalysisError without profiled cycles."""
+    args = {run_id: dict(zip(rows["name"], rows["value"]))
+            for (run_id,), rows in tables.server_args.partition_by("run_id", as_dict=True).items()}
+    names = dict(zip(tables.runs["run_id"], tables.runs["run_name"]))
+    settings = {run_id: _setting(args.get(run_id, {})) for run_id in names}
+    cycles = tables.spec_cycles.with_columns(pl.col("run_id").cast(pl.Utf8)).filter(
+        (pl.col("batch_size") == 1) & pl.col("accepted_tokens").is_not_null())
+    clients = client_rows(tables.bench.with_columns(pl.col("run_id").cast(pl.Utf8)))
+    clients = clients.filter(pl.col("excluded_reason").is_null())
+    decode = tables.decode.with_columns(pl.col("run_id").cast(pl.Utf8))
+    profiled = set(cycles["run_id"].unique())
+    drafts = sorted({s[3] for r, s in settings.items() if s and r in profiled})
+    if not drafts:
+        raise AnalysisError("no selected run has profiled single-stream cycles (spec_cycles with bs=1)",
+                            hint="select a run launched under `python -m speclogs.profile` (plan cell `profile = true`)")
+    unit = "client" if clients.height and set(clients["run_id"]) >= profiled else "cycle"
+    baselines = sorted(r for r, s in settings.items() if s is None and _launch_tok_s(clients, decode, r, unit))
+    base_step_ms = [1000.0 / float(v) for r in baselines for v in [decode.filter(
+        (pl.col("run_id") == r) & (pl.col("running_req") == 1))["gen_throughput_tok_s"].median()] if v]
+    rng = np.random.default_rng(SEED)
+    models, predictions, recommendations, notes = [], [], [], []
+    notes.append("topk > 1 is not predicted: a tree's acceptance per branch is not in the cycle records")
+    for draft in drafts:
+        groups: dict[tuple[int, int, int], list[str]] = {}
+        for run_id, s in settings.items():
+            if s and s[3] == draft:
+                groups.setdefault(s[:3], []).append(run_id)
+        source = max((k for k in groups if set(groups[k]) & profiled), key=lambda k: (k[0], k[2] == 1))
+        if source[2] != 1:
+            notes.append(f"{draft}: the source setting has topk {source[2]}; the chain model assumes topk 1")
+        launches = [r for r in groups[source] if r in profiled]
+        model, boot = _fit(draft, source[0], launches, cycles, clients, decode, unit, base_step_ms, names, baselines,
+                           rng, resamples)
+        models.append(model)
+        measured = {k: runs for k, runs in groups.items() if k[2] == 1}
+        if baselines:
+            measured[(0, 0, 1)] = baselines
+        predictions.extend(_predict(model, boot, measured, source, clients, decode, unit, confidence))
+        ranked = [p for p in predictions if p.draft == draft]
+        best = ranked[0]
+        new = next((p for p in ranked if not p.measured_launches), None)
+        recommendations.append(
+            f"{draft}: fastest predicted is steps {best.speculative_num_steps} "
+            f"({best.throughput_tok_s:.0f} tok/s [{best.low:.0f}, {best.high:.0f}], fastest in {best.p_best:.0%} of "
+            f"resamples{'; extrapolated' if best.extrapolated else ''})"
+            + (f"; next to launch: steps {new.speculative_num_steps} --speculative-num-draft-tokens "
+               f"{new.speculative_num_draft_tokens} ({new.throughput_tok_s:.0f} tok/s [{new.low:.0f}, {new.high:.0f}])"
+               if new and new is best else
+               f"; it is measured already, the best unmeasured is steps {new.speculative_num_steps} "
+               f"({new.throughput_tok_s:.0f} tok/s, fastest in {new.p_best:.0%})" if new else ""))
+    return WhatIf(unit, confidence, tuple(models), tuple(predictions), tuple(recommendations), tuple(notes))
+
+
+def _fit(draft: str, steps: int, launches: list[str], cycles: pl.DataFrame, clients: pl.DataFrame,
+         decode: pl.DataFrame, unit: str, base_step_ms: list[float], names: dict[str, str], baselines: list[str], rng: np.random.Generator,
+         resamples: int) -> tuple[CycleModel, dict[str, np.ndarray]]:
+    """The point model and, per parameter, its bootstrap replicates (launches, then cycles within each)."""
+    per_launch = []
+    for run_id in launches:
+        rows = cycles.filter(pl.col("run_id") == run_id)
+        host = rows["other_ms"].fill_null(0.0).to_numpy() + rows["gap_ms"].fill_null(_missing_gap_ms(rows, decode, run_id)).to_numpy()
+        client = clients.filter(pl.col("run_id") == run_id)
+        client_ms = float(1000.0 * client["seconds"].sum() / client["tokens"].sum()) if unit == "client" else None
+        per_launch.append((np.column_stack([rows["draft_ms"].to_numpy(), rows["verify_ms"].to_numpy(),
+                                            rows["extend_ms"].to_numpy(), host]),
+                           np.minimum(rows["accepted_tokens"].to_numpy(), steps), client_ms))
+    base_ms = float(np.mean(base_step_ms)) if base_step_ms else None
+
+    def estimate(picks: list[tuple[np.ndarray, np.ndarray, float | None]]) -> dict[str, float | np.ndarray]:
+        phases = np.concatenate([p[0] for p in picks])
+        accepted = np.concatenate([p[1] for p in picks])
+        draft_ms, verify_ms, extend_ms, host_ms = phases.mean(axis=0)
+        at_least = np.array([(accepted >= k).mean() for k in range(1, steps + 1)])
+        verify_1 = verify_ms if base_ms is None else min(base_ms, verify_ms)
+        overheads = []
+        for p in picks:
+            if p[2] is not None:
+                cycle = p[0].mean(axis=0).sum()
+                overheads.append(p[2] - cycle / (1.0 + p[1].mean()))
+        previous = at_least[-2] if steps > 1 else 1.0
+        return {"draft_step_ms": draft_ms / steps, "verify_1_ms": verify_1,
+                "no_spec_step_ms": verify_1 + host_ms if base_ms is None else base_ms,
+                "verify_slope_ms_per_token": (verify_ms - verify_1) / steps, "extend_ms": extend_ms,
+                "host_ms": host_ms, "client_overhead_ms_per_token": float(np.mean(overheads)) if overheads else 0.0,
+                "accept_at_least": at_least, "tail_ratio": float(at_least[-1] / previous) if previous > 0 else 0.0}
+
+    point = estimate(per_launch)
+    replicates = []
+    for _ in range(resamples):
+        picks = [per_launch[i] for i in rng.integers(0, len(per_launch), len(per_launch))]
+        replicates.append(estimate([(p[0][idx], p[1][idx], p[2]) for p in picks
+                                    for idx in [rng.integers(0, len(p[1]), len(p[1]))]]))
+    boot = {key: np.array([r[key] for r in replicates]) for key in point}
+    regime = ("memory-bound: verify linear in the tokens verified, from the baseline's decode step (1 token) to the "
+              f"measured verify ({steps + 1} tokens), extended on the same line" if base_ms is not None else
+              "flat: verify taken as measured for any width (no baseline selected to calibrate its slope)")
+    model = CycleModel(draft, tuple(names[r] for r in launches), steps, sum(len(p[1]) for p in per_launch),
+                       **{k: float(v) for k, v in point.items() if k != "accept_at_least"},
+                       accept_at_least=tuple(float(v) for v in point["accept_at_least"]), verify_regime=regime,
+                       baseline_runs=tuple(names[r] for r in baselines))
+    return model, boot
+
+
+def _missing_gap_ms(rows: pl.DataFrame, decode: pl.DataFrame, run_id: str) -> float:
+    """Host time between cycles where the profiler did not time it (its first version): the decode lines' wall time
+    per cycle (accept len / gen throughput, single stream) less the profiled cycle; 0 without decode lines."""
+    lines = decode.filter((pl.col("run_id") == run_id) & (pl.col("running_req") == 1)
+                          & (pl.col("gen_throughput_tok_s") > 0) & pl.col("accept_len").is_not_null())
+    if not lines.height:
+        return 0.0
+    wall_ms = float((1000.0 * lines["accept_len"] / lines["gen_throughput_tok_s"]).median())
+    return max(0.0, wall_ms - float(rows["cycle_ms"].mean()))
+
+
+def _tokens_and_cycle(p: dict[str, np.ndarray], steps: int, measured_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens per cycle and cycle ms at `steps`, for arrays of parameters (replicates)."""
+    at_least = np.atleast_2d(p["accept_at_least"])
+    tail = np.atleast_1d(p["tail_ratio"])
+    tokens = 1.0 + at_least[:, :min(steps, measured_steps)].sum(axis=1)
+    for k in range(measured_steps + 1, steps + 1):
+        tokens = tokens + at_least[:, -1] * tail ** (k - measured_steps)
+    if steps == 0:
+        return tokens, np.atleast_1d(p["no_spec_step_ms"])
+    cycle = (p["draft_step_ms"] * steps + p["verify_1_ms"] + p["verify_slope_ms_per_token"] * steps
+             + p["extend_ms"] + p["host_ms"])
+    return tokens, np.atleast_1d(cycle)
+
+
+def _predict(model: CycleModel, boot: dict[str, np.ndarray], measured: dict[tuple[int, int, int], list[str]],
+             source: tuple[int, int, int], clients: pl.DataFrame, decode: pl.DataFrame, unit: str,
+             confidence: float) -> list[Prediction]:
+    point = {k: np.asarray(getattr(model, k)) for k in boot}
+    candidates = range(0, max(MAX_STEPS, model.steps + 2) + 1)
+    rates, boots = {}, {}
+    for steps in candidates:
+        tokens, cycle = _tokens_and_cycle(point, steps, model.steps)
+        rates[steps] = float(1000.0 / (model.client_overhead_ms_per_token + cycle[0] / tokens[0]))
+        tokens, cycle = _tokens_and_cycle(boot, steps, model.steps)
+        boots[steps] = 1000.0 / (boot["client_overhead_ms_per_token"] + cycle / tokens)
+    stacked = np.column_stack([boots[s] for s in candidates])
+    best_share = np.bincount(stacked.argmax(axis=1), minlength=len(candidates)) / len(stacked)
+    tail = (1.0 - confidence) / 2.0
+    out = []
+    for i, steps in enumerate(candidates):
+        runs = measured.get((steps, steps + 1 if steps else 0, 1), [])
+        values = [v for r in runs if (v := _launch_tok_s(clients, decode, r, unit)) is not None]
+        mean = float(np.mean(values)) if values else None
+        low, high = np.quantile(boots[steps], [tail, 1.0 - tail])
+        out.append(Prediction(
+            model.draft, steps, steps + 1 if steps else 0, 1, rates[steps], float(low), float(high),
+            float(_tokens_and_cycle(point, steps, model.steps)[0][0]),
+            float(_tokens_and_cycle(point, steps, model.steps)[1][0]), float(best_share[i]),
+            steps > model.steps or (steps == 0 and not model.baseline_runs), mean, len(values), None if mean is None else rates[steps] / mean - 1.0,
+            steps == 0 and bool(model.baseline_runs) or steps == source[0]))
+    return sorted(out, key=lambda p: -p.throughput_tok_s)

@@ -20,7 +20,7 @@ import duckdb
 from speclogs.errors import StoreError
 from speclogs.ingest.summary import DriftNote
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 6
 STORAGE_VERSION = "v1.4.0"  # the oldest DuckDB that must read speclogs files: the 1.4 LTS
 # DuckDB's buffer pool when writing (its default is 80 % of RAM): the blocks an ingest writes stay cached up to it,
 # so it bounds what a long ingest holds (the parse itself holds ~450 MB: chunks in flight and their frames)
@@ -136,6 +136,12 @@ def schema_sql() -> str:
     return resources.files("speclogs.store").joinpath("schema.sql").read_text(encoding="utf-8")
 
 
+def schema_views_sql() -> str:
+    """The views schema.sql defines over its tables (everything from its first CREATE OR REPLACE VIEW)."""
+    text = schema_sql()
+    return text[text.find("CREATE OR REPLACE VIEW"):] if "CREATE OR REPLACE VIEW" in text else ""
+
+
 @dataclass(frozen=True)
 class Migration:
     """One step from schema `version - 1` to `version`."""
@@ -151,7 +157,8 @@ def declared_columns() -> dict[str, dict[str, str]]:
     try:
         scratch.execute(schema_sql())
         rows = scratch.execute(
-            "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE NOT internal ORDER BY table_name, column_index"
+            "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE NOT internal "
+            "AND table_name IN (SELECT table_name FROM duckdb_tables()) ORDER BY table_name, column_index"
         ).fetchall()
     finally:
         scratch.close()
@@ -180,6 +187,7 @@ def _add_declared_columns(connection: duckdb.DuckDBPyConnection) -> None:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "lossless ingest: ts_text; extra_fields, truncated (batch lines); NCCL counts; kept line text; "
                  "tables outer_prefixes, nccl_probe_files, drift_notes", _add_declared_columns),
+    Migration(6, "view startup_phases (it comes with schema.sql)", lambda connection: None),
 )
 
 

@@ -44,7 +44,7 @@ from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, Batch, ParsedFile, Tal
 from speclogs.ingest.sources import InputFile, discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
 from speclogs.runrecord import read_run_json
-from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL, schema_sql
+from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL, schema_sql, schema_views_sql
 from speclogs.store.layout import SHARDED_TABLES, SOURCE_ONLY_TABLES, sharded_view_sql
 from speclogs.store.writer import FILE_TYPES, LAUNCH_TYPES, RUN_TYPES, batch_run_rows, file_row
 
@@ -85,7 +85,7 @@ def contract_columns() -> dict[str, tuple[tuple[str, str], ...]]:
             scratch.execute(sharded_view_sql(table, {}, {}))
         names = [row[0] for row in scratch.execute(
             "SELECT table_name FROM duckdb_tables() WHERE NOT internal UNION SELECT view_name FROM duckdb_views() "
-            "WHERE NOT internal").fetchall()]
+            "WHERE NOT internal AND view_name IN (SELECT unnest(?::VARCHAR[]))", [list(SHARDED_TABLES)]).fetchall()]
         columns = {}
         for name in sorted(names):
             if name.startswith("_") or name == "meta":
@@ -567,6 +567,7 @@ def connect_lake(lake_dir: str | Path) -> duckdb.DuckDBPyConnection:
                 connection.execute(f'CREATE VIEW "{folder.name}" AS SELECT * FROM '
                                    f"read_parquet({glob}, union_by_name = true, hive_partitioning = false)")
         connection.execute(VIEWS_SQL)
+        connection.execute(schema_views_sql())
         connection.execute(f"CREATE VIEW meta AS SELECT 'schema_version' AS key, '{SCHEMA_VERSION}' AS value")
     except duckdb.Error as error:
         connection.close()

@@ -10,6 +10,7 @@ import pytest
 from conftest import MATRIX, database_held_by_another_process, query, scalar
 from speclogs.errors import StoreError
 from speclogs.store import connect, ingest_paths, run_query
+from speclogs.store.database import SCHEMA_VERSION
 
 EAGLE = MATRIX / "eagle3_nccl.log"
 EAGLE_BENCH = MATRIX / "eagle3_nccl.bench.jsonl"
@@ -109,7 +110,7 @@ def test_sql_without_database_says_so(tmp_path):
 def test_schema_is_created_once_and_versioned(db_path):
     connect(db_path).close()
     connect(db_path).close()
-    assert scalar(db_path, "SELECT value FROM meta WHERE key = 'schema_version'") == "4"
+    assert scalar(db_path, "SELECT value FROM meta WHERE key = 'schema_version'") == str(SCHEMA_VERSION)
 
 
 def write_launch_dir(root: Path, cell: str, launch: int, uid: str) -> Path:

@@ -1,0 +1,99 @@
+"""`speclogs whatif` on real H200 runs, and the start-up breakdown (startup_phases) of every launcher run in fixtures/."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import ROOT, run_cli
+from speclogs.analysis.whatif import whatif_for
+from speclogs.store import connect, ingest_paths
+
+FIXTURES = ROOT / "fixtures"
+LAUNCHER_SETS = ("h200-signals", "h200x2", "h200x2-profile", "h200-adaptive")
+
+
+@pytest.fixture(scope="module")
+def dbs(tmp_path_factory):
+    """One database per fixture set (run names repeat between sets)."""
+    folder = tmp_path_factory.mktemp("whatif")
+    for name in LAUNCHER_SETS:
+        ingest_paths([FIXTURES / name], folder / f"{name}.duckdb")
+    return {name: folder / f"{name}.duckdb" for name in LAUNCHER_SETS}
+
+
+@pytest.fixture(scope="module")
+def db(dbs):
+    return dbs["h200-signals"]
+
+
+def test_clean_draft_predicts_every_setting_and_names_the_next_launch(db):
+    """The clean synthetic pair accepts exactly one draft token a cycle: fewer steps give the same tokens for less draft
+    time, so steps 1 is fastest; the measured steps-5 setting is the calibration, steps > 5 are extrapolated."""
+    with connect(db, read_only=True) as con:
+        result = whatif_for(con, ["eagle3_prof_[0-9]"])
+    (model,) = result.models
+    assert model.steps == 5 and model.cycles == 344 and model.accept_at_least == (1.0, 0.0, 0.0, 0.0, 0.0)
+    by_steps = {p.speculative_num_steps: p for p in result.predictions}
+    assert [p.speculative_num_steps for p in result.predictions][0] == 1 and by_steps[1].p_best > 0.9
+    assert all(p.accept_len == pytest.approx(1.0 if s == 0 else 2.0) for s, p in by_steps.items())
+    assert by_steps[5].calibration and abs(by_steps[5].error) < 0.005            # measured 422.4 tok/s, 2 launches
+    assert by_steps[6].extrapolated and not by_steps[4].extrapolated and by_steps[0].extrapolated  # no baseline here
+    assert all(p.low <= p.throughput_tok_s <= p.high for p in result.predictions)
+    assert "steps 1 --speculative-num-draft-tokens 2" in result.recommendations[0]
+
+
+def test_a_baseline_calibrates_the_target_step_and_checks_no_speculation(dbs):
+    """With the baseline selected, verify of one token is the baseline's decode step (memory-bound line to the measured
+    6-token verify); steps 0 is then predicted within 5 % of the baselines' client throughput (measured −3.5 %)."""
+    with connect(dbs["h200x2"], read_only=True) as con:
+        result = whatif_for(con, ["eagle3_nccl_prof_[0-9]", "baseline_nccl_[0-9]"])
+    (model,) = result.models
+    assert model.baseline_runs == ("baseline_nccl_1", "baseline_nccl_2") and model.verify_regime.startswith("memory-bound")
+    steps0 = next(p for p in result.predictions if p.speculative_num_steps == 0)
+    assert steps0.measured_launches == 2 and abs(steps0.error) < 0.05 and not steps0.extrapolated
+
+
+def test_cli_json_contract_and_errors(db):
+    out = run_cli("whatif", "eagle3_prof_[0-9]", "--db", str(db), "--format", "json")
+    assert out.returncode == 0, out.stderr
+    predictions = json.loads(out.stdout)["predictions"]
+    one = next(p for p in predictions if p["speculative_num_steps"] == 1)
+    assert one["speculative_num_draft_tokens"] == 2 and one["speculative_eagle_topk"] == 1
+    assert one["low"] <= one["throughput_tok_s"] <= one["high"]
+    assert {p["speculative_num_steps"] for p in predictions} >= {0, 1, 2, 3, 4, 5}
+    text = run_cli("whatif", "eagle3_prof_[0-9]", "--db", str(db))
+    assert text.returncode == 0 and "next to launch: steps 1" in text.stdout
+    unprofiled = run_cli("whatif", "eagle3_noisy_[0-9]", "--db", str(db))
+    assert unprofiled.returncode == 1 and "profiled" in unprofiled.stderr
+
+
+@pytest.mark.parametrize("name", LAUNCHER_SETS)
+def test_startup_phases_of_every_launcher_run_add_up_to_ready_s(dbs, name):
+    with connect(dbs[name], read_only=True) as con:
+        rows = con.execute("""
+            SELECT r.run_name, TRY_CAST(json_extract(r.run_json, '$.ready_s') AS DOUBLE) AS ready_s,
+                   sum(p.seconds) FILTER (p.within_ready AND p.phase <> 'other') AS named_s,
+                   sum(p.seconds) FILTER (p.within_ready) AS total_s, list(p.phase) AS phases
+            FROM runs r JOIN startup_phases p USING (run_id) WHERE r.run_json IS NOT NULL GROUP BY ALL""").fetchall()
+    assert len(rows) >= 3
+    for name, ready_s, named_s, total_s, phases in rows:
+        assert total_s == pytest.approx(ready_s, rel=0.05), name
+        assert named_s >= 0.7 * ready_s, (name, named_s, ready_s)        # 'other' is the small remainder
+        assert {"imports", "health_poll", "other"} <= set(phases), name
+        assert any(p.startswith("cuda_graph_") for p in phases), name
+
+
+def test_the_0523_startup_timings_line_gives_the_phases(tmp_path):
+    log = tmp_path / "s.log"
+    log.write_text(
+        "[2026-09-15 10:00:00] server_args=ServerArgs(model_path='m', tp_size=1)\n"
+        "[2026-09-15 10:02:11 TP0] Engine startup timings (s): load_weight=401.89, kv_cache_allocation=3.04, "
+        "scheduler_e2e=625.45, cuda_graph={target_verify=64.92, draft_decode=5.39}, tokenizer_e2e=630.50\n"
+        "[2026-09-15 10:02:12] The server is fired up and ready to roll!\n")
+    ingest_paths([log], tmp_path / "s.duckdb")
+    with connect(tmp_path / "s.duckdb", read_only=True) as con:
+        phases = dict(con.execute("SELECT phase, seconds FROM startup_phases").fetchall())
+    assert phases["load_weights"] == 401.89 and phases["kv_cache"] == 3.04
+    assert phases["cuda_graph_target_verify"] == 64.92 and phases["cuda_graph_draft_decode"] == 5.39

@@ -65,8 +65,20 @@ def test_cli_json_contract_and_errors(db):
     assert {p["speculative_num_steps"] for p in predictions} >= {0, 1, 2, 3, 4, 5}
     text = run_cli("whatif", "eagle3_prof_[0-9]", "--db", str(db))
     assert text.returncode == 0 and "next to launch: steps 1" in text.stdout
-    unprofiled = run_cli("whatif", "eagle3_noisy_[0-9]", "--db", str(db))
-    assert unprofiled.returncode == 1 and "profiled" in unprofiled.stderr
+    unknown = run_cli("whatif", "nothing_[0-9]", "--db", str(db))
+    assert unknown.returncode == 1 and "no run matches" in unknown.stderr
+
+
+def test_without_the_profiler_the_device_timer_and_request_histograms_rebuild_the_cycles(db):
+    """The noisy draft ran unprofiled with the device timer and the request export: acceptance from the requests'
+    histograms (about half the cycles accept the first draft token, none a second), phases from the timer."""
+    with connect(db, read_only=True) as con:
+        result = whatif_for(con, ["eagle3_noisy_[0-9]"])
+    (model,) = result.models
+    assert model.timing_source == "device timer + decode lines" and model.steps == 5
+    assert 0.45 < model.accept_at_least[0] < 0.55 and model.accept_at_least[1:] == (0.0, 0.0, 0.0, 0.0)
+    steps5 = next(p for p in result.predictions if p.speculative_num_steps == 5)
+    assert steps5.calibration and abs(steps5.error) < 0.03 and steps5.low < steps5.measured_tok_s < steps5.high
 
 
 @pytest.mark.parametrize("name", LAUNCHER_SETS)

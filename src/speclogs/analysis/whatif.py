@@ -10,8 +10,15 @@ Cycle time (ms): `draft_step_ms × s + verify(s + 1) + extend_ms + host_ms` — 
 measured draft phase ÷ its steps), verify linear in the tokens verified between the target's one-token step (a
 baseline's decode step, taken as GPU-bound, when one is selected) and the measured verify (memory-bound regime: flat
 when there is no baseline), extend and host time (other + gap: setup, scheduling) as measured. No speculation is the
-baseline's measured decode step, or, without a baseline, the verify plus the same host time (extrapolated). The client sees `1 / (overhead_ms_per_token + cycle_ms / tokens_per_cycle)`; the overhead per token
-(prefill, HTTP) is what the measured client throughput leaves after the measured cycles.
+baseline's measured decode step, or, without a baseline, the verify plus the same host time (extrapolated). The client
+sees `1 / (overhead_ms_per_token + cycle_ms / tokens_per_cycle)`; the overhead per token (prefill, HTTP) is what the
+measured client throughput leaves after the measured cycles.
+
+Without the profiler a run's cycles are rebuilt from SGLang's own signals: acceptance from the requests'
+`spec_accept_histogram` (verify steps by accepted drafts), GPU time per phase from the device timer
+(`forward_execution_seconds_total`), the wall time per cycle from the decode lines (accept len / gen throughput); what
+the GPU phases leave of the wall time is host time. The device timer counts GPU time only, so the host waits inside the
+draft phase (launch-bound at batch 1) stay in the fixed host time: steps then look cheaper than the profiler says.
 
 Intervals: percentile bootstrap over launches and, within each, over the profiled cycles (what varies between launches
 and between cycles; not the model's assumptions). `whatif_for(con, selectors)` loads the rows.
@@ -27,6 +34,7 @@ import numpy as np
 import polars as pl
 
 from speclogs.analysis.load import RunTables, load_run_tables, resolve_arms
+from speclogs.analysis.signals import SOURCE_PREFERENCE, signal_evidence_for
 from speclogs.analysis.steady import client_rows
 from speclogs.errors import AnalysisError
 
@@ -41,6 +49,8 @@ class CycleModel:
 
     draft: str
     source_runs: tuple[str, ...]
+    timing_source: str                   # 'profiler' (spec_cycles) | 'device timer + decode lines'
+
     steps: int                           # the source setting's --speculative-num-steps
     cycles: int                          # profiled single-stream cycles used
     draft_step_ms: float
@@ -100,10 +110,27 @@ def _setting(args: dict[str, str]) -> tuple[int, int, int, str] | None:
 
 
 def whatif_for(con: Any, selectors: Sequence[str], confidence: float = 0.95) -> WhatIf:
-    """Resolve `selectors` (run names or globs), load their rows, then `whatif`."""
+    """Resolve `selectors` (run names or globs), load their rows and SGLang's own signals, then `whatif`."""
     arms = resolve_arms(con, list(selectors))
     run_ids = list(dict.fromkeys(run_id for ids in arms.values() for run_id in ids))
-    return whatif(load_run_tables(con, run_ids), confidence)
+    evidence = signal_evidence_for(con, {"runs": run_ids})
+    names = dict(con.execute("SELECT run_name, run_id FROM runs WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
+                             [run_ids]).fetchall())
+    device_ms = pl.DataFrame(
+        [(names[p.run_name], p.phase, p.ms_per_cycle) for p in evidence.device_phases
+         if p.ms_per_cycle is not None and p.run_name in names],
+        schema={"run_id": pl.Utf8, "phase": pl.Utf8, "ms_per_cycle": pl.Float64}, orient="row")
+    accept_hist = pl.from_arrow(con.sql(f"""
+        WITH preferred AS (
+          SELECT run_id, min(array_position({list(SOURCE_PREFERENCE)}, source_kind)) AS rank FROM requests
+          WHERE run_id IN (SELECT unnest(?::VARCHAR[])) AND spec_accept_histogram IS NOT NULL GROUP BY 1)
+        SELECT r.run_id, (h.i - 1)::INTEGER AS accepted, sum(h.v)::BIGINT AS cycles
+        FROM requests r JOIN preferred p ON r.run_id = p.run_id
+                                        AND array_position({list(SOURCE_PREFERENCE)}, r.source_kind) = p.rank,
+             LATERAL (SELECT unnest(CAST(r.spec_accept_histogram AS BIGINT[])) AS v,
+                             generate_subscripts(CAST(r.spec_accept_histogram AS BIGINT[]), 1) AS i) AS h
+        WHERE NOT coalesce(r.health_check, false) GROUP BY ALL""", params=[run_ids]).to_arrow_table())
+    return whatif(load_run_tables(con, run_ids), confidence, device_ms=device_ms, accept_hist=accept_hist)
 
 
 def _launch_tok_s(clients: pl.DataFrame, decode: pl.DataFrame, run_id: str, unit: str) -> float | None:
@@ -114,24 +141,31 @@ def _launch_tok_s(clients: pl.DataFrame, decode: pl.DataFrame, run_id: str, unit
     return float(rows["gen_throughput_tok_s"].median()) if rows.height else None
 
 
-def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPLES) -> WhatIf:
-    """Fit a cycle model per draft on its most-steps profiled setting; predict every topk-1 setting and no
-    speculation; check against the other selected settings. Raises AnalysisError without profiled cycles."""
+def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPLES, *,
+           device_ms: pl.DataFrame | None = None, accept_hist: pl.DataFrame | None = None) -> WhatIf:
+    """Fit a cycle model per draft on its most-steps setting with cycles (profiled, else rebuilt from `device_ms`:
+    run_id, phase, ms_per_cycle and `accept_hist`: run_id, accepted, cycles); predict every topk-1 setting and no
+    speculation; check against the other selected settings. Raises AnalysisError when no run has cycles."""
     args = {run_id: dict(zip(rows["name"], rows["value"]))
             for (run_id,), rows in tables.server_args.partition_by("run_id", as_dict=True).items()}
     names = dict(zip(tables.runs["run_id"], tables.runs["run_name"]))
     settings = {run_id: _setting(args.get(run_id, {})) for run_id in names}
-    cycles = tables.spec_cycles.with_columns(pl.col("run_id").cast(pl.Utf8)).filter(
-        (pl.col("batch_size") == 1) & pl.col("accepted_tokens").is_not_null())
     clients = client_rows(tables.bench.with_columns(pl.col("run_id").cast(pl.Utf8)))
     clients = clients.filter(pl.col("excluded_reason").is_null())
     decode = tables.decode.with_columns(pl.col("run_id").cast(pl.Utf8))
-    profiled = set(cycles["run_id"].unique())
-    drafts = sorted({s[3] for r, s in settings.items() if s and r in profiled})
+    profiled_cycles = tables.spec_cycles.with_columns(pl.col("run_id").cast(pl.Utf8)).filter(
+        (pl.col("batch_size") == 1) & pl.col("accepted_tokens").is_not_null())
+    profiled = set(profiled_cycles["run_id"].unique())
+    rebuilt = _rebuilt_cycles([r for r, s in settings.items() if s and r not in profiled], decode, device_ms, accept_hist)
+    cycles = pl.concat([profiled_cycles.select(rebuilt.columns).cast(dict(rebuilt.schema)), rebuilt])
+    with_cycles = set(cycles["run_id"].unique())
+    drafts = sorted({s[3] for r, s in settings.items() if s and r in with_cycles})
     if not drafts:
-        raise AnalysisError("no selected run has profiled single-stream cycles (spec_cycles with bs=1)",
-                            hint="select a run launched under `python -m speclogs.profile` (plan cell `profile = true`)")
-    unit = "client" if clients.height and set(clients["run_id"]) >= profiled else "cycle"
+        raise AnalysisError("no selected run has single-stream cycles: profiled (spec_cycles with bs=1), or SGLang's "
+                            "device timer with per-request accept histograms",
+                            hint="select a run launched under `python -m speclogs.profile` (plan cell `profile = true`), "
+                                 "or with --enable-metrics, SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 and --export-metrics-to-file")
+    unit = "client" if clients.height and set(clients["run_id"]) >= with_cycles else "cycle"
     baselines = sorted(r for r, s in settings.items() if s is None and _launch_tok_s(clients, decode, r, unit))
     base_step_ms = [1000.0 / float(v) for r in baselines for v in [decode.filter(
         (pl.col("run_id") == r) & (pl.col("running_req") == 1))["gen_throughput_tok_s"].median()] if v]
@@ -143,12 +177,13 @@ def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPL
         for run_id, s in settings.items():
             if s and s[3] == draft:
                 groups.setdefault(s[:3], []).append(run_id)
-        source = max((k for k in groups if set(groups[k]) & profiled), key=lambda k: (k[0], k[2] == 1))
+        source = max((k for k in groups if set(groups[k]) & with_cycles),
+                     key=lambda k: (bool(set(groups[k]) & profiled), k[0], k[2] == 1))
         if source[2] != 1:
             notes.append(f"{draft}: the source setting has topk {source[2]}; the chain model assumes topk 1")
-        launches = [r for r in groups[source] if r in profiled]
+        launches = [r for r in groups[source] if r in profiled] or [r for r in groups[source] if r in with_cycles]
         model, boot = _fit(draft, source[0], launches, cycles, clients, decode, unit, base_step_ms, names, baselines,
-                           rng, resamples)
+                           rng, resamples, "profiler" if launches[0] in profiled else "device timer + decode lines")
         models.append(model)
         measured = {k: runs for k, runs in groups.items() if k[2] == 1}
         if baselines:
@@ -170,8 +205,8 @@ def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPL
 
 
 def _fit(draft: str, steps: int, launches: list[str], cycles: pl.DataFrame, clients: pl.DataFrame,
-         decode: pl.DataFrame, unit: str, base_step_ms: list[float], names: dict[str, str], baselines: list[str], rng: np.random.Generator,
-         resamples: int) -> tuple[CycleModel, dict[str, np.ndarray]]:
+         decode: pl.DataFrame, unit: str, base_step_ms: list[float], names: dict[str, str], baselines: list[str],
+         rng: np.random.Generator, resamples: int, timing_source: str) -> tuple[CycleModel, dict[str, np.ndarray]]:
     """The point model and, per parameter, its bootstrap replicates (launches, then cycles within each)."""
     per_launch = []
     for run_id in launches:
@@ -212,11 +247,35 @@ def _fit(draft: str, steps: int, launches: list[str], cycles: pl.DataFrame, clie
     regime = ("memory-bound: verify linear in the tokens verified, from the baseline's decode step (1 token) to the "
               f"measured verify ({steps + 1} tokens), extended on the same line" if base_ms is not None else
               "flat: verify taken as measured for any width (no baseline selected to calibrate its slope)")
-    model = CycleModel(draft, tuple(names[r] for r in launches), steps, sum(len(p[1]) for p in per_launch),
+    model = CycleModel(draft, tuple(names[r] for r in launches), timing_source, steps, sum(len(p[1]) for p in per_launch),
                        **{k: float(v) for k, v in point.items() if k != "accept_at_least"},
                        accept_at_least=tuple(float(v) for v in point["accept_at_least"]), verify_regime=regime,
                        baseline_runs=tuple(names[r] for r in baselines))
     return model, boot
+
+
+def _rebuilt_cycles(run_ids: list[str], decode: pl.DataFrame, device_ms: pl.DataFrame | None,
+                    accept_hist: pl.DataFrame | None) -> pl.DataFrame:
+    """spec_cycles-like rows (one per verify step) of unprofiled runs that have the device timer, per-request accept
+    histograms and single-stream decode lines: the phases as the timer's mean per cycle, host = wall − GPU phases."""
+    rows = []
+    for run_id in run_ids:
+        phases = {} if device_ms is None else dict(device_ms.filter(pl.col("run_id") == run_id).group_by("phase").agg(
+            pl.col("ms_per_cycle").mean()).iter_rows())
+        hist = None if accept_hist is None else accept_hist.filter((pl.col("run_id") == run_id) & (pl.col("cycles") > 0))
+        lines = decode.filter((pl.col("run_id") == run_id) & (pl.col("running_req") == 1)
+                              & (pl.col("gen_throughput_tok_s") > 0) & pl.col("accept_len").is_not_null())
+        if "verify" not in phases or hist is None or not hist.height or not lines.height:
+            continue
+        wall_ms = float((1000.0 * lines["accept_len"] / lines["gen_throughput_tok_s"]).median())
+        gpu = [phases.get(name, 0.0) for name in ("draft", "verify", "extend")]
+        accepted = np.repeat(hist["accepted"].to_numpy(), hist["cycles"].to_numpy())
+        rows.append(pl.DataFrame({"run_id": run_id, "draft_ms": gpu[0], "verify_ms": gpu[1], "extend_ms": gpu[2],
+                                  "other_ms": max(0.0, wall_ms - sum(gpu)), "gap_ms": 0.0, "cycle_ms": wall_ms,
+                                  "accepted_tokens": accepted}))
+    schema = {"run_id": pl.Utf8, "draft_ms": pl.Float64, "verify_ms": pl.Float64, "extend_ms": pl.Float64,
+              "other_ms": pl.Float64, "gap_ms": pl.Float64, "cycle_ms": pl.Float64, "accepted_tokens": pl.Int64}
+    return pl.concat([r.cast(schema) for r in rows]) if rows else pl.DataFrame(schema=schema)
 
 
 def _missing_gap_ms(rows: pl.DataFrame, decode: pl.DataFrame, run_id: str) -> float:
@@ -268,6 +327,7 @@ def _predict(model: CycleModel, boot: dict[str, np.ndarray], measured: dict[tupl
             model.draft, steps, steps + 1 if steps else 0, 1, rates[steps], float(low), float(high),
             float(_tokens_and_cycle(point, steps, model.steps)[0][0]),
             float(_tokens_and_cycle(point, steps, model.steps)[1][0]), float(best_share[i]),
-            steps > model.steps or (steps == 0 and not model.baseline_runs), mean, len(values), None if mean is None else rates[steps] / mean - 1.0,
+            steps > model.steps or (steps == 0 and not model.baseline_runs), mean, len(values),
+            None if mean is None else rates[steps] / mean - 1.0,
             steps == 0 and bool(model.baseline_runs) or steps == source[0]))
     return sorted(out, key=lambda p: -p.throughput_tok_s)

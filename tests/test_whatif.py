@@ -41,7 +41,7 @@ def test_clean_draft_predicts_every_setting_and_names_the_next_launch(db):
     assert by_steps[5].calibration and abs(by_steps[5].error) < 0.005            # measured 422.4 tok/s, 2 launches
     assert by_steps[6].extrapolated and not by_steps[4].extrapolated and by_steps[0].extrapolated  # no baseline here
     assert all(p.low <= p.throughput_tok_s <= p.high for p in result.predictions)
-    assert "steps 1 --speculative-num-draft-tokens 2" in result.recommendations[0]
+    assert "next to launch: --speculative-num-steps 1 --speculative-num-draft-tokens 2" in result.recommendations[0]
 
 
 def test_a_baseline_calibrates_the_target_step_and_checks_no_speculation(dbs):
@@ -64,7 +64,7 @@ def test_cli_json_contract_and_errors(db):
     assert one["low"] <= one["throughput_tok_s"] <= one["high"]
     assert {p["speculative_num_steps"] for p in predictions} >= {0, 1, 2, 3, 4, 5}
     text = run_cli("whatif", "eagle3_prof_[0-9]", "--db", str(db))
-    assert text.returncode == 0 and "next to launch: steps 1" in text.stdout
+    assert text.returncode == 0 and "next to launch: --speculative-num-steps 1 --speculative-num-draft-tokens 2" in text.stdout
     unknown = run_cli("whatif", "nothing_[0-9]", "--db", str(db))
     assert unknown.returncode == 1 and "no run matches" in unknown.stderr
 

@@ -190,3 +190,5 @@ class Comparison:
     methods: dict[str, str]  # method notes: steady-state rule, intervals, tests (shown in reports)
     nccl: Any = None  # speclogs.analysis.nccl.NcclEvidence when that module exists
     signals: Any = None  # speclogs.analysis.signals.SignalEvidence: SGLang's counters, device timer, per-request records
+    startup: Any = None  # speclogs.analysis.startup.StartupBreakdown: where each launch's start-up time went
+    whatif: Any = None  # speclogs.analysis.whatif.WhatIf: other speculative settings predicted from the profiled runs

@@ -109,11 +109,14 @@ def _setting(args: dict[str, str]) -> tuple[int, int, int, str] | None:
     return steps, number("speculative_num_draft_tokens", steps + 1), topk, (args.get("speculative_draft_model_path") or "?").strip("'\"")
 
 
-def whatif_for(con: Any, selectors: Sequence[str], confidence: float = 0.95) -> WhatIf:
-    """Resolve `selectors` (run names or globs), load their rows and SGLang's own signals, then `whatif`."""
+def whatif_for(con: Any, selectors: Sequence[str], confidence: float = 0.95, *, tables: RunTables | None = None,
+               evidence: Any = None) -> WhatIf:
+    """Resolve `selectors` (run names, run ids or globs), load their rows and SGLang's own signals (unless the caller
+    has `tables` and the signals' `evidence` already), then `whatif`."""
     arms = resolve_arms(con, list(selectors))
     run_ids = list(dict.fromkeys(run_id for ids in arms.values() for run_id in ids))
-    evidence = signal_evidence_for(con, {"runs": run_ids})
+    if evidence is None:
+        evidence = signal_evidence_for(con, {"runs": run_ids})
     names = dict(con.execute("SELECT run_name, run_id FROM runs WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
                              [run_ids]).fetchall())
     device_ms = pl.DataFrame(
@@ -130,7 +133,7 @@ def whatif_for(con: Any, selectors: Sequence[str], confidence: float = 0.95) -> 
              LATERAL (SELECT unnest(CAST(r.spec_accept_histogram AS BIGINT[])) AS v,
                              generate_subscripts(CAST(r.spec_accept_histogram AS BIGINT[]), 1) AS i) AS h
         WHERE NOT coalesce(r.health_check, false) GROUP BY ALL""", params=[run_ids]).to_arrow_table())
-    return whatif(load_run_tables(con, run_ids), confidence, device_ms=device_ms, accept_hist=accept_hist)
+    return whatif(tables or load_run_tables(con, run_ids), confidence, device_ms=device_ms, accept_hist=accept_hist)
 
 
 def _launch_tok_s(clients: pl.DataFrame, decode: pl.DataFrame, run_id: str, unit: str) -> float | None:
@@ -192,16 +195,28 @@ def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPL
         ranked = [p for p in predictions if p.draft == draft]
         best = ranked[0]
         new = next((p for p in ranked if not p.measured_launches), None)
-        recommendations.append(
-            f"{draft}: fastest predicted is steps {best.speculative_num_steps} "
-            f"({best.throughput_tok_s:.0f} tok/s [{best.low:.0f}, {best.high:.0f}], fastest in {best.p_best:.0%} of "
-            f"resamples{'; extrapolated' if best.extrapolated else ''})"
-            + (f"; next to launch: steps {new.speculative_num_steps} --speculative-num-draft-tokens "
-               f"{new.speculative_num_draft_tokens} ({new.throughput_tok_s:.0f} tok/s [{new.low:.0f}, {new.high:.0f}])"
-               if new and new is best else
-               f"; it is measured already, the best unmeasured is steps {new.speculative_num_steps} "
-               f"({new.throughput_tok_s:.0f} tok/s, fastest in {new.p_best:.0%})" if new else ""))
+        recommendations.append(_recommendation(draft, best, new))
     return WhatIf(unit, confidence, tuple(models), tuple(predictions), tuple(recommendations), tuple(notes))
+
+
+def _name(p: Prediction) -> str:
+    return ("no speculation" if p.speculative_num_steps == 0 else
+            f"--speculative-num-steps {p.speculative_num_steps} --speculative-num-draft-tokens "
+            f"{p.speculative_num_draft_tokens} --speculative-eagle-topk 1")
+
+
+def _recommendation(draft: str, best: Prediction, new: Prediction | None) -> str:
+    """The fastest predicted setting, how sure (its interval, how often it wins the resamples), what to launch next."""
+    said = (f"{draft}: fastest predicted is {_name(best)}: {best.throughput_tok_s:.0f} tok/s [{best.low:.0f}, "
+            f"{best.high:.0f}], fastest in {best.p_best:.0%} of the resamples"
+            + ("; extrapolated beyond what was measured" if best.extrapolated else ""))
+    if best.measured_launches:
+        said += f"; measured already ({best.measured_tok_s:.0f} tok/s over {best.measured_launches} launch(es))"
+        if new is not None:
+            said += (f"; the best setting not launched yet: {_name(new)} ({new.throughput_tok_s:.0f} tok/s "
+                     f"[{new.low:.0f}, {new.high:.0f}])")
+        return said
+    return said + f"; next to launch: {_name(best)}"
 
 
 def _fit(draft: str, steps: int, launches: list[str], cycles: pl.DataFrame, clients: pl.DataFrame,

@@ -1,5 +1,6 @@
-"""Wording of `speclogs whatif` (speclogs.analysis.whatif.WhatIf): JSON, and (title, header, rows) tables every text
-format renders the same way. Formatting only."""
+"""Wording of `speclogs whatif` (speclogs.analysis.whatif.WhatIf) and of the start-up breakdown
+(speclogs.analysis.startup.StartupBreakdown): JSON, and (title, header, rows) tables every text format renders the same
+way. Formatting only."""
 
 from __future__ import annotations
 
@@ -47,6 +48,25 @@ def whatif_sections(result) -> list[tuple[str, list[str], list[list[str]]]]:  # 
           " ".join(f"{v:.3f}" for v in m.accept_at_least), f"{m.tail_ratio:.3f}"]
          for m in result.models]))
     return sections
+
+
+def startup_sections(breakdown) -> list[tuple[str, list[str], list[list[str]]]]:  # noqa: ANN001
+    """Mean seconds per phase and arm (phases in start-up order), the phase that differs most marked."""
+    if breakdown is None or breakdown.arm_means.is_empty():
+        return []
+    arms = list(breakdown.ready_s)
+    wide = breakdown.arm_means.pivot(on="arm", index=["phase", "phase_order"], values="mean_s").sort("phase_order", "phase")
+    rows = [[row["phase"] + (" ← differs most" if row["phase"] == breakdown.differs_most else "")]
+            + ["–" if row.get(arm) is None else f"{row[arm]:.2f}" for arm in arms] for row in wide.iter_rows(named=True)]
+    rows.append(["to ready (Σ)"] + [f"{breakdown.ready_s[arm]:.2f}" for arm in arms])
+    return [("Start-up: mean seconds per phase and arm, spawn → /health 200 (startup_phases; 'other' = ready_s − the rest)",
+             ["phase", *arms], rows)]
+
+
+def report_sections(c) -> list[tuple[str, list[str], list[list[str]]]]:  # noqa: ANN001
+    """The report's start-up and what-if tables (none when the comparison has neither)."""
+    launch_next = [("What to launch next (speclogs whatif)", ["answer"], [[line] for line in whatif_lines(c.whatif)])]
+    return startup_sections(c.startup) + (launch_next if c.whatif is not None else []) + whatif_sections(c.whatif)
 
 
 def whatif_lines(result) -> list[str]:  # noqa: ANN001

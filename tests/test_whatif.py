@@ -109,3 +109,40 @@ def test_the_0523_startup_timings_line_gives_the_phases(tmp_path):
         phases = dict(con.execute("SELECT phase, seconds FROM startup_phases").fetchall())
     assert phases["load_weights"] == 401.89 and phases["kv_cache"] == 3.04
     assert phases["cuda_graph_target_verify"] == 64.92 and phases["cuda_graph_draft_decode"] == 5.39
+
+
+def test_the_smg_sidecar_metric_names_count_like_sglangs(tmp_path):
+    """`sglang_generation_tokens_total` (underscore: the smg sidecar's spelling) gives the same exact accept length."""
+    import shutil
+
+    from speclogs.analysis.signals import signal_evidence_for
+
+    source = FIXTURES / "h200-sglang-0.5.14-metrics"
+    copy = tmp_path / "smg"
+    shutil.copytree(source, copy)
+    for prom in copy.glob("*.prom"):
+        prom.write_text(prom.read_text().replace("sglang:", "sglang_"))
+    ingest_paths([copy], tmp_path / "m.duckdb", run_name="smg_metrics")
+    with connect(tmp_path / "m.duckdb", read_only=True) as con:
+        run_ids = [row[0] for row in con.execute("SELECT run_id FROM runs").fetchall()]
+        [window] = signal_evidence_for(con, {"smg": run_ids}).windows
+    assert (window.generation_tokens, window.verify_calls, window.accept_len_counters) == (1000.0, 500.0, 2.0)
+
+
+def test_gateway_and_env_lines_are_typed_rows(tmp_path):
+    log = tmp_path / "mixed.log"
+    log.write_text(
+        "[2026-08-10 09:16:03] get env SGLANG_OPT_BF16_FP32_GEMM_ALGO = torch\n"
+        "2025-10-15 10:45:11 INFO sglang_router_rs::server: src/server.rs:561: Starting router on 0.0.0.0:31000 | mode: x\n"
+        "2025-10-15 10:45:11 INFO sglang_router_rs::routers::http::router: src/routers/http/router.rs:202: "
+        "Waiting for 2 workers to become healthy (timeout: 600s)\n"
+        "2025-10-15 10:55:11 ERROR sglang_router_rs::routers::http::router: src/routers/http/router.rs:229: "
+        "Timeout 600s waiting for workers [\"http://10.0.0.1:30000\"] to become healthy\n")
+    ingest_paths([log], tmp_path / "g.duckdb")
+    with connect(tmp_path / "g.duckdb", read_only=True) as con:
+        kinds = [row[0] for row in con.execute("SELECT kind FROM server_events ORDER BY line_no").fetchall()]
+        env = con.execute("SELECT regexp_extract(message, 'get env (\\S+) = (.*)', ['name', 'value']) "
+                          "FROM server_events WHERE kind = 'env_get'").fetchall()
+        unparsed = con.execute("SELECT count(*) FROM unparsed_lines").fetchall()[0][0]
+    assert kinds == ["env_get", "gateway_start", "gateway_waiting_for_workers", "gateway_health_timeout"]
+    assert env == [({"name": "SGLANG_OPT_BF16_FP32_GEMM_ALGO", "value": "torch"},)] and unparsed == 0

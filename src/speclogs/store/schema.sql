@@ -342,7 +342,8 @@ phases AS (
   UNION ALL
   SELECT run_id, launch_no, 'cuda_graph_' || coalesce(graph, 'decode'), 4, sum(elapsed_s), 'log elapsed'
   FROM ev e WHERE kind = 'cuda_graph_end' AND elapsed_s IS NOT NULL
-    AND NOT EXISTS (SELECT 1 FROM timing_values t WHERE t.run_id = e.run_id AND t.launch_no = e.launch_no AND t.name = 'decode')
+    AND NOT EXISTS (SELECT 1 FROM timing_values t WHERE t.run_id = e.run_id AND t.launch_no = e.launch_no
+                    AND t.name NOT IN ('load_weight', 'kv_cache_allocation', 'scheduler_e2e', 'tokenizer_e2e'))
   GROUP BY ALL
   UNION ALL
   SELECT run_id, launch_no, 'server_warmup', 5,

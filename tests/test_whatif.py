@@ -146,3 +146,24 @@ def test_gateway_and_env_lines_are_typed_rows(tmp_path):
         unparsed = con.execute("SELECT count(*) FROM unparsed_lines").fetchall()[0][0]
     assert kinds == ["env_get", "gateway_start", "gateway_waiting_for_workers", "gateway_health_timeout"]
     assert env == [({"name": "SGLANG_OPT_BF16_FP32_GEMM_ALGO", "value": "torch"},)] and unparsed == 0
+
+
+def test_startup_metrics_give_the_phases_where_the_log_has_no_timings_line(tmp_path):
+    """0.5.23's sglang:startup_time_seconds / startup_cuda_graph_time_seconds gauges (names and labels as SGLang's
+    metrics reference lists them) win over the log's own elapsed values."""
+    (tmp_path / "server.log").write_text(
+        "[2026-08-10 09:16:04] server_args=ServerArgs(model_path='m', tp_size=1)\n"
+        "[2026-08-10 09:16:10] Load weight end. elapsed=150.00 s, type=LlamaForCausalLM, avail mem=137.76 GB, "
+        "mem usage=1.37 GB.\n"
+        "[2026-08-10 09:16:31] The server is fired up and ready to roll!\n")
+    (tmp_path / "metrics_after.prom").write_text(
+        "# TYPE sglang:startup_time_seconds gauge\n"
+        'sglang:startup_time_seconds{phase="load_weight"} 154.93\n'
+        'sglang:startup_time_seconds{phase="scheduler_e2e"} 243.89\n'
+        "# TYPE sglang_startup_cuda_graph_time_seconds gauge\n"
+        'sglang_startup_cuda_graph_time_seconds{phase="decode"} 4.58\n')
+    ingest_paths([tmp_path], tmp_path / "m.duckdb", run_name="metrics_startup")
+    with connect(tmp_path / "m.duckdb", read_only=True) as con:
+        phases = {row[0]: row[1:] for row in con.execute("SELECT phase, seconds, source FROM startup_phases").fetchall()}
+    assert phases["load_weights"] == (154.93, "metrics") and phases["cuda_graph_decode"] == (4.58, "metrics")
+    assert "load_weights_target" not in phases and "cuda_graph_scheduler_e2e" not in phases

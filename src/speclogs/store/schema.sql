@@ -319,9 +319,16 @@ bounds AS (
          any_value(message) FILTER (kind = 'startup_timings') AS timings
   FROM marks m LEFT JOIN ev USING (run_id, launch_no) GROUP BY ALL),
 timing_values AS (  -- 0.5.23's summary line: name=seconds, the graphs inside cuda_graph={…}
-  SELECT run_id, launch_no, v[1] AS name, TRY_CAST(v[2] AS DOUBLE) AS seconds
+  SELECT run_id, launch_no, v[1] AS name, TRY_CAST(v[2] AS DOUBLE) AS seconds, 'startup timings line' AS source
   FROM (SELECT run_id, launch_no, unnest(regexp_extract_all(timings, '(\w+)=([0-9.]+)', 0)) AS pair
-        FROM bounds WHERE timings IS NOT NULL), LATERAL (SELECT string_split(pair, '=') AS v)),
+        FROM bounds WHERE timings IS NOT NULL), LATERAL (SELECT string_split(pair, '=') AS v)
+  UNION ALL  -- else its /metrics gauges (the smg sidecar spells them sglang_…), and 0.5.4's engine_load_weights_time
+  SELECT b.run_id, b.launch_no, CASE WHEN m.family LIKE '%engine_load_weights_time' THEN 'load_weight'
+         ELSE json_extract_string(m.labels, '$.phase') END, max(m.value), 'metrics'
+  FROM metrics m JOIN bounds b ON b.run_id = m.run_id AND b.timings IS NULL
+  WHERE regexp_replace(m.family, '^sglang_', 'sglang:') IN ('sglang:startup_time_seconds',
+          'sglang:startup_cuda_graph_time_seconds', 'sglang:engine_load_weights_time')
+    AND m.name IN (m.family, m.family || '_sum') GROUP BY ALL),
 phases AS (
   SELECT run_id, launch_no, 'imports' AS phase, 1 AS phase_order, epoch(init_ts - start_ts) AS seconds, 'timestamps' AS source
   FROM bounds WHERE init_ts IS NOT NULL AND start_ts IS NOT NULL
@@ -333,12 +340,12 @@ phases AS (
   UNION ALL
   SELECT run_id, launch_no, CASE name WHEN 'load_weight' THEN 'load_weights' WHEN 'kv_cache_allocation' THEN 'kv_cache'
          ELSE 'cuda_graph_' || name END, CASE name WHEN 'load_weight' THEN 2 WHEN 'kv_cache_allocation' THEN 3 ELSE 4 END,
-         seconds, 'startup timings line'
+         seconds, source
   FROM timing_values WHERE name NOT IN ('scheduler_e2e', 'tokenizer_e2e') AND seconds > 0
   UNION ALL
   SELECT run_id, launch_no, 'kv_cache', 3, greatest(0, epoch(pool_ts - weights_ts)), 'timestamps'
-  FROM bounds WHERE pool_ts IS NOT NULL AND weights_ts IS NOT NULL
-    AND (timings IS NULL OR timings NOT LIKE '%kv_cache_allocation=%')
+  FROM bounds b WHERE pool_ts IS NOT NULL AND weights_ts IS NOT NULL AND NOT EXISTS (SELECT 1 FROM timing_values t
+    WHERE t.run_id = b.run_id AND t.launch_no = b.launch_no AND t.name = 'kv_cache_allocation')
   UNION ALL
   SELECT run_id, launch_no, 'cuda_graph_' || coalesce(graph, 'decode'), 4, sum(elapsed_s), 'log elapsed'
   FROM ev e WHERE kind = 'cuda_graph_end' AND elapsed_s IS NOT NULL

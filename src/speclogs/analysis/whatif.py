@@ -235,7 +235,8 @@ def _fit(draft: str, steps: int, launches: list[str], cycles: pl.DataFrame, clie
     per_launch = []
     for run_id in launches:
         rows = cycles.filter(pl.col("run_id") == run_id)
-        host = rows["other_ms"].fill_null(0.0).to_numpy() + rows["gap_ms"].fill_null(_missing_gap_ms(rows, decode, run_id)).to_numpy()
+        gap = rows["gap_ms"].fill_null(_missing_gap_ms(rows, decode, run_id))
+        host = rows["other_ms"].fill_null(0.0).to_numpy() + gap.to_numpy()
         client = clients.filter(pl.col("run_id") == run_id)
         client_ms = float(1000.0 * client["seconds"].sum() / client["tokens"].sum()) if unit == "client" else None
         per_launch.append((np.column_stack([rows["draft_ms"].to_numpy(), rows["verify_ms"].to_numpy(),
@@ -287,11 +288,9 @@ def _rebuilt_cycles(run_ids: list[str], decode: pl.DataFrame, device_ms: pl.Data
         phases = {} if device_ms is None else dict(device_ms.filter(pl.col("run_id") == run_id).group_by("phase").agg(
             pl.col("ms_per_cycle").mean()).iter_rows())
         hist = None if accept_hist is None else accept_hist.filter((pl.col("run_id") == run_id) & (pl.col("cycles") > 0))
-        lines = decode.filter((pl.col("run_id") == run_id) & (pl.col("running_req") == 1)
-                              & (pl.col("gen_throughput_tok_s") > 0) & pl.col("accept_len").is_not_null())
-        if "verify" not in phases or hist is None or not hist.height or not lines.height:
+        wall_ms = _wall_ms(decode, run_id)
+        if "verify" not in phases or hist is None or not hist.height or wall_ms is None:
             continue
-        wall_ms = float((1000.0 * lines["accept_len"] / lines["gen_throughput_tok_s"]).median())
         gpu = [phases.get(name, 0.0) for name in ("draft", "verify", "extend")]
         accepted = np.repeat(hist["accepted"].to_numpy(), hist["cycles"].to_numpy())
         rows.append(pl.DataFrame({"run_id": run_id, "draft_ms": gpu[0], "verify_ms": gpu[1], "extend_ms": gpu[2],
@@ -302,15 +301,18 @@ def _rebuilt_cycles(run_ids: list[str], decode: pl.DataFrame, device_ms: pl.Data
     return pl.concat([r.cast(schema) for r in rows]) if rows else pl.DataFrame(schema=schema)
 
 
-def _missing_gap_ms(rows: pl.DataFrame, decode: pl.DataFrame, run_id: str) -> float:
-    """Host time between cycles where the profiler did not time it (its first version): the decode lines' wall time
-    per cycle (accept len / gen throughput, single stream) less the profiled cycle; 0 without decode lines."""
+def _wall_ms(decode: pl.DataFrame, run_id: str) -> float | None:
+    """Wall time per cycle from the run's single-stream decode lines: accept len / gen throughput (median)."""
     lines = decode.filter((pl.col("run_id") == run_id) & (pl.col("running_req") == 1)
                           & (pl.col("gen_throughput_tok_s") > 0) & pl.col("accept_len").is_not_null())
-    if not lines.height:
-        return 0.0
-    wall_ms = float((1000.0 * lines["accept_len"] / lines["gen_throughput_tok_s"]).median())
-    return max(0.0, wall_ms - float(rows["cycle_ms"].mean()))
+    return float((1000.0 * lines["accept_len"] / lines["gen_throughput_tok_s"]).median()) if lines.height else None
+
+
+def _missing_gap_ms(rows: pl.DataFrame, decode: pl.DataFrame, run_id: str) -> float:
+    """Host time between cycles where the profiler did not time it (its first version): the decode lines' wall time
+    per cycle less the profiled cycle; 0 without decode lines."""
+    wall_ms = _wall_ms(decode, run_id)
+    return 0.0 if wall_ms is None else max(0.0, wall_ms - float(rows["cycle_ms"].mean()))
 
 
 def _tokens_and_cycle(p: dict[str, np.ndarray], steps: int, measured_steps: int) -> tuple[np.ndarray, np.ndarray]:
@@ -333,8 +335,10 @@ def _predict(model: CycleModel, boot: dict[str, np.ndarray], measured: dict[tupl
     point = {k: np.asarray(getattr(model, k)) for k in boot}
     candidates = range(0, max(MAX_STEPS, model.steps + 2) + 1)
     rates, boots = {}, {}
+    shapes = {}   # steps → (tokens per cycle, cycle ms) of the point model
     for steps in candidates:
         tokens, cycle = _tokens_and_cycle(point, steps, model.steps)
+        shapes[steps] = (float(tokens[0]), float(cycle[0]))
         rates[steps] = float(1000.0 / (model.client_overhead_ms_per_token + cycle[0] / tokens[0]))
         tokens, cycle = _tokens_and_cycle(boot, steps, model.steps)
         boots[steps] = 1000.0 / (boot["client_overhead_ms_per_token"] + cycle / tokens)
@@ -348,9 +352,8 @@ def _predict(model: CycleModel, boot: dict[str, np.ndarray], measured: dict[tupl
         mean = float(np.mean(values)) if values else None
         low, high = np.quantile(boots[steps], [tail, 1.0 - tail])
         out.append(Prediction(
-            model.draft, steps, steps + 1 if steps else 0, 1, rates[steps], float(low), float(high),
-            float(_tokens_and_cycle(point, steps, model.steps)[0][0]),
-            float(_tokens_and_cycle(point, steps, model.steps)[1][0]), float(best_share[i]),
+            model.draft, steps, steps + 1 if steps else 0, 1, rates[steps], float(low), float(high), *shapes[steps],
+            float(best_share[i]),
             steps > model.steps or (steps == 0 and not model.baseline_runs), mean, len(values),
             None if mean is None else rates[steps] / mean - 1.0,
             steps == 0 and bool(model.baseline_runs) or steps == source[0]))

@@ -167,3 +167,14 @@ def test_startup_metrics_give_the_phases_where_the_log_has_no_timings_line(tmp_p
         phases = {row[0]: row[1:] for row in con.execute("SELECT phase, seconds, source FROM startup_phases").fetchall()}
     assert phases["load_weights"] == (154.93, "metrics") and phases["cuda_graph_decode"] == (4.58, "metrics")
     assert "load_weights_target" not in phases and "cuda_graph_scheduler_e2e" not in phases
+
+
+def test_a_phase_every_rank_times_is_the_slowest_ranks(dbs):
+    """TP 2: each rank prints its own weights and graph lines; the start waits for the slower one."""
+    with connect(dbs["h200x2"], read_only=True) as con:
+        rows = con.execute("""
+            SELECT p.seconds, p.tp_rank, (SELECT max(e.elapsed_s) FROM server_events e WHERE e.run_id = p.run_id
+                                           AND e.kind = 'cuda_graph_end' AND e.graph = 'target_verify')
+            FROM startup_phases p JOIN runs r USING (run_id)
+            WHERE r.run_name = 'eagle3_default_1' AND p.phase = 'cuda_graph_target_verify'""").fetchall()
+    assert rows == [(3.89, 1, 3.89)]

@@ -127,3 +127,82 @@ def test_hf_transformers_loads_the_target_and_greedy_decoding_follows_the_permut
         token = int(perm[token])
         expected.append(token)
     assert generated == expected
+
+
+LAYERED = SynthConfig(vocab_size=256, num_layers=6, intermediate_size=256, num_heads=4, num_kv_heads=2,
+                      accept_profile=(0.9, 0.7, 0.5), layer_shift=0.25)
+
+
+def silu(z):
+    return z / (1.0 + np.exp(-z))
+
+
+def sglang_chain(target_dir, draft_dir, steps):
+    """What SGLang computes with every attention output zero, read back from the written files: the target's
+    greedy next token for every token t, and how many of `steps` chain draft tokens it would accept after t."""
+    _, t = read_safetensors(target_dir / "model.safetensors")
+    _, d = read_safetensors(draft_dir / "model.safetensors")
+    config = json.loads((target_dir / "config.json").read_text())
+    capture = json.loads((draft_dir / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    V = config["vocab_size"]
+    h = t["model.embed_tokens.weight"].copy()
+    captured = {}
+    for i in range(config["num_hidden_layers"]):
+        captured[i] = h.copy()                         # SGLang captures the input of layer id + 1
+        p = f"model.layers.{i}.mlp."
+        x = rms_norm(h)
+        h = h + (silu(x @ t[p + "gate_proj.weight"].T) * (x @ t[p + "up_proj.weight"].T)) @ t[p + "down_proj.weight"].T
+    lm_head = t["lm_head.weight"]
+    target_next = (rms_norm(h) @ lm_head.T).argmax(axis=1)
+    aux = np.concatenate([captured[i + 1] for i in capture], axis=1)
+    x = aux @ d["fc.weight"].T
+    truth, right, accepted = np.arange(V), np.ones(V, dtype=bool), np.zeros(V, dtype=np.int64)
+    per_position = []
+    for _ in range(steps):
+        n = rms_norm(x)
+        x = x + (silu(n @ d["midlayer.mlp.gate_proj.weight"].T) * (n @ d["midlayer.mlp.up_proj.weight"].T)) \
+            @ d["midlayer.mlp.down_proj.weight"].T      # the next step reads the pre-norm output
+        truth = target_next[truth]
+        hit = (rms_norm(x) @ lm_head.T).argmax(axis=1) == target_next[truth]
+        per_position.append(float(hit[right].mean()))
+        right &= hit
+        accepted += right
+    return target_next, accepted, per_position
+
+
+def test_layered_draft_accepts_each_position_with_its_profile_probability(tmp_path):
+    pair = write_synth_pair(tmp_path / "t", tmp_path / "d", LAYERED)
+    target_next, accepted, per_position = sglang_chain(pair.target_dir, pair.draft_dir, steps=4)
+    perm = cyclic_permutation(LAYERED.token_count, LAYERED.seed)
+    assert (target_next == perm).all()                 # the layers that shift and unshift leave the output alone
+    for p, measured in zip(LAYERED.accept_profile, per_position):
+        assert measured == pytest.approx(p, abs=0.01)  # round(p·n)/n over the n tokens right so far
+    assert per_position[3] == 0.0                      # past the profile every position is wrong
+    meta = json.loads((pair.draft_dir / "speclogs_synth.json").read_text())
+    assert meta["forward_check"]["draft_matches_design"] == 1.0
+    assert 1.0 + accepted.mean() == pytest.approx(meta["uniform_start_accept_len_by_steps"]["4"], abs=1e-3)
+    expected = [pair.expected_accept_len[k] for k in (1, 2, 3, 4)]
+    assert expected == sorted(expected) and expected[0] == pytest.approx(1.9, abs=0.05)
+
+
+def test_aux_ids_one_layer_off_lose_the_shifted_tokens(tmp_path):
+    from dataclasses import replace
+
+    trained = write_synth_pair(tmp_path / "t", tmp_path / "d", LAYERED)
+    offset = write_synth_pair(tmp_path / "t", tmp_path / "d1", replace(LAYERED, aux_offset=1))
+    assert json.loads((offset.draft_dir / "config.json").read_text())["eagle_config"][
+        "eagle_aux_hidden_state_layer_ids"] == [i + 1 for i in LAYERED.aux_layers]
+    _, right, _ = sglang_chain(trained.target_dir, trained.draft_dir, steps=3)
+    _, off, _ = sglang_chain(offset.target_dir, offset.draft_dir, steps=3)
+    shifted = round(LAYERED.layer_shift * LAYERED.token_count)
+    assert (off <= right).all() and 0 < (off < right).sum() <= shifted
+    assert offset.expected_accept_len[3] < trained.expected_accept_len[3] - 0.1
+
+
+def test_layered_options_are_checked(tmp_path):
+    from dataclasses import replace
+
+    with pytest.raises(SpeclogsError, match="outside"):
+        write_synth_pair(tmp_path / "t", tmp_path / "d", replace(LAYERED, accept_profile=(1.2,)))
+    with pytest.raises(SpeclogsError, match="noise 0"):
+        write_synth_pair(tmp_path / "t", tmp_path / "d", replace(LAYERED, noise=0.5))

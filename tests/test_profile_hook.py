@@ -501,8 +501,8 @@ def run_profiled(
 
 
 def speclogs_lines(log: list[str]) -> list[str]:
-    """What the profiler wrote, in order (the fake server's own lines left out)."""
-    return [line for line in log if "speclogs" in line]
+    """What the profiler wrote, in order (the fake server's own lines and the runtime line left out)."""
+    return [line for line in log if "speclogs" in line and "profiler: runtime:" not in line]
 
 
 def cycle_lines(log: list[str]) -> list[re.Match]:
@@ -511,8 +511,11 @@ def cycle_lines(log: list[str]) -> list[re.Match]:
 
 def test_profiled_server_logs_active_line_then_one_exact_line_per_sampled_cycle(fake_root):
     log, summary = run_profiled(fake_root, "--cycles", "64")
+    runtime = [line for line in log if "profiler: runtime:" in line]
     log = speclogs_lines(log)
 
+    assert runtime == ["[2026-01-01 00:00:00 TP0] speclogs profiler: runtime: worker=sglang.srt.speculative."
+                       "eagle_worker_v2.EAGLEWorkerV2 algorithm=EAGLE3 captured_layers=- draft=-"]
     assert summary["hook_installed"] and summary["decode_cycles"] == 64
     assert log[0] == "[2026-01-01 00:00:00 TP0] speclogs profiler: active (EAGLEWorkerV2, every=16, sglang 0.5.14)"
     assert log[1] == (
@@ -794,3 +797,21 @@ def test_servercheck_reports_what_is_wrong_in_a_log(tmp_path):
         "servercheck: FAILED (expected one `speclogs profiler: active` line, found 0; a `speclogs "
         "profiler: disabled` line is present; no `speclogs spec_cycle` line; 1 malformed spec_cycle line(s))"
     )
+
+
+def test_runtime_facts_name_the_worker_the_algorithm_and_the_captured_layers():
+    from types import SimpleNamespace
+
+    from speclogs.profile.hook import runtime_facts
+
+    class EAGLEWorkerV2:
+        draft_model_runner = SimpleNamespace(model=type("LlamaForCausalLMEagle3", (), {})())
+
+    target = SimpleNamespace(capture_aux_hidden_states=True, model=SimpleNamespace(layers_to_capture=[3, 9, 15]))
+    scheduler = SimpleNamespace(draft_worker=EAGLEWorkerV2(), spec_algorithm=SimpleNamespace(name="EAGLE3"),
+                                tp_worker=SimpleNamespace(model_runner=SimpleNamespace(model=target)))
+    facts = runtime_facts(scheduler)
+    assert facts["worker"].endswith(".EAGLEWorkerV2")
+    assert (facts["algorithm"], facts["captured_layers"], facts["draft"]) == ("EAGLE3", "3,9,15", "LlamaForCausalLMEagle3")
+    target.capture_aux_hidden_states = False        # the EAGLE flag: the target captures nothing
+    assert runtime_facts(scheduler)["captured_layers"] == "-"

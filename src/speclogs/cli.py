@@ -660,19 +660,34 @@ def synth_pair(
     draft_dir: Path = typer.Argument(..., help="Where the EAGLE-3 draft (LlamaForCausalLMEagle3) is written."),
     noise: float = typer.Option(0.0, "--noise", help="Mix a random map into the draft's fc, 0..1 (0: accept len exactly 2.00)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the embeddings, the permutation and the random weights."),
-    vocab: int = typer.Option(2048, "--vocab", help="Vocab size == hidden size."),
+    vocab: int = typer.Option(2048, "--vocab", help="Hidden size (== vocab size; 64 less with --accept-profile/--layer-shift)."),
     layers: int = typer.Option(16, "--layers", help="Target layers."),
+    accept_profile: str = typer.Option("", "--accept-profile",
+                                       help="P(draft position i right | earlier right), e.g. 0.9,0.7,0.5."),
+    layer_shift: float = typer.Option(0.0, "--layer-shift",
+                                      help="Fraction of tokens the layer after the first aux layer permutes (0..1)."),
+    aux_offset: int = typer.Option(0, "--aux-offset", help="Add this to the trained aux layer ids in the draft's config."),
 ) -> None:
     """Write a synthetic target + EAGLE-3 draft pair whose acceptance is known (numpy only, no torch)."""
     from speclogs.launcher.synth import SynthConfig, write_synth_pair
 
-    pair = write_synth_pair(target_dir, draft_dir, SynthConfig(vocab_size=vocab, num_layers=layers, noise=noise, seed=seed))
+    try:
+        profile = tuple(float(p) for p in accept_profile.split(",") if p.strip())
+    except ValueError as exc:
+        raise SpeclogsError(f"--accept-profile {accept_profile!r} is not a list of numbers",
+                            hint="e.g. --accept-profile 0.9,0.7,0.5") from exc
+    config = SynthConfig(vocab_size=vocab, num_layers=layers, noise=noise, seed=seed, accept_profile=profile,
+                         layer_shift=layer_shift, aux_offset=aux_offset)
+    pair = write_synth_pair(target_dir, draft_dir, config)
+    expected = (f"expected accept len by --speculative-num-steps (topk 1, draft tokens steps+1): "
+                + ", ".join(f"{k}: {v:.2f}" for k, v in pair.expected_accept_len.items())
+                if pair.expected_accept_len else
+                f"predicted accept len {pair.predicted_accept_len:.2f} with --speculative-num-steps 5 "
+                "--speculative-eagle-topk 1 --speculative-num-draft-tokens 6")
     _stderr_console().print(
         f"wrote {pair.target_dir} ({pair.target_bytes / 2**30:.2f} GiB) and {pair.draft_dir} ({pair.draft_bytes / 2**20:.0f} MiB); "
-        f"first draft token right for {pair.first_draft_hit_fraction:.4f} of tokens → predicted accept len "
-        f"{pair.predicted_accept_len:.2f} with --speculative-num-steps 5 --speculative-eagle-topk 1 "
-        f"--speculative-num-draft-tokens 6; prompts need token ids < {vocab} and --skip-tokenizer-init",
-        highlight=False)
+        f"first draft token right for {pair.first_draft_hit_fraction:.4f} of tokens; {expected}; prompts need "
+        f"token ids < {config.token_count} and --skip-tokenizer-init", highlight=False)
 
 
 # --- speclogs report ---

@@ -12,6 +12,22 @@ Construction (vocab V == hidden H; E = a random orthogonal V×H matrix, rows e_t
 - noise n mixes a random orthogonal map R into fc: (1-n)·M + n·R. The first draft stays right while
   (1-n) beats n × (largest of V-1 coordinates of a random unit vector), i.e. up to n ≈ 0.9 for V = 2048.
 
+Accept profile (`accept_profile=(p1, p2, …)`) and layers that matter (`layer_shift=β`): a second construction whose
+draft is right at position i with probability p_i given positions < i right, and whose target changes the hidden
+state between the trained aux layer and the next one. Tokens are one-hot (token y = coordinate y, V = H - 64 tokens);
+the 64 coordinates past the vocabulary hold a constant (the target's embedding puts 1 there: a bias the MLPs gate on)
+and the draft's step counter c_0, c_1, … (one-hot). Attention outputs are zero everywhere, so a layer adds
+MLP(norm(h)); a gated-SiLU row whose gate reads one coordinate and whose up reads one token is exactly zero unless
+both are set (silu(0) = 0), which makes each MLP a lookup table:
+- draft: fc maps the first aux block (e_t + bias) to e_t + c_0; at counter c_{i-1} the MLP moves token y to f(y) for
+  y in G_i and the counter to c_i; the draft's next step reads its own pre-norm output (SGLang's `hidden_states_to_aux`),
+  so step i predicts f(y_i). G_i = f^{i-1}(S_i) with S_i a random subset of S_{i-1} of size round(p_i·|S_{i-1}|):
+  over tokens t, position i is right with probability p_i given the earlier positions right, exactly.
+- target: the layer after the first trained aux layer (aux id a → layer a+1) applies a fixed-point-free permutation τ
+  to a fraction β of the tokens and layer a+2 undoes it, so the target's output is still f(t) but a draft whose config
+  names aux ids +1 from the trained ones reads τ(t) for those tokens: its first draft token is wrong there.
+The construction is checked by a numpy forward pass (bf16-rounded weights, RMSNorm, SiLU) on a sample of tokens.
+
 Written with numpy only (safetensors by hand: 8-byte little-endian header length, JSON header, raw little-endian
 bytes; bf16 = float32's upper 16 bits, rounded to nearest even), so it runs without torch.
 """
@@ -27,6 +43,10 @@ from pathlib import Path
 from speclogs.errors import SpeclogsError
 
 
+RESERVED_DIMS = 64                  # hidden coordinates past the tokens: the bias and the draft's step counter
+GATE_SCALE = 2.0                    # gate pre-activation of a firing lookup row: silu(2) ≈ 1.76
+
+
 @dataclass(frozen=True)
 class SynthConfig:
     vocab_size: int = 2048          # == hidden_size (the construction needs V == H)
@@ -38,10 +58,22 @@ class SynthConfig:
     noise: float = 0.0
     seed: int = 0
     random_std: float = 0.02        # q/k/v/gate/up weights (they do not change the output; they cost compute)
+    accept_profile: tuple[float, ...] = ()  # P(draft position i right | positions < i right); () = first token only
+    layer_shift: float = 0.0        # fraction of tokens the layer after the first trained aux layer permutes
+    aux_offset: int = 0             # added to the trained aux ids in the draft's config.json (0 = the trained ids)
 
     @property
     def hidden_size(self) -> int:
         return self.vocab_size
+
+    @property
+    def layered(self) -> bool:
+        """The one-hot construction (accept profile and/or layers that matter) instead of the legacy one."""
+        return bool(self.accept_profile) or self.layer_shift > 0.0
+
+    @property
+    def token_count(self) -> int:
+        return self.vocab_size - RESERVED_DIMS if self.layered else self.vocab_size
 
     @property
     def aux_layers(self) -> list[int]:
@@ -58,6 +90,7 @@ class SynthPair:
     target_next_token_exact: float      # fraction of tokens t whose target argmax is f(t) (1.0 by construction)
     first_draft_hit_fraction: float     # fraction of t whose first draft token is right, from the written bf16 weights
     predicted_accept_len: float         # for steps 5 / topk 1 / draft tokens 6
+    expected_accept_len: dict[int, float] | None = None  # layered: num_steps → accept length along 500-token walks
 
 
 def predicted_accept_len(num_steps: int, topk: int, num_draft_tokens: int, noise: float,
@@ -195,9 +228,10 @@ def write_synth_pair(target_dir: str | Path, draft_dir: str | Path, config: Synt
         draft_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SpeclogsError(f"synth-pair: cannot create {exc.filename}: {exc.strerror}", hint="check the path") from exc
+    if config.layered:
+        return _write_layered_pair(target_dir, draft_dir, config)
     H = V = config.vocab_size
-    L, FF, NH, NKV = config.num_layers, config.intermediate_size, config.num_heads, config.num_kv_heads
-    hd = H // NH
+    FF = config.intermediate_size
     rng = np.random.default_rng(config.seed)
     E = np.linalg.qr(rng.standard_normal((V, H)))[0].astype(np.float32)   # orthogonal: rows orthonormal
     perm = cyclic_permutation(V, config.seed)                             # f(t) = perm[t]
@@ -214,15 +248,7 @@ def write_synth_pair(target_dir: str | Path, draft_dir: str | Path, config: Synt
                  * config.random_std) for start in range(0, shape[0], rows_per_block)]
 
     # --- target ---
-    specs = [("model.embed_tokens.weight", (V, H))]
-    for i in range(L):
-        p = f"model.layers.{i}."
-        specs += [(p + "input_layernorm.weight", (H,)), (p + "post_attention_layernorm.weight", (H,)),
-                  (p + "self_attn.q_proj.weight", (NH * hd, H)), (p + "self_attn.k_proj.weight", (NKV * hd, H)),
-                  (p + "self_attn.v_proj.weight", (NKV * hd, H)), (p + "self_attn.o_proj.weight", (H, NH * hd)),
-                  (p + "mlp.gate_proj.weight", (FF, H)), (p + "mlp.up_proj.weight", (FF, H)),
-                  (p + "mlp.down_proj.weight", (H, FF))]
-    specs += [("model.norm.weight", (H,)), ("lm_head.weight", (V, H))]
+    specs = _target_specs(config, V)
 
     def target_tensor(name, shape):
         if name == "model.embed_tokens.weight":
@@ -236,24 +262,10 @@ def write_synth_pair(target_dir: str | Path, draft_dir: str | Path, config: Synt
         return random_rows(shape)
 
     target_bytes = _SafetensorsWriter(specs).write(target_dir / "model.safetensors", target_tensor)
-    target_config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": H,
-        "intermediate_size": FF, "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": NKV,
-        "head_dim": hd, "hidden_act": "silu", "max_position_embeddings": config.max_position_embeddings,
-        "initializer_range": 0.02, "rms_norm_eps": 1e-6, "use_cache": True, "tie_word_embeddings": False,
-        "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0,
-        "mlp_bias": False, "pretraining_tp": 1, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16",
-    }
-    _write_json(target_dir / "config.json", target_config)
-    _write_json(target_dir / "generation_config.json", {"bos_token_id": 1, "eos_token_id": 2})
+    _write_target_config(target_dir, config, V)
 
     # --- draft ---
-    dspecs = [("fc.weight", (H, 3 * H)), ("norm.weight", (H,)), ("midlayer.input_layernorm.weight", (H,)),
-              ("midlayer.hidden_norm.weight", (H,)), ("midlayer.post_attention_layernorm.weight", (H,)),
-              ("midlayer.self_attn.q_proj.weight", (NH * hd, 2 * H)), ("midlayer.self_attn.k_proj.weight", (NKV * hd, 2 * H)),
-              ("midlayer.self_attn.v_proj.weight", (NKV * hd, 2 * H)), ("midlayer.self_attn.o_proj.weight", (H, NH * hd)),
-              ("midlayer.mlp.gate_proj.weight", (FF, H)), ("midlayer.mlp.up_proj.weight", (FF, H)),
-              ("midlayer.mlp.down_proj.weight", (H, FF))]
+    dspecs = _draft_specs(config, FF)
 
     def draft_tensor(name, shape):
         if name == "fc.weight":
@@ -267,14 +279,7 @@ def write_synth_pair(target_dir: str | Path, draft_dir: str | Path, config: Synt
         return random_rows(shape)
 
     draft_bytes = _SafetensorsWriter(dspecs).write(draft_dir / "model.safetensors", draft_tensor)
-    draft_config = {
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H, "intermediate_size": FF,
-        "num_attention_heads": NH, "num_key_value_heads": NKV, "num_hidden_layers": 1, "vocab_size": V,
-        "rms_norm_eps": 1e-6, "max_position_embeddings": config.max_position_embeddings, "tie_word_embeddings": False,
-        "target_hidden_size": H, "torch_dtype": "bfloat16", "hidden_act": "silu", "draft_vocab_size": None,
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": config.aux_layers},
-    }
-    _write_json(draft_dir / "config.json", draft_config)
+    _write_draft_config(draft_dir, config, V, FF)
 
     # what the written (bf16-rounded) weights imply, over every token
     embed_b = from_bf16_bits(to_bf16_bits(E * np.float32(math.sqrt(H))))
@@ -288,7 +293,7 @@ def write_synth_pair(target_dir: str | Path, draft_dir: str | Path, config: Synt
                      predicted_accept_len=round(1.0 + draft_hits, 4))
     _write_json(draft_dir / "speclogs_synth.json", {
         "construction": "speclogs.launcher.synth", "seed": config.seed, "noise": config.noise, "vocab_size": V,
-        "num_layers": L, "aux_layers": config.aux_layers, "target_dir": str(target_dir),
+        "num_layers": config.num_layers, "aux_layers": config.aux_layers, "target_dir": str(target_dir),
         "target_next_token_exact": target_hits, "first_draft_hit_fraction": draft_hits,
         "predicted_accept_len_steps5_topk1_draft6": pair.predicted_accept_len,
         "predicted_accept_len_model": predicted_accept_len(5, 1, 6, config.noise, V),
@@ -296,5 +301,288 @@ def write_synth_pair(target_dir: str | Path, draft_dir: str | Path, config: Synt
     return pair
 
 
+def _target_specs(config: SynthConfig, V: int) -> list[tuple[str, tuple[int, ...]]]:
+    H, FF, NH, NKV = config.hidden_size, config.intermediate_size, config.num_heads, config.num_kv_heads
+    hd = H // NH
+    specs = [("model.embed_tokens.weight", (V, H))]
+    for i in range(config.num_layers):
+        p = f"model.layers.{i}."
+        specs += [(p + "input_layernorm.weight", (H,)), (p + "post_attention_layernorm.weight", (H,)),
+                  (p + "self_attn.q_proj.weight", (NH * hd, H)), (p + "self_attn.k_proj.weight", (NKV * hd, H)),
+                  (p + "self_attn.v_proj.weight", (NKV * hd, H)), (p + "self_attn.o_proj.weight", (H, NH * hd)),
+                  (p + "mlp.gate_proj.weight", (FF, H)), (p + "mlp.up_proj.weight", (FF, H)),
+                  (p + "mlp.down_proj.weight", (H, FF))]
+    return specs + [("model.norm.weight", (H,)), ("lm_head.weight", (V, H))]
+
+
+def _draft_specs(config: SynthConfig, FF: int) -> list[tuple[str, tuple[int, ...]]]:
+    H, NH, NKV = config.hidden_size, config.num_heads, config.num_kv_heads
+    hd = H // NH
+    return [("fc.weight", (H, 3 * H)), ("norm.weight", (H,)), ("midlayer.input_layernorm.weight", (H,)),
+            ("midlayer.hidden_norm.weight", (H,)), ("midlayer.post_attention_layernorm.weight", (H,)),
+            ("midlayer.self_attn.q_proj.weight", (NH * hd, 2 * H)), ("midlayer.self_attn.k_proj.weight", (NKV * hd, 2 * H)),
+            ("midlayer.self_attn.v_proj.weight", (NKV * hd, 2 * H)), ("midlayer.self_attn.o_proj.weight", (H, NH * hd)),
+            ("midlayer.mlp.gate_proj.weight", (FF, H)), ("midlayer.mlp.up_proj.weight", (FF, H)),
+            ("midlayer.mlp.down_proj.weight", (H, FF))]
+
+
+def _write_target_config(target_dir: Path, config: SynthConfig, V: int) -> None:
+    H = config.hidden_size
+    _write_json(target_dir / "config.json", {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": H,
+        "intermediate_size": config.intermediate_size, "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.num_heads, "num_key_value_heads": config.num_kv_heads,
+        "head_dim": H // config.num_heads, "hidden_act": "silu", "max_position_embeddings": config.max_position_embeddings,
+        "initializer_range": 0.02, "rms_norm_eps": 1e-6, "use_cache": True, "tie_word_embeddings": False,
+        "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False, "attention_dropout": 0.0,
+        "mlp_bias": False, "pretraining_tp": 1, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16",
+    })
+    _write_json(target_dir / "generation_config.json", {"bos_token_id": 1, "eos_token_id": 2})
+
+
+def _write_draft_config(draft_dir: Path, config: SynthConfig, V: int, FF: int) -> None:
+    H = config.hidden_size
+    _write_json(draft_dir / "config.json", {
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": H, "intermediate_size": FF,
+        "num_attention_heads": config.num_heads, "num_key_value_heads": config.num_kv_heads, "num_hidden_layers": 1,
+        "vocab_size": V, "rms_norm_eps": 1e-6, "max_position_embeddings": config.max_position_embeddings,
+        "tie_word_embeddings": False, "target_hidden_size": H, "torch_dtype": "bfloat16", "hidden_act": "silu",
+        "draft_vocab_size": None,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i + config.aux_offset for i in config.aux_layers]},
+    })
+
+
 def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+
+
+# --- the layered construction: accept profile + layers that matter ---------------------------------------------------
+WALK_TOKENS = 500                   # the benchmark's max_new_tokens: accept length is measured along such walks
+
+
+@dataclass(frozen=True)
+class LayeredDesign:
+    """The integer design the layered weights implement (token ids, no floats)."""
+    perm: object                    # f: next token, one cycle through the V tokens
+    advance: list                   # advance[i]: bool mask over tokens y, draft step i+1 moves y to f(y)
+    shifted: object                 # bool mask over tokens: the layer after the first aux layer permutes them
+    shift: object                   # τ: the permutation on the shifted tokens (identity elsewhere)
+
+
+def layered_design(config: SynthConfig) -> LayeredDesign:
+    import numpy as np
+    V = config.token_count
+    rng = np.random.default_rng(config.seed + 2)
+    perm = cyclic_permutation(V, config.seed)
+    advance, right, power = [], np.arange(V), np.arange(V)    # right: tokens t whose positions so far are right
+    for p in config.accept_profile:
+        right = np.sort(rng.choice(right, size=round(p * len(right)), replace=False))
+        mask = np.zeros(V, dtype=bool)
+        mask[power[right]] = True                             # step i sees token f^(i-1)(t)
+        advance.append(mask)
+        power = perm[power]
+    shifted = np.zeros(V, dtype=bool)
+    shift = np.arange(V)
+    shift_rng = np.random.default_rng(config.seed + 3)        # the same target whatever the draft's profile
+    members = np.sort(shift_rng.choice(V, size=round(config.layer_shift * V), replace=False))
+    if len(members) >= 2:
+        shifted[members] = True
+        shift[members] = np.roll(members, 1)                  # one cycle through the members: no fixed point
+    return LayeredDesign(perm=perm, advance=advance, shifted=shifted, shift=shift)
+
+
+def accepted_drafts(design: LayeredDesign, num_steps: int, offset_read: bool = False):
+    """Per last-verified token t: how many of the num_steps chain draft tokens the target accepts."""
+    import numpy as np
+    V = len(design.perm)
+    leading = np.ones(V, dtype=bool)
+    if offset_read:
+        leading &= ~design.shifted                           # the draft read τ(t): its first token is wrong
+    accepted, power = np.zeros(V, dtype=np.int64), np.arange(V)
+    for i in range(num_steps):
+        leading &= design.advance[i][power] if i < len(design.advance) else False
+        accepted += leading
+        power = design.perm[power]
+    return accepted
+
+
+def walk_accept_len(design: LayeredDesign, num_steps: int, offset_read: bool = False,
+                    walk_tokens: int = WALK_TOKENS) -> float:
+    """Accept length (tokens per verify) along walks of walk_tokens tokens, one from every start token."""
+    import numpy as np
+    step = 1 + accepted_drafts(design, num_steps, offset_read)
+    V = len(design.perm)
+    powers = [np.arange(V)]
+    for _ in range(int(step.max())):
+        powers.append(design.perm[powers[-1]])
+    jump = np.stack(powers)[step, np.arange(V)]               # t → f^(accept len)(t)
+    token, produced, cycles = np.arange(V), np.zeros(V, dtype=np.int64), np.zeros(V, dtype=np.int64)
+    while (produced < walk_tokens).any():
+        active = produced < walk_tokens
+        produced[active] += step[token[active]]
+        cycles[active] += 1
+        token[active] = jump[token[active]]
+    return float(produced.sum() / cycles.sum())
+
+
+def _write_layered_pair(target_dir: Path, draft_dir: Path, config: SynthConfig) -> SynthPair:
+    import numpy as np
+    H, V, L = config.hidden_size, config.token_count, config.num_layers
+    K = len(config.accept_profile)
+    aux = config.aux_layers[0]
+    if not all(0.0 <= p <= 1.0 for p in config.accept_profile) or not 0.0 <= config.layer_shift <= 1.0:
+        raise SpeclogsError(f"synth-pair: accept profile {config.accept_profile} / layer shift {config.layer_shift} "
+                            "outside [0, 1]", hint="e.g. --accept-profile 0.9,0.7,0.5 --layer-shift 0.3")
+    if config.noise or K + 2 > RESERVED_DIMS or aux + 3 > L or V < 2:
+        raise SpeclogsError(f"synth-pair: the layered construction needs noise 0, at most {RESERVED_DIMS - 2} profile "
+                            f"positions, and {aux + 3}+ layers (got noise {config.noise}, {K} positions, {L} layers)",
+                            hint="drop --noise; use --layers 16")
+    design = layered_design(config)
+    bias, counter = V, V + 1                                  # coordinates past the tokens
+    rows_needed = sum(int(m.sum()) for m in design.advance) + K
+    FF = max(config.intermediate_size, -(-rows_needed // 128) * 128)
+    if int(design.shifted.sum()) > config.intermediate_size:
+        raise SpeclogsError(f"synth-pair: layer shift {config.layer_shift} needs {int(design.shifted.sum())} MLP rows, "
+                            f"the target has {config.intermediate_size}", hint="lower --layer-shift")
+    # norm(h) of a stream e_y·s + e_bias·s reads √(H/2) on both coordinates (RMSNorm weight 1)
+    read = math.sqrt(H / 2)
+    gate = GATE_SCALE / read
+    fired = GATE_SCALE / (1.0 + math.exp(-GATE_SCALE)) * read   # silu(gate·read) × up·read
+
+    def lookup(moves: list[tuple[int, int]], gate_coord: int, scale: float, shape_ff: int):
+        """(gate, up, down) of an MLP whose row r moves coordinate src → dst when gate_coord is set."""
+        g = np.zeros((shape_ff, H), dtype=np.float32)
+        u = np.zeros((shape_ff, H), dtype=np.float32)
+        d = np.zeros((H, shape_ff), dtype=np.float32)
+        for row, (src, dst) in enumerate(moves):
+            g[row, gate_coord] = gate
+            u[row, src] = 1.0
+            d[dst, row] += scale / fired
+            d[src, row] -= scale / fired
+        return g, u, d
+
+    members = np.flatnonzero(design.shifted)
+    target_mlps = {}
+    if len(members):
+        target_mlps[aux + 1] = lookup([(int(t), int(design.shift[t])) for t in members], bias, math.sqrt(H),
+                                      config.intermediate_size)
+        target_mlps[aux + 2] = lookup([(int(design.shift[t]), int(t)) for t in members], bias, math.sqrt(H),
+                                      config.intermediate_size)
+    draft_moves = []
+    for i, mask in enumerate(design.advance):
+        draft_moves += [(int(y), int(design.perm[y]), counter + i) for y in np.flatnonzero(mask)]
+        draft_moves.append((counter + i, counter + i + 1, counter + i))
+    dg = np.zeros((FF, H), dtype=np.float32)
+    du = np.zeros((FF, H), dtype=np.float32)
+    dd = np.zeros((H, FF), dtype=np.float32)
+    for row, (src, dst, gate_coord) in enumerate(draft_moves):
+        dg[row, gate_coord] = gate
+        du[row, src] = 1.0
+        dd[dst, row] += 1.0 / fired
+        dd[src, row] -= 1.0 / fired
+    embed = np.zeros((V, H), dtype=np.float32)
+    embed[np.arange(V), np.arange(V)] = math.sqrt(H)
+    embed[:, bias] = math.sqrt(H)
+    lm_head = np.zeros((V, H), dtype=np.float32)
+    lm_head[np.arange(V), np.argsort(design.perm)] = 1.0      # logit j reads token f⁻¹(j): argmax = f(y)
+    fc = np.zeros((H, 3 * H), dtype=np.float32)
+    fc[np.arange(V), np.arange(V)] = 1.0 / math.sqrt(H)       # first aux block: e_t·√H → e_t
+    fc[counter, bias] = 1.0 / math.sqrt(H)                    # the target's bias → counter c_0
+
+    weights_rng = np.random.default_rng(config.seed + 1)
+
+    def random_rows(shape):
+        return (weights_rng.standard_normal(shape, dtype=np.float32) * config.random_std)
+
+    def target_tensor(name, shape):
+        if name == "model.embed_tokens.weight":
+            return embed
+        if name == "lm_head.weight":
+            return lm_head
+        if name.endswith("norm.weight"):
+            return np.ones(shape, dtype=np.float32)
+        layer = int(name.split(".")[2]) if name.startswith("model.layers.") else -1
+        if layer in target_mlps and ".mlp." in name:
+            g, u, d = target_mlps[layer]
+            return {"gate_proj": g, "up_proj": u, "down_proj": d}[name.split(".")[-2]]
+        if name.endswith(("o_proj.weight", "down_proj.weight")):
+            return np.zeros(shape, dtype=np.float32)
+        return random_rows(shape)
+
+    def draft_tensor(name, shape):
+        if name == "fc.weight":
+            return fc
+        if name.endswith("norm.weight"):
+            return np.ones(shape, dtype=np.float32)
+        if name.startswith("midlayer.mlp."):
+            return {"gate_proj": dg, "up_proj": du, "down_proj": dd}[name.split(".")[-2]]
+        if name.endswith("o_proj.weight"):
+            return np.zeros(shape, dtype=np.float32)
+        return random_rows(shape)
+
+    target_bytes = _SafetensorsWriter(_target_specs(config, V)).write(target_dir / "model.safetensors", target_tensor)
+    _write_target_config(target_dir, config, V)
+    draft_bytes = _SafetensorsWriter(_draft_specs(config, FF)).write(draft_dir / "model.safetensors", draft_tensor)
+    _write_draft_config(draft_dir, config, V, FF)
+
+    offset_read = config.aux_offset == 1 and len(members) > 0
+    checked = forward_check(config, design, embed, target_mlps, fc, (dg, du, dd), lm_head, max(K, 1))
+    expected = {k: round(walk_accept_len(design, k, offset_read), 4) for k in range(1, max(K, 5) + 1)}
+    uniform = {k: round(1.0 + float(accepted_drafts(design, k, offset_read).mean()), 4) for k in expected}
+    first_hit = float(np.mean(accepted_drafts(design, 1, offset_read)))
+    pair = SynthPair(target_dir=target_dir, draft_dir=draft_dir, config=config, target_bytes=target_bytes,
+                     draft_bytes=draft_bytes, target_next_token_exact=checked["target_next_token_exact"],
+                     first_draft_hit_fraction=first_hit, predicted_accept_len=expected[5],
+                     expected_accept_len=expected)
+    _write_json(draft_dir / "speclogs_synth.json", {
+        "construction": "speclogs.launcher.synth (layered)", "seed": config.seed, "vocab_size": V, "hidden_size": H,
+        "num_layers": L, "accept_profile": list(config.accept_profile), "layer_shift": config.layer_shift,
+        "trained_aux_layers": config.aux_layers,
+        "config_aux_layers": [i + config.aux_offset for i in config.aux_layers],
+        "shifted_layer": aux + 1 if len(members) else None, "target_dir": str(target_dir),
+        "draft_intermediate_size": FF, "first_draft_hit_fraction": first_hit,
+        "expected_accept_len_by_steps": {str(k): v for k, v in expected.items()},
+        "uniform_start_accept_len_by_steps": {str(k): v for k, v in uniform.items()},
+        "walk_tokens": WALK_TOKENS, "forward_check": checked,
+    })
+    return pair
+
+
+def forward_check(config: SynthConfig, design: LayeredDesign, embed, target_mlps: dict, fc, draft_mlp, lm_head,
+                  num_steps: int, sample: int = 64) -> dict:
+    """A numpy forward pass over bf16-rounded weights, as SGLang computes it with attention outputs zero: does the
+    target give f(t), and does the draft accept as many positions as the integer design says? (sample tokens)"""
+    import numpy as np
+
+    def b(x):
+        return from_bf16_bits(to_bf16_bits(x))
+
+    def rms(x):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6)
+
+    def mlp(x, weights):
+        g, u, d = (b(w) for w in weights)
+        z = rms(x) @ g.T
+        return b((z / (1.0 + np.exp(-z)) * (rms(x) @ u.T)) @ d.T)
+
+    V = config.token_count
+    tokens = np.linspace(0, V - 1, min(sample, V)).astype(np.int64)
+    capture = config.aux_layers[0] + config.aux_offset + 1     # SGLang captures the input of layer id + 1
+    h, aux = b(embed)[tokens], None
+    for layer in range(config.num_layers):
+        if layer == capture:
+            aux = h.copy()
+        if layer in target_mlps:
+            h = b(h + mlp(h, target_mlps[layer]))
+    target_ok = float(np.mean(np.argmax(rms(h) @ b(lm_head).T, axis=1) == design.perm[tokens]))
+    x = b(aux @ b(fc[:, :config.hidden_size]).T) if aux is not None else np.zeros_like(h)
+    accepted, leading, truth = np.zeros(len(tokens), dtype=np.int64), np.ones(len(tokens), dtype=bool), tokens
+    for _ in range(num_steps):
+        x = b(x + mlp(x, draft_mlp))
+        truth = design.perm[truth]
+        leading &= np.argmax(rms(x) @ b(lm_head).T, axis=1) == design.perm[truth]
+        accepted += leading
+    offset_read = config.aux_offset == 1 and bool(design.shifted.any())
+    expected = accepted_drafts(design, num_steps, offset_read)[tokens]
+    return {"tokens": len(tokens), "target_next_token_exact": target_ok,
+            "draft_matches_design": float(np.mean(accepted == expected)), "num_steps": num_steps}

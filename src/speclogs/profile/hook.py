@@ -398,11 +398,54 @@ def _wrap_scheduler_init(
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
+        state.guard("runtime line", _log_runtime, rank_source, self, signature, args, kwargs)
         state.guard(
             "scheduler check", _report_unprofiled, state, rank_source, self, signature, args, kwargs
         )
 
     return _mark(__init__)
+
+
+def runtime_facts(scheduler: Any) -> dict[str, str]:
+    """What the scheduler actually runs: the speculative worker's class, the algorithm enum, and the layers whose
+    inputs the target captures for an EAGLE-3 draft (SGLang captures the input of layer id + 1; `-` when none)."""
+    worker = getattr(scheduler, targets.SCHEDULER_TARGET.worker_attribute, None)
+    algorithm = getattr(scheduler, "spec_algorithm", None) or getattr(
+        getattr(scheduler, "server_args", None), "speculative_algorithm", None
+    )
+    model = _attribute_path(scheduler, ("tp_worker", "model_runner", "model"))
+    inner = getattr(model, "model", None)
+    captured = getattr(inner, "layers_to_capture", None) if getattr(model, "capture_aux_hidden_states", False) else None
+    # EAGLEWorker keeps its draft runner itself; EAGLEWorkerV2 behind its own draft worker
+    paths = (("draft_model_runner", "model"), ("draft_worker", "draft_runner", "model"), ("draft_runner", "model"))
+    draft_model = next((m for m in (_attribute_path(worker, p) for p in paths) if m is not None), None)
+    return {
+        "worker": "-" if worker is None else f"{type(worker).__module__}.{type(worker).__name__}",
+        "algorithm": getattr(algorithm, "name", str(algorithm)),
+        "captured_layers": ",".join(str(i) for i in captured) if captured else "-",
+        "draft": "-" if draft_model is None else type(draft_model).__name__,
+    }
+
+
+def _attribute_path(owner: Any, names: tuple[str, ...]) -> Any:
+    for name in names:
+        owner = getattr(owner, name, None)
+    return owner
+
+
+def _log_runtime(
+    rank_source: RankSource,
+    scheduler: Any,
+    signature: inspect.Signature,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> None:
+    bound = signature.bind(scheduler, *args, **kwargs)
+    bound.apply_defaults()
+    if read_rank(rank_source, scheduler, bound.arguments) != 0:
+        return
+    facts = runtime_facts(scheduler)
+    logger.info("speclogs profiler: runtime: %s", " ".join(f"{k}={v}" for k, v in facts.items()))
 
 
 def _target_of(worker_class: type) -> WorkerTarget | None:

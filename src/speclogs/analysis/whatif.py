@@ -39,6 +39,7 @@ from speclogs.analysis.steady import client_rows
 from speclogs.errors import AnalysisError
 
 RESAMPLES = 400
+HOST_BOUND_IDLE_SHARE = 0.02   # a GPU idle this share of a cycle waits for the host: the host sets the cycle's length
 MAX_STEPS = 8          # settings predicted: steps 0 … max(MAX_STEPS, measured steps + 2)
 SEED = 20261206
 
@@ -58,11 +59,15 @@ class CycleModel:
     no_spec_step_ms: float               # a decode step without speculation: the baseline's, else verify_1 + host
     verify_slope_ms_per_token: float
     extend_ms: float
-    host_ms: float                       # other + gap per cycle
+    other_ms: float                      # the rest of the cycle (setup, gaps between phases)
+    idle_ms: float                       # GPU idle between cycles (profiler gap_ms; device timer: wall − GPU time)
+    wall_ms: float                       # wall time per cycle (decode lines' accept len / gen throughput, else the profiler)
+    host_bound: float                    # 1.0: the GPU idles over HOST_BOUND_IDLE_SHARE of the cycle, waiting for the host
     client_overhead_ms_per_token: float  # 0 where the runs have no bench requests
     accept_at_least: tuple[float, ...]   # P(A ≥ k), k = 1 … steps
     tail_ratio: float                    # P(A ≥ k + 1) / P(A ≥ k) assumed beyond the measured steps
     verify_regime: str
+    cycle_regime: str
     baseline_runs: tuple[str, ...]
 
 
@@ -193,9 +198,8 @@ def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPL
             measured[(0, 0, 1)] = baselines
         predictions.extend(_predict(model, boot, measured, source, clients, decode, unit, confidence))
         ranked = [p for p in predictions if p.draft == draft]
-        best = ranked[0]
         new = next((p for p in ranked if not p.measured_launches), None)
-        recommendations.append(_recommendation(draft, best, new))
+        recommendations.append(_recommendation(draft, ranked, new))
         measured_here = [p for p in ranked if p.measured_tok_s is not None]
         if len(measured_here) > 1:
             by_model = [p.speculative_num_steps for p in measured_here]
@@ -214,14 +218,21 @@ def _name(p: Prediction) -> str:
             f"{p.speculative_num_draft_tokens} --speculative-eagle-topk 1")
 
 
-def _recommendation(draft: str, best: Prediction, new: Prediction | None) -> str:
-    """The fastest predicted setting, how sure (its interval, how often it wins the resamples), what to launch next."""
+def _recommendation(draft: str, ranked: list[Prediction], new: Prediction | None) -> str:
+    """The fastest predicted setting(s), how sure (interval, share of resamples won), what to launch next — nothing
+    when a measured setting is predicted as fast as any other."""
+    best = ranked[0]
+    tied = [p for p in ranked if p.throughput_tok_s >= best.throughput_tok_s * (1 - 1e-6)]
     said = (f"{draft}: fastest predicted is {_name(best)}: {best.throughput_tok_s:.0f} tok/s [{best.low:.0f}, "
-            f"{best.high:.0f}], fastest in {best.p_best:.0%} of the resamples"
+            f"{best.high:.0f}], fastest in {sum(p.p_best for p in tied):.0%} of the resamples"
+            + (f" (with steps {', '.join(str(p.speculative_num_steps) for p in tied[1:])}: they predict the same, "
+               "the fewest steps is named)" if len(tied) > 1 else "")
             + ("; extrapolated beyond what was measured" if best.extrapolated else ""))
-    if best.measured_launches:
-        said += f"; measured already ({best.measured_tok_s:.0f} tok/s over {best.measured_launches} launch(es))"
-        if new is not None:
+    measured = next((p for p in tied if p.measured_launches), None)
+    if measured is not None:
+        said += (f"; measured already (steps {measured.speculative_num_steps}: {measured.measured_tok_s:.0f} tok/s over "
+                 f"{measured.measured_launches} launch(es)): no other start is predicted faster")
+        if new is not None and new not in tied:
             said += (f"; the best setting not launched yet: {_name(new)} ({new.throughput_tok_s:.0f} tok/s "
                      f"[{new.low:.0f}, {new.high:.0f}])")
         return said
@@ -235,47 +246,57 @@ def _fit(draft: str, steps: int, launches: list[str], cycles: pl.DataFrame, clie
     per_launch = []
     for run_id in launches:
         rows = cycles.filter(pl.col("run_id") == run_id)
-        gap = rows["gap_ms"].fill_null(_missing_gap_ms(rows, decode, run_id))
-        host = rows["other_ms"].fill_null(0.0).to_numpy() + gap.to_numpy()
+        phases = np.column_stack([rows[c].fill_null(0.0).to_numpy() for c in ("draft_ms", "verify_ms", "extend_ms",
+                                                                                "other_ms")]
+                                 + [rows["gap_ms"].fill_null(_missing_gap_ms(rows, decode, run_id)).to_numpy()])
+        lines = decode.filter((pl.col("run_id") == run_id) & (pl.col("running_req") == 1)
+                              & pl.col("accept_len").is_not_null())
         client = clients.filter(pl.col("run_id") == run_id)
-        client_ms = float(1000.0 * client["seconds"].sum() / client["tokens"].sum()) if unit == "client" else None
-        per_launch.append((np.column_stack([rows["draft_ms"].to_numpy(), rows["verify_ms"].to_numpy(),
-                                            rows["extend_ms"].to_numpy(), host]),
-                           np.minimum(rows["accepted_tokens"].to_numpy(), steps), client_ms))
+        per_launch.append((phases, np.minimum(rows["accepted_tokens"].to_numpy(), steps),
+                           float(1000.0 * client["seconds"].sum() / client["tokens"].sum()) if unit == "client" else None,
+                           _wall_ms(decode, run_id), float(lines["accept_len"].mean()) if lines.height else None))
     base_ms = float(np.mean(base_step_ms)) if base_step_ms else None
 
-    def estimate(picks: list[tuple[np.ndarray, np.ndarray, float | None]]) -> dict[str, float | np.ndarray]:
-        phases = np.concatenate([p[0] for p in picks])
+    def estimate(picks: list[tuple]) -> dict[str, float | np.ndarray]:
+        draft_ms, verify_ms, extend_ms, other_ms, idle_ms = np.concatenate([p[0] for p in picks]).mean(axis=0)
         accepted = np.concatenate([p[1] for p in picks])
-        draft_ms, verify_ms, extend_ms, host_ms = phases.mean(axis=0)
         at_least = np.array([(accepted >= k).mean() for k in range(1, steps + 1)])
+        means = [p[4] for p in picks]
+        if all(m is not None for m in means) and at_least.sum() > 0:
+            # the profiler samples every N-th cycle; the decode lines count every cycle: their mean sets the level
+            at_least = np.clip(at_least * (float(np.mean(means)) - 1.0) / at_least.sum(), 0.0, 1.0)
+        walls = [p[3] if p[3] is not None else p[0].sum(axis=1).mean() for p in picks]
+        tokens = [p[4] if p[4] is not None else 1.0 + p[1].mean() for p in picks]
+        overheads = [p[2] - w / t for p, w, t in zip(picks, walls, tokens) if p[2] is not None]
+        wall_ms = float(np.mean(walls))
         verify_1 = verify_ms if base_ms is None else min(base_ms, verify_ms)
-        overheads = []
-        for p in picks:
-            if p[2] is not None:
-                cycle = p[0].mean(axis=0).sum()
-                overheads.append(p[2] - cycle / (1.0 + p[1].mean()))
         previous = at_least[-2] if steps > 1 else 1.0
         return {"draft_step_ms": draft_ms / steps, "verify_1_ms": verify_1,
-                "no_spec_step_ms": verify_1 + host_ms if base_ms is None else base_ms,
+                "no_spec_step_ms": verify_1 + other_ms + idle_ms if base_ms is None else base_ms,
                 "verify_slope_ms_per_token": (verify_ms - verify_1) / steps, "extend_ms": extend_ms,
-                "host_ms": host_ms, "client_overhead_ms_per_token": float(np.mean(overheads)) if overheads else 0.0,
+                "other_ms": other_ms, "idle_ms": idle_ms, "wall_ms": wall_ms,
+                "host_bound": float(idle_ms > HOST_BOUND_IDLE_SHARE * wall_ms),
+                "client_overhead_ms_per_token": float(np.mean(overheads)) if overheads else 0.0,
                 "accept_at_least": at_least, "tail_ratio": float(at_least[-1] / previous) if previous > 0 else 0.0}
 
     point = estimate(per_launch)
     replicates = []
     for _ in range(resamples):
         picks = [per_launch[i] for i in rng.integers(0, len(per_launch), len(per_launch))]
-        replicates.append(estimate([(p[0][idx], p[1][idx], p[2]) for p in picks
+        replicates.append(estimate([(p[0][idx], p[1][idx], *p[2:]) for p in picks
                                     for idx in [rng.integers(0, len(p[1]), len(p[1]))]]))
     boot = {key: np.array([r[key] for r in replicates]) for key in point}
-    regime = ("memory-bound: verify linear in the tokens verified, from the baseline's decode step (1 token) to the "
-              f"measured verify ({steps + 1} tokens), extended on the same line" if base_ms is not None else
-              "flat: verify taken as measured for any width (no baseline selected to calibrate its slope)")
+    verify_regime = ("memory-bound: verify linear in the tokens verified, from the baseline's decode step (1 token) to "
+                     f"the measured verify ({steps + 1} tokens), extended on the same line" if base_ms is not None else
+                     "flat: verify taken as measured for any width (no baseline selected to calibrate its slope)")
+    cycle_regime = (f"host-bound (the GPU idles {point['idle_ms']:.2f} of {point['wall_ms']:.2f} ms a cycle waiting for "
+                    "the host): fewer steps do not shorten the cycle, more steps lengthen it once the modelled GPU work "
+                    "exceeds the measured cycle" if point["host_bound"] else
+                    "GPU-bound: the measured cycle changes by the modelled change of its phases")
     model = CycleModel(draft, tuple(names[r] for r in launches), timing_source, steps, sum(len(p[1]) for p in per_launch),
                        **{k: float(v) for k, v in point.items() if k != "accept_at_least"},
-                       accept_at_least=tuple(float(v) for v in point["accept_at_least"]), verify_regime=regime,
-                       baseline_runs=tuple(names[r] for r in baselines))
+                       accept_at_least=tuple(float(v) for v in point["accept_at_least"]), verify_regime=verify_regime,
+                       cycle_regime=cycle_regime, baseline_runs=tuple(names[r] for r in baselines))
     return model, boot
 
 
@@ -294,7 +315,7 @@ def _rebuilt_cycles(run_ids: list[str], decode: pl.DataFrame, device_ms: pl.Data
         gpu = [phases.get(name, 0.0) for name in ("draft", "verify", "extend")]
         accepted = np.repeat(hist["accepted"].to_numpy(), hist["cycles"].to_numpy())
         rows.append(pl.DataFrame({"run_id": run_id, "draft_ms": gpu[0], "verify_ms": gpu[1], "extend_ms": gpu[2],
-                                  "other_ms": max(0.0, wall_ms - sum(gpu)), "gap_ms": 0.0, "cycle_ms": wall_ms,
+                                  "other_ms": 0.0, "gap_ms": max(0.0, wall_ms - sum(gpu)), "cycle_ms": wall_ms,
                                   "accepted_tokens": accepted}))
     schema = {"run_id": pl.Utf8, "draft_ms": pl.Float64, "verify_ms": pl.Float64, "extend_ms": pl.Float64,
               "other_ms": pl.Float64, "gap_ms": pl.Float64, "cycle_ms": pl.Float64, "accepted_tokens": pl.Int64}
@@ -324,8 +345,13 @@ def _tokens_and_cycle(p: dict[str, np.ndarray], steps: int, measured_steps: int)
         tokens = tokens + at_least[:, -1] * tail ** (k - measured_steps)
     if steps == 0:
         return tokens, np.atleast_1d(p["no_spec_step_ms"])
-    cycle = (p["draft_step_ms"] * steps + p["verify_1_ms"] + p["verify_slope_ms_per_token"] * steps
-             + p["extend_ms"] + p["host_ms"])
+
+    def gpu_ms(s: int) -> np.ndarray:   # the cycle's phases without the idle between cycles
+        return (p["draft_step_ms"] * s + p["verify_1_ms"] + p["verify_slope_ms_per_token"] * s + p["extend_ms"]
+                + p["other_ms"])
+
+    cycle = np.where(p["host_bound"] > 0, np.maximum(p["wall_ms"], gpu_ms(steps)),
+                     p["wall_ms"] + gpu_ms(steps) - gpu_ms(measured_steps))
     return tokens, np.atleast_1d(cycle)
 
 
@@ -343,7 +369,9 @@ def _predict(model: CycleModel, boot: dict[str, np.ndarray], measured: dict[tupl
         tokens, cycle = _tokens_and_cycle(boot, steps, model.steps)
         boots[steps] = 1000.0 / (boot["client_overhead_ms_per_token"] + cycle / tokens)
     stacked = np.column_stack([boots[s] for s in candidates])
-    best_share = np.bincount(stacked.argmax(axis=1), minlength=len(candidates)) / len(stacked)
+    # settings that tie in a resample (a host-bound cycle is as long at any steps) share its win
+    winners = stacked >= stacked.max(axis=1, keepdims=True) * (1.0 - 1e-9)
+    best_share = (winners / winners.sum(axis=1, keepdims=True)).mean(axis=0)
     tail = (1.0 - confidence) / 2.0
     out = []
     for i, steps in enumerate(candidates):
@@ -357,4 +385,4 @@ def _predict(model: CycleModel, boot: dict[str, np.ndarray], measured: dict[tupl
             steps > model.steps or (steps == 0 and not model.baseline_runs), mean, len(values),
             None if mean is None else rates[steps] / mean - 1.0,
             steps == 0 and bool(model.baseline_runs) or steps == source[0]))
-    return sorted(out, key=lambda p: -p.throughput_tok_s)
+    return sorted(out, key=lambda p: (-round(p.throughput_tok_s, 6), p.speculative_num_steps))

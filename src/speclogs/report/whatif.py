@@ -40,10 +40,11 @@ def whatif_sections(result) -> list[tuple[str, list[str], list[list[str]]]]:  # 
          for p in result.predictions])]
     sections.append((
         "What if: the cycle model (ms; P(A ≥ k) = acceptance of draft position k, measured)",
-        ["draft", "from runs", "steps", "cycles", "draft ms/step", "verify 1 token", "verify ms/token", "extend",
-         "host (other + gap)", "no-spec step", "client overhead ms/token", "P(A ≥ k)", "tail ratio"],
-        [[m.draft, ", ".join(m.source_runs), str(m.steps), str(m.cycles), f"{m.draft_step_ms:.3f}",
-          f"{m.verify_1_ms:.3f}", f"{m.verify_slope_ms_per_token:.3f}", f"{m.extend_ms:.3f}", f"{m.host_ms:.3f}",
+        ["draft", "from runs", "timing", "steps", "cycles", "draft ms/step", "verify 1 token", "verify ms/token",
+         "extend", "other", "idle", "wall", "no-spec step", "client overhead ms/token", "P(A ≥ k)", "tail ratio"],
+        [[m.draft, ", ".join(m.source_runs), m.timing_source, str(m.steps), str(m.cycles), f"{m.draft_step_ms:.3f}",
+          f"{m.verify_1_ms:.3f}", f"{m.verify_slope_ms_per_token:.3f}", f"{m.extend_ms:.3f}", f"{m.other_ms:.3f}",
+          f"{m.idle_ms:.3f}", f"{m.wall_ms:.3f}",
           f"{m.no_spec_step_ms:.3f}", f"{m.client_overhead_ms_per_token:.3f}",
           " ".join(f"{v:.3f}" for v in m.accept_at_least), f"{m.tail_ratio:.3f}"]
          for m in result.models]))
@@ -80,7 +81,7 @@ def whatif_lines(result) -> list[str]:  # noqa: ANN001
         lines.append(f"model error on {len(checks)} measured setting(s) it did not see: "
                      + ", ".join(f"steps {p.speculative_num_steps} {_pct(p.error)}" for p in checks)
                      + f" (largest {_pct(worst.error)})")
-    lines += [f"{m.draft}: verify regime {m.verify_regime}; acceptance beyond {m.steps} steps extrapolated "
+    lines += [f"{m.draft}: cycle {m.cycle_regime}; verify {m.verify_regime}; acceptance beyond {m.steps} steps extrapolated "
               f"geometrically (tail ratio {m.tail_ratio:.3f}: unmeasured)" for m in result.models]
     return lines + [f"note: {n}" for n in result.notes]
 

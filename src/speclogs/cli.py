@@ -679,7 +679,7 @@ def synth_pair(
     config = SynthConfig(vocab_size=vocab, num_layers=layers, noise=noise, seed=seed, accept_profile=profile,
                          layer_shift=layer_shift, aux_offset=aux_offset)
     pair = write_synth_pair(target_dir, draft_dir, config)
-    expected = (f"expected accept len by --speculative-num-steps (topk 1, draft tokens steps+1): "
+    expected = ("expected accept len by --speculative-num-steps (topk 1, draft tokens steps+1): "
                 + ", ".join(f"{k}: {v:.2f}" for k, v in pair.expected_accept_len.items())
                 if pair.expected_accept_len else
                 f"predicted accept len {pair.predicted_accept_len:.2f} with --speculative-num-steps 5 "

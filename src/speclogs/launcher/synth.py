@@ -42,7 +42,6 @@ from pathlib import Path
 
 from speclogs.errors import SpeclogsError
 
-
 RESERVED_DIMS = 64                  # hidden coordinates past the tokens: the bias and the draft's step counter
 GATE_SCALE = 2.0                    # gate pre-activation of a firing lookup row: silu(2) ≈ 1.76
 
@@ -449,12 +448,12 @@ def _write_layered_pair(target_dir: Path, draft_dir: Path, config: SynthConfig) 
     gate = GATE_SCALE / read
     fired = GATE_SCALE / (1.0 + math.exp(-GATE_SCALE)) * read   # silu(gate·read) × up·read
 
-    def lookup(moves: list[tuple[int, int]], gate_coord: int, scale: float, shape_ff: int):
-        """(gate, up, down) of an MLP whose row r moves coordinate src → dst when gate_coord is set."""
-        g = np.zeros((shape_ff, H), dtype=np.float32)
-        u = np.zeros((shape_ff, H), dtype=np.float32)
-        d = np.zeros((H, shape_ff), dtype=np.float32)
-        for row, (src, dst) in enumerate(moves):
+    def lookup(moves: list[tuple[int, int, int]], scale: float, rows: int):
+        """(gate, up, down) of an MLP whose row r moves coordinate src → dst (× scale) when gate_coord is set."""
+        g = np.zeros((rows, H), dtype=np.float32)
+        u = np.zeros((rows, H), dtype=np.float32)
+        d = np.zeros((H, rows), dtype=np.float32)
+        for row, (src, dst, gate_coord) in enumerate(moves):
             g[row, gate_coord] = gate
             u[row, src] = 1.0
             d[dst, row] += scale / fired
@@ -464,22 +463,14 @@ def _write_layered_pair(target_dir: Path, draft_dir: Path, config: SynthConfig) 
     members = np.flatnonzero(design.shifted)
     target_mlps = {}
     if len(members):
-        target_mlps[aux + 1] = lookup([(int(t), int(design.shift[t])) for t in members], bias, math.sqrt(H),
-                                      config.intermediate_size)
-        target_mlps[aux + 2] = lookup([(int(design.shift[t]), int(t)) for t in members], bias, math.sqrt(H),
-                                      config.intermediate_size)
+        shift = [(int(t), int(design.shift[t]), bias) for t in members]
+        target_mlps[aux + 1] = lookup(shift, math.sqrt(H), config.intermediate_size)
+        target_mlps[aux + 2] = lookup([(dst, src, b) for src, dst, b in shift], math.sqrt(H), config.intermediate_size)
     draft_moves = []
     for i, mask in enumerate(design.advance):
         draft_moves += [(int(y), int(design.perm[y]), counter + i) for y in np.flatnonzero(mask)]
         draft_moves.append((counter + i, counter + i + 1, counter + i))
-    dg = np.zeros((FF, H), dtype=np.float32)
-    du = np.zeros((FF, H), dtype=np.float32)
-    dd = np.zeros((H, FF), dtype=np.float32)
-    for row, (src, dst, gate_coord) in enumerate(draft_moves):
-        dg[row, gate_coord] = gate
-        du[row, src] = 1.0
-        dd[dst, row] += 1.0 / fired
-        dd[src, row] -= 1.0 / fired
+    dg, du, dd = lookup(draft_moves, 1.0, FF)
     embed = np.zeros((V, H), dtype=np.float32)
     embed[np.arange(V), np.arange(V)] = math.sqrt(H)
     embed[:, bias] = math.sqrt(H)

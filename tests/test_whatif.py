@@ -182,3 +182,31 @@ def test_a_phase_every_rank_times_is_the_slowest_ranks(dbs):
             FROM startup_phases p JOIN runs r USING (run_id)
             WHERE r.run_name = 'eagle3_default_1' AND p.phase = 'cuda_graph_target_verify'""").fetchall()
     assert rows == [(3.89, 1, 3.89)]
+
+
+@pytest.fixture(scope="module")
+def sweep_db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("sweep") / "sweep.duckdb"
+    ingest_paths([FIXTURES / "h200-sweep"], path)
+    return path
+
+
+@pytest.mark.parametrize(("draft", "worst", "same_order"), [("a", 0.06, True), ("b", 0.09, False)])
+def test_the_sweep_predicted_from_its_steps_5_runs(sweep_db, draft, worst, same_order):
+    """fixtures/h200-sweep (one H100, SGLang 0.5.14): each draft's steps 1, 2, 3 and the baseline predicted from its
+    steps-5 launches. Measured errors: draft A +5.7 % (steps 1), +2.8 %, +2.3 %, −2.0 % (no speculation), the order of
+    the five settings as measured; draft B −8.2 %, −5.8 %, −6.0 %, −3.1 %: its steps-5 source has one launch 14 % slower
+    than the other (2.96 vs 2.60 ms a cycle), which every prediction from it inherits — inside the 95 % intervals."""
+    with connect(sweep_db, read_only=True) as con:
+        result = whatif_for(con, [f"{draft}_s[0-9]_[0-9]", "baseline_[0-9]"])
+    (model,) = result.models
+    assert model.steps == 5 and model.source_runs == (f"{draft}_s5_1", f"{draft}_s5_2") and model.host_bound == 1.0
+    checked = {p.speculative_num_steps: p for p in result.predictions if p.measured_tok_s is not None}
+    assert set(checked) == {0, 1, 2, 3, 5} and checked[5].calibration and checked[0].calibration
+    assert all(abs(p.error) <= worst for p in checked.values()), {s: round(p.error, 3) for s, p in checked.items()}
+    assert ("the same order" in result.recommendations[1]) is same_order
+    # acceptance is exact below the measured steps: the design's accept length (draft record) within 2 %
+    design = {"a": (1.904, 2.543, 2.846), "b": (1.601, 1.844, 1.930)}[draft]
+    assert all(checked[s].accept_len == pytest.approx(design[s - 1], rel=0.02) for s in (1, 2, 3))
+    if draft == "b":
+        assert all(p.low <= p.measured_tok_s <= p.high for s, p in checked.items() if s in (1, 2, 3))

@@ -204,11 +204,9 @@ def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPL
         if len(measured_here) > 1:
             by_model = [p.speculative_num_steps for p in measured_here]
             by_runs = [p.speculative_num_steps for p in sorted(measured_here, key=lambda p: -p.measured_tok_s)]
-            worst = max(measured_here, key=lambda p: abs(p.error))
             recommendations.append(
                 f"{draft}: the measured settings (steps) fastest first: {by_runs} by the launches, {by_model} by the "
-                f"model — {'the same order' if by_model == by_runs else 'a different order'}; largest error "
-                f"{worst.error:+.1%} (steps {worst.speculative_num_steps})")
+                f"model — {'the same order' if by_model == by_runs else 'a different order'}")
     return WhatIf(unit, confidence, tuple(models), tuple(predictions), tuple(recommendations), tuple(notes))
 
 

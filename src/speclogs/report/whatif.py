@@ -79,7 +79,7 @@ def whatif_lines(result) -> list[str]:  # noqa: ANN001
     if checks:
         worst = max(checks, key=lambda p: abs(p.error))
         lines.append(f"model error on {len(checks)} measured setting(s) it did not see: "
-                     + ", ".join(f"steps {p.speculative_num_steps} {_pct(p.error)}" for p in checks)
+                     + ", ".join(f"{p.draft} steps {p.speculative_num_steps} {_pct(p.error)}" for p in checks)
                      + f" (largest {_pct(worst.error)})")
     lines += [f"{m.draft}: cycle {m.cycle_regime}; verify {m.verify_regime}; acceptance beyond {m.steps} steps extrapolated "
               f"geometrically (tail ratio {m.tail_ratio:.3f}: unmeasured)" for m in result.models]

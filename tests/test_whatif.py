@@ -11,7 +11,7 @@ from speclogs.analysis.whatif import whatif_for
 from speclogs.store import connect, ingest_paths
 
 FIXTURES = ROOT / "fixtures"
-LAUNCHER_SETS = ("h200-signals", "h200x2", "h200x2-profile", "h200-adaptive")
+LAUNCHER_SETS = ("h200-signals", "h200x2", "h200x2-profile", "h200-adaptive", "h200-sweep", "h200-doctor")
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def test_startup_phases_of_every_launcher_run_add_up_to_ready_s(dbs, name):
     for name, ready_s, named_s, total_s, phases in rows:
         assert total_s == pytest.approx(ready_s, rel=0.05), name
         assert named_s >= 0.7 * ready_s, (name, named_s, ready_s)        # 'other' is the small remainder
-        assert {"imports", "health_poll", "other"} <= set(phases), name
+        assert {"imports", "load_weights_target", "health_poll", "other"} <= set(phases), name
         assert any(p.startswith("cuda_graph_") for p in phases), name
 
 
@@ -185,10 +185,8 @@ def test_a_phase_every_rank_times_is_the_slowest_ranks(dbs):
 
 
 @pytest.fixture(scope="module")
-def sweep_db(tmp_path_factory):
-    path = tmp_path_factory.mktemp("sweep") / "sweep.duckdb"
-    ingest_paths([FIXTURES / "h200-sweep"], path)
-    return path
+def sweep_db(dbs):
+    return dbs["h200-sweep"]
 
 
 @pytest.mark.parametrize(("draft", "worst", "same_order"), [("a", 0.06, True), ("b", 0.09, False)])

@@ -331,12 +331,13 @@ timing_values AS (  -- 0.5.23's summary line: name=seconds, the graphs inside cu
   FROM metrics m JOIN bounds b ON b.run_id = m.run_id AND b.timings IS NULL
   WHERE regexp_replace(m.family, '^sglang_', 'sglang:') IN ('sglang:startup_time_seconds',
           'sglang:startup_cuda_graph_time_seconds', 'sglang:engine_load_weights_time')
-    AND m.name IN (m.family, m.family || '_sum') GROUP BY ALL),
+    AND m.name IN (m.family, m.family || '_sum') GROUP BY ALL HAVING max(m.value) > 0),  -- 0.5.14 exports 0: unset
 per_rank AS (  -- the lines' own elapsed values, per rank
   SELECT run_id, launch_no, rank, CASE WHEN nth = 1 THEN 'load_weights_target' ELSE 'load_weights_draft' END AS phase,
          2 AS phase_order, sum(elapsed_s) AS seconds
   FROM ev e WHERE kind = 'load_weight_end' AND elapsed_s IS NOT NULL
-    AND NOT EXISTS (SELECT 1 FROM timing_values t WHERE t.run_id = e.run_id AND t.launch_no = e.launch_no AND t.name = 'load_weight')
+    AND NOT EXISTS (SELECT 1 FROM timing_values t WHERE t.run_id = e.run_id AND t.launch_no = e.launch_no
+                    AND t.name = 'load_weight' AND t.seconds > 0)
   GROUP BY ALL
   UNION ALL
   SELECT run_id, launch_no, rank, 'cuda_graph_' || coalesce(graph, 'decode'), 4, sum(elapsed_s)

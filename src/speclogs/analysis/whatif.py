@@ -1,27 +1,11 @@
-"""What another speculative setting would give, predicted from one profiled run: `whatif(tables, ...)` is pure.
+"""What another speculative setting would give, predicted from one run: `whatif(tables, ...)` is pure;
+`whatif_for(con, selectors)` loads the rows. docs/whatif.md explains the model, its assumptions and its measured error.
 
-A cycle with topk 1 and `s` draft steps verifies `s + 1` tokens and yields `1 + min(A, s)` tokens, where A is the number
-of draft tokens the target accepted. With a chain of drafts (topk 1) the k-th draft token does not depend on how many
-follow it, so a run measured at `s_obs` steps gives P(A ≥ k) for every k ≤ s_obs, and a cycle of fewer steps accepts
-exactly `min(A, s)`: no model is needed there. Beyond s_obs the acceptance of position k is unknown; it is extrapolated
-geometrically from the last measured conditional rate P(A ≥ s_obs) / P(A ≥ s_obs − 1), and such settings say so.
-
-Cycle time (ms): `draft_step_ms × s + verify(s + 1) + extend_ms + host_ms` — draft cost proportional to the steps (the
-measured draft phase ÷ its steps), verify linear in the tokens verified between the target's one-token step (a
-baseline's decode step, taken as GPU-bound, when one is selected) and the measured verify (memory-bound regime: flat
-when there is no baseline), extend and host time (other + gap: setup, scheduling) as measured. No speculation is the
-baseline's measured decode step, or, without a baseline, the verify plus the same host time (extrapolated). The client
-sees `1 / (overhead_ms_per_token + cycle_ms / tokens_per_cycle)`; the overhead per token (prefill, HTTP) is what the
-measured client throughput leaves after the measured cycles.
-
-Without the profiler a run's cycles are rebuilt from SGLang's own signals: acceptance from the requests'
-`spec_accept_histogram` (verify steps by accepted drafts), GPU time per phase from the device timer
-(`forward_execution_seconds_total`), the wall time per cycle from the decode lines (accept len / gen throughput); what
-the GPU phases leave of the wall time is host time. The device timer counts GPU time only, so the host waits inside the
-draft phase (launch-bound at batch 1) stay in the fixed host time: steps then look cheaper than the profiler says.
-
-Intervals: percentile bootstrap over launches and, within each, over the profiled cycles (what varies between launches
-and between cycles; not the model's assumptions). `whatif_for(con, selectors)` loads the rows.
+Acceptance: with topk 1 the draft is a chain, so a cycle of `s` steps keeps `1 + min(A, s)` tokens of the measured
+accepted count A (exact below the measured steps; a geometric tail beyond, marked extrapolated). Cycle: the measured
+phases (profiler, else the device timer) scaled per step — draft proportional to the steps, verify linear in the tokens
+verified between a baseline's decode step and the measured verify — and, where the GPU idles waiting for the host
+(host-bound), the measured wall time as the floor. Intervals: bootstrap over launches, then cycles within each.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
+from speclogs.redact import redact_json
+
 
 def whatif_to_dict(result) -> dict:  # noqa: ANN001
     """The JSON document: `predictions` (per draft, fastest first), the fitted `models`, recommendations, notes."""
@@ -17,7 +19,7 @@ def whatif_to_dict(result) -> dict:  # noqa: ANN001
 
 
 def render_whatif_json(result) -> str:  # noqa: ANN001
-    return json.dumps(whatif_to_dict(result), indent=1, allow_nan=False) + "\n"
+    return json.dumps(redact_json(whatif_to_dict(result)), indent=1, allow_nan=False) + "\n"
 
 
 def _pct(value: float | None) -> str:

@@ -48,7 +48,7 @@ def test_every_chart_draws_in_chromium(tmp_path, tmp_path_factory):
     page = write_html(comparison, tmp_path / "report.html")
     dom = _dom(page)
     blocks = _chart_blocks(dom)
-    assert set(blocks) == {"throughput", "effects", "cycle", "accept", "timeline"}
+    assert set(blocks) == {"throughput", "effects", "cycle", "accept", "timeline", "startup"}
     for name, block in blocks.items():
         assert "<svg" in block, f"chart {name} did not draw"
         assert "chart-error" not in block and "failed" not in block, block[:500]
@@ -121,7 +121,7 @@ def chart_screens(tmp_path_factory):
 
 
 def test_every_chart_is_screenshotted_and_draws(chart_screens):
-    assert {name for _, name in chart_screens} == {"throughput", "effects", "cycle", "accept", "timeline"}
+    assert {name for _, name in chart_screens} == {"throughput", "effects", "cycle", "accept", "timeline", "startup"}
     for (report, name), (png, dom) in chart_screens.items():
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, (report, name)
         assert "<svg" in dom and not re.search(r"chart \w+ failed: (?!' \+ err)", dom), (report, name, dom[-500:])
@@ -140,6 +140,11 @@ def test_constant_acceptance_is_one_narrow_bar_per_arm(chart_screens):
     assert len(labels) >= 3, labels                     # not a single bin stretched over the whole axis
     widths = _bar_widths(dom)
     assert widths and max(widths) < 0.5 * 280, widths      # a 280 px panel: the bar is a bin wide, not the panel
+
+
+def test_startup_is_one_stacked_bar_per_launch(chart_screens):
+    labels = _axes(chart_screens[("launches", "startup")][1])["Y"]
+    assert len(labels) == 10 and "eagle3_nccl_prof_2" in labels, labels   # 5 arms × 2 launches, one bar each
 
 
 def test_throughput_over_time_starts_at_the_first_decode_row(chart_screens):

@@ -74,7 +74,10 @@ def test_terminal_report_shows_warnings_first_and_every_table(comparison):
 
 def test_charts_specs(comparison):
     specs = {name: chart.to_dict() for name, chart in charts.all_charts(comparison)}
-    assert set(specs) == {"throughput", "effects", "cycle", "accept", "timeline"}
+    assert set(specs) == {"throughput", "effects", "cycle", "accept", "timeline", "startup"}
+    startup = specs["startup"]       # one stacked bar per launch, a colour per start-up phase
+    assert startup["mark"]["type"] == "bar" and startup["encoding"]["color"]["field"] == "phase"
+    assert {row["phase"] for row in startup["data"]["values"]} >= {"imports", "health_poll", "other"}
     throughput = specs["throughput"]
     assert len(throughput["layer"]) == 3 and throughput["layer"][1]["mark"]["type"] == "point"
     estimates = [row for row in throughput["data"]["values"] if row["layer"] == "estimate"]
@@ -99,7 +102,7 @@ def test_html_is_self_contained(comparison):
     page = render_html(comparison)
     assert not re.search(r"<script[^>]+src=", page)
     assert not re.search(r"<link[^>]+href=[\"']https?:", page)
-    assert "vegaEmbed" in page and page.count('class="chart"') == 5
+    assert "vegaEmbed" in page and page.count('class="chart"') == 6
     assert page.index("Warnings") < page.index("Throughput per arm")
 
 

@@ -873,6 +873,35 @@ def doctor(
         raise typer.Exit(1)
 
 
+@app.command()
+def whatif(
+    runs: list[str] = typer.Argument(..., help="Run names or globs: the profiled run(s) to model from, plus any runs of "
+                                     "other settings (checked against the model) and baselines (calibrate the target's step)."),
+    db: DbOption = DEFAULT_DB,
+    output_format: ReportFormat = typer.Option(ReportFormat.terminal, "--format", "-f", help="terminal, json or md (stdout)."),
+    confidence: float = typer.Option(0.95, "--confidence", callback=_check_confidence, help="Interval coverage."),
+) -> None:
+    """Predict other --speculative-num-steps / --speculative-num-draft-tokens settings (topk 1) and no speculation from
+    one profiled run: throughput with intervals, ranked, and the next setting worth launching (docs/whatif.md)."""
+    from speclogs.analysis.whatif import whatif_for
+    from speclogs.report import whatif as render
+    from speclogs.store import connect
+
+    connection = connect(db, read_only=True)
+    try:
+        result = whatif_for(connection, runs, confidence)
+    finally:
+        connection.close()
+    if output_format is ReportFormat.terminal:
+        from speclogs.console import report_console
+
+        render.render_whatif_terminal(result, report_console())
+    elif output_format is ReportFormat.json:
+        sys.stdout.write(render.render_whatif_json(result))
+    else:
+        sys.stdout.write(render.render_whatif_text(result, markdown=True))
+
+
 # --- speclogs grammars check / list ---
 grammars_app = typer.Typer(help="Line grammars: validate your own grammar files, list the loaded patterns.", no_args_is_help=True)
 app.add_typer(grammars_app, name="grammars")

@@ -24,7 +24,9 @@ from speclogs.analysis.load import RunTables, load_run_tables, resolve_arms
 from speclogs.analysis.nccl import nccl_evidence
 from speclogs.analysis.results import Arm, Comparison, Estimate, Finding, Rank, RatioComparison
 from speclogs.analysis.signals import signal_evidence_for, with_signals
+from speclogs.analysis.startup import startup_for
 from speclogs.analysis.steady import client_rows, mark_steady, server_columns, steady_launches
+from speclogs.analysis.whatif import whatif_for
 from speclogs.errors import AnalysisError
 
 TIMELINE_POINTS_PER_RUN = 1500
@@ -238,7 +240,20 @@ def compare_runs(
     nccl = nccl_evidence(con, all_ids, hidden_size=hidden_size, num_layers=num_layers)
     comparison = compare_tables(tables, arm_runs, factors, confidence, min_effect=min_effect, nccl=nccl, ignore_env=ignore_env,
                                 reference_acceptance=reference_acceptance, trained_layers=trained_layers)
-    return with_signals(comparison, signal_evidence_for(con, arm_runs))
+    comparison = with_signals(comparison, signal_evidence_for(con, arm_runs))
+    return _with_startup_and_whatif(con, comparison, tables, arm_runs, all_ids, confidence)
+
+
+def _with_startup_and_whatif(con: Any, comparison: Comparison, tables: RunTables, arm_runs: dict[str, list[str]],
+                             run_ids: list[str], confidence: float) -> Comparison:
+    """The start-up breakdown (its finding among the notes) and, where a selected run has cycles, the what-if."""
+    startup = startup_for(con, arm_runs)
+    try:
+        predicted = whatif_for(con, run_ids, confidence, tables=tables, evidence=comparison.signals)
+    except AnalysisError:
+        predicted = None
+    warnings = comparison.warnings + (startup.findings if startup else ())
+    return replace(comparison, startup=startup, whatif=predicted, warnings=warnings)
 
 
 def compare_tables(

@@ -206,3 +206,5 @@ class Comparison:
     nccl: Any = None  # speclogs.analysis.nccl.NcclEvidence when that module exists
     signals: Any = None  # speclogs.analysis.signals.SignalEvidence: SGLang's counters, device timer, per-request records
     ranking: tuple[Rank, ...] = ()  # every arm, fastest first (empty with one arm)
+    startup: Any = None  # speclogs.analysis.startup.StartupBreakdown: where each launch's start-up time went
+    whatif: Any = None  # speclogs.analysis.whatif.WhatIf: other speculative settings predicted from the profiled runs

@@ -180,8 +180,13 @@ def signal_evidence_for(con: Any, arm_runs: Mapping[str, list[str]]) -> SignalEv
     def select(sql: str, ids: list[str]) -> pl.DataFrame:
         return pl.from_arrow(con.sql(sql, params=[ids]).to_arrow_table())
 
-    metrics = select(f"""SELECT run_id, source_file, ts, window_name, phase, name, CAST(labels AS VARCHAR) AS labels, value
-        FROM metrics {where} AND name IN ('{GENERATION_TOKENS}', '{VERIFY_CALLS}', '{FORWARD_SECONDS}')""", run_ids)
+    # the smg sidecar exports the same series as sglang_… (a Prometheus name without the colon); a snapshot with the
+    # sglang: names keeps those, so a scrape that has both counts once
+    names = ", ".join(f"'{n}', '{n.replace(':', '_', 1)}'" for n in (GENERATION_TOKENS, VERIFY_CALLS, FORWARD_SECONDS))
+    metrics = select(f"""SELECT run_id, source_file, ts, window_name, phase, regexp_replace(name, '^sglang_', 'sglang:') AS name,
+        CAST(labels AS VARCHAR) AS labels, value FROM metrics AS m {where} AND name IN ({names})
+        AND (name LIKE 'sglang:%' OR NOT EXISTS (SELECT 1 FROM metrics AS c WHERE c.source_file = m.source_file
+                                                  AND c.name LIKE 'sglang:%'))""", run_ids)
     requests = select(f"""SELECT run_id, source_kind, rid, health_check, completion_tokens, spec_accept_length,
         spec_verify_ct, finished_unix_s, ts FROM requests {where}""", run_ids)
     scraped = sorted(set(metrics["run_id"].to_list()))   # the log rows are compared with windows only: runs with scrapes

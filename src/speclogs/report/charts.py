@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import altair as alt
+import polars as pl
 
 from speclogs.analysis.results import Comparison
 
@@ -189,8 +190,27 @@ def timeline_chart(c: Comparison) -> alt.Chart | None:
         title="Decode throughput over time, from each launch's first decode row (shaded: before the first steady row)")
 
 
+def startup_chart(c: Comparison) -> alt.Chart | None:
+    """Start-up of each launch as one stacked bar (spawn → /health 200), a colour per phase in start-up order."""
+    if c.startup is None or c.startup.phases.is_empty():
+        return None
+    rows = c.startup.phases.filter(pl.col("within_ready"))
+    several = rows.group_by("run_name").agg(pl.col("launch_no").n_unique() > 1)["launch_no"].any()
+    rows = rows.with_columns((pl.col("run_name") + (" · start " + pl.col("launch_no").cast(pl.Utf8) if several else ""))
+                             .alias("launch"))
+    phases = rows.sort("phase_order", "phase")["phase"].unique(maintain_order=True).to_list()
+    return alt.Chart(alt.Data(values=rows.select("launch", "arm", "phase", "phase_order", "seconds").to_dicts())).mark_bar().encode(
+        y=alt.Y("launch:N", title=None, sort=None, axis=alt.Axis(labelLimit=320)),
+        x=alt.X("sum(seconds):Q", title="seconds from spawn to /health 200"),
+        color=alt.Color("phase:N", sort=phases, title="phase", scale=alt.Scale(scheme="tableau20")),
+        order=alt.Order("phase_order:Q"),
+        tooltip=["arm:N", "launch:N", "phase:N", alt.Tooltip("seconds:Q", format=".2f")],
+    ).properties(width=WIDTH, title=f"Start-up per launch (differs most between arms: {c.startup.differs_most or '–'})")
+
+
 def all_charts(c: Comparison) -> list[tuple[str, alt.Chart]]:
     """(id, chart) for every chart that has data, in report order."""
     builders = [("throughput", throughput_chart), ("effects", effects_chart), ("cycle", cycle_chart),
-                ("accept", accept_chart), ("requests", request_accept_chart), ("timeline", timeline_chart)]
+                ("accept", accept_chart), ("requests", request_accept_chart), ("timeline", timeline_chart),
+                ("startup", startup_chart)]
     return [(name, chart) for name, build in builders if (chart := build(c)) is not None]

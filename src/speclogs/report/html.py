@@ -11,7 +11,7 @@ from pathlib import Path
 from speclogs.analysis.results import Comparison
 from speclogs.errors import InputError
 from speclogs.redact import redact_json, redact_text
-from speclogs.report import charts, signals, text
+from speclogs.report import charts, signals, text, whatif
 
 CSS = """
 body { font-family: system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 24px auto; max-width: 1200px; color: #222; }
@@ -93,8 +93,9 @@ def render_html(comparison: Comparison) -> str:
         parts.append(_table(text.PHASE_HEADER, text.phase_rows(c)))
     parts += [chart_div("cycle"), "<h2>Acceptance</h2>", chart_div("accept"), chart_div("requests"),
               "<h2>Decode throughput over time</h2>", chart_div("timeline")]
-    for title, header, rows in text.nccl_sections(c) + signals.signal_sections(c):
+    for title, header, rows in text.nccl_sections(c) + signals.signal_sections(c) + whatif.report_sections(c):
         parts += [f"<h2>{html.escape(title)}</h2>", _table(header, rows)]
+    parts.append(chart_div("startup"))
     if notes:
         parts.append(f"<details><summary>{len(notes)} notes (how the numbers were made, settings, NCCL evidence)</summary>")
         parts += [f'<div class="note"><span class="code">{html.escape(w.code)}</span> {html.escape(w.message)}</div>'

@@ -94,6 +94,8 @@ def comparison_to_dict(comparison: Comparison) -> dict:
         "methods": comparison.methods,
         "nccl": comparison.nccl,
         "signals": comparison.signals,
+        "startup": comparison.startup,
+        "whatif": comparison.whatif,
     }
     return redact_json(_clean(document))
 

@@ -10,7 +10,7 @@ import re
 
 from speclogs.analysis.results import Comparison
 from speclogs.redact import redact_text
-from speclogs.report import signals, text
+from speclogs.report import signals, text, whatif
 
 _SPECIAL = re.compile(r"([\\`*\[\]<>|~#])")
 _EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
@@ -64,7 +64,7 @@ def render_markdown(comparison: Comparison) -> str:
         out += ["", "## Speculative cycle phases", "", md_table(text.PHASE_HEADER, text.phase_rows(c))]
     if c.effects:
         out += ["", "## Factorial effects", "", md_table(text.EFFECT_HEADER, text.effect_rows(c))]
-    for title, header, rows in text.nccl_sections(c, brief=True) + signals.signal_sections(c):
+    for title, header, rows in text.nccl_sections(c, brief=True) + signals.signal_sections(c) + whatif.report_sections(c):
         out += ["", f"## {e(title)}", "", md_table(header, rows)]
     notes = [w for w in c.warnings if w.severity != "warning"]
     if notes:

@@ -13,7 +13,7 @@ from rich.text import Text
 from speclogs.analysis.results import Comparison
 from speclogs.console import plain
 from speclogs.redact import redact_text
-from speclogs.report import signals, text
+from speclogs.report import signals, text, whatif
 
 
 def _text(value: object, style: str = "") -> Text:
@@ -101,7 +101,7 @@ def render_terminal(comparison: Comparison, console: Console, brief: bool = Fals
         console.print(_table("Speculative cycle phases (spec_cycles)", text.PHASE_HEADER, text.phase_rows(c)))
     if c.effects:
         console.print(_table("Factorial effects on throughput", text.EFFECT_HEADER, text.effect_rows(c)))
-    for title, header, rows in text.nccl_sections(c, brief=True) + signals.signal_sections(c):
+    for title, header, rows in text.nccl_sections(c, brief=True) + signals.signal_sections(c) + whatif.report_sections(c):
         console.print(_table(title, header, rows))
     notes = text.grouped_notes(c)
     if notes:

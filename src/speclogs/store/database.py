@@ -135,6 +135,12 @@ def schema_sql() -> str:
     return SCHEMA_SQL.read_text(encoding="utf-8")
 
 
+def schema_views_sql() -> str:
+    """The views schema.sql defines over its tables (everything from its first CREATE OR REPLACE VIEW)."""
+    text = schema_sql()
+    return text[text.find("CREATE OR REPLACE VIEW"):] if "CREATE OR REPLACE VIEW" in text else ""
+
+
 def _add_declared_columns(connection: duckdb.DuckDBPyConnection) -> None:
     """Every declared column the file's tables lack (the contract only ever adds columns)."""
     present: dict[str, set[str]] = {}

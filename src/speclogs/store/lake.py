@@ -45,7 +45,7 @@ from speclogs.ingest.sources import InputFile, discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
 from speclogs.runrecord import read_run_json
 from speclogs.schema import columns
-from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL, no_extensions_connection
+from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL, no_extensions_connection, schema_views_sql
 from speclogs.store.layout import POLARS_TYPES, SOURCE_ONLY_TABLES
 from speclogs.store.writer import FILE_TYPES, LAUNCH_TYPES, RUN_TYPES, batch_run_rows, file_row
 
@@ -546,6 +546,7 @@ def connect_lake(lake_dir: str | Path) -> duckdb.DuckDBPyConnection:
                 connection.execute(f'CREATE VIEW "{folder.name}" AS SELECT * FROM '
                                    f"read_parquet({glob}, union_by_name = true, hive_partitioning = false)")
         connection.execute(VIEWS_SQL)
+        connection.execute(schema_views_sql())
         connection.execute(f"CREATE VIEW meta AS SELECT 'schema_version' AS key, '{SCHEMA_VERSION}' AS value")
     except duckdb.Error as error:
         connection.close()

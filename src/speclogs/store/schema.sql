@@ -281,3 +281,89 @@ CREATE TABLE IF NOT EXISTS requests (
   request JSON,                        -- the request as logged (request_parameters / obj)
   extra JSON                           -- every other field of the record
 );
+
+-- Start-up of each server start, phase by phase (docs/sql.md "startup_phases"): seconds from the lines' own elapsed
+-- values where SGLang prints them (weights, each CUDA graph; 0.5.23's `Engine startup timings` line), else between the
+-- lines' timestamps (whole seconds unless SGLANG_LOG_MS=1), and from the launcher's run.json (spawn, /health 200). For
+-- a launcher run the phases with within_ready add up to run.json ready_s: what the others leave is phase 'other'.
+-- Every rank prints its own weights and graph lines and the start waits for the slowest: a phase timed per rank is
+-- that rank's (tp_rank), the boundaries between phases are the first / last line of any rank.
+CREATE OR REPLACE VIEW startup_phases AS
+WITH ev AS (
+  SELECT run_id, coalesce(launch_no, 0) AS launch_no, coalesce(tp_rank, 0) AS rank, kind, graph, ts, elapsed_s, message,
+         row_number() OVER (PARTITION BY run_id, coalesce(launch_no, 0), coalesce(tp_rank, 0), kind ORDER BY line_no) AS nth
+  FROM server_events WHERE kind IN ('init_dist_begin', 'load_weight_begin',
+    'load_weight_end', 'kv_cache_allocated', 'memory_pool_end', 'cuda_graph_end', 'ready', 'startup_timings')),
+marks AS (
+  SELECT l.run_id, coalesce(l.launch_no, 0) AS launch_no,
+         coalesce(any_value(TRY_CAST(json_extract_string(r.run_json, '$.timestamps.spawn') AS TIMESTAMP)), min(l.start_ts)) AS start_ts,
+         TRY_CAST(json_extract_string(r.run_json, '$.timestamps.health_200') AS TIMESTAMP) AS health_ts,
+         TRY_CAST(json_extract_string(r.run_json, '$.timestamps.bench_start') AS TIMESTAMP) AS bench_ts,
+         TRY_CAST(json_extract(r.run_json, '$.ready_s') AS DOUBLE) AS ready_s
+  FROM launches l JOIN runs r USING (run_id) GROUP BY ALL),
+bounds AS (
+  SELECT m.*, min(ts) FILTER (kind IN ('init_dist_begin', 'load_weight_begin')) AS init_ts,
+         max(ts) FILTER (kind = 'load_weight_end') AS weights_ts,
+         max(ts) FILTER (kind IN ('kv_cache_allocated', 'memory_pool_end')) AS pool_ts,
+         max(ts) FILTER (kind = 'cuda_graph_end') AS graphs_ts, min(ts) FILTER (kind = 'ready') AS ready_ts,
+         coalesce(any_value(message) FILTER (kind = 'startup_timings' AND rank = 0),
+                  any_value(message) FILTER (kind = 'startup_timings')) AS timings
+  FROM marks m LEFT JOIN ev USING (run_id, launch_no) GROUP BY ALL),
+timing_values AS (  -- 0.5.23's summary line: name=seconds, the graphs inside cuda_graph={…}
+  SELECT run_id, launch_no, v[1] AS name, TRY_CAST(v[2] AS DOUBLE) AS seconds, 'startup timings line' AS source
+  FROM (SELECT run_id, launch_no, unnest(regexp_extract_all(timings, '(\w+)=([0-9.]+)', 0)) AS pair
+        FROM bounds WHERE timings IS NOT NULL), LATERAL (SELECT string_split(pair, '=') AS v)
+  UNION ALL  -- else its /metrics gauges (the smg sidecar spells them sglang_…), and 0.5.4's engine_load_weights_time
+  SELECT b.run_id, b.launch_no, CASE WHEN m.family LIKE '%engine_load_weights_time' THEN 'load_weight'
+         ELSE json_extract_string(m.labels, '$.phase') END, max(m.value), 'metrics'
+  FROM metrics m JOIN bounds b ON b.run_id = m.run_id AND b.timings IS NULL
+  WHERE regexp_replace(m.family, '^sglang_', 'sglang:') IN ('sglang:startup_time_seconds',
+          'sglang:startup_cuda_graph_time_seconds', 'sglang:engine_load_weights_time')
+    AND m.name IN (m.family, m.family || '_sum') GROUP BY ALL HAVING max(m.value) > 0),  -- 0.5.14 exports 0: unset
+per_rank AS (  -- the lines' own elapsed values, per rank
+  SELECT run_id, launch_no, rank, CASE WHEN nth = 1 THEN 'load_weights_target' ELSE 'load_weights_draft' END AS phase,
+         2 AS phase_order, sum(elapsed_s) AS seconds
+  FROM ev e WHERE kind = 'load_weight_end' AND elapsed_s IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM timing_values t WHERE t.run_id = e.run_id AND t.launch_no = e.launch_no
+                    AND t.name = 'load_weight' AND t.seconds > 0)
+  GROUP BY ALL
+  UNION ALL
+  SELECT run_id, launch_no, rank, 'cuda_graph_' || coalesce(graph, 'decode'), 4, sum(elapsed_s)
+  FROM ev e WHERE kind = 'cuda_graph_end' AND elapsed_s IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM timing_values t WHERE t.run_id = e.run_id AND t.launch_no = e.launch_no
+                    AND t.name NOT IN ('load_weight', 'kv_cache_allocation', 'scheduler_e2e', 'tokenizer_e2e'))
+  GROUP BY ALL),
+phases AS (
+  SELECT run_id, launch_no, 'imports' AS phase, 1 AS phase_order, epoch(init_ts - start_ts) AS seconds,
+         'timestamps' AS source, NULL::INTEGER AS tp_rank
+  FROM bounds WHERE init_ts IS NOT NULL AND start_ts IS NOT NULL
+  UNION ALL
+  SELECT run_id, launch_no, phase, phase_order, max(seconds), 'log elapsed', arg_max(rank, seconds)
+  FROM per_rank GROUP BY run_id, launch_no, phase, phase_order
+  UNION ALL
+  SELECT run_id, launch_no, CASE name WHEN 'load_weight' THEN 'load_weights' WHEN 'kv_cache_allocation' THEN 'kv_cache'
+         ELSE 'cuda_graph_' || name END, CASE name WHEN 'load_weight' THEN 2 WHEN 'kv_cache_allocation' THEN 3 ELSE 4 END,
+         seconds, source, NULL
+  FROM timing_values WHERE name NOT IN ('scheduler_e2e', 'tokenizer_e2e') AND seconds > 0
+  UNION ALL
+  SELECT run_id, launch_no, 'kv_cache', 3, greatest(0, epoch(pool_ts - weights_ts)), 'timestamps', NULL
+  FROM bounds b WHERE pool_ts IS NOT NULL AND weights_ts IS NOT NULL AND NOT EXISTS (SELECT 1 FROM timing_values t
+    WHERE t.run_id = b.run_id AND t.launch_no = b.launch_no AND t.name = 'kv_cache_allocation')
+  UNION ALL
+  SELECT run_id, launch_no, 'server_warmup', 5,
+         greatest(0, epoch(ready_ts - greatest(coalesce(graphs_ts, pool_ts, weights_ts), coalesce(pool_ts, weights_ts)))),
+         'timestamps', NULL
+  FROM bounds WHERE ready_ts IS NOT NULL AND coalesce(graphs_ts, pool_ts, weights_ts) IS NOT NULL
+  UNION ALL
+  SELECT run_id, launch_no, 'health_poll', 6, greatest(0, epoch(health_ts - ready_ts)), 'run.json + timestamps', NULL
+  FROM bounds WHERE health_ts IS NOT NULL AND ready_ts IS NOT NULL),
+named AS (
+  SELECT run_id, launch_no, phase, phase_order, seconds, source, tp_rank, true AS within_ready FROM phases
+  UNION ALL
+  SELECT b.run_id, b.launch_no, 'other', 7, b.ready_s - coalesce((SELECT sum(p.seconds) FROM phases p
+         WHERE p.run_id = b.run_id AND p.launch_no = b.launch_no), 0), 'ready_s remainder', NULL, true
+  FROM bounds b WHERE b.ready_s IS NOT NULL
+  UNION ALL
+  SELECT run_id, launch_no, 'first_request', 8, epoch(bench_ts - health_ts), 'run.json', NULL, false
+  FROM bounds WHERE bench_ts IS NOT NULL AND health_ts IS NOT NULL)
+SELECT run_id, launch_no, phase, seconds, phase_order, source, within_ready, tp_rank FROM named;

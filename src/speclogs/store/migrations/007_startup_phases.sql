@@ -1,0 +1,2 @@
+-- view startup_phases: schema.sql defines it with the other views, and every migration re-runs schema.sql, so this
+-- step has no statement of its own: it only moves an older file to the schema version that has the view

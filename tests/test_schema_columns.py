@@ -50,7 +50,8 @@ def test_duckdb_reads_the_column_list_as_speclogs_schema_does():
     for _, _, sql in schema.migrations():
         scratch.execute(sql)
     found: dict[str, dict[str, str]] = {}
-    listed = "SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE NOT internal ORDER BY table_name, column_index"
+    listed = ("SELECT table_name, column_name, data_type FROM duckdb_columns() WHERE NOT internal "
+              "AND table_name IN (SELECT table_name FROM duckdb_tables()) ORDER BY table_name, column_index")
     for table, column, data_type in scratch.execute(listed).fetchall():
         found.setdefault(table, {})[column] = data_type
     assert found == schema.columns()

@@ -206,3 +206,21 @@ def test_the_library_reads_the_same_way(db):
     with statements(db, "SELECT 1 AS a; SELECT * FROM range(5) t(i)") as results:
         first, second = list((r.columns, r.head(10)) for r in results)
     assert first == (("a",), [(1,)]) and second == (("i",), [(0,), (1,), (2,), (3,), (4,)])
+
+
+def test_the_table_rounds_floats_and_shows_types_on_request(db):
+    query = "SELECT 144.52499999999998::DOUBLE AS gen_tok_s, 0.1::FLOAT AS rate, 'x' AS name"
+    plain = run_cli("sql", query, "--db", str(db))
+    assert plain.returncode == 0, plain.stderr
+    assert "144.525" in plain.stdout and "144.52499" not in plain.stdout and "0.1 " in plain.stdout.replace("│", " ")
+    assert "double" not in plain.stdout
+    typed = run_cli("sql", query, "--db", str(db), "--types")
+    assert typed.returncode == 0, typed.stderr
+    assert re.search(r"double.*float.*varchar", typed.stdout)
+
+
+def test_ndjson_is_one_object_a_line_for_every_statement(db):
+    result = run_cli("sql", "SELECT 1 AS a, 'x' AS b UNION ALL SELECT 2, 'y' ORDER BY a; SELECT 'NaN'::DOUBLE AS c; "
+                     "SELECT 1 AS d WHERE false", "--db", str(db), "--format", "ndjson")
+    assert result.returncode == 0, result.stderr
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}, {"c": None}]

@@ -1,9 +1,12 @@
 """`--html FILE`: one self-contained HTML file (works offline): tables + Altair charts, with the Vega, Vega-Lite and
-vega-embed JavaScript inlined (bundled by vl-convert-python; no CDN, no network)."""
+vega-embed JavaScript inlined (no CDN, no network): vl-convert-python's bundle for altair's Vega-Lite where it is
+installed, else the copy shipped with speclogs (vega_bundle.js.gz: Vega 6.2, Vega-Lite 6.4.1, vega-embed 7, as
+vl-convert 1.9 bundles them)."""
 
 from __future__ import annotations
 
 import functools
+import gzip
 import html
 import json
 from pathlib import Path
@@ -30,9 +33,11 @@ th { background: #f4f4f4; }
 
 @functools.lru_cache(maxsize=1)
 def _vega_bundle() -> str:
-    import vl_convert
-    from altair.utils._importers import vl_version_for_vl_convert
-
+    try:
+        import vl_convert
+        from altair.utils._importers import vl_version_for_vl_convert
+    except ImportError:
+        return gzip.decompress((Path(__file__).parent / "vega_bundle.js.gz").read_bytes()).decode("utf-8")
     return vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
 
 

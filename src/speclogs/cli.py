@@ -801,7 +801,8 @@ def report(
 
 
 # --- speclogs grammars check / list ---
-grammars_app = typer.Typer(help="Line grammars: validate your own grammar files, list the loaded patterns.", no_args_is_help=True, rich_markup_mode=None)
+grammars_app = typer.Typer(help="Line grammars: validate your own grammar files, list the loaded patterns.", no_args_is_help=True,
+                           rich_markup_mode=None)
 app.add_typer(grammars_app, name="grammars")
 
 

@@ -94,3 +94,19 @@ def test_default_db_in_cwd_and_python_m(tmp_path):
     result = run_cli("ingest", str(EAGLE), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert scalar(tmp_path / "speclogs.duckdb", "SELECT count(*) FROM decode_batches") == 37
+
+
+def test_the_summary_ends_with_a_few_grouped_warnings_run_renames_first(tmp_path):
+    """All bundled fixtures: 39 warnings (4 run renames, 26 logs without SGLang lines, …) fit in under 10 lines."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, cli_env
+
+    done = subprocess.run([sys.executable, "-m", "speclogs", "ingest", str(ROOT / "fixtures"), "--db", str(tmp_path / "all.duckdb")],
+                          capture_output=True, text=True, env={**cli_env(), "COLUMNS": "1000"}, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith(("warning", "… "))]
+    assert 3 <= len(lines) <= 10, lines
+    assert sum(line.startswith("warning: run name 'eagle3_prof_1' belongs to") for line in lines) == 1, lines
+    assert any(line.startswith("warning ×") and "no SGLang lines" in line for line in lines), lines

@@ -363,11 +363,38 @@ def _render_ingest_summary(summary) -> None:
         console.print(Text(f"skipped {count:,} file(s): {reason}" + (f"  (e.g. {example})" if example else ""), style="yellow"))
     for line in _drift_lines(summary.drift_notes):
         console.print(Text(line, style="yellow"))
-    for warning in summary.warnings[:20]:
-        console.print(Text(f"warning: {warning}", style="yellow"))
-    if len(summary.warnings) > 20:
-        console.print(Text(f"… {len(summary.warnings) - 20} more warnings (see the files table: SELECT source_file, warnings "
-                           "FROM files)", style="yellow"))
+    for line in _warning_lines(summary.warnings):
+        console.print(Text(line, style="yellow"))
+
+
+def _warning_lines(warnings: list[str], most: int = 10) -> list[str]:
+    """At most `most` lines: every run rename first (a name now means another run), then the other warnings grouped
+    by kind (their text with file, quoted names and numbers taken out), most frequent first: one example and a count."""
+    import re
+
+    renames = [w for w in warnings if w.startswith("run name '")]
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for warning in warnings:
+        if warning in renames:
+            continue
+        path, _, message = warning.partition(": ")
+        if not message or not ("/" in path or "." in path):
+            path, message = "", warning
+        kind = re.sub(r"\d[\d.,]*", "N", re.sub(r"(?<!\w)'[^']*'(?!\w)", "'…'", message))
+        groups.setdefault(kind, []).append((path, message))
+    lines = [f"warning: {w}" for w in renames[:most - 1]]
+    ordered = sorted(groups.values(), key=len, reverse=True)
+    room = max(most - len(lines) - 1, 1)
+    for items in ordered[:room]:
+        path, message = items[0]
+        if len(items) == 1:
+            lines.append(f"warning: {path + ': ' if path else ''}{message}")
+        else:
+            lines.append(f"warning ×{len(items)}: {message}" + (f"  (e.g. {path})" if path else ""))
+    left = len(renames[most - 1:]) + sum(len(items) for items in ordered[room:])
+    if left:
+        lines.append(f"… {left} more warning(s): SELECT source_file, warnings FROM files")
+    return lines
 
 
 def _drift_lines(notes) -> list[str]:

@@ -9,6 +9,7 @@ its strings with `plain` (a `Text`, which rich never parses).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rich.console import Console
@@ -21,9 +22,12 @@ def make_console(*, stderr: bool = False, width: int | None = None, file: Any = 
 
 
 def report_console(*, stderr: bool = False) -> Console:
-    """`make_console` for wide output: 160 columns when not a terminal (so piped tables do not fold at 80)."""
+    """`make_console` for wide output: when not a terminal, $COLUMNS if set, else 160 (so piped tables do not fold
+    at 80)."""
     console = make_console(stderr=stderr)
-    return console if console.is_terminal else make_console(stderr=stderr, width=160)
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():   # rich reads $COLUMNS itself
+        return console
+    return make_console(stderr=stderr, width=160)
 
 
 def plain(value: object, style: str = "") -> Text:

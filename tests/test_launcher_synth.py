@@ -127,3 +127,12 @@ def test_hf_transformers_loads_the_target_and_greedy_decoding_follows_the_permut
         token = int(perm[token])
         expected.append(token)
     assert generated == expected
+
+
+@pytest.mark.parametrize("option, value", [("--vocab", "0"), ("--layers", "-1")])
+def test_impossible_sizes_are_refused_before_anything_is_written(tmp_path, option, value):
+    from conftest import run_cli
+
+    result = run_cli("synth-pair", str(tmp_path / "t"), str(tmp_path / "d"), option, value)
+    assert result.returncode == 1 and result.stderr.startswith("Error: synth-pair:") and "hint:" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "t").exists()

@@ -81,3 +81,9 @@ def test_unset_is_written_one_way(fixtures_db):
     assert ": None" not in result.stdout and "=—" not in result.stdout
 
 
+
+
+def test_overlapping_arms_name_the_run_by_its_name(fixtures_db):
+    result = run_cli("report", "--db", str(fixtures_db), "-c", "baseline_default_*", "-c", "baseline_*")
+    assert result.returncode == 1
+    assert "run 'baseline_default_1' (id " in result.stderr and "selected by both" in result.stderr, result.stderr

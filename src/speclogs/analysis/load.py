@@ -76,11 +76,12 @@ def resolve_arms(con: Any, selectors: list[str]) -> dict[str, list[str]]:
         arms[label] = matched
         labels[label] = selector
     seen: dict[str, str] = {}
+    name_of = dict(known)
     for label, run_ids in arms.items():
         for run_id in run_ids:
             if run_id in seen:
                 raise AnalysisError(
-                    f"run {run_id} is selected by both {labels[seen[run_id]]!r} and {labels[label]!r}",
+                    f"run {name_of.get(run_id, run_id)!r} (id {run_id}) is selected by both {labels[seen[run_id]]!r} and {labels[label]!r}",
                     hint="make the globs disjoint: every run belongs to one arm",
                 )
             seen[run_id] = label

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from speclogs.errors import InputError
 from speclogs.ingest.summary import IngestSummary
 from speclogs.store.database import SCHEMA_VERSION, connect, drift_notes
 from speclogs.store.query import QueryResult, run_query
@@ -86,6 +87,9 @@ def ingest_paths(
     # what to read is found before the database is opened for writing (no lock held while a big tree is walked;
     # nothing created when an input does not exist)
     discovery = discover_inputs([str(p) for p in paths], run_name=run_name, known_runs=_stored_run_names(db_path))
+    if not discovery.files and not discovery.skipped:   # an empty folder: no empty database left behind either
+        raise InputError(f"nothing to ingest: no file in {', '.join(map(str, paths)) or 'the arguments'}",
+                         hint="pass log files, directories, .gz files or '-' for stdin")
     # the grammars compile on a thread while the database opens (DuckDB makes the schema without holding the GIL)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speclogs-grammars") as pool:
         compiling = pool.submit(engine) if any(item.kind == "log" for item in discovery.files) else None

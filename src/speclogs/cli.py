@@ -795,6 +795,8 @@ def report(
     num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1,
                                              help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
     lake: LakeOption = None,
+    charts_dir: Optional[Path] = typer.Option(None, "--charts", help="Also write every chart as DIR/<chart>.svg and .png "
+                                              "(needs vl-convert: pip install 'speclogs[charts]')."),
 ) -> None:
     """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
     effects, warnings ranked by whether they change the answer."""
@@ -803,6 +805,10 @@ def report(
     from speclogs.store import connect
 
     outputs = [*output, *([html] if html is not None else [])]
+    if charts_dir is not None:
+        from speclogs.report.html import require_chart_export
+
+        require_chart_export()
     if lake is not None:
         from speclogs.store.lake import connect_lake
 
@@ -825,6 +831,11 @@ def report(
     for path in outputs:
         write_report(comparison, path)
         _stderr_console().print(f"wrote {path}")
+    if charts_dir is not None:
+        from speclogs.report.html import write_charts
+
+        written = write_charts(comparison, charts_dir)
+        _stderr_console().print(f"wrote {len(written)} chart files to {charts_dir}")
 
 
 # --- speclogs grammars check / list ---

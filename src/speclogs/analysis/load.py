@@ -115,7 +115,8 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
         [keys[c].to_list() for c in ("run_id", "source_file", "launch_no", "launch_key")],
     )
     decode = _launch_rows(con, keys, run_type, "decode_batches", "decode_rows",
-                          "t.line_no, t.ts, t.tp_rank, t.running_req, t.accept_len, t.cuda_graph, t.gen_throughput_tok_s")
+                          "t.line_no, t.ts, t.tp_rank, t.running_req, t.accept_len, t.accept_rate, t.cuda_graph, "
+                          "t.gen_throughput_tok_s")
     prefill = _launch_rows(con, keys, run_type, "prefill_batches", "idle_rows", "t.line_no",
                            "t.running_req = 0").drop("run_id")
     spec_cycles = _launch_rows(

@@ -189,9 +189,9 @@ def write_synth_pair(target_dir: str | Path, draft_dir: str | Path, config: Synt
     if config.vocab_size < config.num_heads:
         raise SpeclogsError(f"synth-pair: vocab {config.vocab_size} is below the {config.num_heads} attention heads",
                             hint=f"pick --vocab as a multiple of {config.num_heads}, e.g. 2048 (the default)")
-    if config.num_layers < 6:   # the draft reads three distinct target layers: 1, L/2 - 1 and L - 3
-        raise SpeclogsError(f"synth-pair: {config.num_layers} target layers leave no three distinct EAGLE-3 aux layers",
-                            hint="pick --layers 6 or more (16 by default)")
+    if config.num_layers < 1:
+        raise SpeclogsError(f"synth-pair: a target needs at least one layer, not {config.num_layers}",
+                            hint="pick --layers 1 or more (16 by default)")
     if config.hidden_size % config.num_heads or config.num_heads % config.num_kv_heads:
         raise SpeclogsError(f"synth-pair: hidden {config.hidden_size} / heads {config.num_heads} / kv heads "
                             f"{config.num_kv_heads} do not divide", hint="use the defaults")

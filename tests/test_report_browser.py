@@ -182,7 +182,7 @@ def test_constant_acceptance_is_one_narrow_bar_per_arm(chart_screens):
     labels = _axes(dom)["X"]
     assert len(labels) >= 3, labels                     # not a single bin stretched over the whole axis
     widths = _bar_widths(dom)
-    assert widths and max(widths) < 0.5 * 280, widths      # a 280 px panel: the bar is a bin wide, not the panel
+    assert widths and max(widths) < 0.5 * 200, widths      # a 200 px panel: the bar is a bin wide, not the panel
 
 
 def test_throughput_over_time_starts_at_the_first_decode_row(chart_screens):

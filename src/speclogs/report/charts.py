@@ -144,11 +144,11 @@ def accept_chart(c: Comparison) -> alt.Chart | None:
     arms = [a.name for a in c.arms]
     return alt.Chart(alt.Data(values=c.accept_hist.to_dicts())).mark_bar().encode(
         x=alt.X("accept_len:Q", title="accept length (tokens per verify step)",
-                bin=alt.Bin(step=ACCEPT_BIN, extent=extent), scale=alt.Scale(domain=extent)),
-        y=alt.Y("sum(count):Q", title="count"),
+                bin=alt.Bin(step=ACCEPT_BIN, extent=extent), scale=alt.Scale(domain=extent), axis=_axis(format=".2f")),
+        y=alt.Y("sum(count):Q", title="count", axis=_axis(tickCount=3)),
         color=alt.Color("arm:N", sort=arms, legend=None),
         tooltip=["arm:N", "source:N", "accept_len:Q", "sum(count):Q"],
-    ).properties(width=WIDTH // 2, height=70).facet(
+    ).properties(width=PANEL - 100, height=70).facet(
         row=alt.Row("arm:N", title=None, sort=arms, header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=260)),
         column=alt.Column("source:N", title=None),
     ).resolve_scale(y="independent").properties(title="Accept-length distribution")
@@ -168,7 +168,8 @@ def request_accept_chart(c: Comparison) -> alt.Chart | None:
     extent = [round(max(min(starts) - 0.1, 0.0), 2), round(max(starts) + 0.2, 2)]   # a bin of room either side
     data = alt.Data(values=bars + means)
     histogram = alt.Chart(data).transform_filter(alt.datum.layer == "bin").mark_rect().encode(
-        x=alt.X("bin_start:Q", title="accept length per request (tokens per verify step)", scale=alt.Scale(domain=extent)),
+        x=alt.X("bin_start:Q", title="accept length per request (tokens per verify step)", scale=alt.Scale(domain=extent),
+                axis=_axis(format=".2f")),
         x2="bin_end:Q", y=alt.Y("requests:Q", title="requests", scale=alt.Scale(zero=True)), y2=alt.datum(0),
         color=alt.Color("arm:N", sort=arms, legend=None),
         tooltip=["arm:N", "bin_start:Q", "bin_end:Q", "requests:Q"])

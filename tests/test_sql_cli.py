@@ -224,3 +224,15 @@ def test_ndjson_is_one_object_a_line_for_every_statement(db):
                      "SELECT 1 AS d WHERE false", "--db", str(db), "--format", "ndjson")
     assert result.returncode == 0, result.stderr
     assert [json.loads(line) for line in result.stdout.splitlines()] == [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}, {"c": None}]
+
+
+def test_a_narrow_table_folds_long_text_but_never_a_number_or_a_name(db):
+    query = ("SELECT 'baseline_default_1' AS run_name, repeat('/work/some/folder', 4) AS folder, "
+             "144525000.0::DOUBLE AS big, 123456789012 AS id")
+    done = subprocess.run([sys.executable, "-m", "speclogs", "sql", query, "--db", str(db)], capture_output=True, text=True,
+                          env={**cli_env(), "COLUMNS": "60"}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 60 for line in lines), lines
+    assert "baseline_default_1" in done.stdout and "144525000" in done.stdout and "123456789012" in done.stdout
+    assert len([line for line in lines if "│" in line]) > 1   # the folder folded onto more lines

@@ -435,7 +435,7 @@ def _render_query_table(result, limit: int, *, first: bool = True, show_types: b
     """One result as a table on stdout: its first `limit` rows (all when 0), then how many more there are."""
     from rich.table import Table
 
-    from speclogs.console import make_console, plain
+    from speclogs.console import make_console, plain, share_widths
 
     console = make_console()
     if not first:
@@ -446,14 +446,26 @@ def _render_query_table(result, limit: int, *, first: bool = True, show_types: b
         rows = rows[:limit]
         more = result.count() - limit
     table = Table(show_edge=False, pad_edge=False)
-    for name, type_name in zip(result.columns, result.types):
-        numeric = type_name.upper().startswith(("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-                                                "UINTEGER", "UBIGINT", "UHUGEINT", "DOUBLE", "FLOAT", "DECIMAL"))
-        numeric = numeric and not type_name.endswith("]")
+    cells = [[_cell(value, type_name) for value, type_name in zip(row, result.types)] for row in rows]
+
+    numeric_types = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
+                     "UHUGEINT", "DOUBLE", "FLOAT", "DECIMAL")
+    numeric = [t.upper().startswith(numeric_types) and not t.endswith("]") for t in result.types]
+    most = [max([len(name), len(kind) if show_types else 0, *(len(row[i]) for row in cells)])
+            for i, (name, kind) in enumerate(zip(result.columns, result.types))]
+    # a number is never wrapped, nor a name or id (≤ 40 characters): long text gives up its width first
+    values = [max((len(row[i]) for row in cells), default=0) for i in range(len(most))]
+    least = [v if numeric[i] or v <= 40 else 8 for i, v in enumerate(values)]
+    named = [max(n, min(len(name), 24), len(kind) if show_types else 0) for n, name, kind in zip(least, result.columns, result.types)]
+    room = console.width - 3 * (len(most) - 1)
+    # the column names whole where they fit, else the values; where even those do not fit, rich folds as it can
+    fitting = next((choice for choice in (named, least) if sum(choice) <= room), None)
+    widths = share_widths(fitting, most, room) if fitting else [None] * len(most)
+    for index, (name, type_name) in enumerate(zip(result.columns, result.types)):
         header = plain(name) + plain("\n" + type_name.lower(), "dim") if show_types else plain(name)
-        table.add_column(header, justify="right" if numeric else "left", overflow="fold")
-    for row in rows:
-        table.add_row(*(plain(_cell(value, type_name)) for value, type_name in zip(row, result.types)))
+        table.add_column(header, justify="right" if numeric[index] else "left", overflow="fold", width=widths[index])
+    for row in cells:
+        table.add_row(*(plain(value) for value in row))
     console.print(table)
     shown = len(rows) + more
     if more:

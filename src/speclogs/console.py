@@ -33,3 +33,13 @@ def report_console(*, stderr: bool = False) -> Console:
 def plain(value: object, style: str = "") -> Text:
     """`value` as literal text (never parsed as markup or emoji), optionally styled."""
     return Text(str(value), style=style)
+
+
+def share_widths(least: list[int], most: list[int], room: int) -> list[int]:
+    """Column widths within `room` characters: each what it needs for one line when all fit, else its least plus a
+    share of the rest in proportion to what it would still need."""
+    if sum(most) <= room:
+        return list(most)
+    spare = max(room - sum(least), 0)
+    want = sum(m - n for n, m in zip(least, most)) or 1
+    return [n + (m - n) * spare // want for n, m in zip(least, most)]

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from speclogs.analysis.results import Comparison
-from speclogs.console import plain
+from speclogs.console import plain, share_widths
 from speclogs.redact import redact_text
 from speclogs.report import signals, text
 
@@ -47,12 +47,8 @@ def fitted_widths(header: list[str], rows: list[list[str]], width: int) -> dict[
             break
         if index in keep:
             keep.remove(index)
-    room = width - 1 - 3 * len(keep)
-    if sum(most[i] for i in keep) <= room:
-        return {i: most[i] for i in keep}
-    spare = max(room - sum(least[i] for i in keep), 0)
-    want = sum(most[i] - least[i] for i in keep) or 1
-    return {i: least[i] + (most[i] - least[i]) * spare // want for i in keep}
+    shared = share_widths([least[i] for i in keep], [most[i] for i in keep], width - 1 - 3 * len(keep))
+    return dict(zip(keep, shared))
 
 
 def _fitted_table(title: str, header: list[str], rows: list[list[str]], width: int) -> Table:

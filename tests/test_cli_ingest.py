@@ -94,3 +94,36 @@ def test_default_db_in_cwd_and_python_m(tmp_path):
     result = run_cli("ingest", str(EAGLE), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert scalar(tmp_path / "speclogs.duckdb", "SELECT count(*) FROM decode_batches") == 37
+
+
+def test_the_summary_ends_with_a_few_grouped_warnings_run_renames_first(tmp_path):
+    """All bundled fixtures: 39 warnings (4 run renames, 26 logs without SGLang lines, …) fit in under 10 lines."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, cli_env
+
+    done = subprocess.run([sys.executable, "-m", "speclogs", "ingest", str(ROOT / "fixtures"), "--db", str(tmp_path / "all.duckdb")],
+                          capture_output=True, text=True, env={**cli_env(), "COLUMNS": "1000"}, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith(("warning", "… "))]
+    assert 3 <= len(lines) <= 10, lines
+    assert sum(line.startswith("warning: run name 'eagle3_prof_1' belongs to") for line in lines) == 1, lines
+    assert any(line.startswith("warning ×") and "no SGLang lines" in line for line in lines), lines
+
+
+def test_an_empty_folder_is_nothing_to_ingest_and_leaves_no_database(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = run_cli("ingest", str(tmp_path / "empty"), "--db", str(tmp_path / "x.duckdb"))
+    assert result.returncode == 1 and "nothing to ingest" in result.stderr, result.stderr
+    assert not (tmp_path / "x.duckdb").exists()
+
+
+def test_a_printed_nan_is_stored_as_nan_not_null(tmp_path):
+    log = tmp_path / "nan.log"
+    log.write_text("[2026-12-01 09:25:39] Prefill batch, #new-seq: 1, #new-token: 3, #cached-token: 0, token usage: 0.00, "
+                   "#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 0.86, "
+                   "fwd occupancy: nan%\n")
+    db = tmp_path / "nan.duckdb"
+    assert run_cli("ingest", str(log), "--db", str(db), "--check").returncode == 0
+    assert scalar(db, "SELECT isnan(fwd_occupancy_pct) AND extra_fields IS NULL FROM prefill_batches") is True

@@ -190,7 +190,7 @@ def _java() -> bool:
 
 def test_spark_reads_the_lake(both):
     """Spark (where a JVM is installed): the same rows per table, the partition columns from the folders."""
-    pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'speclogs[spark]')")
+    pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'speclogs[fleet]')")
     if not _java():
         pytest.skip("no JVM here (Debian: apt-get install -y default-jre-headless)")
     from pyspark.sql import SparkSession

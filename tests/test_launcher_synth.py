@@ -206,3 +206,12 @@ def test_layered_options_are_checked(tmp_path):
         write_synth_pair(tmp_path / "t", tmp_path / "d", replace(LAYERED, accept_profile=(1.2,)))
     with pytest.raises(SpeclogsError, match="noise 0"):
         write_synth_pair(tmp_path / "t", tmp_path / "d", replace(LAYERED, noise=0.5))
+
+
+@pytest.mark.parametrize("option, value", [("--vocab", "0"), ("--layers", "-1")])
+def test_impossible_sizes_are_refused_before_anything_is_written(tmp_path, option, value):
+    from conftest import run_cli
+
+    result = run_cli("synth-pair", str(tmp_path / "t"), str(tmp_path / "d"), option, value)
+    assert result.returncode == 1 and result.stderr.startswith("Error: synth-pair:") and "hint:" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "t").exists()

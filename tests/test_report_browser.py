@@ -38,7 +38,17 @@ def _chart_blocks(dom: str) -> dict[str, str]:
     return blocks
 
 
-def test_every_chart_draws_in_chromium(tmp_path, tmp_path_factory):
+@pytest.mark.parametrize("bundle", ["vl-convert", "shipped"])
+def test_every_chart_draws_in_chromium(tmp_path, tmp_path_factory, monkeypatch, bundle):
+    """With vl-convert installed its bundle is inlined; without it (a plain install) the one shipped with speclogs."""
+    import sys
+
+    from speclogs.report import html
+
+    if bundle == "shipped":
+        monkeypatch.setitem(sys.modules, "vl_convert", None)   # `import vl_convert` raises ImportError
+    html._vega_bundle.cache_clear()
+    monkeypatch.setattr(html, "_vega_bundle", html._vega_bundle.__wrapped__)
     db, _ = dbs.seeds_db(tmp_path_factory.getbasetemp())
     con = duckdb.connect(str(db), read_only=True)
     try:
@@ -48,7 +58,7 @@ def test_every_chart_draws_in_chromium(tmp_path, tmp_path_factory):
     page = write_html(comparison, tmp_path / "report.html")
     dom = _dom(page)
     blocks = _chart_blocks(dom)
-    assert set(blocks) == {"throughput", "effects", "cycle", "accept", "timeline", "startup"}
+    assert set(blocks) == {"throughput", "effects", "cycle", "accept", "timeline", "accepttime", "startup"}
     for name, block in blocks.items():
         assert "<svg" in block, f"chart {name} did not draw"
         assert "chart-error" not in block and "failed" not in block, block[:500]
@@ -77,6 +87,26 @@ def _axes(dom: str) -> dict[str, list[str]]:
 def _bar_widths(dom: str) -> list[float]:
     marks = re.search(r'<g class="mark-rect role-mark[^"]*"[^>]*>(.*?)</g>', dom, re.S)
     return [float(w) for w in re.findall(r'<path[^>]* d="M[-\d.e]+,[-\d.e]+h([\d.e]+)', marks.group(1))] if marks else []
+
+
+# Run in the page once Vega has drawn: every axis' visible tick labels, as boxes on the screen, and the pairs that overlap
+# (Vega hides a label it drops for overlap with opacity 0; those do not count).
+LABEL_BOXES = """<script>setTimeout(() => {
+  const found = {axes: 0, labels: 0, overlaps: []};
+  document.querySelectorAll('g.role-axis').forEach((axis) => {
+    const texts = [...axis.querySelectorAll('g.role-axis-label text')].filter(
+      (t) => t.textContent.trim() && t.getAttribute('opacity') !== '0' && getComputedStyle(t).opacity !== '0');
+    const boxes = texts.map((t) => t.getBoundingClientRect());
+    found.axes += 1; found.labels += texts.length;
+    for (let a = 0; a < boxes.length; a++) for (let b = a + 1; b < boxes.length; b++) {
+      const p = boxes[a], q = boxes[b];
+      if (p.left < q.right - 0.5 && q.left < p.right - 0.5 && p.top < q.bottom - 0.5 && q.top < p.bottom - 0.5)
+        found.overlaps.push(texts[a].textContent + ' / ' + texts[b].textContent);
+    }
+  });
+  const pre = document.createElement('pre'); pre.id = 'label-boxes'; pre.textContent = JSON.stringify(found);
+  document.body.appendChild(pre);
+}, 4000);</script>"""
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +140,8 @@ def chart_screens(tmp_path_factory):
             comparison = compare_runs(con, arms)
         for name, page in chart_pages(comparison).items():
             html = out / f"{report}-{name}.html"
-            html.write_text(page)
+            head, tail = page.rsplit("</body>", 1)   # the last one: the Vega bundle holds the string too
+            html.write_text(head + LABEL_BOXES + "</body>" + tail)
             png = out / f"{report}-{name}.png"
             shot = _chromium("--window-size=1000,1000", f"--screenshot={png}", html.as_uri())
             assert shot.returncode == 0, shot.stderr[-2000:]
@@ -121,10 +152,22 @@ def chart_screens(tmp_path_factory):
 
 
 def test_every_chart_is_screenshotted_and_draws(chart_screens):
-    assert {name for _, name in chart_screens} == {"throughput", "effects", "cycle", "accept", "timeline", "startup"}
+    assert {name for _, name in chart_screens} == {"throughput", "effects", "cycle", "accept", "timeline", "accepttime", "startup"}
     for (report, name), (png, dom) in chart_screens.items():
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, (report, name)
         assert "<svg" in dom and not re.search(r"chart \w+ failed: (?!' \+ err)", dom), (report, name, dom[-500:])
+
+
+def test_no_tick_labels_overlap_and_every_chart_has_axes_with_labels(chart_screens):
+    import html
+    import json
+
+    for (report, name), (_, dom) in chart_screens.items():
+        found = re.search(r'<pre id="label-boxes">(.*?)</pre>', dom, re.S)
+        assert found, (report, name, "the label check did not run")
+        boxes = json.loads(html.unescape(found.group(1)))
+        assert boxes["axes"] >= 2 and boxes["labels"] >= 4, (report, name, boxes)
+        assert not boxes["overlaps"], (report, name, boxes["overlaps"])
 
 
 def test_forest_plot_labels_ticks_above_one(chart_screens):
@@ -139,7 +182,7 @@ def test_constant_acceptance_is_one_narrow_bar_per_arm(chart_screens):
     labels = _axes(dom)["X"]
     assert len(labels) >= 3, labels                     # not a single bin stretched over the whole axis
     widths = _bar_widths(dom)
-    assert widths and max(widths) < 0.5 * 280, widths      # a 280 px panel: the bar is a bin wide, not the panel
+    assert widths and max(widths) < 0.5 * 200, widths      # a 200 px panel: the bar is a bin wide, not the panel
 
 
 def test_startup_is_one_stacked_bar_per_launch(chart_screens):

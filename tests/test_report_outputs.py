@@ -74,12 +74,14 @@ def test_terminal_report_shows_warnings_first_and_every_table(comparison):
 
 def test_charts_specs(comparison):
     specs = {name: chart.to_dict() for name, chart in charts.all_charts(comparison)}
-    assert set(specs) == {"throughput", "effects", "cycle", "accept", "timeline", "startup"}
+    assert set(specs) == {"throughput", "effects", "cycle", "accept", "timeline", "accepttime", "startup"}
     startup = specs["startup"]       # one stacked bar per launch, a colour per start-up phase
     assert startup["mark"]["type"] == "bar" and startup["encoding"]["color"]["field"] == "phase"
     assert {row["phase"] for row in startup["data"]["values"]} >= {"imports", "health_poll", "other"}
     throughput = specs["throughput"]
-    assert len(throughput["layer"]) == 3 and throughput["layer"][1]["mark"]["type"] == "point"
+    marks = [layer["mark"] for layer in throughput["layer"]]
+    assert {"type": "point", "filled": True, "size": 220, "shape": "diamond", "stroke": "black", "strokeWidth": 1} in marks
+    assert throughput["layer"][0]["encoding"]["x"]["title"].startswith("throughput (tok/s) — axis starts at ")
     estimates = [row for row in throughput["data"]["values"] if row["layer"] == "estimate"]
     launches = [row for row in throughput["data"]["values"] if row["layer"] == "launch"]
     assert len(estimates) == 8 and len(launches) == 8 * 3  # 4 arms × (client, server), 3 launches each
@@ -90,8 +92,12 @@ def test_charts_specs(comparison):
     assert cycle["mark"]["type"] == "bar"
     phases = {row["phase"] for row in cycle["data"]["values"]}
     assert {"draft", "verify", "extend", "other", "decode step (not profiled)"} <= phases
-    # a phase has the same colour in every report, whichever phases this one has
-    assert cycle["encoding"]["color"]["scale"] == {"domain": charts.PHASES, "range": charts.PHASE_COLOURS}
+    # a phase has the same colour in every report, whichever phases this one has; the legend lists only those it has
+    scale = cycle["encoding"]["color"]["scale"]
+    assert set(scale["domain"]) == phases - {"gap"} | ({"gap"} & phases) and len(set(scale["range"])) == len(scale["domain"])
+    assert all(charts.PHASE_COLOURS[charts.PHASES.index(p)] == c for p, c in zip(scale["domain"], scale["range"]))
+    accepttime = specs["accepttime"]
+    assert accepttime["title"].startswith("Accept length over time")
     timeline = specs["timeline"]
     assert "facet" in timeline and timeline["spec"]["layer"][0]["mark"]["type"] == "rect"
     assert timeline["spec"]["layer"][1]["encoding"]["x"]["scale"]["zero"] is False

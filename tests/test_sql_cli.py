@@ -231,3 +231,33 @@ def test_a_file_that_is_not_duckdb_is_not_a_speclogs_database(tmp_path):
         result = run_cli(*args, "--db", str(path))
         assert result.returncode == 1, args
         assert "is not a speclogs database" in result.stderr and "extension" not in result.stderr.lower()
+
+
+def test_the_table_rounds_floats_and_shows_types_on_request(db):
+    query = "SELECT 144.52499999999998::DOUBLE AS gen_tok_s, 0.1::FLOAT AS rate, 'x' AS name"
+    plain = run_cli("sql", query, "--db", str(db))
+    assert plain.returncode == 0, plain.stderr
+    assert "144.525" in plain.stdout and "144.52499" not in plain.stdout and "0.1 " in plain.stdout.replace("│", " ")
+    assert "double" not in plain.stdout
+    typed = run_cli("sql", query, "--db", str(db), "--types")
+    assert typed.returncode == 0, typed.stderr
+    assert re.search(r"double.*float.*varchar", typed.stdout)
+
+
+def test_ndjson_is_one_object_a_line_for_every_statement(db):
+    result = run_cli("sql", "SELECT 1 AS a, 'x' AS b UNION ALL SELECT 2, 'y' ORDER BY a; SELECT 'NaN'::DOUBLE AS c; "
+                     "SELECT 1 AS d WHERE false", "--db", str(db), "--format", "ndjson")
+    assert result.returncode == 0, result.stderr
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}, {"c": None}]
+
+
+def test_a_narrow_table_folds_long_text_but_never_a_number_or_a_name(db):
+    query = ("SELECT 'baseline_default_1' AS run_name, repeat('/work/some/folder', 4) AS folder, "
+             "144525000.0::DOUBLE AS big, 123456789012 AS id")
+    done = subprocess.run([sys.executable, "-m", "speclogs", "sql", query, "--db", str(db)], capture_output=True, text=True,
+                          env={**cli_env(), "COLUMNS": "60"}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 60 for line in lines), lines
+    assert "baseline_default_1" in done.stdout and "144525000" in done.stdout and "123456789012" in done.stdout
+    assert len([line for line in lines if "│" in line]) > 1   # the folder folded onto more lines

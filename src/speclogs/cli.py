@@ -28,6 +28,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help is plain text: `[[cells]]` in a help string stays as written
+    epilog="\b\nExamples:\n  speclogs ingest fixtures/h200x2\n"
+           "  speclogs report --compare 'baseline_default_[0-9]' 'eagle3_default_[0-9]'",
 )
 
 DEFAULT_DB = Path("speclogs.duckdb")
@@ -48,6 +51,11 @@ GrammarOption = Annotated[Optional[list[Path]], typer.Option(
     "--grammar", "-g", help="An extra grammar file, or a directory of *.toml (repeatable; checked like `speclogs grammars check`).")]
 LakeOption = Annotated[Optional[Path], typer.Option(
     "--lake", help="A Parquet lake folder instead of the DuckDB file (docs/sql.md, 'The lake'); any engine reads it.")]
+
+
+def _examples(*commands: str) -> str:
+    """A command's help epilog: real invocations, kept unwrapped (click's \\b)."""
+    return "\b\nExamples:\n" + "\n".join(f"  {command}" for command in commands)
 
 
 def _wants_json(output_format: TextFormat, json_alias: bool) -> bool:
@@ -81,13 +89,14 @@ class SqlFormat(str, Enum):
     table = "table"
     csv = "csv"
     json = "json"
+    ndjson = "ndjson"
     parquet = "parquet"
 
 
 # Options of the commands that print a query result (sql, tables, runs), defined once.
 SqlFormatOption = Annotated[SqlFormat, typer.Option(
-    "--format", "-f", help="table (the first --limit rows), csv, json (an array of objects; NaN is null) or parquet "
-    "(needs --output).")]
+    "--format", "-f", help="table (the first --limit rows; floats to 15 significant digits), csv, json (an array of "
+    "objects; NaN is null), ndjson (one object a line) or parquet (needs --output).")]
 OutputOption = Annotated[Optional[Path], typer.Option(
     "--output", "-o", help="Write the result to FILE instead of stdout (csv, json, parquet).")]
 ForceOption = Annotated[bool, typer.Option("--force", help="Overwrite --output FILE if it exists.")]
@@ -95,7 +104,9 @@ LimitOption = Annotated[int, typer.Option(
     "--limit", min=0, help="Table format: show at most N rows, then '… M more rows' (0: all of them).")]
 
 
-@app.command()
+@app.command(epilog=_examples(
+    'speclogs ingest fixtures/h200x2 --db 2x2.duckdb',
+    'zcat server.log.gz | speclogs ingest - --run-name eagle3_tp2 --check'))
 def ingest(
     paths: list[str] = typer.Argument(
         ..., help="Log files, directories (recursive), .gz files, run.json / bench files, or '-' for stdin."
@@ -165,7 +176,7 @@ def ingest(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(epilog=_examples('speclogs check --db 2x2.duckdb'))
 def check(
     db: DbOption = DEFAULT_DB,
     output_format: TextFormatOption = TextFormat.text,
@@ -213,7 +224,9 @@ def _render_check(result, *, shown: int) -> None:
                            "(--show N, or --format json for all the examples kept)", style="yellow"))
 
 
-@app.command()
+@app.command(epilog=_examples(
+    'speclogs sql "SELECT run_name, count(*) FROM decode_batches JOIN runs USING (run_id) GROUP BY 1" --types',
+    'speclogs sql "SELECT * FROM drift" --format ndjson -o drift.ndjson'))
 def sql(
     query: str = typer.Argument(..., help='SQL to run read-only, e.g. "SELECT run_name, count(*) FROM decode_batches '
                                 'JOIN runs USING (run_id) GROUP BY 1"; several statements print one result each; '
@@ -224,16 +237,17 @@ def sql(
     force: ForceOption = False,
     limit: LimitOption = 40,
     lake: LakeOption = None,
+    show_types: Annotated[bool, typer.Option("--types", help="Table format: each column's DuckDB type under its name.")] = False,
 ) -> None:
     """Run read-only SQL against the speclogs database (or a lake) and print each statement's result (streamed: any
     size).
 
     `SHOW TABLES` (or `speclogs tables`) lists the tables and views of the contract (docs/sql.md)."""
     text = sys.stdin.read() if query == "-" else query
-    _print_query(db, text, output_format, output, force, limit, lake=lake)
+    _print_query(db, text, output_format, output, force, limit, lake=lake, show_types=show_types)
 
 
-@app.command()
+@app.command(epilog=_examples('speclogs tables --db 2x2.duckdb'))
 def tables(
     db: DbOption = DEFAULT_DB,
     output_format: SqlFormatOption = SqlFormat.table,
@@ -247,7 +261,7 @@ def tables(
     _print_query(db, tables_sql(db), output_format, output, force, limit)
 
 
-@app.command()
+@app.command(epilog=_examples('speclogs runs --db 2x2.duckdb --format csv'))
 def runs(
     db: DbOption = DEFAULT_DB,
     output_format: SqlFormatOption = SqlFormat.table,
@@ -262,7 +276,7 @@ def runs(
 
 
 def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | None, force: bool, limit: int, *,
-                 lake: Path | None = None) -> None:
+                 lake: Path | None = None, show_types: bool = False) -> None:
     """Every statement's result of `text` in the chosen format, on stdout or in --output (one library call per
     result; the rows stream through)."""
     from speclogs.store.query import statements
@@ -278,7 +292,7 @@ def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | N
             raise typer.BadParameter("a Parquet file holds one result: give one statement", param_hint="'--format'")
         if output_format is SqlFormat.table:
             for index, result in enumerate(results):
-                _render_query_table(result, limit, first=index == 0)
+                _render_query_table(result, limit, first=index == 0, show_types=show_types)
             return
         if output_format is SqlFormat.parquet:
             from speclogs.store.export import write_parquet
@@ -291,7 +305,7 @@ def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | N
         sink = open(output, "wb") if output is not None else sys.stdout.buffer
         try:
             for index, result in enumerate(results):
-                if index:
+                if index and output_format is not SqlFormat.ndjson:
                     sink.write(b"\n")
                 if output_format is SqlFormat.csv:
                     sys.stdout.flush()
@@ -301,7 +315,7 @@ def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | N
 
                     text_sink = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=True)
                     try:
-                        write_json(result, text_sink)
+                        write_json(result, text_sink, ndjson=output_format is SqlFormat.ndjson)
                     finally:
                         text_sink.detach()
                 sink.flush()
@@ -363,11 +377,38 @@ def _render_ingest_summary(summary) -> None:
         console.print(Text(f"replaced {source_file}: {why}", style="yellow"))
     for line in _drift_lines(summary.drift_notes):
         console.print(Text(line, style="yellow"))
-    for warning in summary.warnings[:20]:
-        console.print(Text(f"warning: {warning}", style="yellow"))
-    if len(summary.warnings) > 20:
-        console.print(Text(f"… {len(summary.warnings) - 20} more warnings (see the files table: SELECT source_file, warnings "
-                           "FROM files)", style="yellow"))
+    for line in _warning_lines(summary.warnings):
+        console.print(Text(line, style="yellow"))
+
+
+def _warning_lines(warnings: list[str], most: int = 10) -> list[str]:
+    """At most `most` lines: every run rename first (a name now means another run), then the other warnings grouped
+    by kind (their text with file, quoted names and numbers taken out), most frequent first: one example and a count."""
+    import re
+
+    renames = [w for w in warnings if w.startswith("run name '")]
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for warning in warnings:
+        if warning in renames:
+            continue
+        path, _, message = warning.partition(": ")
+        if not message or not ("/" in path or "." in path):
+            path, message = "", warning
+        kind = re.sub(r"\d[\d.,]*", "N", re.sub(r"(?<!\w)'[^']*'(?!\w)", "'…'", message))
+        groups.setdefault(kind, []).append((path, message))
+    lines = [f"warning: {w}" for w in renames[:most - 1]]
+    ordered = sorted(groups.values(), key=len, reverse=True)
+    room = max(most - len(lines) - 1, 1)
+    for items in ordered[:room]:
+        path, message = items[0]
+        if len(items) == 1:
+            lines.append(f"warning: {path + ': ' if path else ''}{message}")
+        else:
+            lines.append(f"warning ×{len(items)}: {message}" + (f"  (e.g. {path})" if path else ""))
+    left = len(renames[most - 1:]) + sum(len(items) for items in ordered[room:])
+    if left:
+        lines.append(f"… {left} more warning(s): SELECT source_file, warnings FROM files")
+    return lines
 
 
 def _drift_lines(notes) -> list[str]:
@@ -404,11 +445,11 @@ def _drift_lines(notes) -> list[str]:
     return lines
 
 
-def _render_query_table(result, limit: int, *, first: bool = True) -> None:
+def _render_query_table(result, limit: int, *, first: bool = True, show_types: bool = False) -> None:
     """One result as a table on stdout: its first `limit` rows (all when 0), then how many more there are."""
     from rich.table import Table
 
-    from speclogs.console import make_console, plain
+    from speclogs.console import make_console, plain, share_widths
 
     console = make_console()
     if not first:
@@ -419,13 +460,26 @@ def _render_query_table(result, limit: int, *, first: bool = True) -> None:
         rows = rows[:limit]
         more = result.count() - limit
     table = Table(show_edge=False, pad_edge=False)
-    for name, type_name in zip(result.columns, result.types):
-        numeric = type_name.upper().startswith(("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-                                                "UINTEGER", "UBIGINT", "UHUGEINT", "DOUBLE", "FLOAT", "DECIMAL"))
-        numeric = numeric and not type_name.endswith("]")
-        table.add_column(plain(name), justify="right" if numeric else "left", overflow="fold")
-    for row in rows:
-        table.add_row(*(plain("NULL" if value is None else value) for value in row))
+    cells = [[_cell(value, type_name) for value, type_name in zip(row, result.types)] for row in rows]
+
+    numeric_types = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
+                     "UHUGEINT", "DOUBLE", "FLOAT", "DECIMAL")
+    numeric = [t.upper().startswith(numeric_types) and not t.endswith("]") for t in result.types]
+    most = [max([len(name), len(kind) if show_types else 0, *(len(row[i]) for row in cells)])
+            for i, (name, kind) in enumerate(zip(result.columns, result.types))]
+    # a number is never wrapped, nor a name or id (≤ 40 characters): long text gives up its width first
+    values = [max((len(row[i]) for row in cells), default=0) for i in range(len(most))]
+    least = [v if numeric[i] or v <= 40 else 8 for i, v in enumerate(values)]
+    named = [max(n, min(len(name), 24), len(kind) if show_types else 0) for n, name, kind in zip(least, result.columns, result.types)]
+    room = console.width - 3 * (len(most) - 1)
+    # the column names whole where they fit, else the values; where even those do not fit, rich folds as it can
+    fitting = next((choice for choice in (named, least) if sum(choice) <= room), None)
+    widths = share_widths(fitting, most, room) if fitting else [None] * len(most)
+    for index, (name, type_name) in enumerate(zip(result.columns, result.types)):
+        header = plain(name) + plain("\n" + type_name.lower(), "dim") if show_types else plain(name)
+        table.add_column(header, justify="right" if numeric[index] else "left", overflow="fold", width=widths[index])
+    for row in cells:
+        table.add_row(*(plain(value) for value in row))
     console.print(table)
     shown = len(rows) + more
     if more:
@@ -433,6 +487,16 @@ def _render_query_table(result, limit: int, *, first: bool = True) -> None:
                       "--format csv|json streams them)", style="dim")
     else:
         console.print(f"({shown:,} row{'s' if shown != 1 else ''})", style="dim")
+
+
+def _cell(value, type_name: str) -> str:
+    """A value as the table shows it: floats to 15 significant digits (7 for FLOAT), as the duckdb CLI shows them,
+    so binary noise (144.52499999999998) does not print."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return f"{value:.{7 if type_name == 'FLOAT' else 15}g}"
+    return str(value)
 
 
 def _tuples(batch) -> list[tuple]:
@@ -527,7 +591,8 @@ def _print_error(message: str, hint: str | None) -> None:
 
 
 # --- speclogs probe nccl ---
-probe_app = typer.Typer(help="Microbenchmarks run on the GPU machine (torch needed there; no duckdb/polars).", no_args_is_help=True)
+probe_app = typer.Typer(help="Microbenchmarks run on the GPU machine (torch needed there; no duckdb/polars).", no_args_is_help=True,
+                        rich_markup_mode=None)
 app.add_typer(probe_app, name="probe")
 
 
@@ -541,7 +606,7 @@ def _parse_tokens(text: str) -> list[int]:
     return tokens
 
 
-@probe_app.command("nccl")
+@probe_app.command("nccl", epilog=_examples('speclogs probe nccl --plan plans/h200x2.toml --gpus 2'))
 def probe_nccl(
     plan: Optional[Path] = typer.Option(None, "--plan", help="Launch plan (TOML): probe each distinct NCCL_* env of its cells."),
     env_set: list[str] = typer.Option(
@@ -590,7 +655,9 @@ def probe_nccl(
 
 
 # --- speclogs launch / synth-pair ---
-@app.command()
+@app.command(epilog=_examples(
+    'speclogs launch plans/h200x2.toml --out runs/ --resume',
+    "speclogs launch plans/h200-adaptive.toml --until 'ci_width<=5%' --max-launches 12"))
 def launch(
     plan: Path = typer.Argument(..., help="Launch plan (TOML): server command, [[cells]] with name/args/env/factors, [bench]."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: runs/<plan name>); DIR/<cell>/<launch>/."),
@@ -678,7 +745,7 @@ def _render_launch_summary(summary, console) -> None:
                       highlight=False)
 
 
-@app.command("synth-pair")
+@app.command("synth-pair", epilog=_examples('speclogs synth-pair /tmp/t3 /tmp/d3'))
 def synth_pair(
     target_dir: Path = typer.Argument(..., help="Where the HF Llama target is written (config.json + model.safetensors)."),
     draft_dir: Path = typer.Argument(..., help="Where the EAGLE-3 draft (LlamaForCausalLMEagle3) is written."),
@@ -747,7 +814,9 @@ def _check_outputs(paths: list[Path]) -> list[Path]:
     return paths
 
 
-@app.command()
+@app.command(epilog=_examples(
+    "speclogs report --compare 'baseline_nccl_[0-9]' 'eagle3_nccl_[0-9]' --html report.html",
+    "speclogs report -c baseline_default -c baseline_nccl -c eagle3_default -c eagle3_nccl --factor nccl='*_nccl' --factor spec='eagle3*'"))
 def report(
     compare: list[str] = typer.Option(
         ..., "--compare", "-c", help="Arms: run names or globs over run names ('baseline_nccl_[0-9]'), FOLDER/GLOB, or "
@@ -786,6 +855,8 @@ def report(
     lake: LakeOption = None,
     brief: bool = typer.Option(False, "--brief", help="Terminal: only the ranking and the verdicts (≤ 15 lines)."),
     mixed_arms: bool = typer.Option(False, "--mixed-arms", help="Allow an arm to pool launches of different plans or folders."),
+    charts_dir: Optional[Path] = typer.Option(None, "--charts", help="Also write every chart as DIR/<chart>.svg and .png "
+                                              "(needs vl-convert: pip install 'speclogs[charts]')."),
 ) -> None:
     """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
     effects, warnings ranked by whether they change the answer."""
@@ -794,6 +865,10 @@ def report(
     from speclogs.store import connect
 
     outputs = [*output, *([html] if html is not None else [])]
+    if charts_dir is not None:
+        from speclogs.report.html import require_chart_export
+
+        require_chart_export()
     if lake is not None:
         from speclogs.store.lake import connect_lake
 
@@ -818,6 +893,11 @@ def report(
     for path in outputs:
         write_report(comparison, path)
         _stderr_console().print(f"wrote {path}")
+    if charts_dir is not None:
+        from speclogs.report.html import write_charts
+
+        written = write_charts(comparison, charts_dir)
+        _stderr_console().print(f"wrote {len(written)} chart files to {charts_dir}")
 
 
 def _trained_layers(text: str | None) -> list[int] | None:
@@ -903,11 +983,12 @@ def whatif(
 
 
 # --- speclogs grammars check / list ---
-grammars_app = typer.Typer(help="Line grammars: validate your own grammar files, list the loaded patterns.", no_args_is_help=True)
+grammars_app = typer.Typer(help="Line grammars: validate your own grammar files, list the loaded patterns.", no_args_is_help=True,
+                           rich_markup_mode=None)
 app.add_typer(grammars_app, name="grammars")
 
 
-@grammars_app.command("check")
+@grammars_app.command("check", epilog=_examples('speclogs grammars check my_format.toml'))
 def grammars_check(
     paths: list[Path] = typer.Argument(None, help="Grammar files (.toml) or directories of them; default: the bundled grammars."),
 ) -> None:
@@ -924,7 +1005,7 @@ def grammars_check(
     console.print(f"ok: {len(paths) if paths else 'all bundled'} grammar file(s) valid")
 
 
-@grammars_app.command("list")
+@grammars_app.command("list", epilog=_examples('speclogs grammars list --format json'))
 def grammars_list(
     extra: GrammarOption = None,
     output_format: Annotated[TextFormat, typer.Option("--format", "-f", help="text (a table) or json.")] = TextFormat.text,

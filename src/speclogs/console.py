@@ -12,6 +12,7 @@ the same way).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rich.console import Console
@@ -59,11 +60,24 @@ def make_console(*, stderr: bool = False, width: int | None = None, file: Any = 
 
 
 def report_console(*, stderr: bool = False) -> Console:
-    """`make_console` for wide output: 160 columns when not a terminal (so piped tables do not fold at 80)."""
+    """`make_console` for wide output: when not a terminal, $COLUMNS if set, else 160 (so piped tables do not fold
+    at 80)."""
     console = make_console(stderr=stderr)
-    return console if console.is_terminal else make_console(stderr=stderr, width=160)
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():   # rich reads $COLUMNS itself
+        return console
+    return make_console(stderr=stderr, width=160)
 
 
 def plain(value: object, style: str = "") -> Text:
     """`value` as literal text (never parsed as markup or emoji, control characters visible), optionally styled."""
     return Text(escaped(str(value)), style=style)
+
+
+def share_widths(least: list[int], most: list[int], room: int) -> list[int]:
+    """Column widths within `room` characters: each what it needs for one line when all fit, else its least plus a
+    share of the rest in proportion to what it would still need."""
+    if sum(most) <= room:
+        return list(most)
+    spare = max(room - sum(least), 0)
+    want = sum(m - n for n, m in zip(least, most)) or 1
+    return [n + (m - n) * spare // want for n, m in zip(least, most)]

@@ -527,7 +527,8 @@ def _timeline(decode: pl.DataFrame, tables: RunTables, arm_runs, names) -> pl.Da
     arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
     if decode.is_empty():
         return pl.DataFrame(schema={"run_name": pl.Utf8, "arm": pl.Utf8, "t_s": pl.Float64, "gen_throughput_tok_s": pl.Float64,
-                                    "accept_len": pl.Float64, "steady": pl.Boolean, "excluded_reason": pl.Utf8})
+                                    "accept_len": pl.Float64, "accept_rate": pl.Float64, "steady": pl.Boolean,
+                                    "excluded_reason": pl.Utf8})
     rows = decode.filter(pl.Series(timeline_rows(_codes(decode["run_id"]), decode["steady"].to_numpy(),
                                                  TIMELINE_POINTS_PER_RUN)))
     rows = rows.with_columns(pl.col("run_id").cast(pl.Utf8), pl.col("excluded_reason").cast(pl.Utf8))
@@ -540,7 +541,7 @@ def _timeline(decode: pl.DataFrame, tables: RunTables, arm_runs, names) -> pl.Da
         pl.col("run_id").replace_strict(names, default=None).alias("run_name"),
         pl.col("run_id").replace_strict(arm_of, default=None).alias("arm"),
     )
-    return rows.select("run_name", "arm", "t_s", "gen_throughput_tok_s", "accept_len", "steady", "excluded_reason")
+    return rows.select("run_name", "arm", "t_s", "gen_throughput_tok_s", "accept_len", "accept_rate", "steady", "excluded_reason")
 
 
 def timeline_rows(run: np.ndarray, steady: np.ndarray, points: int) -> np.ndarray:

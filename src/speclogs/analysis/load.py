@@ -125,11 +125,12 @@ def resolve_arms(con: Any, selectors: list[str], *, allow_mixed: bool = False) -
         arms[label] = [k.run_id for k in matched]
         labels[label] = selector
     seen: dict[str, str] = {}
+    name_of = dict(known)
     for label, run_ids in arms.items():
         for run_id in run_ids:
             if run_id in seen:
                 raise AnalysisError(
-                    f"run {run_id} is selected by both {labels[seen[run_id]]!r} and {labels[label]!r}",
+                    f"run {name_of.get(run_id, run_id)!r} (id {run_id}) is selected by both {labels[seen[run_id]]!r} and {labels[label]!r}",
                     hint="make the globs disjoint: every run belongs to one arm",
                 )
             seen[run_id] = label
@@ -177,7 +178,8 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
         [keys[c].to_list() for c in ("run_id", "source_file", "launch_no", "launch_key")],
     )
     decode = _launch_rows(con, keys, run_type, "decode_batches", "decode_rows",
-                          "t.line_no, t.ts, t.tp_rank, t.running_req, t.accept_len, t.cuda_graph, t.gen_throughput_tok_s")
+                          "t.line_no, t.ts, t.tp_rank, t.running_req, t.accept_len, t.accept_rate, t.cuda_graph, "
+                          "t.gen_throughput_tok_s")
     prefill = _launch_rows(con, keys, run_type, "prefill_batches", "idle_rows", "t.line_no",
                            "t.running_req = 0").drop("run_id")
     spec_cycles = _launch_rows(

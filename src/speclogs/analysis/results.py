@@ -198,7 +198,8 @@ class Comparison:
     attributions: tuple[Attribution, ...]
     effects: tuple[Effect, ...]
     factors: dict[str, tuple[str, str]]  # factor -> (low level, high level)
-    timeline: pl.DataFrame  # run_name, arm, t_s, gen_throughput_tok_s, steady, excluded_reason (downsampled for charts)
+    # run_name, arm, t_s, gen_throughput_tok_s, accept_len, accept_rate, steady, excluded_reason (downsampled for charts)
+    timeline: pl.DataFrame
     accept_hist: pl.DataFrame  # arm, source, accept_len, count
     phases: tuple[PhaseStat, ...]  # every arm with spec_cycles rows
     warmup_spans: pl.DataFrame  # run_name, arm, t_start_s, t_end_s: from launch start to the first steady decode row

@@ -100,6 +100,8 @@ def _cast(type_name: str, text: str) -> object | None:
         return int(text) if _INT.fullmatch(text) and -(2**63) <= int(text) < 2**63 else None
     if type_name in ("float", "pct"):
         text = text[:-1] if type_name == "pct" and text.endswith("%") else text
+        if text == "nan":   # printed, but not a number (SGLang's `fwd occupancy: nan%` before any forward): NaN, not NULL
+            return float("nan")
         return float(text) if _FLOAT.fullmatch(text) else None
     if type_name == "bool":
         return {"True": True, "False": False}.get(text)

@@ -218,6 +218,12 @@ def write_synth_pair(target_dir: str | Path, draft_dir: str | Path, config: Synt
     import numpy as np
     if not 0.0 <= config.noise <= 1.0:
         raise SpeclogsError(f"synth-pair: noise {config.noise} is outside [0, 1]", hint="pick --noise in [0, 1]")
+    if config.vocab_size < config.num_heads:
+        raise SpeclogsError(f"synth-pair: vocab {config.vocab_size} is below the {config.num_heads} attention heads",
+                            hint=f"pick --vocab as a multiple of {config.num_heads}, e.g. 2048 (the default)")
+    if config.num_layers < 1:
+        raise SpeclogsError(f"synth-pair: a target needs at least one layer, not {config.num_layers}",
+                            hint="pick --layers 1 or more (16 by default)")
     if config.hidden_size % config.num_heads or config.num_heads % config.num_kv_heads:
         raise SpeclogsError(f"synth-pair: hidden {config.hidden_size} / heads {config.num_heads} / kv heads "
                             f"{config.num_kv_heads} do not divide", hint="use the defaults")

@@ -11,6 +11,8 @@ import polars as pl
 from speclogs.analysis.results import Comparison
 
 WIDTH = 560
+PANEL = 300  # one launch's panel: two side by side fit an 800 px window with their axes
+LABEL_FONT = 12
 # Fixed colours, the same in every report: a phase is always the same colour whichever phases a report has.
 PHASES = ["draft", "verify", "extend", "other", "gap", "decode step (not profiled)"]
 PHASE_COLOURS = ["#4c78a8", "#f58518", "#e45756", "#72b7b2", "#bab0ac", "#54a24b"]
@@ -21,7 +23,7 @@ ROW_COLOURS = ["#4c78a8", "#f58518", "#e45756", "#b279a2", "#eeca3b", "#9d755d",
 RATIO_TICKS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 1.0, 1.01, 1.02, 1.05, 1.1, 1.2, 1.25, 1.5,
                2.0, 2.5, 3.0, 4.0, 5.0, 10.0]
 RATIO_FINE = [(0.99, 1.01), (0.98, 1.02), (0.95, 1.05), (1.25,), (0.3, 2.5, 4.0)]
-MAX_TICKS = 11
+MAX_TICKS = 8
 ACCEPT_BIN = 0.05
 
 
@@ -37,8 +39,14 @@ def ratio_ticks(low: float, high: float) -> list[float]:
     return ticks
 
 
+def _axis(**kwargs) -> alt.Axis:
+    """An axis whose labels are readable and never drawn over each other (Vega drops the colliding ones)."""
+    return alt.Axis(labelFontSize=LABEL_FONT, titleFontSize=LABEL_FONT, labelOverlap="greedy", **kwargs)
+
+
 def throughput_chart(c: Comparison) -> alt.Chart | None:
-    """Per arm and source: the estimate (filled) with its interval, and each launch's own value (open circles)."""
+    """Per arm and source: the estimate (a large diamond) on its interval (a thick bar with end ticks), and each launch's
+    own value (small open circles). The axis is not zero-based: its title says where it starts."""
     rows = []
     for arm in c.arms:
         for e in (arm.client, arm.server):
@@ -50,23 +58,33 @@ def throughput_chart(c: Comparison) -> alt.Chart | None:
                 rows += [{"layer": "launch", "arm": arm.name, "source": e.source, "tok_s": v} for v in e.per_launch_tok_s]
     if not rows:
         return None
+    values = [v for row in rows for v in (row["tok_s"], row.get("low"), row.get("high")) if v is not None and math.isfinite(v)]
+    span = max(values) - min(values) or max(values) or 1.0
+    start = max(min(values) - 0.05 * span, 0.0)
+    end = max(values) + 0.05 * span
+    scale = alt.Scale(domain=[start, end], nice=False, zero=False)
     data = alt.Data(values=rows)
     base = alt.Chart(data).encode(
-        y=alt.Y("arm:N", title=None, sort=[a.name for a in c.arms], axis=alt.Axis(labelLimit=300)),
+        y=alt.Y("arm:N", title=None, sort=[a.name for a in c.arms], axis=_axis(labelLimit=300)),
         yOffset=alt.YOffset("source:N"),
-        color=alt.Color("source:N", title="source"),
+        color=alt.Color("source:N", title="source", legend=alt.Legend(labelFontSize=LABEL_FONT, orient="top")),
     )
     estimate = alt.datum.layer == "estimate"
-    bars = base.mark_rule(strokeWidth=2).encode(x=alt.X("low:Q", title="throughput (tok/s)", scale=alt.Scale(zero=False)),
-                                               x2="high:Q").transform_filter(estimate)
-    points = base.mark_point(filled=True, size=70).encode(
-        x="tok_s:Q", tooltip=["arm:N", "source:N", alt.Tooltip("tok_s:Q", format=".1f"), alt.Tooltip("low:Q", format=".1f"),
-                              alt.Tooltip("high:Q", format=".1f"), "launches:Q"]).transform_filter(estimate)
-    launches = base.mark_point(filled=False, size=40, opacity=0.8).encode(
+    x_title = f"throughput (tok/s) — axis starts at {start:,.0f}, not 0" if start > 0 else "throughput (tok/s)"
+    bars = base.mark_rule(strokeWidth=5, opacity=0.45).encode(
+        x=alt.X("low:Q", title=x_title, scale=scale, axis=_axis(format=",.0f", tickCount=8)), x2="high:Q"
+    ).transform_filter(estimate)
+    caps = [base.mark_tick(thickness=2, size=14).encode(x=f"{end}:Q").transform_filter(estimate) for end in ("low", "high")]
+    points = base.mark_point(filled=True, size=220, shape="diamond", stroke="black", strokeWidth=1).encode(
+        x="tok_s:Q", tooltip=["arm:N", "source:N", alt.Tooltip("tok_s:Q", format=".1f", title="estimate"),
+                              alt.Tooltip("low:Q", format=".1f"), alt.Tooltip("high:Q", format=".1f"), "launches:Q"]
+    ).transform_filter(estimate)
+    launches = base.mark_point(filled=False, size=45, strokeWidth=1.5, shape="circle", opacity=0.9).encode(
         x="tok_s:Q", tooltip=["arm:N", "source:N", alt.Tooltip("tok_s:Q", format=".1f", title="one launch")]
     ).transform_filter(alt.datum.layer == "launch")
-    return (bars + points + launches).properties(
-        width=WIDTH, title=f"Throughput per arm with {c.confidence:.0%} intervals (open circles: single launches)")
+    return alt.layer(bars, *caps, points, launches).properties(
+        width="container", title=f"Throughput per arm: estimate (diamond) with its {c.confidence:.0%} interval (bar); "
+                           "circles: single launches")
 
 
 def effects_chart(c: Comparison) -> alt.Chart | None:
@@ -83,8 +101,8 @@ def effects_chart(c: Comparison) -> alt.Chart | None:
     low = min([1.0] + [row[k] for row in rows for k in ("low", "ratio") if row[k] and row[k] > 0])
     high = max([1.0] + [row[k] for row in rows for k in ("high", "ratio") if row[k]])
     x_scale = alt.Scale(type="log", domain=[low / 1.05, high * 1.05], nice=False)
-    x_axis = alt.Axis(values=ratio_ticks(low / 1.05, high * 1.05), format="~g")
-    base = alt.Chart(data).encode(y=alt.Y("effect:N", sort=order, title=None, axis=alt.Axis(labelLimit=360)),
+    x_axis = _axis(values=ratio_ticks(low / 1.05, high * 1.05), format="~g")
+    base = alt.Chart(data).encode(y=alt.Y("effect:N", sort=order, title=None, axis=_axis(labelLimit=360)),
                                   color=alt.Color("kind:N", title="kind"))
     one = alt.Chart(alt.Data(values=[{"x": 1.0}])).mark_rule(strokeDash=[4, 4], color="gray").encode(x="x:Q")
     rules = base.mark_rule(strokeWidth=2).encode(
@@ -93,7 +111,7 @@ def effects_chart(c: Comparison) -> alt.Chart | None:
         x=alt.X("ratio:Q", scale=x_scale),
         tooltip=["effect:N", alt.Tooltip("ratio:Q", format=".3f"), alt.Tooltip("low:Q", format=".3f"),
                  alt.Tooltip("high:Q", format=".3f"), "verdict:N"])
-    return (one + rules + points).properties(width=WIDTH, title="Effects and ratios (forest plot)")
+    return (one + rules + points).properties(width="container", title="Effects and ratios (forest plot)")
 
 
 def cycle_chart(c: Comparison) -> alt.Chart | None:
@@ -108,13 +126,15 @@ def cycle_chart(c: Comparison) -> alt.Chart | None:
         return None
     for row in rows:
         row["position"] = order.index(row["phase"])
+    present = [phase for phase in PHASES if any(row["phase"] == phase and row["ms"] for row in rows)]
     return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
-        y=alt.Y("arm:N", title=None, sort=[a.name for a in c.arms]),
-        x=alt.X("ms:Q", title="time per decode step / speculative cycle (ms)", stack="zero"),
-        color=alt.Color("phase:N", sort=order, scale=alt.Scale(domain=PHASES, range=PHASE_COLOURS)),
+        y=alt.Y("arm:N", title=None, sort=[a.name for a in c.arms], axis=_axis(labelLimit=300)),
+        x=alt.X("ms:Q", title="time per decode step / speculative cycle (ms)", stack="zero", axis=_axis(tickCount=8)),
+        color=alt.Color("phase:N", sort=present, legend=alt.Legend(labelFontSize=LABEL_FONT, orient="top"),
+                        scale=alt.Scale(domain=present, range=[PHASE_COLOURS[PHASES.index(p)] for p in present])),
         order=alt.Order("position:Q"),
         tooltip=["arm:N", "phase:N", alt.Tooltip("ms:Q", format=".3f"), alt.Tooltip("share:Q", format=".1%")],
-    ).properties(width=WIDTH, title="Step-time breakdown (draft / verify / extend / other / GPU idle gap)")
+    ).properties(width="container", title="Step-time breakdown: " + " / ".join(present))
 
 
 def accept_chart(c: Comparison) -> alt.Chart | None:
@@ -129,11 +149,11 @@ def accept_chart(c: Comparison) -> alt.Chart | None:
     arms = [a.name for a in c.arms]
     return alt.Chart(alt.Data(values=c.accept_hist.to_dicts())).mark_bar().encode(
         x=alt.X("accept_len:Q", title="accept length (tokens per verify step)",
-                bin=alt.Bin(step=ACCEPT_BIN, extent=extent), scale=alt.Scale(domain=extent)),
-        y=alt.Y("sum(count):Q", title="count"),
+                bin=alt.Bin(step=ACCEPT_BIN, extent=extent), scale=alt.Scale(domain=extent), axis=_axis(format=".2f")),
+        y=alt.Y("sum(count):Q", title="count", axis=_axis(tickCount=3)),
         color=alt.Color("arm:N", sort=arms, legend=None),
         tooltip=["arm:N", "source:N", "accept_len:Q", "sum(count):Q"],
-    ).properties(width=WIDTH // 2, height=70).facet(
+    ).properties(width=PANEL - 100, height=70).facet(
         row=alt.Row("arm:N", title=None, sort=arms, header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=260)),
         column=alt.Column("source:N", title=None),
     ).resolve_scale(y="independent").properties(title="Accept-length distribution")
@@ -153,7 +173,8 @@ def request_accept_chart(c: Comparison) -> alt.Chart | None:
     extent = [round(max(min(starts) - 0.1, 0.0), 2), round(max(starts) + 0.2, 2)]   # a bin of room either side
     data = alt.Data(values=bars + means)
     histogram = alt.Chart(data).transform_filter(alt.datum.layer == "bin").mark_rect().encode(
-        x=alt.X("bin_start:Q", title="accept length per request (tokens per verify step)", scale=alt.Scale(domain=extent)),
+        x=alt.X("bin_start:Q", title="accept length per request (tokens per verify step)", scale=alt.Scale(domain=extent),
+                axis=_axis(format=".2f")),
         x2="bin_end:Q", y=alt.Y("requests:Q", title="requests", scale=alt.Scale(zero=True)), y2=alt.datum(0),
         color=alt.Color("arm:N", sort=arms, legend=None),
         tooltip=["arm:N", "bin_start:Q", "bin_end:Q", "requests:Q"])
@@ -174,17 +195,19 @@ def timeline_chart(c: Comparison) -> alt.Chart | None:
         c.timeline["excluded_reason"].fill_null("steady").alias("state")).to_dicts()]
     spans = [{"layer": "warmup", **row} for row in c.warmup_spans.to_dicts()]
     data = alt.Data(values=points + spans)
-    x = alt.X("t_s:Q", title="seconds since server start", scale=alt.Scale(zero=False, nice=False))
+    states = [state for state in ROW_STATES if any(point["state"] == state for point in points)]
+    x = alt.X("t_s:Q", title="seconds since server start", scale=alt.Scale(zero=False, nice=False), axis=_axis(tickCount=6))
     shade = alt.Chart().mark_rect(color="orange", opacity=0.15).transform_joinaggregate(
         first_t="min(t_s)", groupby=["run_name"]).transform_filter(alt.datum.layer == "warmup").transform_calculate(
         t_s="max(datum.t_start_s, datum.first_t)").encode(x=x, x2="t_end_s:Q")
     dots = alt.Chart().mark_point(filled=True, size=18).encode(
         x=x,
-        y=alt.Y("gen_throughput_tok_s:Q", title="gen throughput (tok/s)"),
-        color=alt.Color("state:N", title="row", scale=alt.Scale(domain=ROW_STATES, range=ROW_COLOURS)),
+        y=alt.Y("gen_throughput_tok_s:Q", title="gen throughput (tok/s)", axis=_axis(tickCount=5)),
+        color=alt.Color("state:N", title="row", legend=alt.Legend(orient="top"),
+                        scale=alt.Scale(domain=states, range=[ROW_COLOURS[ROW_STATES.index(s)] for s in states])),
         tooltip=["run_name:N", "t_s:Q", "gen_throughput_tok_s:Q", "accept_len:Q", "state:N"],
     ).transform_filter(alt.datum.layer == "row")
-    return alt.layer(shade, dots, data=data).properties(width=WIDTH // 2, height=140).facet(
+    return alt.layer(shade, dots, data=data).properties(width=PANEL, height=150).facet(
         facet=alt.Facet("run_name:N", title=None), columns=2
     ).resolve_scale(x="independent").properties(
         title="Decode throughput over time, from each launch's first decode row (shaded: before the first steady row)")
@@ -208,9 +231,39 @@ def startup_chart(c: Comparison) -> alt.Chart | None:
     ).properties(width=WIDTH, title=f"Start-up per launch (differs most between arms: {c.startup.differs_most or '–'})")
 
 
+def accept_time_chart(c: Comparison) -> alt.Chart | None:
+    """Accept length over time, and below it accept rate where the log prints it, one panel per launch, with the
+    x axis and warm-up shade of the throughput timeline: a drift in acceptance shows here before it shows in throughput."""
+    if c.timeline.is_empty() or c.timeline["accept_len"].drop_nulls().is_empty():
+        return None
+    spans = [{"layer": "warmup", **row} for row in c.warmup_spans.to_dicts()]
+    x = alt.X("t_s:Q", title="seconds since server start", scale=alt.Scale(zero=False, nice=False), axis=_axis(tickCount=6))
+
+    def panels(column: str, title: str, colour: str) -> alt.FacetChart:
+        frame = c.timeline.filter(c.timeline[column].is_not_null())
+        points = [{"layer": "row", "run_name": r["run_name"], "t_s": r["t_s"], "value": r[column]} for r in frame.to_dicts()]
+        shade = alt.Chart().mark_rect(color="orange", opacity=0.15).transform_joinaggregate(
+            first_t="min(t_s)", groupby=["run_name"]).transform_filter(alt.datum.layer == "warmup").transform_calculate(
+            t_s="max(datum.t_start_s, datum.first_t)").encode(x=x, x2="t_end_s:Q")
+        line = alt.Chart().mark_line(color=colour, point=alt.OverlayMarkDef(size=14, filled=True, color=colour)).encode(
+            x=x, y=alt.Y("mean(value):Q", title=title, axis=_axis(tickCount=5, format=".2f"), scale=alt.Scale(zero=False, padding=8)),
+            tooltip=["run_name:N", "t_s:Q", alt.Tooltip("mean(value):Q", format=".3f", title=title)],
+        ).transform_filter(alt.datum.layer == "row")
+        return alt.layer(shade, line, data=alt.Data(values=points + spans)).properties(
+            width=PANEL, height=120).facet(facet=alt.Facet("run_name:N", title=None), columns=2
+                                                     ).resolve_scale(x="independent")
+
+    charts = [panels("accept_len", "accept length", "#4c78a8")]
+    if not c.timeline["accept_rate"].drop_nulls().is_empty():
+        charts.append(panels("accept_rate", "accept rate", "#f58518"))
+    title = ("Accept length over time" + (" (top) and accept rate (bottom)" if len(charts) > 1 else "")
+             + ", per launch; mean per second (shaded: before the first steady row)")
+    return (alt.vconcat(*charts) if len(charts) > 1 else charts[0]).properties(title=title)
+
+
 def all_charts(c: Comparison) -> list[tuple[str, alt.Chart]]:
     """(id, chart) for every chart that has data, in report order."""
     builders = [("throughput", throughput_chart), ("effects", effects_chart), ("cycle", cycle_chart),
                 ("accept", accept_chart), ("requests", request_accept_chart), ("timeline", timeline_chart),
-                ("startup", startup_chart)]
+                ("accepttime", accept_time_chart), ("startup", startup_chart)]
     return [(name, chart) for name, build in builders if (chart := build(c)) is not None]

@@ -1,9 +1,12 @@
 """`--html FILE`: one self-contained HTML file (works offline): tables + Altair charts, with the Vega, Vega-Lite and
-vega-embed JavaScript inlined (bundled by vl-convert-python; no CDN, no network)."""
+vega-embed JavaScript inlined (no CDN, no network): vl-convert-python's bundle for altair's Vega-Lite where it is
+installed, else the copy shipped with speclogs (vega_bundle.js.gz: Vega 6.2, Vega-Lite 6.4.1, vega-embed 7, as
+vl-convert 1.9 bundles them)."""
 
 from __future__ import annotations
 
 import functools
+import gzip
 import html
 import json
 from pathlib import Path
@@ -23,16 +26,19 @@ th { background: #f4f4f4; }
 .warn ul { margin: 2px 0; padding-left: 20px; }
 .note { color: #666; font-size: 0.9em; margin: 2px 0; }
 .code { font-family: monospace; font-weight: bold; }
-.chart { margin: 16px 0; }
+.chart { margin: 16px 0; width: 100%; }
 .chart-error { color: #b00; white-space: pre-wrap; }
+.nodata { border: 1px dashed #ccc; padding: 12px; }
 """
 
 
 @functools.lru_cache(maxsize=1)
 def _vega_bundle() -> str:
-    import vl_convert
-    from altair.utils._importers import vl_version_for_vl_convert
-
+    try:
+        import vl_convert
+        from altair.utils._importers import vl_version_for_vl_convert
+    except ImportError:
+        return gzip.decompress((Path(__file__).parent / "vega_bundle.js.gz").read_bytes()).decode("utf-8")
     return vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
 
 
@@ -69,10 +75,13 @@ def render_html(comparison: Comparison) -> str:
     chart_list = charts.all_charts(c)
     chart_ids = {name for name, _ in chart_list}
 
-    def chart_div(name: str) -> str:
-        return f'<div class="chart" id="chart-{name}"></div>' if name in chart_ids else ""
+    def chart_div(name: str, empty: str = "") -> str:
+        if name in chart_ids:
+            return f'<div class="chart" id="chart-{name}"></div>'
+        return f'<p class="note nodata">no data: {html.escape(empty)}</p>' if empty else ""
 
-    parts += ["<h2>Throughput per arm</h2>", _table(text.ARM_HEADER, text.arm_rows(c)), chart_div("throughput")]
+    parts += ["<h2>Throughput per arm</h2>", _table(text.ARM_HEADER, text.arm_rows(c)),
+              chart_div("throughput", "no arm has a throughput estimate")]
     if c.comparisons:
         parts += [f"<h2>Comparisons against {html.escape(c.reference)}</h2>",
                   _table(text.COMPARISON_HEADER, text.comparison_rows(c))]
@@ -91,8 +100,12 @@ def render_html(comparison: Comparison) -> str:
         parts.append("<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in text.counterfactual_lines(c)) + "</ul>")
     if c.phases:
         parts.append(_table(text.PHASE_HEADER, text.phase_rows(c)))
-    parts += [chart_div("cycle"), "<h2>Acceptance</h2>", chart_div("accept"), chart_div("requests"),
-              "<h2>Decode throughput over time</h2>", chart_div("timeline")]
+    parts += [chart_div("cycle", "no decode step time or profiled cycle in these runs"), "<h2>Acceptance</h2>",
+              chart_div("accept", "no accept length in the decode rows (no speculative decoding?)"),
+              chart_div("requests", "no per-request acceptance (client requests or --export-metrics-to-file records)"),
+              "<h2>Decode throughput and acceptance over time</h2>",
+              chart_div("timeline", "no decode rows"),
+              chart_div("accepttime", "no accept length over time (no speculative decoding in these runs)")]
     for title, header, rows in text.nccl_sections(c) + signals.signal_sections(c) + whatif.report_sections(c):
         parts += [f"<h2>{html.escape(title)}</h2>", _table(header, rows)]
     parts.append(chart_div("startup"))
@@ -128,11 +141,43 @@ def chart_pages(comparison: Comparison) -> dict[str, str]:
         spec = json.dumps(redact_json(chart.to_dict())).replace("</", "<\\/")
         pages[name] = (
             f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(name)}</title>"
-            f"<style>body {{ margin: 8px; font-family: sans-serif; }}</style><script>{bundle}</script></head>\n<body>"
+            f"<style>body {{ margin: 8px; font-family: sans-serif; }} .chart {{ width: calc(100% - 40px); }}</style>"
+            f"<script>{bundle}</script></head>\n<body>"
             f'<div class="chart" id="chart-{name}"></div>\n<script>\nvegaEmbed(document.getElementById("chart-{name}"), '
             f"{spec}, {{actions: false, renderer: 'svg'}}).catch(err => {{ document.body.innerHTML = "
             f"'<pre class=\"chart-error\">chart {name} failed: ' + err + '</pre>'; }});\n</script></body></html>\n")
     return pages
+
+
+def require_chart_export() -> None:
+    """InputError unless vl-convert (the PNG / SVG renderer) is installed: checked before anything is computed."""
+    try:
+        import vl_convert  # noqa: F401
+    except ImportError as error:
+        raise InputError("--charts writes PNG and SVG with vl-convert, which is not installed",
+                         hint="pip install 'speclogs[charts]' (or vl-convert-python); the --html report needs nothing more") from error
+
+
+def write_charts(comparison: Comparison, folder: Path) -> list[Path]:
+    """Every chart as FOLDER/<id>.svg and FOLDER/<id>.png (2× scale); the paths written. InputError when vl-convert is
+    missing or the folder cannot be written."""
+    require_chart_export()
+    import vl_convert
+    from altair.utils._importers import vl_version_for_vl_convert
+
+    written = []
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, chart in charts.all_charts(comparison):
+            spec = redact_json(chart.to_dict())
+            if spec.get("width") == "container":   # no page to fill: the report's own width
+                spec["width"] = charts.WIDTH
+            (folder / f"{name}.svg").write_text(vl_convert.vegalite_to_svg(spec, vl_version=vl_version_for_vl_convert()))
+            (folder / f"{name}.png").write_bytes(vl_convert.vegalite_to_png(spec, vl_version=vl_version_for_vl_convert(), scale=2))
+            written += [folder / f"{name}.svg", folder / f"{name}.png"]
+    except OSError as error:
+        raise InputError(f"cannot write the charts to {folder}: {error.strerror}", hint="choose a writable folder") from error
+    return written
 
 
 def write_html(comparison: Comparison, path: Path) -> Path:

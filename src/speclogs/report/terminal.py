@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from speclogs.analysis.results import Comparison
-from speclogs.console import plain
+from speclogs.console import plain, share_widths
 from speclogs.redact import redact_text
 from speclogs.report import signals, text, whatif
 
@@ -21,12 +21,46 @@ def _text(value: object, style: str = "") -> Text:
     return plain(redact_text(str(value)), style)
 
 
-def _table(title: str, header: list[str], rows: list[list[str]]) -> Table:
-    table = Table(title=_text(title), title_justify="left", show_lines=False, header_style="bold")
-    for column in header:
-        table.add_column(_text(column), overflow="fold")
+# Columns a narrow terminal drops first (the rest of the table still answers; -o report.json keeps everything), then
+# the rightmost ones: a value is never cut or folded to fit.
+_DROP_FIRST = ("runs", "client per launch (min–max)", "server per launch (min–max)", "speculation", "detects ≥ (80 %)",
+               "n (launches)", "A tok/s", "kind", "levels", "profiled cycles", "change")
+
+
+def _min_width(values: list[str]) -> int:
+    """The narrowest a column can be with no value split: its longest unbreakable word."""
+    return max((len(word) for value in values for word in value.split()), default=1)
+
+
+def fitted_widths(header: list[str], rows: list[list[str]], width: int) -> dict[int, int]:
+    """{column index: width} of the columns to show within `width` (box borders and padding counted), each at least
+    its longest word wide: low-priority columns go first, then the rightmost; the first column always stays. The
+    room left is shared in proportion to what each column would need to print its values on one line."""
+    columns = [[h, *(row[i] for row in rows)] for i, h in enumerate(header)]
+    least = [_min_width(values) for values in columns]
+    most = [max(least[i], *(len(v) for v in values[1:]), max(len(w) for w in values[0].split()) if values[0].split() else 1)
+            for i, values in enumerate(columns)]
+    keep = list(range(len(header)))
+    order = [header.index(name) for name in _DROP_FIRST if name in header] + list(range(len(header) - 1, 0, -1))
+    for index in order:
+        if sum(least[i] + 3 for i in keep) + 1 <= width or len(keep) == 1:
+            break
+        if index in keep:
+            keep.remove(index)
+    shared = share_widths([least[i] for i in keep], [most[i] for i in keep], width - 1 - 3 * len(keep))
+    return dict(zip(keep, shared))
+
+
+def _fitted_table(title: str, header: list[str], rows: list[list[str]], width: int) -> Table:
+    widths = fitted_widths(header, rows, width)
+    dropped = [name for i, name in enumerate(header) if i not in widths]
+    caption = f"not shown at {width} columns: {', '.join(dropped)} (a wider terminal or -o report.json has them)" if dropped else None
+    table = Table(title=_text(title), title_justify="left", show_lines=False, header_style="bold",
+                  caption=_text(caption, "dim") if caption else None, caption_justify="left")
+    for i, column_width in widths.items():
+        table.add_column(_text(header[i]), overflow="fold", width=column_width)
     for row in rows:
-        table.add_row(*(_text(cell) for cell in row))
+        table.add_row(*(_text(row[i]) for i in widths))
     return table
 
 
@@ -56,6 +90,11 @@ def render_terminal(comparison: Comparison, console: Console, brief: bool = Fals
     by whether they can change it, then the tables (arms, comparisons, attribution, phases, effects, NCCL), notes,
     methods."""
     c = comparison
+    width = console.width
+
+    def _table(title: str, header: list[str], rows: list[list[str]]) -> Table:
+        return _fitted_table(title, header, rows, width)
+
     console.print(_text(text.title(c), "bold"))
     if c.ranking:
         console.print(_text(text.ranking_title(c), "bold"))

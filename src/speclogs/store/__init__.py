@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from speclogs.errors import InputError
 from speclogs.ingest.summary import UNCHANGED, IngestSummary
 from speclogs.store.database import SCHEMA_VERSION, connect, drift_notes
 from speclogs.store.query import QueryResult, run_query
@@ -90,6 +91,9 @@ def ingest_paths(
     known_runs = {run_id: name for run_id, (name, files) in known_runs.items()
                   if not files or not all(any(f == root or f.startswith(root + os.sep) for root in roots) for f in files)}
     discovery = discover_inputs([str(p) for p in paths], run_name=run_name, known_runs=known_runs)
+    if not discovery.files and not discovery.skipped:   # an empty folder: no empty database left behind either
+        raise InputError(f"nothing to ingest: no file in {', '.join(map(str, paths)) or 'the arguments'}",
+                         hint="pass log files, directories, .gz files or '-' for stdin")
     unchanged = 0 if replace or verify else len(discovery.files)
     if unchanged:
         changed = {f.source_file: f for f in discovery.files if not _as_stored(f, stats)}

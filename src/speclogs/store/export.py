@@ -3,6 +3,7 @@
 - CSV: a header, then the rows (pyarrow's writer; quoting only where needed; NULL is an empty field). Lists,
   structs, maps and intervals are written as DuckDB prints them (`[1, 2]`, `{'x': 1}`).
 - JSON: one array of objects; valid JSON — NaN and ±Infinity are null, a JSON column is its JSON, not a string.
+- NDJSON: the same objects, one per line, no array around them.
 - Parquet: the Arrow batches as they come (one file; Parquet holds one result).
 """
 
@@ -55,23 +56,30 @@ def write_csv(result: StatementResult, out: IO[bytes]) -> int:
     return rows
 
 
-def write_json(result: StatementResult, out: IO[str]) -> int:
-    """The result as one JSON array of objects on the text stream `out`, one object per line; returns the rows.
+def write_json(result: StatementResult, out: IO[str], *, ndjson: bool = False) -> int:
+    """The result as one JSON array of objects on the text stream `out`, one object per line (`ndjson`: the objects
+    alone, one per line); returns the rows.
 
     DuckDB writes each row's JSON (`to_json`), with NaN and ±Infinity made null before (float columns and lists of
     floats in SQL; any other row that still has one is fixed here)."""
     batches = _json_rows(result)   # (an error binding the statement comes before anything is written)
     rows = 0
-    out.write("[")
+    separator = "\n" if ndjson else ",\n"
+    if not ndjson:
+        out.write("[")
     for batch in batches:
         texts = batch.column(0).to_pylist()
-        joined = ",\n".join(texts)
+        joined = separator.join(texts)
         if "NaN" in joined or "Infinity" in joined:   # maybe inside a struct: re-read those rows (strings may say NaN)
-            joined = ",\n".join(_dumps(json_value(json.loads(text))) if ("NaN" in text or "Infinity" in text) else text
+            joined = separator.join(_dumps(json_value(json.loads(text))) if ("NaN" in text or "Infinity" in text) else text
                                  for text in texts)
-        out.write((",\n" if rows else "\n") + joined)
+        if texts:
+            out.write((separator if rows else ("" if ndjson else "\n")) + joined)
         rows += len(texts)
-    out.write("\n]\n" if rows else "]\n")
+    if ndjson:
+        out.write("\n" if rows else "")
+    else:
+        out.write("\n]\n" if rows else "]\n")
     return rows
 
 

@@ -97,7 +97,7 @@ def test_default_db_in_cwd_and_python_m(tmp_path):
 
 
 def test_the_summary_ends_with_a_few_grouped_warnings_run_renames_first(tmp_path):
-    """All bundled fixtures: 39 warnings (4 run renames, 26 logs without SGLang lines, …) fit in under 10 lines."""
+    """All bundled fixtures: 39 warnings (run names shared by several runs, 26 logs without SGLang lines, …) fit in under 10 lines."""
     import subprocess
     import sys
 
@@ -108,7 +108,7 @@ def test_the_summary_ends_with_a_few_grouped_warnings_run_renames_first(tmp_path
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines() if line.startswith(("warning", "… "))]
     assert 3 <= len(lines) <= 10, lines
-    assert sum(line.startswith("warning: run name 'eagle3_prof_1' belongs to") for line in lines) == 1, lines
+    assert sum(line.startswith("warning: run name 'eagle3_prof_1' is shared by") for line in lines) == 1, lines
     assert any(line.startswith("warning ×") and "no SGLang lines" in line for line in lines), lines
 
 

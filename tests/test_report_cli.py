@@ -112,7 +112,7 @@ def test_one_launch_per_arm_claims_no_interval(fixtures_db):
 
 
 def test_overlapping_arms_name_the_run_by_its_name(fixtures_db):
-    result = run_cli("report", "--db", str(fixtures_db), "-c", "baseline_default_*", "-c", "baseline_*")
+    result = run_cli("report", "--db", str(fixtures_db), "-c", "baseline_default_*", "-c", "baseline_*", "--mixed-arms")
     assert result.returncode == 1
     assert "run 'baseline_default_1' (id " in result.stderr and "selected by both" in result.stderr, result.stderr
 

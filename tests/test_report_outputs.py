@@ -108,7 +108,7 @@ def test_html_is_self_contained(comparison):
     page = render_html(comparison)
     assert not re.search(r"<script[^>]+src=", page)
     assert not re.search(r"<link[^>]+href=[\"']https?:", page)
-    assert "vegaEmbed" in page and page.count('class="chart"') == 6
+    assert "vegaEmbed" in page and page.count('class="chart"') == 7
     assert page.index("Warnings") < page.index("Throughput per arm")
 
 

@@ -909,7 +909,9 @@ def _trained_layers(text: str | None) -> list[int] | None:
         raise typer.BadParameter(f"--trained-layers {text!r} is not a comma-separated list of integers") from None
 
 
-@app.command()
+@app.command(epilog=_examples("speclogs doctor plans/h200-doctor.toml",
+                             "speclogs doctor -- python -m sglang.launch_server --model-path T --speculative-algorithm EAGLE3 "
+                             "--speculative-draft-model-path D"))
 def doctor(
     targets: list[str] = typer.Argument(None, help="A plan file (PLAN.toml); or, after --, a server command line "
                                         "(-- python -m sglang.launch_server …); or, with --db, run names or globs."),
@@ -953,7 +955,8 @@ def doctor(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(epilog=_examples("speclogs whatif 'a_s5_[0-9]' 'baseline_[0-9]' --db sweep.duckdb",
+                             "speclogs whatif 'a_s[0-9]_[0-9]' --format json"))
 def whatif(
     runs: list[str] = typer.Argument(..., help="Run names or globs: the profiled run(s) to model from, plus any runs of "
                                      "other settings (checked against the model) and baselines (calibrate the target's step)."),

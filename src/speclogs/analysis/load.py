@@ -125,7 +125,7 @@ def resolve_arms(con: Any, selectors: list[str], *, allow_mixed: bool = False) -
         arms[label] = [k.run_id for k in matched]
         labels[label] = selector
     seen: dict[str, str] = {}
-    name_of = dict(known)
+    name_of = {k.run_id: k.name for k in known}
     for label, run_ids in arms.items():
         for run_id in run_ids:
             if run_id in seen:

@@ -331,7 +331,7 @@ def _merge_runs(lake_dir: Path, batches: list[dict]) -> None:
     dl = _deltalake()
     current = {}
     existing = read_table(lake_dir, "runs")
-    touched = sorted({run_id for batch in batches for run_id in batch})
+    touched = list(dict.fromkeys(run_id for batch in batches for run_id in batch))  # the DuckDB file's row order
     if existing is not None:
         current = {row["run_id"]: row for row in existing.filter(pl.col("run_id").is_in(touched)).collect().to_dicts()}
     for batch in batches:

@@ -152,10 +152,9 @@ def ingest(
         typer.echo(summary.to_json())
     _render_ingest_summary(summary)
     if check_after and summary.source_files:
-        from speclogs.store.check import check_database, check_lake
+        from speclogs.store.check import check_database
 
-        kwargs = {"sources": summary.source_files, "grammar_paths": grammar or ()}
-        result = check_lake(lake, **kwargs) if lake is not None else check_database(db, **kwargs)
+        result = check_database(db, lake=lake, sources=summary.source_files, grammar_paths=grammar or ())
         _render_check(result, shown=10)
         if not result.ok:
             raise typer.Exit(1)
@@ -172,9 +171,9 @@ def check(
 ) -> None:
     """Check that the database holds every line it was given: re-read each ingested file and find every number and word
     of every line in that line's rows (lnav -C style). Exit 1 when a line lost something."""
-    from speclogs.store.check import check_database, check_lake
+    from speclogs.store.check import check_database
 
-    result = check_lake(lake, grammar_paths=grammar or ()) if lake is not None else check_database(db, grammar_paths=grammar or ())
+    result = check_database(db, lake=lake, grammar_paths=grammar or ())
     if _wants_json(output_format, json_alias):
         import json
 

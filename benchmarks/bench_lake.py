@@ -70,13 +70,6 @@ def child(variant: str, source: str, target: str, ray_cpus: int) -> None:
     import resource
 
     figures["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    if variant == "lake, Ray local":
-        from speclogs.store.lake import manifests
-
-        tasks = manifests(target)[0]["writer"]["tasks"]
-        figures["tasks"] = len(tasks)
-        figures["workers"] = len({task["pid"] for task in tasks})
-        figures["worker_peak_rss_mb"] = max(task["peak_rss_mb"] for task in tasks)
     figures["bytes_on_disk"] = sum(p.stat().st_size for p in Path(target).rglob("*") if p.is_file()) if Path(target).is_dir() \
         else Path(target).stat().st_size
     print(json.dumps(figures), flush=True)

@@ -74,6 +74,7 @@ class DeltaTables:
     def append(self, table: str, frame: pl.DataFrame, metadata: dict[str, str] | None = None) -> None:
         dl = _deltalake()
         dl.write_deltalake(self.lake_dir / table, frame.to_arrow(), mode="append", schema_mode="merge",
+                           writer_properties=dl.WriterProperties(compression="ZSTD"),
                            commit_properties=dl.CommitProperties(custom_metadata=metadata) if metadata else None)
 
     def mark(self) -> dict[str, int]:

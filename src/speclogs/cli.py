@@ -47,7 +47,7 @@ JsonAliasOption = Annotated[bool, typer.Option("--json", hidden=True, help="Same
 GrammarOption = Annotated[Optional[list[Path]], typer.Option(
     "--grammar", "-g", help="An extra grammar file, or a directory of *.toml (repeatable; checked like `speclogs grammars check`).")]
 LakeOption = Annotated[Optional[Path], typer.Option(
-    "--lake", help="A Parquet lake folder instead of the DuckDB file (docs/sql.md, 'The lake'); any engine reads it.")]
+    "--lake", help="A lake folder (Delta tables) instead of the DuckDB file (docs/fleet.md, 'The lake'); any engine reads it.")]
 
 
 def _wants_json(output_format: TextFormat, json_alias: bool) -> bool:

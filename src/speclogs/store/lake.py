@@ -132,14 +132,22 @@ class LakeSink:
         return [(source, sha, size) for source, shas in self._stored.items() for sha, size in shas.items()]
 
     def write_batch(self, batch: Batch, tally: Tally) -> None:
-        for one in ([batch] if len(batch.files) == 1 else [batch.of(i) for i in range(len(batch.files))]):
-            try:
-                frames = self._contract_frames(one)
-            except FAILURES:
-                error = sys.exc_info()[1]
-                tally.skip(f"failed and left out ({type(error).__name__}: {first_line(error)})", one.files[0].source_file)
-                continue
-            self._take(frames, one.files, tally)
+        try:
+            frames = self._contract_frames(batch)
+        except FAILURES:
+            if len(batch.files) == 1:
+                _failed(batch.files[0], tally)
+                return
+            for index in range(len(batch.files)):  # only the file that fails is left out
+                one = batch.of(index)
+                try:
+                    frames = self._contract_frames(one)
+                except FAILURES:
+                    _failed(one.files[0], tally)
+                    continue
+                self._take(frames, one.files, tally)
+            return
+        self._take(frames, batch.files, tally)
 
     def write_stream(self, parsed: ParsedFile, produce, tally: Tally) -> None:
         """A big log: its rows are gathered apart from the other files' (appended as they grow), so that when it fails
@@ -154,9 +162,9 @@ class LakeSink:
 
         try:
             produce(emit)
-        except FAILURES as error:
+        except FAILURES:
             self.out.undo(mark)
-            tally.skip(f"failed and left out ({type(error).__name__}: {first_line(error)})", parsed.source_file)
+            _failed(parsed, tally)
             return
         parsed.seconds = time.perf_counter() - started
         self.result.notes.extend(note for note in own.result.notes if note not in self.result.notes)
@@ -179,7 +187,6 @@ class LakeSink:
                 launches = pl.DataFrame(parsed.launch_rows, schema=LAUNCH_TYPES, orient="row")
                 self._add("launches", _typed("launches", launches, self.result.notes))
             self.result.files.append(file_row(parsed))
-            self._stored.setdefault(parsed.source_file, {})[parsed.raw.sha256] = parsed.raw.size_bytes
             tally.add(parsed)
         if files:
             self.result.run_batches.append(batch_run_rows(files))
@@ -217,6 +224,11 @@ class LakeSink:
         if frames:
             frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed", rechunk=False)
             self.out.append(table, _conform(table, frame))
+
+
+def _failed(parsed: ParsedFile, tally: Tally) -> None:
+    error = sys.exc_info()[1]
+    tally.skip(f"failed and left out ({type(error).__name__}: {first_line(error)})", parsed.source_file)
 
 
 def _typed(table: str, frame: pl.DataFrame, notes: list[str]) -> pl.DataFrame:

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GENERATOR = ROOT / "benchmarks" / "gen_sglang_log.py"
 VARIANTS = ("lake, 1 process", "lake, Ray local", "DuckDB file")
 ARMS = ["a=run_0[0-4]?", "b=run_0[5-9]?"]   # runs 000–049 vs 050–099: a report over 100 runs
+SMALL_ARMS = ["a=run_00?", "b=run_01?"]      # fewer than 100 files: runs 000–009 vs 010–019
 AGGREGATE = ("SELECT r.run_name, median(d.gen_throughput_tok_s), avg(d.accept_len), count(*) FROM decode_batches d "
              "JOIN runs r USING (run_id) GROUP BY 1 ORDER BY 1")
 
@@ -70,19 +71,12 @@ def child(variant: str, source: str, target: str, ray_cpus: int) -> None:
     import resource
 
     figures["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    if variant == "lake, Ray local":
-        from speclogs.store.lake import manifests
-
-        tasks = manifests(target)[0]["writer"]["tasks"]
-        figures["tasks"] = len(tasks)
-        figures["workers"] = len({task["pid"] for task in tasks})
-        figures["worker_peak_rss_mb"] = max(task["peak_rss_mb"] for task in tasks)
     figures["bytes_on_disk"] = sum(p.stat().st_size for p in Path(target).rglob("*") if p.is_file()) if Path(target).is_dir() \
         else Path(target).stat().st_size
     print(json.dumps(figures), flush=True)
 
 
-def time_queries(db: Path, lake: Path, runs: int) -> None:
+def time_queries(db: Path, lake: Path, runs: int, arms: list[str]) -> None:
     from speclogs.analysis import compare_runs
     from speclogs.store import connect
     from speclogs.store.lake import connect_lake
@@ -94,11 +88,11 @@ def time_queries(db: Path, lake: Path, runs: int) -> None:
     for _ in range(runs + 1):  # the first round warms the page cache and is not counted
         for name, connection in connections.items():
             started = time.perf_counter()
-            comparison = compare_runs(connection, ARMS, {}, 0.95)
-            timings.setdefault(("report (2 arms × 50 runs)", name), []).append(time.perf_counter() - started)
+            comparison = compare_runs(connection, arms, {}, 0.95)
+            timings.setdefault((f"report ({' vs '.join(arms)})", name), []).append(time.perf_counter() - started)
             started = time.perf_counter()
             connection.execute(AGGREGATE).fetchall()
-            timings.setdefault(("SQL: median/avg per run, 200 runs", name), []).append(time.perf_counter() - started)
+            timings.setdefault(("SQL: median/avg per run, all runs", name), []).append(time.perf_counter() - started)
     assert comparison.comparisons
     print(f"\nqueries ({rows['lake']:,} decode rows; first round not counted)")
     for (what, name), values in timings.items():
@@ -147,7 +141,7 @@ def main() -> None:
             extra = f" (+ cluster start {best['cluster_start_s']} s)" if "cluster_start_s" in best else ""
             print(f"  {variant:<16} {best['ingest_s']:6.2f} s{extra}  {best['lines_per_s']:>9,} lines/s  "
                   f"{best['bytes_on_disk'] / 1e6:6.1f} MB on disk  peak RSS {best['peak_rss_mb']} MB")
-        time_queries(kept["DuckDB file"], kept["lake, 1 process"], args.runs)
+        time_queries(kept["DuckDB file"], kept["lake, 1 process"], args.runs, ARMS if args.files >= 100 else SMALL_ARMS)
 
 
 if __name__ == "__main__":

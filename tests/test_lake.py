@@ -1,12 +1,11 @@
-"""`speclogs ingest --lake DIR`: the contract's tables as hive-partitioned Parquet that DuckDB, polars and Spark read
-as they are, and that `speclogs sql`, `report` and `check` query exactly as they query the DuckDB file."""
+"""`speclogs ingest --lake DIR`: the contract's tables as Delta tables that DuckDB, polars and Spark read as they are,
+and that `speclogs sql`, `report` and `check` query exactly as they query the DuckDB file."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,9 @@ import pytest
 
 from conftest import FIXTURES, ROOT, assert_same_tables, contract_rows, run_cli, scalar
 from speclogs.store import connect, ingest_paths
-from speclogs.store.lake import connect_lake, contract_columns, ingest_lake, manifests, table_glob
+from speclogs.store.lake import connect_lake, contract_columns, ingest_lake, table_files
+
+deltalake = pytest.importorskip("deltalake", reason="deltalake is not installed (pip install 'speclogs[fleet]')")
 
 RELATIONS = [*contract_columns(), "line_accounting", "meta"]
 ARMS = ["baseline_default_[0-9]", "baseline_nccl_[0-9]", "eagle3_default_[0-9]", "eagle3_nccl_[0-9]"]
@@ -74,26 +75,22 @@ def test_sql_and_check_work_on_the_lake(both):
     assert "(100.00 %)" in checked.stderr
 
 
-def test_duckdb_and_polars_read_the_parquet_as_it_is(both):
-    """No speclogs needed to read a lake: the partition columns come from the folder names."""
+def test_duckdb_and_polars_read_the_delta_tables_as_they_are(both):
+    """No speclogs needed to read a lake: polars scans a Delta table, DuckDB queries its Arrow dataset."""
     db, lake = both
     expected = connect(db, read_only=True)
     try:
         _, decode_rows = contract_rows(expected, "decode_batches")
-        counts = dict(expected.execute("SELECT r.sglang_version, count(*) FROM decode_batches d JOIN runs r USING (run_id) "
-                                       "GROUP BY 1").fetchall())
+        runs = expected.execute("SELECT count(*) FROM runs").fetchone()[0]
     finally:
         expected.close()
-    glob = table_glob(lake, "decode_batches")
-    by_partition = dict(duckdb.sql(f"SELECT sglang, count(*) FROM read_parquet('{glob}', hive_partitioning = true) "
-                                   "GROUP BY 1").fetchall())
-    assert by_partition == {("unknown" if version is None else version): n for version, n in counts.items()}
-    frame = pl.scan_parquet(glob, hive_partitioning=True).collect()
-    assert {"sglang", "day"} <= set(frame.columns) and frame.height == len(decode_rows)
+    frame = pl.scan_delta(str(lake / "decode_batches")).collect()
     assert frame.schema["ts"] == pl.Datetime("us") and frame.schema["accept_len"] == pl.Float64
     columns = [name for name, _ in contract_columns()["decode_batches"] if name not in ("ingested_at", "parse_seconds")]
-    rows = sorted(frame.select(columns).rows(), key=repr)
-    assert rows == sorted(decode_rows, key=repr)
+    assert sorted(frame.select(columns).rows(), key=repr) == sorted(decode_rows, key=repr)
+    connection = duckdb.connect()
+    connection.register("runs", deltalake.DeltaTable(lake / "runs").to_pyarrow_dataset())
+    assert connection.execute("SELECT count(*), count(DISTINCT run_id) FROM runs").fetchone() == (runs, runs)
 
 
 def test_ingesting_the_same_content_again_adds_no_file(both, tmp_path):
@@ -106,7 +103,7 @@ def test_ingesting_the_same_content_again_adds_no_file(both, tmp_path):
     summary = json.loads(result.stdout)
     stored = scalar(db, "SELECT count(*) FROM files")
     assert summary["files_ingested"] == 0 and summary["files_unchanged"] == stored
-    assert parquet_files(copy) == before and len(manifests(copy)) == 1
+    assert parquet_files(copy) == before and deltalake.DeltaTable(copy / "files").version() == 0
 
 
 def test_a_later_ingest_appends_and_completes_its_runs_as_the_duckdb_file_does(tmp_path):
@@ -130,7 +127,8 @@ def test_a_later_ingest_appends_and_completes_its_runs_as_the_duckdb_file_does(t
         (held / f"{index}.log").rename(log)
     ingest_paths([source], db)
     summary = ingest_lake([source], lake)
-    assert summary.files_ingested == 2 and first_parts < parquet_files(lake) and len(manifests(lake)) == 2
+    assert summary.files_ingested == 2 and first_parts < parquet_files(lake)
+    assert deltalake.DeltaTable(lake / "files").version() == 1
     expected, actual = connect(db, read_only=True), connect_lake(lake)
     try:
         assert_same_tables(expected, actual, RELATIONS)
@@ -140,35 +138,66 @@ def test_a_later_ingest_appends_and_completes_its_runs_as_the_duckdb_file_does(t
         actual.close()
 
 
-def test_an_interrupted_ingest_leaves_nothing_visible_and_the_next_one_cleans_up(tmp_path):
-    lake = tmp_path / "lake"
-    ingest_lake([FIXTURES / "probes"], lake)
-    leftover = lake / "_staging" / "c20990101T000000000000-deadbeef" / "decode_batches" / "sglang=x" / "day=2099-01-01"
-    leftover.mkdir(parents=True)
-    (leftover / "part-c20990101T000000000000-deadbeef-w0-0.parquet").write_bytes(b"not a commit")
-    connection = connect_lake(lake)  # readers never look at staging
-    assert connection.execute("SELECT count(*) FROM files WHERE source_file LIKE '%probes%'").fetchone()[0] > 0
-    connection.close()
-    ingest_lake([FIXTURES / "matrix"], lake)
-    assert not (lake / "_staging" / "c20990101T000000000000-deadbeef").exists()
-    assert len(manifests(lake)) == 2
+KILLED_BEFORE_THE_COMMIT_POINT = """
+import os, sys
+from speclogs.store import lake
+lake.commit = lambda *args: os._exit(9)  # killed after its rows were appended, before the files commit
+lake.ingest_lake([sys.argv[1]], sys.argv[2])
+"""
 
 
-def test_a_second_writer_is_told_who_holds_the_lake(tmp_path):
-    lake = tmp_path / "lake"
+def test_a_killed_ingest_is_invisible_to_speclogs_and_taken_back_by_the_next_one(tmp_path):
+    lake, db = tmp_path / "lake", tmp_path / "x.duckdb"
     ingest_lake([FIXTURES / "probes"], lake)
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    before = connect_lake(lake)
+    counts = {t: before.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("files", "decode_batches", "runs")}
+    before.close()
+    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_THE_COMMIT_POINT, str(FIXTURES / "matrix"), str(lake)])
+    assert killed.returncode == 9
+    # the killed ingest appended rows: a reader of the latest version sees them, speclogs' readers do not
+    assert pl.scan_delta(str(lake / "decode_batches")).select(pl.len()).collect().item() > counts["decode_batches"]
+    after = connect_lake(lake)
+    assert {t: after.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in counts} == counts
+    after.close()
+    # the next ingest takes them back first, then ingests the files again: no row twice
+    summary = ingest_lake([FIXTURES / "probes", FIXTURES / "matrix"], lake)
+    assert summary.files_ingested > 0
+    ingest_paths([FIXTURES / "probes", FIXTURES / "matrix"], db)
+    expected, actual = connect(db, read_only=True), connect_lake(lake)
     try:
-        (lake / "_lock").write_text(json.dumps({"host": socket.gethostname(), "pid": holder.pid, "since": "now"}))
-        result = run_cli("ingest", str(FIXTURES / "matrix"), "--lake", str(lake))
-        assert result.returncode == 1
-        assert f"is being written by {socket.gethostname()} pid {holder.pid}" in result.stderr
+        assert_same_tables(expected, actual, RELATIONS)
     finally:
-        holder.kill()
-        holder.wait()
-    result = run_cli("ingest", str(FIXTURES / "matrix"), "--lake", str(lake))  # its writer is gone: the lock is stale
-    assert result.returncode == 0, result.stderr
-    assert not (lake / "_lock").exists()
+        expected.close()
+        actual.close()
+    latest = pl.scan_delta(str(lake / "decode_batches")).select(pl.len()).collect().item()
+    assert latest == scalar(db, "SELECT count(*) FROM decode_batches")
+
+
+def test_a_column_added_later_keeps_the_older_lake_readable(tmp_path, monkeypatch):
+    """A later speclogs fills one more decode_batches column: the Delta table's schema grows (merge) and the rows
+    written before it read back with NULL there, beside the new rows."""
+    from speclogs.store import lake as lake_module
+
+    lake = tmp_path / "lake"
+    ingest_lake([FIXTURES / "matrix"], lake)
+    old_rows = pl.scan_delta(str(lake / "decode_batches")).select(pl.len()).collect().item()
+    typed = lake_module._typed
+
+    def with_new_column(table, frame, notes):
+        frame = typed(table, frame, notes)
+        return frame.with_columns(pl.lit(2.5).alias("draft_extra_ms")) if table == "decode_batches" else frame
+
+    monkeypatch.setattr(lake_module, "_typed", with_new_column)
+    ingest_lake([ROOT / "fixtures" / "h200x2" / "baseline_default"], lake)
+    frame = pl.scan_delta(str(lake / "decode_batches")).collect()
+    assert frame.height > old_rows and frame.get_column("draft_extra_ms").null_count() == old_rows
+    assert set(frame.get_column("draft_extra_ms").drop_nulls()) == {2.5}
+    connection = connect_lake(lake)
+    try:
+        assert connection.execute("SELECT count(*), count(draft_extra_ms) FROM decode_batches").fetchone() == (
+            frame.height, frame.height - old_rows)
+    finally:
+        connection.close()
 
 
 def test_lake_usage_errors(tmp_path):
@@ -179,7 +208,7 @@ def test_lake_usage_errors(tmp_path):
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
     other = run_cli("ingest", str(FIXTURES / "probes"), "--lake", str(tmp_path / "other"))
-    assert other.returncode == 1 and "is not a speclogs lake" in other.stderr
+    assert other.returncode == 1 and "is not a speclogs lake" in other.stderr, other.stderr
     missing = run_cli("sql", "--lake", str(tmp_path / "nowhere"), "SELECT 1")
     assert missing.returncode == 1 and "no lake at" in missing.stderr
 
@@ -189,7 +218,7 @@ def _java() -> bool:
 
 
 def test_spark_reads_the_lake(both):
-    """Spark (where a JVM is installed): the same rows per table, the partition columns from the folders."""
+    """Spark (where a JVM is installed) reads the committed Parquet files of each table: the same rows."""
     pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'speclogs[fleet]')")
     if not _java():
         pytest.skip("no JVM here (Debian: apt-get install -y default-jre-headless)")
@@ -202,10 +231,9 @@ def test_spark_reads_the_lake(both):
     try:
         spark.sparkContext.setLogLevel("ERROR")
         for table in ("decode_batches", "server_events", "files", "bench_requests"):
-            frame = spark.read.option("basePath", str(lake / table)).parquet(str(lake / table))
+            frame = spark.read.parquet(*table_files(lake, table))
             assert frame.count() == expected.execute(f"SELECT count(*) FROM {table}").fetchone()[0], table
-            assert frame.columns[-2:] == ["sglang", "day"]
-        decode = spark.read.option("basePath", str(lake / "decode_batches")).parquet(str(lake / "decode_batches"))
+        decode = spark.read.parquet(*table_files(lake, "decode_batches"))
         got = decode.groupBy().sum("gen_throughput_tok_s").collect()[0][0]
         want = expected.execute("SELECT sum(gen_throughput_tok_s) FROM decode_batches").fetchone()[0]
         assert got == pytest.approx(want, rel=1e-12)

@@ -50,7 +50,7 @@ JsonAliasOption = Annotated[bool, typer.Option("--json", hidden=True, help="Same
 GrammarOption = Annotated[Optional[list[Path]], typer.Option(
     "--grammar", "-g", help="An extra grammar file, or a directory of *.toml (repeatable; checked like `speclogs grammars check`).")]
 LakeOption = Annotated[Optional[Path], typer.Option(
-    "--lake", help="A Parquet lake folder instead of the DuckDB file (docs/sql.md, 'The lake'); any engine reads it.")]
+    "--lake", help="A lake folder (Delta tables) instead of the DuckDB file (docs/fleet.md, 'The lake'); any engine reads it.")]
 
 
 def _examples(*commands: str) -> str:
@@ -165,10 +165,9 @@ def ingest(
     if summary.failed:
         _print_error(f"{len(summary.failed):,} file(s) failed: " + "; ".join(summary.failed), None)
     if check_after and summary.source_files:
-        from speclogs.store.check import check_database, check_lake
+        from speclogs.store.check import check_database
 
-        kwargs = {"sources": summary.source_files, "grammar_paths": grammar or ()}
-        result = check_lake(lake, **kwargs) if lake is not None else check_database(db, **kwargs)
+        result = check_database(db, lake=lake, sources=summary.source_files, grammar_paths=grammar or ())
         _render_check(result, shown=10)
         if not result.ok:
             raise typer.Exit(1)
@@ -187,9 +186,9 @@ def check(
 ) -> None:
     """Check that the database holds every line it was given: re-read each ingested file and find every number and word
     of every line in that line's rows (lnav -C style). Exit 1 when a line lost something."""
-    from speclogs.store.check import check_database, check_lake
+    from speclogs.store.check import check_database
 
-    result = check_lake(lake, grammar_paths=grammar or ()) if lake is not None else check_database(db, grammar_paths=grammar or ())
+    result = check_database(db, lake=lake, grammar_paths=grammar or ())
     if _wants_json(output_format, json_alias):
         import json
 

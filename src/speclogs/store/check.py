@@ -464,24 +464,16 @@ def _check_document(connection, source_file: str, kind: str, text: str, counts: 
     return [Loss(source_file, 0, tuple(missing), (table,), f"{len(missing)} of {len(tokens)} values not stored")] if missing else []
 
 
-def check_database(db_path: str | Path, **kwargs) -> ContentCheck:
-    """check_content on the database file at db_path (opened read-only)."""
-    from speclogs.store import connect
+def check_database(db_path: str | Path, *, lake: str | Path | None = None, **kwargs) -> ContentCheck:
+    """check_content on the database file at db_path (opened read-only), or on the lake `lake` when given."""
+    if lake is not None:
+        from speclogs.store.lake import connect_lake
 
-    connection = connect(db_path, read_only=True)
-    try:
-        return check_content(connection, **kwargs)
-    except OSError as error:
-        raise StoreError(f"cannot re-read a source file: {error}", hint="the check reads the ingested files where they were") from error
-    finally:
-        connection.close()
+        connection = connect_lake(lake)
+    else:
+        from speclogs.store import connect
 
-
-def check_lake(lake_dir: str | Path, **kwargs) -> ContentCheck:
-    """check_content on a lake (speclogs.store.lake: the same tables as views over its Parquet)."""
-    from speclogs.store.lake import connect_lake
-
-    connection = connect_lake(lake_dir)
+        connection = connect(db_path, read_only=True)
     try:
         return check_content(connection, **kwargs)
     except OSError as error:

@@ -2,30 +2,27 @@
 
 Ray does the scheduling, the worker processes, the retries of lost workers and the transport; speclogs only says
 what a task is. The driver (this process) discovers the inputs, opens the lake for writing (speclogs.store.lake:
-its lock, an interrupted commit finished, the hashes it holds) and cuts the files into tasks, in discovery order, of
-about `TASK_BYTES` each (at least two per CPU of the cluster), never splitting a run's files. Then two rounds:
+an interrupted ingest taken back, the hashes it holds) and cuts the files into tasks, in discovery order, of about
+`TASK_BYTES` each (at least two per CPU of the cluster), never splitting a run's files. Then two rounds:
 
 1. hash: each task takes the sha256 of its files where they are. The driver thereby knows the files whose content
    an earlier file of this call has, and tells the tasks holding them, so the pipeline leaves them out with its own
    words, as a single-process ingest does (the first in discovery order is kept).
 2. parse: each task runs the ingest pipeline (speclogs.ingest.pipeline.run_pipeline) over its files into a LakeSink
-   writing Parquet parts into the commit's staging folder, and returns its account (Tally) and what it staged.
+   that keeps the rows, and returns its account (Tally), its rows and what it took in.
 
-The driver adds the accounts up in task order and commits (speclogs.store.lake.LakeWriter.commit): the runs rows,
-the manifest (with where each task ran), the parts in place. A task that fails fails the ingest: nothing of it is
-committed. The inputs and the lake must be at the same paths on every node that runs tasks (one machine, or a
-shared file system); a cluster other than 'local' gets speclogs itself shipped with the job (Ray's py_modules), so
-its nodes need Ray and speclogs' dependencies, not speclogs.
+The driver is the one writer: it appends each task's rows to the Delta tables as the task finishes, adds the
+accounts up in task order and commits (speclogs.store.lake.commit: the runs rows, then the files rows, the commit
+point). A task that fails fails the ingest: nothing of it is committed. The inputs must be at the same paths on every
+node that runs tasks (one machine, or a shared file system); a cluster other than 'local' gets speclogs itself
+shipped with the job (Ray's py_modules), so its nodes need Ray and speclogs' dependencies, not speclogs.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import os
-import resource
 import shutil
-import socket
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -37,7 +34,7 @@ from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, Tally, run_pipeline
 from speclogs.ingest.sources import Discovery, InputFile, discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
 from speclogs.store.database import SCHEMA_VERSION
-from speclogs.store.lake import STAGING_DIR, LakeSink, LakeWriter, SinkResult, engine_factory, new_commit_id, stored_run_names
+from speclogs.store.lake import Collected, LakeSink, SinkResult, commit, engine_factory, open_for_writing, stored_files, stored_run_names
 
 TASK_BYTES = 64 << 20     # input per task at most: big enough that a task's fixed cost (~0.2 s) is noise
 TASKS_PER_CPU = 2         # at least this many tasks per CPU, so that a slow task does not leave CPUs idle at the end
@@ -66,23 +63,20 @@ def ingest_lake_ray(
 
         return ingest_lake(paths, lake_dir, run_name=run_name, on_progress=on_progress, grammar_paths=grammar_paths)
     grammars = tuple(str(Path(p).resolve()) for p in grammar_paths)
-    with LakeWriter(lake_dir) as lake, _cluster(ray, address, num_cpus) as cpus:
-        commit_id = new_commit_id()
-        stored = lake.stored()
-        groups = plan_tasks(discovery.files, cpus)
-        try:
+    out = open_for_writing(lake_dir)
+    stored = stored_files(lake_dir)
+    try:
+        with _cluster(ray, address, num_cpus) as cpus:
+            groups = plan_tasks(discovery.files, cpus)
             hashes = _hash_round(ray, groups)
-            results = _parse_round(ray, groups, _twins(groups, hashes, stored), stored, lake_dir, commit_id, grammars,
-                                   chunk_bytes, discovery, on_progress)
-            tally = _account(discovery, [tally for tally, _, _ in results])
-            sink_results: list[SinkResult] = [result for _, result, _ in results]
-            lake.commit(commit_id, sink_results, {
-                "engine": "ray", "address": address, "driver": socket.gethostname(),
-                "tasks": [where for _, _, where in results],
-            })
-        except BaseException:
-            shutil.rmtree(lake_dir / STAGING_DIR / commit_id, ignore_errors=True)
-            raise
+            results = _parse_round(ray, groups, _twins(groups, hashes, stored), stored, grammars, chunk_bytes,
+                                   discovery, on_progress, out)
+        sink_results: list[SinkResult] = [result for _, result in results]
+        commit(out, sink_results)
+    except BaseException:
+        out.rollback()
+        raise
+    tally = _account(discovery, [tally for tally, _ in results])
     for result in sink_results:
         tally.warnings.extend(note for note in result.notes if note not in tally.warnings)
     return tally.summary(str(lake_dir), time.perf_counter() - started)
@@ -197,13 +191,14 @@ def _twins(groups: list[list[InputFile]], hashes: dict[str, str],
     return extra
 
 
-def _parse_round(ray, groups, twins, stored, lake_dir: Path, commit_id: str, grammars: tuple[str, ...],
-                 chunk_bytes: int, discovery: Discovery, on_progress) -> list[tuple[Tally, SinkResult, dict]]:
+def _parse_round(ray, groups, twins, stored, grammars: tuple[str, ...], chunk_bytes: int, discovery: Discovery,
+                 on_progress, out) -> list[tuple[Tally, SinkResult]]:
+    """The tasks' accounts and results in task order; each task's rows appended to `out` as it finishes."""
     task = ray.remote(num_cpus=1)(parse_files)
     pending = {}
     for index, group in enumerate(groups):
         own_stored = {source: shas for source, shas in stored.items()} | twins[index]
-        pending[task.remote(group, own_stored, str(lake_dir), commit_id, f"t{index}", grammars, chunk_bytes)] = index
+        pending[task.remote(group, own_stored, grammars, chunk_bytes)] = index
     results: list = [None] * len(groups)
     total_bytes = sum(item.size_bytes for item in discovery.files)
     done_bytes = done_files = 0
@@ -212,7 +207,10 @@ def _parse_round(ray, groups, twins, stored, lake_dir: Path, commit_id: str, gra
     while waiting:
         ready, waiting = ray.wait(waiting, num_returns=1)
         index = pending[ready[0]]
-        results[index] = _get(ray, ready)[0]
+        tally, result, rows = _get(ray, ready)[0]
+        for table, frame in rows:
+            out.append(table, frame)
+        results[index] = (tally, result)
         done_files += len(groups[index])
         done_bytes += sum(item.size_bytes for item in groups[index])
         if on_progress is not None:
@@ -271,16 +269,11 @@ def _worker_engine(grammars: tuple[str, ...]):
     return engine_factory(tuple(Path(p) for p in grammars))()
 
 
-def parse_files(files: list[InputFile], stored: dict[str, dict[str, int]], lake_dir: str, commit_id: str, writer: str,
-                grammars: tuple[str, ...], chunk_bytes: int) -> tuple[Tally, SinkResult, dict]:
-    """One task: the pipeline over `files` into the commit's staging folder. Returns (its account, what it staged,
-    where it ran)."""
-    started = time.perf_counter()
+def parse_files(files: list[InputFile], stored: dict[str, dict[str, int]], grammars: tuple[str, ...],
+                chunk_bytes: int) -> tuple[Tally, SinkResult, list]:
+    """One task: the pipeline over `files`. Returns its account, what it took in and its rows [(table, frame)]."""
     engine = _worker_engine(grammars)
-    sink = LakeSink(Path(lake_dir), commit_id, writer, stored)
+    rows = Collected()
+    sink = LakeSink(rows, stored)
     tally = run_pipeline(Discovery(files=tuple(files)), sink, lambda: engine, chunk_bytes=chunk_bytes)
-    result = sink.finish()
-    where = {"task": writer, "host": socket.gethostname(), "pid": os.getpid(), "files": len(files),
-             "bytes": sum(item.size_bytes for item in files), "seconds": round(time.perf_counter() - started, 3),
-             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
-    return tally, result, where
+    return tally, sink.finish(), rows.frames

@@ -1,22 +1,12 @@
 """Wrap SGLang's EAGLE worker phases at import time, in every process, without editing SGLang.
 
-`install()` puts a finder on `sys.meta_path` that waits for the modules named in
-`speclogs.profile.targets`:
+`install()` puts a finder on `sys.meta_path` that waits for the modules `speclogs.profile.targets` names.
+A worker module that passes `targets.check_worker` gets its methods replaced *on the classes* (so every
+`from … import` sees them): `__init__` (TP rank; the `active` line on rank 0), the cycle and its three
+phases. `Scheduler.__init__` is wrapped so that TP rank 0 says why a server was not profiled.
 
-- each worker target's module (`sglang.srt.speculative.eagle_worker_v2`, `…multi_layer_eagle_worker_v2`,
-  `…eagle_worker`, `…multi_layer_eagle_worker`): once it has executed, the target's facts are read
-  from its source (`targets.observe_worker`) and checked (`targets.check_worker`) — the same check
-  scripts/profile_compat.py runs on every SGLang release for docs/profiling.md. When it passes, the
-  methods are replaced *on the classes* (so `from … import EAGLEWorkerV2` anywhere, before or after,
-  gets the wrapped methods): the worker's `__init__` (learns the TP rank, logs the `active` line on
-  TP rank 0), its cycle (`forward_batch_generation`) and the three phases (draft, verify, extend).
-  When it fails, nothing is wrapped and the problems are kept for the scheduler's line.
-- `sglang.srt.managers.scheduler`: `Scheduler.__init__` is wrapped so that, once the scheduler
-  has built its workers, TP rank 0 logs `speclogs profiler: disabled: <reason>` when no wrapped
-  EAGLE worker serves it (no speculation, another algorithm, a layout the check refused).
-
-An exception raised by SGLang inside a wrapped method propagates unchanged. A failure of the
-profiler itself (`PROFILER_FAULTS`) disables the profiler with one warning line; SGLang goes on.
+SGLang's own exceptions propagate unchanged; a fault of the profiler (`PROFILER_FAULTS`) disables it
+with one warning line and SGLang goes on.
 """
 
 from __future__ import annotations
@@ -236,34 +226,35 @@ def _is_decode_batch(batch: Any) -> bool:
     return not mode.is_idle()
 
 
-def _wrap_worker_init(
-    state: Instrumentation, plan: WorkerPlan, original: Callable[..., Any]
+def _wrap_init(
+    state: Instrumentation,
+    where: str,
+    rank_source: RankSource,
+    original: Callable[..., Any],
+    after: Callable[[Any, Any], None],
 ) -> Callable[..., Any]:
+    """`original`, then `after(self, TP rank)` (the rank read once the object is built)."""
     signature = inspect.signature(original)
+
+    def rank(owner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        arguments: Mapping[str, Any] = {}
+        if rank_source.argument is not None:
+            bound = signature.bind(owner, *args, **kwargs)
+            bound.apply_defaults()
+            arguments = bound.arguments
+        return read_rank(rank_source, owner, arguments)
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        if state.disabled_reason is None:
-            state.guard("worker init", _on_worker_init, state, plan, self, signature, args, kwargs)
+        state.guard(where, lambda: after(self, rank(self, args, kwargs)))
 
     return _mark(__init__)
 
 
-def _on_worker_init(
-    state: Instrumentation,
-    plan: WorkerPlan,
-    worker: Any,
-    signature: inspect.Signature,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> None:
-    arguments: Mapping[str, Any] = {}
-    if plan.rank_source.argument is not None:
-        bound = signature.bind(worker, *args, **kwargs)
-        bound.apply_defaults()
-        arguments = bound.arguments
-    rank = read_rank(plan.rank_source, worker, arguments)
+def _on_worker_init(state: Instrumentation, plan: WorkerPlan, worker: Any, rank: Any) -> None:
+    if state.disabled_reason is not None:
+        return
     if not isinstance(rank, int):
         state.log_disabled(
             f"cannot tell the TP rank of {type(worker).__name__}: {plan.rank_source.label} is {rank!r}"
@@ -382,28 +373,15 @@ def patch_worker_module(
     worker = getattr(module, target.worker_class)
     if is_wrapped(getattr(worker, target.cycle_method)):
         return
-    worker.__init__ = _wrap_worker_init(state, plan, worker.__init__)
+    worker.__init__ = _wrap_init(
+        state, "worker init", plan.rank_source, worker.__init__,
+        lambda self, rank: _on_worker_init(state, plan, self, rank),
+    )
     setattr(worker, target.cycle_method, _wrap_cycle(state, plan, getattr(worker, target.cycle_method)))
     for phase in target.phases:
         owner = getattr(module, phase.owner)
         setattr(owner, phase.method, _wrap_phase(state, plan, phase.name, getattr(owner, phase.method)))
     state.wrapped_classes += list(dict.fromkeys((target.worker_class, target.draft_class)))
-
-
-def _wrap_scheduler_init(
-    state: Instrumentation, rank_source: RankSource, original: Callable[..., Any]
-) -> Callable[..., Any]:
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        state.guard("runtime line", _log_runtime, rank_source, self, signature, args, kwargs)
-        state.guard(
-            "scheduler check", _report_unprofiled, state, rank_source, self, signature, args, kwargs
-        )
-
-    return _mark(__init__)
 
 
 def runtime_facts(scheduler: Any) -> dict[str, str]:
@@ -433,19 +411,13 @@ def _attribute_path(owner: Any, names: tuple[str, ...]) -> Any:
     return owner
 
 
-def _log_runtime(
-    rank_source: RankSource,
-    scheduler: Any,
-    signature: inspect.Signature,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> None:
-    bound = signature.bind(scheduler, *args, **kwargs)
-    bound.apply_defaults()
-    if read_rank(rank_source, scheduler, bound.arguments) != 0:
+def _on_scheduler_init(state: Instrumentation, scheduler: Any, rank: Any) -> None:
+    if rank != 0:
         return
     facts = runtime_facts(scheduler)
     logger.info("speclogs profiler: runtime: %s", " ".join(f"{k}={v}" for k, v in facts.items()))
+    if not state.status_logged:
+        _report_unprofiled(state, scheduler)
 
 
 def _target_of(worker_class: type) -> WorkerTarget | None:
@@ -459,18 +431,7 @@ def _target_of(worker_class: type) -> WorkerTarget | None:
     return None
 
 
-def _report_unprofiled(
-    state: Instrumentation,
-    rank_source: RankSource,
-    scheduler: Any,
-    signature: inspect.Signature,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> None:
-    bound = signature.bind(scheduler, *args, **kwargs)
-    bound.apply_defaults()
-    if read_rank(rank_source, scheduler, bound.arguments) != 0 or state.status_logged:
-        return
+def _report_unprofiled(state: Instrumentation, scheduler: Any) -> None:
     worker = getattr(scheduler, targets.SCHEDULER_TARGET.worker_attribute, None)
     server_args = getattr(scheduler, "server_args", None)
     algorithm = getattr(server_args, "speculative_algorithm", None)
@@ -506,7 +467,10 @@ def patch_scheduler(state: Instrumentation, module: types.ModuleType) -> None:
     if is_wrapped(scheduler.__init__):
         return
     rank_source = next(s for s in target.rank_sources if s.label in facts.rank_sources)
-    scheduler.__init__ = _wrap_scheduler_init(state, rank_source, scheduler.__init__)
+    scheduler.__init__ = _wrap_init(
+        state, "scheduler check", rank_source, scheduler.__init__,
+        lambda self, rank: _on_scheduler_init(state, self, rank),
+    )
 
 
 # -- the import hook ---------------------------------------------------------------------------

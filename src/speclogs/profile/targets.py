@@ -1,21 +1,11 @@
 """What the profiler hooks in SGLang, as data, and the one check that decides whether a release fits.
 
-`WORKER_TARGETS` declares each EAGLE worker family the hook can wrap: its module, its classes, the
-cycle method and the three phase methods (and how the cycle calls them), where the TP rank and the
-accepted-token count come from. `SCHEDULER_TARGET` declares the scheduler the hook watches to say
-why a server was not profiled. None of this names an SGLang version.
+`WORKER_TARGETS` / `SCHEDULER_TARGET` declare, without naming a version, what the hook wraps and watches.
+`observe_*` read the facts from SGLang's *source* with `ast` (nothing is executed); `check_*` turn facts into
+problems ([] = the hook wraps it); `plan_worker` says how. The hook runs them on the SGLang it is loaded into,
+scripts/profile_compat.py on every release (docs/profiling.md), so both use one check.
 
-`observe_worker` / `observe_scheduler` read the facts a target needs from SGLang's *source* with
-`ast` (nothing is imported or executed): classes and their bases, the positional parameters of
-each wrapped method, the `self.…` calls of the cycle, the `self.X` attributes their methods assign,
-the members of the batch / result / verify-input classes the wrappers read. `check_worker` /
-`check_scheduler` turn facts into problems ([] = the hook wraps it); `plan_worker` says how.
-
-The hook runs these on the sources of the SGLang it is loaded into, at import time;
-`scripts/profile_compat.py` runs them on the sources of every SGLang release and writes
-docs/profile_compat.json and the table in docs/profiling.md. One set of targets, one check.
-
-Standard library only (this module is imported inside SGLang's server processes).
+Standard library only (imported inside SGLang's server processes).
 """
 
 from __future__ import annotations
@@ -168,49 +158,30 @@ def _v1_phases(worker: str) -> tuple[Phase, ...]:
     )
 
 
-# The overlap scheduler's workers (a separate draft-worker object), then the plain scheduler's
-# (`--disable-overlap-schedule`; the worker is its own draft model runner, removed in 0.5.13).
+def _target(key: str, module: str, worker: str, draft: str | None, *extra_results: ClassRef) -> WorkerTarget:
+    """A v2 target (`draft` given: a separate draft worker, per-request accept_lens) or a v1 one (the worker
+    is its own draft model runner; a host count of accepted drafts)."""
+    return WorkerTarget(
+        key=key,
+        module=f"sglang.srt.speculative.{module}",
+        worker_class=worker,
+        draft_class=draft or worker,
+        phases=_v2_phases(worker, draft) if draft else _v1_phases(worker),
+        accepted_fields=("accept_lens",) if draft else _V1_ACCEPTED,
+        accepted_per_request=draft is not None,
+        result_classes=(_RESULT, *extra_results),
+    )
+
+
+# The overlap scheduler's workers, then the plain scheduler's (`--disable-overlap-schedule`).
 WORKER_TARGETS = (
-    WorkerTarget(
-        key="eagle_v2",
-        module="sglang.srt.speculative.eagle_worker_v2",
-        worker_class="EAGLEWorkerV2",
-        draft_class="EagleDraftWorker",
-        phases=_v2_phases("EAGLEWorkerV2", "EagleDraftWorker"),
-        accepted_fields=("accept_lens",),
-        accepted_per_request=True,
-        result_classes=(_RESULT,),
+    _target("eagle_v2", "eagle_worker_v2", "EAGLEWorkerV2", "EagleDraftWorker"),
+    _target("multi_layer_eagle_v2", "multi_layer_eagle_worker_v2", "MultiLayerEagleWorkerV2", "MultiLayerEagleDraftWorker"),
+    _target(
+        "eagle_v1", "eagle_worker", "EAGLEWorker", None,
+        ClassRef("ForwardBatchOutput", "sglang.srt.model_executor.forward_batch_info"),
     ),
-    WorkerTarget(
-        key="multi_layer_eagle_v2",
-        module="sglang.srt.speculative.multi_layer_eagle_worker_v2",
-        worker_class="MultiLayerEagleWorkerV2",
-        draft_class="MultiLayerEagleDraftWorker",
-        phases=_v2_phases("MultiLayerEagleWorkerV2", "MultiLayerEagleDraftWorker"),
-        accepted_fields=("accept_lens",),
-        accepted_per_request=True,
-        result_classes=(_RESULT,),
-    ),
-    WorkerTarget(
-        key="eagle_v1",
-        module="sglang.srt.speculative.eagle_worker",
-        worker_class="EAGLEWorker",
-        draft_class="EAGLEWorker",
-        phases=_v1_phases("EAGLEWorker"),
-        accepted_fields=_V1_ACCEPTED,
-        accepted_per_request=False,
-        result_classes=(_RESULT, ClassRef("ForwardBatchOutput", "sglang.srt.model_executor.forward_batch_info")),
-    ),
-    WorkerTarget(
-        key="multi_layer_eagle_v1",
-        module="sglang.srt.speculative.multi_layer_eagle_worker",
-        worker_class="MultiLayerEagleWorker",
-        draft_class="MultiLayerEagleWorker",
-        phases=_v1_phases("MultiLayerEagleWorker"),
-        accepted_fields=_V1_ACCEPTED,
-        accepted_per_request=False,
-        result_classes=(_RESULT,),
-    ),
+    _target("multi_layer_eagle_v1", "multi_layer_eagle_worker", "MultiLayerEagleWorker", None),
 )
 
 SCHEDULER_TARGET = SchedulerTarget(
@@ -489,26 +460,16 @@ class WorkerFacts:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> WorkerFacts:
-        return cls(
-            target=data["target"],
-            module_found=data["module_found"],
-            classes=tuple(data["classes"]),
-            methods={
-                name: MethodFacts(
-                    defined_in=m["defined_in"],
-                    params=tuple(m["params"]),
-                    first_annotation=m["first_annotation"],
-                    return_annotation=m["return_annotation"],
-                    self_calls=tuple(m["self_calls"]),
-                )
-                for name, m in data["methods"].items()
-            },
-            rank_sources=tuple(data["rank_sources"]),
-            members={
-                role: MemberFacts(m["class_name"], m["module"], tuple(m["members"]))
-                for role, m in data["members"].items()
-            },
-        )
+        fields = _fields(cls, data)
+        fields["methods"] = {name: MethodFacts(**_fields(MethodFacts, m)) for name, m in data["methods"].items()}
+        fields["members"] = {role: MemberFacts(**_fields(MemberFacts, m)) for role, m in data["members"].items()}
+        return cls(**fields)
+
+
+def _fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """`cls`'s fields from JSON (other keys, such as a recorded verdict, skipped; lists back to tuples)."""
+    names = {field.name for field in dataclasses.fields(cls)}
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in data.items() if key in names}
 
 
 def _member_checks(target: WorkerTarget) -> tuple[MemberCheck, ...]:
@@ -742,13 +703,7 @@ class SchedulerFacts:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SchedulerFacts:
-        return cls(
-            module_found=data["module_found"],
-            class_found=data["class_found"],
-            init_params=tuple(data["init_params"]),
-            rank_sources=tuple(data["rank_sources"]),
-            assigns_worker_attribute=data["assigns_worker_attribute"],
-        )
+        return cls(**_fields(cls, data))
 
 
 def observe_scheduler(target: SchedulerTarget, sources: SourceIndex) -> SchedulerFacts:

@@ -434,13 +434,10 @@ def _combine(rank_results: list[dict], world_size: int) -> list[Measurement]:
         message_bytes = int(item["bytes"])
         measurements.append(Measurement(
             collective=item["collective"], kind=item["kind"], bytes=message_bytes, tokens=item["tokens"],
-            elements=int(item["elements"]), dtype=DTYPE, iters=summary.iters,
-            latency_us=summary.latency_us, latency_us_p10=summary.latency_us_p10, latency_us_p90=summary.latency_us_p90,
-            latency_us_mean=summary.latency_us_mean, latency_us_min=summary.latency_us_min,
-            latency_us_max=summary.latency_us_max,
+            elements=int(item["elements"]), dtype=DTYPE, **summary,
             span_mean_us=max(float(entry["span_mean_us"]) for entry in per_rank),
-            algbw_gb_s=alg_bandwidth_gb_s(message_bytes, summary.latency_us),
-            busbw_gb_s=bus_bandwidth_gb_s(item["collective"], message_bytes, summary.latency_us, world_size),
+            algbw_gb_s=alg_bandwidth_gb_s(message_bytes, summary["latency_us"]),
+            busbw_gb_s=bus_bandwidth_gb_s(item["collective"], message_bytes, summary["latency_us"], world_size),
             **_graph_fields(per_rank),
         ))
     return measurements
@@ -454,7 +451,7 @@ def _graph_fields(per_rank: list[dict]) -> dict:
     if not all(entry.get("graph_samples_us") for entry in per_rank):
         return {}
     combined = combine_rank_samples_us([entry["graph_samples_us"] for entry in per_rank])
-    return {"graph_latency_us": summarize_latencies_us(combined).latency_us}
+    return {"graph_latency_us": summarize_latencies_us(combined)["latency_us"]}
 
 
 def _inherited_warnings() -> tuple[str, ...]:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from speclogs.redact import REDACTED, redact_argv, redact_env, secret_name  # noqa: F401 - re-exported
+from speclogs.redact import redact_argv, redact_env  # noqa: F401 - re-exported for the launcher
 
 # Proxy variables: a server never inherits them unless the plan's inherit_env names them (any case), since they
 # carry credentials (http://user:pw@proxy) and reroute traffic; "*" and PREFIX* entries do not name them.
@@ -51,10 +51,6 @@ def utc_offset() -> str:
     minutes = int(offset.total_seconds() // 60)
     sign = "+" if minutes >= 0 else "-"
     return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
-
-
-def is_secret(name: str) -> bool:
-    return secret_name(name)
 
 
 def build_env(

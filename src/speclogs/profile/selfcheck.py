@@ -1,15 +1,9 @@
 """`python -m speclogs.profile.selfcheck`: seconds-long check on the GPU box, before long runs.
 
-1. Layout: installs the hook in this process, imports each of SGLang's EAGLE worker modules the
-   install has (`speclogs.profile.targets`) and the scheduler, runs the hook's own check on each
-   (classes, methods, parameters, fields, TP rank; read from the installed source) and checks
-   that the hook actually wrapped the methods of those that pass.
-2. Timing (only where CUDA is available): drives `CycleProfiler` with real CUDA events around
-   real GPU work of known relative sizes on a side stream (as SGLang's overlap scheduler does),
-   checks that samples resolve later without the host loop ever waiting for the GPU, that phases
-   add up to the cycle and that the heaviest phase comes out heaviest; that `gap_ms` covers both
-   GPU work queued between cycles and GPU idle time while the host sleeps between cycles.
-
+Layout: with the hook installed, imports the installed SGLang's EAGLE worker modules and the scheduler and
+checks that the hook's check passes and the methods are wrapped. Timing (with CUDA): drives `CycleProfiler`
+with real events around GPU work of known relative sizes on a side stream, and checks that the host never
+waits, phases add up, the heaviest phase is heaviest, and `gap_ms` covers queued work and GPU idle time.
 Prints one line per check and `selfcheck: OK` (exit 0) or `selfcheck: FAILED …` (exit 1).
 """
 
@@ -19,6 +13,7 @@ import dataclasses
 import importlib
 import sys
 import time
+from typing import Any
 
 from speclogs.profile import hook, targets
 from speclogs.profile.timing import CudaEventSource, CycleProfiler, SpecCycleSample
@@ -80,14 +75,22 @@ def _check_scheduler() -> Check:
     return Check("Scheduler hook", ok, detail if ok else "; ".join(problems) or "not wrapped")
 
 
-def check_cuda_timing(cycles: int = 32, every: int = 4) -> list[Check]:
-    """Real CUDA events around real GPU work: draft (small) < extend (medium) < verify (large)."""
+def _cuda_torch(name: str) -> tuple[Any, list[Check]]:
+    """torch when it sees a CUDA device, else the failed check `name` saying why."""
     try:
         import torch
     except ImportError:
-        return [Check("CUDA timing", False, "torch is not importable")]
+        return None, [Check(name, False, "torch is not importable")]
     if not torch.cuda.is_available():
-        return [Check("CUDA timing", False, "no CUDA device visible")]
+        return None, [Check(name, False, "no CUDA device visible")]
+    return torch, []
+
+
+def check_cuda_timing(cycles: int = 32, every: int = 4) -> list[Check]:
+    """Real CUDA events around real GPU work: draft (small) < extend (medium) < verify (large)."""
+    torch, missing = _cuda_torch("CUDA timing")
+    if missing:
+        return missing
     samples: list[SpecCycleSample] = []
     profiler = CycleProfiler(every=every, events=CudaEventSource(), emit=samples.append)
     # Few, large kernels: ~17 launches a cycle keeps the whole loop under CUDA's launch-queue depth,
@@ -157,12 +160,9 @@ def check_cuda_timing(cycles: int = 32, every: int = 4) -> list[Check]:
 
 def check_cuda_idle_gap(cycles: int = 6, idle_s: float = 0.003) -> list[Check]:
     """The GPU idles `idle_s` before each cycle (the host sleeps after a sync): gap_ms must show it."""
-    try:
-        import torch
-    except ImportError:
-        return [Check("CUDA idle gap", False, "torch is not importable")]
-    if not torch.cuda.is_available():
-        return [Check("CUDA idle gap", False, "no CUDA device visible")]
+    torch, missing = _cuda_torch("CUDA idle gap")
+    if missing:
+        return missing
     samples: list[SpecCycleSample] = []
     profiler = CycleProfiler(every=1, events=CudaEventSource(), emit=samples.append)
     mat = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)

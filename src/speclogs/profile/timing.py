@@ -1,27 +1,14 @@
 """Per-cycle phase timing with CUDA events, resolved later without synchronising.
 
-A sampled speculative cycle records one event at the entry and one at the exit of the cycle and of
-each phase (draft, verify, extend), all on the current stream. The forward call just before a
-sampled cycle (the previous decode cycle, or a prefill) records one more event at its exit, so the
-sample also carries `gap`: stream time between that exit and this cycle's entry (the GPU idle while
-the host schedules, plus any other work queued between the two calls): `wall = gap + cycle`. Nothing waits for the GPU: the
-sample goes into a FIFO of pending samples, and at the start of every later cycle the profiler
-asks the oldest pending samples `event.query()`; only the ones whose events have all completed
-are turned into a `SpecCycleSample` and emitted. A sample is therefore reported a cycle or more
-after it ran.
+A sampled cycle records events at the entry and exit of the cycle and of each phase on the current stream,
+plus one at the exit of the forward call before it (`gap`: GPU time between the two calls, idle or other
+work; `wall = gap + cycle`). Nothing waits for the GPU: samples queue up and are resolved, a cycle or more
+later, once `event.query()` says all their events completed. Accepted tokens come from SGLang's
+`accept_lens` (bonus included) copied non-blocking into pinned host memory, or from a host count of
+accepted drafts (bonus excluded) for workers that return one.
 
-Accepted tokens come from SGLang's `accept_lens` (one int per request, bonus token included),
-copied to the host with a non-blocking copy enqueued right after the cycle's end event; it is
-read only once the event recorded after that copy has completed. Workers that return the count on
-the host instead (the non-overlap `EAGLEWorker`: accepted draft tokens summed over the batch, bonus
-excluded) hand it over as `accepted_drafts`; nothing is copied then.
-
-Hot-path cost: an unsampled cycle is a counter increment and a modulo (plus one `query()` while a
-sample is pending). Events come from a free list and go back to it once their sample is resolved
-or dropped (no event is created or destroyed per sample in the steady state); `CudaEventSource`
-copies into preallocated pinned buffers (no host allocation per sample).
-
-This module is stdlib only; torch appears only inside `CudaEventSource`, imported when built.
+An unsampled cycle costs a counter increment; events and pinned buffers are reused, so a sampled one
+allocates nothing in the steady state. Stdlib only; torch is imported inside `CudaEventSource`.
 """
 
 from __future__ import annotations
@@ -62,12 +49,9 @@ class EventSource(Protocol):
 
 
 class CudaEventSource:
-    """torch.cuda events on the current stream; host copies go, non-blocking, into pinned buffers.
-
-    The pinned buffers are allocated once (a ring of `host_slots`, each `host_capacity` elements)
-    and reused in turn: `cudaHostAlloc` takes milliseconds, far too slow for a sampled cycle. A
-    ring longer than the profiler's pending queue never overwrites a buffer a pending sample reads.
-    """
+    """torch.cuda events on the current stream; host copies go, non-blocking, into a ring of pinned buffers
+    allocated once (pinning is too slow for a sampled cycle). The ring is longer than the profiler's pending
+    queue, so no buffer a pending sample reads is overwritten."""
 
     def __init__(self, *, host_slots: int = 72, host_capacity: int = 1024) -> None:
         import torch  # lazy: this module must import where torch is absent
@@ -177,13 +161,10 @@ class _PendingCycle:
 
 
 class CycleProfiler:
-    """Counts speculative cycles, samples every `every`-th, resolves samples when the GPU is done.
+    """Counts speculative cycles, samples every `every`-th, emits a `SpecCycleSample` once the GPU is done.
 
-    The caller brackets a cycle with `begin_cycle` / `end_cycle` (or `abandon_cycle` when the
-    cycle raised) and each phase with `begin_phase` / `end_phase`, and calls `end_forward` after
-    every other forward call of the worker (prefill, idle). `emit` receives one `SpecCycleSample`
-    per resolved sample. No method here ever waits on the GPU, and none allocates an event in the
-    steady state (events are recycled through a free list).
+    The caller brackets a cycle with `begin_cycle` / `end_cycle` (`abandon_cycle` when it raised), each
+    phase with `begin_phase` / `end_phase`, and calls `end_forward` after the worker's other forward calls.
     """
 
     def __init__(

@@ -39,16 +39,7 @@ logger = logging.getLogger("sglang.speclogs.profile")
 
 # What a bug in the profiler itself can raise. Caught only around the profiler's own calls, never
 # around SGLang's code, and turned into one "disabled" warning so the server keeps running.
-PROFILER_FAULTS = (
-    RuntimeError,
-    AttributeError,
-    TypeError,
-    ValueError,
-    LookupError,
-    ArithmeticError,
-    OSError,
-    ImportError,
-)
+PROFILER_FAULTS = (RuntimeError, AttributeError, TypeError, ValueError, LookupError, ArithmeticError, OSError, ImportError)
 
 _WRAPPED_MARK = "__speclogs_wrapped__"
 
@@ -114,13 +105,7 @@ def read_rank(source: RankSource, owner: Any, arguments: Mapping[str, Any]) -> A
 class Instrumentation:
     """Per-process profiler state: the sampling period, the event source, the status line."""
 
-    def __init__(
-        self,
-        *,
-        every: int,
-        event_source_factory: Callable[[], EventSource],
-        sources: SourceIndex | None = None,
-    ) -> None:
+    def __init__(self, *, every: int, event_source_factory: Callable[[], EventSource], sources: SourceIndex | None = None) -> None:
         self.every = every
         self.event_source_factory = event_source_factory
         self.sources = sources if sources is not None else SourceIndex(read_installed_source)
@@ -137,9 +122,7 @@ class Instrumentation:
             return
         self.status_logged = True
         version = sglang_version()
-        logger.info(
-            "speclogs profiler: active (%s, every=%d, sglang %s)", worker_class, self.every, version
-        )
+        logger.info("speclogs profiler: active (%s, every=%d, sglang %s)", worker_class, self.every, version)
         if version not in VERIFIED_SGLANG_VERSIONS:
             logger.warning(
                 "speclogs profiler: sglang %s is not a verified version (verified: %s); its "
@@ -197,8 +180,7 @@ def use_event_source(factory: Callable[[], EventSource]) -> None:
     """Replace the CUDA event source (tests use a stand-in; call before the worker is built)."""
     if _state is None:
         raise SpeclogsError(
-            "speclogs profiler hook is not installed in this process",
-            hint="start the program through `python -m speclogs.profile -- …`",
+            "speclogs profiler hook is not installed in this process", hint="start the program through `python -m speclogs.profile -- …`"
         )
     _state.event_source_factory = factory
 
@@ -227,11 +209,7 @@ def _is_decode_batch(batch: Any) -> bool:
 
 
 def _wrap_init(
-    state: Instrumentation,
-    where: str,
-    rank_source: RankSource,
-    original: Callable[..., Any],
-    after: Callable[[Any, Any], None],
+    state: Instrumentation, where: str, rank_source: RankSource, original: Callable[..., Any], after: Callable[[Any, Any], None]
 ) -> Callable[..., Any]:
     """`original`, then `after(self, TP rank)` (the rank read once the object is built)."""
     signature = inspect.signature(original)
@@ -256,9 +234,7 @@ def _on_worker_init(state: Instrumentation, plan: WorkerPlan, worker: Any, rank:
     if state.disabled_reason is not None:
         return
     if not isinstance(rank, int):
-        state.log_disabled(
-            f"cannot tell the TP rank of {type(worker).__name__}: {plan.rank_source.label} is {rank!r}"
-        )
+        state.log_disabled(f"cannot tell the TP rank of {type(worker).__name__}: {plan.rank_source.label} is {rank!r}")
         return
     if rank != 0:
         return
@@ -285,9 +261,7 @@ def _end_cycle(profiler: CycleProfiler, plan: WorkerPlan, result: Any) -> None:
         profiler.end_cycle(None, accepted_drafts=value if isinstance(value, int) else None)
 
 
-def _wrap_cycle(
-    state: Instrumentation, plan: WorkerPlan, original: Callable[..., Any]
-) -> Callable[..., Any]:
+def _wrap_cycle(state: Instrumentation, plan: WorkerPlan, original: Callable[..., Any]) -> Callable[..., Any]:
     batch_param = plan.cycle_batch_param
 
     @functools.wraps(original)
@@ -314,15 +288,11 @@ def _wrap_cycle(
     return _mark(forward_batch_generation)
 
 
-def _record_verify_width(
-    profiler: CycleProfiler, plan: WorkerPlan, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> None:
+def _record_verify_width(profiler: CycleProfiler, plan: WorkerPlan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Tokens per request in the verify tree: `draft_token_num` of the verify input, passed to
     verify as an argument (`verify(batch, spec_info)`) or set on the batch before the call."""
     if plan.verify_input_position is not None:
-        verify_input = _argument(
-            args, kwargs, plan.verify_input_position, plan.target.verify_input_param
-        )
+        verify_input = _argument(args, kwargs, plan.verify_input_position, plan.target.verify_input_param)
     else:
         verify_input = getattr(_argument(args, kwargs, 0, plan.verify_batch_param), "spec_info", None)
     width = getattr(verify_input, "draft_token_num", None)
@@ -330,9 +300,7 @@ def _record_verify_width(
         profiler.set_verify_width(width)
 
 
-def _wrap_phase(
-    state: Instrumentation, plan: WorkerPlan, phase: str, original: Callable[..., Any]
-) -> Callable[..., Any]:
+def _wrap_phase(state: Instrumentation, plan: WorkerPlan, phase: str, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
         profiler = state.profiler
@@ -360,9 +328,7 @@ def _loaded_class_problems(target: WorkerTarget, module: types.ModuleType) -> li
     return problems
 
 
-def patch_worker_module(
-    state: Instrumentation, target: WorkerTarget, module: types.ModuleType
-) -> None:
+def patch_worker_module(state: Instrumentation, target: WorkerTarget, module: types.ModuleType) -> None:
     """Wrap `target`'s classes in its freshly executed module, when `targets.check_worker` passes."""
     facts = targets.observe_worker(target, state.sources)
     problems = targets.check_worker(target, facts) or _loaded_class_problems(target, module)
@@ -374,8 +340,7 @@ def patch_worker_module(
     if is_wrapped(getattr(worker, target.cycle_method)):
         return
     worker.__init__ = _wrap_init(
-        state, "worker init", plan.rank_source, worker.__init__,
-        lambda self, rank: _on_worker_init(state, plan, self, rank),
+        state, "worker init", plan.rank_source, worker.__init__, lambda self, rank: _on_worker_init(state, plan, self, rank)
     )
     setattr(worker, target.cycle_method, _wrap_cycle(state, plan, getattr(worker, target.cycle_method)))
     for phase in target.phases:
@@ -423,10 +388,7 @@ def _on_scheduler_init(state: Instrumentation, scheduler: Any, rank: Any) -> Non
 def _target_of(worker_class: type) -> WorkerTarget | None:
     """The worker target whose worker class `worker_class` is or derives from."""
     for target in targets.WORKER_TARGETS:
-        if any(
-            c.__module__ == target.module and c.__name__ == target.worker_class
-            for c in worker_class.__mro__
-        ):
+        if any(c.__module__ == target.module and c.__name__ == target.worker_class for c in worker_class.__mro__):
             return target
     return None
 
@@ -436,9 +398,7 @@ def _report_unprofiled(state: Instrumentation, scheduler: Any) -> None:
     server_args = getattr(scheduler, "server_args", None)
     algorithm = getattr(server_args, "speculative_algorithm", None)
     if worker is None:
-        state.log_disabled(
-            f"server started without speculative decoding (speculative_algorithm={algorithm})"
-        )
+        state.log_disabled(f"server started without speculative decoding (speculative_algorithm={algorithm})")
         return
     worker_class = type(worker)
     target = _target_of(worker_class)
@@ -468,8 +428,7 @@ def patch_scheduler(state: Instrumentation, module: types.ModuleType) -> None:
         return
     rank_source = next(s for s in target.rank_sources if s.label in facts.rank_sources)
     scheduler.__init__ = _wrap_init(
-        state, "scheduler check", rank_source, scheduler.__init__,
-        lambda self, rank: _on_scheduler_init(state, self, rank),
+        state, "scheduler check", rank_source, scheduler.__init__, lambda self, rank: _on_scheduler_init(state, self, rank)
     )
 
 
@@ -523,14 +482,10 @@ def install(*, every: int = DEFAULT_EVERY) -> Instrumentation:
     state = Instrumentation(every=every, event_source_factory=CudaEventSource)
 
     def worker_patcher(target: WorkerTarget) -> Callable[[types.ModuleType], None]:
-        return lambda module: state.guard(
-            f"patching {target.module}", patch_worker_module, state, target, module
-        )
+        return lambda module: state.guard(f"patching {target.module}", patch_worker_module, state, target, module)
 
     patchers = {target.module: worker_patcher(target) for target in targets.WORKER_TARGETS}
-    patchers[targets.SCHEDULER_TARGET.module] = lambda module: state.guard(
-        "patching scheduler", patch_scheduler, state, module
-    )
+    patchers[targets.SCHEDULER_TARGET.module] = lambda module: state.guard("patching scheduler", patch_scheduler, state, module)
     _state = state
     for name, patch in patchers.items():
         if name in sys.modules:
@@ -550,8 +505,6 @@ def install_from_env(environ: dict[str, str] | None = None) -> Instrumentation |
     except ValueError:
         every = 0
     if every < 1:
-        logger.warning(
-            "speclogs profiler: disabled: %s=%r is not a positive integer", ENV_EVERY, raw_every
-        )
+        logger.warning("speclogs profiler: disabled: %s=%r is not a positive integer", ENV_EVERY, raw_every)
         return None
     return install(every=every)

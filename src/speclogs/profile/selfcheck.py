@@ -41,9 +41,7 @@ def check_layout() -> list[Check]:
             checks.append(Check(f"import {target.module}", False, f"{type(error).__name__}: {error}"))
             continue
         problems = state.layout_problems.get(target.key, [])
-        checks.append(
-            Check(f"{target.worker_class} layout", not problems, "; ".join(problems) or "as the hook expects")
-        )
+        checks.append(Check(f"{target.worker_class} layout", not problems, "; ".join(problems) or "as the hook expects"))
         if not problems:
             wrapped = [f"{owner}.{method}" for owner, method in target.wrapped_methods]
             unwrapped = [
@@ -146,8 +144,7 @@ def check_cuda_timing(cycles: int = 32, every: int = 4) -> list[Check]:
             Check(
                 "gap covers the work between cycles",
                 0.4 * last.verify_us <= last.gap_us <= 0.6 * last.verify_us,
-                f"gap {last.gap_us} us for one verify matmul between cycles; verify phase (two) "
-                f"{last.verify_us} us",
+                f"gap {last.gap_us} us for one verify matmul between cycles; verify phase (two) {last.verify_us} us",
             ),
             Check(
                 "accepted / proposed",
@@ -180,13 +177,7 @@ def check_cuda_idle_gap(cycles: int = 6, idle_s: float = 0.003) -> list[Check]:
     gaps_us = [s.gap_us for s in samples[1:]]  # the first cycle has no previous forward
     idle_us = idle_s * 1e6
     ok = len(gaps_us) == cycles - 1 and all(0.9 * idle_us <= g <= 3 * idle_us for g in gaps_us)
-    return [
-        Check(
-            "gap measures GPU idle between cycles",
-            ok,
-            f"host slept {idle_us:.0f} us before each cycle; gap_us={gaps_us}",
-        )
-    ]
+    return [Check("gap measures GPU idle between cycles", ok, f"host slept {idle_us:.0f} us before each cycle; gap_us={gaps_us}")]
 
 
 def main() -> int:

@@ -122,22 +122,13 @@ class SchedulerTarget:
 
 _BATCH = MemberCheck(
     "batch",
-    (
-        ClassRef("ScheduleBatch", "sglang.srt.managers.schedule_batch"),
-        ClassRef("ModelWorkerBatch", "sglang.srt.managers.schedule_batch"),
-    ),
+    (ClassRef("ScheduleBatch", "sglang.srt.managers.schedule_batch"), ClassRef("ModelWorkerBatch", "sglang.srt.managers.schedule_batch")),
     ("forward_mode", "seq_lens", "spec_info", "is_extend_in_batch"),
 )
 _FORWARD_MODE = MemberCheck(
-    "forward_mode",
-    (ClassRef("ForwardMode", "sglang.srt.model_executor.forward_batch_info"),),
-    ("is_extend", "is_idle"),
+    "forward_mode", (ClassRef("ForwardMode", "sglang.srt.model_executor.forward_batch_info"),), ("is_extend", "is_idle")
 )
-_VERIFY_INPUT = MemberCheck(
-    "verify_input",
-    (ClassRef("EagleVerifyInput", "sglang.srt.speculative.eagle_info"),),
-    ("draft_token_num",),
-)
+_VERIFY_INPUT = MemberCheck("verify_input", (ClassRef("EagleVerifyInput", "sglang.srt.speculative.eagle_info"),), ("draft_token_num",))
 _RESULT = ClassRef("GenerationBatchResult", "sglang.srt.managers.utils")
 _V1_ACCEPTED = ("num_accepted_tokens", "num_accepted_drafts", "num_correct_drafts")
 
@@ -178,8 +169,7 @@ WORKER_TARGETS = (
     _target("eagle_v2", "eagle_worker_v2", "EAGLEWorkerV2", "EagleDraftWorker"),
     _target("multi_layer_eagle_v2", "multi_layer_eagle_worker_v2", "MultiLayerEagleWorkerV2", "MultiLayerEagleDraftWorker"),
     _target(
-        "eagle_v1", "eagle_worker", "EAGLEWorker", None,
-        ClassRef("ForwardBatchOutput", "sglang.srt.model_executor.forward_batch_info"),
+        "eagle_v1", "eagle_worker", "EAGLEWorker", None, ClassRef("ForwardBatchOutput", "sglang.srt.model_executor.forward_batch_info")
     ),
     _target("multi_layer_eagle_v1", "multi_layer_eagle_worker", "MultiLayerEagleWorker", None),
 )
@@ -264,11 +254,7 @@ class SourceIndex:
                 continue
             seen.add((current.module, current.name))
             yield current
-            bases = [
-                self.find_class(current.module, base.id)
-                for base in current.node.bases
-                if isinstance(base, ast.Name)
-            ]
+            bases = [self.find_class(current.module, base.id) for base in current.node.bases if isinstance(base, ast.Name)]
             pending[0:0] = [base for base in bases if base is not None]
 
     def class_names(self, module_name: str) -> list[str]:
@@ -302,9 +288,7 @@ def _parse_module(name: str, source: str | None) -> _Module | None:
                 imports[alias.asname or alias.name] = (source_module, alias.name)
     return _Module(
         classes={n.name: n for n in tree.body if isinstance(n, ast.ClassDef)},
-        functions=frozenset(
-            n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-        ),
+        functions=frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
         imports=imports,
     )
 
@@ -334,9 +318,7 @@ def _methods(node: ast.ClassDef) -> dict[str, ast.FunctionDef | ast.AsyncFunctio
     return {n.name: n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
-def _find_method(
-    sources: SourceIndex, cls: ClassDef, name: str
-) -> tuple[ClassDef, ast.FunctionDef | ast.AsyncFunctionDef] | None:
+def _find_method(sources: SourceIndex, cls: ClassDef, name: str) -> tuple[ClassDef, ast.FunctionDef | ast.AsyncFunctionDef] | None:
     for owner in sources.lineage(cls):
         method = _methods(owner.node).get(name)
         if method is not None:
@@ -358,9 +340,7 @@ def _self_assigned(method: ast.AST) -> set[str]:
             names.update(
                 leaf.attr
                 for leaf in ast.walk(target)
-                if isinstance(leaf, ast.Attribute)
-                and isinstance(leaf.value, ast.Name)
-                and leaf.value.id == "self"
+                if isinstance(leaf, ast.Attribute) and isinstance(leaf.value, ast.Name) and leaf.value.id == "self"
             )
     return names
 
@@ -378,9 +358,7 @@ def _body_names(node: ast.ClassDef) -> set[str]:
     return names
 
 
-def _members_found(
-    sources: SourceIndex, cls: ClassDef, wanted: set[str], *, in_body: bool = True
-) -> set[str]:
+def _members_found(sources: SourceIndex, cls: ClassDef, wanted: set[str], *, in_body: bool = True) -> set[str]:
     """Which of `wanted` `cls` or a base has: in a class body (when `in_body`) or as a `self.X`
     assignment in a method. Stops reading (and parsing bases) once all are found."""
     found: set[str] = set()
@@ -481,10 +459,7 @@ def observe_worker(target: WorkerTarget, sources: SourceIndex) -> WorkerFacts:
     """Read, from the sources, every fact `check_worker` needs about `target`."""
     if not sources.has_module(target.module):
         return WorkerFacts(target=target.key, module_found=False)
-    classes = {
-        name: sources.find_class(target.module, name)
-        for name in dict.fromkeys((target.worker_class, target.draft_class))
-    }
+    classes = {name: sources.find_class(target.module, name) for name in dict.fromkeys((target.worker_class, target.draft_class))}
     methods = {}
     for class_name, method_name in target.wrapped_methods:
         cls = classes[class_name]
@@ -502,9 +477,7 @@ def observe_worker(target: WorkerTarget, sources: SourceIndex) -> WorkerFacts:
             params=params,
             first_annotation=ast.unparse(annotation) if annotation is not None else None,
             return_annotation=ast.unparse(function.returns) if function.returns is not None else None,
-            self_calls=_self_calls(function, {p.call for p in target.phases})
-            if method_name == target.cycle_method
-            else (),
+            self_calls=_self_calls(function, {p.call for p in target.phases}) if method_name == target.cycle_method else (),
         )
     worker = classes[target.worker_class]
     cycle = methods.get(f"{target.worker_class}.{target.cycle_method}")
@@ -514,9 +487,7 @@ def observe_worker(target: WorkerTarget, sources: SourceIndex) -> WorkerFacts:
         module_found=True,
         classes=tuple(name for name, cls in classes.items() if cls is not None),
         methods=methods,
-        rank_sources=_rank_sources(
-            target.rank_sources, sources, worker, init.params if init is not None else ()
-        ),
+        rank_sources=_rank_sources(target.rank_sources, sources, worker, init.params if init is not None else ()),
         members={
             check.role: facts
             for check in _member_checks(target)
@@ -525,9 +496,7 @@ def observe_worker(target: WorkerTarget, sources: SourceIndex) -> WorkerFacts:
     )
 
 
-def _observe_members(
-    check: MemberCheck, sources: SourceIndex, module: str, cycle: MethodFacts | None
-) -> MemberFacts | None:
+def _observe_members(check: MemberCheck, sources: SourceIndex, module: str, cycle: MethodFacts | None) -> MemberFacts | None:
     refs = list(check.classes)
     if cycle is not None:  # the class the cycle's annotations name first
         annotated = {"batch": cycle.first_annotation, "result": cycle.return_annotation}.get(check.role)
@@ -537,17 +506,12 @@ def _observe_members(
         cls = sources.find_class(where, ref.name)
         if cls is not None:
             present = _members_found(sources, cls, set(check.members))
-            return MemberFacts(
-                ref.name, cls.module, tuple(m for m in check.members if m in present)
-            )
+            return MemberFacts(ref.name, cls.module, tuple(m for m in check.members if m in present))
     return None
 
 
 def _rank_sources(
-    declared: tuple[RankSource, ...],
-    sources: SourceIndex,
-    cls: ClassDef | None,
-    init_params: tuple[str, ...],
+    declared: tuple[RankSource, ...], sources: SourceIndex, cls: ClassDef | None, init_params: tuple[str, ...]
 ) -> tuple[str, ...]:
     heads = {s.attribute_path[0] for s in declared if s.attribute_path and s.module is None}
     attributes = _members_found(sources, cls, heads, in_body=False) if cls is not None else set()
@@ -589,10 +553,7 @@ def check_worker(target: WorkerTarget, facts: WorkerFacts) -> list[str]:
             )
     cycle = facts.methods.get(f"{target.worker_class}.{target.cycle_method}")
     if cycle is not None and cycle.defined_in != target.worker_class:
-        problems.append(
-            f"{target.worker_class}.{target.cycle_method} is inherited from {cycle.defined_in}, "
-            "not a speculative cycle"
-        )
+        problems.append(f"{target.worker_class}.{target.cycle_method} is inherited from {cycle.defined_in}, not a speculative cycle")
     elif cycle is not None:
         problems += [
             f"{target.worker_class}.{target.cycle_method} does not call {phase.call}"
@@ -600,10 +561,7 @@ def check_worker(target: WorkerTarget, facts: WorkerFacts) -> list[str]:
             if phase.call not in cycle.self_calls
         ]
     if not facts.rank_sources:
-        problems.append(
-            f"no TP rank: {target.worker_class} has none of "
-            + ", ".join(source.label for source in target.rank_sources)
-        )
+        problems.append(f"no TP rank: {target.worker_class} has none of " + ", ".join(source.label for source in target.rank_sources))
     for check in _member_checks(target):
         found = facts.members.get(check.role)
         if found is None:
@@ -612,9 +570,7 @@ def check_worker(target: WorkerTarget, facts: WorkerFacts) -> list[str]:
             continue
         missing = [m for m in check.members if m not in found.members]
         if (check.any_of and len(missing) == len(check.members)) or (not check.any_of and missing):
-            problems.append(
-                f"{found.class_name} has {'none' if check.any_of else 'no'} of {', '.join(missing)}"
-            )
+            problems.append(f"{found.class_name} has {'none' if check.any_of else 'no'} of {', '.join(missing)}")
     return problems
 
 
@@ -648,11 +604,7 @@ def plan_worker(target: WorkerTarget, facts: WorkerFacts) -> WorkerPlan:
         target=target,
         cycle_batch_param=facts.methods[f"{target.worker_class}.{target.cycle_method}"].params[0],
         verify_batch_param=verify_params[0],
-        verify_input_position=(
-            verify_params.index(target.verify_input_param)
-            if target.verify_input_param in verify_params
-            else None
-        ),
+        verify_input_position=(verify_params.index(target.verify_input_param) if target.verify_input_param in verify_params else None),
         rank_source=next(s for s in target.rank_sources if s.label in facts.rank_sources),
         accepted_field=next(f for f in target.accepted_fields if f in result.members),
     )
@@ -669,23 +621,15 @@ def profiled_as(sources: SourceIndex, cls: ClassDef | None) -> dict[str, Any]:
     lineage = list(sources.lineage(cls))
     for target in WORKER_TARGETS:
         for class_name in dict.fromkeys((target.worker_class, target.draft_class)):
-            position = next(
-                (i for i, c in enumerate(lineage) if c.module == target.module and c.name == class_name),
-                None,
-            )
+            position = next((i for i, c in enumerate(lineage) if c.module == target.module and c.name == class_name), None)
             if not position:  # None: not a subclass; 0: the target class itself
                 continue
             overrides = [
                 method
                 for owner, method in target.wrapped_methods[1:]
-                if owner == class_name
-                and any(method in _methods(c.node) for c in lineage[:position])
+                if owner == class_name and any(method in _methods(c.node) for c in lineage[:position])
             ]
-            return {
-                "subclass_of": class_name,
-                "overrides": overrides,
-                "profiled_as": None if overrides else class_name,
-            }
+            return {"subclass_of": class_name, "overrides": overrides, "profiled_as": None if overrides else class_name}
     return facts
 
 
@@ -719,9 +663,7 @@ def observe_scheduler(target: SchedulerTarget, sources: SourceIndex) -> Schedule
         class_found=True,
         init_params=params,
         rank_sources=_rank_sources(target.rank_sources, sources, None, params),
-        assigns_worker_attribute=bool(
-            _members_found(sources, cls, {target.worker_attribute}, in_body=False)
-        ),
+        assigns_worker_attribute=bool(_members_found(sources, cls, {target.worker_attribute}, in_body=False)),
     )
 
 

@@ -75,9 +75,7 @@ class CudaEventSource:
             return tensor.to("cpu", non_blocking=True)
         if tensor.dtype != self._host_dtype:  # once: SGLang's accept_lens keep their dtype
             self._host_dtype = tensor.dtype
-            block = self._torch.empty(
-                (self._host_slots, self._host_capacity), dtype=tensor.dtype, pin_memory=True
-            )
+            block = self._torch.empty((self._host_slots, self._host_capacity), dtype=tensor.dtype, pin_memory=True)
             self._host_buffers = list(block.unbind(0))
         buffer = self._host_buffers[self._next_slot]
         self._next_slot = (self._next_slot + 1) % self._host_slots
@@ -167,19 +165,9 @@ class CycleProfiler:
     phase with `begin_phase` / `end_phase`, and calls `end_forward` after the worker's other forward calls.
     """
 
-    def __init__(
-        self,
-        *,
-        every: int,
-        events: EventSource,
-        emit: Callable[[SpecCycleSample], None],
-        max_pending: int = 64,
-    ) -> None:
+    def __init__(self, *, every: int, events: EventSource, emit: Callable[[SpecCycleSample], None], max_pending: int = 64) -> None:
         if every < 1:
-            raise SpeclogsError(
-                f"profiler sampling period every={every} must be >= 1",
-                hint="pass --every N with N >= 1",
-            )
+            raise SpeclogsError(f"profiler sampling period every={every} must be >= 1", hint="pass --every N with N >= 1")
         self.every = every
         self.cycles_seen = 0
         self.samples_emitted = 0
@@ -306,9 +294,7 @@ def _resolve(sample: _PendingCycle) -> SpecCycleSample | None:
     """Turn a completed pending sample into numbers; None when it lacks what a line needs."""
     if sample.end is None or (sample.accept_lens_host is None and sample.accepted_drafts is None):
         return None
-    phase_us = {
-        phase: _elapsed_us(start, end) for phase, (start, end) in sample.phases.items()
-    }
+    phase_us = {phase: _elapsed_us(start, end) for phase, (start, end) in sample.phases.items()}
     if sample.accept_lens_host is not None:
         accept_lens = [int(n) for n in sample.accept_lens_host.tolist()]
         batch_size = len(accept_lens) if accept_lens else sample.batch_size

@@ -114,7 +114,6 @@ class Instrumentation:
         self.disabled_reason: str | None = None
         self.status_logged = False
         self.layout_problems: dict[str, list[str]] = {}  # target key -> why it was not wrapped
-        self.wrapped_classes: list[str] = []
 
     # -- status lines (one per process, TP rank 0 only) ------------------------------------
     def log_active(self, worker_class: str) -> None:
@@ -346,7 +345,6 @@ def patch_worker_module(state: Instrumentation, target: WorkerTarget, module: ty
     for phase in target.phases:
         owner = getattr(module, phase.owner)
         setattr(owner, phase.method, _wrap_phase(state, plan, phase.name, getattr(owner, phase.method)))
-    state.wrapped_classes += list(dict.fromkeys((target.worker_class, target.draft_class)))
 
 
 def runtime_facts(scheduler: Any) -> dict[str, str]:

@@ -44,11 +44,7 @@ def check_layout() -> list[Check]:
         checks.append(Check(f"{target.worker_class} layout", not problems, "; ".join(problems) or "as the hook expects"))
         if not problems:
             wrapped = [f"{owner}.{method}" for owner, method in target.wrapped_methods]
-            unwrapped = [
-                name
-                for name, (owner, method) in zip(wrapped, target.wrapped_methods)
-                if not hook.is_wrapped(getattr(getattr(module, owner), method))
-            ]
+            unwrapped = [f"{o}.{m}" for o, m in target.wrapped_methods if not hook.is_wrapped(getattr(getattr(module, o), m))]
             checks.append(
                 Check(
                     f"{target.worker_class} wrapped",

@@ -248,10 +248,6 @@ def _on_worker_init(state: Instrumentation, plan: WorkerPlan, worker: Any, rank:
     state.log_active(worker_class.__name__)
 
 
-def _begin_cycle(profiler: CycleProfiler, batch: Any) -> None:
-    profiler.begin_cycle(len(batch.seq_lens))  # a device tensor's len() is its shape: no sync
-
-
 def _end_cycle(profiler: CycleProfiler, plan: WorkerPlan, result: Any) -> None:
     value = getattr(result, plan.accepted_field, None)
     if plan.target.accepted_per_request:
@@ -274,7 +270,7 @@ def _wrap_cycle(state: Instrumentation, plan: WorkerPlan, original: Callable[...
             if state.profiler is profiler:
                 state.guard("forward end", profiler.end_forward)  # may start the next gap
             return result
-        state.guard("cycle start", _begin_cycle, profiler, batch)
+        state.guard("cycle start", lambda: profiler.begin_cycle(len(batch.seq_lens)))  # len() of a device tensor: no sync
         try:
             result = original(self, *args, **kwargs)
         except BaseException:  # whatever SGLang raised (even KeyboardInterrupt): drop the half cycle, re-raise as is

@@ -198,8 +198,11 @@ class CycleProfiler:
         free = self._free_events
         return free.pop() if free else self._events.new_event()
 
-    def _recycle(self, sample: _PendingCycle) -> None:
-        self._free_events += sample.all_events()
+    def _record(self) -> Event:
+        """A free event, recorded now on the current stream."""
+        event = self._take_event()
+        event.record()
+        return event
 
     def begin_cycle(self, batch_size: int) -> None:
         """Start cycle number `cycles_seen + 1`; record its start event when it is sampled."""
@@ -210,24 +213,18 @@ class CycleProfiler:
         if self.cycles_seen % self.every != 0 or self._events.is_capturing():
             return
         self._phase_starts = {}
-        start = self._take_event()
-        start.record()
-        self._current = _PendingCycle(self.cycles_seen, batch_size, start, gap_start=self._gap_mark)
+        self._current = _PendingCycle(self.cycles_seen, batch_size, self._record(), gap_start=self._gap_mark)
         self._gap_mark = None
 
     def begin_phase(self, phase: str) -> None:
         if self._current is None:
             return
-        event = self._take_event()
-        event.record()
-        self._phase_starts[phase] = event
+        self._phase_starts[phase] = self._record()
 
     def end_phase(self, phase: str) -> None:
         if self._current is None or phase not in self._phase_starts:
             return
-        event = self._take_event()
-        event.record()
-        self._current.phases[phase] = (self._phase_starts.pop(phase), event)
+        self._current.phases[phase] = (self._phase_starts.pop(phase), self._record())
 
     def set_verify_width(self, draft_token_num: int) -> None:
         """Tokens per request in this cycle's verify tree, root included (SGLang's draft_token_num)."""
@@ -240,16 +237,14 @@ class CycleProfiler:
         sample = self._current
         self._current = None
         if sample is not None:
-            sample.end = self._take_event()
-            sample.end.record()
+            sample.end = self._record()
             sample.accepted_drafts = accepted_drafts
             if accept_lens is not None:
                 sample.accept_lens_host = self._events.copy_to_host(accept_lens)
-                sample.host_copy_done = self._take_event()
-                sample.host_copy_done.record()
+                sample.host_copy_done = self._record()
             self._pending.append(sample)
             while len(self._pending) > self._max_pending:
-                self._recycle(self._pending.popleft())
+                self._free_events += self._pending.popleft().all_events()
                 self.samples_dropped += 1
         self.end_forward()
 

@@ -59,7 +59,8 @@ def _doc_blocks() -> list[tuple[str, str, str]]:
         outside = re.sub(r"```.*?```", "", text, flags=re.S)
         lines = outside.splitlines()
         for i, line in enumerate(lines):
-            if re.match(r"    (speclogs|python -m speclogs)\b", line) and not line.startswith("    speclogs spec_cycle "):
+            log_line = line.startswith(("    speclogs spec_cycle ", "    speclogs profiler: "))  # the profiler's output, quoted
+            if re.match(r"    (speclogs|python -m speclogs)\b", line) and not log_line:
                 command = [line.strip()]
                 while command[-1].endswith("\\"):
                     i += 1

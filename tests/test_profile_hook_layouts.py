@@ -237,7 +237,12 @@ def fake_sglang(monkeypatch, stream):
 
 
 def profiler_lines(caplog):
-    return [r.getMessage() for r in caplog.records if r.name == "sglang.speclogs.profile"]
+    """The profiler's status and cycle lines (the scheduler's `runtime:` line left out)."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "sglang.speclogs.profile" and not r.getMessage().startswith("speclogs profiler: runtime:")
+    ]
 
 
 def run_cycles(worker, batch_class, cycles, *, by_keyword=None):

@@ -1,21 +1,15 @@
 """Adaptive launching: interleaved rounds until every planned comparison is decided, with a stopping rule that keeps
 its error rate. Standard library only (runs on the GPU box).
 
-Rule: repeated confidence intervals (RCIs; Jennison & Turnbull 1989, "Interim analyses: the repeated confidence
-interval approach", JRSS B 51:305–361; Jennison & Turnbull 2000, "Group Sequential Methods with Applications to
-Clinical Trials", ch. 9) with a Pocock-type constant boundary over the planned looks. A look is taken after every
-round from the plan's `launches` (≥ 2) up to the budget's last round (`max_launches` // cells). With known variance
-the constant c satisfies P(|Z_k| ≥ c for some look k) = α under H0, Z_k the standardised difference after round r_k
-(computed here by numerical integration, Armitage–McPherson–Rowe recursion); the RCI at look k is
-d̂_k ± t(ν_k; 1 − α′/2) · SE_k with α′ = 2(1 − Φ(c)) the boundary's nominal level per look and ν_k Welch's degrees
-of freedom (the "significance level" approach to an unknown variance, Jennison & Turnbull 2000). RCIs cover
-the true ratio at every look simultaneously with probability ≥ 1 − α, so stopping at any look for any reason — a
-winner, a narrow enough interval — keeps both the coverage and the false-winner rate at α per comparison.
+Rule: repeated confidence intervals (Jennison & Turnbull 1989, JRSS B 51:305–361; 2000, "Group Sequential Methods",
+ch. 9) with a Pocock-type constant boundary c over the looks (one per round from the plan's `launches` ≥ 2 to the
+budget's last round): P(|Z_k| ≥ c at some look) = α under H0, by numerical integration (Armitage–McPherson–Rowe).
+The RCI at look k is d̂_k ± t(ν_k; 1 − α′/2) · SE_k, α′ = 2(1 − Φ(c)), ν_k Welch's degrees of freedom. RCIs cover the
+true ratio at every look at once with probability ≥ 1 − α, so stopping at any look for any reason keeps the coverage.
 
-Per launch the statistic is the client throughput of its bench.jsonl (Σ tokens / Σ latency of the non-warm-up
-requests); a comparison is B against the reference cell on log throughput, Welch's standard error over launches. It
-is decided when its RCI lies beyond ±log(1 + min_effect) (a winner), inside it (equivalent, with min_effect > 0), or
-spans at most `until` (ci_width: exp(high) − exp(low), e.g. [0.98, 1.03] is 5 %).
+A comparison is B against the reference cell on log client throughput per launch (Σ tokens / Σ latency of the
+non-warm-up requests of its bench.jsonl). It is decided when its RCI lies beyond ±log(1 + min_effect) (a winner),
+inside it (equivalent, with min_effect > 0), or spans at most `until` (ci_width: exp(high) − exp(low)).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from speclogs.doctor import config_facts
-from speclogs.redact import REDACTED, redact_argv, redact_env, redact_value, secret_name  # noqa: F401 - re-exported
+from speclogs.redact import redact_argv, redact_env, redact_value  # noqa: F401 - re-exported for the launcher
 
 # Proxy variables: a server never inherits them unless the plan's inherit_env names them (any case), since they
 # carry credentials (http://user:pw@proxy) and reroute traffic; "*" and PREFIX* entries do not name them.
@@ -70,10 +70,6 @@ def recorded_env(env: dict[str, str], inherit: tuple[str, ...], *layers: dict[st
     asked = {name for layer in layers for name in layer} | {entry for entry in inherit if not entry.endswith("*")}
     return {name: redact_value(name, value) if name in asked or name.startswith(RECORDED_ENV_FAMILIES) else NOT_RECORDED
             for name, value in sorted(env.items())}
-
-
-def is_secret(name: str) -> bool:
-    return secret_name(name)
 
 
 def build_env(

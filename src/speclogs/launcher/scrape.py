@@ -1,11 +1,8 @@
 """Benchmark windows and `/metrics` scrapes: what run.json's `windows` records.
 
-A window is one benchmark's measured span (`single_stream`: after the warm-up requests to the last request;
-`bench_serving`: the bench_serving run). When the server runs with `--enable-metrics`, the launcher scrapes
-`GET /metrics` as the window opens (`before`), every `every_s` seconds while it is open (`during`) and as it closes
-(`after`), and writes each answer unchanged to `metrics-<window>-<phase>[-NNN].prom` in the launch directory.
-Counter deltas between a window's scrapes (Δ generation tokens / Δ verify calls …) then belong to that window only.
-A failed scrape is recorded with its error and never fails the launch.
+A window is one benchmark's measured span. With `--enable-metrics` the launcher scrapes `GET /metrics` as it opens
+(`before`), every `every_s` seconds (`during`) and as it closes (`after`), into `metrics-<window>-<phase>[-NNN].prom`,
+so counter deltas between a window's scrapes belong to that window only. A failed scrape is recorded, never fatal.
 
 Standard library only (runs on the GPU box).
 """

@@ -252,39 +252,10 @@ def write_synth_pair(target_dir: str | Path, draft_dir: str | Path, config: Synt
         return [(weights_rng.standard_normal((min(rows_per_block, shape[0] - start), shape[1]), dtype=np.float32)
                  * config.random_std) for start in range(0, shape[0], rows_per_block)]
 
-    # --- target ---
-    specs = _target_specs(config, V)
-
-    def target_tensor(name, shape):
-        if name == "model.embed_tokens.weight":
-            return E * np.float32(math.sqrt(H))
-        if name == "lm_head.weight":
-            return E[inv]
-        if name.endswith("norm.weight"):
-            return np.ones(shape, dtype=np.float32)
-        if name.endswith(("o_proj.weight", "down_proj.weight")):
-            return np.zeros(shape, dtype=np.float32)
-        return random_rows(shape)
-
-    target_bytes = _SafetensorsWriter(specs).write(target_dir / "model.safetensors", target_tensor)
-    _write_target_config(target_dir, config, V)
-
-    # --- draft ---
-    dspecs = _draft_specs(config, FF)
-
-    def draft_tensor(name, shape):
-        if name == "fc.weight":
-            fc = np.zeros(shape, dtype=np.float32)
-            fc[:, :H] = W
-            return fc
-        if name.endswith("norm.weight"):
-            return np.ones(shape, dtype=np.float32)
-        if name.endswith(("o_proj.weight", "down_proj.weight")):
-            return np.zeros(shape, dtype=np.float32)
-        return random_rows(shape)
-
-    draft_bytes = _SafetensorsWriter(dspecs).write(draft_dir / "model.safetensors", draft_tensor)
-    _write_draft_config(draft_dir, config, V, FF)
+    fc = np.zeros((H, 3 * H), dtype=np.float32)
+    fc[:, :H] = W
+    target = {"model.embed_tokens.weight": E * np.float32(math.sqrt(H)), "lm_head.weight": E[inv]}
+    target_bytes, draft_bytes = _write_weights(target_dir, draft_dir, config, V, FF, target, {"fc.weight": fc}, random_rows)
 
     # what the written (bf16-rounded) weights imply, over every token
     embed_b = from_bf16_bits(to_bf16_bits(E * np.float32(math.sqrt(H))))
@@ -304,6 +275,34 @@ def write_synth_pair(target_dir: str | Path, draft_dir: str | Path, config: Synt
         "predicted_accept_len_model": predicted_accept_len(5, 1, 6, config.noise, V),
     })
     return pair
+
+
+def _mlp_tensors(prefix: str, mlp) -> dict:
+    return {f"{prefix}{name}.weight": weight for name, weight in zip(("gate_proj", "up_proj", "down_proj"), mlp)}
+
+
+def _write_weights(target_dir: Path, draft_dir: Path, config: SynthConfig, V: int, FF: int, target: dict, draft: dict,
+                   random_rows) -> tuple[int, int]:
+    """Both models' safetensors and configs. A tensor not given is ones (norms), zeros (attention and MLP outputs:
+    the layer adds nothing) or random (q/k/v/gate/up: compute only), drawn in file order."""
+    import numpy as np
+
+    def tensors(given: dict):
+        def produce(name, shape):
+            if name in given:
+                return given[name]
+            if name.endswith("norm.weight"):
+                return np.ones(shape, dtype=np.float32)
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                return np.zeros(shape, dtype=np.float32)
+            return random_rows(shape)
+        return produce
+
+    target_bytes = _SafetensorsWriter(_target_specs(config, V)).write(target_dir / "model.safetensors", tensors(target))
+    _write_target_config(target_dir, config, V)
+    draft_bytes = _SafetensorsWriter(_draft_specs(config, FF)).write(draft_dir / "model.safetensors", tensors(draft))
+    _write_draft_config(draft_dir, config, V, FF)
+    return target_bytes, draft_bytes
 
 
 def _target_specs(config: SynthConfig, V: int) -> list[tuple[str, tuple[int, ...]]]:
@@ -491,36 +490,11 @@ def _write_layered_pair(target_dir: Path, draft_dir: Path, config: SynthConfig) 
     def random_rows(shape):
         return (weights_rng.standard_normal(shape, dtype=np.float32) * config.random_std)
 
-    def target_tensor(name, shape):
-        if name == "model.embed_tokens.weight":
-            return embed
-        if name == "lm_head.weight":
-            return lm_head
-        if name.endswith("norm.weight"):
-            return np.ones(shape, dtype=np.float32)
-        layer = int(name.split(".")[2]) if name.startswith("model.layers.") else -1
-        if layer in target_mlps and ".mlp." in name:
-            g, u, d = target_mlps[layer]
-            return {"gate_proj": g, "up_proj": u, "down_proj": d}[name.split(".")[-2]]
-        if name.endswith(("o_proj.weight", "down_proj.weight")):
-            return np.zeros(shape, dtype=np.float32)
-        return random_rows(shape)
-
-    def draft_tensor(name, shape):
-        if name == "fc.weight":
-            return fc
-        if name.endswith("norm.weight"):
-            return np.ones(shape, dtype=np.float32)
-        if name.startswith("midlayer.mlp."):
-            return {"gate_proj": dg, "up_proj": du, "down_proj": dd}[name.split(".")[-2]]
-        if name.endswith("o_proj.weight"):
-            return np.zeros(shape, dtype=np.float32)
-        return random_rows(shape)
-
-    target_bytes = _SafetensorsWriter(_target_specs(config, V)).write(target_dir / "model.safetensors", target_tensor)
-    _write_target_config(target_dir, config, V)
-    draft_bytes = _SafetensorsWriter(_draft_specs(config, FF)).write(draft_dir / "model.safetensors", draft_tensor)
-    _write_draft_config(draft_dir, config, V, FF)
+    target = {"model.embed_tokens.weight": embed, "lm_head.weight": lm_head}
+    for layer, mlp in target_mlps.items():
+        target.update(_mlp_tensors(f"model.layers.{layer}.mlp.", mlp))
+    draft = {"fc.weight": fc, **_mlp_tensors("midlayer.mlp.", (dg, du, dd))}
+    target_bytes, draft_bytes = _write_weights(target_dir, draft_dir, config, V, FF, target, draft, random_rows)
 
     offset_read = config.aux_offset == 1 and len(members) > 0
     checked = forward_check(config, design, embed, target_mlps, fc, (dg, du, dd), lm_head, max(K, 1))

@@ -10,7 +10,6 @@ GB/s are decimal gigabytes (1e9 bytes) per second, as nccl-tests prints them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Sequence
 
 from speclogs.errors import ProbeError
@@ -53,38 +52,23 @@ def percentile(values: Sequence[float], q: float) -> float:
         raise ProbeError(f"percentile {q} is outside 0..100")
     ordered = sorted(values)
     position = (len(ordered) - 1) * q / 100.0
-    low = math.floor(position)
-    high = math.ceil(position)
-    fraction = position - low
-    return ordered[low] + (ordered[high] - ordered[low]) * fraction
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-@dataclass(frozen=True)
-class LatencySummary:
-    """Latency of one collective at one size, over the timed iterations (microseconds)."""
-
-    iters: int
-    latency_us: float        # median
-    latency_us_p10: float
-    latency_us_p90: float
-    latency_us_mean: float
-    latency_us_min: float
-    latency_us_max: float
-
-
-def summarize_latencies_us(samples_us: Sequence[float]) -> LatencySummary:
-    """Median, p10, p90, mean, min, max of per-iteration latencies."""
+def summarize_latencies_us(samples_us: Sequence[float]) -> dict[str, float]:
+    """`iters` and the median (`latency_us`), p10, p90, mean, min, max of per-iteration latencies."""
     if not samples_us:
         raise ProbeError("no timed iterations to summarize", hint="use --iters 1 or more")
-    return LatencySummary(
-        iters=len(samples_us),
-        latency_us=percentile(samples_us, 50.0),
-        latency_us_p10=percentile(samples_us, 10.0),
-        latency_us_p90=percentile(samples_us, 90.0),
-        latency_us_mean=sum(samples_us) / len(samples_us),
-        latency_us_min=min(samples_us),
-        latency_us_max=max(samples_us),
-    )
+    return {
+        "iters": len(samples_us),
+        "latency_us": percentile(samples_us, 50.0),
+        "latency_us_p10": percentile(samples_us, 10.0),
+        "latency_us_p90": percentile(samples_us, 90.0),
+        "latency_us_mean": sum(samples_us) / len(samples_us),
+        "latency_us_min": min(samples_us),
+        "latency_us_max": max(samples_us),
+    }
 
 
 def combine_rank_samples_us(per_rank_samples_us: Sequence[Sequence[float]]) -> list[float]:
@@ -117,12 +101,7 @@ def sweep_message_bytes(smallest_bytes: int = 8, largest_bytes: int = 64 * 1024 
     """Sizes smallest, ×2, … up to largest (inclusive), like nccl-tests' -b 8 -e 64M -f 2."""
     if smallest_bytes < 1 or largest_bytes < smallest_bytes:
         raise ProbeError(f"sweep {smallest_bytes}..{largest_bytes} bytes is empty")
-    sizes = []
-    size = smallest_bytes
-    while size <= largest_bytes:
-        sizes.append(size)
-        size *= 2
-    return sizes
+    return [smallest_bytes << i for i in range((largest_bytes // smallest_bytes).bit_length())]
 
 
 def element_count(collective: str, message_bytes: int, world_size: int, dtype_bytes: int = BF16_BYTES) -> int:

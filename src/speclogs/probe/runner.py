@@ -332,19 +332,20 @@ def _stop_group(process: subprocess.Popen, grace_s: float = 5.0) -> None:
         process.wait(timeout=grace_s)
 
 
-def _read_stage(work_dir: Path, rank: int) -> str:
+def _read(path: Path) -> str:
+    """A rank's file, or "" before the rank wrote it."""
     try:
-        return (work_dir / f"rank{rank}.stage").read_text(encoding="utf-8").strip()
+        return path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        return "not_started"
+        return ""
+
+
+def _read_stage(work_dir: Path, rank: int) -> str:
+    return _read(work_dir / f"rank{rank}.stage").strip() or "not_started"
 
 
 def _log_tail(work_dir: Path, rank: int) -> list[str]:
-    try:
-        lines = (work_dir / f"rank{rank}.log").read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        return []
-    return [f"[rank {rank}] {line}" for line in lines[-_LOG_TAIL_LINES:]]
+    return [f"[rank {rank}] {line}" for line in _read(work_dir / f"rank{rank}.log").splitlines()[-_LOG_TAIL_LINES:]]
 
 
 def _run_env_set(request: ProbeRequest, env_set: EnvSet, world_size: int) -> EnvSetResult:
@@ -417,11 +418,7 @@ def _watch_ranks(request: ProbeRequest, processes: list[subprocess.Popen], work_
 
 
 def _nccl_env_lines(work_dir: Path) -> tuple[str, ...]:
-    try:
-        text = (work_dir / "rank0.log").read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return ()
-    return tuple(line.strip() for line in text.splitlines()
+    return tuple(line.strip() for line in _read(work_dir / "rank0.log").splitlines()
                  if "NCCL INFO" in line and ("set by environment to" in line or "NCCL version" in line))
 
 
@@ -434,13 +431,10 @@ def _combine(rank_results: list[dict], world_size: int) -> list[Measurement]:
         message_bytes = int(item["bytes"])
         measurements.append(Measurement(
             collective=item["collective"], kind=item["kind"], bytes=message_bytes, tokens=item["tokens"],
-            elements=int(item["elements"]), dtype=DTYPE, iters=summary.iters,
-            latency_us=summary.latency_us, latency_us_p10=summary.latency_us_p10, latency_us_p90=summary.latency_us_p90,
-            latency_us_mean=summary.latency_us_mean, latency_us_min=summary.latency_us_min,
-            latency_us_max=summary.latency_us_max,
+            elements=int(item["elements"]), dtype=DTYPE, **summary,
             span_mean_us=max(float(entry["span_mean_us"]) for entry in per_rank),
-            algbw_gb_s=alg_bandwidth_gb_s(message_bytes, summary.latency_us),
-            busbw_gb_s=bus_bandwidth_gb_s(item["collective"], message_bytes, summary.latency_us, world_size),
+            algbw_gb_s=alg_bandwidth_gb_s(message_bytes, summary["latency_us"]),
+            busbw_gb_s=bus_bandwidth_gb_s(item["collective"], message_bytes, summary["latency_us"], world_size),
             **_graph_fields(per_rank),
         ))
     return measurements
@@ -454,7 +448,7 @@ def _graph_fields(per_rank: list[dict]) -> dict:
     if not all(entry.get("graph_samples_us") for entry in per_rank):
         return {}
     combined = combine_rank_samples_us([entry["graph_samples_us"] for entry in per_rank])
-    return {"graph_latency_us": summarize_latencies_us(combined).latency_us}
+    return {"graph_latency_us": summarize_latencies_us(combined)["latency_us"]}
 
 
 def _inherited_warnings() -> tuple[str, ...]:

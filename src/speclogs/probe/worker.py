@@ -1,17 +1,10 @@
 """One rank of the NCCL probe: `python -m speclogs.probe.worker SPEC.json` (torch + stdlib only).
 
-The parent (speclogs.probe.runner) starts one of these per GPU with RANK, WORLD_SIZE, LOCAL_RANK,
-MASTER_ADDR, MASTER_PORT and the env set already in the environment, so NCCL reads the env set at init.
-Each rank writes `rank<R>.stage` (how far it got: started, init_begin, init_done, done) and, at the end,
-`rank<R>.json` with per-iteration latencies in microseconds. `--preflight` prints the machine's torch,
-CUDA and GPU facts as JSON instead.
-
-Timing: per size, `warmup_iters` untimed calls, a barrier, then `iters` calls back to back on the current stream,
-each between two CUDA events (elapsed_time → per-iteration latency), plus the span of all of them
-(mean per call, nccl-tests' way of timing). With `graph_calls` > 0 (GPU only) the same collective is also
-captured `graph_calls` times into one CUDA graph, as a CUDA-graph decode/verify step replays it, and the graph is
-replayed `iters` times between events: per-call latency = replay time / graph_calls, without the host's launch
-cost and rank skew that eager calls carry. A capture that fails is recorded (`graph_error`), not fatal.
+The runner starts one per GPU with the rendezvous variables and the env set in its environment (NCCL reads it
+at init). A rank writes `rank<R>.stage` as it goes and `rank<R>.json` (per-iteration latencies, µs) at the end;
+`--preflight` prints the machine's torch / CUDA / GPU facts as JSON. Eager calls are timed one by one between
+CUDA events; with `graph_calls` > 0 the collective is also replayed from a CUDA graph, as a CUDA-graph decode
+step runs it (no launch cost, no rank skew). A capture that fails is recorded (`graph_error`), not fatal.
 """
 
 from __future__ import annotations
@@ -110,15 +103,7 @@ def run_rank(spec: dict, out_dir: Path) -> None:
         dist.barrier()                      # the ranks start each size's timed calls together
         synchronize()
         if on_gpu:
-            starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-            ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-            for start, end in zip(starts, ends):
-                start.record()
-                call()
-                end.record()
-            synchronize()
-            samples_us = [start.elapsed_time(end) * 1000.0 for start, end in zip(starts, ends)]
-            span_us = starts[0].elapsed_time(ends[-1]) * 1000.0
+            samples_us, span_us = _time_on_stream(call, iters, device)
         else:
             stamps = [time.perf_counter()]
             for _ in range(iters):
@@ -146,6 +131,21 @@ def run_rank(spec: dict, out_dir: Path) -> None:
     _write_stage(out_dir, rank, "done")
 
 
+def _time_on_stream(call, iters: int, device) -> tuple[list[float], float]:
+    """`iters` back-to-back calls, each between two CUDA events: per-call µs and the span of them all."""
+    import torch
+
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for start, end in zip(starts, ends):
+        start.record()
+        call()
+        end.record()
+    torch.cuda.synchronize(device)
+    samples_us = [start.elapsed_time(end) * 1000.0 for start, end in zip(starts, ends)]
+    return samples_us, starts[0].elapsed_time(ends[-1]) * 1000.0
+
+
 def _graph_timing(call, graph_calls: int, iters: int, device) -> dict:
     """Per-call latency of `call` replayed from a CUDA graph of `graph_calls` captured calls (both ranks replay
     together after a barrier). Returns graph_samples_us (one per replay) or graph_error."""
@@ -169,16 +169,9 @@ def _graph_timing(call, graph_calls: int, iters: int, device) -> dict:
         torch.cuda.synchronize(device)
         dist.barrier()
         torch.cuda.synchronize(device)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        for start, end in zip(starts, ends):
-            start.record()
-            graph.replay()
-            end.record()
-        torch.cuda.synchronize(device)
-        samples = [start.elapsed_time(end) * 1000.0 / graph_calls for start, end in zip(starts, ends)]
+        samples, _ = _time_on_stream(graph.replay, iters, device)
         del graph
-        return {"graph_calls": graph_calls, "graph_samples_us": samples}
+        return {"graph_calls": graph_calls, "graph_samples_us": [sample / graph_calls for sample in samples]}
     except Exception as error:  # noqa: BLE001 — any capture failure is a result to report, not a crash
         torch.cuda.synchronize(device)
         first_line = (str(error).splitlines() or [""])[0][:300]

@@ -1,22 +1,12 @@
 """Wrap SGLang's EAGLE worker phases at import time, in every process, without editing SGLang.
 
-`install()` puts a finder on `sys.meta_path` that waits for the modules named in
-`speclogs.profile.targets`:
+`install()` puts a finder on `sys.meta_path` that waits for the modules `speclogs.profile.targets` names.
+A worker module that passes `targets.check_worker` gets its methods replaced *on the classes* (so every
+`from … import` sees them): `__init__` (TP rank; the `active` line on rank 0), the cycle and its three
+phases. `Scheduler.__init__` is wrapped so that TP rank 0 says why a server was not profiled.
 
-- each worker target's module (`sglang.srt.speculative.eagle_worker_v2`, `…multi_layer_eagle_worker_v2`,
-  `…eagle_worker`, `…multi_layer_eagle_worker`): once it has executed, the target's facts are read
-  from its source (`targets.observe_worker`) and checked (`targets.check_worker`) — the same check
-  scripts/profile_compat.py runs on every SGLang release for docs/profiling.md. When it passes, the
-  methods are replaced *on the classes* (so `from … import EAGLEWorkerV2` anywhere, before or after,
-  gets the wrapped methods): the worker's `__init__` (learns the TP rank, logs the `active` line on
-  TP rank 0), its cycle (`forward_batch_generation`) and the three phases (draft, verify, extend).
-  When it fails, nothing is wrapped and the problems are kept for the scheduler's line.
-- `sglang.srt.managers.scheduler`: `Scheduler.__init__` is wrapped so that, once the scheduler
-  has built its workers, TP rank 0 logs `speclogs profiler: disabled: <reason>` when no wrapped
-  EAGLE worker serves it (no speculation, another algorithm, a layout the check refused).
-
-An exception raised by SGLang inside a wrapped method propagates unchanged. A failure of the
-profiler itself (`PROFILER_FAULTS`) disables the profiler with one warning line; SGLang goes on.
+SGLang's own exceptions propagate unchanged; a fault of the profiler (`PROFILER_FAULTS`) disables it
+with one warning line and SGLang goes on.
 """
 
 from __future__ import annotations
@@ -49,16 +39,7 @@ logger = logging.getLogger("sglang.speclogs.profile")
 
 # What a bug in the profiler itself can raise. Caught only around the profiler's own calls, never
 # around SGLang's code, and turned into one "disabled" warning so the server keeps running.
-PROFILER_FAULTS = (
-    RuntimeError,
-    AttributeError,
-    TypeError,
-    ValueError,
-    LookupError,
-    ArithmeticError,
-    OSError,
-    ImportError,
-)
+PROFILER_FAULTS = (RuntimeError, AttributeError, TypeError, ValueError, LookupError, ArithmeticError, OSError, ImportError)
 
 _WRAPPED_MARK = "__speclogs_wrapped__"
 
@@ -124,13 +105,7 @@ def read_rank(source: RankSource, owner: Any, arguments: Mapping[str, Any]) -> A
 class Instrumentation:
     """Per-process profiler state: the sampling period, the event source, the status line."""
 
-    def __init__(
-        self,
-        *,
-        every: int,
-        event_source_factory: Callable[[], EventSource],
-        sources: SourceIndex | None = None,
-    ) -> None:
+    def __init__(self, *, every: int, event_source_factory: Callable[[], EventSource], sources: SourceIndex | None = None) -> None:
         self.every = every
         self.event_source_factory = event_source_factory
         self.sources = sources if sources is not None else SourceIndex(read_installed_source)
@@ -139,7 +114,6 @@ class Instrumentation:
         self.disabled_reason: str | None = None
         self.status_logged = False
         self.layout_problems: dict[str, list[str]] = {}  # target key -> why it was not wrapped
-        self.wrapped_classes: list[str] = []
 
     # -- status lines (one per process, TP rank 0 only) ------------------------------------
     def log_active(self, worker_class: str) -> None:
@@ -147,9 +121,7 @@ class Instrumentation:
             return
         self.status_logged = True
         version = sglang_version()
-        logger.info(
-            "speclogs profiler: active (%s, every=%d, sglang %s)", worker_class, self.every, version
-        )
+        logger.info("speclogs profiler: active (%s, every=%d, sglang %s)", worker_class, self.every, version)
         if version not in VERIFIED_SGLANG_VERSIONS:
             logger.warning(
                 "speclogs profiler: sglang %s is not a verified version (verified: %s); its "
@@ -207,8 +179,7 @@ def use_event_source(factory: Callable[[], EventSource]) -> None:
     """Replace the CUDA event source (tests use a stand-in; call before the worker is built)."""
     if _state is None:
         raise SpeclogsError(
-            "speclogs profiler hook is not installed in this process",
-            hint="start the program through `python -m speclogs.profile -- …`",
+            "speclogs profiler hook is not installed in this process", hint="start the program through `python -m speclogs.profile -- …`"
         )
     _state.event_source_factory = factory
 
@@ -236,38 +207,33 @@ def _is_decode_batch(batch: Any) -> bool:
     return not mode.is_idle()
 
 
-def _wrap_worker_init(
-    state: Instrumentation, plan: WorkerPlan, original: Callable[..., Any]
+def _wrap_init(
+    state: Instrumentation, where: str, rank_source: RankSource, original: Callable[..., Any], after: Callable[[Any, Any], None]
 ) -> Callable[..., Any]:
+    """`original`, then `after(self, TP rank)` (the rank read once the object is built)."""
     signature = inspect.signature(original)
+
+    def rank(owner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        arguments: Mapping[str, Any] = {}
+        if rank_source.argument is not None:
+            bound = signature.bind(owner, *args, **kwargs)
+            bound.apply_defaults()
+            arguments = bound.arguments
+        return read_rank(rank_source, owner, arguments)
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        if state.disabled_reason is None:
-            state.guard("worker init", _on_worker_init, state, plan, self, signature, args, kwargs)
+        state.guard(where, lambda: after(self, rank(self, args, kwargs)))
 
     return _mark(__init__)
 
 
-def _on_worker_init(
-    state: Instrumentation,
-    plan: WorkerPlan,
-    worker: Any,
-    signature: inspect.Signature,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> None:
-    arguments: Mapping[str, Any] = {}
-    if plan.rank_source.argument is not None:
-        bound = signature.bind(worker, *args, **kwargs)
-        bound.apply_defaults()
-        arguments = bound.arguments
-    rank = read_rank(plan.rank_source, worker, arguments)
+def _on_worker_init(state: Instrumentation, plan: WorkerPlan, worker: Any, rank: Any) -> None:
+    if state.disabled_reason is not None:
+        return
     if not isinstance(rank, int):
-        state.log_disabled(
-            f"cannot tell the TP rank of {type(worker).__name__}: {plan.rank_source.label} is {rank!r}"
-        )
+        state.log_disabled(f"cannot tell the TP rank of {type(worker).__name__}: {plan.rank_source.label} is {rank!r}")
         return
     if rank != 0:
         return
@@ -282,10 +248,6 @@ def _on_worker_init(
     state.log_active(worker_class.__name__)
 
 
-def _begin_cycle(profiler: CycleProfiler, batch: Any) -> None:
-    profiler.begin_cycle(len(batch.seq_lens))  # a device tensor's len() is its shape: no sync
-
-
 def _end_cycle(profiler: CycleProfiler, plan: WorkerPlan, result: Any) -> None:
     value = getattr(result, plan.accepted_field, None)
     if plan.target.accepted_per_request:
@@ -294,9 +256,7 @@ def _end_cycle(profiler: CycleProfiler, plan: WorkerPlan, result: Any) -> None:
         profiler.end_cycle(None, accepted_drafts=value if isinstance(value, int) else None)
 
 
-def _wrap_cycle(
-    state: Instrumentation, plan: WorkerPlan, original: Callable[..., Any]
-) -> Callable[..., Any]:
+def _wrap_cycle(state: Instrumentation, plan: WorkerPlan, original: Callable[..., Any]) -> Callable[..., Any]:
     batch_param = plan.cycle_batch_param
 
     @functools.wraps(original)
@@ -310,7 +270,7 @@ def _wrap_cycle(
             if state.profiler is profiler:
                 state.guard("forward end", profiler.end_forward)  # may start the next gap
             return result
-        state.guard("cycle start", _begin_cycle, profiler, batch)
+        state.guard("cycle start", lambda: profiler.begin_cycle(len(batch.seq_lens)))  # len() of a device tensor: no sync
         try:
             result = original(self, *args, **kwargs)
         except BaseException:  # whatever SGLang raised (even KeyboardInterrupt): drop the half cycle, re-raise as is
@@ -323,15 +283,11 @@ def _wrap_cycle(
     return _mark(forward_batch_generation)
 
 
-def _record_verify_width(
-    profiler: CycleProfiler, plan: WorkerPlan, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> None:
+def _record_verify_width(profiler: CycleProfiler, plan: WorkerPlan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Tokens per request in the verify tree: `draft_token_num` of the verify input, passed to
     verify as an argument (`verify(batch, spec_info)`) or set on the batch before the call."""
     if plan.verify_input_position is not None:
-        verify_input = _argument(
-            args, kwargs, plan.verify_input_position, plan.target.verify_input_param
-        )
+        verify_input = _argument(args, kwargs, plan.verify_input_position, plan.target.verify_input_param)
     else:
         verify_input = getattr(_argument(args, kwargs, 0, plan.verify_batch_param), "spec_info", None)
     width = getattr(verify_input, "draft_token_num", None)
@@ -339,9 +295,7 @@ def _record_verify_width(
         profiler.set_verify_width(width)
 
 
-def _wrap_phase(
-    state: Instrumentation, plan: WorkerPlan, phase: str, original: Callable[..., Any]
-) -> Callable[..., Any]:
+def _wrap_phase(state: Instrumentation, plan: WorkerPlan, phase: str, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
         profiler = state.profiler
@@ -369,9 +323,7 @@ def _loaded_class_problems(target: WorkerTarget, module: types.ModuleType) -> li
     return problems
 
 
-def patch_worker_module(
-    state: Instrumentation, target: WorkerTarget, module: types.ModuleType
-) -> None:
+def patch_worker_module(state: Instrumentation, target: WorkerTarget, module: types.ModuleType) -> None:
     """Wrap `target`'s classes in its freshly executed module, when `targets.check_worker` passes."""
     facts = targets.observe_worker(target, state.sources)
     problems = targets.check_worker(target, facts) or _loaded_class_problems(target, module)
@@ -382,28 +334,13 @@ def patch_worker_module(
     worker = getattr(module, target.worker_class)
     if is_wrapped(getattr(worker, target.cycle_method)):
         return
-    worker.__init__ = _wrap_worker_init(state, plan, worker.__init__)
+    worker.__init__ = _wrap_init(
+        state, "worker init", plan.rank_source, worker.__init__, lambda self, rank: _on_worker_init(state, plan, self, rank)
+    )
     setattr(worker, target.cycle_method, _wrap_cycle(state, plan, getattr(worker, target.cycle_method)))
     for phase in target.phases:
         owner = getattr(module, phase.owner)
         setattr(owner, phase.method, _wrap_phase(state, plan, phase.name, getattr(owner, phase.method)))
-    state.wrapped_classes += list(dict.fromkeys((target.worker_class, target.draft_class)))
-
-
-def _wrap_scheduler_init(
-    state: Instrumentation, rank_source: RankSource, original: Callable[..., Any]
-) -> Callable[..., Any]:
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        state.guard("runtime line", _log_runtime, rank_source, self, signature, args, kwargs)
-        state.guard(
-            "scheduler check", _report_unprofiled, state, rank_source, self, signature, args, kwargs
-        )
-
-    return _mark(__init__)
 
 
 def runtime_facts(scheduler: Any) -> dict[str, str]:
@@ -433,51 +370,29 @@ def _attribute_path(owner: Any, names: tuple[str, ...]) -> Any:
     return owner
 
 
-def _log_runtime(
-    rank_source: RankSource,
-    scheduler: Any,
-    signature: inspect.Signature,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> None:
-    bound = signature.bind(scheduler, *args, **kwargs)
-    bound.apply_defaults()
-    if read_rank(rank_source, scheduler, bound.arguments) != 0:
+def _on_scheduler_init(state: Instrumentation, scheduler: Any, rank: Any) -> None:
+    if rank != 0:
         return
     facts = runtime_facts(scheduler)
     logger.info("speclogs profiler: runtime: %s", " ".join(f"{k}={v}" for k, v in facts.items()))
+    if not state.status_logged:
+        _report_unprofiled(state, scheduler)
 
 
 def _target_of(worker_class: type) -> WorkerTarget | None:
     """The worker target whose worker class `worker_class` is or derives from."""
     for target in targets.WORKER_TARGETS:
-        if any(
-            c.__module__ == target.module and c.__name__ == target.worker_class
-            for c in worker_class.__mro__
-        ):
+        if any(c.__module__ == target.module and c.__name__ == target.worker_class for c in worker_class.__mro__):
             return target
     return None
 
 
-def _report_unprofiled(
-    state: Instrumentation,
-    rank_source: RankSource,
-    scheduler: Any,
-    signature: inspect.Signature,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> None:
-    bound = signature.bind(scheduler, *args, **kwargs)
-    bound.apply_defaults()
-    if read_rank(rank_source, scheduler, bound.arguments) != 0 or state.status_logged:
-        return
+def _report_unprofiled(state: Instrumentation, scheduler: Any) -> None:
     worker = getattr(scheduler, targets.SCHEDULER_TARGET.worker_attribute, None)
     server_args = getattr(scheduler, "server_args", None)
     algorithm = getattr(server_args, "speculative_algorithm", None)
     if worker is None:
-        state.log_disabled(
-            f"server started without speculative decoding (speculative_algorithm={algorithm})"
-        )
+        state.log_disabled(f"server started without speculative decoding (speculative_algorithm={algorithm})")
         return
     worker_class = type(worker)
     target = _target_of(worker_class)
@@ -506,7 +421,9 @@ def patch_scheduler(state: Instrumentation, module: types.ModuleType) -> None:
     if is_wrapped(scheduler.__init__):
         return
     rank_source = next(s for s in target.rank_sources if s.label in facts.rank_sources)
-    scheduler.__init__ = _wrap_scheduler_init(state, rank_source, scheduler.__init__)
+    scheduler.__init__ = _wrap_init(
+        state, "scheduler check", rank_source, scheduler.__init__, lambda self, rank: _on_scheduler_init(state, self, rank)
+    )
 
 
 # -- the import hook ---------------------------------------------------------------------------
@@ -559,14 +476,10 @@ def install(*, every: int = DEFAULT_EVERY) -> Instrumentation:
     state = Instrumentation(every=every, event_source_factory=CudaEventSource)
 
     def worker_patcher(target: WorkerTarget) -> Callable[[types.ModuleType], None]:
-        return lambda module: state.guard(
-            f"patching {target.module}", patch_worker_module, state, target, module
-        )
+        return lambda module: state.guard(f"patching {target.module}", patch_worker_module, state, target, module)
 
     patchers = {target.module: worker_patcher(target) for target in targets.WORKER_TARGETS}
-    patchers[targets.SCHEDULER_TARGET.module] = lambda module: state.guard(
-        "patching scheduler", patch_scheduler, state, module
-    )
+    patchers[targets.SCHEDULER_TARGET.module] = lambda module: state.guard("patching scheduler", patch_scheduler, state, module)
     _state = state
     for name, patch in patchers.items():
         if name in sys.modules:
@@ -586,8 +499,6 @@ def install_from_env(environ: dict[str, str] | None = None) -> Instrumentation |
     except ValueError:
         every = 0
     if every < 1:
-        logger.warning(
-            "speclogs profiler: disabled: %s=%r is not a positive integer", ENV_EVERY, raw_every
-        )
+        logger.warning("speclogs profiler: disabled: %s=%r is not a positive integer", ENV_EVERY, raw_every)
         return None
     return install(every=every)

@@ -1,15 +1,9 @@
 """`python -m speclogs.profile.selfcheck`: seconds-long check on the GPU box, before long runs.
 
-1. Layout: installs the hook in this process, imports each of SGLang's EAGLE worker modules the
-   install has (`speclogs.profile.targets`) and the scheduler, runs the hook's own check on each
-   (classes, methods, parameters, fields, TP rank; read from the installed source) and checks
-   that the hook actually wrapped the methods of those that pass.
-2. Timing (only where CUDA is available): drives `CycleProfiler` with real CUDA events around
-   real GPU work of known relative sizes on a side stream (as SGLang's overlap scheduler does),
-   checks that samples resolve later without the host loop ever waiting for the GPU, that phases
-   add up to the cycle and that the heaviest phase comes out heaviest; that `gap_ms` covers both
-   GPU work queued between cycles and GPU idle time while the host sleeps between cycles.
-
+Layout: with the hook installed, imports the installed SGLang's EAGLE worker modules and the scheduler and
+checks that the hook's check passes and the methods are wrapped. Timing (with CUDA): drives `CycleProfiler`
+with real events around GPU work of known relative sizes on a side stream, and checks that the host never
+waits, phases add up, the heaviest phase is heaviest, and `gap_ms` covers queued work and GPU idle time.
 Prints one line per check and `selfcheck: OK` (exit 0) or `selfcheck: FAILED …` (exit 1).
 """
 
@@ -19,6 +13,7 @@ import dataclasses
 import importlib
 import sys
 import time
+from typing import Any
 
 from speclogs.profile import hook, targets
 from speclogs.profile.timing import CudaEventSource, CycleProfiler, SpecCycleSample
@@ -46,16 +41,10 @@ def check_layout() -> list[Check]:
             checks.append(Check(f"import {target.module}", False, f"{type(error).__name__}: {error}"))
             continue
         problems = state.layout_problems.get(target.key, [])
-        checks.append(
-            Check(f"{target.worker_class} layout", not problems, "; ".join(problems) or "as the hook expects")
-        )
+        checks.append(Check(f"{target.worker_class} layout", not problems, "; ".join(problems) or "as the hook expects"))
         if not problems:
             wrapped = [f"{owner}.{method}" for owner, method in target.wrapped_methods]
-            unwrapped = [
-                name
-                for name, (owner, method) in zip(wrapped, target.wrapped_methods)
-                if not hook.is_wrapped(getattr(getattr(module, owner), method))
-            ]
+            unwrapped = [f"{o}.{m}" for o, m in target.wrapped_methods if not hook.is_wrapped(getattr(getattr(module, o), m))]
             checks.append(
                 Check(
                     f"{target.worker_class} wrapped",
@@ -80,14 +69,22 @@ def _check_scheduler() -> Check:
     return Check("Scheduler hook", ok, detail if ok else "; ".join(problems) or "not wrapped")
 
 
-def check_cuda_timing(cycles: int = 32, every: int = 4) -> list[Check]:
-    """Real CUDA events around real GPU work: draft (small) < extend (medium) < verify (large)."""
+def _cuda_torch(name: str) -> tuple[Any, list[Check]]:
+    """torch when it sees a CUDA device, else the failed check `name` saying why."""
     try:
         import torch
     except ImportError:
-        return [Check("CUDA timing", False, "torch is not importable")]
+        return None, [Check(name, False, "torch is not importable")]
     if not torch.cuda.is_available():
-        return [Check("CUDA timing", False, "no CUDA device visible")]
+        return None, [Check(name, False, "no CUDA device visible")]
+    return torch, []
+
+
+def check_cuda_timing(cycles: int = 32, every: int = 4) -> list[Check]:
+    """Real CUDA events around real GPU work: draft (small) < extend (medium) < verify (large)."""
+    torch, missing = _cuda_torch("CUDA timing")
+    if missing:
+        return missing
     samples: list[SpecCycleSample] = []
     profiler = CycleProfiler(every=every, events=CudaEventSource(), emit=samples.append)
     # Few, large kernels: ~17 launches a cycle keeps the whole loop under CUDA's launch-queue depth,
@@ -143,8 +140,7 @@ def check_cuda_timing(cycles: int = 32, every: int = 4) -> list[Check]:
             Check(
                 "gap covers the work between cycles",
                 0.4 * last.verify_us <= last.gap_us <= 0.6 * last.verify_us,
-                f"gap {last.gap_us} us for one verify matmul between cycles; verify phase (two) "
-                f"{last.verify_us} us",
+                f"gap {last.gap_us} us for one verify matmul between cycles; verify phase (two) {last.verify_us} us",
             ),
             Check(
                 "accepted / proposed",
@@ -157,12 +153,9 @@ def check_cuda_timing(cycles: int = 32, every: int = 4) -> list[Check]:
 
 def check_cuda_idle_gap(cycles: int = 6, idle_s: float = 0.003) -> list[Check]:
     """The GPU idles `idle_s` before each cycle (the host sleeps after a sync): gap_ms must show it."""
-    try:
-        import torch
-    except ImportError:
-        return [Check("CUDA idle gap", False, "torch is not importable")]
-    if not torch.cuda.is_available():
-        return [Check("CUDA idle gap", False, "no CUDA device visible")]
+    torch, missing = _cuda_torch("CUDA idle gap")
+    if missing:
+        return missing
     samples: list[SpecCycleSample] = []
     profiler = CycleProfiler(every=1, events=CudaEventSource(), emit=samples.append)
     mat = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
@@ -180,13 +173,7 @@ def check_cuda_idle_gap(cycles: int = 6, idle_s: float = 0.003) -> list[Check]:
     gaps_us = [s.gap_us for s in samples[1:]]  # the first cycle has no previous forward
     idle_us = idle_s * 1e6
     ok = len(gaps_us) == cycles - 1 and all(0.9 * idle_us <= g <= 3 * idle_us for g in gaps_us)
-    return [
-        Check(
-            "gap measures GPU idle between cycles",
-            ok,
-            f"host slept {idle_us:.0f} us before each cycle; gap_us={gaps_us}",
-        )
-    ]
+    return [Check("gap measures GPU idle between cycles", ok, f"host slept {idle_us:.0f} us before each cycle; gap_us={gaps_us}")]
 
 
 def main() -> int:

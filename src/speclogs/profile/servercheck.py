@@ -109,11 +109,7 @@ def check_profiler_log(text: str, *, every: int) -> ProfilerLogCheck:
         proposed_tokens=sum(int(m["proposed"]) for m in cycles),
         problems=problems,
         gap_lines=len(with_gap),
-        median_wall_ms=(
-            statistics.median(float(m["gap_ms"]) + float(m["cycle_ms"]) for m in with_gap)
-            if with_gap
-            else None
-        ),
+        median_wall_ms=(statistics.median(float(m["gap_ms"]) + float(m["cycle_ms"]) for m in with_gap) if with_gap else None),
         implied_cycle_ms=round(statistics.median(implied), 3) if implied else None,
     )
 
@@ -139,14 +135,9 @@ def _get_status(url: str) -> int | None:
 
 def _generate(base_url: str, max_new_tokens: int) -> dict:
     body = json.dumps(
-        {
-            "input_ids": list(range(1, 65)),
-            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True},
-        }
+        {"input_ids": list(range(1, 65)), "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}}
     ).encode()
-    request = urllib.request.Request(
-        f"{base_url}/generate", data=body, headers={"Content-Type": "application/json"}
-    )
+    request = urllib.request.Request(f"{base_url}/generate", data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=300) as response:
         return json.loads(response.read())
 

@@ -1,21 +1,11 @@
 """What the profiler hooks in SGLang, as data, and the one check that decides whether a release fits.
 
-`WORKER_TARGETS` declares each EAGLE worker family the hook can wrap: its module, its classes, the
-cycle method and the three phase methods (and how the cycle calls them), where the TP rank and the
-accepted-token count come from. `SCHEDULER_TARGET` declares the scheduler the hook watches to say
-why a server was not profiled. None of this names an SGLang version.
+`WORKER_TARGETS` / `SCHEDULER_TARGET` declare, without naming a version, what the hook wraps and watches.
+`observe_*` read the facts from SGLang's *source* with `ast` (nothing is executed); `check_*` turn facts into
+problems ([] = the hook wraps it); `plan_worker` says how. The hook runs them on the SGLang it is loaded into,
+scripts/profile_compat.py on every release (docs/profiling.md), so both use one check.
 
-`observe_worker` / `observe_scheduler` read the facts a target needs from SGLang's *source* with
-`ast` (nothing is imported or executed): classes and their bases, the positional parameters of
-each wrapped method, the `self.…` calls of the cycle, the `self.X` attributes their methods assign,
-the members of the batch / result / verify-input classes the wrappers read. `check_worker` /
-`check_scheduler` turn facts into problems ([] = the hook wraps it); `plan_worker` says how.
-
-The hook runs these on the sources of the SGLang it is loaded into, at import time;
-`scripts/profile_compat.py` runs them on the sources of every SGLang release and writes
-docs/profile_compat.json and the table in docs/profiling.md. One set of targets, one check.
-
-Standard library only (this module is imported inside SGLang's server processes).
+Standard library only (imported inside SGLang's server processes).
 """
 
 from __future__ import annotations
@@ -132,22 +122,13 @@ class SchedulerTarget:
 
 _BATCH = MemberCheck(
     "batch",
-    (
-        ClassRef("ScheduleBatch", "sglang.srt.managers.schedule_batch"),
-        ClassRef("ModelWorkerBatch", "sglang.srt.managers.schedule_batch"),
-    ),
+    (ClassRef("ScheduleBatch", "sglang.srt.managers.schedule_batch"), ClassRef("ModelWorkerBatch", "sglang.srt.managers.schedule_batch")),
     ("forward_mode", "seq_lens", "spec_info", "is_extend_in_batch"),
 )
 _FORWARD_MODE = MemberCheck(
-    "forward_mode",
-    (ClassRef("ForwardMode", "sglang.srt.model_executor.forward_batch_info"),),
-    ("is_extend", "is_idle"),
+    "forward_mode", (ClassRef("ForwardMode", "sglang.srt.model_executor.forward_batch_info"),), ("is_extend", "is_idle")
 )
-_VERIFY_INPUT = MemberCheck(
-    "verify_input",
-    (ClassRef("EagleVerifyInput", "sglang.srt.speculative.eagle_info"),),
-    ("draft_token_num",),
-)
+_VERIFY_INPUT = MemberCheck("verify_input", (ClassRef("EagleVerifyInput", "sglang.srt.speculative.eagle_info"),), ("draft_token_num",))
 _RESULT = ClassRef("GenerationBatchResult", "sglang.srt.managers.utils")
 _V1_ACCEPTED = ("num_accepted_tokens", "num_accepted_drafts", "num_correct_drafts")
 
@@ -168,49 +149,29 @@ def _v1_phases(worker: str) -> tuple[Phase, ...]:
     )
 
 
-# The overlap scheduler's workers (a separate draft-worker object), then the plain scheduler's
-# (`--disable-overlap-schedule`; the worker is its own draft model runner, removed in 0.5.13).
+def _target(key: str, module: str, worker: str, draft: str | None, *extra_results: ClassRef) -> WorkerTarget:
+    """A v2 target (`draft` given: a separate draft worker, per-request accept_lens) or a v1 one (the worker
+    is its own draft model runner; a host count of accepted drafts)."""
+    return WorkerTarget(
+        key=key,
+        module=f"sglang.srt.speculative.{module}",
+        worker_class=worker,
+        draft_class=draft or worker,
+        phases=_v2_phases(worker, draft) if draft else _v1_phases(worker),
+        accepted_fields=("accept_lens",) if draft else _V1_ACCEPTED,
+        accepted_per_request=draft is not None,
+        result_classes=(_RESULT, *extra_results),
+    )
+
+
+# The overlap scheduler's workers, then the plain scheduler's (`--disable-overlap-schedule`).
 WORKER_TARGETS = (
-    WorkerTarget(
-        key="eagle_v2",
-        module="sglang.srt.speculative.eagle_worker_v2",
-        worker_class="EAGLEWorkerV2",
-        draft_class="EagleDraftWorker",
-        phases=_v2_phases("EAGLEWorkerV2", "EagleDraftWorker"),
-        accepted_fields=("accept_lens",),
-        accepted_per_request=True,
-        result_classes=(_RESULT,),
+    _target("eagle_v2", "eagle_worker_v2", "EAGLEWorkerV2", "EagleDraftWorker"),
+    _target("multi_layer_eagle_v2", "multi_layer_eagle_worker_v2", "MultiLayerEagleWorkerV2", "MultiLayerEagleDraftWorker"),
+    _target(
+        "eagle_v1", "eagle_worker", "EAGLEWorker", None, ClassRef("ForwardBatchOutput", "sglang.srt.model_executor.forward_batch_info")
     ),
-    WorkerTarget(
-        key="multi_layer_eagle_v2",
-        module="sglang.srt.speculative.multi_layer_eagle_worker_v2",
-        worker_class="MultiLayerEagleWorkerV2",
-        draft_class="MultiLayerEagleDraftWorker",
-        phases=_v2_phases("MultiLayerEagleWorkerV2", "MultiLayerEagleDraftWorker"),
-        accepted_fields=("accept_lens",),
-        accepted_per_request=True,
-        result_classes=(_RESULT,),
-    ),
-    WorkerTarget(
-        key="eagle_v1",
-        module="sglang.srt.speculative.eagle_worker",
-        worker_class="EAGLEWorker",
-        draft_class="EAGLEWorker",
-        phases=_v1_phases("EAGLEWorker"),
-        accepted_fields=_V1_ACCEPTED,
-        accepted_per_request=False,
-        result_classes=(_RESULT, ClassRef("ForwardBatchOutput", "sglang.srt.model_executor.forward_batch_info")),
-    ),
-    WorkerTarget(
-        key="multi_layer_eagle_v1",
-        module="sglang.srt.speculative.multi_layer_eagle_worker",
-        worker_class="MultiLayerEagleWorker",
-        draft_class="MultiLayerEagleWorker",
-        phases=_v1_phases("MultiLayerEagleWorker"),
-        accepted_fields=_V1_ACCEPTED,
-        accepted_per_request=False,
-        result_classes=(_RESULT,),
-    ),
+    _target("multi_layer_eagle_v1", "multi_layer_eagle_worker", "MultiLayerEagleWorker", None),
 )
 
 SCHEDULER_TARGET = SchedulerTarget(
@@ -293,11 +254,7 @@ class SourceIndex:
                 continue
             seen.add((current.module, current.name))
             yield current
-            bases = [
-                self.find_class(current.module, base.id)
-                for base in current.node.bases
-                if isinstance(base, ast.Name)
-            ]
+            bases = [self.find_class(current.module, base.id) for base in current.node.bases if isinstance(base, ast.Name)]
             pending[0:0] = [base for base in bases if base is not None]
 
     def class_names(self, module_name: str) -> list[str]:
@@ -331,9 +288,7 @@ def _parse_module(name: str, source: str | None) -> _Module | None:
                 imports[alias.asname or alias.name] = (source_module, alias.name)
     return _Module(
         classes={n.name: n for n in tree.body if isinstance(n, ast.ClassDef)},
-        functions=frozenset(
-            n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-        ),
+        functions=frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
         imports=imports,
     )
 
@@ -363,9 +318,7 @@ def _methods(node: ast.ClassDef) -> dict[str, ast.FunctionDef | ast.AsyncFunctio
     return {n.name: n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
-def _find_method(
-    sources: SourceIndex, cls: ClassDef, name: str
-) -> tuple[ClassDef, ast.FunctionDef | ast.AsyncFunctionDef] | None:
+def _find_method(sources: SourceIndex, cls: ClassDef, name: str) -> tuple[ClassDef, ast.FunctionDef | ast.AsyncFunctionDef] | None:
     for owner in sources.lineage(cls):
         method = _methods(owner.node).get(name)
         if method is not None:
@@ -387,9 +340,7 @@ def _self_assigned(method: ast.AST) -> set[str]:
             names.update(
                 leaf.attr
                 for leaf in ast.walk(target)
-                if isinstance(leaf, ast.Attribute)
-                and isinstance(leaf.value, ast.Name)
-                and leaf.value.id == "self"
+                if isinstance(leaf, ast.Attribute) and isinstance(leaf.value, ast.Name) and leaf.value.id == "self"
             )
     return names
 
@@ -407,9 +358,7 @@ def _body_names(node: ast.ClassDef) -> set[str]:
     return names
 
 
-def _members_found(
-    sources: SourceIndex, cls: ClassDef, wanted: set[str], *, in_body: bool = True
-) -> set[str]:
+def _members_found(sources: SourceIndex, cls: ClassDef, wanted: set[str], *, in_body: bool = True) -> set[str]:
     """Which of `wanted` `cls` or a base has: in a class body (when `in_body`) or as a `self.X`
     assignment in a method. Stops reading (and parsing bases) once all are found."""
     found: set[str] = set()
@@ -489,26 +438,16 @@ class WorkerFacts:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> WorkerFacts:
-        return cls(
-            target=data["target"],
-            module_found=data["module_found"],
-            classes=tuple(data["classes"]),
-            methods={
-                name: MethodFacts(
-                    defined_in=m["defined_in"],
-                    params=tuple(m["params"]),
-                    first_annotation=m["first_annotation"],
-                    return_annotation=m["return_annotation"],
-                    self_calls=tuple(m["self_calls"]),
-                )
-                for name, m in data["methods"].items()
-            },
-            rank_sources=tuple(data["rank_sources"]),
-            members={
-                role: MemberFacts(m["class_name"], m["module"], tuple(m["members"]))
-                for role, m in data["members"].items()
-            },
-        )
+        fields = _fields(cls, data)
+        fields["methods"] = {name: MethodFacts(**_fields(MethodFacts, m)) for name, m in data["methods"].items()}
+        fields["members"] = {role: MemberFacts(**_fields(MemberFacts, m)) for role, m in data["members"].items()}
+        return cls(**fields)
+
+
+def _fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """`cls`'s fields from JSON (other keys, such as a recorded verdict, skipped; lists back to tuples)."""
+    names = {field.name for field in dataclasses.fields(cls)}
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in data.items() if key in names}
 
 
 def _member_checks(target: WorkerTarget) -> tuple[MemberCheck, ...]:
@@ -520,10 +459,7 @@ def observe_worker(target: WorkerTarget, sources: SourceIndex) -> WorkerFacts:
     """Read, from the sources, every fact `check_worker` needs about `target`."""
     if not sources.has_module(target.module):
         return WorkerFacts(target=target.key, module_found=False)
-    classes = {
-        name: sources.find_class(target.module, name)
-        for name in dict.fromkeys((target.worker_class, target.draft_class))
-    }
+    classes = {name: sources.find_class(target.module, name) for name in dict.fromkeys((target.worker_class, target.draft_class))}
     methods = {}
     for class_name, method_name in target.wrapped_methods:
         cls = classes[class_name]
@@ -541,9 +477,7 @@ def observe_worker(target: WorkerTarget, sources: SourceIndex) -> WorkerFacts:
             params=params,
             first_annotation=ast.unparse(annotation) if annotation is not None else None,
             return_annotation=ast.unparse(function.returns) if function.returns is not None else None,
-            self_calls=_self_calls(function, {p.call for p in target.phases})
-            if method_name == target.cycle_method
-            else (),
+            self_calls=_self_calls(function, {p.call for p in target.phases}) if method_name == target.cycle_method else (),
         )
     worker = classes[target.worker_class]
     cycle = methods.get(f"{target.worker_class}.{target.cycle_method}")
@@ -553,9 +487,7 @@ def observe_worker(target: WorkerTarget, sources: SourceIndex) -> WorkerFacts:
         module_found=True,
         classes=tuple(name for name, cls in classes.items() if cls is not None),
         methods=methods,
-        rank_sources=_rank_sources(
-            target.rank_sources, sources, worker, init.params if init is not None else ()
-        ),
+        rank_sources=_rank_sources(target.rank_sources, sources, worker, init.params if init is not None else ()),
         members={
             check.role: facts
             for check in _member_checks(target)
@@ -564,9 +496,7 @@ def observe_worker(target: WorkerTarget, sources: SourceIndex) -> WorkerFacts:
     )
 
 
-def _observe_members(
-    check: MemberCheck, sources: SourceIndex, module: str, cycle: MethodFacts | None
-) -> MemberFacts | None:
+def _observe_members(check: MemberCheck, sources: SourceIndex, module: str, cycle: MethodFacts | None) -> MemberFacts | None:
     refs = list(check.classes)
     if cycle is not None:  # the class the cycle's annotations name first
         annotated = {"batch": cycle.first_annotation, "result": cycle.return_annotation}.get(check.role)
@@ -576,17 +506,12 @@ def _observe_members(
         cls = sources.find_class(where, ref.name)
         if cls is not None:
             present = _members_found(sources, cls, set(check.members))
-            return MemberFacts(
-                ref.name, cls.module, tuple(m for m in check.members if m in present)
-            )
+            return MemberFacts(ref.name, cls.module, tuple(m for m in check.members if m in present))
     return None
 
 
 def _rank_sources(
-    declared: tuple[RankSource, ...],
-    sources: SourceIndex,
-    cls: ClassDef | None,
-    init_params: tuple[str, ...],
+    declared: tuple[RankSource, ...], sources: SourceIndex, cls: ClassDef | None, init_params: tuple[str, ...]
 ) -> tuple[str, ...]:
     heads = {s.attribute_path[0] for s in declared if s.attribute_path and s.module is None}
     attributes = _members_found(sources, cls, heads, in_body=False) if cls is not None else set()
@@ -628,10 +553,7 @@ def check_worker(target: WorkerTarget, facts: WorkerFacts) -> list[str]:
             )
     cycle = facts.methods.get(f"{target.worker_class}.{target.cycle_method}")
     if cycle is not None and cycle.defined_in != target.worker_class:
-        problems.append(
-            f"{target.worker_class}.{target.cycle_method} is inherited from {cycle.defined_in}, "
-            "not a speculative cycle"
-        )
+        problems.append(f"{target.worker_class}.{target.cycle_method} is inherited from {cycle.defined_in}, not a speculative cycle")
     elif cycle is not None:
         problems += [
             f"{target.worker_class}.{target.cycle_method} does not call {phase.call}"
@@ -639,10 +561,7 @@ def check_worker(target: WorkerTarget, facts: WorkerFacts) -> list[str]:
             if phase.call not in cycle.self_calls
         ]
     if not facts.rank_sources:
-        problems.append(
-            f"no TP rank: {target.worker_class} has none of "
-            + ", ".join(source.label for source in target.rank_sources)
-        )
+        problems.append(f"no TP rank: {target.worker_class} has none of " + ", ".join(source.label for source in target.rank_sources))
     for check in _member_checks(target):
         found = facts.members.get(check.role)
         if found is None:
@@ -651,9 +570,7 @@ def check_worker(target: WorkerTarget, facts: WorkerFacts) -> list[str]:
             continue
         missing = [m for m in check.members if m not in found.members]
         if (check.any_of and len(missing) == len(check.members)) or (not check.any_of and missing):
-            problems.append(
-                f"{found.class_name} has {'none' if check.any_of else 'no'} of {', '.join(missing)}"
-            )
+            problems.append(f"{found.class_name} has {'none' if check.any_of else 'no'} of {', '.join(missing)}")
     return problems
 
 
@@ -687,11 +604,7 @@ def plan_worker(target: WorkerTarget, facts: WorkerFacts) -> WorkerPlan:
         target=target,
         cycle_batch_param=facts.methods[f"{target.worker_class}.{target.cycle_method}"].params[0],
         verify_batch_param=verify_params[0],
-        verify_input_position=(
-            verify_params.index(target.verify_input_param)
-            if target.verify_input_param in verify_params
-            else None
-        ),
+        verify_input_position=(verify_params.index(target.verify_input_param) if target.verify_input_param in verify_params else None),
         rank_source=next(s for s in target.rank_sources if s.label in facts.rank_sources),
         accepted_field=next(f for f in target.accepted_fields if f in result.members),
     )
@@ -708,23 +621,15 @@ def profiled_as(sources: SourceIndex, cls: ClassDef | None) -> dict[str, Any]:
     lineage = list(sources.lineage(cls))
     for target in WORKER_TARGETS:
         for class_name in dict.fromkeys((target.worker_class, target.draft_class)):
-            position = next(
-                (i for i, c in enumerate(lineage) if c.module == target.module and c.name == class_name),
-                None,
-            )
+            position = next((i for i, c in enumerate(lineage) if c.module == target.module and c.name == class_name), None)
             if not position:  # None: not a subclass; 0: the target class itself
                 continue
             overrides = [
                 method
                 for owner, method in target.wrapped_methods[1:]
-                if owner == class_name
-                and any(method in _methods(c.node) for c in lineage[:position])
+                if owner == class_name and any(method in _methods(c.node) for c in lineage[:position])
             ]
-            return {
-                "subclass_of": class_name,
-                "overrides": overrides,
-                "profiled_as": None if overrides else class_name,
-            }
+            return {"subclass_of": class_name, "overrides": overrides, "profiled_as": None if overrides else class_name}
     return facts
 
 
@@ -742,13 +647,7 @@ class SchedulerFacts:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SchedulerFacts:
-        return cls(
-            module_found=data["module_found"],
-            class_found=data["class_found"],
-            init_params=tuple(data["init_params"]),
-            rank_sources=tuple(data["rank_sources"]),
-            assigns_worker_attribute=data["assigns_worker_attribute"],
-        )
+        return cls(**_fields(cls, data))
 
 
 def observe_scheduler(target: SchedulerTarget, sources: SourceIndex) -> SchedulerFacts:
@@ -764,9 +663,7 @@ def observe_scheduler(target: SchedulerTarget, sources: SourceIndex) -> Schedule
         class_found=True,
         init_params=params,
         rank_sources=_rank_sources(target.rank_sources, sources, None, params),
-        assigns_worker_attribute=bool(
-            _members_found(sources, cls, {target.worker_attribute}, in_body=False)
-        ),
+        assigns_worker_attribute=bool(_members_found(sources, cls, {target.worker_attribute}, in_body=False)),
     )
 
 

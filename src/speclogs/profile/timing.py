@@ -1,27 +1,14 @@
 """Per-cycle phase timing with CUDA events, resolved later without synchronising.
 
-A sampled speculative cycle records one event at the entry and one at the exit of the cycle and of
-each phase (draft, verify, extend), all on the current stream. The forward call just before a
-sampled cycle (the previous decode cycle, or a prefill) records one more event at its exit, so the
-sample also carries `gap`: stream time between that exit and this cycle's entry (the GPU idle while
-the host schedules, plus any other work queued between the two calls): `wall = gap + cycle`. Nothing waits for the GPU: the
-sample goes into a FIFO of pending samples, and at the start of every later cycle the profiler
-asks the oldest pending samples `event.query()`; only the ones whose events have all completed
-are turned into a `SpecCycleSample` and emitted. A sample is therefore reported a cycle or more
-after it ran.
+A sampled cycle records events at the entry and exit of the cycle and of each phase on the current stream,
+plus one at the exit of the forward call before it (`gap`: GPU time between the two calls, idle or other
+work; `wall = gap + cycle`). Nothing waits for the GPU: samples queue up and are resolved, a cycle or more
+later, once `event.query()` says all their events completed. Accepted tokens come from SGLang's
+`accept_lens` (bonus included) copied non-blocking into pinned host memory, or from a host count of
+accepted drafts (bonus excluded) for workers that return one.
 
-Accepted tokens come from SGLang's `accept_lens` (one int per request, bonus token included),
-copied to the host with a non-blocking copy enqueued right after the cycle's end event; it is
-read only once the event recorded after that copy has completed. Workers that return the count on
-the host instead (the non-overlap `EAGLEWorker`: accepted draft tokens summed over the batch, bonus
-excluded) hand it over as `accepted_drafts`; nothing is copied then.
-
-Hot-path cost: an unsampled cycle is a counter increment and a modulo (plus one `query()` while a
-sample is pending). Events come from a free list and go back to it once their sample is resolved
-or dropped (no event is created or destroyed per sample in the steady state); `CudaEventSource`
-copies into preallocated pinned buffers (no host allocation per sample).
-
-This module is stdlib only; torch appears only inside `CudaEventSource`, imported when built.
+An unsampled cycle costs a counter increment; events and pinned buffers are reused, so a sampled one
+allocates nothing in the steady state. Stdlib only; torch is imported inside `CudaEventSource`.
 """
 
 from __future__ import annotations
@@ -62,12 +49,9 @@ class EventSource(Protocol):
 
 
 class CudaEventSource:
-    """torch.cuda events on the current stream; host copies go, non-blocking, into pinned buffers.
-
-    The pinned buffers are allocated once (a ring of `host_slots`, each `host_capacity` elements)
-    and reused in turn: `cudaHostAlloc` takes milliseconds, far too slow for a sampled cycle. A
-    ring longer than the profiler's pending queue never overwrites a buffer a pending sample reads.
-    """
+    """torch.cuda events on the current stream; host copies go, non-blocking, into a ring of pinned buffers
+    allocated once (pinning is too slow for a sampled cycle). The ring is longer than the profiler's pending
+    queue, so no buffer a pending sample reads is overwritten."""
 
     def __init__(self, *, host_slots: int = 72, host_capacity: int = 1024) -> None:
         import torch  # lazy: this module must import where torch is absent
@@ -91,9 +75,7 @@ class CudaEventSource:
             return tensor.to("cpu", non_blocking=True)
         if tensor.dtype != self._host_dtype:  # once: SGLang's accept_lens keep their dtype
             self._host_dtype = tensor.dtype
-            block = self._torch.empty(
-                (self._host_slots, self._host_capacity), dtype=tensor.dtype, pin_memory=True
-            )
+            block = self._torch.empty((self._host_slots, self._host_capacity), dtype=tensor.dtype, pin_memory=True)
             self._host_buffers = list(block.unbind(0))
         buffer = self._host_buffers[self._next_slot]
         self._next_slot = (self._next_slot + 1) % self._host_slots
@@ -177,28 +159,15 @@ class _PendingCycle:
 
 
 class CycleProfiler:
-    """Counts speculative cycles, samples every `every`-th, resolves samples when the GPU is done.
+    """Counts speculative cycles, samples every `every`-th, emits a `SpecCycleSample` once the GPU is done.
 
-    The caller brackets a cycle with `begin_cycle` / `end_cycle` (or `abandon_cycle` when the
-    cycle raised) and each phase with `begin_phase` / `end_phase`, and calls `end_forward` after
-    every other forward call of the worker (prefill, idle). `emit` receives one `SpecCycleSample`
-    per resolved sample. No method here ever waits on the GPU, and none allocates an event in the
-    steady state (events are recycled through a free list).
+    The caller brackets a cycle with `begin_cycle` / `end_cycle` (`abandon_cycle` when it raised), each
+    phase with `begin_phase` / `end_phase`, and calls `end_forward` after the worker's other forward calls.
     """
 
-    def __init__(
-        self,
-        *,
-        every: int,
-        events: EventSource,
-        emit: Callable[[SpecCycleSample], None],
-        max_pending: int = 64,
-    ) -> None:
+    def __init__(self, *, every: int, events: EventSource, emit: Callable[[SpecCycleSample], None], max_pending: int = 64) -> None:
         if every < 1:
-            raise SpeclogsError(
-                f"profiler sampling period every={every} must be >= 1",
-                hint="pass --every N with N >= 1",
-            )
+            raise SpeclogsError(f"profiler sampling period every={every} must be >= 1", hint="pass --every N with N >= 1")
         self.every = every
         self.cycles_seen = 0
         self.samples_emitted = 0
@@ -229,8 +198,11 @@ class CycleProfiler:
         free = self._free_events
         return free.pop() if free else self._events.new_event()
 
-    def _recycle(self, sample: _PendingCycle) -> None:
-        self._free_events += sample.all_events()
+    def _record(self) -> Event:
+        """A free event, recorded now on the current stream."""
+        event = self._take_event()
+        event.record()
+        return event
 
     def begin_cycle(self, batch_size: int) -> None:
         """Start cycle number `cycles_seen + 1`; record its start event when it is sampled."""
@@ -241,24 +213,18 @@ class CycleProfiler:
         if self.cycles_seen % self.every != 0 or self._events.is_capturing():
             return
         self._phase_starts = {}
-        start = self._take_event()
-        start.record()
-        self._current = _PendingCycle(self.cycles_seen, batch_size, start, gap_start=self._gap_mark)
+        self._current = _PendingCycle(self.cycles_seen, batch_size, self._record(), gap_start=self._gap_mark)
         self._gap_mark = None
 
     def begin_phase(self, phase: str) -> None:
         if self._current is None:
             return
-        event = self._take_event()
-        event.record()
-        self._phase_starts[phase] = event
+        self._phase_starts[phase] = self._record()
 
     def end_phase(self, phase: str) -> None:
         if self._current is None or phase not in self._phase_starts:
             return
-        event = self._take_event()
-        event.record()
-        self._current.phases[phase] = (self._phase_starts.pop(phase), event)
+        self._current.phases[phase] = (self._phase_starts.pop(phase), self._record())
 
     def set_verify_width(self, draft_token_num: int) -> None:
         """Tokens per request in this cycle's verify tree, root included (SGLang's draft_token_num)."""
@@ -271,16 +237,14 @@ class CycleProfiler:
         sample = self._current
         self._current = None
         if sample is not None:
-            sample.end = self._take_event()
-            sample.end.record()
+            sample.end = self._record()
             sample.accepted_drafts = accepted_drafts
             if accept_lens is not None:
                 sample.accept_lens_host = self._events.copy_to_host(accept_lens)
-                sample.host_copy_done = self._take_event()
-                sample.host_copy_done.record()
+                sample.host_copy_done = self._record()
             self._pending.append(sample)
             while len(self._pending) > self._max_pending:
-                self._recycle(self._pending.popleft())
+                self._free_events += self._pending.popleft().all_events()
                 self.samples_dropped += 1
         self.end_forward()
 
@@ -325,9 +289,7 @@ def _resolve(sample: _PendingCycle) -> SpecCycleSample | None:
     """Turn a completed pending sample into numbers; None when it lacks what a line needs."""
     if sample.end is None or (sample.accept_lens_host is None and sample.accepted_drafts is None):
         return None
-    phase_us = {
-        phase: _elapsed_us(start, end) for phase, (start, end) in sample.phases.items()
-    }
+    phase_us = {phase: _elapsed_us(start, end) for phase, (start, end) in sample.phases.items()}
     if sample.accept_lens_host is not None:
         accept_lens = [int(n) for n in sample.accept_lens_host.tolist()]
         batch_size = len(accept_lens) if accept_lens else sample.batch_size

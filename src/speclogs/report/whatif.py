@@ -105,10 +105,10 @@ def render_whatif_text(result, markdown: bool = False) -> str:  # noqa: ANN001
 
 
 def render_whatif_terminal(result, console) -> None:  # noqa: ANN001
-    from speclogs.report.terminal import _table, _text
+    from speclogs.report.terminal import _fitted_table, _text
 
     console.print(_text("What to launch next", "bold"))
     for line in whatif_lines(result):
         console.print(_text(f"  • {line}"))
     for title, header, rows in whatif_sections(result):
-        console.print(_table(title, header, rows))
+        console.print(_fitted_table(title, header, rows, console.width))

@@ -39,7 +39,7 @@ def startup_breakdown(frame: pl.DataFrame, arm_runs: Mapping[str, list[str]]) ->
                                            "within_ready").sort("arm", "run_name", "launch_no", "phase_order", "phase")
     inside = phases.filter(pl.col("within_ready"))
     launches = inside.group_by("arm").agg(pl.struct("run_name", "launch_no").n_unique().alias("n"))
-    arm_means = (inside.group_by("arm", "phase", "phase_order").agg(pl.col("seconds").sum().alias("total_s"))
+    arm_means = (inside.group_by("arm", "phase", "phase_order", maintain_order=True).agg(pl.col("seconds").sum().alias("total_s"))
                  .join(launches, on="arm").with_columns((pl.col("total_s") / pl.col("n")).alias("mean_s"))
                  .select("arm", "phase", "phase_order", "mean_s").sort("arm", "phase_order", "phase"))
     ready = dict(arm_means.group_by("arm").agg(pl.col("mean_s").sum()).iter_rows())

@@ -51,6 +51,9 @@ def test_shared_options_read_the_same_in_every_command():
     for name, command in _commands(typer.main.get_command(app)):
         for param in command.params:
             for flag in ("--db", "--grammar", "--limit", "--force"):
+                # doctor's --db has no default: given, it checks ingested runs instead of a plan or a command line
+                if name == "doctor" and flag == "--db":
+                    continue
                 if flag in getattr(param, "opts", ()) and (flag != "--force" or name in ("sql", "tables", "runs")):
                     seen.setdefault(flag, set()).add((param.help, str(param.default) if flag == "--db" else None))
                     users.setdefault(flag, []).append(name)

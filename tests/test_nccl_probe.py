@@ -109,8 +109,8 @@ def test_env_set_values_may_hold_commas():
 
 @pytest.mark.parametrize("text, message", [
     (":NCCL_PROTO=LL", "is not a name"),
-    ("tuned:NCCL_PROTO", "is not KEY=VALUE"),
-    ("tuned:1BAD=2", "is not KEY=VALUE"),
+    ("tuned:NCCL_PROTO", "is not NAME=VALUE"),
+    ("tuned:1BAD=2", "is not NAME=VALUE"),
 ])
 def test_bad_env_sets_say_what_is_wrong(text, message):
     with pytest.raises(ProbeError, match=message):
@@ -309,7 +309,7 @@ def test_cli_without_torch_says_so_records_it_and_exits_1(tmp_path):
 def test_cli_bad_env_set_is_an_error_not_a_traceback(tmp_path):
     completed = _speclogs("probe", "nccl", "--env-set", "tuned:NCCL_PROTO", cwd=tmp_path)
     assert completed.returncode == 1
-    assert "is not KEY=VALUE" in completed.stderr and "Traceback" not in completed.stderr
+    assert "is not NAME=VALUE" in completed.stderr and "Traceback" not in completed.stderr
     bad_tokens = _speclogs("probe", "nccl", "--tokens", "1,x", cwd=tmp_path)
     assert bad_tokens.returncode == 2
 

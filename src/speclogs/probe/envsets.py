@@ -62,7 +62,7 @@ def parse_env_set(text: str) -> EnvSet:
             key = key.strip()
             if not equals or not _KEY.fullmatch(key):
                 raise ProbeError(
-                    f"--env-set {text!r}: {assignment!r} is not KEY=VALUE",
+                    f"--env-set {text!r}: {assignment!r} is not NAME=VALUE",
                     hint="write NAME:K=V,K=V, e.g. tuned:NCCL_PROTO=LL,NCCL_ALGO=Ring",
                 )
             env[key] = value

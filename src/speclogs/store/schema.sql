@@ -338,7 +338,7 @@ phases AS (
          'timestamps' AS source, NULL::INTEGER AS tp_rank
   FROM bounds WHERE init_ts IS NOT NULL AND start_ts IS NOT NULL
   UNION ALL
-  SELECT run_id, launch_no, phase, phase_order, max(seconds), 'log elapsed', arg_max(rank, seconds)
+  SELECT run_id, launch_no, phase, phase_order, max(seconds), 'log elapsed', arg_max(rank, (seconds, -rank))
   FROM per_rank GROUP BY run_id, launch_no, phase, phase_order
   UNION ALL
   SELECT run_id, launch_no, CASE name WHEN 'load_weight' THEN 'load_weights' WHEN 'kv_cache_allocation' THEN 'kv_cache'

@@ -1,5 +1,5 @@
-"""The compiled form classifies like the definition: every piece the ingest's executor (the native matcher, or
-polars) gives to a pattern, pyparsing — the grammar itself — gives to the same pattern with the same values; and a
+"""The compiled form classifies like the definition: every piece the ingest's executor (polars) gives to a
+pattern, pyparsing — the grammar itself — gives to the same pattern with the same values; and a
 log parsed in small chunks gives the same rows as in one. On the fixture logs and a generated 20k-line log."""
 
 from __future__ import annotations

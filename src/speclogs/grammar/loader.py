@@ -25,7 +25,6 @@ from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-expo
     bundled_grammar_dir,
     cast_expr,
 )
-from speclogs.grammar.regex import parse_regex
 from speclogs.grammar.template import check_rest_is_last, discarded_slots, parse_template, resolve_slot, slot_names
 
 PREFIX_NAME = "prefix"
@@ -296,7 +295,6 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
         check_rest_is_last(nodes, where, field_shapes)
         names = slot_names(nodes)
         regex = template_regex(nodes, shape_of, where)
-        parsed = parse_regex(regex)
     except GrammarError as exc:
         problem(pline, str(exc).removeprefix(f"{shown}:{pline} "))
         return None
@@ -313,7 +311,7 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
                        "or set text = \"message\" (the column its rows keep the matched text in)")
         return None
     return Pattern(
-        name=name, family=family, table=table, scope=scope, gate=gate, regex=regex, parsed=parsed,
+        name=name, family=family, table=table, scope=scope, gate=gate, regex=regex,
         definition=Definition(nodes, name, field_types=field_types, field_shapes=field_shapes, shape_specs=shape_specs, where=where),
         constants=constants, fields=tuple(fields[n] for n in dict.fromkeys(names)), description=description,
         versions=versions, source=f"{shown}:{pline}", derive=DERIVES.get(derive_name) if derive_name else None,

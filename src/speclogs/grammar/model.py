@@ -14,7 +14,6 @@ if TYPE_CHECKING:
 
     from speclogs.grammar.fields import FieldList
     from speclogs.grammar.held import Definition
-    from speclogs.grammar.regex import Regex
 
 FIELD_TYPES = ("int", "float", "bool", "str", "pct")
 FIELD_ROLES = ("key", "measure", "label")
@@ -150,8 +149,7 @@ class Pattern:
     table: str
     scope: str
     gate: str
-    regex: str  # the compiled form (anchored, in the subset of speclogs.grammar.regex)
-    parsed: Regex = field(repr=False)  # the same, parsed: what the native matcher builds its program from
+    regex: str  # the compiled form (anchored; polars runs it)
     definition: Definition = field(repr=False)  # the pyparsing element, built when first used
     constants: dict[str, object] = field(default_factory=dict)
     fields: tuple[Field, ...] = ()

@@ -1,12 +1,10 @@
 """Classify pieces of text with the grammars' compiled regexes: `Claims`, one frame per pattern with the typed
 values of the pieces it claimed (first matching pattern wins), plus the pieces nobody claimed.
 
-One scope at a time (SGLang messages after the prefix, then prefix-less lines), by one of two executors of the
-same regexes, chosen per scope when the engine is compiled: the native matcher (native.py: every pattern in one
-pass, values converted in C) where the extension is built, else polars — in priority order, each pattern's gate
-literal selects candidate rows (`str.contains`), its regex runs on those only (`extract_groups`, with an empty
-`_hit` group that tells a match from a miss) and the claimed rows leave the working set. Casts follow the field
-types (int → Int64, float/pct → Float64, bool → 'True'). tests/test_native.py holds the two to the same rows.
+One scope at a time (SGLang messages after the prefix, then prefix-less lines), on polars: in priority order, each
+pattern's gate literal selects candidate rows (`str.contains`), its regex runs on those only (`extract_groups`, with
+an empty `_hit` group that tells a match from a miss) and the claimed rows leave the working set. Casts follow the
+field types (int → Int64, float/pct → Float64, bool → 'True').
 
 Near misses — a piece that contains a pattern's gate but does not match it and ends up with a more
 generic pattern (or with none) — are format drift; pyparsing (the grammar's definition) is run on the first
@@ -17,13 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import polars as pl
 
 from speclogs.errors import GrammarError
 from speclogs.grammar import GrammarSet, Pattern, cast_expr, split_rank_tags
 from speclogs.grammar.fields import FIELDS_SLOT, OUTPUT_COLUMNS as FIELD_LIST_TYPES
-from speclogs.ingest import native
 
 PREFIX_COLUMNS = ("ts", "ts_text", "rank_tags", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "attn_cp_rank", "moe_dp_rank")
 RANK_COLUMNS = PREFIX_COLUMNS[3:]
@@ -39,7 +35,6 @@ class CompiledPattern:
     pattern: Pattern
     hit_regex: str
     schema: dict[str, pl.DataType]  # output columns (after line_no, piece) in order, with their dtype
-    native: native.Program | None  # the regex for the native matcher (None: outside what it runs; polars runs it)
     # the typed frame's columns after line_no and piece: (name, dtype, source, constant), source one of "meta" (a
     # prefix column), "value" (a field), "constant", "text" (the matched text)
     columns: tuple[tuple[str, pl.DataType, str, object], ...]
@@ -51,12 +46,11 @@ class CompiledPattern:
 
 @dataclass(frozen=True)
 class Scope:
-    """The patterns of one scope in priority order, with what each executor needs of them."""
+    """The patterns of one scope in priority order."""
 
     name: str  # 'message' | 'line'
     patterns: tuple[CompiledPattern, ...]
     gates: tuple[str, ...]  # the distinct non-empty gates (polars finds which occur in a chunk at once)
-    native: native.Patterns | None  # laid out for the native matcher; None: polars runs this scope
 
 
 @dataclass(frozen=True)
@@ -69,7 +63,6 @@ class Engine:
     scopes: tuple[Scope, ...]
     by_name: dict[str, CompiledPattern]
     drift_winners: dict[str, frozenset[str]]  # pattern → the more generic ones whose claiming its near misses is drift
-    prefix_native: native.Patterns | None  # the whole prefix regex (with its message capture) for the native matcher
 
     def pattern(self, name: str) -> CompiledPattern:
         return self.by_name[name]
@@ -86,11 +79,8 @@ class Claims:
     server_args_text: dict[tuple[int, int], str] = field(default_factory=dict)  # (line_no, piece) → message
 
 
-def compile_engine(grammars: GrammarSet, *, use_native: bool | None = None) -> Engine:
-    """The grammars ready to classify with: each scope on the native matcher where it is built (`use_native` None:
-    when native.available()) and every pattern of the scope has a program, else on polars."""
-    if use_native is None:
-        use_native = native.available()
+def compile_engine(grammars: GrammarSet) -> Engine:
+    """The grammars ready to classify with."""
     prefix = grammars.prefix
     regex = prefix.regex
     cut = regex.find("(?P<message>")
@@ -105,21 +95,15 @@ def compile_engine(grammars: GrammarSet, *, use_native: bool | None = None) -> E
         body = p.regex[1:] if p.regex.startswith("^") else p.regex
         hit_regex = "^(?P<_hit>)" + body
         schema = _schema(p)
-        compiled.append(CompiledPattern(pattern=p, hit_regex=hit_regex, schema=schema,
-                                        native=native.program_of(p.parsed) if use_native else None,
-                                        columns=_typed_columns(p, schema)))
+        compiled.append(CompiledPattern(pattern=p, hit_regex=hit_regex, schema=schema, columns=_typed_columns(p, schema)))
     patterns = tuple(compiled)
     drift_winners = {
         c.name: frozenset(w.name for w in patterns if w.pattern.scope == c.pattern.scope and is_drift(c.pattern.gate, w.pattern.gate))
         for c in patterns
     }
-    scopes = tuple(_scope(name, tuple(c for c in patterns if c.pattern.scope == name), use_native) for name in ("message", "line"))
-    prefix_program = native.program_of(prefix.parsed) if use_native else None
-    prefix_native = None
-    if prefix_program is not None and {"ts", "ms", "rank_tags", "message"} <= prefix_program.groups.keys():
-        prefix_native = native.Patterns([(prefix_program, "", _PREFIX_FIELDS)])
+    scopes = tuple(_scope(name, tuple(c for c in patterns if c.pattern.scope == name)) for name in ("message", "line"))
     return Engine(grammars=grammars, prefix_regex=prefix_regex, patterns=patterns, scopes=scopes,
-                  by_name={c.name: c for c in patterns}, drift_winners=drift_winners, prefix_native=prefix_native)
+                  by_name={c.name: c for c in patterns}, drift_winners=drift_winners)
 
 
 def _schema(p: Pattern) -> dict[str, pl.DataType]:
@@ -154,16 +138,9 @@ def _value_types(p: Pattern) -> dict[str, pl.DataType]:
     return types
 
 
-def _scope(name: str, patterns: tuple[CompiledPattern, ...], use_native: bool) -> Scope:
+def _scope(name: str, patterns: tuple[CompiledPattern, ...]) -> Scope:
     gates = tuple(dict.fromkeys(c.pattern.gate for c in patterns if c.pattern.gate))
-    table = None
-    if use_native and patterns and all(c.native is not None for c in patterns):
-        pattern_gates = [c.pattern.gate for c in patterns]
-        # _near_misses reads a near miss only when its piece went to no pattern or to a more generic one (is_drift)
-        near_after = [any(is_drift(gate, winner) for gate in pattern_gates[:w]) for w, winner in enumerate(pattern_gates)]
-        table = native.Patterns([(c.native, c.pattern.gate, {f.name: f.type for f in c.pattern.fields}) for c in patterns],
-                                near_after)
-    return Scope(name=name, patterns=patterns, gates=gates, native=table)
+    return Scope(name=name, patterns=patterns, gates=gates)
 
 
 def _constant_dtype(value: object) -> pl.DataType:
@@ -186,14 +163,13 @@ def is_server_args(pattern: Pattern) -> bool:
 
 
 def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] = (1,)) -> Claims:
-    """Classify the piece frame (line_no, piece, text): split off the SGLang prefix, then each scope by its executor.
+    """Classify the piece frame (line_no, piece, text): split off the SGLang prefix, then each scope.
     `file_starts`: the first line number of each file when the pieces are several files' (records.ChunkFiles).
 
     Per scope, the working set is narrow: the text to match and each row's index into the scope's metadata
     (line_no, piece, and for messages ts and ranks), which is gathered only for the rows a pattern claims."""
     text = pieces.get_column("text")
-    split = _split_prefix_native(engine, text) if engine.prefix_native is not None else None
-    prefixed, message, prefix_groups = split if split is not None else _split_prefix(engine, text)
+    prefixed, message, prefix_groups = _split_prefix(engine, text)
     message_rows = pieces.filter(prefixed)
     ts = _ts_column(prefix_groups)
     if ts.null_count():
@@ -220,9 +196,7 @@ def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] 
     unclaimed_parts = []
     for scope in engine.scopes:
         src, meta = inputs[scope.name]
-        left = _classify_native(scope, src, meta, found) if scope.native is not None and src.len() else None
-        if left is None:
-            left = _classify_polars(scope, src, meta, found)
+        left = _classify_polars(scope, src, meta, found)
         unclaimed_parts.append(left.with_columns(pl.lit(scope.name == "message").alias("prefixed")))
     unclaimed = pl.concat(unclaimed_parts).sort(["line_no", "piece"]) if unclaimed_parts else _empty_unclaimed()
     # unclaimed message-scope pieces: report the whole piece text, prefix included
@@ -266,45 +240,6 @@ class _Found:
     def missed(self, compiled: CompiledPattern, meta: pl.DataFrame, texts: pl.Series) -> None:
         if distinctive_gate(compiled.pattern.gate):
             self.near_ids[compiled.name] = meta.select("line_no", "piece").with_columns(texts.alias("src"))
-
-
-def _classify_native(scope: Scope, src: pl.Series, meta: pl.DataFrame, found: _Found) -> pl.DataFrame | None:
-    """One scope in one pass of the native matcher; the rows nobody claimed (line_no, piece, text), or None when
-    the matcher left rows undecided (the caller then runs polars)."""
-    patterns = scope.patterns
-    result = native.classify(src, scope.native)
-    if result is None:
-        return None
-    winner = result.winner
-    order = np.argsort(winner, kind="stable")  # rows grouped by winner (-1 first), in row order within each
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(winner + 1, minlength=len(patterns) + 1))])
-    for index, compiled in enumerate(patterns):
-        pick = order[bounds[index + 1] : bounds[index + 2]]
-        if not len(pick):
-            continue
-        columns, left = native.values(result, pick, index)
-        values = pl.DataFrame([columns[f.name] for f in compiled.pattern.fields if f.name in columns])
-        if len(left):  # values the C readers did not take: polars reads those rows
-            kept = np.delete(pick, left)
-            polars_hit, more = _extract_polars(compiled, src.gather(pick[left]))
-            pick = np.concatenate([kept, pick[left][polars_hit.to_numpy()]])
-            order_in = np.argsort(pick, kind="stable")
-            pick = pick[order_in]
-            if values.width:
-                values = pl.concat([values, more.select(values.columns)]).gather(order_in)
-        at = pl.Series(pick)
-        wants_text = compiled.pattern.text_column is not None or is_server_args(compiled.pattern)
-        found.claimed(compiled, meta.gather(at), values, src.gather(at) if wants_text else src.clear())
-    if len(result.near_rows):
-        near_order = np.argsort(result.near_patterns, kind="stable")
-        near_bounds = np.concatenate([[0], np.cumsum(np.bincount(result.near_patterns, minlength=len(patterns)))])
-        for index, compiled in enumerate(patterns):
-            rows = result.near_rows[near_order[near_bounds[index] : near_bounds[index + 1]]]
-            if len(rows):
-                at = pl.Series(rows)
-                found.missed(compiled, meta.gather(at), src.gather(at))
-    nobody = pl.Series(order[: bounds[1]])
-    return meta.gather(nobody).select("line_no", "piece").with_columns(src.gather(nobody).alias("text"))
 
 
 def _classify_polars(scope: Scope, src: pl.Series, meta: pl.DataFrame, found: _Found) -> pl.DataFrame:
@@ -381,30 +316,12 @@ class _Work:
 
 
 def _split_prefix(engine: Engine, text: pl.Series) -> tuple[pl.Series, pl.Series, pl.DataFrame]:
-    """(prefixed mask, the prefixed rows' messages, their ts/ms/rank_tags strings) with polars' regex."""
+    """(prefixed mask, the prefixed rows' messages, their ts/ms/rank_tags strings)."""
     groups = text.str.extract_groups(engine.prefix_regex).struct.unnest()
     prefixed = groups.get_column("_pfx").is_not_null()
     prefix_groups = groups.filter(prefixed)
     message = text.filter(prefixed).str.slice(prefix_groups.get_column("_pfx").str.len_chars())
     return prefixed, message, prefix_groups
-
-
-_PREFIX_FIELDS = {"ts": "timestamp", "ms": "int", "rank_tags": "str", "message": "str"}
-
-
-def _split_prefix_native(engine: Engine, text: pl.Series) -> tuple[pl.Series, pl.Series, pl.DataFrame] | None:
-    """The same with the native matcher (None when it leaves any row undecided: polars then does the chunk)."""
-    result = native.classify(text, engine.prefix_native)
-    if result is None:
-        return None
-    hit_rows = np.flatnonzero(result.winner == 0)
-    columns, left = native.values(result, hit_rows, 0, borrowed=frozenset({"message"}))
-    if len(left):  # an ms the C reader did not take
-        return None
-    prefixed = np.zeros(text.len(), dtype=bool)
-    prefixed[hit_rows] = True
-    groups = pl.DataFrame([columns["ts"], columns["ms"], columns["rank_tags"]])
-    return pl.Series("prefixed", prefixed), columns["message"], groups
 
 
 def _extract_polars(compiled: CompiledPattern, src: pl.Series) -> tuple[pl.Series, pl.DataFrame]:

@@ -7,8 +7,7 @@ bar is cut off into its own piece (it keeps the physical line number), and outer
 docker compose / Ray / kubectl / journald / `docker logs -t` are peeled. Lines longer than MAX_LINE_BYTES
 are not parsed at all: they are stored whole as unparsed, with reason 'line too long to parse'.
 
-The native matcher splits lines where it is built (views into the chunk, with flags for odd lines); polars'
-CSV reader otherwise. Both give the same lines (tests/test_native.py).
+Polars' CSV reader splits the lines (one column, a separator that never occurs in text).
 """
 
 from __future__ import annotations
@@ -16,10 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import numpy as np
 import polars as pl
-
-from speclogs.ingest import native
 
 MAX_LINE_BYTES = 1 << 20  # 1 MiB: longer lines are not parsed, only stored whole as unparsed
 
@@ -64,8 +60,6 @@ class Lines:
 
 def count_lines(data: bytes | memoryview) -> int:
     """The physical lines in `data` (a last line without newline counts), as build_lines splits them."""
-    if native.available():
-        return native.count_lines(data)  # memchr: ~5× bytes.count's speed
     data = bytes(data)
     return data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
 
@@ -139,44 +133,30 @@ _ODD_UNBRACKETED = (
 )
 
 
-def odd_lines(text: pl.Series, flags: np.ndarray | None = None) -> pl.Series:
-    """Rows the Python piece splitter must see (rare): CR, ANSI, blank, outer prefixes, records glued after text.
-    `flags` are native.split_lines' for these rows, when it split them (then only the unbracketed rows are read)."""
-    if flags is None:
-        odd = text.str.contains_any(_ODD_LITERALS) | text.str.starts_with("[pod/")
-        unbracketed = (~text.str.starts_with("[")).arg_true()
-    else:
-        odd = pl.Series("odd", (flags & native.LINE_ODD) > 0)
-        unbracketed = pl.Series("at", np.flatnonzero(flags & native.LINE_UNBRACKETED), dtype=pl.UInt32)
+def odd_lines(text: pl.Series) -> pl.Series:
+    """Rows the Python piece splitter must see (rare): CR, ANSI, blank, outer prefixes, records glued after text."""
+    odd = text.str.contains_any(_ODD_LITERALS) | text.str.starts_with("[pod/")
+    unbracketed = (~text.str.starts_with("[")).arg_true()
     if len(unbracketed):
         found = text.gather(unbracketed).str.contains(_ODD_UNBRACKETED)
         odd = odd.scatter(unbracketed.filter(found), True)
     return odd
 
 
-def build_lines(data: bytes | memoryview, first_line_no: int = 1, line_count: int | None = None) -> Lines:
-    """Physical lines of a chunk → the piece frame both parse paths classify (`line_count`: count_lines(data),
-    when the caller has it already)."""
-    flags = None
-    if native.available() and 0 < len(data) < 1 << 31:  # string views hold 32-bit offsets
-        raw, flags = native.split_lines(data, MAX_LINE_BYTES, line_count)
-    else:
-        raw = read_lines(data)
+def build_lines(data: bytes | memoryview, first_line_no: int = 1) -> Lines:
+    """Physical lines of a chunk → the piece frame to classify."""
+    raw = read_lines(data)
     total = raw.len()
     frame = pl.DataFrame({"text": raw}).with_row_index("line_no", offset=0)
     frame = frame.with_columns((pl.col("line_no").cast(pl.Int64) + first_line_no).alias("line_no"))
-    if flags is None:
-        too_long_mask = frame.get_column("text").str.len_bytes() > MAX_LINE_BYTES
-    else:
-        too_long_mask = pl.Series("too_long", (flags & native.LINE_TOO_LONG) > 0)
+    too_long_mask = frame.get_column("text").str.len_bytes() > MAX_LINE_BYTES
     too_long_frame = frame.filter(too_long_mask)
     too_long = tuple(
         zip(too_long_frame["line_no"].to_list(), too_long_frame["text"].str.len_bytes().to_list())
     )
     if too_long:
         frame = frame.filter(~too_long_mask)
-        flags = None if flags is None else flags[~too_long_mask.to_numpy()]
-    odd_mask = odd_lines(frame.get_column("text"), flags)
+    odd_mask = odd_lines(frame.get_column("text"))
     blank: list[int] = []
     prefixes: list[tuple[int, str]] = []
     if odd_mask.any():

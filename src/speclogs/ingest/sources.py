@@ -24,7 +24,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from speclogs.errors import InputError
-from speclogs.ingest import native
 from speclogs.runrecord import FILE_NAME as RUN_JSON_NAME, read_run_json
 
 STDIN_NAME = "<stdin>"
@@ -199,7 +198,7 @@ class GzipText:
             piece = self._next(size - have)
             pieces.append(piece)
             have += len(piece)
-        return pieces[0] if len(pieces) == 1 and isinstance(pieces[0], bytes) else native.joined(pieces)
+        return pieces[0] if len(pieces) == 1 and isinstance(pieces[0], bytes) else b"".join(pieces)
 
     def unread(self, tail: memoryview) -> None:
         """`tail`, the end of the last block, is the start of the next read (kept: a gzip cannot seek back)."""
@@ -338,7 +337,7 @@ class LogStream:
                     rest = [block]
                     while following := self._read(text, chunk_bytes):
                         rest.append(following)
-                    yield self._valid(rest[0] if len(rest) == 1 else native.joined(rest))
+                    yield self._valid(rest[0] if len(rest) == 1 else b"".join(rest))
                     break
                 view = memoryview(block)
                 cut = block.rfind(b"\n[") + 1  # just before the last record that starts in the block
@@ -750,11 +749,9 @@ def non_text_bytes(head: bytes) -> int:
 
 def make_valid_text(raw: bytes | memoryview) -> tuple[bytes | memoryview, int, int]:
     """→ (valid UTF-8 bytes, invalid sequences replaced, NUL bytes replaced); `raw` itself when it is valid."""
-    flaws = native.text_flaws(raw)  # (NUL bytes, valid UTF-8) in one pass that lets other threads run; None: not built
-    if flaws is None:  # the same answers in Python (`in` is memchr; count walks byte by byte)
-        raw = bytes(raw)
-        flaws = (raw.count(b"\x00") if b"\x00" in raw else 0, raw.isascii() or _decodes(raw))
-    nuls, valid = flaws
+    raw = bytes(raw)
+    nuls = raw.count(b"\x00") if b"\x00" in raw else 0  # `in` is memchr; count walks byte by byte
+    valid = raw.isascii() or _decodes(raw)
     if nuls:  # NUL is valid UTF-8, and so is its replacement: the text stays as valid as it was
         raw = bytes(raw).replace(b"\x00", _REPLACEMENT)
     if valid:

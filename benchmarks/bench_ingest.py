@@ -265,7 +265,7 @@ def staged(log: Path) -> dict[str, float]:
         while chunks:
             chunk = chunks.pop(0)
             t = time.perf_counter()
-            lines = build_lines(chunk, first_line_no)
+            lines = build_lines(chunk, engine.wrappers, first_line_no)
             stages["lines"] += time.perf_counter() - t
             t = time.perf_counter()
             claims = classify(engine, lines.frame)

@@ -40,7 +40,8 @@ def test_samples_give_identical_values_in_pyparsing_and_the_compiled_regex(patte
 
 def test_every_fixture_piece_is_claimed():
     data = b"".join(make_valid_text(path.read_bytes())[0] for path in FIXTURE_LOGS)
-    claims = classify(compile_engine(GRAMMARS), build_lines(data).frame)
+    engine = compile_engine(GRAMMARS)
+    claims = classify(engine, build_lines(data, engine.wrappers).frame)
     assert claims.unclaimed.get_column("text").to_list() == []
 
 

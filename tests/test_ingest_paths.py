@@ -56,7 +56,7 @@ def assert_classified_like_the_definition(engine, data: bytes, every: int) -> in
     """Every `every`-th piece: the pattern and field values pyparsing gives it equal the executor's row. Returns how
     many pieces were compared."""
     grammars = engine.grammars
-    lines = build_lines(data)
+    lines = build_lines(data, engine.wrappers)
     claims = classify(engine, lines.frame)
     executor: dict[tuple[int, int], tuple[str, dict]] = {}
     for name, frame in claims.frames.items():

@@ -211,11 +211,15 @@ class Pattern:
 
 @dataclass(frozen=True, eq=False)
 class GrammarSet:
-    """Every loaded pattern. `prefix` splits an SGLang line; `patterns` are in priority order (first match wins)."""
+    """Every loaded pattern. `prefix` splits an SGLang line; `patterns` are in priority order (first match wins);
+    `prefixes` (SGLang's first) read what stands before a message found elsewhere on a line; `wrappers` are what
+    capture tools put before a line."""
 
     prefix: Pattern
     patterns: list[Pattern]
     files: tuple[str, ...] = ()
+    prefixes: tuple[Pattern, ...] = ()
+    wrappers: tuple[Pattern, ...] = ()
     rank_tag_regexes: dict[str, str] = field(default_factory=lambda: dict(RANK_TAG_REGEXES))
 
     def for_scope(self, scope: str) -> list[Pattern]:

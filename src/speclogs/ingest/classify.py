@@ -1,10 +1,15 @@
 """Classify pieces of text with the grammars' compiled regexes: `Claims`, one frame per pattern with the typed
 values of the pieces it claimed (first matching pattern wins), plus the pieces nobody claimed.
 
-One scope at a time (SGLang messages after the prefix, then prefix-less lines), on polars: in priority order, each
-pattern's gate literal selects candidate rows (`str.contains`), its regex runs on those only (`extract_groups`, with
-an empty `_hit` group that tells a match from a miss) and the claimed rows leave the working set. Casts follow the
-field types (int → Int64, float/pct → Float64, bool → 'True').
+A line is (prefix, message). SGLang's own prefix is split off every line that has it. On the other lines, each
+message pattern with a distinctive gate looks for its message wherever it starts (after any text that ends in a
+blank); what stands before it is read by the other prefix grammars (ts, fraction of a second, rank tags), or, when
+none reads it, kept as a new prefix shape (drift) with the timestamp and rank tags found in it.
+
+Then one scope at a time (messages, then the lines left whole), on polars: in priority order, each pattern's gate
+literal selects candidate rows (`str.contains`), its regex runs on those only (`extract_groups`, with an empty `_hit`
+group that tells a match from a miss) and the claimed rows leave the working set. Casts follow the field types
+(int → Int64, float/pct → Float64, bool → 'True').
 
 Near misses — a piece that contains a pattern's gate but does not match it and ends up with a more
 generic pattern (or with none) — are format drift; pyparsing (the grammar's definition) is run on the first
@@ -20,6 +25,7 @@ import polars as pl
 from speclogs.errors import GrammarError
 from speclogs.grammar import GrammarSet, Pattern, cast_expr, split_rank_tags
 from speclogs.grammar.fields import FIELDS_SLOT, OUTPUT_COLUMNS as FIELD_LIST_TYPES
+from speclogs.ingest.lines import Wrappers, wrappers_of
 
 PREFIX_COLUMNS = ("ts", "ts_text", "rank_tags", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "attn_cp_rank", "moe_dp_rank")
 RANK_COLUMNS = PREFIX_COLUMNS[3:]
@@ -28,6 +34,10 @@ _PRESENCE_BELOW_ROWS = 20_000  # from this few rows on, find the gates that occu
 
 _DTYPES = {"int": pl.Int64, "float": pl.Float64, "pct": pl.Float64, "bool": pl.Boolean, "str": pl.Utf8}
 _TS_FORMAT = "%Y-%m-%d %H:%M:%S"
+NEW_PREFIX = "new prefix: "  # a drift entry's name for a prefix no prefix grammar reads, before its shape
+# What a prefix no grammar reads may still say: a date and time (ISO 8601 or with a blank), SGLang's rank tags.
+_ANY_TS = r"(?P<day>[0-9]{4}-[0-9]{2}-[0-9]{2})[ T](?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})(?:[.,](?P<frac>[0-9]+))?"
+_ANY_RANK_TAG = r"\b(?:ATTN_CP|MOE_DP|DP|TP|PP|EP)-?[0-9]+\b"
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,9 @@ class Engine:
     scopes: tuple[Scope, ...]
     by_name: dict[str, CompiledPattern]
     drift_winners: dict[str, frozenset[str]]  # pattern → the more generic ones whose claiming its near misses is drift
+    wrappers: Wrappers
+    finders: tuple[tuple[str, str], ...]  # (gate, regex) of each message pattern that finds its message after a prefix
+    prefix_heads: tuple[str, ...]  # each prefix grammar's regex without its message: it must read a whole prefix
 
     def pattern(self, name: str) -> CompiledPattern:
         return self.by_name[name]
@@ -74,9 +87,10 @@ class Claims:
 
     frames: dict[str, pl.DataFrame]  # pattern name → line_no, piece, prefix columns (message scope), fields, constants
     unclaimed: pl.DataFrame  # line_no, piece, text, prefixed (Boolean)
-    prefixed: pl.Series  # line_no of every piece with an SGLang prefix
+    prefixed: pl.Series  # line_no of every piece read as (prefix, message)
     drift: pl.DataFrame  # line_no, piece, pattern, text: pieces that look like a pattern's lines but went elsewhere
     server_args_text: dict[tuple[int, int], str] = field(default_factory=dict)  # (line_no, piece) → message
+    prefixes: pl.DataFrame | None = None  # line_no, piece, prefix: the prefixes other than SGLang's, as printed
 
 
 def compile_engine(grammars: GrammarSet) -> Engine:
@@ -102,8 +116,13 @@ def compile_engine(grammars: GrammarSet) -> Engine:
         for c in patterns
     }
     scopes = tuple(_scope(name, tuple(c for c in patterns if c.pattern.scope == name)) for name in ("message", "line"))
+    # A prefix is anything up to a blank: a message found mid-word is not one.
+    finders = tuple((p.gate, "^(?P<_pfx>.*?[ \t])" + p.regex.removeprefix("^")) for p in grammars.patterns
+                    if p.scope == "message" and distinctive_gate(p.gate))
+    heads = tuple("^(?P<_hit>)" + p.regex[1:p.regex.find("(?P<message>")] + "$" for p in grammars.prefixes)
     return Engine(grammars=grammars, prefix_regex=prefix_regex, patterns=patterns, scopes=scopes,
-                  by_name={c.name: c for c in patterns}, drift_winners=drift_winners)
+                  by_name={c.name: c for c in patterns}, drift_winners=drift_winners, wrappers=wrappers_of(grammars.wrappers),
+                  finders=finders, prefix_heads=heads)
 
 
 def _schema(p: Pattern) -> dict[str, pl.DataType]:
@@ -170,23 +189,20 @@ def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] 
     (line_no, piece, and for messages ts and ranks), which is gathered only for the rows a pattern claims."""
     text = pieces.get_column("text")
     prefixed, message, prefix_groups = _split_prefix(engine, text)
-    message_rows = pieces.filter(prefixed)
-    ts = _ts_column(prefix_groups)
+    heads = pieces.filter(prefixed).select("line_no", "piece").with_columns(
+        message.alias("message"), prefix_groups.get_column("ts").alias("ts_text"),
+        prefix_groups.get_column("ms").alias("frac"), prefix_groups.get_column("rank_tags"))
+    others = _find_messages(engine, pieces.filter(~prefixed))
+    if others is not None:
+        heads = pl.concat([heads, others.drop("prefix", "shape")]).sort("line_no", "piece")
+        prefixed = prefixed.scatter(pieces.with_row_index("at").join(others, on=["line_no", "piece"]).get_column("at"), True)
+    ts = _ts_column(heads.get_column("ts_text"), heads.get_column("frac"))
     if ts.null_count():
-        ts, ts_text = _dated(engine, message_rows, ts, file_starts)
+        ts, ts_text = _dated(heads, ts, file_starts)
     else:
         ts_text = pl.Series("ts_text", [None], pl.Utf8).new_from_index(0, ts.len())
-    msg_meta = _with_ranks(
-        pl.DataFrame(
-            {
-                "line_no": message_rows.get_column("line_no"),
-                "piece": message_rows.get_column("piece"),
-                "ts": ts,
-                "ts_text": ts_text,
-                "rank_tags": prefix_groups.get_column("rank_tags").fill_null(""),
-            }
-        )
-    )
+    msg_meta = _with_ranks(heads.select("line_no", "piece", ts, ts_text, pl.col("rank_tags").fill_null("")))
+    message = heads.get_column("message")
     line_rows = pieces.filter(~prefixed)
     inputs = {
         "message": (message.alias("src"), msg_meta),
@@ -207,11 +223,16 @@ def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] 
             .with_columns(pl.when(pl.col("prefixed")).then(pl.col("full")).otherwise(pl.col("text")).alias("text"))
             .drop("full")
         )
+    drift = _drift(engine, found.near_ids, found.winners, unclaimed)
+    if others is not None and others.get_column("shape").null_count() < others.height:
+        new = others.filter(pl.col("shape").is_not_null()).join(pieces, on=["line_no", "piece"])
+        drift = pl.concat([drift, new.select("line_no", "piece", (NEW_PREFIX + pl.col("shape")).alias("pattern"), "text")])
     return Claims(
         frames=found.frames,
         unclaimed=unclaimed,
-        prefixed=message_rows.get_column("line_no"),
-        drift=_drift(engine, found.near_ids, found.winners, unclaimed),
+        prefixed=heads.get_column("line_no"),
+        prefixes=None if others is None else others.select("line_no", "piece", "prefix"),
+        drift=drift,
         server_args_text=found.server_args_text,
     )
 
@@ -324,6 +345,66 @@ def _split_prefix(engine: Engine, text: pl.Series) -> tuple[pl.Series, pl.Series
     return prefixed, message, prefix_groups
 
 
+def _find_messages(engine: Engine, rows: pl.DataFrame) -> pl.DataFrame | None:
+    """The lines without SGLang's prefix on which a message pattern finds its message after another prefix: line_no,
+    piece, message, prefix, what it says (ts_text, frac, rank_tags) and its shape where no prefix grammar reads it."""
+    if not rows.height or not engine.finders:
+        return None
+    work = _Work(rows.get_column("text"), rows.select("line_no", "piece"), tuple(dict.fromkeys(g for g, _ in engine.finders)))
+    parts = []
+    for gate, regex in engine.finders:
+        if work.alive_count == 0:
+            break
+        candidates = work.candidates(gate)
+        if candidates is None or not candidates.any():
+            continue
+        at = candidates.arg_true()
+        prefix = work.src.gather(at).str.extract_groups(regex).struct.field("_pfx")
+        hit = prefix.is_not_null()
+        if hit.any():
+            parts.append(work.meta.gather(work.rows.gather(at).filter(hit)).with_columns(prefix.filter(hit).alias("prefix")))
+        work.claim(candidates, hit)
+    if not parts:
+        return None
+    found = pl.concat(parts).join(rows, on=["line_no", "piece"], maintain_order="left")
+    found = found.with_columns(pl.col("text").str.slice(pl.col("prefix").str.len_chars()).alias("message")).drop("text")
+    return pl.concat([found, _read_prefixes(engine, found.get_column("prefix"))], how="horizontal")
+
+
+def _read_prefixes(engine: Engine, prefix: pl.Series) -> pl.DataFrame:
+    """ts_text, frac, rank_tags and shape of each prefix: by the first prefix grammar that reads all of it, else what
+    it shows of a date and time and of rank tags, and its shape (its digits as <n>) to name it by in the drift view."""
+    out = pl.DataFrame({"ts_text": prefix.clear(prefix.len()), "frac": prefix.clear(prefix.len()),
+                        "rank_tags": prefix.clear(prefix.len()), "shape": prefix.str.replace_all("[0-9]+", "<n>")})
+    left = pl.int_range(0, prefix.len(), dtype=pl.UInt32, eager=True)
+    for regex in engine.prefix_heads:
+        if not left.len():
+            break
+        groups = prefix.gather(left).str.extract_groups(regex).struct.unnest()
+        hit = groups.get_column("_hit").is_not_null()
+        if hit.any():
+            at = left.filter(hit)
+            read = groups.filter(hit)
+            for column, names in (("ts_text", ("ts",)), ("frac", ("frac", "ms")), ("rank_tags", ("rank_tags",))):
+                name = next((n for n in names if n in read.columns), None)
+                if name is not None:
+                    out = out.with_columns(out.get_column(column).scatter(at, read.get_column(name).cast(pl.Utf8)))
+            out = out.with_columns(out.get_column("shape").scatter(at, None))
+            left = left.filter(~hit)
+    if left.len():
+        unknown = prefix.gather(left)
+        ts = unknown.str.extract_groups(_ANY_TS).struct.unnest()
+        tags = unknown.str.extract_all(_ANY_RANK_TAG).list.join(" ")
+        out = out.with_columns(
+            out.get_column("ts_text").scatter(left, ts.select(pl.concat_str("day", "time", separator=" ")).to_series()),
+            out.get_column("frac").scatter(left, ts.get_column("frac")),
+            out.get_column("rank_tags").scatter(left, pl.select(pl.when(tags != "").then(" " + tags)).to_series()))
+    # ISO 8601's T, and glog's MMDD, as the timestamps SGLang prints
+    ts_text = out.get_column("ts_text").str.replace(r"^([0-9]{4}-[0-9]{2}-[0-9]{2})T", "${1} ").str.replace(
+        r"^([0-9]{2})([0-9]{2}) ", "${1}-${2} ")
+    return out.with_columns(ts_text)
+
+
 def _extract_polars(compiled: CompiledPattern, src: pl.Series) -> tuple[pl.Series, pl.DataFrame]:
     """(hit mask over src, the hits' typed values) with polars' regex."""
     extracted = src.str.extract_groups(compiled.hit_regex)
@@ -344,28 +425,23 @@ def _empty_unclaimed() -> pl.DataFrame:
     return pl.DataFrame(schema={"line_no": pl.Int64, "piece": pl.Int32, "text": pl.Utf8, "prefixed": pl.Boolean})
 
 
-def _ts_column(prefix_groups: pl.DataFrame) -> pl.Series:
-    ts = prefix_groups.get_column("ts")
-    parsed = ts if ts.dtype == pl.Datetime("us") else ts.str.to_datetime(_TS_FORMAT, strict=False, time_unit="us")
-    if "ms" in prefix_groups.columns:
-        ms = prefix_groups.get_column("ms").cast(pl.Int64, strict=False)
-        if ms.null_count() < ms.len():
-            parsed = (
-                pl.DataFrame({"t": parsed, "ms": ms})
-                .select(pl.col("t") + pl.duration(milliseconds=pl.col("ms").fill_null(0)))
-                .to_series()
-            )
+def _ts_column(ts_text: pl.Series, frac: pl.Series) -> pl.Series:
+    """The typed timestamps: 'YYYY-MM-DD HH:MM:SS' plus its fraction of a second (NULL where the text has no date)."""
+    parsed = ts_text.str.to_datetime(_TS_FORMAT, strict=False, time_unit="us")
+    if frac.null_count() < frac.len():
+        micros = frac.str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0)
+        parsed = parsed + pl.select(pl.duration(microseconds=micros)).to_series()
     return parsed.alias("ts")
 
 
-def _dated(engine: Engine, message_rows: pl.DataFrame, ts: pl.Series, file_starts: tuple[int, ...]) -> tuple[pl.Series, pl.Series]:
-    """(ts, ts_text) for the prefixed rows when some timestamps did not type: ts_text is the timestamp as printed for
-    those rows; a time without a date ('HH:MM:SS', ≤0.3.0) gets the date of the nearest dated row of its file in the
-    chunk before it (a day later when the clock went back), else after it; a 'MM-DD HH:MM:SS' gets its year so.
-    Without any dated row near, ts stays NULL and ts_text says what was printed."""
+def _dated(heads: pl.DataFrame, ts: pl.Series, file_starts: tuple[int, ...]) -> tuple[pl.Series, pl.Series]:
+    """(ts, ts_text) when some timestamps did not type: ts_text is the timestamp as printed for those rows; a time
+    without a date ('HH:MM:SS', ≤0.3.0) gets the date of the nearest dated row of its file in the chunk before it (a
+    day later when the clock went back), else after it; a 'MM-DD HH:MM:SS' gets its year so. Without any dated row
+    near, ts stays NULL and ts_text says what was printed."""
     missing = ts.is_null()
-    texts = message_rows.get_column("text").filter(missing).str.extract_groups(engine.prefix_regex).struct.field("ts")
-    file = pl.Series(file_starts, dtype=pl.Int64).search_sorted(message_rows.get_column("line_no"), side="right")
+    texts = heads.get_column("ts_text").filter(missing)
+    file = pl.Series(file_starts, dtype=pl.Int64).search_sorted(heads.get_column("line_no"), side="right")
     frame = (
         pl.DataFrame({"ts": ts, "file": file})
         .with_columns(pl.col("ts").forward_fill().over("file").alias("before"), pl.col("ts").backward_fill().over("file").alias("after"))

@@ -3,9 +3,9 @@
 A physical line is one `\\n`-terminated line of the file (CRLF endings are accepted). Most lines are one
 piece as they are. The few odd ones go through `split_pieces` (plain Python, they are rare):
 ANSI colour codes are stripped, tqdm's `\\r` states are split apart, a log record glued after a progress
-bar is cut off into its own piece (it keeps the physical line number), and outer prefixes added by
-docker compose / Ray / kubectl / journald / `docker logs -t` are peeled. Lines longer than MAX_LINE_BYTES
-are not parsed at all: they are stored whole as unparsed, with reason 'line too long to parse'.
+bar is cut off into its own piece (it keeps the physical line number), and what capture tools put before a line
+(docker compose, Ray, kubectl, journald, `docker logs -t`, srun: the wrapper grammars) is peeled. Lines longer than
+MAX_LINE_BYTES are not parsed at all: they are stored whole as unparsed, with reason 'line too long to parse'.
 
 Polars' CSV reader splits the lines (one column, a separator that never occurs in text).
 """
@@ -25,20 +25,24 @@ GLUED_RE = re.compile(
     r"\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}[]. ]"
     r"|(?<![A-Za-z0-9._-])[A-Za-z0-9][A-Za-z0-9._-]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL "
 )
-# Outer prefixes added by the tool that captured the log, peeled before the SGLang grammar runs.
-OUTER_PREFIX_RE = re.compile(
-    r"^(?:"
-    r"[A-Za-z0-9][A-Za-z0-9_.-]*-[0-9]+ +\| "  # docker compose: 'sglang-1  | '
-    r"|\([A-Za-z_][A-Za-z0-9_]* pid=[0-9]+(?:, ip=[0-9A-Fa-f.:]+)?\) "  # Ray: '(SchedulerActor pid=123, ip=10.0.0.1) '
-    r"|\[pod/[^\]\s]+\] "  # kubectl logs --prefix: '[pod/name/container] '
-    r"|[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [^ ]+ [^ \[]+\[[0-9]+\]: "  # journald
-    r"|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z "  # docker logs -t
-    r"|\[[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z\] "  # a collector's '[ISO time] '
-    r"|[0-9]{10,16}\t[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z\t"  # a log collector's 'epoch-ms<TAB>ISO time<TAB>'
-    r"|[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]{3} \[[A-Z]+\] [A-Za-z_][A-Za-z0-9_.]*: "  # Python logging
-    r")"
-)
-SRUN_LABEL_RE = re.compile(r"^[0-9]{1,4}: (?=\[)")  # srun --label: '0: ' before a bracketed record
+
+
+@dataclass(frozen=True)
+class Wrappers:
+    """What capture tools put before a line (the wrapper grammars, grammars/wrappers.toml), compiled: `detect` finds
+    the lines that start with one (polars, with names dropped), `each` peels one off (Python, on those few lines);
+    `literals` are the wrappers' gates that a line starting with '[' can be found by (a literal search, as cheap as the
+    one for CR and ANSI, where a regex over every line is not)."""
+
+    detect: str
+    each: tuple[re.Pattern, ...]
+    literals: tuple[str, ...]
+
+
+def wrappers_of(patterns: tuple) -> Wrappers:
+    unnamed = [re.sub(r"\(\?P<[A-Za-z_][A-Za-z0-9_]*>", "(?:", p.regex[1:].removesuffix("$")) for p in patterns]
+    literals = tuple(p.gate for p in patterns if p.regex.startswith("^\\[") and len(p.gate) >= 3)
+    return Wrappers("^(?:" + "|".join(unnamed) + ")" if unnamed else "^$.", tuple(re.compile(p.regex) for p in patterns), literals)
 
 
 _BLANK = " \t\x0b\x0c"  # what makes a piece blank (the same set as _ODD_LINE's, in both paths)
@@ -91,7 +95,7 @@ def read_lines(data: bytes | memoryview) -> pl.Series:
     return frame.get_column("text").fill_null("")
 
 
-def split_pieces(text: str) -> tuple[list[str], list[str]]:
+def split_pieces(text: str, wrappers: Wrappers) -> tuple[list[str], list[str]]:
     """One odd physical line → the pieces of text in it (possibly none) and the outer prefixes peeled off them:
     ANSI stripped, split at `\\r`, glued records cut off, outer prefixes peeled, whitespace-only pieces dropped."""
     if "\x1b" in text or "^[[" in text:
@@ -99,7 +103,7 @@ def split_pieces(text: str) -> tuple[list[str], list[str]]:
     pieces: list[str] = []
     peeled: list[str] = []
     for segment in text.split("\r"):
-        segment = _peel(segment, peeled)
+        segment = _peel(segment, peeled, wrappers)
         if not segment.strip(_BLANK):
             continue
         if not segment.startswith("["):
@@ -108,42 +112,37 @@ def split_pieces(text: str) -> tuple[list[str], list[str]]:
                 head = segment[: found.start()]
                 if head.strip(_BLANK):
                     pieces.append(head)
-                segment = _peel(segment[found.start():], peeled)
+                segment = _peel(segment[found.start():], peeled, wrappers)
         pieces.append(segment)
     return pieces, peeled
 
 
-def _peel(segment: str, peeled: list[str]) -> str:
+def _peel(segment: str, peeled: list[str], wrappers: Wrappers) -> str:
     while True:
-        found = OUTER_PREFIX_RE.match(segment) or SRUN_LABEL_RE.match(segment)
-        if found is None or not found.end():
+        found = next((m for rx in wrappers.each if (m := rx.match(segment)) is not None and m.start("message")), None)
+        if found is None:
             return segment
-        peeled.append(found.group())
-        segment = segment[found.end():]
+        peeled.append(segment[: found.start("message")])
+        segment = segment[found.start("message"):]
 
 
-# Odd lines: CR, ANSI (real or pasted '^[['), found with a literal multi-search; a kubectl prefix; then, only
-# on the few lines that do not start with '[': blank, a glued '[20…' record, a glued NCCL record, or another
-# outer prefix (none of which a line starting with '[' can be, other than kubectl's '[pod/').
+# Odd lines: CR, ANSI (real or pasted '^[[') or a bracketed wrapper's gate, found with a literal multi-search; then,
+# only on the few lines that do not start with '[': blank, a glued '[20…' record, a glued NCCL record, or a wrapper.
 _ODD_LITERALS = ["\r", "\x1b", "^[["]
-_ODD_UNBRACKETED = (
-    r"^[ \t\x0b\x0c]*$|^.*\[20|^[0-9]{1,4}: \[|"
-    r"^.*[^A-Za-z0-9._-][A-Za-z0-9][A-Za-z0-9._-]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL |"
-    + "^(?:" + OUTER_PREFIX_RE.pattern[len("^(?:"):]
-)
+_ODD_UNBRACKETED = r"^[ \t\x0b\x0c]*$|^.*\[20|^.*[^A-Za-z0-9._-][A-Za-z0-9][A-Za-z0-9._-]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL "
 
 
-def odd_lines(text: pl.Series) -> pl.Series:
-    """Rows the Python piece splitter must see (rare): CR, ANSI, blank, outer prefixes, records glued after text."""
-    odd = text.str.contains_any(_ODD_LITERALS) | text.str.starts_with("[pod/")
+def odd_lines(text: pl.Series, wrappers: Wrappers) -> pl.Series:
+    """Rows the Python piece splitter must see (rare): CR, ANSI, blank, wrappers, records glued after text."""
+    odd = text.str.contains_any([*_ODD_LITERALS, *wrappers.literals])
     unbracketed = (~text.str.starts_with("[")).arg_true()
     if len(unbracketed):
-        found = text.gather(unbracketed).str.contains(_ODD_UNBRACKETED)
+        found = text.gather(unbracketed).str.contains(_ODD_UNBRACKETED + "|" + wrappers.detect)
         odd = odd.scatter(unbracketed.filter(found), True)
     return odd
 
 
-def build_lines(data: bytes | memoryview, first_line_no: int = 1) -> Lines:
+def build_lines(data: bytes | memoryview, wrappers: Wrappers, first_line_no: int = 1) -> Lines:
     """Physical lines of a chunk → the piece frame to classify."""
     raw = read_lines(data)
     total = raw.len()
@@ -156,7 +155,7 @@ def build_lines(data: bytes | memoryview, first_line_no: int = 1) -> Lines:
     )
     if too_long:
         frame = frame.filter(~too_long_mask)
-    odd_mask = odd_lines(frame.get_column("text"))
+    odd_mask = odd_lines(frame.get_column("text"), wrappers)
     blank: list[int] = []
     prefixes: list[tuple[int, str]] = []
     if odd_mask.any():
@@ -166,7 +165,7 @@ def build_lines(data: bytes | memoryview, first_line_no: int = 1) -> Lines:
         rows_piece: list[int] = []
         rows_text: list[str] = []
         for line_no, text in zip(odd["line_no"].to_list(), odd["text"].to_list()):
-            pieces, peeled = split_pieces(text)
+            pieces, peeled = split_pieces(text, wrappers)
             if peeled:
                 prefixes.append((line_no, "".join(peeled)))
             if not pieces:

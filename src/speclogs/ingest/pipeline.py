@@ -31,7 +31,7 @@ from typing import Protocol
 import polars as pl
 
 from speclogs.errors import InputError, SpeclogsError
-from speclogs.ingest.classify import Engine, classify
+from speclogs.ingest.classify import NEW_PREFIX, Engine, classify
 from speclogs.ingest.jsonfiles import parse_bench_json, parse_bench_jsonl, parse_nccl_probe, parse_run_json
 from speclogs.ingest.lines import Lines, build_lines, count_lines
 from speclogs.ingest.prometheus import parse_prometheus_file
@@ -434,7 +434,7 @@ def _parse_logs(texts: list[bytes], engine: Engine) -> ChunkResult:
         next_start += count + 1
     data = b"".join(parts)
     gaps = frozenset(start + count for start, count in zip(starts, lines))
-    split = build_lines(data, 1)
+    split = build_lines(data, engine.wrappers)
     split = Lines(frame=split.frame, total_lines=split.total_lines, first_line_no=1, raw=split.raw,
                   blank=tuple(n for n in split.blank if n not in gaps), too_long=split.too_long, outer_prefixes=split.outer_prefixes)
     return _assemble_chunk(engine, split, classify(engine, split.frame, tuple(starts)), ChunkFiles(tuple(starts), tuple(lines)))
@@ -481,7 +481,11 @@ def _finish_log(parsed: ParsedFile, engine: Engine) -> None:
     """A log's warnings and launches, once all its chunks are in."""
     counts = parsed.counts
     for name, count in sorted(counts.drift.items()):
-        counts.warnings.append(f"{count:,} line(s) look like '{name}' but do not match it (parse_drift has the first ones and why)")
+        if name.startswith(NEW_PREFIX):
+            counts.warnings.append(f"{count:,} line(s) have a prefix no prefix grammar reads ({name.removeprefix(NEW_PREFIX)!r}): "
+                                   "their messages were read after it (the drift view, kind new_prefix)")
+        else:
+            counts.warnings.append(f"{count:,} line(s) look like '{name}' but do not match it (parse_drift has the first ones and why)")
     if parsed.raw.stream is not None:  # what reading found comes first, as for a file read whole
         counts.warnings[:0] = parsed.raw.stream.warnings()
     if counts.total and parsed.prefixed_pieces == 0:
@@ -602,7 +606,7 @@ def _planned_chunks(source: bytes | LogStream, chunk_bytes: int) -> Iterator[tup
 
 def _parse_chunk(chunk: bytes | memoryview, engine: Engine, first_line_no: int) -> ChunkResult:
     """One chunk of a streamed log, its launches numbered within it (number_launches numbers them in the file)."""
-    lines = build_lines(chunk, first_line_no)
+    lines = build_lines(chunk, engine.wrappers, first_line_no)
     result = _assemble_chunk(engine, lines, classify(engine, lines.frame), ChunkFiles((1,), (lines.total_lines,), numbered=False))
     result.request_lines = read_request_lines(result.tables.get("server_events"))
     return result

@@ -196,11 +196,15 @@ def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] 
     if others is not None:
         heads = pl.concat([heads, others.drop("prefix", "shape")]).sort("line_no", "piece")
         prefixed = prefixed.scatter(pieces.with_row_index("at").join(others, on=["line_no", "piece"]).get_column("at"), True)
-    ts = _ts_column(heads.get_column("ts_text"), heads.get_column("frac"))
+    ts = heads.get_column("ts_text").str.to_datetime(_TS_FORMAT, strict=False, time_unit="us").alias("ts")
     if ts.null_count():
         ts, ts_text = _dated(heads, ts, file_starts)
     else:
         ts_text = pl.Series("ts_text", [None], pl.Utf8).new_from_index(0, ts.len())
+    frac = heads.get_column("frac")
+    if frac.null_count() < frac.len():  # the fraction of a second as printed: milliseconds, microseconds, …
+        micros = frac.str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0)
+        ts = ts + pl.select(pl.duration(microseconds=micros)).to_series()
     msg_meta = _with_ranks(heads.select("line_no", "piece", ts, ts_text, pl.col("rank_tags").fill_null("")))
     message = heads.get_column("message")
     line_rows = pieces.filter(~prefixed)
@@ -423,15 +427,6 @@ def _all_false(n: int) -> pl.Series:
 
 def _empty_unclaimed() -> pl.DataFrame:
     return pl.DataFrame(schema={"line_no": pl.Int64, "piece": pl.Int32, "text": pl.Utf8, "prefixed": pl.Boolean})
-
-
-def _ts_column(ts_text: pl.Series, frac: pl.Series) -> pl.Series:
-    """The typed timestamps: 'YYYY-MM-DD HH:MM:SS' plus its fraction of a second (NULL where the text has no date)."""
-    parsed = ts_text.str.to_datetime(_TS_FORMAT, strict=False, time_unit="us")
-    if frac.null_count() < frac.len():
-        micros = frac.str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0)
-        parsed = parsed + pl.select(pl.duration(microseconds=micros)).to_series()
-    return parsed.alias("ts")
 
 
 def _dated(heads: pl.DataFrame, ts: pl.Series, file_starts: tuple[int, ...]) -> tuple[pl.Series, pl.Series]:

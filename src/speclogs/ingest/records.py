@@ -85,7 +85,6 @@ class ChunkFiles:
 
 
 LAUNCH_EVENT_KINDS = ("server_args", "ready", "cuda_graph_end", "sigterm")
-NEW_PREFIX_ERROR = "no prefix grammar reads what stands before the message (kept in outer_prefixes)"
 DRIFT_EXAMPLES_PER_PATTERN = 20  # per file: the near misses kept with their text and pyparsing's reason
 
 
@@ -279,7 +278,8 @@ def _drift_examples(engine: Engine, drift: pl.DataFrame, files: ChunkFiles) -> p
         .sort("file", "pattern", "line_no", "piece")
         .filter(pl.int_range(pl.len()).over("file", "pattern") < DRIFT_EXAMPLES_PER_PATTERN)
     )
-    errors = [NEW_PREFIX_ERROR if name.startswith(NEW_PREFIX) else explain_miss(engine.pattern(name).pattern, text)
+    errors = [f"no prefix grammar reads the prefix of: {text}" if name.startswith(NEW_PREFIX)
+              else explain_miss(engine.pattern(name).pattern, text)
               for name, text in picked.select("pattern", "text").iter_rows()]
     return (picked.drop("file").with_columns(pl.Series("error", errors, dtype=pl.Utf8))
             .select("line_no", "piece", "pattern", "error", "text"))

@@ -30,19 +30,19 @@ GLUED_RE = re.compile(
 @dataclass(frozen=True)
 class Wrappers:
     """What capture tools put before a line (the wrapper grammars, grammars/wrappers.toml), compiled: `detect` finds
-    the lines that start with one (polars, with names dropped), `each` peels one off (Python, on those few lines);
-    `literals` are the wrappers' gates that a line starting with '[' can be found by (a literal search, as cheap as the
-    one for CR and ANSI, where a regex over every line is not)."""
+    the lines not starting with '[' that start with one (polars, with names dropped), `each` peels one off (Python, on
+    those few lines); `heads` are the literal starts ('[pod/') by which a line starting with '[' is found (a regex
+    over every line, or a literal search for text that '[' starts, costs more than all the rest of the split)."""
 
     detect: str
     each: tuple[re.Pattern, ...]
-    literals: tuple[str, ...]
+    heads: tuple[str, ...]
 
 
 def wrappers_of(patterns: tuple) -> Wrappers:
     unnamed = [re.sub(r"\(\?P<[A-Za-z_][A-Za-z0-9_]*>", "(?:", p.regex[1:].removesuffix("$")) for p in patterns]
-    literals = tuple(p.gate for p in patterns if p.regex.startswith("^\\[") and len(p.gate) >= 3)
-    return Wrappers("^(?:" + "|".join(unnamed) + ")" if unnamed else "^$.", tuple(re.compile(p.regex) for p in patterns), literals)
+    heads = tuple(p.gate for p in patterns if p.gate.startswith("[") and p.template.startswith(p.gate))
+    return Wrappers("^(?:" + "|".join(unnamed) + ")" if unnamed else "^$.", tuple(re.compile(p.regex) for p in patterns), heads)
 
 
 _BLANK = " \t\x0b\x0c"  # what makes a piece blank (the same set as _ODD_LINE's, in both paths)
@@ -126,7 +126,7 @@ def _peel(segment: str, peeled: list[str], wrappers: Wrappers) -> str:
         segment = segment[found.start("message"):]
 
 
-# Odd lines: CR, ANSI (real or pasted '^[[') or a bracketed wrapper's gate, found with a literal multi-search; then,
+# Odd lines: CR, ANSI (real or pasted '^[['), found with a literal multi-search; a bracketed wrapper's head; then,
 # only on the few lines that do not start with '[': blank, a glued '[20…' record, a glued NCCL record, or a wrapper.
 _ODD_LITERALS = ["\r", "\x1b", "^[["]
 _ODD_UNBRACKETED = r"^[ \t\x0b\x0c]*$|^.*\[20|^.*[^A-Za-z0-9._-][A-Za-z0-9][A-Za-z0-9._-]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL "
@@ -134,7 +134,9 @@ _ODD_UNBRACKETED = r"^[ \t\x0b\x0c]*$|^.*\[20|^.*[^A-Za-z0-9._-][A-Za-z0-9][A-Za
 
 def odd_lines(text: pl.Series, wrappers: Wrappers) -> pl.Series:
     """Rows the Python piece splitter must see (rare): CR, ANSI, blank, wrappers, records glued after text."""
-    odd = text.str.contains_any([*_ODD_LITERALS, *wrappers.literals])
+    odd = text.str.contains_any(_ODD_LITERALS)
+    for head in wrappers.heads:
+        odd = odd | text.str.starts_with(head)
     unbracketed = (~text.str.starts_with("[")).arg_true()
     if len(unbracketed):
         found = text.gather(unbracketed).str.contains(_ODD_UNBRACKETED + "|" + wrappers.detect)

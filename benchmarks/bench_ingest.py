@@ -66,7 +66,7 @@ def ensure_gzip(log: Path) -> Path:
 # the first Series polars makes from a numpy array (~20 ms together, found by comparing sys.modules before and after
 # an ingest: tests/test_bench_scripts.py keeps the list complete).
 LOADED_BEFORE = ("speclogs.ingest.pipeline", "speclogs.ingest.sources", "speclogs.store.writer", "speclogs.grammar",
-                 "speclogs.ingest.classify", "speclogs.grammar.loader", "numpy.ma")
+                 "speclogs.ingest.classify", "speclogs.grammar.loader", "numpy.ma", "pyarrow")
 
 
 def one_run(log: Path) -> dict:

@@ -81,7 +81,7 @@ def _after_quoted(body: str, i: int, quote: str) -> int:
 
 
 # The shapes most values have (None, True, 8192, 0.88, 'auto'), read without ast.literal_eval: it compiles the text
-# (~10 µs) and leaves a reference cycle of ~11 objects a call, which the ingest (cyclic GC off) frees only once a chunk.
+# and leaves a reference cycle of ~11 objects a call, which the ingest (cyclic GC off) frees only once a chunk.
 # Each shape is one whose literal_eval value is exactly this; anything else goes to literal_eval.
 _CONSTANTS = {"None": None, "True": True, "False": False}
 _INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")

@@ -226,7 +226,7 @@ class RequestLog:
         if not self._frames:
             return None
         # each request's lines next to each other, in line order: a line's neighbours are the lines of its rid before
-        # and after it (a window over the same keys took 3× as long)
+        # and after it (cheaper than a window over the same keys)
         request = ("file", "launch_no", "pair_key")
         lines = pl.concat(self._frames).sort(*request, "line_no", maintain_order=True)
         same_before = pl.all_horizontal(pl.col(key).eq_missing(pl.col(key).shift(1)) for key in request)

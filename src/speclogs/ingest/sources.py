@@ -130,8 +130,8 @@ def tapered_bytes(done: int, remaining: int, chunk_bytes: int) -> int:
     """The size of the next chunk when `done` bytes were read and `remaining` are left: an eighth of chunk_bytes at
     first, doubling up to chunk_bytes (the writer gets its first rows after a small chunk is parsed, not a whole
     one), then over the last two chunks' worth halving down to an eighth again. Chunks are parsed two at a time;
-    without the taper the last one was often parsed alone (one core idle for ~0.3 s) and its rows were all still to
-    insert when it ended."""
+    without the taper the last one would often be parsed alone (one core idle) with all its rows still to insert
+    when it ended."""
     size = chunk_bytes if done >= chunk_bytes else max(chunk_bytes // 8, done)
     if remaining > 2 * chunk_bytes:
         return size

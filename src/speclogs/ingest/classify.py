@@ -74,7 +74,7 @@ class Engine:
     by_name: dict[str, CompiledPattern]
     drift_winners: dict[str, frozenset[str]]  # pattern → the more generic ones whose claiming its near misses is drift
     wrappers: Wrappers
-    finders: tuple[tuple[str, str], ...]  # (gate, regex) of each message pattern that finds its message after a prefix
+    finders: tuple[tuple[str, str, bool], ...]  # (gate, regex, at_gate) of each message pattern that finds its message
     prefix_heads: tuple[str, ...]  # each prefix grammar's regex without its message: it must read a whole prefix
 
     def pattern(self, name: str) -> CompiledPattern:
@@ -117,8 +117,10 @@ def compile_engine(grammars: GrammarSet) -> Engine:
     }
     scopes = tuple(_scope(name, tuple(c for c in patterns if c.pattern.scope == name)) for name in ("message", "line"))
     # A prefix is anything up to a blank: a message found mid-word is not one.
-    finders = tuple((p.gate, "^(?P<_pfx>.*?[ \t])" + p.regex.removeprefix("^")) for p in grammars.patterns
-                    if p.scope == "message" and distinctive_gate(p.gate))
+    # A message that starts with its pattern's gate starts where the gate first occurs: a literal split finds it,
+    # and an anchored match (no captures) tests it; the others are searched for with a lazy prefix group.
+    finders = tuple((p.gate, p.regex, True) if p.template.startswith(p.gate) else (p.gate, "^(?P<_pfx>.*?[ \t])" + p.regex[1:], False)
+                    for p in grammars.patterns if p.scope == "message" and distinctive_gate(p.gate))
     heads = tuple("^(?P<_hit>)" + p.regex[1:p.regex.find("(?P<message>")] + "$" for p in grammars.prefixes)
     return Engine(grammars=grammars, prefix_regex=prefix_regex, patterns=patterns, scopes=scopes,
                   by_name={c.name: c for c in patterns}, drift_winners=drift_winners, wrappers=wrappers_of(grammars.wrappers),
@@ -354,17 +356,23 @@ def _find_messages(engine: Engine, rows: pl.DataFrame) -> pl.DataFrame | None:
     piece, message, prefix, what it says (ts_text, frac, rank_tags) and its shape where no prefix grammar reads it."""
     if not rows.height or not engine.finders:
         return None
-    work = _Work(rows.get_column("text"), rows.select("line_no", "piece"), tuple(dict.fromkeys(g for g, _ in engine.finders)))
+    work = _Work(rows.get_column("text"), rows.select("line_no", "piece"), tuple(dict.fromkeys(g for g, _, _ in engine.finders)))
     parts = []
-    for gate, regex in engine.finders:
+    for gate, regex, at_gate in engine.finders:
         if work.alive_count == 0:
             break
         candidates = work.candidates(gate)
         if candidates is None or not candidates.any():
             continue
         at = candidates.arg_true()
-        prefix = work.src.gather(at).str.extract_groups(regex).struct.field("_pfx")
-        hit = prefix.is_not_null()
+        if at_gate:
+            split = work.src.gather(at).str.splitn(gate, 2).struct.unnest()
+            prefix = split.get_column("field_0")
+            message = gate + split.get_column("field_1")
+            hit = (prefix.str.ends_with(" ") | prefix.str.ends_with("\t")) & message.str.contains(regex)
+        else:
+            prefix = work.src.gather(at).str.extract_groups(regex).struct.field("_pfx")
+            hit = prefix.is_not_null()
         if hit.any():
             parts.append(work.meta.gather(work.rows.gather(at).filter(hit)).with_columns(prefix.filter(hit).alias("prefix")))
         work.claim(candidates, hit)
@@ -378,22 +386,20 @@ def _find_messages(engine: Engine, rows: pl.DataFrame) -> pl.DataFrame | None:
 def _read_prefixes(engine: Engine, prefix: pl.Series) -> pl.DataFrame:
     """ts_text, frac, rank_tags and shape of each prefix: by the first prefix grammar that reads all of it, else what
     it shows of a date and time and of rank tags, and its shape (its digits as <n>) to name it by in the drift view."""
-    out = pl.DataFrame({"ts_text": prefix.clear(prefix.len()), "frac": prefix.clear(prefix.len()),
-                        "rank_tags": prefix.clear(prefix.len()), "shape": prefix.str.replace_all("[0-9]+", "<n>")})
+    empty = prefix.clear(prefix.len())
+    out = pl.DataFrame({"ts_text": empty, "frac": empty, "rank_tags": empty, "shape": empty})
     left = pl.int_range(0, prefix.len(), dtype=pl.UInt32, eager=True)
     for regex in engine.prefix_heads:
         if not left.len():
             break
-        groups = prefix.gather(left).str.extract_groups(regex).struct.unnest()
-        hit = groups.get_column("_hit").is_not_null()
+        hit = prefix.gather(left).str.contains(regex)  # a match test first: most prefixes fail most grammars
         if hit.any():
             at = left.filter(hit)
-            read = groups.filter(hit)
+            read = prefix.gather(at).str.extract_groups(regex).struct.unnest()
             for column, names in (("ts_text", ("ts",)), ("frac", ("frac", "ms")), ("rank_tags", ("rank_tags",))):
                 name = next((n for n in names if n in read.columns), None)
                 if name is not None:
                     out = out.with_columns(out.get_column(column).scatter(at, read.get_column(name).cast(pl.Utf8)))
-            out = out.with_columns(out.get_column("shape").scatter(at, None))
             left = left.filter(~hit)
     if left.len():
         unknown = prefix.gather(left)
@@ -402,7 +408,8 @@ def _read_prefixes(engine: Engine, prefix: pl.Series) -> pl.DataFrame:
         out = out.with_columns(
             out.get_column("ts_text").scatter(left, ts.select(pl.concat_str("day", "time", separator=" ")).to_series()),
             out.get_column("frac").scatter(left, ts.get_column("frac")),
-            out.get_column("rank_tags").scatter(left, pl.select(pl.when(tags != "").then(" " + tags)).to_series()))
+            out.get_column("rank_tags").scatter(left, pl.select(pl.when(tags != "").then(" " + tags)).to_series()),
+            out.get_column("shape").scatter(left, unknown.str.replace_all("[0-9]+", "<n>")))
     # ISO 8601's T, and glog's MMDD, as the timestamps SGLang prints
     ts_text = out.get_column("ts_text").str.replace(r"^([0-9]{4}-[0-9]{2}-[0-9]{2})T", "${1} ").str.replace(
         r"^([0-9]{2})([0-9]{2}) ", "${1}-${2} ")

@@ -117,3 +117,59 @@ def test_a_message_after_any_prefix_is_a_typed_row_and_an_unknown_prefix_is_name
     assert [(subject, n, at) for subject, n, at, _ in new] == [("node<n> >> <n>-<n>-<n> <n>:<n>:<n> {worker TP<n>} ", 2, 5)]
     assert lines[4] in new[0][3]
     assert check_database(db).ok
+
+
+def test_a_prefix_grammar_of_ones_own_reads_the_new_prefix(tmp_path):
+    """The drift view's new prefix, written as a grammar file of kind "prefix": the same lines are read by it (ts with
+    its fraction, rank tags) and the drift view names no new prefix."""
+    body = "Decode batch, #running-req: 7, #token: 96, token usage: 0.00, cuda graph: True, gen throughput (token/s): 3.84, #queue-req: 0"
+    log = tmp_path / "node7.log"
+    log.write_text(f"node7 >> 2026-01-02 03:04:04.5 {{worker TP2}} {body}\n")
+    grammar = tmp_path / "node_prefix.toml"
+    grammar.write_text('''kind = "prefix"
+family = "node_prefix"
+table = "(all)"
+scope = "line"
+
+[shapes]
+digits = { chars = "0123456789" }
+
+[[field]]
+name = "ts"
+type = "str"
+shape = "timestamp"
+
+[[field]]
+name = "frac"
+type = "str"
+shape = "digits"
+
+[[field]]
+name = "rank_tags"
+type = "str"
+shape = "ranktags"
+
+[[field]]
+name = "node"
+type = "str"
+shape = "word"
+
+[[field]]
+name = "message"
+type = "str"
+shape = "rest"
+
+[[pattern]]
+name = "node_worker"
+gate = " >> "
+derive = "rank_tags"
+template = '{node} >> {ts}.{frac} \\{worker{rank_tags}\\} {message}'
+
+[[pattern.sample]]
+line = "node7 >> 2026-01-02 03:04:04.5 {worker TP2} Decode batch, #running-req: 7, #token: 96, token usage: 0.00"
+expect = { node = "node7", frac = "5", tp_rank = 2 }
+''')
+    db = tmp_path / "own.duckdb"
+    ingest_paths([log], db, grammar_paths=[grammar])
+    assert query(db, "SELECT running_req, strftime(ts, '%H:%M:%S.%g'), tp_rank FROM decode_batches") == [(7, "03:04:04.500", 2)]
+    assert query(db, "SELECT count(*) FROM drift WHERE kind = 'new_prefix'") == [(0,)]

@@ -365,21 +365,23 @@ def _find_messages(engine: Engine, rows: pl.DataFrame) -> pl.DataFrame | None:
         if candidates is None or not candidates.any():
             continue
         at = candidates.arg_true()
+        text = work.src.gather(at)
         if at_gate:
-            split = work.src.gather(at).str.splitn(gate, 2).struct.unnest()
+            split = text.str.splitn(gate, 2).struct.unnest()
             prefix = split.get_column("field_0")
             message = gate + split.get_column("field_1")
             hit = (prefix.str.ends_with(" ") | prefix.str.ends_with("\t")) & message.str.contains(regex)
         else:
-            prefix = work.src.gather(at).str.extract_groups(regex).struct.field("_pfx")
+            prefix = text.str.extract_groups(regex).struct.field("_pfx")
             hit = prefix.is_not_null()
+            message = text.str.slice(prefix.str.len_chars().fill_null(0))
         if hit.any():
-            parts.append(work.meta.gather(work.rows.gather(at).filter(hit)).with_columns(prefix.filter(hit).alias("prefix")))
+            parts.append(work.meta.gather(work.rows.gather(at).filter(hit)).with_columns(
+                prefix.filter(hit).alias("prefix"), message.filter(hit).alias("message")))
         work.claim(candidates, hit)
     if not parts:
         return None
-    found = pl.concat(parts).join(rows, on=["line_no", "piece"], maintain_order="left")
-    found = found.with_columns(pl.col("text").str.slice(pl.col("prefix").str.len_chars()).alias("message")).drop("text")
+    found = pl.concat(parts)
     return pl.concat([found, _read_prefixes(engine, found.get_column("prefix"))], how="horizontal")
 
 

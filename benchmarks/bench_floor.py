@@ -42,7 +42,7 @@ HOT_TABLES = ("decode_batches", "prefill_batches", "http_requests")
 def busiest_patterns(engine, data: bytes) -> list:
     """Per hot table, the pattern that claims most lines of the log's first 16 MiB (what the ingest would use)."""
     head = data[: data.find(b"\n", 16 << 20) + 1]
-    claims = classify(engine, build_lines(head).frame)
+    claims = classify(engine, build_lines(head, engine.wrappers).frame)
     chosen = []
     for table in HOT_TABLES:
         names = [c.name for c in engine.patterns if c.pattern.table == table and c.name in claims.frames]

@@ -1,6 +1,5 @@
 """Grammar speed figures: what loading the grammars costs a fresh process, and the compiled regexes on a generated
-2M-line SGLang log (decode lines, prefill lines, uvicorn access lines, the prefix split): in polars, and in the native
-matcher (line split, prefix, one pass over the message patterns with typed values).
+2M-line SGLang log (decode lines, prefill lines, uvicorn access lines, the prefix split) in polars.
 
     PYTHONPATH=src python benchmarks/bench_grammars.py [--lines 2000000] [--log /tmp/sglang_2m.log]
 
@@ -14,8 +13,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_ingest import ensure_log  # noqa: E402
@@ -38,7 +35,7 @@ def main() -> None:
     load = _load_time("load_grammars()")
     both = _load_time("compile_engine(load_grammars())")
     print(f"load_grammars() in a fresh process (build every pattern's element and regex; bundled samples are checked by "
-          f"the tests, not here) {load:.3f} s; with compile_engine (native programs) {both:.3f} s (min of 3)")
+          f"the tests, not here) {load:.3f} s; with compile_engine {both:.3f} s (min of 3)")
     ensure_log(args.log, args.lines)
 
     import polars as pl
@@ -82,52 +79,6 @@ def main() -> None:
               f"({candidates / elapsed / 1e6:.2f} M lines/s wall; {elapsed / t_read:.1f}x this run's read_csv time)")
     print("The VM is noisy (other jobs share its 2 cores): compare stages through their ratio to read_csv, which took "
           "0.31 s unloaded in shared/reference/perf-anchors.md.")
-    native_figures(args.log, grammars)
-
-
-def native_figures(log: Path, grammars) -> None:
-    """The same work in the native matcher, one thread, chunk by chunk as the ingest does (16 MiB): split, prefix
-    (typed ts, ms, ranks, message), then one pass of every message pattern in priority order with typed values."""
-    from speclogs.ingest import native
-    from speclogs.ingest.classify import compile_engine
-    from speclogs.ingest.lines import MAX_LINE_BYTES
-    from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, chunk_bounds
-
-    if not native.available():
-        print(f"native matcher: not measured ({native.unavailable_reason()})")
-        return
-    engine = compile_engine(grammars)
-    scope = next(s for s in engine.scopes if s.name == "message")
-    if scope.native is None or engine.prefix_native is None:
-        print("native matcher: not measured (the bundled grammars' message scope runs on polars)")
-        return
-    patterns, table, prefix = scope.patterns, scope.native, engine.prefix_native
-    data = log.read_bytes()
-    cpu = {"split": 0.0, "prefix": 0.0, "messages": 0.0}
-    lines = messages = claimed = 0
-    for start, end in chunk_bounds(data, DEFAULT_CHUNK_BYTES):
-        c0 = time.process_time()
-        text, _ = native.split_lines(data[start:end], MAX_LINE_BYTES)
-        c1 = time.process_time()
-        found = native.classify(text, prefix)
-        columns, _ = native.values(found, np.flatnonzero(found.winner == 0), 0, borrowed=frozenset({"message"}))
-        c2 = time.process_time()
-        found = native.classify(columns["message"], table)
-        for index in range(len(patterns)):
-            rows = np.flatnonzero(found.winner == index)
-            if len(rows):
-                claimed += len(rows)
-                native.values(found, rows, index)
-        c3 = time.process_time()
-        cpu["split"] += c1 - c0
-        cpu["prefix"] += c2 - c1
-        cpu["messages"] += c3 - c2
-        lines += len(text)
-        messages += len(columns["message"])
-    print(f"native matcher, one thread, per 16 MiB chunk, CPU: split {lines:,} lines {cpu['split']:.3f} s "
-          f"({cpu['split'] / lines * 1e9:.0f} ns/line); prefix with typed ts/ms/ranks {cpu['prefix']:.3f} s "
-          f"({cpu['prefix'] / lines * 1e9:.0f} ns/line); {len(patterns)} message patterns over {messages:,} messages, "
-          f"{claimed:,} claimed, with typed values {cpu['messages']:.3f} s ({cpu['messages'] / messages * 1e9:.0f} ns/message)")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,6 @@ hand-written polars regex → DuckDB pipeline over the same file.
     PYTHONPATH=src python benchmarks/bench_ingest.py [--lines 2000000] [--log /tmp/sglang_2m.log] [--runs 3]
     # before/after on this noisy machine: runs alternate between this tree and another checkout's src/
     git worktree add /tmp/before <rev> && PYTHONPATH=src python benchmarks/bench_ingest.py --against /tmp/before/src
-    # the native matcher against the polars-only engine (SPECLOGS_NATIVE=0), runs alternating
-    PYTHONPATH=src python benchmarks/bench_ingest.py --polars-too
     # the same log gzipped (LOG.gz, made once): time and peak RSS of a compressed log, e.g. against main
     PYTHONPATH=src python benchmarks/bench_ingest.py --gzip --against /tmp/before/src --no-stages
 
@@ -68,7 +66,7 @@ def ensure_gzip(log: Path) -> Path:
 # the first Series polars makes from a numpy array (~20 ms together, found by comparing sys.modules before and after
 # an ingest: tests/test_bench_scripts.py keeps the list complete).
 LOADED_BEFORE = ("speclogs.ingest.pipeline", "speclogs.ingest.sources", "speclogs.store.writer", "speclogs.grammar",
-                 "speclogs.ingest.classify", "speclogs.grammar.loader", "numpy.ma")
+                 "speclogs.ingest.classify", "speclogs.grammar.loader", "numpy.ma", "pyarrow")
 
 
 def one_run(log: Path) -> dict:
@@ -239,7 +237,7 @@ def staged(log: Path) -> dict[str, float]:
     (a few statements) and the progress display."""
     from speclogs.grammar import load_grammars
     from speclogs.ingest.classify import classify, compile_engine
-    from speclogs.ingest.lines import build_lines, count_lines
+    from speclogs.ingest.lines import build_lines
     from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, _assemble_chunk
     from speclogs.ingest.records import ChunkFiles, number_launches
     from speclogs.ingest.requests import RequestLog, read_request_lines
@@ -267,7 +265,7 @@ def staged(log: Path) -> dict[str, float]:
         while chunks:
             chunk = chunks.pop(0)
             t = time.perf_counter()
-            lines = build_lines(chunk, first_line_no, count_lines(chunk))
+            lines = build_lines(chunk, engine.wrappers, first_line_no)
             stages["lines"] += time.perf_counter() - t
             t = time.perf_counter()
             claims = classify(engine, lines.frame)
@@ -323,7 +321,6 @@ def main() -> None:
     parser.add_argument("--no-stages", action="store_true", help="leave out the staged run")
     parser.add_argument("--no-handwritten", action="store_true", help="leave out the hand-written polars pipeline")
     parser.add_argument("--against", type=Path, help="another checkout's src/ directory: runs alternate with it (A/B)")
-    parser.add_argument("--polars-too", action="store_true", help="alternate with runs of the polars-only engine (SPECLOGS_NATIVE=0)")
     parser.add_argument("--gzip", action="store_true", help="ingest LOG.gz (gzip -6 of LOG, made when missing) instead of LOG")
     args = parser.parse_args()
     if args.child:
@@ -333,16 +330,11 @@ def main() -> None:
     truth = json.loads(truth_path.read_text())
     size_mb = args.log.stat().st_size / 1e6
     ingested = ensure_gzip(args.log) if args.gzip else args.log
-    from speclogs.ingest import native
-
-    engine = native.unavailable_reason() or "native matcher"
     packed = f", ingested as {ingested} ({ingested.stat().st_size / 1e6:,.1f} MB)" if args.gzip else ""
-    print(f"log: {args.log} — {truth['lines']:,} lines, {size_mb:,.1f} MB{packed}; {os.cpu_count()} CPUs; engine: {engine}")
+    print(f"log: {args.log} — {truth['lines']:,} lines, {size_mb:,.1f} MB{packed}; {os.cpu_count()} CPUs")
     variants = {"this tree": ("speclogs", ROOT / "src", {})}
     if args.against:
         variants[f"against {args.against}"] = ("speclogs", args.against, {})
-    if args.polars_too:
-        variants["polars only"] = ("speclogs", ROOT / "src", {native.ENV_SWITCH: "0"})
     if not args.no_handwritten:
         variants[HANDWRITTEN_NAME] = ("handwritten", ROOT / "src", {})
     results: dict[str, list[dict]] = {name: [] for name in variants}

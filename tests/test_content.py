@@ -14,7 +14,7 @@ import pytest
 
 from conftest import ROOT, cli_env
 from speclogs.grammar import load_grammars
-from speclogs.ingest.lines import ANSI_RE, OUTER_PREFIX_RE
+from speclogs.ingest.lines import ANSI_RE
 from speclogs.store import ingest_paths
 from speclogs.store.check import check_content, check_database
 
@@ -57,8 +57,6 @@ def test_every_batch_line_is_a_row_with_the_values_its_labels_give(corpus_db):
             path = Path(source_file[0])
             for line_no, line in enumerate(path.read_bytes().decode("utf-8", errors="replace").split("\n"), start=1):
                 line = ANSI_RE.sub("", line).rstrip("\r")
-                while (peeled := OUTER_PREFIX_RE.match(line)) is not None and peeled.end():
-                    line = line[peeled.end():]
                 found = BATCH.search(line)
                 if found is None or not found.group(0).startswith(family.split("_")[0].capitalize()):
                     continue

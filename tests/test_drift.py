@@ -10,6 +10,7 @@ from pathlib import Path
 
 from conftest import ROOT, query, run_cli
 from speclogs.store import ingest_paths
+from speclogs.store.check import check_database
 
 REAL_LAUNCH = ROOT / "fixtures" / "h200-adaptive" / "draft_exact" / "1"
 
@@ -88,3 +89,87 @@ def test_a_real_launch_drifts_only_by_messages_no_grammar_has_a_pattern_for(tmp_
         ("unknown_message", "Using fallback token IDs for yes/no (<n>/<n>)", 1),
     ]
     assert len(summary.drift_notes) == 2
+
+
+def test_a_message_after_any_prefix_is_a_typed_row_and_an_unknown_prefix_is_named(tmp_path):
+    """Decode batch lines after other logging prefixes: the prefix grammars read ts and ranks; a prefix none reads
+    still gives a typed row (its ts and rank tags taken where they show), is kept, and the drift view names its
+    shape with a count and an example; the content check holds every line."""
+    body = "Decode batch, #running-req: {n}, #token: 96, token usage: 0.00, cuda graph: True, gen throughput (token/s): 3.84, #queue-req: 0"
+    lines = [
+        "[2026-01-02 03:04:00 TP0] " + body.format(n=1),
+        "2026-01-02 03:04:01.250 INFO 120984 [ TP3 scheduler_metrics_mixin.py:415] " + body.format(n=2),
+        "I0102 03:04:02.500000 12345 scheduler_metrics_mixin.py:287] " + body.format(n=3),
+        "sglang-1  | [2026-01-02 03:04:03 TP1] " + body.format(n=4),
+        "node7 >> 2026-01-02 03:04:04 {worker TP2} " + body.format(n=5),
+        "node7 >> 2026-01-02 03:04:05 {worker TP2} " + body.format(n=6),
+    ]
+    log = tmp_path / "prefixes.log"
+    log.write_text("\n".join(lines) + "\n")
+    db = tmp_path / "p.duckdb"
+    ingest_paths([log], db)
+    rows = query(db, "SELECT line_no, running_req, strftime(ts, '%Y-%m-%d %H:%M:%S.%g'), tp_rank FROM decode_batches ORDER BY line_no")
+    assert rows == [(1, 1, "2026-01-02 03:04:00.000", 0), (2, 2, "2026-01-02 03:04:01.250", 3), (3, 3, "2026-01-02 03:04:02.500", None),
+                    (4, 4, "2026-01-02 03:04:03.000", 1), (5, 5, "2026-01-02 03:04:04.000", 2), (6, 6, "2026-01-02 03:04:05.000", 2)]
+    kept = dict(query(db, "SELECT line_no, prefix FROM outer_prefixes"))
+    assert kept[4] == "sglang-1  | " and kept[5] == "node7 >> 2026-01-02 03:04:04 {worker TP2} "
+    new = query(db, "SELECT subject, lines, example_line_no, detail FROM drift WHERE kind = 'new_prefix'")
+    assert [(subject, n, at) for subject, n, at, _ in new] == [("node<n> >> <n>-<n>-<n> <n>:<n>:<n> {worker TP<n>} ", 2, 5)]
+    assert lines[4] in new[0][3]
+    assert check_database(db).ok
+
+
+def test_a_prefix_grammar_of_ones_own_reads_the_new_prefix(tmp_path):
+    """The drift view's new prefix, written as a grammar file of kind "prefix": the same lines are read by it (ts with
+    its fraction, rank tags) and the drift view names no new prefix."""
+    body = "Decode batch, #running-req: 7, #token: 96, token usage: 0.00, cuda graph: True, gen throughput (token/s): 3.84, #queue-req: 0"
+    log = tmp_path / "node7.log"
+    log.write_text(f"node7 >> 2026-01-02 03:04:04.5 {{worker TP2}} {body}\n")
+    grammar = tmp_path / "node_prefix.toml"
+    grammar.write_text('''kind = "prefix"
+family = "node_prefix"
+table = "(all)"
+scope = "line"
+
+[shapes]
+digits = { chars = "0123456789" }
+
+[[field]]
+name = "ts"
+type = "str"
+shape = "timestamp"
+
+[[field]]
+name = "frac"
+type = "str"
+shape = "digits"
+
+[[field]]
+name = "rank_tags"
+type = "str"
+shape = "ranktags"
+
+[[field]]
+name = "node"
+type = "str"
+shape = "word"
+
+[[field]]
+name = "message"
+type = "str"
+shape = "rest"
+
+[[pattern]]
+name = "node_worker"
+gate = " >> "
+derive = "rank_tags"
+template = '{node} >> {ts}.{frac} \\{worker{rank_tags}\\} {message}'
+
+[[pattern.sample]]
+line = "node7 >> 2026-01-02 03:04:04.5 {worker TP2} Decode batch, #running-req: 7, #token: 96, token usage: 0.00"
+expect = { node = "node7", frac = "5", tp_rank = 2 }
+''')
+    db = tmp_path / "own.duckdb"
+    ingest_paths([log], db, grammar_paths=[grammar])
+    assert query(db, "SELECT running_req, strftime(ts, '%H:%M:%S.%g'), tp_rank FROM decode_batches") == [(7, "03:04:04.500", 2)]
+    assert query(db, "SELECT count(*) FROM drift WHERE kind = 'new_prefix'") == [(0,)]

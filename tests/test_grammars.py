@@ -240,7 +240,7 @@ def test_cli_grammars_list_shows_patterns_in_priority_order(tmp_path):
 
     rows = json.loads(result.stdout)
     names = [r["pattern"] for r in rows]
-    assert names[0] == "prefix" and "decode_batch" in names and names.index("decode_batch") < names.index("message")
+    assert names.index("docker_compose") < names.index("prefix") < names.index("decode_batch") < names.index("message")
     assert {"family", "pattern", "table", "scope", "versions", "gate"} == set(rows[0])
 
 

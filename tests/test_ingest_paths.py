@@ -1,5 +1,5 @@
-"""The compiled form classifies like the definition: every piece the ingest's executor (the native matcher, or
-polars) gives to a pattern, pyparsing — the grammar itself — gives to the same pattern with the same values; and a
+"""The compiled form classifies like the definition: every piece the ingest's executor (polars) gives to a
+pattern, pyparsing — the grammar itself — gives to the same pattern with the same values; and a
 log parsed in small chunks gives the same rows as in one. On the fixture logs and a generated 20k-line log."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from polars.testing import assert_frame_equal
 
 from conftest import FIXTURE_LOGS, ROOT
 from speclogs.grammar import load_grammars
-from speclogs.ingest.classify import classify, compile_engine
+from speclogs.ingest.classify import classify, compile_engine, distinctive_gate
 from speclogs.ingest.lines import build_lines
 from speclogs.ingest.pipeline import parse_log_chunks
 from speclogs.ingest.sources import make_valid_text
@@ -56,7 +56,7 @@ def assert_classified_like_the_definition(engine, data: bytes, every: int) -> in
     """Every `every`-th piece: the pattern and field values pyparsing gives it equal the executor's row. Returns how
     many pieces were compared."""
     grammars = engine.grammars
-    lines = build_lines(data)
+    lines = build_lines(data, engine.wrappers)
     claims = classify(engine, lines.frame)
     executor: dict[tuple[int, int], tuple[str, dict]] = {}
     for name, frame in claims.frames.items():
@@ -68,8 +68,8 @@ def assert_classified_like_the_definition(engine, data: bytes, every: int) -> in
         if index % every:
             continue
         head = grammars.prefix.parse(text)
-        scope, src = ("message", head["message"]) if head is not None else ("line", text)
-        found = grammars.classify(src, scope)
+        message = head["message"] if head is not None else _message_after_a_prefix(grammars, text)
+        found = grammars.classify(message, "message") if message is not None else grammars.classify(text, "line")
         got = executor.get((line_no, piece))
         if found is None:
             assert got is None, (text, got)
@@ -80,6 +80,18 @@ def assert_classified_like_the_definition(engine, data: bytes, every: int) -> in
             assert got[1] == {c: values[c] for c in pattern.columns}, text
         compared += 1
     return compared
+
+
+def _message_after_a_prefix(grammars, text: str) -> str | None:
+    """The definition of finding a message on a line without SGLang's prefix: the first message pattern (with a
+    distinctive gate) that parses the text from some point after a blank, from its first such point."""
+    for pattern in grammars.for_scope("message"):
+        if not distinctive_gate(pattern.gate) or pattern.gate not in text:
+            continue
+        for start, char in enumerate(text[:-1]):
+            if char in " \t" and pattern.parse(text[start + 1:]) is not None:
+                return text[start + 1:]
+    return None
 
 
 def test_every_8th_fixture_piece_is_classified_like_the_definition(engine):

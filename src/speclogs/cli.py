@@ -1017,7 +1017,7 @@ def grammars_list(
     from speclogs.grammar import load_grammars
 
     grammars = load_grammars(extra or [])
-    rows = [(p.family, p.name, p.table, p.scope, p.versions, p.gate) for p in [grammars.prefix, *grammars.patterns]]
+    rows = [(p.family, p.name, p.table, p.scope, p.versions, p.gate) for p in [*grammars.wrappers, *grammars.prefixes, *grammars.patterns]]
     if _wants_json(output_format, json_alias):
         import json
 

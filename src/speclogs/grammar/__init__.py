@@ -73,13 +73,9 @@ def _read_all(paths: Sequence[Path]) -> list:
 
 
 def _assemble(files: list, focus: set[str] | None = None) -> tuple[GrammarSet | None, list[GrammarProblem]]:
-    from speclogs.grammar.loader import find_prefix, ordered_patterns, validate
+    from speclogs.grammar.loader import find_prefix, heads_of, ordered_patterns, validate
 
     problems = [pr for f in files for pr in f.problems]  # a file that does not build is always a problem
-    prefixes = [f for f in files if f.is_prefix]
-    if len(prefixes) > 1:
-        problems += [GrammarProblem(f.path, 1, None, "a second prefix grammar (kind = \"prefix\"); only the bundled prefix.toml may set it")
-                     for f in prefixes[1:]]
     prefix = find_prefix(files)
     if prefix is None:
         problems.append(GrammarProblem("grammars/prefix.toml", 1, None,
@@ -87,7 +83,9 @@ def _assemble(files: list, focus: set[str] | None = None) -> tuple[GrammarSet | 
     problems += validate(files, prefix, focus)
     if prefix is None:
         return None, problems
-    grammar_set = GrammarSet(prefix=prefix, patterns=ordered_patterns(files), files=tuple(f.path for f in files))
+    others = tuple(p for p in heads_of(files, "prefix") if p is not prefix)
+    grammar_set = GrammarSet(prefix=prefix, patterns=ordered_patterns(files), files=tuple(f.path for f in files),
+                             prefixes=(prefix, *others), wrappers=heads_of(files, "wrapper"))
     return grammar_set, problems
 
 

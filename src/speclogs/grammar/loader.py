@@ -25,7 +25,6 @@ from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-expo
     bundled_grammar_dir,
     cast_expr,
 )
-from speclogs.grammar.regex import parse_regex
 from speclogs.grammar.template import check_rest_is_last, discarded_slots, parse_template, resolve_slot, slot_names
 
 PREFIX_NAME = "prefix"
@@ -40,7 +39,7 @@ class LoadedFile:
     priority: int
     patterns: list[Pattern] = field(default_factory=list)
     problems: list[GrammarProblem] = field(default_factory=list)
-    is_prefix: bool = False
+    kind: str | None = None  # 'prefix' | 'wrapper': what stands before a message, not a pattern of a scope
     shape_specs: dict[str, dict] = field(default_factory=dict)
     field_shapes: dict[str, str | None] = field(default_factory=dict)
 
@@ -107,7 +106,9 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
     if problems:
         return loaded
     family, table = doc["family"], doc["table"]
-    loaded.is_prefix = doc.get("kind") == "prefix"
+    loaded.kind = doc.get("kind")
+    if loaded.kind not in (None, "prefix", "wrapper"):
+        problem(1, f"kind must be \"prefix\" or \"wrapper\" (or left out), got {loaded.kind!r}")
     fields, field_shapes = _read_fields(doc.get("field", []), _header_lines(text, "field"), problem)
     field_list = None
     if "labels" in doc:
@@ -296,7 +297,6 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
         check_rest_is_last(nodes, where, field_shapes)
         names = slot_names(nodes)
         regex = template_regex(nodes, shape_of, where)
-        parsed = parse_regex(regex)
     except GrammarError as exc:
         problem(pline, str(exc).removeprefix(f"{shown}:{pline} "))
         return None
@@ -313,7 +313,7 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
                        "or set text = \"message\" (the column its rows keep the matched text in)")
         return None
     return Pattern(
-        name=name, family=family, table=table, scope=scope, gate=gate, regex=regex, parsed=parsed,
+        name=name, family=family, table=table, scope=scope, gate=gate, regex=regex,
         definition=Definition(nodes, name, field_types=field_types, field_shapes=field_shapes, shape_specs=shape_specs, where=where),
         constants=constants, fields=tuple(fields[n] for n in dict.fromkeys(names)), description=description,
         versions=versions, source=f"{shown}:{pline}", derive=DERIVES.get(derive_name) if derive_name else None,
@@ -328,7 +328,7 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
 
 def _message_of(prefix: Pattern | None, pattern: Pattern, line: str) -> tuple[str, dict]:
     """For a message-scope sample written as a full log line, split the prefix off first."""
-    if pattern.scope != "message" or prefix is None or pattern is prefix:
+    if pattern.scope != "message" or prefix is None:
         return line, {}
     head = prefix.parse(line)
     if head is None:
@@ -370,15 +370,23 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
     def focused(q: Pattern) -> bool:
         return focus is None or q.source.rsplit(":", 1)[0] in focus
 
-    for p in ordered + ([prefix] if prefix is not None else []):
+    heads = [p for f in files if f.kind is not None for p in f.patterns]
+    for p in heads:
+        at = p.regex.find("(?P<message>")
+        if at < 0 or "(?P<" in p.regex[at + 1:]:
+            file, line = p.source.rsplit(":", 1)
+            problems.append(GrammarProblem(file, int(line), None, f"pattern '{p.name}': its template must end with {{message}}"))
+    for p in ordered + heads:
+        is_head = any(p is h for h in heads)
         file = p.source.rsplit(":", 1)[0]
         if not focused(p):
-            _check_claims_only(p, by_scope, prefix, focused, problems)
+            if not is_head:
+                _check_claims_only(p, by_scope, prefix, focused, problems)
             continue
-        if not p.samples and p.group not in groups_with_samples and p is not prefix:
+        if not p.samples and p.group not in groups_with_samples:
             problems.append(GrammarProblem(file, int(p.source.rsplit(":", 1)[1]), None,
                                            f"pattern '{p.name}' has no [[pattern.sample]]; every pattern needs at least one real line"))
-        texts = [_message_of(prefix, p, s.line) for s in p.samples]
+        texts = [(s.line, {}) if is_head else _message_of(prefix, p, s.line) for s in p.samples]
         compiled = compiled_values(p, [text for text, _ in texts])
         for s, (text, head), fast in zip(p.samples, texts, compiled):
             if p.gate and p.gate not in text:
@@ -406,7 +414,7 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
                     problems.append(GrammarProblem(file, s.line_no, s.line, f"null names '{key}', which pattern '{p.name}' does not fill"))
                 elif values[key] is not None:
                     problems.append(GrammarProblem(file, s.line_no, s.line, f"expected {key} to be NULL, got {values[key]!r}"))
-            if p is prefix:
+            if is_head:
                 continue
             for earlier in by_scope[p.scope]:
                 if earlier is p:
@@ -419,11 +427,11 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
                                                    "reorder the patterns or make the earlier one stricter"))
                     break
         for c in p.counter_samples:
-            text, _ = _message_of(prefix, p, c.line)
+            text = c.line if is_head else _message_of(prefix, p, c.line)[0]
             if p.parse(text) is not None:
                 problems.append(GrammarProblem(file, c.line_no, c.line, f"counter-sample matches pattern '{p.name}'"))
                 continue
-            if c.claimed_by is not None and p is not prefix:
+            if c.claimed_by is not None and not is_head:
                 winner = next((q for q in by_scope[p.scope] if (not q.gate or q.gate in text) and q.parse(text) is not None), None)
                 if winner is None or winner.name != c.claimed_by:
                     problems.append(GrammarProblem(file, c.line_no, c.line,
@@ -487,8 +495,6 @@ def _in_bigint(value: object) -> object:
 
 def _check_claims_only(p: Pattern, by_scope: dict, prefix: Pattern | None, focused, problems: list[GrammarProblem]) -> None:
     """For a pattern outside the focus: is one of its samples claimed first by a focused pattern?"""
-    if p is prefix:
-        return
     earlier_focused = []
     for q in by_scope[p.scope]:
         if q is p:
@@ -509,14 +515,16 @@ def _check_claims_only(p: Pattern, by_scope: dict, prefix: Pattern | None, focus
 
 def ordered_patterns(files: list[LoadedFile]) -> list[Pattern]:
     """Priority order: the file's priority, then file order, then pattern order inside the file."""
-    indexed = [(f.priority, i, j, p) for i, f in enumerate(files) if not f.is_prefix for j, p in enumerate(f.patterns)]
+    indexed = [(f.priority, i, j, p) for i, f in enumerate(files) if f.kind is None for j, p in enumerate(f.patterns)]
     return [p for *_, p in sorted(indexed, key=lambda t: t[:3])]
 
 
 def find_prefix(files: list[LoadedFile]) -> Pattern | None:
-    for f in files:
-        if f.is_prefix:
-            for p in f.patterns:
-                if p.name == PREFIX_NAME:
-                    return p
-    return None
+    """SGLang's own prefix: the pattern named 'prefix' of a prefix grammar."""
+    return next((p for p in heads_of(files, "prefix") if p.name == PREFIX_NAME), None)
+
+
+def heads_of(files: list[LoadedFile], kind: str) -> tuple[Pattern, ...]:
+    """The patterns of the prefix (or wrapper) grammars, in priority order."""
+    ranked = sorted((f.priority, i, j, p) for i, f in enumerate(files) if f.kind == kind for j, p in enumerate(f.patterns))
+    return tuple(p for *_, p in ranked)

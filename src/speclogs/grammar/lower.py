@@ -1,5 +1,5 @@
-"""Compile a template (its AST, speclogs.grammar.template) to the pattern's regex: the compiled form, in the subset of
-speclogs.grammar.regex that polars (Rust regex), DuckDB (RE2) and the native matcher all run alike.
+"""Compile a template (its AST, speclogs.grammar.template) to the pattern's regex: the compiled form, which polars
+(Rust regex) runs and Python's re reads the same way.
 
 It walks the same nodes the pyparsing definition is built from and gives each the regex of the element the definition
 gives it (`BUILTIN_SHAPE_REGEXES` are those of template.BUILTIN_SHAPES); the grammar validator holds the two to the
@@ -8,11 +8,12 @@ same values on every sample. Fields become named groups `(?P<name>…)`.
 
 from __future__ import annotations
 
+import re
+
 from speclogs.errors import GrammarError
-from speclogs.grammar.regex import parse_regex
 
 # Characters with a meaning in a regex outside a class. '-', '#', ' ', '&', '~' are left as they are:
-# RE2 rejects some escapes Python accepts, and these are literals anyway.
+# Rust regex rejects some escapes Python accepts, and these are literals anyway.
 _META = set("\\.^$|?*+()[]{}")
 _CLASS_META = set("\\]^-[")
 
@@ -124,7 +125,7 @@ def file_shape_regex(spec: dict, where: str) -> str:
                                hint='values = ["cuda graph", "npu graph"]')
         return literal_alternation(sorted(values, key=len, reverse=True))
     if "regex" in spec:
-        parse_regex(spec["regex"])  # GrammarError when it leaves the subset
+        check_regex(spec["regex"], where)
         return spec["regex"] if spec["regex"] in (".*", ".+") else f"(?:{spec['regex']})"
     if "chars" in spec:
         return char_class(spec["chars"]) + "+"
@@ -168,3 +169,20 @@ def template_regex(nodes: tuple, shape_of, where: str) -> str:
         raise GrammarError(f"{where}: internal: unknown template node {node!r}")  # the parser makes only these four
 
     return "^" + seq(nodes) + "$"
+
+
+# What Python's re (pyparsing, the definition) and Rust's regex (polars, the executor) read differently or not at all.
+_UNSHARED = re.compile(r"\(\?[=!<][^P]|\(\?<[=!]|\\[1-9]|\\[dwsDWSbB]|[*+?}]\?|\(\?[a-zA-Z]")
+
+
+def check_regex(text: str, where: str) -> None:
+    """Refuse a regex that Python's re does not compile, or that polars would run differently from pyparsing."""
+    try:
+        re.compile(text)
+    except re.error as error:
+        raise GrammarError(f"{where}: regex {text!r}: {error}", hint="write a plain regex: literals, [..] classes, groups, | and "
+                           "greedy repeats") from None
+    found = _UNSHARED.search(text)
+    if found is not None:
+        raise GrammarError(f"{where}: regex {text!r} uses {found.group()!r}, which Python and polars read differently",
+                           hint="use literals, [..] classes (write [0-9] for \\d), (?:..), (?P<name>..), |, greedy * + ? {m,n}")

@@ -14,7 +14,6 @@ if TYPE_CHECKING:
 
     from speclogs.grammar.fields import FieldList
     from speclogs.grammar.held import Definition
-    from speclogs.grammar.regex import Regex
 
 FIELD_TYPES = ("int", "float", "bool", "str", "pct")
 FIELD_ROLES = ("key", "measure", "label")
@@ -150,8 +149,7 @@ class Pattern:
     table: str
     scope: str
     gate: str
-    regex: str  # the compiled form (anchored, in the subset of speclogs.grammar.regex)
-    parsed: Regex = field(repr=False)  # the same, parsed: what the native matcher builds its program from
+    regex: str  # the compiled form (anchored; polars runs it)
     definition: Definition = field(repr=False)  # the pyparsing element, built when first used
     constants: dict[str, object] = field(default_factory=dict)
     fields: tuple[Field, ...] = ()
@@ -213,11 +211,15 @@ class Pattern:
 
 @dataclass(frozen=True, eq=False)
 class GrammarSet:
-    """Every loaded pattern. `prefix` splits an SGLang line; `patterns` are in priority order (first match wins)."""
+    """Every loaded pattern. `prefix` splits an SGLang line; `patterns` are in priority order (first match wins);
+    `prefixes` (SGLang's first) read what stands before a message found elsewhere on a line; `wrappers` are what
+    capture tools put before a line."""
 
     prefix: Pattern
     patterns: list[Pattern]
     files: tuple[str, ...] = ()
+    prefixes: tuple[Pattern, ...] = ()
+    wrappers: tuple[Pattern, ...] = ()
     rank_tag_regexes: dict[str, str] = field(default_factory=lambda: dict(RANK_TAG_REGEXES))
 
     def for_scope(self, scope: str) -> list[Pattern]:

@@ -1,7 +1,7 @@
 """Parsing inputs into table frames: logs (grammars), benchmark JSON, run.json, NCCL probes.
 
 This package never touches DuckDB (speclogs.store writes what it parses). pipeline.py reads top to bottom:
-discover (sources.py) → read (sources.py) → split (lines.py) → classify (classify.py, native.py) → assemble
+discover (sources.py) → read (sources.py) → split (lines.py) → classify (classify.py) → assemble
 (records.py) → the store's writer. Public API:
     run_pipeline(paths, sink, engine_for, …) -> Tally        the whole ingest, into a sink (speclogs.store.writer)
     discover_inputs(paths, run_name=None) -> Discovery       which files, which runs, what was skipped
@@ -11,7 +11,7 @@ discover (sources.py) → read (sources.py) → split (lines.py) → classify (c
     parse_prometheus_file (*.prom → metrics) / parse_request_export (→ requests) -> JsonFileResult
     read_request_lines + RequestLog (a log's --log-requests lines read, then paired → requests),
     with_bench_serving_requests (bench_serving arrays → requests)
-    parse_server_args (reprs.py: the server_args dump; the C reader _reprs.c where it is built)
+    parse_server_args (reprs.py: the server_args dump)
     IngestSummary, ProgressEvent
 
 Names are imported lazily: `speclogs.ingest.nccl_probe` is also imported on GPU boxes without polars.

@@ -1,12 +1,15 @@
 """Classify pieces of text with the grammars' compiled regexes: `Claims`, one frame per pattern with the typed
 values of the pieces it claimed (first matching pattern wins), plus the pieces nobody claimed.
 
-One scope at a time (SGLang messages after the prefix, then prefix-less lines), by one of two executors of the
-same regexes, chosen per scope when the engine is compiled: the native matcher (native.py: every pattern in one
-pass, values converted in C) where the extension is built, else polars — in priority order, each pattern's gate
-literal selects candidate rows (`str.contains`), its regex runs on those only (`extract_groups`, with an empty
-`_hit` group that tells a match from a miss) and the claimed rows leave the working set. Casts follow the field
-types (int → Int64, float/pct → Float64, bool → 'True'). tests/test_native.py holds the two to the same rows.
+A line is (prefix, message). SGLang's own prefix is split off every line that has it. On the other lines, each
+message pattern with a distinctive gate looks for its message wherever it starts (after any text that ends in a
+blank); what stands before it is read by the other prefix grammars (ts, fraction of a second, rank tags), or, when
+none reads it, kept as a new prefix shape (drift) with the timestamp and rank tags found in it.
+
+Then one scope at a time (messages, then the lines left whole), on polars: in priority order, each pattern's gate
+literal selects candidate rows (`str.contains`), its regex runs on those only (`extract_groups`, with an empty `_hit`
+group that tells a match from a miss) and the claimed rows leave the working set. Casts follow the field types
+(int → Int64, float/pct → Float64, bool → 'True').
 
 Near misses — a piece that contains a pattern's gate but does not match it and ends up with a more
 generic pattern (or with none) — are format drift; pyparsing (the grammar's definition) is run on the first
@@ -17,13 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import polars as pl
 
 from speclogs.errors import GrammarError
 from speclogs.grammar import GrammarSet, Pattern, cast_expr, split_rank_tags
 from speclogs.grammar.fields import FIELDS_SLOT, OUTPUT_COLUMNS as FIELD_LIST_TYPES
-from speclogs.ingest import native
+from speclogs.ingest.lines import Wrappers, wrappers_of
 
 PREFIX_COLUMNS = ("ts", "ts_text", "rank_tags", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "attn_cp_rank", "moe_dp_rank")
 RANK_COLUMNS = PREFIX_COLUMNS[3:]
@@ -32,6 +34,10 @@ _PRESENCE_BELOW_ROWS = 20_000  # from this few rows on, find the gates that occu
 
 _DTYPES = {"int": pl.Int64, "float": pl.Float64, "pct": pl.Float64, "bool": pl.Boolean, "str": pl.Utf8}
 _TS_FORMAT = "%Y-%m-%d %H:%M:%S"
+NEW_PREFIX = "new prefix: "  # a drift entry's name for a prefix no prefix grammar reads, before its shape
+# What a prefix no grammar reads may still say: a date and time (ISO 8601 or with a blank), SGLang's rank tags.
+_ANY_TS = r"(?P<day>[0-9]{4}-[0-9]{2}-[0-9]{2})[ T](?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})(?:[.,](?P<frac>[0-9]+))?"
+_ANY_RANK_TAG = r"\b(?:ATTN_CP|MOE_DP|DP|TP|PP|EP)-?[0-9]+\b"
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,6 @@ class CompiledPattern:
     pattern: Pattern
     hit_regex: str
     schema: dict[str, pl.DataType]  # output columns (after line_no, piece) in order, with their dtype
-    native: native.Program | None  # the regex for the native matcher (None: outside what it runs; polars runs it)
     # the typed frame's columns after line_no and piece: (name, dtype, source, constant), source one of "meta" (a
     # prefix column), "value" (a field), "constant", "text" (the matched text)
     columns: tuple[tuple[str, pl.DataType, str, object], ...]
@@ -51,12 +56,11 @@ class CompiledPattern:
 
 @dataclass(frozen=True)
 class Scope:
-    """The patterns of one scope in priority order, with what each executor needs of them."""
+    """The patterns of one scope in priority order."""
 
     name: str  # 'message' | 'line'
     patterns: tuple[CompiledPattern, ...]
     gates: tuple[str, ...]  # the distinct non-empty gates (polars finds which occur in a chunk at once)
-    native: native.Patterns | None  # laid out for the native matcher; None: polars runs this scope
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,9 @@ class Engine:
     scopes: tuple[Scope, ...]
     by_name: dict[str, CompiledPattern]
     drift_winners: dict[str, frozenset[str]]  # pattern → the more generic ones whose claiming its near misses is drift
-    prefix_native: native.Patterns | None  # the whole prefix regex (with its message capture) for the native matcher
+    wrappers: Wrappers
+    finders: tuple[tuple[str, str, bool], ...]  # (gate, regex, at_gate) of each message pattern that finds its message
+    prefix_heads: tuple[str, ...]  # each prefix grammar's regex without its message: it must read a whole prefix
 
     def pattern(self, name: str) -> CompiledPattern:
         return self.by_name[name]
@@ -81,16 +87,14 @@ class Claims:
 
     frames: dict[str, pl.DataFrame]  # pattern name → line_no, piece, prefix columns (message scope), fields, constants
     unclaimed: pl.DataFrame  # line_no, piece, text, prefixed (Boolean)
-    prefixed: pl.Series  # line_no of every piece with an SGLang prefix
+    prefixed: pl.Series  # line_no of every piece read as (prefix, message)
     drift: pl.DataFrame  # line_no, piece, pattern, text: pieces that look like a pattern's lines but went elsewhere
     server_args_text: dict[tuple[int, int], str] = field(default_factory=dict)  # (line_no, piece) → message
+    prefixes: pl.DataFrame | None = None  # line_no, piece, prefix: the prefixes other than SGLang's, as printed
 
 
-def compile_engine(grammars: GrammarSet, *, use_native: bool | None = None) -> Engine:
-    """The grammars ready to classify with: each scope on the native matcher where it is built (`use_native` None:
-    when native.available()) and every pattern of the scope has a program, else on polars."""
-    if use_native is None:
-        use_native = native.available()
+def compile_engine(grammars: GrammarSet) -> Engine:
+    """The grammars ready to classify with."""
     prefix = grammars.prefix
     regex = prefix.regex
     cut = regex.find("(?P<message>")
@@ -105,21 +109,22 @@ def compile_engine(grammars: GrammarSet, *, use_native: bool | None = None) -> E
         body = p.regex[1:] if p.regex.startswith("^") else p.regex
         hit_regex = "^(?P<_hit>)" + body
         schema = _schema(p)
-        compiled.append(CompiledPattern(pattern=p, hit_regex=hit_regex, schema=schema,
-                                        native=native.program_of(p.parsed) if use_native else None,
-                                        columns=_typed_columns(p, schema)))
+        compiled.append(CompiledPattern(pattern=p, hit_regex=hit_regex, schema=schema, columns=_typed_columns(p, schema)))
     patterns = tuple(compiled)
     drift_winners = {
         c.name: frozenset(w.name for w in patterns if w.pattern.scope == c.pattern.scope and is_drift(c.pattern.gate, w.pattern.gate))
         for c in patterns
     }
-    scopes = tuple(_scope(name, tuple(c for c in patterns if c.pattern.scope == name), use_native) for name in ("message", "line"))
-    prefix_program = native.program_of(prefix.parsed) if use_native else None
-    prefix_native = None
-    if prefix_program is not None and {"ts", "ms", "rank_tags", "message"} <= prefix_program.groups.keys():
-        prefix_native = native.Patterns([(prefix_program, "", _PREFIX_FIELDS)])
+    scopes = tuple(_scope(name, tuple(c for c in patterns if c.pattern.scope == name)) for name in ("message", "line"))
+    # A prefix is anything up to a blank: a message found mid-word is not one.
+    # A message that starts with its pattern's gate starts where the gate first occurs: a literal split finds it,
+    # and an anchored match (no captures) tests it; the others are searched for with a lazy prefix group.
+    finders = tuple((p.gate, p.regex, True) if p.template.startswith(p.gate) else (p.gate, "^(?P<_pfx>.*?[ \t])" + p.regex[1:], False)
+                    for p in grammars.patterns if p.scope == "message" and distinctive_gate(p.gate))
+    heads = tuple("^(?P<_hit>)" + p.regex[1:p.regex.find("(?P<message>")] + "$" for p in grammars.prefixes)
     return Engine(grammars=grammars, prefix_regex=prefix_regex, patterns=patterns, scopes=scopes,
-                  by_name={c.name: c for c in patterns}, drift_winners=drift_winners, prefix_native=prefix_native)
+                  by_name={c.name: c for c in patterns}, drift_winners=drift_winners, wrappers=wrappers_of(grammars.wrappers),
+                  finders=finders, prefix_heads=heads)
 
 
 def _schema(p: Pattern) -> dict[str, pl.DataType]:
@@ -154,16 +159,9 @@ def _value_types(p: Pattern) -> dict[str, pl.DataType]:
     return types
 
 
-def _scope(name: str, patterns: tuple[CompiledPattern, ...], use_native: bool) -> Scope:
+def _scope(name: str, patterns: tuple[CompiledPattern, ...]) -> Scope:
     gates = tuple(dict.fromkeys(c.pattern.gate for c in patterns if c.pattern.gate))
-    table = None
-    if use_native and patterns and all(c.native is not None for c in patterns):
-        pattern_gates = [c.pattern.gate for c in patterns]
-        # _near_misses reads a near miss only when its piece went to no pattern or to a more generic one (is_drift)
-        near_after = [any(is_drift(gate, winner) for gate in pattern_gates[:w]) for w, winner in enumerate(pattern_gates)]
-        table = native.Patterns([(c.native, c.pattern.gate, {f.name: f.type for f in c.pattern.fields}) for c in patterns],
-                                near_after)
-    return Scope(name=name, patterns=patterns, gates=gates, native=table)
+    return Scope(name=name, patterns=patterns, gates=gates)
 
 
 def _constant_dtype(value: object) -> pl.DataType:
@@ -186,31 +184,31 @@ def is_server_args(pattern: Pattern) -> bool:
 
 
 def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] = (1,)) -> Claims:
-    """Classify the piece frame (line_no, piece, text): split off the SGLang prefix, then each scope by its executor.
+    """Classify the piece frame (line_no, piece, text): split off the SGLang prefix, then each scope.
     `file_starts`: the first line number of each file when the pieces are several files' (records.ChunkFiles).
 
     Per scope, the working set is narrow: the text to match and each row's index into the scope's metadata
     (line_no, piece, and for messages ts and ranks), which is gathered only for the rows a pattern claims."""
     text = pieces.get_column("text")
-    split = _split_prefix_native(engine, text) if engine.prefix_native is not None else None
-    prefixed, message, prefix_groups = split if split is not None else _split_prefix(engine, text)
-    message_rows = pieces.filter(prefixed)
-    ts = _ts_column(prefix_groups)
+    prefixed, message, prefix_groups = _split_prefix(engine, text)
+    heads = pieces.filter(prefixed).select("line_no", "piece").with_columns(
+        message.alias("message"), prefix_groups.get_column("ts").alias("ts_text"),
+        prefix_groups.get_column("ms").alias("frac"), prefix_groups.get_column("rank_tags"))
+    others = _find_messages(engine, pieces.filter(~prefixed))
+    if others is not None:
+        heads = pl.concat([heads, others.drop("prefix", "shape")]).sort("line_no", "piece")
+        prefixed = prefixed.scatter(pieces.with_row_index("at").join(others, on=["line_no", "piece"]).get_column("at"), True)
+    ts = heads.get_column("ts_text").str.to_datetime(_TS_FORMAT, strict=False, time_unit="us").alias("ts")
     if ts.null_count():
-        ts, ts_text = _dated(engine, message_rows, ts, file_starts)
+        ts, ts_text = _dated(heads, ts, file_starts)
     else:
         ts_text = pl.Series("ts_text", [None], pl.Utf8).new_from_index(0, ts.len())
-    msg_meta = _with_ranks(
-        pl.DataFrame(
-            {
-                "line_no": message_rows.get_column("line_no"),
-                "piece": message_rows.get_column("piece"),
-                "ts": ts,
-                "ts_text": ts_text,
-                "rank_tags": prefix_groups.get_column("rank_tags").fill_null(""),
-            }
-        )
-    )
+    frac = heads.get_column("frac")
+    if frac.null_count() < frac.len():  # the fraction of a second as printed: milliseconds, microseconds, …
+        micros = frac.str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0)
+        ts = ts + pl.select(pl.duration(microseconds=micros)).to_series()
+    msg_meta = _with_ranks(heads.select("line_no", "piece", ts, ts_text, pl.col("rank_tags").fill_null("")))
+    message = heads.get_column("message")
     line_rows = pieces.filter(~prefixed)
     inputs = {
         "message": (message.alias("src"), msg_meta),
@@ -220,9 +218,7 @@ def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] 
     unclaimed_parts = []
     for scope in engine.scopes:
         src, meta = inputs[scope.name]
-        left = _classify_native(scope, src, meta, found) if scope.native is not None and src.len() else None
-        if left is None:
-            left = _classify_polars(scope, src, meta, found)
+        left = _classify_polars(scope, src, meta, found)
         unclaimed_parts.append(left.with_columns(pl.lit(scope.name == "message").alias("prefixed")))
     unclaimed = pl.concat(unclaimed_parts).sort(["line_no", "piece"]) if unclaimed_parts else _empty_unclaimed()
     # unclaimed message-scope pieces: report the whole piece text, prefix included
@@ -233,11 +229,16 @@ def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] 
             .with_columns(pl.when(pl.col("prefixed")).then(pl.col("full")).otherwise(pl.col("text")).alias("text"))
             .drop("full")
         )
+    drift = _drift(engine, found.near_ids, found.winners, unclaimed)
+    if others is not None and others.get_column("shape").null_count() < others.height:
+        new = others.filter(pl.col("shape").is_not_null()).join(pieces, on=["line_no", "piece"])
+        drift = pl.concat([drift, new.select("line_no", "piece", (NEW_PREFIX + pl.col("shape")).alias("pattern"), "text")])
     return Claims(
         frames=found.frames,
         unclaimed=unclaimed,
-        prefixed=message_rows.get_column("line_no"),
-        drift=_drift(engine, found.near_ids, found.winners, unclaimed),
+        prefixed=heads.get_column("line_no"),
+        prefixes=None if others is None else others.select("line_no", "piece", "prefix"),
+        drift=drift,
         server_args_text=found.server_args_text,
     )
 
@@ -266,45 +267,6 @@ class _Found:
     def missed(self, compiled: CompiledPattern, meta: pl.DataFrame, texts: pl.Series) -> None:
         if distinctive_gate(compiled.pattern.gate):
             self.near_ids[compiled.name] = meta.select("line_no", "piece").with_columns(texts.alias("src"))
-
-
-def _classify_native(scope: Scope, src: pl.Series, meta: pl.DataFrame, found: _Found) -> pl.DataFrame | None:
-    """One scope in one pass of the native matcher; the rows nobody claimed (line_no, piece, text), or None when
-    the matcher left rows undecided (the caller then runs polars)."""
-    patterns = scope.patterns
-    result = native.classify(src, scope.native)
-    if result is None:
-        return None
-    winner = result.winner
-    order = np.argsort(winner, kind="stable")  # rows grouped by winner (-1 first), in row order within each
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(winner + 1, minlength=len(patterns) + 1))])
-    for index, compiled in enumerate(patterns):
-        pick = order[bounds[index + 1] : bounds[index + 2]]
-        if not len(pick):
-            continue
-        columns, left = native.values(result, pick, index)
-        values = pl.DataFrame([columns[f.name] for f in compiled.pattern.fields if f.name in columns])
-        if len(left):  # values the C readers did not take: polars reads those rows
-            kept = np.delete(pick, left)
-            polars_hit, more = _extract_polars(compiled, src.gather(pick[left]))
-            pick = np.concatenate([kept, pick[left][polars_hit.to_numpy()]])
-            order_in = np.argsort(pick, kind="stable")
-            pick = pick[order_in]
-            if values.width:
-                values = pl.concat([values, more.select(values.columns)]).gather(order_in)
-        at = pl.Series(pick)
-        wants_text = compiled.pattern.text_column is not None or is_server_args(compiled.pattern)
-        found.claimed(compiled, meta.gather(at), values, src.gather(at) if wants_text else src.clear())
-    if len(result.near_rows):
-        near_order = np.argsort(result.near_patterns, kind="stable")
-        near_bounds = np.concatenate([[0], np.cumsum(np.bincount(result.near_patterns, minlength=len(patterns)))])
-        for index, compiled in enumerate(patterns):
-            rows = result.near_rows[near_order[near_bounds[index] : near_bounds[index + 1]]]
-            if len(rows):
-                at = pl.Series(rows)
-                found.missed(compiled, meta.gather(at), src.gather(at))
-    nobody = pl.Series(order[: bounds[1]])
-    return meta.gather(nobody).select("line_no", "piece").with_columns(src.gather(nobody).alias("text"))
 
 
 def _classify_polars(scope: Scope, src: pl.Series, meta: pl.DataFrame, found: _Found) -> pl.DataFrame:
@@ -337,7 +299,7 @@ class _Work:
     Gate masks are computed once per distinct gate (several patterns share one) and kept across compactions.
     Once few rows are left, one multi-literal search finds which gates occur in them at all: the patterns
     whose gate does not occur are skipped without a pass of their own (most of the ~100 patterns, in most
-    chunks; each pass costs ~0.3 ms however few the rows)."""
+    chunks; each pass has a fixed cost however few the rows)."""
 
     def __init__(self, src: pl.Series, meta: pl.DataFrame, gates: tuple[str, ...]) -> None:
         self.src = src.alias("src")
@@ -381,7 +343,7 @@ class _Work:
 
 
 def _split_prefix(engine: Engine, text: pl.Series) -> tuple[pl.Series, pl.Series, pl.DataFrame]:
-    """(prefixed mask, the prefixed rows' messages, their ts/ms/rank_tags strings) with polars' regex."""
+    """(prefixed mask, the prefixed rows' messages, their ts/ms/rank_tags strings)."""
     groups = text.str.extract_groups(engine.prefix_regex).struct.unnest()
     prefixed = groups.get_column("_pfx").is_not_null()
     prefix_groups = groups.filter(prefixed)
@@ -389,22 +351,71 @@ def _split_prefix(engine: Engine, text: pl.Series) -> tuple[pl.Series, pl.Series
     return prefixed, message, prefix_groups
 
 
-_PREFIX_FIELDS = {"ts": "timestamp", "ms": "int", "rank_tags": "str", "message": "str"}
+def _find_messages(engine: Engine, rows: pl.DataFrame) -> pl.DataFrame | None:
+    """The lines without SGLang's prefix on which a message pattern finds its message after another prefix: line_no,
+    piece, message, prefix, what it says (ts_text, frac, rank_tags) and its shape where no prefix grammar reads it."""
+    if not rows.height or not engine.finders:
+        return None
+    work = _Work(rows.get_column("text"), rows.select("line_no", "piece"), tuple(dict.fromkeys(g for g, _, _ in engine.finders)))
+    parts = []
+    for gate, regex, at_gate in engine.finders:
+        if work.alive_count == 0:
+            break
+        candidates = work.candidates(gate)
+        if candidates is None or not candidates.any():
+            continue
+        at = candidates.arg_true()
+        text = work.src.gather(at)
+        if at_gate:
+            split = text.str.splitn(gate, 2).struct.unnest()
+            prefix = split.get_column("field_0")
+            message = gate + split.get_column("field_1")
+            hit = (prefix.str.ends_with(" ") | prefix.str.ends_with("\t")) & message.str.contains(regex)
+        else:
+            prefix = text.str.extract_groups(regex).struct.field("_pfx")
+            hit = prefix.is_not_null()
+            message = text.str.slice(prefix.str.len_chars().fill_null(0))
+        if hit.any():
+            parts.append(work.meta.gather(work.rows.gather(at).filter(hit)).with_columns(
+                prefix.filter(hit).alias("prefix"), message.filter(hit).alias("message")))
+        work.claim(candidates, hit)
+    if not parts:
+        return None
+    found = pl.concat(parts)
+    return pl.concat([found, _read_prefixes(engine, found.get_column("prefix"))], how="horizontal")
 
 
-def _split_prefix_native(engine: Engine, text: pl.Series) -> tuple[pl.Series, pl.Series, pl.DataFrame] | None:
-    """The same with the native matcher (None when it leaves any row undecided: polars then does the chunk)."""
-    result = native.classify(text, engine.prefix_native)
-    if result is None:
-        return None
-    hit_rows = np.flatnonzero(result.winner == 0)
-    columns, left = native.values(result, hit_rows, 0, borrowed=frozenset({"message"}))
-    if len(left):  # an ms the C reader did not take
-        return None
-    prefixed = np.zeros(text.len(), dtype=bool)
-    prefixed[hit_rows] = True
-    groups = pl.DataFrame([columns["ts"], columns["ms"], columns["rank_tags"]])
-    return pl.Series("prefixed", prefixed), columns["message"], groups
+def _read_prefixes(engine: Engine, prefix: pl.Series) -> pl.DataFrame:
+    """ts_text, frac, rank_tags and shape of each prefix: by the first prefix grammar that reads all of it, else what
+    it shows of a date and time and of rank tags, and its shape (its digits as <n>) to name it by in the drift view."""
+    empty = prefix.clear(prefix.len())
+    out = pl.DataFrame({"ts_text": empty, "frac": empty, "rank_tags": empty, "shape": empty})
+    left = pl.int_range(0, prefix.len(), dtype=pl.UInt32, eager=True)
+    for regex in engine.prefix_heads:
+        if not left.len():
+            break
+        hit = prefix.gather(left).str.contains(regex)  # a match test first: most prefixes fail most grammars
+        if hit.any():
+            at = left.filter(hit)
+            read = prefix.gather(at).str.extract_groups(regex).struct.unnest()
+            for column, names in (("ts_text", ("ts",)), ("frac", ("frac", "ms")), ("rank_tags", ("rank_tags",))):
+                name = next((n for n in names if n in read.columns), None)
+                if name is not None:
+                    out = out.with_columns(out.get_column(column).scatter(at, read.get_column(name).cast(pl.Utf8)))
+            left = left.filter(~hit)
+    if left.len():
+        unknown = prefix.gather(left)
+        ts = unknown.str.extract_groups(_ANY_TS).struct.unnest()
+        tags = unknown.str.extract_all(_ANY_RANK_TAG).list.join(" ")
+        out = out.with_columns(
+            out.get_column("ts_text").scatter(left, ts.select(pl.concat_str("day", "time", separator=" ")).to_series()),
+            out.get_column("frac").scatter(left, ts.get_column("frac")),
+            out.get_column("rank_tags").scatter(left, pl.select(pl.when(tags != "").then(" " + tags)).to_series()),
+            out.get_column("shape").scatter(left, unknown.str.replace_all("[0-9]+", "<n>")))
+    # ISO 8601's T, and glog's MMDD, as the timestamps SGLang prints
+    ts_text = out.get_column("ts_text").str.replace(r"^([0-9]{4}-[0-9]{2}-[0-9]{2})T", "${1} ").str.replace(
+        r"^([0-9]{2})([0-9]{2}) ", "${1}-${2} ")
+    return out.with_columns(ts_text)
 
 
 def _extract_polars(compiled: CompiledPattern, src: pl.Series) -> tuple[pl.Series, pl.DataFrame]:
@@ -416,7 +427,7 @@ def _extract_polars(compiled: CompiledPattern, src: pl.Series) -> tuple[pl.Serie
 
 
 def _all_true(n: int) -> pl.Series:
-    return pl.Series("alive", [True], dtype=pl.Boolean).new_from_index(0, n)  # 20 µs; pl.repeat: 250 µs
+    return pl.Series("alive", [True], dtype=pl.Boolean).new_from_index(0, n)  # far cheaper than pl.repeat
 
 
 def _all_false(n: int) -> pl.Series:
@@ -427,28 +438,14 @@ def _empty_unclaimed() -> pl.DataFrame:
     return pl.DataFrame(schema={"line_no": pl.Int64, "piece": pl.Int32, "text": pl.Utf8, "prefixed": pl.Boolean})
 
 
-def _ts_column(prefix_groups: pl.DataFrame) -> pl.Series:
-    ts = prefix_groups.get_column("ts")
-    parsed = ts if ts.dtype == pl.Datetime("us") else ts.str.to_datetime(_TS_FORMAT, strict=False, time_unit="us")
-    if "ms" in prefix_groups.columns:
-        ms = prefix_groups.get_column("ms").cast(pl.Int64, strict=False)
-        if ms.null_count() < ms.len():
-            parsed = (
-                pl.DataFrame({"t": parsed, "ms": ms})
-                .select(pl.col("t") + pl.duration(milliseconds=pl.col("ms").fill_null(0)))
-                .to_series()
-            )
-    return parsed.alias("ts")
-
-
-def _dated(engine: Engine, message_rows: pl.DataFrame, ts: pl.Series, file_starts: tuple[int, ...]) -> tuple[pl.Series, pl.Series]:
-    """(ts, ts_text) for the prefixed rows when some timestamps did not type: ts_text is the timestamp as printed for
-    those rows; a time without a date ('HH:MM:SS', ≤0.3.0) gets the date of the nearest dated row of its file in the
-    chunk before it (a day later when the clock went back), else after it; a 'MM-DD HH:MM:SS' gets its year so.
-    Without any dated row near, ts stays NULL and ts_text says what was printed."""
+def _dated(heads: pl.DataFrame, ts: pl.Series, file_starts: tuple[int, ...]) -> tuple[pl.Series, pl.Series]:
+    """(ts, ts_text) when some timestamps did not type: ts_text is the timestamp as printed for those rows; a time
+    without a date ('HH:MM:SS', ≤0.3.0) gets the date of the nearest dated row of its file in the chunk before it (a
+    day later when the clock went back), else after it; a 'MM-DD HH:MM:SS' gets its year so. Without any dated row
+    near, ts stays NULL and ts_text says what was printed."""
     missing = ts.is_null()
-    texts = message_rows.get_column("text").filter(missing).str.extract_groups(engine.prefix_regex).struct.field("ts")
-    file = pl.Series(file_starts, dtype=pl.Int64).search_sorted(message_rows.get_column("line_no"), side="right")
+    texts = heads.get_column("ts_text").filter(missing)
+    file = pl.Series(file_starts, dtype=pl.Int64).search_sorted(heads.get_column("line_no"), side="right")
     frame = (
         pl.DataFrame({"ts": ts, "file": file})
         .with_columns(pl.col("ts").forward_fill().over("file").alias("before"), pl.col("ts").backward_fill().over("file").alias("after"))

@@ -213,8 +213,8 @@ def _int(value: object) -> int | None:
 
 
 _ENCODE = json.JSONEncoder(allow_nan=False, default=str).encode
-# The same encoder's C part, made once: JSONEncoder.encode makes it anew each call, in Python (2.3 of its 4 µs for a
-# --log-requests line's request). The values come from parsed text, which makes no cycles: no markers to check them.
+# The same encoder's C part, made once: JSONEncoder.encode makes it anew each call, in Python (most of its time for
+# a --log-requests line's request). The values come from parsed text, which makes no cycles: no markers to check them.
 _C_ENCODER = None if c_make_encoder is None else c_make_encoder(
     None, str, encode_basestring_ascii, None, ": ", ", ", False, False, False)
 

@@ -3,12 +3,11 @@
 A physical line is one `\\n`-terminated line of the file (CRLF endings are accepted). Most lines are one
 piece as they are. The few odd ones go through `split_pieces` (plain Python, they are rare):
 ANSI colour codes are stripped, tqdm's `\\r` states are split apart, a log record glued after a progress
-bar is cut off into its own piece (it keeps the physical line number), and outer prefixes added by
-docker compose / Ray / kubectl / journald / `docker logs -t` are peeled. Lines longer than MAX_LINE_BYTES
-are not parsed at all: they are stored whole as unparsed, with reason 'line too long to parse'.
+bar is cut off into its own piece (it keeps the physical line number), and what capture tools put before a line
+(docker compose, Ray, kubectl, journald, `docker logs -t`, srun: the wrapper grammars) is peeled. Lines longer than
+MAX_LINE_BYTES are not parsed at all: they are stored whole as unparsed, with reason 'line too long to parse'.
 
-The native matcher splits lines where it is built (views into the chunk, with flags for odd lines); polars'
-CSV reader otherwise. Both give the same lines (tests/test_native.py).
+Polars' CSV reader splits the lines (one column, a separator that never occurs in text).
 """
 
 from __future__ import annotations
@@ -16,10 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import numpy as np
 import polars as pl
-
-from speclogs.ingest import native
 
 MAX_LINE_BYTES = 1 << 20  # 1 MiB: longer lines are not parsed, only stored whole as unparsed
 
@@ -29,20 +25,24 @@ GLUED_RE = re.compile(
     r"\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}[]. ]"
     r"|(?<![A-Za-z0-9._-])[A-Za-z0-9][A-Za-z0-9._-]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL "
 )
-# Outer prefixes added by the tool that captured the log, peeled before the SGLang grammar runs.
-OUTER_PREFIX_RE = re.compile(
-    r"^(?:"
-    r"[A-Za-z0-9][A-Za-z0-9_.-]*-[0-9]+ +\| "  # docker compose: 'sglang-1  | '
-    r"|\([A-Za-z_][A-Za-z0-9_]* pid=[0-9]+(?:, ip=[0-9A-Fa-f.:]+)?\) "  # Ray: '(SchedulerActor pid=123, ip=10.0.0.1) '
-    r"|\[pod/[^\]\s]+\] "  # kubectl logs --prefix: '[pod/name/container] '
-    r"|[A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [^ ]+ [^ \[]+\[[0-9]+\]: "  # journald
-    r"|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z "  # docker logs -t
-    r"|\[[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z\] "  # a collector's '[ISO time] '
-    r"|[0-9]{10,16}\t[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z\t"  # a log collector's 'epoch-ms<TAB>ISO time<TAB>'
-    r"|[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2},[0-9]{3} \[[A-Z]+\] [A-Za-z_][A-Za-z0-9_.]*: "  # Python logging
-    r")"
-)
-SRUN_LABEL_RE = re.compile(r"^[0-9]{1,4}: (?=\[)")  # srun --label: '0: ' before a bracketed record
+
+
+@dataclass(frozen=True)
+class Wrappers:
+    """What capture tools put before a line (the wrapper grammars, grammars/wrappers.toml), compiled: `detect` finds
+    the lines not starting with '[' that start with one (polars, with names dropped), `each` peels one off (Python, on
+    those few lines); `heads` are the literal starts ('[pod/') by which a line starting with '[' is found (a regex
+    over every line, or a literal search for text that '[' starts, costs more than all the rest of the split)."""
+
+    detect: str
+    each: tuple[re.Pattern, ...]
+    heads: tuple[str, ...]
+
+
+def wrappers_of(patterns: tuple) -> Wrappers:
+    unnamed = [re.sub(r"\(\?P<[A-Za-z_][A-Za-z0-9_]*>", "(?:", p.regex[1:].removesuffix("$")) for p in patterns]
+    heads = tuple(p.gate for p in patterns if p.gate.startswith("[") and p.template.startswith(p.gate))
+    return Wrappers("^(?:" + "|".join(unnamed) + ")" if unnamed else "^$.", tuple(re.compile(p.regex) for p in patterns), heads)
 
 
 _BLANK = " \t\x0b\x0c"  # what makes a piece blank (the same set as _ODD_LINE's, in both paths)
@@ -64,8 +64,6 @@ class Lines:
 
 def count_lines(data: bytes | memoryview) -> int:
     """The physical lines in `data` (a last line without newline counts), as build_lines splits them."""
-    if native.available():
-        return native.count_lines(data)  # memchr: ~5× bytes.count's speed
     data = bytes(data)
     return data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
 
@@ -97,7 +95,7 @@ def read_lines(data: bytes | memoryview) -> pl.Series:
     return frame.get_column("text").fill_null("")
 
 
-def split_pieces(text: str) -> tuple[list[str], list[str]]:
+def split_pieces(text: str, wrappers: Wrappers) -> tuple[list[str], list[str]]:
     """One odd physical line → the pieces of text in it (possibly none) and the outer prefixes peeled off them:
     ANSI stripped, split at `\\r`, glued records cut off, outer prefixes peeled, whitespace-only pieces dropped."""
     if "\x1b" in text or "^[[" in text:
@@ -105,7 +103,7 @@ def split_pieces(text: str) -> tuple[list[str], list[str]]:
     pieces: list[str] = []
     peeled: list[str] = []
     for segment in text.split("\r"):
-        segment = _peel(segment, peeled)
+        segment = _peel(segment, peeled, wrappers)
         if not segment.strip(_BLANK):
             continue
         if not segment.startswith("["):
@@ -114,69 +112,52 @@ def split_pieces(text: str) -> tuple[list[str], list[str]]:
                 head = segment[: found.start()]
                 if head.strip(_BLANK):
                     pieces.append(head)
-                segment = _peel(segment[found.start():], peeled)
+                segment = _peel(segment[found.start():], peeled, wrappers)
         pieces.append(segment)
     return pieces, peeled
 
 
-def _peel(segment: str, peeled: list[str]) -> str:
+def _peel(segment: str, peeled: list[str], wrappers: Wrappers) -> str:
     while True:
-        found = OUTER_PREFIX_RE.match(segment) or SRUN_LABEL_RE.match(segment)
-        if found is None or not found.end():
+        found = next((m for rx in wrappers.each if (m := rx.match(segment)) is not None and m.start("message")), None)
+        if found is None:
             return segment
-        peeled.append(found.group())
-        segment = segment[found.end():]
+        peeled.append(segment[: found.start("message")])
+        segment = segment[found.start("message"):]
 
 
-# Odd lines: CR, ANSI (real or pasted '^[['), found with a literal multi-search; a kubectl prefix; then, only
-# on the few lines that do not start with '[': blank, a glued '[20…' record, a glued NCCL record, or another
-# outer prefix (none of which a line starting with '[' can be, other than kubectl's '[pod/').
+# Odd lines: CR, ANSI (real or pasted '^[['), found with a literal multi-search; a bracketed wrapper's head; then,
+# only on the few lines that do not start with '[': blank, a glued '[20…' record, a glued NCCL record, or a wrapper.
 _ODD_LITERALS = ["\r", "\x1b", "^[["]
-_ODD_UNBRACKETED = (
-    r"^[ \t\x0b\x0c]*$|^.*\[20|^[0-9]{1,4}: \[|"
-    r"^.*[^A-Za-z0-9._-][A-Za-z0-9][A-Za-z0-9._-]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL |"
-    + "^(?:" + OUTER_PREFIX_RE.pattern[len("^(?:"):]
-)
+_ODD_UNBRACKETED = r"^[ \t\x0b\x0c]*$|^.*\[20|^.*[^A-Za-z0-9._-][A-Za-z0-9][A-Za-z0-9._-]*:[0-9]+:[0-9]+ \[[0-9]+\] NCCL "
 
 
-def odd_lines(text: pl.Series, flags: np.ndarray | None = None) -> pl.Series:
-    """Rows the Python piece splitter must see (rare): CR, ANSI, blank, outer prefixes, records glued after text.
-    `flags` are native.split_lines' for these rows, when it split them (then only the unbracketed rows are read)."""
-    if flags is None:
-        odd = text.str.contains_any(_ODD_LITERALS) | text.str.starts_with("[pod/")
-        unbracketed = (~text.str.starts_with("[")).arg_true()
-    else:
-        odd = pl.Series("odd", (flags & native.LINE_ODD) > 0)
-        unbracketed = pl.Series("at", np.flatnonzero(flags & native.LINE_UNBRACKETED), dtype=pl.UInt32)
+def odd_lines(text: pl.Series, wrappers: Wrappers) -> pl.Series:
+    """Rows the Python piece splitter must see (rare): CR, ANSI, blank, wrappers, records glued after text."""
+    odd = text.str.contains_any(_ODD_LITERALS)
+    for head in wrappers.heads:
+        odd = odd | text.str.starts_with(head)
+    unbracketed = (~text.str.starts_with("[")).arg_true()
     if len(unbracketed):
-        found = text.gather(unbracketed).str.contains(_ODD_UNBRACKETED)
+        found = text.gather(unbracketed).str.contains(_ODD_UNBRACKETED + "|" + wrappers.detect)
         odd = odd.scatter(unbracketed.filter(found), True)
     return odd
 
 
-def build_lines(data: bytes | memoryview, first_line_no: int = 1, line_count: int | None = None) -> Lines:
-    """Physical lines of a chunk → the piece frame both parse paths classify (`line_count`: count_lines(data),
-    when the caller has it already)."""
-    flags = None
-    if native.available() and 0 < len(data) < 1 << 31:  # string views hold 32-bit offsets
-        raw, flags = native.split_lines(data, MAX_LINE_BYTES, line_count)
-    else:
-        raw = read_lines(data)
+def build_lines(data: bytes | memoryview, wrappers: Wrappers, first_line_no: int = 1) -> Lines:
+    """Physical lines of a chunk → the piece frame to classify."""
+    raw = read_lines(data)
     total = raw.len()
     frame = pl.DataFrame({"text": raw}).with_row_index("line_no", offset=0)
     frame = frame.with_columns((pl.col("line_no").cast(pl.Int64) + first_line_no).alias("line_no"))
-    if flags is None:
-        too_long_mask = frame.get_column("text").str.len_bytes() > MAX_LINE_BYTES
-    else:
-        too_long_mask = pl.Series("too_long", (flags & native.LINE_TOO_LONG) > 0)
+    too_long_mask = frame.get_column("text").str.len_bytes() > MAX_LINE_BYTES
     too_long_frame = frame.filter(too_long_mask)
     too_long = tuple(
         zip(too_long_frame["line_no"].to_list(), too_long_frame["text"].str.len_bytes().to_list())
     )
     if too_long:
         frame = frame.filter(~too_long_mask)
-        flags = None if flags is None else flags[~too_long_mask.to_numpy()]
-    odd_mask = odd_lines(frame.get_column("text"), flags)
+    odd_mask = odd_lines(frame.get_column("text"), wrappers)
     blank: list[int] = []
     prefixes: list[tuple[int, str]] = []
     if odd_mask.any():
@@ -186,7 +167,7 @@ def build_lines(data: bytes | memoryview, first_line_no: int = 1, line_count: in
         rows_piece: list[int] = []
         rows_text: list[str] = []
         for line_no, text in zip(odd["line_no"].to_list(), odd["text"].to_list()):
-            pieces, peeled = split_pieces(text)
+            pieces, peeled = split_pieces(text, wrappers)
             if peeled:
                 prefixes.append((line_no, "".join(peeled)))
             if not pieces:

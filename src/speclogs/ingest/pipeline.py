@@ -33,8 +33,7 @@ from typing import Protocol
 import polars as pl
 
 from speclogs.errors import InputError, SpeclogsError
-from speclogs.ingest import native
-from speclogs.ingest.classify import Engine, classify
+from speclogs.ingest.classify import NEW_PREFIX, Engine, classify
 from speclogs.ingest.jsonfiles import parse_bench_json, parse_bench_jsonl, parse_nccl_probe, parse_run_json
 from speclogs.ingest.lines import Lines, build_lines, count_lines
 from speclogs.ingest.prometheus import parse_prometheus_file
@@ -59,7 +58,6 @@ BATCH_BYTES = 16 << 20  # small files parsed together, at most this much text (o
 BATCH_FILES = 4000
 PARSE_THREADS = 2
 CHUNKS_AHEAD = PARSE_THREADS + 1  # chunks in flight: one more than threads, so a thread never waits for the next chunk
-NOTE_MIN_BYTES = 512 << 10  # logs from this size on get a note when the native matcher is off
 PROGRESS_MIN_BYTES = 8 << 20
 NO_SGLANG_WARNING = "no SGLang lines: is this an SGLang log?"
 FAILURES = (SpeclogsError, ValueError, OSError, pl.exceptions.PolarsError)  # what parsing a bad input may raise
@@ -274,8 +272,8 @@ def _run_files(discovery: Discovery, sink: Sink, engine: Engine | None, tally: T
                replace: bool, on_progress: Callable[[ProgressEvent], None] | None, chunk_bytes: int, show: bool) -> None:
     batch: list[ParsedFile] = []
     batch_bytes = 0
-    # A batch is parsed on this thread while the previous one is written (and the next files are read): the native
-    # matcher, polars and DuckDB release the GIL, so the two overlap on two cores, as a big log's chunks do.
+    # A batch is parsed on this thread while the previous one is written (and the next files are read): polars and
+    # DuckDB release the GIL, so the two overlap on two cores, as a big log's chunks do.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speclogs-batch") as pool:
         parsing: Future | None = None
 
@@ -546,7 +544,7 @@ def _parse_logs(texts: list[bytes], engine: Engine) -> ChunkResult:
         next_start += count + 1
     data = b"".join(parts)
     gaps = frozenset(start + count for start, count in zip(starts, lines))
-    split = build_lines(data, 1, next_start - 1)
+    split = build_lines(data, engine.wrappers)
     split = Lines(frame=split.frame, total_lines=split.total_lines, first_line_no=1, raw=split.raw,
                   blank=tuple(n for n in split.blank if n not in gaps), too_long=split.too_long, outer_prefixes=split.outer_prefixes)
     return _assemble_chunk(engine, split, classify(engine, split.frame, tuple(starts)), ChunkFiles(tuple(starts), tuple(lines)))
@@ -593,23 +591,17 @@ def _finish_log(parsed: ParsedFile, engine: Engine) -> None:
     """A log's warnings and launches, once all its chunks are in."""
     counts = parsed.counts
     for name, count in sorted(counts.drift.items()):
-        counts.warnings.append(f"{count:,} line(s) look like '{name}' but do not match it (parse_drift has the first ones and why)")
+        if name.startswith(NEW_PREFIX):
+            counts.warnings.append(f"{count:,} line(s) have a prefix no prefix grammar reads ({name.removeprefix(NEW_PREFIX)!r}): "
+                                   "their messages were read after it (the drift view, kind new_prefix)")
+        else:
+            counts.warnings.append(f"{count:,} line(s) look like '{name}' but do not match it (parse_drift has the first ones and why)")
     if parsed.raw.stream is not None:  # what reading found comes first, as for a file read whole
         counts.warnings[:0] = parsed.raw.stream.warnings()
-    note = engine_note(engine, parsed.item.size_bytes)
-    if note is not None:
-        counts.warnings.append(note)
     if counts.total and parsed.prefixed_pieces == 0:
         counts.warnings.append(NO_SGLANG_WARNING)
     parsed.launch_rows = launch_rows(parsed.item.run.run_id, parsed.source_file, parsed.launch_starts, parsed.launch_facts, counts.total)
 
-
-def engine_note(engine: Engine, size_bytes: int) -> str | None:
-    """A warning for a log big enough to notice when the native matcher is off (it then runs on polars' regexes,
-    slower); None otherwise."""
-    if size_bytes < NOTE_MIN_BYTES or engine.prefix_native is not None:
-        return None
-    return native.unavailable_reason() or "the native matcher does not run these grammars: the lines ran on polars' regexes"
 
 
 def launch_rows(run_id: str, source_file: str, starts: list[int], facts, total_lines: int) -> list[tuple]:
@@ -687,13 +679,13 @@ def parse_log_chunks(source: bytes | LogStream, engine: Engine, *, chunk_bytes: 
     """Parse one log (valid UTF-8 bytes, or a LogStream read chunk by chunk); launch numbers continue across chunks.
 
     Up to PARSE_THREADS chunks are parsed at once, each whole (split, classified, assembled, its request lines read:
-    the native matcher and polars release the GIL); what needs the chunks before it, numbering its launches after
-    theirs, is done here, in file order."""
+    polars releases the GIL); what needs the chunks before it, numbering its launches after theirs, is done here, in
+    file order."""
     launches_before = 0
     with ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="speclogs-chunk") as pool:
         pending: deque = deque()  # (byte_end, future), in file order
-        for chunk, first_line_no, lines, byte_end in _planned_chunks(source, chunk_bytes):
-            pending.append((byte_end, pool.submit(_parse_chunk, chunk, engine, first_line_no, lines)))
+        for chunk, first_line_no, byte_end in _planned_chunks(source, chunk_bytes):
+            pending.append((byte_end, pool.submit(_parse_chunk, chunk, engine, first_line_no)))
             while len(pending) >= CHUNKS_AHEAD:
                 result = _numbered(pending.popleft(), launches_before)
                 launches_before += len(result.files[0].launch_starts)
@@ -704,27 +696,27 @@ def parse_log_chunks(source: bytes | LogStream, engine: Engine, *, chunk_bytes: 
             yield result
 
 
-def _planned_chunks(source: bytes | LogStream, chunk_bytes: int) -> Iterator[tuple[bytes | memoryview, int, int, int]]:
-    """(chunk, first_line_no, lines, byte_end) per chunk; lines are counted as the chunks are handed out, so the
+def _planned_chunks(source: bytes | LogStream, chunk_bytes: int) -> Iterator[tuple[bytes | memoryview, int, int]]:
+    """(chunk, first_line_no, byte_end) per chunk; lines are counted as the chunks are handed out, so the
     first chunk starts parsing before the rest of the file is read or counted. byte_end is in the file's own
     bytes (what progress is measured in)."""
     first_line_no = 1
     if isinstance(source, LogStream):
         for chunk in source.chunks(chunk_bytes):
             lines = count_lines(chunk)
-            yield chunk, first_line_no, lines, source.bytes_read
+            yield chunk, first_line_no, source.bytes_read
             first_line_no += lines
         return
     view = memoryview(source)
     for start, end in chunk_bounds(source, chunk_bytes):
         lines = source.count(b"\n", start, end) + (0 if source[end - 1 : end] == b"\n" else 1)
-        yield view[start:end], first_line_no, lines, end
+        yield view[start:end], first_line_no, end
         first_line_no += lines
 
 
-def _parse_chunk(chunk: bytes | memoryview, engine: Engine, first_line_no: int, line_count: int) -> ChunkResult:
+def _parse_chunk(chunk: bytes | memoryview, engine: Engine, first_line_no: int) -> ChunkResult:
     """One chunk of a streamed log, its launches numbered within it (number_launches numbers them in the file)."""
-    lines = build_lines(chunk, first_line_no, line_count)
+    lines = build_lines(chunk, engine.wrappers, first_line_no)
     result = _assemble_chunk(engine, lines, classify(engine, lines.frame), ChunkFiles((1,), (lines.total_lines,), numbered=False))
     result.request_lines = read_request_lines(result.tables.get("server_events"))
     return result

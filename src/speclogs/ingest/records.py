@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from speclogs.ingest.classify import Claims, Engine, explain_miss, is_server_args
+from speclogs.ingest.classify import NEW_PREFIX, Claims, Engine, explain_miss, is_server_args
 from speclogs.ingest.reprs import parse_server_args
 from speclogs.redact import REDACTED, SUSPECT, redact, secret_name
 
@@ -161,12 +161,14 @@ def assemble(
             )
         tables["unparsed_lines"] = frame
 
-    # 5. what a capture tool put before the text (docker compose service, Ray actor, kubectl pod, journald unit, …)
-    if outer_prefixes:
-        tables["outer_prefixes"] = pl.DataFrame(
-            [(line_no, 0, prefix) for line_no, prefix in outer_prefixes],
-            schema={"line_no": pl.Int64, "piece": pl.Int32, "prefix": pl.Utf8}, orient="row",
-        )
+    # 5. what a capture tool put before the text (docker compose service, Ray actor, kubectl pod, journald unit, …),
+    # and the prefixes other than SGLang's that messages were found after
+    prefixes = [pl.DataFrame([(line_no, 0, prefix) for line_no, prefix in outer_prefixes],
+                             schema={"line_no": pl.Int64, "piece": pl.Int32, "prefix": pl.Utf8}, orient="row")]
+    if claims.prefixes is not None:
+        prefixes.append(claims.prefixes.select(pl.col("line_no").cast(pl.Int64), pl.col("piece").cast(pl.Int32), "prefix"))
+    if outer_prefixes or claims.prefixes is not None:
+        tables["outer_prefixes"] = pl.concat(prefixes).sort("line_no", "piece", maintain_order=True)
 
     # 6. format drift: near misses, the first few per pattern and file with pyparsing's account of where they fail
     if claims.drift.height:
@@ -213,7 +215,7 @@ def number_launches(result: ChunkResult, launches_before: int) -> ChunkResult:
 
 def _distinct_lines(claimed: list[pl.Series], line_nos: pl.Series, minus: set[int]) -> pl.Series:
     """The line numbers (of `line_nos`, consecutive) found in any of `claimed` and not in `minus`, in order: marks on
-    the chunk's lines (a hashed unique of the claimed line numbers cost 10× more)."""
+    the chunk's lines (cheaper than a hashed unique of the claimed line numbers)."""
     first = line_nos[0] if line_nos.len() else 0
     mark = np.zeros(line_nos.len(), dtype=bool)
     for column in claimed:
@@ -273,7 +275,9 @@ def _drift_examples(engine: Engine, drift: pl.DataFrame, files: ChunkFiles) -> p
         .sort("file", "pattern", "line_no", "piece")
         .filter(pl.int_range(pl.len()).over("file", "pattern") < DRIFT_EXAMPLES_PER_PATTERN)
     )
-    errors = [explain_miss(engine.pattern(name).pattern, text) for name, text in picked.select("pattern", "text").iter_rows()]
+    errors = [f"no prefix grammar reads the prefix of: {text}" if name.startswith(NEW_PREFIX)
+              else explain_miss(engine.pattern(name).pattern, text)
+              for name, text in picked.select("pattern", "text").iter_rows()]
     return (picked.drop("file").with_columns(pl.Series("error", errors, dtype=pl.Utf8))
             .select("line_no", "piece", "pattern", "error", "text"))
 

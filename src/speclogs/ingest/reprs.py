@@ -5,10 +5,9 @@
 `Finish: obj=…, out={'meta_info': {…}}`. Values are Python reprs: strings with nested quotes, lists, dicts, None,
 `inf`, and non-literals such as `<object at 0x7f…>`. Log shippers truncate long lines, so the text may stop anywhere.
 
-Two readers of the same reprs: the extension module `speclogs.ingest._reprs` (_reprs.c, built with the package)
-splits a body at its top-level commas and reads the common literal forms in C (0.4 µs a value); what it does not
-read, and everything where it is not built, is read here in Python (ast.literal_eval: 8 µs a value).
-tests/test_reprs.py holds the two to the same results.
+A body is split at its top-level commas by a scan that jumps between brackets, quotes and commas; each value is
+read by json (the dict and list reprs that are JSON once their quotes are swapped), a few plain shapes, else
+ast.literal_eval.
 """
 
 from __future__ import annotations
@@ -18,11 +17,6 @@ import json
 import math
 import re
 import warnings
-
-try:
-    from speclogs.ingest import _reprs
-except ImportError:  # not built (no C compiler at install time): everything is read in Python
-    _reprs = None
 
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = set(_OPEN.values())
@@ -43,11 +37,6 @@ def _split_top_level(body: str) -> tuple[list[str], int | None]:
 def _split_raw(body: str) -> tuple[list[str], int | None]:
     """_split_top_level's items as they are written (not stripped; empty ones kept; a truncated text's cut last
     item included)."""
-    return _reprs.split(body) if _reprs is not None else split_raw_python(body)
-
-
-def split_raw_python(body: str) -> tuple[list[str], int | None]:
-    """_split_raw in Python (the C reader's twin)."""
     items: list[str] = []
     depth: list[str] = []
     start = 0
@@ -92,7 +81,7 @@ def _after_quoted(body: str, i: int, quote: str) -> int:
 
 
 # The shapes most values have (None, True, 8192, 0.88, 'auto'), read without ast.literal_eval: it compiles the text
-# (~10 µs) and leaves a reference cycle of ~11 objects a call, which the ingest (cyclic GC off) frees only once a chunk.
+# and leaves a reference cycle of ~11 objects a call, which the ingest (cyclic GC off) frees only once a chunk.
 # Each shape is one whose literal_eval value is exactly this; anything else goes to literal_eval.
 _CONSTANTS = {"None": None, "True": True, "False": False}
 _INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
@@ -126,20 +115,8 @@ def _refuse(name: str) -> None:
 _JSON = json.JSONDecoder(parse_constant=_refuse)
 
 
-_UNREAD = object()  # what the C reader returns for a text it leaves to Python
-
-
 def _literal(text: str) -> object | None:
     """The value of a literal repr; None when it is none (or not finite)."""
-    if _reprs is not None:
-        value = _reprs.literal(text, _UNREAD)
-        if value is not _UNREAD:
-            return None if isinstance(value, float) and not math.isfinite(value) else value
-    return literal_python(text)
-
-
-def literal_python(text: str) -> object | None:
-    """_literal in Python (the C reader's twin, and what reads the texts it leaves)."""
     if text[:1] in ("{", "[") and (value := _json_shaped(text)) is not None:
         return value
     if text in _CONSTANTS:
@@ -209,15 +186,6 @@ def parse_request_repr(body: str) -> tuple[dict, dict]:
     ({'__class__': 'GenerateReqInput', 'rid': 'a', 'n': 1}, {'out': {…}}): the call's fields (a value that is not a
     literal as its text), and the keyword items after it, read tolerantly. A body that is not `Name(…` is keyword
     items alone: ({}, its items)."""
-    if _reprs is not None:
-        read = _reprs.request(body, _UNREAD)
-        if read is not _UNREAD:
-            return read
-    return parse_request_repr_python(body)
-
-
-def parse_request_repr_python(body: str) -> tuple[dict, dict]:
-    """parse_request_repr in Python (the C reader's twin, and what reads the lines it leaves)."""
     class_name, fields, rest = parse_call_repr(body)
     if class_name is None:
         return {}, {name: literal_tolerant(value_text) for name, value_text, _ in parse_keyword_reprs(body)}

@@ -25,7 +25,7 @@ import math
 import polars as pl
 
 from speclogs.ingest.jsonfiles import JsonFileResult, count_lines, json_text
-from speclogs.ingest.reprs import _UNREAD, _reprs, parse_request_repr
+from speclogs.ingest.reprs import parse_request_repr
 
 HEALTH_CHECK_PREFIX = "HEALTH_CHECK"
 REQUEST_KINDS = ("request_received", "request_finished")
@@ -188,32 +188,11 @@ def read_request_lines(events: pl.DataFrame | None) -> pl.DataFrame | None:
 
 
 _LINE_COLUMNS = ("line_no", "launch_no", "ts")  # a requests row's columns that the server_events row holds
-_COLUMN_AT = {name: index for index, name in enumerate(REQUEST_COLUMNS)}
-# request_row's rules as data, for the C reader (_reprs.request_row) that makes a text line's row itself
-_ROW_SPEC = None if _reprs is None else (
-    {key: (_COLUMN_AT[column], rank, is_int) for key, (column, rank, is_int) in _META_KEYS.items()},
-    len(REQUEST_COLUMNS),
-    tuple(_COLUMN_AT[name] for name in ("source_kind", "rid", "health_check", "finish_reason", "spec_accept_histogram",
-                                        "request", "extra")),
-    json_text, HEALTH_CHECK_PREFIX, "log_requests_text",
-)
 
 
 def read_request_line(message: str, finished: bool) -> tuple[tuple, str | None] | None:
     """A --log-requests line → (its requests row's values in REQUEST_COLUMNS order, the frame's columns None; the key
-    RequestLog pairs it by), None when it is not one. A text line whose values are plain literals goes to its row in C
-    (_reprs.request_row: the call repr straight to its JSON text, no Python objects for it: 8 → 3.4 µs a line), the rest
-    (JSON lines, escapes, non-literals, cut lines) by the twin, read_request_line_python; tests/test_reprs.py holds the
-    two to the same rows."""
-    if _ROW_SPEC is not None:
-        read = _reprs.request_row(message, finished, _ROW_SPEC, _UNREAD)
-        if read is not _UNREAD:
-            return read
-    return read_request_line_python(message, finished)
-
-
-def read_request_line_python(message: str, finished: bool) -> tuple[tuple, str | None] | None:
-    """read_request_line in Python."""
+    RequestLog pairs it by), None when it is not one."""
     parsed = _parse_request_line(message, finished)
     if parsed is None:
         return None
@@ -247,7 +226,7 @@ class RequestLog:
         if not self._frames:
             return None
         # each request's lines next to each other, in line order: a line's neighbours are the lines of its rid before
-        # and after it (a window over the same keys took 3× as long)
+        # and after it (cheaper than a window over the same keys)
         request = ("file", "launch_no", "pair_key")
         lines = pl.concat(self._frames).sort(*request, "line_no", maintain_order=True)
         same_before = pl.all_horizontal(pl.col(key).eq_missing(pl.col(key).shift(1)) for key in request)

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from speclogs.errors import InputError
-from speclogs.ingest import native
 from speclogs.runrecord import FILE_NAME as RUN_JSON_NAME, read_run_json
 
 STDIN_NAME = "<stdin>"
@@ -134,8 +133,8 @@ def tapered_bytes(done: int, remaining: int, chunk_bytes: int) -> int:
     """The size of the next chunk when `done` bytes were read and `remaining` are left: an eighth of chunk_bytes at
     first, doubling up to chunk_bytes (the writer gets its first rows after a small chunk is parsed, not a whole
     one), then over the last two chunks' worth halving down to an eighth again. Chunks are parsed two at a time;
-    without the taper the last one was often parsed alone (one core idle for ~0.3 s) and its rows were all still to
-    insert when it ended."""
+    without the taper the last one would often be parsed alone (one core idle) with all its rows still to insert
+    when it ended."""
     size = chunk_bytes if done >= chunk_bytes else max(chunk_bytes // 8, done)
     if remaining > 2 * chunk_bytes:
         return size
@@ -212,7 +211,7 @@ class GzipText:
             have += len(piece)
         if not pieces:
             return b""
-        return pieces[0] if len(pieces) == 1 and isinstance(pieces[0], bytes) else native.joined(pieces)
+        return pieces[0] if len(pieces) == 1 and isinstance(pieces[0], bytes) else b"".join(pieces)
 
     def _without_garbage(self, tail: bytes) -> bytes:
         """The text's last bytes, without the lines within GARBLED_BYTES of where the deflate data broke (a checksum
@@ -363,7 +362,7 @@ class LogStream:
                     rest = [block]
                     while following := self._read(text, chunk_bytes):
                         rest.append(following)
-                    yield self._valid(rest[0] if len(rest) == 1 else native.joined(rest))
+                    yield self._valid(rest[0] if len(rest) == 1 else b"".join(rest))
                     break
                 view = memoryview(block)
                 cut = block.rfind(b"\n[") + 1  # just before the last record that starts in the block
@@ -812,11 +811,9 @@ def non_text_bytes(head: bytes) -> int:
 
 def make_valid_text(raw: bytes | memoryview) -> tuple[bytes | memoryview, int, int]:
     """→ (valid UTF-8 bytes, invalid sequences replaced, NUL bytes replaced); `raw` itself when it is valid."""
-    flaws = native.text_flaws(raw)  # (NUL bytes, valid UTF-8) in one pass that lets other threads run; None: not built
-    if flaws is None:  # the same answers in Python (`in` is memchr; count walks byte by byte)
-        raw = bytes(raw)
-        flaws = (raw.count(b"\x00") if b"\x00" in raw else 0, raw.isascii() or _decodes(raw))
-    nuls, valid = flaws
+    raw = bytes(raw)
+    nuls = raw.count(b"\x00") if b"\x00" in raw else 0  # `in` is memchr; count walks byte by byte
+    valid = raw.isascii() or _decodes(raw)
     if nuls:  # NUL is valid UTF-8, and so is its replacement: the text stays as valid as it was
         raw = bytes(raw).replace(b"\x00", _REPLACEMENT)
     if valid:

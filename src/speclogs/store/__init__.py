@@ -26,7 +26,7 @@ from speclogs.store.query import QueryResult, run_query
 if TYPE_CHECKING:
     from speclogs.ingest.summary import ProgressEvent
 
-# The ingest (polars, numpy, the native matcher) is imported by ingest_paths, not here: `speclogs sql` opens the
+# The ingest (polars, numpy) is imported by ingest_paths, not here: `speclogs sql` opens the
 # store without paying for it.
 
 __all__ = ["IngestSummary", "QueryResult", "SCHEMA_VERSION", "connect", "ingest_paths", "run_query"]

@@ -99,7 +99,8 @@ UNION ALL
 SELECT run_id, source_file, 'unknown_message', template, sum(lines)::BIGINT, min(line_no), arg_min(message, line_no)
 FROM unknown_messages GROUP BY run_id, source_file, template
 UNION ALL
-SELECT n.run_id, n.source_file, 'near_miss', n.pattern, n.lines,
+SELECT n.run_id, n.source_file, CASE WHEN starts_with(n.pattern, 'new prefix: ') THEN 'new_prefix' ELSE 'near_miss' END,
+       CASE WHEN starts_with(n.pattern, 'new prefix: ') THEN n.pattern[13:] ELSE n.pattern END, n.lines,
        (SELECT min(d.line_no) FROM parse_drift d WHERE d.source_file = n.source_file AND d.pattern = n.pattern),
        (SELECT arg_min(d.error, d.line_no) FROM parse_drift d WHERE d.source_file = n.source_file AND d.pattern = n.pattern)
 FROM near n

@@ -2,8 +2,8 @@
 
 `Writer` is the pipeline's sink (speclogs.ingest.pipeline.Sink). A batch of small files is one transaction (when it
 fails, each file is tried again in its own, and only the file that fails is left out); a big log streams into its
-own transaction, a parser thread turning chunks into frames while this thread inserts the previous ones (polars,
-the native matcher and DuckDB release the GIL, so the two overlap on two cores). A big log of more than SEGMENT_ROWS
+own transaction, a parser thread turning chunks into frames while this thread inserts the previous ones (polars
+and DuckDB release the GIL, so the two overlap on two cores). A big log of more than SEGMENT_ROWS
 rows is committed in segments under an `_ingesting` mark, and its last rows go in on two connections at once
 (_PendingRows.flush_all). With every file go its `files` row (hash and line accounting), its `launches` rows and its
 run (`runs`: inserted, or completed with what it says).

@@ -105,3 +105,8 @@ def assert_same_tables(expected, actual, relations) -> None:
 def _nan_as_text(rows: list[tuple]) -> list[tuple]:
     """Rows with every NaN as the text 'NaN' (NaN equals nothing, not even the NaN of the same value printed)."""
     return [tuple("NaN" if isinstance(v, float) and v != v else v for v in row) for row in rows]
+
+
+def nan_safe(values: dict) -> dict:
+    """`values` with every NaN as the text 'NaN': a line that printed 'nan' stores NaN, and NaN is not equal to itself."""
+    return {key: "NaN" if isinstance(value, float) and value != value else value for key, value in values.items()}

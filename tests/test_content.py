@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from conftest import ROOT, cli_env
+from conftest import ROOT, cli_env, nan_safe
 from speclogs.grammar import load_grammars
 from speclogs.ingest.lines import ANSI_RE
 from speclogs.store import ingest_paths
@@ -64,7 +64,7 @@ def test_every_batch_line_is_a_row_with_the_values_its_labels_give(corpus_db):
                 assert row is not None, f"{path.name}:{line_no} is not a {table} row: {line}"
                 expected = readers[family].read(found["fields"])
                 got = {column: row.get(column) for column in expected}
-                assert got == expected, f"{path.name}:{line_no}: {line}"
+                assert nan_safe(got) == nan_safe(expected), f"{path.name}:{line_no}: {line}"
                 checked += 1
     connection.close()
     print(f"batch lines checked against their labels: {checked:,}")

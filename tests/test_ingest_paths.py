@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from conftest import FIXTURE_LOGS, ROOT
+from conftest import FIXTURE_LOGS, ROOT, nan_safe
 from speclogs.grammar import load_grammars
 from speclogs.ingest.classify import classify, compile_engine, distinctive_gate
 from speclogs.ingest.lines import build_lines
@@ -77,7 +77,7 @@ def assert_classified_like_the_definition(engine, data: bytes, every: int) -> in
             pattern, values = found
             assert got is not None, (text, pattern.name)
             assert got[0] == pattern.name, text
-            assert got[1] == {c: values[c] for c in pattern.columns}, text
+            assert nan_safe(got[1]) == nan_safe({c: values[c] for c in pattern.columns}), text
         compared += 1
     return compared
 

@@ -67,6 +67,8 @@ _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/\-]{12,}=*")
 
 def secret_name(name: str) -> bool:
     """True when `name` (env variable, server argument, JSON key, header or flag without dashes) names a secret."""
+    if name.startswith("#"):  # SGLang's count labels ('#token', '#gpu-token'): a number of tokens, never a credential
+        return False
     words = [word.upper() for word in _WORD_SPLIT.split(name.lstrip("-")) if word]
     if not words or "".join(words) in NOT_SECRET_NAMES and len(words) == 1:
         return False

@@ -25,6 +25,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from speclogs.doctor import arg_value
+
 SPEC_CYCLE_RE = re.compile(
     r"\[(?P<prefix>[^\]]*)\] speclogs spec_cycle cycle=(?P<cycle>\d+) bs=(?P<bs>\d+) "
     r"draft_ms=(?P<draft_ms>\d+\.\d{3}) verify_ms=(?P<verify_ms>\d+\.\d{3}) "
@@ -114,15 +116,6 @@ def check_profiler_log(text: str, *, every: int) -> ProfilerLogCheck:
     )
 
 
-def _option(command: list[str], name: str, default: str) -> str:
-    for i, arg in enumerate(command):
-        if arg == name and i + 1 < len(command):
-            return command[i + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return default
-
-
 def _get_status(url: str) -> int | None:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
@@ -144,8 +137,8 @@ def _generate(base_url: str, max_new_tokens: int) -> dict:
 
 def run_server_check(args: argparse.Namespace) -> tuple[dict, list[str]]:
     command = list(args.command)
-    host = _option(command, "--host", "127.0.0.1")
-    port = _option(command, "--port", "30000")
+    host = arg_value(command, "--host") or "127.0.0.1"
+    port = arg_value(command, "--port") or "30000"
     base_url = f"http://{host}:{port}"
     log_path = Path(args.log)
     wrapped = [sys.executable, "-m", "speclogs.profile", "--every", str(args.every), "--", *command]

@@ -572,11 +572,10 @@ def _shared_names(files: list[InputFile], known_runs: dict[str, str]) -> list[st
         by_name.setdefault(run.run_name, set()).add(run.run_id)
     notes = []
     for name, run_ids in sorted(by_name.items()):
-        new = sorted(run.source_dir or "" for run_id, run in runs.items() if run_id in run_ids and run_id not in known_runs)
-        if len(run_ids) < 2 or not new:
+        if len(run_ids) < 2 or not any(run_id in runs and run_id not in known_runs for run_id in run_ids):
             continue
-        folders = sorted({os.path.basename(run_folder(path, run.cell is not None and run.launch_index is not None))
-                          for path, run in ((r.source_dir or "", r) for r in runs.values() if r.run_id in run_ids)})
+        folders = sorted({os.path.basename(run_folder(run.source_dir or "", run.cell is not None and run.launch_index is not None))
+                          for run in (runs[run_id] for run_id in run_ids if run_id in runs)})
         notes.append(f"run name '{name}' is shared by {len(run_ids)} different runs (folders: {', '.join(folders)}): "
                      f"select one as 'FOLDER/{name}' or with folder:/cell:/plan: selectors (docs/report.md)")
     return notes

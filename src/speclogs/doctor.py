@@ -1,23 +1,15 @@
 """speclogs doctor: the checks of a speculative-decoding setup before (and after) a launch.
 
-Pure functions: the server's settings (flag → value) and what the target's and the draft's config.json say in, a list
-of `DoctorFinding`s out (code, severity, message, fix, source). The rules are SGLang 0.5.14's, read in its source
-(0.5.23's says the same):
-  - the draft worker follows the flag, not the draft: `EAGLE` (and its alias `NEXTN`) never makes the target capture
-    auxiliary hidden states, so an EAGLE-3 draft (`*Eagle3*`) fed one hidden state proposes garbage (accept len 1.00);
-  - the target captures, for each id k of the draft's `eagle_config.eagle_aux_hidden_state_layer_ids`, the output of
-    decoder layer k (the input of layer k + 1; -1 is the embedding); without ids it captures the inputs of layers
-    [2, n // 2, n - 3], i.e. ids [1, n // 2 - 1, n - 4] (llama.py `set_eagle3_layers_to_capture`); an id at the
-    config's top level is not read (model_runner.py reads `eagle_config` only);
-  - with `--speculative-eagle-topk 1` the draft-token count is forced to num_steps + 1 (arg_groups/speculative_hook.py).
-Standard library only: the launcher runs these checks on the GPU box before it spawns a server.
+Pure functions: the server's settings (flag → value) and the target's and draft's config.json in, `DoctorFinding`s
+out. The rules are SGLang 0.5.14's, read in its source (docs/doctor.md lists them and where). Standard library only:
+the launcher runs these checks on the GPU box before it spawns a server.
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -59,15 +51,13 @@ class DoctorFinding:
     source: str        # plan.toml:LINE, the flag on the command line, a config.json path, run.json
 
     def to_dict(self) -> dict:
-        return {"code": self.code, "severity": self.severity, "message": self.message, "fix": self.fix,
-                "source": self.source}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
 class Model:
-    """What the checks know of one model: the config.json keys in CONFIG_KEYS plus facts from next to it
-    (`d2t_rows`: the draft→target vocabulary map's length in the weights; `synth_aux_layers`, `synth_target_dir`:
-    what `speclogs synth-pair` built the draft for), or `note` saying why nothing was read."""
+    """One model's CONFIG_KEYS plus `d2t_rows` (the d2t map's length in the weights) and what `speclogs synth-pair`
+    built it for (`synth_*`); or `note` saying why nothing was read."""
 
     role: str          # target | draft
     path: str
@@ -105,8 +95,7 @@ def server_settings(argv: list[str]) -> dict[str, str]:
 
 
 def config_facts(directory: Path, config: dict) -> dict:
-    """The CONFIG_KEYS of a config.json, with the d2t length from the weights' safetensors headers and what a
-    synthetic pair's speclogs_synth.json says the draft was built for."""
+    """The CONFIG_KEYS of a config.json, the d2t length from the safetensors headers, and speclogs_synth.json's facts."""
     facts = {key: config[key] for key in CONFIG_KEYS if key in config}
     for weights in sorted(directory.glob("*.safetensors")):
         try:
@@ -192,10 +181,9 @@ def _int(value) -> int | None:
 def check_setup(settings: dict[str, str], target: Model | None, draft: Model | None,
                 source_of: Callable[[str], str], trained_layers: list[int] | None = None,
                 runtime: dict[str, str] | None = None) -> list[DoctorFinding]:
-    """Every finding for one server start, errors first. `settings`: SGLang field name → value (server_settings, or
-    the logged server_args); `source_of(field)` says where a flag was set; `trained_layers`: the aux layer ids the
-    draft was trained on, if known (else a synthetic draft's own record); `runtime`: what the profiler saw the server
-    run (parse_runtime, with its `source`)."""
+    """Every finding for one server start, errors first. `settings`: SGLang field name → value; `source_of(field)`:
+    where a flag was set; `trained_layers`: the draft's trained aux layer ids, if known; `runtime`: parse_runtime's
+    facts of what the server ran, with its `source`."""
     out: list[DoctorFinding] = []
 
     def add(code, severity, message, fix, source):
@@ -364,8 +352,7 @@ def _step_findings(settings: dict, source_of: Callable[[str], str]) -> list[Doct
 
 
 def parse_runtime(message: str) -> dict[str, str]:
-    """The profiler's `speclogs profiler: runtime: worker=… algorithm=… captured_layers=3,9,15 draft=…` line → its
-    key=value pairs (`captured_layers` '-' when the target captured none)."""
+    """The profiler's `speclogs profiler: runtime: worker=… captured_layers=3,9,15 …` line → its key=value pairs."""
     pairs = message.split("runtime:", 1)[-1].split()
     return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
 
@@ -386,8 +373,8 @@ def check_command(argv: list[str], trained_layers: list[int] | None = None) -> l
 def check_settings(settings: dict[str, str], source_of: Callable[[str], str], trained_layers: list[int] | None = None,
                    models: dict | None = None, where: str = "", runtime: dict[str, str] | None = None
                    ) -> list[DoctorFinding]:
-    """check_setup with the models read from the settings' local paths; or, for a recorded launch (`models`: run.json
-    `models`, `where`: its name), only from what was recorded there, since this machine's paths may hold other models."""
+    """check_setup with the models read from the settings' local paths; for a recorded launch (`models`: run.json
+    `models`, `where`: its name) only from what was recorded, since this machine's paths may hold other models."""
     found = {}
     for role, name in (("target", "model_path"), ("draft", "speculative_draft_model_path")):
         path = (settings.get(name) or "").strip("'\"")

@@ -1,18 +1,13 @@
 """`python -m speclogs.profile.servercheck --log server.log -- <sglang launch command…>`
 
-One-shot proof on the GPU box that the profiler works inside a real SGLang server: starts the
-command under `python -m speclogs.profile`, waits for `/health` to answer 200, sends a few
-`/generate` requests (token ids, so `--skip-tokenizer-init` servers work), stops the server with
-SIGTERM, then reads the log and checks what the profiler wrote (`check_profiler_log`).
-
-Prints a JSON summary and `servercheck: OK` (exit 0) or `servercheck: FAILED …` (exit 1).
-Standard library only.
+One-shot proof on the GPU box that the profiler works inside a real SGLang server: starts the command profiled, waits
+for `/health` 200, sends a few `/generate` requests (token ids, so `--skip-tokenizer-init` servers work), stops it with
+SIGTERM, then checks what the profiler wrote into the log. Prints a JSON summary and `servercheck: OK` or `FAILED …`.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import re
@@ -41,37 +36,18 @@ STATUS_RE = re.compile(r"\[(?P<prefix>[^\]]*)\] speclogs profiler: (?P<status>ac
 PHASES = ("draft_ms", "verify_ms", "extend_ms", "other_ms", "cycle_ms")
 
 
-@dataclasses.dataclass(frozen=True)
-class ProfilerLogCheck:
-    """What the profiler wrote into one server log, and what is wrong with it."""
-
-    status_lines: list[str]
-    cycle_lines: int
-    malformed_lines: list[str]
-    median_ms: dict[str, float]
-    verify_share: float | None
-    accepted_tokens: int
-    proposed_tokens: int
-    problems: list[str]
-    gap_lines: int = 0  # lines carrying gap_ms (profiler versions before it lack the field)
-    median_wall_ms: float | None = None  # median of gap_ms + cycle_ms over those lines
-    implied_cycle_ms: float | None = None  # median of bs × accept len / gen throughput (Decode batch lines)
-
-
-def check_profiler_log(text: str, *, every: int) -> ProfilerLogCheck:
-    """Check a server log's `speclogs` lines: one active line, well-formed cycles, sums, order."""
+def check_profiler_log(text: str, *, every: int) -> dict:
+    """Check a server log's `speclogs` lines: one active line, well-formed cycles, sums, order; `problems` says
+    what is wrong."""
     status, cycles, malformed = [], [], []
     for line in text.splitlines():
         if "speclogs spec_cycle" in line:
             match = SPEC_CYCLE_RE.search(line)
-            if match:
-                cycles.append(match)
-            else:
-                malformed.append(line)
+            (cycles if match else malformed).append(match or line)
         elif "speclogs profiler:" in line:
             status.append(line.strip())
     problems = []
-    active = [s for s in status if STATUS_RE.search(s) and STATUS_RE.search(s)["status"] == "active"]
+    active = [s for s in status if (m := STATUS_RE.search(s)) and m["status"] == "active"]
     if len(active) != 1:
         problems.append(f"expected one `speclogs profiler: active` line, found {len(active)}")
     if any("disabled" in s for s in status):
@@ -85,35 +61,32 @@ def check_profiler_log(text: str, *, every: int) -> ProfilerLogCheck:
         problems.append(f"cycle numbers are not increasing multiples of {every}")
     if any("TP" in m["prefix"] and "TP0" not in m["prefix"] for m in cycles):
         problems.append("spec_cycle lines from a TP rank other than 0")
-    for m in cycles:
-        parts = sum(float(m[p]) for p in PHASES[:4])
-        if abs(parts - float(m["cycle_ms"])) > 0.0015:
-            problems.append(f"phases do not add up to cycle_ms: {m.string.strip()}")
-            break
+    unsummed = [m for m in cycles if abs(sum(float(m[p]) for p in PHASES[:4]) - float(m["cycle_ms"])) > 0.0015]
+    if unsummed:
+        problems.append(f"phases do not add up to cycle_ms: {unsummed[0].string.strip()}")
     median = {p: statistics.median(float(m[p]) for m in cycles) for p in PHASES} if cycles else {}
-    with_gap = [m for m in cycles if m["gap_ms"] is not None]
+    with_gap = [m for m in cycles if m["gap_ms"] is not None]  # lines of the first profiler version lack gap_ms
     if with_gap:
         median["gap_ms"] = statistics.median(float(m["gap_ms"]) for m in with_gap)
-    implied = [
+    implied = [  # bs × accept len / gen throughput of the Decode batch lines
         int(d["running"]) * float(d["accept_len"]) / float(d["tok_s"]) * 1000.0
         for d in map(DECODE_RE.search, text.splitlines())
         if d and float(d["tok_s"]) > 0 and int(d["running"]) > 0
     ]
     total_cycle = sum(float(m["cycle_ms"]) for m in cycles)
-    verify_share = sum(float(m["verify_ms"]) for m in cycles) / total_cycle if total_cycle else None
-    return ProfilerLogCheck(
-        status_lines=status,
-        cycle_lines=len(cycles),
-        malformed_lines=malformed[:5],
-        median_ms=median,
-        verify_share=verify_share,
-        accepted_tokens=sum(int(m["accepted"]) for m in cycles),
-        proposed_tokens=sum(int(m["proposed"]) for m in cycles),
-        problems=problems,
-        gap_lines=len(with_gap),
-        median_wall_ms=(statistics.median(float(m["gap_ms"]) + float(m["cycle_ms"]) for m in with_gap) if with_gap else None),
-        implied_cycle_ms=round(statistics.median(implied), 3) if implied else None,
-    )
+    return {
+        "status_lines": status,
+        "cycle_lines": len(cycles),
+        "malformed_lines": malformed[:5],
+        "median_ms": median,
+        "verify_share": sum(float(m["verify_ms"]) for m in cycles) / total_cycle if total_cycle else None,
+        "accepted_tokens": sum(int(m["accepted"]) for m in cycles),
+        "proposed_tokens": sum(int(m["proposed"]) for m in cycles),
+        "problems": problems,
+        "gap_lines": len(with_gap),
+        "median_wall_ms": statistics.median(float(m["gap_ms"]) + float(m["cycle_ms"]) for m in with_gap) if with_gap else None,
+        "implied_cycle_ms": round(statistics.median(implied), 3) if implied else None,
+    }
 
 
 def _get_status(url: str) -> int | None:
@@ -127,12 +100,21 @@ def _get_status(url: str) -> int | None:
 
 
 def _generate(base_url: str, max_new_tokens: int) -> dict:
+    """One request's completion tokens, client tok/s and SGLang's speculative counts."""
+    started = time.perf_counter()
     body = json.dumps(
         {"input_ids": list(range(1, 65)), "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}}
     ).encode()
     request = urllib.request.Request(f"{base_url}/generate", data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=300) as response:
-        return json.loads(response.read())
+        meta = json.loads(response.read()).get("meta_info", {})
+    tokens = meta.get("completion_tokens")
+    return {
+        "completion_tokens": tokens,
+        "tok_s": round((tokens or 0) / (time.perf_counter() - started), 1),
+        "spec_accept_length": meta.get("spec_accept_length"),
+        "spec_verify_ct": meta.get("spec_verify_ct"),
+    }
 
 
 def run_server_check(args: argparse.Namespace) -> tuple[dict, list[str]]:
@@ -158,21 +140,7 @@ def run_server_check(args: argparse.Namespace) -> tuple[dict, list[str]]:
                 time.sleep(1)
             summary["health_s"] = round(time.monotonic() - started, 1)
             if not problems:
-                results = []
-                for _ in range(args.requests):
-                    t0 = time.perf_counter()
-                    reply = _generate(base_url, args.max_new_tokens)
-                    seconds = time.perf_counter() - t0
-                    meta = reply.get("meta_info", {})
-                    results.append(
-                        {
-                            "completion_tokens": meta.get("completion_tokens"),
-                            "tok_s": round((meta.get("completion_tokens") or 0) / seconds, 1),
-                            "spec_accept_length": meta.get("spec_accept_length"),
-                            "spec_verify_ct": meta.get("spec_verify_ct"),
-                        }
-                    )
-                summary["requests"] = results
+                summary["requests"] = [_generate(base_url, args.max_new_tokens) for _ in range(args.requests)]
         finally:
             if server.poll() is None:
                 os.killpg(server.pid, signal.SIGTERM)
@@ -181,9 +149,8 @@ def run_server_check(args: argparse.Namespace) -> tuple[dict, list[str]]:
                 except subprocess.TimeoutExpired:
                     os.killpg(server.pid, signal.SIGKILL)
                     server.wait()
-    check = check_profiler_log(log_path.read_text(errors="replace"), every=args.every)
-    summary["profiler"] = dataclasses.asdict(check)
-    return summary, problems + check.problems
+    summary["profiler"] = check_profiler_log(log_path.read_text(errors="replace"), every=args.every)
+    return summary, problems + summary["profiler"]["problems"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if args.check_only:
-        check = check_profiler_log(Path(args.log).read_text(errors="replace"), every=args.every)
-        summary, problems = {"profiler": dataclasses.asdict(check)}, check.problems
+        summary = {"profiler": check_profiler_log(Path(args.log).read_text(errors="replace"), every=args.every)}
+        problems = summary["profiler"]["problems"]
     elif not args.command:
         parser.error("give the sglang launch command after --")
     else:

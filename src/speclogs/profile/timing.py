@@ -15,13 +15,6 @@ from typing import Any, Callable, Protocol
 
 from speclogs.errors import SpeclogsError
 
-PHASES = ("draft", "verify", "extend")
-
-SPEC_CYCLE_FORMAT = (
-    "speclogs spec_cycle cycle={cycle} bs={bs} draft_ms={draft_ms} verify_ms={verify_ms} "
-    "extend_ms={extend_ms} other_ms={other_ms} gap_ms={gap_ms} cycle_ms={cycle_ms} accepted={accepted} "
-    "proposed={proposed}"
-)
 Event = Any  # what torch.cuda.Event offers: record(), query(), elapsed_time(end)
 
 
@@ -95,18 +88,10 @@ class SpecCycleSample:
 
     def to_line(self) -> str:
         """The `speclogs spec_cycle …` log line (format documented in docs/profiling.md)."""
-        return SPEC_CYCLE_FORMAT.format(
-            cycle=self.cycle,
-            bs=self.batch_size,
-            draft_ms=_ms(self.draft_us),
-            verify_ms=_ms(self.verify_us),
-            extend_ms=_ms(self.extend_us),
-            other_ms=_ms(self.other_us),
-            gap_ms=_ms(self.gap_us),
-            cycle_ms=_ms(self.cycle_us),
-            accepted=self.accepted_tokens,
-            proposed=self.proposed_tokens,
-        )
+        times = [f"{name}_ms={_ms(us)}" for name, us in (("draft", self.draft_us), ("verify", self.verify_us),
+                 ("extend", self.extend_us), ("other", self.other_us), ("gap", self.gap_us), ("cycle", self.cycle_us))]
+        return (f"speclogs spec_cycle cycle={self.cycle} bs={self.batch_size} {' '.join(times)} "
+                f"accepted={self.accepted_tokens} proposed={self.proposed_tokens}")
 
 
 def _ms(microseconds: int) -> str:

@@ -270,22 +270,10 @@ def _wrap_phase(state: Instrumentation, plan: WorkerPlan, phase: str, original: 
     return _mark(wrapped)
 
 
-def _loaded_class_problems(target: WorkerTarget, module: types.ModuleType) -> list[str]:
-    """What the executed module lacks although its source has it (a class or method rebound at import)."""
-    problems = []
-    for class_name, method_name in target.wrapped_methods:
-        owner = getattr(module, class_name, None)
-        if not isinstance(owner, type):
-            problems.append(f"{module.__name__}.{class_name} is not a class once imported")
-        elif not callable(getattr(owner, method_name, None)):
-            problems.append(f"{class_name}.{method_name} is not callable once imported")
-    return problems
-
-
 def patch_worker_module(state: Instrumentation, target: WorkerTarget, module: types.ModuleType) -> None:
     """Wrap `target`'s classes in its freshly executed module, when `targets.check_worker` passes."""
     facts = targets.observe_worker(target, state.sources)
-    problems = targets.check_worker(target, facts) or _loaded_class_problems(target, module)
+    problems = targets.check_worker(target, facts)
     if problems:
         state.layout_problems[target.key] = problems
         return

@@ -125,8 +125,7 @@ from speclogs.profile import hook  # noqa: E402  (installed by sitecustomize, no
 
 state = hook.current()
 if state is not None:
-    source = fake_gpu.BrokenEventSource if args.events == "broken" else fake_gpu.FakeEventSource
-    hook.use_event_source(source)
+    state.event_source_factory = fake_gpu.BrokenEventSource if args.events == "broken" else fake_gpu.FakeEventSource
 
 from sglang.srt.managers.scheduler import Scheduler, ServerArgs  # noqa: E402
 

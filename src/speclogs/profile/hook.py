@@ -17,7 +17,6 @@ import sys
 import types
 from typing import Any, Callable, Mapping
 
-from speclogs.errors import SpeclogsError
 from speclogs.profile import targets
 from speclogs.profile.targets import RankSource, SourceIndex, WorkerPlan, WorkerTarget
 from speclogs.profile.timing import CudaEventSource, CycleProfiler, EventSource, SpecCycleSample
@@ -143,15 +142,6 @@ _state: Instrumentation | None = None
 def current() -> Instrumentation | None:
     """The instrumentation installed in this process, if any."""
     return _state
-
-
-def use_event_source(factory: Callable[[], EventSource]) -> None:
-    """Replace the CUDA event source (tests use a stand-in; call before the worker is built)."""
-    if _state is None:
-        raise SpeclogsError(
-            "speclogs profiler hook is not installed in this process", hint="start the program through `python -m speclogs.profile -- …`"
-        )
-    _state.event_source_factory = factory
 
 
 # -- wrappers ---------------------------------------------------------------------------------

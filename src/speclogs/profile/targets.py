@@ -50,10 +50,7 @@ RANK_ATTRIBUTE = RankSource("self.tp_rank", attribute_path=("tp_rank",))
 RANK_ARGUMENT = RankSource("__init__ argument tp_rank", argument="tp_rank")
 RANK_PARALLEL_STATE = RankSource("self.ps.tp_rank", attribute_path=("ps", "tp_rank"))
 RANK_CONTEXT = RankSource(
-    "sglang.srt.runtime_context.get_parallel().tp_rank",
-    attribute_path=("tp_rank",),
-    module="sglang.srt.runtime_context",
-    getter="get_parallel",
+    "sglang.srt.runtime_context.get_parallel().tp_rank", ("tp_rank",), module="sglang.srt.runtime_context", getter="get_parallel"
 )
 
 
@@ -153,12 +150,7 @@ WORKER_TARGETS = (
     _target("multi_layer_eagle_v1", "multi_layer_eagle_worker", "MultiLayerEagleWorker", None),
 )
 
-SCHEDULER_TARGET = SchedulerTarget(
-    module="sglang.srt.managers.scheduler",
-    class_name="Scheduler",
-    worker_attribute="draft_worker",
-    rank_sources=(RANK_ARGUMENT, RANK_CONTEXT),
-)
+SCHEDULER_TARGET = SchedulerTarget("sglang.srt.managers.scheduler", "Scheduler", "draft_worker", (RANK_ARGUMENT, RANK_CONTEXT))
 
 
 def targets_digest() -> str:

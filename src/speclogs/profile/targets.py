@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import hashlib
 from typing import Any, Callable, Iterator
 
@@ -185,13 +186,7 @@ class SourceIndex:
     """The modules of one SGLang tree, each parsed once; a module whose source is missing or does not parse is None."""
 
     def __init__(self, read_source: SourceReader) -> None:
-        self._read_source = read_source
-        self._modules: dict[str, _Module | None] = {}
-
-    def module(self, name: str) -> _Module | None:
-        if name not in self._modules:
-            self._modules[name] = _parse_module(name, self._read_source(name))
-        return self._modules[name]
+        self.module: Callable[[str], _Module | None] = functools.cache(lambda name: _parse_module(name, read_source(name)))
 
     def find_class(self, module_name: str, class_name: str) -> ClassDef | None:
         """The class `class_name` as seen from `module_name`: defined there or imported into it."""

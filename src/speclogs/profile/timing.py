@@ -32,12 +32,13 @@ class CudaEventSource:
     """torch.cuda events on the current stream; host copies go, non-blocking, into a ring of pinned buffers
     allocated once (pinning is too slow for a sampled cycle), longer than the profiler's pending queue."""
 
-    def __init__(self, *, host_slots: int = 72, host_capacity: int = 1024) -> None:
+    HOST_SLOTS = 72
+    HOST_CAPACITY = 1024  # requests a batch; a wider one gets a one-off pinned copy
+
+    def __init__(self) -> None:
         import torch  # lazy: this module must import where torch is absent
 
         self._torch = torch
-        self._host_slots = host_slots
-        self._host_capacity = host_capacity
         self._host_buffers: list[Any] = []
         self._host_dtype: Any = None
         self._next_slot = 0
@@ -50,14 +51,14 @@ class CudaEventSource:
 
     def copy_to_host(self, tensor: Any) -> Any:
         count = tensor.numel()
-        if count > self._host_capacity:  # a batch wider than the buffers: a one-off pinned copy
+        if count > self.HOST_CAPACITY:
             return tensor.to("cpu", non_blocking=True)
         if tensor.dtype != self._host_dtype:  # once: SGLang's accept_lens keep their dtype
             self._host_dtype = tensor.dtype
-            block = self._torch.empty((self._host_slots, self._host_capacity), dtype=tensor.dtype, pin_memory=True)
+            block = self._torch.empty((self.HOST_SLOTS, self.HOST_CAPACITY), dtype=tensor.dtype, pin_memory=True)
             self._host_buffers = list(block.unbind(0))
         view = self._host_buffers[self._next_slot][:count]
-        self._next_slot = (self._next_slot + 1) % self._host_slots
+        self._next_slot = (self._next_slot + 1) % self.HOST_SLOTS
         view.copy_(tensor.reshape(-1), non_blocking=True)
         return view
 

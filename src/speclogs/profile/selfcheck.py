@@ -55,22 +55,19 @@ def check_layout() -> list[Check]:
     return [*checks, Check("Scheduler hook", ok, detail if ok else "; ".join(problems) or "not wrapped")]
 
 
-def _cuda_torch(name: str) -> tuple[Any, list[Check]]:
-    """torch when it sees a CUDA device, else the failed check `name` saying why."""
+def _cuda_torch() -> tuple[Any, list[Check]]:
+    """torch when it sees a CUDA device, else the failed check saying why."""
     try:
         import torch
     except ImportError:
-        return None, [Check(name, False, "torch is not importable")]
+        return None, [Check("CUDA", False, "torch is not importable")]
     if not torch.cuda.is_available():
-        return None, [Check(name, False, "no CUDA device visible")]
+        return None, [Check("CUDA", False, "no CUDA device visible")]
     return torch, []
 
 
-def check_cuda_timing(cycles: int = 32, every: int = 4) -> list[Check]:
+def check_cuda_timing(torch: Any, cycles: int = 32, every: int = 4) -> list[Check]:
     """Real CUDA events around real GPU work: draft (small) < extend (medium) < verify (large)."""
-    torch, missing = _cuda_torch("CUDA timing")
-    if missing:
-        return missing
     samples: list[SpecCycleSample] = []
     profiler = CycleProfiler(every=every, events=CudaEventSource(), emit=samples.append)
     # Few, large kernels: ~17 launches a cycle keeps the whole loop under CUDA's launch-queue depth,
@@ -134,11 +131,8 @@ def check_cuda_timing(cycles: int = 32, every: int = 4) -> list[Check]:
     ]
 
 
-def check_cuda_idle_gap(cycles: int = 6, idle_s: float = 0.003) -> list[Check]:
+def check_cuda_idle_gap(torch: Any, cycles: int = 6, idle_s: float = 0.003) -> list[Check]:
     """The GPU idles `idle_s` before each cycle (the host sleeps after a sync): gap_ms must show it."""
-    torch, missing = _cuda_torch("CUDA idle gap")
-    if missing:
-        return missing
     samples: list[SpecCycleSample] = []
     profiler = CycleProfiler(every=1, events=CudaEventSource(), emit=samples.append)
     mat = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
@@ -167,7 +161,8 @@ def main() -> int:
     else:
         print(f"sglang {version}: checked from its source only (verified on a GPU: {', '.join(hook.VERIFIED_SGLANG_VERSIONS)})")
     if "--no-cuda" not in sys.argv[1:]:
-        checks += check_cuda_timing() + check_cuda_idle_gap()
+        torch, missing = _cuda_torch()
+        checks += missing or check_cuda_timing(torch) + check_cuda_idle_gap(torch)
     for check in checks:
         print(f"{'OK  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")
     failed = [c.name for c in checks if not c.ok]

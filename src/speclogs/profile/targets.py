@@ -269,22 +269,13 @@ def _find_method(sources: SourceIndex, cls: ClassDef, name: str) -> tuple[ClassD
 
 
 def _self_assigned(method: ast.AST) -> set[str]:
-    """Attributes `method` assigns as `self.X = …` (also annotated, augmented, unpacked)."""
-    names = set()
-    for node in ast.walk(method):
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-            targets = [node.target]
-        else:
-            continue
-        for target in targets:
-            names.update(
-                leaf.attr
-                for leaf in ast.walk(target)
-                if isinstance(leaf, ast.Attribute) and isinstance(leaf.value, ast.Name) and leaf.value.id == "self"
-            )
-    return names
+    """Attributes `method` assigns as `self.X` (plain, annotated, augmented, unpacked: any store)."""
+    return {
+        node.attr
+        for node in ast.walk(method)
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+        and isinstance(node.value, ast.Name) and node.value.id == "self"
+    }
 
 
 def _body_names(node: ast.ClassDef) -> set[str]:

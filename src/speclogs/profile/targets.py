@@ -307,19 +307,9 @@ def _members_found(sources: SourceIndex, cls: ClassDef, wanted: set[str], *, in_
     return found
 
 
-def _call_chain(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        head = _call_chain(node.value)
-        return f"{head}.{node.attr}" if head is not None else None
-    return None
-
-
 def _self_calls(function: ast.AST, wanted: set[str]) -> tuple[str, ...]:
     """Which of the `wanted` call chains (`self.verify`, …) `function` makes."""
-    calls = {_call_chain(node.func) for node in ast.walk(function) if isinstance(node, ast.Call)}
-    return tuple(sorted(calls & wanted))
+    return tuple(sorted({ast.unparse(node.func) for node in ast.walk(function) if isinstance(node, ast.Call)} & wanted))
 
 
 def _positional_params(function: Function) -> tuple[str, ...]:

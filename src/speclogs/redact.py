@@ -38,18 +38,11 @@ _SECRET_PAIRS = (("ACCESS", "KEY"), ("SECRET", "KEY"), ("PRIVATE", "KEY"), ("API
 
 _WORD_SPLIT = re.compile(r"[_\-.]+|(?<=[a-z])(?=[A-Z])")
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s/@:\"'<>]*(?::[^\s/@\"'<>]*)?)@")
-_TOKENS = re.compile(
-    r"\b(?:"
-    r"sk-[A-Za-z0-9_\-]{16,}"            # OpenAI / Anthropic style
-    r"|hf_[A-Za-z0-9]{16,}"               # Hugging Face
-    r"|gh[pousr]_[A-Za-z0-9]{20,}"        # GitHub tokens
-    r"|github_pat_[A-Za-z0-9_]{20,}"      # GitHub fine-grained tokens
-    r"|glpat-[A-Za-z0-9_\-]{16,}"         # GitLab
-    r"|xox[abposr]-[A-Za-z0-9\-]{10,}"    # Slack
-    r"|AKIA[0-9A-Z]{16}"                  # AWS access key id
-    r"|eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"  # JWT
-    r")"
-)
+# OpenAI / Anthropic, Hugging Face, GitHub, GitHub fine-grained, GitLab, Slack, AWS access key id, JWT
+_TOKEN_SHAPES = (r"sk-[A-Za-z0-9_\-]{16,}", r"hf_[A-Za-z0-9]{16,}", r"gh[pousr]_[A-Za-z0-9]{20,}", r"github_pat_[A-Za-z0-9_]{20,}",
+                 r"glpat-[A-Za-z0-9_\-]{16,}", r"xox[abposr]-[A-Za-z0-9\-]{10,}", r"AKIA[0-9A-Z]{16}",
+                 r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")
+_TOKENS = re.compile(r"\b(?:" + "|".join(_TOKEN_SHAPES) + ")")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/\-]{12,}=*")
 
 

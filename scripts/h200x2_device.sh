@@ -30,7 +30,7 @@ if [ "${1:-more}" = overhead ]; then
     tar czf "$OUT/runs2.tgz" -C /root runs2; need=110
     ls /root/runs2/*/*/run.json | wc -l | xargs echo launches:; [ "$(ls /root/runs2/*/*/run.json | wc -l)" -ge "${LAUNCHES_MAX:-6}" ] && break
   done
-  for f in /root/runs2/eagle3_prof/*/server.log; do python3 -m speclogs.profile.servercheck --check-only --every 16 --log "$f" 2>&1 | grep -E 'wall|implied|gap_lines|servercheck'; done
+  for f in /root/runs2/eagle3_prof/*/server.log; do python3 -m speclogs.profile.servercheck --every 16 --log "$f" 2>&1 | grep -E 'wall|implied|gap_lines|servercheck'; done
   exit 0
 fi
 python3 -m speclogs launch plans/h200x2.toml --out /root/runs --no-ingest --resume --max-minutes "$minutes" 2>&1 \

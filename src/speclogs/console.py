@@ -1,13 +1,6 @@
-"""Where text becomes a rich renderable: the one place that decides nothing in the user's data is markup or a
-terminal control sequence.
-
-Log lines, file names, run names and SQL values are full of brackets and colons that rich would read as
-markup (`[rank1]:[W1130 10:19:01]` loses its `[rank1]`), emoji codes (`uvicorn.toml:100:` becomes 💯) or
-highlighting, and a file name may hold an ANSI escape that would recolour or rewrite the terminal. Every console
-speclogs prints to comes from `make_console` (markup, emoji and highlighting off, control characters shown as their
-Unicode pictures: ESC as ␛; secrets redacted, the terminal's door of speclogs.redact's scan), and every renderer
-that may be handed someone else's console wraps its strings with `plain` (a `Text`, which rich never parses, shown
-the same way).
+"""Where text becomes a rich renderable: nothing in the user's data is read as markup, emoji codes or a terminal
+control sequence (`[rank1]:` would lose its brackets, `:100:` become 💯, an ESC in a file name recolour the terminal).
+Every console comes from `make_console`; renderers handed someone else's console wrap strings with `plain`.
 """
 
 from __future__ import annotations
@@ -27,8 +20,7 @@ _CONTROL_PICTURES |= {0x7F: 0x2421, **{code: 0xFFFD for code in range(0x80, 0xA0
 
 
 def escaped(text: str) -> str:
-    """`text` as it may reach a terminal: secrets redacted (speclogs.redact), every control character (but newline
-    and tab) shown as a visible character."""
+    """`text` as it may reach a terminal: secrets redacted, control characters (but newline and tab) made visible."""
     return redact_text(text).translate(_CONTROL_PICTURES)
 
 
@@ -55,13 +47,12 @@ def _visible(item: Any) -> Any:
 
 
 def make_console(*, stderr: bool = False, width: int | None = None, file: Any = None) -> Console:
-    """A console that prints strings literally: no markup, no emoji codes, no highlighting, no control characters."""
+    """A console that prints strings literally (no markup, emoji codes, highlighting or control characters)."""
     return _Console(stderr=stderr, width=width, file=file, markup=False, emoji=False, highlight=False)
 
 
 def report_console(*, stderr: bool = False) -> Console:
-    """`make_console` for wide output: when not a terminal, $COLUMNS if set, else 160 (so piped tables do not fold
-    at 80)."""
+    """`make_console` for wide output: when piped, $COLUMNS if set, else 160 (so tables do not fold at 80)."""
     console = make_console(stderr=stderr)
     if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():   # rich reads $COLUMNS itself
         return console
@@ -69,13 +60,12 @@ def report_console(*, stderr: bool = False) -> Console:
 
 
 def plain(value: object, style: str = "") -> Text:
-    """`value` as literal text (never parsed as markup or emoji, control characters visible), optionally styled."""
+    """`value` as literal text, optionally styled."""
     return Text(escaped(str(value)), style=style)
 
 
 def share_widths(least: list[int], most: list[int], room: int) -> list[int]:
-    """Column widths within `room` characters: each what it needs for one line when all fit, else its least plus a
-    share of the rest in proportion to what it would still need."""
+    """Column widths within `room`: each its most when all fit, else its least plus a share of the rest."""
     if sum(most) <= room:
         return list(most)
     spare = max(room - sum(least), 0)

@@ -1,25 +1,17 @@
 """speclogs doctor: the checks of a speculative-decoding setup before (and after) a launch.
 
-Pure functions: the server's settings (flag → value) and what the target's and the draft's config.json say in, a list
-of `DoctorFinding`s out (code, severity, message, fix, source). The rules are SGLang 0.5.14's, read in its source
-(0.5.23's says the same):
-  - the draft worker follows the flag, not the draft: `EAGLE` (and its alias `NEXTN`) never makes the target capture
-    auxiliary hidden states, so an EAGLE-3 draft (`*Eagle3*`) fed one hidden state proposes garbage (accept len 1.00);
-  - the target captures, for each id k of the draft's `eagle_config.eagle_aux_hidden_state_layer_ids`, the output of
-    decoder layer k (the input of layer k + 1; -1 is the embedding); without ids it captures the inputs of layers
-    [2, n // 2, n - 3], i.e. ids [1, n // 2 - 1, n - 4] (llama.py `set_eagle3_layers_to_capture`); an id at the
-    config's top level is not read (model_runner.py reads `eagle_config` only);
-  - with `--speculative-eagle-topk 1` the draft-token count is forced to num_steps + 1 (arg_groups/speculative_hook.py).
-Standard library only: the launcher runs these checks on the GPU box before it spawns a server.
+Pure functions: the server's settings (flag → value) and the target's and draft's config.json in, `DoctorFinding`s
+out. The rules are SGLang 0.5.14's, read in its source (docs/doctor.md lists them and where). Standard library only:
+the launcher runs these checks on the GPU box before it spawns a server.
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 # The server flags the checks read (argparse also takes the aliases SGLang documents in its examples).
 FLAGS = {
@@ -59,15 +51,13 @@ class DoctorFinding:
     source: str        # plan.toml:LINE, the flag on the command line, a config.json path, run.json
 
     def to_dict(self) -> dict:
-        return {"code": self.code, "severity": self.severity, "message": self.message, "fix": self.fix,
-                "source": self.source}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
 class Model:
-    """What the checks know of one model: the config.json keys in CONFIG_KEYS plus facts from next to it
-    (`d2t_rows`: the draft→target vocabulary map's length in the weights; `synth_aux_layers`, `synth_target_dir`:
-    what `speclogs synth-pair` built the draft for), or `note` saying why nothing was read."""
+    """One model's CONFIG_KEYS plus `d2t_rows` (the d2t map's length in the weights) and what `speclogs synth-pair`
+    built it for (`synth_*`); or `note` saying why nothing was read."""
 
     role: str          # target | draft
     path: str
@@ -105,8 +95,7 @@ def server_settings(argv: list[str]) -> dict[str, str]:
 
 
 def config_facts(directory: Path, config: dict) -> dict:
-    """The CONFIG_KEYS of a config.json, with the d2t length from the weights' safetensors headers and what a
-    synthetic pair's speclogs_synth.json says the draft was built for."""
+    """The CONFIG_KEYS of a config.json, the d2t length from the safetensors headers, and speclogs_synth.json's facts."""
     facts = {key: config[key] for key in CONFIG_KEYS if key in config}
     for weights in sorted(directory.glob("*.safetensors")):
         try:
@@ -192,10 +181,9 @@ def _int(value) -> int | None:
 def check_setup(settings: dict[str, str], target: Model | None, draft: Model | None,
                 source_of: Callable[[str], str], trained_layers: list[int] | None = None,
                 runtime: dict[str, str] | None = None) -> list[DoctorFinding]:
-    """Every finding for one server start, errors first. `settings`: SGLang field name → value (server_settings, or
-    the logged server_args); `source_of(field)` says where a flag was set; `trained_layers`: the aux layer ids the
-    draft was trained on, if known (else a synthetic draft's own record); `runtime`: what the profiler saw the server
-    run (parse_runtime, with its `source`)."""
+    """Every finding for one server start, errors first. `settings`: SGLang field name → value; `source_of(field)`:
+    where a flag was set; `trained_layers`: the draft's trained aux layer ids, if known; `runtime`: parse_runtime's
+    facts of what the server ran, with its `source`."""
     out: list[DoctorFinding] = []
 
     def add(code, severity, message, fix, source):
@@ -241,8 +229,7 @@ def check_setup(settings: dict[str, str], target: Model | None, draft: Model | N
 
 
 def _layer_findings(target: Model | None, draft: Model, trained: list[int] | None,
-                    runtime: dict[str, str] | None) -> list[DoctorFinding]:
-    out: list[DoctorFinding] = []
+                    runtime: dict[str, str] | None) -> Iterator[DoctorFinding]:
     layers = _int(target.get("num_hidden_layers")) if target is not None else None
     eagle = draft.get("eagle_config") if isinstance(draft.get("eagle_config"), dict) else {}
     ids = eagle.get("eagle_aux_hidden_state_layer_ids")
@@ -251,91 +238,85 @@ def _layer_findings(target: Model | None, draft: Model, trained: list[int] | Non
     if captured and None not in captured:   # the profiler saw the inputs of these layers captured: the truth
         ran = [i - 1 for i in captured]
         if ids is not None and ran != ids:
-            out.append(DoctorFinding("runtime_layers_differ", "warning", f"at runtime the target captured ids {ran} "
-                                     f"(the inputs of layers {captured}), the draft's config names {ids}",
-                                     "check which config the server read", runtime["source"]))
+            yield DoctorFinding("runtime_layers_differ", "warning", f"at runtime the target captured ids {ran} (the inputs "
+                                f"of layers {captured}), the draft's config names {ids}", "check which config the server read",
+                                runtime["source"])
         ids, where = ran, runtime["source"]
     if ids is None and draft.get("eagle_aux_hidden_state_layer_ids") is not None:
-        out.append(DoctorFinding(
+        yield DoctorFinding(
             "aux_layers_ignored", "warning", f"the draft's eagle_aux_hidden_state_layer_ids "
             f"{draft.get('eagle_aux_hidden_state_layer_ids')} sit at the top of its config.json, where SGLang does not "
             "read them (it reads eagle_config.eagle_aux_hidden_state_layer_ids) and captures its default layers instead",
-            "move the list into \"eagle_config\": {\"eagle_aux_hidden_state_layer_ids\": [...]}", where))
+            "move the list into \"eagle_config\": {\"eagle_aux_hidden_state_layer_ids\": [...]}", where)
     if ids is None:
         if layers is None:
-            return out
+            return
         ids = [1, layers // 2 - 1, layers - 4]
-        out.append(DoctorFinding("aux_layers_default", "info", f"the draft names no aux layer ids: SGLang captures its "
-                                 f"default for {layers} target layers, ids {ids} (the inputs of layers {[i + 1 for i in ids]})",
-                                 "write the ids the draft was trained on into eagle_config if they differ", where))
+        yield DoctorFinding("aux_layers_default", "info", f"the draft names no aux layer ids: SGLang captures its default for "
+                            f"{layers} target layers, ids {ids} (the inputs of layers {[i + 1 for i in ids]})",
+                            "write the ids the draft was trained on into eagle_config if they differ", where)
     if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-        return out + [DoctorFinding("aux_layers_invalid", "error", f"eagle_aux_hidden_state_layer_ids {ids!r} is not a "
-                                    "list of integers", "write the layer ids as a JSON list of integers", where)]
-    if layers is not None:
-        bad = [i for i in ids if i < -1 or i > layers - 2]
-        if bad:
-            out.append(DoctorFinding(
-                "aux_layers_out_of_range", "error", f"aux layer ids {bad} are outside the target's layers: with "
-                f"{layers} layers an id may be -1 (the embedding) … {layers - 2} (id k is layer k's output, captured "
-                f"as layer k + 1's input; layer {layers - 1}'s output is never captured)",
-                "use the ids the draft was trained on, within range for this target", where))
+        yield DoctorFinding("aux_layers_invalid", "error", f"eagle_aux_hidden_state_layer_ids {ids!r} is not a list of "
+                            "integers", "write the layer ids as a JSON list of integers", where)
+        return
+    bad = [i for i in ids if i < -1 or i > layers - 2] if layers is not None else []
+    if bad:
+        yield DoctorFinding(
+            "aux_layers_out_of_range", "error", f"aux layer ids {bad} are outside the target's layers: with "
+            f"{layers} layers an id may be -1 (the embedding) … {layers - 2} (id k is layer k's output, captured "
+            f"as layer k + 1's input; layer {layers - 1}'s output is never captured)",
+            "use the ids the draft was trained on, within range for this target", where)
     if -1 in ids:
-        out.append(DoctorFinding("aux_layers_embedding", "warning", f"aux layer id -1 in {ids} captures the embedding, "
-                                 "not a decoder layer's output", "use the decoder layers the draft was trained on", where))
+        yield DoctorFinding("aux_layers_embedding", "warning", f"aux layer id -1 in {ids} captures the embedding, not a "
+                            "decoder layer's output", "use the decoder layers the draft was trained on", where)
     if len(set(ids)) < len(ids):
-        out.append(DoctorFinding("aux_layers_duplicate", "warning", f"aux layer ids {ids} repeat a layer",
-                                 "list each trained layer once", where))
+        yield DoctorFinding("aux_layers_duplicate", "warning", f"aux layer ids {ids} repeat a layer", "list each trained layer once",
+                            where)
     known = trained if trained is not None else draft.get("synth_aux_layers")
     if isinstance(known, list) and known and list(ids) != list(known):
         said = "--trained-layers" if trained is not None else "speclogs_synth.json"
         shift = {i - k for i, k in zip(ids, known)} if len(ids) == len(known) else set()
         what = f"offset by {next(iter(shift)):+d} from" if shift in ({1}, {-1}) else "differ from"
-        out.append(DoctorFinding(
+        yield DoctorFinding(
             "aux_layers_offset" if shift in ({1}, {-1}) else "aux_layers_mismatch", "error",
             f"the aux layer ids the target captures for the draft, {list(ids)}, {what} the layers it was trained on "
-            f"{list(known)} ({said})", f"set eagle_config.eagle_aux_hidden_state_layer_ids to {list(known)}", where))
-    return out
+            f"{list(known)} ({said})", f"set eagle_config.eagle_aux_hidden_state_layer_ids to {list(known)}", where)
 
 
-def _shape_findings(target: Model | None, draft: Model, algorithm: str) -> list[DoctorFinding]:
-    out: list[DoctorFinding] = []
+def _shape_findings(target: Model | None, draft: Model, algorithm: str) -> Iterator[DoctorFinding]:
     where = draft.source
     if target is None or target.facts is None:
-        return out
+        return
     t_hidden, d_hidden = _int(target.get("hidden_size")), _int(draft.get("target_hidden_size") or draft.get("hidden_size"))
     if t_hidden and d_hidden and t_hidden != d_hidden and algorithm != "STANDALONE":   # a standalone draft reads tokens
-        out.append(DoctorFinding("hidden_size_mismatch", "error", f"the draft reads hidden states of size {d_hidden} "
-                                 f"but the target's hidden_size is {t_hidden} ({target.source})",
-                                 "use a draft trained for this target", where))
+        yield DoctorFinding("hidden_size_mismatch", "error", f"the draft reads hidden states of size {d_hidden} but the "
+                            f"target's hidden_size is {t_hidden} ({target.source})", "use a draft trained for this target", where)
     t_vocab, d_vocab = _int(target.get("vocab_size")), _int(draft.get("vocab_size"))
     if t_vocab and d_vocab and t_vocab != d_vocab:
-        out.append(DoctorFinding("vocab_size_mismatch", "error", f"draft vocab_size {d_vocab} ≠ target vocab_size "
-                                 f"{t_vocab} ({target.source}): the draft shares the target's embedding",
-                                 "use a draft trained with this target's tokenizer", where))
+        yield DoctorFinding("vocab_size_mismatch", "error", f"draft vocab_size {d_vocab} ≠ target vocab_size {t_vocab} "
+                            f"({target.source}): the draft shares the target's embedding",
+                            "use a draft trained with this target's tokenizer", where)
     small, rows = _int(draft.get("draft_vocab_size")), _int(draft.get("d2t_rows"))
     if small and d_vocab and small > d_vocab:
-        out.append(DoctorFinding("draft_vocab_size", "error", f"draft_vocab_size {small} exceeds vocab_size {d_vocab}",
-                                 "fix draft_vocab_size in the draft's config.json", where))
+        yield DoctorFinding("draft_vocab_size", "error", f"draft_vocab_size {small} exceeds vocab_size {d_vocab}",
+                            "fix draft_vocab_size in the draft's config.json", where)
     elif small and d_vocab and small < d_vocab and algorithm == "EAGLE3":
         if rows is None and draft.get("safetensors_read"):
-            out.append(DoctorFinding("draft_vocab_map_missing", "error", f"draft_vocab_size {small} < vocab_size "
-                                     f"{d_vocab} but the weights hold no d2t map: draft token ids would be read as "
-                                     "target ids", "export the draft with its d2t tensor", where))
+            yield DoctorFinding("draft_vocab_map_missing", "error", f"draft_vocab_size {small} < vocab_size {d_vocab} but "
+                                "the weights hold no d2t map: draft token ids would be read as target ids",
+                                "export the draft with its d2t tensor", where)
         elif rows is not None and rows != small:
-            out.append(DoctorFinding("draft_vocab_map_size", "error", f"the d2t map has {rows} rows, draft_vocab_size "
-                                     f"is {small}", "export the draft with a d2t of draft_vocab_size rows", where))
+            yield DoctorFinding("draft_vocab_map_size", "error", f"the d2t map has {rows} rows, draft_vocab_size is {small}",
+                                "export the draft with a d2t of draft_vocab_size rows", where)
     t_pos, d_pos = _int(target.get("max_position_embeddings")), _int(draft.get("max_position_embeddings"))
     if t_pos and d_pos and d_pos < t_pos:
-        out.append(DoctorFinding("max_position_shorter", "warning", f"the draft's max_position_embeddings {d_pos} < the "
-                                 f"target's {t_pos}: past {d_pos} tokens the draft runs outside what it was built for",
-                                 f"keep requests within {d_pos} tokens (--context-length {d_pos}) or use a longer draft",
-                                 where))
+        yield DoctorFinding("max_position_shorter", "warning", f"the draft's max_position_embeddings {d_pos} < the target's "
+                            f"{t_pos}: past {d_pos} tokens the draft runs outside what it was built for",
+                            f"keep requests within {d_pos} tokens (--context-length {d_pos}) or use a longer draft", where)
     base = draft.get("base_model_name_or_path") or draft.get("base_model") or draft.get("synth_target_dir")
     if isinstance(base, str) and base and not _same_model(base, target.path):
-        out.append(DoctorFinding("base_model_differs", "warning", f"the draft records its base model as {base}, the "
-                                 f"target is {target.path}", "check the draft was trained for this target "
-                                 "(or the directory moved)", where))
-    return out
+        yield DoctorFinding("base_model_differs", "warning", f"the draft records its base model as {base}, the target is "
+                            f"{target.path}", "check the draft was trained for this target (or the directory moved)", where)
 
 
 def _same_model(recorded: str, target: str) -> bool:
@@ -344,28 +325,23 @@ def _same_model(recorded: str, target: str) -> bool:
     return paths[0].resolve() == paths[1].resolve() or paths[0].name.lower() == paths[1].name.lower()
 
 
-def _step_findings(settings: dict, source_of: Callable[[str], str]) -> list[DoctorFinding]:
+def _step_findings(settings: dict, source_of: Callable[[str], str]) -> Iterator[DoctorFinding]:
     steps, topk, tokens = (_int(settings.get(name)) for name in (
         "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"))
-    out: list[DoctorFinding] = []
     if steps is None and (topk is not None or tokens is not None):
-        out.append(DoctorFinding("spec_params_partial", "error", "`--speculative-eagle-topk` / "
-                                 "`--speculative-num-draft-tokens` without `--speculative-num-steps`: SGLang refuses "
-                                 "to start (it chooses all three or none)", "give --speculative-num-steps too, or none "
-                                 "of the three", source_of("speculative_eagle_topk" if topk is not None
-                                                            else "speculative_num_draft_tokens")))
+        yield DoctorFinding("spec_params_partial", "error", "`--speculative-eagle-topk` / `--speculative-num-draft-tokens` "
+                            "without `--speculative-num-steps`: SGLang refuses to start (it chooses all three or none)",
+                            "give --speculative-num-steps too, or none of the three",
+                            source_of("speculative_eagle_topk" if topk is not None else "speculative_num_draft_tokens"))
     if steps and topk == 1 and tokens is not None and tokens != steps + 1:
-        out.append(DoctorFinding("draft_tokens_adjusted", "warning", f"`--speculative-eagle-topk 1` with "
-                                 f"`--speculative-num-steps {steps}` verifies {steps + 1} tokens: SGLang replaces "
-                                 f"`--speculative-num-draft-tokens {tokens}` by {steps + 1}",
-                                 f"write --speculative-num-draft-tokens {steps + 1}",
-                                 source_of("speculative_num_draft_tokens")))
-    return out
+        yield DoctorFinding("draft_tokens_adjusted", "warning", f"`--speculative-eagle-topk 1` with `--speculative-num-steps "
+                            f"{steps}` verifies {steps + 1} tokens: SGLang replaces `--speculative-num-draft-tokens {tokens}` "
+                            f"by {steps + 1}", f"write --speculative-num-draft-tokens {steps + 1}",
+                            source_of("speculative_num_draft_tokens"))
 
 
 def parse_runtime(message: str) -> dict[str, str]:
-    """The profiler's `speclogs profiler: runtime: worker=… algorithm=… captured_layers=3,9,15 draft=…` line → its
-    key=value pairs (`captured_layers` '-' when the target captured none)."""
+    """The profiler's `speclogs profiler: runtime: worker=… captured_layers=3,9,15 …` line → its key=value pairs."""
     pairs = message.split("runtime:", 1)[-1].split()
     return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
 
@@ -386,8 +362,8 @@ def check_command(argv: list[str], trained_layers: list[int] | None = None) -> l
 def check_settings(settings: dict[str, str], source_of: Callable[[str], str], trained_layers: list[int] | None = None,
                    models: dict | None = None, where: str = "", runtime: dict[str, str] | None = None
                    ) -> list[DoctorFinding]:
-    """check_setup with the models read from the settings' local paths; or, for a recorded launch (`models`: run.json
-    `models`, `where`: its name), only from what was recorded there, since this machine's paths may hold other models."""
+    """check_setup with the models read from the settings' local paths; for a recorded launch (`models`: run.json
+    `models`, `where`: its name) only from what was recorded, since this machine's paths may hold other models."""
     found = {}
     for role, name in (("target", "model_path"), ("draft", "speculative_draft_model_path")):
         path = (settings.get(name) or "").strip("'\"")

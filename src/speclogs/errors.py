@@ -1,14 +1,9 @@
-"""speclogs' exception types. Every message says what failed and where; `hint` says what to do.
-
-The CLI maps these in one place (cli.py): message on stderr, exit 1.
-"""
+"""speclogs' exception types: the message says what failed and where, `hint` what to do (cli.py: stderr, exit 1)."""
 
 from __future__ import annotations
 
 
 class SpeclogsError(Exception):
-    """Base class. `hint` is a one-line suggestion shown under the message."""
-
     def __init__(self, message: str, *, hint: str | None = None):
         super().__init__(message)
         self.hint = hint

@@ -1,21 +1,10 @@
-"""Secrets never leave the machine in what speclogs writes: one scan every written value passes through.
+"""Secrets never leave the machine in what speclogs writes: `redact(value)` is the one scan every written value
+(database rows, the lake, run.json, every report) passes through. Standard library only (the launcher's GPU box).
 
-`redact(value)` is that scan: the database writer (every table, the runs row, the lake's Parquet parts), run.json
-(speclogs.runrecord) and every report renderer call it, on text, JSON text, argv lists and nested documents alike.
-Standard library only (the launcher runs on a GPU box).
-
-- By value: credentials in a URL (`http://bob:pw@proxy` → `http://<redacted>@proxy`), tokens with a known shape
-  (`sk-…`, `hf_…`, `ghp_…`, `github_pat_…`, `xoxb-…`, `glpat-…`, `AKIA…`, JWTs) and `Bearer …` credentials,
-  wherever they are.
-- By name: the value of an assignment whose name is secret, in every way text writes one: `name=value`,
-  `name = value`, `'name': value`, `"name": "value"` (escaped JSON inside JSON too), `Header-Name: value`, and the
-  value after a flag (`--api-key X`, `--hf-token=X`).
-- Secret names: one that ends in a secret *word* (`HF_TOKEN`, `api_key`, `MYSQL_PWD`, `GH_PAT`, `SENTRY_DSN`) or
-  has a word that always is one (`aws_secret_access_key`, `DB_PASSWORD_FILE`, `aws_access_key_id`). Words, not
-  substrings (`TOKENIZERS_PARALLELISM`, `NCCL_IB_PKEY`, `speculative_token_map` stay readable); and a last word a
-  qualifier makes a count, a kind of token or a lookup key is not a secret: SGLang's `add_bos_token`,
-  `kt_max_deferred_experts_per_token`, `bucket_time_to_first_token`, `eos_token`, `cache_key`, `num_pass` keep
-  their values, so they are compared as the settings they are.
+By value: URL credentials, known token shapes (`sk-…`, `hf_…`, `ghp_…`, JWTs …) and `Bearer …`. By name: the value
+of an assignment or flag whose name is secret — one that ends in a secret word (`HF_TOKEN`, `api_key`, `MYSQL_PWD`)
+or holds one that always is (`aws_secret_access_key`). Words, not substrings, and a qualifier before the last word
+makes it a count or a kind of token (`add_bos_token`, `cache_key`, `num_pass` keep their values).
 """
 
 from __future__ import annotations
@@ -34,9 +23,8 @@ SECRET_LAST_WORDS = frozenset({
 })
 # … and words that make it secret anywhere (AWS_SECRET_ACCESS_KEY, DB_PASSWORD_FILE).
 SECRET_WORDS = frozenset({"SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS"})
-# A word before the last that makes TOKEN / KEY / PASS a count, a kind of token or a lookup key, as in SGLang's
-# ServerArgs and sampling parameters (kt_max_deferred_experts_per_token, bucket_time_to_first_token, add_bos_token,
-# eos_token, cache_key, sort_key, routing_key, num_pass, forward_pass) and speclogs' own columns (file_key) …
+# A word before the last that makes TOKEN / KEY / PASS a count, a kind of token or a lookup key (SGLang's ServerArgs
+# and sampling parameters, speclogs' own columns) …
 NOT_SECRET_QUALIFIERS = frozenset({
     "PER", "FIRST", "LAST", "NEXT", "BOS", "EOS", "PAD", "UNK", "SEP", "CLS", "MASK", "SPECIAL", "STOP", "START", "END",
     "IMAGE", "VIDEO", "AUDIO", "CACHE", "SORT", "ROUTING", "EXTRA", "PAIR", "PARTITION", "PRIMARY", "SHARD", "HASH",
@@ -50,18 +38,11 @@ _SECRET_PAIRS = (("ACCESS", "KEY"), ("SECRET", "KEY"), ("PRIVATE", "KEY"), ("API
 
 _WORD_SPLIT = re.compile(r"[_\-.]+|(?<=[a-z])(?=[A-Z])")
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s/@:\"'<>]*(?::[^\s/@\"'<>]*)?)@")
-_TOKENS = re.compile(
-    r"\b(?:"
-    r"sk-[A-Za-z0-9_\-]{16,}"            # OpenAI / Anthropic style
-    r"|hf_[A-Za-z0-9]{16,}"               # Hugging Face
-    r"|gh[pousr]_[A-Za-z0-9]{20,}"        # GitHub tokens
-    r"|github_pat_[A-Za-z0-9_]{20,}"      # GitHub fine-grained tokens
-    r"|glpat-[A-Za-z0-9_\-]{16,}"         # GitLab
-    r"|xox[abposr]-[A-Za-z0-9\-]{10,}"    # Slack
-    r"|AKIA[0-9A-Z]{16}"                  # AWS access key id
-    r"|eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"  # JWT
-    r")"
-)
+# OpenAI / Anthropic, Hugging Face, GitHub, GitHub fine-grained, GitLab, Slack, AWS access key id, JWT
+_TOKEN_SHAPES = (r"sk-[A-Za-z0-9_\-]{16,}", r"hf_[A-Za-z0-9]{16,}", r"gh[pousr]_[A-Za-z0-9]{20,}", r"github_pat_[A-Za-z0-9_]{20,}",
+                 r"glpat-[A-Za-z0-9_\-]{16,}", r"xox[abposr]-[A-Za-z0-9\-]{10,}", r"AKIA[0-9A-Z]{16}",
+                 r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")
+_TOKENS = re.compile(r"\b(?:" + "|".join(_TOKEN_SHAPES) + ")")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/\-]{12,}=*")
 
 
@@ -77,14 +58,15 @@ def secret_name(name: str) -> bool:
     return words[-1] in SECRET_LAST_WORDS and not (len(words) > 1 and words[-2] in NOT_SECRET_QUALIFIERS)
 
 
+def _unset(value: Any) -> bool:
+    return value in (None, "", [], {}) or (isinstance(value, str) and value.strip("'\"") in ("", "None", "null"))
+
+
 def redact_value(name: str, value: Any) -> Any:
-    """A named value (env variable, server argument, JSON key): <redacted> when the name is secret and the value is
-    set; otherwise the value with every secret in it redacted."""
-    if value is None or value == "" or (isinstance(value, str) and value.strip("'\"") in ("", "None", "null")):
+    """A named value: <redacted> when the name is secret and the value is set; else the value, its secrets redacted."""
+    if _unset(value):
         return value
-    if secret_name(name):
-        return REDACTED
-    return redact(value)
+    return REDACTED if secret_name(name) else redact(value)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -97,9 +79,8 @@ def _flag_name(flag: str) -> str:
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """A command line with the value of every secret flag (`--api-key X`, `--hf-token=X`) and every secret in a
-    value (a JSON-valued argument's keys included) redacted. The argv the process runs with is never changed: this is
-    for what is written down."""
+    """A command line (as written down) with the value of every secret flag (`--api-key X`, `--hf-token=X`) and
+    every secret in a value redacted."""
     out: list[str] = []
     redact_next = False
     for part in argv:
@@ -123,8 +104,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
 def redact_json(value: Any, key: str = "") -> Any:
     """A JSON-like document with every secret redacted: a value by its key's name and by what it holds, lists of
     strings as command lines, any string by redact_text."""
-    if key and secret_name(key) and value not in (None, "", [], {}) and not (
-            isinstance(value, str) and value.strip("'\"") in ("None", "null")):
+    if key and secret_name(key) and not _unset(value):
         return REDACTED
     if isinstance(value, Mapping):
         return {k: redact_json(v, str(k)) for k, v in value.items()}
@@ -138,8 +118,7 @@ def redact_json(value: Any, key: str = "") -> Any:
 
 
 def redact(value: Any) -> Any:
-    """The one scan every written value passes through: text (a JSON document in text by its keys and values, any
-    other text by redact_text), a document or list (redact_json); numbers and None as they are."""
+    """The one scan: text (a JSON document in text by its keys and values), a document or list; numbers as they are."""
     if isinstance(value, str):
         if value[:1] in ("{", "[") and SUSPECT.search(value):
             try:
@@ -161,11 +140,9 @@ _ASSIGNMENT = re.compile(  # name=value, name = value, Header-Name: value, 'name
     r"""(?P<value>\\"(?:[^"\\]|\\[^"])*\\"|'[^']*'|"(?:[^"\\]|\\.)*"|[^\s,;)}\]\\]+)"""
 )
 _FLAG = re.compile(r"(?<![\w\-])(?P<flag>--[A-Za-z0-9][A-Za-z0-9\-_]*)(?P<sep>=| +)(?P<value>[^\s'\",)\-][^\s'\",)]*)")
-# A cheap test first: text redact_text could change has one of these (most text has none; tests/test_secrets.py
-# checks it is a superset on planted lines and on every fixture line). It runs in polars too, so it has no look-around.
-# The name words are written in three cases (lower, UPPER, Capitalized: `api_key`, `HF_TOKEN`, `apiKey`): a
-# case-insensitive alternation is 2–3× slower to run over every text column. A bare lowercase `token:` is not one
-# (SGLang's batch lines have `#token: 3456`), while `hf_token:` and `Token:` are.
+# A cheap test first: text redact_text could change has one of these (tests/test_secrets.py checks it is a superset).
+# It runs in polars too, so no look-around; the name words in three cases rather than a slower case-insensitive
+# alternation. A bare lowercase `token:` is not one (SGLang's batch lines have `#token: 3456`), `hf_token:` is.
 _NAME_WORDS = ("key", "token", "pass", "pwd", "auth", "authorization", "dsn", "pat", "cookie")
 _NAME_WORD_CASES = "|".join(sorted({form for word in _NAME_WORDS for form in (word, word.upper(), word.capitalize())}))
 _NAME_WORD_CAPITALS = "|".join(sorted({form for word in _NAME_WORDS for form in (word.upper(), word.capitalize())}))
@@ -180,12 +157,10 @@ SUSPECT = re.compile(
 
 
 def redact_text(text: str) -> str:
-    """`text` with every secret redacted: URL credentials, known token shapes, bearer credentials, the value of
-    every secret-named assignment (`api_key='sk-…'`, `"hf_token": "…"`, `Password: x`) and of every secret flag."""
+    """`text` with every secret redacted (`api_key='sk-…'`, `"hf_token": "…"`, `Password: x`, `--hf-token X` …)."""
     if not text or not isinstance(text, str) or not SUSPECT.search(text):
         return text
     return _redact_secrets(text)
-
 
 
 def _redact_secrets(text: str) -> str:
@@ -210,8 +185,8 @@ def _redact_secrets(text: str) -> str:
 
 
 def _header_name(name: str) -> bool:
-    """Whether an unquoted `name:` is written the way the cheap test looks for one (`X-Api-Key:`, `password:`,
-    `hf_token:`), not a lowercase word after a hyphen or alone like a batch line's `#new-token:` or `token:`."""
+    """Whether an unquoted `name:` is a header as the cheap test finds one (`X-Api-Key:`, `hf_token:`), not a batch
+    line's `#new-token:` or `token:`."""
     return bool(_HEADER_NAME.search(name + ": ") or SUSPECT.search(name))
 
 

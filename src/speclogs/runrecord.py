@@ -1,21 +1,9 @@
 """run.json: the launcher's record of one launch — the one module that writes it and reads it.
 
-Standard library only: the launcher writes it on a GPU box without duckdb or polars; the ingest (runs table), the
-launcher's `--resume` and adaptive looks, and the report's confounder check read it through `RunRecord`.
-
-    launch_record(…) / node_record(…)  a new launch's document (the launcher's and each multi-node node's)
-    finish_record(record, outcome, …)  its outcome, and whether --resume skips it
-    write_run_json(run_dir, record)   atomic (a reader never sees half a file), secrets redacted, schema stamped
-    read_run_json(run_dir)            RunRecord | None (missing or unreadable file)
-    parse_run_record(text)            RunRecord, or RunRecordError saying why the text is not a run.json
-    RunRecord.from_document(obj)      typed accessors over an already decoded document (e.g. runs.run_json)
-
-The document's fields are listed in docs/launcher.md ("What each launch leaves"). The accessors never raise: a
-field that is missing or of the wrong type reads as None (or an empty dict/list), so an older or hand-edited
-run.json is read for what it holds.
-
-Versions: `speclogs.run/1` is the only one so far. A reader meets a newer one (`speclogs.run/2`) by reading what
-it recognises and saying so (`RunRecord.schema_note`); a change that breaks readers gets the next number.
+Standard library only (the launcher writes it on a GPU box). Fields: docs/launcher.md ("What each launch leaves").
+The accessors never raise: a missing or mistyped field reads as None (or an empty dict/list), so an older or
+hand-edited run.json is read for what it holds. A newer schema (`speclogs.run/2`) is read for what this reader
+recognises, and `RunRecord.schema_note` says so; a change that breaks readers gets the next number.
 """
 
 from __future__ import annotations
@@ -37,26 +25,27 @@ RETRY_OUTCOMES = frozenset({"running", "interrupted", "port_in_use", "disk_full"
 # … and after these only with --retry-failed.
 FAILED_OUTCOMES = frozenset({"failed_start", "health_timeout", "bench_failed"})
 
-
 class RunRecordError(ValueError):
     """The text is not a run.json (not JSON, or not a JSON object); the message says which."""
 
 
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _integer(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _mapping(value: object) -> dict | None:
-    return value if isinstance(value, dict) else None
+# The plain fields, read as their type or None: a str (non-empty), an int (not a bool), a dict, a list.
+_TYPED = {
+    str: ("schema", "run_uid", "cell", "hostname", "outcome"),
+    int: ("launch", "server_pid"),
+    dict: ("factors", "env", "adaptive", "server_identity"),
+    list: ("argv",),
+}
+_FIELD_TYPES = {name: kind for kind, names in _TYPED.items() for name in names}
 
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One run.json as read: `document` is the decoded object; the properties are its fields, typed."""
+    """One run.json as read: `document` is the decoded object; the attributes are its fields, typed."""
 
     document: dict[str, Any] = field(default_factory=dict)
 
@@ -65,10 +54,21 @@ class RunRecord:
         """A record over an already decoded JSON value (anything but an object reads as an empty record)."""
         return cls(document if isinstance(document, dict) else {})
 
-    # --- identity -------------------------------------------------------------------------------------------
-    @property
-    def schema(self) -> str | None:
-        return _text(self.document.get("schema"))
+    def __getattr__(self, name: str) -> Any:
+        kind = _FIELD_TYPES.get(name)
+        if kind is None:
+            raise AttributeError(name)
+        value = self.document.get(name)
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool)) and (kind is not str or value)
+        return value if ok else None
+
+    def _list_of_dicts(self, name: str) -> list[dict]:
+        found = self.document.get(name)
+        return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
+
+    def _dict(self, name: str) -> dict:
+        found = self.document.get(name)
+        return found if isinstance(found, dict) else {}
 
     @property
     def schema_note(self) -> str | None:
@@ -79,58 +79,30 @@ class RunRecord:
         return f"run.json schema {schema!r} is not {SCHEMA!r}; read what matched"
 
     @property
-    def run_uid(self) -> str | None:
-        return _text(self.document.get("run_uid"))
-
-    @property
-    def cell(self) -> str | None:
-        return _text(self.document.get("cell"))
-
-    @property
-    def launch(self) -> int | None:
-        return _integer(self.document.get("launch"))
-
-    @property
     def run_name(self) -> str | None:
         """`run_name`, else `<cell>_<launch>`; None when the record names neither."""
-        name = _text(self.document.get("run_name"))
-        if name is None and self.cell is not None and self.launch is not None:
-            name = f"{self.cell}_{self.launch}"
-        return name
-
-    @property
-    def factors(self) -> dict | None:
-        return _mapping(self.document.get("factors"))
-
-    # --- what the server ran with ------------------------------------------------------------------------------
-    @property
-    def env(self) -> dict | None:
-        return _mapping(self.document.get("env"))
-
-    @property
-    def argv(self) -> list | None:
-        argv = self.document.get("argv")
-        return argv if isinstance(argv, list) else None
+        name = self.document.get("run_name")
+        if isinstance(name, str) and name:
+            return name
+        return f"{self.cell}_{self.launch}" if self.cell is not None and self.launch is not None else None
 
     @property
     def versions(self) -> dict:
-        return _mapping(self.document.get("versions")) or {}
+        return self._dict("versions")
+
+    @property
+    def timestamps(self) -> dict:
+        return self._dict("timestamps")
 
     @property
     def sglang_version(self) -> str | None:
-        return _text(self.versions.get("sglang"))
+        version = self.versions.get("sglang")
+        return version if isinstance(version, str) and version else None
 
     @property
     def gpu_names(self) -> tuple[str, ...]:
         """Distinct GPU names from `gpus`, sorted."""
-        gpus = self.document.get("gpus")
-        if not isinstance(gpus, list):
-            return ()
-        return tuple(sorted({str(g["name"]) for g in gpus if isinstance(g, dict) and g.get("name")}))
-
-    @property
-    def hostname(self) -> str | None:
-        return _text(self.document.get("hostname"))
+        return tuple(sorted({str(g["name"]) for g in self._list_of_dicts("gpus") if g.get("name")}))
 
     @property
     def profile(self) -> bool | None:
@@ -140,34 +112,22 @@ class RunRecord:
     @property
     def models(self) -> dict:
         """`models`: role ('target', 'draft') → what run.json recorded about that model directory."""
-        models = _mapping(self.document.get("models")) or {}
-        return {role: model for role, model in models.items() if isinstance(model, dict)}
+        return {role: model for role, model in self._dict("models").items() if isinstance(model, dict)}
 
     @property
     def doctor(self) -> list[dict]:
-        """The doctor's findings on this launch's setup before it started (speclogs.doctor: code, severity, message,
-        fix, source); empty when none were found or the launcher predates the doctor."""
-        found = self.document.get("doctor")
-        return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
-
-    @property
-    def adaptive(self) -> dict | None:
-        return _mapping(self.document.get("adaptive"))
+        """The doctor's findings on this launch's setup before it started (speclogs.doctor)."""
+        return self._list_of_dicts("doctor")
 
     @property
     def windows(self) -> list[dict]:
         """The benchmark windows with their /metrics scrapes ([metrics] plans): name, start, end, scrapes[]."""
-        windows = self.document.get("windows")
-        return [window for window in windows if isinstance(window, dict)] if isinstance(windows, list) else []
-
-    # --- how the launch went ----------------------------------------------------------------------------------
-    @property
-    def outcome(self) -> str | None:
-        return _text(self.document.get("outcome"))
+        return self._list_of_dicts("windows")
 
     @property
     def outcome_detail(self) -> str:
-        return self.document.get("outcome_detail") if isinstance(self.document.get("outcome_detail"), str) else ""
+        detail = self.document.get("outcome_detail")
+        return detail if isinstance(detail, str) else ""
 
     def is_complete(self, retry_failed: bool = False) -> bool:
         """Whether `--resume` skips this launch (with `retry_failed`, failed launches are redone too)."""
@@ -177,26 +137,12 @@ class RunRecord:
         return not (retry_failed and outcome in FAILED_OUTCOMES)
 
     @property
-    def timestamps(self) -> dict:
-        return _mapping(self.document.get("timestamps")) or {}
-
-    @property
     def ready_s(self) -> float | None:
-        value = self.document.get("ready_s")
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        return _number(self.document.get("ready_s"))
 
     @property
     def median_tok_s(self) -> float | None:
-        value = (_mapping(self.document.get("bench_summary")) or {}).get("median_tok_s")
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-    @property
-    def server_pid(self) -> int | None:
-        return _integer(self.document.get("server_pid"))
-
-    @property
-    def server_identity(self) -> dict | None:
-        return _mapping(self.document.get("server_identity"))
+        return _number(self._dict("bench_summary").get("median_tok_s"))
 
     @property
     def previous_attempts(self) -> list:

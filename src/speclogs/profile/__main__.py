@@ -8,8 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-from speclogs.profile.command import profiled_environment
-from speclogs.profile.hook import DEFAULT_EVERY
+from speclogs.profile import DEFAULT_EVERY, profiled_environment
 
 USAGE = (
     "usage: python -m speclogs.profile [--every N] [--] <command…>\n"
@@ -20,22 +19,18 @@ USAGE = (
 
 
 def parse_arguments(argv: list[str]) -> tuple[int, list[str]]:
-    """(every, command) from argv; raises ValueError with a usage message on bad input."""
-    every = DEFAULT_EVERY
-    rest = list(argv)
+    """(every, command) from argv; ValueError with a message on bad input."""
+    every, rest = DEFAULT_EVERY, list(argv)
     while rest and rest[0].startswith("-"):
         option = rest.pop(0)
         if option == "--":
             break
-        if option in ("-h", "--help"):
-            raise ValueError("")
-        if option == "--every" or option.startswith("--every="):
-            value = option.split("=", 1)[1] if "=" in option else (rest.pop(0) if rest else "")
-            if not value.isdigit() or int(value) < 1:
-                raise ValueError(f"--every needs a positive integer, got {value!r}")
-            every = int(value)
-            continue
-        raise ValueError(f"unknown option {option!r} (put `--` before the command)")
+        if option != "--every" and not option.startswith("--every="):
+            raise ValueError(f"unknown option {option!r} (put `--` before the command)")
+        value = option.split("=", 1)[1] if "=" in option else (rest.pop(0) if rest else "")
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"--every needs a positive integer, got {value!r}")
+        every = int(value)
     if not rest:
         raise ValueError("no command given")
     return every, rest
@@ -48,14 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         every, command = parse_arguments(argv)
+        os.execvpe(command[0], command, profiled_environment(os.environ, every=every))
     except ValueError as error:
-        if str(error):
-            sys.stderr.write(f"Error: {error}\n")
-        sys.stderr.write(USAGE)
+        sys.stderr.write(f"Error: {error}\n{USAGE}")
         return 2
-    env = profiled_environment(os.environ, every=every)
-    try:
-        os.execvpe(command[0], command, env)
     except OSError as error:
         sys.stderr.write(f"Error: cannot run {command[0]!r}: {error.strerror}\n")
         return 1

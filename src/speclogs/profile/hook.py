@@ -1,12 +1,8 @@
 """Wrap SGLang's EAGLE worker phases at import time, in every process, without editing SGLang.
 
-`install()` puts a finder on `sys.meta_path` that waits for the modules `speclogs.profile.targets` names.
-A worker module that passes `targets.check_worker` gets its methods replaced *on the classes* (so every
-`from … import` sees them): `__init__` (TP rank; the `active` line on rank 0), the cycle and its three
-phases. `Scheduler.__init__` is wrapped so that TP rank 0 says why a server was not profiled.
-
-SGLang's own exceptions propagate unchanged; a fault of the profiler (`PROFILER_FAULTS`) disables it
-with one warning line and SGLang goes on.
+`install()` puts a finder on `sys.meta_path` that patches the modules `targets` names once they execute: the
+methods are replaced *on the classes*, so every `from … import` sees them. SGLang's own exceptions propagate
+unchanged; a fault of the profiler (`PROFILER_FAULTS`) disables it with one warning line and SGLang goes on.
 """
 
 from __future__ import annotations
@@ -21,7 +17,6 @@ import sys
 import types
 from typing import Any, Callable, Mapping
 
-from speclogs.errors import SpeclogsError
 from speclogs.profile import targets
 from speclogs.profile.targets import RankSource, SourceIndex, WorkerPlan, WorkerTarget
 from speclogs.profile.timing import CudaEventSource, CycleProfiler, EventSource, SpecCycleSample
@@ -45,28 +40,18 @@ _WRAPPED_MARK = "__speclogs_wrapped__"
 
 
 def read_installed_source(module_name: str) -> str | None:
-    """The source text of an installed module; None when it has none (a compiled-only install, a
-    module that does not exist). Executes nothing: an imported module's source comes from its
-    loader, another's `.py` file is looked up along its top-level package's path."""
+    """The source text of an installed module, or None. Executes nothing: an imported module's source comes
+    from its loader, another's `.py` file is looked up along its top-level package's path."""
     module = sys.modules.get(module_name)
-    if module is None:
-        return _read_source_file(module_name)
-    get_source = getattr(getattr(getattr(module, "__spec__", None), "loader", None), "get_source", None)
-    if get_source is None:
-        return None
-    try:
-        return get_source(module_name)
-    except (ImportError, OSError):
-        return None
-
-
-def _read_source_file(module_name: str) -> str | None:
+    if module is not None:
+        get_source = getattr(getattr(getattr(module, "__spec__", None), "loader", None), "get_source", None)
+        try:
+            return get_source(module_name) if get_source is not None else None
+        except (ImportError, OSError):
+            return None
     top, *rest = module_name.split(".")
     package = sys.modules.get(top)
-    if package is not None:
-        roots = list(getattr(package, "__path__", []))
-    else:
-        roots = [os.path.join(entry or os.curdir, top) for entry in sys.path]
+    roots = list(getattr(package, "__path__", [])) if package is not None else [os.path.join(p or os.curdir, top) for p in sys.path]
     for root in roots:
         base = os.path.join(root, *rest)
         for candidate in (base + ".py", os.path.join(base, "__init__.py")):
@@ -80,23 +65,18 @@ def _read_source_file(module_name: str) -> str | None:
 
 
 def sglang_version() -> str:
-    module = sys.modules.get("sglang.version")
-    if module is None:
-        try:
-            import sglang.version as module  # already imported by the worker module
-        except ImportError:
-            return "unknown"
+    try:
+        import sglang.version as module  # already imported by the worker module
+    except ImportError:
+        return "unknown"
     return str(getattr(module, "__version__", "unknown"))
 
 
 def read_rank(source: RankSource, owner: Any, arguments: Mapping[str, Any]) -> Any:
-    """The TP rank `source` names: an `__init__` argument, or an attribute path from `owner` or
-    from a module getter's result. None where an attribute on the way is missing."""
+    """The TP rank `source` names; None where an attribute on the way is missing."""
     if source.argument is not None:
         return arguments.get(source.argument)
-    value = owner
-    if source.module is not None:
-        value = getattr(importlib.import_module(source.module), source.getter or "")()
+    value = getattr(importlib.import_module(source.module), source.getter or "")() if source.module is not None else owner
     for name in source.attribute_path:
         value = getattr(value, name, None)
     return value
@@ -115,13 +95,34 @@ class Instrumentation:
         self.status_logged = False
         self.layout_problems: dict[str, list[str]] = {}  # target key -> why it was not wrapped
 
-    # -- status lines (one per process, TP rank 0 only) ------------------------------------
-    def log_active(self, worker_class: str) -> None:
+    def log_disabled(self, reason: str) -> None:
+        """The status line (one per process, TP rank 0 only)."""
+        if not self.status_logged:
+            self.status_logged = True
+            logger.warning("speclogs profiler: disabled: %s", reason)
+
+    def guard(self, where: str, call: Callable[..., Any], *args: Any) -> Any:
+        """Run one profiler step; its own failure disables profiling instead of reaching SGLang."""
+        try:
+            return call(*args)
+        except PROFILER_FAULTS as error:
+            if self.disabled_reason is None:
+                self.disabled_reason = f"internal error in {where}: {type(error).__name__}: {error}"
+                self.profiler = None
+                self.status_logged = False
+                self.log_disabled(f"{self.disabled_reason}; the server continues without profiling")
+            return None
+
+    def start(self, worker: Any) -> None:
+        if self.profiler is None:
+            self.profiler = CycleProfiler(every=self.every, events=self.event_source_factory(), emit=_log_sample)
+            self.profiler.preallocate(PREALLOCATED_EVENTS)
+        self.profiled_worker = worker
         if self.status_logged:
             return
         self.status_logged = True
         version = sglang_version()
-        logger.info("speclogs profiler: active (%s, every=%d, sglang %s)", worker_class, self.every, version)
+        logger.info("speclogs profiler: active (%s, every=%d, sglang %s)", type(worker).__name__, self.every, version)
         if version not in VERIFIED_SGLANG_VERSIONS:
             logger.warning(
                 "speclogs profiler: sglang %s is not a verified version (verified: %s); its "
@@ -129,38 +130,6 @@ class Instrumentation:
                 version,
                 ", ".join(VERIFIED_SGLANG_VERSIONS),
             )
-
-    def log_disabled(self, reason: str) -> None:
-        if self.status_logged:
-            return
-        self.status_logged = True
-        logger.warning("speclogs profiler: disabled: %s", reason)
-
-    def disable(self, reason: str) -> None:
-        """Stop profiling in this process after a fault of the profiler itself."""
-        if self.disabled_reason is not None:
-            return
-        self.disabled_reason = reason
-        self.profiler = None
-        self.status_logged = False
-        self.log_disabled(f"{reason}; the server continues without profiling")
-
-    def guard(self, where: str, call: Callable[..., Any], *args: Any) -> Any:
-        """Run one profiler step; its own failure disables profiling instead of reaching SGLang."""
-        try:
-            return call(*args)
-        except PROFILER_FAULTS as error:
-            self.disable(f"internal error in {where}: {type(error).__name__}: {error}")
-            return None
-
-    # -- the profiler itself ------------------------------------------------------------------
-    def start_profiler(self) -> None:
-        events = self.event_source_factory()
-        self.profiler = CycleProfiler(every=self.every, events=events, emit=_log_sample)
-        self.profiler.preallocate(PREALLOCATED_EVENTS)
-
-    def profiler_for(self, worker: Any) -> CycleProfiler | None:
-        return self.profiler if worker is self.profiled_worker else None
 
 
 def _log_sample(sample: SpecCycleSample) -> None:
@@ -173,15 +142,6 @@ _state: Instrumentation | None = None
 def current() -> Instrumentation | None:
     """The instrumentation installed in this process, if any."""
     return _state
-
-
-def use_event_source(factory: Callable[[], EventSource]) -> None:
-    """Replace the CUDA event source (tests use a stand-in; call before the worker is built)."""
-    if _state is None:
-        raise SpeclogsError(
-            "speclogs profiler hook is not installed in this process", hint="start the program through `python -m speclogs.profile -- …`"
-        )
-    _state.event_source_factory = factory
 
 
 # -- wrappers ---------------------------------------------------------------------------------
@@ -202,9 +162,7 @@ def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], position: int, name
 def _is_decode_batch(batch: Any) -> bool:
     """The branch every supported worker's cycle takes for decode; idle batches do not count."""
     mode = batch.forward_mode
-    if mode.is_extend() or getattr(batch, "is_extend_in_batch", False):
-        return False
-    return not mode.is_idle()
+    return not (mode.is_extend() or getattr(batch, "is_extend_in_batch", False) or mode.is_idle())
 
 
 def _wrap_init(
@@ -235,17 +193,11 @@ def _on_worker_init(state: Instrumentation, plan: WorkerPlan, worker: Any, rank:
     if not isinstance(rank, int):
         state.log_disabled(f"cannot tell the TP rank of {type(worker).__name__}: {plan.rank_source.label} is {rank!r}")
         return
-    if rank != 0:
-        return
-    worker_class = type(worker)
     target = plan.target
     own_methods = [target.cycle_method] + [p.method for p in target.phases if p.owner == target.worker_class]
-    if not all(is_wrapped(getattr(worker_class, name, None)) for name in own_methods):
-        return  # a subclass with its own cycle or verify: the scheduler hook reports it unsupported
-    if state.profiler is None:
-        state.start_profiler()
-    state.profiled_worker = worker
-    state.log_active(worker_class.__name__)
+    # a subclass with its own cycle or verify is not profiled: the scheduler hook reports it unsupported
+    if rank == 0 and all(is_wrapped(getattr(type(worker), name, None)) for name in own_methods):
+        state.start(worker)
 
 
 def _end_cycle(profiler: CycleProfiler, plan: WorkerPlan, result: Any) -> None:
@@ -257,14 +209,12 @@ def _end_cycle(profiler: CycleProfiler, plan: WorkerPlan, result: Any) -> None:
 
 
 def _wrap_cycle(state: Instrumentation, plan: WorkerPlan, original: Callable[..., Any]) -> Callable[..., Any]:
-    batch_param = plan.cycle_batch_param
-
     @functools.wraps(original)
     def forward_batch_generation(self: Any, *args: Any, **kwargs: Any) -> Any:
-        profiler = state.profiler_for(self)
+        profiler = state.profiler if self is state.profiled_worker else None
         if profiler is None:
             return original(self, *args, **kwargs)
-        batch = _argument(args, kwargs, 0, batch_param)
+        batch = _argument(args, kwargs, 0, plan.cycle_batch_param)
         if not state.guard("batch mode", _is_decode_batch, batch):
             result = original(self, *args, **kwargs)  # prefill / idle: not a cycle
             if state.profiler is profiler:
@@ -284,8 +234,7 @@ def _wrap_cycle(state: Instrumentation, plan: WorkerPlan, original: Callable[...
 
 
 def _record_verify_width(profiler: CycleProfiler, plan: WorkerPlan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Tokens per request in the verify tree: `draft_token_num` of the verify input, passed to
-    verify as an argument (`verify(batch, spec_info)`) or set on the batch before the call."""
+    """`draft_token_num` of the verify input, passed to verify (`verify(batch, spec_info)`) or set on the batch."""
     if plan.verify_input_position is not None:
         verify_input = _argument(args, kwargs, plan.verify_input_position, plan.target.verify_input_param)
     else:
@@ -311,22 +260,10 @@ def _wrap_phase(state: Instrumentation, plan: WorkerPlan, phase: str, original: 
     return _mark(wrapped)
 
 
-def _loaded_class_problems(target: WorkerTarget, module: types.ModuleType) -> list[str]:
-    """What the executed module lacks although its source has it (a class or method rebound at import)."""
-    problems = []
-    for class_name, method_name in target.wrapped_methods:
-        owner = getattr(module, class_name, None)
-        if not isinstance(owner, type):
-            problems.append(f"{module.__name__}.{class_name} is not a class once imported")
-        elif not callable(getattr(owner, method_name, None)):
-            problems.append(f"{class_name}.{method_name} is not callable once imported")
-    return problems
-
-
 def patch_worker_module(state: Instrumentation, target: WorkerTarget, module: types.ModuleType) -> None:
     """Wrap `target`'s classes in its freshly executed module, when `targets.check_worker` passes."""
     facts = targets.observe_worker(target, state.sources)
-    problems = targets.check_worker(target, facts) or _loaded_class_problems(target, module)
+    problems = targets.check_worker(target, facts)
     if problems:
         state.layout_problems[target.key] = problems
         return
@@ -344,8 +281,8 @@ def patch_worker_module(state: Instrumentation, target: WorkerTarget, module: ty
 
 
 def runtime_facts(scheduler: Any) -> dict[str, str]:
-    """What the scheduler actually runs: the speculative worker's class, the algorithm enum, and the layers whose
-    inputs the target captures for an EAGLE-3 draft (SGLang captures the input of layer id + 1; `-` when none)."""
+    """What the scheduler runs: the speculative worker's class, the algorithm, the layers whose inputs the target
+    captures for an EAGLE-3 draft (SGLang captures the input of layer id + 1; `-` when none), the draft's class."""
     worker = getattr(scheduler, targets.SCHEDULER_TARGET.worker_attribute, None)
     algorithm = getattr(scheduler, "spec_algorithm", None) or getattr(
         getattr(scheduler, "server_args", None), "speculative_algorithm", None
@@ -379,23 +316,17 @@ def _on_scheduler_init(state: Instrumentation, scheduler: Any, rank: Any) -> Non
         _report_unprofiled(state, scheduler)
 
 
-def _target_of(worker_class: type) -> WorkerTarget | None:
-    """The worker target whose worker class `worker_class` is or derives from."""
-    for target in targets.WORKER_TARGETS:
-        if any(c.__module__ == target.module and c.__name__ == target.worker_class for c in worker_class.__mro__):
-            return target
-    return None
-
-
 def _report_unprofiled(state: Instrumentation, scheduler: Any) -> None:
     worker = getattr(scheduler, targets.SCHEDULER_TARGET.worker_attribute, None)
-    server_args = getattr(scheduler, "server_args", None)
-    algorithm = getattr(server_args, "speculative_algorithm", None)
+    algorithm = getattr(getattr(scheduler, "server_args", None), "speculative_algorithm", None)
     if worker is None:
         state.log_disabled(f"server started without speculative decoding (speculative_algorithm={algorithm})")
         return
     worker_class = type(worker)
-    target = _target_of(worker_class)
+    target = next(
+        (t for t in targets.WORKER_TARGETS if any(c.__module__ == t.module and c.__name__ == t.worker_class for c in worker_class.__mro__)),
+        None,
+    )
     if target is not None and target.key in state.layout_problems:
         state.log_disabled(
             f"sglang {sglang_version()} {target.worker_class} does not have the expected layout: "
@@ -416,9 +347,7 @@ def patch_scheduler(state: Instrumentation, module: types.ModuleType) -> None:
     target = targets.SCHEDULER_TARGET
     facts = targets.observe_scheduler(target, state.sources)
     scheduler = getattr(module, target.class_name, None)
-    if targets.check_scheduler(target, facts) or not isinstance(scheduler, type):
-        return
-    if is_wrapped(scheduler.__init__):
+    if targets.check_scheduler(target, facts) or not isinstance(scheduler, type) or is_wrapped(scheduler.__init__):
         return
     rank_source = next(s for s in target.rank_sources if s.label in facts.rank_sources)
     scheduler.__init__ = _wrap_init(
@@ -455,15 +384,9 @@ class PatchOnImport(importlib.abc.MetaPathFinder):
         patch = self._patchers.get(fullname)
         if patch is None:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+        finders = (f for f in sys.meta_path if f is not self and hasattr(f, "find_spec"))
+        spec = next((s for s in (f.find_spec(fullname, path, target) for f in finders) if s is not None), None)
+        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
             spec.loader = _PatchingLoader(spec.loader, patch)
         return spec
 
@@ -473,14 +396,12 @@ def install(*, every: int = DEFAULT_EVERY) -> Instrumentation:
     global _state
     if _state is not None:
         return _state
-    state = Instrumentation(every=every, event_source_factory=CudaEventSource)
-
-    def worker_patcher(target: WorkerTarget) -> Callable[[types.ModuleType], None]:
-        return lambda module: state.guard(f"patching {target.module}", patch_worker_module, state, target, module)
-
-    patchers = {target.module: worker_patcher(target) for target in targets.WORKER_TARGETS}
-    patchers[targets.SCHEDULER_TARGET.module] = lambda module: state.guard("patching scheduler", patch_scheduler, state, module)
-    _state = state
+    state = _state = Instrumentation(every=every, event_source_factory=CudaEventSource)
+    patchers = {
+        target.module: functools.partial(state.guard, f"patching {target.module}", patch_worker_module, state, target)
+        for target in targets.WORKER_TARGETS
+    }
+    patchers[targets.SCHEDULER_TARGET.module] = functools.partial(state.guard, "patching scheduler", patch_scheduler, state)
     for name, patch in patchers.items():
         if name in sys.modules:
             patch(sys.modules[name])

@@ -1,26 +1,23 @@
-"""`python -m speclogs.profile.selfcheck`: seconds-long check on the GPU box, before long runs.
+"""`python -m speclogs.profile.selfcheck [--no-cuda]`: seconds-long check on the GPU box, before long runs.
 
-Layout: with the hook installed, imports the installed SGLang's EAGLE worker modules and the scheduler and
-checks that the hook's check passes and the methods are wrapped. Timing (with CUDA): drives `CycleProfiler`
-with real events around GPU work of known relative sizes on a side stream, and checks that the host never
-waits, phases add up, the heaviest phase is heaviest, and `gap_ms` covers queued work and GPU idle time.
+Layout: with the hook installed, imports the installed SGLang's worker modules and scheduler and checks they are
+wrapped. Timing (CUDA): drives `CycleProfiler` with real events around GPU work of known relative sizes and checks the
+host never waits, phases add up, the heaviest phase is heaviest, and `gap_ms` covers queued work and GPU idle time.
 Prints one line per check and `selfcheck: OK` (exit 0) or `selfcheck: FAILED …` (exit 1).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from speclogs.profile import hook, targets
 from speclogs.profile.timing import CudaEventSource, CycleProfiler, SpecCycleSample
 
 
-@dataclasses.dataclass(frozen=True)
-class Check:
+class Check(NamedTuple):
     name: str
     ok: bool
     detail: str
@@ -31,8 +28,7 @@ def check_layout() -> list[Check]:
     state = hook.install(every=hook.DEFAULT_EVERY)
     present = [t for t in targets.WORKER_TARGETS if hook.read_installed_source(t.module) is not None]
     if not present:
-        names = ", ".join(t.module for t in targets.WORKER_TARGETS)
-        return [Check("EAGLE worker modules", False, f"none of {names} is installed")]
+        return [Check("EAGLE worker modules", False, f"none of {', '.join(t.module for t in targets.WORKER_TARGETS)} is installed")]
     checks = []
     for target in present:
         try:
@@ -43,48 +39,35 @@ def check_layout() -> list[Check]:
         problems = state.layout_problems.get(target.key, [])
         checks.append(Check(f"{target.worker_class} layout", not problems, "; ".join(problems) or "as the hook expects"))
         if not problems:
-            wrapped = [f"{owner}.{method}" for owner, method in target.wrapped_methods]
-            unwrapped = [f"{o}.{m}" for o, m in target.wrapped_methods if not hook.is_wrapped(getattr(getattr(module, o), m))]
-            checks.append(
-                Check(
-                    f"{target.worker_class} wrapped",
-                    not unwrapped,
-                    ", ".join(unwrapped) + " not wrapped" if unwrapped else ", ".join(wrapped),
-                )
-            )
-    checks.append(_check_scheduler())
-    return checks
-
-
-def _check_scheduler() -> Check:
+            methods = {f"{o}.{m}": hook.is_wrapped(getattr(getattr(module, o), m)) for o, m in target.wrapped_methods}
+            unwrapped = [name for name, wrapped in methods.items() if not wrapped]
+            detail = ", ".join(unwrapped) + " not wrapped" if unwrapped else ", ".join(methods)
+            checks.append(Check(f"{target.worker_class} wrapped", not unwrapped, detail))
     target = targets.SCHEDULER_TARGET
     try:
         scheduler = getattr(importlib.import_module(target.module), target.class_name)
     except (ImportError, AttributeError) as error:
-        return Check("Scheduler hook", False, f"{type(error).__name__}: {error}")
-    facts = targets.observe_scheduler(target, hook.current().sources)
+        return [*checks, Check("Scheduler hook", False, f"{type(error).__name__}: {error}")]
+    facts = targets.observe_scheduler(target, state.sources)
     problems = targets.check_scheduler(target, facts)
     ok = not problems and hook.is_wrapped(scheduler.__init__)
     detail = f"Scheduler.__init__ wrapped (TP rank from {', '.join(facts.rank_sources)})"
-    return Check("Scheduler hook", ok, detail if ok else "; ".join(problems) or "not wrapped")
+    return [*checks, Check("Scheduler hook", ok, detail if ok else "; ".join(problems) or "not wrapped")]
 
 
-def _cuda_torch(name: str) -> tuple[Any, list[Check]]:
-    """torch when it sees a CUDA device, else the failed check `name` saying why."""
+def _cuda_torch() -> tuple[Any, list[Check]]:
+    """torch when it sees a CUDA device, else the failed check saying why."""
     try:
         import torch
     except ImportError:
-        return None, [Check(name, False, "torch is not importable")]
+        return None, [Check("CUDA", False, "torch is not importable")]
     if not torch.cuda.is_available():
-        return None, [Check(name, False, "no CUDA device visible")]
+        return None, [Check("CUDA", False, "no CUDA device visible")]
     return torch, []
 
 
-def check_cuda_timing(cycles: int = 32, every: int = 4) -> list[Check]:
+def check_cuda_timing(torch: Any, cycles: int = 32, every: int = 4) -> list[Check]:
     """Real CUDA events around real GPU work: draft (small) < extend (medium) < verify (large)."""
-    torch, missing = _cuda_torch("CUDA timing")
-    if missing:
-        return missing
     samples: list[SpecCycleSample] = []
     profiler = CycleProfiler(every=every, events=CudaEventSource(), emit=samples.append)
     # Few, large kernels: ~17 launches a cycle keeps the whole loop under CUDA's launch-queue depth,
@@ -127,35 +110,29 @@ def check_cuda_timing(cycles: int = 32, every: int = 4) -> list[Check]:
             f"{len(samples)} samples for {cycles} cycles every {every}",
         ),
     ]
-    if samples:
-        last = samples[-1]
-        phases_sum = last.draft_us + last.verify_us + last.extend_us
-        checks += [
-            Check("verify is the heaviest phase", last.verify_us > last.extend_us > last.draft_us, last.to_line()),
-            Check(
-                "phases cover the cycle",
-                0 <= last.cycle_us - phases_sum <= 0.1 * last.cycle_us,
-                f"phases {phases_sum} us of cycle {last.cycle_us} us",
-            ),
-            Check(
-                "gap covers the work between cycles",
-                0.4 * last.verify_us <= last.gap_us <= 0.6 * last.verify_us,
-                f"gap {last.gap_us} us for one verify matmul between cycles; verify phase (two) {last.verify_us} us",
-            ),
-            Check(
-                "accepted / proposed",
-                (last.accepted_tokens, last.proposed_tokens) == (6, 12),
-                f"accepted={last.accepted_tokens} proposed={last.proposed_tokens} (expected 6 / 12)",
-            ),
-        ]
-    return checks
+    if not samples:
+        return checks
+    last = samples[-1]
+    phases_us = last.draft_us + last.verify_us + last.extend_us
+    accepted = (last.accepted_tokens, last.proposed_tokens)
+    return checks + [
+        Check("verify is the heaviest phase", last.verify_us > last.extend_us > last.draft_us, last.to_line()),
+        Check(
+            "phases cover the cycle",
+            0 <= last.cycle_us - phases_us <= 0.1 * last.cycle_us,
+            f"phases {phases_us} us of cycle {last.cycle_us} us",
+        ),
+        Check(
+            "gap covers the work between cycles",
+            0.4 * last.verify_us <= last.gap_us <= 0.6 * last.verify_us,
+            f"gap {last.gap_us} us for one verify matmul between cycles; verify phase (two) {last.verify_us} us",
+        ),
+        Check("accepted / proposed", accepted == (6, 12), f"accepted={accepted[0]} proposed={accepted[1]} (expected 6 / 12)"),
+    ]
 
 
-def check_cuda_idle_gap(cycles: int = 6, idle_s: float = 0.003) -> list[Check]:
+def check_cuda_idle_gap(torch: Any, cycles: int = 6, idle_s: float = 0.003) -> list[Check]:
     """The GPU idles `idle_s` before each cycle (the host sleeps after a sync): gap_ms must show it."""
-    torch, missing = _cuda_torch("CUDA idle gap")
-    if missing:
-        return missing
     samples: list[SpecCycleSample] = []
     profiler = CycleProfiler(every=1, events=CudaEventSource(), emit=samples.append)
     mat = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
@@ -179,14 +156,13 @@ def check_cuda_idle_gap(cycles: int = 6, idle_s: float = 0.003) -> list[Check]:
 def main() -> int:
     checks = check_layout()
     version = hook.sglang_version()
-    verified = ", ".join(hook.VERIFIED_SGLANG_VERSIONS)
     if version in hook.VERIFIED_SGLANG_VERSIONS:
         print(f"sglang {version}: verified on a GPU")
     else:
-        print(f"sglang {version}: checked from its source only (verified on a GPU: {verified})")
+        print(f"sglang {version}: checked from its source only (verified on a GPU: {', '.join(hook.VERIFIED_SGLANG_VERSIONS)})")
     if "--no-cuda" not in sys.argv[1:]:
-        checks += check_cuda_timing()
-        checks += check_cuda_idle_gap()
+        torch, missing = _cuda_torch()
+        checks += missing or check_cuda_timing(torch) + check_cuda_idle_gap(torch)
     for check in checks:
         print(f"{'OK  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")
     failed = [c.name for c in checks if not c.ok]

@@ -1,10 +1,7 @@
 """What the profiler hooks in SGLang, as data, and the one check that decides whether a release fits.
 
-`WORKER_TARGETS` / `SCHEDULER_TARGET` declare, without naming a version, what the hook wraps and watches.
-`observe_*` read the facts from SGLang's *source* with `ast` (nothing is executed); `check_*` turn facts into
-problems ([] = the hook wraps it); `plan_worker` says how. The hook runs them on the SGLang it is loaded into,
-scripts/profile_compat.py on every release (docs/profiling.md), so both use one check.
-
+`observe_*` read facts from SGLang's *source* with `ast` (nothing is executed); `check_*` turn facts into
+problems ([] = the hook wraps it). The hook and scripts/profile_compat.py (every release) run the same check.
 Standard library only (imported inside SGLang's server processes).
 """
 
@@ -12,19 +9,18 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import hashlib
 from typing import Any, Callable, Iterator
 
-# Names SGLang gives the batch a worker method receives: ScheduleBatch since 0.5.13,
-# ModelWorkerBatch in the overlap worker before that. The wrappers read the same members of both.
+# The batch parameter's name: ScheduleBatch since 0.5.13, ModelWorkerBatch in the overlap worker before.
 BATCH_PARAMS = ("batch", "model_worker_batch")
 MAX_IMPORT_HOPS = 6  # `from a import X` chains followed to find where X is defined
 
 
 @dataclasses.dataclass(frozen=True)
 class ClassRef:
-    """A class the wrappers read members of: its name, and where it lives when the worker module
-    does not import it (an import in the worker module, if any, wins: classes move between releases)."""
+    """A class the wrappers read; `module` is where it lives when the worker module does not import it."""
 
     name: str
     module: str
@@ -32,8 +28,7 @@ class ClassRef:
 
 @dataclasses.dataclass(frozen=True)
 class MemberCheck:
-    """`role`: which object the hook reads; the first of `classes` that resolves is checked for
-    `members` (all of them, or at least one when `any_of`)."""
+    """The first of `classes` that resolves must have `members` (at least one when `any_of`)."""
 
     role: str
     classes: tuple[ClassRef, ...]
@@ -43,9 +38,7 @@ class MemberCheck:
 
 @dataclasses.dataclass(frozen=True)
 class RankSource:
-    """Where a TP rank is read: an attribute path on the object (`self.tp_rank`, `self.ps.tp_rank`),
-    an `__init__` argument (the scheduler's `tp_rank`), or a getter of a module
-    (`sglang.srt.runtime_context.get_parallel().tp_rank`)."""
+    """Where a TP rank is read: an attribute path, an `__init__` argument, or a module getter's result."""
 
     label: str
     attribute_path: tuple[str, ...] = ()
@@ -58,16 +51,13 @@ RANK_ATTRIBUTE = RankSource("self.tp_rank", attribute_path=("tp_rank",))
 RANK_ARGUMENT = RankSource("__init__ argument tp_rank", argument="tp_rank")
 RANK_PARALLEL_STATE = RankSource("self.ps.tp_rank", attribute_path=("ps", "tp_rank"))
 RANK_CONTEXT = RankSource(
-    "sglang.srt.runtime_context.get_parallel().tp_rank",
-    attribute_path=("tp_rank",),
-    module="sglang.srt.runtime_context",
-    getter="get_parallel",
+    "sglang.srt.runtime_context.get_parallel().tp_rank", ("tp_rank",), module="sglang.srt.runtime_context", getter="get_parallel"
 )
 
 
 @dataclasses.dataclass(frozen=True)
 class Phase:
-    """A phase method: `name` in the spec_cycle line, the class and method wrapped, the call in the cycle."""
+    """A phase: its name in the spec_cycle line, the class and method wrapped, the call in the cycle."""
 
     name: str
     owner: str
@@ -77,13 +67,9 @@ class Phase:
 
 @dataclasses.dataclass(frozen=True)
 class WorkerTarget:
-    """One EAGLE worker family, described without a version.
-
-    `accepted_fields` are read from the cycle's result: per-request `accept_lens` (device tensor,
-    bonus token included) when `accepted_per_request`, else a host int of accepted draft tokens
-    summed over the batch (bonus excluded). The verify width (`draft_token_num`) comes from the
-    verify argument named `verify_input_param` when verify takes one, else from `batch.spec_info`.
-    """
+    """One EAGLE worker family. `accepted_per_request`: `accept_lens` per request (bonus included), else a
+    host count of accepted drafts (bonus excluded). The verify width comes from verify's `verify_input_param`
+    argument when it takes one, else from `batch.spec_info`."""
 
     key: str
     module: str
@@ -100,11 +86,12 @@ class WorkerTarget:
     @property
     def wrapped_methods(self) -> tuple[tuple[str, str], ...]:
         """(class, method) of every method the hook replaces, `__init__` and the cycle first."""
-        return (
-            (self.worker_class, "__init__"),
-            (self.worker_class, self.cycle_method),
-            *((phase.owner, phase.method) for phase in self.phases),
-        )
+        phases = ((phase.owner, phase.method) for phase in self.phases)
+        return ((self.worker_class, "__init__"), (self.worker_class, self.cycle_method), *phases)
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.worker_class, self.draft_class)))
 
     def phase(self, name: str) -> Phase:
         return next(phase for phase in self.phases if phase.name == name)
@@ -133,31 +120,21 @@ _RESULT = ClassRef("GenerationBatchResult", "sglang.srt.managers.utils")
 _V1_ACCEPTED = ("num_accepted_tokens", "num_accepted_drafts", "num_correct_drafts")
 
 
-def _v2_phases(worker: str, draft: str) -> tuple[Phase, ...]:
-    return (
-        Phase("draft", draft, "draft", "self.draft_worker.draft"),
-        Phase("verify", worker, "verify", "self.verify"),
-        Phase("extend", draft, "_draft_extend_for_decode", "self.draft_worker._draft_extend_for_decode"),
-    )
-
-
-def _v1_phases(worker: str) -> tuple[Phase, ...]:
-    return (
-        Phase("draft", worker, "draft", "self.draft"),
-        Phase("verify", worker, "verify", "self.verify"),
-        Phase("extend", worker, "forward_draft_extend_after_decode", "self.forward_draft_extend_after_decode"),
-    )
-
-
 def _target(key: str, module: str, worker: str, draft: str | None, *extra_results: ClassRef) -> WorkerTarget:
-    """A v2 target (`draft` given: a separate draft worker, per-request accept_lens) or a v1 one (the worker
-    is its own draft model runner; a host count of accepted drafts)."""
+    """A v2 target (a separate `draft` worker, per-request accept_lens) or a v1 one (the worker drafts itself;
+    a host count of accepted drafts)."""
+    if draft:
+        phases = (("draft", draft, "draft", "self.draft_worker.draft"),
+                  ("extend", draft, "_draft_extend_for_decode", "self.draft_worker._draft_extend_for_decode"))
+    else:
+        phases = (("draft", worker, "draft", "self.draft"),
+                  ("extend", worker, "forward_draft_extend_after_decode", "self.forward_draft_extend_after_decode"))
     return WorkerTarget(
         key=key,
         module=f"sglang.srt.speculative.{module}",
         worker_class=worker,
         draft_class=draft or worker,
-        phases=_v2_phases(worker, draft) if draft else _v1_phases(worker),
+        phases=(Phase(*phases[0]), Phase("verify", worker, "verify", "self.verify"), Phase(*phases[1])),
         accepted_fields=("accept_lens",) if draft else _V1_ACCEPTED,
         accepted_per_request=draft is not None,
         result_classes=(_RESULT, *extra_results),
@@ -174,12 +151,7 @@ WORKER_TARGETS = (
     _target("multi_layer_eagle_v1", "multi_layer_eagle_worker", "MultiLayerEagleWorker", None),
 )
 
-SCHEDULER_TARGET = SchedulerTarget(
-    module="sglang.srt.managers.scheduler",
-    class_name="Scheduler",
-    worker_attribute="draft_worker",
-    rank_sources=(RANK_ARGUMENT, RANK_CONTEXT),
-)
+SCHEDULER_TARGET = SchedulerTarget("sglang.srt.managers.scheduler", "Scheduler", "draft_worker", (RANK_ARGUMENT, RANK_CONTEXT))
 
 
 def targets_digest() -> str:
@@ -190,6 +162,7 @@ def targets_digest() -> str:
 
 # -- reading sources ---------------------------------------------------------------------------
 SourceReader = Callable[[str], "str | None"]
+Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,8 +174,6 @@ class _Module:
 
 @dataclasses.dataclass(frozen=True)
 class ClassDef:
-    """A class found in the sources: its module and its ast node."""
-
     module: str
     node: ast.ClassDef
 
@@ -212,28 +183,15 @@ class ClassDef:
 
 
 class SourceIndex:
-    """Parsed modules of one SGLang tree, read through `read_source(module name) -> text | None`.
-
-    Each module is parsed once; a module whose source is missing or does not parse is absent.
-    """
+    """The modules of one SGLang tree, each parsed once; a module whose source is missing or does not parse is None."""
 
     def __init__(self, read_source: SourceReader) -> None:
-        self._read_source = read_source
-        self._modules: dict[str, _Module | None] = {}
-
-    def has_module(self, name: str) -> bool:
-        """Whether `name`'s source was read and parsed."""
-        return self._parsed(name) is not None
-
-    def _parsed(self, name: str) -> _Module | None:
-        if name not in self._modules:
-            self._modules[name] = _parse_module(name, self._read_source(name))
-        return self._modules[name]
+        self.module: Callable[[str], _Module | None] = functools.cache(lambda name: _parse_module(name, read_source(name)))
 
     def find_class(self, module_name: str, class_name: str) -> ClassDef | None:
         """The class `class_name` as seen from `module_name`: defined there or imported into it."""
         for _ in range(MAX_IMPORT_HOPS):
-            module = self._parsed(module_name)
+            module = self.module(module_name)
             if module is None:
                 return None
             if class_name in module.classes:
@@ -244,8 +202,7 @@ class SourceIndex:
         return None
 
     def lineage(self, cls: ClassDef) -> Iterator[ClassDef]:
-        """`cls` and the bases found in the sources, depth first (bases that cannot be read are
-        skipped). Lazy: a base's module is parsed only when the walk reaches it."""
+        """`cls` and its bases found in the sources, depth first; a base's module is parsed only when reached."""
         seen = set()
         pending = [cls]
         while pending:
@@ -258,18 +215,9 @@ class SourceIndex:
             pending[0:0] = [base for base in bases if base is not None]
 
     def class_names(self, module_name: str) -> list[str]:
-        """The classes `module_name` defines at its top level, in source order ([] when unreadable)."""
-        module = self._parsed(module_name)
+        """The classes `module_name` defines at its top level, in source order."""
+        module = self.module(module_name)
         return list(module.classes) if module is not None else []
-
-    def has_name(self, module_name: str, name: str) -> bool:
-        """Whether `module_name` defines or imports `name`."""
-        module = self._parsed(module_name)
-        return module is not None and (name in module.imports or name in module.classes)
-
-    def defines_function(self, module_name: str, name: str) -> bool:
-        module = self._parsed(module_name)
-        return module is not None and name in module.functions
 
 
 def _parse_module(name: str, source: str | None) -> _Module | None:
@@ -284,11 +232,10 @@ def _parse_module(name: str, source: str | None) -> _Module | None:
     for node in _module_level(tree.body):
         if isinstance(node, ast.ImportFrom):
             source_module = _absolute_module(package, node.module, node.level)
-            for alias in node.names:
-                imports[alias.asname or alias.name] = (source_module, alias.name)
+            imports |= {alias.asname or alias.name: (source_module, alias.name) for alias in node.names}
     return _Module(
         classes={n.name: n for n in tree.body if isinstance(n, ast.ClassDef)},
-        functions=frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
+        functions=frozenset(n.name for n in tree.body if isinstance(n, Function)),
         imports=imports,
     )
 
@@ -310,39 +257,25 @@ def _absolute_module(package: str, module: str | None, level: int) -> str:
     if level == 0:
         return module or ""
     parts = package.split(".")
-    base = parts[: len(parts) - (level - 1)]
-    return ".".join(base + ([module] if module else []))
+    return ".".join(parts[: len(parts) - (level - 1)] + ([module] if module else []))
 
 
-def _methods(node: ast.ClassDef) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
-    return {n.name: n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+def _methods(node: ast.ClassDef) -> dict[str, Function]:
+    return {n.name: n for n in node.body if isinstance(n, Function)}
 
 
-def _find_method(sources: SourceIndex, cls: ClassDef, name: str) -> tuple[ClassDef, ast.FunctionDef | ast.AsyncFunctionDef] | None:
-    for owner in sources.lineage(cls):
-        method = _methods(owner.node).get(name)
-        if method is not None:
-            return owner, method
-    return None
+def _find_method(sources: SourceIndex, cls: ClassDef, name: str) -> tuple[ClassDef, Function] | None:
+    return next(((owner, m) for owner in sources.lineage(cls) if (m := _methods(owner.node).get(name)) is not None), None)
 
 
 def _self_assigned(method: ast.AST) -> set[str]:
-    """Attributes `method` assigns as `self.X = …` (also annotated, augmented, unpacked)."""
-    names = set()
-    for node in ast.walk(method):
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-            targets = [node.target]
-        else:
-            continue
-        for target in targets:
-            names.update(
-                leaf.attr
-                for leaf in ast.walk(target)
-                if isinstance(leaf, ast.Attribute) and isinstance(leaf.value, ast.Name) and leaf.value.id == "self"
-            )
-    return names
+    """Attributes `method` assigns as `self.X` (plain, annotated, augmented, unpacked: any store)."""
+    return {
+        node.attr
+        for node in ast.walk(method)
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+        and isinstance(node.value, ast.Name) and node.value.id == "self"
+    }
 
 
 def _body_names(node: ast.ClassDef) -> set[str]:
@@ -353,58 +286,45 @@ def _body_names(node: ast.ClassDef) -> set[str]:
             names.add(child.target.id)
         elif isinstance(child, ast.Assign):
             names.update(t.id for t in child.targets if isinstance(t, ast.Name))
-        elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        elif isinstance(child, Function):
             names.add(child.name)
     return names
 
 
 def _members_found(sources: SourceIndex, cls: ClassDef, wanted: set[str], *, in_body: bool = True) -> set[str]:
-    """Which of `wanted` `cls` or a base has: in a class body (when `in_body`) or as a `self.X`
-    assignment in a method. Stops reading (and parsing bases) once all are found."""
+    """Which of `wanted` `cls` or a base has in a class body (when `in_body`) or assigns as `self.X` in a method.
+    Stops reading (and parsing bases) once all are found."""
     found: set[str] = set()
     for owner in sources.lineage(cls):
         if in_body:
             found |= _body_names(owner.node) & wanted
         for method in _methods(owner.node).values():
             if found >= wanted:
-                break
+                return found
             found |= _self_assigned(method) & wanted
         if found >= wanted:
-            break
+            return found
     return found
-
-
-def _call_chain(node: ast.expr) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        head = _call_chain(node.value)
-        return f"{head}.{node.attr}" if head is not None else None
-    return None
 
 
 def _self_calls(function: ast.AST, wanted: set[str]) -> tuple[str, ...]:
     """Which of the `wanted` call chains (`self.verify`, …) `function` makes."""
-    chains = set()
-    for node in ast.walk(function):
-        if isinstance(node, ast.Call):
-            chain = _call_chain(node.func)
-            if chain in wanted:
-                chains.add(chain)
-    return tuple(sorted(chains))
+    return tuple(sorted({ast.unparse(node.func) for node in ast.walk(function) if isinstance(node, ast.Call)} & wanted))
 
 
-def _positional_params(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
-    args = function.args
-    return tuple(a.arg for a in [*args.posonlyargs, *args.args][1:])
+def _positional_params(function: Function) -> tuple[str, ...]:
+    return tuple(a.arg for a in [*function.args.posonlyargs, *function.args.args][1:])
+
+
+def _annotation(node: ast.expr | None) -> str | None:
+    return ast.unparse(node) if node is not None else None
 
 
 # -- facts -------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class MethodFacts:
-    """A method as found: the class whose body defines it, its positional parameters after `self`
-    (`*args` shown as `*name`), the annotations of the first and of the return, and (cycle only)
-    which of the target's phase calls it makes."""
+    """A method as found: the class defining it, its positional parameters after `self` (`*args` as `*name`),
+    the annotations of the first and of the return, and (cycle only) which phase calls it makes."""
 
     defined_in: str
     params: tuple[str, ...]
@@ -415,16 +335,25 @@ class MethodFacts:
 
 @dataclasses.dataclass(frozen=True)
 class MemberFacts:
-    """The class checked for a role, where it was found, and which of the wanted members it has."""
+    """The class checked for a role, its module, and which of the wanted members it has."""
 
     class_name: str
     module: str
     members: tuple[str, ...]
 
 
+class _Facts:
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Any:
+        return cls(**_fields(cls, data))
+
+
 @dataclasses.dataclass(frozen=True)
-class WorkerFacts:
-    """What the sources of one tree say about one worker target (JSON-friendly: see `to_json`)."""
+class WorkerFacts(_Facts):
+    """What the sources of one tree say about one worker target."""
 
     target: str
     module_found: bool
@@ -432,9 +361,6 @@ class WorkerFacts:
     methods: dict[str, MethodFacts] = dataclasses.field(default_factory=dict)
     rank_sources: tuple[str, ...] = ()
     members: dict[str, MemberFacts] = dataclasses.field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> WorkerFacts:
@@ -451,15 +377,14 @@ def _fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _member_checks(target: WorkerTarget) -> tuple[MemberCheck, ...]:
-    result = MemberCheck("result", target.result_classes, target.accepted_fields, any_of=True)
-    return (_BATCH, _FORWARD_MODE, _VERIFY_INPUT, result)
+    return (_BATCH, _FORWARD_MODE, _VERIFY_INPUT, MemberCheck("result", target.result_classes, target.accepted_fields, any_of=True))
 
 
 def observe_worker(target: WorkerTarget, sources: SourceIndex) -> WorkerFacts:
     """Read, from the sources, every fact `check_worker` needs about `target`."""
-    if not sources.has_module(target.module):
+    if sources.module(target.module) is None:
         return WorkerFacts(target=target.key, module_found=False)
-    classes = {name: sources.find_class(target.module, name) for name in dict.fromkeys((target.worker_class, target.draft_class))}
+    classes = {name: sources.find_class(target.module, name) for name in target.classes}
     methods = {}
     for class_name, method_name in target.wrapped_methods:
         cls = classes[class_name]
@@ -467,32 +392,25 @@ def observe_worker(target: WorkerTarget, sources: SourceIndex) -> WorkerFacts:
         if found is None:
             continue
         owner, function = found
-        first = [*function.args.posonlyargs, *function.args.args][1:2]
-        annotation = first[0].annotation if first else None
         params = _positional_params(function)
-        if function.args.vararg is not None:
-            params += (f"*{function.args.vararg.arg}",)
+        first = [*function.args.posonlyargs, *function.args.args][1:2]
         methods[f"{class_name}.{method_name}"] = MethodFacts(
             defined_in=owner.name,
-            params=params,
-            first_annotation=ast.unparse(annotation) if annotation is not None else None,
-            return_annotation=ast.unparse(function.returns) if function.returns is not None else None,
+            params=params + ((f"*{function.args.vararg.arg}",) if function.args.vararg is not None else ()),
+            first_annotation=_annotation(first[0].annotation) if first else None,
+            return_annotation=_annotation(function.returns),
             self_calls=_self_calls(function, {p.call for p in target.phases}) if method_name == target.cycle_method else (),
         )
-    worker = classes[target.worker_class]
     cycle = methods.get(f"{target.worker_class}.{target.cycle_method}")
     init = methods.get(f"{target.worker_class}.__init__")
+    members = {check.role: _observe_members(check, sources, target.module, cycle) for check in _member_checks(target)}
     return WorkerFacts(
         target=target.key,
         module_found=True,
         classes=tuple(name for name, cls in classes.items() if cls is not None),
         methods=methods,
-        rank_sources=_rank_sources(target.rank_sources, sources, worker, init.params if init is not None else ()),
-        members={
-            check.role: facts
-            for check in _member_checks(target)
-            if (facts := _observe_members(check, sources, target.module, cycle)) is not None
-        },
+        rank_sources=_rank_sources(target.rank_sources, sources, classes[target.worker_class], init.params if init else ()),
+        members={role: facts for role, facts in members.items() if facts is not None},
     )
 
 
@@ -501,7 +419,8 @@ def _observe_members(check: MemberCheck, sources: SourceIndex, module: str, cycl
     if cycle is not None:  # the class the cycle's annotations name first
         annotated = {"batch": cycle.first_annotation, "result": cycle.return_annotation}.get(check.role)
         refs.sort(key=lambda ref: ref.name != annotated)
-    imported = [ref for ref in refs if sources.has_name(module, ref.name)]
+    parsed = sources.module(module)
+    imported = [ref for ref in refs if parsed is not None and (ref.name in parsed.imports or ref.name in parsed.classes)]
     for ref, where in [(ref, module) for ref in imported] + [(ref, ref.module) for ref in refs]:
         cls = sources.find_class(where, ref.name)
         if cls is not None:
@@ -515,17 +434,16 @@ def _rank_sources(
 ) -> tuple[str, ...]:
     heads = {s.attribute_path[0] for s in declared if s.attribute_path and s.module is None}
     attributes = _members_found(sources, cls, heads, in_body=False) if cls is not None else set()
-    available = []
-    for source in declared:
+
+    def available(source: RankSource) -> bool:
         if source.argument is not None:
-            ok = source.argument in init_params
-        elif source.module is not None:
-            ok = sources.defines_function(source.module, source.getter or "")
-        else:
-            ok = source.attribute_path[0] in attributes
-        if ok:
-            available.append(source.label)
-    return tuple(available)
+            return source.argument in init_params
+        if source.module is not None:
+            module = sources.module(source.module)
+            return module is not None and (source.getter or "") in module.functions
+        return source.attribute_path[0] in attributes
+
+    return tuple(source.label for source in declared if available(source))
 
 
 # -- the check ---------------------------------------------------------------------------------
@@ -533,16 +451,10 @@ def check_worker(target: WorkerTarget, facts: WorkerFacts) -> list[str]:
     """Why the hook cannot wrap `target` given `facts`: one phrase per problem; [] when it can."""
     if not facts.module_found:
         return [f"no readable source for {target.module}"]
-    problems = [
-        f"class {name} not found in {target.module}"
-        for name in dict.fromkeys((target.worker_class, target.draft_class))
-        if name not in facts.classes
-    ]
+    problems = [f"class {name} not found in {target.module}" for name in target.classes if name not in facts.classes]
     if problems:
         return problems
-    for class_name, method_name in target.wrapped_methods:
-        if f"{class_name}.{method_name}" not in facts.methods:
-            problems.append(f"{class_name}.{method_name} not found")
+    problems = [f"{c}.{m} not found" for c, m in target.wrapped_methods if f"{c}.{m}" not in facts.methods]
     verify = target.phase("verify")
     for class_name, method_name in ((target.worker_class, target.cycle_method), (verify.owner, verify.method)):
         method = facts.methods.get(f"{class_name}.{method_name}")
@@ -551,22 +463,18 @@ def check_worker(target: WorkerTarget, facts: WorkerFacts) -> list[str]:
                 f"{class_name}.{method_name}({', '.join(method.params)}) does not start with "
                 + " or ".join(f"({name})" for name in BATCH_PARAMS)
             )
-    cycle = facts.methods.get(f"{target.worker_class}.{target.cycle_method}")
+    cycle_name = f"{target.worker_class}.{target.cycle_method}"
+    cycle = facts.methods.get(cycle_name)
     if cycle is not None and cycle.defined_in != target.worker_class:
-        problems.append(f"{target.worker_class}.{target.cycle_method} is inherited from {cycle.defined_in}, not a speculative cycle")
+        problems.append(f"{cycle_name} is inherited from {cycle.defined_in}, not a speculative cycle")
     elif cycle is not None:
-        problems += [
-            f"{target.worker_class}.{target.cycle_method} does not call {phase.call}"
-            for phase in target.phases
-            if phase.call not in cycle.self_calls
-        ]
+        problems += [f"{cycle_name} does not call {phase.call}" for phase in target.phases if phase.call not in cycle.self_calls]
     if not facts.rank_sources:
         problems.append(f"no TP rank: {target.worker_class} has none of " + ", ".join(source.label for source in target.rank_sources))
     for check in _member_checks(target):
         found = facts.members.get(check.role)
         if found is None:
-            names = " / ".join(ref.name for ref in check.classes)
-            problems.append(f"class {names} ({check.role}) not found")
+            problems.append(f"class {' / '.join(ref.name for ref in check.classes)} ({check.role}) not found")
             continue
         missing = [m for m in check.members if m not in found.members]
         if (check.any_of and len(missing) == len(check.members)) or (not check.any_of and missing):
@@ -584,8 +492,7 @@ def verdict(target: WorkerTarget, facts: WorkerFacts) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class WorkerPlan:
-    """How the hook wraps a target that passed `check_worker`: which argument is the batch, where
-    the verify width, the TP rank and the accepted-token count are read."""
+    """How the hook wraps a target that passed `check_worker`."""
 
     target: WorkerTarget
     cycle_batch_param: str
@@ -599,28 +506,25 @@ def plan_worker(target: WorkerTarget, facts: WorkerFacts) -> WorkerPlan:
     """The wrapping plan for a target whose `check_worker(target, facts)` is []."""
     verify = target.phase("verify")
     verify_params = facts.methods[f"{verify.owner}.{verify.method}"].params
-    result = facts.members["result"]
     return WorkerPlan(
         target=target,
         cycle_batch_param=facts.methods[f"{target.worker_class}.{target.cycle_method}"].params[0],
         verify_batch_param=verify_params[0],
         verify_input_position=(verify_params.index(target.verify_input_param) if target.verify_input_param in verify_params else None),
         rank_source=next(s for s in target.rank_sources if s.label in facts.rank_sources),
-        accepted_field=next(f for f in target.accepted_fields if f in result.members),
+        accepted_field=next(f for f in target.accepted_fields if f in facts.members["result"].members),
     )
 
 
 def profiled_as(sources: SourceIndex, cls: ClassDef | None) -> dict[str, Any]:
-    """For a class that subclasses a target's worker or draft class: that class (`subclass_of`), the
-    wrapped methods it defines itself (`overrides`), and `profiled_as` (the target class when it
-    overrides none). The hook enforces the same rule on live classes: a worker whose cycle or verify
-    is not the wrapped one is reported unsupported."""
+    """For a subclass of a target's worker or draft class: that class (`subclass_of`), the wrapped methods it
+    overrides, and `profiled_as` (the target class when it overrides none) — the rule the hook enforces live."""
     facts: dict[str, Any] = {"subclass_of": None, "overrides": [], "profiled_as": None}
     if cls is None:
         return facts
     lineage = list(sources.lineage(cls))
     for target in WORKER_TARGETS:
-        for class_name in dict.fromkeys((target.worker_class, target.draft_class)):
+        for class_name in target.classes:
             position = next((i for i, c in enumerate(lineage) if c.module == target.module and c.name == class_name), None)
             if not position:  # None: not a subclass; 0: the target class itself
                 continue
@@ -635,23 +539,16 @@ def profiled_as(sources: SourceIndex, cls: ClassDef | None) -> dict[str, Any]:
 
 # -- the scheduler -----------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class SchedulerFacts:
+class SchedulerFacts(_Facts):
     module_found: bool
     class_found: bool = False
     init_params: tuple[str, ...] = ()
     rank_sources: tuple[str, ...] = ()
     assigns_worker_attribute: bool = False
 
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SchedulerFacts:
-        return cls(**_fields(cls, data))
-
 
 def observe_scheduler(target: SchedulerTarget, sources: SourceIndex) -> SchedulerFacts:
-    if not sources.has_module(target.module):
+    if sources.module(target.module) is None:
         return SchedulerFacts(module_found=False)
     cls = sources.find_class(target.module, target.class_name)
     if cls is None:
@@ -675,10 +572,8 @@ def check_scheduler(target: SchedulerTarget, facts: SchedulerFacts) -> list[str]
         return [f"class {target.class_name} not found in {target.module}"]
     problems = []
     if not facts.rank_sources:
-        problems.append(
-            f"no TP rank: {target.class_name}.__init__({', '.join(facts.init_params)}) has none of "
-            + ", ".join(source.label for source in target.rank_sources)
-        )
+        labels = ", ".join(source.label for source in target.rank_sources)
+        problems.append(f"no TP rank: {target.class_name}.__init__({', '.join(facts.init_params)}) has none of {labels}")
     if not facts.assigns_worker_attribute:
         problems.append(f"{target.class_name} never assigns self.{target.worker_attribute}")
     return problems

@@ -1,14 +1,10 @@
 """Per-cycle phase timing with CUDA events, resolved later without synchronising.
 
-A sampled cycle records events at the entry and exit of the cycle and of each phase on the current stream,
-plus one at the exit of the forward call before it (`gap`: GPU time between the two calls, idle or other
-work; `wall = gap + cycle`). Nothing waits for the GPU: samples queue up and are resolved, a cycle or more
-later, once `event.query()` says all their events completed. Accepted tokens come from SGLang's
-`accept_lens` (bonus included) copied non-blocking into pinned host memory, or from a host count of
-accepted drafts (bonus excluded) for workers that return one.
-
-An unsampled cycle costs a counter increment; events and pinned buffers are reused, so a sampled one
-allocates nothing in the steady state. Stdlib only; torch is imported inside `CudaEventSource`.
+A sampled cycle records events at the entry and exit of the cycle and of each phase on the current stream, plus one
+at the exit of the forward call before it (`gap`: GPU time between the two calls; `wall = gap + cycle`). Nothing
+waits for the GPU: samples queue up and are resolved once `event.query()` says all their events completed. Events
+and pinned buffers are reused, so a sampled cycle allocates nothing in the steady state; an unsampled one costs a
+counter increment. Stdlib only; torch is imported inside `CudaEventSource`.
 """
 
 from __future__ import annotations
@@ -19,23 +15,7 @@ from typing import Any, Callable, Protocol
 
 from speclogs.errors import SpeclogsError
 
-PHASES = ("draft", "verify", "extend")
-
-SPEC_CYCLE_FORMAT = (
-    "speclogs spec_cycle cycle={cycle} bs={bs} draft_ms={draft_ms} verify_ms={verify_ms} "
-    "extend_ms={extend_ms} other_ms={other_ms} gap_ms={gap_ms} cycle_ms={cycle_ms} accepted={accepted} "
-    "proposed={proposed}"
-)
-
-
-class Event(Protocol):
-    """What the profiler needs of a CUDA event (torch.cuda.Event has exactly these)."""
-
-    def record(self) -> None: ...
-
-    def query(self) -> bool: ...
-
-    def elapsed_time(self, end_event: Any) -> float: ...
+Event = Any  # what torch.cuda.Event offers: record(), query(), elapsed_time(end)
 
 
 class EventSource(Protocol):
@@ -50,15 +30,15 @@ class EventSource(Protocol):
 
 class CudaEventSource:
     """torch.cuda events on the current stream; host copies go, non-blocking, into a ring of pinned buffers
-    allocated once (pinning is too slow for a sampled cycle). The ring is longer than the profiler's pending
-    queue, so no buffer a pending sample reads is overwritten."""
+    allocated once (pinning is too slow for a sampled cycle), longer than the profiler's pending queue."""
 
-    def __init__(self, *, host_slots: int = 72, host_capacity: int = 1024) -> None:
+    HOST_SLOTS = 72
+    HOST_CAPACITY = 1024  # requests a batch; a wider one gets a one-off pinned copy
+
+    def __init__(self) -> None:
         import torch  # lazy: this module must import where torch is absent
 
         self._torch = torch
-        self._host_slots = host_slots
-        self._host_capacity = host_capacity
         self._host_buffers: list[Any] = []
         self._host_dtype: Any = None
         self._next_slot = 0
@@ -71,15 +51,14 @@ class CudaEventSource:
 
     def copy_to_host(self, tensor: Any) -> Any:
         count = tensor.numel()
-        if count > self._host_capacity:  # a batch wider than the buffers: a one-off pinned copy
+        if count > self.HOST_CAPACITY:
             return tensor.to("cpu", non_blocking=True)
         if tensor.dtype != self._host_dtype:  # once: SGLang's accept_lens keep their dtype
             self._host_dtype = tensor.dtype
-            block = self._torch.empty((self._host_slots, self._host_capacity), dtype=tensor.dtype, pin_memory=True)
+            block = self._torch.empty((self.HOST_SLOTS, self.HOST_CAPACITY), dtype=tensor.dtype, pin_memory=True)
             self._host_buffers = list(block.unbind(0))
-        buffer = self._host_buffers[self._next_slot]
-        self._next_slot = (self._next_slot + 1) % self._host_slots
-        view = buffer[:count]
+        view = self._host_buffers[self._next_slot][:count]
+        self._next_slot = (self._next_slot + 1) % self.HOST_SLOTS
         view.copy_(tensor.reshape(-1), non_blocking=True)
         return view
 
@@ -110,18 +89,10 @@ class SpecCycleSample:
 
     def to_line(self) -> str:
         """The `speclogs spec_cycle …` log line (format documented in docs/profiling.md)."""
-        return SPEC_CYCLE_FORMAT.format(
-            cycle=self.cycle,
-            bs=self.batch_size,
-            draft_ms=_ms(self.draft_us),
-            verify_ms=_ms(self.verify_us),
-            extend_ms=_ms(self.extend_us),
-            other_ms=_ms(self.other_us),
-            gap_ms=_ms(self.gap_us),
-            cycle_ms=_ms(self.cycle_us),
-            accepted=self.accepted_tokens,
-            proposed=self.proposed_tokens,
-        )
+        times = [f"{name}_ms={_ms(us)}" for name, us in (("draft", self.draft_us), ("verify", self.verify_us),
+                 ("extend", self.extend_us), ("other", self.other_us), ("gap", self.gap_us), ("cycle", self.cycle_us))]
+        return (f"speclogs spec_cycle cycle={self.cycle} bs={self.batch_size} {' '.join(times)} "
+                f"accepted={self.accepted_tokens} proposed={self.proposed_tokens}")
 
 
 def _ms(microseconds: int) -> str:
@@ -147,15 +118,8 @@ class _PendingCycle:
 
     def all_events(self) -> list[Event]:
         """Every event of the sample, the last recorded first (it is the one most likely pending)."""
-        events = [self.start] if self.gap_start is None else [self.gap_start, self.start]
-        for phase_start, phase_end in self.phases.values():
-            events += [phase_start, phase_end]
-        if self.end is not None:
-            events.append(self.end)
-        if self.host_copy_done is not None:
-            events.append(self.host_copy_done)
-        events.reverse()
-        return events
+        events = [self.gap_start, self.start, *(e for pair in self.phases.values() for e in pair), self.end, self.host_copy_done]
+        return [event for event in reversed(events) if event is not None]
 
 
 class CycleProfiler:
@@ -195,8 +159,7 @@ class CycleProfiler:
         self._free_events += [self._events.new_event() for _ in range(count)]
 
     def _take_event(self) -> Event:
-        free = self._free_events
-        return free.pop() if free else self._events.new_event()
+        return self._free_events.pop() if self._free_events else self._events.new_event()
 
     def _record(self) -> Event:
         """A free event, recorded now on the current stream."""
@@ -217,14 +180,12 @@ class CycleProfiler:
         self._gap_mark = None
 
     def begin_phase(self, phase: str) -> None:
-        if self._current is None:
-            return
-        self._phase_starts[phase] = self._record()
+        if self._current is not None:
+            self._phase_starts[phase] = self._record()
 
     def end_phase(self, phase: str) -> None:
-        if self._current is None or phase not in self._phase_starts:
-            return
-        self._current.phases[phase] = (self._phase_starts.pop(phase), self._record())
+        if self._current is not None and phase in self._phase_starts:
+            self._current.phases[phase] = (self._phase_starts.pop(phase), self._record())
 
     def set_verify_width(self, draft_token_num: int) -> None:
         """Tokens per request in this cycle's verify tree, root included (SGLang's draft_token_num)."""
@@ -258,28 +219,25 @@ class CycleProfiler:
 
     def abandon_cycle(self) -> None:
         """The cycle raised: forget its events, count nothing."""
-        sample = self._current
+        if self._current is not None:
+            self._free_events += self._current.all_events() + list(self._phase_starts.values())
         self._current = None
-        if sample is not None:
-            self._free_events += sample.all_events() + list(self._phase_starts.values())
         self._phase_starts = {}
 
     def resolve_ready(self) -> list[SpecCycleSample]:
         """Emit every leading pending sample whose events have all completed; never waits."""
         resolved = []
         while self._pending:
-            sample = self._pending[0]
-            events = sample.all_events()
+            events = self._pending[0].all_events()
             if not all(event.query() for event in events):
                 break
-            self._pending.popleft()
-            result = _resolve(sample)
+            result = _resolve(self._pending.popleft())
             self._free_events += events
             if result is None:
                 self.samples_dropped += 1
-                continue
-            self.samples_emitted += 1
-            resolved.append(result)
+            else:
+                self.samples_emitted += 1
+                resolved.append(result)
         for result in resolved:  # emitted after the bookkeeping: a slow logger delays nothing above
             self._emit(result)
         return resolved
@@ -298,7 +256,6 @@ def _resolve(sample: _PendingCycle) -> SpecCycleSample | None:
         batch_size = sample.batch_size
         accepted = max(0, sample.accepted_drafts)
     width = sample.verify_width
-    proposed = batch_size * max(0, width - 1) if width is not None else 0
     return SpecCycleSample(
         cycle=sample.cycle,
         batch_size=batch_size,
@@ -308,5 +265,5 @@ def _resolve(sample: _PendingCycle) -> SpecCycleSample | None:
         cycle_us=_elapsed_us(sample.start, sample.end),
         gap_us=_elapsed_us(sample.gap_start, sample.start) if sample.gap_start is not None else 0,
         accepted_tokens=accepted,
-        proposed_tokens=proposed,
+        proposed_tokens=batch_size * max(0, width - 1) if width is not None else 0,
     )

@@ -1,9 +1,6 @@
-"""speclogs profiler bootstrap: Python runs this at start-up in every process whose PYTHONPATH
-holds this folder (set by `python -m speclogs.profile`), including SGLang's spawned schedulers.
-
-With SPECLOGS_PROFILE=1 it installs speclogs' import hook; then it runs the sitecustomize this
-file shadows, if any, so an environment's own start-up code still runs.
-"""
+"""speclogs profiler bootstrap: Python runs this at start-up in every process whose PYTHONPATH holds this folder
+(SGLang's spawned schedulers too). With SPECLOGS_PROFILE=1 it installs the import hook; then it runs the
+sitecustomize this file shadows, if any."""
 
 import importlib.machinery
 import importlib.util

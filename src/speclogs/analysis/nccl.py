@@ -26,7 +26,6 @@ _SET_BY_SGLANG = frozenset({"NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"})
 # an estimated communication share above this is not believable for a verify pass that also computes every layer
 _IMPLAUSIBLE_SHARE = 0.5
 _TINY_ALLREDUCE_BYTES = 64          # init-time sanity all-reduces (a 4 B AllReduce at communicator setup)
-_COLLECTIVE_NAMES = {"all_reduce": "AllReduce", "all_gather": "AllGather"}
 
 
 @dataclass(frozen=True)

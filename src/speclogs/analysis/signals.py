@@ -509,7 +509,3 @@ def _request_acceptance(arm: str, requests: pl.DataFrame, run_json: dict[str, di
         p90=float(np.percentile(accept, 90)), maximum=float(accept.max()), low_fence=low, high_fence=high,
         histogram=tuple((float(v), int(c)) for v, c in zip(values, counts)), outliers=outliers, n_outliers=outside.height,
     )
-
-
-__all__ = ["ArmAccept", "DevicePhase", "PhaseCheck", "RequestAcceptance", "RequestOutlier", "SignalEvidence",
-           "SignalTables", "WindowAccept", "signal_evidence", "signal_evidence_for", "with_signals"]

@@ -100,7 +100,7 @@ def whatif_for(con: Any, selectors: Sequence[str], confidence: float = 0.95, *, 
     run_ids = list(dict.fromkeys(run_id for ids in arms.values() for run_id in ids))
     if evidence is None:
         evidence = signal_evidence_for(con, {"runs": run_ids})
-    names = dict(con.execute(f"SELECT run_name, run_id FROM runs WHERE {IN_RUNS}", [run_ids]).fetchall())
+    names = dict(select(con, f"SELECT run_name, run_id FROM runs WHERE {IN_RUNS}", [run_ids]).iter_rows())
     device_ms = pl.DataFrame(
         [(names[p.run_name], p.phase, p.ms_per_cycle) for p in evidence.device_phases
          if p.ms_per_cycle is not None and p.run_name in names],

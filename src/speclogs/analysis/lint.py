@@ -352,7 +352,7 @@ def lint_comparison(
     findings += _launch_round_findings(tables, clients, arm_runs)
     findings += _warmup_findings(decode, clients, cycles, arm_of, names)
     findings += _trend_findings(decode, clients, arm_of, names)
-    findings += _event_findings(tables, decode, clients, arm_of, names)
+    findings += _event_findings(tables, arm_of, names)
     for run_id, n in run_data_rows.items():
         if n == 0 and decode.filter(pl.col("run_id") == run_id).is_empty():
             findings.append(Finding("no_decode_rows", f"run {names[run_id]} has no 'Decode batch' rows: server throughput, "
@@ -679,7 +679,7 @@ def _trend_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) 
     return findings
 
 
-def _event_findings(tables: RunTables, decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:
+def _event_findings(tables: RunTables, arm_of, names) -> list[Finding]:
     findings = []
     retracted: dict[str, int] = {}
     for run_id, kind, n in tables.events.iter_rows():

@@ -234,12 +234,11 @@ def _windows(metrics: pl.DataFrame, run_json: dict, findings: list[Finding], run
     recorded = {w.get("name"): w for w in run_json.get("windows", []) if isinstance(w, dict) and w.get("name")}
     out = []
     for (window_name,), rows in sorted(metrics.partition_by("window_name", as_dict=True).items(), key=lambda kv: str(kv[0][0])):
-        scrapes = rows.group_by("source_file").agg(pl.col("ts").first(), pl.col("phase").first())
-        order = {"before": 0, "during": 1, "after": 2}
-        ranked = sorted(scrapes.iter_rows(named=True),
-                        key=lambda s: (s["ts"] is None, s["ts"] or datetime.min, order.get(s["phase"], 1)))
-        if any(s["ts"] is None for s in ranked):   # no times: the phases order them
-            ranked = sorted(ranked, key=lambda s: order.get(s["phase"], 1))
+        scrapes = rows.group_by("source_file").agg(pl.col("ts").first(), pl.col("phase").first()).with_columns(
+            pl.col("phase").replace_strict({"before": 0, "during": 1, "after": 2}, default=1).fill_null(1).alias("order"))
+        # by time, else (a scrape without one) by phase
+        by = ["ts", "order"] if scrapes["ts"].is_not_null().all() else ["order", "ts"]
+        ranked = scrapes.sort(by, nulls_last=True).to_dicts()
         if len(ranked) < 2 or ranked[0]["phase"] == ranked[-1]["phase"] == "during":
             continue
         first, last = ranked[0]["source_file"], ranked[-1]["source_file"]

@@ -1,12 +1,9 @@
 """Confounders and data-quality checks for a comparison: pure functions returning `Finding`s (warnings as data).
 
-Confounders: every setting that differs between two compared arms — environment (NCCL_*, CUDA_*, others), server
-args, versions, GPU, model, the draft model's config and weights (run.json `models`), TP size, host — must be
-explained by a declared factor (launch-plan factors or --factor), otherwise the ratio silently includes its effect,
-whether or not a factor also differs. A setting is explained by factor f when f differs between the two arms, the
-setting is named after f (see `factor_names`) and its value is a function of f's level over all compared runs.
-Speculative-decoding settings (`speculative_*` server args, …) are explained by the speculation itself only when the
-arms differ in speculative algorithm; the profiler's PYTHONPATH entry only when they differ in being profiled.
+Every setting that differs between two compared arms (env, server args, versions, GPU, models, TP size, host) must be
+explained by a declared factor, else the ratio silently includes its effect: by factor f when f differs between the
+arms, the setting is named after f (`factor_names`) and its value is a function of f's level over all compared runs.
+Speculative settings are explained by the speculation only when the arms differ in speculative algorithm.
 """
 
 from __future__ import annotations
@@ -14,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
+import re
 from collections.abc import Sequence
 from itertools import combinations
 
@@ -62,30 +60,24 @@ def ignored_env(key: str, ignore: Sequence[str] = DEFAULT_IGNORED_ENV) -> bool:
 
 
 def run_settings(tables: RunTables, ignore_env: Sequence[str] = DEFAULT_IGNORED_ENV) -> dict[str, dict[str, str]]:
-    """Per run: {'<group> <name>': value} for every setting the confounder check compares.
-
-    Groups: env, server_arg, version, hardware, model. Env comes from run.json (runs.env) and, where that is
-    unknown, from NCCL's own 'NAME set by environment to VALUE' lines; names matching `ignore_env` are left out.
-    Secret values are redacted (speclogs.redact).
-    """
+    """Per run: {'<group> <name>': value} for every setting the confounder check compares, secret values redacted.
+    Env comes from run.json (runs.env), else from NCCL's own 'NAME set by environment to VALUE' lines."""
     settings: dict[str, dict[str, str]] = {r: {} for r in tables.runs["run_id"].to_list()}
     nccl_env: dict[str, dict[str, str]] = {}
-    for run_id, kind, name, value in tables.nccl_settings.select("run_id", "kind", "name", "value").iter_rows():
-        if kind == "env" and name:
+    for run_id, kind, name, value in tables.nccl_settings.filter(pl.col("name") != "").select(
+            "run_id", "kind", "name", "value").iter_rows():
+        if kind == "env":
             nccl_env.setdefault(run_id, {})[name] = str(value)
-        elif kind == "version" and name:
+        elif kind == "version":
             settings.setdefault(run_id, {})["version nccl"] = str(value)
     for row in tables.runs.iter_rows(named=True):
-        run_id = row["run_id"]
-        s = settings[run_id]
-        env = parse_json_text(row["env"])
+        s = settings[row["run_id"]]
+        env, known = parse_json_text(row["env"]), RUN_JSON
+        if not env:
+            env, known = nccl_env.get(row["run_id"], {}), "NCCL INFO lines"
         if env:
             s.update({f"env {k}": str(redact_value(k, v)) for k, v in env.items() if not ignored_env(k, ignore_env)})
-            s["_env_known"] = RUN_JSON
-        elif run_id in nccl_env:
-            s.update({f"env {k}": str(redact_value(k, v)) for k, v in nccl_env[run_id].items()
-                      if not ignored_env(k, ignore_env)})
-            s["_env_known"] = "NCCL INFO lines"
+            s["_env_known"] = known
         record = RunRecord.from_document(parse_json_text(row["run_json"]))
         for name, value in record.versions.items():
             if name != "speclogs":
@@ -126,13 +118,12 @@ def _code_for(key: str) -> str:
 
 
 def _norm(text: str) -> str:
-    return "".join(ch for ch in text.lower() if ch.isalnum())
+    return re.sub(r"[\W_]", "", text.lower())
 
 
 def _tokens(text: str) -> list[str]:
     """Whole words of a name: split at anything not a letter or digit, and at lower→upper case changes."""
-    spaced = "".join(f" {ch}" if ch.isupper() and i and text[i - 1].islower() else ch for i, ch in enumerate(text))
-    return [t for t in "".join(ch.lower() if ch.isalnum() else " " for ch in spaced).split() if t]
+    return re.findall(r"[^\W_]+", re.sub(r"(?<=[a-z])(?=[A-Z])", " ", text).lower())
 
 
 def factor_names(factor: str, key: str) -> bool:
@@ -163,10 +154,6 @@ def _fmt(values: set[str]) -> str:
     return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
 
 
-def _describe(key: str, a: set[str], b: set[str]) -> str:
-    return f"{key.partition(' ')[2] or key} ({_fmt(a)} → {_fmt(b)})"
-
-
 def confounder_findings(
     settings: dict[str, dict[str, str]], arm_runs: dict[str, list[str]], levels: dict[str, dict[str, str]]
 ) -> list[Finding]:
@@ -175,8 +162,7 @@ def confounder_findings(
     reference = arms[0]
     all_ids = [r for ids in arm_runs.values() for r in ids]
     keys = sorted({k for r in all_ids for k in settings.get(r, {}) if not k.startswith("_")})
-    env_known = {r: settings[r].get("_env_known") for r in all_ids}
-    unknown = [r for r in all_ids if not env_known[r]]
+    unknown = [r for r in all_ids if not settings[r].get("_env_known")]
     if unknown and len(unknown) < len(all_ids):
         findings.append(Finding(
             "env_unknown", f"{len(unknown)} of {len(all_ids)} runs have no recorded environment (no run.json, no NCCL "
@@ -192,15 +178,19 @@ def confounder_findings(
                 + (f" and {len(inconsistent) - 8} more" if len(inconsistent) > 8 else ""), "warning", (arm,)))
     for arm in arms[1:]:
         ids_a, ids_b = arm_runs[reference], arm_runs[arm]
+
+        def differs(key: str, a=ids_a, b=ids_b) -> bool:
+            return _values(settings, a, key) != _values(settings, b, key)
+
+        def describe(key: str, a=ids_a, b=ids_b) -> str:
+            return f"{key.partition(' ')[2] or key} ({_fmt(_values(settings, a, key))} → {_fmt(_values(settings, b, key))})"
+
         # a setting that already varies inside an arm is reported once, as arm_inconsistent
-        differing = [k for k in keys if _values(settings, ids_a, k) != _values(settings, ids_b, k)
-                     and k not in inconsistent_keys]
+        differing = [k for k in keys if differs(k) and k not in inconsistent_keys]
         factors = [f for f, by_run in levels.items() if {by_run[r] for r in ids_a} != {by_run[r] for r in ids_b}]
-        spec_differs = _values(settings, ids_a, "spec speculative_algorithm") != _values(settings, ids_b, "spec speculative_algorithm")
         pair = (reference, arm)
         if len(factors) >= 2:
-            shown = "; ".join(_describe(k, _values(settings, ids_a, k), _values(settings, ids_b, k))
-                              for k in differing if not _is_spec_key(k))[:600]
+            shown = "; ".join(describe(k) for k in differing if not _is_spec_key(k))[:600]
             findings.append(Finding(
                 "confounded_factors", f"{arm} vs {reference}: the arms differ in {len(factors)} declared factors "
                 f"({', '.join(factors)}), so this ratio is confounded — it mixes their effects. Settings that differ: "
@@ -208,27 +198,23 @@ def confounder_findings(
                 "factor.", "warning", pair))
             continue
         explained: dict[str, list[str]] = {}
-        unexplained: list[str] = []
-        profiled_differs = _values(settings, ids_a, "profile profiled") != _values(settings, ids_b, "profile profiled")
+        by_code: dict[str, list[str]] = {}   # the unexplained ones
         for key in differing:
             if key in ("spec speculative_algorithm", "profile profiled"):
                 continue
             named_by = [f for f in factors if factor_names(f, key) and _function_of(settings, levels[f], all_ids, key)]
             if named_by:
                 explained.setdefault(f"factor {named_by[0]}", []).append(key)
-            elif _is_spec_key(key) and spec_differs:
+            elif _is_spec_key(key) and differs("spec speculative_algorithm"):
                 explained.setdefault("speculative decoding", []).append(key)
-            elif key == "env PYTHONPATH" and profiled_differs:
+            elif key == "env PYTHONPATH" and differs("profile profiled"):
                 explained.setdefault("profiling (python -m speclogs.profile)", []).append(key)
             elif key == "hardware hostname" and "hardware gpu_name" not in differing:
                 explained.setdefault("host name only", []).append(key)
             else:
-                unexplained.append(key)
-        by_code: dict[str, list[str]] = {}
-        for key in unexplained:
-            by_code.setdefault(_code_for(key), []).append(key)
+                by_code.setdefault(_code_for(key), []).append(key)
         for code, group in by_code.items():
-            shown = "; ".join(_describe(k, _values(settings, ids_a, k), _values(settings, ids_b, k)) for k in group[:10])
+            shown = "; ".join(describe(k) for k in group[:10])
             more = f" and {len(group) - 10} more" if len(group) > 10 else ""
             why = (f"the declared factor {factors[0]} is not named after them" if factors
                    else "no declared factor explains them")
@@ -237,7 +223,7 @@ def confounder_findings(
                 "includes their effect. Rerun with equal settings, or declare the difference as a factor named after "
                 "the setting (--factor NAME=GLOB, or factors in the launch plan; docs/report.md).", "warning", pair))
         for why, group in explained.items():
-            shown = "; ".join(_describe(k, _values(settings, ids_a, k), _values(settings, ids_b, k)) for k in group[:12])
+            shown = "; ".join(describe(k) for k in group[:12])
             findings.append(Finding(
                 "factor_settings", f"{arm} vs {reference}: {why} accounts for {shown}"
                 + (f" and {len(group) - 12} more" if len(group) > 12 else ""), "info", pair))
@@ -289,12 +275,8 @@ def _factorial_confounders(settings, levels: dict[str, dict[str, str]], ids: Seq
 
 
 def _function_of(settings, by_run: dict[str, str], ids: Sequence[str], key: str) -> bool:
-    mapping: dict[str, str] = {}
-    for r in ids:
-        value = settings[r].get(key, UNSET)
-        if mapping.setdefault(by_run[r], value) != value:
-            return False
-    return True
+    """Is the setting's value a function of the factor's level over `ids`?"""
+    return len({(by_run[r], settings[r].get(key, UNSET)) for r in ids}) == len({by_run[r] for r in ids})
 
 
 def lint_comparison(
@@ -319,13 +301,14 @@ def lint_comparison(
     findings += _setup_findings(setup, arm_of, names)
     findings += _ignored_env_findings(tables, ignore)
 
-    single = [a.name for a in arms if max((e.n_launches for e in (a.client, a.server) if e), default=0) < 2]
+    launches = {a.name: max((e.n_launches for e in (a.client, a.server) if e), default=0) for a in arms}
+    single = [name for name, n in launches.items() if n < 2]
     if single:
         findings.append(Finding(
             "single_launch", f"one launch in arm(s) {', '.join(single)}: need ≥ 2 launches per arm for a verdict — "
             "one launch shows request noise only, not launch-to-launch variation (warm-up, placement, NCCL init), so no "
             "winner is named. Repeat launches (≥ 3 per arm, interleaved).", "warning", tuple(single)))
-    few = [(a.name, n) for a in arms if 2 <= (n := max((e.n_launches for e in (a.client, a.server) if e), default=0)) < 5]
+    few = [(name, n) for name, n in launches.items() if 2 <= n < 5]
     if few:
         findings.append(Finding(
             "few_launches", f"{', '.join(f'{name} ({n})' for name, n in few)} launches: the launch-to-launch variance is "
@@ -335,12 +318,11 @@ def lint_comparison(
     findings += _launches_needed(arms, comparisons, confidence, min_effect)
     findings += _launch_outliers(arms, comparisons)
     for a in arms:
-        if a.client and a.client.n_rows < MIN_REQUESTS:
-            findings.append(Finding("too_few_samples", f"arm {a.name}: {a.client.n_rows} client request(s) after warm-up; "
-                                    f"≥ {MIN_REQUESTS} per launch give usable intervals", "warning", (a.name,)))
-        if a.server and a.server.n_rows < MIN_DECODE_ROWS:
-            findings.append(Finding("too_few_samples", f"arm {a.name}: {a.server.n_rows} steady-state decode row(s); "
-                                    f"≥ {MIN_DECODE_ROWS} give usable intervals", "warning", (a.name,)))
+        for estimate, least, what in ((a.client, MIN_REQUESTS, "client request(s) after warm-up; ≥ {} per launch"),
+                                      (a.server, MIN_DECODE_ROWS, "steady-state decode row(s); ≥ {}")):
+            if estimate and estimate.n_rows < least:
+                findings.append(Finding("too_few_samples", f"arm {a.name}: {estimate.n_rows} {what.format(least)} give "
+                                        "usable intervals", "warning", (a.name,)))
         if a.speculative_algorithm and a.accept_len is not None:
             findings += _acceptance_findings(a, causes.get(a.name, []), reference_acceptance,
                                              (accept_intervals or {}).get(a.name))
@@ -370,7 +352,7 @@ def lint_comparison(
     findings += _launch_round_findings(tables, clients, arm_runs)
     findings += _warmup_findings(decode, clients, cycles, arm_of, names)
     findings += _trend_findings(decode, clients, arm_of, names)
-    findings += _event_findings(tables, decode, clients, arm_of, names)
+    findings += _event_findings(tables, arm_of, names)
     for run_id, n in run_data_rows.items():
         if n == 0 and decode.filter(pl.col("run_id") == run_id).is_empty():
             findings.append(Finding("no_decode_rows", f"run {names[run_id]} has no 'Decode batch' rows: server throughput, "
@@ -549,26 +531,14 @@ def _launch_outliers(arms: Sequence[Arm], comparisons: Sequence[RatioComparison]
 
 def _ignored_env_findings(tables: RunTables, ignore: Sequence[str]) -> list[Finding]:
     """Say which ignored env variables differ between the compared runs (so ignoring them is a visible choice)."""
-    values: dict[str, set[str]] = {}
-    runs = 0
-    for text in tables.runs["env"].to_list():
-        env = parse_json_text(text)
-        if not env:
-            continue
-        runs += 1
-        for name, value in env.items():
-            values.setdefault(name, set()).add(str(value))
-    differing = sorted(name for name, seen in values.items()
-                       if ignored_env(name, ignore) and (len(seen) > 1 or 0 < _count_runs_with(tables, name) < runs))
+    envs = [env for text in tables.runs["env"].to_list() if (env := parse_json_text(text))]
+    differing = sorted(name for name in {name for env in envs for name in env} if ignored_env(name, ignore)
+                       and len({str(env[name]) if name in env else None for env in envs}) > 1)
     if not differing:
         return []
     shown = ", ".join(differing[:12]) + (f" and {len(differing) - 12} more" if len(differing) > 12 else "")
     return [Finding("env_ignored", f"not compared (the default ignore list and --ignore-env): {shown} differ between "
                     "the runs; --ignore-env NAME adds names, globs allowed", "info")]
-
-
-def _count_runs_with(tables: RunTables, name: str) -> int:
-    return sum(1 for text in tables.runs["env"].to_list() if name in parse_json_text(text))
 
 
 def _launch_round_findings(tables: RunTables, clients: pl.DataFrame, arm_runs: dict[str, list[str]]) -> list[Finding]:
@@ -709,7 +679,7 @@ def _trend_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) 
     return findings
 
 
-def _event_findings(tables: RunTables, decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:
+def _event_findings(tables: RunTables, arm_of, names) -> list[Finding]:
     findings = []
     retracted: dict[str, int] = {}
     for run_id, kind, n in tables.events.iter_rows():

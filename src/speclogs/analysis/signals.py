@@ -1,30 +1,12 @@
-"""What stock SGLang's own signals say, next to the log lines: exact accept length from counter deltas, the phase split
-of SGLang's device timer (compared with speclogs' profiler and the decode lines), per-request acceptance.
-
-- **Counters.** Between a benchmark window's first and last scrape of `/metrics`, Δ`sglang:generation_tokens_total` /
-  Δ`sglang:spec_verify_calls_total` is the window's accept length, exactly: SGLang adds each finished request's
-  completion tokens and verify steps to them, so this is Σ tokens / Σ verify steps of the requests that finished in the
-  window — the verify-weighted mean of the per-request accept lengths. The decode lines' estimate is the mean of
-  their `accept len` weighted by verify steps (running requests; every line covers the same number of decode steps).
-- **Device timer** (`SGLANG_ENABLE_METRICS_DEVICE_TIMER=1`): Δ`sglang:forward_execution_seconds_total{category}` is
-  GPU time per forward category from CUDA events; per decode cycle = seconds / (Δ verify calls / mean batch size).
-  target_verify → verify, eagle_draft → draft, eagle_draft_extend → extend (speclogs' profiler's names), the
-  target's `extend` → prefill (outside the cycle). Labels are mode-dependent: with CUDA graphs off the draft
-  runner's forwards count as `decode` / `extend`.
-- **Three phase sources** where they overlap: the device timer, speclogs' profiler (`spec_cycles`, CUDA events around
-  the EAGLE worker's methods: verify includes sampling and acceptance, the cycle includes host gaps inside it) and the
-  decode lines (wall time per cycle × `fwd occupancy`, the GPU-busy share SGLang prints with the device timer on — so
-  not independent of the timer for the total).
-- **Per request** (`requests`, one source per request: export file, else JSON request lines, else text request lines):
-  the distribution per arm, its verify-weighted mean (the figure the counters give; an unweighted mean over-weights
-  short requests) and outliers beyond Tukey's fences (1.5 × IQR, at least ±0.1 accept length).
-
-`signal_evidence_for(con, arm_runs)` loads the rows (SQL); `signal_evidence(tables, arm_runs)` is pure.
+"""What stock SGLang's own signals say next to the log lines (docs/report.md, "SGLang's own signals"): the exact accept
+length of a benchmark window from counter deltas (Δ generation tokens / Δ verify calls: Σ tokens / Σ verify steps of
+the requests that finished in it), the device timer's GPU time per forward category and per decode cycle, compared
+with speclogs' profiler and the decode lines, and per-request acceptance (its verify-weighted mean is the counters').
+`signal_evidence_for(con, arm_runs)` loads the rows; `signal_evidence(tables, arm_runs)` is pure.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -34,6 +16,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from speclogs.analysis.load import IN_RUNS, parse_json_text, select
 from speclogs.analysis.results import Comparison, Finding
 
 GENERATION_TOKENS = "sglang:generation_tokens_total"
@@ -54,8 +37,6 @@ SOURCE_PREFERENCE = ("request_export", "log_requests_json", "log_requests_text")
 
 @dataclass(frozen=True)
 class SignalTables:
-    """Rows the signals need, per selected run (frames as the loader reads them)."""
-
     runs: pl.DataFrame        # run_id, run_name, run_json
     metrics: pl.DataFrame     # run_id, source_file, ts, window_name, phase, name, labels, value
     decode: pl.DataFrame      # run_id, source_file, line_no, ts, tp_rank, running_req, accept_len, gen_throughput_tok_s, fwd_occupancy_pct
@@ -96,8 +77,6 @@ class ArmAccept:
 
 @dataclass(frozen=True)
 class DevicePhase:
-    """GPU time of one device-timer category in one window."""
-
     arm: str
     run_name: str
     window: str
@@ -168,39 +147,28 @@ class SignalEvidence:
         return not (self.windows or self.device_phases or self.request_acceptance)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# loading (SQL); everything below it is pure
-
-
 def signal_evidence_for(con: Any, arm_runs: Mapping[str, list[str]]) -> SignalEvidence:
     """Load the selected runs' metrics, decode lines, requests and profiled cycles, then `signal_evidence`."""
     run_ids = [run_id for ids in arm_runs.values() for run_id in ids]
-    where = "WHERE run_id IN (SELECT unnest(?::VARCHAR[]))"
-
-    def select(sql: str, ids: list[str]) -> pl.DataFrame:
-        return pl.from_arrow(con.sql(sql, params=[ids]).to_arrow_table())
-
     # the smg sidecar exports the same series as sglang_… (a Prometheus name without the colon); a snapshot with the
     # sglang: names keeps those, so a scrape that has both counts once
     names = ", ".join(f"'{n}', '{n.replace(':', '_', 1)}'" for n in (GENERATION_TOKENS, VERIFY_CALLS, FORWARD_SECONDS))
-    metrics = select(f"""SELECT run_id, source_file, ts, window_name, phase, regexp_replace(name, '^sglang_', 'sglang:') AS name,
-        CAST(labels AS VARCHAR) AS labels, value FROM metrics AS m {where} AND name IN ({names})
+    metrics = select(con, f"""SELECT run_id, source_file, ts, window_name, phase, regexp_replace(name, '^sglang_', 'sglang:') AS name,
+        CAST(labels AS VARCHAR) AS labels, value FROM metrics AS m WHERE {IN_RUNS} AND name IN ({names})
         AND (name LIKE 'sglang:%' OR NOT EXISTS (SELECT 1 FROM metrics AS c WHERE c.source_file = m.source_file
-                                                  AND c.name LIKE 'sglang:%'))""", run_ids)
-    requests = select(f"""SELECT run_id, source_kind, rid, health_check, completion_tokens, spec_accept_length,
-        spec_verify_ct, finished_unix_s, ts FROM requests {where}""", run_ids)
-    scraped = sorted(set(metrics["run_id"].to_list()))   # the log rows are compared with windows only: runs with scrapes
-    tables = SignalTables(
-        runs=select(f"SELECT run_id, run_name, CAST(run_json AS VARCHAR) AS run_json FROM runs {where}", run_ids),
+                                                  AND c.name LIKE 'sglang:%'))""", [run_ids])
+    scraped = [sorted(set(metrics["run_id"].to_list()))]   # the log rows are compared with windows only: runs with scrapes
+    return signal_evidence(SignalTables(
+        runs=select(con, f"SELECT run_id, run_name, CAST(run_json AS VARCHAR) AS run_json FROM runs WHERE {IN_RUNS}", [run_ids]),
         metrics=metrics,
-        decode=select(f"""SELECT run_id, source_file, line_no, ts, tp_rank, running_req, accept_len, gen_throughput_tok_s,
-            fwd_occupancy_pct FROM decode_batches {where}""", scraped),
-        idle=select(f"SELECT run_id, source_file, line_no FROM prefill_batches {where} AND running_req = 0", scraped),
-        requests=requests,
-        spec_cycles=select(f"SELECT run_id, ts, tp_rank, draft_ms, verify_ms, extend_ms, cycle_ms FROM spec_cycles {where}",
-                           scraped),
-    )
-    return signal_evidence(tables, arm_runs)
+        decode=select(con, f"""SELECT run_id, source_file, line_no, ts, tp_rank, running_req, accept_len, gen_throughput_tok_s,
+            fwd_occupancy_pct FROM decode_batches WHERE {IN_RUNS}""", scraped),
+        idle=select(con, f"SELECT run_id, source_file, line_no FROM prefill_batches WHERE {IN_RUNS} AND running_req = 0", scraped),
+        requests=select(con, f"""SELECT run_id, source_kind, rid, health_check, completion_tokens, spec_accept_length,
+            spec_verify_ct, finished_unix_s, ts FROM requests WHERE {IN_RUNS}""", [run_ids]),
+        spec_cycles=select(con, f"SELECT run_id, ts, tp_rank, draft_ms, verify_ms, extend_ms, cycle_ms FROM spec_cycles "
+                                f"WHERE {IN_RUNS}", scraped),
+    ), arm_runs)
 
 
 def with_signals(comparison: Comparison, evidence: SignalEvidence) -> Comparison:
@@ -212,9 +180,8 @@ def with_signals(comparison: Comparison, evidence: SignalEvidence) -> Comparison
 
 
 def signal_evidence(tables: SignalTables, arm_runs: Mapping[str, list[str]]) -> SignalEvidence:
-    """Pure: the signals of every run of every arm (see the module docstring)."""
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
-    run_json = {r: _json_object(t) for r, t in zip(tables.runs["run_id"].to_list(), tables.runs["run_json"].to_list())}
+    run_json = {r: parse_json_text(t) for r, t in zip(tables.runs["run_id"].to_list(), tables.runs["run_json"].to_list())}
     decode = _decode_rows(tables.decode, tables.idle)
     windows: list[WindowAccept] = []
     phases: list[DevicePhase] = []
@@ -248,18 +215,6 @@ def signal_evidence(tables: SignalTables, arm_runs: Mapping[str, list[str]]) -> 
     return SignalEvidence(tuple(windows), arms, tuple(phases), tuple(checks), tuple(acceptance), tuple(findings))
 
 
-def _json_object(text: str | None) -> dict:
-    try:
-        value = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# windows and counter deltas
-
-
 @dataclass(frozen=True)
 class _Window:
     name: str
@@ -279,12 +234,11 @@ def _windows(metrics: pl.DataFrame, run_json: dict, findings: list[Finding], run
     recorded = {w.get("name"): w for w in run_json.get("windows", []) if isinstance(w, dict) and w.get("name")}
     out = []
     for (window_name,), rows in sorted(metrics.partition_by("window_name", as_dict=True).items(), key=lambda kv: str(kv[0][0])):
-        scrapes = rows.group_by("source_file").agg(pl.col("ts").first(), pl.col("phase").first())
-        order = {"before": 0, "during": 1, "after": 2}
-        ranked = sorted(scrapes.iter_rows(named=True),
-                        key=lambda s: (s["ts"] is None, s["ts"] or datetime.min, order.get(s["phase"], 1)))
-        if any(s["ts"] is None for s in ranked):   # no times: the phases order them
-            ranked = sorted(ranked, key=lambda s: order.get(s["phase"], 1))
+        scrapes = rows.group_by("source_file").agg(pl.col("ts").first(), pl.col("phase").first()).with_columns(
+            pl.col("phase").replace_strict({"before": 0, "during": 1, "after": 2}, default=1).fill_null(1).alias("order"))
+        # by time, else (a scrape without one) by phase
+        by = ["ts", "order"] if scrapes["ts"].is_not_null().all() else ["order", "ts"]
+        ranked = scrapes.sort(by, nulls_last=True).to_dicts()
         if len(ranked) < 2 or ranked[0]["phase"] == ranked[-1]["phase"] == "during":
             continue
         first, last = ranked[0]["source_file"], ranked[-1]["source_file"]
@@ -309,18 +263,12 @@ def _windows(metrics: pl.DataFrame, run_json: dict, findings: list[Finding], run
 def _series(rows: pl.DataFrame) -> dict[str, float]:
     """Counter series of one scrape: generation tokens and verify calls summed over their label sets; forward seconds
     per category, from the lowest tp_rank that reports it (each rank times its own GPU)."""
-    out: dict[str, float] = {}
-    timer: dict[str, tuple[int, float]] = {}
-    for name, labels, value in rows.select("name", "labels", "value").iter_rows():
-        parsed = _json_object(labels)
-        if name == FORWARD_SECONDS:
-            category = str(parsed.get("category", "?"))
-            rank = int(parsed["tp_rank"]) if str(parsed.get("tp_rank", "")).isdigit() else 0
-            if category not in timer or rank < timer[category][0]:
-                timer[category] = (rank, value)
-        else:
-            out[name] = out.get(name, 0.0) + value
-    out.update({f"{FORWARD_SECONDS}:{category}": value for category, (_, value) in timer.items()})
+    is_timer = pl.col("name") == FORWARD_SECONDS
+    out = dict(rows.filter(~is_timer).group_by("name", maintain_order=True).agg(pl.col("value").sum()).iter_rows())
+    timer = rows.filter(is_timer).select(
+        pl.format("{}:{}", "name", pl.col("labels").str.json_path_match("$.category").fill_null("?")).alias("key"),
+        pl.col("labels").str.json_path_match("$.tp_rank").cast(pl.Int64, strict=False).fill_null(0).alias("rank"), "value")
+    out.update(timer.sort("rank", maintain_order=True).group_by("key", maintain_order=True).agg(pl.col("value").first()).iter_rows())
     return out
 
 
@@ -335,22 +283,24 @@ def _float(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
 
 
+def _ts_inside(window: _Window) -> pl.Expr:
+    """ts in the window; log timestamps have 1 s resolution, so the window's first second counts."""
+    return pl.col("ts").is_between(window.start.replace(microsecond=0), window.end)
+
+
 def _in_window(rows: pl.DataFrame, window: _Window) -> pl.DataFrame:
-    """Rows whose ts lies in the window; log timestamps have 1 s resolution, so the window's first second counts."""
     if window.start is None or window.end is None or rows.is_empty():
         return rows
-    start = window.start.replace(microsecond=0)
-    return rows.filter((pl.col("ts") >= start) & (pl.col("ts") <= window.end))
+    return rows.filter(_ts_inside(window))
 
 
 def _requests_in(requests: pl.DataFrame, window: _Window) -> pl.DataFrame:
+    """A window's requests: by the time they finished, else (no finish time) by their log line's ts."""
     rows = _one_source(requests)
     if window.start_unix is not None and window.end_unix is not None:
         timed = pl.col("finished_unix_s").is_not_null()
-        inside = timed & pl.col("finished_unix_s").is_between(window.start_unix, window.end_unix)
-        by_ts = ~timed & pl.col("ts").is_not_null() & (pl.col("ts") >= window.start.replace(microsecond=0)) & (pl.col("ts") <= window.end) \
-            if window.start is not None and window.end is not None else pl.lit(False)
-        return rows.filter(inside | by_ts)
+        by_ts = ~timed & _ts_inside(window) if window.start is not None and window.end is not None else pl.lit(False)
+        return rows.filter(timed & pl.col("finished_unix_s").is_between(window.start_unix, window.end_unix) | by_ts)
     return _in_window(rows, window) if rows["ts"].is_not_null().all() else rows
 
 
@@ -444,10 +394,6 @@ def _accept_findings(windows: list[WindowAccept]) -> list[Finding]:
     return found
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# device timer and the three phase sources
-
-
 def _device_phases(arm: str, accept: WindowAccept, window: _Window, batch: float | None) -> list[DevicePhase]:
     prefix = f"{FORWARD_SECONDS}:"
     seconds = {key[len(prefix):]: window.after[key] - window.before.get(key, 0.0)
@@ -469,31 +415,23 @@ def _device_phases(arm: str, accept: WindowAccept, window: _Window, batch: float
 
 def _phase_checks(arm: str, accept: WindowAccept, phases: list[DevicePhase], cycles: pl.DataFrame,
                   rows: pl.DataFrame) -> list[PhaseCheck]:
-    device = {}
+    device: dict[str, float] = {}
     for p in phases:
         if p.ms_per_cycle is not None:
             device[p.phase] = device.get(p.phase, 0.0) + p.ms_per_cycle
-    profiled = {}
-    if cycles.height:
-        means = cycles.select(pl.col("verify_ms").mean(), pl.col("draft_ms").mean(), pl.col("extend_ms").mean(),
-                              pl.col("cycle_ms").mean()).row(0)
-        profiled = {k: v for k, v in zip(("verify", "draft", "extend", "cycle"), means) if v is not None}
-    busy = _decode_busy_ms(rows)
-    if not device and not profiled:
-        return []
     if device:
         device["cycle"] = sum(device.values())
+    means = cycles.select("verify_ms", "draft_ms", "extend_ms", "cycle_ms").mean().row(0) if cycles.height else ()
+    profiled = {k: v for k, v in zip(("verify", "draft", "extend", "cycle"), means) if v is not None}
+    busy = _decode_busy_ms(rows)
     out = []
     for phase in ("verify", "draft", "extend", "cycle"):
         ref, prof = device.get(phase), profiled.get(phase)
+        if ref is None and prof is None:
+            continue
         lines = busy if phase == "cycle" else None
         others = [v for v in (prof, lines) if v is not None]
-        if ref is None or not others:
-            if ref is None and prof is None:
-                continue
-            out.append(PhaseCheck(arm, accept.run_name, accept.window, phase, ref, prof, lines, None, None))
-            continue
-        difference = max(abs(v - ref) / ref for v in others) if ref > 0 else None
+        difference = max(abs(v - ref) / ref for v in others) if ref and others else None
         out.append(PhaseCheck(arm, accept.run_name, accept.window, phase, ref, prof, lines, difference,
                               None if difference is None else difference <= PHASE_TOLERANCE))
     return out
@@ -534,10 +472,6 @@ def _phase_findings(phases: list[DevicePhase], checks: list[PhaseCheck]) -> list
     return found
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# per-request acceptance
-
-
 def _request_acceptance(arm: str, requests: pl.DataFrame, run_json: dict[str, dict], names: dict[str, str]) -> RequestAcceptance | None:
     """The arm's requests (one source each), within the runs' benchmark windows when run.json records them."""
     rows = _one_source(requests)
@@ -574,7 +508,3 @@ def _request_acceptance(arm: str, requests: pl.DataFrame, run_json: dict[str, di
         p90=float(np.percentile(accept, 90)), maximum=float(accept.max()), low_fence=low, high_fence=high,
         histogram=tuple((float(v), int(c)) for v, c in zip(values, counts)), outliers=outliers, n_outliers=outside.height,
     )
-
-
-__all__ = ["ArmAccept", "DevicePhase", "PhaseCheck", "RequestAcceptance", "RequestOutlier", "SignalEvidence",
-           "SignalTables", "WindowAccept", "signal_evidence", "signal_evidence_for", "with_signals"]

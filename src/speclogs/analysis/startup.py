@@ -9,6 +9,7 @@ from typing import Any
 
 import polars as pl
 
+from speclogs.analysis.load import IN_RUNS, select
 from speclogs.analysis.results import Finding
 
 
@@ -24,11 +25,9 @@ class StartupBreakdown:
 def startup_for(con: Any, arm_runs: Mapping[str, list[str]]) -> StartupBreakdown | None:
     """The selected runs' startup_phases rows (None where the database has no such view, or no rows)."""
     ids = [run_id for run_ids in arm_runs.values() for run_id in run_ids]
-    if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'startup_phases'").fetchall()[0][0]:
+    if select(con, "SELECT 1 FROM duckdb_views() WHERE view_name = 'startup_phases'", []).is_empty():
         return None
-    frame = pl.from_arrow(con.sql(
-        "SELECT p.*, r.run_name FROM startup_phases p JOIN runs r USING (run_id) WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
-        params=[ids]).to_arrow_table())
+    frame = select(con, f"SELECT p.*, r.run_name FROM startup_phases p JOIN runs r USING (run_id) WHERE {IN_RUNS}", [ids])
     return startup_breakdown(frame, arm_runs) if frame.height else None
 
 

@@ -1,11 +1,5 @@
 """What another speculative setting would give, predicted from one run: `whatif(tables, ...)` is pure;
 `whatif_for(con, selectors)` loads the rows. docs/whatif.md explains the model, its assumptions and its measured error.
-
-Acceptance: with topk 1 the draft is a chain, so a cycle of `s` steps keeps `1 + min(A, s)` tokens of the measured
-accepted count A (exact below the measured steps; a geometric tail beyond, marked extrapolated). Cycle: the measured
-phases (profiler, else the device timer) scaled per step — draft proportional to the steps, verify linear in the tokens
-verified between a baseline's decode step and the measured verify — and, where the GPU idles waiting for the host
-(host-bound), the measured wall time as the floor. Intervals: bootstrap over launches, then cycles within each.
 """
 
 from __future__ import annotations
@@ -17,7 +11,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from speclogs.analysis.load import RunTables, load_run_tables, resolve_arms
+from speclogs.analysis.load import IN_RUNS, RunTables, load_run_tables, resolve_arms, select
 from speclogs.analysis.signals import SOURCE_PREFERENCE, signal_evidence_for
 from speclogs.analysis.steady import client_rows
 from speclogs.errors import AnalysisError
@@ -106,22 +100,21 @@ def whatif_for(con: Any, selectors: Sequence[str], confidence: float = 0.95, *, 
     run_ids = list(dict.fromkeys(run_id for ids in arms.values() for run_id in ids))
     if evidence is None:
         evidence = signal_evidence_for(con, {"runs": run_ids})
-    names = dict(con.execute("SELECT run_name, run_id FROM runs WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
-                             [run_ids]).fetchall())
+    names = dict(select(con, f"SELECT run_name, run_id FROM runs WHERE {IN_RUNS}", [run_ids]).iter_rows())
     device_ms = pl.DataFrame(
         [(names[p.run_name], p.phase, p.ms_per_cycle) for p in evidence.device_phases
          if p.ms_per_cycle is not None and p.run_name in names],
         schema={"run_id": pl.Utf8, "phase": pl.Utf8, "ms_per_cycle": pl.Float64}, orient="row")
-    accept_hist = pl.from_arrow(con.sql(f"""
+    accept_hist = select(con, f"""
         WITH preferred AS (
           SELECT run_id, min(array_position({list(SOURCE_PREFERENCE)}, source_kind)) AS rank FROM requests
-          WHERE run_id IN (SELECT unnest(?::VARCHAR[])) AND spec_accept_histogram IS NOT NULL GROUP BY 1)
+          WHERE {IN_RUNS} AND spec_accept_histogram IS NOT NULL GROUP BY 1)
         SELECT r.run_id, (h.i - 1)::INTEGER AS accepted, sum(h.v)::BIGINT AS cycles
         FROM requests r JOIN preferred p ON r.run_id = p.run_id
                                         AND array_position({list(SOURCE_PREFERENCE)}, r.source_kind) = p.rank,
              LATERAL (SELECT unnest(CAST(r.spec_accept_histogram AS BIGINT[])) AS v,
                              generate_subscripts(CAST(r.spec_accept_histogram AS BIGINT[]), 1) AS i) AS h
-        WHERE NOT coalesce(r.health_check, false) GROUP BY ALL""", params=[run_ids]).to_arrow_table())
+        WHERE NOT coalesce(r.health_check, false) GROUP BY ALL""", [run_ids])
     return whatif(tables or load_run_tables(con, run_ids), confidence, device_ms=device_ms, accept_hist=accept_hist)
 
 

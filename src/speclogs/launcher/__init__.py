@@ -1,6 +1,6 @@
 """speclogs.launcher: reproduce SGLang runs from a plan file, record each launch in run.json.
 
-Standard library only (+ numpy for `synth`), because it runs on the GPU box where duckdb/polars are absent.
+Standard library and psutil only (+ numpy for `synth`), because it runs on the GPU box where duckdb/polars are absent.
 """
 
 from speclogs.launcher.plan import BenchServingSpec, BenchSpec, Cell, LaunchSpec, Plan, load_plan, parse_plan

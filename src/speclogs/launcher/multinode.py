@@ -31,26 +31,12 @@ import time
 from pathlib import Path
 
 from speclogs.doctor import arg_value
-from speclogs.errors import LaunchError, PlanError
+from speclogs.errors import LaunchError
 from speclogs.launcher import bench as _bench, process as _proc, runinfo
 from speclogs.launcher.plan import PYTHON_PLACEHOLDER, LaunchSpec, NodesSpec, Plan
 from speclogs.launcher.remote import _bundle, _pull, _tail
-from speclogs.launcher.run import (
-    Interrupted,
-    LaunchOptions,
-    LaunchResult,
-    PlanRunSummary,
-    Progress,
-    _bench_record,
-    _check_overwrite,
-    _is_complete,
-    _result_from,
-    _select,
-    _signals_deferred,
-    _signals_raise_interrupted,
-    server_argv,
-)
-from speclogs.runrecord import RunRecord, finish_record, launch_record, node_record, read_run_json, write_run_json
+from speclogs.launcher.run import Interrupted, LaunchResult, Progress, _bench_record, _signals_deferred, server_argv
+from speclogs.runrecord import RunRecord, finish_record, launch_record, node_record, write_run_json
 
 SPAWN_TIMEOUT_S = 300.0   # ssh + the node's version probe + spawn
 PINGS = 5                 # clock samples per node
@@ -61,41 +47,6 @@ class _Failed(Exception):
     def __init__(self, outcome: str, message: str):
         super().__init__(message)
         self.outcome = outcome
-
-
-def launch_nodes(plan: Plan, options: LaunchOptions, progress: Progress | None = None) -> PlanRunSummary:
-    """Run the plan's launches, each on every node of `plan.nodes`; returns what happened to each launch."""
-    say = progress or (lambda message: None)
-    nodes = plan.nodes
-    if options.until is not None or options.max_minutes is not None:
-        raise PlanError(f"{plan.path}: --until and --max-minutes are not supported with nodes yet",
-                        hint="slice a multi-node plan with --max-launches and --resume")
-    out_dir = options.out_dir.resolve()
-    order = _select(plan, options.only)
-    _check_overwrite(order, out_dir, options)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    _upload(plan, nodes, say)
-    results: list[LaunchResult] = []
-    stopped = "complete"
-    done = 0
-    with _signals_raise_interrupted():
-        for spec in order:
-            run_dir = out_dir / spec.cell.name / str(spec.launch)
-            previous = read_run_json(run_dir)
-            if previous is not None and _is_complete(run_dir, options.retry_failed):
-                results.append(_result_from(previous, spec, run_dir, skipped=True))
-                continue
-            if options.max_launches is not None and done >= options.max_launches:
-                stopped = "max_launches"
-                break
-            say(f"[{spec.order_index + 1}/{len(plan.launch_order())}] {spec.run_name}: starting on {len(nodes.hosts)} nodes")
-            result = _launch_one(plan, spec, run_dir, previous, say)
-            results.append(result)
-            done += 1
-            say(f"{spec.run_name}: {result.outcome}" + (f" ({result.outcome_detail})" if result.outcome_detail else ""))
-    pending = tuple(spec.run_name for spec in order
-                    if not _is_complete(out_dir / spec.cell.name / str(spec.launch), options.retry_failed))
-    return PlanRunSummary(plan_name=plan.name, out_dir=str(out_dir), results=tuple(results), stopped=stopped, pending=pending)
 
 
 def node_argv(plan: Plan, spec: LaunchSpec, rank: int) -> list[str]:
@@ -112,8 +63,9 @@ def _ssh(nodes: NodesSpec, host: str) -> list[str]:
     return ["ssh", "-o", "BatchMode=yes", *nodes.ssh_options, "--", host]  # `--`: the host is never read as an option
 
 
-def _upload(plan: Plan, nodes: NodesSpec, say: Progress) -> None:
+def upload(plan: Plan, say: Progress) -> None:
     """speclogs (and the plan) unpacked into remote_dir on every distinct node, once per plan run."""
+    nodes = plan.nodes
     bundle = _bundle(plan.path, f"plans/{plan.name}.toml")
     remote = shlex.quote(nodes.remote_dir)
     for host in dict.fromkeys(nodes.hosts):
@@ -207,7 +159,8 @@ def _clock_offset(agent: _Agent) -> tuple[float, float] | None:
     return best
 
 
-def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord | None, say: Progress) -> LaunchResult:
+def launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord | None, say: Progress) -> LaunchResult:
+    """One launch on every node of `plan.nodes`: spawn, clocks, node 0's /health, benchmark, stop, logs back."""
     nodes = plan.nodes
     run_dir.mkdir(parents=True, exist_ok=True)
     port = int(arg_value(server_argv(plan, spec), "--port") or plan.port)

@@ -110,10 +110,9 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
     if errors and not options.force:
         raise PlanError(f"the doctor found {len(errors)} error(s) in the setup; nothing was started:\n  " + "\n  ".join(errors),
                         hint="fix them (speclogs doctor PLAN shows each fix), or pass --force to launch anyway")
-    if plan.nodes is not None:  # SGLang on several nodes at once
-        from speclogs.launcher.multinode import launch_nodes
-
-        return launch_nodes(plan, options, progress)
+    if plan.nodes is not None and (options.until is not None or options.max_minutes is not None):
+        raise PlanError(f"{plan.path}: --until and --max-minutes are not supported with nodes yet",
+                        hint="slice a multi-node plan with --max-launches and --resume")
     say = progress or (lambda message: None)
     started = time.monotonic()
     deadline = started + options.max_minutes * 60 if options.max_minutes else None
@@ -123,11 +122,16 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
         # every round up to the budget's last one; the looks decide how many of them run
         plan = replace(plan, cells=tuple(replace(cell, launches=design.last_look) for cell in plan.cells))
     order = _select(plan, options.only)
-    _check_model_paths(plan, order)
+    if plan.nodes is None:   # the nodes' model paths are theirs to check
+        _check_model_paths(plan, order)
     _check_overwrite(order, out_dir, options)
     if design is not None:
         _adaptive.check_state(out_dir, design)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if plan.nodes is not None:   # SGLang on several nodes at once, each launch through their node agents
+        from speclogs.launcher import multinode
+
+        multinode.upload(plan, say)
     context = _MachineContext(plan, design)
     results: list[LaunchResult] = []
     stopped = "complete"
@@ -171,7 +175,10 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
                     break
             say(f"[{spec.order_index + 1}/{len(plan.launch_order())}] {spec.run_name}: starting")
             try:
-                result = _launch_one(plan, spec, run_dir, previous, context, deadline, say, findings[spec.cell.name])
+                if plan.nodes is not None:
+                    result = multinode.launch_one(plan, spec, run_dir, previous, say)
+                else:
+                    result = _launch_one(plan, spec, run_dir, previous, context, deadline, say, findings[spec.cell.name])
             except _DeadlineReached:
                 results.append(_result_from(read_run_json(run_dir), spec, run_dir))
                 stopped = "max_minutes"

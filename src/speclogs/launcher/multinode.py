@@ -32,9 +32,9 @@ from pathlib import Path
 
 from speclogs.doctor import arg_value
 from speclogs.errors import LaunchError
-from speclogs.launcher import bench as _bench, process as _proc, runinfo
+from speclogs.launcher import bench as _bench, process as _proc, remote, runinfo
 from speclogs.launcher.plan import PYTHON_PLACEHOLDER, LaunchSpec, NodesSpec, Plan
-from speclogs.launcher.remote import _bundle, _pull, _tail
+from speclogs.launcher.remote import _bundle, _pull
 from speclogs.launcher.run import Interrupted, LaunchResult, Progress, _bench_record, _signals_deferred, server_argv
 from speclogs.runrecord import RunRecord, finish_record, launch_record, node_record, write_run_json
 
@@ -67,14 +67,9 @@ def upload(plan: Plan, say: Progress) -> None:
     """speclogs (and the plan) unpacked into remote_dir on every distinct node, once per plan run."""
     nodes = plan.nodes
     bundle = _bundle(plan.path, f"plans/{plan.name}.toml")
-    remote = shlex.quote(nodes.remote_dir)
     for host in dict.fromkeys(nodes.hosts):
         say(f"{host}: uploading speclogs to {nodes.remote_dir}")
-        upload = subprocess.run([*_ssh(nodes, host), f"mkdir -p {remote} && cd {remote} && rm -rf src/speclogs && tar -xf -"],
-                                input=bundle, capture_output=True, timeout=300)
-        if upload.returncode != 0:
-            raise LaunchError(f"ssh {host}: upload failed (exit {upload.returncode}): {_tail(upload.stderr)}",
-                              hint=f"check that `ssh {' '.join(shlex.quote(a) for a in _ssh(nodes, host)[1:])} true` works")
+        remote.upload(_ssh(nodes, host), nodes.remote_dir, bundle, host)
 
 
 class _Agent:
@@ -339,10 +334,10 @@ def _bring_logs_back(plan: Plan, spec: LaunchSpec, agents: list[_Agent], run_dir
     for agent in agents:
         target = run_dir / f"node{agent.rank}"
         target.mkdir(parents=True, exist_ok=True)
-        remote = f"runs/{plan.name}/{spec.cell.name}/{spec.launch}/node{agent.rank}"
+        folder = f"runs/{plan.name}/{spec.cell.name}/{spec.launch}/node{agent.rank}"
         try:
-            _pull(_ssh(nodes, agent.host), f"cd {shlex.quote(nodes.remote_dir)} && test -d {shlex.quote(remote)} && "
-                  f"tar -C {shlex.quote(remote)} -cf - .", target, agent.host)
+            _pull(_ssh(nodes, agent.host), f"cd {shlex.quote(nodes.remote_dir)} && test -d {shlex.quote(folder)} && "
+                  f"tar -C {shlex.quote(folder)} -cf - .", target, agent.host)
         except LaunchError as error:
             say(f"{spec.run_name}: WARNING node {agent.rank}'s log stays on {agent.host}: {error}")
 

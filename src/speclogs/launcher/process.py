@@ -219,18 +219,21 @@ def group_pids(pgid: int) -> list[int]:
     return [process.pid for process in _live() if _pgid(process.pid) == pgid]
 
 
-def gpu_compute_pids() -> list[int] | None:
-    """PIDs nvidia-smi lists as GPU compute apps; None when nvidia-smi is absent or fails."""
+def nvidia_smi(*query: str) -> list[str] | None:
+    """The output lines of `nvidia-smi QUERY… --format=csv,noheader,nounits`; None when nvidia-smi is absent or fails."""
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        result = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=30)
+        result = subprocess.run(["nvidia-smi", *query, "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if result.returncode != 0:
-        return None
-    return [int(tok) for tok in result.stdout.split() if tok.strip().isdigit()]
+    return result.stdout.strip().splitlines() if result.returncode == 0 else None
+
+
+def gpu_compute_pids() -> list[int] | None:
+    """PIDs nvidia-smi lists as GPU compute apps; None when nvidia-smi is absent or fails."""
+    lines = nvidia_smi("--query-compute-apps=pid")
+    return None if lines is None else [int(line) for line in lines if line.strip().isdigit()]
 
 
 def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, ProcessIdentity] | None = None,
@@ -276,9 +279,7 @@ def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, Process
         _kill(leader)
         proc.wait(timeout=10)
     # members of the group may need a moment to be reaped after SIGKILL
-    deadline = time.monotonic() + 5
-    while group_pids(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait_group_gone(pgid, 5.0)
     stop_s = time.monotonic() - started
     known.update({pid: identity for pid, identity in identities(tagged_pids(tag)).items() if pid not in known})
     alive_known = [identity for pid, identity in known.items()
@@ -321,14 +322,9 @@ def stop_orphan_group(leader: ProcessIdentity | None, grace_s: float) -> OrphanS
     pids = group_pids(leader.pid)
     known = identities(pids)
     _signal_group(leader.pid, signal.SIGTERM, leader, known)
-    deadline = time.monotonic() + grace_s
-    while group_pids(leader.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if group_pids(leader.pid):
+    if not _wait_group_gone(leader.pid, grace_s):
         _signal_group(leader.pid, signal.SIGKILL, leader, known)
-        deadline = time.monotonic() + 5
-        while group_pids(leader.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_group_gone(leader.pid, 5.0)
     return OrphanStop(tuple(pids), "")
 
 
@@ -338,6 +334,16 @@ def descendants(pid: int) -> set[int]:
         return {child.pid for child in psutil.Process(pid).children(recursive=True)}
     except psutil.Error:
         return set()
+
+
+def _wait_group_gone(pgid: int, wait_s: float) -> bool:
+    """Wait up to wait_s for group `pgid` to have no live member; True when it has none."""
+    deadline = time.monotonic() + wait_s
+    while group_pids(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def free_mb(path: Path) -> float:

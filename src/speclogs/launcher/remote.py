@@ -45,12 +45,7 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
     cd = f"cd {shlex.quote(remote_dir)}"
 
     say(f"{host}: uploading speclogs + plan to {remote_dir}")
-    bundle = _bundle(Path(plan_path), remote_plan)
-    upload = subprocess.run([*ssh, f"mkdir -p {shlex.quote(remote_dir)} && {cd} && rm -rf src/speclogs && tar -xf -"],
-                            input=bundle, capture_output=True, timeout=300)
-    if upload.returncode != 0:
-        raise LaunchError(f"ssh {host}: upload failed (exit {upload.returncode}): {_tail(upload.stderr)}",
-                          hint="check that `ssh " + " ".join(shlex.quote(a) for a in ssh[1:]) + " true` works")
+    upload(ssh, remote_dir, _bundle(Path(plan_path), remote_plan), host)
 
     flags = ["--out", remote_out, "--json-summary", "--stop-on-stdin-eof"]
     flags += ["--resume"] if options.resume else []
@@ -106,6 +101,16 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
                           hint=f"run it by hand: ssh {host} '{command}'")
     results = tuple(replace(r, run_dir=str(out_dir / r.cell / str(r.launch))) for r in summary.results)
     return replace(summary, out_dir=str(out_dir), results=results)
+
+
+def upload(ssh: list[str], remote_dir: str, bundle: bytes, host: str) -> None:
+    """Unpack `bundle` (speclogs + the plan) into remote_dir on `host`, replacing the speclogs unpacked there before."""
+    remote = shlex.quote(remote_dir)
+    done = subprocess.run([*ssh, f"mkdir -p {remote} && cd {remote} && rm -rf src/speclogs && tar -xf -"],
+                          input=bundle, capture_output=True, timeout=300)
+    if done.returncode != 0:
+        raise LaunchError(f"ssh {host}: upload failed (exit {done.returncode}): {_tail(done.stderr)}",
+                          hint="check that `ssh " + " ".join(shlex.quote(a) for a in ssh[1:]) + " true` works")
 
 
 def _bundle(plan_path: Path, remote_plan: str) -> bytes:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from speclogs.doctor import config_facts
+from speclogs.launcher.process import nvidia_smi
 from speclogs.redact import redact_argv, redact_env, redact_value  # noqa: F401 - re-exported for the launcher
 
 # Proxy variables: a server never inherits them unless the plan's inherit_env names them (any case), since they
@@ -130,18 +131,8 @@ def server_versions(python: str, env: dict[str, str], timeout_s: float = 120.0) 
 
 def gpu_inventory() -> list[dict]:
     """GPUs from nvidia-smi ([] where there is none)."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        result = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if result.returncode != 0:
-        return []
     gpus = []
-    for line in result.stdout.strip().splitlines():
+    for line in nvidia_smi("--query-gpu=index,name,driver_version,memory.total") or []:
         parts = [part.strip() for part in line.split(",")]
         if len(parts) < 4:
             continue

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from speclogs.errors import ProbeError
+from speclogs.launcher.process import stop_server
 from speclogs.probe.envsets import EnvSet
 from speclogs.probe.maths import (
     COLLECTIVES,
@@ -315,23 +315,6 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _stop_group(process: subprocess.Popen, grace_s: float = 5.0) -> None:
-    if process.poll() is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        process.wait(timeout=grace_s)
-
-
 def _read(path: Path) -> str:
     """A rank's file, or "" before the rank wrote it."""
     try:
@@ -414,7 +397,7 @@ def _watch_ranks(request: ProbeRequest, processes: list[subprocess.Popen], work_
             time.sleep(0.2)
     finally:
         for process in processes:
-            _stop_group(process)
+            stop_server(process, grace_s=5.0)
 
 
 def _nccl_env_lines(work_dir: Path) -> tuple[str, ...]:

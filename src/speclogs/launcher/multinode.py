@@ -35,18 +35,12 @@ from speclogs.errors import LaunchError
 from speclogs.launcher import bench as _bench, process as _proc, remote, runinfo
 from speclogs.launcher.plan import PYTHON_PLACEHOLDER, LaunchSpec, NodesSpec, Plan
 from speclogs.launcher.remote import _bundle, _pull
-from speclogs.launcher.run import Interrupted, LaunchResult, Progress, _bench_record, _signals_deferred, server_argv
+from speclogs.launcher.run import Interrupted, LaunchResult, Progress, _bench_record, _LaunchFailed, _signals_deferred, server_argv
 from speclogs.runrecord import RunRecord, finish_record, launch_record, node_record, write_run_json
 
 SPAWN_TIMEOUT_S = 300.0   # ssh + the node's version probe + spawn
 PINGS = 5                 # clock samples per node
 STOP_EXTRA_S = 60.0       # beyond stop_grace_s: SIGKILL, reaping, the leftover check
-
-
-class _Failed(Exception):
-    def __init__(self, outcome: str, message: str):
-        super().__init__(message)
-        self.outcome = outcome
 
 
 def node_argv(plan: Plan, spec: LaunchSpec, rank: int) -> list[str]:
@@ -196,7 +190,7 @@ def launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord 
                 try:
                     agent = _Agent(nodes, rank, host)
                 except OSError as error:
-                    raise _Failed("spawn_failed", f"cannot run ssh for node {rank} ({host}): {error.strerror}") from error
+                    raise _LaunchFailed("spawn_failed", f"cannot run ssh for node {rank} ({host}): {error.strerror}") from error
                 agents.append(agent)
                 agent.send(json.dumps(_agent_spec(plan, spec, rank)))
             for agent, node in zip(agents, node_records):
@@ -207,7 +201,7 @@ def launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord 
             say(f"{spec.run_name}: node 0 ready in {record['ready_s']:.1f} s")
             _benchmark(plan, spec, run_dir, base_url, record, stamps, say)
             return finish("ok", "")
-        except _Failed as failure:
+        except _LaunchFailed as failure:
             return finish(failure.outcome, str(failure))
     except (Interrupted, KeyboardInterrupt) as exc:
         reason = exc.reason if isinstance(exc, Interrupted) else "Ctrl-C"
@@ -240,11 +234,11 @@ def _node_record(launch: dict, plan: Plan, spec: LaunchSpec, rank: int, host: st
 def _take_spawned(agent: _Agent, node: dict, say: Progress, run_name: str) -> None:
     event = agent.wait_for(("spawned",), SPAWN_TIMEOUT_S)
     if event is None:
-        raise _Failed("failed_start", f"node {agent.rank} ({agent.host}) did not start its server within {SPAWN_TIMEOUT_S:g} s")
+        raise _LaunchFailed("failed_start", f"node {agent.rank} ({agent.host}) did not start its server within {SPAWN_TIMEOUT_S:g} s")
     if event["event"] == "failed":
-        raise _Failed(event.get("outcome", "failed_start"), f"node {agent.rank} ({agent.host}): {event.get('message')}")
+        raise _LaunchFailed(event.get("outcome", "failed_start"), f"node {agent.rank} ({agent.host}): {event.get('message')}")
     if event["event"] == "gone":
-        raise _Failed("spawn_failed", f"node {agent.rank} ({agent.host}): the node agent did not start: {agent.why_gone()}")
+        raise _LaunchFailed("spawn_failed", f"node {agent.rank} ({agent.host}): the node agent did not start: {agent.why_gone()}")
     env = event.get("env") or {}
     node.update(hostname=event.get("hostname"), gpus=event.get("gpus") or [], env=env, env_dropped=event.get("env_dropped"),
                 env_nccl={k: v for k, v in env.items() if k.startswith("NCCL_")},
@@ -272,7 +266,7 @@ def _wait_health(plan: Plan, agents: list[_Agent], base_url: str, stamps: dict, 
         for agent in agents:
             if "exited" in agent.last or agent.proc.poll() is not None:
                 code = agent.last.get("exited", {}).get("code")
-                raise _Failed("failed_start", f"node {agent.rank} ({agent.host}): the server exited with code {code} "
+                raise _LaunchFailed("failed_start", f"node {agent.rank} ({agent.host}): the server exited with code {code} "
                                               "before node 0's /health answered 200")
         last = _proc.probe_health(f"{base_url}/health", timeout_s=min(5.0, plan.health_poll_s * 5))
         if last == 200:
@@ -280,7 +274,7 @@ def _wait_health(plan: Plan, agents: list[_Agent], base_url: str, stamps: dict, 
             return
         now = time.monotonic()
         if now - spawn_clock > plan.health_timeout_s:
-            raise _Failed("health_timeout", f"node 0's /health did not answer 200 within {plan.health_timeout_s:g} s "
+            raise _LaunchFailed("health_timeout", f"node 0's /health did not answer 200 within {plan.health_timeout_s:g} s "
                                             f"(last answer: {last or 'no connection'})")
         if now >= next_report:
             say(f"{run_name}: waiting {now - spawn_clock:.0f} s, node 0's /health {last or 'no connection'}")
@@ -298,7 +292,7 @@ def _benchmark(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, recor
             summary = _bench.run_single_stream(base_url, plan.bench, spec.run_name, run_dir / "bench.jsonl", on_request)
         except _bench.BenchFailed as exc:
             stamps["bench_end"] = runinfo.now_iso()
-            raise _Failed("bench_failed", str(exc)) from exc
+            raise _LaunchFailed("bench_failed", str(exc)) from exc
         record["bench_summary"] = {"requests_done": summary.requests_done, "median_tok_s": summary.median_tok_s}
     else:
         record["files"].pop("bench", None)

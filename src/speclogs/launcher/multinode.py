@@ -1,30 +1,15 @@
 """Multi-node launches: a plan with `nodes = ["user@host1", "user@host2", …]` runs SGLang on every node at once.
 
-For each launch of the plan, on every node (reached over ssh, speclogs unpacked there once per plan run, as
-`--host` does), a node agent (`python -m speclogs.launcher.node`) starts the server with SGLang's multi-node flags
-`--nnodes N --node-rank I --dist-init-addr <node 0>:<dist_init_port>`, in its own process group, with an environment
-built from that node's own (inherit_env, drop_inherited_env, the plan's and the cell's env). Then this side:
-
-1. measures each node's clock against node 0's (ping/pong through the agents, the sample with the shortest round
-   trip: offset ± half of it);
-2. waits for node 0's `/health` to answer 200 (the other nodes serve no HTTP); a node whose server exits first
-   fails the launch (`failed_start`, naming the node);
-3. runs the plan's benchmark against node 0;
-4. stops every node at once (SIGTERM to each server's group, SIGKILL after `stop_grace_s`) and has each agent check
-   that nothing of its server is left on its node (leftover and GPU pids are recorded and killed);
-5. brings each node's log back and writes, per launch, `DIR/<cell>/<launch>/run.json` (the launch: outcome, ready_s,
-   benchmark, timestamps, a summary of the nodes) and `DIR/<cell>/<launch>/node<I>/{run.json, server.log}` per node
-   (node rank, host, argv, env with NCCL_*, GPUs, versions, clock offset to node 0, its stop).
-
-Every run.json of a launch carries the launch's run_uid, so `speclogs ingest DIR` makes ONE run of the launch,
-whose files are the nodes' logs (one `launches` row per node log). Standard library only.
+Per launch: a node agent on each node (`python -m speclogs.launcher.node`, over ssh) starts its server with SGLang's
+multi-node flags; this side measures each node's clock against node 0's, waits for node 0's /health, benchmarks node 0,
+stops every node at once, brings the logs back and writes run.json for the launch and for each node (docs/launcher.md,
+"Several nodes"). Every run.json of a launch carries its run_uid, so the ingest makes one run of it.
 """
 
 from __future__ import annotations
 
 import json
 import queue
-import shlex
 import subprocess
 import threading
 import time
@@ -32,10 +17,10 @@ from pathlib import Path
 
 from speclogs.doctor import arg_value
 from speclogs.errors import LaunchError
-from speclogs.launcher import bench as _bench, process as _proc, remote, runinfo
+from speclogs.launcher import remote, run as _run, runinfo
 from speclogs.launcher.plan import PYTHON_PLACEHOLDER, LaunchSpec, NodesSpec, Plan
-from speclogs.launcher.remote import _bundle, _pull
-from speclogs.launcher.run import Interrupted, LaunchResult, Progress, _bench_record, _LaunchFailed, _signals_deferred, server_argv
+from speclogs.launcher.remote import _bundle, pull, python_command, ssh_command
+from speclogs.launcher.run import Interrupted, LaunchResult, Progress, _LaunchFailed, server_argv
 from speclogs.runrecord import RunRecord, finish_record, launch_record, node_record, write_run_json
 
 SPAWN_TIMEOUT_S = 300.0   # ssh + the node's version probe + spawn
@@ -53,17 +38,13 @@ def node_argv(plan: Plan, spec: LaunchSpec, rank: int) -> list[str]:
                    "--dist-init-addr", f"{nodes.http_host}:{nodes.dist_init_port}"]
 
 
-def _ssh(nodes: NodesSpec, host: str) -> list[str]:
-    return ["ssh", "-o", "BatchMode=yes", *nodes.ssh_options, "--", host]  # `--`: the host is never read as an option
-
-
 def upload(plan: Plan, say: Progress) -> None:
     """speclogs (and the plan) unpacked into remote_dir on every distinct node, once per plan run."""
     nodes = plan.nodes
     bundle = _bundle(plan.path, f"plans/{plan.name}.toml")
     for host in dict.fromkeys(nodes.hosts):
         say(f"{host}: uploading speclogs to {nodes.remote_dir}")
-        remote.upload(_ssh(nodes, host), nodes.remote_dir, bundle, host)
+        remote.upload(ssh_command(nodes.ssh_options, host), nodes.remote_dir, bundle, host)
 
 
 class _Agent:
@@ -71,9 +52,8 @@ class _Agent:
 
     def __init__(self, nodes: NodesSpec, rank: int, host: str) -> None:
         self.rank, self.host = rank, host
-        command = (f"cd {shlex.quote(nodes.remote_dir)} && PYTHONPATH=\"$PWD/src${{PYTHONPATH:+:$PYTHONPATH}}\" "
-                   f"exec {shlex.quote(nodes.remote_python)} -m speclogs.launcher.node")
-        self.proc = subprocess.Popen([*_ssh(nodes, host), command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        command = python_command(nodes.remote_dir, nodes.remote_python, "speclogs.launcher.node")
+        self.proc = subprocess.Popen([*ssh_command(nodes.ssh_options, host), command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, bufsize=1)
         self.events: queue.Queue = queue.Queue()
         self.stderr: list[str] = []
@@ -152,16 +132,18 @@ def launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord 
     """One launch on every node of `plan.nodes`: spawn, clocks, node 0's /health, benchmark, stop, logs back."""
     nodes = plan.nodes
     run_dir.mkdir(parents=True, exist_ok=True)
-    port = int(arg_value(server_argv(plan, spec), "--port") or plan.port)
+    argv = server_argv(plan, spec)
+    port = int(arg_value(argv, "--port") or plan.port)
     base_url = f"http://{nodes.http_host}:{port}"
     dist_init = f"{nodes.http_host}:{nodes.dist_init_port}"
     record = launch_record(
         run_name=spec.run_name, plan_name=plan.name, plan_file=str(plan.path), cell=spec.cell.name, launch=spec.launch,
         factors=spec.cell.factors, order_index=spec.order_index, previous=previous,
         stamps=("spawn", "health_200", "bench_start", "bench_end", "stop"),
-        bench=_bench_record(plan), utc_offset=runinfo.utc_offset(), host=nodes.http_host, port=port, dist_init_addr=dist_init,
+        bench=_run._bench_record(plan), utc_offset=runinfo.utc_offset(), host=nodes.http_host, port=port, dist_init_addr=dist_init,
         files={"bench": "bench.jsonl", "nodes": [f"node{rank}" for rank in range(len(nodes.hosts))]},
         nodes=[{"rank": rank, "ssh": host} for rank, host in enumerate(nodes.hosts)],
+        metrics=_run._metrics_record(plan, argv, {**plan.env, **spec.cell.env}), windows=[],
     )
     stamps = record["timestamps"]
     node_records = [_node_record(record, plan, spec, rank, host) for rank, host in enumerate(nodes.hosts)]
@@ -179,9 +161,14 @@ def launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord 
             (run_dir / f"node{rank}").mkdir(exist_ok=True)
             write_run_json(run_dir / f"node{rank}", node)
         write_run_json(run_dir, record)
-        return LaunchResult(run_name=spec.run_name, cell=spec.cell.name, launch=spec.launch, order_index=spec.order_index,
-                            outcome=outcome, outcome_detail=detail, ready_s=record["ready_s"],
-                            median_tok_s=(record["bench_summary"] or {}).get("median_tok_s"), run_dir=str(run_dir))
+        return _run._result_from(RunRecord(record), spec, run_dir)
+
+    def poll() -> None:
+        for agent in agents:
+            if "exited" in agent.last or agent.proc.poll() is not None:
+                code = agent.last.get("exited", {}).get("code")
+                raise _LaunchFailed("failed_start", f"node {agent.rank} ({agent.host}): the server exited with code {code} "
+                                                    "before node 0's /health answered 200")
 
     try:
         try:
@@ -196,16 +183,16 @@ def launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord 
             for agent, node in zip(agents, node_records):
                 _take_spawned(agent, node, say, spec.run_name)
             _measure_clocks(agents, node_records)
-            _wait_health(plan, agents, base_url, stamps, spawn_clock, spec.run_name, say)
+            _run._wait_ready(plan, f"{base_url}/health", stamps, spawn_clock, None, spec.run_name, say, poll, lambda: "")
             record["ready_s"] = round(time.monotonic() - spawn_clock, 3)
             say(f"{spec.run_name}: node 0 ready in {record['ready_s']:.1f} s")
-            _benchmark(plan, spec, run_dir, base_url, record, stamps, say)
+            _run._run_benchmarks(plan, spec, run_dir, base_url, record, None, say, lambda: None, None)
             return finish("ok", "")
         except _LaunchFailed as failure:
             return finish(failure.outcome, str(failure))
     except (Interrupted, KeyboardInterrupt) as exc:
         reason = exc.reason if isinstance(exc, Interrupted) else "Ctrl-C"
-        with _signals_deferred():
+        with _run._signals_deferred():
             finish("interrupted", f"{reason} during this launch; --resume runs it again")
         raise Interrupted(reason) from None
 
@@ -239,11 +226,9 @@ def _take_spawned(agent: _Agent, node: dict, say: Progress, run_name: str) -> No
         raise _LaunchFailed(event.get("outcome", "failed_start"), f"node {agent.rank} ({agent.host}): {event.get('message')}")
     if event["event"] == "gone":
         raise _LaunchFailed("spawn_failed", f"node {agent.rank} ({agent.host}): the node agent did not start: {agent.why_gone()}")
-    env = event.get("env") or {}
-    node.update(hostname=event.get("hostname"), gpus=event.get("gpus") or [], env=env, env_dropped=event.get("env_dropped"),
-                env_nccl={k: v for k, v in env.items() if k.startswith("NCCL_")},
-                env_cuda={k: v for k, v in env.items() if k.startswith("CUDA_")}, versions=event.get("versions") or {},
-                server_pid=event.get("pid"), server_identity=event.get("identity"), utc_offset=event.get("utc_offset"))
+    node.update(hostname=event.get("hostname"), gpus=event.get("gpus") or [], **_run.env_fields(event.get("env") or {}),
+                env_dropped=event.get("env_dropped"), versions=event.get("versions") or {}, server_pid=event.get("pid"),
+                server_identity=event.get("identity"), utc_offset=event.get("utc_offset"))
     node["timestamps"]["spawn"] = event.get("spawn")
     say(f"{run_name}: node {agent.rank} ({event.get('hostname')}) pid {event.get('pid')}")
 
@@ -256,47 +241,6 @@ def _measure_clocks(agents: list[_Agent], nodes: list[dict]) -> None:
         if offset is not None:
             node["node"]["clock_offset_to_node0_s"] = round(offset[0] - offsets[0][0], 6)
             node["node"]["clock_offset_error_s"] = round(offset[1] + offsets[0][1], 6)
-
-
-def _wait_health(plan: Plan, agents: list[_Agent], base_url: str, stamps: dict, spawn_clock: float, run_name: str,
-                 say: Progress) -> None:
-    next_report = spawn_clock + plan.progress_every_s
-    last = None
-    while True:
-        for agent in agents:
-            if "exited" in agent.last or agent.proc.poll() is not None:
-                code = agent.last.get("exited", {}).get("code")
-                raise _LaunchFailed("failed_start", f"node {agent.rank} ({agent.host}): the server exited with code {code} "
-                                              "before node 0's /health answered 200")
-        last = _proc.probe_health(f"{base_url}/health", timeout_s=min(5.0, plan.health_poll_s * 5))
-        if last == 200:
-            stamps["health_200"] = runinfo.now_iso()
-            return
-        now = time.monotonic()
-        if now - spawn_clock > plan.health_timeout_s:
-            raise _LaunchFailed("health_timeout", f"node 0's /health did not answer 200 within {plan.health_timeout_s:g} s "
-                                            f"(last answer: {last or 'no connection'})")
-        if now >= next_report:
-            say(f"{run_name}: waiting {now - spawn_clock:.0f} s, node 0's /health {last or 'no connection'}")
-            next_report = now + plan.progress_every_s
-        time.sleep(plan.health_poll_s)
-
-
-def _benchmark(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, record: dict, stamps: dict, say: Progress) -> None:
-    stamps["bench_start"] = runinfo.now_iso()
-    if plan.bench.kind == "single_stream" and plan.bench.requests:
-        def on_request(row: dict) -> None:
-            say(f"{spec.run_name}: request {row['i'] + 1}/{plan.bench.requests}" + (" (warm-up)" if row["warmup"] else ""))
-
-        try:
-            summary = _bench.run_single_stream(base_url, plan.bench, spec.run_name, run_dir / "bench.jsonl", on_request)
-        except _bench.BenchFailed as exc:
-            stamps["bench_end"] = runinfo.now_iso()
-            raise _LaunchFailed("bench_failed", str(exc)) from exc
-        record["bench_summary"] = {"requests_done": summary.requests_done, "median_tok_s": summary.median_tok_s}
-    else:
-        record["files"].pop("bench", None)
-    stamps["bench_end"] = runinfo.now_iso()
 
 
 def _stop_all(agents: list[_Agent], plan: Plan, nodes: list[dict], stamps: dict, say: Progress, run_name: str) -> None:
@@ -330,8 +274,7 @@ def _bring_logs_back(plan: Plan, spec: LaunchSpec, agents: list[_Agent], run_dir
         target.mkdir(parents=True, exist_ok=True)
         folder = f"runs/{plan.name}/{spec.cell.name}/{spec.launch}/node{agent.rank}"
         try:
-            _pull(_ssh(nodes, agent.host), f"cd {shlex.quote(nodes.remote_dir)} && test -d {shlex.quote(folder)} && "
-                  f"tar -C {shlex.quote(folder)} -cf - .", target, agent.host)
+            pull(ssh_command(nodes.ssh_options, agent.host), nodes.remote_dir, folder, target, agent.host)
         except LaunchError as error:
             say(f"{spec.run_name}: WARNING node {agent.rank}'s log stays on {agent.host}: {error}")
 

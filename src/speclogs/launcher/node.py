@@ -100,10 +100,9 @@ def main() -> int:
                          gpu_apps_after=None if result.gpu_apps_after is None else list(result.gpu_apps_after),
                          stop=runinfo.now_iso(), reason=command)
                 return 0
+        known.update(_proc.ours(proc))
         code = _proc.exit_code(proc)
-        if code is None:
-            known.update(_proc.identities(_proc.descendants(proc.pid) | set(_proc.group_pids(proc.pid))))
-        elif not reported_exit:
+        if code is not None and not reported_exit:
             out.send(event="exited", code=code)
             reported_exit = True
 

@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -262,12 +262,7 @@ def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, Process
         for identity in outside.values():  # (a daemon of the server's is asked to stop too)
             if is_same_process(identity):
                 _send(identity.pid, signal.SIGTERM)
-        deadline = started + grace_s
-        while time.monotonic() < deadline:
-            if exit_code(proc) is not None and group_pids(pgid) in ([], [pgid]):
-                break
-            time.sleep(0.05)
-        else:
+        if not wait_until(lambda: exit_code(proc) is not None and group_pids(pgid) in ([], [pgid]), grace_s, 0.05):
             signal_used = "SIGKILL"
             _signal_group(pgid, signal.SIGKILL, leader, known)
             for identity in known.values():
@@ -279,7 +274,7 @@ def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, Process
         _kill(leader)
         proc.wait(timeout=10)
     # members of the group may need a moment to be reaped after SIGKILL
-    _wait_group_gone(pgid, 5.0)
+    wait_until(lambda: not group_pids(pgid), 5.0, 0.05)
     stop_s = time.monotonic() - started
     known.update({pid: identity for pid, identity in identities(tagged_pids(tag)).items() if pid not in known})
     alive_known = [identity for pid, identity in known.items()
@@ -322,9 +317,9 @@ def stop_orphan_group(leader: ProcessIdentity | None, grace_s: float) -> OrphanS
     pids = group_pids(leader.pid)
     known = identities(pids)
     _signal_group(leader.pid, signal.SIGTERM, leader, known)
-    if not _wait_group_gone(leader.pid, grace_s):
+    if not wait_until(lambda: not group_pids(leader.pid), grace_s, 0.05):
         _signal_group(leader.pid, signal.SIGKILL, leader, known)
-        _wait_group_gone(leader.pid, 5.0)
+        wait_until(lambda: not group_pids(leader.pid), 5.0, 0.05)
     return OrphanStop(tuple(pids), "")
 
 
@@ -336,13 +331,20 @@ def descendants(pid: int) -> set[int]:
         return set()
 
 
-def _wait_group_gone(pgid: int, wait_s: float) -> bool:
-    """Wait up to wait_s for group `pgid` to have no live member; True when it has none."""
+def ours(proc: subprocess.Popen) -> dict[int, ProcessIdentity]:
+    """Identities of the server's descendants and group members, taken while the server runs (so they are ours)."""
+    if exit_code(proc) is not None:
+        return {}
+    return identities(descendants(proc.pid) | set(group_pids(proc.pid)))
+
+
+def wait_until(done: Callable[[], bool], wait_s: float, every_s: float) -> bool:
+    """Call `done` every every_s until it is true (→ True) or wait_s have passed (→ False)."""
     deadline = time.monotonic() + wait_s
-    while group_pids(pgid):
+    while not done():
         if time.monotonic() >= deadline:
             return False
-        time.sleep(0.05)
+        time.sleep(every_s)
     return True
 
 

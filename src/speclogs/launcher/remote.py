@@ -39,10 +39,9 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
     out_dir = options.out_dir.resolve()
     if not options.resume and any(out_dir.glob(f"*/*/{RUN_JSON}")):
         raise LaunchError(f"{out_dir} already holds launches", hint="add --resume, or choose a new --out")
-    ssh = ["ssh", "-o", "BatchMode=yes", *ssh_options, "--", host]  # `--`: the host is never read as an option
+    ssh = ssh_command(ssh_options, host)
     remote_plan = f"plans/{plan.name}.toml"
     remote_out = f"runs/{plan.name}"
-    cd = f"cd {shlex.quote(remote_dir)}"
 
     say(f"{host}: uploading speclogs + plan to {remote_dir}")
     upload(ssh, remote_dir, _bundle(Path(plan_path), remote_plan), host)
@@ -59,8 +58,7 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
         flags += ["--until", f"ci_width<={options.until!r}"]
     if options.max_minutes is not None:
         flags += ["--max-minutes", str(options.max_minutes)]
-    command = (f"{cd} && PYTHONPATH=\"$PWD/src${{PYTHONPATH:+:$PYTHONPATH}}\" exec {shlex.quote(remote_python)} "
-               f"-m speclogs.launcher {shlex.quote(remote_plan)} " + " ".join(shlex.quote(f) for f in flags))
+    command = python_command(remote_dir, remote_python, "speclogs.launcher", remote_plan, *flags)
     say(f"{host}: {remote_python} -m speclogs.launcher {remote_plan}")
     proc = subprocess.Popen([*ssh, command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stderr_lines: list[str] = []
@@ -88,7 +86,7 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
 
     say(f"{host}: pulling {remote_dir}/{remote_out} → {out_dir}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    _pull(ssh, f"{cd} && test -d {shlex.quote(remote_out)} && tar -C {shlex.quote(remote_out)} -cf - .", out_dir, host)
+    pull(ssh, remote_dir, remote_out, out_dir, host)
 
     if interrupted is not None:
         raise Interrupted(interrupted)
@@ -101,6 +99,16 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
                           hint=f"run it by hand: ssh {host} '{command}'")
     results = tuple(replace(r, run_dir=str(out_dir / r.cell / str(r.launch))) for r in summary.results)
     return replace(summary, out_dir=str(out_dir), results=results)
+
+
+def ssh_command(options: tuple[str, ...], host: str) -> list[str]:
+    return ["ssh", "-o", "BatchMode=yes", *options, "--", host]  # `--`: the host is never read as an option
+
+
+def python_command(remote_dir: str, python: str, module: str, *args: str) -> str:
+    """The shell command that runs `python -m module args…` in remote_dir with the speclogs unpacked there."""
+    return (f"cd {shlex.quote(remote_dir)} && PYTHONPATH=\"$PWD/src${{PYTHONPATH:+:$PYTHONPATH}}\" "
+            + " ".join(["exec", *(shlex.quote(a) for a in (python, "-m", module, *args))]))
 
 
 def upload(ssh: list[str], remote_dir: str, bundle: bytes, host: str) -> None:
@@ -124,7 +132,10 @@ def _bundle(plan_path: Path, remote_plan: str) -> bytes:
     return buffer.getvalue()
 
 
-def _pull(ssh: list[str], command: str, out_dir: Path, host: str) -> None:
+def pull(ssh: list[str], remote_dir: str, folder: str, out_dir: Path, host: str) -> None:
+    """remote_dir/folder on `host` as a tar stream into out_dir (nothing when it does not exist)."""
+    where = shlex.quote(folder)
+    command = f"cd {shlex.quote(remote_dir)} && test -d {where} && tar -C {where} -cf - ."
     proc = subprocess.Popen([*ssh, command], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:

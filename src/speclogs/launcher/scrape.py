@@ -21,10 +21,6 @@ from speclogs.launcher.process import open_direct
 METRICS_FLAG = "--enable-metrics"
 
 
-def scrape_file_name(window: str, phase: str, index: int | None = None) -> str:
-    return f"metrics-{window}-{phase}" + (f"-{index:03d}" if index is not None else "") + ".prom"
-
-
 class Windows:
     """The benchmark windows of one launch, and their scrapes when `scrape` is true."""
 
@@ -82,7 +78,7 @@ class Windows:
             index += 1
 
     def _take(self, window: dict, phase: str, index: int | None = None) -> None:
-        name = scrape_file_name(window["name"], phase, index)
+        name = f"metrics-{window['name']}-{phase}" + (f"-{index:03d}" if index is not None else "") + ".prom"
         entry = {"phase": phase, "ts": runinfo.now_iso(), "unix": time.time(), "file": None, "status": None,
                  "bytes": None, "error": None}
         try:

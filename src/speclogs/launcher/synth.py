@@ -1,20 +1,10 @@
 """A synthetic Llama target + EAGLE-3 draft (LlamaForCausalLMEagle3) whose acceptance is known in advance.
 
-Tokens are one-hot (token y = coordinate y, V = H - 64 tokens); the 64 coordinates past the vocabulary hold a constant
-(the target's embedding puts 1 there: a bias the MLPs gate on) and the draft's step counter c_0, c_1, … (one-hot).
-Attention outputs are zero everywhere, so a layer adds MLP(norm(h)); a gated-SiLU row whose gate reads one coordinate
-and whose up reads one token is exactly zero unless both are set (silu(0) = 0), which makes each MLP a lookup table:
-- target: lm_head reads token f⁻¹(j) for logit j, so the next token is f(t) for a fixed cyclic permutation f. The layer
-  after the first trained aux layer (aux id a → layer a+1) applies a fixed-point-free permutation τ to a fraction β
-  (`layer_shift`) of the tokens and layer a+2 undoes it, so a draft whose config names aux ids +1 from the trained ones
-  reads τ(t) for those tokens: its first draft token is wrong there.
-- draft: fc maps the first aux block (e_t + bias) to e_t + c_0; at counter c_{i-1} the MLP moves token y to f(y) for
-  y in G_i and the counter to c_i; the draft's next step reads its own pre-norm output (SGLang's `hidden_states_to_aux`),
-  so step i predicts f(y_i). G_i = f^{i-1}(S_i) with S_i a random subset of S_{i-1} of size round(p_i·|S_{i-1}|):
-  over tokens t, position i is right with probability p_i given the earlier positions right, exactly. The default
-  profile (1.0,) makes the first draft token always right and the later ones always wrong: accept length 2.00.
-Written with numpy only (safetensors by hand: 8-byte little-endian header length, JSON header, raw little-endian bytes;
-bf16 = float32's upper 16 bits, rounded to nearest even), so it runs without torch.
+Tokens are one-hot; attention outputs are zero, so every MLP is an exact lookup table (a gated-SiLU row fires only when
+its gate coordinate and its token are both set, since silu(0) = 0): the target maps token t to f(t) for a cyclic
+permutation f, the draft's step i gets f(y) right for a chosen fraction of tokens (`accept_profile`), and
+`layer_shift` / `aux_offset` make the EAGLE-3 aux layers matter. The construction: docs/launcher.md (synth-pair).
+Written with numpy only (safetensors by hand, bf16 rounded to nearest even), so it runs without torch.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from speclogs.errors import ProbeError
 from speclogs.launcher.process import stop_server
+from speclogs.launcher.runinfo import prepend_path
 from speclogs.probe.envsets import EnvSet
 from speclogs.probe.maths import (
     COLLECTIVES,
@@ -61,14 +62,11 @@ class ProbeRequest:
     hidden_size: int = 2048
     tokens: tuple[int, ...] = DEFAULT_TOKENS
     sweep: bool = False
-    sweep_min_bytes: int = 8
-    sweep_max_bytes: int = 64 * 1024 * 1024
     iters: int = 50
     warmup_iters: int = 10
     graph_calls: int = 16      # also time each size replayed from a CUDA graph of this many calls (0: eager only)
     init_timeout_s: float = 60.0
     env_set_timeout_s: float = 300.0
-    python: str = sys.executable
     worker_module: str = "speclogs.probe.worker"
     backend: str = "nccl"      # 'gloo': CPU ranks, to test the probe's plumbing where there is no GPU (numbers mean nothing)
 
@@ -144,7 +142,7 @@ def planned_measurements(request: ProbeRequest, world_size: int) -> list[dict]:
         ("decode", decode_message_bytes(request.hidden_size, tokens, DTYPE_BYTES), tokens) for tokens in request.tokens
     ]
     if request.sweep:
-        sizes += [("sweep", size, None) for size in sweep_message_bytes(request.sweep_min_bytes, request.sweep_max_bytes)]
+        sizes += [("sweep", size, None) for size in sweep_message_bytes()]
     planned = []
     for collective in COLLECTIVES:
         for kind, size, tokens in sizes:
@@ -191,7 +189,7 @@ def run_probe(request: ProbeRequest) -> ProbeResult:
         return ProbeResult(outcome=PREFLIGHT_FAILED, message=str(err), topology=read_topology(), **base, **no_facts)
     if facts.get("torch_version") is None:
         return ProbeResult(outcome=NO_TORCH, topology=read_topology(),
-                           message=f"torch is not installed for {request.python} ({facts.get('torch_import_error')}): "
+                           message=f"torch is not installed for {sys.executable} ({facts.get('torch_import_error')}): "
                                    "the probe needs torch with CUDA and NCCL on the GPU machine",
                            **base, **no_facts)
 
@@ -286,17 +284,14 @@ def inherited_nccl_env() -> dict[str, str]:
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
     """The parent's environment (safety settings such as NCCL_NVLS_ENABLE=0 stay), plus `extra`."""
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"          # a killed rank still leaves its last lines in its log
-    python_path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(_SRC_ROOT) + (os.pathsep + python_path if python_path else "")
-    env.update(extra)
-    return env
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}   # a killed rank still leaves its last lines in its log
+    prepend_path(env, "PYTHONPATH", str(_SRC_ROOT))
+    return {**env, **extra}
 
 
 def _preflight(request: ProbeRequest) -> dict:
     try:
-        completed = subprocess.run([request.python, "-m", request.worker_module, "--preflight"], capture_output=True,
+        completed = subprocess.run([sys.executable, "-m", request.worker_module, "--preflight"], capture_output=True,
                                    text=True, timeout=180, env=_child_env({}), check=False)
     except subprocess.TimeoutExpired as err:
         raise ProbeError("the preflight (import torch, count GPUs) took over 180 s", hint="is the GPU driver hung? try nvidia-smi") from err
@@ -347,7 +342,7 @@ def _run_env_set(request: ProbeRequest, env_set: EnvSet, world_size: int) -> Env
             env = _child_env({**applied, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
                               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
             with open(work_dir / f"rank{rank}.log", "wb") as log:
-                processes.append(subprocess.Popen([request.python, "-m", request.worker_module, str(spec_path)],
+                processes.append(subprocess.Popen([sys.executable, "-m", request.worker_module, str(spec_path)],
                                                   stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
         outcome, message = _watch_ranks(request, processes, work_dir, started)
         wall_s = time.monotonic() - started

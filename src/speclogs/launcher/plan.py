@@ -43,6 +43,8 @@ _TOP_KEYS = {
 _CELL_KEYS = {"name", "args", "env", "factors", "launches", "profile", "profile_every", "model_path"}
 _ADAPTIVE_KEYS = {"until", "max_launches", "reference", "min_effect", "confidence"}
 DEVICE_TIMER_ENV = "SGLANG_ENABLE_METRICS_DEVICE_TIMER"
+# What a value of each kind must be, and an example of one (plan errors).
+_KINDS = {bool: ("true or false", "true"), int: ("an integer", "2"), float: ("a number", "30"), str: ("a string", '"…"')}
 
 
 @dataclass(frozen=True)
@@ -208,11 +210,11 @@ def parse_plan(text: str, path: Path) -> Plan:
     if "bench_serving" in data:
         raw = dict(checker.table(data["bench_serving"], "bench_serving", 0))
         line = _find_header_line(text, "bench_serving")
-        if checker.boolean(raw.pop("enabled", True), "enabled", line):
+        if checker.typed(raw.pop("enabled", True), True, "enabled", line):
             bench_serving = checker.spec(BenchServingSpec, raw, "bench_serving", {"timeout_s": (1,)})
 
-    default_launches = checker.integer(data.get("launches", 2), "launches", 0, minimum=1)
-    profile_every = checker.integer(data.get("profile_every", 16), "profile_every", 0, minimum=1)
+    default_launches = checker.typed(data.get("launches", 2), 2, "launches", 0, 1)
+    profile_every = checker.typed(data.get("profile_every", 16), 16, "profile_every", 0, 1)
     cells = _parse_cells(data.get("cells"), checker, default_launches, profile_every)
 
     adaptive = _parse_adaptive(data["adaptive"], checker) if "adaptive" in data else None
@@ -225,7 +227,7 @@ def parse_plan(text: str, path: Path) -> Plan:
         checker.fail("order", 0, f"order must be \"interleaved\" or \"shuffle\", not {order!r}", "use order = \"interleaved\"")
 
     return Plan(
-        name=checker.string(data.get("name", path.stem), "name", 0),
+        name=checker.typed(data.get("name", path.stem), "", "name", 0),
         path=path,
         command=command,
         model_path=_optional_string(checker, data, "model_path", 0),
@@ -303,20 +305,20 @@ def _parse_adaptive(raw: object, checker: "_Checker") -> AdaptiveSpec:
     checker.unknown_keys(table, _ADAPTIVE_KEYS, header, "[adaptive]")
     until = None
     if "until" in table:
-        text = checker.string(table["until"], "until", header)
+        text = checker.typed(table["until"], "", "until", header)
         try:
             until = parse_until(text)
         except PlanError as exc:
             checker.fail("until", header, str(exc), exc.hint or "")
     min_effect = table.get("min_effect", "0%")
     if not isinstance(min_effect, str):
-        min_effect = f"{checker.number(min_effect, 'min_effect', header, minimum=0)}"
-    confidence = checker.number(table.get("confidence", 0.95), "confidence", header, minimum=0.5)
+        min_effect = f"{checker.typed(min_effect, 0.0, 'min_effect', header, 0)}"
+    confidence = checker.typed(table.get("confidence", 0.95), 0.95, "confidence", header, 0.5)
     if confidence >= 1.0:
         checker.fail("confidence", header, f"confidence = {confidence} must be below 1", "write confidence = 0.95")
     return AdaptiveSpec(
         until=until,
-        max_launches=(checker.integer(table["max_launches"], "max_launches", header, minimum=2)
+        max_launches=(checker.typed(table["max_launches"], 2, "max_launches", header, 2)
                       if "max_launches" in table else None),
         reference=_optional_string(checker, table, "reference", header),
         min_effect=_percent(min_effect, "min_effect", checker, header),
@@ -350,7 +352,7 @@ def _parse_cells(raw: object, checker: "_Checker", default_launches: int, profil
         if name is None:
             if "name" not in table:
                 raise PlanError(f"{checker.path}:{line}: this [[cells]] table has no name", hint="add name = \"baseline\"")
-            name = checker.string(table["name"], "name", line)
+            name = checker.typed(table["name"], "", "name", line)
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
             checker.fail("name", line, f"cell name {name!r} must be letters, digits, '_', '-', '.'", "it names a directory")
         if name in seen:
@@ -362,9 +364,9 @@ def _parse_cells(raw: object, checker: "_Checker", default_launches: int, profil
             args=tuple(checker.str_list(table.get("args", []), "args", line)),
             env=checker.str_dict(table.get("env", {}), "env", line),
             factors=checker.str_dict(factors, "factors", line),
-            launches=checker.integer(table.get("launches", default_launches), "launches", line, minimum=1),
-            profile=checker.boolean(table.get("profile", False), "profile", line),
-            profile_every=checker.integer(table.get("profile_every", profile_every), "profile_every", line, minimum=1),
+            launches=checker.typed(table.get("launches", default_launches), 1, "launches", line, 1),
+            profile=checker.typed(table.get("profile", False), False, "profile", line),
+            profile_every=checker.typed(table.get("profile_every", profile_every), 1, "profile_every", line, 1),
             model_path=_optional_string(checker, table, "model_path", line),
             line_no=line,
         ))
@@ -374,7 +376,7 @@ def _parse_cells(raw: object, checker: "_Checker", default_launches: int, profil
 
 
 def _optional_string(checker: "_Checker", table: dict, key: str, line: int) -> str | None:
-    return checker.string(table[key], key, line) if key in table else None
+    return checker.typed(table[key], "", key, line) if key in table else None
 
 
 def _find_key_line(text: str, key: str, start_line: int) -> int:
@@ -411,16 +413,17 @@ class _Checker:
         return cls(**{key: self.typed(value, defaults[key], key, line, *bounds.get(key, ())) for key, value in table.items()})
 
     def typed(self, value: object, default: object, key: str, line: int, minimum=None, maximum=None):
-        """`value` checked against the type of `default` (and the bounds, for numbers)."""
-        if isinstance(default, bool):
-            return self.boolean(value, key, line)
-        if isinstance(default, int):
-            return self.integer(value, key, line, minimum, maximum)
-        if isinstance(default, float):
-            return self.number(value, key, line, minimum)
+        """`value` checked against the type of `default` (a float takes an integer too) and the bounds."""
         if isinstance(default, tuple):
             return tuple(self.str_list(value, key, line))
-        return self.string(value, key, line)
+        kind = type(default)
+        if not isinstance(value, (int, float) if kind is float else kind) or (kind is not bool and isinstance(value, bool)):
+            what, example = _KINDS[kind]
+            self.fail(key, line, f"{key} must be {what}, not {value!r}", f"write {key} = {example}")
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):  # type: ignore[operator]
+            self.fail(key, line, f"{key} = {value} is out of range [{minimum}, {maximum if maximum is not None else '∞'}]",
+                      "pick a value in range")
+        return float(value) if kind is float else value  # type: ignore[arg-type]
 
     def fail(self, key: str, start_line: int, message: str, hint: str) -> None:
         line = _find_key_line(self.text, key, start_line) or start_line or 1
@@ -435,31 +438,6 @@ class _Checker:
         if not isinstance(value, dict):
             self.fail(key, line, f"{key} must be a table, not {type(value).__name__}", f"write it as [{key}]")
         return value  # type: ignore[return-value]
-
-    def string(self, value: object, key: str, line: int) -> str:
-        if not isinstance(value, str):
-            self.fail(key, line, f"{key} must be a string, not {value!r}", f"quote it: {key} = \"{value}\"")
-        return value  # type: ignore[return-value]
-
-    def boolean(self, value: object, key: str, line: int) -> bool:
-        if not isinstance(value, bool):
-            self.fail(key, line, f"{key} must be true or false, not {value!r}", f"write {key} = true")
-        return value  # type: ignore[return-value]
-
-    def integer(self, value: object, key: str, line: int, minimum: int | None = None, maximum: int | None = None) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(key, line, f"{key} must be an integer, not {value!r}", f"write {key} = 2")
-        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):  # type: ignore[operator]
-            self.fail(key, line, f"{key} = {value} is out of range [{minimum}, {maximum if maximum is not None else '∞'}]",
-                      "pick a value in range")
-        return value  # type: ignore[return-value]
-
-    def number(self, value: object, key: str, line: int, minimum: float | None = None) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.fail(key, line, f"{key} must be a number, not {value!r}", f"write {key} = 30")
-        if minimum is not None and value < minimum:  # type: ignore[operator]
-            self.fail(key, line, f"{key} = {value} must be at least {minimum}", "pick a larger value")
-        return float(value)  # type: ignore[arg-type]
 
     def str_list(self, value: object, key: str, line: int) -> list[str]:
         if not isinstance(value, list):

@@ -109,8 +109,6 @@ def exit_code(proc: subprocess.Popen) -> int | None:
         info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
         return proc.poll()
-    except AttributeError:   # no waitid on this platform
-        return proc.poll()
     if info is None or info.si_pid == 0:
         return None
     return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status

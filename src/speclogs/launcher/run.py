@@ -132,7 +132,7 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
         from speclogs.launcher import multinode
 
         multinode.upload(plan, say)
-    context = _MachineContext(plan, design)
+    context = _MachineContext(design)
     results: list[LaunchResult] = []
     stopped = "complete"
     done = 0
@@ -321,16 +321,9 @@ def _check_model_paths(plan: Plan, order: list[LaunchSpec]) -> None:
             checked.add(value)
             looks_local = value.startswith(("/", "./", "../", "~")) or os.path.exists(value)
             if looks_local and not Path(value).expanduser().exists():
-                line = _line_containing(plan.text, value) or spec.cell.line_no
-                raise PlanError(f"{plan.path}:{line}: {flag} {value} does not exist (cell {spec.cell.name})",
+                where = f"{plan.path}:{_plan_line(plan, spec.cell, [value])}"
+                raise PlanError(f"{where}: {flag} {value} does not exist (cell {spec.cell.name})",
                                 hint="create the model first (e.g. speclogs synth-pair) or fix the path")
-
-
-def _line_containing(text: str, needle: str) -> int:
-    for number, line in enumerate(text.splitlines(), start=1):
-        if needle in line:
-            return number
-    return 0
 
 
 def _check_overwrite(order: list[LaunchSpec], out_dir: Path, options: LaunchOptions) -> None:
@@ -382,8 +375,7 @@ def _result_from(record: RunRecord | None, spec: LaunchSpec, run_dir: Path, skip
 class _MachineContext:
     """Facts gathered once per plan run: GPUs, hostname, versions per (python, PYTHONPATH), model records."""
 
-    def __init__(self, plan: Plan, design: _adaptive.Design | None = None):
-        self.plan = plan
+    def __init__(self, design: _adaptive.Design | None = None):
         self.design = design.to_dict() if design is not None else None
         self.gpus = runinfo.gpu_inventory()
         self.hostname = runinfo.hostname()

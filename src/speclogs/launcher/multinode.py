@@ -21,7 +21,7 @@ from speclogs.launcher import remote, run as _run, runinfo
 from speclogs.launcher.plan import PYTHON_PLACEHOLDER, LaunchSpec, NodesSpec, Plan
 from speclogs.launcher.remote import _bundle, pull, python_command, ssh_command
 from speclogs.launcher.run import Interrupted, LaunchResult, Progress, _LaunchFailed, server_argv
-from speclogs.runrecord import RunRecord, finish_record, launch_record, node_record, write_run_json
+from speclogs.runrecord import RunRecord, finish_record, node_record, write_run_json
 
 SPAWN_TIMEOUT_S = 300.0   # ssh + the node's version probe + spawn
 PINGS = 5                 # clock samples per node
@@ -136,14 +136,11 @@ def launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord 
     port = int(arg_value(argv, "--port") or plan.port)
     base_url = f"http://{nodes.http_host}:{port}"
     dist_init = f"{nodes.http_host}:{nodes.dist_init_port}"
-    record = launch_record(
-        run_name=spec.run_name, plan_name=plan.name, plan_file=str(plan.path), cell=spec.cell.name, launch=spec.launch,
-        factors=spec.cell.factors, order_index=spec.order_index, previous=previous,
-        stamps=("spawn", "health_200", "bench_start", "bench_end", "stop"),
-        bench=_run._bench_record(plan), utc_offset=runinfo.utc_offset(), host=nodes.http_host, port=port, dist_init_addr=dist_init,
+    record = _run.new_record(
+        plan, spec, previous, argv, {**plan.env, **spec.cell.env}, ("spawn", "health_200", "bench_start", "bench_end", "stop"),
+        host=nodes.http_host, port=port, dist_init_addr=dist_init,
         files={"bench": "bench.jsonl", "nodes": [f"node{rank}" for rank in range(len(nodes.hosts))]},
         nodes=[{"rank": rank, "ssh": host} for rank, host in enumerate(nodes.hosts)],
-        metrics=_run._metrics_record(plan, argv, {**plan.env, **spec.cell.env}), windows=[],
     )
     stamps = record["timestamps"]
     node_records = [_node_record(record, plan, spec, rank, host) for rank, host in enumerate(nodes.hosts)]

@@ -46,18 +46,12 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
     say(f"{host}: uploading speclogs + plan to {remote_dir}")
     upload(ssh, remote_dir, _bundle(Path(plan_path), remote_plan), host)
 
-    flags = ["--out", remote_out, "--json-summary", "--stop-on-stdin-eof"]
-    flags += ["--resume"] if options.resume else []
-    flags += ["--retry-failed"] if options.retry_failed else []
-    flags += ["--force"] if options.force else []
-    for cell in options.only:
-        flags += ["--only", cell]
-    if options.max_launches is not None:
-        flags += ["--max-launches", str(options.max_launches)]
-    if options.until is not None:
-        flags += ["--until", f"ci_width<={options.until!r}"]
-    if options.max_minutes is not None:
-        flags += ["--max-minutes", str(options.max_minutes)]
+    flags = ["--out", remote_out, "--json-summary", "--stop-on-stdin-eof", *(f for cell in options.only for f in ("--only", cell))]
+    flags += [flag for flag, on in (("--resume", options.resume), ("--retry-failed", options.retry_failed),
+                                    ("--force", options.force)) if on]
+    for flag, value in (("--max-launches", options.max_launches), ("--max-minutes", options.max_minutes),
+                        ("--until", None if options.until is None else f"ci_width<={options.until!r}")):
+        flags += [flag, str(value)] if value is not None else []
     command = python_command(remote_dir, remote_python, "speclogs.launcher", remote_plan, *flags)
     say(f"{host}: {remote_python} -m speclogs.launcher {remote_plan}")
     proc = subprocess.Popen([*ssh, command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -414,14 +414,11 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
     base_url = f"http://{probe_host}:{port}"
     python = runinfo.python_of(argv)
     files = {"server_log": "server.log", "bench": "bench.jsonl"}
-    record = launch_record(
-        run_name=spec.run_name, plan_name=plan.name, plan_file=str(plan.path), cell=spec.cell.name, launch=spec.launch,
-        factors=spec.cell.factors, order_index=spec.order_index, previous=previous,
-        stamps=("spawn", "port_open", "health_200", "bench_start", "bench_end", "stop"),
+    record = new_record(
+        plan, spec, previous, argv, env, ("spawn", "port_open", "health_200", "bench_start", "bench_end", "stop"),
         argv=runinfo.redact_argv(argv), **env_fields(recorded_env), env_dropped=dropped, profile=spec.cell.profile,
-        versions={}, gpus=context.gpus, hostname=context.hostname, bench=_bench_record(plan), utc_offset=runinfo.utc_offset(),
-        host=host, port=port, exit_code=None, server_pid=None, server_identity=None, stop=None, files=files, models={},
-        metrics=_metrics_record(plan, argv, env), windows=[], doctor=[finding.to_dict() for finding in findings],
+        versions={}, gpus=context.gpus, hostname=context.hostname, host=host, port=port, exit_code=None, server_pid=None,
+        server_identity=None, stop=None, files=files, models={}, doctor=[finding.to_dict() for finding in findings],
     )
     stamps = record["timestamps"]
     if context.design is not None:
@@ -625,26 +622,26 @@ def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, 
         record["files"]["metrics"] = windows.files()
 
 
-def _metrics_record(plan: Plan, argv: list[str], env: dict[str, str]) -> dict:
-    return {"scrape": METRICS_FLAG in argv, "scrape_every_s": plan.metrics.scrape_every_s,
-            "device_timer": env.get(DEVICE_TIMER_ENV) == "1", "request_export": "--export-metrics-to-file" in argv}
+def new_record(plan: Plan, spec: LaunchSpec, previous: RunRecord | None, argv: list[str], env: dict[str, str],
+               stamps: tuple[str, ...], **fields) -> dict:
+    """A launch's run.json document: its identity, the plan's benchmark and [metrics], and `fields`."""
+    b = plan.bench
+    bench = {"kind": b.kind, "requests": b.requests, "warmup_requests": b.warmup_requests, "max_new_tokens": b.max_new_tokens,
+             "prompt_tokens": None if b.prompts else b.prompt_tokens, "prompt_kind": "text" if b.prompts else "input_ids",
+             "vocab_size": b.vocab_size, "seed": b.seed, "temperature": b.temperature}
+    if plan.bench_serving is not None:
+        bench["bench_serving_args"] = list(plan.bench_serving.args)
+    metrics = {"scrape": METRICS_FLAG in argv, "scrape_every_s": plan.metrics.scrape_every_s,
+               "device_timer": env.get(DEVICE_TIMER_ENV) == "1", "request_export": "--export-metrics-to-file" in argv}
+    return launch_record(run_name=spec.run_name, plan_name=plan.name, plan_file=str(plan.path), cell=spec.cell.name,
+                         launch=spec.launch, factors=spec.cell.factors, order_index=spec.order_index, previous=previous,
+                         stamps=stamps, bench=bench, metrics=metrics, windows=[], utc_offset=runinfo.utc_offset(), **fields)
 
 
 def env_fields(env: dict[str, str]) -> dict:
     """run.json's env, env_nccl and env_cuda from the recorded environment."""
     return {"env": env, "env_nccl": {k: v for k, v in env.items() if k.startswith("NCCL_")},
             "env_cuda": {k: v for k, v in env.items() if k.startswith("CUDA_")}}
-
-
-def _bench_record(plan: Plan) -> dict:
-    spec = plan.bench
-    out = {"kind": spec.kind, "requests": spec.requests, "warmup_requests": spec.warmup_requests,
-           "max_new_tokens": spec.max_new_tokens, "prompt_tokens": None if spec.prompts else spec.prompt_tokens,
-           "prompt_kind": "text" if spec.prompts else "input_ids", "vocab_size": spec.vocab_size, "seed": spec.seed,
-           "temperature": spec.temperature}
-    if plan.bench_serving is not None:
-        out["bench_serving_args"] = list(plan.bench_serving.args)
-    return out
 
 
 # --- signals -------------------------------------------------------------------------------------------------------

@@ -623,8 +623,9 @@ def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, 
 
 
 def new_record(plan: Plan, spec: LaunchSpec, previous: RunRecord | None, argv: list[str], env: dict[str, str],
-               stamps: tuple[str, ...], **fields) -> dict:
-    """A launch's run.json document: its identity, the plan's benchmark and [metrics], and `fields`."""
+               stamps: tuple[str, ...], /, **fields) -> dict:
+    """A launch's run.json document: its identity, the plan's benchmark and [metrics], and `fields` (which record
+    the argv and env as run.json shows them: redacted)."""
     b = plan.bench
     bench = {"kind": b.kind, "requests": b.requests, "warmup_requests": b.warmup_requests, "max_new_tokens": b.max_new_tokens,
              "prompt_tokens": None if b.prompts else b.prompt_tokens, "prompt_kind": "text" if b.prompts else "input_ids",

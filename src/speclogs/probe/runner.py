@@ -203,26 +203,22 @@ def run_probe(request: ProbeRequest) -> ProbeResult:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     visible_note = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
 
+    torch_note = f"torch {machine['torch_version']}"
+    problem = None
     if request.backend == "gloo":
         world_size = request.gpus or 2
         machine["gpu_names"] = ()
     elif not facts.get("cuda_available") or device_count == 0:
-        return ProbeResult(outcome=NO_CUDA, world_size=0,
-                           message=f"torch {machine['torch_version']} sees no CUDA GPU{visible_note}: nothing to measure",
-                           **base, **machine)
+        problem = NO_CUDA, 0, f"{torch_note} sees no CUDA GPU{visible_note}: nothing to measure"
     elif not facts.get("nccl_available"):
-        return ProbeResult(outcome=NO_NCCL, world_size=0,
-                           message=f"torch {machine['torch_version']} was built without NCCL: torch.distributed has no 'nccl' backend",
-                           **base, **machine)
+        problem = NO_NCCL, 0, f"{torch_note} was built without NCCL: torch.distributed has no 'nccl' backend"
     elif world_size > device_count:
-        return ProbeResult(outcome=NOT_ENOUGH_GPUS, world_size=world_size,
-                           message=f"asked for {world_size} GPUs, this machine has {device_count}{visible_note}",
-                           **base, **machine)
-    if world_size == 1:
-        return ProbeResult(outcome=SINGLE_GPU, world_size=1,
-                           message="world size 1: all_reduce and all_gather are no-ops (nothing crosses a link), so nothing "
-                                   "was measured; tensor-parallel communication needs 2 or more GPUs",
-                           **base, **machine)
+        problem = NOT_ENOUGH_GPUS, world_size, f"asked for {world_size} GPUs, this machine has {device_count}{visible_note}"
+    if problem is None and world_size == 1:
+        problem = SINGLE_GPU, 1, ("world size 1: all_reduce and all_gather are no-ops (nothing crosses a link), so nothing "
+                                  "was measured; tensor-parallel communication needs 2 or more GPUs")
+    if problem is not None:
+        return ProbeResult(outcome=problem[0], world_size=problem[1], message=problem[2], **base, **machine)
 
     results = tuple(_run_env_set(request, env_set, world_size) for env_set in request.env_sets)
     ok_count = sum(result.outcome == OK for result in results)

@@ -209,7 +209,7 @@ def _node_record(launch: dict, plan: Plan, spec: LaunchSpec, rank: int, host: st
     return node_record(
         launch, node={"rank": rank, "nnodes": len(plan.nodes.hosts), "ssh": host, "dist_init_addr": launch["dist_init_addr"],
                       "clock_offset_to_node0_s": None, "clock_offset_error_s": None},
-        argv=runinfo.redact_argv(node_argv(plan, spec, rank)), env=None, env_nccl={}, env_cuda={}, env_dropped=[],
+        argv=node_argv(plan, spec, rank), env=None, env_nccl={}, env_cuda={}, env_dropped=[],
         versions={}, gpus=[], hostname=None, timestamps={"spawn": None, "stop": None}, utc_offset=None, server_pid=None,
         server_identity=None, exit_code=None, stop=None, files={"server_log": "server.log"},
     )

@@ -416,7 +416,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
     files = {"server_log": "server.log", "bench": "bench.jsonl"}
     record = new_record(
         plan, spec, previous, argv, env, ("spawn", "port_open", "health_200", "bench_start", "bench_end", "stop"),
-        argv=runinfo.redact_argv(argv), **env_fields(recorded_env), env_dropped=dropped, profile=spec.cell.profile,
+        argv=argv, **env_fields(recorded_env), env_dropped=dropped, profile=spec.cell.profile,
         versions={}, gpus=context.gpus, hostname=context.hostname, host=host, port=port, exit_code=None, server_pid=None,
         server_identity=None, stop=None, files=files, models={}, doctor=[finding.to_dict() for finding in findings],
     )

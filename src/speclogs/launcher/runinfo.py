@@ -17,7 +17,7 @@ from pathlib import Path
 
 from speclogs.doctor import config_facts
 from speclogs.launcher.process import nvidia_smi
-from speclogs.redact import redact_argv, redact_env, redact_value  # noqa: F401 - re-exported for the launcher
+from speclogs.redact import redact_value
 
 # Proxy variables: a server never inherits them unless the plan's inherit_env names them (any case), since they
 # carry credentials (http://user:pw@proxy) and reroute traffic; "*" and PREFIX* entries do not name them.
@@ -34,8 +34,6 @@ for name in ("sglang", "torch"):
 try:
     import torch
     v = torch.cuda.nccl.version()
-    if isinstance(v, int):  # older torch: 22809 -> 2.28.9
-        v = (v // 10000, v % 10000 // 100, v % 100) if v >= 10000 else (v // 1000, v % 1000 // 100, v % 100)
     out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
 except (ImportError, AttributeError, RuntimeError, OSError):  # torch absent, no CUDA build, no libnccl
     out["nccl"] = None

@@ -13,6 +13,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -114,8 +115,7 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
         raise PlanError(f"{plan.path}: --until and --max-minutes are not supported with nodes yet",
                         hint="slice a multi-node plan with --max-launches and --resume")
     say = progress or (lambda message: None)
-    started = time.monotonic()
-    deadline = started + options.max_minutes * 60 if options.max_minutes else None
+    deadline = time.monotonic() + options.max_minutes * 60 if options.max_minutes else None
     out_dir = options.out_dir.resolve()
     design = adaptive_design(plan, options)
     if design is not None:
@@ -353,16 +353,12 @@ def _estimate_launch_s(out_dir: Path, recent: int = 3) -> float | None:
             continue
         stamps = record.timestamps
         try:
-            spans.append((stamps["spawn"], _seconds_between(stamps["spawn"], stamps["stop"])))
+            spawn, stop = datetime.fromisoformat(stamps["spawn"]), datetime.fromisoformat(stamps["stop"])
+            spans.append((stamps["spawn"], (stop - spawn).total_seconds()))
         except (KeyError, TypeError, ValueError):
             continue
     latest = sorted(spans)[-recent:]
     return max(span for _, span in latest) if latest else None
-
-
-def _seconds_between(first: str, second: str) -> float:
-    from datetime import datetime
-    return (datetime.fromisoformat(second) - datetime.fromisoformat(first)).total_seconds()
 
 
 def _result_from(record: RunRecord | None, spec: LaunchSpec, run_dir: Path, skipped: bool = False) -> LaunchResult:

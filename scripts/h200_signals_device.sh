@@ -7,6 +7,9 @@
 # Writes $OUT/h200-signals.tgz = h200-signals/{README.md, <cell>/<launch>/…, *.console, gpus.nvidia-smi}; unpack it
 # into fixtures/ (tar xzf h200-signals.tgz -C fixtures) and tests/test_signals_device_fixture.py and
 # reports/make_reports.sh pick it up.
+# fixtures/h200-signals was recorded with the older synth-pair construction (orthogonal embeddings, the noisy draft
+# from `--noise 0.93`, since deleted); this script now makes the lower-acceptance draft with --accept-profile 0.4,0.25
+# (accept len 1 + 0.4 + 0.4·0.25 = 1.50 at steps 5, varying per request with the prompt's tokens).
 set -uo pipefail
 export PYTHONPATH=/tmp/sglang-site/site:$PWD/src PATH=/tmp/sglang-site/site/bin:$PATH
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -15,7 +18,7 @@ mkdir -p "$OUT" "$RUNS" "$PACK"
 started=$(date -Iseconds)
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$PACK/gpus.nvidia-smi"
 [ -f /tmp/t3/config.json ] || python3 -m speclogs synth-pair /tmp/t3 /tmp/d3 2>&1 | tail -2
-[ -f /tmp/t3n/config.json ] || python3 -m speclogs synth-pair /tmp/t3n /tmp/d3n --noise 0.93 2>&1 | tail -2
+[ -f /tmp/t3n/config.json ] || python3 -m speclogs synth-pair /tmp/t3n /tmp/d3n --accept-profile 0.4,0.25 2>&1 | tail -2
 cp /tmp/d3/speclogs_synth.json "$PACK/draft_clean.speclogs_synth.json.console" 2>/dev/null
 cp /tmp/d3n/speclogs_synth.json "$PACK/draft_noisy.speclogs_synth.json.console" 2>/dev/null
 python3 -m speclogs launch plans/h200-signals.toml --out "$RUNS" --no-ingest --resume --max-minutes "${MINUTES:-7}" 2>&1 \
@@ -33,7 +36,7 @@ Made by \`scripts/h200_signals_device.sh\` on the nvidia-h200 device (started $s
 $sglang_version from the shared/gpu bundle, $(head -1 "$PACK/gpus.nvidia-smi"), torch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null).
 
     python3 -m speclogs synth-pair /tmp/t3 /tmp/d3                  # clean pair: accept len 2.00 by construction
-    python3 -m speclogs synth-pair /tmp/t3n /tmp/d3n --noise 0.93   # noisy draft (draft_noisy.speclogs_synth.json.console)
+    python3 -m speclogs synth-pair /tmp/t3n /tmp/d3n --accept-profile 0.4,0.25   # lower-acceptance draft (draft_noisy.speclogs_synth.json.console)
     python3 -m speclogs launch plans/h200-signals.toml --out /root/signals --no-ingest --resume --max-minutes 7
 
 | path | what |

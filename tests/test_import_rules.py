@@ -31,10 +31,10 @@ MAY_IMPORT = {
     **LEAVES,
 }
 GPU_SIDE = ("launcher", "profile", "probe")
-# What the GPU side may import besides the standard library: torch and sglang (what it measures); psutil where it
-# is installed, numpy for `synth-pair`, rich for the probe's terminal table — each only inside a function.
-GPU_THIRD_PARTY = {"torch", "sglang"}
-GPU_LAZY_THIRD_PARTY = {"psutil", "numpy", "rich"}
+# What the GPU side may import besides the standard library: torch and sglang (what it measures), psutil (an SGLang
+# dependency); numpy for `synth-pair`, rich for the probe's terminal table — each only inside a function.
+GPU_THIRD_PARTY = {"torch", "sglang", "psutil"}
+GPU_LAZY_THIRD_PARTY = {"numpy", "rich"}
 NOT_ON_A_GPU_BOX = ("duckdb", "polars", "pyarrow", "scipy", "altair", "vl_convert", "pyparsing")
 
 

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from conftest import run_cli
@@ -367,3 +368,29 @@ def test_a_host_starting_with_a_dash_is_refused_before_ssh_runs(tmp_path):
     result = run_cli("launch", str(plan), "--host", "-oProxyCommand=touch /tmp/x", "--out", str(tmp_path / "out"))
     assert result.returncode == 1 and "not a host" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_max_minutes_then_resume_leaves_the_database_equal_to_a_fresh_ingest(tmp_path):
+    """The slicing workflow through the CLI: the first call's budget (1.2 s) ends inside its first launch by
+    construction (20 requests × 0.2 s each), so that launch is ingested half done; --resume runs it again and the
+    next one, and the database then holds exactly what a fresh ingest of the final directory holds."""
+    from conftest import assert_same_tables
+    from speclogs.store.lake import contract_columns
+
+    plan = write_plan(tmp_path, '[[cells]]\nname = "a"\nlaunches = 2',
+                      server_args='"--ready-after", "0.2", "--generate-delay", "0.2", "--log-requests"',
+                      bench="requests = 20\nmax_new_tokens = 8")
+    out, db, fresh = tmp_path / "out", tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    first = run_cli("launch", str(plan), "--out", str(out), "--db", str(db), "--max-minutes", "0.02", timeout=300)
+    assert first.returncode == 1, first.stderr
+    assert run_json(out, "a")["outcome"] == "interrupted" and not (out / "a" / "2").exists()
+    with duckdb.connect(str(db), read_only=True) as connection:
+        assert connection.execute("SELECT outcome FROM runs").fetchall() == [("interrupted",)]
+    again = run_cli("launch", str(plan), "--out", str(out), "--db", str(db), "--resume", timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert [run_json(out, "a", n)["outcome"] for n in (1, 2)] == ["ok", "ok"]
+    ingested = run_cli("ingest", str(out), "--db", str(fresh))
+    assert ingested.returncode == 0, ingested.stderr
+    with duckdb.connect(str(fresh), read_only=True) as expected, duckdb.connect(str(db), read_only=True) as actual:
+        assert expected.execute("SELECT count(*) FROM runs WHERE outcome = 'ok'").fetchone() == (2,)
+        assert_same_tables(expected, actual, [*contract_columns(), "line_accounting"])

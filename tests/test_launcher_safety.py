@@ -71,18 +71,6 @@ def test_a_group_whose_leader_is_not_ours_is_never_signalled(stranger):
     assert stranger.wait(timeout=5) == -signal.SIGKILL
 
 
-def test_identity_without_psutil_uses_proc(monkeypatch, stranger):
-    monkeypatch.setitem(sys.modules, "psutil", None)                 # `import psutil` raises ImportError
-    identity = proc.process_identity(stranger.pid)
-    assert identity is not None and proc.is_same_process(identity)
-    assert abs(identity.start_time - time.time()) < 300
-
-
-def test_psutil_and_proc_agree_on_start_time(stranger):
-    psutil = pytest.importorskip("psutil")
-    assert abs(psutil.Process(stranger.pid).create_time() - proc._proc_start_time(stranger.pid)) < proc.SAME_START_S
-
-
 def test_stop_does_not_reap_the_server_before_its_group_is_gone(tmp_path):
     """exit_code() sees an exit without reaping: the pid (and group id) stay ours until stop_server reaps it."""
     child = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)

@@ -748,11 +748,10 @@ def _render_launch_summary(summary, console) -> None:
 def synth_pair(
     target_dir: Path = typer.Argument(..., help="Where the HF Llama target is written (config.json + model.safetensors)."),
     draft_dir: Path = typer.Argument(..., help="Where the EAGLE-3 draft (LlamaForCausalLMEagle3) is written."),
-    noise: float = typer.Option(0.0, "--noise", help="Mix a random map into the draft's fc, 0..1 (0: accept len exactly 2.00)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the embeddings, the permutation and the random weights."),
-    vocab: int = typer.Option(2048, "--vocab", help="Hidden size (== vocab size; 64 less with --accept-profile/--layer-shift)."),
+    vocab: int = typer.Option(2048, "--vocab", help="Hidden size (the vocabulary is 64 ids less)."),
     layers: int = typer.Option(16, "--layers", help="Target layers."),
-    accept_profile: str = typer.Option("", "--accept-profile",
+    accept_profile: str = typer.Option("1.0", "--accept-profile",
                                        help="P(draft position i right | earlier right), e.g. 0.9,0.7,0.5."),
     layer_shift: float = typer.Option(0.0, "--layer-shift",
                                       help="Fraction of tokens the layer after the first aux layer permutes (0..1)."),
@@ -766,14 +765,11 @@ def synth_pair(
     except ValueError as exc:
         raise SpeclogsError(f"--accept-profile {accept_profile!r} is not a list of numbers",
                             hint="e.g. --accept-profile 0.9,0.7,0.5") from exc
-    config = SynthConfig(vocab_size=vocab, num_layers=layers, noise=noise, seed=seed, accept_profile=profile,
+    config = SynthConfig(vocab_size=vocab, num_layers=layers, seed=seed, accept_profile=profile,
                          layer_shift=layer_shift, aux_offset=aux_offset)
     pair = write_synth_pair(target_dir, draft_dir, config)
     expected = ("expected accept len by --speculative-num-steps (topk 1, draft tokens steps+1): "
-                + ", ".join(f"{k}: {v:.2f}" for k, v in pair.expected_accept_len.items())
-                if pair.expected_accept_len else
-                f"predicted accept len {pair.predicted_accept_len:.2f} with --speculative-num-steps 5 "
-                "--speculative-eagle-topk 1 --speculative-num-draft-tokens 6")
+                + ", ".join(f"{k}: {v:.2f}" for k, v in pair.expected_accept_len.items()))
     _stderr_console().print(
         f"wrote {pair.target_dir} ({pair.target_bytes / 2**30:.2f} GiB) and {pair.draft_dir} ({pair.draft_bytes / 2**20:.0f} MiB); "
         f"first draft token right for {pair.first_draft_hit_fraction:.4f} of tokens; {expected}; prompts need "

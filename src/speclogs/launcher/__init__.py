@@ -1,9 +1,10 @@
 """speclogs.launcher: reproduce SGLang runs from a plan file, record each launch in run.json.
 
-Standard library only (+ numpy for `synth`), because it runs on the GPU box where duckdb/polars are absent.
+Standard library and psutil only (+ numpy for `synth`), because it runs on the GPU box where duckdb/polars are absent.
 """
 
 from speclogs.launcher.plan import BenchServingSpec, BenchSpec, Cell, LaunchSpec, Plan, load_plan, parse_plan
+from speclogs.launcher.remote import launch_remote
 from speclogs.launcher.run import (
     Interrupted,
     LaunchOptions,
@@ -19,9 +20,3 @@ __all__ = [
     "BenchServingSpec", "BenchSpec", "Cell", "Interrupted", "LaunchOptions", "LaunchResult", "LaunchSpec", "Plan",
     "PlanRunSummary", "doctor_plan", "launch_plan", "launch_remote", "load_plan", "parse_plan", "server_argv", "server_env",
 ]
-
-
-def launch_remote(*args, **kwargs):
-    """See speclogs.launcher.remote.launch_remote (imported lazily)."""
-    from speclogs.launcher.remote import launch_remote as _launch_remote
-    return _launch_remote(*args, **kwargs)

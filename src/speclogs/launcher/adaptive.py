@@ -45,62 +45,29 @@ def parse_until(text: str) -> float:
 
 # --- Student t and the Pocock constant, standard library only ------------------------------------------------------
 
-def _beta_fraction(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-14:
-            break
-    return h
-
-
-def _incomplete_beta(a: float, b: float, x: float) -> float:
-    """Regularised incomplete beta I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _beta_fraction(a, b, x) / a
-    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
-
-
-def t_cdf(value: float, df: float) -> float:
-    if math.isinf(df):
-        return _NORMAL.cdf(value)
-    tail = 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + value * value))
-    return 1.0 - tail if value > 0 else tail
-
-
 def t_ppf(q: float, df: float) -> float:
-    """Quantile of Student t (bisection on the cdf; q in (0, 1))."""
+    """Quantile of Student t. With θ = atan(x/√ν), F(x) = 1/2 + c·∫_0^θ cos^(ν−1)φ dφ: a bounded integrand (ν ≥ 1)
+    that Simpson's rule integrates well; Newton steps on θ from the normal quantile, each adding its slice."""
     if math.isinf(df) or df > 1e7:
         return _NORMAL.inv_cdf(q)
     if q < 0.5:
         return -t_ppf(1.0 - q, df)
-    low, high = 0.0, 1.0
-    while t_cdf(high, df) < q:
-        high *= 2.0
-    for _ in range(200):
-        mid = (low + high) / 2.0
-        if t_cdf(mid, df) < q:
-            low = mid
-        else:
-            high = mid
-        if high - low < 1e-10 * max(1.0, high):
+    scale = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi)
+
+    def area(low: float, high: float, n: int) -> float:
+        h = (high - low) / n
+        return h / 3 * sum((1 if i in (0, n) else 4 if i % 2 else 2) * math.cos(low + i * h) ** (df - 1) for i in range(n + 1))
+
+    theta = math.atan(_NORMAL.inv_cdf(q) / math.sqrt(df))
+    cdf = 0.5 + scale * area(0.0, theta, 400)
+    for _ in range(100):
+        step = (cdf - q) / (scale * math.cos(theta) ** (df - 1))
+        new = min(theta - step, (theta + math.pi / 2) / 2)   # never past π/2 (x = ∞)
+        cdf += scale * area(theta, new, 40)
+        theta = new
+        if abs(step) < 1e-12:
             break
-    return (low + high) / 2.0
+    return math.sqrt(df) * math.tan(theta)
 
 
 _GRID = 61  # Simpson points per look (odd)

@@ -28,7 +28,6 @@ class BenchFailed(LaunchError):
 @dataclass(frozen=True)
 class BenchSummary:
     requests_done: int
-    measured_tok_s: tuple[float, ...]   # tok/s of the non-warm-up requests
     median_tok_s: float | None
 
 
@@ -66,7 +65,7 @@ def run_single_stream(base_url: str, spec: BenchSpec, run_name: str, out_path: P
             if on_request is not None:
                 on_request(record)
     median = statistics.median(measured) if measured else None
-    return BenchSummary(requests_done=done, measured_tok_s=tuple(measured), median_tok_s=median)
+    return BenchSummary(requests_done=done, median_tok_s=median)
 
 
 def _generate(base_url: str, payload: dict, timeout_s: float, index: int) -> dict:

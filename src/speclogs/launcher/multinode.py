@@ -1,101 +1,31 @@
 """Multi-node launches: a plan with `nodes = ["user@host1", "user@host2", …]` runs SGLang on every node at once.
 
-For each launch of the plan, on every node (reached over ssh, speclogs unpacked there once per plan run, as
-`--host` does), a node agent (`python -m speclogs.launcher.node`) starts the server with SGLang's multi-node flags
-`--nnodes N --node-rank I --dist-init-addr <node 0>:<dist_init_port>`, in its own process group, with an environment
-built from that node's own (inherit_env, drop_inherited_env, the plan's and the cell's env). Then this side:
-
-1. measures each node's clock against node 0's (ping/pong through the agents, the sample with the shortest round
-   trip: offset ± half of it);
-2. waits for node 0's `/health` to answer 200 (the other nodes serve no HTTP); a node whose server exits first
-   fails the launch (`failed_start`, naming the node);
-3. runs the plan's benchmark against node 0;
-4. stops every node at once (SIGTERM to each server's group, SIGKILL after `stop_grace_s`) and has each agent check
-   that nothing of its server is left on its node (leftover and GPU pids are recorded and killed);
-5. brings each node's log back and writes, per launch, `DIR/<cell>/<launch>/run.json` (the launch: outcome, ready_s,
-   benchmark, timestamps, a summary of the nodes) and `DIR/<cell>/<launch>/node<I>/{run.json, server.log}` per node
-   (node rank, host, argv, env with NCCL_*, GPUs, versions, clock offset to node 0, its stop).
-
-Every run.json of a launch carries the launch's run_uid, so `speclogs ingest DIR` makes ONE run of the launch,
-whose files are the nodes' logs (one `launches` row per node log). Standard library only.
+Per launch: a node agent on each node (`python -m speclogs.launcher.node`, over ssh) starts its server with SGLang's
+multi-node flags; this side measures each node's clock against node 0's, waits for node 0's /health, benchmarks node 0,
+stops every node at once, brings the logs back and writes run.json for the launch and for each node (docs/launcher.md,
+"Several nodes"). Every run.json of a launch carries its run_uid, so the ingest makes one run of it.
 """
 
 from __future__ import annotations
 
 import json
 import queue
-import shlex
 import subprocess
 import threading
 import time
 from pathlib import Path
 
 from speclogs.doctor import arg_value
-from speclogs.errors import LaunchError, PlanError
-from speclogs.launcher import bench as _bench, process as _proc, runinfo
+from speclogs.errors import LaunchError
+from speclogs.launcher import remote, run as _run, runinfo
 from speclogs.launcher.plan import PYTHON_PLACEHOLDER, LaunchSpec, NodesSpec, Plan
-from speclogs.launcher.remote import _bundle, _pull, _tail
-from speclogs.launcher.run import (
-    Interrupted,
-    LaunchOptions,
-    LaunchResult,
-    PlanRunSummary,
-    Progress,
-    _bench_record,
-    _check_overwrite,
-    _is_complete,
-    _result_from,
-    _select,
-    _signals_deferred,
-    _signals_raise_interrupted,
-    server_argv,
-)
-from speclogs.runrecord import RunRecord, finish_record, launch_record, node_record, read_run_json, write_run_json
+from speclogs.launcher.remote import _bundle, pull, python_command, ssh_command
+from speclogs.launcher.run import Interrupted, LaunchResult, Progress, _LaunchFailed, server_argv
+from speclogs.runrecord import RunRecord, finish_record, node_record, write_run_json
 
 SPAWN_TIMEOUT_S = 300.0   # ssh + the node's version probe + spawn
 PINGS = 5                 # clock samples per node
 STOP_EXTRA_S = 60.0       # beyond stop_grace_s: SIGKILL, reaping, the leftover check
-
-
-class _Failed(Exception):
-    def __init__(self, outcome: str, message: str):
-        super().__init__(message)
-        self.outcome = outcome
-
-
-def launch_nodes(plan: Plan, options: LaunchOptions, progress: Progress | None = None) -> PlanRunSummary:
-    """Run the plan's launches, each on every node of `plan.nodes`; returns what happened to each launch."""
-    say = progress or (lambda message: None)
-    nodes = plan.nodes
-    if options.until is not None or options.max_minutes is not None:
-        raise PlanError(f"{plan.path}: --until and --max-minutes are not supported with nodes yet",
-                        hint="slice a multi-node plan with --max-launches and --resume")
-    out_dir = options.out_dir.resolve()
-    order = _select(plan, options.only)
-    _check_overwrite(order, out_dir, options)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    _upload(plan, nodes, say)
-    results: list[LaunchResult] = []
-    stopped = "complete"
-    done = 0
-    with _signals_raise_interrupted():
-        for spec in order:
-            run_dir = out_dir / spec.cell.name / str(spec.launch)
-            previous = read_run_json(run_dir)
-            if previous is not None and _is_complete(run_dir, options.retry_failed):
-                results.append(_result_from(previous, spec, run_dir, skipped=True))
-                continue
-            if options.max_launches is not None and done >= options.max_launches:
-                stopped = "max_launches"
-                break
-            say(f"[{spec.order_index + 1}/{len(plan.launch_order())}] {spec.run_name}: starting on {len(nodes.hosts)} nodes")
-            result = _launch_one(plan, spec, run_dir, previous, say)
-            results.append(result)
-            done += 1
-            say(f"{spec.run_name}: {result.outcome}" + (f" ({result.outcome_detail})" if result.outcome_detail else ""))
-    pending = tuple(spec.run_name for spec in order
-                    if not _is_complete(out_dir / spec.cell.name / str(spec.launch), options.retry_failed))
-    return PlanRunSummary(plan_name=plan.name, out_dir=str(out_dir), results=tuple(results), stopped=stopped, pending=pending)
 
 
 def node_argv(plan: Plan, spec: LaunchSpec, rank: int) -> list[str]:
@@ -108,21 +38,13 @@ def node_argv(plan: Plan, spec: LaunchSpec, rank: int) -> list[str]:
                    "--dist-init-addr", f"{nodes.http_host}:{nodes.dist_init_port}"]
 
 
-def _ssh(nodes: NodesSpec, host: str) -> list[str]:
-    return ["ssh", "-o", "BatchMode=yes", *nodes.ssh_options, "--", host]  # `--`: the host is never read as an option
-
-
-def _upload(plan: Plan, nodes: NodesSpec, say: Progress) -> None:
+def upload(plan: Plan, say: Progress) -> None:
     """speclogs (and the plan) unpacked into remote_dir on every distinct node, once per plan run."""
+    nodes = plan.nodes
     bundle = _bundle(plan.path, f"plans/{plan.name}.toml")
-    remote = shlex.quote(nodes.remote_dir)
     for host in dict.fromkeys(nodes.hosts):
         say(f"{host}: uploading speclogs to {nodes.remote_dir}")
-        upload = subprocess.run([*_ssh(nodes, host), f"mkdir -p {remote} && cd {remote} && rm -rf src/speclogs && tar -xf -"],
-                                input=bundle, capture_output=True, timeout=300)
-        if upload.returncode != 0:
-            raise LaunchError(f"ssh {host}: upload failed (exit {upload.returncode}): {_tail(upload.stderr)}",
-                              hint=f"check that `ssh {' '.join(shlex.quote(a) for a in _ssh(nodes, host)[1:])} true` works")
+        remote.upload(ssh_command(nodes.ssh_options, host), nodes.remote_dir, bundle, host)
 
 
 class _Agent:
@@ -130,9 +52,8 @@ class _Agent:
 
     def __init__(self, nodes: NodesSpec, rank: int, host: str) -> None:
         self.rank, self.host = rank, host
-        command = (f"cd {shlex.quote(nodes.remote_dir)} && PYTHONPATH=\"$PWD/src${{PYTHONPATH:+:$PYTHONPATH}}\" "
-                   f"exec {shlex.quote(nodes.remote_python)} -m speclogs.launcher.node")
-        self.proc = subprocess.Popen([*_ssh(nodes, host), command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        command = python_command(nodes.remote_dir, nodes.remote_python, "speclogs.launcher.node")
+        self.proc = subprocess.Popen([*ssh_command(nodes.ssh_options, host), command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, bufsize=1)
         self.events: queue.Queue = queue.Queue()
         self.stderr: list[str] = []
@@ -207,17 +128,17 @@ def _clock_offset(agent: _Agent) -> tuple[float, float] | None:
     return best
 
 
-def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord | None, say: Progress) -> LaunchResult:
+def launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord | None, say: Progress) -> LaunchResult:
+    """One launch on every node of `plan.nodes`: spawn, clocks, node 0's /health, benchmark, stop, logs back."""
     nodes = plan.nodes
     run_dir.mkdir(parents=True, exist_ok=True)
-    port = int(arg_value(server_argv(plan, spec), "--port") or plan.port)
+    argv = server_argv(plan, spec)
+    port = int(arg_value(argv, "--port") or plan.port)
     base_url = f"http://{nodes.http_host}:{port}"
     dist_init = f"{nodes.http_host}:{nodes.dist_init_port}"
-    record = launch_record(
-        run_name=spec.run_name, plan_name=plan.name, plan_file=str(plan.path), cell=spec.cell.name, launch=spec.launch,
-        factors=spec.cell.factors, order_index=spec.order_index, previous=previous,
-        stamps=("spawn", "health_200", "bench_start", "bench_end", "stop"),
-        bench=_bench_record(plan), utc_offset=runinfo.utc_offset(), host=nodes.http_host, port=port, dist_init_addr=dist_init,
+    record = _run.new_record(
+        plan, spec, previous, argv, {**plan.env, **spec.cell.env}, ("spawn", "health_200", "bench_start", "bench_end", "stop"),
+        host=nodes.http_host, port=port, dist_init_addr=dist_init,
         files={"bench": "bench.jsonl", "nodes": [f"node{rank}" for rank in range(len(nodes.hosts))]},
         nodes=[{"rank": rank, "ssh": host} for rank, host in enumerate(nodes.hosts)],
     )
@@ -237,9 +158,14 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
             (run_dir / f"node{rank}").mkdir(exist_ok=True)
             write_run_json(run_dir / f"node{rank}", node)
         write_run_json(run_dir, record)
-        return LaunchResult(run_name=spec.run_name, cell=spec.cell.name, launch=spec.launch, order_index=spec.order_index,
-                            outcome=outcome, outcome_detail=detail, ready_s=record["ready_s"],
-                            median_tok_s=(record["bench_summary"] or {}).get("median_tok_s"), run_dir=str(run_dir))
+        return _run._result_from(RunRecord(record), spec, run_dir)
+
+    def poll() -> None:
+        for agent in agents:
+            if "exited" in agent.last or agent.proc.poll() is not None:
+                code = agent.last.get("exited", {}).get("code")
+                raise _LaunchFailed("failed_start", f"node {agent.rank} ({agent.host}): the server exited with code {code} "
+                                                    "before node 0's /health answered 200")
 
     try:
         try:
@@ -248,22 +174,22 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
                 try:
                     agent = _Agent(nodes, rank, host)
                 except OSError as error:
-                    raise _Failed("spawn_failed", f"cannot run ssh for node {rank} ({host}): {error.strerror}") from error
+                    raise _LaunchFailed("spawn_failed", f"cannot run ssh for node {rank} ({host}): {error.strerror}") from error
                 agents.append(agent)
                 agent.send(json.dumps(_agent_spec(plan, spec, rank)))
             for agent, node in zip(agents, node_records):
                 _take_spawned(agent, node, say, spec.run_name)
             _measure_clocks(agents, node_records)
-            _wait_health(plan, agents, base_url, stamps, spawn_clock, spec.run_name, say)
+            _run._wait_ready(plan, f"{base_url}/health", stamps, spawn_clock, None, spec.run_name, say, poll, lambda: "")
             record["ready_s"] = round(time.monotonic() - spawn_clock, 3)
             say(f"{spec.run_name}: node 0 ready in {record['ready_s']:.1f} s")
-            _benchmark(plan, spec, run_dir, base_url, record, stamps, say)
+            _run._run_benchmarks(plan, spec, run_dir, base_url, record, None, say, lambda: None, None)
             return finish("ok", "")
-        except _Failed as failure:
+        except _LaunchFailed as failure:
             return finish(failure.outcome, str(failure))
     except (Interrupted, KeyboardInterrupt) as exc:
         reason = exc.reason if isinstance(exc, Interrupted) else "Ctrl-C"
-        with _signals_deferred():
+        with _run._signals_deferred():
             finish("interrupted", f"{reason} during this launch; --resume runs it again")
         raise Interrupted(reason) from None
 
@@ -283,7 +209,7 @@ def _node_record(launch: dict, plan: Plan, spec: LaunchSpec, rank: int, host: st
     return node_record(
         launch, node={"rank": rank, "nnodes": len(plan.nodes.hosts), "ssh": host, "dist_init_addr": launch["dist_init_addr"],
                       "clock_offset_to_node0_s": None, "clock_offset_error_s": None},
-        argv=runinfo.redact_argv(node_argv(plan, spec, rank)), env=None, env_nccl={}, env_cuda={}, env_dropped=[],
+        argv=node_argv(plan, spec, rank), env=None, env_nccl={}, env_cuda={}, env_dropped=[],
         versions={}, gpus=[], hostname=None, timestamps={"spawn": None, "stop": None}, utc_offset=None, server_pid=None,
         server_identity=None, exit_code=None, stop=None, files={"server_log": "server.log"},
     )
@@ -292,16 +218,14 @@ def _node_record(launch: dict, plan: Plan, spec: LaunchSpec, rank: int, host: st
 def _take_spawned(agent: _Agent, node: dict, say: Progress, run_name: str) -> None:
     event = agent.wait_for(("spawned",), SPAWN_TIMEOUT_S)
     if event is None:
-        raise _Failed("failed_start", f"node {agent.rank} ({agent.host}) did not start its server within {SPAWN_TIMEOUT_S:g} s")
+        raise _LaunchFailed("failed_start", f"node {agent.rank} ({agent.host}) did not start its server within {SPAWN_TIMEOUT_S:g} s")
     if event["event"] == "failed":
-        raise _Failed(event.get("outcome", "failed_start"), f"node {agent.rank} ({agent.host}): {event.get('message')}")
+        raise _LaunchFailed(event.get("outcome", "failed_start"), f"node {agent.rank} ({agent.host}): {event.get('message')}")
     if event["event"] == "gone":
-        raise _Failed("spawn_failed", f"node {agent.rank} ({agent.host}): the node agent did not start: {agent.why_gone()}")
-    env = event.get("env") or {}
-    node.update(hostname=event.get("hostname"), gpus=event.get("gpus") or [], env=env, env_dropped=event.get("env_dropped"),
-                env_nccl={k: v for k, v in env.items() if k.startswith("NCCL_")},
-                env_cuda={k: v for k, v in env.items() if k.startswith("CUDA_")}, versions=event.get("versions") or {},
-                server_pid=event.get("pid"), server_identity=event.get("identity"), utc_offset=event.get("utc_offset"))
+        raise _LaunchFailed("spawn_failed", f"node {agent.rank} ({agent.host}): the node agent did not start: {agent.why_gone()}")
+    node.update(hostname=event.get("hostname"), gpus=event.get("gpus") or [], **_run.env_fields(event.get("env") or {}),
+                env_dropped=event.get("env_dropped"), versions=event.get("versions") or {}, server_pid=event.get("pid"),
+                server_identity=event.get("identity"), utc_offset=event.get("utc_offset"))
     node["timestamps"]["spawn"] = event.get("spawn")
     say(f"{run_name}: node {agent.rank} ({event.get('hostname')}) pid {event.get('pid')}")
 
@@ -314,47 +238,6 @@ def _measure_clocks(agents: list[_Agent], nodes: list[dict]) -> None:
         if offset is not None:
             node["node"]["clock_offset_to_node0_s"] = round(offset[0] - offsets[0][0], 6)
             node["node"]["clock_offset_error_s"] = round(offset[1] + offsets[0][1], 6)
-
-
-def _wait_health(plan: Plan, agents: list[_Agent], base_url: str, stamps: dict, spawn_clock: float, run_name: str,
-                 say: Progress) -> None:
-    next_report = spawn_clock + plan.progress_every_s
-    last = None
-    while True:
-        for agent in agents:
-            if "exited" in agent.last or agent.proc.poll() is not None:
-                code = agent.last.get("exited", {}).get("code")
-                raise _Failed("failed_start", f"node {agent.rank} ({agent.host}): the server exited with code {code} "
-                                              "before node 0's /health answered 200")
-        last = _proc.probe_health(f"{base_url}/health", timeout_s=min(5.0, plan.health_poll_s * 5))
-        if last == 200:
-            stamps["health_200"] = runinfo.now_iso()
-            return
-        now = time.monotonic()
-        if now - spawn_clock > plan.health_timeout_s:
-            raise _Failed("health_timeout", f"node 0's /health did not answer 200 within {plan.health_timeout_s:g} s "
-                                            f"(last answer: {last or 'no connection'})")
-        if now >= next_report:
-            say(f"{run_name}: waiting {now - spawn_clock:.0f} s, node 0's /health {last or 'no connection'}")
-            next_report = now + plan.progress_every_s
-        time.sleep(plan.health_poll_s)
-
-
-def _benchmark(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, record: dict, stamps: dict, say: Progress) -> None:
-    stamps["bench_start"] = runinfo.now_iso()
-    if plan.bench.kind == "single_stream" and plan.bench.requests:
-        def on_request(row: dict) -> None:
-            say(f"{spec.run_name}: request {row['i'] + 1}/{plan.bench.requests}" + (" (warm-up)" if row["warmup"] else ""))
-
-        try:
-            summary = _bench.run_single_stream(base_url, plan.bench, spec.run_name, run_dir / "bench.jsonl", on_request)
-        except _bench.BenchFailed as exc:
-            stamps["bench_end"] = runinfo.now_iso()
-            raise _Failed("bench_failed", str(exc)) from exc
-        record["bench_summary"] = {"requests_done": summary.requests_done, "median_tok_s": summary.median_tok_s}
-    else:
-        record["files"].pop("bench", None)
-    stamps["bench_end"] = runinfo.now_iso()
 
 
 def _stop_all(agents: list[_Agent], plan: Plan, nodes: list[dict], stamps: dict, say: Progress, run_name: str) -> None:
@@ -386,10 +269,9 @@ def _bring_logs_back(plan: Plan, spec: LaunchSpec, agents: list[_Agent], run_dir
     for agent in agents:
         target = run_dir / f"node{agent.rank}"
         target.mkdir(parents=True, exist_ok=True)
-        remote = f"runs/{plan.name}/{spec.cell.name}/{spec.launch}/node{agent.rank}"
+        folder = f"runs/{plan.name}/{spec.cell.name}/{spec.launch}/node{agent.rank}"
         try:
-            _pull(_ssh(nodes, agent.host), f"cd {shlex.quote(nodes.remote_dir)} && test -d {shlex.quote(remote)} && "
-                  f"tar -C {shlex.quote(remote)} -cf - .", target, agent.host)
+            pull(ssh_command(nodes.ssh_options, agent.host), nodes.remote_dir, folder, target, agent.host)
         except LaunchError as error:
             say(f"{spec.run_name}: WARNING node {agent.rank}'s log stays on {agent.host}: {error}")
 

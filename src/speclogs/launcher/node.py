@@ -30,18 +30,12 @@ from speclogs.launcher import process as _proc, runinfo
 POLL_S = 0.5  # how often the server's processes are looked at while it runs (to know its children when stopping)
 
 
-class _Out:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def send(self, **event) -> None:
-        with self._lock:
-            sys.stdout.write(json.dumps(event) + "\n")
-            sys.stdout.flush()
+def _send(**event) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
 
 
 def main() -> int:
-    out = _Out()
     commands: list[str] = []
     arrived = threading.Event()
 
@@ -58,7 +52,7 @@ def main() -> int:
     env, dropped = runinfo.build_env(dict(os.environ), tuple(spec["inherit_env"]),
                                      tuple(spec["drop_inherited_env"]), *spec["env_layers"])
     if spec.get("http_port") is not None and not _proc.port_is_free(spec.get("http_host", "127.0.0.1"), spec["http_port"]):
-        out.send(event="failed", outcome="port_in_use", message=f"port {spec['http_port']} is already in use on "
+        _send(event="failed", outcome="port_in_use", message=f"port {spec['http_port']} is already in use on "
                  f"{runinfo.hostname()}")
         return 1
     argv = spec["argv"]
@@ -69,11 +63,11 @@ def main() -> int:
     try:
         proc = _proc.spawn_server(argv, env, log_path)
     except OSError as error:
-        out.send(event="failed", outcome="spawn_failed", message=f"cannot start {argv[0]}: {error.strerror}")
+        _send(event="failed", outcome="spawn_failed", message=f"cannot start {argv[0]}: {error.strerror}")
         return 1
     leader = _proc.process_identity(proc.pid)
     known: dict = {}
-    out.send(event="spawned", pid=proc.pid, identity=leader.to_dict() if leader else None, hostname=runinfo.hostname(),
+    _send(event="spawned", pid=proc.pid, identity=leader.to_dict() if leader else None, hostname=runinfo.hostname(),
              gpus=runinfo.gpu_inventory(), env=runinfo.recorded_env(env, tuple(spec["inherit_env"]), *spec["env_layers"]),
              env_dropped=dropped, versions=versions,
              spawn=runinfo.now_iso(), utc_offset=runinfo.utc_offset())
@@ -92,19 +86,18 @@ def main() -> int:
         while commands:
             command = commands.pop(0)
             if command == "ping":
-                out.send(event="pong", time=time.time())
+                _send(event="pong", time=time.time())
             elif command in ("stop", "eof"):
                 result = _proc.stop_server(proc, float(spec["stop_grace_s"]), known, leader)
-                out.send(event="stopped", exit_code=result.exit_code, signal=result.signal_used, stop_s=result.stop_s,
+                _send(event="stopped", exit_code=result.exit_code, signal=result.signal_used, stop_s=result.stop_s,
                          leftover_pids=list(result.leftover_pids), gpu_pids=list(result.gpu_pids),
                          gpu_apps_after=None if result.gpu_apps_after is None else list(result.gpu_apps_after),
                          stop=runinfo.now_iso(), reason=command)
                 return 0
+        known.update(_proc.ours(proc))
         code = _proc.exit_code(proc)
-        if code is None:
-            known.update(_proc.identities(_proc.descendants(proc.pid) | set(_proc.group_pids(proc.pid))))
-        elif not reported_exit:
-            out.send(event="exited", code=code)
+        if code is not None and not reported_exit:
+            _send(event="exited", code=code)
             reported_exit = True
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from speclogs.errors import PlanError
@@ -29,21 +29,22 @@ DEFAULT_INHERIT_ENV = (
 # Flags whose value is a model directory: checked up front when it looks like a local path.
 MODEL_PATH_FLAGS = ("--model-path", "--speculative-draft-model-path", "--tokenizer-path")
 
+# The plan's own scalars: default, then the smallest (and largest) value allowed; the type is the default's.
+_SCALARS: dict[str, tuple] = {
+    "host": ("127.0.0.1",), "port": (30000, 1, 65535), "health_timeout_s": (1800.0, 0.1), "health_poll_s": (1.0, 0.01),
+    "stop_grace_s": (30.0, 0), "port_wait_s": (10.0, 0), "min_free_mb": (100.0, 0), "progress_every_s": (10.0, 0.01),
+    "launch_estimate_s": (0.0, 0), "seed": (0,),
+}
 _TOP_KEYS = {
-    "name", "command", "model_path", "args", "env", "inherit_env", "drop_inherited_env", "port", "host", "health_timeout_s",
-    "health_poll_s", "stop_grace_s", "port_wait_s", "min_free_mb", "launches", "order", "seed", "progress_every_s",
-    "bench", "bench_serving", "cells", "profile_every", "launch_estimate_s", "adaptive", "metrics",
+    *_SCALARS, "name", "command", "model_path", "args", "env", "inherit_env", "drop_inherited_env", "launches", "order",
+    "bench", "bench_serving", "cells", "profile_every", "adaptive", "metrics",
     "nodes", "dist_init_port", "ssh_options", "remote_python", "remote_dir",
 }
 _CELL_KEYS = {"name", "args", "env", "factors", "launches", "profile", "profile_every", "model_path"}
-_BENCH_KEYS = {
-    "kind", "requests", "warmup_requests", "max_new_tokens", "prompt_tokens", "vocab_size", "prompts", "seed",
-    "request_timeout_s", "temperature",
-}
-_BENCH_SERVING_KEYS = {"args", "timeout_s", "enabled"}
 _ADAPTIVE_KEYS = {"until", "max_launches", "reference", "min_effect", "confidence"}
-_METRICS_KEYS = {"enable", "scrape_every_s", "scrape_timeout_s", "device_timer", "request_export"}
 DEVICE_TIMER_ENV = "SGLANG_ENABLE_METRICS_DEVICE_TIMER"
+# What a value of each kind must be, and an example of one (plan errors).
+_KINDS = {bool: ("true or false", "true"), int: ("an integer", "2"), float: ("a number", "30"), str: ("a string", '"…"')}
 
 
 @dataclass(frozen=True)
@@ -207,28 +208,26 @@ def parse_plan(text: str, path: Path) -> Plan:
     bench = _parse_bench(data.get("bench", {}), checker)
     bench_serving = None
     if "bench_serving" in data:
-        raw = checker.table(data["bench_serving"], "bench_serving", 0)
-        checker.unknown_keys(raw, _BENCH_SERVING_KEYS, _find_header_line(text, "bench_serving"), "[bench_serving]")
-        if raw.get("enabled", True):
-            bench_serving = BenchServingSpec(
-                args=tuple(checker.str_list(raw.get("args", []), "args", _find_header_line(text, "bench_serving"))),
-                timeout_s=checker.number(raw.get("timeout_s", 600.0), "timeout_s", 0, minimum=1),
-            )
+        raw = dict(checker.table(data["bench_serving"], "bench_serving", 0))
+        line = _find_header_line(text, "bench_serving")
+        if checker.typed(raw.pop("enabled", True), True, "enabled", line):
+            bench_serving = checker.spec(BenchServingSpec, raw, "bench_serving", {"timeout_s": (1,)})
 
-    default_launches = checker.integer(data.get("launches", 2), "launches", 0, minimum=1)
-    profile_every = checker.integer(data.get("profile_every", 16), "profile_every", 0, minimum=1)
+    default_launches = checker.typed(data.get("launches", 2), 2, "launches", 0, 1)
+    profile_every = checker.typed(data.get("profile_every", 16), 16, "profile_every", 0, 1)
     cells = _parse_cells(data.get("cells"), checker, default_launches, profile_every)
 
     adaptive = _parse_adaptive(data["adaptive"], checker) if "adaptive" in data else None
     nodes = _parse_nodes(data, checker, adaptive is not None, cells)
 
-    metrics = _parse_metrics(data.get("metrics", {}), checker)
+    metrics = checker.spec(MetricsSpec, data.get("metrics", {}), "metrics",
+                           {"scrape_every_s": (0,), "scrape_timeout_s": (0.1,)})
     order = data.get("order", "interleaved")
     if order not in ("interleaved", "shuffle"):
         checker.fail("order", 0, f"order must be \"interleaved\" or \"shuffle\", not {order!r}", "use order = \"interleaved\"")
 
     return Plan(
-        name=checker.string(data.get("name", path.stem), "name", 0),
+        name=checker.typed(data.get("name", path.stem), "", "name", 0),
         path=path,
         command=command,
         model_path=_optional_string(checker, data, "model_path", 0),
@@ -236,17 +235,9 @@ def parse_plan(text: str, path: Path) -> Plan:
         env=checker.str_dict(data.get("env", {}), "env", 0),
         inherit_env=tuple(checker.str_list(data.get("inherit_env", list(DEFAULT_INHERIT_ENV)), "inherit_env", 0)),
         drop_inherited_env=tuple(checker.str_list(data.get("drop_inherited_env", ["NCCL_"]), "drop_inherited_env", 0)),
-        host=checker.string(data.get("host", "127.0.0.1"), "host", 0),
-        port=checker.integer(data.get("port", 30000), "port", 0, minimum=1, maximum=65535),
-        health_timeout_s=checker.number(data.get("health_timeout_s", 1800.0), "health_timeout_s", 0, minimum=0.1),
-        health_poll_s=checker.number(data.get("health_poll_s", 1.0), "health_poll_s", 0, minimum=0.01),
-        stop_grace_s=checker.number(data.get("stop_grace_s", 30.0), "stop_grace_s", 0, minimum=0),
-        port_wait_s=checker.number(data.get("port_wait_s", 10.0), "port_wait_s", 0, minimum=0),
-        min_free_mb=checker.number(data.get("min_free_mb", 100.0), "min_free_mb", 0, minimum=0),
-        progress_every_s=checker.number(data.get("progress_every_s", 10.0), "progress_every_s", 0, minimum=0.01),
-        launch_estimate_s=checker.number(data.get("launch_estimate_s", 0.0), "launch_estimate_s", 0, minimum=0),
+        **{key: checker.typed(data.get(key, default), default, key, 0, *bounds)
+           for key, (default, *bounds) in _SCALARS.items()},
         order=order,
-        seed=checker.integer(data.get("seed", 0), "seed", 0),
         bench=bench,
         bench_serving=bench_serving,
         cells=cells,
@@ -259,7 +250,8 @@ def parse_plan(text: str, path: Path) -> Plan:
 
 def _parse_nodes(data: dict, checker: "_Checker", adaptive: bool, cells: tuple[Cell, ...]) -> NodesSpec | None:
     """The multi-node keys: `nodes` (at least two ssh destinations) and its companions, which need it."""
-    companions = [key for key in ("dist_init_port", "ssh_options", "remote_python", "remote_dir") if key in data]
+    defaults = {f.name: f.default for f in fields(NodesSpec) if f.name != "hosts"}
+    companions = [key for key in defaults if key in data]
     if "nodes" not in data:
         if companions:
             checker.fail(companions[0], 0, f"{companions[0]} needs nodes = [\"user@host1\", \"user@host2\"]",
@@ -275,35 +267,19 @@ def _parse_nodes(data: dict, checker: "_Checker", adaptive: bool, cells: tuple[C
         if cell.profile:
             checker.fail("profile", cell.line_no, f"cell {cell.name}: profile = true is not supported with nodes",
                          "profile on one node (a plain plan)")
-    return NodesSpec(
-        hosts=hosts,
-        dist_init_port=checker.integer(data.get("dist_init_port", 20000), "dist_init_port", 0, minimum=1, maximum=65535),
-        ssh_options=tuple(checker.str_list(data.get("ssh_options", []), "ssh_options", 0)),
-        remote_python=checker.string(data.get("remote_python", "python3"), "remote_python", 0),
-        remote_dir=checker.string(data.get("remote_dir", ".speclogs-remote"), "remote_dir", 0),
-    )
+    bounds = {"dist_init_port": (1, 65535)}
+    return NodesSpec(hosts=hosts, **{key: checker.typed(data.get(key, default), default, key, 0, *bounds.get(key, ()))
+                                     for key, default in defaults.items()})
 
 
 def _parse_bench(raw: object, checker: "_Checker") -> BenchSpec:
     header = _find_header_line(checker.text, "bench")
-    table = checker.table(raw, "bench", 0)
-    checker.unknown_keys(table, _BENCH_KEYS, header, "[bench]")
-    kind = table.get("kind", "single_stream")
-    if kind not in ("single_stream", "none"):
-        checker.fail("kind", header, f"bench kind must be \"single_stream\" or \"none\", not {kind!r}",
+    spec = checker.spec(BenchSpec, raw, "bench", {
+        "requests": (0,), "warmup_requests": (0,), "max_new_tokens": (1,), "prompt_tokens": (1,), "vocab_size": (2,),
+        "request_timeout_s": (0.1,), "temperature": (0,)})
+    if spec.kind not in ("single_stream", "none"):
+        checker.fail("kind", header, f"bench kind must be \"single_stream\" or \"none\", not {spec.kind!r}",
                      "use kind = \"single_stream\" (add [bench_serving] for sglang.bench_serving)")
-    spec = BenchSpec(
-        kind=kind,
-        requests=checker.integer(table.get("requests", 11), "requests", header, minimum=0),
-        warmup_requests=checker.integer(table.get("warmup_requests", 1), "warmup_requests", header, minimum=0),
-        max_new_tokens=checker.integer(table.get("max_new_tokens", 500), "max_new_tokens", header, minimum=1),
-        prompt_tokens=checker.integer(table.get("prompt_tokens", 64), "prompt_tokens", header, minimum=1),
-        vocab_size=checker.integer(table.get("vocab_size", 2048), "vocab_size", header, minimum=2),
-        prompts=tuple(checker.str_list(table.get("prompts", []), "prompts", header)),
-        seed=checker.integer(table.get("seed", 0), "seed", header),
-        request_timeout_s=checker.number(table.get("request_timeout_s", 300.0), "request_timeout_s", header, minimum=0.1),
-        temperature=checker.number(table.get("temperature", 0.0), "temperature", header, minimum=0),
-    )
     if spec.warmup_requests > spec.requests:
         checker.fail("warmup_requests", header, f"warmup_requests ({spec.warmup_requests}) exceeds requests ({spec.requests})",
                      "requests counts the warm-up requests too")
@@ -329,37 +305,24 @@ def _parse_adaptive(raw: object, checker: "_Checker") -> AdaptiveSpec:
     checker.unknown_keys(table, _ADAPTIVE_KEYS, header, "[adaptive]")
     until = None
     if "until" in table:
-        text = checker.string(table["until"], "until", header)
+        text = checker.typed(table["until"], "", "until", header)
         try:
             until = parse_until(text)
         except PlanError as exc:
             checker.fail("until", header, str(exc), exc.hint or "")
     min_effect = table.get("min_effect", "0%")
     if not isinstance(min_effect, str):
-        min_effect = f"{checker.number(min_effect, 'min_effect', header, minimum=0)}"
-    confidence = checker.number(table.get("confidence", 0.95), "confidence", header, minimum=0.5)
+        min_effect = f"{checker.typed(min_effect, 0.0, 'min_effect', header, 0)}"
+    confidence = checker.typed(table.get("confidence", 0.95), 0.95, "confidence", header, 0.5)
     if confidence >= 1.0:
         checker.fail("confidence", header, f"confidence = {confidence} must be below 1", "write confidence = 0.95")
     return AdaptiveSpec(
         until=until,
-        max_launches=(checker.integer(table["max_launches"], "max_launches", header, minimum=2)
+        max_launches=(checker.typed(table["max_launches"], 2, "max_launches", header, 2)
                       if "max_launches" in table else None),
         reference=_optional_string(checker, table, "reference", header),
         min_effect=_percent(min_effect, "min_effect", checker, header),
         confidence=confidence,
-    )
-
-
-def _parse_metrics(raw: object, checker: "_Checker") -> MetricsSpec:
-    header = _find_header_line(checker.text, "metrics")
-    table = checker.table(raw, "metrics", 0)
-    checker.unknown_keys(table, _METRICS_KEYS, header, "[metrics]")
-    return MetricsSpec(
-        enable=checker.boolean(table.get("enable", False), "enable", header),
-        scrape_every_s=checker.number(table.get("scrape_every_s", 0.0), "scrape_every_s", header, minimum=0),
-        scrape_timeout_s=checker.number(table.get("scrape_timeout_s", 10.0), "scrape_timeout_s", header, minimum=0.1),
-        device_timer=checker.boolean(table.get("device_timer", False), "device_timer", header),
-        request_export=checker.boolean(table.get("request_export", False), "request_export", header),
     )
 
 
@@ -389,7 +352,7 @@ def _parse_cells(raw: object, checker: "_Checker", default_launches: int, profil
         if name is None:
             if "name" not in table:
                 raise PlanError(f"{checker.path}:{line}: this [[cells]] table has no name", hint="add name = \"baseline\"")
-            name = checker.string(table["name"], "name", line)
+            name = checker.typed(table["name"], "", "name", line)
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
             checker.fail("name", line, f"cell name {name!r} must be letters, digits, '_', '-', '.'", "it names a directory")
         if name in seen:
@@ -401,9 +364,9 @@ def _parse_cells(raw: object, checker: "_Checker", default_launches: int, profil
             args=tuple(checker.str_list(table.get("args", []), "args", line)),
             env=checker.str_dict(table.get("env", {}), "env", line),
             factors=checker.str_dict(factors, "factors", line),
-            launches=checker.integer(table.get("launches", default_launches), "launches", line, minimum=1),
-            profile=checker.boolean(table.get("profile", False), "profile", line),
-            profile_every=checker.integer(table.get("profile_every", profile_every), "profile_every", line, minimum=1),
+            launches=checker.typed(table.get("launches", default_launches), 1, "launches", line, 1),
+            profile=checker.typed(table.get("profile", False), False, "profile", line),
+            profile_every=checker.typed(table.get("profile_every", profile_every), 1, "profile_every", line, 1),
             model_path=_optional_string(checker, table, "model_path", line),
             line_no=line,
         ))
@@ -413,7 +376,7 @@ def _parse_cells(raw: object, checker: "_Checker", default_launches: int, profil
 
 
 def _optional_string(checker: "_Checker", table: dict, key: str, line: int) -> str | None:
-    return checker.string(table[key], key, line) if key in table else None
+    return checker.typed(table[key], "", key, line) if key in table else None
 
 
 def _find_key_line(text: str, key: str, start_line: int) -> int:
@@ -440,6 +403,28 @@ class _Checker:
         self.path = path
         self.text = text
 
+    def spec(self, cls, raw: object, name: str, bounds: dict[str, tuple]):
+        """A spec dataclass from the table [name]: its fields are the keys allowed, its defaults the defaults, each
+        value checked against its default's type and `bounds` (key → (minimum, maximum))."""
+        line = _find_header_line(self.text, name)
+        table = self.table(raw, name, 0)
+        defaults = {f.name: f.default for f in fields(cls)}
+        self.unknown_keys(table, set(defaults), line, f"[{name}]")
+        return cls(**{key: self.typed(value, defaults[key], key, line, *bounds.get(key, ())) for key, value in table.items()})
+
+    def typed(self, value: object, default: object, key: str, line: int, minimum=None, maximum=None):
+        """`value` checked against the type of `default` (a float takes an integer too) and the bounds."""
+        if isinstance(default, tuple):
+            return tuple(self.str_list(value, key, line))
+        kind = type(default)
+        if not isinstance(value, (int, float) if kind is float else kind) or (kind is not bool and isinstance(value, bool)):
+            what, example = _KINDS[kind]
+            self.fail(key, line, f"{key} must be {what}, not {value!r}", f"write {key} = {example}")
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):  # type: ignore[operator]
+            self.fail(key, line, f"{key} = {value} is out of range [{minimum}, {maximum if maximum is not None else '∞'}]",
+                      "pick a value in range")
+        return float(value) if kind is float else value  # type: ignore[arg-type]
+
     def fail(self, key: str, start_line: int, message: str, hint: str) -> None:
         line = _find_key_line(self.text, key, start_line) or start_line or 1
         raise PlanError(f"{self.path}:{line}: {message}", hint=hint)
@@ -453,31 +438,6 @@ class _Checker:
         if not isinstance(value, dict):
             self.fail(key, line, f"{key} must be a table, not {type(value).__name__}", f"write it as [{key}]")
         return value  # type: ignore[return-value]
-
-    def string(self, value: object, key: str, line: int) -> str:
-        if not isinstance(value, str):
-            self.fail(key, line, f"{key} must be a string, not {value!r}", f"quote it: {key} = \"{value}\"")
-        return value  # type: ignore[return-value]
-
-    def boolean(self, value: object, key: str, line: int) -> bool:
-        if not isinstance(value, bool):
-            self.fail(key, line, f"{key} must be true or false, not {value!r}", f"write {key} = true")
-        return value  # type: ignore[return-value]
-
-    def integer(self, value: object, key: str, line: int, minimum: int | None = None, maximum: int | None = None) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(key, line, f"{key} must be an integer, not {value!r}", f"write {key} = 2")
-        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):  # type: ignore[operator]
-            self.fail(key, line, f"{key} = {value} is out of range [{minimum}, {maximum if maximum is not None else '∞'}]",
-                      "pick a value in range")
-        return value  # type: ignore[return-value]
-
-    def number(self, value: object, key: str, line: int, minimum: float | None = None) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.fail(key, line, f"{key} must be a number, not {value!r}", f"write {key} = 30")
-        if minimum is not None and value < minimum:  # type: ignore[operator]
-            self.fail(key, line, f"{key} = {value} must be at least {minimum}", "pick a larger value")
-        return float(value)  # type: ignore[arg-type]
 
     def str_list(self, value: object, key: str, line: int) -> list[str]:
         if not isinstance(value, list):

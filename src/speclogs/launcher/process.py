@@ -1,6 +1,6 @@
 """Process handling for one server: spawn in its own process group, probe /health, stop, check nothing is left.
 
-Standard library only (runs on the GPU box); psutil is used where it is importable (SGLang depends on it).
+psutil reads the process table (SGLang depends on it, so it is there wherever a server runs).
 
 A process is named by pid + start time (`ProcessIdentity`), never by pid alone: a pid — and so a process group id —
 is reused once its process is gone, and after a reboot the pid in an old run.json belongs to whoever got it. Nothing
@@ -22,9 +22,11 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Lines worth showing while a server starts (SGLang 0.5.x lifecycle lines).
@@ -35,9 +37,10 @@ _MILESTONE = re.compile(
 )
 
 
-# Start times of one process read twice (psutil, or /proc btime + starttime ticks, which is what psutil computes on
-# Linux) agree to a clock tick; btime itself may move by a second when the clock is stepped.
+# Start times of one process read twice agree to a clock tick; the boot time they count from may move by a second
+# when the clock is stepped.
 SAME_START_S = 1.0
+_GONE = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 
 
 @dataclass(frozen=True)
@@ -71,36 +74,13 @@ def boot_id() -> str | None:
         return None
 
 
-def _start_time(pid: int) -> float | None:
-    try:
-        import psutil
-    except ImportError:
-        psutil = None
-    if psutil is not None:
-        try:
-            return float(psutil.Process(pid).create_time())
-        except (psutil.Error, OSError, ValueError):
-            return None
-    return _proc_start_time(pid)
-
-
-def _proc_start_time(pid: int) -> float | None:
-    """Start time from /proc/<pid>/stat (field 22, clock ticks since boot) + /proc/stat btime; None without /proc."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        fields = stat[stat.rfind(")") + 2:].split()
-        ticks = int(fields[19])
-        btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                     if line.startswith("btime "))
-        return btime + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
-
-
 def process_identity(pid: int) -> ProcessIdentity | None:
     """The identity of the live (or zombie, not yet reaped) process `pid`; None when there is none or it cannot be read."""
-    start = _start_time(pid)
-    return None if start is None else ProcessIdentity(pid, round(start, 3), boot_id())
+    try:
+        start = psutil.Process(pid).create_time()
+    except (psutil.Error, ValueError):
+        return None
+    return ProcessIdentity(pid, round(start, 3), boot_id())
 
 
 def is_same_process(identity: ProcessIdentity | None) -> bool:
@@ -117,12 +97,7 @@ def is_same_process(identity: ProcessIdentity | None) -> bool:
 
 def identities(pids) -> dict[int, ProcessIdentity]:
     """{pid: identity} for the pids that are alive now (to be checked again before any of them is signalled)."""
-    found = {}
-    for pid in pids:
-        identity = process_identity(pid)
-        if identity is not None:
-            found[pid] = identity
-    return found
+    return {pid: identity for pid in pids if (identity := process_identity(pid)) is not None}
 
 
 def exit_code(proc: subprocess.Popen) -> int | None:
@@ -133,8 +108,6 @@ def exit_code(proc: subprocess.Popen) -> int | None:
     try:
         info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
-        return proc.poll()
-    except AttributeError:   # no waitid on this platform
         return proc.poll()
     if info is None or info.si_pid == 0:
         return None
@@ -171,17 +144,13 @@ def tagged_pids(tag: str | None) -> list[int]:
     """Live processes whose environment carries the launch tag `tag` (those /proc lets this user read)."""
     if not tag:
         return []
-    mark = f"{LAUNCH_TAG_ENV}={tag}".encode()
     pids = []
-    for pid, fields in _proc_stats():
-        if fields and fields[0] in ("Z", "X"):
-            continue
+    for process in _live():
         try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
+            if process.environ().get(LAUNCH_TAG_ENV) == tag:
+                pids.append(process.pid)
+        except (psutil.Error, OSError):
             continue
-        if mark in environ.split(b"\0"):
-            pids.append(pid)
     return pids
 
 
@@ -244,34 +213,25 @@ def last_milestone(log_path: Path, tail_bytes: int = 65536) -> str:
 
 
 def group_pids(pgid: int) -> list[int]:
-    """Live (non-zombie) processes whose process group is `pgid`, from /proc; falls back to killpg(0)."""
-    if not Path("/proc/self/stat").exists():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return []
-        except PermissionError:
-            return [pgid]
-        return [pgid]
-    pids: list[int] = []
-    for pid, fields in _proc_stats():
-        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            pids.append(pid)
-    return pids
+    """Live (non-zombie) processes whose process group is `pgid`."""
+    return [process.pid for process in _live() if _pgid(process.pid) == pgid]
+
+
+def nvidia_smi(*query: str) -> list[str] | None:
+    """The output lines of `nvidia-smi QUERY… --format=csv,noheader,nounits`; None when nvidia-smi is absent or fails."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        result = subprocess.run(["nvidia-smi", *query, "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip().splitlines() if result.returncode == 0 else None
 
 
 def gpu_compute_pids() -> list[int] | None:
     """PIDs nvidia-smi lists as GPU compute apps; None when nvidia-smi is absent or fails."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        result = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if result.returncode != 0:
-        return None
-    return [int(tok) for tok in result.stdout.split() if tok.strip().isdigit()]
+    lines = nvidia_smi("--query-compute-apps=pid")
+    return None if lines is None else [int(line) for line in lines if line.strip().isdigit()]
 
 
 def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, ProcessIdentity] | None = None,
@@ -300,12 +260,7 @@ def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, Process
         for identity in outside.values():  # (a daemon of the server's is asked to stop too)
             if is_same_process(identity):
                 _send(identity.pid, signal.SIGTERM)
-        deadline = started + grace_s
-        while time.monotonic() < deadline:
-            if exit_code(proc) is not None and group_pids(pgid) in ([], [pgid]):
-                break
-            time.sleep(0.05)
-        else:
+        if not wait_until(lambda: exit_code(proc) is not None and group_pids(pgid) in ([], [pgid]), grace_s, 0.05):
             signal_used = "SIGKILL"
             _signal_group(pgid, signal.SIGKILL, leader, known)
             for identity in known.values():
@@ -317,9 +272,7 @@ def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, Process
         _kill(leader)
         proc.wait(timeout=10)
     # members of the group may need a moment to be reaped after SIGKILL
-    deadline = time.monotonic() + 5
-    while group_pids(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not group_pids(pgid), 5.0, 0.05)
     stop_s = time.monotonic() - started
     known.update({pid: identity for pid, identity in identities(tagged_pids(tag)).items() if pid not in known})
     alive_known = [identity for pid, identity in known.items()
@@ -362,31 +315,35 @@ def stop_orphan_group(leader: ProcessIdentity | None, grace_s: float) -> OrphanS
     pids = group_pids(leader.pid)
     known = identities(pids)
     _signal_group(leader.pid, signal.SIGTERM, leader, known)
-    deadline = time.monotonic() + grace_s
-    while group_pids(leader.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if group_pids(leader.pid):
+    if not wait_until(lambda: not group_pids(leader.pid), grace_s, 0.05):
         _signal_group(leader.pid, signal.SIGKILL, leader, known)
-        deadline = time.monotonic() + 5
-        while group_pids(leader.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not group_pids(leader.pid), 5.0, 0.05)
     return OrphanStop(tuple(pids), "")
 
 
 def descendants(pid: int) -> set[int]:
-    """All live descendants of `pid` (from /proc), to catch children that left the process group."""
-    children: dict[int, list[int]] = {}
-    for child, fields in _proc_stats():
-        if len(fields) >= 2:
-            children.setdefault(int(fields[1]), []).append(child)
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
+    """All descendants of `pid`, to catch children that left the process group."""
+    try:
+        return {child.pid for child in psutil.Process(pid).children(recursive=True)}
+    except psutil.Error:
+        return set()
+
+
+def ours(proc: subprocess.Popen) -> dict[int, ProcessIdentity]:
+    """Identities of the server's descendants and group members, taken while the server runs (so they are ours)."""
+    if exit_code(proc) is not None:
+        return {}
+    return identities(descendants(proc.pid) | set(group_pids(proc.pid)))
+
+
+def wait_until(done: Callable[[], bool], wait_s: float, every_s: float) -> bool:
+    """Call `done` every every_s until it is true (→ True) or wait_s have passed (→ False)."""
+    deadline = time.monotonic() + wait_s
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(every_s)
+    return True
 
 
 def free_mb(path: Path) -> float:
@@ -396,10 +353,9 @@ def free_mb(path: Path) -> float:
 def _running(pid: int) -> bool:
     """Alive and not a zombie (a zombie is dead: it only waits for its parent to reap it)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return not Path("/proc/self/stat").exists() and _pgid(pid) is not None
-    return stat[stat.rfind(")") + 2:].split()[0] not in ("Z", "X")
+        return psutil.Process(pid).status() not in _GONE
+    except psutil.Error:
+        return False
 
 
 def _pgid(pid: int) -> int | None:
@@ -438,17 +394,8 @@ def _kill(identity: ProcessIdentity | None) -> None:
         _send(identity.pid, signal.SIGKILL)
 
 
-def _proc_stats() -> Iterator[tuple[int, list[str]]]:
-    """(pid, fields after the command name: state ppid pgrp …) for every process in /proc (none without /proc).
-    The command name may hold spaces and parentheses, so the fields start after its last ')'."""
-    proc = Path("/proc")
-    if not proc.exists():
-        return
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        yield int(entry.name), stat[stat.rfind(")") + 2:].split()
+def _live() -> Iterator[psutil.Process]:
+    """Every process that has not exited (zombies are dead: they only wait for their parent to reap them)."""
+    for process in psutil.process_iter(["status"]):
+        if process.info["status"] not in _GONE:
+            yield process

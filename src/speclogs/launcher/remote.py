@@ -39,33 +39,20 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
     out_dir = options.out_dir.resolve()
     if not options.resume and any(out_dir.glob(f"*/*/{RUN_JSON}")):
         raise LaunchError(f"{out_dir} already holds launches", hint="add --resume, or choose a new --out")
-    ssh = ["ssh", "-o", "BatchMode=yes", *ssh_options, "--", host]  # `--`: the host is never read as an option
+    ssh = ssh_command(ssh_options, host)
     remote_plan = f"plans/{plan.name}.toml"
     remote_out = f"runs/{plan.name}"
-    cd = f"cd {shlex.quote(remote_dir)}"
 
     say(f"{host}: uploading speclogs + plan to {remote_dir}")
-    bundle = _bundle(Path(plan_path), remote_plan)
-    upload = subprocess.run([*ssh, f"mkdir -p {shlex.quote(remote_dir)} && {cd} && rm -rf src/speclogs && tar -xf -"],
-                            input=bundle, capture_output=True, timeout=300)
-    if upload.returncode != 0:
-        raise LaunchError(f"ssh {host}: upload failed (exit {upload.returncode}): {_tail(upload.stderr)}",
-                          hint="check that `ssh " + " ".join(shlex.quote(a) for a in ssh[1:]) + " true` works")
+    upload(ssh, remote_dir, _bundle(Path(plan_path), remote_plan), host)
 
-    flags = ["--out", remote_out, "--json-summary", "--stop-on-stdin-eof"]
-    flags += ["--resume"] if options.resume else []
-    flags += ["--retry-failed"] if options.retry_failed else []
-    flags += ["--force"] if options.force else []
-    for cell in options.only:
-        flags += ["--only", cell]
-    if options.max_launches is not None:
-        flags += ["--max-launches", str(options.max_launches)]
-    if options.until is not None:
-        flags += ["--until", f"ci_width<={options.until!r}"]
-    if options.max_minutes is not None:
-        flags += ["--max-minutes", str(options.max_minutes)]
-    command = (f"{cd} && PYTHONPATH=\"$PWD/src${{PYTHONPATH:+:$PYTHONPATH}}\" exec {shlex.quote(remote_python)} "
-               f"-m speclogs.launcher {shlex.quote(remote_plan)} " + " ".join(shlex.quote(f) for f in flags))
+    flags = ["--out", remote_out, "--json-summary", "--stop-on-stdin-eof", *(f for cell in options.only for f in ("--only", cell))]
+    flags += [flag for flag, on in (("--resume", options.resume), ("--retry-failed", options.retry_failed),
+                                    ("--force", options.force)) if on]
+    for flag, value in (("--max-launches", options.max_launches), ("--max-minutes", options.max_minutes),
+                        ("--until", None if options.until is None else f"ci_width<={options.until!r}")):
+        flags += [flag, str(value)] if value is not None else []
+    command = python_command(remote_dir, remote_python, "speclogs.launcher", remote_plan, *flags)
     say(f"{host}: {remote_python} -m speclogs.launcher {remote_plan}")
     proc = subprocess.Popen([*ssh, command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stderr_lines: list[str] = []
@@ -93,7 +80,7 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
 
     say(f"{host}: pulling {remote_dir}/{remote_out} → {out_dir}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    _pull(ssh, f"{cd} && test -d {shlex.quote(remote_out)} && tar -C {shlex.quote(remote_out)} -cf - .", out_dir, host)
+    pull(ssh, remote_dir, remote_out, out_dir, host)
 
     if interrupted is not None:
         raise Interrupted(interrupted)
@@ -108,6 +95,26 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
     return replace(summary, out_dir=str(out_dir), results=results)
 
 
+def ssh_command(options: tuple[str, ...], host: str) -> list[str]:
+    return ["ssh", "-o", "BatchMode=yes", *options, "--", host]  # `--`: the host is never read as an option
+
+
+def python_command(remote_dir: str, python: str, module: str, *args: str) -> str:
+    """The shell command that runs `python -m module args…` in remote_dir with the speclogs unpacked there."""
+    return (f"cd {shlex.quote(remote_dir)} && PYTHONPATH=\"$PWD/src${{PYTHONPATH:+:$PYTHONPATH}}\" "
+            + " ".join(["exec", *(shlex.quote(a) for a in (python, "-m", module, *args))]))
+
+
+def upload(ssh: list[str], remote_dir: str, bundle: bytes, host: str) -> None:
+    """Unpack `bundle` (speclogs + the plan) into remote_dir on `host`, replacing the speclogs unpacked there before."""
+    remote = shlex.quote(remote_dir)
+    done = subprocess.run([*ssh, f"mkdir -p {remote} && cd {remote} && rm -rf src/speclogs && tar -xf -"],
+                          input=bundle, capture_output=True, timeout=300)
+    if done.returncode != 0:
+        raise LaunchError(f"ssh {host}: upload failed (exit {done.returncode}): {_tail(done.stderr)}",
+                          hint="check that `ssh " + " ".join(shlex.quote(a) for a in ssh[1:]) + " true` works")
+
+
 def _bundle(plan_path: Path, remote_plan: str) -> bytes:
     package = Path(speclogs.__file__).resolve().parent
     buffer = io.BytesIO()
@@ -119,7 +126,10 @@ def _bundle(plan_path: Path, remote_plan: str) -> bytes:
     return buffer.getvalue()
 
 
-def _pull(ssh: list[str], command: str, out_dir: Path, host: str) -> None:
+def pull(ssh: list[str], remote_dir: str, folder: str, out_dir: Path, host: str) -> None:
+    """remote_dir/folder on `host` as a tar stream into out_dir (nothing when it does not exist)."""
+    where = shlex.quote(folder)
+    command = f"cd {shlex.quote(remote_dir)} && test -d {where} && tar -C {where} -cf - ."
     proc = subprocess.Popen([*ssh, command], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:

@@ -13,6 +13,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -110,25 +111,28 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
     if errors and not options.force:
         raise PlanError(f"the doctor found {len(errors)} error(s) in the setup; nothing was started:\n  " + "\n  ".join(errors),
                         hint="fix them (speclogs doctor PLAN shows each fix), or pass --force to launch anyway")
-    if plan.nodes is not None:  # SGLang on several nodes at once
-        from speclogs.launcher.multinode import launch_nodes
-
-        return launch_nodes(plan, options, progress)
+    if plan.nodes is not None and (options.until is not None or options.max_minutes is not None):
+        raise PlanError(f"{plan.path}: --until and --max-minutes are not supported with nodes yet",
+                        hint="slice a multi-node plan with --max-launches and --resume")
     say = progress or (lambda message: None)
-    started = time.monotonic()
-    deadline = started + options.max_minutes * 60 if options.max_minutes else None
+    deadline = time.monotonic() + options.max_minutes * 60 if options.max_minutes else None
     out_dir = options.out_dir.resolve()
     design = adaptive_design(plan, options)
     if design is not None:
         # every round up to the budget's last one; the looks decide how many of them run
         plan = replace(plan, cells=tuple(replace(cell, launches=design.last_look) for cell in plan.cells))
     order = _select(plan, options.only)
-    _check_model_paths(plan, order)
+    if plan.nodes is None:   # the nodes' model paths are theirs to check
+        _check_model_paths(plan, order)
     _check_overwrite(order, out_dir, options)
     if design is not None:
         _adaptive.check_state(out_dir, design)
     out_dir.mkdir(parents=True, exist_ok=True)
-    context = _MachineContext(plan, design)
+    if plan.nodes is not None:   # SGLang on several nodes at once, each launch through their node agents
+        from speclogs.launcher import multinode
+
+        multinode.upload(plan, say)
+    context = _MachineContext(design)
     results: list[LaunchResult] = []
     stopped = "complete"
     done = 0
@@ -171,7 +175,10 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
                     break
             say(f"[{spec.order_index + 1}/{len(plan.launch_order())}] {spec.run_name}: starting")
             try:
-                result = _launch_one(plan, spec, run_dir, previous, context, deadline, say, findings[spec.cell.name])
+                if plan.nodes is not None:
+                    result = multinode.launch_one(plan, spec, run_dir, previous, say)
+                else:
+                    result = _launch_one(plan, spec, run_dir, previous, context, deadline, say, findings[spec.cell.name])
             except _DeadlineReached:
                 results.append(_result_from(read_run_json(run_dir), spec, run_dir))
                 stopped = "max_minutes"
@@ -314,16 +321,9 @@ def _check_model_paths(plan: Plan, order: list[LaunchSpec]) -> None:
             checked.add(value)
             looks_local = value.startswith(("/", "./", "../", "~")) or os.path.exists(value)
             if looks_local and not Path(value).expanduser().exists():
-                line = _line_containing(plan.text, value) or spec.cell.line_no
-                raise PlanError(f"{plan.path}:{line}: {flag} {value} does not exist (cell {spec.cell.name})",
+                where = f"{plan.path}:{_plan_line(plan, spec.cell, [value])}"
+                raise PlanError(f"{where}: {flag} {value} does not exist (cell {spec.cell.name})",
                                 hint="create the model first (e.g. speclogs synth-pair) or fix the path")
-
-
-def _line_containing(text: str, needle: str) -> int:
-    for number, line in enumerate(text.splitlines(), start=1):
-        if needle in line:
-            return number
-    return 0
 
 
 def _check_overwrite(order: list[LaunchSpec], out_dir: Path, options: LaunchOptions) -> None:
@@ -353,16 +353,12 @@ def _estimate_launch_s(out_dir: Path, recent: int = 3) -> float | None:
             continue
         stamps = record.timestamps
         try:
-            spans.append((stamps["spawn"], _seconds_between(stamps["spawn"], stamps["stop"])))
+            spawn, stop = datetime.fromisoformat(stamps["spawn"]), datetime.fromisoformat(stamps["stop"])
+            spans.append((stamps["spawn"], (stop - spawn).total_seconds()))
         except (KeyError, TypeError, ValueError):
             continue
     latest = sorted(spans)[-recent:]
     return max(span for _, span in latest) if latest else None
-
-
-def _seconds_between(first: str, second: str) -> float:
-    from datetime import datetime
-    return (datetime.fromisoformat(second) - datetime.fromisoformat(first)).total_seconds()
 
 
 def _result_from(record: RunRecord | None, spec: LaunchSpec, run_dir: Path, skipped: bool = False) -> LaunchResult:
@@ -375,8 +371,7 @@ def _result_from(record: RunRecord | None, spec: LaunchSpec, run_dir: Path, skip
 class _MachineContext:
     """Facts gathered once per plan run: GPUs, hostname, versions per (python, PYTHONPATH), model records."""
 
-    def __init__(self, plan: Plan, design: _adaptive.Design | None = None):
-        self.plan = plan
+    def __init__(self, design: _adaptive.Design | None = None):
         self.design = design.to_dict() if design is not None else None
         self.gpus = runinfo.gpu_inventory()
         self.hostname = runinfo.hostname()
@@ -415,19 +410,11 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
     base_url = f"http://{probe_host}:{port}"
     python = runinfo.python_of(argv)
     files = {"server_log": "server.log", "bench": "bench.jsonl"}
-    record = launch_record(
-        run_name=spec.run_name, plan_name=plan.name, plan_file=str(plan.path), cell=spec.cell.name, launch=spec.launch,
-        factors=spec.cell.factors, order_index=spec.order_index, previous=previous,
-        stamps=("spawn", "port_open", "health_200", "bench_start", "bench_end", "stop"),
-        argv=runinfo.redact_argv(argv), env=recorded_env,
-        env_nccl={k: v for k, v in recorded_env.items() if k.startswith("NCCL_")},
-        env_cuda={k: v for k, v in recorded_env.items() if k.startswith("CUDA_")},
-        env_dropped=dropped, profile=spec.cell.profile, versions={}, gpus=context.gpus, hostname=context.hostname,
-        bench=_bench_record(plan), utc_offset=runinfo.utc_offset(), host=host, port=port, exit_code=None,
-        server_pid=None, server_identity=None, stop=None, files=files, models={},
-        metrics={"scrape": METRICS_FLAG in argv, "scrape_every_s": plan.metrics.scrape_every_s,
-                 "device_timer": env.get(DEVICE_TIMER_ENV) == "1", "request_export": "--export-metrics-to-file" in argv},
-        windows=[], doctor=[finding.to_dict() for finding in findings],
+    record = new_record(
+        plan, spec, previous, argv, env, ("spawn", "port_open", "health_200", "bench_start", "bench_end", "stop"),
+        argv=argv, **env_fields(recorded_env), env_dropped=dropped, profile=spec.cell.profile,
+        versions={}, gpus=context.gpus, hostname=context.hostname, host=host, port=port, exit_code=None, server_pid=None,
+        server_identity=None, stop=None, files=files, models={}, doctor=[finding.to_dict() for finding in findings],
     )
     stamps = record["timestamps"]
     if context.design is not None:
@@ -435,19 +422,35 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
     proc = None
     leader: _proc.ProcessIdentity | None = None
     known: dict[int, _proc.ProcessIdentity] = {}
-    spawn_clock = None
+    log_path = run_dir / "server.log"
 
     def finish(outcome: str, detail: str) -> LaunchResult:
         finish_record(record, outcome, detail)
-        _record_exports(record, run_dir)
+        if record["metrics"]["request_export"]:   # the per-request files SGLang wrote, once it stopped
+            record["files"]["request_export"] = sorted(p.name for p in run_dir.glob("sglang-request-metrics-*.log"))
         try:
             write_run_json(run_dir, record)
         except OSError as exc:
-            detail = f"{detail}; run.json not written: {exc.strerror}"
-        return LaunchResult(run_name=spec.run_name, cell=spec.cell.name, launch=spec.launch,
-                            order_index=spec.order_index, outcome=outcome, outcome_detail=detail,
-                            ready_s=record["ready_s"], median_tok_s=(record["bench_summary"] or {}).get("median_tok_s"),
-                            run_dir=str(run_dir))
+            return _result_from(RunRecord({**record, "outcome_detail": f"{detail}; run.json not written: {exc.strerror}"}),
+                                spec, run_dir)
+        return _result_from(RunRecord(record), spec, run_dir)
+
+    def poll() -> None:
+        code = _proc.exit_code(proc)
+        if code is not None:
+            tail = _proc.last_milestone(log_path)
+            raise _LaunchFailed("failed_start", f"server exited with code {code} after {time.monotonic() - spawn_clock:.1f} s "
+                                                f"before /health answered 200" + (f"; last line: {tail}" if tail else ""),
+                                hint=f"see {log_path}")
+        if stamps["port_open"] is None and _proc.port_is_open(probe_host, port):
+            stamps["port_open"] = runinfo.now_iso()
+
+    def tick() -> str:
+        known.update(_proc.ours(proc))
+        if _proc.free_mb(run_dir) < plan.min_free_mb:
+            raise _LaunchFailed("disk_full", f"disk nearly full under {run_dir} while the server starts", hint="free disk space")
+        milestone = _proc.last_milestone(log_path)
+        return f" · {milestone}" if milestone else ""
 
     def stop() -> None:
         nonlocal proc
@@ -471,14 +474,15 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
             if _proc.free_mb(run_dir) < plan.min_free_mb:
                 raise _LaunchFailed("disk_full", f"only {_proc.free_mb(run_dir):.0f} MiB free under {run_dir} "
                                                  f"(min_free_mb = {plan.min_free_mb:g})", hint="free disk space")
-            if not _wait_port_free(probe_host, port, plan.port_wait_s):
+            if not _proc.wait_until(lambda: _proc.port_is_free(probe_host, port), plan.port_wait_s, 0.2):
                 raise _LaunchFailed("port_in_use", f"port {port} on {probe_host} is already in use",
                                     hint="stop whatever listens there or set port = … in the plan")
-            record["gpu_apps_before_spawn"] = _wait_gpu_idle(plan.port_wait_s * 3)
+            # an earlier launch's GPU compute apps get a moment to go; those still listed are recorded
+            _proc.wait_until(lambda: not _proc.gpu_compute_pids(), plan.port_wait_s * 3, 1.0)
+            record["gpu_apps_before_spawn"] = _proc.gpu_compute_pids()
             record["versions"] = context.versions(python, env)
             record["models"] = context.models(argv)
             write_run_json(run_dir, record)
-            log_path = run_dir / "server.log"
             log_path.write_bytes(b"")
             try:
                 proc = _proc.spawn_server(argv, env, log_path)
@@ -492,21 +496,13 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
             record["server_identity"] = leader.to_dict() if leader else None   # pid + start time + boot: checked on --resume
             write_run_json(run_dir, record)
             say(f"{spec.run_name}: pid {proc.pid}, log {log_path}")
-            _wait_ready(plan, proc, probe_host, port, base_url, log_path, stamps, known, spawn_clock, deadline,
-                        spec.run_name, run_dir, say)
+            _wait_ready(plan, f"{base_url}/health", stamps, spawn_clock, deadline, spec.run_name, say, poll, tick)
             record["ready_s"] = round(time.monotonic() - spawn_clock, 3)
             say(f"{spec.run_name}: ready in {record['ready_s']:.1f} s")
-            known.update(_ours(proc))
-            windows = Windows(base_url, run_dir, scrape=record["metrics"]["scrape"], every_s=plan.metrics.scrape_every_s,
-                              timeout_s=plan.metrics.scrape_timeout_s, say=lambda m: say(f"{spec.run_name}: {m}"))
-            try:
-                _run_benchmarks(plan, spec, run_dir, base_url, python, env, probe_host, port, record, stamps, deadline,
-                                proc, say, windows)
-            finally:
-                windows.close()
-                record["windows"] = windows.records
-                record["files"]["metrics"] = windows.files()
-            known.update(_ours(proc))
+            known.update(_proc.ours(proc))
+            _run_benchmarks(plan, spec, run_dir, base_url, record, deadline, say, lambda: _proc.exit_code(proc),
+                            lambda: _bench.run_bench_serving(python, env, probe_host, port, plan.bench_serving, run_dir))
+            known.update(_proc.ours(proc))
             stop()
             return finish("ok", "")
         except _LaunchFailed as exc:
@@ -526,13 +522,6 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
         reason = exc.reason if isinstance(exc, Interrupted) else "Ctrl-C"
         finish("interrupted", f"{reason} during this launch; --resume runs it again")
         raise Interrupted(reason) from None
-
-
-def _ours(proc) -> dict[int, _proc.ProcessIdentity]:
-    """Identities of the server's descendants and group members, taken while the server runs (so they are ours)."""
-    if _proc.exit_code(proc) is not None:
-        return {}
-    return _proc.identities(_proc.descendants(proc.pid) | set(_proc.group_pids(proc.pid)))
 
 
 def _stop_orphan(previous: RunRecord | None, hostname: str, grace_s: float, record: dict, run_name: str,
@@ -557,73 +546,40 @@ def _stop_orphan(previous: RunRecord | None, hostname: str, grace_s: float, reco
         record["orphan_not_signalled"] = {"pid": pgid, "reason": outcome.reason}
 
 
-def _wait_gpu_idle(wait_s: float) -> list[int] | None:
-    """Give the GPUs up to wait_s to drop compute apps left by an earlier launch; returns those still listed."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        listed = _proc.gpu_compute_pids()
-        if not listed or time.monotonic() >= deadline:
-            return listed
-        time.sleep(1.0)
-
-
-def _wait_port_free(host: str, port: int, wait_s: float) -> bool:
-    deadline = time.monotonic() + wait_s
-    while True:
-        if _proc.port_is_free(host, port):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.2)
-
-
-def _wait_ready(plan: Plan, proc, host: str, port: int, base_url: str, log_path: Path, stamps: dict,
-                known: dict, spawn_clock: float, deadline: float | None, run_name: str, run_dir: Path,
-                say: Progress) -> None:
+def _wait_ready(plan: Plan, health_url: str, stamps: dict, spawn_clock: float, deadline: float | None, run_name: str,
+                say: Progress, poll: Callable[[], None], tick: Callable[[], str]) -> None:
+    """Poll /health until it answers 200. `poll` runs before each probe and raises _LaunchFailed when a server died;
+    `tick` runs every progress_every_s and returns what the progress line adds."""
     next_report = spawn_clock + plan.progress_every_s
-    last_status: int | None = None
     while True:
-        now = time.monotonic()
-        code = _proc.exit_code(proc)
-        if code is not None:
-            tail = _proc.last_milestone(log_path)
-            raise _LaunchFailed("failed_start", f"server exited with code {code} after {now - spawn_clock:.1f} s "
-                                                f"before /health answered 200" + (f"; last line: {tail}" if tail else ""),
-                                hint=f"see {log_path}")
-        if stamps["port_open"] is None and _proc.port_is_open(host, port):
-            stamps["port_open"] = runinfo.now_iso()
-        status = _proc.probe_health(f"{base_url}/health", timeout_s=min(5.0, plan.health_poll_s * 5))
-        if status is not None and stamps["port_open"] is None:
-            stamps["port_open"] = runinfo.now_iso()
+        poll()
+        status = _proc.probe_health(health_url, timeout_s=min(5.0, plan.health_poll_s * 5))
         if status == 200:
             stamps["health_200"] = runinfo.now_iso()
             return
-        last_status = status
         now = time.monotonic()
         if now - spawn_clock > plan.health_timeout_s:
-            raise _LaunchFailed("health_timeout", f"/health did not answer 200 within {plan.health_timeout_s:g} s "
-                                                  f"(last answer: {last_status or 'no connection'})",
+            raise _LaunchFailed("health_timeout", f"{health_url} did not answer 200 within {plan.health_timeout_s:g} s "
+                                                  f"(last answer: {status or 'no connection'})",
                                 hint="raise health_timeout_s, or see server.log for where it stalled")
         if deadline is not None and now > deadline:
             raise _DeadlineReached()
         if now >= next_report:
-            known.update(_ours(proc))
-            if _proc.free_mb(run_dir) < plan.min_free_mb:
-                raise _LaunchFailed("disk_full", f"disk nearly full under {run_dir} while the server starts",
-                                    hint="free disk space")
-            milestone = _proc.last_milestone(log_path)
-            say(f"{run_name}: waiting {now - spawn_clock:.0f} s, /health {last_status or 'no connection'}"
-                + (f" · {milestone}" if milestone else ""))
+            say(f"{run_name}: waiting {now - spawn_clock:.0f} s, /health {status or 'no connection'}{tick()}")
             next_report = now + plan.progress_every_s
         time.sleep(plan.health_poll_s)
 
 
-def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, python: str, env: dict[str, str],
-                    host: str, port: int, record: dict, stamps: dict, deadline: float | None, proc, say: Progress,
-                    windows: Windows) -> None:
+def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, record: dict, deadline: float | None,
+                    say: Progress, exit_code: Callable[[], int | None],
+                    bench_serving: Callable[[], tuple[int, str]] | None) -> None:
+    """The plan's benchmarks against a ready server, each inside its window (with /metrics scrapes when enabled)."""
     if deadline is not None and time.monotonic() > deadline:
         raise _DeadlineReached()
+    stamps = record["timestamps"]
     stamps["bench_start"] = runinfo.now_iso()
+    windows = Windows(base_url, run_dir, scrape=record["metrics"]["scrape"], every_s=plan.metrics.scrape_every_s,
+                      timeout_s=plan.metrics.scrape_timeout_s, say=lambda m: say(f"{spec.run_name}: {m}"))
 
     def on_request(row: dict) -> None:
         tok_s = row["tok_per_s"]
@@ -634,47 +590,55 @@ def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, 
         if deadline is not None and time.monotonic() > deadline:
             raise _DeadlineReached()
 
-    if plan.bench.kind == "single_stream" and plan.bench.requests:
-        if plan.bench.warmup_requests == 0:
-            windows.open("single_stream")
-        try:
-            summary = _bench.run_single_stream(base_url, plan.bench, spec.run_name, run_dir / "bench.jsonl", on_request)
-        except _bench.BenchFailed as exc:
-            stamps["bench_end"] = runinfo.now_iso()
-            code = _proc.exit_code(proc)
-            raise _LaunchFailed("bench_failed", str(exc) + ("" if code is None else f" (server exited with {code})"),
-                                hint=exc.hint) from exc
+    try:
+        if plan.bench.kind == "single_stream" and plan.bench.requests:
+            if plan.bench.warmup_requests == 0:
+                windows.open("single_stream")
+            try:
+                summary = _bench.run_single_stream(base_url, plan.bench, spec.run_name, run_dir / "bench.jsonl", on_request)
+            except _bench.BenchFailed as exc:
+                code = exit_code()
+                raise _LaunchFailed("bench_failed", str(exc) + ("" if code is None else f" (server exited with {code})"),
+                                    hint=exc.hint) from exc
+            windows.close()
+            record["bench_summary"] = {"requests_done": summary.requests_done, "median_tok_s": summary.median_tok_s}
+        else:
+            record["files"].pop("bench", None)
+        if plan.bench_serving is not None and bench_serving is not None:
+            windows.open("bench_serving")
+            code, detail = bench_serving()
+            windows.close()
+            record["files"].update(bench_serving="bench_serving.jsonl", bench_serving_log="bench_serving.log")
+            if code != 0:
+                raise _LaunchFailed("bench_failed", detail, hint=f"see {run_dir / 'bench_serving.log'}")
+    finally:
+        stamps["bench_end"] = runinfo.now_iso()
         windows.close()
-        record["bench_summary"] = {"requests_done": summary.requests_done, "median_tok_s": summary.median_tok_s}
-    else:
-        record["files"].pop("bench", None)
+        record["windows"] = windows.records
+        record["files"]["metrics"] = windows.files()
+
+
+def new_record(plan: Plan, spec: LaunchSpec, previous: RunRecord | None, argv: list[str], env: dict[str, str],
+               stamps: tuple[str, ...], /, **fields) -> dict:
+    """A launch's run.json document: its identity, the plan's benchmark and [metrics], and `fields` (which record
+    the argv and env as run.json shows them: redacted)."""
+    b = plan.bench
+    bench = {"kind": b.kind, "requests": b.requests, "warmup_requests": b.warmup_requests, "max_new_tokens": b.max_new_tokens,
+             "prompt_tokens": None if b.prompts else b.prompt_tokens, "prompt_kind": "text" if b.prompts else "input_ids",
+             "vocab_size": b.vocab_size, "seed": b.seed, "temperature": b.temperature}
     if plan.bench_serving is not None:
-        windows.open("bench_serving")
-        code, detail = _bench.run_bench_serving(python, env, host, port, plan.bench_serving, run_dir)
-        windows.close()
-        record["files"]["bench_serving"] = "bench_serving.jsonl"
-        record["files"]["bench_serving_log"] = "bench_serving.log"
-        if code != 0:
-            stamps["bench_end"] = runinfo.now_iso()
-            raise _LaunchFailed("bench_failed", detail, hint=f"see {run_dir / 'bench_serving.log'}")
-    stamps["bench_end"] = runinfo.now_iso()
+        bench["bench_serving_args"] = list(plan.bench_serving.args)
+    metrics = {"scrape": METRICS_FLAG in argv, "scrape_every_s": plan.metrics.scrape_every_s,
+               "device_timer": env.get(DEVICE_TIMER_ENV) == "1", "request_export": "--export-metrics-to-file" in argv}
+    return launch_record(run_name=spec.run_name, plan_name=plan.name, plan_file=str(plan.path), cell=spec.cell.name,
+                         launch=spec.launch, factors=spec.cell.factors, order_index=spec.order_index, previous=previous,
+                         stamps=stamps, bench=bench, metrics=metrics, windows=[], utc_offset=runinfo.utc_offset(), **fields)
 
 
-def _record_exports(record: dict, run_dir: Path) -> None:
-    """The per-request files SGLang wrote into the launch directory (--export-metrics-to-file), once it stopped."""
-    if record["metrics"]["request_export"]:
-        record["files"]["request_export"] = sorted(p.name for p in run_dir.glob("sglang-request-metrics-*.log"))
-
-
-def _bench_record(plan: Plan) -> dict:
-    spec = plan.bench
-    out = {"kind": spec.kind, "requests": spec.requests, "warmup_requests": spec.warmup_requests,
-           "max_new_tokens": spec.max_new_tokens, "prompt_tokens": None if spec.prompts else spec.prompt_tokens,
-           "prompt_kind": "text" if spec.prompts else "input_ids", "vocab_size": spec.vocab_size, "seed": spec.seed,
-           "temperature": spec.temperature}
-    if plan.bench_serving is not None:
-        out["bench_serving_args"] = list(plan.bench_serving.args)
-    return out
+def env_fields(env: dict[str, str]) -> dict:
+    """run.json's env, env_nccl and env_cuda from the recorded environment."""
+    return {"env": env, "env_nccl": {k: v for k, v in env.items() if k.startswith("NCCL_")},
+            "env_cuda": {k: v for k, v in env.items() if k.startswith("CUDA_")}}
 
 
 # --- signals -------------------------------------------------------------------------------------------------------

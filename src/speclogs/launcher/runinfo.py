@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 from speclogs.doctor import config_facts
-from speclogs.redact import redact_argv, redact_env, redact_value  # noqa: F401 - re-exported for the launcher
+from speclogs.launcher.process import nvidia_smi
+from speclogs.redact import redact_value
 
 # Proxy variables: a server never inherits them unless the plan's inherit_env names them (any case), since they
 # carry credentials (http://user:pw@proxy) and reroute traffic; "*" and PREFIX* entries do not name them.
@@ -33,8 +34,6 @@ for name in ("sglang", "torch"):
 try:
     import torch
     v = torch.cuda.nccl.version()
-    if isinstance(v, int):  # older torch: 22809 -> 2.28.9
-        v = (v // 10000, v % 10000 // 100, v % 100) if v >= 10000 else (v // 1000, v % 1000 // 100, v % 100)
     out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
 except (ImportError, AttributeError, RuntimeError, OSError):  # torch absent, no CUDA build, no libnccl
     out["nccl"] = None
@@ -130,18 +129,8 @@ def server_versions(python: str, env: dict[str, str], timeout_s: float = 120.0) 
 
 def gpu_inventory() -> list[dict]:
     """GPUs from nvidia-smi ([] where there is none)."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        result = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if result.returncode != 0:
-        return []
     gpus = []
-    for line in result.stdout.strip().splitlines():
+    for line in nvidia_smi("--query-gpu=index,name,driver_version,memory.total") or []:
         parts = [part.strip() for part in line.split(",")]
         if len(parts) < 4:
             continue

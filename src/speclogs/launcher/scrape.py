@@ -21,10 +21,6 @@ from speclogs.launcher.process import open_direct
 METRICS_FLAG = "--enable-metrics"
 
 
-def scrape_file_name(window: str, phase: str, index: int | None = None) -> str:
-    return f"metrics-{window}-{phase}" + (f"-{index:03d}" if index is not None else "") + ".prom"
-
-
 class Windows:
     """The benchmark windows of one launch, and their scrapes when `scrape` is true."""
 
@@ -37,7 +33,6 @@ class Windows:
         self.timeout_s = timeout_s
         self.say = say
         self.records: list[dict] = []
-        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._open: dict | None = None
@@ -47,8 +42,7 @@ class Windows:
         self.close()
         window = {"name": name, "start": runinfo.now_iso(), "start_unix": time.time(), "end": None, "end_unix": None,
                   "scrapes": []}
-        with self._lock:
-            self.records.append(window)
+        self.records.append(window)
         self._open = window
         if not self.scrape:
             return
@@ -72,8 +66,8 @@ class Windows:
         window["end"], window["end_unix"] = runinfo.now_iso(), time.time()
 
     def files(self) -> list[str]:
-        with self._lock:
-            return [s["file"] for w in self.records for s in w["scrapes"] if s["file"]]
+        """The scrape files written (call it after close(): no `during` thread is running then)."""
+        return [s["file"] for w in self.records for s in w["scrapes"] if s["file"]]
 
     def _during(self, window: dict) -> None:
         index = 1
@@ -82,7 +76,7 @@ class Windows:
             index += 1
 
     def _take(self, window: dict, phase: str, index: int | None = None) -> None:
-        name = scrape_file_name(window["name"], phase, index)
+        name = f"metrics-{window['name']}-{phase}" + (f"-{index:03d}" if index is not None else "") + ".prom"
         entry = {"phase": phase, "ts": runinfo.now_iso(), "unix": time.time(), "file": None, "status": None,
                  "bytes": None, "error": None}
         try:
@@ -101,5 +95,4 @@ class Windows:
                 entry["error"] = f"cannot write {name}: {exc.strerror}"
         if entry["error"] is not None:
             self.say(f"metrics scrape {window['name']}/{phase}: {entry['error']} (recorded; the launch goes on)")
-        with self._lock:
-            window["scrapes"].append(entry)
+        window["scrapes"].append(entry)

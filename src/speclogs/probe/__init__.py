@@ -18,17 +18,6 @@ from speclogs.probe.runner import (
 )
 
 __all__ = [
-    "DEFAULT_TOKENS",
-    "SEEDS_TUNED_ENV",
-    "EnvSet",
-    "EnvSetResult",
-    "Measurement",
-    "ProbeRequest",
-    "ProbeResult",
-    "default_output_path",
-    "env_sets_from_plan",
-    "parse_env_set",
-    "parse_env_sets",
-    "run_probe",
-    "write_probe_json",
+    "DEFAULT_TOKENS", "SEEDS_TUNED_ENV", "EnvSet", "EnvSetResult", "Measurement", "ProbeRequest", "ProbeResult",
+    "default_output_path", "env_sets_from_plan", "parse_env_set", "parse_env_sets", "run_probe", "write_probe_json",
 ]

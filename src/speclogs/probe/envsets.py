@@ -82,13 +82,9 @@ def parse_env_sets(texts: list[str]) -> list[EnvSet]:
 
 
 def env_sets_from_plan(plan_path: Path) -> list[EnvSet]:
-    """The distinct NCCL_* environments of a launch plan's cells, one EnvSet each.
-
-    The plan is read by the launcher's own parser (speclogs.launcher.plan.load_plan), so `speclogs probe nccl --plan`
-    accepts exactly the plans `speclogs launch` accepts, with the same file:line errors. A cell's environment is the
-    plan's `env` overlaid with the cell's; NCCL_DEBUG* keys are left to the probe. A set is named after the cells'
-    `nccl` factor level when they agree, else after its first cell.
-    """
+    """The distinct NCCL_* environments (plan env + cell env, NCCL_DEBUG* left to the probe) of a launch plan's cells,
+    read by the launcher's own parser (the same plans, the same file:line errors). A set is named after its cells'
+    `nccl` factor level when they agree, else after its first cell."""
     from speclogs.launcher.plan import load_plan
 
     plan = load_plan(plan_path)

@@ -45,11 +45,7 @@ def bus_bandwidth_gb_s(collective: str, message_bytes: int, latency_us: float, w
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """Percentile with linear interpolation between closest ranks (numpy's default, 'linear')."""
-    if not values:
-        raise ProbeError("percentile of no values", hint="time at least one iteration (--iters 1 or more)")
-    if not 0.0 <= q <= 100.0:
-        raise ProbeError(f"percentile {q} is outside 0..100")
+    """Percentile with linear interpolation between closest ranks (numpy's default, 'linear'); values not empty."""
     ordered = sorted(values)
     position = (len(ordered) - 1) * q / 100.0
     low, high = math.floor(position), math.ceil(position)
@@ -72,12 +68,7 @@ def summarize_latencies_us(samples_us: Sequence[float]) -> dict[str, float]:
 
 
 def combine_rank_samples_us(per_rank_samples_us: Sequence[Sequence[float]]) -> list[float]:
-    """Per-iteration latency of a collective = the slowest rank's time for that iteration.
-
-    A collective completes when its last rank completes, so iteration i costs max over ranks.
-    """
-    if not per_rank_samples_us:
-        raise ProbeError("no rank reported timings", hint="see the rank logs in the probe's JSON")
+    """Per-iteration latency of a collective: it completes when its last rank does, so the slowest rank's time."""
     lengths = {len(samples) for samples in per_rank_samples_us}
     if len(lengths) != 1:
         raise ProbeError(
@@ -105,13 +96,9 @@ def sweep_message_bytes(smallest_bytes: int = 8, largest_bytes: int = 64 * 1024 
 
 
 def element_count(collective: str, message_bytes: int, world_size: int, dtype_bytes: int = BF16_BYTES) -> int:
-    """Elements of the full buffer for `message_bytes`, rounded up so every rank gets whole elements.
-
-    all_reduce: the buffer each rank reduces; all_gather: the gathered output (n equal chunks).
-    """
+    """Elements of the full buffer (all_reduce: what each rank reduces; all_gather: the gathered output), rounded up
+    so every rank gets whole elements."""
     elements = max(1, math.ceil(message_bytes / dtype_bytes))
     if collective == "all_gather":
-        per_rank = max(1, math.ceil(elements / world_size))
-        return per_rank * world_size
-    bus_bandwidth_factor(collective, world_size)
+        return max(1, math.ceil(elements / world_size)) * world_size
     return elements

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from speclogs.errors import ProbeError
+from speclogs.launcher.process import stop_server
+from speclogs.launcher.runinfo import prepend_path
 from speclogs.probe.envsets import EnvSet
 from speclogs.probe.maths import (
     COLLECTIVES,
@@ -61,14 +62,11 @@ class ProbeRequest:
     hidden_size: int = 2048
     tokens: tuple[int, ...] = DEFAULT_TOKENS
     sweep: bool = False
-    sweep_min_bytes: int = 8
-    sweep_max_bytes: int = 64 * 1024 * 1024
     iters: int = 50
     warmup_iters: int = 10
     graph_calls: int = 16      # also time each size replayed from a CUDA graph of this many calls (0: eager only)
     init_timeout_s: float = 60.0
     env_set_timeout_s: float = 300.0
-    python: str = sys.executable
     worker_module: str = "speclogs.probe.worker"
     backend: str = "nccl"      # 'gloo': CPU ranks, to test the probe's plumbing where there is no GPU (numbers mean nothing)
 
@@ -144,7 +142,7 @@ def planned_measurements(request: ProbeRequest, world_size: int) -> list[dict]:
         ("decode", decode_message_bytes(request.hidden_size, tokens, DTYPE_BYTES), tokens) for tokens in request.tokens
     ]
     if request.sweep:
-        sizes += [("sweep", size, None) for size in sweep_message_bytes(request.sweep_min_bytes, request.sweep_max_bytes)]
+        sizes += [("sweep", size, None) for size in sweep_message_bytes()]
     planned = []
     for collective in COLLECTIVES:
         for kind, size, tokens in sizes:
@@ -191,7 +189,7 @@ def run_probe(request: ProbeRequest) -> ProbeResult:
         return ProbeResult(outcome=PREFLIGHT_FAILED, message=str(err), topology=read_topology(), **base, **no_facts)
     if facts.get("torch_version") is None:
         return ProbeResult(outcome=NO_TORCH, topology=read_topology(),
-                           message=f"torch is not installed for {request.python} ({facts.get('torch_import_error')}): "
+                           message=f"torch is not installed for {sys.executable} ({facts.get('torch_import_error')}): "
                                    "the probe needs torch with CUDA and NCCL on the GPU machine",
                            **base, **no_facts)
 
@@ -205,26 +203,22 @@ def run_probe(request: ProbeRequest) -> ProbeResult:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     visible_note = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
 
+    torch_note = f"torch {machine['torch_version']}"
+    problem = None
     if request.backend == "gloo":
         world_size = request.gpus or 2
         machine["gpu_names"] = ()
     elif not facts.get("cuda_available") or device_count == 0:
-        return ProbeResult(outcome=NO_CUDA, world_size=0,
-                           message=f"torch {machine['torch_version']} sees no CUDA GPU{visible_note}: nothing to measure",
-                           **base, **machine)
+        problem = NO_CUDA, 0, f"{torch_note} sees no CUDA GPU{visible_note}: nothing to measure"
     elif not facts.get("nccl_available"):
-        return ProbeResult(outcome=NO_NCCL, world_size=0,
-                           message=f"torch {machine['torch_version']} was built without NCCL: torch.distributed has no 'nccl' backend",
-                           **base, **machine)
+        problem = NO_NCCL, 0, f"{torch_note} was built without NCCL: torch.distributed has no 'nccl' backend"
     elif world_size > device_count:
-        return ProbeResult(outcome=NOT_ENOUGH_GPUS, world_size=world_size,
-                           message=f"asked for {world_size} GPUs, this machine has {device_count}{visible_note}",
-                           **base, **machine)
-    if world_size == 1:
-        return ProbeResult(outcome=SINGLE_GPU, world_size=1,
-                           message="world size 1: all_reduce and all_gather are no-ops (nothing crosses a link), so nothing "
-                                   "was measured; tensor-parallel communication needs 2 or more GPUs",
-                           **base, **machine)
+        problem = NOT_ENOUGH_GPUS, world_size, f"asked for {world_size} GPUs, this machine has {device_count}{visible_note}"
+    if problem is None and world_size == 1:
+        problem = SINGLE_GPU, 1, ("world size 1: all_reduce and all_gather are no-ops (nothing crosses a link), so nothing "
+                                  "was measured; tensor-parallel communication needs 2 or more GPUs")
+    if problem is not None:
+        return ProbeResult(outcome=problem[0], world_size=problem[1], message=problem[2], **base, **machine)
 
     results = tuple(_run_env_set(request, env_set, world_size) for env_set in request.env_sets)
     ok_count = sum(result.outcome == OK for result in results)
@@ -286,17 +280,14 @@ def inherited_nccl_env() -> dict[str, str]:
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
     """The parent's environment (safety settings such as NCCL_NVLS_ENABLE=0 stay), plus `extra`."""
-    env = dict(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"          # a killed rank still leaves its last lines in its log
-    python_path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(_SRC_ROOT) + (os.pathsep + python_path if python_path else "")
-    env.update(extra)
-    return env
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}   # a killed rank still leaves its last lines in its log
+    prepend_path(env, "PYTHONPATH", str(_SRC_ROOT))
+    return {**env, **extra}
 
 
 def _preflight(request: ProbeRequest) -> dict:
     try:
-        completed = subprocess.run([request.python, "-m", request.worker_module, "--preflight"], capture_output=True,
+        completed = subprocess.run([sys.executable, "-m", request.worker_module, "--preflight"], capture_output=True,
                                    text=True, timeout=180, env=_child_env({}), check=False)
     except subprocess.TimeoutExpired as err:
         raise ProbeError("the preflight (import torch, count GPUs) took over 180 s", hint="is the GPU driver hung? try nvidia-smi") from err
@@ -313,23 +304,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _stop_group(process: subprocess.Popen, grace_s: float = 5.0) -> None:
-    if process.poll() is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        process.wait(timeout=grace_s)
 
 
 def _read(path: Path) -> str:
@@ -364,7 +338,7 @@ def _run_env_set(request: ProbeRequest, env_set: EnvSet, world_size: int) -> Env
             env = _child_env({**applied, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
                               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
             with open(work_dir / f"rank{rank}.log", "wb") as log:
-                processes.append(subprocess.Popen([request.python, "-m", request.worker_module, str(spec_path)],
+                processes.append(subprocess.Popen([sys.executable, "-m", request.worker_module, str(spec_path)],
                                                   stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
         outcome, message = _watch_ranks(request, processes, work_dir, started)
         wall_s = time.monotonic() - started
@@ -414,7 +388,7 @@ def _watch_ranks(request: ProbeRequest, processes: list[subprocess.Popen], work_
             time.sleep(0.2)
     finally:
         for process in processes:
-            _stop_group(process)
+            stop_server(process, grace_s=5.0)
 
 
 def _nccl_env_lines(work_dir: Path) -> tuple[str, ...]:

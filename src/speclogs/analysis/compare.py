@@ -466,8 +466,9 @@ def _reason_counts(rows: pl.DataFrame) -> str:
 def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.GroupSummary, confidence: float,
            min_effect: float, sequential: float | None = None) -> RatioComparison:
     """B against A; `sequential`: the adaptive design's per-look confidence, whose repeated confidence interval gives
-    the interval, p-value and verdict instead of the fixed-sample one at `confidence`."""
-    result = stats.t_interval(stats.diff_parts(a, b, 0), sequential or confidence)
+    the interval, p-value and verdict instead of the fixed-sample one at `confidence`, by the run's own rule (Welch on
+    per-launch values, no within-launch floor): the report then names the winner the run stopped for, and no other."""
+    result = stats.t_interval(stats.diff_parts(a, b, 0), sequential or confidence, floor=sequential is None)
     single = not result.launches_covered
     between, within = stats.pooled_components([a, b], 0)
     spread = math.sqrt(between + within)

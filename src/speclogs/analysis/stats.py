@@ -117,11 +117,11 @@ class Part:
     def n_launches(self) -> int:
         return len(self.values)
 
-    def variance(self) -> tuple[float, float]:
-        """(variance of this part's mean over launches, degrees of freedom)."""
+    def variance(self, floor: bool = True) -> tuple[float, float]:
+        """(variance of this part's mean over launches, degrees of freedom); floor=False: the launches' spread alone."""
         if self.n_launches >= 2:
             spread = float(np.var(self.values, ddof=1))
-            if self.within_var > spread and self.within_df > self.n_launches - 1:
+            if floor and self.within_var > spread and self.within_df > self.n_launches - 1:
                 # the noise floor decides: the estimate is the within-launch variance, with its own degrees of freedom
                 return self.within_var / self.n_launches, self.within_df
             return spread / self.n_launches, float(self.n_launches - 1)
@@ -173,10 +173,11 @@ class TInterval:
     launches_covered: bool  # every group had ≥ 2 launches (else: within-launch noise only)
 
 
-def t_interval(parts: Parts, confidence: float) -> TInterval:
-    """Σ part means ± t(Welch–Satterthwaite df) × SE; p-value from the same t statistic."""
+def t_interval(parts: Parts, confidence: float, floor: bool = True) -> TInterval:
+    """Σ part means ± t(Welch–Satterthwaite df) × SE; p-value from the same t statistic. floor=False: plain Welch on
+    the per-launch values, the rule an adaptive run stopped by (speclogs.launcher.adaptive)."""
     point = float(sum(float(np.mean(p.values)) for p in parts))
-    variances = [p.variance() for p in parts]
+    variances = [p.variance(floor) for p in parts]
     se2 = float(sum(v for v, _ in variances))
     covered = all(p.n_launches >= 2 for p in parts)
     if not math.isfinite(point) or not math.isfinite(se2):

@@ -1,11 +1,7 @@
 """`compare_runs`: the one entry of the analysis. DuckDB → frames (load) → pure computation → `Comparison`.
 
-Statistics (see docs/report.md): throughput of an arm = geometric mean over its launches of each launch's
-tokens / seconds; ratios B/A with Student t intervals over launches whose variance counts the launch-to-launch and
-the within-launch components once each (speclogs.analysis.stats), Welch–Satterthwaite degrees of freedom, and the
-p-value of the same t statistic; a winner only with ≥ 2 launches per arm and an interval beyond ±min_effect.
-Attribution lives in speclogs.analysis.attribution, factorial effects in speclogs.analysis.factorial, the
-confounder and data-quality checks in speclogs.analysis.lint.
+The statistics are speclogs.analysis.stats' (METHODS below, docs/report.md); attribution lives in
+speclogs.analysis.attribution, factorial effects in speclogs.analysis.factorial, the checks in speclogs.analysis.lint.
 """
 
 from __future__ import annotations
@@ -145,18 +141,13 @@ def _group(units: Sequence[np.ndarray | None]) -> list[np.ndarray]:
 def _estimate(source: str, group: stats.GroupSummary, confidence: float, n_rows: int,
               run_names: tuple[str, ...]) -> Estimate:
     # one launch: its requests say nothing about the next launch, so no interval is claimed
-    low, high = stats.interval([stats.part(group, 0)], confidence) if group.n_launches >= 2 else (math.nan, math.nan)
+    result = stats.t_interval([stats.part(group, 0)], confidence)
+    low, high = (result.low, result.high) if group.n_launches >= 2 else (math.nan, math.nan)
     return Estimate(
-        source=source,
-        value_tok_s=float(math.exp(group.point[0])),
-        ci_low_tok_s=float(math.exp(low)),
-        ci_high_tok_s=float(math.exp(high)),
-        n_launches=group.n_launches,
-        n_units=group.n_units,
-        n_rows=n_rows,
+        source=source, value_tok_s=float(math.exp(group.point[0])), ci_low_tok_s=float(math.exp(low)),
+        ci_high_tok_s=float(math.exp(high)), n_launches=group.n_launches, n_units=group.n_units, n_rows=n_rows,
         per_launch_tok_s=tuple(float(math.exp(v)) for v in group.per_launch[:, 0]),
-        within_cv=float(math.sqrt(group.within_cov[0, 0])),
-        launch_run_names=run_names,
+        within_cv=float(math.sqrt(group.within_cov[0, 0])), launch_run_names=run_names,
     )
 
 
@@ -217,18 +208,12 @@ def compare_runs(
     trained_layers: list[int] | None = None,
 ) -> Comparison:
     """Compare arms (run names or globs, each optionally `LABEL=SELECTOR`; the first is the reference) read from the
-    DuckDB connection `con`.
+    DuckDB connection `con`; `compare_tables` does the pure computation.
 
-    factors: {name: glob over run names} (runs matching are level 'on', others 'off'); when empty, the launch plan's
-    runs.factors are used. min_effect: the practical threshold (0.02 = 2 %): a winner's interval must lie beyond
-    ±log(1 + min_effect). hidden_size / num_layers describe the target model for the NCCL communication-share
-    estimate (see speclogs.analysis.nccl). ignore_env: env variable names (globs) the confounder check does not
-    compare, on top of speclogs.analysis.lint.DEFAULT_IGNORED_ENV. reference_acceptance: (value, half width) of
-    the accept length this target/draft/workload reached before (parse_reference; a speculative arm whose interval
-    lies below it is a finding);
-    trained_layers: the aux layer ids the EAGLE-3 drafts were trained on (speclogs.doctor compares them). Raises
-    AnalysisError when nothing can be computed or an option is out of range. This is the thin loading part;
-    `compare_tables` does the (pure) computation.
+    factors: {name: glob over run names} (else the plan's runs.factors); min_effect: a winner's interval lies beyond
+    ±log(1 + min_effect); hidden_size / num_layers: the target model, for speclogs.analysis.nccl; ignore_env: env
+    names (globs) the confounder check skips; reference_acceptance: (value, half width) from parse_reference;
+    trained_layers: the drafts' aux layer ids (speclogs.doctor). AnalysisError when nothing can be computed.
     """
     if not 0.5 <= confidence < 1.0:
         raise AnalysisError(f"confidence {confidence} is outside [0.5, 1)", hint="e.g. --confidence 0.95")
@@ -379,8 +364,8 @@ def compare_tables(
         comparisons=comparisons, levels=levels, run_data_rows={r: d.server_rows for r, d in run_data.items()},
         ignore_env=ignore_env, confidence=confidence, min_effect=min_effect, reference_acceptance=reference_acceptance,
         trained_layers=trained_layers,
-        accept_intervals={arm: tuple(math.exp(v) for v in stats.interval([stats.part(s[0], 1)], confidence))
-                          for arm, ids in arm_runs.items() if (s := summary_for(ids, "server"))},
+        accept_intervals={arm: (math.exp(r.low), math.exp(r.high)) for arm, ids in arm_runs.items()
+                          if (s := summary_for(ids, "server")) and (r := stats.t_interval([stats.part(s[0], 1)], confidence))},
     )
     if nccl is not None:   # the evidence's findings name runs; in a comparison they concern the arms of those runs too
         nccl = replace(nccl, findings=tuple(_with_arms(nccl.findings, arm_runs, names)))
@@ -491,32 +476,15 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
         low, high = math.exp(result.low), math.exp(result.high)
         within_low = within_high = nan
     return RatioComparison(
-        metric="throughput",
-        source=source,
-        unit="tok/s",
-        arm_a=arm_a,
-        arm_b=arm_b,
-        a=float(math.exp(a.point[0])),
-        b=float(math.exp(b.point[0])),
-        ratio=float(math.exp(result.point)),
-        ci_low=low,
-        ci_high=high,
-        p_value=None if single else result.p_value,
-        test=test,
-        n_a=a.n_launches,
-        n_b=b.n_launches,
-        n_units_a=a.n_units,
-        n_units_b=b.n_units,
+        metric="throughput", source=source, unit="tok/s", arm_a=arm_a, arm_b=arm_b, a=float(math.exp(a.point[0])),
+        b=float(math.exp(b.point[0])), ratio=float(math.exp(result.point)), ci_low=low, ci_high=high,
+        p_value=None if single else result.p_value, test=test, n_a=a.n_launches, n_b=b.n_launches,
+        n_units_a=a.n_units, n_units_b=b.n_units,
         verdict=stats.verdict_for(result, enough=a.n_units >= 2 and b.n_units >= 2, min_effect=min_effect),
         interval_covers="none (one launch per arm)" if single else
         "launches and requests, at every look of the adaptive run" if sequential else "launches and requests",
-        df=result.df,
-        launch_cv=nan if single else math.sqrt(between),
-        within_cv=math.sqrt(within),
-        min_detectable_ratio=detectable,
-        launches_needed=needed,
-        target_effect=target,
-        within_low=within_low,
+        df=result.df, launch_cv=nan if single else math.sqrt(between), within_cv=math.sqrt(within),
+        min_detectable_ratio=detectable, launches_needed=needed, target_effect=target, within_low=within_low,
         within_high=within_high,
     )
 

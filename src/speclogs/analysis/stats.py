@@ -1,20 +1,12 @@
 """Per-launch values, variance components and Student t intervals over launches. Pure numpy/scipy.special.
 
-The launch is the unit of replication: requests (or decode rows) inside one server launch share its warm-up, its
-memory layout, its NCCL communicator, so they are not independent draws. A group statistic (an arm, a factorial
-cell) is the mean over its launches of a per-launch statistic on the log scale (a geometric mean of per-launch
-throughputs).
-
-Variance of a group mean, each component counted once. A launch's value θ_l = (group mean) + launch-to-launch
-deviation (variance σ²_b) + within-launch noise (variance v_w: its requests or decode-row blocks). The sample variance
-s² of the L per-launch values estimates σ²_b + v_w. The within part v_w is estimated from the units themselves:
-delete-one jackknife pseudo-values of the launch statistic; when every launch has the same number of units (a prompt
-set replayed in each launch) from their two-way (launch × position) residuals, so that fixed differences between
-prompts — the same in every launch, hence absent from the differences between launches — are not counted as noise.
-Var(group mean) = (σ̂²_b + v̂_w) / L with σ̂²_b = max(0, s² − v̂_w) (the ANOVA estimator, truncated at 0), that is
-max(s², v̂_w) / L, with L − 1 degrees of freedom. A difference of groups gets Student t with Welch–Satterthwaite
-degrees of freedom, and its p-value from the same t statistic, so a p below 1 − confidence and an interval that
-excludes 0 are the same statement.
+The launch is the unit of replication: requests inside one server launch share its warm-up, memory layout and NCCL
+communicator. A group statistic (an arm, a factorial cell) is the mean over its launches of a per-launch statistic on
+the log scale. Var(group mean) = max(s², v̂_w) / L: s² the spread of the L per-launch values, v̂_w the within-launch
+noise of one launch's value from its units (delete-one jackknife; two-way launch × position residuals when every
+launch replays the same prompts, so fixed differences between prompts do not count as noise). A difference of groups
+gets Student t with Welch–Satterthwaite degrees of freedom and the p-value of the same t statistic, so p < 1 −
+confidence and an interval excluding 0 are the same statement (docs/report.md, "Statistics").
 """
 
 from __future__ import annotations
@@ -24,8 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from speclogs.analysis.results import Term
 
 # Within a launch, at most this many units: longer series are cut into consecutive blocks (which also respects
 # their autocorrelation better than single rows do).
@@ -191,16 +181,6 @@ def t_interval(parts: Parts, confidence: float, floor: bool = True) -> TInterval
     half = t_quantile(0.5 + confidence / 2.0, df) * se
     p_value = 2.0 * t_cdf(-abs(point) / se, df)
     return TInterval(point, se, df, point - half, point + half, p_value, covered)
-
-
-def interval(parts: Parts, confidence: float) -> tuple[float, float]:
-    result = t_interval(parts, confidence)
-    return result.low, result.high
-
-
-def term(name: str, parts: Parts, confidence: float) -> Term:
-    result = t_interval(parts, confidence)
-    return Term(name=name, log_ratio=result.point, ci_low=result.low, ci_high=result.high)
 
 
 def diff_parts(a: GroupSummary, b: GroupSummary, column: int, sign: float = 1.0) -> Parts:

@@ -249,48 +249,24 @@ def chi2_quantile(q: np.ndarray, df: float) -> np.ndarray:
 
 
 def kendall_tau(y: np.ndarray) -> tuple[float, float]:
-    """Kendall's tau-b of `y` against its order and the two-sided p-value, as scipy.stats.kendalltau(arange(n), y)
-    gives them: exact (Kendall's recursion) for n ≤ 33 without ties, else the normal approximation with the ties'
-    correction; (nan, nan) when y is constant or holds a NaN. O(n²): the trend test passes at most 50 values."""
+    """Kendall's tau-b of `y` against its order and the two-sided p-value of the Mann–Kendall trend test (the normal
+    approximation with the ties' correction: scipy.stats.kendalltau(arange(n), y, method="asymptotic")); (nan, nan)
+    when y is constant or holds a NaN. O(n²): the trend test passes at most 50 values."""
     from scipy.special import ndtr
 
     y = np.asarray(y, dtype=float)
     n = len(y)
     if n < 2 or np.isnan(y).any():
         return math.nan, math.nan
-    discordant = int(np.triu(y[:, None] > y[None, :], k=1).sum())  # i < j with y_i > y_j
+    score = int(np.triu(np.sign(y[None, :] - y[:, None]), k=1).sum())  # concordant − discordant pairs
     _, counts = np.unique(y, return_counts=True)
     counts = counts[counts > 1].astype(np.int64)
-    ties = int((counts * (counts - 1) // 2).sum())
-    pairs = n * (n - 1) // 2
+    ties, pairs = int((counts * (counts - 1) // 2).sum()), n * (n - 1) // 2
     if ties == pairs:
         return math.nan, math.nan
-    score = pairs - ties - 2 * discordant  # concordant − discordant
     tau = min(1.0, max(-1.0, score / math.sqrt(pairs) / math.sqrt(pairs - ties)))
-    if ties == 0 and (n <= 33 or min(discordant, pairs - discordant) <= 1):
-        return tau, _kendall_p_exact(n, min(discordant, pairs - discordant))
-    m = n * (n - 1.0)
-    variance = (m * (2 * n + 5) - int((counts * (counts - 1.0) * (2 * counts + 5)).sum())) / 18
+    variance = (n * (n - 1.0) * (2 * n + 5) - float((counts * (counts - 1.0) * (2 * counts + 5)).sum())) / 18
     return tau, float(2 * ndtr(-abs(score / math.sqrt(variance))))
-
-
-def _kendall_p_exact(n: int, c: int) -> float:
-    """Two-sided exact p-value of c discordant pairs (the smaller tail) among n untied values."""
-    if n <= 2:
-        return 1.0
-    if c == 0:
-        return min(1.0, 2.0 / math.factorial(n)) if n < 171 else 0.0
-    if c == 1:
-        return min(1.0, 2.0 / math.factorial(n - 1)) if n < 172 else 0.0
-    if 4 * c == n * (n - 1):
-        return 1.0
-    counts = np.zeros(c + 1)  # permutations of 1..j with k inversions, k ≤ c, built up j by j
-    counts[0:2] = 1.0
-    for j in range(3, n + 1):
-        counts = np.cumsum(counts)
-        if j <= c:
-            counts[j:] -= counts[: c + 1 - j]
-    return float(np.clip(2.0 * np.sum(counts) / math.factorial(n), 0, 1))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -55,15 +55,7 @@ METHODS = {
 }
 
 
-@dataclass(frozen=True)
-class _RunData:
-    run_id: str
-    run_name: str
-    server_units: np.ndarray | None  # (u, 4) [tokens/step, s/step, batch, steps]
-    server_rows: int
-    client_units: np.ndarray | None  # (u, 2) [tokens, seconds]
-    cycle_units: np.ndarray | None  # (u, 8) [draft, verify, extend, other, cycle, accepted, batch, 1]
-    cycle_rows: int
+Units = dict[str, dict[str, tuple[np.ndarray, int]]]  # source → run_id → (units, rows used), runs that have them
 
 
 def _client_stat(s: np.ndarray) -> np.ndarray:
@@ -88,54 +80,34 @@ def _cycle_stat(s: np.ndarray) -> np.ndarray:
         return np.column_stack([means, accept, gap])
 
 
-def _prepare_runs(tables: RunTables) -> tuple[dict[str, _RunData], pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+STATS = {"client": _client_stat, "server": _server_stat, "cycles": _cycle_stat}
+
+
+def _prepare_runs(tables: RunTables) -> tuple[Units, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     warmup = steady_rule.warmup_requests(client_rows(tables.bench))
     decode = mark_steady(tables.decode, tables.prefill, tables.launches,
                          graphs=steady_rule.graph_settings(tables.server_args), warmup_requests=warmup)
     clients = client_rows(tables.bench, steady_rule.detected_warmup_requests(decode))
     cycles_marked = steady_rule.mark_cycles(tables.spec_cycles, tables.prefill, tables.launches, decode)
-    names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
-    data: dict[str, _RunData] = {}
+    units: Units = {"client": {}, "server": {}, "cycles": {}}
     server_by_run: dict[str, list[np.ndarray]] = {}
     rows_by_run: dict[str, int] = {}
     for run_id, rows in steady_launches(decode, ["running_req", "accept_len", "gen_throughput_tok_s", "segment"]):
         server_by_run.setdefault(run_id, []).append(stats.block_sums(server_columns(rows), rows["segment"].to_numpy()))
         rows_by_run[run_id] = rows_by_run.get(run_id, 0) + rows.height
-    client_by_run = {
-        key[0]: frame for key, frame in clients.filter(pl.col("excluded_reason").is_null()).partition_by("run_id", as_dict=True).items()
-    }
-    cycles_by_run = {key[0]: frame for key, frame in
-                     cycles_marked.filter(pl.col("steady")).partition_by("run_id", as_dict=True).items()}
-    for run_id, run_name in names.items():
-        server_units = np.concatenate(server_by_run[run_id]) if run_id in server_by_run else None
-        client_units = None
-        requests = client_by_run.get(run_id)
-        if requests is not None and requests.height > 0:
-            client_units = requests.select("tokens", "seconds").to_numpy().astype(float)
-        cycle_units = None
-        cycles = cycles_by_run.get(run_id)
-        n_cycles = 0
-        if cycles is not None:
-            cycles = cycles.filter(pl.col("cycle_ms").is_not_null() & (pl.col("cycle_ms") > 0))
-            n_cycles = cycles.height
-            if n_cycles:
-                columns = cycles.select(
-                    pl.col("draft_ms").fill_null(0.0), pl.col("verify_ms").fill_null(0.0), pl.col("extend_ms").fill_null(0.0),
-                    pl.col("other_ms").fill_null(0.0), pl.col("cycle_ms"),
-                    pl.col("accepted_tokens").fill_null(0).cast(pl.Float64),
-                    pl.col("batch_size").fill_null(1).cast(pl.Float64).clip(lower_bound=1.0),
-                    pl.lit(1.0),
-                    pl.col("gap_ms").fill_null(0.0), pl.col("gap_ms").is_not_null().cast(pl.Float64).alias("has_gap"),
-                ).to_numpy().astype(float)
-                cycle_units = stats.block_sums(columns)
-        data[run_id] = _RunData(
-            run_id, run_name, server_units, rows_by_run.get(run_id, 0), client_units, cycle_units, n_cycles
-        )
-    return data, decode, clients, cycles_marked
-
-
-def _group(units: Sequence[np.ndarray | None]) -> list[np.ndarray]:
-    return [u for u in units if u is not None and len(u) > 0]
+    units["server"] = {run_id: (np.concatenate(blocks), rows_by_run[run_id]) for run_id, blocks in server_by_run.items()}
+    for (run_id,), requests in clients.filter(pl.col("excluded_reason").is_null()).partition_by("run_id", as_dict=True).items():
+        units["client"][run_id] = (requests.select("tokens", "seconds").to_numpy().astype(float), requests.height)
+    profiled = cycles_marked.filter(pl.col("steady") & pl.col("cycle_ms").is_not_null() & (pl.col("cycle_ms") > 0))
+    for (run_id,), cycles in profiled.partition_by("run_id", as_dict=True).items():
+        columns = cycles.select(
+            pl.col("draft_ms").fill_null(0.0), pl.col("verify_ms").fill_null(0.0), pl.col("extend_ms").fill_null(0.0),
+            pl.col("other_ms").fill_null(0.0), pl.col("cycle_ms"), pl.col("accepted_tokens").fill_null(0).cast(pl.Float64),
+            pl.col("batch_size").fill_null(1).cast(pl.Float64).clip(lower_bound=1.0), pl.lit(1.0),
+            pl.col("gap_ms").fill_null(0.0), pl.col("gap_ms").is_not_null().cast(pl.Float64).alias("has_gap"),
+        ).to_numpy().astype(float)
+        units["cycles"][run_id] = (stats.block_sums(columns), cycles.height)
+    return units, decode, clients, cycles_marked
 
 
 def _estimate(source: str, group: stats.GroupSummary, confidence: float, n_rows: int,
@@ -258,11 +230,11 @@ def compare_tables(
     from speclogs.analysis import lint
 
     arm_runs = dict(arm_runs)
-    run_data, decode, clients, cycles = _prepare_runs(tables)
+    units, decode, clients, cycles = _prepare_runs(tables)
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
 
     for arm, ids in arm_runs.items():
-        if not any(run_data[r].server_units is not None or run_data[r].client_units is not None for r in ids):
+        if not any(r in units["server"] or r in units["client"] for r in ids):
             excluded = decode.filter(pl.col("run_id").is_in(ids))
             detail = (
                 "no decode rows" if excluded.is_empty()
@@ -276,32 +248,19 @@ def compare_tables(
 
     levels, factor_findings = factorial.factor_levels(tables, arm_runs, dict(factors or {}))
     reference = next(iter(arm_runs))
-    summaries: dict[tuple[str, str], tuple[stats.GroupSummary, int]] = {}
+    summaries: dict[tuple[str, str], tuple[stats.GroupSummary, int] | None] = {}
 
     def summary_for(ids: Sequence[str], source: str) -> tuple[stats.GroupSummary, int] | None:
         # keyed by the set of runs, so an arm and an identical factorial cell share one summary
-        cache_key = (source, ",".join(sorted(ids)))
-        if cache_key in summaries:
-            return summaries[cache_key]
-        if source == "client":
-            units = _group([run_data[r].client_units for r in ids])
-            stat, n_rows = _client_stat, sum(len(u) for u in units)
-        elif source == "server":
-            units = _group([run_data[r].server_units for r in ids])
-            stat, n_rows = _server_stat, sum(run_data[r].server_rows for r in ids)
-        else:
-            units = _group([run_data[r].cycle_units for r in ids])
-            stat, n_rows = _cycle_stat, sum(run_data[r].cycle_rows for r in ids)
-        if not units:
-            return None
-        result = (stats.summarize_group(units, stat), n_rows)
-        summaries[cache_key] = result
-        return result
+        key = (source, ",".join(sorted(ids)))
+        if key not in summaries:
+            got = [units[source][r] for r in ids if r in units[source]]
+            summaries[key] = (stats.summarize_group([u for u, _ in got], STATS[source]), sum(n for _, n in got)) if got else None
+        return summaries[key]
 
     def _measured(ids: Sequence[str], source: str) -> tuple[str, ...]:
         """Names of the runs that have units of this source, in the order of the summary's launches."""
-        column = "client_units" if source == "client" else "server_units"
-        return tuple(names[r] for r in ids if getattr(run_data[r], column) is not None and len(getattr(run_data[r], column)))
+        return tuple(names[r] for r in ids if r in units[source])
 
     arm_objects = []
     for arm, ids in arm_runs.items():
@@ -361,7 +320,7 @@ def compare_tables(
     accept_hist = _accept_hist(decode, clients, cycles, arm_runs)
     findings = lint.lint_comparison(
         tables=tables, decode=decode, clients=clients, cycles=cycles, arm_runs=arm_runs, arms=arm_objects,
-        comparisons=comparisons, levels=levels, run_data_rows={r: d.server_rows for r, d in run_data.items()},
+        comparisons=comparisons, levels=levels, run_data_rows={r: units["server"].get(r, (None, 0))[1] for r in names},
         ignore_env=ignore_env, confidence=confidence, min_effect=min_effect, reference_acceptance=reference_acceptance,
         trained_layers=trained_layers,
         accept_intervals={arm: (math.exp(r.low), math.exp(r.high)) for arm, ids in arm_runs.items()

@@ -49,11 +49,8 @@ def factor_levels(
 
 
 def arm_levels(levels: dict[str, dict[str, str]], ids: Sequence[str]) -> dict[str, str]:
-    out = {}
-    for name, by_run in levels.items():
-        values = {by_run[r] for r in ids}
-        out[name] = values.pop() if len(values) == 1 else "mixed"
-    return out
+    return {name: values.pop() if len(values := {by_run[r] for r in ids}) == 1 else "mixed"
+            for name, by_run in levels.items()}
 
 
 def effects(levels, arm_runs, reference, summary_for, confidence, explicit, min_effect=0.0):
@@ -62,12 +59,11 @@ def effects(levels, arm_runs, reference, summary_for, confidence, explicit, min_
         return [], {}, findings
     ref_ids = arm_runs[reference]
     span: dict[str, tuple[str, str]] = {}
-    for name, by_run in levels.items():
+    for name, by_run in levels.items():  # low: the reference arm's level where it has one
         distinct = sorted(set(by_run.values()))
         ref_levels = {by_run[r] for r in ref_ids}
         low = ref_levels.pop() if len(ref_levels) == 1 else distinct[0]
-        if name not in span:
-            span[name] = (low, next(v for v in distinct if v != low))
+        span[name] = (low, next(v for v in distinct if v != low))
     all_ids = [r for rs in arm_runs.values() for r in rs]
     names, all_ids, held = _complete_design(sorted(span), all_ids, levels, span)
     if held and names:

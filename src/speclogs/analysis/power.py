@@ -17,8 +17,6 @@ from functools import lru_cache
 
 import numpy as np
 
-from speclogs.analysis.stats import chi2_quantile, t_quantile
-
 POWER = 0.8
 MAX_LAUNCHES = 1000
 GRID_POINTS = 64  # per sample variance
@@ -26,8 +24,10 @@ GRID_POINTS = 64  # per sample variance
 
 def _variance_grid(launches: int) -> np.ndarray:
     """Equal-probability points of s²/σ² ~ χ²_{L−1}/(L−1)."""
+    from scipy.special import gammaincinv  # χ²'s quantile, as scipy.stats.chi2.ppf computes it
+
     df = launches - 1
-    return chi2_quantile((np.arange(GRID_POINTS) + 0.5) / GRID_POINTS, df) / df
+    return 2.0 * gammaincinv(df / 2.0, (np.arange(GRID_POINTS) + 0.5) / GRID_POINTS) / df
 
 
 @lru_cache(maxsize=256)
@@ -36,7 +36,9 @@ def _half_widths(la: int, lb: int, confidence: float) -> np.ndarray:
     va = _variance_grid(la)[:, None] / la
     vb = _variance_grid(lb)[None, :] / lb
     df = (va + vb) ** 2 / (va**2 / (la - 1) + vb**2 / (lb - 1))
-    return (t_quantile(0.5 + confidence / 2.0, df) * np.sqrt(va + vb)).ravel()
+    from scipy.special import stdtrit
+
+    return (stdtrit(df, 0.5 + confidence / 2.0) * np.sqrt(va + vb)).ravel()
 
 
 def power(delta: float, sd: float, la: int, lb: int, confidence: float = 0.95, min_effect: float = 0.0) -> float:

@@ -177,9 +177,11 @@ def t_interval(parts: Parts, confidence: float, floor: bool = True) -> TInterval
         return TInterval(point, 0.0, float("inf"), point, point, 0.0 if point != 0 else 1.0, covered)
     denominator = sum(v**2 / df for v, df in variances if v > 0 and df > 0)
     df = se2**2 / denominator if denominator > 0 else float("inf")
+    from scipy.special import stdtr, stdtrit  # Student t's cdf and quantile, as scipy.stats.t computes them
+
     se = math.sqrt(se2)
-    half = t_quantile(0.5 + confidence / 2.0, df) * se
-    p_value = 2.0 * t_cdf(-abs(point) / se, df)
+    half = float(stdtrit(df, 0.5 + confidence / 2.0)) * se
+    p_value = 2.0 * float(stdtr(df, -abs(point) / se))
     return TInterval(point, se, df, point - half, point + half, p_value, covered)
 
 
@@ -221,31 +223,8 @@ def verdict_for(result: TInterval, *, enough: bool, min_effect: float = 0.0) -> 
     return "inconclusive"
 
 
-# Distributions from scipy.special: scipy.stats computes them with the same functions (t: stdtr / stdtrit, χ²:
-# gammaincinv, normal: ndtr) but takes 0.5 s to import, a tenth of a `speclogs report` on two 10M-line runs.
-# tests/test_stats_functions.py holds each to scipy.stats' result.
-
-
-def t_quantile(q: float | np.ndarray, df: float | np.ndarray):
-    """Student t's quantile (scipy.stats.t.ppf) for 0 < q < 1 and df > 0 (inf: the normal's)."""
-    from scipy.special import stdtrit
-
-    value = stdtrit(df, q)
-    return float(value) if np.ndim(value) == 0 else value
-
-
-def t_cdf(x: float, df: float) -> float:
-    """Student t's distribution function (scipy.stats.t.cdf); its upper tail at x is t_cdf(-x, df)."""
-    from scipy.special import stdtr
-
-    return float(stdtr(df, x))
-
-
-def chi2_quantile(q: np.ndarray, df: float) -> np.ndarray:
-    """χ²'s quantiles (scipy.stats.chi2.ppf) for 0 < q < 1 and df > 0."""
-    from scipy.special import gammaincinv
-
-    return 2.0 * gammaincinv(df / 2.0, q)
+# Distributions come from scipy.special, the functions scipy.stats is built on: importing scipy.stats would cost a
+# report more than its computation (tests/test_stats_functions.py holds them to scipy.stats' results).
 
 
 def kendall_tau(y: np.ndarray) -> tuple[float, float]:
@@ -336,6 +315,8 @@ def warmup_length(series: np.ndarray, *, min_change: float = 0.03, alpha: float 
     freedom, p < alpha / (number of candidate cuts) — Bonferroni over the cuts searched, since the cut was chosen to
     make the difference large.
     """
+    from scipy.special import stdtr
+
     x = np.asarray(series, dtype=float)
     n = len(x)
     if n < 4 * WARMUP_BATCH:
@@ -353,7 +334,7 @@ def warmup_length(series: np.ndarray, *, min_change: float = 0.03, alpha: float 
     if spread == 0:
         return cut
     statistic = (head.mean() - rest.mean()) / (spread * math.sqrt(1.0 / cut + 1.0 / len(rest)))
-    return cut if t_cdf(statistic, len(batches) - 1) < alpha / len(k) else 0
+    return cut if float(stdtr(len(batches) - 1, statistic)) < alpha / len(k) else 0
 
 
 # Iglewicz & Hoaglin (1993): |modified z| = 0.6745 |x − median| / MAD above 3.5 is an outlier. With 3–10 launches the

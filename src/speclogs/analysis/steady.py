@@ -278,22 +278,14 @@ def mark_cycles(cycles: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFr
     kept = rank == np.repeat(np.minimum.reduceat(rank, starts), np.diff(np.r_[starts, len(key)]))
     ts = cycles["ts"].dt.epoch("us").fill_null(_NO_TIME).to_numpy()
     startup, before_health = _window(_launch_windows(launches, n_keys), key, ts)
-    # the reason of the warm-up segments (launch_key, segment) of the decode rows; the last row's where they differ
-    warm = np.full(len(key), -1, dtype=np.int8)
-    if not decode.is_empty():
-        marked = decode.filter(pl.col("excluded_reason").is_in(["warmup_request", "warmup_detected"]))
-        if marked.height:
-            marked_packed = ((marked["launch_key"].to_numpy().astype(np.int64) << _SHIFT)
-                             | marked["segment"].to_numpy().astype(np.int64))
-            is_request = (marked["excluded_reason"] == "warmup_request").to_numpy()
-            order = np.argsort(marked_packed, kind="stable")
-            marked_packed, is_request = marked_packed[order], is_request[order]
-            last = np.r_[marked_packed[1:] != marked_packed[:-1], True]
-            segments, reasons = marked_packed[last], np.where(is_request[last], 0, 1).astype(np.int8)
-            packed = (key << _SHIFT) | segment
-            at = np.minimum(np.searchsorted(segments, packed), len(segments) - 1)
-            warm = np.where(segments[at] == packed, reasons[at], np.int8(-1))
-    conditions = [~kept, startup, before_health, warm == 0, warm == 1]
+    # the reason of the decode rows' warm-up segments (launch_key, segment); the last row's where they differ
+    marked = decode.filter(pl.col("excluded_reason").is_in(["warmup_request", "warmup_detected"]))
+    warm_of = pl.DataFrame({"packed": (marked["launch_key"].to_numpy().astype(np.int64) << _SHIFT)
+                            | marked["segment"].to_numpy().astype(np.int64),
+                            "warm": marked["excluded_reason"].cast(pl.Utf8)}).group_by("packed", maintain_order=True).last()
+    warm = (pl.DataFrame({"packed": (key << _SHIFT) | segment})
+            .join(warm_of, on="packed", how="left", maintain_order="left")["warm"].fill_null("").to_numpy())
+    conditions = [~kept, startup, before_health, warm == "warmup_request", warm == "warmup_detected"]
     names = ["other_tp_rank", "startup", "before_health_200", "warmup_request", "warmup_detected"]
     code = np.select(conditions, np.arange(len(conditions), dtype=np.int8), default=np.int8(len(conditions)))
     labels = pl.Series("excluded_reason", [*names, None], dtype=REASON_TYPE)

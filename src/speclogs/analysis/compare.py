@@ -264,44 +264,31 @@ def compare_tables(
 
     arm_objects = []
     for arm, ids in arm_runs.items():
-        client = summary_for(ids, "client")
-        server = summary_for(ids, "server")
+        client, server = summary_for(ids, "client"), summary_for(ids, "server")
         run_rows = tables.runs.filter(pl.col("run_id").is_in(ids))
-        spec_algos = sorted({a for a in run_rows["speculative_algorithm"].to_list() if a})
-        arm_objects.append(
-            Arm(
-                name=arm,
-                run_names=tuple(names[r] for r in ids),
-                run_ids=tuple(ids),
-                speculative_algorithm=",".join(spec_algos) or None,
-                sglang_versions=tuple(sorted({v for v in run_rows["sglang_version"].to_list() if v})),
-                factor_levels=factorial.arm_levels(levels, ids),
-                client=_estimate("client", client[0], confidence, client[1], _measured(ids, "client")) if client else None,
-                server=_estimate("server", server[0], confidence, server[1], _measured(ids, "server")) if server else None,
-                accept_len=float(math.exp(server[0].point[1])) if server else None,
-                cycle_ms=float(1000 * math.exp(server[0].point[3])) if server else None,
-                batch_size=float(math.exp(server[0].point[2])) if server else None,
-            )
-        )
+        arm_objects.append(Arm(
+            name=arm, run_names=tuple(names[r] for r in ids), run_ids=tuple(ids),
+            speculative_algorithm=",".join(sorted({a for a in run_rows["speculative_algorithm"].to_list() if a})) or None,
+            sglang_versions=tuple(sorted({v for v in run_rows["sglang_version"].to_list() if v})),
+            factor_levels=factorial.arm_levels(levels, ids),
+            client=_estimate("client", client[0], confidence, client[1], _measured(ids, "client")) if client else None,
+            server=_estimate("server", server[0], confidence, server[1], _measured(ids, "server")) if server else None,
+            accept_len=float(math.exp(server[0].point[1])) if server else None,
+            cycle_ms=float(1000 * math.exp(server[0].point[3])) if server else None,
+            batch_size=float(math.exp(server[0].point[2])) if server else None,
+        ))
 
     designs = _adaptive_designs(tables)
-    comparisons = []
-    attributions = []
+    comparisons, attributions = [], []
     for arm_b, ids_b in list(arm_runs.items())[1:]:
         sequential = sequential_confidence(designs, arm_runs[reference], ids_b, confidence)
-        for source in ("client", "server"):
-            a = summary_for(arm_runs[reference], source)
-            b = summary_for(ids_b, source)
-            if a and b:
-                comparisons.append(_ratio(reference, arm_b, source, a[0], b[0], confidence, min_effect, sequential))
-        a = summary_for(arm_runs[reference], "server")
-        b = summary_for(ids_b, "server")
-        if a and b:
-            cyc_a = summary_for(arm_runs[reference], "cycles")
-            cyc_b = summary_for(ids_b, "cycles")
-            attributions.append(
-                attribution.attribution(reference, arm_b, a[0], b[0], cyc_a[0] if cyc_a else None, cyc_b[0] if cyc_b else None, confidence)
-            )
+        a, b = ({source: summary_for(ids, source) for source in STATS} for ids in (arm_runs[reference], ids_b))
+        comparisons += [_ratio(reference, arm_b, source, a[source][0], b[source][0], confidence, min_effect, sequential)
+                        for source in ("client", "server") if a[source] and b[source]]
+        if a["server"] and b["server"]:
+            cycles_a, cycles_b = (c[0] if (c := side["cycles"]) else None for side in (a, b))
+            attributions.append(attribution.attribution(reference, arm_b, a["server"][0], b["server"][0], cycles_a, cycles_b,
+                                                        confidence))
 
     ranking = _ranking(arm_objects, arm_runs, summary_for, confidence, min_effect, designs)
 

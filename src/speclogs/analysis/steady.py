@@ -87,19 +87,13 @@ def _window(windows: tuple[np.ndarray, np.ndarray], key: np.ndarray, ts: np.ndar
 
 def _dense_rank(key: np.ndarray, segment: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Per row: the rank of its segment among the segments of `rows` (a mask) in its launch; −1 outside `rows`."""
-    every = bool(rows.all())
-    index = None if every else np.flatnonzero(rows)
-    if index is not None and not len(index):
-        return np.full(len(key), -1, dtype=np.int64)
-    k, seg = (key, segment) if index is None else (key[index], segment[index])
-    new_launch = np.r_[True, k[1:] != k[:-1]]
-    counter = np.cumsum(new_launch | np.r_[True, seg[1:] != seg[:-1]])
-    launch_at = np.flatnonzero(new_launch)
-    rank = counter - np.repeat(counter[launch_at], np.diff(np.r_[launch_at, len(k)]))
-    if index is None:
-        return rank
     out = np.full(len(key), -1, dtype=np.int64)
-    out[index] = rank
+    index = np.flatnonzero(rows)
+    if len(index):
+        k, seg = key[index], segment[index]
+        counter = np.cumsum(np.r_[True, (k[1:] != k[:-1]) | (seg[1:] != seg[:-1])])
+        starts = _launch_starts(k)
+        out[index] = counter - np.repeat(counter[starts], np.diff(np.r_[starts, len(k)]))
     return out
 
 
@@ -204,14 +198,11 @@ def _mark_launches(decode: pl.DataFrame, starts: np.ndarray, per_launch: list[np
     by_config = graph_off & (disabled | (decode["running_req"].fill_null(1).to_numpy() > max_bs))
     rate = decode["gen_throughput_tok_s"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
 
-    # first decode row after idle, among the kept rank's rows
-    kept_index = None if kept.all() else np.flatnonzero(kept)  # None: every row (one TP rank logged)
-    kept_key, kept_segment = (key, segment) if kept_index is None else (key[kept_index], segment[kept_index])
-    first = np.r_[True, (kept_key[1:] != kept_key[:-1]) | (kept_segment[1:] != kept_segment[:-1])]
-    after_idle = first
-    if kept_index is not None:
-        after_idle = np.zeros(len(key), dtype=bool)
-        after_idle[kept_index] = first
+    # first decode row after idle, among the kept rank's rows (every launch keeps at least one)
+    kept_index = np.flatnonzero(kept)
+    kept_key, kept_segment = key[kept_index], segment[kept_index]
+    after_idle = np.zeros(len(key), dtype=bool)
+    after_idle[kept_index] = np.r_[True, (kept_key[1:] != kept_key[:-1]) | (kept_segment[1:] != kept_segment[:-1])]
 
     conditions = [~kept, startup, before_health, in_warmup_request, graph_off & ~by_config, after_idle,
                   ~np.isfinite(rate) | (rate <= 0)]

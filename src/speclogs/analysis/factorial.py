@@ -6,7 +6,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Sequence
-from itertools import combinations
+from itertools import combinations, product
 
 import numpy as np
 
@@ -108,15 +108,11 @@ def effects(levels, arm_runs, reference, summary_for, confidence, explicit, min_
                     effects.append(_effect(name, "main" if size == 1 else "interaction", source, parts,
                                            span[names[subset[0]]] if size == 1 else ("", ""), n_launches, confidence,
                                            min_effect))
-            if k == 2:
-                for i in range(2):
-                    j = 1 - i
-                    for level in (0, 1):
-                        hi = tuple(1 if x == i else (level if x == j else 0) for x in range(2))
-                        lo = tuple(0 if x == i else (level if x == j else 0) for x in range(2))
-                        parts = stats.diff_parts(cell_summaries[lo], cell_summaries[hi], 0)
-                        effects.append(_effect(f"{names[i]} | {names[j]}={span[names[j]][level]}", "simple", source,
-                                               parts, span[names[i]], n_launches, confidence, min_effect))
+            for i, level in (product(range(2), (0, 1)) if k == 2 else ()):  # factor i with the other held at level
+                lo, hi = ((0, level), (1, level)) if i == 0 else ((level, 0), (level, 1))
+                parts = stats.diff_parts(cell_summaries[lo], cell_summaries[hi], 0)
+                effects.append(_effect(f"{names[i]} | {names[1 - i]}={span[names[1 - i]][level]}", "simple", source,
+                                       parts, span[names[i]], n_launches, confidence, min_effect))
     return effects, span, findings
 
 

@@ -120,13 +120,8 @@ class Part:
 
 def part(group: GroupSummary, coefficients: int | Sequence[float] | np.ndarray, scale: float = 1.0) -> Part:
     """scale × (a column, or a linear combination of columns) of a group, as a Part."""
-    m = group.per_launch.shape[1]
-    if isinstance(coefficients, (int, np.integer)):
-        c = np.zeros(m)
-        c[int(coefficients)] = 1.0
-    else:
-        c = np.asarray(coefficients, dtype=float)
-    c = c * scale
+    one_column = isinstance(coefficients, (int, np.integer))
+    c = scale * (np.eye(group.per_launch.shape[1])[coefficients] if one_column else np.asarray(coefficients, dtype=float))
     used = c != 0
     values = group.per_launch[:, used] @ c[used]
     within = float(c[used] @ group.within_cov[np.ix_(used, used)] @ c[used])
@@ -140,13 +135,12 @@ def pooled_components(groups: Sequence[GroupSummary], column: int) -> tuple[floa
     """(launch-to-launch variance, within-launch variance) of one launch's value in a column, pooled over the groups
     (weights L − 1): the within part from the units, the launch-to-launch part = spread of per-launch values minus it
     (at least 0)."""
-    weights = [g.n_launches - 1 for g in groups if g.n_launches >= 2]
-    within_values = [float(g.within_cov[column, column]) for g in groups if g.n_launches >= 2]
-    if not weights:
+    multi = [g for g in groups if g.n_launches >= 2]
+    if not multi:
         return 0.0, float(np.mean([g.within_cov[column, column] for g in groups])) if groups else 0.0
-    spread = sum(w * float(np.var(g.per_launch[:, column], ddof=1))
-                 for w, g in zip(weights, [g for g in groups if g.n_launches >= 2])) / sum(weights)
-    within = sum(w * v for w, v in zip(weights, within_values)) / sum(weights)
+    weights = [g.n_launches - 1 for g in multi]
+    spread = float(np.average([np.var(g.per_launch[:, column], ddof=1) for g in multi], weights=weights))
+    within = float(np.average([g.within_cov[column, column] for g in multi], weights=weights))
     return max(spread - within, 0.0), within
 
 
@@ -166,6 +160,8 @@ class TInterval:
 def t_interval(parts: Parts, confidence: float, floor: bool = True) -> TInterval:
     """Σ part means ± t(Welch–Satterthwaite df) × SE; p-value from the same t statistic. floor=False: plain Welch on
     the per-launch values, the rule an adaptive run stopped by (speclogs.launcher.adaptive)."""
+    from scipy.special import stdtr, stdtrit  # Student t's cdf and quantile, as scipy.stats.t computes them
+
     point = float(sum(float(np.mean(p.values)) for p in parts))
     variances = [p.variance(floor) for p in parts]
     se2 = float(sum(v for v, _ in variances))
@@ -177,8 +173,6 @@ def t_interval(parts: Parts, confidence: float, floor: bool = True) -> TInterval
         return TInterval(point, 0.0, float("inf"), point, point, 0.0 if point != 0 else 1.0, covered)
     denominator = sum(v**2 / df for v, df in variances if v > 0 and df > 0)
     df = se2**2 / denominator if denominator > 0 else float("inf")
-    from scipy.special import stdtr, stdtrit  # Student t's cdf and quantile, as scipy.stats.t computes them
-
     se = math.sqrt(se2)
     half = float(stdtrit(df, 0.5 + confidence / 2.0)) * se
     p_value = 2.0 * float(stdtr(df, -abs(point) / se))
@@ -193,9 +187,6 @@ def diff_parts(a: GroupSummary, b: GroupSummary, column: int, sign: float = 1.0)
 # With no --min-effect, "equivalent" means inside ±5 %: the smallest change a speculative-decoding setting is usually
 # tuned for; it is also the effect the launches-needed figure of an inconclusive verdict plans for.
 DEFAULT_EFFECT = 0.05
-
-VERDICTS = ("faster", "slower", "equivalent", "inconclusive", "insufficient data")
-
 
 def equivalence_margin(min_effect: float) -> float:
     return min_effect if min_effect > 0 else DEFAULT_EFFECT

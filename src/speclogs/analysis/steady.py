@@ -305,29 +305,20 @@ def client_rows(bench: pl.DataFrame, detected: dict[str, tuple[int, set[int]]] |
             pl.lit(None, pl.Float64).alias("tokens"), pl.lit(None, pl.Float64).alias("seconds"),
             pl.lit(None, pl.Utf8).alias("excluded_reason"),
         )
-    flagged = bench.group_by("run_id").agg(pl.col("warmup").is_not_null().any().alias("_has_flag"),
-                                          pl.col("request_index").min().alias("_first_index"))
-    rows = bench.join(flagged, on="run_id", how="left")
     tokens = pl.col("completion_tokens").cast(pl.Float64)
-    seconds = pl.coalesce(
-        pl.col("latency_s"), pl.col("e2e_latency_s"), tokens / pl.col("output_tok_s")
-    ).cast(pl.Float64)
-    rows = rows.with_columns(tokens.alias("tokens"), seconds.alias("seconds"))
-    is_warmup = pl.when(pl.col("_has_flag")).then(pl.col("warmup").fill_null(False)).otherwise(
-        pl.col("request_index") == pl.col("_first_index")
-    )
-    bad = (
-        pl.col("tokens").is_null() | pl.col("seconds").is_null() | ~pl.col("tokens").is_finite()
-        | ~pl.col("seconds").is_finite() | (pl.col("tokens") <= 0) | (pl.col("seconds") <= 0)
-    )
-    rows = rows.with_columns((pl.col("request_index").rank("ordinal").over("run_id") - 1).cast(pl.Int64).alias("_order"),
-                             pl.len().over("run_id").alias("_requests"))
+    rows = bench.with_columns(tokens.alias("tokens"), pl.coalesce(
+        pl.col("latency_s"), pl.col("e2e_latency_s"), tokens / pl.col("output_tok_s")).cast(pl.Float64).alias("seconds"))
+    # rows without any warm-up flag (older *.bench.json): the run's first request was the warm-up
+    is_warmup = (pl.when(pl.col("warmup").is_not_null().any().over("run_id")).then(pl.col("warmup").fill_null(False))
+                 .otherwise(pl.col("request_index") == pl.col("request_index").min().over("run_id")))
+    good = (pl.col("tokens").is_finite() & pl.col("seconds").is_finite() & (pl.col("tokens") > 0)
+            & (pl.col("seconds") > 0)).fill_null(False)
+    order = (pl.col("request_index").rank("ordinal").over("run_id") - 1).cast(pl.Int64)
     in_detected = pl.lit(False)
     for run_id, (n_requests, requests) in (detected or {}).items():
         if requests:
-            in_detected = in_detected | ((pl.col("run_id") == run_id) & (pl.col("_requests") == n_requests)
-                                         & pl.col("source_kind").is_in(SINGLE_STREAM_SOURCES)
-                                         & pl.col("_order").is_in(sorted(requests)))
-    reason = (pl.when(is_warmup).then(pl.lit("warmup")).when(bad).then(pl.lit("non_finite"))
+            in_detected = in_detected | ((pl.col("run_id") == run_id) & (pl.len().over("run_id") == n_requests)
+                                         & pl.col("source_kind").is_in(SINGLE_STREAM_SOURCES) & order.is_in(sorted(requests)))
+    reason = (pl.when(is_warmup).then(pl.lit("warmup")).when(~good).then(pl.lit("non_finite"))
               .when(in_detected).then(pl.lit("warmup_detected")).otherwise(pl.lit(None, pl.Utf8)))
-    return rows.with_columns(reason.alias("excluded_reason")).drop(["_has_flag", "_first_index", "_order", "_requests"])
+    return rows.with_columns(reason.alias("excluded_reason"))

@@ -363,12 +363,10 @@ def _adaptive_designs(tables: RunTables) -> dict[str, dict]:
     """run_id → the adaptive design its run.json records (speclogs launch --until), for runs that have one."""
     from speclogs.analysis.load import parse_json_text
 
-    designs = {}
-    for run_id, text in zip(tables.runs["run_id"].to_list(), tables.runs["run_json"].to_list()):
-        design = parse_json_text(text).get("adaptive")
-        if isinstance(design, dict) and isinstance(design.get("nominal_level"), (int, float)):
-            designs[run_id] = design
-    return designs
+    designs = {run_id: parse_json_text(text).get("adaptive")
+               for run_id, text in zip(tables.runs["run_id"].to_list(), tables.runs["run_json"].to_list())}
+    return {run_id: d for run_id, d in designs.items()
+            if isinstance(d, dict) and isinstance(d.get("nominal_level"), (int, float))}
 
 
 def sequential_confidence(designs: Mapping[str, dict], ids_a: Sequence[str], ids_b: Sequence[str],
@@ -377,16 +375,13 @@ def sequential_confidence(designs: Mapping[str, dict], ids_a: Sequence[str], ids
     every launch of both arms comes from one adaptive design at this confidence; None otherwise. The run stopped when
     its data said so: a fixed-sample interval at the stop names false winners more often than its level, the RCI
     keeps its level at any look (speclogs.launcher.adaptive)."""
-    found = [designs.get(r) for r in (*ids_a, *ids_b)]
-    if not found or any(d is None for d in found):
-        return None
-    keys = {(tuple(d.get("cells") or ()), d.get("nominal_level"), d.get("confidence")) for d in found}
-    if len(keys) != 1:
+    keys = {(tuple(d.get("cells") or ()), d["nominal_level"], d.get("confidence")) if d else None
+            for d in (designs.get(r) for r in (*ids_a, *ids_b))}
+    if len(keys) != 1 or None in keys:
         return None
     _, nominal, design_confidence = keys.pop()
-    if design_confidence is None or abs(float(design_confidence) - confidence) > 1e-9 or not 0 < nominal < 1:
-        return None
-    return 1.0 - float(nominal)
+    same = design_confidence is not None and abs(float(design_confidence) - confidence) <= 1e-9 and 0 < nominal < 1
+    return 1.0 - float(nominal) if same else None
 
 
 def _reason_counts(rows: pl.DataFrame) -> str:

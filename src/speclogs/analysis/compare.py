@@ -198,19 +198,13 @@ def compare_runs(
     comparison = compare_tables(tables, arm_runs, factors, confidence, min_effect=min_effect, nccl=nccl, ignore_env=ignore_env,
                                 reference_acceptance=reference_acceptance, trained_layers=trained_layers)
     comparison = with_signals(comparison, signal_evidence_for(con, arm_runs))
-    return _with_startup_and_whatif(con, comparison, tables, arm_runs, all_ids, confidence)
-
-
-def _with_startup_and_whatif(con: Any, comparison: Comparison, tables: RunTables, arm_runs: dict[str, list[str]],
-                             run_ids: list[str], confidence: float) -> Comparison:
-    """The start-up breakdown (its finding among the notes) and, where a selected run has cycles, the what-if."""
-    startup = startup_for(con, arm_runs)
-    try:
-        predicted = whatif_for(con, run_ids, confidence, tables=tables, evidence=comparison.signals)
+    startup = startup_for(con, arm_runs)  # the start-up breakdown, its finding among the notes
+    try:  # the what-if, where a selected run has profiled cycles
+        predicted = whatif_for(con, all_ids, confidence, tables=tables, evidence=comparison.signals)
     except AnalysisError:
         predicted = None
-    warnings = comparison.warnings + (startup.findings if startup else ())
-    return replace(comparison, startup=startup, whatif=predicted, warnings=warnings)
+    return replace(comparison, startup=startup, whatif=predicted,
+                   warnings=comparison.warnings + (startup.findings if startup else ()))
 
 
 def compare_tables(

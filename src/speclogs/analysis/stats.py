@@ -188,6 +188,7 @@ def diff_parts(a: GroupSummary, b: GroupSummary, column: int, sign: float = 1.0)
 # tuned for; it is also the effect the launches-needed figure of an inconclusive verdict plans for.
 DEFAULT_EFFECT = 0.05
 
+
 def equivalence_margin(min_effect: float) -> float:
     return min_effect if min_effect > 0 else DEFAULT_EFFECT
 

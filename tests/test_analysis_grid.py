@@ -187,7 +187,7 @@ def test_launch_outliers_are_flagged_rarely_when_there_are_none_and_almost_alway
 def test_the_trust_table_meets_every_target(capsys):
     """What a user reads first, on known truths (tests/simgrid.py trust_table; `python tests/simgrid.py 2000` prints
     it): coverage ≥ 93 % at ≥ 2 launches, false winners ≤ 5 % in every null cell and after adaptive stopping (the
-    report uses the adaptive run's repeated interval), 1 vs 1 prints no interval, power within 5 points of Welch's
+    report applies the adaptive run's own rule at its stop), 1 vs 1 prints no interval, power within 5 points of Welch's
     where within-launch noise dominates (random prompts per launch), warm-up bias ≤ 2 % (gradual slow start, thermal
     slide, stationary), drift false alarms ≤ 5 % on stationary launches whose prompts differ."""
     rows = sg.trust_table(trials=1200, seed=20261206)
@@ -201,9 +201,9 @@ def test_the_trust_table_meets_every_target(capsys):
             assert value >= 0.93, measure
     # 1200 comparisons: a rate of 5 % is measured within ±1.3 points (two standard errors)
     assert values["false winners, fixed design (max over null cells)"] <= 0.05 + 0.013
-    assert values["false winners after adaptive stopping (looks at 2..6 launches)"] <= 0.05 + 0.01
+    assert values["false winners after adaptive stopping (looks at 2..6 launches, max)"] <= 0.05
     assert values["1 vs 1 comparisons printing an interval"] == 0
     assert values["power − Welch's power, random prompts per launch (min)"] >= -0.05
-    for scenario in ("gradual", "thermal", "stationary"):
-        assert values[f"warm-up bias of a launch's throughput, {scenario} (|mean error|)"] <= 0.02, scenario
+    for scenario in ("gradual", "thermal", "stationary"):  # a slower ramp outlasts the first half: printed, not met
+        assert abs(values[f"warm-up bias of a launch's throughput, {scenario} (mean error)"]) <= 0.02, scenario
     assert values["drift false alarms, stationary launches, prompts differ"] <= 0.05

@@ -62,8 +62,8 @@ def test_two_equal_launches_do_not_give_a_zero_width_interval():
     shuffled = one[rng.permutation(10)]  # the same launch value, different requests
     group = stats.summarize_group([one, shuffled], _client_stat)
     assert np.var(group.per_launch[:, 0]) == pytest.approx(0.0, abs=1e-20)
-    low, high = stats.interval([stats.part(group, 0)], 0.95)
-    assert high - low > 0.01
+    result = stats.t_interval([stats.part(group, 0)], 0.95)
+    assert result.high - result.low > 0.01
 
 
 def test_p_value_and_interval_are_the_same_statement():

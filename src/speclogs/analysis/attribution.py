@@ -22,11 +22,11 @@ def attribution(
 ) -> Attribution:
     """B against A from their server-source summaries (columns: log T, log accept, log batch, log step seconds) and,
     when both have profiling rows, their spec_cycles summaries (phase means in ms)."""
-    total = stats.term("throughput", stats.diff_parts(a, b, 0), confidence)
+    total = _term("throughput", stats.diff_parts(a, b, 0), confidence)
     terms = (
-        stats.term("acceptance", stats.diff_parts(a, b, 1), confidence),
-        stats.term("batch size", stats.diff_parts(a, b, 2), confidence),
-        stats.term("step time", stats.diff_parts(a, b, 3, -1.0), confidence),
+        _term("acceptance", stats.diff_parts(a, b, 1), confidence),
+        _term("batch size", stats.diff_parts(a, b, 2), confidence),
+        _term("step time", stats.diff_parts(a, b, 3, -1.0), confidence),
     )
 
     def cf(text: str, b_coefficients: list[float], a_coefficients: list[float]) -> Counterfactual:
@@ -45,7 +45,7 @@ def attribution(
     phase_terms: tuple[Term, ...] = ()
     if cyc_a is not None and cyc_b is not None:
         phase_terms = tuple(
-            stats.term(phase, _lmdi(cyc_a, cyc_b, i), confidence)
+            _term(phase, _lmdi(cyc_a, cyc_b, i), confidence)
             for i, phase in enumerate(PHASES[:4])
         )
     return Attribution(
@@ -53,6 +53,11 @@ def attribution(
         cycle_ms_a=1000 * math.exp(a.point[3]), cycle_ms_b=1000 * math.exp(b.point[3]),
         phase_terms=phase_terms, counterfactuals=tuple(counterfactuals),
     )
+
+
+def _term(name: str, parts: stats.Parts, confidence: float) -> Term:
+    result = stats.t_interval(parts, confidence)
+    return Term(name=name, log_ratio=result.point, ci_low=result.low, ci_high=result.high)
 
 
 def _log_mean(x: np.ndarray, y: np.ndarray) -> np.ndarray:

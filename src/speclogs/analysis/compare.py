@@ -1,11 +1,7 @@
 """`compare_runs`: the one entry of the analysis. DuckDB → frames (load) → pure computation → `Comparison`.
 
-Statistics (see docs/report.md): throughput of an arm = geometric mean over its launches of each launch's
-tokens / seconds; ratios B/A with Student t intervals over launches whose variance counts the launch-to-launch and
-the within-launch components once each (speclogs.analysis.stats), Welch–Satterthwaite degrees of freedom, and the
-p-value of the same t statistic; a winner only with ≥ 2 launches per arm and an interval beyond ±min_effect.
-Attribution lives in speclogs.analysis.attribution, factorial effects in speclogs.analysis.factorial, the
-confounder and data-quality checks in speclogs.analysis.lint.
+The statistics are speclogs.analysis.stats' (METHODS below, docs/report.md); attribution lives in
+speclogs.analysis.attribution, factorial effects in speclogs.analysis.factorial, the checks in speclogs.analysis.lint.
 """
 
 from __future__ import annotations
@@ -13,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -59,15 +55,7 @@ METHODS = {
 }
 
 
-@dataclass(frozen=True)
-class _RunData:
-    run_id: str
-    run_name: str
-    server_units: np.ndarray | None  # (u, 4) [tokens/step, s/step, batch, steps]
-    server_rows: int
-    client_units: np.ndarray | None  # (u, 2) [tokens, seconds]
-    cycle_units: np.ndarray | None  # (u, 8) [draft, verify, extend, other, cycle, accepted, batch, 1]
-    cycle_rows: int
+Units = dict[str, dict[str, tuple[np.ndarray, int]]]  # source → run_id → (units, rows used), runs that have them
 
 
 def _client_stat(s: np.ndarray) -> np.ndarray:
@@ -92,71 +80,46 @@ def _cycle_stat(s: np.ndarray) -> np.ndarray:
         return np.column_stack([means, accept, gap])
 
 
-def _prepare_runs(tables: RunTables) -> tuple[dict[str, _RunData], pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+STATS = {"client": _client_stat, "server": _server_stat, "cycles": _cycle_stat}
+
+
+def _prepare_runs(tables: RunTables) -> tuple[Units, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     warmup = steady_rule.warmup_requests(client_rows(tables.bench))
     decode = mark_steady(tables.decode, tables.prefill, tables.launches,
                          graphs=steady_rule.graph_settings(tables.server_args), warmup_requests=warmup)
     clients = client_rows(tables.bench, steady_rule.detected_warmup_requests(decode))
     cycles_marked = steady_rule.mark_cycles(tables.spec_cycles, tables.prefill, tables.launches, decode)
-    names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
-    data: dict[str, _RunData] = {}
+    units: Units = {"client": {}, "server": {}, "cycles": {}}
     server_by_run: dict[str, list[np.ndarray]] = {}
     rows_by_run: dict[str, int] = {}
     for run_id, rows in steady_launches(decode, ["running_req", "accept_len", "gen_throughput_tok_s", "segment"]):
         server_by_run.setdefault(run_id, []).append(stats.block_sums(server_columns(rows), rows["segment"].to_numpy()))
         rows_by_run[run_id] = rows_by_run.get(run_id, 0) + rows.height
-    client_by_run = {
-        key[0]: frame for key, frame in clients.filter(pl.col("excluded_reason").is_null()).partition_by("run_id", as_dict=True).items()
-    }
-    cycles_by_run = {key[0]: frame for key, frame in
-                     cycles_marked.filter(pl.col("steady")).partition_by("run_id", as_dict=True).items()}
-    for run_id, run_name in names.items():
-        server_units = np.concatenate(server_by_run[run_id]) if run_id in server_by_run else None
-        client_units = None
-        requests = client_by_run.get(run_id)
-        if requests is not None and requests.height > 0:
-            client_units = requests.select("tokens", "seconds").to_numpy().astype(float)
-        cycle_units = None
-        cycles = cycles_by_run.get(run_id)
-        n_cycles = 0
-        if cycles is not None:
-            cycles = cycles.filter(pl.col("cycle_ms").is_not_null() & (pl.col("cycle_ms") > 0))
-            n_cycles = cycles.height
-            if n_cycles:
-                columns = cycles.select(
-                    pl.col("draft_ms").fill_null(0.0), pl.col("verify_ms").fill_null(0.0), pl.col("extend_ms").fill_null(0.0),
-                    pl.col("other_ms").fill_null(0.0), pl.col("cycle_ms"),
-                    pl.col("accepted_tokens").fill_null(0).cast(pl.Float64),
-                    pl.col("batch_size").fill_null(1).cast(pl.Float64).clip(lower_bound=1.0),
-                    pl.lit(1.0),
-                    pl.col("gap_ms").fill_null(0.0), pl.col("gap_ms").is_not_null().cast(pl.Float64).alias("has_gap"),
-                ).to_numpy().astype(float)
-                cycle_units = stats.block_sums(columns)
-        data[run_id] = _RunData(
-            run_id, run_name, server_units, rows_by_run.get(run_id, 0), client_units, cycle_units, n_cycles
-        )
-    return data, decode, clients, cycles_marked
-
-
-def _group(units: Sequence[np.ndarray | None]) -> list[np.ndarray]:
-    return [u for u in units if u is not None and len(u) > 0]
+    units["server"] = {run_id: (np.concatenate(blocks), rows_by_run[run_id]) for run_id, blocks in server_by_run.items()}
+    for (run_id,), requests in clients.filter(pl.col("excluded_reason").is_null()).partition_by("run_id", as_dict=True).items():
+        units["client"][run_id] = (requests.select("tokens", "seconds").to_numpy().astype(float), requests.height)
+    profiled = cycles_marked.filter(pl.col("steady") & pl.col("cycle_ms").is_not_null() & (pl.col("cycle_ms") > 0))
+    for (run_id,), cycles in profiled.partition_by("run_id", as_dict=True).items():
+        columns = cycles.select(
+            pl.col("draft_ms").fill_null(0.0), pl.col("verify_ms").fill_null(0.0), pl.col("extend_ms").fill_null(0.0),
+            pl.col("other_ms").fill_null(0.0), pl.col("cycle_ms"), pl.col("accepted_tokens").fill_null(0).cast(pl.Float64),
+            pl.col("batch_size").fill_null(1).cast(pl.Float64).clip(lower_bound=1.0), pl.lit(1.0),
+            pl.col("gap_ms").fill_null(0.0), pl.col("gap_ms").is_not_null().cast(pl.Float64).alias("has_gap"),
+        ).to_numpy().astype(float)
+        units["cycles"][run_id] = (stats.block_sums(columns), cycles.height)
+    return units, decode, clients, cycles_marked
 
 
 def _estimate(source: str, group: stats.GroupSummary, confidence: float, n_rows: int,
               run_names: tuple[str, ...]) -> Estimate:
     # one launch: its requests say nothing about the next launch, so no interval is claimed
-    low, high = stats.interval([stats.part(group, 0)], confidence) if group.n_launches >= 2 else (math.nan, math.nan)
+    result = stats.t_interval([stats.part(group, 0)], confidence)
+    low, high = (result.low, result.high) if group.n_launches >= 2 else (math.nan, math.nan)
     return Estimate(
-        source=source,
-        value_tok_s=float(math.exp(group.point[0])),
-        ci_low_tok_s=float(math.exp(low)),
-        ci_high_tok_s=float(math.exp(high)),
-        n_launches=group.n_launches,
-        n_units=group.n_units,
-        n_rows=n_rows,
+        source=source, value_tok_s=float(math.exp(group.point[0])), ci_low_tok_s=float(math.exp(low)),
+        ci_high_tok_s=float(math.exp(high)), n_launches=group.n_launches, n_units=group.n_units, n_rows=n_rows,
         per_launch_tok_s=tuple(float(math.exp(v)) for v in group.per_launch[:, 0]),
-        within_cv=float(math.sqrt(group.within_cov[0, 0])),
-        launch_run_names=run_names,
+        within_cv=float(math.sqrt(group.within_cov[0, 0])), launch_run_names=run_names,
     )
 
 
@@ -217,18 +180,12 @@ def compare_runs(
     trained_layers: list[int] | None = None,
 ) -> Comparison:
     """Compare arms (run names or globs, each optionally `LABEL=SELECTOR`; the first is the reference) read from the
-    DuckDB connection `con`.
+    DuckDB connection `con`; `compare_tables` does the pure computation.
 
-    factors: {name: glob over run names} (runs matching are level 'on', others 'off'); when empty, the launch plan's
-    runs.factors are used. min_effect: the practical threshold (0.02 = 2 %): a winner's interval must lie beyond
-    ±log(1 + min_effect). hidden_size / num_layers describe the target model for the NCCL communication-share
-    estimate (see speclogs.analysis.nccl). ignore_env: env variable names (globs) the confounder check does not
-    compare, on top of speclogs.analysis.lint.DEFAULT_IGNORED_ENV. reference_acceptance: (value, half width) of
-    the accept length this target/draft/workload reached before (parse_reference; a speculative arm whose interval
-    lies below it is a finding);
-    trained_layers: the aux layer ids the EAGLE-3 drafts were trained on (speclogs.doctor compares them). Raises
-    AnalysisError when nothing can be computed or an option is out of range. This is the thin loading part;
-    `compare_tables` does the (pure) computation.
+    factors: {name: glob over run names} (else the plan's runs.factors); min_effect: a winner's interval lies beyond
+    ±log(1 + min_effect); hidden_size / num_layers: the target model, for speclogs.analysis.nccl; ignore_env: env
+    names (globs) the confounder check skips; reference_acceptance: (value, half width) from parse_reference;
+    trained_layers: the drafts' aux layer ids (speclogs.doctor). AnalysisError when nothing can be computed.
     """
     if not 0.5 <= confidence < 1.0:
         raise AnalysisError(f"confidence {confidence} is outside [0.5, 1)", hint="e.g. --confidence 0.95")
@@ -241,19 +198,13 @@ def compare_runs(
     comparison = compare_tables(tables, arm_runs, factors, confidence, min_effect=min_effect, nccl=nccl, ignore_env=ignore_env,
                                 reference_acceptance=reference_acceptance, trained_layers=trained_layers)
     comparison = with_signals(comparison, signal_evidence_for(con, arm_runs))
-    return _with_startup_and_whatif(con, comparison, tables, arm_runs, all_ids, confidence)
-
-
-def _with_startup_and_whatif(con: Any, comparison: Comparison, tables: RunTables, arm_runs: dict[str, list[str]],
-                             run_ids: list[str], confidence: float) -> Comparison:
-    """The start-up breakdown (its finding among the notes) and, where a selected run has cycles, the what-if."""
-    startup = startup_for(con, arm_runs)
-    try:
-        predicted = whatif_for(con, run_ids, confidence, tables=tables, evidence=comparison.signals)
+    startup = startup_for(con, arm_runs)  # the start-up breakdown, its finding among the notes
+    try:  # the what-if, where a selected run has profiled cycles
+        predicted = whatif_for(con, all_ids, confidence, tables=tables, evidence=comparison.signals)
     except AnalysisError:
         predicted = None
-    warnings = comparison.warnings + (startup.findings if startup else ())
-    return replace(comparison, startup=startup, whatif=predicted, warnings=warnings)
+    return replace(comparison, startup=startup, whatif=predicted,
+                   warnings=comparison.warnings + (startup.findings if startup else ()))
 
 
 def compare_tables(
@@ -273,11 +224,11 @@ def compare_tables(
     from speclogs.analysis import lint
 
     arm_runs = dict(arm_runs)
-    run_data, decode, clients, cycles = _prepare_runs(tables)
+    units, decode, clients, cycles = _prepare_runs(tables)
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
 
     for arm, ids in arm_runs.items():
-        if not any(run_data[r].server_units is not None or run_data[r].client_units is not None for r in ids):
+        if not any(r in units["server"] or r in units["client"] for r in ids):
             excluded = decode.filter(pl.col("run_id").is_in(ids))
             detail = (
                 "no decode rows" if excluded.is_empty()
@@ -291,73 +242,47 @@ def compare_tables(
 
     levels, factor_findings = factorial.factor_levels(tables, arm_runs, dict(factors or {}))
     reference = next(iter(arm_runs))
-    summaries: dict[tuple[str, str], tuple[stats.GroupSummary, int]] = {}
+    summaries: dict[tuple[str, str], tuple[stats.GroupSummary, int] | None] = {}
 
     def summary_for(ids: Sequence[str], source: str) -> tuple[stats.GroupSummary, int] | None:
         # keyed by the set of runs, so an arm and an identical factorial cell share one summary
-        cache_key = (source, ",".join(sorted(ids)))
-        if cache_key in summaries:
-            return summaries[cache_key]
-        if source == "client":
-            units = _group([run_data[r].client_units for r in ids])
-            stat, n_rows = _client_stat, sum(len(u) for u in units)
-        elif source == "server":
-            units = _group([run_data[r].server_units for r in ids])
-            stat, n_rows = _server_stat, sum(run_data[r].server_rows for r in ids)
-        else:
-            units = _group([run_data[r].cycle_units for r in ids])
-            stat, n_rows = _cycle_stat, sum(run_data[r].cycle_rows for r in ids)
-        if not units:
-            return None
-        result = (stats.summarize_group(units, stat), n_rows)
-        summaries[cache_key] = result
-        return result
+        key = (source, ",".join(sorted(ids)))
+        if key not in summaries:
+            got = [units[source][r] for r in ids if r in units[source]]
+            summaries[key] = (stats.summarize_group([u for u, _ in got], STATS[source]), sum(n for _, n in got)) if got else None
+        return summaries[key]
 
     def _measured(ids: Sequence[str], source: str) -> tuple[str, ...]:
         """Names of the runs that have units of this source, in the order of the summary's launches."""
-        column = "client_units" if source == "client" else "server_units"
-        return tuple(names[r] for r in ids if getattr(run_data[r], column) is not None and len(getattr(run_data[r], column)))
+        return tuple(names[r] for r in ids if r in units[source])
 
     arm_objects = []
     for arm, ids in arm_runs.items():
-        client = summary_for(ids, "client")
-        server = summary_for(ids, "server")
+        client, server = summary_for(ids, "client"), summary_for(ids, "server")
         run_rows = tables.runs.filter(pl.col("run_id").is_in(ids))
-        spec_algos = sorted({a for a in run_rows["speculative_algorithm"].to_list() if a})
-        arm_objects.append(
-            Arm(
-                name=arm,
-                run_names=tuple(names[r] for r in ids),
-                run_ids=tuple(ids),
-                speculative_algorithm=",".join(spec_algos) or None,
-                sglang_versions=tuple(sorted({v for v in run_rows["sglang_version"].to_list() if v})),
-                factor_levels=factorial.arm_levels(levels, ids),
-                client=_estimate("client", client[0], confidence, client[1], _measured(ids, "client")) if client else None,
-                server=_estimate("server", server[0], confidence, server[1], _measured(ids, "server")) if server else None,
-                accept_len=float(math.exp(server[0].point[1])) if server else None,
-                cycle_ms=float(1000 * math.exp(server[0].point[3])) if server else None,
-                batch_size=float(math.exp(server[0].point[2])) if server else None,
-            )
-        )
+        arm_objects.append(Arm(
+            name=arm, run_names=tuple(names[r] for r in ids), run_ids=tuple(ids),
+            speculative_algorithm=",".join(sorted({a for a in run_rows["speculative_algorithm"].to_list() if a})) or None,
+            sglang_versions=tuple(sorted({v for v in run_rows["sglang_version"].to_list() if v})),
+            factor_levels=factorial.arm_levels(levels, ids),
+            client=_estimate("client", client[0], confidence, client[1], _measured(ids, "client")) if client else None,
+            server=_estimate("server", server[0], confidence, server[1], _measured(ids, "server")) if server else None,
+            accept_len=float(math.exp(server[0].point[1])) if server else None,
+            cycle_ms=float(1000 * math.exp(server[0].point[3])) if server else None,
+            batch_size=float(math.exp(server[0].point[2])) if server else None,
+        ))
 
     designs = _adaptive_designs(tables)
-    comparisons = []
-    attributions = []
+    comparisons, attributions = [], []
     for arm_b, ids_b in list(arm_runs.items())[1:]:
         sequential = sequential_confidence(designs, arm_runs[reference], ids_b, confidence)
-        for source in ("client", "server"):
-            a = summary_for(arm_runs[reference], source)
-            b = summary_for(ids_b, source)
-            if a and b:
-                comparisons.append(_ratio(reference, arm_b, source, a[0], b[0], confidence, min_effect, sequential))
-        a = summary_for(arm_runs[reference], "server")
-        b = summary_for(ids_b, "server")
-        if a and b:
-            cyc_a = summary_for(arm_runs[reference], "cycles")
-            cyc_b = summary_for(ids_b, "cycles")
-            attributions.append(
-                attribution.attribution(reference, arm_b, a[0], b[0], cyc_a[0] if cyc_a else None, cyc_b[0] if cyc_b else None, confidence)
-            )
+        a, b = ({source: summary_for(ids, source) for source in STATS} for ids in (arm_runs[reference], ids_b))
+        comparisons += [_ratio(reference, arm_b, source, a[source][0], b[source][0], confidence, min_effect, sequential)
+                        for source in ("client", "server") if a[source] and b[source]]
+        if a["server"] and b["server"]:
+            cycles_a, cycles_b = (c[0] if (c := side["cycles"]) else None for side in (a, b))
+            attributions.append(attribution.attribution(reference, arm_b, a["server"][0], b["server"][0], cycles_a, cycles_b,
+                                                        confidence))
 
     ranking = _ranking(arm_objects, arm_runs, summary_for, confidence, min_effect, designs)
 
@@ -376,11 +301,11 @@ def compare_tables(
     accept_hist = _accept_hist(decode, clients, cycles, arm_runs)
     findings = lint.lint_comparison(
         tables=tables, decode=decode, clients=clients, cycles=cycles, arm_runs=arm_runs, arms=arm_objects,
-        comparisons=comparisons, levels=levels, run_data_rows={r: d.server_rows for r, d in run_data.items()},
+        comparisons=comparisons, levels=levels, run_data_rows={r: units["server"].get(r, (None, 0))[1] for r in names},
         ignore_env=ignore_env, confidence=confidence, min_effect=min_effect, reference_acceptance=reference_acceptance,
         trained_layers=trained_layers,
-        accept_intervals={arm: tuple(math.exp(v) for v in stats.interval([stats.part(s[0], 1)], confidence))
-                          for arm, ids in arm_runs.items() if (s := summary_for(ids, "server"))},
+        accept_intervals={arm: (math.exp(r.low), math.exp(r.high)) for arm, ids in arm_runs.items()
+                          if (s := summary_for(ids, "server")) and (r := stats.t_interval([stats.part(s[0], 1)], confidence))},
     )
     if nccl is not None:   # the evidence's findings name runs; in a comparison they concern the arms of those runs too
         nccl = replace(nccl, findings=tuple(_with_arms(nccl.findings, arm_runs, names)))
@@ -432,12 +357,10 @@ def _adaptive_designs(tables: RunTables) -> dict[str, dict]:
     """run_id → the adaptive design its run.json records (speclogs launch --until), for runs that have one."""
     from speclogs.analysis.load import parse_json_text
 
-    designs = {}
-    for run_id, text in zip(tables.runs["run_id"].to_list(), tables.runs["run_json"].to_list()):
-        design = parse_json_text(text).get("adaptive")
-        if isinstance(design, dict) and isinstance(design.get("nominal_level"), (int, float)):
-            designs[run_id] = design
-    return designs
+    designs = {run_id: parse_json_text(text).get("adaptive")
+               for run_id, text in zip(tables.runs["run_id"].to_list(), tables.runs["run_json"].to_list())}
+    return {run_id: d for run_id, d in designs.items()
+            if isinstance(d, dict) and isinstance(d.get("nominal_level"), (int, float))}
 
 
 def sequential_confidence(designs: Mapping[str, dict], ids_a: Sequence[str], ids_b: Sequence[str],
@@ -446,16 +369,13 @@ def sequential_confidence(designs: Mapping[str, dict], ids_a: Sequence[str], ids
     every launch of both arms comes from one adaptive design at this confidence; None otherwise. The run stopped when
     its data said so: a fixed-sample interval at the stop names false winners more often than its level, the RCI
     keeps its level at any look (speclogs.launcher.adaptive)."""
-    found = [designs.get(r) for r in (*ids_a, *ids_b)]
-    if not found or any(d is None for d in found):
-        return None
-    keys = {(tuple(d.get("cells") or ()), d.get("nominal_level"), d.get("confidence")) for d in found}
-    if len(keys) != 1:
+    keys = {(tuple(d.get("cells") or ()), d["nominal_level"], d.get("confidence")) if d else None
+            for d in (designs.get(r) for r in (*ids_a, *ids_b))}
+    if len(keys) != 1 or None in keys:
         return None
     _, nominal, design_confidence = keys.pop()
-    if design_confidence is None or abs(float(design_confidence) - confidence) > 1e-9 or not 0 < nominal < 1:
-        return None
-    return 1.0 - float(nominal)
+    same = design_confidence is not None and abs(float(design_confidence) - confidence) <= 1e-9 and 0 < nominal < 1
+    return 1.0 - float(nominal) if same else None
 
 
 def _reason_counts(rows: pl.DataFrame) -> str:
@@ -466,8 +386,9 @@ def _reason_counts(rows: pl.DataFrame) -> str:
 def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.GroupSummary, confidence: float,
            min_effect: float, sequential: float | None = None) -> RatioComparison:
     """B against A; `sequential`: the adaptive design's per-look confidence, whose repeated confidence interval gives
-    the interval, p-value and verdict instead of the fixed-sample one at `confidence`."""
-    result = stats.t_interval(stats.diff_parts(a, b, 0), sequential or confidence)
+    the interval, p-value and verdict instead of the fixed-sample one at `confidence`, by the run's own rule (Welch on
+    per-launch values, no within-launch floor): the report then names the winner the run stopped for, and no other."""
+    result = stats.t_interval(stats.diff_parts(a, b, 0), sequential or confidence, floor=sequential is None)
     single = not result.launches_covered
     between, within = stats.pooled_components([a, b], 0)
     spread = math.sqrt(between + within)
@@ -490,32 +411,15 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
         low, high = math.exp(result.low), math.exp(result.high)
         within_low = within_high = nan
     return RatioComparison(
-        metric="throughput",
-        source=source,
-        unit="tok/s",
-        arm_a=arm_a,
-        arm_b=arm_b,
-        a=float(math.exp(a.point[0])),
-        b=float(math.exp(b.point[0])),
-        ratio=float(math.exp(result.point)),
-        ci_low=low,
-        ci_high=high,
-        p_value=None if single else result.p_value,
-        test=test,
-        n_a=a.n_launches,
-        n_b=b.n_launches,
-        n_units_a=a.n_units,
-        n_units_b=b.n_units,
+        metric="throughput", source=source, unit="tok/s", arm_a=arm_a, arm_b=arm_b, a=float(math.exp(a.point[0])),
+        b=float(math.exp(b.point[0])), ratio=float(math.exp(result.point)), ci_low=low, ci_high=high,
+        p_value=None if single else result.p_value, test=test, n_a=a.n_launches, n_b=b.n_launches,
+        n_units_a=a.n_units, n_units_b=b.n_units,
         verdict=stats.verdict_for(result, enough=a.n_units >= 2 and b.n_units >= 2, min_effect=min_effect),
         interval_covers="none (one launch per arm)" if single else
         "launches and requests, at every look of the adaptive run" if sequential else "launches and requests",
-        df=result.df,
-        launch_cv=nan if single else math.sqrt(between),
-        within_cv=math.sqrt(within),
-        min_detectable_ratio=detectable,
-        launches_needed=needed,
-        target_effect=target,
-        within_low=within_low,
+        df=result.df, launch_cv=nan if single else math.sqrt(between), within_cv=math.sqrt(within),
+        min_detectable_ratio=detectable, launches_needed=needed, target_effect=target, within_low=within_low,
         within_high=within_high,
     )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Sequence
-from itertools import combinations
+from itertools import combinations, product
 
 import numpy as np
 
@@ -49,11 +49,8 @@ def factor_levels(
 
 
 def arm_levels(levels: dict[str, dict[str, str]], ids: Sequence[str]) -> dict[str, str]:
-    out = {}
-    for name, by_run in levels.items():
-        values = {by_run[r] for r in ids}
-        out[name] = values.pop() if len(values) == 1 else "mixed"
-    return out
+    return {name: values.pop() if len(values := {by_run[r] for r in ids}) == 1 else "mixed"
+            for name, by_run in levels.items()}
 
 
 def effects(levels, arm_runs, reference, summary_for, confidence, explicit, min_effect=0.0):
@@ -62,12 +59,11 @@ def effects(levels, arm_runs, reference, summary_for, confidence, explicit, min_
         return [], {}, findings
     ref_ids = arm_runs[reference]
     span: dict[str, tuple[str, str]] = {}
-    for name, by_run in levels.items():
+    for name, by_run in levels.items():  # low: the reference arm's level where it has one
         distinct = sorted(set(by_run.values()))
         ref_levels = {by_run[r] for r in ref_ids}
         low = ref_levels.pop() if len(ref_levels) == 1 else distinct[0]
-        if name not in span:
-            span[name] = (low, next(v for v in distinct if v != low))
+        span[name] = (low, next(v for v in distinct if v != low))
     all_ids = [r for rs in arm_runs.values() for r in rs]
     names, all_ids, held = _complete_design(sorted(span), all_ids, levels, span)
     if held and names:
@@ -112,15 +108,11 @@ def effects(levels, arm_runs, reference, summary_for, confidence, explicit, min_
                     effects.append(_effect(name, "main" if size == 1 else "interaction", source, parts,
                                            span[names[subset[0]]] if size == 1 else ("", ""), n_launches, confidence,
                                            min_effect))
-            if k == 2:
-                for i in range(2):
-                    j = 1 - i
-                    for level in (0, 1):
-                        hi = tuple(1 if x == i else (level if x == j else 0) for x in range(2))
-                        lo = tuple(0 if x == i else (level if x == j else 0) for x in range(2))
-                        parts = stats.diff_parts(cell_summaries[lo], cell_summaries[hi], 0)
-                        effects.append(_effect(f"{names[i]} | {names[j]}={span[names[j]][level]}", "simple", source,
-                                               parts, span[names[i]], n_launches, confidence, min_effect))
+            for i, level in (product(range(2), (0, 1)) if k == 2 else ()):  # factor i with the other held at level
+                lo, hi = ((0, level), (1, level)) if i == 0 else ((level, 0), (level, 1))
+                parts = stats.diff_parts(cell_summaries[lo], cell_summaries[hi], 0)
+                effects.append(_effect(f"{names[i]} | {names[1 - i]}={span[names[1 - i]][level]}", "simple", source,
+                                       parts, span[names[i]], n_launches, confidence, min_effect))
     return effects, span, findings
 
 

@@ -1,19 +1,13 @@
 """Power of the report's comparison (Welch t over per-launch log throughput): launches needed, minimum detectable effect.
 
-The verdict names a winner when the t interval lies beyond ±log(1 + min_effect) (stats.verdict_for). With per-launch
-log-throughput standard deviation σ in both arms and L_A, L_B launches, the t statistic against the threshold is
-noncentral t with noncentrality (δ ∓ log(1 + min_effect)) / (σ √(1/L_A + 1/L_B)) and Welch–Satterthwaite degrees of
-freedom. Those degrees of freedom are themselves random (they depend on the two sample variances), which matters
-with 2–4 launches per arm, so the power is averaged over the sampling distribution of the two variances (each
-σ² χ²_{L−1}/(L−1), on an equal-probability grid): given them, the estimated standard error ŝ and the critical value
-t(df(ŝ)) are fixed and the log ratio is normal, so
+A winner's t interval lies beyond ±log(1 + min_effect). With per-launch SD σ in both arms the log ratio is normal
+with se = σ √(1/L_A + 1/L_B); the Welch degrees of freedom are themselves random (they depend on the two sample
+variances, which matters with 2–4 launches), so the power is averaged over the two variances' sampling distributions
+(each σ² χ²_{L−1}/(L−1), on an equal-probability grid):
 
     power(δ) = E[ Φ((δ − log(1 + min_effect) − t·ŝ) / se) + Φ((−δ − log(1 + min_effect) − t·ŝ) / se) ].
 
 tests/test_analysis_grid.py checks it against simulated comparisons.
-
-`launches_needed` is the smallest equal number of launches per arm with power ≥ 0.8; `min_detectable_ratio` the
-smallest true ratio above 1 detected with power 0.8 by the launches at hand.
 """
 
 from __future__ import annotations
@@ -23,19 +17,17 @@ from functools import lru_cache
 
 import numpy as np
 
-from speclogs.analysis.stats import chi2_quantile, t_quantile
-
 POWER = 0.8
 MAX_LAUNCHES = 1000
-
-
 GRID_POINTS = 64  # per sample variance
 
 
 def _variance_grid(launches: int) -> np.ndarray:
     """Equal-probability points of s²/σ² ~ χ²_{L−1}/(L−1)."""
+    from scipy.special import gammaincinv  # χ²'s quantile, as scipy.stats.chi2.ppf computes it
+
     df = launches - 1
-    return chi2_quantile((np.arange(GRID_POINTS) + 0.5) / GRID_POINTS, df) / df
+    return 2.0 * gammaincinv(df / 2.0, (np.arange(GRID_POINTS) + 0.5) / GRID_POINTS) / df
 
 
 @lru_cache(maxsize=256)
@@ -44,7 +36,9 @@ def _half_widths(la: int, lb: int, confidence: float) -> np.ndarray:
     va = _variance_grid(la)[:, None] / la
     vb = _variance_grid(lb)[None, :] / lb
     df = (va + vb) ** 2 / (va**2 / (la - 1) + vb**2 / (lb - 1))
-    return (t_quantile(0.5 + confidence / 2.0, df) * np.sqrt(va + vb)).ravel()
+    from scipy.special import stdtrit
+
+    return (stdtrit(df, 0.5 + confidence / 2.0) * np.sqrt(va + vb)).ravel()
 
 
 def power(delta: float, sd: float, la: int, lb: int, confidence: float = 0.95, min_effect: float = 0.0) -> float:

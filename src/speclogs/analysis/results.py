@@ -5,6 +5,7 @@ Units are in the field names (`*_tok_s`, `*_ms`); ratios are B/A with A the refe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,19 +16,13 @@ UNSET = "unset"  # how every report writes a setting a run does not have (env va
 
 @dataclass(frozen=True)
 class Finding:
-    """A warning or note about the data, shown at the top of every report: the one finding type of the analysis
-    (comparison checks, factorial design, cycle accounting, NCCL evidence).
+    """A warning or note about the data, shown at the top of every report: the one finding type of the analysis."""
 
-    code: stable identifier (e.g. `confounder_env`, `single_launch`, `nccl_env_mismatch`); severity: 'warning' (the
-    numbers below may mislead) or 'info' (how the numbers were made); arms: the arm names it concerns; runs: the run
-    names it concerns, where it is about runs rather than arms (the NCCL evidence's findings).
-    """
-
-    code: str
+    code: str  # stable identifier (e.g. `confounder_env`, `single_launch`, `nccl_env_mismatch`)
     message: str
-    severity: str = "warning"
+    severity: str = "warning"  # 'warning': the numbers below may mislead; 'info': how the numbers were made
     arms: tuple[str, ...] = ()
-    runs: tuple[str, ...] = ()
+    runs: tuple[str, ...] = ()  # where it is about runs rather than arms (the NCCL evidence's findings)
 
 
 @dataclass(frozen=True)
@@ -118,8 +113,6 @@ class Term:
 
     @property
     def ratio(self) -> float:
-        import math
-
         return math.exp(self.log_ratio)
 
 
@@ -146,11 +139,8 @@ class Counterfactual:
 
 @dataclass(frozen=True)
 class Attribution:
-    """Why B's server throughput differs from A's: log(T_B/T_A) = log(accept ratio) + log(batch ratio) − log(cycle ratio).
-
-    `terms` add up to `total` exactly (point estimates). `phase_terms` split the cycle term over draft/verify/extend/other
-    (logarithmic-mean (LMDI) weights, so they add up to the cycle term) when both arms have spec_cycles rows.
-    """
+    """Why B's server throughput differs from A's: log(T_B/T_A) = log(accept ratio) + log(batch ratio) − log(cycle
+    ratio); `terms` add up to `total`, `phase_terms` (LMDI weights, when both arms were profiled) to the cycle term."""
 
     arm_a: str
     arm_b: str
@@ -166,15 +156,10 @@ class Attribution:
 
 @dataclass(frozen=True)
 class Effect:
-    """A factorial effect on log throughput, shown as a ratio (exp of the log effect) with its interval.
-
-    kind 'main': mean over the other factors of log(T at high level / T at low level).
-    kind 'interaction': difference of the simple effects (for 2 factors: effect of f at g=high over effect of f at g=low).
-    kind 'simple': effect of one factor with the others held at named levels.
-    """
+    """A factorial effect on log throughput, shown as a ratio (exp of the log effect) with its interval."""
 
     name: str
-    kind: str
+    kind: str  # 'main' | 'interaction' (difference of simple effects) | 'simple' (the other factors held at a level)
     source: str
     ratio: float
     ci_low: float

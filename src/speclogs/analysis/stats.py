@@ -1,20 +1,12 @@
 """Per-launch values, variance components and Student t intervals over launches. Pure numpy/scipy.special.
 
-The launch is the unit of replication: requests (or decode rows) inside one server launch share its warm-up, its
-memory layout, its NCCL communicator, so they are not independent draws. A group statistic (an arm, a factorial
-cell) is the mean over its launches of a per-launch statistic on the log scale (a geometric mean of per-launch
-throughputs).
-
-Variance of a group mean, each component counted once. A launch's value θ_l = (group mean) + launch-to-launch
-deviation (variance σ²_b) + within-launch noise (variance v_w: its requests or decode-row blocks). The sample variance
-s² of the L per-launch values estimates σ²_b + v_w. The within part v_w is estimated from the units themselves:
-delete-one jackknife pseudo-values of the launch statistic; when every launch has the same number of units (a prompt
-set replayed in each launch) from their two-way (launch × position) residuals, so that fixed differences between
-prompts — the same in every launch, hence absent from the differences between launches — are not counted as noise.
-Var(group mean) = (σ̂²_b + v̂_w) / L with σ̂²_b = max(0, s² − v̂_w) (the ANOVA estimator, truncated at 0), that is
-max(s², v̂_w) / L, with L − 1 degrees of freedom. A difference of groups gets Student t with Welch–Satterthwaite
-degrees of freedom, and its p-value from the same t statistic, so a p below 1 − confidence and an interval that
-excludes 0 are the same statement.
+The launch is the unit of replication: requests inside one server launch share its warm-up, memory layout and NCCL
+communicator. A group statistic (an arm, a factorial cell) is the mean over its launches of a per-launch statistic on
+the log scale. Var(group mean) = max(s², v̂_w) / L: s² the spread of the L per-launch values, v̂_w the within-launch
+noise of one launch's value from its units (delete-one jackknife; two-way launch × position residuals when every
+launch replays the same prompts, so fixed differences between prompts do not count as noise). A difference of groups
+gets Student t with Welch–Satterthwaite degrees of freedom and the p-value of the same t statistic, so p < 1 −
+confidence and an interval excluding 0 are the same statement (docs/report.md, "Statistics").
 """
 
 from __future__ import annotations
@@ -24,8 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from speclogs.analysis.results import Term
 
 # Within a launch, at most this many units: longer series are cut into consecutive blocks (which also respects
 # their autocorrelation better than single rows do).
@@ -117,11 +107,11 @@ class Part:
     def n_launches(self) -> int:
         return len(self.values)
 
-    def variance(self) -> tuple[float, float]:
-        """(variance of this part's mean over launches, degrees of freedom)."""
+    def variance(self, floor: bool = True) -> tuple[float, float]:
+        """(variance of this part's mean over launches, degrees of freedom); floor=False: the launches' spread alone."""
         if self.n_launches >= 2:
             spread = float(np.var(self.values, ddof=1))
-            if self.within_var > spread and self.within_df > self.n_launches - 1:
+            if floor and self.within_var > spread and self.within_df > self.n_launches - 1:
                 # the noise floor decides: the estimate is the within-launch variance, with its own degrees of freedom
                 return self.within_var / self.n_launches, self.within_df
             return spread / self.n_launches, float(self.n_launches - 1)
@@ -130,13 +120,8 @@ class Part:
 
 def part(group: GroupSummary, coefficients: int | Sequence[float] | np.ndarray, scale: float = 1.0) -> Part:
     """scale × (a column, or a linear combination of columns) of a group, as a Part."""
-    m = group.per_launch.shape[1]
-    if isinstance(coefficients, (int, np.integer)):
-        c = np.zeros(m)
-        c[int(coefficients)] = 1.0
-    else:
-        c = np.asarray(coefficients, dtype=float)
-    c = c * scale
+    one_column = isinstance(coefficients, (int, np.integer))
+    c = scale * (np.eye(group.per_launch.shape[1])[coefficients] if one_column else np.asarray(coefficients, dtype=float))
     used = c != 0
     values = group.per_launch[:, used] @ c[used]
     within = float(c[used] @ group.within_cov[np.ix_(used, used)] @ c[used])
@@ -150,13 +135,12 @@ def pooled_components(groups: Sequence[GroupSummary], column: int) -> tuple[floa
     """(launch-to-launch variance, within-launch variance) of one launch's value in a column, pooled over the groups
     (weights L − 1): the within part from the units, the launch-to-launch part = spread of per-launch values minus it
     (at least 0)."""
-    weights = [g.n_launches - 1 for g in groups if g.n_launches >= 2]
-    within_values = [float(g.within_cov[column, column]) for g in groups if g.n_launches >= 2]
-    if not weights:
+    multi = [g for g in groups if g.n_launches >= 2]
+    if not multi:
         return 0.0, float(np.mean([g.within_cov[column, column] for g in groups])) if groups else 0.0
-    spread = sum(w * float(np.var(g.per_launch[:, column], ddof=1))
-                 for w, g in zip(weights, [g for g in groups if g.n_launches >= 2])) / sum(weights)
-    within = sum(w * v for w, v in zip(weights, within_values)) / sum(weights)
+    weights = [g.n_launches - 1 for g in multi]
+    spread = float(np.average([np.var(g.per_launch[:, column], ddof=1) for g in multi], weights=weights))
+    within = float(np.average([g.within_cov[column, column] for g in multi], weights=weights))
     return max(spread - within, 0.0), within
 
 
@@ -173,10 +157,13 @@ class TInterval:
     launches_covered: bool  # every group had ≥ 2 launches (else: within-launch noise only)
 
 
-def t_interval(parts: Parts, confidence: float) -> TInterval:
-    """Σ part means ± t(Welch–Satterthwaite df) × SE; p-value from the same t statistic."""
+def t_interval(parts: Parts, confidence: float, floor: bool = True) -> TInterval:
+    """Σ part means ± t(Welch–Satterthwaite df) × SE; p-value from the same t statistic. floor=False: plain Welch on
+    the per-launch values, the rule an adaptive run stopped by (speclogs.launcher.adaptive)."""
+    from scipy.special import stdtr, stdtrit  # Student t's cdf and quantile, as scipy.stats.t computes them
+
     point = float(sum(float(np.mean(p.values)) for p in parts))
-    variances = [p.variance() for p in parts]
+    variances = [p.variance(floor) for p in parts]
     se2 = float(sum(v for v, _ in variances))
     covered = all(p.n_launches >= 2 for p in parts)
     if not math.isfinite(point) or not math.isfinite(se2):
@@ -187,19 +174,9 @@ def t_interval(parts: Parts, confidence: float) -> TInterval:
     denominator = sum(v**2 / df for v, df in variances if v > 0 and df > 0)
     df = se2**2 / denominator if denominator > 0 else float("inf")
     se = math.sqrt(se2)
-    half = t_quantile(0.5 + confidence / 2.0, df) * se
-    p_value = 2.0 * t_cdf(-abs(point) / se, df)
+    half = float(stdtrit(df, 0.5 + confidence / 2.0)) * se
+    p_value = 2.0 * float(stdtr(df, -abs(point) / se))
     return TInterval(point, se, df, point - half, point + half, p_value, covered)
-
-
-def interval(parts: Parts, confidence: float) -> tuple[float, float]:
-    result = t_interval(parts, confidence)
-    return result.low, result.high
-
-
-def term(name: str, parts: Parts, confidence: float) -> Term:
-    result = t_interval(parts, confidence)
-    return Term(name=name, log_ratio=result.point, ci_low=result.low, ci_high=result.high)
 
 
 def diff_parts(a: GroupSummary, b: GroupSummary, column: int, sign: float = 1.0) -> Parts:
@@ -210,8 +187,6 @@ def diff_parts(a: GroupSummary, b: GroupSummary, column: int, sign: float = 1.0)
 # With no --min-effect, "equivalent" means inside ±5 %: the smallest change a speculative-decoding setting is usually
 # tuned for; it is also the effect the launches-needed figure of an inconclusive verdict plans for.
 DEFAULT_EFFECT = 0.05
-
-VERDICTS = ("faster", "slower", "equivalent", "inconclusive", "insufficient data")
 
 
 def equivalence_margin(min_effect: float) -> float:
@@ -240,76 +215,29 @@ def verdict_for(result: TInterval, *, enough: bool, min_effect: float = 0.0) -> 
     return "inconclusive"
 
 
-# Distributions from scipy.special: scipy.stats computes them with the same functions (t: stdtr / stdtrit, χ²:
-# gammaincinv, normal: ndtr) but takes 0.5 s to import, a tenth of a `speclogs report` on two 10M-line runs.
-# tests/test_stats_functions.py holds each to scipy.stats' result.
-
-
-def t_quantile(q: float | np.ndarray, df: float | np.ndarray):
-    """Student t's quantile (scipy.stats.t.ppf) for 0 < q < 1 and df > 0 (inf: the normal's)."""
-    from scipy.special import stdtrit
-
-    value = stdtrit(df, q)
-    return float(value) if np.ndim(value) == 0 else value
-
-
-def t_cdf(x: float, df: float) -> float:
-    """Student t's distribution function (scipy.stats.t.cdf); its upper tail at x is t_cdf(-x, df)."""
-    from scipy.special import stdtr
-
-    return float(stdtr(df, x))
-
-
-def chi2_quantile(q: np.ndarray, df: float) -> np.ndarray:
-    """χ²'s quantiles (scipy.stats.chi2.ppf) for 0 < q < 1 and df > 0."""
-    from scipy.special import gammaincinv
-
-    return 2.0 * gammaincinv(df / 2.0, q)
+# Distributions come from scipy.special, the functions scipy.stats is built on: importing scipy.stats would cost a
+# report more than its computation (tests/test_stats_functions.py holds them to scipy.stats' results).
 
 
 def kendall_tau(y: np.ndarray) -> tuple[float, float]:
-    """Kendall's tau-b of `y` against its order and the two-sided p-value, as scipy.stats.kendalltau(arange(n), y)
-    gives them: exact (Kendall's recursion) for n ≤ 33 without ties, else the normal approximation with the ties'
-    correction; (nan, nan) when y is constant or holds a NaN. O(n²): the trend test passes at most 50 values."""
+    """Kendall's tau-b of `y` against its order and the two-sided p-value of the Mann–Kendall trend test (the normal
+    approximation with the ties' correction: scipy.stats.kendalltau(arange(n), y, method="asymptotic")); (nan, nan)
+    when y is constant or holds a NaN. O(n²): the trend test passes at most 50 values."""
     from scipy.special import ndtr
 
     y = np.asarray(y, dtype=float)
     n = len(y)
     if n < 2 or np.isnan(y).any():
         return math.nan, math.nan
-    discordant = int(np.triu(y[:, None] > y[None, :], k=1).sum())  # i < j with y_i > y_j
+    score = int(np.triu(np.sign(y[None, :] - y[:, None]), k=1).sum())  # concordant − discordant pairs
     _, counts = np.unique(y, return_counts=True)
     counts = counts[counts > 1].astype(np.int64)
-    ties = int((counts * (counts - 1) // 2).sum())
-    pairs = n * (n - 1) // 2
+    ties, pairs = int((counts * (counts - 1) // 2).sum()), n * (n - 1) // 2
     if ties == pairs:
         return math.nan, math.nan
-    score = pairs - ties - 2 * discordant  # concordant − discordant
     tau = min(1.0, max(-1.0, score / math.sqrt(pairs) / math.sqrt(pairs - ties)))
-    if ties == 0 and (n <= 33 or min(discordant, pairs - discordant) <= 1):
-        return tau, _kendall_p_exact(n, min(discordant, pairs - discordant))
-    m = n * (n - 1.0)
-    variance = (m * (2 * n + 5) - int((counts * (counts - 1.0) * (2 * counts + 5)).sum())) / 18
+    variance = (n * (n - 1.0) * (2 * n + 5) - float((counts * (counts - 1.0) * (2 * counts + 5)).sum())) / 18
     return tau, float(2 * ndtr(-abs(score / math.sqrt(variance))))
-
-
-def _kendall_p_exact(n: int, c: int) -> float:
-    """Two-sided exact p-value of c discordant pairs (the smaller tail) among n untied values."""
-    if n <= 2:
-        return 1.0
-    if c == 0:
-        return min(1.0, 2.0 / math.factorial(n)) if n < 171 else 0.0
-    if c == 1:
-        return min(1.0, 2.0 / math.factorial(n - 1)) if n < 172 else 0.0
-    if 4 * c == n * (n - 1):
-        return 1.0
-    counts = np.zeros(c + 1)  # permutations of 1..j with k inversions, k ≤ c, built up j by j
-    counts[0:2] = 1.0
-    for j in range(3, n + 1):
-        counts = np.cumsum(counts)
-        if j <= c:
-            counts[j:] -= counts[: c + 1 - j]
-    return float(np.clip(2.0 * np.sum(counts) / math.factorial(n), 0, 1))
 
 
 @dataclass(frozen=True)
@@ -379,6 +307,8 @@ def warmup_length(series: np.ndarray, *, min_change: float = 0.03, alpha: float 
     freedom, p < alpha / (number of candidate cuts) — Bonferroni over the cuts searched, since the cut was chosen to
     make the difference large.
     """
+    from scipy.special import stdtr
+
     x = np.asarray(series, dtype=float)
     n = len(x)
     if n < 4 * WARMUP_BATCH:
@@ -396,7 +326,7 @@ def warmup_length(series: np.ndarray, *, min_change: float = 0.03, alpha: float 
     if spread == 0:
         return cut
     statistic = (head.mean() - rest.mean()) / (spread * math.sqrt(1.0 / cut + 1.0 / len(rest)))
-    return cut if t_cdf(statistic, len(batches) - 1) < alpha / len(k) else 0
+    return cut if float(stdtr(len(batches) - 1, statistic)) < alpha / len(k) else 0
 
 
 # Iglewicz & Hoaglin (1993): |modified z| = 0.6745 |x − median| / MAD above 3.5 is an outlier. With 3–10 launches the

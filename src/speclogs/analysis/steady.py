@@ -1,33 +1,11 @@
 """Which measurements count: the steady-state rule for decode rows, profiled cycles and client requests.
 
-Steady-state rule for `decode_batches` (server source). A decode row counts when ALL of:
-  1. it is from the lowest TP rank that logged decode rows in its launch (SGLang logs decode stats on TP0);
-  2. its ts is at or after the launch's 'The server is fired up and ready to roll!' line and the end of CUDA-graph
-     capture (else 'startup': the server's own warm-up), and at or after the first `/health` 200 (else
-     'before_health_200': a client that did not wait for health measured warm-up);
-  3. it does not belong to the benchmark's own warm-up requests (else 'warmup_request'): in a single-stream
-     benchmark the k-th request after ready is the k-th segment (below), so the first `warmup` requests' rows go;
-  4. `cuda_graph` is not False (else 'no_cuda_graph': eager batches inside the window are warm-up) — unless eager
-     decode is the configuration: `disable_cuda_graph=True`, or more running requests than the largest captured
-     batch size (`cuda_graph_max_bs[_decode]`, `cuda_graph_bs[_decode]`); such rows count (`eager_by_config`);
-  5. it is not the first decode row after idle: SGLang's `gen throughput` is tokens since the previous decode log
-     divided by the wall time since then, so the first row after the server sat idle (the first row of the launch,
-     and the first row after a prefill that found 0 running requests) includes idle time and prefill;
-  6. its `gen_throughput_tok_s` is finite and > 0;
-  7. it is not in a warm-up the data show (else 'warmup_detected'): a slow start with CUDA graphs on, found per launch
-     by the least-squares change point with a significance check (speclogs.analysis.stats.warmup_length).
-Each excluded row keeps its reason (`excluded_reason`). Rows between two idle points form one segment
-(≈ one request in single-stream benchmarks): the unit of within-launch noise; `request` numbers the segments after
-ready (0 = the first request the client sent).
-
-Client requests (`bench_requests`): rows with warmup = true are excluded ('warmup'); when a run's rows carry no
-warm-up flag at all (older `*.bench.json`), its first request (lowest request_index) is the warm-up. A request whose
-segment holds detected warm-up rows or eager rows with CUDA graphs on (rule 4: the server was not yet steady) is
-excluded too ('warmup_detected'), where requests and segments correspond (one launch, as many segments after ready as
-requests): the same warm-up rule for both sources.
-
-Profiled cycles (`spec_cycles`) follow the decode rows: before ready / health, on another TP rank, in a warm-up
-request or in a detected warm-up → excluded.
+The rule, one reason per exclusion (REASONS, in this order), is spelled out in docs/report.md ("Steady-state rule"):
+another TP rank, start-up, before the first /health 200, the benchmark's warm-up requests, eager batches with CUDA
+graphs on (unless eager decode is the configuration), the first row after idle, a non-finite rate, and a warm-up the
+data show (stats.warmup_length per launch). Rows between two idle points form a segment (≈ one request in a
+single-stream benchmark): the unit of within-launch noise. Client requests and profiled cycles inside the server's
+warm-up segments are excluded with the same reasons, so both sources see one warm-up.
 """
 
 from __future__ import annotations
@@ -55,20 +33,17 @@ def graph_settings(server_args: pl.DataFrame) -> dict[str, tuple[bool, int | Non
         settings.setdefault(run_id, {})[name] = value
     out: dict[str, tuple[bool, int | None]] = {}
     for run_id, args in settings.items():
-        disabled = str(args.get("disable_cuda_graph", "False")).strip() == "True"
         sizes: list[int] = []
         for name in ("cuda_graph_max_bs_decode", "cuda_graph_max_bs", "cuda_graph_bs_decode", "cuda_graph_bs"):
             try:
                 value = ast.literal_eval(str(args.get(name, "None")))
             except (ValueError, SyntaxError):
                 continue
-            if isinstance(value, int) and not isinstance(value, bool):
-                sizes.append(value)
-            elif isinstance(value, (list, tuple)):
-                sizes += [v for v in value if isinstance(v, int)]
+            sizes = [v for v in (value if isinstance(value, (list, tuple)) else [value])
+                     if isinstance(v, int) and not isinstance(v, bool)]
             if sizes:
                 break
-        out[run_id] = (disabled, max(sizes) if sizes else None)
+        out[run_id] = (str(args.get("disable_cuda_graph", "False")).strip() == "True", max(sizes) if sizes else None)
     return out
 
 
@@ -88,10 +63,8 @@ def _idle_points(prefill: pl.DataFrame) -> np.ndarray:
                    | prefill["line_no"].to_numpy().astype(np.int64))
 
 
-def _segments(key: np.ndarray, line: np.ndarray, prefill: pl.DataFrame | np.ndarray) -> np.ndarray:
-    """Idle points (prefill rows that found 0 running requests, or _idle_points of them) before each row of its
-    launch."""
-    idle = prefill if isinstance(prefill, np.ndarray) else _idle_points(prefill)
+def _segments(key: np.ndarray, line: np.ndarray, idle: np.ndarray) -> np.ndarray:
+    """Idle points (_idle_points) before each row of its launch."""
     key = key.astype(np.int64, copy=False)
     starts = _launch_starts(key)  # the idle points before a launch: one search per launch, not per row
     before = np.repeat(np.searchsorted(idle, key[starts] << _SHIFT), np.diff(np.r_[starts, len(key)]))
@@ -106,30 +79,21 @@ def _launch_windows(launches: pl.DataFrame, n_keys: int) -> tuple[np.ndarray, np
     return ready, _launch_times(launches, n_keys, pl.coalesce("first_health_200_ts", "ready_ts"))
 
 
-def _window(launches: pl.DataFrame | tuple[np.ndarray, np.ndarray], key: np.ndarray, ts: np.ndarray,
-            n_keys: int) -> tuple[np.ndarray, np.ndarray]:
-    """(before ready or the end of CUDA-graph capture, before the first /health 200) per row. `launches`: the frame,
-    or _launch_windows of it."""
-    ready_of, health_of = launches if isinstance(launches, tuple) else _launch_windows(launches, n_keys)
-    ready, health = ready_of[key], health_of[key]
+def _window(windows: tuple[np.ndarray, np.ndarray], key: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(before ready or the end of CUDA-graph capture, before the first /health 200) per row; windows: _launch_windows."""
+    ready, health = windows[0][key], windows[1][key]
     return (ready != _NO_TIME) & (ts <= ready), (health != _NO_TIME) & (ts < health)
 
 
 def _dense_rank(key: np.ndarray, segment: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Per row: the rank of its segment among the segments of `rows` (a mask) in its launch; −1 outside `rows`."""
-    every = bool(rows.all())
-    index = None if every else np.flatnonzero(rows)
-    if index is not None and not len(index):
-        return np.full(len(key), -1, dtype=np.int64)
-    k, seg = (key, segment) if index is None else (key[index], segment[index])
-    new_launch = np.r_[True, k[1:] != k[:-1]]
-    counter = np.cumsum(new_launch | np.r_[True, seg[1:] != seg[:-1]])
-    launch_at = np.flatnonzero(new_launch)
-    rank = counter - np.repeat(counter[launch_at], np.diff(np.r_[launch_at, len(k)]))
-    if index is None:
-        return rank
     out = np.full(len(key), -1, dtype=np.int64)
-    out[index] = rank
+    index = np.flatnonzero(rows)
+    if len(index):
+        k, seg = key[index], segment[index]
+        counter = np.cumsum(np.r_[True, (k[1:] != k[:-1]) | (seg[1:] != seg[:-1])])
+        starts = _launch_starts(k)
+        out[index] = counter - np.repeat(counter[starts], np.diff(np.r_[starts, len(k)]))
     return out
 
 
@@ -155,15 +119,16 @@ def _launch_chunks(starts: np.ndarray, n_rows: int, rows: int = _CHUNK_ROWS) -> 
 
 def steady_launches(decode: pl.DataFrame, columns: list[str]) -> list[tuple[str, pl.DataFrame]]:
     """(run_id, `columns` of its steady rows) per launch of marked decode rows (sorted by launch_key) that has steady
-    rows, in launch order — what `launch_slices(decode.filter(pl.col("steady")))` gives, without copying every
-    column of every steady row at once."""
+    rows, in launch order, without copying every column of every steady row at once."""
     out = []
     starts = _launch_starts(decode["launch_key"].to_numpy())
     for first, last in _launch_chunks(starts, decode.height):
         lo, hi = int(starts[first]), int(starts[last]) if last < len(starts) else decode.height
         rows = (decode.slice(lo, hi - lo).lazy().filter(pl.col("steady"))
                 .select(list(dict.fromkeys(["run_id", "launch_key", *columns]))).collect())
-        out += [(run_id, rows.slice(start, stop - start).select(columns)) for run_id, start, stop in launch_slices(rows)]
+        bounds = _launch_starts(rows["launch_key"].to_numpy())
+        out += [(run_id, rows.slice(start, stop - start).select(columns)) for run_id, start, stop
+                in zip(rows["run_id"].gather(bounds).to_list(), bounds.tolist(), np.r_[bounds[1:], rows.height].tolist())]
     return out
 
 
@@ -224,7 +189,7 @@ def _mark_launches(decode: pl.DataFrame, starts: np.ndarray, per_launch: list[np
     kept = rank == np.repeat(np.minimum.reduceat(rank, starts), lengths)
 
     ts = decode["ts"].dt.epoch("us").fill_null(_NO_TIME).to_numpy()
-    startup, before_health = _window(windows, key, ts, 0)
+    startup, before_health = _window(windows, key, ts)
     request = _dense_rank(key, segment, kept & ~startup & ~before_health)
     warm, disabled, max_bs = (np.repeat(values, lengths) for values in per_launch)
     in_warmup_request = (request >= 0) & (request < warm)
@@ -233,14 +198,11 @@ def _mark_launches(decode: pl.DataFrame, starts: np.ndarray, per_launch: list[np
     by_config = graph_off & (disabled | (decode["running_req"].fill_null(1).to_numpy() > max_bs))
     rate = decode["gen_throughput_tok_s"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
 
-    # first decode row after idle, among the kept rank's rows
-    kept_index = None if kept.all() else np.flatnonzero(kept)  # None: every row (one TP rank logged)
-    kept_key, kept_segment = (key, segment) if kept_index is None else (key[kept_index], segment[kept_index])
-    first = np.r_[True, (kept_key[1:] != kept_key[:-1]) | (kept_segment[1:] != kept_segment[:-1])]
-    after_idle = first
-    if kept_index is not None:
-        after_idle = np.zeros(len(key), dtype=bool)
-        after_idle[kept_index] = first
+    # first decode row after idle, among the kept rank's rows (every launch keeps at least one)
+    kept_index = np.flatnonzero(kept)
+    kept_key, kept_segment = key[kept_index], segment[kept_index]
+    after_idle = np.zeros(len(key), dtype=bool)
+    after_idle[kept_index] = np.r_[True, (kept_key[1:] != kept_key[:-1]) | (kept_segment[1:] != kept_segment[:-1])]
 
     conditions = [~kept, startup, before_health, in_warmup_request, graph_off & ~by_config, after_idle,
                   ~np.isfinite(rate) | (rate <= 0)]
@@ -301,43 +263,24 @@ def mark_cycles(cycles: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFr
     key = cycles["launch_key"].to_numpy().astype(np.int64)
     line = cycles["line_no"].to_numpy().astype(np.int64)
     n_keys = int(max(key.max(), launches["launch_key"].max() if not launches.is_empty() else 0)) + 1
-    segment = _segments(key, line, prefill)
+    segment = _segments(key, line, _idle_points(prefill))
     rank = cycles["tp_rank"].fill_null(-1).to_numpy().astype(np.int64)
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    starts = _launch_starts(key)
     kept = rank == np.repeat(np.minimum.reduceat(rank, starts), np.diff(np.r_[starts, len(key)]))
     ts = cycles["ts"].dt.epoch("us").fill_null(_NO_TIME).to_numpy()
-    startup, before_health = _window(launches, key, ts, n_keys)
-    # the reason of the warm-up segments (launch_key, segment) of the decode rows; the last row's where they differ
-    warm = np.full(len(key), -1, dtype=np.int8)
-    if not decode.is_empty():
-        marked = decode.filter(pl.col("excluded_reason").is_in(["warmup_request", "warmup_detected"]))
-        if marked.height:
-            marked_packed = ((marked["launch_key"].to_numpy().astype(np.int64) << _SHIFT)
-                             | marked["segment"].to_numpy().astype(np.int64))
-            is_request = (marked["excluded_reason"] == "warmup_request").to_numpy()
-            order = np.argsort(marked_packed, kind="stable")
-            marked_packed, is_request = marked_packed[order], is_request[order]
-            last = np.r_[marked_packed[1:] != marked_packed[:-1], True]
-            segments, reasons = marked_packed[last], np.where(is_request[last], 0, 1).astype(np.int8)
-            packed = (key << _SHIFT) | segment
-            at = np.minimum(np.searchsorted(segments, packed), len(segments) - 1)
-            warm = np.where(segments[at] == packed, reasons[at], np.int8(-1))
-    conditions = [~kept, startup, before_health, warm == 0, warm == 1]
+    startup, before_health = _window(_launch_windows(launches, n_keys), key, ts)
+    # the reason of the decode rows' warm-up segments (launch_key, segment); the last row's where they differ
+    marked = decode.filter(pl.col("excluded_reason").is_in(["warmup_request", "warmup_detected"]))
+    warm_of = pl.DataFrame({"packed": (marked["launch_key"].to_numpy().astype(np.int64) << _SHIFT)
+                            | marked["segment"].to_numpy().astype(np.int64),
+                            "warm": marked["excluded_reason"].cast(pl.Utf8)}).group_by("packed", maintain_order=True).last()
+    warm = (pl.DataFrame({"packed": (key << _SHIFT) | segment})
+            .join(warm_of, on="packed", how="left", maintain_order="left")["warm"].fill_null("").to_numpy())
+    conditions = [~kept, startup, before_health, warm == "warmup_request", warm == "warmup_detected"]
     names = ["other_tp_rank", "startup", "before_health_200", "warmup_request", "warmup_detected"]
     code = np.select(conditions, np.arange(len(conditions), dtype=np.int8), default=np.int8(len(conditions)))
     labels = pl.Series("excluded_reason", [*names, None], dtype=REASON_TYPE)
     return cycles.with_columns(labels.gather(code.astype(np.uint32)), pl.Series("steady", code == len(conditions)))
-
-
-def launch_slices(rows: pl.DataFrame) -> list[tuple[str, int, int]]:
-    """(run_id, start, stop) of each launch's contiguous rows in a frame sorted by launch_key."""
-    if rows.is_empty():
-        return []
-    key = rows["launch_key"].to_numpy()
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    stops = np.r_[starts[1:], len(key)]
-    run_ids = rows["run_id"].gather(starts).to_list()
-    return list(zip(run_ids, starts.tolist(), stops.tolist()))
 
 
 def server_columns(steady_rows: pl.DataFrame) -> np.ndarray:
@@ -362,29 +305,20 @@ def client_rows(bench: pl.DataFrame, detected: dict[str, tuple[int, set[int]]] |
             pl.lit(None, pl.Float64).alias("tokens"), pl.lit(None, pl.Float64).alias("seconds"),
             pl.lit(None, pl.Utf8).alias("excluded_reason"),
         )
-    flagged = bench.group_by("run_id").agg(pl.col("warmup").is_not_null().any().alias("_has_flag"),
-                                          pl.col("request_index").min().alias("_first_index"))
-    rows = bench.join(flagged, on="run_id", how="left")
     tokens = pl.col("completion_tokens").cast(pl.Float64)
-    seconds = pl.coalesce(
-        pl.col("latency_s"), pl.col("e2e_latency_s"), tokens / pl.col("output_tok_s")
-    ).cast(pl.Float64)
-    rows = rows.with_columns(tokens.alias("tokens"), seconds.alias("seconds"))
-    is_warmup = pl.when(pl.col("_has_flag")).then(pl.col("warmup").fill_null(False)).otherwise(
-        pl.col("request_index") == pl.col("_first_index")
-    )
-    bad = (
-        pl.col("tokens").is_null() | pl.col("seconds").is_null() | ~pl.col("tokens").is_finite()
-        | ~pl.col("seconds").is_finite() | (pl.col("tokens") <= 0) | (pl.col("seconds") <= 0)
-    )
-    rows = rows.with_columns((pl.col("request_index").rank("ordinal").over("run_id") - 1).cast(pl.Int64).alias("_order"),
-                             pl.len().over("run_id").alias("_requests"))
+    rows = bench.with_columns(tokens.alias("tokens"), pl.coalesce(
+        pl.col("latency_s"), pl.col("e2e_latency_s"), tokens / pl.col("output_tok_s")).cast(pl.Float64).alias("seconds"))
+    # rows without any warm-up flag (older *.bench.json): the run's first request was the warm-up
+    is_warmup = (pl.when(pl.col("warmup").is_not_null().any().over("run_id")).then(pl.col("warmup").fill_null(False))
+                 .otherwise(pl.col("request_index") == pl.col("request_index").min().over("run_id")))
+    good = (pl.col("tokens").is_finite() & pl.col("seconds").is_finite() & (pl.col("tokens") > 0)
+            & (pl.col("seconds") > 0)).fill_null(False)
+    order = (pl.col("request_index").rank("ordinal").over("run_id") - 1).cast(pl.Int64)
     in_detected = pl.lit(False)
     for run_id, (n_requests, requests) in (detected or {}).items():
         if requests:
-            in_detected = in_detected | ((pl.col("run_id") == run_id) & (pl.col("_requests") == n_requests)
-                                         & pl.col("source_kind").is_in(SINGLE_STREAM_SOURCES)
-                                         & pl.col("_order").is_in(sorted(requests)))
-    reason = (pl.when(is_warmup).then(pl.lit("warmup")).when(bad).then(pl.lit("non_finite"))
+            in_detected = in_detected | ((pl.col("run_id") == run_id) & (pl.len().over("run_id") == n_requests)
+                                         & pl.col("source_kind").is_in(SINGLE_STREAM_SOURCES) & order.is_in(sorted(requests)))
+    reason = (pl.when(is_warmup).then(pl.lit("warmup")).when(~good).then(pl.lit("non_finite"))
               .when(in_detected).then(pl.lit("warmup_detected")).otherwise(pl.lit(None, pl.Utf8)))
-    return rows.with_columns(reason.alias("excluded_reason")).drop(["_has_flag", "_first_index", "_order", "_requests"])
+    return rows.with_columns(reason.alias("excluded_reason"))

@@ -37,7 +37,7 @@ class RunTables:
 
 def _select(con: Any, sql: str, run_ids: list) -> pl.DataFrame:
     params = run_ids if run_ids and isinstance(run_ids[0], list) else [run_ids]
-    return pl.from_arrow(con.sql(sql, params=params).to_arrow_table())
+    return pl.DataFrame(con.sql(sql, params=params))
 
 
 def split_arm(option: str, known_names: set[str]) -> tuple[str, str]:

@@ -148,7 +148,7 @@ def load_nccl_frames(con: Any, run_ids: list[str]) -> NcclFrames:
     where = "WHERE run_id IN (SELECT unnest(?::VARCHAR[]))"
 
     def select(sql: str, parameters: list | None = None) -> pl.DataFrame:
-        return pl.from_arrow(con.sql(sql, params=[run_ids] if parameters is None else parameters).to_arrow_table())
+        return pl.DataFrame(con.sql(sql, params=[run_ids] if parameters is None else parameters))
 
     runs = select(f"SELECT run_id, run_name, tp_size, CAST(env AS VARCHAR) AS env FROM runs {where}")
     missing = sorted(set(run_ids) - set(runs["run_id"].to_list()))

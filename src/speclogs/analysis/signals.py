@@ -178,7 +178,7 @@ def signal_evidence_for(con: Any, arm_runs: Mapping[str, list[str]]) -> SignalEv
     where = "WHERE run_id IN (SELECT unnest(?::VARCHAR[]))"
 
     def select(sql: str, ids: list[str]) -> pl.DataFrame:
-        return pl.from_arrow(con.sql(sql, params=[ids]).to_arrow_table())
+        return pl.DataFrame(con.sql(sql, params=[ids]))
 
     # the smg sidecar exports the same series as sglang_… (a Prometheus name without the colon); a snapshot with the
     # sglang: names keeps those, so a scrape that has both counts once

@@ -26,9 +26,9 @@ def startup_for(con: Any, arm_runs: Mapping[str, list[str]]) -> StartupBreakdown
     ids = [run_id for run_ids in arm_runs.values() for run_id in run_ids]
     if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'startup_phases'").fetchall()[0][0]:
         return None
-    frame = pl.from_arrow(con.sql(
+    frame = pl.DataFrame(con.sql(
         "SELECT p.*, r.run_name FROM startup_phases p JOIN runs r USING (run_id) WHERE run_id IN (SELECT unnest(?::VARCHAR[]))",
-        params=[ids]).to_arrow_table())
+        params=[ids]))
     return startup_breakdown(frame, arm_runs) if frame.height else None
 
 

@@ -112,7 +112,7 @@ def whatif_for(con: Any, selectors: Sequence[str], confidence: float = 0.95, *, 
         [(names[p.run_name], p.phase, p.ms_per_cycle) for p in evidence.device_phases
          if p.ms_per_cycle is not None and p.run_name in names],
         schema={"run_id": pl.Utf8, "phase": pl.Utf8, "ms_per_cycle": pl.Float64}, orient="row")
-    accept_hist = pl.from_arrow(con.sql(f"""
+    accept_hist = pl.DataFrame(con.sql(f"""
         WITH preferred AS (
           SELECT run_id, min(array_position({list(SOURCE_PREFERENCE)}, source_kind)) AS rank FROM requests
           WHERE run_id IN (SELECT unnest(?::VARCHAR[])) AND spec_accept_histogram IS NOT NULL GROUP BY 1)
@@ -121,7 +121,7 @@ def whatif_for(con: Any, selectors: Sequence[str], confidence: float = 0.95, *, 
                                         AND array_position({list(SOURCE_PREFERENCE)}, r.source_kind) = p.rank,
              LATERAL (SELECT unnest(CAST(r.spec_accept_histogram AS BIGINT[])) AS v,
                              generate_subscripts(CAST(r.spec_accept_histogram AS BIGINT[]), 1) AS i) AS h
-        WHERE NOT coalesce(r.health_check, false) GROUP BY ALL""", params=[run_ids]).to_arrow_table())
+        WHERE NOT coalesce(r.health_check, false) GROUP BY ALL""", params=[run_ids]))
     return whatif(tables or load_run_tables(con, run_ids), confidence, device_ms=device_ms, accept_hist=accept_hist)
 
 

@@ -1,7 +1,7 @@
 """A query result written out as CSV or JSON, batch by batch (constant memory, whatever the row count).
 
-- CSV: a header, then the rows, each value as DuckDB writes it as text (`true`, `nan`, `[1, 2]`, `{'x': 1}`); quoting
-  only where needed; NULL is an empty field.
+- CSV: a header, then the rows, each value as DuckDB prints it (`true`, `nan`, `[1, 2]`, `{'x': 1}`); quoting only
+  where needed; NULL is an empty field.
 - JSON: one array of objects; valid JSON — NaN and ±Infinity are null, a JSON column is its JSON, not a string.
 - NDJSON: the same objects, one per line, no array around them.
 """
@@ -13,24 +13,26 @@ from typing import IO, Any
 
 from speclogs.store.query import StatementResult, json_value
 
+# One CSV field in SQL: a value's text, quoted where it holds a comma, a quote or a line break; NULL is empty.
+_CSV_FIELD = ("CASE WHEN {v} IS NULL THEN '' WHEN contains({v}, ',') OR contains({v}, '\"') OR contains({v}, chr(10)) "
+              "OR contains({v}, chr(13)) THEN '\"' || replace({v}, '\"', '\"\"') || '\"' ELSE {v} END")
+
 
 def write_csv(result: StatementResult, out: IO[bytes]) -> int:
-    """The result as CSV on the binary stream `out` (quotes only where a value needs them); returns the rows written."""
+    """The result as CSV on the binary stream `out` (quotes only where a value needs them); returns the rows written.
+    DuckDB makes each row's line, from each value's text (`true`, `nan`, `[1, 2]`, `2026-11-30 10:19:01`)."""
     import csv
     import io
 
-    batches = result.batches(as_text=True)   # (an error binding the statement comes before anything is written)
-    text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(result.columns)
+    line = " || ',' || ".join(_CSV_FIELD.format(v=f"CAST(#{i} AS VARCHAR)") for i in range(1, len(result.columns) + 1))
+    batches = result.projected(line).batches()   # (an error binding the statement comes before anything is written)
+    header = io.StringIO()
+    csv.writer(header, lineterminator="\n").writerow(result.columns)
+    out.write(header.getvalue().encode())
     rows = 0
     for batch in batches:
-        writer.writerows(batch)   # None is an empty field
-        out.write(text.getvalue().encode())
-        text.seek(0)
-        text.truncate()
+        out.write("".join(row[0] + "\n" for row in batch).encode())
         rows += len(batch)
-    out.write(text.getvalue().encode())
     return rows
 
 

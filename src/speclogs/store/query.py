@@ -109,15 +109,10 @@ class StatementResult:
         """How many rows the result has (running the statement once more)."""
         return int(self._fetch(lambda: self._relation.aggregate("count(*)").fetchall())[0][0])
 
-    def batches(self, rows: int = BATCH_ROWS, *, as_text: bool = False) -> Iterator[list[tuple]]:
-        """All rows as lists of at most `rows` tuples, streamed: one list in memory at a time. `as_text`: every value as
-        DuckDB writes it as text (`true`, `nan`, `[1, 2]`, `{'x': 1}`), NULL as None. The statement runs before this
-        returns (so an error binding it comes first); read the batches to the end before the next statement."""
-        relation = self._relation
-        if as_text:
-            relation = relation.project(", ".join(f'CAST(#{i} AS VARCHAR) AS "{_quoted(c)}"'
-                                                  for i, c in enumerate(self.columns, start=1)))
-        cursor = self._fetch(lambda: self._connection.execute(relation.sql_query()))
+    def batches(self, rows: int = BATCH_ROWS) -> Iterator[list[tuple]]:
+        """All rows as lists of at most `rows` tuples, streamed: one list in memory at a time. The statement runs
+        before this returns (an error binding it comes first); read the batches to the end before the next one."""
+        cursor = self._fetch(lambda: self._connection.execute(self._relation.sql_query()))
         return iter(lambda: self._fetch(lambda: cursor.fetchmany(rows)), [])
 
     def write_parquet(self, path: str | Path) -> None:

@@ -86,10 +86,10 @@ def one_run(data: bytes, engine, patterns: list) -> dict[str, float]:
         t = time.process_time()
         con.execute("BEGIN TRANSACTION")
         for table, frame in frames.items():
-            con.register("_rows", frame.slice(0, 0).to_arrow())
+            con.register("_rows", frame.slice(0, 0).__arrow_c_stream__())
             con.execute(f"CREATE TABLE {table} AS SELECT * FROM _rows")
             for start in range(0, frame.height, ROW_GROUP_ROWS):
-                con.register("_rows", frame.slice(start, ROW_GROUP_ROWS).to_arrow())
+                con.register("_rows", frame.slice(start, ROW_GROUP_ROWS).__arrow_c_stream__())
                 con.execute(f"INSERT INTO {table} SELECT * FROM _rows")
         con.execute("COMMIT")
         cpu["insert"] = time.process_time() - t

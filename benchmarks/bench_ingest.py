@@ -66,7 +66,7 @@ def ensure_gzip(log: Path) -> Path:
 # the first Series polars makes from a numpy array (~20 ms together, found by comparing sys.modules before and after
 # an ingest: tests/test_bench_scripts.py keeps the list complete).
 LOADED_BEFORE = ("speclogs.ingest.pipeline", "speclogs.ingest.sources", "speclogs.store.writer", "speclogs.grammar",
-                 "speclogs.ingest.classify", "speclogs.grammar.loader", "numpy.ma", "pyarrow")
+                 "speclogs.ingest.classify", "speclogs.grammar.loader", "numpy.ma")
 
 
 def one_run(log: Path) -> dict:
@@ -192,7 +192,7 @@ def handwritten(log: Path, db: Path) -> None:
     frames = pl.collect_all(queries)  # one scan of the file for the three tables, in parallel
     con = duckdb.connect(str(db))
     for table, frame in zip(HANDWRITTEN, frames):
-        con.register("frame", frame.to_arrow())
+        con.register("frame", frame.__arrow_c_stream__())
         con.execute(f"CREATE TABLE {table} AS SELECT * FROM frame")
         con.unregister("frame")
     con.close()

@@ -102,18 +102,18 @@ def test_runs_lists_names_folders_versions_and_outcomes(db):
 
 
 def test_parquet_is_written_to_a_file_and_never_over_one_without_force(db, tmp_path):
-    import pyarrow.parquet as pq
+    import polars as pl
 
     out = tmp_path / "decode.parquet"
     result = run_cli("sql", "SELECT line_no, gen_throughput_tok_s FROM decode_batches", "--db", str(db),
                      "--format", "parquet", "--output", str(out))
     assert result.returncode == 0, result.stderr
     count = run_cli("sql", "SELECT count(*) FROM decode_batches", "--db", str(db), "--format", "csv").stdout.split()[1]
-    assert pq.read_table(out).num_rows == int(count) and pq.read_table(out).column_names == ["line_no", "gen_throughput_tok_s"]
+    assert pl.read_parquet(out).height == int(count) and pl.read_parquet(out).columns == ["line_no", "gen_throughput_tok_s"]
     again = run_cli("sql", "SELECT 1", "--db", str(db), "--format", "parquet", "--output", str(out))
     assert again.returncode == 2 and "--force" in again.stderr
     assert run_cli("sql", "SELECT 1 AS x", "--db", str(db), "--format", "parquet", "--output", str(out), "--force").returncode == 0
-    assert pq.read_table(out).to_pylist() == [{"x": 1}]
+    assert pl.read_parquet(out).to_dicts() == [{"x": 1}]
     assert run_cli("sql", "SELECT 1", "--db", str(db), "--format", "parquet").returncode == 2
     assert run_cli("sql", "SELECT 1; SELECT 2", "--db", str(db), "--format", "parquet", "-o", str(tmp_path / "two.parquet")
                    ).returncode == 2

@@ -294,10 +294,8 @@ def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | N
                 _render_query_table(result, limit, first=index == 0, show_types=show_types)
             return
         if output_format is SqlFormat.parquet:
-            from speclogs.store.export import write_parquet
-
             for result in results:
-                write_parquet(result, output)
+                result.write_parquet(output)
             return
         from speclogs.store.export import write_csv, write_json
 
@@ -453,7 +451,7 @@ def _render_query_table(result, limit: int, *, first: bool = True, show_types: b
     console = make_console()
     if not first:
         console.print()
-    rows = result.head(limit + 1) if limit else [tuple(r) for batch in result.batches() for r in _tuples(batch)]
+    rows = result.head(limit + 1) if limit else [row for batch in result.batches() for row in batch]
     more = 0
     if limit and len(rows) > limit:
         rows = rows[:limit]
@@ -496,11 +494,6 @@ def _cell(value, type_name: str) -> str:
     if isinstance(value, float):
         return f"{value:.{7 if type_name == 'FLOAT' else 15}g}"
     return str(value)
-
-
-def _tuples(batch) -> list[tuple]:
-    columns = [column.to_pylist() for column in batch.columns]
-    return list(zip(*columns)) if columns else []
 
 
 class _ProgressReporter:

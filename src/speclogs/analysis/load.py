@@ -18,7 +18,7 @@ IN_RUNS = "run_id IN (SELECT unnest(?::VARCHAR[]))"
 
 def select(con: Any, sql: str, params: list) -> pl.DataFrame:
     """The rows of one read-only query as a polars frame."""
-    return pl.from_arrow(con.sql(sql, params=params).to_arrow_table())
+    return pl.DataFrame(con.sql(sql, params=params))
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,9 @@
-"""A query result written out as CSV, JSON or Parquet, batch by batch (constant memory, whatever the row count).
+"""A query result written out as CSV or JSON, batch by batch (constant memory, whatever the row count).
 
-- CSV: a header, then the rows (pyarrow's writer; quoting only where needed; NULL is an empty field). Lists,
-  structs, maps and intervals are written as DuckDB prints them (`[1, 2]`, `{'x': 1}`).
+- CSV: a header, then the rows, each value as DuckDB prints it (`true`, `nan`, `[1, 2]`, `{'x': 1}`); quoting only
+  where needed; NULL is an empty field.
 - JSON: one array of objects; valid JSON — NaN and ±Infinity are null, a JSON column is its JSON, not a string.
 - NDJSON: the same objects, one per line, no array around them.
-- Parquet: the Arrow batches as they come (one file; Parquet holds one result).
 """
 
 from __future__ import annotations
@@ -14,45 +13,26 @@ from typing import IO, Any
 
 from speclogs.store.query import StatementResult, json_value
 
-# Column types CSV cannot hold as such: DuckDB writes them as text first (its own notation).
-_NESTED_PREFIXES = ("STRUCT(", "MAP(", "UNION(", "INTERVAL")
-
-
-def _needs_text(type_name: str) -> bool:
-    return type_name.startswith(_NESTED_PREFIXES) or type_name.endswith("]")
+# One CSV field in SQL: a value's text, quoted where it holds a comma, a quote or a line break; NULL is empty.
+_CSV_FIELD = ("CASE WHEN {v} IS NULL THEN '' WHEN contains({v}, ',') OR contains({v}, '\"') OR contains({v}, chr(10)) "
+              "OR contains({v}, chr(13)) THEN '\"' || replace({v}, '\"', '\"\"') || '\"' ELSE {v} END")
 
 
 def write_csv(result: StatementResult, out: IO[bytes]) -> int:
     """The result as CSV on the binary stream `out` (quotes only where a value needs them); returns the rows written.
-
-    Batches go through pyarrow's CSV writer; one holding a comma, quote or line break in some value goes through
-    Python's csv module instead, from the same text pyarrow makes of each value (so both write `true`, `nan`,
-    `2026-11-30 10:19:01.000000` alike)."""
+    DuckDB makes each row's line, from each value's text (`true`, `nan`, `[1, 2]`, `2026-11-30 10:19:01`)."""
     import csv
     import io
 
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.csv as pa_csv
-
-    batches = result.batches(text_columns=tuple(c for c, t in zip(result.columns, result.types) if _needs_text(t)))
+    line = " || ',' || ".join(_CSV_FIELD.format(v=f"CAST(#{i} AS VARCHAR)") for i in range(1, len(result.columns) + 1))
+    batches = result.projected(line).batches()   # (an error binding the statement comes before anything is written)
     header = io.StringIO()
     csv.writer(header, lineterminator="\n").writerow(result.columns)
     out.write(header.getvalue().encode())
-    plain = pa_csv.WriteOptions(include_header=False, quoting_style="none")
     rows = 0
     for batch in batches:
-        chunk = io.BytesIO()   # one batch at a time, whole: a batch that fails half-way writes nothing of itself
-        try:
-            pa_csv.write_csv(batch, chunk, write_options=plain)
-            out.write(chunk.getvalue())
-        except pa.ArrowInvalid:   # a value needs quotes
-            text = io.StringIO()
-            columns = [pc.cast(column, pa.string()).to_pylist() for column in batch.columns]
-            csv.writer(text, lineterminator="\n").writerows(
-                ["" if value is None else value for value in row] for row in zip(*columns))
-            out.write(text.getvalue().encode())
-        rows += batch.num_rows
+        out.write("".join(row[0] + "\n" for row in batch).encode())
+        rows += len(batch)
     return rows
 
 
@@ -68,7 +48,7 @@ def write_json(result: StatementResult, out: IO[str], *, ndjson: bool = False) -
     if not ndjson:
         out.write("[")
     for batch in batches:
-        texts = batch.column(0).to_pylist()
+        texts = [row[0] for row in batch]
         joined = separator.join(texts)
         if "NaN" in joined or "Infinity" in joined:   # maybe inside a struct: re-read those rows (strings may say NaN)
             joined = separator.join(_dumps(json_value(json.loads(text))) if ("NaN" in text or "Infinity" in text) else text
@@ -105,16 +85,3 @@ def _quoted_name(name: str) -> str:
 
 def _dumps(record: Any) -> str:
     return json.dumps(record, default=str, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def write_parquet(result: StatementResult, path) -> int:  # noqa: ANN001 - str or Path
-    """The result as a Parquet file at `path`; returns the rows written."""
-    import pyarrow.parquet as pq
-
-    batches = result.batches()
-    rows = 0
-    with pq.ParquetWriter(str(path), batches.schema) as writer:
-        for batch in batches:
-            writer.write_batch(batch)
-            rows += batch.num_rows
-    return rows

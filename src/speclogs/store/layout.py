@@ -85,9 +85,8 @@ class Layout:
         constants = "".join(f', ?::VARCHAR AS "{name}"' for name in keys)
         connection = connection or self._connection
         frame = redacted(table, frame)  # the one door into the database file: nothing secret goes through it
-        # large strings, copied: DuckDB keeps string views pointing into the buffers of the chunk they came from (the
-        # whole chunk's text, for a frame of a few hundred rows)
-        connection.register("_speclogs_frame", frame.to_arrow(compat_level=pl.CompatLevel.oldest()))
+        # all-null (pl.Null) columns left out: DuckDB refuses polars' Arrow export of them, and BY NAME fills them with NULL
+        connection.register("_speclogs_frame", frame.select(pl.exclude(pl.Null)).__arrow_c_stream__())
         try:
             connection.execute(f'INSERT INTO "{table}" BY NAME SELECT *{constants} FROM _speclogs_frame', list(keys.values()))
         finally:

@@ -2,9 +2,9 @@
 
 `statements(db_path, sql)` runs every statement of `sql`, one after the other, and yields each one's result as a
 `StatementResult`: its columns and DuckDB types, and its rows read on demand — the first few (`head`), the count
-of the rest, or all of them as Arrow record batches (`batches`), so no result is ever held whole in memory. A
+of the rest, or all of them in batches of tuples (`batches`), so no result is ever held whole in memory. A
 statement without a result (SET …) yields nothing. `SHOW TABLES` lists the contract's tables and views (docs/sql.md),
-not the store's internal `_…` tables. `speclogs.store.export` writes the batches as CSV, JSON or Parquet.
+not the store's internal `_…` tables. `speclogs.store.export` writes them as CSV or JSON.
 
 `run_query(db_path, sql)` is the small library form: the last statement's rows as Python tuples (QueryResult).
 """
@@ -99,6 +99,7 @@ class StatementResult:
     columns: tuple[str, ...]
     types: tuple[str, ...]
     _relation: Any
+    _connection: Any
 
     def head(self, n: int) -> list[tuple]:
         """The first n rows as Python tuples."""
@@ -108,21 +109,20 @@ class StatementResult:
         """How many rows the result has (running the statement once more)."""
         return int(self._fetch(lambda: self._relation.aggregate("count(*)").fetchall())[0][0])
 
-    def batches(self, rows: int = BATCH_ROWS, *, text_columns: tuple[str, ...] = ()) -> Batches:
-        """All rows as pyarrow RecordBatches of at most `rows` rows, streamed (`.schema` is known before the first).
-        `text_columns` are cast to VARCHAR by DuckDB first (what CSV cannot hold: lists, structs, maps, intervals)."""
-        relation = self._relation
-        if text_columns:
-            relation = relation.project(", ".join(
-                f'CAST(#{i} AS VARCHAR) AS "{_quoted(c)}"' if c in text_columns else f'#{i} AS "{_quoted(c)}"'
-                for i, c in enumerate(self.columns, start=1)))
-        return Batches(self._fetch(lambda: (relation.to_arrow_reader(rows) if hasattr(relation, "to_arrow_reader")
-                                            else relation.fetch_record_batch(rows))))
+    def batches(self, rows: int = BATCH_ROWS) -> Iterator[list[tuple]]:
+        """All rows as lists of at most `rows` tuples, streamed: one list in memory at a time. The statement runs
+        before this returns (an error binding it comes first); read the batches to the end before the next one."""
+        cursor = self._fetch(lambda: self._connection.execute(self._relation.sql_query()))
+        return iter(lambda: self._fetch(lambda: cursor.fetchmany(rows)), [])
+
+    def write_parquet(self, path: str | Path) -> None:
+        """All rows as a Parquet file at `path`, by DuckDB's own writer (streamed)."""
+        self._fetch(lambda: self._relation.write_parquet(str(path)))
 
     def projected(self, expression: str) -> StatementResult:
         """This result seen through one SQL expression over its columns (a one-column result)."""
         relation = self._fetch(lambda: self._relation.project(f"{expression} AS value"))
-        return StatementResult(self.sql, ("value",), tuple(str(t) for t in relation.types), relation)
+        return StatementResult(self.sql, ("value",), tuple(str(t) for t in relation.types), relation, self._connection)
 
     @staticmethod
     def _fetch(read):
@@ -130,25 +130,6 @@ class StatementResult:
             return read()
         except duckdb.Error as error:
             raise StoreError(f"SQL error: {error}", hint=_HINT) from error
-
-
-class Batches:
-    """A result's record batches, read once, in order; `schema` before the first. StoreError for an error while
-    the statement runs."""
-
-    def __init__(self, reader: Any):
-        self._reader = reader
-        self.schema = reader.schema
-
-    def __iter__(self) -> Iterator[Any]:
-        while True:
-            try:
-                batch = self._reader.read_next_batch()
-            except StopIteration:
-                return
-            except duckdb.Error as error:
-                raise StoreError(f"SQL error: {error}", hint=_HINT) from error
-            yield batch
 
 
 def _quoted(name: str) -> str:
@@ -232,7 +213,8 @@ def _results(connection, parsed: list[tuple[str, str]]) -> Iterator[StatementRes
         if relation is None:
             continue
         yield StatementResult(sql=text.strip(), columns=tuple(relation.columns),
-                              types=tuple(str(t) for t in relation.types), _relation=relation)
+                              types=tuple(str(t) for t in relation.types), _relation=relation,
+                              _connection=connection)
 
 
 @dataclass(frozen=True)

@@ -396,7 +396,7 @@ def _upsert_runs(connection, files: list[ParsedFile]) -> None:
     frame = pl.DataFrame([{c: r.get(c) for c in RUN_TYPES} for r in merged.values()], schema=RUN_TYPES, orient="row")
     frame = redacted("runs", frame).with_row_index("_position")
     updates = ", ".join(f"{c} = COALESCE(n.{c}, runs.{c})" for c in RUN_TYPES if c != "run_id")
-    connection.register("_speclogs_runs", frame.to_arrow())
+    connection.register("_speclogs_runs", connection.from_arrow(frame.__arrow_c_stream__()).materialize())  # read twice
     try:
         # known runs keep what the new files do not say; new runs are appended in the order they were met
         connection.execute(f"UPDATE runs SET {updates} FROM _speclogs_runs AS n WHERE runs.run_id = n.run_id")

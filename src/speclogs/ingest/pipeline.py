@@ -37,7 +37,7 @@ from speclogs.ingest.classify import NEW_PREFIX, Engine, classify
 from speclogs.ingest.jsonfiles import parse_bench_json, parse_bench_jsonl, parse_nccl_probe, parse_run_json
 from speclogs.ingest.lines import Lines, build_lines, count_lines
 from speclogs.ingest.prometheus import parse_prometheus_file
-from speclogs.ingest.records import ChunkFiles, ChunkResult, FileTally, assemble, number_launches
+from speclogs.ingest.records import ChunkFiles, ChunkResult, assemble, number_launches
 from speclogs.ingest.requests import RequestLog, parse_request_export, read_request_lines, with_bench_serving_requests
 from speclogs.ingest.sources import (
     STDIN_NAME,
@@ -49,9 +49,8 @@ from speclogs.ingest.sources import (
     RawInput,
     read_input,
     run_id_for,
-    tapered_bytes,
 )
-from speclogs.ingest.summary import UNCHANGED, IngestSummary, ProgressEvent
+from speclogs.ingest.summary import UNCHANGED, FileAccount, IngestSummary, ProgressEvent
 
 DEFAULT_CHUNK_BYTES = 16 << 20  # two chunks are parsed at once; 32 MiB chunks cost ~140 MB more peak RSS, no speed
 BATCH_BYTES = 16 << 20  # small files parsed together, at most this much text (or BATCH_FILES of them) at a time
@@ -68,18 +67,6 @@ FAILURES = (SpeclogsError, ValueError, OSError, pl.exceptions.PolarsError)  # wh
 
 
 @dataclass
-class FileCounts:
-    kind: str
-    total: int = 0
-    parsed: int = 0
-    continuation: int = 0
-    unparsed: int = 0
-    rows: Counter = field(default_factory=Counter)
-    drift: Counter = field(default_factory=Counter)
-    warnings: list = field(default_factory=list)
-
-
-@dataclass
 class ParsedFile:
     """One file on its way into the database: its account (the rows themselves travel in a Batch or a stream)."""
 
@@ -87,13 +74,9 @@ class ParsedFile:
     source_file: str
     raw: RawInput
     replaces: bool
-    counts: FileCounts
-    facts: dict = field(default_factory=dict)  # what the file says about its run (runs columns)
+    account: FileAccount = FileAccount()  # what its lines came to so far (its `files` row)
     launch_rows: list = field(default_factory=list)
     seconds: float = 0.0
-    launch_starts: list = field(default_factory=list)  # line numbers of its server starts
-    launch_facts: list = field(default_factory=list)  # (launch_no, event, ts)
-    prefixed_pieces: int = 0
     stat: os.stat_result | None = None  # taken before the file was read (None for stdin)
 
 
@@ -133,15 +116,10 @@ class Tally:
     ingested: int = 0
     unchanged: int = 0
     bytes_done: int = 0
-    lines_total: int = 0
-    lines_parsed: int = 0
-    lines_continuation: int = 0
-    lines_unparsed: int = 0
-    rows: Counter = field(default_factory=Counter)
+    account: FileAccount = FileAccount()  # of the files ingested, added up
     skipped: Counter = field(default_factory=Counter)
     skipped_examples: dict = field(default_factory=dict)
     warnings: list = field(default_factory=list)
-    drift: Counter = field(default_factory=Counter)
     runs: set = field(default_factory=set)
     source_files: list = field(default_factory=list)
     skipped_files: list = field(default_factory=list)  # (file, why), unchanged files excepted
@@ -175,16 +153,11 @@ class Tally:
         self.ingested += other.ingested
         self.unchanged += other.unchanged
         self.bytes_done += other.bytes_done
-        self.lines_total += other.lines_total
-        self.lines_parsed += other.lines_parsed
-        self.lines_continuation += other.lines_continuation
-        self.lines_unparsed += other.lines_unparsed
-        self.rows.update(other.rows)
+        self.account += other.account
         self.skipped.update(other.skipped)
         for reason, example in other.skipped_examples.items():
             self.skipped_examples.setdefault(reason, example)
         self.warnings.extend(other.warnings)
-        self.drift.update(other.drift)
         self.runs |= other.runs
         self.source_files.extend(other.source_files)
         self.skipped_files.extend(other.skipped_files)
@@ -192,26 +165,18 @@ class Tally:
         self.failed.extend(other.failed)
 
     def add(self, parsed: ParsedFile) -> None:
-        counts = parsed.counts
         self.ingested += 1
         self.runs.add(parsed.item.run.run_name)
         self.source_files.append(parsed.source_file)
-        self.lines_total += counts.total
-        self.lines_parsed += counts.parsed
-        self.lines_continuation += counts.continuation
-        self.lines_unparsed += counts.unparsed
-        self.rows.update(counts.rows)
-        self.drift.update(counts.drift)
-        for warning in counts.warnings:
+        self.account += parsed.account.counts()
+        for warning in parsed.account.warnings:
             self.warnings.append(f"{parsed.source_file}: {warning}")
 
     def summary(self, db_path: str, seconds: float) -> IngestSummary:
         return IngestSummary(
             db_path=db_path, files_found=self.files_total, files_ingested=self.ingested, files_unchanged=self.unchanged,
-            skipped=dict(self.skipped), skipped_examples=dict(self.skipped_examples), lines_total=self.lines_total,
-            lines_parsed=self.lines_parsed, lines_continuation=self.lines_continuation, lines_unparsed=self.lines_unparsed,
-            rows_per_table=dict(sorted(self.rows.items())), bytes_read=self.bytes_done, seconds=seconds,
-            warnings=tuple(self.warnings), drift=dict(self.drift), runs=tuple(sorted(self.runs)),
+            skipped=dict(self.skipped), skipped_examples=dict(self.skipped_examples), bytes_read=self.bytes_done,
+            seconds=seconds, account=self.account, warnings=tuple(self.warnings), runs=tuple(sorted(self.runs)),
             source_files=tuple(self.source_files), skipped_files=tuple(self.skipped_files), replaced=tuple(self.replaced),
             failed=tuple(self.failed),
         )
@@ -408,8 +373,7 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
         tally.warnings.append(f"{source_file}: the same content as {twin}: ingested once, as {twin}")
         return None
     contents.add(source_file, raw)
-    return ParsedFile(item=item, source_file=source_file, raw=raw, replaces=bool(known), counts=FileCounts(kind=item.kind),
-                      stat=stat)
+    return ParsedFile(item=item, source_file=source_file, raw=raw, replaces=bool(known), stat=stat)
 
 
 def _stat(item: InputFile) -> os.stat_result | None:
@@ -506,9 +470,8 @@ def parse_batch(files: list[ParsedFile], engine: Engine | None) -> Batch:
             remapped = frame.with_columns(pl.col("file").replace_strict(list(range(len(logs))), logs, return_dtype=pl.Int32))
             tables.setdefault(table, []).append(remapped)
         for position, index in enumerate(logs):
-            parsed = files[index]
-            _take_tally(parsed, chunk.files[position])
-            _finish_log(parsed, engine)
+            files[index].account += chunk.files[position]
+            _finish_log(files[index])
         if "server_events" in chunk.tables:  # --log-requests lines, paired within each file into requests rows
             requests = RequestLog()
             requests.add(read_request_lines(chunk.tables["server_events"]))
@@ -524,7 +487,7 @@ def parse_batch(files: list[ParsedFile], engine: Engine | None) -> Batch:
     merged = {table: frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed") for table, frames in tables.items()}
     for table, frame in merged.items():
         for index, count in frame.group_by("file").len().iter_rows():
-            files[index].counts.rows[table] += count
+            files[index].account += FileAccount(rows={table: count})
     return Batch(files, merged)
 
 
@@ -554,54 +517,36 @@ def _parse_json(parsed: ParsedFile) -> dict[str, pl.DataFrame]:
     text = parsed.raw.data.decode("utf-8")
     kind = parsed.item.kind
     if kind == "run_json":
-        result = parse_run_json(text)
+        tables, account = parse_run_json(text)
     elif kind == "bench_json":
-        result = parse_bench_json(text)
+        tables, account = parse_bench_json(text)
     elif kind == "nccl_probe":
-        result = parse_nccl_probe(text, parsed.source_file)
+        tables, account = parse_nccl_probe(text, parsed.source_file)
     elif kind == "prometheus":
-        result = parse_prometheus_file(text, parsed.item.path)
+        tables, account = parse_prometheus_file(text, parsed.item.path)
     elif kind == "request_export":
-        result = parse_request_export(text)
+        tables, account = parse_request_export(text)
     else:
-        result = with_bench_serving_requests(parse_bench_jsonl(text, kind=kind))
-    counts = parsed.counts
-    counts.total, counts.parsed, counts.unparsed = result.total_lines, result.parsed_lines, result.unparsed_lines
-    counts.warnings.extend(result.warnings)
-    parsed.facts.update(result.run_facts)
-    return {table: frame for table, frame in result.tables.items() if frame.height}
+        tables, account = with_bench_serving_requests(*parse_bench_jsonl(text, kind=kind))
+    parsed.account += account
+    return {table: frame for table, frame in tables.items() if frame.height}
 
 
-def _take_tally(parsed: ParsedFile, tally: FileTally) -> None:
-    """Add one chunk's account of a file to the file's."""
-    counts = parsed.counts
-    counts.total += tally.total_lines
-    counts.parsed += tally.parsed_lines
-    counts.continuation += tally.continuation_lines
-    counts.unparsed += tally.unparsed_lines
-    counts.drift.update(tally.drift_counts)
-    parsed.launch_starts.extend(tally.launch_starts)
-    parsed.launch_facts.extend(tally.launch_facts)
-    parsed.prefixed_pieces += tally.prefixed_pieces
-    for key, value in tally.run_facts.items():
-        parsed.facts.setdefault(key, value)
-
-
-def _finish_log(parsed: ParsedFile, engine: Engine) -> None:
+def _finish_log(parsed: ParsedFile) -> None:
     """A log's warnings and launches, once all its chunks are in."""
-    counts = parsed.counts
-    for name, count in sorted(counts.drift.items()):
+    account = parsed.account
+    warnings = list(parsed.raw.stream.warnings()) if parsed.raw.stream is not None else []  # what reading found first
+    for name, count in sorted(account.drift.items()):
         if name.startswith(NEW_PREFIX):
-            counts.warnings.append(f"{count:,} line(s) have a prefix no prefix grammar reads ({name.removeprefix(NEW_PREFIX)!r}): "
-                                   "their messages were read after it (the drift view, kind new_prefix)")
+            warnings.append(f"{count:,} line(s) have a prefix no prefix grammar reads ({name.removeprefix(NEW_PREFIX)!r}): "
+                            "their messages were read after it (the drift view, kind new_prefix)")
         else:
-            counts.warnings.append(f"{count:,} line(s) look like '{name}' but do not match it (parse_drift has the first ones and why)")
-    if parsed.raw.stream is not None:  # what reading found comes first, as for a file read whole
-        counts.warnings[:0] = parsed.raw.stream.warnings()
-    if counts.total and parsed.prefixed_pieces == 0:
-        counts.warnings.append(NO_SGLANG_WARNING)
-    parsed.launch_rows = launch_rows(parsed.item.run.run_id, parsed.source_file, parsed.launch_starts, parsed.launch_facts, counts.total)
-
+            warnings.append(f"{count:,} line(s) look like '{name}' but do not match it (parse_drift has the first ones and why)")
+    if account.total_lines and account.prefixed_pieces == 0:
+        warnings.append(NO_SGLANG_WARNING)
+    parsed.account = replace_field(account, warnings=tuple(warnings) + account.warnings)
+    parsed.launch_rows = launch_rows(parsed.item.run.run_id, parsed.source_file, list(account.launch_starts),
+                                     account.launch_facts, account.total_lines)
 
 
 def launch_rows(run_id: str, source_file: str, starts: list[int], facts, total_lines: int) -> list[tuple]:
@@ -639,40 +584,19 @@ def _parse_stream(parsed: ParsedFile, engine: Engine, emit, chunk_bytes: int, on
     size = parsed.raw.size_bytes if parsed.raw.stream is not None else len(parsed.raw.data)
     requests = RequestLog()  # --log-requests lines, paired across chunks into requests rows
     for chunk in parse_log_chunks(source, engine, chunk_bytes=chunk_bytes):
-        for table, frame in chunk.tables.items():
-            if frame.height:
-                parsed.counts.rows[table] += frame.height
-                emit(table, frame)
+        rows = {table: frame.height for table, frame in chunk.tables.items() if frame.height}
+        for table in rows:
+            emit(table, chunk.tables[table])
         requests.add(chunk.request_lines)
-        _take_tally(parsed, chunk.files[0])
+        parsed.account += replace_field(chunk.files[0], rows=rows)
         collect_cycles()
         if on_progress is not None:
             on_progress(chunk.byte_end / max(1, size))
     frame = requests.frame()
     if frame is not None:
-        parsed.counts.rows["requests"] += frame.height
+        parsed.account += FileAccount(rows={"requests": frame.height})
         emit("requests", frame)
-    _finish_log(parsed, engine)
-
-
-def chunk_bounds(data: bytes, chunk_bytes: int) -> Iterator[tuple[int, int]]:
-    """(start, end) byte ranges of whole lines, smaller at the start and towards the end (tapered_bytes); each chunk
-    after the first starts at a '[' line when one is near."""
-    size = len(data)
-    start = 0
-    while start < size:
-        target = start + tapered_bytes(start, size - start, chunk_bytes)
-        if target >= size:
-            yield start, size
-            return
-        cut = data.find(b"\n[", target, target + chunk_bytes)
-        if cut < 0:
-            cut = data.find(b"\n", target)
-        if cut < 0:
-            yield start, size
-            return
-        yield start, cut + 1
-        start = cut + 1
+    _finish_log(parsed)
 
 
 def parse_log_chunks(source: bytes | LogStream, engine: Engine, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[ChunkResult]:
@@ -701,16 +625,10 @@ def _planned_chunks(source: bytes | LogStream, chunk_bytes: int) -> Iterator[tup
     first chunk starts parsing before the rest of the file is read or counted. byte_end is in the file's own
     bytes (what progress is measured in)."""
     first_line_no = 1
-    if isinstance(source, LogStream):
-        for chunk in source.chunks(chunk_bytes):
-            lines = count_lines(chunk)
-            yield chunk, first_line_no, source.bytes_read
-            first_line_no += lines
-        return
-    view = memoryview(source)
-    for start, end in chunk_bounds(source, chunk_bytes):
-        lines = source.count(b"\n", start, end) + (0 if source[end - 1 : end] == b"\n" else 1)
-        yield view[start:end], first_line_no, end
+    stream = source if isinstance(source, LogStream) else LogStream(bytes(source), len(source))
+    for chunk in stream.chunks(chunk_bytes):
+        lines = count_lines(chunk)
+        yield chunk, first_line_no, stream.bytes_read
         first_line_no += lines
 
 

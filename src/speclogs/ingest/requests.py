@@ -20,11 +20,11 @@ record holds beyond the typed columns stays in `extra` (JSON), the request itsel
 from __future__ import annotations
 
 import json
-import math
 
 import polars as pl
 
-from speclogs.ingest.jsonfiles import JsonFileResult, count_lines, json_text
+from speclogs.ingest.jsonfiles import accounted, as_int, as_number, json_lines, json_text
+from speclogs.ingest.summary import FileAccount
 from speclogs.ingest.reprs import parse_request_repr
 
 HEALTH_CHECK_PREFIX = "HEALTH_CHECK"
@@ -40,7 +40,6 @@ REQUEST_COLUMNS = {
     "spec_accept_token_num": pl.Int64, "spec_draft_token_num": pl.Int64, "spec_accept_histogram": pl.Utf8,
     "request_index": pl.Int64, "error": pl.Utf8, "request": pl.Utf8, "extra": pl.Utf8,
 }
-_UNPARSED_COLUMNS = {"line_no": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8}
 # meta_info key(s) → column; the first key present wins
 _META_COLUMNS = {
     "prompt_tokens": ("prompt_tokens",),
@@ -79,7 +78,7 @@ def request_row(meta: dict, *, source_kind: str, line_no: int | None = None, req
         if typed is None:
             continue
         column, rank, is_int = typed
-        value = _int(value) if is_int else _number(value)
+        value = as_int(value, 2**63) if is_int else as_number(value)
         if value is None:
             continue  # not a number: it stays in extra
         del rest[key]  # typed, or an alias of the column's value: the first of its keys wins
@@ -110,38 +109,21 @@ def request_row(meta: dict, *, source_kind: str, line_no: int | None = None, req
 # --export-metrics-to-file
 
 
-def parse_request_export(text: str) -> JsonFileResult:
+def parse_request_export(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     """An export file: one JSON object per line → requests rows; a line that is not such an object → unparsed
     (a file copied while SGLang was still writing ends in half a record)."""
     rows: list[dict] = []
-    unparsed: list[tuple[int, str, str]] = []
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    for line_no, line in enumerate(lines, start=1):
-        if not line.strip():
-            unparsed.append((line_no, "empty line", line))
-            continue
-        try:
-            document = json.loads(line)
-        except ValueError as error:
-            unparsed.append((line_no, f"not JSON ({error}; a record cut off?)", line))
-            continue
+    documents, unparsed = json_lines(text, "; a record cut off?")
+    for line_no, line, document in documents:
         if not isinstance(document, dict) or "request_parameters" not in document:
             unparsed.append((line_no, "JSON of an unknown shape (not an --export-metrics-to-file record)", line))
             continue
         meta = dict(document)
-        parameters = meta.pop("request_parameters")
-        request = _json_or_text(parameters)
+        request = _json_or_text(meta.pop("request_parameters"))
         rid = request.get("rid") if isinstance(request, dict) else None
         rows.append(request_row(meta, line_no=line_no, source_kind="request_export", request=request, rid=rid))
-    tables: dict[str, pl.DataFrame] = {}
-    if rows:
-        tables["requests"] = pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row")
-    if unparsed:
-        tables["unparsed_lines"] = pl.DataFrame(unparsed, schema=_UNPARSED_COLUMNS, orient="row")
-    total = count_lines(text)
-    return JsonFileResult(tables=tables, total_lines=total, parsed_lines=total - len(unparsed), unparsed_lines=len(unparsed))
+    tables = {"requests": pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row")} if rows else {}
+    return accounted(text, tables, sorted(unparsed))
 
 
 def _json_or_text(value: object) -> object:
@@ -288,13 +270,13 @@ def _other(out: dict) -> dict:
 # sglang.bench_serving --output-details
 
 
-def with_bench_serving_requests(result: JsonFileResult) -> JsonFileResult:
-    """`result` (a parsed JSONL benchmark file) with a requests table when its bench_serving rows have per-request arrays."""
-    bench = result.tables.get("bench_requests")
+def with_bench_serving_requests(tables: dict[str, pl.DataFrame], account: FileAccount) -> tuple[dict, FileAccount]:
+    """A parsed JSONL benchmark file with a requests table when its bench_serving rows have per-request arrays."""
+    bench = tables.get("bench_requests")
     frame = bench_serving_requests(bench) if bench is not None else None
     if frame is not None:
-        result.tables["requests"] = frame
-    return result
+        tables["requests"] = frame
+    return tables, account
 
 
 def bench_serving_requests(bench: pl.DataFrame) -> pl.DataFrame | None:
@@ -318,26 +300,11 @@ def bench_serving_requests(bench: pl.DataFrame) -> pl.DataFrame | None:
             row = request_row({k: v for k, v in meta.items() if v is not None}, line_no=line_no,
                               source_kind="bench_serving", extra=rest)
             row["request_index"] = index
-            row["ttft_s"] = _number(item.get("ttfts"))
-            if isinstance(itls, list) and itls and all(_number(v) is not None for v in itls):
+            row["ttft_s"] = as_number(item.get("ttfts"))
+            if isinstance(itls, list) and itls and all(as_number(v) is not None for v in itls):
                 row["itl_mean_ms"] = 1000.0 * sum(itls) / len(itls)
             error = item.get("errors")
             row["error"] = error if isinstance(error, str) and error else None
             rows.append(row)
     return pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row") if rows else None
 
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None

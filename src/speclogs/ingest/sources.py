@@ -336,8 +336,8 @@ class LogStream:
     UTF-8 as it is read, so memory holds a few chunks, not the file. Chunks end just before a line that starts with
     '[' (an SGLang record) where there is one, else after a newline, so no line and no traceback is cut in two."""
 
-    def __init__(self, path: Path, size_bytes: int, *, gzipped: bool = False) -> None:
-        self.path = path
+    def __init__(self, path: Path | bytes, size_bytes: int, *, gzipped: bool = False) -> None:
+        self.path = path  # or the text itself, already valid UTF-8 (stdin read whole)
         self.size_bytes = size_bytes
         self.gzipped = gzipped
         self.bytes_read = 0  # bytes of the file read (on disk, also for a gzip)
@@ -353,7 +353,7 @@ class LogStream:
 
         A chunk is the head of one block read (a view into it, not a copy); the rest of the block, after the cut, is
         given back to the reader and starts the next block."""
-        with open(self.path, "rb") as handle:
+        with io.BytesIO(self.path) if isinstance(self.path, bytes) else open(self.path, "rb") as handle:
             text = GzipText(handle, self._hash) if self.gzipped else PlainText(handle, self._hash)
             done = 0  # bytes of text in the chunks so far
             size = tapered_bytes(0, text.remaining(self.size_bytes), chunk_bytes)

@@ -173,7 +173,6 @@ def _nothing_changed(db_path: str, unchanged: int, discovery, seconds: float) ->
     skipped = {**discovery.skipped, UNCHANGED: unchanged}
     return IngestSummary(
         db_path=db_path, files_found=unchanged, files_ingested=0, files_unchanged=unchanged, skipped=skipped,
-        skipped_examples={**discovery.skipped_examples, UNCHANGED: ""}, lines_total=0, lines_parsed=0, lines_continuation=0,
-        lines_unparsed=0, rows_per_table={}, bytes_read=0, seconds=seconds, warnings=tuple(discovery.notes),
-        skipped_files=discovery.skipped_files,
+        skipped_examples={**discovery.skipped_examples, UNCHANGED: ""}, bytes_read=0, seconds=seconds,
+        warnings=tuple(discovery.notes), skipped_files=discovery.skipped_files,
     )

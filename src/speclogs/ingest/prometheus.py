@@ -24,8 +24,8 @@ from pathlib import Path
 import polars as pl
 
 from speclogs.ingest.jsonfiles import accounted
-from speclogs.ingest.summary import FileAccount
 from speclogs.ingest.sources import PROM_SUFFIX
+from speclogs.ingest.summary import FileAccount
 from speclogs.runrecord import read_run_json
 
 PHASES = ("before", "during", "after")

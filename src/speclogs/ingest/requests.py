@@ -24,8 +24,8 @@ import json
 import polars as pl
 
 from speclogs.ingest.jsonfiles import accounted, as_int, as_number, json_lines, json_text
-from speclogs.ingest.summary import FileAccount
 from speclogs.ingest.reprs import parse_request_repr
+from speclogs.ingest.summary import FileAccount
 
 HEALTH_CHECK_PREFIX = "HEALTH_CHECK"
 REQUEST_KINDS = ("request_received", "request_finished")

@@ -2,6 +2,5 @@
 
 This package never touches DuckDB (speclogs.store writes what it parses). pipeline.py reads top to bottom:
 discover (sources.py) → read (sources.py) → split (lines.py) → classify (classify.py) → assemble (records.py) → the
-store's writer; summary.py holds the account of an ingest (FileAccount, IngestSummary). Nothing is imported here:
-`speclogs.ingest.nccl_probe` is also imported on GPU boxes without polars.
+store's writer; summary.py holds the account of an ingest (FileAccount, IngestSummary)..
 """

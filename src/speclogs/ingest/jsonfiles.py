@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import datetime
 from json.encoder import c_make_encoder, encode_basestring_ascii
 
 import polars as pl
@@ -262,27 +263,68 @@ def parse_run_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     return accounted(text, {}, [], warnings=warnings, run_facts={k: v for k, v in facts.items() if v is not None})
 
 
-def parse_nccl_probe(text: str, source: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
-    """`*.nccl_probe.json` (written by `speclogs probe nccl`) → nccl_probe rows, via its reader."""
-    from speclogs.ingest.nccl_probe import NCCL_PROBE_COLUMNS, nccl_probe_rows_from_dict
+NCCL_PROBE_FORMAT = ("speclogs.nccl_probe", 1)  # the "format" and "format_version" `speclogs probe nccl` writes
 
+
+def parse_nccl_probe(text: str, source: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
+    """`*.nccl_probe.json` (written by `speclogs probe nccl`) → its nccl_probe_files row and one nccl_probe row per
+    (env set, collective, message size) measured; an env set that failed has no rows, and a warning."""
     try:
         document = json.loads(text)
-        probe = nccl_probe_rows_from_dict(document, source=source)
-    except (ValueError, InputError) as error:
-        reason = str(error) if isinstance(error, InputError) else f"not JSON ({error})"
+        if not isinstance(document, dict) or (document.get("format"), document.get("format_version")) != NCCL_PROBE_FORMAT:
+            raise InputError(f"not a speclogs NCCL probe file of format {NCCL_PROBE_FORMAT}",
+                             hint="files named *.nccl_probe.json are written by `speclogs probe nccl`")
+        rows, warnings = _nccl_probe_rows(document)
+    except (KeyError, TypeError, ValueError, InputError) as error:
+        reason = (str(error) if isinstance(error, InputError) else f"not JSON ({error})" if isinstance(error, json.JSONDecodeError)
+                  else f"malformed probe file ({type(error).__name__}: {error})")
         return accounted(text, {}, [(1, reason, text)], all_unparsed=True, warnings=[reason])
+    outcome, message = str(document.get("outcome")), str(document.get("message", ""))
     tables = {"nccl_probe_files": pl.DataFrame(
-        [(probe.probe_id, probe.outcome, probe.message, json_text(document))],
+        [(str(document["probe_id"]), outcome, message, json_text(document))],
         schema={"probe_id": pl.Utf8, "outcome": pl.Utf8, "message": pl.Utf8, "document": pl.Utf8}, orient="row",
     )}
-    if probe.rows:
-        records = [{column: _jsonish(row.get(column)) for column in NCCL_PROBE_COLUMNS} for row in probe.rows]
-        tables["nccl_probe"] = pl.DataFrame(records, infer_schema_length=None)
-    warnings = list(probe.warnings)
-    if probe.outcome not in ("ok",):
-        warnings.append(f"probe outcome {probe.outcome}: {probe.message}")
+    if rows:
+        tables["nccl_probe"] = pl.DataFrame(rows, infer_schema_length=None)
+    if outcome != "ok":
+        warnings.append(f"probe outcome {outcome}: {message}")
     return accounted(text, tables, [], warnings=warnings)
+
+
+def _nccl_probe_rows(document: dict) -> tuple[list[dict], list[str]]:
+    gpu_names = [str(name) for name in document.get("gpu_names") or []]
+    world_size = int(document.get("world_size") or 0)
+    common = {
+        "probe_id": str(document["probe_id"]),
+        "gpu_name": ", ".join(dict.fromkeys(gpu_names[:world_size] or gpu_names)) or None,
+        "topology": _jsonish(document.get("topology")),
+        "torch_version": document.get("torch_version"),
+        "nccl_version": document.get("nccl_version"),
+        "hostname": document.get("hostname"),
+        "measured_at": datetime.fromisoformat(str(document["measured_at"])).replace(tzinfo=None),  # UTC, stored naive
+    }
+    rows: list[dict] = []
+    warnings = [str(warning) for warning in document.get("warnings") or []]
+    for env_set in document.get("env_sets") or []:
+        name = str(env_set["name"])
+        if env_set["outcome"] != "ok":
+            warnings.append(f"env set {name}: {env_set['outcome']}: {env_set.get('message', '')}")
+        env = json.dumps(env_set.get("env") or {}, sort_keys=True)
+        for measurement in env_set.get("measurements") or []:
+            rows.append({
+                **common, "env_set": name, "env": env, "collective": str(measurement["collective"]),
+                "dtype": str(measurement["dtype"]), "world_size": int(env_set.get("world_size") or world_size),
+                "bytes": int(measurement["bytes"]), "tokens": _or_none(measurement.get("tokens"), int),
+                "iters": int(measurement["iters"]), "latency_us": float(measurement["latency_us"]),
+                "latency_us_p10": float(measurement["latency_us_p10"]), "latency_us_p90": float(measurement["latency_us_p90"]),
+                **{key: _or_none(measurement.get(key)) for key in ("algbw_gb_s", "busbw_gb_s", "graph_latency_us")},
+                "graph_error": measurement.get("graph_error"),
+            })
+    return rows, warnings
+
+
+def _or_none(value: object, kind: type = float) -> object:
+    return None if value is None else kind(value)
 
 
 def _jsonish(value: object) -> object:

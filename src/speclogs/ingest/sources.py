@@ -16,7 +16,6 @@ import io
 import os
 import stat
 import sys
-import threading
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -105,23 +104,6 @@ class Discovery:
     named: frozenset[str] = frozenset()  # source_file of every file named itself (not found in a directory)
 
 
-class Sha256Job:
-    """sha256 of big inputs computed on another thread (hashlib releases the GIL) while parsing starts."""
-
-    def __init__(self, data: bytes) -> None:
-        self._digest: str | None = None
-        self._thread = threading.Thread(target=self._run, args=(data,), name="speclogs-sha256", daemon=True)
-        self._thread.start()
-
-    def _run(self, data: bytes) -> None:
-        self._digest = hashlib.sha256(data).hexdigest()
-
-    def result(self) -> str:
-        self._thread.join()
-        return self._digest or ""
-
-
-BACKGROUND_HASH_BYTES = 16 << 20
 STREAM_MIN_BYTES = 16 << 20  # logs with this much text are read chunk by chunk, never whole
 GZIP_TEXT_RATIO = 8  # an SGLang log compresses 8-10×: a .gz of STREAM_MIN_BYTES / 8 on disk is streamed too
 GZIP_READ_BYTES = 1 << 20  # compressed bytes read from disk at a time
@@ -421,12 +403,11 @@ class LogStream:
 class RawInput:
     """A file's decoded-safe bytes (valid UTF-8, NUL bytes replaced) plus what was wrong with it.
 
-    `sha256` is of the bytes as stored on disk (before gunzip); for big inputs it is computed in the
-    background and the property waits for it. A big plain log is not read here: `stream` reads it chunk by
-    chunk (data is empty; its UTF-8 repairs are counted on the stream)."""
+    `sha256` is of the bytes as stored on disk (before gunzip). A big log is not read here: `stream` reads it chunk
+    by chunk and hashes it on the way (data is empty; its UTF-8 repairs are counted on the stream)."""
 
     data: bytes
-    digest: str | Sha256Job | LogStream
+    digest: str | LogStream
     size_bytes: int
     skipped_reason: str | None = None
     warnings: tuple[str, ...] = ()
@@ -572,11 +553,10 @@ def _shared_names(files: list[InputFile], known_runs: dict[str, str]) -> list[st
         by_name.setdefault(run.run_name, set()).add(run.run_id)
     notes = []
     for name, run_ids in sorted(by_name.items()):
-        new = sorted(run.source_dir or "" for run_id, run in runs.items() if run_id in run_ids and run_id not in known_runs)
-        if len(run_ids) < 2 or not new:
+        if len(run_ids) < 2 or run_ids <= known_runs.keys():  # not shared, or by stored runs alone
             continue
-        folders = sorted({os.path.basename(run_folder(path, run.cell is not None and run.launch_index is not None))
-                          for path, run in ((r.source_dir or "", r) for r in runs.values() if r.run_id in run_ids)})
+        folders = sorted({os.path.basename(run_folder(run.source_dir or "", run.cell is not None and run.launch_index is not None))
+                          for run in (runs[run_id] for run_id in run_ids if run_id in runs)})
         notes.append(f"run name '{name}' is shared by {len(run_ids)} different runs (folders: {', '.join(folders)}): "
                      f"select one as 'FOLDER/{name}' or with folder:/cell:/plan: selectors (docs/report.md)")
     return notes
@@ -699,7 +679,7 @@ def read_input(item: InputFile) -> RawInput:
             return _skipped(f"read error ({error.strerror or error})")
         if item.size_bytes and len(raw) != item.size_bytes:
             warnings.append(f"changed while being read ({item.size_bytes:,} bytes when found, {len(raw):,} when read)")
-    sha256: str | Sha256Job = Sha256Job(raw) if len(raw) >= BACKGROUND_HASH_BYTES else hashlib.sha256(raw).hexdigest()
+    sha256 = hashlib.sha256(raw).hexdigest()
     size = len(raw)
     if raw.startswith(_GZIP_MAGIC):
         text = GzipText(io.BytesIO(raw))

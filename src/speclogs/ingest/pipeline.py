@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
@@ -77,7 +76,6 @@ class ParsedFile:
     account: FileAccount = FileAccount()  # what its lines came to so far (its `files` row)
     launch_rows: list = field(default_factory=list)
     seconds: float = 0.0
-    stat: os.stat_result | None = None  # taken before the file was read (None for stdin)
 
 
 @dataclass
@@ -332,7 +330,7 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
     """Read one input, or say why it is left out: unreadable, unchanged, changed without --replace, or the same
     content as another file of this call or of the database (empty files excepted). A stored file that grew by
     appending, or one of a launch directory (its run.json says what ran), is read again: its rows are replaced."""
-    stat = _stat(item)
+    stat = item.stat
     raw = read_input(item)
     source_file = item.source_file
     if item.path is None and raw.sha256:
@@ -373,14 +371,7 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
         tally.warnings.append(f"{source_file}: the same content as {twin}: ingested once, as {twin}")
         return None
     contents.add(source_file, raw)
-    return ParsedFile(item=item, source_file=source_file, raw=raw, replaces=bool(known), stat=stat)
-
-
-def _stat(item: InputFile) -> os.stat_result | None:
-    try:
-        return os.stat(item.path) if item.path is not None else None
-    except OSError:
-        return None
+    return ParsedFile(item=item, source_file=source_file, raw=raw, replaces=bool(known))
 
 
 def _appended(item: InputFile, stored_size: int, digests: set[str]) -> bool:

@@ -90,6 +90,7 @@ class InputFile:
     run: RunRef
     path: Path | None  # None for stdin
     size_bytes: int
+    stat: os.stat_result | None = None  # taken when it was found (what an unchanged file is known by)
 
 
 @dataclass(frozen=True)
@@ -482,13 +483,13 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
         examples.setdefault(reason, where)
         skipped_files.append((where, reason))
 
-    def add(path: Path, kind: str, size: int, resolved: str | None = None) -> None:
+    def add(path: Path, kind: str, found: os.stat_result, resolved: str | None = None) -> None:
         resolved = resolved or str(path.resolve())
         if resolved in seen:
             return
         seen.add(resolved)
         run = _run_for(path, os.path.dirname(resolved), run_name, launch_dirs)
-        files.append(InputFile(source_file=resolved, kind=kind, run=run, path=path, size_bytes=size))
+        files.append(InputFile(source_file=resolved, kind=kind, run=run, path=path, size_bytes=found.st_size, stat=found))
 
     for argument in paths:
         if argument == "-":
@@ -500,7 +501,8 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
             files.append(InputFile(source_file=STDIN_NAME, kind="log", run=run, path=None, size_bytes=0))
             continue
         path = Path(argument)
-        mode = _mode(path, argument)
+        found = _stat_named(path, argument)
+        mode = found.st_mode
         if stat.S_ISDIR(mode):
             _walk(path, add, skip)
         elif not stat.S_ISREG(mode):
@@ -508,17 +510,17 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
                              hint="speclogs reads files and directories; pipe a stream in as '-' (… | speclogs ingest -)")
         else:
             kind = kind_for_name(path.name) or "log"
-            add(path, kind, _size(path))
+            add(path, kind, found)
             named_files.add(str(path.resolve()))
     notes = _shared_names(files, known_runs or {})
     return Discovery(files=tuple(files), skipped=dict(skipped), skipped_examples=examples, notes=tuple(notes),
                      skipped_files=tuple(skipped_files), named=frozenset(named_files))
 
 
-def _mode(path: Path, argument: str) -> int:
-    """The st_mode of a named path (following symlinks); InputError saying why when there is none."""
+def _stat_named(path: Path, argument: str) -> os.stat_result:
+    """The stat of a named path (following symlinks); InputError saying why when there is none."""
     try:
-        return path.stat().st_mode
+        return path.stat()
     except FileNotFoundError as error:
         if path.is_symlink():
             raise InputError(f"{argument}: a broken symlink (it points at {os.readlink(path)})",
@@ -569,44 +571,57 @@ def run_folder(source_dir: str, launcher_run: bool) -> str:
 
 
 def _walk(root: Path, add, skip) -> None:
-    """Every file under root; symlinked directories are followed, each real directory walked once (a link back to
-    one already walked — a loop — is reported, not followed)."""
-    def on_error(error: OSError) -> None:
-        skip(f"unreadable directory ({error.strerror})", str(error.filename))
-
+    """Every file under root, a directory's files (sorted) before its subdirectories; symlinked directories are
+    followed, each real directory walked once (a link back to one already walked — a loop — is reported, not followed)."""
     walked = {os.path.realpath(root)}
-    for directory, dirnames, filenames in os.walk(root, onerror=on_error, followlinks=True):
-        hidden_dirs = [d for d in dirnames if d.startswith(".") or d == "__pycache__"]
-        for name in hidden_dirs:
-            skip("hidden directory", os.path.join(directory, name))
-        kept = []
-        for name in sorted(d for d in dirnames if d not in hidden_dirs):
-            real = os.path.realpath(os.path.join(directory, name))
+
+    def walk(directory: str, real_dir: str) -> None:
+        try:
+            with os.scandir(directory) as found:
+                entries = sorted(found, key=lambda entry: entry.name)
+        except OSError as error:
+            skip(f"unreadable directory ({error.strerror})", str(error.filename))
+            return
+        subdirs = []
+        for entry in (entry for entry in entries if _is_dir(entry)):
+            if entry.name.startswith(".") or entry.name == "__pycache__":
+                skip("hidden directory", entry.path)
+                continue
+            real = os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real_dir, entry.name)
             if real in walked:
-                skip("symlinked directory already walked (a loop, or a second link to it)", os.path.join(directory, name))
+                skip("symlinked directory already walked (a loop, or a second link to it)", entry.path)
                 continue
             walked.add(real)
-            kept.append(name)
-        dirnames[:] = kept
-        real_dir = os.path.realpath(directory)  # once a directory: a file's own path resolves further only if a link
-        for name in sorted(filenames):
-            where = os.path.join(directory, name)
-            if name.startswith("."):
-                skip("hidden file", where)
-                continue
-            kind = kind_for_name(name)
-            if kind is None:
-                skip(_skip_reason_for_name(name), where)
-                continue
-            path = Path(where)
-            try:
-                found = os.stat(where)
-            except OSError:
-                found = None
-            if found is None or not stat.S_ISREG(found.st_mode):
-                skip(_why_not_a_file(path), where)
-                continue
-            add(path, kind, found.st_size, os.path.realpath(where) if os.path.islink(where) else os.path.join(real_dir, name))
+            subdirs.append((entry.path, real))
+        for entry in (entry for entry in entries if not _is_dir(entry)):
+            kind = kind_for_name(entry.name)
+            if entry.name.startswith("."):
+                skip("hidden file", entry.path)
+            elif kind is None:
+                skip(_skip_reason_for_name(entry.name), entry.path)
+            elif (found := _entry_stat(entry)) is None or not stat.S_ISREG(found.st_mode):
+                skip(_why_not_a_file(Path(entry.path)), entry.path)
+            else:
+                add(Path(entry.path), kind, found,
+                    os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real_dir, entry.name))
+        for subdir in subdirs:
+            walk(*subdir)
+
+    walk(str(root), os.path.realpath(root))
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _entry_stat(entry: os.DirEntry) -> os.stat_result | None:
+    try:
+        return entry.stat()
+    except OSError:
+        return None
 
 
 def _why_not_a_file(path: Path) -> str:
@@ -616,13 +631,6 @@ def _why_not_a_file(path: Path) -> str:
         return "broken symlink"
     except OSError as error:
         return "symlink loop" if error.errno == errno.ELOOP else f"unreadable ({error.strerror})"
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def _run_for(path: Path, directory: str, run_name: str | None, launch_dirs: dict[str, RunRef | None]) -> RunRef:

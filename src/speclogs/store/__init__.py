@@ -158,14 +158,8 @@ def _stored(db_path: str | Path) -> tuple[dict[str, tuple[str, list[str]]], dict
 
 def _as_stored(item, stats: dict[str, tuple]) -> bool:
     """Whether an input file is on disk as it was when it was stored: same path, size, mtime and inode."""
-    stored = stats.get(item.source_file)
-    if stored is None or item.path is None:
-        return False
-    try:
-        now = os.stat(item.source_file)  # (resolved already: no path object to build)
-    except OSError:
-        return False
-    return stored == (now.st_size, now.st_mtime_ns, now.st_ino)
+    found = item.stat  # (taken when discovery found it)
+    return found is not None and stats.get(item.source_file) == (found.st_size, found.st_mtime_ns, found.st_ino)
 
 
 def _nothing_changed(db_path: str, unchanged: int, discovery, seconds: float) -> IngestSummary:

@@ -361,7 +361,8 @@ def file_row(parsed: ParsedFile) -> dict:
         "invalid_utf8": stream.invalid_utf8, "nul_bytes": stream.nul_bytes,
         "warnings": json.dumps(warnings) if warnings else None, "parse_seconds": round(parsed.seconds, 6),
         "near_misses": json.dumps(dict(sorted(account.drift.items()))) if account.drift else None,
-        "mtime_ns": parsed.stat.st_mtime_ns if parsed.stat else None, "inode": parsed.stat.st_ino if parsed.stat else None,
+        "mtime_ns": parsed.item.stat.st_mtime_ns if parsed.item.stat else None,
+        "inode": parsed.item.stat.st_ino if parsed.item.stat else None,
     }
 
 

@@ -127,6 +127,13 @@ class Tally:
     writing: tuple = ()  # the files being written now (what an interrupt rolls back)
     files_left_out: int = 0  # files of this call skipped or failed (read, not stored)
 
+    @classmethod
+    def of(cls, discovery: Discovery) -> Tally:
+        """The account of a run over `discovery`'s files before any is read: what discovery skipped and noted."""
+        return cls(len(discovery.files), sum(f.size_bytes for f in discovery.files), skipped=Counter(discovery.skipped),
+                   skipped_examples=dict(discovery.skipped_examples), skipped_files=list(discovery.skipped_files),
+                   warnings=list(discovery.notes))
+
     def skip(self, reason: str, where: str) -> None:
         self.skipped[reason] += 1
         self.skipped_examples.setdefault(reason, where)
@@ -198,12 +205,7 @@ def run_pipeline(
     nothing names an input."""
     if not discovery.files and not discovery.skipped:
         raise InputError("nothing to ingest", hint="pass log files, directories, .gz files or '-' for stdin")
-    tally = Tally(len(discovery.files), sum(f.size_bytes for f in discovery.files))
-    for reason, count in discovery.skipped.items():
-        tally.skipped[reason] += count
-        tally.skipped_examples.setdefault(reason, discovery.skipped_examples.get(reason, ""))
-    tally.skipped_files.extend(discovery.skipped_files)
-    tally.warnings.extend(discovery.notes)
+    tally = Tally.of(discovery)
     engine = engine_for() if any(f.kind == "log" for f in discovery.files) else None
     show = tally.bytes_total >= PROGRESS_MIN_BYTES or tally.files_total > 50
     contents = Contents(sink.stored())

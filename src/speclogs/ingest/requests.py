@@ -155,7 +155,7 @@ def read_request_lines(events: pl.DataFrame | None) -> pl.DataFrame | None:
         found = found.with_columns(file=pl.lit(0, pl.Int32))
     readable, rows, keys = [], [], []
     for kind, message in zip(found.get_column("kind").to_list(), found.get_column("message").to_list()):
-        read = read_request_line(message or "", kind == "request_finished")
+        read = _read_request_line(message or "", kind == "request_finished")
         readable.append(read is not None)
         if read is not None:
             rows.append(read[0])  # (its line_no, launch_no and ts are the frame's: _LINE_COLUMNS)
@@ -170,19 +170,6 @@ def read_request_lines(events: pl.DataFrame | None) -> pl.DataFrame | None:
 
 
 _LINE_COLUMNS = ("line_no", "launch_no", "ts")  # a requests row's columns that the server_events row holds
-
-
-def read_request_line(message: str, finished: bool) -> tuple[tuple, str | None] | None:
-    """A --log-requests line → (its requests row's values in REQUEST_COLUMNS order, the frame's columns None; the key
-    RequestLog pairs it by), None when it is not one."""
-    parsed = _parse_request_line(message, finished)
-    if parsed is None:
-        return None
-    source_kind, rid, request, meta, extra = parsed
-    row = request_row(meta, source_kind=source_kind, request=request, rid=rid, extra=extra)
-    # a rid that is not a str (a batch's list in a JSON line) pairs by its JSON; no str rid holds a NUL (the text is made
-    # valid before it is read)
-    return tuple(row.values()), rid if isinstance(rid, str) else None if rid is None else "\0" + json_text(rid)
 
 
 class RequestLog:
@@ -224,9 +211,9 @@ class RequestLog:
 _SCHEMA = REQUEST_COLUMNS | {"file": pl.Int32}
 
 
-def _parse_request_line(message: str, finished: bool) -> tuple[str, object, object, dict, dict] | None:
-    """A request line's text → (source_kind, rid, request, meta_info, other out fields); None when unreadable. A line
-    that is not `finished` (a Receive line) gets no meta_info nor other fields (its row, if any, has none)."""
+def _read_request_line(message: str, finished: bool) -> tuple[tuple, str | None] | None:
+    """A --log-requests line → (its requests row's values in REQUEST_COLUMNS order, the frame's columns None; the key
+    RequestLog pairs it by), None when it is not one. A Receive line's row has no meta_info nor other out fields."""
     text = message.strip()
     if text.startswith("{"):
         try:
@@ -235,26 +222,22 @@ def _parse_request_line(message: str, finished: bool) -> tuple[str, object, obje
             return None
         if not isinstance(document, dict):
             return None
-        request = document.get("obj")
+        source_kind, rid, request = "log_requests_json", document.get("rid"), document.get("obj")
         out = document.get("out") if isinstance(document.get("out"), dict) else {}
-        rid = document.get("rid")
-        if not finished:
-            return "log_requests_json", rid, request, {}, {}
         extra = {key: value for key, value in document.items() if key not in ("timestamp", "event", "rid", "obj", "out")}
-        return "log_requests_json", rid, request, _meta(out), extra | _other(out)
-    for head in ("Receive: obj=", "Finish: obj="):
-        if text.startswith(head):
-            break
     else:
-        return None
-    request, tail = parse_request_repr(text[len(head):])
-    out = tail.pop("out", None)
-    out = out if isinstance(out, dict) else {}
-    meta = _meta(out)
-    rid = request.get("rid") if isinstance(request.get("rid"), str) else meta.get("id")
-    if not finished:
-        return "log_requests_text", rid, request, {}, {}
-    return "log_requests_text", rid, request, meta, tail | _other(out)
+        head = next((head for head in ("Receive: obj=", "Finish: obj=") if text.startswith(head)), None)
+        if head is None:
+            return None
+        source_kind, (request, extra) = "log_requests_text", parse_request_repr(text[len(head):])
+        out = extra.pop("out", None)
+        out = out if isinstance(out, dict) else {}
+        rid = request.get("rid") if isinstance(request.get("rid"), str) else _meta(out).get("id")
+    meta, extra = (_meta(out), extra | _other(out)) if finished else ({}, {})
+    row = request_row(meta, source_kind=source_kind, request=request, rid=rid, extra=extra)
+    # a rid that is not a str (a batch's list in a JSON line) pairs by its JSON; no str rid holds a NUL (the text is made
+    # valid before it is read)
+    return tuple(row.values()), rid if isinstance(rid, str) else None if rid is None else "\0" + json_text(rid)
 
 
 def _meta(out: dict) -> dict:

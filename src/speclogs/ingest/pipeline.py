@@ -501,8 +501,7 @@ def _parse_logs(texts: list[bytes], engine: Engine) -> ChunkResult:
     data = b"".join(parts)
     gaps = frozenset(start + count for start, count in zip(starts, lines))
     split = build_lines(data, engine.wrappers)
-    split = Lines(frame=split.frame, total_lines=split.total_lines, first_line_no=1, raw=split.raw,
-                  blank=tuple(n for n in split.blank if n not in gaps), too_long=split.too_long, outer_prefixes=split.outer_prefixes)
+    split = replace_field(split, blank=tuple(n for n in split.blank if n not in gaps))
     return _assemble_chunk(engine, split, classify(engine, split.frame, tuple(starts)), ChunkFiles(tuple(starts), tuple(lines)))
 
 

@@ -38,34 +38,12 @@ REQUEST_EXPORT_PREFIX = "sglang-request-metrics-"       # SGLang's --export-metr
 REQUEST_EXPORT_SUFFIXES = ("request_export.jsonl", ".requests.jsonl")   # copies of one under a name of our own
 
 # Longest first: the stem of 'a.bench.jsonl' is 'a', not 'a.bench'.
-_STEM_SUFFIXES = (
-    NCCL_PROBE_SUFFIX,
-    BENCH_JSONL_SUFFIX,
-    BENCH_JSON_SUFFIX,
-    ".log.gz",
-    ".txt.gz",
-    ".out.gz",
-    ".jsonl",
-    ".log",
-    ".txt",
-    ".out",
-    ".gz",
-    ".json",
-)
+_STEM_SUFFIXES = tuple(sorted({NCCL_PROBE_SUFFIX, BENCH_JSONL_SUFFIX, BENCH_JSON_SUFFIX, *LOG_SUFFIXES, ".jsonl", ".gz", ".json"},
+                              key=len, reverse=True))
 
 BINARY_PROBE_BYTES = 8192
-_BINARY_MAGIC = (
-    b"\x7fELF",
-    b"\x89PNG",
-    b"PK\x03\x04",
-    b"%PDF",
-    b"SQLite format 3",
-    b"\xff\xd8\xff",
-    b"GIF8",
-    b"BZh",
-    b"\xfd7zXZ",
-    b"(\xb5/\xfd",
-)
+_BINARY_MAGIC = (b"\x7fELF", b"\x89PNG", b"PK\x03\x04", b"%PDF", b"SQLite format 3", b"\xff\xd8\xff", b"GIF8", b"BZh",
+                 b"\xfd7zXZ", b"(\xb5/\xfd")
 _GZIP_MAGIC = b"\x1f\x8b"
 _REPLACEMENT = "\ufffd".encode("utf-8")
 

@@ -478,9 +478,12 @@ def parse_batch(files: list[ParsedFile], engine: Engine | None) -> Batch:
         for table, frame in _parse_json(parsed).items():
             tables.setdefault(table, []).append(frame.with_columns(pl.lit(index, dtype=pl.Int32).alias("file")))
     merged = {table: frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed") for table, frames in tables.items()}
+    rows: dict[int, dict[str, int]] = {}
     for table, frame in merged.items():
         for index, count in frame.group_by("file").len().iter_rows():
-            files[index].account += FileAccount(rows={table: count})
+            rows.setdefault(index, {})[table] = count
+    for index, counts in rows.items():
+        files[index].account = replace_field(files[index].account, rows=counts)  # (none counted before: one chunk)
     return Batch(files, merged)
 
 

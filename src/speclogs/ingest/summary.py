@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from speclogs.redact import redact_json
@@ -42,7 +41,7 @@ class FileAccount:
         return FileAccount(
             self.total_lines + other.total_lines, self.parsed_lines + other.parsed_lines,
             self.continuation_lines + other.continuation_lines, self.unparsed_lines + other.unparsed_lines,
-            dict(Counter(self.rows) + Counter(other.rows)), dict(Counter(self.drift) + Counter(other.drift)),
+            _added(self.rows, other.rows), _added(self.drift, other.drift),
             self.warnings + other.warnings, self.prefixed_pieces + other.prefixed_pieces,
             self.launch_starts + other.launch_starts, self.launch_facts + other.launch_facts,
             {**other.run_facts, **self.run_facts},
@@ -52,6 +51,10 @@ class FileAccount:
         """Its line and row counts alone: what an ingest's account adds up from each file."""
         return FileAccount(self.total_lines, self.parsed_lines, self.continuation_lines, self.unparsed_lines, self.rows,
                            self.drift)
+
+
+def _added(counts: dict[str, int], more: dict[str, int]) -> dict[str, int]:
+    return {**counts, **{key: counts.get(key, 0) + count for key, count in more.items()}} if counts and more else counts or more
 
 
 @dataclass(frozen=True)

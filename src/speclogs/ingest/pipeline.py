@@ -23,7 +23,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace as replace_field
@@ -115,8 +115,6 @@ class Tally:
     unchanged: int = 0
     bytes_done: int = 0
     account: FileAccount = FileAccount()  # of the files ingested, added up
-    skipped: Counter = field(default_factory=Counter)
-    skipped_examples: dict = field(default_factory=dict)
     warnings: list = field(default_factory=list)
     runs: set = field(default_factory=set)
     source_files: list = field(default_factory=list)
@@ -130,14 +128,13 @@ class Tally:
     @classmethod
     def of(cls, discovery: Discovery) -> Tally:
         """The account of a run over `discovery`'s files before any is read: what discovery skipped and noted."""
-        return cls(len(discovery.files), sum(f.size_bytes for f in discovery.files), skipped=Counter(discovery.skipped),
-                   skipped_examples=dict(discovery.skipped_examples), skipped_files=list(discovery.skipped_files),
+        return cls(len(discovery.files), sum(f.size_bytes for f in discovery.files), skipped_files=list(discovery.skipped_files),
                    warnings=list(discovery.notes))
 
     def skip(self, reason: str, where: str) -> None:
-        self.skipped[reason] += 1
-        self.skipped_examples.setdefault(reason, where)
-        if reason != UNCHANGED:
+        if reason == UNCHANGED:
+            self.unchanged += 1
+        else:
             self.skipped_files.append((where, reason))
         self.files_left_out += 1
 
@@ -159,9 +156,6 @@ class Tally:
         self.unchanged += other.unchanged
         self.bytes_done += other.bytes_done
         self.account += other.account
-        self.skipped.update(other.skipped)
-        for reason, example in other.skipped_examples.items():
-            self.skipped_examples.setdefault(reason, example)
         self.warnings.extend(other.warnings)
         self.runs |= other.runs
         self.source_files.extend(other.source_files)
@@ -180,8 +174,7 @@ class Tally:
     def summary(self, db_path: str, seconds: float) -> IngestSummary:
         return IngestSummary(
             db_path=db_path, files_found=self.files_total, files_ingested=self.ingested, files_unchanged=self.unchanged,
-            skipped=dict(self.skipped), skipped_examples=dict(self.skipped_examples), bytes_read=self.bytes_done,
-            seconds=seconds, account=self.account, warnings=tuple(self.warnings), runs=tuple(sorted(self.runs)),
+            bytes_read=self.bytes_done, seconds=seconds, account=self.account, warnings=tuple(self.warnings), runs=tuple(sorted(self.runs)),
             source_files=tuple(self.source_files), skipped_files=tuple(self.skipped_files), replaced=tuple(self.replaced),
             failed=tuple(self.failed),
         )
@@ -203,7 +196,7 @@ def run_pipeline(
     """(discovered inputs, sources.discover_inputs) → read → (skip what is stored) → split → classify → assemble →
     sink. `engine_for()` compiles the grammars, called only when there is a log to read. Raises InputError when
     nothing names an input."""
-    if not discovery.files and not discovery.skipped:
+    if not discovery.files and not discovery.skipped_files:
         raise InputError("nothing to ingest", hint="pass log files, directories, .gz files or '-' for stdin")
     tally = Tally.of(discovery)
     engine = engine_for() if any(f.kind == "log" for f in discovery.files) else None
@@ -353,7 +346,6 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
         digests = {_sha256(digest) for digest in known}
         rerun = item.run.cell is not None and contents.run_ids.get(source_file) not in (None, item.run.run_id)
         if raw.sha256 in digests and not rerun:
-            tally.unchanged += 1
             tally.skip(UNCHANGED, source_file)
             if stat is not None:  # touched or copied: the next ingest then skips it unread
                 tally.restat.append((source_file, stat.st_size, stat.st_mtime_ns, stat.st_ino))

@@ -17,9 +17,8 @@ import os
 import stat
 import sys
 import zlib
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from speclogs.errors import InputError
@@ -73,11 +72,9 @@ class InputFile:
 
 @dataclass(frozen=True)
 class Discovery:
-    """What discovery found: the files to read, and what it skipped with a reason (reason → count, examples)."""
+    """What discovery found: the files to read, and what it skipped with a reason."""
 
     files: tuple[InputFile, ...]
-    skipped: dict[str, int] = field(default_factory=dict)
-    skipped_examples: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what discovery found that a user should know (run names shared by different runs)
     skipped_files: tuple[tuple[str, str], ...] = ()  # (path, reason) of every file or directory skipped
     named: frozenset[str] = frozenset()  # source_file of every file named itself (not found in a directory)
@@ -449,16 +446,12 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
     exist, is a symlink loop, or is not a regular file (a FIFO would block: read a pipe as '-').
     """
     files: list[InputFile] = []
-    skipped: Counter[str] = Counter()
-    examples: dict[str, str] = {}
     seen: set[str] = set()
     named_files: set[str] = set()
     launch_dirs: dict[str, RunRef | None] = {}
     skipped_files: list[tuple[str, str]] = []
 
     def skip(reason: str, where: str) -> None:
-        skipped[reason] += 1
-        examples.setdefault(reason, where)
         skipped_files.append((where, reason))
 
     def add(path: Path, kind: str, found: os.stat_result, resolved: str | None = None) -> None:
@@ -491,8 +484,7 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
             add(path, kind, found)
             named_files.add(str(path.resolve()))
     notes = _shared_names(files, known_runs or {})
-    return Discovery(files=tuple(files), skipped=dict(skipped), skipped_examples=examples, notes=tuple(notes),
-                     skipped_files=tuple(skipped_files), named=frozenset(named_files))
+    return Discovery(files=tuple(files), notes=tuple(notes), skipped_files=tuple(skipped_files), named=frozenset(named_files))
 
 
 def _stat_named(path: Path, argument: str) -> os.stat_result:

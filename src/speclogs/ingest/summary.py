@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from speclogs.redact import redact_json
@@ -75,15 +76,12 @@ UNCHANGED = "unchanged, skipped (already ingested; --replace re-ingests)"
 
 @dataclass(frozen=True)
 class IngestSummary:
-    """One `ingest_paths` call: the account of the files it ingested, and what it left out. `skipped` maps a reason
-    to how many files it applied to."""
+    """One `ingest_paths` call: the account of the files it ingested, and what it left out."""
 
     db_path: str
     files_found: int
     files_ingested: int
     files_unchanged: int
-    skipped: dict[str, int]
-    skipped_examples: dict[str, str]
     bytes_read: int
     seconds: float
     account: FileAccount = FileAccount()
@@ -96,8 +94,19 @@ class IngestSummary:
     failed: tuple[str, ...] = ()  # "source_file: why" for each file that failed (written nowhere) or, named, was unreadable
 
     @property
+    def skipped(self) -> dict[str, int]:
+        """Reason → how many files it applied to (unchanged ones included)."""
+        counts = Counter(why for _, why in self.skipped_files)
+        return dict(counts, **{UNCHANGED: self.files_unchanged}) if self.files_unchanged else dict(counts)
+
+    @property
+    def skipped_examples(self) -> dict[str, str]:
+        """Reason → the first file it applied to."""
+        return {why: where for where, why in reversed(self.skipped_files)}
+
+    @property
     def files_skipped(self) -> int:
-        return sum(self.skipped.values())
+        return len(self.skipped_files) + self.files_unchanged
 
     @property
     def parsed_pct(self) -> float:
@@ -117,8 +126,9 @@ class IngestSummary:
         data.update(lines_total=account["total_lines"], lines_parsed=account["parsed_lines"],
                     lines_continuation=account["continuation_lines"], lines_unparsed=account["unparsed_lines"],
                     rows_per_table=dict(sorted(account["rows"].items())), drift=account["drift"])
-        data.update(files_skipped=self.files_skipped, parsed_pct=round(self.parsed_pct, 2),
-                    lines_per_s=round(self.lines_per_s, 1), mb_per_s=round(self.mb_per_s, 2), seconds=round(self.seconds, 3))
+        data.update(skipped=self.skipped, skipped_examples=self.skipped_examples, files_skipped=self.files_skipped,
+                    parsed_pct=round(self.parsed_pct, 2), lines_per_s=round(self.lines_per_s, 1),
+                    mb_per_s=round(self.mb_per_s, 2), seconds=round(self.seconds, 3))
         return data
 
     def to_json(self) -> str:

@@ -459,6 +459,13 @@ def _attach_to_previous_line(engine: Engine, claims: Claims, bare_heads: list[_R
                        "tp_rank": head["tp_rank"]}
 
 
+_ERROR_COLUMNS = {
+    "line_no": pl.Int64, "piece": pl.Int32, "last_line_no": pl.Int64, "ts": pl.Datetime("us"), "ts_text": pl.Utf8,
+    "tp_rank": pl.Int32, "rank_tags": pl.Utf8, "kind": pl.Utf8, "first_line": pl.Utf8, "last_line": pl.Utf8,
+    "exception_type": pl.Utf8, "text": pl.Utf8, "exception_message": pl.Utf8, "component": pl.Utf8,
+}
+
+
 def _errors_frame(records: list[_Record], raw_lines: pl.DataFrame) -> pl.DataFrame:
     wanted = sorted({line for record in records for line, _ in record.members})
     raw = dict(raw_lines.filter(pl.col("line_no").is_in(wanted)).iter_rows())
@@ -466,46 +473,12 @@ def _errors_frame(records: list[_Record], raw_lines: pl.DataFrame) -> pl.DataFra
     for record in records:
         head = record.head
         lines = sorted({line for line, _ in record.members})
-        first_piece = min(record.members)[1]
         texts = [raw.get(line, "") for line in lines]
-        rows.append(
-            {
-                "line_no": lines[0],
-                "piece": first_piece,
-                "last_line_no": lines[-1],
-                "ts": head.get("ts"),
-                "ts_text": head.get("ts_text"),
-                "tp_rank": head.get("tp_rank"),
-                "rank_tags": head.get("rank_tags"),
-                "kind": head.get("kind") or "traceback",
-                "first_line": texts[0],
-                "last_line": texts[-1],
-                "exception_type": record.exception_type or head.get("exception_type"),
-                "text": "\n".join(texts),
-                "exception_message": record.exception_message or head.get("exception_message"),
-                "component": head.get("component"),
-            }
-        )
-    return pl.DataFrame(
-        rows,
-        schema={
-            "line_no": pl.Int64,
-            "piece": pl.Int32,
-            "last_line_no": pl.Int64,
-            "ts": pl.Datetime("us"),
-            "ts_text": pl.Utf8,
-            "tp_rank": pl.Int32,
-            "rank_tags": pl.Utf8,
-            "kind": pl.Utf8,
-            "first_line": pl.Utf8,
-            "last_line": pl.Utf8,
-            "exception_type": pl.Utf8,
-            "text": pl.Utf8,
-            "exception_message": pl.Utf8,
-            "component": pl.Utf8,
-        },
-        orient="row",
-    )
+        rows.append((lines[0], min(record.members)[1], lines[-1], head.get("ts"), head.get("ts_text"), head.get("tp_rank"),
+                     head.get("rank_tags"), head.get("kind") or "traceback", texts[0], texts[-1],
+                     record.exception_type or head.get("exception_type"), "\n".join(texts),
+                     record.exception_message or head.get("exception_message"), head.get("component")))
+    return pl.DataFrame(rows, schema=_ERROR_COLUMNS, orient="row")
 
 
 def _server_args_frame(claims: Claims, header_frames: list[pl.DataFrame]) -> pl.DataFrame:

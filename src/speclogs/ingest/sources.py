@@ -647,14 +647,8 @@ def read_input(item: InputFile) -> RawInput:
         try:
             with open(item.path, "rb") as handle:
                 raw = handle.read()
-        except FileNotFoundError:
-            return _skipped("disappeared before it could be read")
-        except IsADirectoryError:
-            return _skipped("is a directory")
-        except PermissionError:
-            return _skipped("permission denied")
         except OSError as error:
-            return _skipped(f"read error ({error.strerror or error})")
+            return _unreadable(error)
         if item.size_bytes and len(raw) != item.size_bytes:
             warnings.append(f"changed while being read ({item.size_bytes:,} bytes when found, {len(raw):,} when read)")
     sha256 = hashlib.sha256(raw).hexdigest()
@@ -695,10 +689,8 @@ def _streamed(path: Path, size_bytes: int) -> RawInput | None:
                 head = text.read(BINARY_PROBE_BYTES)
                 if text.skip_reason() is not None:
                     return RawInput(data=b"", digest="", size_bytes=size_bytes, skipped_reason=text.skip_reason())
-    except FileNotFoundError:
-        return _skipped("disappeared before it could be read")
     except OSError as error:
-        return _skipped(f"read error ({error.strerror or error})")
+        return _unreadable(error)
     if not gzipped and size_bytes < STREAM_MIN_BYTES:
         return None
     binary = binary_reason(head)
@@ -708,7 +700,12 @@ def _streamed(path: Path, size_bytes: int) -> RawInput | None:
     return RawInput(data=b"", digest=stream, size_bytes=size_bytes, stream=stream)
 
 
-def _skipped(reason: str) -> RawInput:
+_UNREADABLE = {FileNotFoundError: "disappeared before it could be read", IsADirectoryError: "is a directory",
+               PermissionError: "permission denied"}
+
+
+def _unreadable(error: OSError) -> RawInput:
+    reason = _UNREADABLE.get(type(error)) or f"read error ({error.strerror or error})"
     return RawInput(data=b"", digest="", size_bytes=0, skipped_reason=reason)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime
 from json.encoder import c_make_encoder, encode_basestring_ascii
 
@@ -129,9 +130,10 @@ def json_array_elements(text: str) -> list[tuple[int, object]]:
 
 
 def _skip_space(text: str, position: int) -> int:
-    while position < len(text) and text[position] in " \t\r\n":
-        position += 1
-    return position
+    return _JSON_SPACE.match(text, position).end()
+
+
+_JSON_SPACE = re.compile(r"[ \t\r\n]*")
 
 
 def bench_row(document: object, *, line_no: int, position: int, hint_kind: str) -> dict | None:

@@ -37,7 +37,7 @@ from speclogs.ingest.jsonfiles import parse_bench_json, parse_bench_jsonl, parse
 from speclogs.ingest.lines import Lines, build_lines, count_lines
 from speclogs.ingest.prometheus import parse_prometheus_file
 from speclogs.ingest.records import ChunkFiles, ChunkResult, assemble, number_launches
-from speclogs.ingest.requests import RequestLog, parse_request_export, read_request_lines, with_bench_serving_requests
+from speclogs.ingest.requests import RequestLog, add_bench_serving_requests, parse_request_export, read_request_lines
 from speclogs.ingest.sources import (
     STDIN_NAME,
     STDIN_RUN,
@@ -514,7 +514,8 @@ def _parse_json(parsed: ParsedFile) -> dict[str, pl.DataFrame]:
     elif kind == "request_export":
         tables, account = parse_request_export(text)
     else:
-        tables, account = with_bench_serving_requests(*parse_bench_jsonl(text, kind=kind))
+        tables, account = parse_bench_jsonl(text, kind=kind)
+        add_bench_serving_requests(tables)
     parsed.account += account
     return {table: frame for table, frame in tables.items() if frame.height}
 

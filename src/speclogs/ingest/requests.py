@@ -253,20 +253,12 @@ def _other(out: dict) -> dict:
 # sglang.bench_serving --output-details
 
 
-def with_bench_serving_requests(tables: dict[str, pl.DataFrame], account: FileAccount) -> tuple[dict, FileAccount]:
-    """A parsed JSONL benchmark file with a requests table when its bench_serving rows have per-request arrays."""
+def add_bench_serving_requests(tables: dict[str, pl.DataFrame]) -> None:
+    """A requests table in a parsed JSONL benchmark file's `tables` when its bench_serving results (bench_requests rows
+    of source_kind bench_serving_jsonl) carry `--output-details` arrays: one row per request."""
     bench = tables.get("bench_requests")
-    frame = bench_serving_requests(bench) if bench is not None else None
-    if frame is not None:
-        tables["requests"] = frame
-    return tables, account
-
-
-def bench_serving_requests(bench: pl.DataFrame) -> pl.DataFrame | None:
-    """Per-request rows from the bench_serving results (bench_requests rows of source_kind bench_serving_jsonl) that
-    carry `--output-details` arrays; None when there are none."""
-    if "source_kind" not in bench.columns:
-        return None
+    if bench is None or "source_kind" not in bench.columns:
+        return
     rows: list[dict] = []
     for line_no, extra in bench.filter(pl.col("source_kind") == "bench_serving_jsonl").select("line_no", "extra").iter_rows():
         document = _json_or_text(extra)
@@ -289,5 +281,6 @@ def bench_serving_requests(bench: pl.DataFrame) -> pl.DataFrame | None:
             error = item.get("errors")
             row["error"] = error if isinstance(error, str) and error else None
             rows.append(row)
-    return pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row") if rows else None
+    if rows:
+        tables["requests"] = pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row")
 

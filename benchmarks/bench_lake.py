@@ -65,9 +65,9 @@ def child(variant: str, source: str, target: str, ray_cpus: int) -> None:
 
         summary = ingest_lake([source], target, ray="auto" if variant == "lake, Ray local" else None)
     figures["ingest_s"] = round(time.perf_counter() - started, 2)
-    figures["lines"] = summary.lines_total
+    figures["lines"] = summary.account.total_lines
     figures["files"] = summary.files_ingested
-    figures["lines_per_s"] = round(summary.lines_total / figures["ingest_s"])
+    figures["lines_per_s"] = round(summary.account.total_lines / figures["ingest_s"])
     import resource
 
     figures["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

@@ -60,7 +60,7 @@ def test_empty_file(db_path, tmp_path):
     empty = tmp_path / "empty.log"
     empty.write_bytes(b"")
     summary = ingest_paths([empty], db_path)
-    assert summary.files_ingested == 1 and summary.lines_total == 0
+    assert summary.files_ingested == 1 and summary.account.total_lines == 0
     assert query(db_path, "SELECT total_lines, balanced FROM line_accounting") == [(0, True)]
 
 

@@ -35,7 +35,7 @@ def parse(engine, data: bytes, chunk_bytes: int = 64 << 20) -> dict:
             tables.setdefault(table, []).append(frame)
         tally = chunk.files[0]
         counts = [a + b for a, b in zip(counts, (tally.total_lines, tally.parsed_lines, tally.continuation_lines, tally.unparsed_lines))]
-        for name, n in tally.drift_counts.items():
+        for name, n in tally.drift.items():
             drift[name] = drift.get(name, 0) + n
     merged = {}
     for table, frames in tables.items():

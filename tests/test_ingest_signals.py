@@ -105,7 +105,7 @@ def test_prometheus_edge_cases_are_rows_or_unparsed_and_pass_the_check(tmp_path,
         "this is not a sample\n"
     )
     summary = ingest_paths([prom], db_path)
-    assert summary.lines_total == 12 and summary.lines_unparsed == 2
+    assert summary.account.total_lines == 12 and summary.account.unparsed_lines == 2
     rows = query(db_path, "SELECT name, family, metric_type, labels::VARCHAR, value_text, sample_ts_ms, phase "
                           "FROM metrics ORDER BY line_no")
     assert rows[0][:3] + rows[0][4:] == ("http_requests_total", "http_requests_total", "counter", "1027", 1395066363000, "after")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from speclogs.errors import InputError, PlanError, ProbeError
+from speclogs.errors import PlanError, ProbeError
 from speclogs.launcher.plan import load_plan
 from speclogs.probe import (
     SEEDS_TUNED_ENV,
@@ -247,41 +247,32 @@ def test_more_gpus_than_exist_and_single_gpu_are_outcomes(standin, monkeypatch):
 def test_probe_json_round_trips_into_a_real_duckdb_table(standin, tmp_path):
     import duckdb
 
-    from speclogs.ingest.nccl_probe import NCCL_PROBE_COLUMNS, read_nccl_probe
+    from speclogs.ingest.jsonfiles import parse_nccl_probe
     result = run_probe(standin("default", "tuned:NCCL_PROTO=LL", "hang:STANDIN_MODE=hang_init",
                                tokens=(1, 2), init_timeout_s=1.0))
     path = write_probe_json(result, tmp_path / "box.nccl_probe.json")
     with pytest.raises(ProbeError, match="already exists"):
         write_probe_json(result, path)
-    probe_file = read_nccl_probe(path)
-    assert probe_file.outcome == "partial"
-    assert len(probe_file.rows) == 2 * 2 * 2                 # 2 ok env sets × 2 collectives × 2 sizes
-    assert [outcome.outcome for outcome in probe_file.env_set_outcomes] == ["ok", "ok", "nccl_init_timeout"]
-    assert any("hang: nccl_init_timeout" in warning for warning in probe_file.warnings)
-    assert all(tuple(row) == NCCL_PROBE_COLUMNS for row in probe_file.rows)
+    tables, account = parse_nccl_probe(path.read_text(), str(path))
+    assert tables["nccl_probe_files"]["outcome"].to_list() == ["partial"]
+    assert tables["nccl_probe"].height == 2 * 2 * 2                 # 2 ok env sets × 2 collectives × 2 sizes
+    assert any("hang: nccl_init_timeout" in warning for warning in account.warnings)
 
     con = duckdb.connect(str(tmp_path / "x.duckdb"))
     con.execute((ROOT / "src/speclogs/store/schema.sql").read_text())
-    columns = ", ".join(NCCL_PROBE_COLUMNS)
-    marks = ", ".join("?" for _ in NCCL_PROBE_COLUMNS)
-    con.executemany(f"INSERT INTO nccl_probe ({columns}) VALUES ({marks})",
-                    [list(row.values()) for row in probe_file.rows])
+    con.register("probe_rows", tables["nccl_probe"])
+    con.execute("INSERT INTO nccl_probe BY NAME SELECT * FROM probe_rows")
     rows = con.execute("SELECT env_set, collective, bytes, tokens, round(latency_us, 5), env->>'NCCL_PROTO', "
                        "round(graph_latency_us, 5) FROM nccl_probe WHERE env_set = 'tuned' ORDER BY collective DESC, bytes").fetchall()
     assert rows[0] == ("tuned", "all_reduce", 4096, 1, round(5 + 4096 / 1e5 + 1 + 0.45, 5), "LL", round(2 + 4096 / 1e5 + 0.5 + 0.45, 5))
 
 
-def test_reader_refuses_files_that_are_not_probe_results(tmp_path):
-    from speclogs.ingest.nccl_probe import read_nccl_probe
+def test_reader_refuses_files_that_are_not_probe_results():
+    from speclogs.ingest.jsonfiles import parse_nccl_probe
 
-    broken = tmp_path / "a.nccl_probe.json"
-    broken.write_text('{"format": "speclogs.nccl_probe", ')
-    with pytest.raises(InputError, match=r"a\.nccl_probe\.json:1: not JSON"):
-        read_nccl_probe(broken)
-    other = tmp_path / "b.nccl_probe.json"
-    other.write_text(json.dumps({"hello": 1}))
-    with pytest.raises(InputError, match="not a speclogs NCCL probe file"):
-        read_nccl_probe(other)
+    for text, reason in (('{"format": "speclogs.nccl_probe", ', "not JSON"), (json.dumps({"hello": 1}), "not a speclogs NCCL probe file")):
+        tables, account = parse_nccl_probe(text, "a.nccl_probe.json")
+        assert account.unparsed_lines == account.total_lines == 1 and reason in tables["unparsed_lines"]["reason"][0]
 
 
 # --- CLI ----------------------------------------------------------------------------------------------

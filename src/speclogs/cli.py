@@ -349,8 +349,8 @@ def _render_ingest_summary(summary) -> None:
     )
     head.add_row(
         "lines",
-        f"{summary.lines_total:,}: {summary.lines_parsed:,} parsed ({summary.parsed_pct:.1f} %), "
-        f"{summary.lines_continuation:,} continuation, {summary.lines_unparsed:,} unparsed",
+        f"{summary.account.total_lines:,}: {summary.account.parsed_lines:,} parsed ({summary.parsed_pct:.1f} %), "
+        f"{summary.account.continuation_lines:,} continuation, {summary.account.unparsed_lines:,} unparsed",
     )
     head.add_row(
         "time",
@@ -360,11 +360,11 @@ def _render_ingest_summary(summary) -> None:
         shown = ", ".join(summary.runs[:8]) + (f", … ({len(summary.runs)} runs)" if len(summary.runs) > 8 else "")
         head.add_row("runs", plain(shown))
     console.print(head)
-    if summary.rows_per_table:
+    if summary.account.rows:
         rows = Table(title="rows per table", title_justify="left", show_edge=False, pad_edge=False)
         rows.add_column("table")
         rows.add_column("rows", justify="right")
-        for table, count in summary.rows_per_table.items():
+        for table, count in sorted(summary.account.rows.items()):
             rows.add_row(plain(table), f"{count:,}")
         console.print(rows)
     for reason, count in sorted(summary.skipped.items(), key=lambda item: -item[1]):

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+import re
+from datetime import datetime
 from json.encoder import c_make_encoder, encode_basestring_ascii
 
 import polars as pl
 
 from speclogs.errors import InputError
+from speclogs.ingest.summary import FileAccount
 from speclogs.runrecord import RunRecordError, parse_run_record
 
 BENCH_COLUMNS = {
@@ -40,58 +42,56 @@ BENCH_COLUMNS = {
 _UNPARSED_COLUMNS = {"line_no": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8}
 
 
-@dataclass
-class JsonFileResult:
-    """Rows and line accounting of one JSON input (no run_id / source_file: the store adds them)."""
-
-    tables: dict[str, pl.DataFrame]
-    total_lines: int
-    parsed_lines: int
-    unparsed_lines: int
-    warnings: list[str] = field(default_factory=list)
-    run_facts: dict[str, object] = field(default_factory=dict)
-
-
-def count_lines(text: str) -> int:
-    if not text:
-        return 0
-    return text.count("\n") + (0 if text.endswith("\n") else 1)
-
-
-def parse_bench_jsonl(text: str, *, kind: str) -> JsonFileResult:
-    """`*.bench.jsonl`, `bench.jsonl`, or any `*.jsonl` (shape detected per object: our requests or bench_serving)."""
-    rows: list[dict] = []
+def json_lines(text: str, cut_hint: str = "") -> tuple[list[tuple[int, str, object]], list[tuple[int, str, str]]]:
+    """A JSONL text → (line_no, line, document) of each JSON line, and an unparsed row (line_no, reason, raw) of each
+    other line."""
+    documents: list[tuple[int, str, object]] = []
     unparsed: list[tuple[int, str, str]] = []
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    for index, line in enumerate(lines):
-        line_no = index + 1
-        stripped = line.strip()
-        if not stripped:
+    for line_no, line in enumerate(lines, start=1):
+        if not line.strip():
             unparsed.append((line_no, "empty line", line))
             continue
         try:
-            document = json.loads(stripped)
+            documents.append((line_no, line, json.loads(line)))
         except ValueError as error:
-            unparsed.append((line_no, f"not JSON ({error})", line))
-            continue
+            unparsed.append((line_no, f"not JSON ({error}{cut_hint})", line))
+    return documents, unparsed
+
+
+def accounted(text: str, tables: dict[str, pl.DataFrame], unparsed: list[tuple[int, str, str]], *,
+              all_unparsed: bool = False, warnings: list[str] | tuple[str, ...] = (),
+              run_facts: dict | None = None) -> tuple[dict[str, pl.DataFrame], FileAccount]:
+    """A JSON input's tables (with its unparsed rows) and its account."""
+    if unparsed:
+        tables["unparsed_lines"] = pl.DataFrame(unparsed, schema=_UNPARSED_COLUMNS, orient="row")
+    total = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+    unparsed_lines = total if all_unparsed else len({n for n, _, _ in unparsed})
+    return tables, FileAccount(total, total - unparsed_lines, 0, unparsed_lines, warnings=tuple(warnings),
+                               run_facts=run_facts or {})
+
+
+def parse_bench_jsonl(text: str, *, kind: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
+    """`*.bench.jsonl`, `bench.jsonl`, or any `*.jsonl` (shape detected per object: our requests or bench_serving)."""
+    rows: list[dict] = []
+    documents, unparsed = json_lines(text)
+    for line_no, line, document in documents:
         row = bench_row(document, line_no=line_no, position=len(rows), hint_kind=kind)
         if row is None:
             unparsed.append((line_no, "JSON of an unknown shape (not a bench request nor a bench_serving result)", line))
-            continue
-        rows.append(row)
-    return _result(rows, unparsed, len(lines))
+        else:
+            rows.append(row)
+    return accounted(text, _bench_tables(rows), sorted(unparsed))
 
 
-def parse_bench_json(text: str) -> JsonFileResult:
+def parse_bench_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     """The older `*.bench.json`: one JSON array; element 0 is the warm-up."""
-    total = count_lines(text)
     try:
         elements = json_array_elements(text)
     except ValueError as error:
-        unparsed = [(1, f"not a JSON array ({error})", text.split("\n", 1)[0])]
-        return _result([], unparsed, total, all_unparsed=True)
+        return accounted(text, {}, [(1, f"not a JSON array ({error})", text.split("\n", 1)[0])], all_unparsed=True)
     rows: list[dict] = []
     unparsed: list[tuple[int, str, str]] = []
     for position, (line_no, document) in enumerate(elements):
@@ -100,19 +100,11 @@ def parse_bench_json(text: str) -> JsonFileResult:
             unparsed.append((line_no, "array element of an unknown shape", json.dumps(document)))
         else:
             rows.append(row)
-    return _result(rows, unparsed, total)
+    return accounted(text, _bench_tables(rows), unparsed)
 
 
-def _result(rows: list[dict], unparsed: list[tuple[int, str, str]], total: int, *, all_unparsed: bool = False) -> JsonFileResult:
-    tables: dict[str, pl.DataFrame] = {}
-    if rows:
-        tables["bench_requests"] = pl.DataFrame(rows, schema=BENCH_COLUMNS, orient="row")
-    if unparsed:
-        tables["unparsed_lines"] = pl.DataFrame(
-            [(n, r, raw) for n, r, raw in unparsed], schema=_UNPARSED_COLUMNS, orient="row"
-        )
-    unparsed_lines = total if all_unparsed else len({n for n, _, _ in unparsed})
-    return JsonFileResult(tables=tables, total_lines=total, parsed_lines=total - unparsed_lines, unparsed_lines=unparsed_lines)
+def _bench_tables(rows: list[dict]) -> dict[str, pl.DataFrame]:
+    return {"bench_requests": pl.DataFrame(rows, schema=BENCH_COLUMNS, orient="row")} if rows else {}
 
 
 def json_array_elements(text: str) -> list[tuple[int, object]]:
@@ -138,9 +130,10 @@ def json_array_elements(text: str) -> list[tuple[int, object]]:
 
 
 def _skip_space(text: str, position: int) -> int:
-    while position < len(text) and text[position] in " \t\r\n":
-        position += 1
-    return position
+    return _JSON_SPACE.match(text, position).end()
+
+
+_JSON_SPACE = re.compile(r"[ \t\r\n]*")
 
 
 def bench_row(document: object, *, line_no: int, position: int, hint_kind: str) -> dict | None:
@@ -164,28 +157,28 @@ def bench_row(document: object, *, line_no: int, position: int, hint_kind: str) 
             "line_no": line_no,
             "request_index": request_index,
             "warmup": warmup,
-            "latency_s": _number(document.get("latency_s")),
-            "prompt_tokens": _int(meta.get("prompt_tokens")),
-            "completion_tokens": _int(document.get("completion_tokens", meta.get("completion_tokens"))),
-            "output_tok_s": _number(document.get("tok_per_s", document.get("tok_s"))),
-            "spec_accept_length": _number(meta.get("spec_accept_length")),
-            "spec_accept_rate": _number(meta.get("spec_accept_rate")),
-            "spec_verify_ct": _int(meta.get("spec_verify_ct")),
-            "e2e_latency_s": _number(meta.get("e2e_latency")),
+            "latency_s": as_number(document.get("latency_s")),
+            "prompt_tokens": as_int(meta.get("prompt_tokens")),
+            "completion_tokens": as_int(document.get("completion_tokens", meta.get("completion_tokens"))),
+            "output_tok_s": as_number(document.get("tok_per_s", document.get("tok_s"))),
+            "spec_accept_length": as_number(meta.get("spec_accept_length")),
+            "spec_accept_rate": as_number(meta.get("spec_accept_rate")),
+            "spec_verify_ct": as_int(meta.get("spec_verify_ct")),
+            "e2e_latency_s": as_number(meta.get("e2e_latency")),
             "source_kind": "bench_json" if is_array_shape else "bench_jsonl",
             "extra": json_text(extra),
         }
     if "output_throughput" in document or ("backend" in document and "completed" in document):
-        mean_e2e_ms = _number(document.get("mean_e2e_latency_ms"))
+        mean_e2e_ms = as_number(document.get("mean_e2e_latency_ms"))
         return {
             "line_no": line_no,
             "request_index": position,
             "warmup": False,
-            "latency_s": _number(document.get("duration")),
-            "prompt_tokens": _int(document.get("total_input_tokens")),
-            "completion_tokens": _int(document.get("total_output_tokens")),
-            "output_tok_s": _number(document.get("output_throughput")),
-            "spec_accept_length": _number(document.get("accept_length")),
+            "latency_s": as_number(document.get("duration")),
+            "prompt_tokens": as_int(document.get("total_input_tokens")),
+            "completion_tokens": as_int(document.get("total_output_tokens")),
+            "output_tok_s": as_number(document.get("output_throughput")),
+            "spec_accept_length": as_number(document.get("accept_length")),
             "spec_accept_rate": None,
             "spec_verify_ct": None,
             "e2e_latency_s": None if mean_e2e_ms is None else mean_e2e_ms / 1000.0,
@@ -195,18 +188,18 @@ def bench_row(document: object, *, line_no: int, position: int, hint_kind: str) 
     return None
 
 
-def _number(value: object) -> float | None:
+def as_number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     value = float(value)
     return value if math.isfinite(value) else None
 
 
-def _int(value: object) -> int | None:
+def as_int(value: object, limit: int = 2**31) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if -(2**31) <= value < 2**31 else None
+        return value if -limit <= value < limit else None
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return None
@@ -249,19 +242,17 @@ def _key(key: object) -> object:
 # run.json (launcher) and NCCL probe results
 
 
-def parse_run_json(text: str) -> JsonFileResult:
+def parse_run_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     """Launcher run.json → the run's facts (cell, factors, env, argv, versions, outcome …); no table rows."""
-    total = count_lines(text)
     try:
         record = parse_run_record(text)
     except RunRecordError as error:
-        unparsed = pl.DataFrame([(1, str(error), text)], schema=_UNPARSED_COLUMNS, orient="row")
-        return JsonFileResult(tables={"unparsed_lines": unparsed}, total_lines=total, parsed_lines=0, unparsed_lines=total,
-                              warnings=[f"{error}; the run keeps its directory name"])
+        return accounted(text, {}, [(1, str(error), text)], all_unparsed=True,
+                         warnings=[f"{error}; the run keeps its directory name"])
     facts: dict[str, object] = {
         "cell": record.cell,
         "factors": json_text(record.factors) if record.factors is not None else None,
-        "launch_index": _int(record.launch),
+        "launch_index": as_int(record.launch),
         "sglang_version": record.sglang_version,
         "hostname": record.hostname,
         "gpu_name": ", ".join(record.gpu_names) or None,
@@ -271,34 +262,71 @@ def parse_run_json(text: str) -> JsonFileResult:
         "outcome": record.outcome,
     }
     warnings = [record.schema_note] if record.schema_note else []
-    return JsonFileResult(tables={}, total_lines=total, parsed_lines=total, unparsed_lines=0, warnings=warnings,
-                          run_facts={k: v for k, v in facts.items() if v is not None})
+    return accounted(text, {}, [], warnings=warnings, run_facts={k: v for k, v in facts.items() if v is not None})
 
 
-def parse_nccl_probe(text: str, source: str) -> JsonFileResult:
-    """`*.nccl_probe.json` (written by `speclogs probe nccl`) → nccl_probe rows, via its reader."""
-    from speclogs.ingest.nccl_probe import NCCL_PROBE_COLUMNS, nccl_probe_rows_from_dict
+NCCL_PROBE_FORMAT = ("speclogs.nccl_probe", 1)  # the "format" and "format_version" `speclogs probe nccl` writes
 
-    total = count_lines(text)
+
+def parse_nccl_probe(text: str, source: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
+    """`*.nccl_probe.json` (written by `speclogs probe nccl`) → its nccl_probe_files row and one nccl_probe row per
+    (env set, collective, message size) measured; an env set that failed has no rows, and a warning."""
     try:
         document = json.loads(text)
-        probe = nccl_probe_rows_from_dict(document, source=source)
-    except (ValueError, InputError) as error:
-        reason = str(error) if isinstance(error, InputError) else f"not JSON ({error})"
-        unparsed = pl.DataFrame([(1, reason, text)], schema=_UNPARSED_COLUMNS, orient="row")
-        return JsonFileResult(tables={"unparsed_lines": unparsed}, total_lines=total, parsed_lines=0, unparsed_lines=total,
-                              warnings=[reason])
+        if not isinstance(document, dict) or (document.get("format"), document.get("format_version")) != NCCL_PROBE_FORMAT:
+            raise InputError(f"not a speclogs NCCL probe file of format {NCCL_PROBE_FORMAT}",
+                             hint="files named *.nccl_probe.json are written by `speclogs probe nccl`")
+        rows, warnings = _nccl_probe_rows(document)
+    except (KeyError, TypeError, ValueError, InputError) as error:
+        reason = (str(error) if isinstance(error, InputError) else f"not JSON ({error})" if isinstance(error, json.JSONDecodeError)
+                  else f"malformed probe file ({type(error).__name__}: {error})")
+        return accounted(text, {}, [(1, reason, text)], all_unparsed=True, warnings=[reason])
+    outcome, message = str(document.get("outcome")), str(document.get("message", ""))
     tables = {"nccl_probe_files": pl.DataFrame(
-        [(probe.probe_id, probe.outcome, probe.message, json_text(document))],
+        [(str(document["probe_id"]), outcome, message, json_text(document))],
         schema={"probe_id": pl.Utf8, "outcome": pl.Utf8, "message": pl.Utf8, "document": pl.Utf8}, orient="row",
     )}
-    if probe.rows:
-        records = [{column: _jsonish(row.get(column)) for column in NCCL_PROBE_COLUMNS} for row in probe.rows]
-        tables["nccl_probe"] = pl.DataFrame(records, infer_schema_length=None)
-    warnings = list(probe.warnings)
-    if probe.outcome not in ("ok",):
-        warnings.append(f"probe outcome {probe.outcome}: {probe.message}")
-    return JsonFileResult(tables=tables, total_lines=total, parsed_lines=total, unparsed_lines=0, warnings=warnings)
+    if rows:
+        tables["nccl_probe"] = pl.DataFrame(rows, infer_schema_length=None)
+    if outcome != "ok":
+        warnings.append(f"probe outcome {outcome}: {message}")
+    return accounted(text, tables, [], warnings=warnings)
+
+
+def _nccl_probe_rows(document: dict) -> tuple[list[dict], list[str]]:
+    gpu_names = [str(name) for name in document.get("gpu_names") or []]
+    world_size = int(document.get("world_size") or 0)
+    common = {
+        "probe_id": str(document["probe_id"]),
+        "gpu_name": ", ".join(dict.fromkeys(gpu_names[:world_size] or gpu_names)) or None,
+        "topology": _jsonish(document.get("topology")),
+        "torch_version": document.get("torch_version"),
+        "nccl_version": document.get("nccl_version"),
+        "hostname": document.get("hostname"),
+        "measured_at": datetime.fromisoformat(str(document["measured_at"])).replace(tzinfo=None),  # UTC, stored naive
+    }
+    rows: list[dict] = []
+    warnings = [str(warning) for warning in document.get("warnings") or []]
+    for env_set in document.get("env_sets") or []:
+        name = str(env_set["name"])
+        if env_set["outcome"] != "ok":
+            warnings.append(f"env set {name}: {env_set['outcome']}: {env_set.get('message', '')}")
+        env = json.dumps(env_set.get("env") or {}, sort_keys=True)
+        for measurement in env_set.get("measurements") or []:
+            rows.append({
+                **common, "env_set": name, "env": env, "collective": str(measurement["collective"]),
+                "dtype": str(measurement["dtype"]), "world_size": int(env_set.get("world_size") or world_size),
+                "bytes": int(measurement["bytes"]), "tokens": _or_none(measurement.get("tokens"), int),
+                "iters": int(measurement["iters"]), "latency_us": float(measurement["latency_us"]),
+                "latency_us_p10": float(measurement["latency_us_p10"]), "latency_us_p90": float(measurement["latency_us_p90"]),
+                **{key: _or_none(measurement.get(key)) for key in ("algbw_gb_s", "busbw_gb_s", "graph_latency_us")},
+                "graph_error": measurement.get("graph_error"),
+            })
+    return rows, warnings
+
+
+def _or_none(value: object, kind: type = float) -> object:
+    return None if value is None else kind(value)
 
 
 def _jsonish(value: object) -> object:

@@ -184,12 +184,5 @@ def build_lines(data: bytes | memoryview, wrappers: Wrappers, first_line_no: int
         frame = pl.concat([normal, split_frame]).sort(["line_no", "piece"])
     else:
         frame = frame.select("line_no", pl.lit(0, dtype=pl.Int32).alias("piece"), "text")
-    return Lines(
-        frame=frame,
-        total_lines=total,
-        first_line_no=first_line_no,
-        raw=raw,
-        blank=tuple(blank),
-        too_long=too_long,
-        outer_prefixes=tuple(prefixes),
-    )
+    return Lines(frame=frame, total_lines=total, first_line_no=first_line_no, raw=raw, blank=tuple(blank), too_long=too_long,
+                 outer_prefixes=tuple(prefixes))

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import os
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace as replace_field
@@ -37,8 +36,8 @@ from speclogs.ingest.classify import NEW_PREFIX, Engine, classify
 from speclogs.ingest.jsonfiles import parse_bench_json, parse_bench_jsonl, parse_nccl_probe, parse_run_json
 from speclogs.ingest.lines import Lines, build_lines, count_lines
 from speclogs.ingest.prometheus import parse_prometheus_file
-from speclogs.ingest.records import ChunkFiles, ChunkResult, FileTally, assemble, number_launches
-from speclogs.ingest.requests import RequestLog, parse_request_export, read_request_lines, with_bench_serving_requests
+from speclogs.ingest.records import ChunkFiles, ChunkResult, assemble, number_launches
+from speclogs.ingest.requests import RequestLog, add_bench_serving_requests, parse_request_export, read_request_lines
 from speclogs.ingest.sources import (
     STDIN_NAME,
     STDIN_RUN,
@@ -49,9 +48,8 @@ from speclogs.ingest.sources import (
     RawInput,
     read_input,
     run_id_for,
-    tapered_bytes,
 )
-from speclogs.ingest.summary import UNCHANGED, IngestSummary, ProgressEvent
+from speclogs.ingest.summary import UNCHANGED, FileAccount, IngestSummary, ProgressEvent
 
 DEFAULT_CHUNK_BYTES = 16 << 20  # two chunks are parsed at once; 32 MiB chunks cost ~140 MB more peak RSS, no speed
 BATCH_BYTES = 16 << 20  # small files parsed together, at most this much text (or BATCH_FILES of them) at a time
@@ -68,18 +66,6 @@ FAILURES = (SpeclogsError, ValueError, OSError, pl.exceptions.PolarsError)  # wh
 
 
 @dataclass
-class FileCounts:
-    kind: str
-    total: int = 0
-    parsed: int = 0
-    continuation: int = 0
-    unparsed: int = 0
-    rows: Counter = field(default_factory=Counter)
-    drift: Counter = field(default_factory=Counter)
-    warnings: list = field(default_factory=list)
-
-
-@dataclass
 class ParsedFile:
     """One file on its way into the database: its account (the rows themselves travel in a Batch or a stream)."""
 
@@ -87,14 +73,9 @@ class ParsedFile:
     source_file: str
     raw: RawInput
     replaces: bool
-    counts: FileCounts
-    facts: dict = field(default_factory=dict)  # what the file says about its run (runs columns)
+    account: FileAccount = FileAccount()  # what its lines came to so far (its `files` row)
     launch_rows: list = field(default_factory=list)
     seconds: float = 0.0
-    launch_starts: list = field(default_factory=list)  # line numbers of its server starts
-    launch_facts: list = field(default_factory=list)  # (launch_no, event, ts)
-    prefixed_pieces: int = 0
-    stat: os.stat_result | None = None  # taken before the file was read (None for stdin)
 
 
 @dataclass
@@ -133,15 +114,8 @@ class Tally:
     ingested: int = 0
     unchanged: int = 0
     bytes_done: int = 0
-    lines_total: int = 0
-    lines_parsed: int = 0
-    lines_continuation: int = 0
-    lines_unparsed: int = 0
-    rows: Counter = field(default_factory=Counter)
-    skipped: Counter = field(default_factory=Counter)
-    skipped_examples: dict = field(default_factory=dict)
+    account: FileAccount = FileAccount()  # of the files ingested, added up
     warnings: list = field(default_factory=list)
-    drift: Counter = field(default_factory=Counter)
     runs: set = field(default_factory=set)
     source_files: list = field(default_factory=list)
     skipped_files: list = field(default_factory=list)  # (file, why), unchanged files excepted
@@ -151,10 +125,16 @@ class Tally:
     writing: tuple = ()  # the files being written now (what an interrupt rolls back)
     files_left_out: int = 0  # files of this call skipped or failed (read, not stored)
 
+    @classmethod
+    def of(cls, discovery: Discovery) -> Tally:
+        """The account of a run over `discovery`'s files before any is read: what discovery skipped and noted."""
+        return cls(len(discovery.files), sum(f.size_bytes for f in discovery.files), skipped_files=list(discovery.skipped_files),
+                   warnings=list(discovery.notes))
+
     def skip(self, reason: str, where: str) -> None:
-        self.skipped[reason] += 1
-        self.skipped_examples.setdefault(reason, where)
-        if reason != UNCHANGED:
+        if reason == UNCHANGED:
+            self.unchanged += 1
+        else:
             self.skipped_files.append((where, reason))
         self.files_left_out += 1
 
@@ -175,16 +155,8 @@ class Tally:
         self.ingested += other.ingested
         self.unchanged += other.unchanged
         self.bytes_done += other.bytes_done
-        self.lines_total += other.lines_total
-        self.lines_parsed += other.lines_parsed
-        self.lines_continuation += other.lines_continuation
-        self.lines_unparsed += other.lines_unparsed
-        self.rows.update(other.rows)
-        self.skipped.update(other.skipped)
-        for reason, example in other.skipped_examples.items():
-            self.skipped_examples.setdefault(reason, example)
+        self.account += other.account
         self.warnings.extend(other.warnings)
-        self.drift.update(other.drift)
         self.runs |= other.runs
         self.source_files.extend(other.source_files)
         self.skipped_files.extend(other.skipped_files)
@@ -192,26 +164,17 @@ class Tally:
         self.failed.extend(other.failed)
 
     def add(self, parsed: ParsedFile) -> None:
-        counts = parsed.counts
         self.ingested += 1
         self.runs.add(parsed.item.run.run_name)
         self.source_files.append(parsed.source_file)
-        self.lines_total += counts.total
-        self.lines_parsed += counts.parsed
-        self.lines_continuation += counts.continuation
-        self.lines_unparsed += counts.unparsed
-        self.rows.update(counts.rows)
-        self.drift.update(counts.drift)
-        for warning in counts.warnings:
+        self.account += parsed.account.counts()
+        for warning in parsed.account.warnings:
             self.warnings.append(f"{parsed.source_file}: {warning}")
 
     def summary(self, db_path: str, seconds: float) -> IngestSummary:
         return IngestSummary(
             db_path=db_path, files_found=self.files_total, files_ingested=self.ingested, files_unchanged=self.unchanged,
-            skipped=dict(self.skipped), skipped_examples=dict(self.skipped_examples), lines_total=self.lines_total,
-            lines_parsed=self.lines_parsed, lines_continuation=self.lines_continuation, lines_unparsed=self.lines_unparsed,
-            rows_per_table=dict(sorted(self.rows.items())), bytes_read=self.bytes_done, seconds=seconds,
-            warnings=tuple(self.warnings), drift=dict(self.drift), runs=tuple(sorted(self.runs)),
+            bytes_read=self.bytes_done, seconds=seconds, account=self.account, warnings=tuple(self.warnings), runs=tuple(sorted(self.runs)),
             source_files=tuple(self.source_files), skipped_files=tuple(self.skipped_files), replaced=tuple(self.replaced),
             failed=tuple(self.failed),
         )
@@ -233,14 +196,9 @@ def run_pipeline(
     """(discovered inputs, sources.discover_inputs) → read → (skip what is stored) → split → classify → assemble →
     sink. `engine_for()` compiles the grammars, called only when there is a log to read. Raises InputError when
     nothing names an input."""
-    if not discovery.files and not discovery.skipped:
+    if not discovery.files and not discovery.skipped_files:
         raise InputError("nothing to ingest", hint="pass log files, directories, .gz files or '-' for stdin")
-    tally = Tally(len(discovery.files), sum(f.size_bytes for f in discovery.files))
-    for reason, count in discovery.skipped.items():
-        tally.skipped[reason] += count
-        tally.skipped_examples.setdefault(reason, discovery.skipped_examples.get(reason, ""))
-    tally.skipped_files.extend(discovery.skipped_files)
-    tally.warnings.extend(discovery.notes)
+    tally = Tally.of(discovery)
     engine = engine_for() if any(f.kind == "log" for f in discovery.files) else None
     show = tally.bytes_total >= PROGRESS_MIN_BYTES or tally.files_total > 50
     contents = Contents(sink.stored())
@@ -367,7 +325,7 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
     """Read one input, or say why it is left out: unreadable, unchanged, changed without --replace, or the same
     content as another file of this call or of the database (empty files excepted). A stored file that grew by
     appending, or one of a launch directory (its run.json says what ran), is read again: its rows are replaced."""
-    stat = _stat(item)
+    stat = item.stat
     raw = read_input(item)
     source_file = item.source_file
     if item.path is None and raw.sha256:
@@ -388,7 +346,6 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
         digests = {_sha256(digest) for digest in known}
         rerun = item.run.cell is not None and contents.run_ids.get(source_file) not in (None, item.run.run_id)
         if raw.sha256 in digests and not rerun:
-            tally.unchanged += 1
             tally.skip(UNCHANGED, source_file)
             if stat is not None:  # touched or copied: the next ingest then skips it unread
                 tally.restat.append((source_file, stat.st_size, stat.st_mtime_ns, stat.st_ino))
@@ -408,15 +365,7 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
         tally.warnings.append(f"{source_file}: the same content as {twin}: ingested once, as {twin}")
         return None
     contents.add(source_file, raw)
-    return ParsedFile(item=item, source_file=source_file, raw=raw, replaces=bool(known), counts=FileCounts(kind=item.kind),
-                      stat=stat)
-
-
-def _stat(item: InputFile) -> os.stat_result | None:
-    try:
-        return os.stat(item.path) if item.path is not None else None
-    except OSError:
-        return None
+    return ParsedFile(item=item, source_file=source_file, raw=raw, replaces=bool(known))
 
 
 def _appended(item: InputFile, stored_size: int, digests: set[str]) -> bool:
@@ -506,9 +455,8 @@ def parse_batch(files: list[ParsedFile], engine: Engine | None) -> Batch:
             remapped = frame.with_columns(pl.col("file").replace_strict(list(range(len(logs))), logs, return_dtype=pl.Int32))
             tables.setdefault(table, []).append(remapped)
         for position, index in enumerate(logs):
-            parsed = files[index]
-            _take_tally(parsed, chunk.files[position])
-            _finish_log(parsed, engine)
+            files[index].account += chunk.files[position]
+            _finish_log(files[index])
         if "server_events" in chunk.tables:  # --log-requests lines, paired within each file into requests rows
             requests = RequestLog()
             requests.add(read_request_lines(chunk.tables["server_events"]))
@@ -522,9 +470,12 @@ def parse_batch(files: list[ParsedFile], engine: Engine | None) -> Batch:
         for table, frame in _parse_json(parsed).items():
             tables.setdefault(table, []).append(frame.with_columns(pl.lit(index, dtype=pl.Int32).alias("file")))
     merged = {table: frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed") for table, frames in tables.items()}
+    rows: dict[int, dict[str, int]] = {}
     for table, frame in merged.items():
         for index, count in frame.group_by("file").len().iter_rows():
-            files[index].counts.rows[table] += count
+            rows.setdefault(index, {})[table] = count
+    for index, counts in rows.items():
+        files[index].account = replace_field(files[index].account, rows=counts)  # (none counted before: one chunk)
     return Batch(files, merged)
 
 
@@ -545,8 +496,7 @@ def _parse_logs(texts: list[bytes], engine: Engine) -> ChunkResult:
     data = b"".join(parts)
     gaps = frozenset(start + count for start, count in zip(starts, lines))
     split = build_lines(data, engine.wrappers)
-    split = Lines(frame=split.frame, total_lines=split.total_lines, first_line_no=1, raw=split.raw,
-                  blank=tuple(n for n in split.blank if n not in gaps), too_long=split.too_long, outer_prefixes=split.outer_prefixes)
+    split = replace_field(split, blank=tuple(n for n in split.blank if n not in gaps))
     return _assemble_chunk(engine, split, classify(engine, split.frame, tuple(starts)), ChunkFiles(tuple(starts), tuple(lines)))
 
 
@@ -554,54 +504,37 @@ def _parse_json(parsed: ParsedFile) -> dict[str, pl.DataFrame]:
     text = parsed.raw.data.decode("utf-8")
     kind = parsed.item.kind
     if kind == "run_json":
-        result = parse_run_json(text)
+        tables, account = parse_run_json(text)
     elif kind == "bench_json":
-        result = parse_bench_json(text)
+        tables, account = parse_bench_json(text)
     elif kind == "nccl_probe":
-        result = parse_nccl_probe(text, parsed.source_file)
+        tables, account = parse_nccl_probe(text, parsed.source_file)
     elif kind == "prometheus":
-        result = parse_prometheus_file(text, parsed.item.path)
+        tables, account = parse_prometheus_file(text, parsed.item.path)
     elif kind == "request_export":
-        result = parse_request_export(text)
+        tables, account = parse_request_export(text)
     else:
-        result = with_bench_serving_requests(parse_bench_jsonl(text, kind=kind))
-    counts = parsed.counts
-    counts.total, counts.parsed, counts.unparsed = result.total_lines, result.parsed_lines, result.unparsed_lines
-    counts.warnings.extend(result.warnings)
-    parsed.facts.update(result.run_facts)
-    return {table: frame for table, frame in result.tables.items() if frame.height}
+        tables, account = parse_bench_jsonl(text, kind=kind)
+        add_bench_serving_requests(tables)
+    parsed.account += account
+    return {table: frame for table, frame in tables.items() if frame.height}
 
 
-def _take_tally(parsed: ParsedFile, tally: FileTally) -> None:
-    """Add one chunk's account of a file to the file's."""
-    counts = parsed.counts
-    counts.total += tally.total_lines
-    counts.parsed += tally.parsed_lines
-    counts.continuation += tally.continuation_lines
-    counts.unparsed += tally.unparsed_lines
-    counts.drift.update(tally.drift_counts)
-    parsed.launch_starts.extend(tally.launch_starts)
-    parsed.launch_facts.extend(tally.launch_facts)
-    parsed.prefixed_pieces += tally.prefixed_pieces
-    for key, value in tally.run_facts.items():
-        parsed.facts.setdefault(key, value)
-
-
-def _finish_log(parsed: ParsedFile, engine: Engine) -> None:
+def _finish_log(parsed: ParsedFile) -> None:
     """A log's warnings and launches, once all its chunks are in."""
-    counts = parsed.counts
-    for name, count in sorted(counts.drift.items()):
+    account = parsed.account
+    warnings = list(parsed.raw.stream.warnings()) if parsed.raw.stream is not None else []  # what reading found first
+    for name, count in sorted(account.drift.items()):
         if name.startswith(NEW_PREFIX):
-            counts.warnings.append(f"{count:,} line(s) have a prefix no prefix grammar reads ({name.removeprefix(NEW_PREFIX)!r}): "
-                                   "their messages were read after it (the drift view, kind new_prefix)")
+            warnings.append(f"{count:,} line(s) have a prefix no prefix grammar reads ({name.removeprefix(NEW_PREFIX)!r}): "
+                            "their messages were read after it (the drift view, kind new_prefix)")
         else:
-            counts.warnings.append(f"{count:,} line(s) look like '{name}' but do not match it (parse_drift has the first ones and why)")
-    if parsed.raw.stream is not None:  # what reading found comes first, as for a file read whole
-        counts.warnings[:0] = parsed.raw.stream.warnings()
-    if counts.total and parsed.prefixed_pieces == 0:
-        counts.warnings.append(NO_SGLANG_WARNING)
-    parsed.launch_rows = launch_rows(parsed.item.run.run_id, parsed.source_file, parsed.launch_starts, parsed.launch_facts, counts.total)
-
+            warnings.append(f"{count:,} line(s) look like '{name}' but do not match it (parse_drift has the first ones and why)")
+    if account.total_lines and account.prefixed_pieces == 0:
+        warnings.append(NO_SGLANG_WARNING)
+    parsed.account = replace_field(account, warnings=tuple(warnings) + account.warnings)
+    parsed.launch_rows = launch_rows(parsed.item.run.run_id, parsed.source_file, list(account.launch_starts),
+                                     account.launch_facts, account.total_lines)
 
 
 def launch_rows(run_id: str, source_file: str, starts: list[int], facts, total_lines: int) -> list[tuple]:
@@ -639,40 +572,19 @@ def _parse_stream(parsed: ParsedFile, engine: Engine, emit, chunk_bytes: int, on
     size = parsed.raw.size_bytes if parsed.raw.stream is not None else len(parsed.raw.data)
     requests = RequestLog()  # --log-requests lines, paired across chunks into requests rows
     for chunk in parse_log_chunks(source, engine, chunk_bytes=chunk_bytes):
-        for table, frame in chunk.tables.items():
-            if frame.height:
-                parsed.counts.rows[table] += frame.height
-                emit(table, frame)
+        rows = {table: frame.height for table, frame in chunk.tables.items() if frame.height}
+        for table in rows:
+            emit(table, chunk.tables[table])
         requests.add(chunk.request_lines)
-        _take_tally(parsed, chunk.files[0])
+        parsed.account += replace_field(chunk.files[0], rows=rows)
         collect_cycles()
         if on_progress is not None:
             on_progress(chunk.byte_end / max(1, size))
     frame = requests.frame()
     if frame is not None:
-        parsed.counts.rows["requests"] += frame.height
+        parsed.account += FileAccount(rows={"requests": frame.height})
         emit("requests", frame)
-    _finish_log(parsed, engine)
-
-
-def chunk_bounds(data: bytes, chunk_bytes: int) -> Iterator[tuple[int, int]]:
-    """(start, end) byte ranges of whole lines, smaller at the start and towards the end (tapered_bytes); each chunk
-    after the first starts at a '[' line when one is near."""
-    size = len(data)
-    start = 0
-    while start < size:
-        target = start + tapered_bytes(start, size - start, chunk_bytes)
-        if target >= size:
-            yield start, size
-            return
-        cut = data.find(b"\n[", target, target + chunk_bytes)
-        if cut < 0:
-            cut = data.find(b"\n", target)
-        if cut < 0:
-            yield start, size
-            return
-        yield start, cut + 1
-        start = cut + 1
+    _finish_log(parsed)
 
 
 def parse_log_chunks(source: bytes | LogStream, engine: Engine, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[ChunkResult]:
@@ -701,16 +613,10 @@ def _planned_chunks(source: bytes | LogStream, chunk_bytes: int) -> Iterator[tup
     first chunk starts parsing before the rest of the file is read or counted. byte_end is in the file's own
     bytes (what progress is measured in)."""
     first_line_no = 1
-    if isinstance(source, LogStream):
-        for chunk in source.chunks(chunk_bytes):
-            lines = count_lines(chunk)
-            yield chunk, first_line_no, source.bytes_read
-            first_line_no += lines
-        return
-    view = memoryview(source)
-    for start, end in chunk_bounds(source, chunk_bytes):
-        lines = source.count(b"\n", start, end) + (0 if source[end - 1 : end] == b"\n" else 1)
-        yield view[start:end], first_line_no, end
+    stream = source if isinstance(source, LogStream) else LogStream(bytes(source), len(source))
+    for chunk in stream.chunks(chunk_bytes):
+        lines = count_lines(chunk)
+        yield chunk, first_line_no, stream.bytes_read
         first_line_no += lines
 
 

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import polars as pl
 
-from speclogs.ingest.jsonfiles import JsonFileResult, count_lines
+from speclogs.ingest.jsonfiles import accounted
 from speclogs.ingest.sources import PROM_SUFFIX
+from speclogs.ingest.summary import FileAccount
 from speclogs.runrecord import read_run_json
 
 PHASES = ("before", "during", "after")
@@ -45,7 +46,6 @@ TYPE_COLUMNS = {
     "line_no": pl.Int64, "ts": pl.Datetime("us"), "window_name": pl.Utf8, "phase": pl.Utf8, "family": pl.Utf8,
     "directive": pl.Utf8, "text": pl.Utf8,
 }
-_UNPARSED_COLUMNS = {"line_no": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8}
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,12 @@ class Scrape:
     phase: str | None = None
 
 
-def parse_prometheus_file(text: str, path: Path | None) -> JsonFileResult:
+def parse_prometheus_file(text: str, path: Path | None) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     """A .prom file on disk: its scrape from the launch's run.json (or its name), then `parse_prometheus`."""
     return parse_prometheus(text, scrape_for(path) if path is not None else Scrape())
 
 
-def parse_prometheus(text: str, scrape: Scrape = Scrape()) -> JsonFileResult:
+def parse_prometheus(text: str, scrape: Scrape = Scrape()) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     """Prometheus exposition text → metrics / metric_types / unparsed_lines frames (no run_id / source_file)."""
     samples: list[tuple] = []
     comments: list[tuple] = []
@@ -109,12 +109,8 @@ def parse_prometheus(text: str, scrape: Scrape = Scrape()) -> JsonFileResult:
         tables["metrics"] = pl.DataFrame(samples, schema=METRIC_COLUMNS, orient="row")
     if comments:
         tables["metric_types"] = pl.DataFrame(comments, schema=TYPE_COLUMNS, orient="row")
-    if unparsed:
-        tables["unparsed_lines"] = pl.DataFrame(unparsed, schema=_UNPARSED_COLUMNS, orient="row")
-    total = count_lines(text)
     warnings = [] if samples else ["no Prometheus samples: is this what /metrics answered (was --enable-metrics on)?"]
-    return JsonFileResult(tables=tables, total_lines=total, parsed_lines=total - len(unparsed),
-                          unparsed_lines=len(unparsed), warnings=warnings)
+    return accounted(text, tables, unparsed, warnings=warnings)
 
 
 def _belongs(name: str, family: str) -> bool:

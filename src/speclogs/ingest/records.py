@@ -19,14 +19,15 @@ head before it is stored as unparsed ('traceback line without a traceback head')
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
 
 from speclogs.ingest.classify import NEW_PREFIX, Claims, Engine, explain_miss, is_server_args
+from speclogs.ingest.jsonfiles import json_text
 from speclogs.ingest.reprs import parse_server_args
+from speclogs.ingest.summary import FileAccount
 from speclogs.redact import REDACTED, SUSPECT, redact, secret_name
 
 ERRORS_TABLE = "errors"
@@ -43,27 +44,12 @@ _FRAGMENT = " (fragment; the same line also holds parsed records)"
 
 
 @dataclass
-class FileTally:
-    """What one file's lines in a chunk came to (a batch of small files shares a chunk; a big file streams many)."""
-
-    total_lines: int = 0
-    parsed_lines: int = 0
-    continuation_lines: int = 0
-    unparsed_lines: int = 0
-    prefixed_pieces: int = 0
-    launch_starts: list[int] = field(default_factory=list)  # file line numbers of its server_args lines
-    drift_counts: dict[str, int] = field(default_factory=dict)  # pattern → near misses that are drift
-    run_facts: dict[str, object] = field(default_factory=dict)
-    launch_facts: list[tuple[int, str, object]] = field(default_factory=list)  # (launch_no, fact, ts)
-
-
-@dataclass
 class ChunkResult:
     """A chunk parsed into table frames. Every row carries `file` (the index of its file in the chunk) and its line_no
     in that file; run_id / source_file are the store's to add."""
 
     tables: dict[str, pl.DataFrame]
-    files: list[FileTally]
+    files: list[FileAccount]
     byte_end: int = 0  # offset in the (decompressed) text where this chunk ends
     request_lines: pl.DataFrame | None = None  # its --log-requests lines, read (requests.read_request_lines, for RequestLog)
 
@@ -175,28 +161,26 @@ def assemble(
         tables["parse_drift"] = _drift_examples(engine, claims.drift, files)
 
     # 7. every row's file, its line number in that file, and its launch there
-    tallies = [FileTally(total_lines=n) for n in files.lines]
     starts = pl.Series("starts", launch_starts, dtype=pl.Int64)
     for table, frame in tables.items():
         tables[table] = _in_files(frame, files, starts)
-    per_file = _count_per_file(files, parsed, pl.Series(sorted(continuation_lines), dtype=pl.Int64), claims.prefixed)
-    for index, (parsed_count, continuation_count, prefixed_count) in enumerate(per_file):
-        tally = tallies[index]
-        tally.parsed_lines, tally.continuation_lines, tally.prefixed_pieces = parsed_count, continuation_count, prefixed_count
-        tally.unparsed_lines = tally.total_lines - parsed_count - continuation_count
+    launches: dict[int, list[int]] = {}
     if launch_starts:
-        at = files.index_of(starts).to_list()
-        for line_no, index in zip(launch_starts, at):
-            tallies[index].launch_starts.append(line_no - files.starts[index] + 1)
+        for line_no, index in zip(launch_starts, files.index_of(starts).to_list()):
+            launches.setdefault(index, []).append(line_no - files.starts[index] + 1)
+    drift: dict[int, dict[str, int]] = {}
     if claims.drift.height:
-        counted = claims.drift.group_by(files.index_of(claims.drift.get_column("line_no")), "pattern").len().iter_rows()
-        for index, pattern, count in counted:
-            tallies[index].drift_counts[pattern] = count
-    for index, facts in _run_facts(tables).items():
-        tallies[index].run_facts = facts
-    for index, facts in _launch_facts(tables).items():
-        tallies[index].launch_facts = facts
-    return ChunkResult(tables=tables, files=tallies)
+        for index, pattern, count in claims.drift.group_by(files.index_of(claims.drift.get_column("line_no")), "pattern").len().iter_rows():
+            drift.setdefault(index, {})[pattern] = count
+    run_facts, launch_facts = _run_facts(tables), _launch_facts(tables)
+    per_file = _count_per_file(files, parsed, pl.Series(sorted(continuation_lines), dtype=pl.Int64), claims.prefixed)
+    accounts = [
+        FileAccount(total, parsed_count, continuation_count, total - parsed_count - continuation_count,
+                    drift=drift.get(index, {}), prefixed_pieces=prefixed_count, launch_starts=tuple(launches.get(index, ())),
+                    launch_facts=tuple(launch_facts.get(index, ())), run_facts=run_facts.get(index, {}))
+        for index, (total, (parsed_count, continuation_count, prefixed_count)) in enumerate(zip(files.lines, per_file))
+    ]
+    return ChunkResult(tables=tables, files=accounts)
 
 
 def number_launches(result: ChunkResult, launches_before: int) -> ChunkResult:
@@ -206,8 +190,9 @@ def number_launches(result: ChunkResult, launches_before: int) -> ChunkResult:
     numbered = (pl.col("launch_no") + launches_before).clip(lower_bound=1).cast(pl.Int32)
     result.tables = {table: frame.with_columns(numbered) if "launch_no" in frame.columns else frame
                      for table, frame in result.tables.items()}
-    for tally in result.files:
-        tally.launch_facts = [(max(1, launch_no + launches_before), fact, ts) for launch_no, fact, ts in tally.launch_facts]
+    result.files = [replace(account, launch_facts=tuple((max(1, launch_no + launches_before), fact, ts)
+                                                        for launch_no, fact, ts in account.launch_facts))
+                    for account in result.files]
     if result.request_lines is not None:
         result.request_lines = result.request_lines.with_columns(numbered)
     return result
@@ -474,6 +459,13 @@ def _attach_to_previous_line(engine: Engine, claims: Claims, bare_heads: list[_R
                        "tp_rank": head["tp_rank"]}
 
 
+_ERROR_COLUMNS = {
+    "line_no": pl.Int64, "piece": pl.Int32, "last_line_no": pl.Int64, "ts": pl.Datetime("us"), "ts_text": pl.Utf8,
+    "tp_rank": pl.Int32, "rank_tags": pl.Utf8, "kind": pl.Utf8, "first_line": pl.Utf8, "last_line": pl.Utf8,
+    "exception_type": pl.Utf8, "text": pl.Utf8, "exception_message": pl.Utf8, "component": pl.Utf8,
+}
+
+
 def _errors_frame(records: list[_Record], raw_lines: pl.DataFrame) -> pl.DataFrame:
     wanted = sorted({line for record in records for line, _ in record.members})
     raw = dict(raw_lines.filter(pl.col("line_no").is_in(wanted)).iter_rows())
@@ -481,46 +473,12 @@ def _errors_frame(records: list[_Record], raw_lines: pl.DataFrame) -> pl.DataFra
     for record in records:
         head = record.head
         lines = sorted({line for line, _ in record.members})
-        first_piece = min(record.members)[1]
         texts = [raw.get(line, "") for line in lines]
-        rows.append(
-            {
-                "line_no": lines[0],
-                "piece": first_piece,
-                "last_line_no": lines[-1],
-                "ts": head.get("ts"),
-                "ts_text": head.get("ts_text"),
-                "tp_rank": head.get("tp_rank"),
-                "rank_tags": head.get("rank_tags"),
-                "kind": head.get("kind") or "traceback",
-                "first_line": texts[0],
-                "last_line": texts[-1],
-                "exception_type": record.exception_type or head.get("exception_type"),
-                "text": "\n".join(texts),
-                "exception_message": record.exception_message or head.get("exception_message"),
-                "component": head.get("component"),
-            }
-        )
-    return pl.DataFrame(
-        rows,
-        schema={
-            "line_no": pl.Int64,
-            "piece": pl.Int32,
-            "last_line_no": pl.Int64,
-            "ts": pl.Datetime("us"),
-            "ts_text": pl.Utf8,
-            "tp_rank": pl.Int32,
-            "rank_tags": pl.Utf8,
-            "kind": pl.Utf8,
-            "first_line": pl.Utf8,
-            "last_line": pl.Utf8,
-            "exception_type": pl.Utf8,
-            "text": pl.Utf8,
-            "exception_message": pl.Utf8,
-            "component": pl.Utf8,
-        },
-        orient="row",
-    )
+        rows.append((lines[0], min(record.members)[1], lines[-1], head.get("ts"), head.get("ts_text"), head.get("tp_rank"),
+                     head.get("rank_tags"), head.get("kind") or "traceback", texts[0], texts[-1],
+                     record.exception_type or head.get("exception_type"), "\n".join(texts),
+                     record.exception_message or head.get("exception_message"), head.get("component")))
+    return pl.DataFrame(rows, schema=_ERROR_COLUMNS, orient="row")
 
 
 def _server_args_frame(claims: Claims, header_frames: list[pl.DataFrame]) -> pl.DataFrame:
@@ -556,31 +514,9 @@ def _parsed_server_args(body: str) -> list:
         if len(_SERVER_ARGS_CACHE) > 256:
             _SERVER_ARGS_CACHE.clear()
         cached = _SERVER_ARGS_CACHE[body] = [
-            (name, text, to_json_text(value, text)) for name, text, value in parse_server_args(body)
+            (name, text, None if value is None and text != "None" else json_text(value)) for name, text, value in parse_server_args(body)
         ]
     return cached
-
-
-def to_json_text(value: object, repr_text: str | None = None) -> str | None:
-    """A Python literal as JSON text for a JSON column (non-finite floats as strings); None when unknown."""
-    if value is None:
-        return "null" if repr_text == "None" else None
-    try:
-        return json.dumps(_json_safe(value), allow_nan=False)
-    except (TypeError, ValueError):
-        return json.dumps(str(value))
-
-
-def _json_safe(value: object) -> object:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)
 
 
 def _unparsed_frame(rows: list[tuple[int, str]], raw_lines: pl.DataFrame) -> pl.DataFrame:

@@ -26,17 +26,9 @@ _SPECIAL = re.compile(r"['\"()\[\]{},]")  # what can change the nesting or end a
 
 
 def _split_top_level(body: str) -> tuple[list[str], int | None]:
-    """Split on ', ' at nesting depth 0 outside quotes. Returns the items and the index of the bracket that closed
-    the body (None when the text ran out first: it was truncated)."""
-    items, end = _split_raw(body)
-    if end is None:  # the text was truncated: the last item may be cut, drop it
-        items = items[:-1]
-    return [s for s in (x.strip() for x in items) if s], end
-
-
-def _split_raw(body: str) -> tuple[list[str], int | None]:
-    """_split_top_level's items as they are written (not stripped; empty ones kept; a truncated text's cut last
-    item included)."""
+    """Split on ', ' at nesting depth 0 outside quotes. Returns the stripped, non-empty items and the index of the
+    bracket that closed the body (None when the text ran out first: it was truncated, and its cut last item is
+    dropped)."""
     items: list[str] = []
     depth: list[str] = []
     start = 0
@@ -56,15 +48,14 @@ def _split_raw(body: str) -> tuple[list[str], int | None]:
         elif ch in _CLOSE:
             if not depth:
                 items.append(body[start:i])
-                return items, i
+                return [s for s in (x.strip() for x in items) if s], i
             if depth[-1] == ch:
                 depth.pop()
         elif not depth:  # a comma at depth 0
             items.append(body[start:i])
             start = i + 1
         i += 1
-    items.append(body[start:])
-    return items, None
+    return [s for s in (x.strip() for x in items) if s], None
 
 
 def _after_quoted(body: str, i: int, quote: str) -> int:
@@ -226,19 +217,8 @@ def _fields(items: list[str], is_dict: bool) -> list[tuple[str, str, object | No
 
 def _split_dict_item(item: str) -> tuple[str, str, str]:
     """"'key': value" → ('\\'key\\'', ':', 'value'), honouring quotes in the key."""
-    if item[:1] in "'\"":
-        q = item[0]
-        i = 1
-        while i < len(item):
-            if item[i] == "\\":
-                i += 2
-                continue
-            if item[i] == q:
-                break
-            i += 1
-        rest = item[i + 1 :]
-        if rest.lstrip().startswith(":"):
-            return item[: i + 1], ":", rest.lstrip()[1:]
-        return item, "", ""
-    key, sep, value = item.partition(":")
-    return key, sep, value
+    if item[:1] not in "'\"":
+        return item.partition(":")
+    end = _after_quoted(item, 1, item[0])
+    rest = item[end:].lstrip() if end > 0 else ""
+    return (item[:end], ":", rest[1:]) if rest.startswith(":") else (item, "", "")

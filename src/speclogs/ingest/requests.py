@@ -20,12 +20,12 @@ record holds beyond the typed columns stays in `extra` (JSON), the request itsel
 from __future__ import annotations
 
 import json
-import math
 
 import polars as pl
 
-from speclogs.ingest.jsonfiles import JsonFileResult, count_lines, json_text
+from speclogs.ingest.jsonfiles import accounted, as_int, as_number, json_lines, json_text
 from speclogs.ingest.reprs import parse_request_repr
+from speclogs.ingest.summary import FileAccount
 
 HEALTH_CHECK_PREFIX = "HEALTH_CHECK"
 REQUEST_KINDS = ("request_received", "request_finished")
@@ -40,7 +40,6 @@ REQUEST_COLUMNS = {
     "spec_accept_token_num": pl.Int64, "spec_draft_token_num": pl.Int64, "spec_accept_histogram": pl.Utf8,
     "request_index": pl.Int64, "error": pl.Utf8, "request": pl.Utf8, "extra": pl.Utf8,
 }
-_UNPARSED_COLUMNS = {"line_no": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8}
 # meta_info key(s) → column; the first key present wins
 _META_COLUMNS = {
     "prompt_tokens": ("prompt_tokens",),
@@ -79,7 +78,7 @@ def request_row(meta: dict, *, source_kind: str, line_no: int | None = None, req
         if typed is None:
             continue
         column, rank, is_int = typed
-        value = _int(value) if is_int else _number(value)
+        value = as_int(value, 2**63) if is_int else as_number(value)
         if value is None:
             continue  # not a number: it stays in extra
         del rest[key]  # typed, or an alias of the column's value: the first of its keys wins
@@ -110,38 +109,21 @@ def request_row(meta: dict, *, source_kind: str, line_no: int | None = None, req
 # --export-metrics-to-file
 
 
-def parse_request_export(text: str) -> JsonFileResult:
+def parse_request_export(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     """An export file: one JSON object per line → requests rows; a line that is not such an object → unparsed
     (a file copied while SGLang was still writing ends in half a record)."""
     rows: list[dict] = []
-    unparsed: list[tuple[int, str, str]] = []
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    for line_no, line in enumerate(lines, start=1):
-        if not line.strip():
-            unparsed.append((line_no, "empty line", line))
-            continue
-        try:
-            document = json.loads(line)
-        except ValueError as error:
-            unparsed.append((line_no, f"not JSON ({error}; a record cut off?)", line))
-            continue
+    documents, unparsed = json_lines(text, "; a record cut off?")
+    for line_no, line, document in documents:
         if not isinstance(document, dict) or "request_parameters" not in document:
             unparsed.append((line_no, "JSON of an unknown shape (not an --export-metrics-to-file record)", line))
             continue
         meta = dict(document)
-        parameters = meta.pop("request_parameters")
-        request = _json_or_text(parameters)
+        request = _json_or_text(meta.pop("request_parameters"))
         rid = request.get("rid") if isinstance(request, dict) else None
         rows.append(request_row(meta, line_no=line_no, source_kind="request_export", request=request, rid=rid))
-    tables: dict[str, pl.DataFrame] = {}
-    if rows:
-        tables["requests"] = pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row")
-    if unparsed:
-        tables["unparsed_lines"] = pl.DataFrame(unparsed, schema=_UNPARSED_COLUMNS, orient="row")
-    total = count_lines(text)
-    return JsonFileResult(tables=tables, total_lines=total, parsed_lines=total - len(unparsed), unparsed_lines=len(unparsed))
+    tables = {"requests": pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row")} if rows else {}
+    return accounted(text, tables, sorted(unparsed))
 
 
 def _json_or_text(value: object) -> object:
@@ -173,7 +155,7 @@ def read_request_lines(events: pl.DataFrame | None) -> pl.DataFrame | None:
         found = found.with_columns(file=pl.lit(0, pl.Int32))
     readable, rows, keys = [], [], []
     for kind, message in zip(found.get_column("kind").to_list(), found.get_column("message").to_list()):
-        read = read_request_line(message or "", kind == "request_finished")
+        read = _read_request_line(message or "", kind == "request_finished")
         readable.append(read is not None)
         if read is not None:
             rows.append(read[0])  # (its line_no, launch_no and ts are the frame's: _LINE_COLUMNS)
@@ -188,19 +170,6 @@ def read_request_lines(events: pl.DataFrame | None) -> pl.DataFrame | None:
 
 
 _LINE_COLUMNS = ("line_no", "launch_no", "ts")  # a requests row's columns that the server_events row holds
-
-
-def read_request_line(message: str, finished: bool) -> tuple[tuple, str | None] | None:
-    """A --log-requests line → (its requests row's values in REQUEST_COLUMNS order, the frame's columns None; the key
-    RequestLog pairs it by), None when it is not one."""
-    parsed = _parse_request_line(message, finished)
-    if parsed is None:
-        return None
-    source_kind, rid, request, meta, extra = parsed
-    row = request_row(meta, source_kind=source_kind, request=request, rid=rid, extra=extra)
-    # a rid that is not a str (a batch's list in a JSON line) pairs by its JSON; no str rid holds a NUL (the text is made
-    # valid before it is read)
-    return tuple(row.values()), rid if isinstance(rid, str) else None if rid is None else "\0" + json_text(rid)
 
 
 class RequestLog:
@@ -242,9 +211,9 @@ class RequestLog:
 _SCHEMA = REQUEST_COLUMNS | {"file": pl.Int32}
 
 
-def _parse_request_line(message: str, finished: bool) -> tuple[str, object, object, dict, dict] | None:
-    """A request line's text → (source_kind, rid, request, meta_info, other out fields); None when unreadable. A line
-    that is not `finished` (a Receive line) gets no meta_info nor other fields (its row, if any, has none)."""
+def _read_request_line(message: str, finished: bool) -> tuple[tuple, str | None] | None:
+    """A --log-requests line → (its requests row's values in REQUEST_COLUMNS order, the frame's columns None; the key
+    RequestLog pairs it by), None when it is not one. A Receive line's row has no meta_info nor other out fields."""
     text = message.strip()
     if text.startswith("{"):
         try:
@@ -253,26 +222,22 @@ def _parse_request_line(message: str, finished: bool) -> tuple[str, object, obje
             return None
         if not isinstance(document, dict):
             return None
-        request = document.get("obj")
+        source_kind, rid, request = "log_requests_json", document.get("rid"), document.get("obj")
         out = document.get("out") if isinstance(document.get("out"), dict) else {}
-        rid = document.get("rid")
-        if not finished:
-            return "log_requests_json", rid, request, {}, {}
         extra = {key: value for key, value in document.items() if key not in ("timestamp", "event", "rid", "obj", "out")}
-        return "log_requests_json", rid, request, _meta(out), extra | _other(out)
-    for head in ("Receive: obj=", "Finish: obj="):
-        if text.startswith(head):
-            break
     else:
-        return None
-    request, tail = parse_request_repr(text[len(head):])
-    out = tail.pop("out", None)
-    out = out if isinstance(out, dict) else {}
-    meta = _meta(out)
-    rid = request.get("rid") if isinstance(request.get("rid"), str) else meta.get("id")
-    if not finished:
-        return "log_requests_text", rid, request, {}, {}
-    return "log_requests_text", rid, request, meta, tail | _other(out)
+        head = next((head for head in ("Receive: obj=", "Finish: obj=") if text.startswith(head)), None)
+        if head is None:
+            return None
+        source_kind, (request, extra) = "log_requests_text", parse_request_repr(text[len(head):])
+        out = extra.pop("out", None)
+        out = out if isinstance(out, dict) else {}
+        rid = request.get("rid") if isinstance(request.get("rid"), str) else _meta(out).get("id")
+    meta, extra = (_meta(out), extra | _other(out)) if finished else ({}, {})
+    row = request_row(meta, source_kind=source_kind, request=request, rid=rid, extra=extra)
+    # a rid that is not a str (a batch's list in a JSON line) pairs by its JSON; no str rid holds a NUL (the text is made
+    # valid before it is read)
+    return tuple(row.values()), rid if isinstance(rid, str) else None if rid is None else "\0" + json_text(rid)
 
 
 def _meta(out: dict) -> dict:
@@ -288,20 +253,12 @@ def _other(out: dict) -> dict:
 # sglang.bench_serving --output-details
 
 
-def with_bench_serving_requests(result: JsonFileResult) -> JsonFileResult:
-    """`result` (a parsed JSONL benchmark file) with a requests table when its bench_serving rows have per-request arrays."""
-    bench = result.tables.get("bench_requests")
-    frame = bench_serving_requests(bench) if bench is not None else None
-    if frame is not None:
-        result.tables["requests"] = frame
-    return result
-
-
-def bench_serving_requests(bench: pl.DataFrame) -> pl.DataFrame | None:
-    """Per-request rows from the bench_serving results (bench_requests rows of source_kind bench_serving_jsonl) that
-    carry `--output-details` arrays; None when there are none."""
-    if "source_kind" not in bench.columns:
-        return None
+def add_bench_serving_requests(tables: dict[str, pl.DataFrame]) -> None:
+    """A requests table in a parsed JSONL benchmark file's `tables` when its bench_serving results (bench_requests rows
+    of source_kind bench_serving_jsonl) carry `--output-details` arrays: one row per request."""
+    bench = tables.get("bench_requests")
+    if bench is None or "source_kind" not in bench.columns:
+        return
     rows: list[dict] = []
     for line_no, extra in bench.filter(pl.col("source_kind") == "bench_serving_jsonl").select("line_no", "extra").iter_rows():
         document = _json_or_text(extra)
@@ -318,26 +275,12 @@ def bench_serving_requests(bench: pl.DataFrame) -> pl.DataFrame | None:
             row = request_row({k: v for k, v in meta.items() if v is not None}, line_no=line_no,
                               source_kind="bench_serving", extra=rest)
             row["request_index"] = index
-            row["ttft_s"] = _number(item.get("ttfts"))
-            if isinstance(itls, list) and itls and all(_number(v) is not None for v in itls):
+            row["ttft_s"] = as_number(item.get("ttfts"))
+            if isinstance(itls, list) and itls and all(as_number(v) is not None for v in itls):
                 row["itl_mean_ms"] = 1000.0 * sum(itls) / len(itls)
             error = item.get("errors")
             row["error"] = error if isinstance(error, str) and error else None
             rows.append(row)
-    return pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row") if rows else None
+    if rows:
+        tables["requests"] = pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row")
 
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None

@@ -16,11 +16,9 @@ import io
 import os
 import stat
 import sys
-import threading
 import zlib
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from speclogs.errors import InputError
@@ -39,34 +37,12 @@ REQUEST_EXPORT_PREFIX = "sglang-request-metrics-"       # SGLang's --export-metr
 REQUEST_EXPORT_SUFFIXES = ("request_export.jsonl", ".requests.jsonl")   # copies of one under a name of our own
 
 # Longest first: the stem of 'a.bench.jsonl' is 'a', not 'a.bench'.
-_STEM_SUFFIXES = (
-    NCCL_PROBE_SUFFIX,
-    BENCH_JSONL_SUFFIX,
-    BENCH_JSON_SUFFIX,
-    ".log.gz",
-    ".txt.gz",
-    ".out.gz",
-    ".jsonl",
-    ".log",
-    ".txt",
-    ".out",
-    ".gz",
-    ".json",
-)
+_STEM_SUFFIXES = tuple(sorted({NCCL_PROBE_SUFFIX, BENCH_JSONL_SUFFIX, BENCH_JSON_SUFFIX, *LOG_SUFFIXES, ".jsonl", ".gz", ".json"},
+                              key=len, reverse=True))
 
 BINARY_PROBE_BYTES = 8192
-_BINARY_MAGIC = (
-    b"\x7fELF",
-    b"\x89PNG",
-    b"PK\x03\x04",
-    b"%PDF",
-    b"SQLite format 3",
-    b"\xff\xd8\xff",
-    b"GIF8",
-    b"BZh",
-    b"\xfd7zXZ",
-    b"(\xb5/\xfd",
-)
+_BINARY_MAGIC = (b"\x7fELF", b"\x89PNG", b"PK\x03\x04", b"%PDF", b"SQLite format 3", b"\xff\xd8\xff", b"GIF8", b"BZh",
+                 b"\xfd7zXZ", b"(\xb5/\xfd")
 _GZIP_MAGIC = b"\x1f\x8b"
 _REPLACEMENT = "\ufffd".encode("utf-8")
 
@@ -91,37 +67,19 @@ class InputFile:
     run: RunRef
     path: Path | None  # None for stdin
     size_bytes: int
+    stat: os.stat_result | None = None  # taken when it was found (what an unchanged file is known by)
 
 
 @dataclass(frozen=True)
 class Discovery:
-    """What discovery found: the files to read, and what it skipped with a reason (reason → count, examples)."""
+    """What discovery found: the files to read, and what it skipped with a reason."""
 
     files: tuple[InputFile, ...]
-    skipped: dict[str, int] = field(default_factory=dict)
-    skipped_examples: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # what discovery found that a user should know (run names shared by different runs)
     skipped_files: tuple[tuple[str, str], ...] = ()  # (path, reason) of every file or directory skipped
     named: frozenset[str] = frozenset()  # source_file of every file named itself (not found in a directory)
 
 
-class Sha256Job:
-    """sha256 of big inputs computed on another thread (hashlib releases the GIL) while parsing starts."""
-
-    def __init__(self, data: bytes) -> None:
-        self._digest: str | None = None
-        self._thread = threading.Thread(target=self._run, args=(data,), name="speclogs-sha256", daemon=True)
-        self._thread.start()
-
-    def _run(self, data: bytes) -> None:
-        self._digest = hashlib.sha256(data).hexdigest()
-
-    def result(self) -> str:
-        self._thread.join()
-        return self._digest or ""
-
-
-BACKGROUND_HASH_BYTES = 16 << 20
 STREAM_MIN_BYTES = 16 << 20  # logs with this much text are read chunk by chunk, never whole
 GZIP_TEXT_RATIO = 8  # an SGLang log compresses 8-10×: a .gz of STREAM_MIN_BYTES / 8 on disk is streamed too
 GZIP_READ_BYTES = 1 << 20  # compressed bytes read from disk at a time
@@ -336,8 +294,8 @@ class LogStream:
     UTF-8 as it is read, so memory holds a few chunks, not the file. Chunks end just before a line that starts with
     '[' (an SGLang record) where there is one, else after a newline, so no line and no traceback is cut in two."""
 
-    def __init__(self, path: Path, size_bytes: int, *, gzipped: bool = False) -> None:
-        self.path = path
+    def __init__(self, path: Path | bytes, size_bytes: int, *, gzipped: bool = False) -> None:
+        self.path = path  # or the text itself, already valid UTF-8 (stdin read whole)
         self.size_bytes = size_bytes
         self.gzipped = gzipped
         self.bytes_read = 0  # bytes of the file read (on disk, also for a gzip)
@@ -353,7 +311,7 @@ class LogStream:
 
         A chunk is the head of one block read (a view into it, not a copy); the rest of the block, after the cut, is
         given back to the reader and starts the next block."""
-        with open(self.path, "rb") as handle:
+        with io.BytesIO(self.path) if isinstance(self.path, bytes) else open(self.path, "rb") as handle:
             text = GzipText(handle, self._hash) if self.gzipped else PlainText(handle, self._hash)
             done = 0  # bytes of text in the chunks so far
             size = tapered_bytes(0, text.remaining(self.size_bytes), chunk_bytes)
@@ -421,12 +379,11 @@ class LogStream:
 class RawInput:
     """A file's decoded-safe bytes (valid UTF-8, NUL bytes replaced) plus what was wrong with it.
 
-    `sha256` is of the bytes as stored on disk (before gunzip); for big inputs it is computed in the
-    background and the property waits for it. A big plain log is not read here: `stream` reads it chunk by
-    chunk (data is empty; its UTF-8 repairs are counted on the stream)."""
+    `sha256` is of the bytes as stored on disk (before gunzip). A big log is not read here: `stream` reads it chunk
+    by chunk and hashes it on the way (data is empty; its UTF-8 repairs are counted on the stream)."""
 
     data: bytes
-    digest: str | Sha256Job | LogStream
+    digest: str | LogStream
     size_bytes: int
     skipped_reason: str | None = None
     warnings: tuple[str, ...] = ()
@@ -489,25 +446,21 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
     exist, is a symlink loop, or is not a regular file (a FIFO would block: read a pipe as '-').
     """
     files: list[InputFile] = []
-    skipped: Counter[str] = Counter()
-    examples: dict[str, str] = {}
     seen: set[str] = set()
     named_files: set[str] = set()
     launch_dirs: dict[str, RunRef | None] = {}
     skipped_files: list[tuple[str, str]] = []
 
     def skip(reason: str, where: str) -> None:
-        skipped[reason] += 1
-        examples.setdefault(reason, where)
         skipped_files.append((where, reason))
 
-    def add(path: Path, kind: str, size: int, resolved: str | None = None) -> None:
+    def add(path: Path, kind: str, found: os.stat_result, resolved: str | None = None) -> None:
         resolved = resolved or str(path.resolve())
         if resolved in seen:
             return
         seen.add(resolved)
         run = _run_for(path, os.path.dirname(resolved), run_name, launch_dirs)
-        files.append(InputFile(source_file=resolved, kind=kind, run=run, path=path, size_bytes=size))
+        files.append(InputFile(source_file=resolved, kind=kind, run=run, path=path, size_bytes=found.st_size, stat=found))
 
     for argument in paths:
         if argument == "-":
@@ -519,7 +472,8 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
             files.append(InputFile(source_file=STDIN_NAME, kind="log", run=run, path=None, size_bytes=0))
             continue
         path = Path(argument)
-        mode = _mode(path, argument)
+        found = _stat_named(path, argument)
+        mode = found.st_mode
         if stat.S_ISDIR(mode):
             _walk(path, add, skip)
         elif not stat.S_ISREG(mode):
@@ -527,17 +481,16 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
                              hint="speclogs reads files and directories; pipe a stream in as '-' (… | speclogs ingest -)")
         else:
             kind = kind_for_name(path.name) or "log"
-            add(path, kind, _size(path))
+            add(path, kind, found)
             named_files.add(str(path.resolve()))
     notes = _shared_names(files, known_runs or {})
-    return Discovery(files=tuple(files), skipped=dict(skipped), skipped_examples=examples, notes=tuple(notes),
-                     skipped_files=tuple(skipped_files), named=frozenset(named_files))
+    return Discovery(files=tuple(files), notes=tuple(notes), skipped_files=tuple(skipped_files), named=frozenset(named_files))
 
 
-def _mode(path: Path, argument: str) -> int:
-    """The st_mode of a named path (following symlinks); InputError saying why when there is none."""
+def _stat_named(path: Path, argument: str) -> os.stat_result:
+    """The stat of a named path (following symlinks); InputError saying why when there is none."""
     try:
-        return path.stat().st_mode
+        return path.stat()
     except FileNotFoundError as error:
         if path.is_symlink():
             raise InputError(f"{argument}: a broken symlink (it points at {os.readlink(path)})",
@@ -572,7 +525,7 @@ def _shared_names(files: list[InputFile], known_runs: dict[str, str]) -> list[st
         by_name.setdefault(run.run_name, set()).add(run.run_id)
     notes = []
     for name, run_ids in sorted(by_name.items()):
-        if len(run_ids) < 2 or not any(run_id in runs and run_id not in known_runs for run_id in run_ids):
+        if len(run_ids) < 2 or run_ids <= known_runs.keys():  # not shared, or by stored runs alone
             continue
         folders = sorted({os.path.basename(run_folder(run.source_dir or "", run.cell is not None and run.launch_index is not None))
                           for run in (runs[run_id] for run_id in run_ids if run_id in runs)})
@@ -588,44 +541,57 @@ def run_folder(source_dir: str, launcher_run: bool) -> str:
 
 
 def _walk(root: Path, add, skip) -> None:
-    """Every file under root; symlinked directories are followed, each real directory walked once (a link back to
-    one already walked — a loop — is reported, not followed)."""
-    def on_error(error: OSError) -> None:
-        skip(f"unreadable directory ({error.strerror})", str(error.filename))
-
+    """Every file under root, a directory's files (sorted) before its subdirectories; symlinked directories are
+    followed, each real directory walked once (a link back to one already walked — a loop — is reported, not followed)."""
     walked = {os.path.realpath(root)}
-    for directory, dirnames, filenames in os.walk(root, onerror=on_error, followlinks=True):
-        hidden_dirs = [d for d in dirnames if d.startswith(".") or d == "__pycache__"]
-        for name in hidden_dirs:
-            skip("hidden directory", os.path.join(directory, name))
-        kept = []
-        for name in sorted(d for d in dirnames if d not in hidden_dirs):
-            real = os.path.realpath(os.path.join(directory, name))
+
+    def walk(directory: str, real_dir: str) -> None:
+        try:
+            with os.scandir(directory) as found:
+                entries = sorted(found, key=lambda entry: entry.name)
+        except OSError as error:
+            skip(f"unreadable directory ({error.strerror})", str(error.filename))
+            return
+        subdirs = []
+        for entry in (entry for entry in entries if _is_dir(entry)):
+            if entry.name.startswith(".") or entry.name == "__pycache__":
+                skip("hidden directory", entry.path)
+                continue
+            real = os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real_dir, entry.name)
             if real in walked:
-                skip("symlinked directory already walked (a loop, or a second link to it)", os.path.join(directory, name))
+                skip("symlinked directory already walked (a loop, or a second link to it)", entry.path)
                 continue
             walked.add(real)
-            kept.append(name)
-        dirnames[:] = kept
-        real_dir = os.path.realpath(directory)  # once a directory: a file's own path resolves further only if a link
-        for name in sorted(filenames):
-            where = os.path.join(directory, name)
-            if name.startswith("."):
-                skip("hidden file", where)
-                continue
-            kind = kind_for_name(name)
-            if kind is None:
-                skip(_skip_reason_for_name(name), where)
-                continue
-            path = Path(where)
-            try:
-                found = os.stat(where)
-            except OSError:
-                found = None
-            if found is None or not stat.S_ISREG(found.st_mode):
-                skip(_why_not_a_file(path), where)
-                continue
-            add(path, kind, found.st_size, os.path.realpath(where) if os.path.islink(where) else os.path.join(real_dir, name))
+            subdirs.append((entry.path, real))
+        for entry in (entry for entry in entries if not _is_dir(entry)):
+            kind = kind_for_name(entry.name)
+            if entry.name.startswith("."):
+                skip("hidden file", entry.path)
+            elif kind is None:
+                skip(_skip_reason_for_name(entry.name), entry.path)
+            elif (found := _entry_stat(entry)) is None or not stat.S_ISREG(found.st_mode):
+                skip(_why_not_a_file(Path(entry.path)), entry.path)
+            else:
+                add(Path(entry.path), kind, found,
+                    os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real_dir, entry.name))
+        for subdir in subdirs:
+            walk(*subdir)
+
+    walk(str(root), os.path.realpath(root))
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _entry_stat(entry: os.DirEntry) -> os.stat_result | None:
+    try:
+        return entry.stat()
+    except OSError:
+        return None
 
 
 def _why_not_a_file(path: Path) -> str:
@@ -635,13 +601,6 @@ def _why_not_a_file(path: Path) -> str:
         return "broken symlink"
     except OSError as error:
         return "symlink loop" if error.errno == errno.ELOOP else f"unreadable ({error.strerror})"
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def _run_for(path: Path, directory: str, run_name: str | None, launch_dirs: dict[str, RunRef | None]) -> RunRef:
@@ -688,17 +647,11 @@ def read_input(item: InputFile) -> RawInput:
         try:
             with open(item.path, "rb") as handle:
                 raw = handle.read()
-        except FileNotFoundError:
-            return _skipped("disappeared before it could be read")
-        except IsADirectoryError:
-            return _skipped("is a directory")
-        except PermissionError:
-            return _skipped("permission denied")
         except OSError as error:
-            return _skipped(f"read error ({error.strerror or error})")
+            return _unreadable(error)
         if item.size_bytes and len(raw) != item.size_bytes:
             warnings.append(f"changed while being read ({item.size_bytes:,} bytes when found, {len(raw):,} when read)")
-    sha256: str | Sha256Job = Sha256Job(raw) if len(raw) >= BACKGROUND_HASH_BYTES else hashlib.sha256(raw).hexdigest()
+    sha256 = hashlib.sha256(raw).hexdigest()
     size = len(raw)
     if raw.startswith(_GZIP_MAGIC):
         text = GzipText(io.BytesIO(raw))
@@ -736,10 +689,8 @@ def _streamed(path: Path, size_bytes: int) -> RawInput | None:
                 head = text.read(BINARY_PROBE_BYTES)
                 if text.skip_reason() is not None:
                     return RawInput(data=b"", digest="", size_bytes=size_bytes, skipped_reason=text.skip_reason())
-    except FileNotFoundError:
-        return _skipped("disappeared before it could be read")
     except OSError as error:
-        return _skipped(f"read error ({error.strerror or error})")
+        return _unreadable(error)
     if not gzipped and size_bytes < STREAM_MIN_BYTES:
         return None
     binary = binary_reason(head)
@@ -749,7 +700,12 @@ def _streamed(path: Path, size_bytes: int) -> RawInput | None:
     return RawInput(data=b"", digest=stream, size_bytes=size_bytes, stream=stream)
 
 
-def _skipped(reason: str) -> RawInput:
+_UNREADABLE = {FileNotFoundError: "disappeared before it could be read", IsADirectoryError: "is a directory",
+               PermissionError: "permission denied"}
+
+
+def _unreadable(error: OSError) -> RawInput:
+    reason = _UNREADABLE.get(type(error)) or f"read error ({error.strerror or error})"
     return RawInput(data=b"", digest="", size_bytes=0, skipped_reason=reason)
 
 

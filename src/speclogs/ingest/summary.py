@@ -1,8 +1,10 @@
-"""What an ingest did (IngestSummary) and how far it is (ProgressEvent)."""
+"""What an ingest did: one account type (FileAccount) for a chunk, a file (its `files` row) and the whole call
+(IngestSummary.account); ProgressEvent says how far it is."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from speclogs.redact import redact_json
@@ -18,6 +20,42 @@ class ProgressEvent:
     files_done: int
     files_total: int
     show: bool
+
+
+@dataclass(frozen=True)
+class FileAccount:
+    """What some lines came to: a chunk of a file, a whole file, or every file of an ingest (accounts add up)."""
+
+    total_lines: int = 0
+    parsed_lines: int = 0
+    continuation_lines: int = 0
+    unparsed_lines: int = 0
+    rows: dict[str, int] = field(default_factory=dict)  # table → rows
+    drift: dict[str, int] = field(default_factory=dict)  # pattern → near misses that are drift
+    warnings: tuple[str, ...] = ()
+    prefixed_pieces: int = 0
+    launch_starts: tuple[int, ...] = ()  # line numbers of its server starts
+    launch_facts: tuple[tuple[int, str, object], ...] = ()  # (launch_no, event, ts)
+    run_facts: dict[str, object] = field(default_factory=dict)  # what it says of its run (runs columns); the first wins
+
+    def __add__(self, other: FileAccount) -> FileAccount:
+        return FileAccount(
+            self.total_lines + other.total_lines, self.parsed_lines + other.parsed_lines,
+            self.continuation_lines + other.continuation_lines, self.unparsed_lines + other.unparsed_lines,
+            _added(self.rows, other.rows), _added(self.drift, other.drift),
+            self.warnings + other.warnings, self.prefixed_pieces + other.prefixed_pieces,
+            self.launch_starts + other.launch_starts, self.launch_facts + other.launch_facts,
+            {**other.run_facts, **self.run_facts},
+        )
+
+    def counts(self) -> FileAccount:
+        """Its line and row counts alone: what an ingest's account adds up from each file."""
+        return FileAccount(self.total_lines, self.parsed_lines, self.continuation_lines, self.unparsed_lines, self.rows,
+                           self.drift)
+
+
+def _added(counts: dict[str, int], more: dict[str, int]) -> dict[str, int]:
+    return {**counts, **{key: counts.get(key, 0) + count for key, count in more.items()}} if counts and more else counts or more
 
 
 @dataclass(frozen=True)
@@ -38,23 +76,16 @@ UNCHANGED = "unchanged, skipped (already ingested; --replace re-ingests)"
 
 @dataclass(frozen=True)
 class IngestSummary:
-    """Counts of one `ingest_paths` call. `skipped` maps a reason to how many files it applied to."""
+    """One `ingest_paths` call: the account of the files it ingested, and what it left out."""
 
     db_path: str
     files_found: int
     files_ingested: int
     files_unchanged: int
-    skipped: dict[str, int]
-    skipped_examples: dict[str, str]
-    lines_total: int
-    lines_parsed: int
-    lines_continuation: int
-    lines_unparsed: int
-    rows_per_table: dict[str, int]
     bytes_read: int
     seconds: float
+    account: FileAccount = FileAccount()
     warnings: tuple[str, ...] = ()
-    drift: dict[str, int] = field(default_factory=dict)
     runs: tuple[str, ...] = ()
     source_files: tuple[str, ...] = ()  # the files this call ingested (files.source_file)
     drift_notes: tuple[DriftNote, ...] = ()  # the drift view's rows for those files
@@ -63,16 +94,27 @@ class IngestSummary:
     failed: tuple[str, ...] = ()  # "source_file: why" for each file that failed (written nowhere) or, named, was unreadable
 
     @property
+    def skipped(self) -> dict[str, int]:
+        """Reason → how many files it applied to (unchanged ones included)."""
+        counts = Counter(why for _, why in self.skipped_files)
+        return dict(counts, **{UNCHANGED: self.files_unchanged}) if self.files_unchanged else dict(counts)
+
+    @property
+    def skipped_examples(self) -> dict[str, str]:
+        """Reason → the first file it applied to."""
+        return {why: where for where, why in reversed(self.skipped_files)}
+
+    @property
     def files_skipped(self) -> int:
-        return sum(self.skipped.values())
+        return len(self.skipped_files) + self.files_unchanged
 
     @property
     def parsed_pct(self) -> float:
-        return 100.0 * self.lines_parsed / self.lines_total if self.lines_total else 0.0
+        return 100.0 * self.account.parsed_lines / self.account.total_lines if self.account.total_lines else 0.0
 
     @property
     def lines_per_s(self) -> float:
-        return self.lines_total / self.seconds if self.seconds > 0 else 0.0
+        return self.account.total_lines / self.seconds if self.seconds > 0 else 0.0
 
     @property
     def mb_per_s(self) -> float:
@@ -80,16 +122,13 @@ class IngestSummary:
 
     def to_dict(self) -> dict:
         data = asdict(self)
-        data["warnings"] = list(self.warnings)
-        data["runs"] = list(self.runs)
-        data["source_files"] = list(self.source_files)
-        data["failed"] = list(self.failed)
-        data["drift_notes"] = [asdict(note) for note in self.drift_notes]
-        data["files_skipped"] = self.files_skipped
-        data["parsed_pct"] = round(self.parsed_pct, 2)
-        data["lines_per_s"] = round(self.lines_per_s, 1)
-        data["mb_per_s"] = round(self.mb_per_s, 2)
-        data["seconds"] = round(self.seconds, 3)
+        account = data.pop("account")
+        data.update(lines_total=account["total_lines"], lines_parsed=account["parsed_lines"],
+                    lines_continuation=account["continuation_lines"], lines_unparsed=account["unparsed_lines"],
+                    rows_per_table=dict(sorted(account["rows"].items())), drift=account["drift"])
+        data.update(skipped=self.skipped, skipped_examples=self.skipped_examples, files_skipped=self.files_skipped,
+                    parsed_pct=round(self.parsed_pct, 2), lines_per_s=round(self.lines_per_s, 1),
+                    mb_per_s=round(self.mb_per_s, 2), seconds=round(self.seconds, 3))
         return data
 
     def to_json(self) -> str:

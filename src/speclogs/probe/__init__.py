@@ -2,7 +2,7 @@
 
 Runs on the GPU box: imports only the standard library here; torch is imported by the rank processes
 (`speclogs.probe.worker`). The JSON it writes is read into DuckDB's nccl_probe table by
-`speclogs.ingest.nccl_probe`.
+`speclogs.ingest.jsonfiles.parse_nccl_probe`.
 """
 
 from speclogs.probe.envsets import SEEDS_TUNED_ENV, EnvSet, env_sets_from_plan, parse_env_set, parse_env_sets

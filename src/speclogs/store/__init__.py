@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from speclogs.errors import InputError
-from speclogs.ingest.summary import UNCHANGED, IngestSummary
+from speclogs.ingest.summary import IngestSummary
 from speclogs.store.database import SCHEMA_VERSION, connect, drift_notes
 from speclogs.store.query import QueryResult, run_query
 
@@ -91,7 +91,7 @@ def ingest_paths(
     known_runs = {run_id: name for run_id, (name, files) in known_runs.items()
                   if not files or not all(any(f == root or f.startswith(root + os.sep) for root in roots) for f in files)}
     discovery = discover_inputs([str(p) for p in paths], run_name=run_name, known_runs=known_runs)
-    if not discovery.files and not discovery.skipped:   # an empty folder: no empty database left behind either
+    if not discovery.files and not discovery.skipped_files:   # an empty folder: no empty database left behind either
         raise InputError(f"nothing to ingest: no file in {', '.join(map(str, paths)) or 'the arguments'}",
                          hint="pass log files, directories, .gz files or '-' for stdin")
     unchanged = 0 if replace or verify else len(discovery.files)
@@ -127,8 +127,6 @@ def ingest_paths(
     if unchanged:
         tally.files_total += unchanged
         tally.unchanged += unchanged
-        tally.skipped[UNCHANGED] += unchanged
-        tally.skipped_examples.setdefault(UNCHANGED, "")
     return dataclasses.replace(tally.summary(str(db_path), time.perf_counter() - started), drift_notes=notes)
 
 
@@ -158,22 +156,13 @@ def _stored(db_path: str | Path) -> tuple[dict[str, tuple[str, list[str]]], dict
 
 def _as_stored(item, stats: dict[str, tuple]) -> bool:
     """Whether an input file is on disk as it was when it was stored: same path, size, mtime and inode."""
-    stored = stats.get(item.source_file)
-    if stored is None or item.path is None:
-        return False
-    try:
-        now = os.stat(item.source_file)  # (resolved already: no path object to build)
-    except OSError:
-        return False
-    return stored == (now.st_size, now.st_mtime_ns, now.st_ino)
+    found = item.stat  # (taken when discovery found it)
+    return found is not None and stats.get(item.source_file) == (found.st_size, found.st_mtime_ns, found.st_ino)
 
 
 def _nothing_changed(db_path: str, unchanged: int, discovery, seconds: float) -> IngestSummary:
     """The summary of a call whose every input is stored as it is (nothing read, the database not opened to write)."""
-    skipped = {**discovery.skipped, UNCHANGED: unchanged}
     return IngestSummary(
-        db_path=db_path, files_found=unchanged, files_ingested=0, files_unchanged=unchanged, skipped=skipped,
-        skipped_examples={**discovery.skipped_examples, UNCHANGED: ""}, lines_total=0, lines_parsed=0, lines_continuation=0,
-        lines_unparsed=0, rows_per_table={}, bytes_read=0, seconds=seconds, warnings=tuple(discovery.notes),
-        skipped_files=discovery.skipped_files,
+        db_path=db_path, files_found=unchanged, files_ingested=0, files_unchanged=unchanged, bytes_read=0,
+        seconds=seconds, warnings=tuple(discovery.notes), skipped_files=discovery.skipped_files,
     )

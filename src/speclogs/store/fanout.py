@@ -230,11 +230,7 @@ def _get(ray, refs):
 
 def _account(discovery: Discovery, tallies: list[Tally]) -> Tally:
     """The tasks' accounts added up in task order, with what discovery skipped and noted first (as run_pipeline)."""
-    total = Tally(len(discovery.files), sum(item.size_bytes for item in discovery.files))
-    for reason, count in discovery.skipped.items():
-        total.skipped[reason] += count
-        total.skipped_examples.setdefault(reason, discovery.skipped_examples.get(reason, ""))
-    total.warnings.extend(discovery.notes)
+    total = Tally.of(discovery)
     for tally in tallies:
         total.absorb(tally)
     return total

@@ -350,17 +350,19 @@ FILE_TYPES = polars_schema("files")
 
 
 def file_row(parsed: ParsedFile) -> dict:
-    raw, counts = parsed.raw, parsed.counts
-    warnings = list(raw.warnings) + counts.warnings
+    raw, account = parsed.raw, parsed.account
+    warnings = list(raw.warnings + account.warnings)
     stream = raw.stream if raw.stream is not None else raw
     return {
         "source_file": parsed.source_file, "sha256": raw.sha256, "run_id": parsed.item.run.run_id,
-        "size_bytes": raw.size_bytes, "total_lines": counts.total, "parsed_lines": counts.parsed,
-        "continuation_lines": counts.continuation, "unparsed_lines": counts.unparsed, "ingested_at": datetime.now(),
-        "kind": counts.kind, "invalid_utf8": stream.invalid_utf8, "nul_bytes": stream.nul_bytes,
+        "size_bytes": raw.size_bytes, "total_lines": account.total_lines,
+        "parsed_lines": account.parsed_lines, "continuation_lines": account.continuation_lines,
+        "unparsed_lines": account.unparsed_lines, "ingested_at": datetime.now(), "kind": parsed.item.kind,
+        "invalid_utf8": stream.invalid_utf8, "nul_bytes": stream.nul_bytes,
         "warnings": json.dumps(warnings) if warnings else None, "parse_seconds": round(parsed.seconds, 6),
-        "near_misses": json.dumps(dict(sorted(counts.drift.items()))) if counts.drift else None,
-        "mtime_ns": parsed.stat.st_mtime_ns if parsed.stat else None, "inode": parsed.stat.st_ino if parsed.stat else None,
+        "near_misses": json.dumps(dict(sorted(account.drift.items()))) if account.drift else None,
+        "mtime_ns": parsed.item.stat.st_mtime_ns if parsed.item.stat else None,
+        "inode": parsed.item.stat.st_ino if parsed.item.stat else None,
     }
 
 
@@ -384,7 +386,7 @@ def batch_run_rows(files: list[ParsedFile]) -> dict[str, dict]:
              "launch_index": run.launch_index, "ingested_at": now},
         )
         for column in RUN_FACT_COLUMNS:
-            value = parsed.facts.get(column)
+            value = parsed.account.run_facts.get(column)
             if value is not None and row.get(column) is None:
                 row[column] = value
     return merged

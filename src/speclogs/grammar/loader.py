@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -9,7 +10,6 @@ from pathlib import Path
 
 from speclogs.errors import GrammarError
 from speclogs.grammar.fields import FIELDS_SLOT, read_labels
-from speclogs.grammar.held import Definition
 from speclogs.grammar.lower import BUILTIN_SHAPE_REGEXES, file_shape_regex, template_regex
 from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-exported)
     DERIVES,
@@ -314,12 +314,19 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
         return None
     return Pattern(
         name=name, family=family, table=table, scope=scope, gate=gate, regex=regex,
-        definition=Definition(nodes, name, field_types=field_types, field_shapes=field_shapes, shape_specs=shape_specs, where=where),
+        build=functools.partial(_element, nodes, name, field_types=field_types, field_shapes=field_shapes,
+                                shape_specs=shape_specs, where=where),
         constants=constants, fields=tuple(fields[n] for n in dict.fromkeys(names)), description=description,
         versions=versions, source=f"{shown}:{pline}", derive=DERIVES.get(derive_name) if derive_name else None,
         group=group, template=template, derive_name=derive_name, text_column=text_column,
         field_list=field_list if FIELDS_SLOT in names else None,
     )
+
+
+def _element(*args, **kwargs):
+    from speclogs.grammar.definition import pattern_element  # (pyparsing: only where a definition is used)
+
+    return pattern_element(*args, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------------

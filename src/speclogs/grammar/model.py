@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -13,7 +14,6 @@ if TYPE_CHECKING:
     import pyparsing as pp
 
     from speclogs.grammar.fields import FieldList
-    from speclogs.grammar.held import Definition
 
 FIELD_TYPES = ("int", "float", "bool", "str", "pct")
 FIELD_ROLES = ("key", "measure", "label")
@@ -150,7 +150,7 @@ class Pattern:
     scope: str
     gate: str
     regex: str  # the compiled form (anchored; polars runs it)
-    definition: Definition = field(repr=False)  # the pyparsing element, built when first used
+    build: Callable[[], pp.ParserElement] = field(repr=False)  # the pyparsing element, built when first used
     constants: dict[str, object] = field(default_factory=dict)
     fields: tuple[Field, ...] = ()
     description: str = ""
@@ -166,9 +166,10 @@ class Pattern:
     template: str = ""  # the template text the element was built from
     derive_name: str | None = None
 
-    @property
+    @functools.cached_property
     def element(self) -> pp.ParserElement:
-        return self.definition.element
+        """The definition: built the first time it is needed (an ingest runs only the regex, never pyparsing)."""
+        return self.build()
 
     @property
     def field_names(self) -> tuple[str, ...]:

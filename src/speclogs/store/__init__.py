@@ -50,6 +50,14 @@ def _cyclic_gc_paused(function):
     return paused
 
 
+def compile_grammars(grammar_paths: tuple[Path, ...] = ()):
+    """The bundled and the user's grammars, loaded and compiled for the ingest (speclogs.ingest.classify)."""
+    from speclogs.grammar import load_grammars
+    from speclogs.ingest.classify import compile_engine
+
+    return compile_engine(load_grammars(grammar_paths))
+
+
 @_cyclic_gc_paused
 def ingest_paths(
     paths: Sequence[str | Path],
@@ -77,12 +85,7 @@ def ingest_paths(
 
     started = time.perf_counter()
 
-    def engine():
-        from speclogs.grammar import load_grammars
-        from speclogs.ingest.classify import compile_engine
-
-        return compile_engine(load_grammars(grammar_paths))
-
+    engine = functools.partial(compile_grammars, tuple(grammar_paths))
     # what to read is found before the database is opened for writing (no lock held while a big tree is walked;
     # nothing created when an input does not exist); a file as stored (path, size, mtime, inode) is not read at all
     known_runs, stats = _stored(db_path)

@@ -1,24 +1,13 @@
 """The content check: is everything each source line printed in the database?
 
-`check_content(db)` re-reads every ingested source file and holds each physical line against the rows ingest
-made of it (every table with `source_file` and `line_no`, plus the multi-line `errors` records that span it).
-A line passes when every token it prints is found in its rows:
-
-- a number (`0.92`, `2435072`, `-1`) equals a numeric cell (to the precision printed), is part of a timestamp
-  cell (year, month, …, seconds, milliseconds), or occurs in a text cell;
-- a word (`Decode`, `TP0`, `OutOfMemoryError`) occurs in a text cell, equals a boolean cell (`True`/`False`),
-  or is template text: a literal of a grammar pattern that writes to one of the line's tables.
-
-A line with no row at all, or a token found nowhere, is a loss. Prometheus snapshots (*.prom) are checked like
-logs, token by token (a sample's name, label names and values, and its value as printed; a # HELP line's words).
-JSON inputs (bench.jsonl, request exports, *.nccl_probe.json) are checked the same way, value by value: every scalar
-of a JSONL record is in its line's rows, every scalar of a probe file in the file's rows. The check reads, never
-writes; `speclogs check` prints what it finds.
-
-The lines are the raw source's: a token the database does not hold because the ingest redacted it (speclogs.redact)
-is counted as redacted, per file, never as found, so an over-eager redaction shows. A file that cannot be re-read as
-it was ingested (gone, changed since, or stdin) is "cannot verify", which fails the check. A log is read and checked a
-window of lines at a time, with only that window's rows in memory.
+`check_content(connection)` re-reads every ingested file and holds each line against the rows ingest made of it
+(every table with `source_file` and `line_no`, and the multi-line records that span it). A line passes when each
+token it prints is found: a number equals a numeric cell (to the precision printed), is part of a timestamp cell or
+occurs in a text cell; a word occurs in a text cell, equals a boolean cell, or is a literal of a grammar pattern that
+writes to one of the line's tables. JSON inputs are checked value by value; a whole-document input (NCCL probe,
+run.json) against the file's rows. A token the ingest redacted (speclogs.redact) is counted as redacted, never as
+found. A file that cannot be re-read as it was ingested (gone, changed, stdin) is "cannot verify", which fails the
+check. A log is checked a window of lines at a time, with only that window's rows in memory.
 """
 
 from __future__ import annotations
@@ -56,9 +45,6 @@ class Loss:
     tables: tuple[str, ...]  # the tables that have rows for it
     text: str
 
-    def to_dict(self) -> dict:
-        return {"source_file": self.source_file, "line_no": self.line_no, "missing": list(self.missing),
-                "tables": list(self.tables), "text": self.text}
 
 
 @dataclass(frozen=True)
@@ -89,6 +75,14 @@ class ContentCheck:
         return sum(f.lines_kept for f in self.files)
 
     @property
+    def tokens_redacted(self) -> int:
+        return sum(f.tokens_redacted for f in self.files)
+
+    @property
+    def lines_redacted(self) -> int:
+        return sum(f.lines_redacted for f in self.files)
+
+    @property
     def unchecked(self) -> tuple[FileCheck, ...]:
         return tuple(f for f in self.files if f.note is not None)
 
@@ -97,20 +91,12 @@ class ContentCheck:
         """Every line of every file verified and kept: a file that could not be verified is not a pass."""
         return self.lines_lost == 0 and not self.unchecked
 
-    @property
-    def tokens_redacted(self) -> int:
-        return sum(f.tokens_redacted for f in self.files)
-
-    @property
-    def lines_redacted(self) -> int:
-        return sum(f.lines_redacted for f in self.files)
-
     def to_dict(self) -> dict:
         return {
             "ok": self.ok, "lines": self.lines, "lines_kept": self.lines_kept, "lines_lost": self.lines_lost,
             "files_unverified": len(self.unchecked), "lines_redacted": self.lines_redacted,
             "tokens_redacted": self.tokens_redacted,
-            "files": [asdict(f) for f in self.files], "losses": [loss.to_dict() for loss in self.losses],
+            "files": [asdict(f) for f in self.files], "losses": [asdict(loss) for loss in self.losses],
         }
 
 

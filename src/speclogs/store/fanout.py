@@ -1,21 +1,12 @@
-"""`speclogs ingest … --lake DIR --ray local|auto|ADDRESS`: the ingest's parsing fanned out as tasks on a Ray cluster.
+"""`speclogs ingest … --lake DIR --ray local|auto|ADDRESS`: the ingest's parsing fanned out as Ray tasks.
 
-Ray does the scheduling, the worker processes, the retries of lost workers and the transport; speclogs only says
-what a task is. The driver (this process) discovers the inputs, opens the lake for writing (speclogs.store.lake:
-an interrupted ingest taken back, the hashes it holds) and cuts the files into tasks, in discovery order, of about
-`TASK_BYTES` each (at least two per CPU of the cluster), never splitting a run's files. Then two rounds:
-
-1. hash: each task takes the sha256 of its files where they are. The driver thereby knows the files whose content
-   an earlier file of this call has, and tells the tasks holding them, so the pipeline leaves them out with its own
-   words, as a single-process ingest does (the first in discovery order is kept).
-2. parse: each task runs the ingest pipeline (speclogs.ingest.pipeline.run_pipeline) over its files into a LakeSink
-   that keeps the rows, and returns its account (Tally), its rows and what it took in.
-
-The driver is the one writer: it appends each task's rows to the Delta tables as the task finishes, adds the
-accounts up in task order and commits (speclogs.store.lake.commit: the runs rows, then the files rows, the commit
-point). A task that fails fails the ingest: nothing of it is committed. The inputs must be at the same paths on every
-node that runs tasks (one machine, or a shared file system); a cluster other than 'local' gets speclogs itself
-shipped with the job (Ray's py_modules), so its nodes need Ray and speclogs' dependencies, not speclogs.
+Ray schedules, retries lost workers and carries the data; speclogs only says what a task is. The driver discovers the
+inputs, opens the lake (speclogs.store.lake) and cuts the files, in discovery order, into tasks of about TASK_BYTES
+(never splitting a run). Round 1 hashes each task's files where they are, so that the driver can tell each task which
+earlier files have the same content (the first in discovery order is kept, as without Ray). Round 2 runs the ingest
+pipeline per task into a LakeSink that keeps the rows; the driver, the one writer, appends them as tasks finish and
+commits at the end. A failed task fails the ingest. The inputs must be at the same paths on every node; a cluster
+other than 'local' gets speclogs shipped with the job (Ray's py_modules).
 """
 
 from __future__ import annotations
@@ -34,7 +25,8 @@ from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, Tally, run_pipeline
 from speclogs.ingest.sources import Discovery, InputFile, discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
 from speclogs.store.database import SCHEMA_VERSION
-from speclogs.store.lake import Collected, LakeSink, SinkResult, commit, engine_factory, open_for_writing, stored_files, stored_run_names
+from speclogs.store import compile_grammars
+from speclogs.store.lake import Collected, LakeSink, SinkResult, commit, open_for_writing, stored_files, stored_run_names
 
 TASK_BYTES = 64 << 20     # input per task at most: big enough that a task's fixed cost (~0.2 s) is noise
 TASKS_PER_CPU = 2         # at least this many tasks per CPU, so that a slow task does not leave CPUs idle at the end
@@ -263,16 +255,14 @@ def hash_files(files: list[InputFile]) -> dict:
     return found
 
 
-@functools.lru_cache(maxsize=2)
-def _worker_engine(grammars: tuple[str, ...]):
-    """The grammars compiled once per worker process and reused by its tasks (a call's grammars; the last two kept)."""
-    return engine_factory(tuple(Path(p) for p in grammars))()
+# the grammars compiled once per worker process, reused by its tasks
+_worker_engine = functools.lru_cache(maxsize=2)(compile_grammars)
 
 
 def parse_files(files: list[InputFile], stored: dict[str, dict[str, int]], grammars: tuple[str, ...],
                 chunk_bytes: int) -> tuple[Tally, SinkResult, list]:
     """One task: the pipeline over `files`. Returns its account, what it took in and its rows [(table, frame)]."""
-    engine = _worker_engine(grammars)
+    engine = _worker_engine(tuple(Path(p) for p in grammars))
     rows = Collected()
     sink = LakeSink(rows, stored)
     tally = run_pipeline(Discovery(files=tuple(files)), sink, lambda: engine, chunk_bytes=chunk_bytes)

@@ -169,14 +169,6 @@ def _refuse_other_files(path: Path) -> None:
                          hint="pass the .duckdb file `speclogs ingest --db` wrote, or a new path to create one")
 
 
-def second_connection(connection: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """Another connection to the file `connection` (from connect) writes: its own transactions, run at the same time
-    as the first's (DuckDB appends to a table from two connections without conflict)."""
-    other = connection.cursor()
-    other.execute(f"USE {_CATALOG}")
-    return other
-
-
 META_SQL = ("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
             "CREATE TABLE IF NOT EXISTS _migrations (version INTEGER, description VARCHAR, applied_at TIMESTAMP)")
 

@@ -24,8 +24,8 @@ from speclogs.errors import StoreError
 from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, Tally, run_pipeline
 from speclogs.ingest.sources import Discovery, InputFile, discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
-from speclogs.store.database import SCHEMA_VERSION
 from speclogs.store import compile_grammars
+from speclogs.store.database import SCHEMA_VERSION
 from speclogs.store.lake import Collected, LakeSink, SinkResult, commit, open_for_writing, stored_files, stored_run_names
 
 TASK_BYTES = 64 << 20     # input per task at most: big enough that a task's fixed cost (~0.2 s) is noise

@@ -7,15 +7,11 @@ Every table is a plain table of the columns speclogs.schema lists (schema.sql an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import polars as pl
 
 from speclogs.ingest.records import redacted
 from speclogs.schema import columns
-
-if TYPE_CHECKING:
-    import duckdb
 
 # Tables a file's rows go to without a run_id (a probe file is not a run's).
 SOURCE_ONLY_TABLES = ("nccl_probe", "nccl_probe_files")
@@ -62,28 +58,18 @@ class Layout:
         keyed = [pl.Series(name, values[name], dtype=pl.Utf8).cast(pl.Categorical).gather(index) for name in names]
         return frame.drop("file").with_columns(keyed)
 
-    def settled(self, table: str, frame: pl.DataFrame, keys: dict[str, object]) -> bool:
-        """Whether inserting `frame` into `table` creates nothing (the table has every column the frame and keys fill):
-        then another connection may insert it (insert's `connection`)."""
-        known = self._columns.get(table)
-        return known is not None and all(name in known for name in (*frame.columns, *keys))
-
-    def insert(self, table: str, frame: pl.DataFrame, keys: dict[str, object] | None = None, *,
-               connection: duckdb.DuckDBPyConnection | None = None) -> int:
+    def insert(self, table: str, frame: pl.DataFrame, keys: dict[str, object] | None = None) -> int:
         """One INSERT of `frame`'s columns (the table's others stay NULL); `keys` are constant VARCHAR columns that
-        DuckDB fills itself (cheaper than a column per row through Arrow). `connection`: another connection to insert
-        on (store.database.second_connection), for a frame the layout has `settled`."""
+        DuckDB fills itself (cheaper than a column per row through Arrow)."""
         if frame.height == 0:
             return 0
         keys = keys or {}
-        if connection is not None and not self.settled(table, frame, keys):
-            raise ValueError(f"rows for {table} create columns: they are inserted on the layout's own connection")
         known = self._columns.get(table, {})
         empty = [name for name in frame.columns if name not in known and frame.get_column(name).null_count() == frame.height]
         frame = frame.drop(empty) if known and empty else frame  # a column nothing filled creates nothing
         self._ensure(table, frame, keys)
         constants = "".join(f', ?::VARCHAR AS "{name}"' for name in keys)
-        connection = connection or self._connection
+        connection = self._connection
         frame = redacted(table, frame)  # the one door into the database file: nothing secret goes through it
         # large strings, copied: DuckDB keeps string views pointing into the buffers of the chunk they came from (the
         # whole chunk's text, for a frame of a few hundred rows)

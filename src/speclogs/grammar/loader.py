@@ -307,7 +307,7 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
     if text_column is not None and (not isinstance(text_column, str) or not text_column.isidentifier() or text_column in names):
         problem(pline, f"pattern '{name}': text = {text_column!r} must name a column the pattern does not capture")
         return None
-    dropped = discarded_slots(nodes, field_shapes, shape_specs)
+    dropped = discarded_slots(nodes, shape_specs)
     if dropped and text_column is None:
         problem(pline, f"pattern '{name}' drops what {{_:{dropped[0]}}} matches, but its rows keep no text: capture it as a field, "
                        "or set text = \"message\" (the column its rows keep the matched text in)")

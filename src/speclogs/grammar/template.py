@@ -153,18 +153,21 @@ def check_rest_is_last(nodes: tuple, where: str, field_shapes: dict[str, str | N
                 check_rest_is_last(branch, where, field_shapes, followed=after)
 
 
-def slot_names(nodes: tuple) -> list[str]:
-    """Captured field names in template order (duplicates kept, so the caller can report them)."""
-    names: list[str] = []
+def leaves(nodes: tuple):
+    """The Lit and Slot nodes of a template, in order, through every optional part and alternative."""
     for node in nodes:
-        if isinstance(node, Slot) and node.name != "_":
-            names.append(node.name)
-        elif isinstance(node, Optional_):
-            names += slot_names(node.body)
+        if isinstance(node, Optional_):
+            yield from leaves(node.body)
         elif isinstance(node, Alternatives):
             for branch in node.branches:
-                names += slot_names(branch)
-    return names
+                yield from leaves(branch)
+        else:
+            yield node
+
+
+def slot_names(nodes: tuple) -> list[str]:
+    """Captured field names in template order (duplicates kept, so the caller can report them)."""
+    return [node.name for node in leaves(nodes) if isinstance(node, Slot) and node.name != "_"]
 
 
 # The built-in shapes and the type of value each matches (their regexes: lower.py; their pyparsing elements:
@@ -211,19 +214,11 @@ def resolve_slot(node: Slot, *, field_types: dict[str, str], field_shapes: dict[
     return shape, shape_type
 
 
-def discarded_slots(nodes: tuple, field_shapes: dict[str, str | None], shape_specs: dict[str, dict]) -> list[str]:
+def discarded_slots(nodes: tuple, shape_specs: dict[str, dict]) -> list[str]:
     """The shapes of the uncaptured slots that can match content (a letter or a digit): what a pattern drops from the
     line unless its rows keep the text. Padding shapes (`spaces = { chars = " " }`, rules of '-' or '=') drop none."""
-    found: list[str] = []
-    for node in nodes:
-        if isinstance(node, Slot) and node.name == "_" and _holds_content(node.shape, shape_specs):
-            found.append(node.shape)
-        elif isinstance(node, Optional_):
-            found += discarded_slots(node.body, field_shapes, shape_specs)
-        elif isinstance(node, Alternatives):
-            for branch in node.branches:
-                found += discarded_slots(branch, field_shapes, shape_specs)
-    return found
+    return [node.shape for node in leaves(nodes)
+            if isinstance(node, Slot) and node.name == "_" and _holds_content(node.shape, shape_specs)]
 
 
 def _holds_content(shape: str | None, shape_specs: dict[str, dict]) -> bool:

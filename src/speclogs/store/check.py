@@ -182,7 +182,7 @@ def template_vocabulary(grammars) -> dict[str, frozenset[str]]:
 def _spellings(nodes) -> list[str]:
     """Every text a template's literal parts can print (slots as a break), up to _MAX_SPELLINGS of them; past that,
     each literal on its own (its tokens are still all there, only words glued across a group are not)."""
-    from speclogs.grammar.template import Alternatives, Lit, Optional_, Slot
+    from speclogs.grammar.template import Alternatives, Lit, Optional_, Slot, leaves
 
     spelled = [""]
     for node in nodes:
@@ -196,24 +196,9 @@ def _spellings(nodes) -> list[str]:
             assert isinstance(node, Alternatives)
             options = [text for branch in node.branches for text in _spellings(branch)]
         if len(spelled) * len(options) > _MAX_SPELLINGS:
-            return _pieces(nodes)
+            return [node.text for node in leaves(nodes) if isinstance(node, Lit)]
         spelled = [head + option for head in spelled for option in options]
     return spelled
-
-
-def _pieces(nodes) -> list[str]:
-    from speclogs.grammar.template import Alternatives, Lit, Optional_
-
-    out: list[str] = []
-    for node in nodes:
-        if isinstance(node, Lit):
-            out.append(node.text)
-        elif isinstance(node, Optional_):
-            out += _pieces(node.body)
-        elif isinstance(node, Alternatives):
-            for branch in node.branches:
-                out += _pieces(branch)
-    return out
 
 
 # ----------------------------------------------------------------------------------------------------------------

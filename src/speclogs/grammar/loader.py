@@ -40,8 +40,6 @@ class LoadedFile:
     patterns: list[Pattern] = field(default_factory=list)
     problems: list[GrammarProblem] = field(default_factory=list)
     kind: str | None = None  # 'prefix' | 'wrapper': what stands before a message, not a pattern of a scope
-    shape_specs: dict[str, dict] = field(default_factory=dict)
-    field_shapes: dict[str, str | None] = field(default_factory=dict)
 
 
 def _header_lines(text: str, header: str) -> list[int]:
@@ -119,18 +117,16 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
         fields[FIELDS_SLOT] = Field(FIELDS_SLOT, "str", None, "label", "the field list, read by [labels]")
         field_shapes[FIELDS_SLOT] = "rest"
     shape_specs: dict[str, dict] = {}
+    shape_regexes: dict[str, str] = {}
     for shape_name, spec in (doc.get("shapes") or {}).items():
         try:
             if not isinstance(spec, dict):
                 raise GrammarError(f"shape '{shape_name}' must be a table, e.g. {{ values = [\"a\", \"b\"] }}")
-            file_shape_regex(spec, f"shape '{shape_name}'")
+            shape_regexes[shape_name] = file_shape_regex(spec, f"shape '{shape_name}'")
         except GrammarError as exc:
             problem(1, str(exc))
             continue
         shape_specs[shape_name] = dict(spec)
-    loaded.shape_specs = shape_specs
-    shape_regexes = {k: file_shape_regex(v, f"{shown}: shape '{k}'") for k, v in shape_specs.items()}
-    loaded.field_shapes = field_shapes
 
     pattern_lines = _header_lines(text, "pattern")
     sample_lines = iter(_header_lines(text, "pattern.sample"))
@@ -145,7 +141,7 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
             continue
         # samples first, so the sample line numbers stay in step even when this pattern is rejected below
         samples = _read_samples(spec.get("sample", []), sample_lines, lines, pline, problem)
-        counters = _read_counter_samples(spec.get("counter_sample", []), counter_lines, lines, pline, problem)
+        counters = _read_samples(spec.get("counter_sample", []), counter_lines, lines, pline, problem, counter=True)
         name = spec.get("name")
         if not isinstance(name, str) or not name.isidentifier():
             problem(pline, f"pattern name {name!r} is not an identifier")
@@ -246,30 +242,24 @@ def _read_fields(specs: list, header_lines: list[int], problem) -> tuple[dict[st
     return fields, field_shapes
 
 
-def _read_samples(raw: list, header_lines, lines: list[str], pline: int, problem) -> list[Sample]:
+def _read_samples(raw: list, header_lines, lines: list[str], pline: int, problem, *, counter: bool = False) -> list:
+    """A pattern's [[pattern.sample]] (or, with counter, [[pattern.counter_sample]]) entries."""
     samples = []
     for s in raw if isinstance(raw, list) else [raw]:
         header = next(header_lines, pline)
         if not isinstance(s, dict) or not isinstance(s.get("line"), str):
-            problem(header, "a [[pattern.sample]] needs line = \"…\" (a real log line)")
+            problem(header, f"a [[pattern.{'counter_sample' if counter else 'sample'}]] needs line = \"…\" (a real log line)")
+            continue
+        line_no = _key_line_after(lines, header - 1, "line")
+        if counter:
+            samples.append(CounterSample(s["line"], s.get("claimed_by"), line_no))
             continue
         expect, null = s.get("expect", {}), s.get("null", [])
         if not isinstance(expect, dict) or not isinstance(null, list):
             problem(header, "a sample's expect must be a table { col = value } and null a list of column names")
             continue
-        samples.append(Sample(s["line"], dict(expect), _key_line_after(lines, header - 1, "line"), tuple(null)))
+        samples.append(Sample(s["line"], dict(expect), line_no, tuple(null)))
     return samples
-
-
-def _read_counter_samples(raw: list, header_lines, lines: list[str], pline: int, problem) -> list[CounterSample]:
-    counters = []
-    for s in raw if isinstance(raw, list) else [raw]:
-        header = next(header_lines, pline)
-        if not isinstance(s, dict) or not isinstance(s.get("line"), str):
-            problem(header, "a [[pattern.counter_sample]] needs line = \"…\"")
-            continue
-        counters.append(CounterSample(s["line"], s.get("claimed_by"), _key_line_after(lines, header - 1, "line")))
-    return counters
 
 
 def _escape_template(text: str) -> str:

@@ -343,11 +343,8 @@ def _same(expected: object, got: object) -> bool:
 
 
 def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | None = None) -> list[GrammarProblem]:
-    """Check every sample and counter-sample of every pattern against the whole ordered set.
-
-    With `focus` (a set of file paths), only problems that involve a pattern of those files are looked for:
-    their own samples, and other files' samples that one of their patterns would claim first.
-    """
+    """Check every sample and counter-sample of every pattern against the whole ordered set. With `focus` (file
+    paths), only problems that involve a pattern of those files: their samples, and others' they would claim first."""
     problems: list[GrammarProblem] = []
     ordered = ordered_patterns(files)
     seen: dict[str, str] = {}
@@ -362,8 +359,8 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
     for q in ordered:
         if q.field_list is not None:
             field_readers.setdefault((q.family, q.scope), q)
-
     groups_with_samples = {p.group for p in ordered if p.samples}
+
     def focused(q: Pattern) -> bool:
         return focus is None or q.source.rsplit(":", 1)[0] in focus
 
@@ -380,6 +377,10 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
             if not is_head:
                 _check_claims_only(p, by_scope, prefix, focused, problems)
             continue
+
+        def bad(sample, message: str, file: str = file) -> None:
+            problems.append(GrammarProblem(file, sample.line_no, sample.line, message))
+
         if not p.samples and p.group not in groups_with_samples:
             problems.append(GrammarProblem(file, int(p.source.rsplit(":", 1)[1]), None,
                                            f"pattern '{p.name}' has no [[pattern.sample]]; every pattern needs at least one real line"))
@@ -387,54 +388,51 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
         compiled = compiled_values(p, [text for text, _ in texts])
         for s, (text, head), fast in zip(p.samples, texts, compiled):
             if p.gate and p.gate not in text:
-                problems.append(GrammarProblem(file, s.line_no, s.line,
-                                               f"gate {p.gate!r} of pattern '{p.name}' does not occur in the sample"))
+                bad(s, f"gate {p.gate!r} of pattern '{p.name}' does not occur in the sample")
             slow = p.parse(text)
             if slow is None:
-                problems.append(GrammarProblem(file, s.line_no, s.line, f"sample does not fully match pattern '{p.name}'"))
+                bad(s, f"sample does not fully match pattern '{p.name}'")
                 continue
             if fast != {key: _in_bigint(value) for key, value in slow.items()}:
-                problems.append(GrammarProblem(file, s.line_no, s.line,
-                                               f"pattern '{p.name}': the compiled regex gives {fast} but pyparsing gives {slow}"))
+                bad(s, f"pattern '{p.name}': the compiled regex gives {fast} but pyparsing gives {slow}")
             reader = field_readers.get((p.family, p.scope))
             if reader is not None and reader is not p:
-                problems += _disagreement(reader, p, text, slow, file, s)
+                problems.extend(_disagreement(reader, p, text, slow, file, s))
             values = {**head, **slow}
             for key, want in s.expect.items():
                 if key not in values:
-                    problems.append(GrammarProblem(file, s.line_no, s.line,
-                                                   f"expect names '{key}', which pattern '{p.name}' does not fill"))
+                    bad(s, f"expect names '{key}', which pattern '{p.name}' does not fill")
                 elif not _same(want, values[key]):
-                    problems.append(GrammarProblem(file, s.line_no, s.line, f"expected {key} = {want!r}, got {values[key]!r}"))
+                    bad(s, f"expected {key} = {want!r}, got {values[key]!r}")
             for key in s.null:
                 if key not in values:
-                    problems.append(GrammarProblem(file, s.line_no, s.line, f"null names '{key}', which pattern '{p.name}' does not fill"))
+                    bad(s, f"null names '{key}', which pattern '{p.name}' does not fill")
                 elif values[key] is not None:
-                    problems.append(GrammarProblem(file, s.line_no, s.line, f"expected {key} to be NULL, got {values[key]!r}"))
-            if is_head:
-                continue
-            for earlier in by_scope[p.scope]:
-                if earlier is p:
-                    break
-                if earlier.gate and earlier.gate not in text:
-                    continue
-                if earlier.parse(text) is not None:
-                    problems.append(GrammarProblem(file, s.line_no, s.line,
-                                                   f"sample of '{p.name}' is claimed first by '{earlier.name}' ({earlier.source}); "
-                                                   "reorder the patterns or make the earlier one stricter"))
-                    break
+                    bad(s, f"expected {key} to be NULL, got {values[key]!r}")
+            earlier = None if is_head else _first_claim(by_scope[p.scope], text, before=p)
+            if earlier is not None:
+                bad(s, f"sample of '{p.name}' is claimed first by '{earlier.name}' ({earlier.source}); "
+                       "reorder the patterns or make the earlier one stricter")
         for c in p.counter_samples:
             text = c.line if is_head else _message_of(prefix, p, c.line)[0]
             if p.parse(text) is not None:
-                problems.append(GrammarProblem(file, c.line_no, c.line, f"counter-sample matches pattern '{p.name}'"))
-                continue
-            if c.claimed_by is not None and not is_head:
-                winner = next((q for q in by_scope[p.scope] if (not q.gate or q.gate in text) and q.parse(text) is not None), None)
+                bad(c, f"counter-sample matches pattern '{p.name}'")
+            elif c.claimed_by is not None and not is_head:
+                winner = _first_claim(by_scope[p.scope], text)
                 if winner is None or winner.name != c.claimed_by:
-                    problems.append(GrammarProblem(file, c.line_no, c.line,
-                                                   f"counter-sample should be claimed by '{c.claimed_by}', "
-                                                   f"but {('pattern ' + repr(winner.name)) if winner else 'no pattern'} takes it"))
+                    bad(c, f"counter-sample should be claimed by '{c.claimed_by}', "
+                           f"but {('pattern ' + repr(winner.name)) if winner else 'no pattern'} takes it")
     return problems
+
+
+def _first_claim(patterns: list[Pattern], text: str, *, before: Pattern | None = None) -> Pattern | None:
+    """The first of `patterns` (up to `before`) whose gate occurs in `text` and whose definition parses it."""
+    for q in patterns:
+        if q is before:
+            return None
+        if (not q.gate or q.gate in text) and q.parse(text) is not None:
+            return q
+    return None
 
 
 def _disagreement(reader: Pattern, p: Pattern, text: str, values: dict, file: str, s: Sample) -> list[GrammarProblem]:
@@ -492,22 +490,14 @@ def _in_bigint(value: object) -> object:
 
 def _check_claims_only(p: Pattern, by_scope: dict, prefix: Pattern | None, focused, problems: list[GrammarProblem]) -> None:
     """For a pattern outside the focus: is one of its samples claimed first by a focused pattern?"""
-    earlier_focused = []
-    for q in by_scope[p.scope]:
-        if q is p:
-            break
-        if focused(q):
-            earlier_focused.append(q)
-    if not earlier_focused:
-        return
-    for s in p.samples:
-        text, _ = _message_of(prefix, p, s.line)
-        for q in earlier_focused:
-            if (not q.gate or q.gate in text) and q.parse(text) is not None:
-                problems.append(GrammarProblem(q.source.rsplit(":", 1)[0], int(q.source.rsplit(":", 1)[1]), s.line,
-                                               f"pattern '{q.name}' claims a sample of '{p.name}' ({p.source}) first; "
-                                               "make it stricter or give its file a larger priority"))
-                break
+    earlier = by_scope[p.scope][:by_scope[p.scope].index(p)]
+    earlier_focused = [q for q in earlier if focused(q)]
+    for s in p.samples if earlier_focused else ():
+        q = _first_claim(earlier_focused, _message_of(prefix, p, s.line)[0])
+        if q is not None:
+            problems.append(GrammarProblem(q.source.rsplit(":", 1)[0], int(q.source.rsplit(":", 1)[1]), s.line,
+                                           f"pattern '{q.name}' claims a sample of '{p.name}' ({p.source}) first; "
+                                           "make it stricter or give its file a larger priority"))
 
 
 def ordered_patterns(files: list[LoadedFile]) -> list[Pattern]:

@@ -182,7 +182,7 @@ def template_vocabulary(grammars) -> dict[str, frozenset[str]]:
 def _spellings(nodes) -> list[str]:
     """Every text a template's literal parts can print (slots as a break), up to _MAX_SPELLINGS of them; past that,
     each literal on its own (its tokens are still all there, only words glued across a group are not)."""
-    from speclogs.grammar.template import Alternatives, Lit, Optional_, Slot, leaves
+    from speclogs.grammar.template import Lit, Optional_, Slot, leaves
 
     spelled = [""]
     for node in nodes:
@@ -192,8 +192,7 @@ def _spellings(nodes) -> list[str]:
             options = ["\x00"]
         elif isinstance(node, Optional_):
             options = ["", *_spellings(node.body)]
-        else:
-            assert isinstance(node, Alternatives)
+        else:  # Alternatives
             options = [text for branch in node.branches for text in _spellings(branch)]
         if len(spelled) * len(options) > _MAX_SPELLINGS:
             return [node.text for node in leaves(nodes) if isinstance(node, Lit)]
@@ -332,18 +331,22 @@ def _check_lines(source_file: str, lines: list[str], first_line: int, rows: dict
                 losses.append(Loss(source_file, line_no, ("(no row)",), (), redact(line)))
             continue
         template = frozenset().union(*(vocabulary.get(table, frozenset()) for table in evidence.tables))
-        missing = missing_tokens(tokens, evidence, template)
-        if missing:
-            hidden = set(tokens) - set(tokenize(redact(line)))  # what the ingest's redaction took out of this line
-            redacted = [token for token in missing if token in hidden]
-            if redacted:
-                counts.tokens_redacted += len(redacted)
-                counts.lines_redacted += 1
-                missing = [token for token in missing if token not in hidden]
+        missing, redacted = _redacted(tokens, missing_tokens(tokens, evidence, template), line, tokenize)
+        if redacted:
+            counts.tokens_redacted += len(redacted)
+            counts.lines_redacted += 1
         if missing:
             counts.lines_lost += 1
             losses.append(Loss(source_file, line_no, tuple(missing), tuple(sorted(evidence.tables)), redact(line)))
     return losses
+
+
+def _redacted(tokens: list[str], missing: list[str], line: str, tokenize) -> tuple[list[str], list[str]]:
+    """The missing tokens split into (missing, redacted): those the ingest's redaction took out of the line."""
+    if not missing:
+        return [], []
+    hidden = set(tokens) - set(tokenize(redact(line)))
+    return [token for token in missing if token not in hidden], [token for token in missing if token in hidden]
 
 
 def _tokens(line: str) -> list[str]:
@@ -426,10 +429,7 @@ def _check_document(connection, source_file: str, kind: str, text: str, counts: 
         evidence.add(table, dict(zip(names, values)))
     flat = " ".join(text.split())
     tokens = _json_tokens(flat)
-    missing = missing_tokens(tokens, evidence, frozenset())
-    hidden = set(tokens) - set(_json_tokens(redact(flat)))
-    redacted = [token for token in missing if token in hidden]
-    missing = [token for token in missing if token not in hidden]
+    missing, redacted = _redacted(tokens, missing_tokens(tokens, evidence, frozenset()), flat, _json_tokens)
     counts.lines, counts.lines_lost = len(tokens), len(missing)
     counts.tokens_redacted, counts.lines_redacted = len(redacted), int(bool(redacted))
     return [Loss(source_file, 0, tuple(missing), (table,), f"{len(missing)} of {len(tokens)} values not stored")] if missing else []

@@ -11,12 +11,13 @@ other than 'local' gets speclogs shipped with the job (Ray's py_modules).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import speclogs
@@ -106,48 +107,40 @@ def _ray():
     return ray
 
 
-class _cluster:
+@contextlib.contextmanager
+def _cluster(ray, address: str, num_cpus: int | None) -> Iterator[int]:
     """Connected to the cluster for the block (a 'local' one started and stopped); yields its CPU count."""
-
-    def __init__(self, ray, address: str, num_cpus: int | None) -> None:
-        self.ray, self.address, self.num_cpus = ray, address, num_cpus
-        self.owned = False
-
-    def __enter__(self) -> int:
-        ray = self.ray
-        if not ray.is_initialized():
+    with tempfile.TemporaryDirectory(prefix="speclogs-ray-") as shipped:
+        owned = not ray.is_initialized()
+        if owned:
             options: dict = {"logging_level": "ERROR", "log_to_driver": False}
-            if self.address == "local":
-                options.update(address="local", num_cpus=self.num_cpus, include_dashboard=False)
+            if address == "local":
+                options.update(address="local", num_cpus=num_cpus, include_dashboard=False)
             else:
-                options.update(address=self.address, runtime_env={"py_modules": [self._package()]})
+                options.update(address=address, runtime_env={"py_modules": [_package(Path(shipped))]})
             try:
                 ray.init(**options)
             except (ConnectionError, RuntimeError, ValueError) as error:
-                raise StoreError(f"cannot reach the Ray cluster at {self.address!r}: {error}",
+                raise StoreError(f"cannot reach the Ray cluster at {address!r}: {error}",
                                  hint="start one (ray start --head), pass its address, or use --ray local") from error
-            self.owned = True
-        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+        try:
+            yield max(1, int(ray.cluster_resources().get("CPU", 1)))
+        finally:
+            if owned:
+                ray.shutdown()
 
-    def _package(self) -> str:
-        """speclogs as Ray ships it to the nodes: the package with its grammars inside (a checkout keeps them beside
-        it, in grammars/, where a node would not find them)."""
-        from speclogs.grammar.model import bundled_grammar_dir
 
-        package = Path(speclogs.__file__).resolve().parent
-        if (package / "_grammars").is_dir():
-            return str(package)
-        self._shipped = tempfile.TemporaryDirectory(prefix="speclogs-ray-")
-        target = Path(self._shipped.name) / "speclogs"
-        shutil.copytree(package, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        shutil.copytree(bundled_grammar_dir(), target / "_grammars")
-        return str(target)
+def _package(folder: Path) -> str:
+    """speclogs as Ray ships it to the nodes: the package with its grammars inside (a checkout keeps them beside it,
+    in grammars/, where a node would not find them)."""
+    from speclogs.grammar.model import bundled_grammar_dir
 
-    def __exit__(self, *exc) -> None:
-        if self.owned:
-            self.ray.shutdown()
-        if getattr(self, "_shipped", None) is not None:
-            self._shipped.cleanup()
+    package = Path(speclogs.__file__).resolve().parent
+    if (package / "_grammars").is_dir():
+        return str(package)
+    shutil.copytree(package, folder / "speclogs", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(bundled_grammar_dir(), folder / "speclogs" / "_grammars")
+    return str(folder / "speclogs")
 
 
 def _hash_round(ray, groups: list[list[InputFile]]) -> dict[str, str]:

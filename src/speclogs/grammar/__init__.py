@@ -21,7 +21,6 @@ from speclogs.grammar.model import (
     Pattern,
     bundled_grammar_dir,
     cast_expr,
-    cast_value,
     split_rank_tags,
 )
 
@@ -36,7 +35,6 @@ __all__ = [
     "RANK_TAG_REGEXES",
     "bundled_grammar_files",
     "cast_expr",
-    "cast_value",
     "check_grammar_files",
     "load_grammars",
     "split_rank_tags",

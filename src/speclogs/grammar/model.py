@@ -78,21 +78,6 @@ def cast_expr(raw: pl.Expr, type_name: str) -> pl.Expr:
     return raw.cast(pl.Utf8)
 
 
-def cast_value(type_name: str, text: str | None) -> object | None:
-    """Cast one pyparsing token the way cast_expr casts a regex group (the definition's side of the same rule)."""
-    if text is None:
-        return None
-    if type_name == "int":
-        return int(text)
-    if type_name == "float":
-        return float(text)
-    if type_name == "pct":
-        return float(text.rstrip("%"))
-    if type_name == "bool":
-        return text == "True"
-    return text
-
-
 def split_rank_tags(rank_tags: str | None) -> dict[str, int | None]:
     """' DP0 TP1' → {'dp_rank': 0, 'tp_rank': 1, 'pp_rank': None, …} (the tags are an unordered set)."""
     ranks: dict[str, int | None] = {column: None for _, column in RANK_TAGS}

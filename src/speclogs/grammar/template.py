@@ -1,19 +1,6 @@
-"""The template syntax of grammar files: text → AST (Lit, Slot, Optional_, Alternatives), and the checks on it.
-
-The AST is compiled to the pattern's regex (lower.py) and built into its pyparsing element, the definition
-(definition.py).
-
-    literal text           matched exactly (spaces included; nothing is skipped)
-    {name}                 a field; its token shape comes from the field's type (or its declared `shape`)
-    {name:shape}           a field with an explicit shape (int, float, pct, bool, token, word, rest, …, or a file shape)
-    {_:shape}              matched but not captured
-    {?text}                optional part
-    {|alt1|alt2|alt3}      alternatives, tried in order
-    {=var}                 (patterns with `expand`) replaced by each listed literal before parsing
-    \\x                     the character x literally (write \\{ \\} \\| \\\\ for braces, bar, backslash)
-
-See grammars/README.md for the user documentation.
-"""
+"""The template syntax of grammar files (grammars/README.md, "Template syntax"): text → AST (Lit, Slot, Optional_,
+Alternatives), and the checks on it. lower.py compiles the AST to the pattern's regex; definition.py builds it into
+the pattern's pyparsing element."""
 
 from __future__ import annotations
 

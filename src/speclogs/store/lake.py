@@ -28,7 +28,7 @@ from speclogs.ingest.summary import IngestSummary, ProgressEvent
 from speclogs.schema import columns
 from speclogs.store import compile_grammars
 from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL, no_extensions_connection, schema_views_sql
-from speclogs.store.layout import POLARS_TYPES, SOURCE_ONLY_TABLES
+from speclogs.store.layout import POLARS_TYPES, with_keys
 from speclogs.store.writer import FILE_TYPES, LAUNCH_TYPES, RUN_TYPES, batch_run_rows, file_row
 
 VERSIONS_KEY = "speclogs.versions"
@@ -191,13 +191,9 @@ class LakeSink:
         for table, frame in batch.tables.items():
             if frame.height == 0:
                 continue
-            index = frame.get_column("file")
-            keyed = frame.with_columns(
-                pl.Series("source_file", [p.source_file for p in files], dtype=pl.Utf8).gather(index),
-                *([] if table in SOURCE_ONLY_TABLES else
-                  [pl.Series("run_id", [p.item.run.run_id for p in files], dtype=pl.Utf8).gather(index)]),
-            )
-            out.append((table, _typed(table, keyed.drop("file"), self.result.notes)))
+            keyed = with_keys(table, frame, [(p.item.run.run_id, p.source_file) for p in files])
+            keyed = keyed.with_columns(pl.col(pl.Categorical).cast(pl.Utf8))  # Delta Lake: plain strings
+            out.append((table, _typed(table, keyed, self.result.notes)))
         return out
 
     def _add(self, table: str, frame: pl.DataFrame) -> None:

@@ -23,6 +23,20 @@ _SQL_TYPES = {pl.Int8: "INTEGER", pl.Int16: "INTEGER", pl.Int32: "INTEGER", pl.I
               pl.Float32: "DOUBLE", pl.Float64: "DOUBLE", pl.Boolean: "BOOLEAN"}
 
 
+def file_keys(table: str, run_id: str, source_file: str) -> dict[str, object]:
+    """The key columns every row of `table` gets from its file."""
+    return {"source_file": source_file} if table in SOURCE_ONLY_TABLES else {"source_file": source_file, "run_id": run_id}
+
+
+def with_keys(table: str, frame: pl.DataFrame, files: Sequence[tuple[str, str]]) -> pl.DataFrame:
+    """`frame` with the key columns of each row's file (`file` indexes `files`: (run_id, source_file)), and without
+    `file`. Strings go dictionary-encoded: one per file, not per row."""
+    index = frame.get_column("file")
+    keyed = [pl.Series(name, [file_keys(table, *f)[name] for f in files], dtype=pl.Utf8).cast(pl.Categorical).gather(index)
+             for name in file_keys(table, "", "")]
+    return frame.drop("file").with_columns(keyed)
+
+
 def polars_schema(table: str) -> dict[str, pl.DataType]:
     """A table's columns as polars types, in the schema's order."""
     return {name: POLARS_TYPES[sql_type] for name, sql_type in columns()[table].items()}
@@ -44,19 +58,6 @@ class Layout:
             "AND table_name IN (SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main') ORDER BY table_name, column_index"
         ).fetchall():
             self._columns.setdefault(table, {})[column] = data_type
-
-    def keys(self, table: str, run_id: str, source_file: str) -> dict[str, object]:
-        """The key columns every row of `table` gets from its file."""
-        return {"source_file": source_file} if table in SOURCE_ONLY_TABLES else {"source_file": source_file, "run_id": run_id}
-
-    def with_keys(self, table: str, frame: pl.DataFrame, files: Sequence[tuple[str, str]]) -> pl.DataFrame:
-        """`frame` with the key columns of each row's file (`file` indexes `files`: (run_id, source_file)), and
-        without `file`. Strings go dictionary-encoded: one per file, not per row."""
-        index = frame.get_column("file")
-        values = {"source_file": [source_file for _, source_file in files], "run_id": [run_id for run_id, _ in files]}
-        names = ("source_file",) if table in SOURCE_ONLY_TABLES else ("source_file", "run_id")
-        keyed = [pl.Series(name, values[name], dtype=pl.Utf8).cast(pl.Categorical).gather(index) for name in names]
-        return frame.drop("file").with_columns(keyed)
 
     def insert(self, table: str, frame: pl.DataFrame, keys: dict[str, object] | None = None) -> int:
         """One INSERT of `frame`'s columns (the table's others stay NULL); `keys` are constant VARCHAR columns that

@@ -24,7 +24,7 @@ from speclogs.errors import SpeclogsError, StoreError
 from speclogs.ingest.pipeline import Batch, ParsedFile, Tally, first_line
 from speclogs.ingest.records import redacted
 from speclogs.store.database import NO_SPACE_HINT, no_space_left
-from speclogs.store.layout import Layout, polars_schema
+from speclogs.store.layout import Layout, file_keys, polars_schema, with_keys
 
 # DuckDB's row group, a quarter of its default: a streamed file's last partial row group per table is written
 # at COMMIT, on one core once parsing has ended: smaller row groups leave less of that work
@@ -122,7 +122,7 @@ class Writer:
                     self.layout.delete_file_rows(parsed.source_file)
             files = [(parsed.item.run.run_id, parsed.source_file) for parsed in batch.files]
             for table, frame in batch.tables.items():
-                self.layout.insert(table, self.layout.with_keys(table, frame, files))
+                self.layout.insert(table, with_keys(table, frame, files))
             self._finish(batch.files)
             self._commit()
         except (*FAILURES, KeyboardInterrupt):
@@ -303,7 +303,7 @@ class _PendingRows:
         return pl.concat(frames, how="diagonal_relaxed", rechunk=len(frames) > RECHUNK_FRAMES)
 
     def _insert(self, table: str, frame: pl.DataFrame) -> None:
-        self.layout.insert(table, frame, self.layout.keys(table, self.run_id, self.source_file))
+        self.layout.insert(table, frame, file_keys(table, self.run_id, self.source_file))
 
 
 def _own_text(frame: pl.DataFrame) -> pl.DataFrame:

@@ -304,11 +304,11 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
         return None
     return Pattern(
         name=name, family=family, table=table, scope=scope, gate=gate, regex=regex,
-        build=functools.partial(_element, nodes, name, field_types=field_types, field_shapes=field_shapes,
-                                shape_specs=shape_specs, where=where),
+        build=functools.lru_cache(maxsize=1)(functools.partial(
+            _element, nodes, name, field_types=field_types, field_shapes=field_shapes, shape_specs=shape_specs, where=where)),
         constants=constants, fields=tuple(fields[n] for n in dict.fromkeys(names)), description=description,
         versions=versions, source=f"{shown}:{pline}", derive=DERIVES.get(derive_name) if derive_name else None,
-        group=group, template=template, derive_name=derive_name, text_column=text_column,
+        group=group, template=template, text_column=text_column,
         field_list=field_list if FIELDS_SLOT in names else None,
     )
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -135,7 +134,7 @@ class Pattern:
     scope: str
     gate: str
     regex: str  # the compiled form (anchored; polars runs it)
-    build: Callable[[], pp.ParserElement] = field(repr=False)  # the pyparsing element, built when first used
+    build: Callable[[], pp.ParserElement] = field(repr=False)  # the pyparsing element, built when first asked for
     constants: dict[str, object] = field(default_factory=dict)
     fields: tuple[Field, ...] = ()
     description: str = ""
@@ -149,11 +148,10 @@ class Pattern:
     text_column: str | None = None  # the column its rows keep the matched text in (the message, or the whole line)
     field_list: FieldList | None = None  # set when the template ends with {fields}: that text is read by its labels
     template: str = ""  # the template text the element was built from
-    derive_name: str | None = None
 
-    @functools.cached_property
+    @property
     def element(self) -> pp.ParserElement:
-        """The definition: built the first time it is needed (an ingest runs only the regex, never pyparsing)."""
+        """The definition (`build` keeps it once built: an ingest runs only the regex, never pyparsing)."""
         return self.build()
 
     @property

@@ -109,7 +109,7 @@ def ingest_paths(
         compiling = pool.submit(engine) if any(item.kind == "log" for item in discovery.files) else None
         connection = connect(db_path)
         try:
-            # RLE's analysis pass costs ~15 % of the insert CPU; bit-packing and dictionaries store these columns as small
+            # RLE's analysis pass is a large share of the insert CPU; bit-packing and dictionaries store these columns as small
             connection.execute("SET disabled_compression_methods = 'rle'")
             writer = Writer(connection, str(db_path))
             tally = run_pipeline(discovery, writer, compiling.result if compiling is not None else engine, replace=replace,

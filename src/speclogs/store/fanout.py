@@ -29,7 +29,7 @@ from speclogs.store import compile_grammars
 from speclogs.store.database import SCHEMA_VERSION
 from speclogs.store.lake import Collected, LakeSink, SinkResult, commit, open_for_writing, stored_files, stored_run_names
 
-TASK_BYTES = 64 << 20     # input per task at most: big enough that a task's fixed cost (~0.2 s) is noise
+TASK_BYTES = 64 << 20     # input per task at most: big enough that a task's fixed cost is noise
 TASKS_PER_CPU = 2         # at least this many tasks per CPU, so that a slow task does not leave CPUs idle at the end
 
 

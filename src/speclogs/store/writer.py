@@ -243,13 +243,9 @@ class _Stopped(Exception):
 
 
 class _PendingRows:
-    """A streamed file's rows, inserted per table in whole row groups once INSERT_BATCH_ROWS have gathered;
-    the rest at the end.
-
-    DuckDB writes full row groups straight to the file during the transaction; appends of partial row
-    groups leave work that COMMIT has to merge and write again (measured: a third more CPU). Inserting as
-    soon as whole row groups are there keeps that work on the insert thread while parsing goes on, instead
-    of at the end, when nothing else runs."""
+    """A streamed file's rows, inserted per table in whole row groups once INSERT_BATCH_ROWS have gathered; the rest
+    at the end. DuckDB writes full row groups straight to the file during the transaction, while partial ones leave
+    COMMIT work to merge and write again: whole row groups keep that work on the insert thread while parsing goes on."""
 
     def __init__(self, layout: Layout, run_id: str, source_file: str) -> None:
         self.layout = layout

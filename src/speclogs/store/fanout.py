@@ -237,12 +237,9 @@ def hash_files(files: list[InputFile]) -> dict:
     """source_file → sha256 of the bytes on disk ('' when unreadable: the parse round says why); '' → versions."""
     found: dict = {"": _versions()}
     for item in files:
-        digest = hashlib.sha256()
         try:
             with open(item.path, "rb") as handle:
-                while block := handle.read(1 << 20):
-                    digest.update(block)
-            found[item.source_file] = digest.hexdigest()
+                found[item.source_file] = hashlib.file_digest(handle, "sha256").hexdigest()
         except (OSError, TypeError):
             found[item.source_file] = ""
     return found

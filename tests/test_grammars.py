@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from speclogs.errors import GrammarError
-from speclogs.grammar import bundled_grammar_files, check_grammar_file, load_grammars
+from speclogs.grammar import bundled_grammar_files, check_grammar_files, load_grammars
 from speclogs.grammar.loader import compiled_values
 
 GRAMMARS = load_grammars()
@@ -72,7 +72,7 @@ def test_every_pattern_group_has_a_sample():
 
 def test_bundled_files_check_clean():
     for path in bundled_grammar_files()[:3]:
-        assert check_grammar_file(path) == [], path
+        assert check_grammar_files([path]) == [], path
 
 
 def test_required_families_are_present():
@@ -126,7 +126,7 @@ def _write(tmp_path: Path, text: str, name: str = "user.toml") -> Path:
 
 def test_good_user_file_checks_clean_and_loads(tmp_path):
     path = _write(tmp_path, GOOD)
-    assert check_grammar_file(path) == []
+    assert check_grammar_files([path]) == []
     grammars = load_grammars([path])
     pattern, values = grammars.classify("Warmup done in 3.5 s", "message")
     assert pattern.name == "my_warmup" and values == {"elapsed_s": 3.5, "kind": "my_warmup"}
@@ -134,7 +134,7 @@ def test_good_user_file_checks_clean_and_loads(tmp_path):
 
 def test_bad_toml_is_reported_with_its_line(tmp_path):
     path = _write(tmp_path, 'family = "x"\ntable = "y"\n[[pattern]\nname = "p"\n')
-    problems = check_grammar_file(path)
+    problems = check_grammar_files([path])
     assert len(problems) == 1
     assert problems[0].line == 3 and "not valid TOML" in problems[0].message
     assert str(path) in str(problems[0])
@@ -142,14 +142,14 @@ def test_bad_toml_is_reported_with_its_line(tmp_path):
 
 def test_pattern_without_sample_is_reported(tmp_path):
     path = _write(tmp_path, GOOD.split("[[pattern.sample]]")[0])
-    problems = check_grammar_file(path)
+    problems = check_grammar_files([path])
     assert any("has no [[pattern.sample]]" in p.message and p.line == 11 for p in problems), problems
 
 
 def test_failing_sample_names_file_line_and_sample(tmp_path):
     broken = GOOD.replace("Warmup done in 1.25 s", "Warmup done after 1.25 s")
     path = _write(tmp_path, broken)
-    problems = check_grammar_file(path)
+    problems = check_grammar_files([path])
     assert problems, "a sample that does not match must be reported"
     first = problems[0]
     assert first.line == 18 and first.sample == "[2026-11-30 10:20:13] Warmup done after 1.25 s"
@@ -159,7 +159,7 @@ def test_failing_sample_names_file_line_and_sample(tmp_path):
 
 def test_wrong_expected_value_is_reported(tmp_path):
     path = _write(tmp_path, GOOD.replace("expect = { elapsed_s = 1.25 }", "expect = { elapsed_s = 2.5 }"))
-    problems = check_grammar_file(path)
+    problems = check_grammar_files([path])
     assert [p.message for p in problems] == ["expected elapsed_s = 2.5, got 1.25"]
 
 
@@ -187,15 +187,15 @@ def test_sample_claimed_by_earlier_pattern_is_reported(tmp_path):
 
 def test_unknown_field_and_unloweable_template_are_reported(tmp_path):
     text = GOOD.replace("{elapsed_s} s'", "{elapsed_ms} s'")
-    problems = check_grammar_file(_write(tmp_path, text))
+    problems = check_grammar_files([_write(tmp_path, text)])
     assert any("names no declared field" in p.message for p in problems)
     dup = GOOD.replace("'Warmup done in {elapsed_s} s'", "'Warmup done in {|{elapsed_s} s|{elapsed_s} sec}'")
-    problems = check_grammar_file(_write(tmp_path, dup, "dup.toml"))
+    problems = check_grammar_files([_write(tmp_path, dup, "dup.toml")])
     assert any("captured twice" in p.message for p in problems)
 
 
 def test_gate_missing_from_sample_is_reported(tmp_path):
-    problems = check_grammar_file(_write(tmp_path, GOOD.replace('gate = "Warmup done in "', 'gate = "Warmup finished"')))
+    problems = check_grammar_files([_write(tmp_path, GOOD.replace('gate = "Warmup done in "', 'gate = "Warmup finished"'))])
     assert any("gate 'Warmup finished'" in p.message for p in problems)
 
 
@@ -246,7 +246,7 @@ def test_cli_grammars_list_shows_patterns_in_priority_order(tmp_path):
 
 def test_rest_token_must_end_the_template(tmp_path):
     text = GOOD.replace("'Warmup done in {elapsed_s} s'", "'Warmup done in {_:rest} s'")
-    problems = check_grammar_file(_write(tmp_path, text))
+    problems = check_grammar_files([_write(tmp_path, text)])
     assert any("takes the rest of the line" in p.message for p in problems)
 
 
@@ -265,5 +265,5 @@ def test_rest_token_must_end_the_template(tmp_path):
 def test_malformed_user_files_give_problems_not_crashes(tmp_path, text):
     path = tmp_path / "weird.toml"
     path.write_text(text, encoding="utf-8")
-    problems = check_grammar_file(path)
+    problems = check_grammar_files([path])
     assert problems and all(p.file == str(path) and p.line >= 1 for p in problems)

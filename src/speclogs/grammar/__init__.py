@@ -1,10 +1,8 @@
-"""Line grammars: data files under grammars/, built into pyparsing elements (the definition) and compiled to one
-regex each (the compiled form, in the subset of speclogs.grammar.regex).
+"""Line grammars: data files under grammars/, built into pyparsing elements (the definition and validator) and
+compiled to one regex each (what the ingest runs).
 
-Public API (consumed by speclogs.ingest):
     load_grammars(extra_paths) -> GrammarSet      bundled grammars + user files; raises GrammarError
-    check_grammar_file(path) -> list[GrammarProblem]
-    Field, Pattern, GrammarSet, GrammarProblem, cast_expr, cast_value, RANK_TAG_REGEXES
+    check_grammar_files(paths) -> list[GrammarProblem]
 """
 
 from __future__ import annotations
@@ -23,17 +21,10 @@ from speclogs.grammar.model import (
     Pattern,
     bundled_grammar_dir,
     cast_expr,
-    cast_value,
     split_rank_tags,
 )
 
 # The loader (and pyparsing with it) is imported only when grammars are loaded: `speclogs sql` needs neither.
-
-
-def read_grammar_file(path: Path):
-    from speclogs.grammar.loader import read_grammar_file as read
-
-    return read(path)
 
 __all__ = [
     "Field",
@@ -44,8 +35,6 @@ __all__ = [
     "RANK_TAG_REGEXES",
     "bundled_grammar_files",
     "cast_expr",
-    "cast_value",
-    "check_grammar_file",
     "check_grammar_files",
     "load_grammars",
     "split_rank_tags",
@@ -59,59 +48,47 @@ def bundled_grammar_files() -> list[Path]:
 
 
 def _expand(paths: Sequence[Path]) -> list[Path]:
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            out += sorted(p.glob("*.toml"))
-        else:
-            out.append(p)
-    return out
+    return [f for p in map(Path, paths) for f in (sorted(p.glob("*.toml")) if p.is_dir() else [p])]
 
 
-def _read_all(paths: Sequence[Path]) -> list:
-    return [read_grammar_file(p) for p in paths]
+def _assemble(paths: Sequence[Path], focus: set[Path]) -> tuple[GrammarSet | None, list[GrammarProblem], set[str]]:
+    """The files read and validated together, looking only for problems that involve the `focus` files' patterns;
+    the focus files as problems name them."""
+    from speclogs.grammar.loader import find_prefix, heads_of, ordered_patterns, read_grammar_file, validate
 
-
-def _assemble(files: list, focus: set[str] | None = None) -> tuple[GrammarSet | None, list[GrammarProblem]]:
-    from speclogs.grammar.loader import find_prefix, heads_of, ordered_patterns, validate
-
+    files = [read_grammar_file(p) for p in paths]
+    focused = {f.path for f, p in zip(files, paths) if p.resolve() in focus}
     problems = [pr for f in files for pr in f.problems]  # a file that does not build is always a problem
     prefix = find_prefix(files)
     if prefix is None:
         problems.append(GrammarProblem("grammars/prefix.toml", 1, None,
                                        "no prefix grammar (a file with kind = \"prefix\" and a pattern named 'prefix')"))
-    problems += validate(files, prefix, focus)
+    problems += validate(files, prefix, focused)
     if prefix is None:
-        return None, problems
+        return None, problems, focused
     others = tuple(p for p in heads_of(files, "prefix") if p is not prefix)
     grammar_set = GrammarSet(prefix=prefix, patterns=ordered_patterns(files), files=tuple(f.path for f in files),
                              prefixes=(prefix, *others), wrappers=heads_of(files, "wrapper"))
-    return grammar_set, problems
+    return grammar_set, problems, focused
 
 
 def load_grammars(extra_paths: Sequence[Path] = ()) -> GrammarSet:
-    """Bundled grammars/ plus user grammar files (or directories of them), built and validated.
-
-    Raises GrammarError naming file:line of the first problems found. The bundled files' samples are checked by the
-    test suite and by `speclogs grammars check`, a user file's every time it loads (it may have changed). The last
-    few sets are kept per process, keyed by the files' paths, sizes and modification times.
-    """
+    """Bundled grammars/ plus user grammar files (or directories of them), built and validated; GrammarError names
+    file:line of the first problems. A user file's samples are checked every time it loads (the bundled files' by the
+    tests and `speclogs grammars check`); the last few sets are kept, keyed by the files' paths, sizes and mtimes."""
     paths = tuple(bundled_grammar_files() + _expand(extra_paths))
     return _load(paths, tuple(_stat(p) for p in paths))
 
 
 @functools.lru_cache(maxsize=4)
 def _load(paths: tuple[Path, ...], stats: tuple) -> GrammarSet:
-    files = _read_all(paths)
-    bundled = {str(p) for p in bundled_grammar_files()}
-    grammar_set, problems = _assemble(files, focus={f.path for f in files if f.path not in bundled})
+    bundled = set(bundled_grammar_files())
+    grammar_set, problems, _ = _assemble(paths, focus={p.resolve() for p in paths if p not in bundled})
     if problems or grammar_set is None:
         shown = "\n".join(str(p) for p in problems[:_MAX_SHOWN])
         more = f"\n… and {len(problems) - _MAX_SHOWN} more" if len(problems) > _MAX_SHOWN else ""
-        raise GrammarError(
-            f"{len(problems)} grammar problem(s):\n{shown}{more}",
-            hint="run `speclogs grammars check FILE` for the full list",
-        )
+        raise GrammarError(f"{len(problems)} grammar problem(s):\n{shown}{more}",
+                           hint="run `speclogs grammars check FILE` for the full list")
     return grammar_set
 
 
@@ -123,31 +100,11 @@ def _stat(p: Path) -> tuple[int, int]:
     return (st.st_size, st.st_mtime_ns)
 
 
-def check_grammar_file(path: Path) -> list[GrammarProblem]:
-    """Validate one grammar file together with the bundled set: the problems that involve this file's patterns."""
-    path = Path(path)
-    bundled = bundled_grammar_files()
-    if path.resolve() in {p.resolve() for p in bundled}:
-        files = _read_all(bundled)
-        target = next(f for f, p in zip(files, bundled) if p.resolve() == path.resolve())
-    else:
-        target = read_grammar_file(path)
-        files = _read_all(bundled) + [target]
-    _, problems = _assemble(files, focus={target.path})
-    return [p for p in problems if p.file == target.path]
-
-
 def check_grammar_files(paths: Sequence[Path] = ()) -> list[GrammarProblem]:
-    """`speclogs grammars check`: the given grammar files (or directories), or every bundled file when none is given.
-
-    All files are checked together with the bundled set in one pass (sample conflicts between them are found too).
-    """
+    """`speclogs grammars check`: the problems of the given grammar files (or directories), checked together with the
+    bundled set in one pass (conflicts between them are found too); every bundled file when none is given."""
     bundled = bundled_grammar_files()
-    targets = _expand(paths) if paths else list(bundled)
-    bundled_resolved = {p.resolve(): p for p in bundled}
-    user = [p for p in targets if p.resolve() not in bundled_resolved]
-    files = _read_all(bundled) + [read_grammar_file(p) for p in user]
-    target_resolved = {p.resolve() for p in targets}
-    focus = {f.path for f in files if Path(f.path).resolve() in target_resolved}
-    _, problems = _assemble(files, focus=focus)
-    return [p for p in problems if p.file in focus]
+    targets = _expand(paths) if paths else bundled
+    known = {p.resolve() for p in bundled}
+    _, problems, focused = _assemble(bundled + [p for p in targets if p.resolve() not in known], {p.resolve() for p in targets})
+    return [p for p in problems if p.file in focused]

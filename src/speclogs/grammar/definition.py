@@ -1,6 +1,6 @@
 """The definition of a pattern: its template's AST built into a pyparsing element (no whitespace skipping anywhere;
-typed parse actions on fields). The validator holds every sample to it, and near misses are explained with it; the
-ingest itself runs the compiled regex (lower.py), so pyparsing is imported only when a definition is used.
+typed parse actions on fields). The validator holds every sample to it and near misses are explained with it; the
+ingest runs the compiled regex (lower.py), so pyparsing is imported only where a definition is used.
 """
 
 from __future__ import annotations
@@ -80,23 +80,13 @@ _CASTS = {
 }
 
 
-def file_shape_element(spec: dict, where: str) -> pp.ParserElement:
-    """A shape declared in a grammar file's [shapes] table: values = [...], chars = "...", or not_chars = "..."."""
-    if "values" in spec:
-        values = spec["values"]
-        if not values or not all(isinstance(v, str) and v for v in values):
-            raise GrammarError(f"{where}: shape 'values' must be a non-empty list of non-empty strings",
-                               hint='values = ["cuda graph", "npu graph"]')
-        # Longest first: pyparsing takes the first alternative that matches, a regex may backtrack; longest-first makes them agree.
-        return pp.MatchFirst([pp.Literal(v) for v in sorted(values, key=len, reverse=True)])
+def file_shape_element(spec: dict) -> pp.ParserElement:
+    """A shape of a grammar file's [shapes] table (values, regex, chars or not_chars; lower.file_shape_regex checked it)."""
+    if "values" in spec:  # longest first: pyparsing takes the first alternative that matches, as the regex's trie does
+        return pp.MatchFirst([pp.Literal(v) for v in sorted(spec["values"], key=len, reverse=True)])
     if "regex" in spec:
         return pp.Regex(spec["regex"])
-    if "chars" in spec:
-        return pp.Word(spec["chars"])
-    if "not_chars" in spec:
-        return pp.CharsNotIn(spec["not_chars"])
-    raise GrammarError(f"{where}: a shape needs one of values, chars, not_chars, regex",
-                       hint='e.g. hexaddr = { chars = "0123456789abcdefx" }')
+    return pp.Word(spec["chars"]) if "chars" in spec else pp.CharsNotIn(spec["not_chars"])
 
 
 def build_element(
@@ -149,7 +139,7 @@ def build_element(
 def pattern_element(nodes: tuple, name: str, *, field_types: dict[str, str], field_shapes: dict[str, str | None],
                     shape_specs: dict[str, dict], where: str) -> pp.ParserElement:
     """The whole pattern: the template's element, then the end of the text."""
-    file_shapes = {k: file_shape_element(v, f"{where}: shape '{k}'") for k, v in shape_specs.items()}
+    file_shapes = {k: file_shape_element(v) for k, v in shape_specs.items()}
     element = build_element(nodes, field_types=field_types, field_shapes=field_shapes, file_shapes=file_shapes, where=where)
     full = exact_tree(pp.And([element, pp.StringEnd()])).parse_with_tabs()
     full.set_name(name)

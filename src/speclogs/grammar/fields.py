@@ -1,17 +1,11 @@
 """Field lists: the definition of SGLang's batch-statistics lines, read by their labels.
 
-A `Decode batch` / `Prefill batch` line is a head and then `label: value` items joined by ", " — in any order, any
-subset, with labels no release printed before. A grammar file says what each label means in its `[labels]` table
-(label → the field it fills, and constants it sets, such as `graph_kind` for `npu graph`), and a pattern whose
-template ends with `{fields}` hands the rest of the line to `FieldList.read`:
-
-- a known label's value is cast to its field's type (int, float, pct with its '%', bool);
-- an unknown label, or a value that does not read as its field's type, goes to `extra_fields` as printed;
-- `#token: full=N, swa=N` (0.4.9) reads as the labels `#token full`, `#token swa`;
-- a trailing ", ", "," or " " is nothing; a last item cut short (`#queue-r`, `#queue-req: `) marks the row `truncated`.
-
-The bundled shape templates of decode_batch.toml and prefill_batch.toml are the fast path for the shapes real logs
-have; the validator holds each of their samples to this reading, and tests every real batch line of fixtures/.
+A `Decode batch` / `Prefill batch` line is a head and then `label: value` items joined by ", ", in any order and
+subset. A grammar file's `[labels]` table says what each label means (the field it fills, constants it sets), and a
+pattern whose template ends with `{fields}` hands the rest of the line to `FieldList.read`: a known label's value is
+cast to its field's type; an unknown label, or a value that does not read as its type, goes to `extra_fields`;
+`#token: full=N, swa=N` reads as the labels `#token full`, `#token swa`; a last item cut short marks the row
+`truncated`. The validator holds each sample of the bundled shape templates to this reading.
 """
 
 from __future__ import annotations

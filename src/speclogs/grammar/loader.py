@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -9,7 +10,6 @@ from pathlib import Path
 
 from speclogs.errors import GrammarError
 from speclogs.grammar.fields import FIELDS_SLOT, read_labels
-from speclogs.grammar.held import Definition
 from speclogs.grammar.lower import BUILTIN_SHAPE_REGEXES, file_shape_regex, template_regex
 from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-exported)
     DERIVES,
@@ -40,8 +40,6 @@ class LoadedFile:
     patterns: list[Pattern] = field(default_factory=list)
     problems: list[GrammarProblem] = field(default_factory=list)
     kind: str | None = None  # 'prefix' | 'wrapper': what stands before a message, not a pattern of a scope
-    shape_specs: dict[str, dict] = field(default_factory=dict)
-    field_shapes: dict[str, str | None] = field(default_factory=dict)
 
 
 def _header_lines(text: str, header: str) -> list[int]:
@@ -119,18 +117,16 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
         fields[FIELDS_SLOT] = Field(FIELDS_SLOT, "str", None, "label", "the field list, read by [labels]")
         field_shapes[FIELDS_SLOT] = "rest"
     shape_specs: dict[str, dict] = {}
+    shape_regexes: dict[str, str] = {}
     for shape_name, spec in (doc.get("shapes") or {}).items():
         try:
             if not isinstance(spec, dict):
                 raise GrammarError(f"shape '{shape_name}' must be a table, e.g. {{ values = [\"a\", \"b\"] }}")
-            file_shape_regex(spec, f"shape '{shape_name}'")
+            shape_regexes[shape_name] = file_shape_regex(spec, f"shape '{shape_name}'")
         except GrammarError as exc:
             problem(1, str(exc))
             continue
         shape_specs[shape_name] = dict(spec)
-    loaded.shape_specs = shape_specs
-    shape_regexes = {k: file_shape_regex(v, f"{shown}: shape '{k}'") for k, v in shape_specs.items()}
-    loaded.field_shapes = field_shapes
 
     pattern_lines = _header_lines(text, "pattern")
     sample_lines = iter(_header_lines(text, "pattern.sample"))
@@ -145,7 +141,7 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
             continue
         # samples first, so the sample line numbers stay in step even when this pattern is rejected below
         samples = _read_samples(spec.get("sample", []), sample_lines, lines, pline, problem)
-        counters = _read_counter_samples(spec.get("counter_sample", []), counter_lines, lines, pline, problem)
+        counters = _read_samples(spec.get("counter_sample", []), counter_lines, lines, pline, problem, counter=True)
         name = spec.get("name")
         if not isinstance(name, str) or not name.isidentifier():
             problem(pline, f"pattern name {name!r} is not an identifier")
@@ -246,30 +242,24 @@ def _read_fields(specs: list, header_lines: list[int], problem) -> tuple[dict[st
     return fields, field_shapes
 
 
-def _read_samples(raw: list, header_lines, lines: list[str], pline: int, problem) -> list[Sample]:
+def _read_samples(raw: list, header_lines, lines: list[str], pline: int, problem, *, counter: bool = False) -> list:
+    """A pattern's [[pattern.sample]] (or, with counter, [[pattern.counter_sample]]) entries."""
     samples = []
     for s in raw if isinstance(raw, list) else [raw]:
         header = next(header_lines, pline)
         if not isinstance(s, dict) or not isinstance(s.get("line"), str):
-            problem(header, "a [[pattern.sample]] needs line = \"…\" (a real log line)")
+            problem(header, f"a [[pattern.{'counter_sample' if counter else 'sample'}]] needs line = \"…\" (a real log line)")
+            continue
+        line_no = _key_line_after(lines, header - 1, "line")
+        if counter:
+            samples.append(CounterSample(s["line"], s.get("claimed_by"), line_no))
             continue
         expect, null = s.get("expect", {}), s.get("null", [])
         if not isinstance(expect, dict) or not isinstance(null, list):
             problem(header, "a sample's expect must be a table { col = value } and null a list of column names")
             continue
-        samples.append(Sample(s["line"], dict(expect), _key_line_after(lines, header - 1, "line"), tuple(null)))
+        samples.append(Sample(s["line"], dict(expect), line_no, tuple(null)))
     return samples
-
-
-def _read_counter_samples(raw: list, header_lines, lines: list[str], pline: int, problem) -> list[CounterSample]:
-    counters = []
-    for s in raw if isinstance(raw, list) else [raw]:
-        header = next(header_lines, pline)
-        if not isinstance(s, dict) or not isinstance(s.get("line"), str):
-            problem(header, "a [[pattern.counter_sample]] needs line = \"…\"")
-            continue
-        counters.append(CounterSample(s["line"], s.get("claimed_by"), _key_line_after(lines, header - 1, "line")))
-    return counters
 
 
 def _escape_template(text: str) -> str:
@@ -307,19 +297,26 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
     if text_column is not None and (not isinstance(text_column, str) or not text_column.isidentifier() or text_column in names):
         problem(pline, f"pattern '{name}': text = {text_column!r} must name a column the pattern does not capture")
         return None
-    dropped = discarded_slots(nodes, field_shapes, shape_specs)
+    dropped = discarded_slots(nodes, shape_specs)
     if dropped and text_column is None:
         problem(pline, f"pattern '{name}' drops what {{_:{dropped[0]}}} matches, but its rows keep no text: capture it as a field, "
                        "or set text = \"message\" (the column its rows keep the matched text in)")
         return None
     return Pattern(
         name=name, family=family, table=table, scope=scope, gate=gate, regex=regex,
-        definition=Definition(nodes, name, field_types=field_types, field_shapes=field_shapes, shape_specs=shape_specs, where=where),
+        build=functools.lru_cache(maxsize=1)(functools.partial(
+            _element, nodes, name, field_types=field_types, field_shapes=field_shapes, shape_specs=shape_specs, where=where)),
         constants=constants, fields=tuple(fields[n] for n in dict.fromkeys(names)), description=description,
         versions=versions, source=f"{shown}:{pline}", derive=DERIVES.get(derive_name) if derive_name else None,
-        group=group, template=template, derive_name=derive_name, text_column=text_column,
+        group=group, template=template, text_column=text_column,
         field_list=field_list if FIELDS_SLOT in names else None,
     )
+
+
+def _element(*args, **kwargs):
+    from speclogs.grammar.definition import pattern_element  # (pyparsing: only where a definition is used)
+
+    return pattern_element(*args, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -346,11 +343,8 @@ def _same(expected: object, got: object) -> bool:
 
 
 def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | None = None) -> list[GrammarProblem]:
-    """Check every sample and counter-sample of every pattern against the whole ordered set.
-
-    With `focus` (a set of file paths), only problems that involve a pattern of those files are looked for:
-    their own samples, and other files' samples that one of their patterns would claim first.
-    """
+    """Check every sample and counter-sample of every pattern against the whole ordered set. With `focus` (file
+    paths), only problems that involve a pattern of those files: their samples, and others' they would claim first."""
     problems: list[GrammarProblem] = []
     ordered = ordered_patterns(files)
     seen: dict[str, str] = {}
@@ -365,8 +359,8 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
     for q in ordered:
         if q.field_list is not None:
             field_readers.setdefault((q.family, q.scope), q)
-
     groups_with_samples = {p.group for p in ordered if p.samples}
+
     def focused(q: Pattern) -> bool:
         return focus is None or q.source.rsplit(":", 1)[0] in focus
 
@@ -383,6 +377,10 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
             if not is_head:
                 _check_claims_only(p, by_scope, prefix, focused, problems)
             continue
+
+        def bad(sample, message: str, file: str = file) -> None:
+            problems.append(GrammarProblem(file, sample.line_no, sample.line, message))
+
         if not p.samples and p.group not in groups_with_samples:
             problems.append(GrammarProblem(file, int(p.source.rsplit(":", 1)[1]), None,
                                            f"pattern '{p.name}' has no [[pattern.sample]]; every pattern needs at least one real line"))
@@ -390,54 +388,51 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
         compiled = compiled_values(p, [text for text, _ in texts])
         for s, (text, head), fast in zip(p.samples, texts, compiled):
             if p.gate and p.gate not in text:
-                problems.append(GrammarProblem(file, s.line_no, s.line,
-                                               f"gate {p.gate!r} of pattern '{p.name}' does not occur in the sample"))
+                bad(s, f"gate {p.gate!r} of pattern '{p.name}' does not occur in the sample")
             slow = p.parse(text)
             if slow is None:
-                problems.append(GrammarProblem(file, s.line_no, s.line, f"sample does not fully match pattern '{p.name}'"))
+                bad(s, f"sample does not fully match pattern '{p.name}'")
                 continue
             if fast != {key: _in_bigint(value) for key, value in slow.items()}:
-                problems.append(GrammarProblem(file, s.line_no, s.line,
-                                               f"pattern '{p.name}': the compiled regex gives {fast} but pyparsing gives {slow}"))
+                bad(s, f"pattern '{p.name}': the compiled regex gives {fast} but pyparsing gives {slow}")
             reader = field_readers.get((p.family, p.scope))
             if reader is not None and reader is not p:
-                problems += _disagreement(reader, p, text, slow, file, s)
+                problems.extend(_disagreement(reader, p, text, slow, file, s))
             values = {**head, **slow}
             for key, want in s.expect.items():
                 if key not in values:
-                    problems.append(GrammarProblem(file, s.line_no, s.line,
-                                                   f"expect names '{key}', which pattern '{p.name}' does not fill"))
+                    bad(s, f"expect names '{key}', which pattern '{p.name}' does not fill")
                 elif not _same(want, values[key]):
-                    problems.append(GrammarProblem(file, s.line_no, s.line, f"expected {key} = {want!r}, got {values[key]!r}"))
+                    bad(s, f"expected {key} = {want!r}, got {values[key]!r}")
             for key in s.null:
                 if key not in values:
-                    problems.append(GrammarProblem(file, s.line_no, s.line, f"null names '{key}', which pattern '{p.name}' does not fill"))
+                    bad(s, f"null names '{key}', which pattern '{p.name}' does not fill")
                 elif values[key] is not None:
-                    problems.append(GrammarProblem(file, s.line_no, s.line, f"expected {key} to be NULL, got {values[key]!r}"))
-            if is_head:
-                continue
-            for earlier in by_scope[p.scope]:
-                if earlier is p:
-                    break
-                if earlier.gate and earlier.gate not in text:
-                    continue
-                if earlier.parse(text) is not None:
-                    problems.append(GrammarProblem(file, s.line_no, s.line,
-                                                   f"sample of '{p.name}' is claimed first by '{earlier.name}' ({earlier.source}); "
-                                                   "reorder the patterns or make the earlier one stricter"))
-                    break
+                    bad(s, f"expected {key} to be NULL, got {values[key]!r}")
+            earlier = None if is_head else _first_claim(by_scope[p.scope], text, before=p)
+            if earlier is not None:
+                bad(s, f"sample of '{p.name}' is claimed first by '{earlier.name}' ({earlier.source}); "
+                       "reorder the patterns or make the earlier one stricter")
         for c in p.counter_samples:
             text = c.line if is_head else _message_of(prefix, p, c.line)[0]
             if p.parse(text) is not None:
-                problems.append(GrammarProblem(file, c.line_no, c.line, f"counter-sample matches pattern '{p.name}'"))
-                continue
-            if c.claimed_by is not None and not is_head:
-                winner = next((q for q in by_scope[p.scope] if (not q.gate or q.gate in text) and q.parse(text) is not None), None)
+                bad(c, f"counter-sample matches pattern '{p.name}'")
+            elif c.claimed_by is not None and not is_head:
+                winner = _first_claim(by_scope[p.scope], text)
                 if winner is None or winner.name != c.claimed_by:
-                    problems.append(GrammarProblem(file, c.line_no, c.line,
-                                                   f"counter-sample should be claimed by '{c.claimed_by}', "
-                                                   f"but {('pattern ' + repr(winner.name)) if winner else 'no pattern'} takes it"))
+                    bad(c, f"counter-sample should be claimed by '{c.claimed_by}', "
+                           f"but {('pattern ' + repr(winner.name)) if winner else 'no pattern'} takes it")
     return problems
+
+
+def _first_claim(patterns: list[Pattern], text: str, *, before: Pattern | None = None) -> Pattern | None:
+    """The first of `patterns` (up to `before`) whose gate occurs in `text` and whose definition parses it."""
+    for q in patterns:
+        if q is before:
+            return None
+        if (not q.gate or q.gate in text) and q.parse(text) is not None:
+            return q
+    return None
 
 
 def _disagreement(reader: Pattern, p: Pattern, text: str, values: dict, file: str, s: Sample) -> list[GrammarProblem]:
@@ -495,22 +490,14 @@ def _in_bigint(value: object) -> object:
 
 def _check_claims_only(p: Pattern, by_scope: dict, prefix: Pattern | None, focused, problems: list[GrammarProblem]) -> None:
     """For a pattern outside the focus: is one of its samples claimed first by a focused pattern?"""
-    earlier_focused = []
-    for q in by_scope[p.scope]:
-        if q is p:
-            break
-        if focused(q):
-            earlier_focused.append(q)
-    if not earlier_focused:
-        return
-    for s in p.samples:
-        text, _ = _message_of(prefix, p, s.line)
-        for q in earlier_focused:
-            if (not q.gate or q.gate in text) and q.parse(text) is not None:
-                problems.append(GrammarProblem(q.source.rsplit(":", 1)[0], int(q.source.rsplit(":", 1)[1]), s.line,
-                                               f"pattern '{q.name}' claims a sample of '{p.name}' ({p.source}) first; "
-                                               "make it stricter or give its file a larger priority"))
-                break
+    earlier = by_scope[p.scope][:by_scope[p.scope].index(p)]
+    earlier_focused = [q for q in earlier if focused(q)]
+    for s in p.samples if earlier_focused else ():
+        q = _first_claim(earlier_focused, _message_of(prefix, p, s.line)[0])
+        if q is not None:
+            problems.append(GrammarProblem(q.source.rsplit(":", 1)[0], int(q.source.rsplit(":", 1)[1]), s.line,
+                                           f"pattern '{q.name}' claims a sample of '{p.name}' ({p.source}) first; "
+                                           "make it stricter or give its file a larger priority"))
 
 
 def ordered_patterns(files: list[LoadedFile]) -> list[Pattern]:

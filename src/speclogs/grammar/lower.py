@@ -1,9 +1,6 @@
-"""Compile a template (its AST, speclogs.grammar.template) to the pattern's regex: the compiled form, which polars
-(Rust regex) runs and Python's re reads the same way.
-
-It walks the same nodes the pyparsing definition is built from and gives each the regex of the element the definition
-gives it (`BUILTIN_SHAPE_REGEXES` are those of template.BUILTIN_SHAPES); the grammar validator holds the two to the
-same values on every sample. Fields become named groups `(?P<name>…)`.
+"""Compile a template (its AST, speclogs.grammar.template) to the pattern's regex, which polars (Rust regex) runs and
+Python's re reads the same way. Each node gets the regex of the element the definition (definition.py) gives it; the
+validator holds the two to the same values on every sample. Fields become named groups `(?P<name>…)`.
 """
 
 from __future__ import annotations
@@ -37,24 +34,9 @@ def escape(text: str) -> str:
     return "".join("\\" + ch if ch in _META else ch for ch in text)
 
 
-def char_class(chars: set[str] | str, *, negate: bool = False) -> str:
-    """A set of characters → '[0-9A-Z_a-z]' style class with ranges."""
-    codes = sorted({ord(c) for c in chars})
-    parts: list[str] = []
-    i = 0
-    while i < len(codes):
-        j = i
-        while j + 1 < len(codes) and codes[j + 1] == codes[j] + 1:
-            j += 1
-        lo, hi = chr(codes[i]), chr(codes[j])
-        lo_e = "\\" + lo if lo in _CLASS_META else lo
-        hi_e = "\\" + hi if hi in _CLASS_META else hi
-        if j - i >= 2:
-            parts.append(f"{lo_e}-{hi_e}")
-        else:
-            parts.extend("\\" + chr(c) if chr(c) in _CLASS_META else chr(c) for c in codes[i : j + 1])
-        i = j + 1
-    return "[" + ("^" if negate else "") + "".join(parts) + "]"
+def char_class(chars: str, *, negate: bool = False) -> str:
+    """A set of characters → a regex class ('[=]', '[^:]')."""
+    return "[" + ("^" if negate else "") + "".join("\\" + c if c in _CLASS_META else c for c in sorted(set(chars))) + "]"
 
 
 def literal_alternation(words: list[str]) -> str:
@@ -98,15 +80,6 @@ def _group_alt(rest: list[str]) -> str:
     return f"(?:{inner})" if "|" in inner else inner
 
 
-def _repeat(min_len: int, max_len: int) -> str:
-    unbounded = max_len >= 2**31
-    if unbounded:
-        return "+" if min_len == 1 else ("*" if min_len == 0 else f"{{{min_len},}}")
-    if min_len == max_len:
-        return "" if min_len == 1 else f"{{{min_len}}}"
-    return f"{{{min_len},{max_len}}}"
-
-
 def _group(body: str) -> str:
     """Wrap for a quantifier unless it is already one atom."""
     if len(body) == 1 or (len(body) == 2 and body[0] == "\\"):
@@ -117,7 +90,7 @@ def _group(body: str) -> str:
 
 
 def file_shape_regex(spec: dict, where: str) -> str:
-    """The regex of a shape declared in a grammar file's [shapes] table (see template.file_shape_element)."""
+    """The regex of a shape declared in a grammar file's [shapes] table (definition.file_shape_element builds its element)."""
     if "values" in spec:
         values = spec["values"]
         if not isinstance(values, list) or not values or not all(isinstance(v, str) and v for v in values):

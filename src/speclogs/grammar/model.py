@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     import pyparsing as pp
 
     from speclogs.grammar.fields import FieldList
-    from speclogs.grammar.held import Definition
 
 FIELD_TYPES = ("int", "float", "bool", "str", "pct")
 FIELD_ROLES = ("key", "measure", "label")
@@ -78,21 +77,6 @@ def cast_expr(raw: pl.Expr, type_name: str) -> pl.Expr:
     return raw.cast(pl.Utf8)
 
 
-def cast_value(type_name: str, text: str | None) -> object | None:
-    """Cast one pyparsing token the way cast_expr casts a regex group (the definition's side of the same rule)."""
-    if text is None:
-        return None
-    if type_name == "int":
-        return int(text)
-    if type_name == "float":
-        return float(text)
-    if type_name == "pct":
-        return float(text.rstrip("%"))
-    if type_name == "bool":
-        return text == "True"
-    return text
-
-
 def split_rank_tags(rank_tags: str | None) -> dict[str, int | None]:
     """' DP0 TP1' → {'dp_rank': 0, 'tp_rank': 1, 'pp_rank': None, …} (the tags are an unordered set)."""
     ranks: dict[str, int | None] = {column: None for _, column in RANK_TAGS}
@@ -150,7 +134,7 @@ class Pattern:
     scope: str
     gate: str
     regex: str  # the compiled form (anchored; polars runs it)
-    definition: Definition = field(repr=False)  # the pyparsing element, built when first used
+    build: Callable[[], pp.ParserElement] = field(repr=False)  # the pyparsing element, built when first asked for
     constants: dict[str, object] = field(default_factory=dict)
     fields: tuple[Field, ...] = ()
     description: str = ""
@@ -164,11 +148,11 @@ class Pattern:
     text_column: str | None = None  # the column its rows keep the matched text in (the message, or the whole line)
     field_list: FieldList | None = None  # set when the template ends with {fields}: that text is read by its labels
     template: str = ""  # the template text the element was built from
-    derive_name: str | None = None
 
     @property
     def element(self) -> pp.ParserElement:
-        return self.definition.element
+        """The definition (`build` keeps it once built: an ingest runs only the regex, never pyparsing)."""
+        return self.build()
 
     @property
     def field_names(self) -> tuple[str, ...]:

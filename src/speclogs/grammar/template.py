@@ -1,19 +1,6 @@
-"""The template syntax of grammar files: text → AST (Lit, Slot, Optional_, Alternatives), and the checks on it.
-
-The AST is compiled to the pattern's regex (lower.py) and built into its pyparsing element, the definition
-(definition.py).
-
-    literal text           matched exactly (spaces included; nothing is skipped)
-    {name}                 a field; its token shape comes from the field's type (or its declared `shape`)
-    {name:shape}           a field with an explicit shape (int, float, pct, bool, token, word, rest, …, or a file shape)
-    {_:shape}              matched but not captured
-    {?text}                optional part
-    {|alt1|alt2|alt3}      alternatives, tried in order
-    {=var}                 (patterns with `expand`) replaced by each listed literal before parsing
-    \\x                     the character x literally (write \\{ \\} \\| \\\\ for braces, bar, backslash)
-
-See grammars/README.md for the user documentation.
-"""
+"""The template syntax of grammar files (grammars/README.md, "Template syntax"): text → AST (Lit, Slot, Optional_,
+Alternatives), and the checks on it. lower.py compiles the AST to the pattern's regex; definition.py builds it into
+the pattern's pyparsing element."""
 
 from __future__ import annotations
 
@@ -153,18 +140,21 @@ def check_rest_is_last(nodes: tuple, where: str, field_shapes: dict[str, str | N
                 check_rest_is_last(branch, where, field_shapes, followed=after)
 
 
-def slot_names(nodes: tuple) -> list[str]:
-    """Captured field names in template order (duplicates kept, so the caller can report them)."""
-    names: list[str] = []
+def leaves(nodes: tuple):
+    """The Lit and Slot nodes of a template, in order, through every optional part and alternative."""
     for node in nodes:
-        if isinstance(node, Slot) and node.name != "_":
-            names.append(node.name)
-        elif isinstance(node, Optional_):
-            names += slot_names(node.body)
+        if isinstance(node, Optional_):
+            yield from leaves(node.body)
         elif isinstance(node, Alternatives):
             for branch in node.branches:
-                names += slot_names(branch)
-    return names
+                yield from leaves(branch)
+        else:
+            yield node
+
+
+def slot_names(nodes: tuple) -> list[str]:
+    """Captured field names in template order (duplicates kept, so the caller can report them)."""
+    return [node.name for node in leaves(nodes) if isinstance(node, Slot) and node.name != "_"]
 
 
 # The built-in shapes and the type of value each matches (their regexes: lower.py; their pyparsing elements:
@@ -211,19 +201,11 @@ def resolve_slot(node: Slot, *, field_types: dict[str, str], field_shapes: dict[
     return shape, shape_type
 
 
-def discarded_slots(nodes: tuple, field_shapes: dict[str, str | None], shape_specs: dict[str, dict]) -> list[str]:
+def discarded_slots(nodes: tuple, shape_specs: dict[str, dict]) -> list[str]:
     """The shapes of the uncaptured slots that can match content (a letter or a digit): what a pattern drops from the
     line unless its rows keep the text. Padding shapes (`spaces = { chars = " " }`, rules of '-' or '=') drop none."""
-    found: list[str] = []
-    for node in nodes:
-        if isinstance(node, Slot) and node.name == "_" and _holds_content(node.shape, shape_specs):
-            found.append(node.shape)
-        elif isinstance(node, Optional_):
-            found += discarded_slots(node.body, field_shapes, shape_specs)
-        elif isinstance(node, Alternatives):
-            for branch in node.branches:
-                found += discarded_slots(branch, field_shapes, shape_specs)
-    return found
+    return [node.shape for node in leaves(nodes)
+            if isinstance(node, Slot) and node.name == "_" and _holds_content(node.shape, shape_specs)]
 
 
 def _holds_content(shape: str | None, shape_specs: dict[str, dict]) -> bool:

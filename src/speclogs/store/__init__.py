@@ -1,10 +1,8 @@
-"""The DuckDB store: the database file (database.py: schema, migrations), how tables are laid out in it (layout.py),
-writing what the ingest parsed (writer.py), read-only queries (query.py) and the content check (check.py).
+"""The DuckDB store: the database file (database.py), its tables (layout.py), writing what the ingest parsed
+(writer.py), read-only queries (query.py) and the content check (check.py).
 
-`ingest_paths` is the library behind `speclogs ingest`: the ingest pipeline (speclogs.ingest.pipeline) parses the
-inputs, this package writes them, each file in one transaction; a file already stored with the same content is
-skipped, one that cannot be read or parsed is rolled back and reported in the summary; nothing raises for a bad
-input file.
+`ingest_paths` is the library behind `speclogs ingest`: each file in one transaction; a file stored with the same
+content is skipped; one that cannot be read or parsed is rolled back and reported in the summary.
 """
 
 from __future__ import annotations
@@ -26,16 +24,14 @@ from speclogs.store.query import QueryResult, run_query
 if TYPE_CHECKING:
     from speclogs.ingest.summary import ProgressEvent
 
-# The ingest (polars, numpy) is imported by ingest_paths, not here: `speclogs sql` opens the
-# store without paying for it.
+# The ingest (polars, numpy) is imported by ingest_paths, not here: `speclogs sql` does not pay for it.
 
 __all__ = ["IngestSummary", "QueryResult", "SCHEMA_VERSION", "connect", "ingest_paths", "run_query"]
 
 
 def _cyclic_gc_paused(function):
-    """The cyclic GC off while `function` runs: it walks every live object each time, and an ingest holds many
-    frames (freed by reference counting; the few cycles it makes are collected once a chunk, young objects only:
-    speclogs.ingest.pipeline.collect_cycles)."""
+    """The cyclic GC off while `function` runs: it walks every live object each time, and an ingest holds many frames
+    (freed by reference counting; speclogs.ingest.pipeline.collect_cycles collects the few cycles once a chunk)."""
 
     @functools.wraps(function)
     def paused(*args, **kwargs):
@@ -48,6 +44,14 @@ def _cyclic_gc_paused(function):
                 gc.enable()
 
     return paused
+
+
+def compile_grammars(grammar_paths: tuple[Path, ...] = ()):
+    """The bundled and the user's grammars, loaded and compiled for the ingest (speclogs.ingest.classify)."""
+    from speclogs.grammar import load_grammars
+    from speclogs.ingest.classify import compile_engine
+
+    return compile_engine(load_grammars(grammar_paths))
 
 
 @_cyclic_gc_paused
@@ -64,25 +68,18 @@ def ingest_paths(
 ) -> IngestSummary:
     """Ingest files/directories/'-' into the DuckDB file `db_path`; returns what happened (IngestSummary).
 
-    replace=True re-ingests files already stored (their rows are deleted first). Without it a file whose path,
-    size, mtime and inode are as stored is skipped as unchanged without being read (verify=True reads and hashes it
-    anyway); one whose content is stored is unchanged too; one that grew by appending lines, or one of a launch
-    directory that changed, is read again and its rows replaced (IngestSummary.replaced says which); any other
-    changed file is skipped with a hint to use replace.
-    Raises InputError for a named path that does not exist (or is a FIFO, a symlink loop), StoreError when the
-    database is locked by another writer or its disk is full ("No space left on device": the file being written is
-    rolled back, the files before it stay), GrammarError for a broken user grammar.
+    replace=True re-ingests stored files (their rows deleted first). Without it a file whose path, size, mtime and
+    inode are as stored is unchanged without being read (verify=True hashes it anyway), as is one whose content is
+    stored; one that grew by appended lines, or one of a changed launch directory, is read again and its rows replaced;
+    any other changed file is skipped with a hint to use replace. Raises InputError for a named path that does not
+    exist (or is a FIFO, a symlink loop), StoreError when the database is locked or its disk is full, GrammarError for
+    a broken user grammar.
     """
     from speclogs.ingest.sources import discover_inputs
 
     started = time.perf_counter()
 
-    def engine():
-        from speclogs.grammar import load_grammars
-        from speclogs.ingest.classify import compile_engine
-
-        return compile_engine(load_grammars(grammar_paths))
-
+    engine = functools.partial(compile_grammars, tuple(grammar_paths))
     # what to read is found before the database is opened for writing (no lock held while a big tree is walked;
     # nothing created when an input does not exist); a file as stored (path, size, mtime, inode) is not read at all
     known_runs, stats = _stored(db_path)
@@ -112,7 +109,7 @@ def ingest_paths(
         compiling = pool.submit(engine) if any(item.kind == "log" for item in discovery.files) else None
         connection = connect(db_path)
         try:
-            # RLE's analysis pass costs ~15 % of the insert CPU; bit-packing and dictionaries store these columns as small
+            # RLE's analysis pass is a large share of the insert CPU; bit-packing and dictionaries store these columns as small
             connection.execute("SET disabled_compression_methods = 'rle'")
             writer = Writer(connection, str(db_path))
             tally = run_pipeline(discovery, writer, compiling.result if compiling is not None else engine, replace=replace,

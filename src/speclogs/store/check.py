@@ -1,24 +1,13 @@
 """The content check: is everything each source line printed in the database?
 
-`check_content(db)` re-reads every ingested source file and holds each physical line against the rows ingest
-made of it (every table with `source_file` and `line_no`, plus the multi-line `errors` records that span it).
-A line passes when every token it prints is found in its rows:
-
-- a number (`0.92`, `2435072`, `-1`) equals a numeric cell (to the precision printed), is part of a timestamp
-  cell (year, month, …, seconds, milliseconds), or occurs in a text cell;
-- a word (`Decode`, `TP0`, `OutOfMemoryError`) occurs in a text cell, equals a boolean cell (`True`/`False`),
-  or is template text: a literal of a grammar pattern that writes to one of the line's tables.
-
-A line with no row at all, or a token found nowhere, is a loss. Prometheus snapshots (*.prom) are checked like
-logs, token by token (a sample's name, label names and values, and its value as printed; a # HELP line's words).
-JSON inputs (bench.jsonl, request exports, *.nccl_probe.json) are checked the same way, value by value: every scalar
-of a JSONL record is in its line's rows, every scalar of a probe file in the file's rows. The check reads, never
-writes; `speclogs check` prints what it finds.
-
-The lines are the raw source's: a token the database does not hold because the ingest redacted it (speclogs.redact)
-is counted as redacted, per file, never as found, so an over-eager redaction shows. A file that cannot be re-read as
-it was ingested (gone, changed since, or stdin) is "cannot verify", which fails the check. A log is read and checked a
-window of lines at a time, with only that window's rows in memory.
+`check_content(connection)` re-reads every ingested file and holds each line against the rows ingest made of it
+(every table with `source_file` and `line_no`, and the multi-line records that span it). A line passes when each
+token it prints is found: a number equals a numeric cell (to the precision printed), is part of a timestamp cell or
+occurs in a text cell; a word occurs in a text cell, equals a boolean cell, or is a literal of a grammar pattern that
+writes to one of the line's tables. JSON inputs are checked value by value; a whole-document input (NCCL probe,
+run.json) against the file's rows. A token the ingest redacted (speclogs.redact) is counted as redacted, never as
+found. A file that cannot be re-read as it was ingested (gone, changed, stdin) is "cannot verify", which fails the
+check. A log is checked a window of lines at a time, with only that window's rows in memory.
 """
 
 from __future__ import annotations
@@ -56,9 +45,6 @@ class Loss:
     tables: tuple[str, ...]  # the tables that have rows for it
     text: str
 
-    def to_dict(self) -> dict:
-        return {"source_file": self.source_file, "line_no": self.line_no, "missing": list(self.missing),
-                "tables": list(self.tables), "text": self.text}
 
 
 @dataclass(frozen=True)
@@ -89,6 +75,14 @@ class ContentCheck:
         return sum(f.lines_kept for f in self.files)
 
     @property
+    def tokens_redacted(self) -> int:
+        return sum(f.tokens_redacted for f in self.files)
+
+    @property
+    def lines_redacted(self) -> int:
+        return sum(f.lines_redacted for f in self.files)
+
+    @property
     def unchecked(self) -> tuple[FileCheck, ...]:
         return tuple(f for f in self.files if f.note is not None)
 
@@ -97,20 +91,12 @@ class ContentCheck:
         """Every line of every file verified and kept: a file that could not be verified is not a pass."""
         return self.lines_lost == 0 and not self.unchecked
 
-    @property
-    def tokens_redacted(self) -> int:
-        return sum(f.tokens_redacted for f in self.files)
-
-    @property
-    def lines_redacted(self) -> int:
-        return sum(f.lines_redacted for f in self.files)
-
     def to_dict(self) -> dict:
         return {
             "ok": self.ok, "lines": self.lines, "lines_kept": self.lines_kept, "lines_lost": self.lines_lost,
             "files_unverified": len(self.unchecked), "lines_redacted": self.lines_redacted,
             "tokens_redacted": self.tokens_redacted,
-            "files": [asdict(f) for f in self.files], "losses": [loss.to_dict() for loss in self.losses],
+            "files": [asdict(f) for f in self.files], "losses": [asdict(loss) for loss in self.losses],
         }
 
 
@@ -196,7 +182,7 @@ def template_vocabulary(grammars) -> dict[str, frozenset[str]]:
 def _spellings(nodes) -> list[str]:
     """Every text a template's literal parts can print (slots as a break), up to _MAX_SPELLINGS of them; past that,
     each literal on its own (its tokens are still all there, only words glued across a group are not)."""
-    from speclogs.grammar.template import Alternatives, Lit, Optional_, Slot
+    from speclogs.grammar.template import Lit, Optional_, Slot, leaves
 
     spelled = [""]
     for node in nodes:
@@ -206,28 +192,12 @@ def _spellings(nodes) -> list[str]:
             options = ["\x00"]
         elif isinstance(node, Optional_):
             options = ["", *_spellings(node.body)]
-        else:
-            assert isinstance(node, Alternatives)
+        else:  # Alternatives
             options = [text for branch in node.branches for text in _spellings(branch)]
         if len(spelled) * len(options) > _MAX_SPELLINGS:
-            return _pieces(nodes)
+            return [node.text for node in leaves(nodes) if isinstance(node, Lit)]
         spelled = [head + option for head in spelled for option in options]
     return spelled
-
-
-def _pieces(nodes) -> list[str]:
-    from speclogs.grammar.template import Alternatives, Lit, Optional_
-
-    out: list[str] = []
-    for node in nodes:
-        if isinstance(node, Lit):
-            out.append(node.text)
-        elif isinstance(node, Optional_):
-            out += _pieces(node.body)
-        elif isinstance(node, Alternatives):
-            for branch in node.branches:
-                out += _pieces(branch)
-    return out
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -361,18 +331,22 @@ def _check_lines(source_file: str, lines: list[str], first_line: int, rows: dict
                 losses.append(Loss(source_file, line_no, ("(no row)",), (), redact(line)))
             continue
         template = frozenset().union(*(vocabulary.get(table, frozenset()) for table in evidence.tables))
-        missing = missing_tokens(tokens, evidence, template)
-        if missing:
-            hidden = set(tokens) - set(tokenize(redact(line)))  # what the ingest's redaction took out of this line
-            redacted = [token for token in missing if token in hidden]
-            if redacted:
-                counts.tokens_redacted += len(redacted)
-                counts.lines_redacted += 1
-                missing = [token for token in missing if token not in hidden]
+        missing, redacted = _redacted(tokens, missing_tokens(tokens, evidence, template), line, tokenize)
+        if redacted:
+            counts.tokens_redacted += len(redacted)
+            counts.lines_redacted += 1
         if missing:
             counts.lines_lost += 1
             losses.append(Loss(source_file, line_no, tuple(missing), tuple(sorted(evidence.tables)), redact(line)))
     return losses
+
+
+def _redacted(tokens: list[str], missing: list[str], line: str, tokenize) -> tuple[list[str], list[str]]:
+    """The missing tokens split into (missing, redacted): those the ingest's redaction took out of the line."""
+    if not missing:
+        return [], []
+    hidden = set(tokens) - set(tokenize(redact(line)))
+    return [token for token in missing if token not in hidden], [token for token in missing if token in hidden]
 
 
 def _tokens(line: str) -> list[str]:
@@ -455,10 +429,7 @@ def _check_document(connection, source_file: str, kind: str, text: str, counts: 
         evidence.add(table, dict(zip(names, values)))
     flat = " ".join(text.split())
     tokens = _json_tokens(flat)
-    missing = missing_tokens(tokens, evidence, frozenset())
-    hidden = set(tokens) - set(_json_tokens(redact(flat)))
-    redacted = [token for token in missing if token in hidden]
-    missing = [token for token in missing if token not in hidden]
+    missing, redacted = _redacted(tokens, missing_tokens(tokens, evidence, frozenset()), flat, _json_tokens)
     counts.lines, counts.lines_lost = len(tokens), len(missing)
     counts.tokens_redacted, counts.lines_redacted = len(redacted), int(bool(redacted))
     return [Loss(source_file, 0, tuple(missing), (table,), f"{len(missing)} of {len(tokens)} values not stored")] if missing else []

@@ -1,31 +1,23 @@
-"""`speclogs ingest … --lake DIR --ray local|auto|ADDRESS`: the ingest's parsing fanned out as tasks on a Ray cluster.
+"""`speclogs ingest … --lake DIR --ray local|auto|ADDRESS`: the ingest's parsing fanned out as Ray tasks.
 
-Ray does the scheduling, the worker processes, the retries of lost workers and the transport; speclogs only says
-what a task is. The driver (this process) discovers the inputs, opens the lake for writing (speclogs.store.lake:
-an interrupted ingest taken back, the hashes it holds) and cuts the files into tasks, in discovery order, of about
-`TASK_BYTES` each (at least two per CPU of the cluster), never splitting a run's files. Then two rounds:
-
-1. hash: each task takes the sha256 of its files where they are. The driver thereby knows the files whose content
-   an earlier file of this call has, and tells the tasks holding them, so the pipeline leaves them out with its own
-   words, as a single-process ingest does (the first in discovery order is kept).
-2. parse: each task runs the ingest pipeline (speclogs.ingest.pipeline.run_pipeline) over its files into a LakeSink
-   that keeps the rows, and returns its account (Tally), its rows and what it took in.
-
-The driver is the one writer: it appends each task's rows to the Delta tables as the task finishes, adds the
-accounts up in task order and commits (speclogs.store.lake.commit: the runs rows, then the files rows, the commit
-point). A task that fails fails the ingest: nothing of it is committed. The inputs must be at the same paths on every
-node that runs tasks (one machine, or a shared file system); a cluster other than 'local' gets speclogs itself
-shipped with the job (Ray's py_modules), so its nodes need Ray and speclogs' dependencies, not speclogs.
+Ray schedules, retries lost workers and carries the data; speclogs only says what a task is. The driver discovers the
+inputs, opens the lake (speclogs.store.lake) and cuts the files, in discovery order, into tasks of about TASK_BYTES
+(never splitting a run). Round 1 hashes each task's files where they are, so that the driver can tell each task which
+earlier files have the same content (the first in discovery order is kept, as without Ray). Round 2 runs the ingest
+pipeline per task into a LakeSink that keeps the rows; the driver, the one writer, appends them as tasks finish and
+commits at the end. A failed task fails the ingest. The inputs must be at the same paths on every node; a cluster
+other than 'local' gets speclogs shipped with the job (Ray's py_modules).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import speclogs
@@ -33,10 +25,11 @@ from speclogs.errors import StoreError
 from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, Tally, run_pipeline
 from speclogs.ingest.sources import Discovery, InputFile, discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
+from speclogs.store import compile_grammars
 from speclogs.store.database import SCHEMA_VERSION
-from speclogs.store.lake import Collected, LakeSink, SinkResult, commit, engine_factory, open_for_writing, stored_files, stored_run_names
+from speclogs.store.lake import Collected, LakeSink, SinkResult, commit, open_for_writing, stored_files, stored_run_names
 
-TASK_BYTES = 64 << 20     # input per task at most: big enough that a task's fixed cost (~0.2 s) is noise
+TASK_BYTES = 64 << 20     # input per task at most: big enough that a task's fixed cost is noise
 TASKS_PER_CPU = 2         # at least this many tasks per CPU, so that a slow task does not leave CPUs idle at the end
 
 
@@ -114,48 +107,40 @@ def _ray():
     return ray
 
 
-class _cluster:
+@contextlib.contextmanager
+def _cluster(ray, address: str, num_cpus: int | None) -> Iterator[int]:
     """Connected to the cluster for the block (a 'local' one started and stopped); yields its CPU count."""
-
-    def __init__(self, ray, address: str, num_cpus: int | None) -> None:
-        self.ray, self.address, self.num_cpus = ray, address, num_cpus
-        self.owned = False
-
-    def __enter__(self) -> int:
-        ray = self.ray
-        if not ray.is_initialized():
+    with tempfile.TemporaryDirectory(prefix="speclogs-ray-") as shipped:
+        owned = not ray.is_initialized()
+        if owned:
             options: dict = {"logging_level": "ERROR", "log_to_driver": False}
-            if self.address == "local":
-                options.update(address="local", num_cpus=self.num_cpus, include_dashboard=False)
+            if address == "local":
+                options.update(address="local", num_cpus=num_cpus, include_dashboard=False)
             else:
-                options.update(address=self.address, runtime_env={"py_modules": [self._package()]})
+                options.update(address=address, runtime_env={"py_modules": [_package(Path(shipped))]})
             try:
                 ray.init(**options)
             except (ConnectionError, RuntimeError, ValueError) as error:
-                raise StoreError(f"cannot reach the Ray cluster at {self.address!r}: {error}",
+                raise StoreError(f"cannot reach the Ray cluster at {address!r}: {error}",
                                  hint="start one (ray start --head), pass its address, or use --ray local") from error
-            self.owned = True
-        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+        try:
+            yield max(1, int(ray.cluster_resources().get("CPU", 1)))
+        finally:
+            if owned:
+                ray.shutdown()
 
-    def _package(self) -> str:
-        """speclogs as Ray ships it to the nodes: the package with its grammars inside (a checkout keeps them beside
-        it, in grammars/, where a node would not find them)."""
-        from speclogs.grammar.model import bundled_grammar_dir
 
-        package = Path(speclogs.__file__).resolve().parent
-        if (package / "_grammars").is_dir():
-            return str(package)
-        self._shipped = tempfile.TemporaryDirectory(prefix="speclogs-ray-")
-        target = Path(self._shipped.name) / "speclogs"
-        shutil.copytree(package, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        shutil.copytree(bundled_grammar_dir(), target / "_grammars")
-        return str(target)
+def _package(folder: Path) -> str:
+    """speclogs as Ray ships it to the nodes: the package with its grammars inside (a checkout keeps them beside it,
+    in grammars/, where a node would not find them)."""
+    from speclogs.grammar.model import bundled_grammar_dir
 
-    def __exit__(self, *exc) -> None:
-        if self.owned:
-            self.ray.shutdown()
-        if getattr(self, "_shipped", None) is not None:
-            self._shipped.cleanup()
+    package = Path(speclogs.__file__).resolve().parent
+    if (package / "_grammars").is_dir():
+        return str(package)
+    shutil.copytree(package, folder / "speclogs", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(bundled_grammar_dir(), folder / "speclogs" / "_grammars")
+    return str(folder / "speclogs")
 
 
 def _hash_round(ray, groups: list[list[InputFile]]) -> dict[str, str]:
@@ -248,27 +233,22 @@ def hash_files(files: list[InputFile]) -> dict:
     """source_file → sha256 of the bytes on disk ('' when unreadable: the parse round says why); '' → versions."""
     found: dict = {"": _versions()}
     for item in files:
-        digest = hashlib.sha256()
         try:
             with open(item.path, "rb") as handle:
-                while block := handle.read(1 << 20):
-                    digest.update(block)
-            found[item.source_file] = digest.hexdigest()
+                found[item.source_file] = hashlib.file_digest(handle, "sha256").hexdigest()
         except (OSError, TypeError):
             found[item.source_file] = ""
     return found
 
 
-@functools.lru_cache(maxsize=2)
-def _worker_engine(grammars: tuple[str, ...]):
-    """The grammars compiled once per worker process and reused by its tasks (a call's grammars; the last two kept)."""
-    return engine_factory(tuple(Path(p) for p in grammars))()
+# the grammars compiled once per worker process, reused by its tasks
+_worker_engine = functools.lru_cache(maxsize=2)(compile_grammars)
 
 
 def parse_files(files: list[InputFile], stored: dict[str, dict[str, int]], grammars: tuple[str, ...],
                 chunk_bytes: int) -> tuple[Tally, SinkResult, list]:
     """One task: the pipeline over `files`. Returns its account, what it took in and its rows [(table, frame)]."""
-    engine = _worker_engine(grammars)
+    engine = _worker_engine(tuple(Path(p) for p in grammars))
     rows = Collected()
     sink = LakeSink(rows, stored)
     tally = run_pipeline(Discovery(files=tuple(files)), sink, lambda: engine, chunk_bytes=chunk_bytes)

@@ -1,25 +1,15 @@
-"""The lake: every contract table as a Delta Lake table in a folder — the one module that writes and reads it.
+"""The lake: every contract table as a Delta Lake table in a folder (docs/fleet.md, "The lake", is the contract).
 
-A DuckDB file suits one machine; a lake suits a fleet: many ingests over time (one at a time), many readers (DuckDB,
-polars, Spark, Trino, ClickHouse) that need nothing of speclogs. Layout (docs/fleet.md, "The lake", is the contract):
-
-    DIR/<table>/_delta_log/…     one Delta table per table of the schema (delta-rs writes it: its commits are atomic)
-    DIR/<table>/*.parquet        the table's data files (which of them are current, the Delta log says)
-
-Every table holds the contract columns of its table (schema.sql: the same names; JSON columns as UTF-8 text); a
-column added to the schema later is added to the Delta table by the first ingest that fills it (schema evolution,
-`schema_mode="merge"`), and the reader gives an older lake's rows NULL there, so an older lake stays readable.
-
-Delta commits one table at a time, so an ingest is committed table by table and its commit point is the last one:
-the `files` table's, whose commit metadata records the version of every table it completes (`speclogs.versions`).
-speclogs' readers open each table at that version, so they never see half an ingest; a reader of the latest
-versions (polars or Spark without speclogs) may see the rows of an ingest that is running or was killed, until the
-next ingest starts: it restores every table to the recorded version first. The `runs` table is merged (one row a
-run, its facts folded as the DuckDB file's writer folds them). A file whose content the lake holds is skipped.
+Each table holds its contract columns (JSON as text); a column added to the schema later is merged into the Delta
+table by the first ingest that fills it, and readers give an older lake's rows NULL there. Delta commits one table at
+a time, so an ingest's commit point is its last commit, to `files`, whose metadata records the version of every table
+it completes (`speclogs.versions`): speclogs' readers open each table at that version, and the next ingest first
+restores every table to it, taking back what a killed ingest appended. `runs` is merged (one row a run).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -36,8 +26,9 @@ from speclogs.ingest.records import redacted
 from speclogs.ingest.sources import discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
 from speclogs.schema import columns
+from speclogs.store import compile_grammars
 from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL, no_extensions_connection, schema_views_sql
-from speclogs.store.layout import POLARS_TYPES, SOURCE_ONLY_TABLES
+from speclogs.store.layout import POLARS_TYPES, with_keys
 from speclogs.store.writer import FILE_TYPES, LAUNCH_TYPES, RUN_TYPES, batch_run_rows, file_row
 
 VERSIONS_KEY = "speclogs.versions"
@@ -200,13 +191,9 @@ class LakeSink:
         for table, frame in batch.tables.items():
             if frame.height == 0:
                 continue
-            index = frame.get_column("file")
-            keyed = frame.with_columns(
-                pl.Series("source_file", [p.source_file for p in files], dtype=pl.Utf8).gather(index),
-                *([] if table in SOURCE_ONLY_TABLES else
-                  [pl.Series("run_id", [p.item.run.run_id for p in files], dtype=pl.Utf8).gather(index)]),
-            )
-            out.append((table, _typed(table, keyed.drop("file"), self.result.notes)))
+            keyed = with_keys(table, frame, [(p.item.run.run_id, p.source_file) for p in files])
+            keyed = keyed.with_columns(pl.col(pl.Categorical).cast(pl.Utf8))  # Delta Lake: plain strings
+            out.append((table, _typed(table, keyed, self.result.notes)))
         return out
 
     def _add(self, table: str, frame: pl.DataFrame) -> None:
@@ -447,7 +434,7 @@ def ingest_lake(
     discovery = discover_inputs([str(p) for p in paths], run_name=run_name, known_runs=stored_run_names(lake_dir))
     sink = LakeSink(out, stored_files(lake_dir))
     try:
-        tally = run_pipeline(discovery, sink, engine_factory(tuple(grammar_paths)), on_progress=on_progress,
+        tally = run_pipeline(discovery, sink, functools.partial(compile_grammars, tuple(grammar_paths)), on_progress=on_progress,
                              chunk_bytes=chunk_bytes)
         result = sink.finish()
         commit(out, [result])
@@ -460,16 +447,6 @@ def ingest_lake(
         raise
     tally.warnings.extend(result.notes)
     return tally.summary(str(lake_dir), time.perf_counter() - started)
-
-
-def engine_factory(grammar_paths: tuple[Path, ...]):
-    def engine():
-        from speclogs.grammar import load_grammars
-        from speclogs.ingest.classify import compile_engine
-
-        return compile_engine(load_grammars(grammar_paths))
-
-    return engine
 
 
 def stored_run_names(lake_dir: Path) -> dict[str, str]:

@@ -7,15 +7,11 @@ Every table is a plain table of the columns speclogs.schema lists (schema.sql an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import polars as pl
 
 from speclogs.ingest.records import redacted
 from speclogs.schema import columns
-
-if TYPE_CHECKING:
-    import duckdb
 
 # Tables a file's rows go to without a run_id (a probe file is not a run's).
 SOURCE_ONLY_TABLES = ("nccl_probe", "nccl_probe_files")
@@ -25,6 +21,20 @@ POLARS_TYPES = {
 }
 _SQL_TYPES = {pl.Int8: "INTEGER", pl.Int16: "INTEGER", pl.Int32: "INTEGER", pl.Int64: "BIGINT", pl.UInt32: "BIGINT",
               pl.Float32: "DOUBLE", pl.Float64: "DOUBLE", pl.Boolean: "BOOLEAN"}
+
+
+def file_keys(table: str, run_id: str, source_file: str) -> dict[str, object]:
+    """The key columns every row of `table` gets from its file."""
+    return {"source_file": source_file} if table in SOURCE_ONLY_TABLES else {"source_file": source_file, "run_id": run_id}
+
+
+def with_keys(table: str, frame: pl.DataFrame, files: Sequence[tuple[str, str]]) -> pl.DataFrame:
+    """`frame` with the key columns of each row's file (`file` indexes `files`: (run_id, source_file)), and without
+    `file`. Strings go dictionary-encoded: one per file, not per row."""
+    index = frame.get_column("file")
+    keyed = [pl.Series(name, [file_keys(table, *f)[name] for f in files], dtype=pl.Utf8).cast(pl.Categorical).gather(index)
+             for name in file_keys(table, "", "")]
+    return frame.drop("file").with_columns(keyed)
 
 
 def polars_schema(table: str) -> dict[str, pl.DataType]:
@@ -49,41 +59,18 @@ class Layout:
         ).fetchall():
             self._columns.setdefault(table, {})[column] = data_type
 
-    def keys(self, table: str, run_id: str, source_file: str) -> dict[str, object]:
-        """The key columns every row of `table` gets from its file."""
-        return {"source_file": source_file} if table in SOURCE_ONLY_TABLES else {"source_file": source_file, "run_id": run_id}
-
-    def with_keys(self, table: str, frame: pl.DataFrame, files: Sequence[tuple[str, str]]) -> pl.DataFrame:
-        """`frame` with the key columns of each row's file (`file` indexes `files`: (run_id, source_file)), and
-        without `file`. Strings go dictionary-encoded: one per file, not per row."""
-        index = frame.get_column("file")
-        values = {"source_file": [source_file for _, source_file in files], "run_id": [run_id for run_id, _ in files]}
-        names = ("source_file",) if table in SOURCE_ONLY_TABLES else ("source_file", "run_id")
-        keyed = [pl.Series(name, values[name], dtype=pl.Utf8).cast(pl.Categorical).gather(index) for name in names]
-        return frame.drop("file").with_columns(keyed)
-
-    def settled(self, table: str, frame: pl.DataFrame, keys: dict[str, object]) -> bool:
-        """Whether inserting `frame` into `table` creates nothing (the table has every column the frame and keys fill):
-        then another connection may insert it (insert's `connection`)."""
-        known = self._columns.get(table)
-        return known is not None and all(name in known for name in (*frame.columns, *keys))
-
-    def insert(self, table: str, frame: pl.DataFrame, keys: dict[str, object] | None = None, *,
-               connection: duckdb.DuckDBPyConnection | None = None) -> int:
+    def insert(self, table: str, frame: pl.DataFrame, keys: dict[str, object] | None = None) -> int:
         """One INSERT of `frame`'s columns (the table's others stay NULL); `keys` are constant VARCHAR columns that
-        DuckDB fills itself (cheaper than a column per row through Arrow). `connection`: another connection to insert
-        on (store.database.second_connection), for a frame the layout has `settled`."""
+        DuckDB fills itself (cheaper than a column per row through Arrow)."""
         if frame.height == 0:
             return 0
         keys = keys or {}
-        if connection is not None and not self.settled(table, frame, keys):
-            raise ValueError(f"rows for {table} create columns: they are inserted on the layout's own connection")
         known = self._columns.get(table, {})
         empty = [name for name in frame.columns if name not in known and frame.get_column(name).null_count() == frame.height]
         frame = frame.drop(empty) if known and empty else frame  # a column nothing filled creates nothing
         self._ensure(table, frame, keys)
         constants = "".join(f', ?::VARCHAR AS "{name}"' for name in keys)
-        connection = connection or self._connection
+        connection = self._connection
         frame = redacted(table, frame)  # the one door into the database file: nothing secret goes through it
         # all-null (pl.Null) columns left out: DuckDB refuses polars' Arrow export of them, and BY NAME fills them with NULL
         connection.register("_speclogs_frame", frame.select(pl.exclude(pl.Null)).__arrow_c_stream__())

@@ -1,12 +1,9 @@
 """Read-only SQL on the database (`speclogs sql`, `speclogs tables`, `speclogs runs`).
 
-`statements(db_path, sql)` runs every statement of `sql`, one after the other, and yields each one's result as a
-`StatementResult`: its columns and DuckDB types, and its rows read on demand — the first few (`head`), the count
-of the rest, or all of them in batches of tuples (`batches`), so no result is ever held whole in memory. A
-statement without a result (SET …) yields nothing. `SHOW TABLES` lists the contract's tables and views (docs/sql.md),
-not the store's internal `_…` tables. `speclogs.store.export` writes them as CSV or JSON.
-
-`run_query(db_path, sql)` is the small library form: the last statement's rows as Python tuples (QueryResult).
+`statements(db_path, sql)` runs `sql`'s statements one after the other and yields each one's StatementResult: its
+columns, DuckDB types and rows read on demand (`head`, `count`, or all of them in batches of tuples), so no result is
+held whole in memory. `SHOW TABLES` lists the contract's tables and views (docs/sql.md), not the internal `_…` ones.
+`run_query(db_path, sql)` is the small library form: the last statement's rows as tuples (QueryResult).
 """
 
 from __future__ import annotations
@@ -39,14 +36,6 @@ _SETTABLE = frozenset({"threads", "worker_threads", "memory_limit", "max_memory"
 _PRAGMA_SETS = re.compile(r"=|\b(?:output|extension|external|secret|directory)", re.IGNORECASE)
 _SHOW_TABLES = re.compile(r"\s*show\s+tables\s*;?\s*", re.IGNORECASE)
 
-# The contract's tables and views: what `SHOW TABLES` and `speclogs tables` list (not meta's internal `_…` shards).
-CONTRACT_TABLES_SQL = """
-SELECT table_name AS name FROM duckdb_tables() WHERE NOT internal AND schema_name = 'main' AND NOT starts_with(table_name, '_')
-UNION ALL
-SELECT view_name FROM duckdb_views() WHERE NOT internal AND schema_name = 'main' AND NOT starts_with(view_name, '_')
-ORDER BY name
-"""
-
 _LISTED_SQL = """
 SELECT table_name AS name, 'table' AS kind, column_count AS columns FROM duckdb_tables()
 WHERE NOT internal AND schema_name = 'main' AND NOT starts_with(table_name, '_')
@@ -55,6 +44,8 @@ SELECT view_name, 'view', (SELECT count(*) FROM duckdb_columns() c WHERE c.table
 FROM duckdb_views() v WHERE NOT internal AND schema_name = 'main' AND NOT starts_with(view_name, '_')
 ORDER BY name
 """
+# The contract's tables and views: what `SHOW TABLES` and `speclogs tables` list.
+CONTRACT_TABLES_SQL = f"SELECT name FROM ({_LISTED_SQL}) ORDER BY name"
 
 
 def tables_sql(db_path: str | Path) -> str:
@@ -136,16 +127,6 @@ def _quoted(name: str) -> str:
     return name.replace('"', '""')
 
 
-def split_statements(sql: str, connection: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
-    """(statement type, text) for every statement of `sql`, as `connection`'s parser splits it (duckdb's module-level
-    parser would start a database of its own: ~30 ms). StoreError when it does not parse."""
-    try:
-        parsed = connection.extract_statements(sql)
-    except duckdb.Error as error:
-        raise StoreError(f"SQL error: {error}", hint=_HINT) from error
-    return [(statement.type.name, statement.query) for statement in parsed]
-
-
 @contextmanager
 def statements(db_path: str | Path, sql: str, *, lake: str | Path | None = None) -> Iterator["Statements"]:
     """Open the database read-only (or the lake `lake`) and run `sql`'s statements in order, yielding each result as
@@ -158,7 +139,10 @@ def statements(db_path: str | Path, sql: str, *, lake: str | Path | None = None)
     else:
         connection = connect(db_path, read_only=True)
     try:
-        parsed = split_statements(sql, connection)
+        try:  # (the connection's parser: duckdb's module-level one would start a database of its own)
+            parsed = [(statement.type.name, statement.query) for statement in connection.extract_statements(sql)]
+        except duckdb.Error as error:
+            raise StoreError(f"SQL error: {error}", hint=_HINT) from error
         if not parsed:
             raise StoreError("no SQL statement given", hint='e.g. speclogs sql "SELECT run_name FROM runs"')
         refused = [(kind, text) for kind, text in parsed if not _reads(kind, text)]
@@ -196,25 +180,20 @@ class Statements:
         return len(self.parsed)
 
     def __iter__(self) -> Iterator[StatementResult]:
-        return _results(self.connection, self.parsed)
-
-
-def _results(connection, parsed: list[tuple[str, str]]) -> Iterator[StatementResult]:
-    for kind, text in parsed:
-        if _SHOW_TABLES.fullmatch(text):
-            text = CONTRACT_TABLES_SQL
-        try:
-            if kind not in _QUERY_TYPES:
-                connection.execute(text)
-                continue
-            relation = connection.sql(text)
-        except duckdb.Error as error:
-            raise StoreError(f"SQL error: {error}", hint=_HINT) from error
-        if relation is None:
-            continue
-        yield StatementResult(sql=text.strip(), columns=tuple(relation.columns),
-                              types=tuple(str(t) for t in relation.types), _relation=relation,
-                              _connection=connection)
+        for kind, text in self.parsed:
+            if _SHOW_TABLES.fullmatch(text):
+                text = CONTRACT_TABLES_SQL
+            try:
+                if kind not in _QUERY_TYPES:
+                    self.connection.execute(text)
+                    continue
+                relation = self.connection.sql(text)
+            except duckdb.Error as error:
+                raise StoreError(f"SQL error: {error}", hint=_HINT) from error
+            if relation is not None:
+                yield StatementResult(sql=text.strip(), columns=tuple(relation.columns),
+                                      types=tuple(str(t) for t in relation.types), _relation=relation,
+                                      _connection=self.connection)
 
 
 @dataclass(frozen=True)
@@ -222,22 +201,6 @@ class QueryResult:
     columns: tuple[str, ...]
     types: tuple[str, ...]
     rows: tuple[tuple, ...]
-
-    def to_csv(self) -> str:
-        import csv
-        import io
-
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(self.columns)
-        writer.writerows(["" if v is None else v for v in row] for row in self.rows)
-        return buffer.getvalue()
-
-    def to_json(self) -> str:
-        """The rows as a JSON array of objects: valid JSON (NaN and ±Infinity are null), JSON columns as JSON."""
-        records = [{name: json_value(value, type_name) for name, type_name, value in zip(self.columns, self.types, row)}
-                   for row in self.rows]
-        return json.dumps(records, default=str, indent=2, allow_nan=False)
 
 
 def json_value(value: Any, type_name: str = "") -> Any:
@@ -269,35 +232,15 @@ def _finite(value: Any) -> Any:
 
 
 def run_query(db_path: str | Path, sql: str) -> QueryResult:
-    """Run SQL read-only against the database; the last statement's result. Raises StoreError on a SQL error (with
-    DuckDB's message)."""
+    """Run SQL read-only against the database; the last statement's result. StoreError on a SQL error."""
     connection = connect(db_path, read_only=True)
     try:
-        return query_connection(connection, sql)
-    finally:
-        connection.close()
-
-
-def run_lake_query(lake_dir: str | Path, sql: str) -> QueryResult:
-    """Run SQL against a lake (speclogs.store.lake: views with the contract's names over its Parquet)."""
-    from speclogs.store.lake import connect_lake
-
-    connection = connect_lake(lake_dir)
-    try:
-        return query_connection(connection, sql)
-    finally:
-        connection.close()
-
-
-def query_connection(connection, sql: str) -> QueryResult:
-    """Run SQL on an open connection. Raises StoreError on a SQL error (with DuckDB's message)."""
-    try:
         cursor = connection.execute(sql)
+        if cursor.description is None:
+            return QueryResult(columns=(), types=(), rows=())
+        return QueryResult(columns=tuple(d[0] for d in cursor.description), types=tuple(str(d[1]) for d in cursor.description),
+                           rows=tuple(tuple(row) for row in cursor.fetchall()))
     except duckdb.Error as error:
         raise StoreError(f"SQL error: {error}", hint=_HINT) from error
-    if cursor.description is None:
-        return QueryResult(columns=(), types=(), rows=())
-    columns = tuple(d[0] for d in cursor.description)
-    types = tuple(str(d[1]) for d in cursor.description)
-    rows = tuple(tuple(row) for row in cursor.fetchall())
-    return QueryResult(columns=columns, types=types, rows=rows)
+    finally:
+        connection.close()

@@ -1,15 +1,11 @@
 """Writing what the ingest pipeline parsed: each file in one transaction, never half-written.
 
 `Writer` is the pipeline's sink (speclogs.ingest.pipeline.Sink). A batch of small files is one transaction (when it
-fails, each file is tried again in its own, and only the file that fails is left out); a big log streams into its
-own transaction, a parser thread turning chunks into frames while this thread inserts the previous ones (polars
-and DuckDB release the GIL, so the two overlap on two cores). A big log of more than SEGMENT_ROWS
-rows is committed in segments under an `_ingesting` mark, and its last rows go in on two connections at once
-(_PendingRows.flush_all). With every file go its `files` row (hash and line accounting), its `launches` rows and its
-run (`runs`: inserted, or completed with what it says).
-
-A file that fails is rolled back and reported in the summary; the next one is tried. A full disk stops the ingest:
-the file is rolled back and StoreError says "No space left on device" (every file after it would fail too).
+fails, each file is tried in its own, and only the one that fails is left out). A big log streams into its own
+transaction, a parser thread turning chunks into frames while this thread inserts them (polars and DuckDB release the
+GIL); past SEGMENT_ROWS rows it is committed in segments under an `_ingesting` mark, which the next writer clears
+after a kill. With every file go its `files` row, its `launches` rows and its run (`runs`: inserted, or completed).
+A failed file is rolled back and reported in the summary; a full disk stops the ingest (StoreError).
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ import queue
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 import duckdb
@@ -28,8 +23,8 @@ import polars as pl
 from speclogs.errors import SpeclogsError, StoreError
 from speclogs.ingest.pipeline import Batch, ParsedFile, Tally, first_line
 from speclogs.ingest.records import redacted
-from speclogs.store.database import NO_SPACE_HINT, no_space_left, second_connection
-from speclogs.store.layout import Layout, polars_schema
+from speclogs.store.database import NO_SPACE_HINT, no_space_left
+from speclogs.store.layout import Layout, file_keys, polars_schema, with_keys
 
 # DuckDB's row group, a quarter of its default: a streamed file's last partial row group per table is written
 # at COMMIT, on one core once parsing has ended: smaller row groups leave less of that work
@@ -127,7 +122,7 @@ class Writer:
                     self.layout.delete_file_rows(parsed.source_file)
             files = [(parsed.item.run.run_id, parsed.source_file) for parsed in batch.files]
             for table, frame in batch.tables.items():
-                self.layout.insert(table, self.layout.with_keys(table, frame, files))
+                self.layout.insert(table, with_keys(table, frame, files))
             self._finish(batch.files)
             self._commit()
         except (*FAILURES, KeyboardInterrupt):
@@ -187,7 +182,6 @@ class Writer:
                 frames.put(None)
 
         parser = threading.Thread(target=run, name="speclogs-parse", daemon=True)
-        committed = False  # whether a segment (and with it the _ingesting mark) was committed
         self._begin()
         try:
             if parsed.replaces:
@@ -202,13 +196,10 @@ class Writer:
                     self._commit()
                     self._begin()
                     pending.received = 0
-                    committed = True
             parser.join()
             if failures:
                 raise failures[0]
-            # a log committed in segments ends on two connections; one of a single transaction stays in it (a failure
-            # then leaves nothing of it)
-            pending.flush_all(second_connection(connection) if committed else None)
+            pending.flush_all()
             parsed.seconds = time.perf_counter() - started
             self._finish([parsed])
             connection.execute("DELETE FROM _ingesting WHERE source_file = ?", [source_file])
@@ -252,13 +243,9 @@ class _Stopped(Exception):
 
 
 class _PendingRows:
-    """A streamed file's rows, inserted per table in whole row groups once INSERT_BATCH_ROWS have gathered;
-    the rest at the end.
-
-    DuckDB writes full row groups straight to the file during the transaction; appends of partial row
-    groups leave work that COMMIT has to merge and write again (measured: a third more CPU). Inserting as
-    soon as whole row groups are there keeps that work on the insert thread while parsing goes on, instead
-    of at the end, when nothing else runs."""
+    """A streamed file's rows, inserted per table in whole row groups once INSERT_BATCH_ROWS have gathered; the rest
+    at the end. DuckDB writes full row groups straight to the file during the transaction, while partial ones leave
+    COMMIT work to merge and write again: whole row groups keep that work on the insert thread while parsing goes on."""
 
     def __init__(self, layout: Layout, run_id: str, source_file: str) -> None:
         self.layout = layout
@@ -288,35 +275,10 @@ class _PendingRows:
             if self.rows[table] >= ROW_GROUP_ROWS:
                 self._insert_whole(table)
 
-    def flush_all(self, side: duckdb.DuckDBPyConnection | None = None) -> None:
-        """Every table's last rows. With `side` (a second connection to the file, closed here), the tables it can take
-        (Layout.settled: no table or column to create) are inserted on it, on a thread, in a transaction of its own
-        committed before this returns, while this thread inserts the rest: the end of a big log, every table's partial
-        row groups, is written on two cores instead of one. The caller's mark on the
-        file (_ingesting) must be committed: a failure after the side's commit leaves rows that only the mark names, and
-        the next writer removes them."""
-        tables = {table: self._take(table) for table in list(self.frames)}
-        keys = {table: self.layout.keys(table, self.run_id, self.source_file) for table in tables}
-        on_side = {table: frame for table, frame in tables.items() if side is not None and self.layout.settled(table, frame, keys[table])}
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speclogs-insert") as pool:
-            inserted = pool.submit(self._insert_on, side, on_side, keys) if side is not None else None
-            for table, frame in tables.items():
-                if table not in on_side:
-                    self.layout.insert(table, frame, keys[table])
-        if inserted is not None:
-            inserted.result()  # (the pool has waited for it) what failed there fails here
-
-    def _insert_on(self, side: duckdb.DuckDBPyConnection, tables: dict[str, pl.DataFrame], keys: dict[str, dict]) -> None:
-        """`tables` inserted on the connection `side`, in a transaction of its own; the connection closed after (an open
-        transaction is then rolled back)."""
-        try:
-            if tables:
-                side.execute("BEGIN TRANSACTION")
-                for table, frame in tables.items():
-                    self.layout.insert(table, frame, keys[table], connection=side)
-                side.execute("COMMIT")
-        finally:
-            side.close()
+    def flush_all(self) -> None:
+        """Every table's last rows."""
+        for table in list(self.frames):
+            self._insert(table, self._take(table))
 
     def _insert_whole(self, table: str) -> None:
         frame = self._take(table)
@@ -337,7 +299,7 @@ class _PendingRows:
         return pl.concat(frames, how="diagonal_relaxed", rechunk=len(frames) > RECHUNK_FRAMES)
 
     def _insert(self, table: str, frame: pl.DataFrame) -> None:
-        self.layout.insert(table, frame, self.layout.keys(table, self.run_id, self.source_file))
+        self.layout.insert(table, frame, file_keys(table, self.run_id, self.source_file))
 
 
 def _own_text(frame: pl.DataFrame) -> pl.DataFrame:

@@ -236,12 +236,13 @@ def accept_time_chart(c: Comparison) -> alt.Chart | None:
     x axis and warm-up shade of the throughput timeline: a drift in acceptance shows here before it shows in throughput."""
     if c.timeline.is_empty() or c.timeline["accept_len"].drop_nulls().is_empty():
         return None
-    spans = [{"layer": "warmup", **row} for row in c.warmup_spans.to_dicts()]
     x = alt.X("t_s:Q", title="seconds since server start", scale=alt.Scale(zero=False, nice=False), axis=_axis(tickCount=6))
 
     def panels(column: str, title: str, colour: str) -> alt.FacetChart:
         frame = c.timeline.filter(c.timeline[column].is_not_null())
         points = [{"layer": "row", "run_name": r["run_name"], "t_s": r["t_s"], "value": r[column]} for r in frame.to_dicts()]
+        # a launch without the value (no speculation) gets no empty panel
+        spans = [{"layer": "warmup", **row} for row in c.warmup_spans.filter(pl.col("run_name").is_in(frame["run_name"])).to_dicts()]
         shade = alt.Chart().mark_rect(color="orange", opacity=0.15).transform_joinaggregate(
             first_t="min(t_s)", groupby=["run_name"]).transform_filter(alt.datum.layer == "warmup").transform_calculate(
             t_s="max(datum.t_start_s, datum.first_t)").encode(x=x, x2="t_end_s:Q")
@@ -261,9 +262,29 @@ def accept_time_chart(c: Comparison) -> alt.Chart | None:
     return (alt.vconcat(*charts) if len(charts) > 1 else charts[0]).properties(title=title)
 
 
+def positions_chart(c: Comparison) -> alt.Chart | None:
+    """Acceptance of draft position k given positions 1…k−1 accepted, per arm (colour) and source (dash); positions no
+    verify step reached are not drawn."""
+    if c.draft_positions is None or c.draft_positions.filter(pl.col("acceptance").is_not_null()).is_empty():
+        return None
+    rows = c.draft_positions.filter(pl.col("acceptance").is_not_null())
+    positions = list(range(1, int(rows["position"].max()) + 1))
+    return alt.Chart(alt.Data(values=rows.to_dicts())).mark_line(point=alt.OverlayMarkDef(size=60, filled=True)).encode(
+        x=alt.X("position:O", title="draft position k", sort=positions, scale=alt.Scale(domain=positions),
+                axis=_axis(labelAngle=0)),
+        y=alt.Y("acceptance:Q", title="P(token k accepted | 1…k−1 accepted)", scale=alt.Scale(domain=[0, 1]),
+                axis=_axis(format=".0%", tickCount=5)),
+        color=alt.Color("arm:N", sort=[a.name for a in c.arms], legend=alt.Legend(labelFontSize=LABEL_FONT, orient="top",
+                                                                                labelLimit=300)),
+        strokeDash=alt.StrokeDash("source:N", legend=alt.Legend(labelFontSize=LABEL_FONT, orient="top")),
+        tooltip=["arm:N", "source:N", "position:O", alt.Tooltip("acceptance:Q", format=".1%"), "reached:Q", "accepted:Q",
+                 alt.Tooltip("at_least:Q", format=".1%", title="P(accepted ≥ k)")],
+    ).properties(width="container", height=220, title="Acceptance per draft position (conditional, EAGLE's n-α)")
+
+
 def all_charts(c: Comparison) -> list[tuple[str, alt.Chart]]:
     """(id, chart) for every chart that has data, in report order."""
     builders = [("throughput", throughput_chart), ("effects", effects_chart), ("cycle", cycle_chart),
                 ("accept", accept_chart), ("requests", request_accept_chart), ("timeline", timeline_chart),
-                ("accepttime", accept_time_chart), ("startup", startup_chart)]
+                ("accepttime", accept_time_chart), ("positions", positions_chart), ("startup", startup_chart)]
     return [(name, chart) for name, build in builders if (chart := build(c)) is not None]

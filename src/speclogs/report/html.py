@@ -52,6 +52,8 @@ def render_html(comparison: Comparison) -> str:
     """The whole page as a string."""
     c = comparison
     parts = [f"<h1>{html.escape(text.title(c))}</h1>"]
+    if c.ranking:
+        parts += [f"<h2>{html.escape(text.ranking_title(c))}</h2>", _table(text.RANKING_HEADER, text.ranking_rows(c))]
     blocks = text.answer_blocks(c)
     if blocks:
         parts.append('<h2>Answer</h2><ul class="answer">')
@@ -105,7 +107,14 @@ def render_html(comparison: Comparison) -> str:
               chart_div("requests", "no per-request acceptance (client requests or --export-metrics-to-file records)"),
               "<h2>Decode throughput and acceptance over time</h2>",
               chart_div("timeline", "no decode rows"),
-              chart_div("accepttime", "no accept length over time (no speculative decoding in these runs)")]
+              chart_div("accepttime", "no accept length over time (no speculative decoding in these runs)"),
+              "<h2>Acceptance per draft position</h2>", chart_div("positions", "no profiled cycles at batch size 1 and no "
+                                                                  "SGLang accept histograms in these runs")]
+    if c.draft_positions is not None and "positions" in chart_ids:
+        missing = [a.name for a in c.arms if a.name not in set(c.draft_positions["arm"])]
+        if missing:
+            parts.append(f'<p class="note">no data for {html.escape(", ".join(missing))}: no profiled cycles at batch '
+                         "size 1 and no SGLang accept histograms</p>")
     for title, header, rows in text.nccl_sections(c) + signals.signal_sections(c) + whatif.report_sections(c):
         parts += [f"<h2>{html.escape(title)}</h2>", _table(header, rows)]
     parts.append(chart_div("startup"))

@@ -276,7 +276,7 @@ def positions_chart(c: Comparison) -> alt.Chart | None:
                 axis=_axis(format=".0%", tickCount=5)),
         color=alt.Color("arm:N", sort=[a.name for a in c.arms], legend=alt.Legend(labelFontSize=LABEL_FONT, orient="top",
                                                                                 labelLimit=300)),
-        strokeDash=alt.StrokeDash("source:N", legend=alt.Legend(labelFontSize=LABEL_FONT, orient="top")),
+        strokeDash=alt.StrokeDash("source:N", legend=alt.Legend(labelFontSize=LABEL_FONT, orient="top", labelLimit=300)),
         tooltip=["arm:N", "source:N", "position:O", alt.Tooltip("acceptance:Q", format=".1%"), "reached:Q", "accepted:Q",
                  alt.Tooltip("at_least:Q", format=".1%", title="P(accepted ≥ k)")],
     ).properties(width="container", height=220, title="Acceptance per draft position (conditional, EAGLE's n-α)")

@@ -11,7 +11,7 @@ import pytest
 
 from groundtruth import dbs
 from speclogs.analysis import compare_runs
-from speclogs.report import write_html
+from speclogs.report import write_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -55,7 +55,7 @@ def test_every_chart_draws_in_chromium(tmp_path, tmp_path_factory, monkeypatch, 
         comparison = compare_runs(con, ["baseline_default_*", "baseline_nccl_*", "eagle3_default_*", "eagle3_nccl_*"])
     finally:
         con.close()
-    page = write_html(comparison, tmp_path / "report.html")
+    page = write_report(comparison, tmp_path / "report.html")
     dom = _dom(page)
     blocks = _chart_blocks(dom)
     assert set(blocks) == {"throughput", "effects", "cycle", "accept", "timeline", "accepttime", "positions", "startup"}
@@ -227,7 +227,7 @@ def test_the_signals_page_of_the_real_metrics_run_draws(tmp_path):
         comparison = compare_runs(con, ["h200_metrics"])
     finally:
         con.close()
-    dom = _dom(write_html(comparison, tmp_path / "report.html"))
+    dom = _dom(write_report(comparison, tmp_path / "report.html"))
     block = _chart_blocks(dom)["requests"]
     assert "<svg" in block and "chart-error" not in block
     assert block.count("<path") + block.count("<line") >= 2   # the bar and the mean's rule

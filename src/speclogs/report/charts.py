@@ -242,7 +242,8 @@ def accept_time_chart(c: Comparison) -> alt.Chart | None:
         frame = c.timeline.filter(c.timeline[column].is_not_null())
         points = [{"layer": "row", "run_name": r["run_name"], "t_s": r["t_s"], "value": r[column]} for r in frame.to_dicts()]
         # a launch without the value (no speculation) gets no empty panel
-        spans = [{"layer": "warmup", **row} for row in c.warmup_spans.filter(pl.col("run_name").is_in(frame["run_name"].unique().to_list())).to_dicts()]
+        shown = c.warmup_spans.filter(pl.col("run_name").is_in(frame["run_name"].unique().to_list()))
+        spans = [{"layer": "warmup", **row} for row in shown.to_dicts()]
         shade = alt.Chart().mark_rect(color="orange", opacity=0.15).transform_joinaggregate(
             first_t="min(t_s)", groupby=["run_name"]).transform_filter(alt.datum.layer == "warmup").transform_calculate(
             t_s="max(datum.t_start_s, datum.first_t)").encode(x=x, x2="t_end_s:Q")

@@ -1,13 +1,7 @@
-"""speclogs command line: thin typer commands over the library.
+"""speclogs command line: each command parses its options, makes one library call and renders the result (report/).
 
-Each command parses its options, makes one library call and renders the result. Library errors
-(speclogs.errors.SpeclogsError) are turned into `Error: …` on stderr and exit 1 in ONE place: main().
-
-Heavy modules (duckdb, polars, altair, scipy) are imported inside the command functions only: some
-commands (launch, probe) run on a GPU box that has typer/rich but neither duckdb nor polars.
-
-Adding a command (other parts of speclogs do this): define it below with `@app.command()` or add a
-sub-app with `app.add_typer(...)`; raise SpeclogsError subclasses for user-facing failures.
+Library errors (SpeclogsError) become `Error: …` and exit 1 in one place, main(). Heavy modules are imported inside
+the commands: launch and probe run on GPU boxes that have typer and rich but neither duckdb nor polars.
 """
 
 from __future__ import annotations
@@ -202,8 +196,6 @@ def check(
         raise typer.Exit(1)
 
 
-
-
 @app.command(epilog=_examples(
     'speclogs sql "SELECT run_name, count(*) FROM decode_batches JOIN runs USING (run_id) GROUP BY 1" --types',
     'speclogs sql "SELECT * FROM drift" --format ndjson -o drift.ndjson'))
@@ -307,24 +299,6 @@ def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | N
         finally:
             if output is not None:
                 sink.close()
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -506,8 +480,6 @@ def launch(
         raise LaunchError(f"{len(summary.failed)} launch(es) did not end ok: "
                           + ", ".join(f"{r.run_name} ({r.outcome})" for r in summary.failed),
                           hint=f"see server.log and run.json under {summary.out_dir}")
-
-
 
 
 @app.command("synth-pair", epilog=_examples('speclogs synth-pair /tmp/t3 /tmp/d3'))

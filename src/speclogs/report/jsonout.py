@@ -36,15 +36,8 @@ def _clean(value: Any) -> Any:
 
 
 def _term(term: Term) -> dict:
-    return {
-        "name": term.name,
-        "log_ratio": term.log_ratio,
-        "log_ci_low": term.ci_low,
-        "log_ci_high": term.ci_high,
-        "ratio": math.exp(term.log_ratio),
-        "ci_low": math.exp(term.ci_low),
-        "ci_high": math.exp(term.ci_high),
-    }
+    return {"name": term.name, "log_ratio": term.log_ratio, "log_ci_low": term.ci_low, "log_ci_high": term.ci_high,
+            "ratio": math.exp(term.log_ratio), "ci_low": math.exp(term.ci_low), "ci_high": math.exp(term.ci_high)}
 
 
 def _fields(obj, **renamed: str) -> dict:

@@ -40,20 +40,11 @@ def render_ingest_summary(summary, console) -> None:
     """The end-of-ingest summary on stderr: totals, rows per table, what was skipped and why, warnings."""
     head = Table.grid(padding=(0, 2))
     head.add_row("lake" if Path(summary.db_path).is_dir() else "database", plain(summary.db_path))
-    head.add_row(
-        "files",
-        f"{summary.files_ingested:,} ingested, {summary.files_unchanged:,} unchanged, "
-        f"{summary.files_skipped - summary.files_unchanged:,} skipped",
-    )
-    head.add_row(
-        "lines",
-        f"{summary.lines_total:,}: {summary.lines_parsed:,} parsed ({summary.parsed_pct:.1f} %), "
-        f"{summary.lines_continuation:,} continuation, {summary.lines_unparsed:,} unparsed",
-    )
-    head.add_row(
-        "time",
-        f"{summary.seconds:.2f} s, {summary.lines_per_s:,.0f} lines/s, {summary.mb_per_s:,.1f} MB/s",
-    )
+    head.add_row("files", f"{summary.files_ingested:,} ingested, {summary.files_unchanged:,} unchanged, "
+                          f"{summary.files_skipped - summary.files_unchanged:,} skipped")
+    head.add_row("lines", f"{summary.lines_total:,}: {summary.lines_parsed:,} parsed ({summary.parsed_pct:.1f} %), "
+                          f"{summary.lines_continuation:,} continuation, {summary.lines_unparsed:,} unparsed")
+    head.add_row("time", f"{summary.seconds:.2f} s, {summary.lines_per_s:,.0f} lines/s, {summary.mb_per_s:,.1f} MB/s")
     if summary.runs:
         shown = ", ".join(summary.runs[:8]) + (f", … ({len(summary.runs)} runs)" if len(summary.runs) > 8 else "")
         head.add_row("runs", plain(shown))

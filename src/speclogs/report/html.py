@@ -17,7 +17,8 @@ from speclogs.redact import redact_json, redact_text
 from speclogs.report import charts, text
 
 CSS = """
-body { font-family: system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 24px auto; max-width: 1200px; color: #222; }
+body { font-family: system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 24px auto; padding: 0 16px; max-width: 1200px;
+       color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: 8px 0; font-size: 0.88em; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }

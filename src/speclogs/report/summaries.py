@@ -198,21 +198,18 @@ class ProgressReporter:
             console=make_console(stderr=True),
             transient=True,
         )
-        self._task = None
-        self._started = False
+        self._task = None   # the bar starts with the first event worth showing
 
-    def update(self, event) -> None:
+    def update(self, event) -> None:  # noqa: ANN001 - speclogs.store's progress event
         if not event.show:
             return
-        if not self._started:
-            self._progress.start()
-            self._started = True
         if self._task is None:
+            self._progress.start()
             self._task = self._progress.add_task(event.current, total=event.total_bytes)
         self._progress.update(self._task, completed=event.done_bytes, total=event.total_bytes, description=event.current)
 
     def close(self) -> None:
-        if self._started:
+        if self._task is not None:
             self._progress.stop()
 
 

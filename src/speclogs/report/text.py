@@ -48,18 +48,19 @@ def verdict_text(verdict: str, ratio: float, min_effect: float = 0.0) -> str:
     return verdict
 
 
-def needed_text(r: RatioComparison) -> str:
-    """What an inconclusive comparison would need: the smallest effect its launches detect, the launches for ±target."""
+def _launches_needed(r: RatioComparison, per_arm: str = "launches per arm") -> str:
     if r.n_a < 2 or r.n_b < 2:
         return "need ≥ 2 launches per arm"
-    parts = []
-    if math.isfinite(r.min_detectable_ratio):
-        parts.append(f"these launches detect only ≥ ×{r.min_detectable_ratio:.3f}")
-    if r.launches_needed is not None:
-        parts.append(f"±{r.target_effect:.0%} needs {r.launches_needed} launches per arm")
-    else:
-        parts.append(f"±{r.target_effect:.0%} needs more than {MAX_LAUNCHES} launches per arm")
-    return "; ".join(parts)
+    if r.launches_needed is None:
+        return f"±{r.target_effect:.0%} needs more than {MAX_LAUNCHES} {per_arm}"
+    return f"±{r.target_effect:.0%} needs {r.launches_needed} {per_arm}"
+
+
+def needed_text(r: RatioComparison) -> str:
+    """What an inconclusive comparison would need: the smallest effect its launches detect, the launches for ±target."""
+    if math.isfinite(r.min_detectable_ratio) and r.n_a >= 2 and r.n_b >= 2:
+        return f"these launches detect only ≥ ×{r.min_detectable_ratio:.3f}; {_launches_needed(r)}"
+    return _launches_needed(r)
 
 
 def ranking_title(c: Comparison) -> str:
@@ -78,9 +79,7 @@ def ranking_rows(c: Comparison) -> list[list[str]]:
             against = f"×{r.ratio:.3f} {fmt_interval(r.ci_low, r.ci_high)}"
             verdict = {"slower": "slower (decided)", "equivalent": "equivalent (decided)"}.get(r.verdict, r.verdict)
             if r.verdict == "inconclusive":
-                verdict += (" — need ≥ 2 launches per arm" if r.n_a < 2 or r.n_b < 2 else
-                            f" — ±{r.target_effect:.0%} needs {r.launches_needed} launches/arm" if r.launches_needed
-                            else f" — ±{r.target_effect:.0%} needs > {MAX_LAUNCHES} launches/arm")
+                verdict += f" — {_launches_needed(r, 'launches/arm')}"
         rows.append([str(place), rank.arm, f"{rank.value_tok_s:.1f}", against, verdict, str(rank.n_launches)])
     return rows
 

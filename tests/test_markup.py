@@ -97,12 +97,12 @@ def test_grammars_check_prints_file_line_as_it_is(tmp_path):
 
 
 def test_progress_bar_shows_file_names_as_they_are():
-    from speclogs.cli import _ProgressReporter
+    from speclogs.report.summaries import ProgressReporter
 
     class Event:
         show, current, total_bytes, done_bytes = True, "logs/exp[red]1.log", 100, 50
 
-    reporter = _ProgressReporter()
+    reporter = ProgressReporter()
     reporter.update(Event())
     reporter.close()
     out = io.StringIO()

@@ -11,7 +11,7 @@ import pytest
 
 from groundtruth import dbs
 from speclogs.analysis import compare_runs
-from speclogs.report import write_html
+from speclogs.report import write_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -55,10 +55,12 @@ def test_every_chart_draws_in_chromium(tmp_path, tmp_path_factory, monkeypatch, 
         comparison = compare_runs(con, ["baseline_default_*", "baseline_nccl_*", "eagle3_default_*", "eagle3_nccl_*"])
     finally:
         con.close()
-    page = write_html(comparison, tmp_path / "report.html")
+    page = write_report(comparison, tmp_path / "report.html")
     dom = _dom(page)
     blocks = _chart_blocks(dom)
-    assert set(blocks) == {"throughput", "effects", "cycle", "accept", "timeline", "accepttime", "startup"}
+    assert set(blocks) == {"throughput", "effects", "cycle", "accept", "timeline", "accepttime", "positions", "startup"}
+    assert "no data for baseline_default_*, baseline_nccl_*" in dom   # the arms without per-position counts are named
+    assert dom.index("<h2>Ranking") < dom.index("<h2>Answer")       # the ranking first, as in the terminal
     for name, block in blocks.items():
         assert "<svg" in block, f"chart {name} did not draw"
         assert "chart-error" not in block and "failed" not in block, block[:500]
@@ -152,7 +154,8 @@ def chart_screens(tmp_path_factory):
 
 
 def test_every_chart_is_screenshotted_and_draws(chart_screens):
-    assert {name for _, name in chart_screens} == {"throughput", "effects", "cycle", "accept", "timeline", "accepttime", "startup"}
+    assert {name for _, name in chart_screens} == {"throughput", "effects", "cycle", "accept", "timeline", "accepttime", "startup",
+                                                   "positions"}
     for (report, name), (png, dom) in chart_screens.items():
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, (report, name)
         assert "<svg" in dom and not re.search(r"chart \w+ failed: (?!' \+ err)", dom), (report, name, dom[-500:])
@@ -190,6 +193,20 @@ def test_startup_is_one_stacked_bar_per_launch(chart_screens):
     assert len(labels) == 10 and "eagle3_nccl_prof_2" in labels, labels   # 5 arms × 2 launches, one bar each
 
 
+def test_acceptance_per_draft_position_draws_the_profiled_arms(chart_screens):
+    """The seeds' EAGLE-3 arms are profiled with 5 draft positions: a line per arm over positions 1–5, on a 0–100 % axis.
+    In the launcher's runs only the profiled arm has counts (the synthetic pair: position 1 always accepted, position 2
+    never, no verify step reached 3)."""
+    seeds = chart_screens[("seeds", "positions")][1]
+    assert _axes(seeds)["X"] == ["1", "2", "3", "4", "5"] and _axes(seeds)["Y"][-1] == "100%", _axes(seeds)
+    legend = [label for block in re.findall(r'role-legend-label"[^>]*>(.*?)</g>', seeds, re.S)
+              for label in re.findall(r"<text[^>]*>([^<]*)</text>", block)]
+    assert legend == ["eagle3_default_*", "eagle3_nccl_*", "profiler (batch size 1)"], legend   # not the baselines
+    launches = chart_screens[("launches", "positions")][1]
+    assert _axes(launches)["X"] == ["1", "2"] and "eagle3_nccl_prof_[0-9]*" in launches
+    assert ("matrix", "positions") not in chart_screens     # one-line logs, no profiler: no chart
+
+
 def test_throughput_over_time_starts_at_the_first_decode_row(chart_screens):
     for report in ("seeds", "matrix", "launches"):
         labels = _axes(chart_screens[(report, "timeline")][1])["X"]
@@ -210,7 +227,7 @@ def test_the_signals_page_of_the_real_metrics_run_draws(tmp_path):
         comparison = compare_runs(con, ["h200_metrics"])
     finally:
         con.close()
-    dom = _dom(write_html(comparison, tmp_path / "report.html"))
+    dom = _dom(write_report(comparison, tmp_path / "report.html"))
     block = _chart_blocks(dom)["requests"]
     assert "<svg" in block and "chart-error" not in block
     assert block.count("<path") + block.count("<line") >= 2   # the bar and the mean's rule

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from groundtruth import dbs
 from speclogs.analysis import compare_runs
-from speclogs.report import charts, comparison_to_dict, render_html, render_json, render_markdown, render_terminal
+from speclogs.report import charts, comparison_to_dict, render, render_json, render_markdown, render_terminal
 
 ARMS = ["baseline_default_*", "baseline_nccl_*", "eagle3_default_*", "eagle3_nccl_*"]
 
@@ -74,7 +74,10 @@ def test_terminal_report_shows_warnings_first_and_every_table(comparison):
 
 def test_charts_specs(comparison):
     specs = {name: chart.to_dict() for name, chart in charts.all_charts(comparison)}
-    assert set(specs) == {"throughput", "effects", "cycle", "accept", "timeline", "accepttime", "startup"}
+    assert set(specs) == {"throughput", "effects", "cycle", "accept", "timeline", "accepttime", "positions", "startup"}
+    positions = specs["positions"]["data"]["values"]   # the seeds' profiled EAGLE-3 arms: position 1 accepted most often
+    assert {row["arm"] for row in positions} == {"eagle3_default_*", "eagle3_nccl_*"}
+    assert all(0 <= row["acceptance"] <= 1 and row["accepted"] <= row["reached"] for row in positions)
     startup = specs["startup"]       # one stacked bar per launch, a colour per start-up phase
     assert startup["mark"]["type"] == "bar" and startup["encoding"]["color"]["field"] == "phase"
     assert {row["phase"] for row in startup["data"]["values"]} >= {"imports", "health_poll", "other"}
@@ -105,10 +108,10 @@ def test_charts_specs(comparison):
 
 
 def test_html_is_self_contained(comparison):
-    page = render_html(comparison)
+    page = render(comparison, "html")
     assert not re.search(r"<script[^>]+src=", page)
     assert not re.search(r"<link[^>]+href=[\"']https?:", page)
-    assert "vegaEmbed" in page and page.count('class="chart"') == 7
+    assert "vegaEmbed" in page and page.count('class="chart"') == 8
     assert page.index("Warnings") < page.index("Throughput per arm")
 
 

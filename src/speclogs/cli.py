@@ -1,17 +1,12 @@
-"""speclogs command line: thin typer commands over the library.
+"""speclogs command line: each command parses its options, makes one library call and renders the result (report/).
 
-Each command parses its options, makes one library call and renders the result. Library errors
-(speclogs.errors.SpeclogsError) are turned into `Error: …` on stderr and exit 1 in ONE place: main().
-
-Heavy modules (duckdb, polars, altair, scipy) are imported inside the command functions only: some
-commands (launch, probe) run on a GPU box that has typer/rich but neither duckdb nor polars.
-
-Adding a command (other parts of speclogs do this): define it below with `@app.command()` or add a
-sub-app with `app.add_typer(...)`; raise SpeclogsError subclasses for user-facing failures.
+Library errors (SpeclogsError) become `Error: …` and exit 1 in one place, main(). Heavy modules are imported inside
+the commands: launch and probe run on GPU boxes that have typer and rich but neither duckdb nor polars.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -137,7 +132,9 @@ def ingest(
     if lake is not None and replace:
         raise typer.BadParameter("a lake is append-only: nothing in it is replaced (ingest a changed file under a new "
                                  "name, or into a new lake)", param_hint="--replace")
-    reporter = _make_progress(progress)
+    from speclogs.report.summaries import make_progress, render_check, render_ingest_summary
+
+    reporter = make_progress(progress)
     try:
         if lake is not None:
             from speclogs.store.lake import ingest_lake
@@ -161,14 +158,14 @@ def ingest(
             reporter.close()
     if _wants_json(output_format, json_alias):
         typer.echo(summary.to_json())
-    _render_ingest_summary(summary)
+    render_ingest_summary(summary, _stderr_console())
     if summary.failed:
         _print_error(f"{len(summary.failed):,} file(s) failed: " + "; ".join(summary.failed), None)
     if check_after and summary.source_files:
         from speclogs.store.check import check_database
 
         result = check_database(db, lake=lake, sources=summary.source_files, grammar_paths=grammar or ())
-        _render_check(result, shown=10)
+        render_check(result, _stderr_console(), shown=10)
         if not result.ok:
             raise typer.Exit(1)
     if summary.failed:
@@ -186,6 +183,7 @@ def check(
 ) -> None:
     """Check that the database holds every line it was given: re-read each ingested file and find every number and word
     of every line in that line's rows (lnav -C style). Exit 1 when a line lost something."""
+    from speclogs.report.summaries import render_check
     from speclogs.store.check import check_database
 
     result = check_database(db, lake=lake, grammar_paths=grammar or ())
@@ -193,34 +191,9 @@ def check(
         import json
 
         typer.echo(json.dumps(result.to_dict(), indent=2, default=str))
-    _render_check(result, shown=show)
+    render_check(result, _stderr_console(), shown=show)
     if not result.ok:
         raise typer.Exit(1)
-
-
-def _render_check(result, *, shown: int) -> None:
-    """What the content check found, on stderr: the totals, the files it could not re-read, the first losses."""
-    from rich.text import Text
-
-    console = _stderr_console()
-    verified = len(result.files) - len(result.unchecked)
-    if verified:
-        share = 100.0 * result.lines_kept / result.lines if result.lines else 100.0
-        console.print(Text(f"content check: {result.lines_kept:,} of {result.lines:,} lines ({share:.2f} %) of {verified:,} "
-                           "file(s) are in the database with everything they print",
-                           style="green" if result.lines_lost == 0 else "red"))
-    if result.tokens_redacted:
-        console.print(Text(f"redacted: {result.tokens_redacted:,} token(s) on {result.lines_redacted:,} line(s) are held "
-                           "as <redacted> (secrets; not counted as lost)"))
-    for item in result.unchecked:
-        console.print(Text(f"{item.source_file}: {item.note}", style="red"))
-    for loss in result.losses[:shown]:
-        console.print(Text(f"{loss.source_file}:{loss.line_no}: not stored: {' '.join(loss.missing[:12])}"
-                           f"{' …' if len(loss.missing) > 12 else ''}  (rows in: {', '.join(loss.tables) or 'none'})"))
-        console.print(Text(f"    {loss.text[:300]}", style="dim"))
-    if result.lines_lost > min(shown, len(result.losses)):
-        console.print(Text(f"… {result.lines_lost - min(shown, len(result.losses)):,} more line(s) lost something "
-                           "(--show N, or --format json for all the examples kept)", style="yellow"))
 
 
 @app.command(epilog=_examples(
@@ -278,6 +251,7 @@ def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | N
                  lake: Path | None = None, show_types: bool = False) -> None:
     """Every statement's result of `text` in the chosen format, on stdout or in --output (one library call per
     result; the rows stream through)."""
+    from speclogs.report.summaries import render_query_table
     from speclogs.store.query import statements
 
     if output_format is SqlFormat.parquet and output is None:
@@ -291,7 +265,7 @@ def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | N
             raise typer.BadParameter("a Parquet file holds one result: give one statement", param_hint="'--format'")
         if output_format is SqlFormat.table:
             for index, result in enumerate(results):
-                _render_query_table(result, limit, first=index == 0, show_types=show_types)
+                render_query_table(result, limit, first=index == 0, show_types=show_types)
             return
         if output_format is SqlFormat.parquet:
             for result in results:
@@ -317,225 +291,12 @@ def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | N
                         text_sink.detach()
                 sink.flush()
         except BrokenPipeError:   # `speclogs sql … | head`: the reader has what it wanted
-            _quiet_broken_pipe()
+            devnull = os.open(os.devnull, os.O_WRONLY)   # no second error when Python flushes stdout at exit
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
         finally:
             if output is not None:
                 sink.close()
-
-
-def _quiet_broken_pipe() -> None:
-    """Stop writing to a closed pipe without a second error when Python flushes stdout at exit."""
-    import os
-
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
-def _render_ingest_summary(summary) -> None:
-    """The end-of-ingest summary on stderr: totals, rows per table, what was skipped and why, warnings."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from speclogs.console import plain
-
-    console = _stderr_console()
-    head = Table.grid(padding=(0, 2))
-    head.add_row("lake" if Path(summary.db_path).is_dir() else "database", plain(summary.db_path))
-    head.add_row(
-        "files",
-        f"{summary.files_ingested:,} ingested, {summary.files_unchanged:,} unchanged, "
-        f"{summary.files_skipped - summary.files_unchanged:,} skipped",
-    )
-    head.add_row(
-        "lines",
-        f"{summary.account.total_lines:,}: {summary.account.parsed_lines:,} parsed ({summary.parsed_pct:.1f} %), "
-        f"{summary.account.continuation_lines:,} continuation, {summary.account.unparsed_lines:,} unparsed",
-    )
-    head.add_row(
-        "time",
-        f"{summary.seconds:.2f} s, {summary.lines_per_s:,.0f} lines/s, {summary.mb_per_s:,.1f} MB/s",
-    )
-    if summary.runs:
-        shown = ", ".join(summary.runs[:8]) + (f", … ({len(summary.runs)} runs)" if len(summary.runs) > 8 else "")
-        head.add_row("runs", plain(shown))
-    console.print(head)
-    if summary.account.rows:
-        rows = Table(title="rows per table", title_justify="left", show_edge=False, pad_edge=False)
-        rows.add_column("table")
-        rows.add_column("rows", justify="right")
-        for table, count in sorted(summary.account.rows.items()):
-            rows.add_row(plain(table), f"{count:,}")
-        console.print(rows)
-    for reason, count in sorted(summary.skipped.items(), key=lambda item: -item[1]):
-        example = summary.skipped_examples.get(reason, "")
-        console.print(Text(f"skipped {count:,} file(s): {reason}" + (f"  (e.g. {example})" if example else ""), style="yellow"))
-    for source_file, why in summary.replaced:
-        console.print(Text(f"replaced {source_file}: {why}", style="yellow"))
-    for line in _drift_lines(summary.drift_notes):
-        console.print(Text(line, style="yellow"))
-    for line in _warning_lines(summary.warnings):
-        console.print(Text(line, style="yellow"))
-
-
-def _warning_lines(warnings: list[str], most: int = 10) -> list[str]:
-    """At most `most` lines: every run rename first (a name now means another run), then the other warnings grouped
-    by kind (their text with file, quoted names and numbers taken out), most frequent first: one example and a count."""
-    import re
-
-    renames = [w for w in warnings if w.startswith("run name '")]
-    groups: dict[str, list[tuple[str, str]]] = {}
-    for warning in warnings:
-        if warning in renames:
-            continue
-        path, _, message = warning.partition(": ")
-        if not message or not ("/" in path or "." in path):
-            path, message = "", warning
-        kind = re.sub(r"\d[\d.,]*", "N", re.sub(r"(?<!\w)'[^']*'(?!\w)", "'…'", message))
-        groups.setdefault(kind, []).append((path, message))
-    lines = [f"warning: {w}" for w in renames[:most - 1]]
-    ordered = sorted(groups.values(), key=len, reverse=True)
-    room = max(most - len(lines) - 1, 1)
-    for items in ordered[:room]:
-        path, message = items[0]
-        if len(items) == 1:
-            lines.append(f"warning: {path + ': ' if path else ''}{message}")
-        else:
-            lines.append(f"warning ×{len(items)}: {message}" + (f"  (e.g. {path})" if path else ""))
-    left = len(renames[most - 1:]) + sum(len(items) for items in ordered[room:])
-    if left:
-        lines.append(f"… {left} more warning(s): SELECT source_file, warnings FROM files")
-    return lines
-
-
-def _drift_lines(notes) -> list[str]:
-    """The drift view's rows for the files just ingested, a line per kind (SELECT * FROM drift has them all)."""
-    by_kind: dict[str, list] = {}
-    for note in notes:
-        by_kind.setdefault(note.kind, []).append(note)
-
-    def subjects(items, most: int = 4) -> str:
-        counted: dict[str, int] = {}
-        for note in items:
-            counted[note.subject] = counted.get(note.subject, 0) + note.lines
-        top = sorted(counted.items(), key=lambda item: -item[1])
-        shown = ", ".join(f"{subject!r} ({lines:,})" for subject, lines in top[:most])
-        return shown + (f", … {len(top) - most} more" if len(top) > most else "")
-
-    lines = []
-    if "new_label" in by_kind:
-        lines.append(f"drift: batch-line labels no typed column took (kept in extra_fields): {subjects(by_kind['new_label'])}")
-    if "unmatched_line" in by_kind:
-        items = by_kind["unmatched_line"]
-        lines.append(f"drift: {sum(n.lines for n in items):,} line(s) no grammar matched, {len(items):,} template(s), e.g. "
-                     f"{items[0].subject[:100]!r} ({items[0].lines:,})")
-    if "unknown_message" in by_kind:
-        items = by_kind["unknown_message"]
-        lines.append(f"drift: {sum(n.lines for n in items):,} SGLang message(s) no specific grammar knows (kept as kind "
-                     f"'message'), {len(items):,} template(s), e.g. {items[0].subject[:100]!r} ({items[0].lines:,})")
-    if "near_miss" in by_kind:
-        lines.append(f"drift: lines that look like a pattern's but fail it: {subjects(by_kind['near_miss'])}")
-    for note in by_kind.get("missing_field", []):
-        lines.append(f"drift: {note.source_file}: {note.detail}")
-    if lines:
-        lines.append("drift: SELECT * FROM drift lists every one, per file, with an example line")
-    return lines
-
-
-def _render_query_table(result, limit: int, *, first: bool = True, show_types: bool = False) -> None:
-    """One result as a table on stdout: its first `limit` rows (all when 0), then how many more there are."""
-    from rich.table import Table
-
-    from speclogs.console import make_console, plain, share_widths
-
-    console = make_console()
-    if not first:
-        console.print()
-    rows = result.head(limit + 1) if limit else [row for batch in result.batches() for row in batch]
-    more = 0
-    if limit and len(rows) > limit:
-        rows = rows[:limit]
-        more = result.count() - limit
-    table = Table(show_edge=False, pad_edge=False)
-    cells = [[_cell(value, type_name) for value, type_name in zip(row, result.types)] for row in rows]
-
-    numeric_types = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
-                     "UHUGEINT", "DOUBLE", "FLOAT", "DECIMAL")
-    numeric = [t.upper().startswith(numeric_types) and not t.endswith("]") for t in result.types]
-    most = [max([len(name), len(kind) if show_types else 0, *(len(row[i]) for row in cells)])
-            for i, (name, kind) in enumerate(zip(result.columns, result.types))]
-    # a number is never wrapped, nor a name or id (≤ 40 characters): long text gives up its width first
-    values = [max((len(row[i]) for row in cells), default=0) for i in range(len(most))]
-    least = [v if numeric[i] or v <= 40 else 8 for i, v in enumerate(values)]
-    named = [max(n, min(len(name), 24), len(kind) if show_types else 0) for n, name, kind in zip(least, result.columns, result.types)]
-    room = console.width - 3 * (len(most) - 1)
-    # the column names whole where they fit, else the values; where even those do not fit, rich folds as it can
-    fitting = next((choice for choice in (named, least) if sum(choice) <= room), None)
-    widths = share_widths(fitting, most, room) if fitting else [None] * len(most)
-    for index, (name, type_name) in enumerate(zip(result.columns, result.types)):
-        header = plain(name) + plain("\n" + type_name.lower(), "dim") if show_types else plain(name)
-        table.add_column(header, justify="right" if numeric[index] else "left", overflow="fold", width=widths[index])
-    for row in cells:
-        table.add_row(*(plain(value) for value in row))
-    console.print(table)
-    shown = len(rows) + more
-    if more:
-        console.print(f"… {more:,} more row{'s' if more != 1 else ''} ({shown:,} in all; --limit N shows N, --limit 0 all, "
-                      "--format csv|json streams them)", style="dim")
-    else:
-        console.print(f"({shown:,} row{'s' if shown != 1 else ''})", style="dim")
-
-
-def _cell(value, type_name: str) -> str:
-    """A value as the table shows it: floats to 15 significant digits (7 for FLOAT), as the duckdb CLI shows them,
-    so binary noise (144.52499999999998) does not print."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, float):
-        return f"{value:.{7 if type_name == 'FLOAT' else 15}g}"
-    return str(value)
-
-
-class _ProgressReporter:
-    """A rich progress bar on stderr, fed by the library's progress callback (bytes done / total)."""
-
-    def __init__(self) -> None:
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
-
-        self._progress = Progress(
-            TextColumn("ingest", style="bold"),
-            TextColumn("{task.description}", markup=False),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=_stderr_console(),
-            transient=True,
-        )
-        self._task = None
-        self._started = False
-
-    def update(self, event) -> None:
-        if not event.show:
-            return
-        if not self._started:
-            self._progress.start()
-            self._started = True
-        if self._task is None:
-            self._task = self._progress.add_task(event.current, total=event.total_bytes)
-        self._progress.update(self._task, completed=event.done_bytes, total=event.total_bytes, description=event.current)
-
-    def close(self) -> None:
-        if self._started:
-            self._progress.stop()
-
-
-def _make_progress(flag: bool | None) -> _ProgressReporter | None:
-    if flag is False:
-        return None
-    if flag is None and not sys.stderr.isatty():
-        return None
-    return _ProgressReporter()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -677,6 +438,7 @@ def launch(
 
     from speclogs.errors import LaunchError
     from speclogs.launcher import Interrupted, LaunchOptions, launch_plan, launch_remote, load_plan
+    from speclogs.report.summaries import render_launch_summary
 
     console = _stderr_console()
 
@@ -701,7 +463,7 @@ def launch(
         raise typer.Exit(130) from None
     if _wants_json(output_format, json_alias):
         typer.echo(json.dumps(summary.to_dict(), indent=1))
-    _render_launch_summary(summary, console)
+    render_launch_summary(summary, console)
     if not no_ingest:
         try:
             from speclogs.store import ingest_paths
@@ -716,25 +478,6 @@ def launch(
         raise LaunchError(f"{len(summary.failed)} launch(es) did not end ok: "
                           + ", ".join(f"{r.run_name} ({r.outcome})" for r in summary.failed),
                           hint=f"see server.log and run.json under {summary.out_dir}")
-
-
-def _render_launch_summary(summary, console) -> None:
-    from rich.table import Table
-
-    table = Table(title=f"{summary.plan_name} → {summary.out_dir} (stopped: {summary.stopped})", title_justify="left")
-    for column in ("run", "order", "outcome", "ready s", "median tok/s", "detail"):
-        table.add_column(column, justify="right" if column in ("order", "ready s", "median tok/s") else "left")
-    for r in summary.results:
-        table.add_row(r.run_name, str(r.order_index), "complete (skipped)" if r.skipped else r.outcome,
-                      "-" if r.ready_s is None else f"{r.ready_s:.1f}",
-                      "-" if r.median_tok_s is None else f"{r.median_tok_s:.1f}", r.outcome_detail[:80])
-    console.print(table)
-    if summary.adaptive:
-        console.print(f"adaptive ({summary.adaptive['design']['method']}): {summary.adaptive['reason']}",
-                      highlight=False, markup=False, soft_wrap=True)
-    if summary.pending:
-        console.print(f"pending: {len(summary.pending)} launch(es): {', '.join(summary.pending)} — run again with --resume",
-                      highlight=False)
 
 
 @app.command("synth-pair", epilog=_examples('speclogs synth-pair /tmp/t3 /tmp/d3'))
@@ -970,7 +713,7 @@ def whatif(
     elif output_format is ReportFormat.json:
         sys.stdout.write(render.render_whatif_json(result))
     else:
-        sys.stdout.write(render.render_whatif_text(result, markdown=True))
+        sys.stdout.write(render.render_whatif_markdown(result))
 
 
 # --- speclogs grammars check / list ---

@@ -18,6 +18,7 @@ import polars as pl
 from speclogs.analysis import attribution, factorial, power, stats, steady as steady_rule
 from speclogs.analysis.load import RunTables, load_run_tables, resolve_arms
 from speclogs.analysis.nccl import nccl_evidence
+from speclogs.analysis.positions import draft_positions_for
 from speclogs.analysis.results import Arm, Comparison, Estimate, Finding, Rank, RatioComparison
 from speclogs.analysis.signals import signal_evidence_for, with_signals
 from speclogs.analysis.startup import startup_for
@@ -203,8 +204,9 @@ def compare_runs(
         predicted = whatif_for(con, all_ids, confidence, tables=tables, evidence=comparison.signals)
     except AnalysisError:
         predicted = None
-    return replace(comparison, startup=startup, whatif=predicted,
-                   warnings=comparison.warnings + (startup.findings if startup else ()))
+    warnings = comparison.warnings + (startup.findings if startup else ())
+    return replace(comparison, startup=startup, whatif=predicted, warnings=warnings,
+                   draft_positions=draft_positions_for(con, arm_runs))
 
 
 def compare_tables(

@@ -194,3 +194,4 @@ class Comparison:
     ranking: tuple[Rank, ...] = ()  # every arm, fastest first (empty with one arm)
     startup: Any = None  # speclogs.analysis.startup.StartupBreakdown: where each launch's start-up time went
     whatif: Any = None  # speclogs.analysis.whatif.WhatIf: other speculative settings predicted from the profiled runs
+    draft_positions: pl.DataFrame | None = None  # speclogs.analysis.positions: acceptance per draft position and arm

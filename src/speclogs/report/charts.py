@@ -44,6 +44,17 @@ def _axis(**kwargs) -> alt.Axis:
     return alt.Axis(labelFontSize=LABEL_FONT, titleFontSize=LABEL_FONT, labelOverlap="greedy", **kwargs)
 
 
+def _time_axis() -> alt.X:
+    return alt.X("t_s:Q", title="seconds since server start", scale=alt.Scale(zero=False, nice=False), axis=_axis(tickCount=6))
+
+
+def _warmup_shade(x: alt.X) -> alt.Chart:
+    """Each launch's warm-up (its 'warmup' rows), drawn from the launch's first plotted row."""
+    return alt.Chart().mark_rect(color="orange", opacity=0.15).transform_joinaggregate(
+        first_t="min(t_s)", groupby=["run_name"]).transform_filter(alt.datum.layer == "warmup").transform_calculate(
+        t_s="max(datum.t_start_s, datum.first_t)").encode(x=x, x2="t_end_s:Q")
+
+
 def throughput_chart(c: Comparison) -> alt.Chart | None:
     """Per arm and source: the estimate (a large diamond) on its interval (a thick bar with end ticks), and each launch's
     own value (small open circles). The axis is not zero-based: its title says where it starts."""
@@ -196,10 +207,7 @@ def timeline_chart(c: Comparison) -> alt.Chart | None:
     spans = [{"layer": "warmup", **row} for row in c.warmup_spans.to_dicts()]
     data = alt.Data(values=points + spans)
     states = [state for state in ROW_STATES if any(point["state"] == state for point in points)]
-    x = alt.X("t_s:Q", title="seconds since server start", scale=alt.Scale(zero=False, nice=False), axis=_axis(tickCount=6))
-    shade = alt.Chart().mark_rect(color="orange", opacity=0.15).transform_joinaggregate(
-        first_t="min(t_s)", groupby=["run_name"]).transform_filter(alt.datum.layer == "warmup").transform_calculate(
-        t_s="max(datum.t_start_s, datum.first_t)").encode(x=x, x2="t_end_s:Q")
+    x = _time_axis()
     dots = alt.Chart().mark_point(filled=True, size=18).encode(
         x=x,
         y=alt.Y("gen_throughput_tok_s:Q", title="gen throughput (tok/s)", axis=_axis(tickCount=5)),
@@ -207,7 +215,7 @@ def timeline_chart(c: Comparison) -> alt.Chart | None:
                         scale=alt.Scale(domain=states, range=[ROW_COLOURS[ROW_STATES.index(s)] for s in states])),
         tooltip=["run_name:N", "t_s:Q", "gen_throughput_tok_s:Q", "accept_len:Q", "state:N"],
     ).transform_filter(alt.datum.layer == "row")
-    return alt.layer(shade, dots, data=data).properties(width=PANEL, height=150).facet(
+    return alt.layer(_warmup_shade(x), dots, data=data).properties(width=PANEL, height=150).facet(
         facet=alt.Facet("run_name:N", title=None), columns=2
     ).resolve_scale(x="independent").properties(
         title="Decode throughput over time, from each launch's first decode row (shaded: before the first steady row)")
@@ -236,20 +244,19 @@ def accept_time_chart(c: Comparison) -> alt.Chart | None:
     x axis and warm-up shade of the throughput timeline: a drift in acceptance shows here before it shows in throughput."""
     if c.timeline.is_empty() or c.timeline["accept_len"].drop_nulls().is_empty():
         return None
-    spans = [{"layer": "warmup", **row} for row in c.warmup_spans.to_dicts()]
-    x = alt.X("t_s:Q", title="seconds since server start", scale=alt.Scale(zero=False, nice=False), axis=_axis(tickCount=6))
+    x = _time_axis()
 
     def panels(column: str, title: str, colour: str) -> alt.FacetChart:
         frame = c.timeline.filter(c.timeline[column].is_not_null())
         points = [{"layer": "row", "run_name": r["run_name"], "t_s": r["t_s"], "value": r[column]} for r in frame.to_dicts()]
-        shade = alt.Chart().mark_rect(color="orange", opacity=0.15).transform_joinaggregate(
-            first_t="min(t_s)", groupby=["run_name"]).transform_filter(alt.datum.layer == "warmup").transform_calculate(
-            t_s="max(datum.t_start_s, datum.first_t)").encode(x=x, x2="t_end_s:Q")
+        # a launch without the value (no speculation) gets no empty panel
+        shown = c.warmup_spans.filter(pl.col("run_name").is_in(frame["run_name"].unique().to_list()))
+        spans = [{"layer": "warmup", **row} for row in shown.to_dicts()]
         line = alt.Chart().mark_line(color=colour, point=alt.OverlayMarkDef(size=14, filled=True, color=colour)).encode(
             x=x, y=alt.Y("mean(value):Q", title=title, axis=_axis(tickCount=5, format=".2f"), scale=alt.Scale(zero=False, padding=8)),
             tooltip=["run_name:N", "t_s:Q", alt.Tooltip("mean(value):Q", format=".3f", title=title)],
         ).transform_filter(alt.datum.layer == "row")
-        return alt.layer(shade, line, data=alt.Data(values=points + spans)).properties(
+        return alt.layer(_warmup_shade(x), line, data=alt.Data(values=points + spans)).properties(
             width=PANEL, height=120).facet(facet=alt.Facet("run_name:N", title=None), columns=2
                                                      ).resolve_scale(x="independent")
 
@@ -261,9 +268,29 @@ def accept_time_chart(c: Comparison) -> alt.Chart | None:
     return (alt.vconcat(*charts) if len(charts) > 1 else charts[0]).properties(title=title)
 
 
+def positions_chart(c: Comparison) -> alt.Chart | None:
+    """Acceptance of draft position k given positions 1…k−1 accepted, per arm (colour) and source (dash); positions no
+    verify step reached are not drawn."""
+    if c.draft_positions is None or c.draft_positions.filter(pl.col("acceptance").is_not_null()).is_empty():
+        return None
+    rows = c.draft_positions.filter(pl.col("acceptance").is_not_null())
+    positions = list(range(1, int(rows["position"].max()) + 1))
+    return alt.Chart(alt.Data(values=rows.to_dicts())).mark_line(point=alt.OverlayMarkDef(size=60, filled=True)).encode(
+        x=alt.X("position:O", title="draft position k", sort=positions, scale=alt.Scale(domain=positions),
+                axis=_axis(labelAngle=0)),
+        y=alt.Y("acceptance:Q", title="P(token k accepted | 1…k−1 accepted)", scale=alt.Scale(domain=[0, 1]),
+                axis=_axis(format=".0%", tickCount=5)),
+        color=alt.Color("arm:N", sort=[a.name for a in c.arms], legend=alt.Legend(labelFontSize=LABEL_FONT, orient="top",
+                                                                                labelLimit=300)),
+        strokeDash=alt.StrokeDash("source:N", legend=alt.Legend(labelFontSize=LABEL_FONT, orient="top", labelLimit=300)),
+        tooltip=["arm:N", "source:N", "position:O", alt.Tooltip("acceptance:Q", format=".1%"), "reached:Q", "accepted:Q",
+                 alt.Tooltip("at_least:Q", format=".1%", title="P(accepted ≥ k)")],
+    ).properties(width="container", height=220, title="Acceptance per draft position (conditional, EAGLE's n-α)")
+
+
 def all_charts(c: Comparison) -> list[tuple[str, alt.Chart]]:
     """(id, chart) for every chart that has data, in report order."""
     builders = [("throughput", throughput_chart), ("effects", effects_chart), ("cycle", cycle_chart),
                 ("accept", accept_chart), ("requests", request_accept_chart), ("timeline", timeline_chart),
-                ("accepttime", accept_time_chart), ("startup", startup_chart)]
+                ("accepttime", accept_time_chart), ("positions", positions_chart), ("startup", startup_chart)]
     return [(name, chart) for name, build in builders if (chart := build(c)) is not None]

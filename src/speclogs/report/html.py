@@ -14,10 +14,11 @@ from pathlib import Path
 from speclogs.analysis.results import Comparison
 from speclogs.errors import InputError
 from speclogs.redact import redact_json, redact_text
-from speclogs.report import charts, signals, text, whatif
+from speclogs.report import charts, text
 
 CSS = """
-body { font-family: system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 24px auto; max-width: 1200px; color: #222; }
+body { font-family: system-ui, -apple-system, Segoe UI, Roboto, sans-serif; margin: 24px auto; padding: 0 16px; max-width: 1200px;
+       color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; margin: 8px 0; font-size: 0.88em; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
@@ -30,6 +31,7 @@ th { background: #f4f4f4; }
 .chart-error { color: #b00; white-space: pre-wrap; }
 .nodata { border: 1px dashed #ccc; padding: 12px; }
 """
+CORE_TABLES = ("arms", "comparisons", "attribution", "phase_terms", "phases", "effects")
 
 
 @functools.lru_cache(maxsize=1)
@@ -48,10 +50,30 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _chart_sections(c: Comparison, chart_div) -> list[str]:  # noqa: ANN001
+    """The charts after the tables they illustrate, each panel with nothing to draw saying why."""
+    parts = ["<h2>Effects and ratios</h2>", chart_div("effects")] if c.effects or c.comparisons else []
+    parts += ["<h2>Step time</h2>", chart_div("cycle", "no decode step time or profiled cycle in these runs"),
+              "<h2>Acceptance</h2>", chart_div("accept", "no accept length in the decode rows (no speculative decoding?)"),
+              chart_div("requests", "no per-request acceptance (client requests or --export-metrics-to-file records)"),
+              "<h2>Decode throughput and acceptance over time</h2>", chart_div("timeline", "no decode rows"),
+              chart_div("accepttime", "no accept length over time (no speculative decoding in these runs)"),
+              "<h2>Acceptance per draft position</h2>",
+              chart_div("positions", "no profiled cycles at batch size 1 and no SGLang accept histograms in these runs")]
+    if c.draft_positions is not None and not c.draft_positions.is_empty():
+        missing = [a.name for a in c.arms if a.name not in set(c.draft_positions["arm"])]
+        if missing:
+            parts.append(f'<p class="note">no data for {html.escape(", ".join(missing))}: no profiled cycles at batch '
+                         "size 1 and no SGLang accept histograms</p>")
+    return parts
+
+
 def render_html(comparison: Comparison) -> str:
     """The whole page as a string."""
     c = comparison
     parts = [f"<h1>{html.escape(text.title(c))}</h1>"]
+    if c.ranking:
+        parts += [f"<h2>{html.escape(text.ranking_title(c))}</h2>", _table(text.RANKING_HEADER, text.ranking_rows(c))]
     blocks = text.answer_blocks(c)
     if blocks:
         parts.append('<h2>Answer</h2><ul class="answer">')
@@ -80,33 +102,15 @@ def render_html(comparison: Comparison) -> str:
             return f'<div class="chart" id="chart-{name}"></div>'
         return f'<p class="note nodata">no data: {html.escape(empty)}</p>' if empty else ""
 
-    parts += ["<h2>Throughput per arm</h2>", _table(text.ARM_HEADER, text.arm_rows(c)),
-              chart_div("throughput", "no arm has a throughput estimate")]
-    if c.comparisons:
-        parts += [f"<h2>Comparisons against {html.escape(c.reference)}</h2>",
-                  _table(text.COMPARISON_HEADER, text.comparison_rows(c))]
-        parts += [f'<p class="note">test — {html.escape(n)}</p>' for n in text.test_notes(c)]
-    if c.effects or c.comparisons:
-        parts += ["<h2>Effects</h2>"]
-        if c.effects:
-            parts.append(_table(text.EFFECT_HEADER, text.effect_rows(c)))
-        parts.append(chart_div("effects"))
-    parts.append("<h2>Attribution</h2>")
-    if c.attributions:
-        parts.append(_table(text.ATTRIBUTION_HEADER, text.attribution_rows(c)))
-        phase_terms = text.phase_term_rows(c)
-        if phase_terms:
-            parts.append(_table(["B vs A", "phase", "contribution [CI]"], phase_terms))
-        parts.append("<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in text.counterfactual_lines(c)) + "</ul>")
-    if c.phases:
-        parts.append(_table(text.PHASE_HEADER, text.phase_rows(c)))
-    parts += [chart_div("cycle", "no decode step time or profiled cycle in these runs"), "<h2>Acceptance</h2>",
-              chart_div("accept", "no accept length in the decode rows (no speculative decoding?)"),
-              chart_div("requests", "no per-request acceptance (client requests or --export-metrics-to-file records)"),
-              "<h2>Decode throughput and acceptance over time</h2>",
-              chart_div("timeline", "no decode rows"),
-              chart_div("accepttime", "no accept length over time (no speculative decoding in these runs)")]
-    for title, header, rows in text.nccl_sections(c) + signals.signal_sections(c) + whatif.report_sections(c):
+    tables = text.tables(c, brief=False)
+    core = [table for table in tables if table[0] in CORE_TABLES]   # the extra sections (NCCL, signals …) come after
+    for key, title, header, rows, after in core:
+        parts += [f"<h2>{html.escape(title)}</h2>", _table(header, rows)]
+        parts += [f'<p class="note">{html.escape(line)}</p>' for line in after]
+        if key == "arms":
+            parts.append(chart_div("throughput", "no arm has a throughput estimate"))
+    parts += _chart_sections(c, chart_div)
+    for _, title, header, rows, _after in tables[len(core):]:
         parts += [f"<h2>{html.escape(title)}</h2>", _table(header, rows)]
     parts.append(chart_div("startup"))
     if notes:
@@ -178,14 +182,3 @@ def write_charts(comparison: Comparison, folder: Path) -> list[Path]:
     except OSError as error:
         raise InputError(f"cannot write the charts to {folder}: {error.strerror}", hint="choose a writable folder") from error
     return written
-
-
-def write_html(comparison: Comparison, path: Path) -> Path:
-    """Write the page to `path`; InputError when it cannot be written."""
-    page = render_html(comparison)
-    try:
-        path.write_text(page, encoding="utf-8")
-    except OSError as error:
-        raise InputError(f"cannot write the HTML report to {path}: {error.strerror}",
-                         hint="choose a writable path with --html") from error
-    return path

@@ -36,48 +36,21 @@ def _clean(value: Any) -> Any:
 
 
 def _term(term: Term) -> dict:
-    return {
-        "name": term.name,
-        "log_ratio": term.log_ratio,
-        "log_ci_low": term.ci_low,
-        "log_ci_high": term.ci_high,
-        "ratio": math.exp(term.log_ratio),
-        "ci_low": math.exp(term.ci_low),
-        "ci_high": math.exp(term.ci_high),
-    }
+    return {"name": term.name, "log_ratio": term.log_ratio, "log_ci_low": term.ci_low, "log_ci_high": term.ci_high,
+            "ratio": math.exp(term.log_ratio), "ci_low": math.exp(term.ci_low), "ci_high": math.exp(term.ci_high)}
+
+
+def _fields(obj, **renamed: str) -> dict:
+    """A dataclass' fields in order, some under their JSON names."""
+    return {renamed.get(f.name, f.name): getattr(obj, f.name) for f in dataclasses.fields(obj)}
 
 
 def comparison_to_dict(comparison: Comparison) -> dict:
     """The JSON document as a dict (see docs/report.md for every field)."""
-    arms = []
-    for arm in comparison.arms:
-        arms.append({
-            "name": arm.name,
-            "run_names": list(arm.run_names),
-            "run_ids": list(arm.run_ids),
-            "speculative_algorithm": arm.speculative_algorithm,
-            "sglang_versions": list(arm.sglang_versions),
-            "factor_levels": arm.factor_levels,
-            "client": arm.client,
-            "server": arm.server,
-            "accept_len": arm.accept_len,
-            "step_ms": arm.cycle_ms,
-            "batch_size": arm.batch_size,
-        })
-    attribution = []
-    for a in comparison.attributions:
-        attribution.append({
-            "arm_a": a.arm_a,
-            "arm_b": a.arm_b,
-            "total": _term(a.total),
-            "terms": [_term(t) for t in a.terms],
-            "accept_len_a": a.accept_len_a,
-            "accept_len_b": a.accept_len_b,
-            "step_ms_a": a.cycle_ms_a,
-            "step_ms_b": a.cycle_ms_b,
-            "phase_terms": [_term(t) for t in a.phase_terms],
-            "counterfactuals": list(a.counterfactuals),
-        })
+    arms = [_fields(arm, cycle_ms="step_ms") for arm in comparison.arms]
+    attribution = [{**_fields(a, cycle_ms_a="step_ms_a", cycle_ms_b="step_ms_b"), "total": _term(a.total),
+                    "terms": [_term(t) for t in a.terms], "phase_terms": [_term(t) for t in a.phase_terms]}
+                   for a in comparison.attributions]
     document = {
         "schema": SCHEMA,
         "reference": comparison.reference,
@@ -96,6 +69,7 @@ def comparison_to_dict(comparison: Comparison) -> dict:
         "signals": comparison.signals,
         "startup": comparison.startup,
         "whatif": comparison.whatif,
+        "draft_positions": comparison.draft_positions,
     }
     return redact_json(_clean(document))
 

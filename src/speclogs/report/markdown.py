@@ -10,7 +10,7 @@ import re
 
 from speclogs.analysis.results import Comparison
 from speclogs.redact import redact_text
-from speclogs.report import signals, text, whatif
+from speclogs.report import text
 
 _SPECIAL = re.compile(r"([\\`*\[\]<>|~#])")
 _EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
@@ -47,25 +47,9 @@ def render_markdown(comparison: Comparison) -> str:
         out += [f"- **{e(w.code)}**: {e(w.message)}" for w in found]
     if not tiers:
         out += ["", "## Warnings", "", "- none"]
-    out += ["", "## Throughput per arm", "", md_table(text.ARM_HEADER, text.arm_rows(c))]
-    if c.comparisons:
-        out += ["", f"## Comparisons against {e(c.reference)}", "", md_table(text.COMPARISON_HEADER, text.comparison_rows(c)),
-                ""]
-        out += [f"- test — {e(note)}" for note in text.test_notes(c)]
-    if c.attributions:
-        out += ["", "## Attribution (server throughput ratio = acceptance × batch size ÷ step time)", "",
-                md_table(text.ATTRIBUTION_HEADER, text.attribution_rows(c))]
-        phase_terms = text.phase_term_rows(c)
-        if phase_terms:
-            out += ["", "Step-time term split by phase (spec\\_cycles):", "",
-                    md_table(["B vs A", "phase", "contribution [CI]"], phase_terms)]
-        out += [""] + [f"- {e(line)}" for line in text.counterfactual_lines(c)]
-    if c.phases:
-        out += ["", "## Speculative cycle phases", "", md_table(text.PHASE_HEADER, text.phase_rows(c))]
-    if c.effects:
-        out += ["", "## Factorial effects", "", md_table(text.EFFECT_HEADER, text.effect_rows(c))]
-    for title, header, rows in text.nccl_sections(c, brief=True) + signals.signal_sections(c) + whatif.report_sections(c):
+    for _, title, header, rows, after in text.tables(c):
         out += ["", f"## {e(title)}", "", md_table(header, rows)]
+        out += [""] + [f"- {e(line)}" for line in after] if after else []
     notes = [w for w in c.warnings if w.severity != "warning"]
     if notes:
         out += ["", f"<details><summary>{len(notes)} notes (how the numbers were made, settings, NCCL evidence)</summary>", ""]

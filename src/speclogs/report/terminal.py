@@ -13,7 +13,7 @@ from rich.text import Text
 from speclogs.analysis.results import Comparison
 from speclogs.console import plain, share_widths
 from speclogs.redact import redact_text
-from speclogs.report import signals, text, whatif
+from speclogs.report import text
 
 
 def _text(value: object, style: str = "") -> Text:
@@ -90,11 +90,6 @@ def render_terminal(comparison: Comparison, console: Console, brief: bool = Fals
     by whether they can change it, then the tables (arms, comparisons, attribution, phases, effects, NCCL), notes,
     methods."""
     c = comparison
-    width = console.width
-
-    def _table(title: str, header: list[str], rows: list[list[str]]) -> Table:
-        return _fitted_table(title, header, rows, width)
-
     console.print(_text(text.title(c), "bold"))
     if c.ranking:
         console.print(_text(text.ranking_title(c), "bold"))
@@ -122,26 +117,10 @@ def render_terminal(comparison: Comparison, console: Console, brief: bool = Fals
     if not tiers:
         console.print(Text("\nno warnings", style="bold green"))
     console.print()
-    console.print(_table("Throughput per arm (geometric mean over launches)", text.ARM_HEADER, text.arm_rows(c)))
-    if c.comparisons:
-        console.print(_table(f"Comparisons against {c.reference}", text.COMPARISON_HEADER, text.comparison_rows(c)))
-        for note in text.test_notes(c):
-            console.print(_text(f"  test — {note}", "dim"))
-    if c.attributions:
-        console.print(_table("Attribution of the server throughput ratio (contributions, log-additive)",
-                             text.ATTRIBUTION_HEADER, text.attribution_rows(c)))
-        phase_terms = text.phase_term_rows(c)
-        if phase_terms:
-            console.print(_table("Step-time term split by phase (from spec_cycles profiling)",
-                                 ["B vs A", "phase", "contribution [CI]"], phase_terms))
-        for line in text.counterfactual_lines(c):
+    for _, title, header, rows, after in text.tables(c):
+        console.print(_fitted_table(title, header, rows, console.width))
+        for line in after:
             console.print(_text(f"  • {line}"))
-    if c.phases:
-        console.print(_table("Speculative cycle phases (spec_cycles)", text.PHASE_HEADER, text.phase_rows(c)))
-    if c.effects:
-        console.print(_table("Factorial effects on throughput", text.EFFECT_HEADER, text.effect_rows(c)))
-    for title, header, rows in text.nccl_sections(c, brief=True) + signals.signal_sections(c) + whatif.report_sections(c):
-        console.print(_table(title, header, rows))
     notes = text.grouped_notes(c)
     if notes:
         console.print(Text("Notes (how the numbers were made)", style="bold"))

@@ -7,7 +7,7 @@ import math
 from speclogs.analysis.power import MAX_LAUNCHES
 from speclogs.analysis.results import UNSET, Attribution, Comparison, Estimate, RatioComparison, Term
 from speclogs.analysis.stats import DEFAULT_EFFECT
-from speclogs.report.signals import answer_lines as signal_answer_lines
+from speclogs.report import signals, whatif
 
 
 def pct(ratio: float) -> str:
@@ -48,18 +48,19 @@ def verdict_text(verdict: str, ratio: float, min_effect: float = 0.0) -> str:
     return verdict
 
 
-def needed_text(r: RatioComparison) -> str:
-    """What an inconclusive comparison would need: the smallest effect its launches detect, the launches for ±target."""
+def _launches_needed(r: RatioComparison, per_arm: str = "launches per arm") -> str:
     if r.n_a < 2 or r.n_b < 2:
         return "need ≥ 2 launches per arm"
-    parts = []
-    if math.isfinite(r.min_detectable_ratio):
-        parts.append(f"these launches detect only ≥ ×{r.min_detectable_ratio:.3f}")
-    if r.launches_needed is not None:
-        parts.append(f"±{r.target_effect:.0%} needs {r.launches_needed} launches per arm")
-    else:
-        parts.append(f"±{r.target_effect:.0%} needs more than {MAX_LAUNCHES} launches per arm")
-    return "; ".join(parts)
+    if r.launches_needed is None:
+        return f"±{r.target_effect:.0%} needs more than {MAX_LAUNCHES} {per_arm}"
+    return f"±{r.target_effect:.0%} needs {r.launches_needed} {per_arm}"
+
+
+def needed_text(r: RatioComparison) -> str:
+    """What an inconclusive comparison would need: the smallest effect its launches detect, the launches for ±target."""
+    if math.isfinite(r.min_detectable_ratio) and r.n_a >= 2 and r.n_b >= 2:
+        return f"these launches detect only ≥ ×{r.min_detectable_ratio:.3f}; {_launches_needed(r)}"
+    return _launches_needed(r)
 
 
 def ranking_title(c: Comparison) -> str:
@@ -78,9 +79,7 @@ def ranking_rows(c: Comparison) -> list[list[str]]:
             against = f"×{r.ratio:.3f} {fmt_interval(r.ci_low, r.ci_high)}"
             verdict = {"slower": "slower (decided)", "equivalent": "equivalent (decided)"}.get(r.verdict, r.verdict)
             if r.verdict == "inconclusive":
-                verdict += (" — need ≥ 2 launches per arm" if r.n_a < 2 or r.n_b < 2 else
-                            f" — ±{r.target_effect:.0%} needs {r.launches_needed} launches/arm" if r.launches_needed
-                            else f" — ±{r.target_effect:.0%} needs > {MAX_LAUNCHES} launches/arm")
+                verdict += f" — {_launches_needed(r, 'launches/arm')}"
         rows.append([str(place), rank.arm, f"{rank.value_tok_s:.1f}", against, verdict, str(rank.n_launches)])
     return rows
 
@@ -214,7 +213,7 @@ def answer_blocks(c: Comparison) -> list[tuple[str, list[str]]]:
         if concerning:
             details.append("read first: " + ", ".join(concerning))
         blocks.append((head, details))
-    blocks += [(line, []) for line in _effect_lines(c) + profile_lines(c) + signal_answer_lines(c)]
+    blocks += [(line, []) for line in _effect_lines(c) + profile_lines(c) + signals.answer_lines(c)]
     return blocks
 
 
@@ -304,32 +303,28 @@ def first_sentence(sentence: str, limit: int = 160) -> str:
 
 
 def nccl_sections(c: Comparison, brief: bool = False) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(title, header, rows) tables from speclogs.analysis.nccl's evidence, read by attribute names."""
+    """(title, header, rows) tables from speclogs.analysis.nccl's evidence."""
     evidence = c.nccl
     if evidence is None:
         return []
     sections = []
-    runs = getattr(evidence, "runs", ()) or ()
-    if runs:
+    if evidence.runs:
         rows = []
-        for run in runs:
+        for run in evidence.runs:
             settings = ", ".join(f"{s.name}={s.log_value if s.log_value is not None else s.env_value}"
-                                 + ("" if s.agrees in (True, None) else " (log≠env!)") for s in getattr(run, "settings", ()))
+                                 + ("" if s.agrees in (True, None) else " (log≠env!)") for s in run.settings)
             rows.append([run.run_name, str(run.nccl_version or "–"), str(run.info_lines), settings or "–",
-                         str(getattr(run, "coll_channels", None) or "–"),
-                         first_sentence(str(getattr(run, "allreduce_verdict", ""))) if brief
-                         else str(getattr(run, "allreduce_verdict", ""))])
+                         str(run.coll_channels or "–"),
+                         first_sentence(run.allreduce_verdict) if brief else run.allreduce_verdict])
         sections.append(("NCCL per run", ["run", "NCCL", "INFO lines", "settings (log, else env)", "coll channels",
                                           "all-reduce"], rows))
-    diffs = getattr(evidence, "settings_diff", ()) or ()
-    if diffs:
+    if evidence.settings_diff:
         sections.append(("NCCL settings that differ", ["setting", "values"],
                          [[d.name, "; ".join(f"{run}: {UNSET if value is None else value}" for run, value in d.values)]
-                          for d in diffs]))
-    estimates = getattr(evidence, "estimates", ()) or ()
-    if estimates:
+                          for d in evidence.settings_diff]))
+    if evidence.estimates:
         rows = []
-        for e in estimates:
+        for e in evidence.estimates:
             how = "replayed in a CUDA graph" if e.latency_source == "cuda_graph" else "eager calls: an upper bound"
             matched = "" if e.env_set_matches else ", NOT the run's settings"
             rows.append([e.run_name, f"{e.allreduces_per_verify} all-reduces × {e.allreduce_latency_us:.1f} µs "
@@ -338,7 +333,7 @@ def nccl_sections(c: Comparison, brief: bool = False) -> list[tuple[str, list[st
         sections.append(("Communication share of verify (estimate)", ["run", "estimate"], rows))
         if not brief:
             sections.append(("What the estimate assumes", ["run", "assumption"],
-                             [[e.run_name, text] for e in estimates for text in e.assumptions]))
+                             [[e.run_name, text] for e in evidence.estimates for text in e.assumptions]))
     return sections
 
 
@@ -380,13 +375,30 @@ def _effect_lines(c: Comparison) -> list[str]:
 
 def grouped_notes(c: Comparison) -> list[tuple[str, list[str]]]:
     """Info findings grouped by code, in first-seen order: (code, messages)."""
-    return grouped(c, "info")
-
-
-def grouped(c: Comparison, severity: str) -> list[tuple[str, list[str]]]:
-    """Findings of one severity ('warning' or anything else = notes) grouped by code, in first-seen order."""
     groups: dict[str, list[str]] = {}
     for w in c.warnings:
-        if (w.severity == "warning") == (severity == "warning"):
+        if w.severity != "warning":
             groups.setdefault(w.code, []).append(w.message)
     return list(groups.items())
+
+
+def tables(c: Comparison, brief: bool = True) -> list[tuple[str, str, list[str], list[list[str]], list[str]]]:
+    """Every table of the report in order, as (key, title, header, rows, lines printed after it): each format renders
+    this one list (the HTML puts its charts after the tables they illustrate, by key)."""
+    out = [("arms", "Throughput per arm (geometric mean over launches)", ARM_HEADER, arm_rows(c), [])]
+    if c.comparisons:
+        out.append(("comparisons", f"Comparisons against {c.reference}", COMPARISON_HEADER, comparison_rows(c),
+                    [f"test — {note}" for note in test_notes(c)]))
+    if c.attributions:
+        out.append(("attribution", "Attribution of the server throughput ratio (acceptance × batch size ÷ step time; "
+                    "contributions, log-additive)", ATTRIBUTION_HEADER, attribution_rows(c), []))
+        if phase_term_rows(c):
+            out.append(("phase_terms", "Step-time term split by phase (from spec_cycles profiling)",
+                        ["B vs A", "phase", "contribution [CI]"], phase_term_rows(c), []))
+        out[-1][4].extend(counterfactual_lines(c))
+    if c.phases:
+        out.append(("phases", "Speculative cycle phases (spec_cycles)", PHASE_HEADER, phase_rows(c), []))
+    if c.effects:
+        out.append(("effects", "Factorial effects on throughput", EFFECT_HEADER, effect_rows(c), []))
+    return out + [(title, title, header, rows, []) for title, header, rows
+                  in nccl_sections(c, brief) + signals.signal_sections(c) + whatif.report_sections(c)]

@@ -88,19 +88,13 @@ def whatif_lines(result) -> list[str]:  # noqa: ANN001
     return lines + [f"note: {n}" for n in result.notes]
 
 
-def render_whatif_text(result, markdown: bool = False) -> str:  # noqa: ANN001
-    """Plain text or Markdown: the answer lines, then the tables."""
-    from speclogs.report.markdown import md_table
+def render_whatif_markdown(result) -> str:  # noqa: ANN001
+    """The answer lines, then the tables."""
+    from speclogs.report.markdown import md_escape, md_table
 
-    out = [("## " if markdown else "") + "What to launch next", ""]
-    out += [("- " if markdown else "  • ") + line for line in whatif_lines(result)]
+    out = ["## What to launch next", ""] + [f"- {md_escape(line)}" for line in whatif_lines(result)]
     for title, header, rows in whatif_sections(result):
-        out += ["", ("### " if markdown else "") + title, ""]
-        if markdown:
-            out.append(md_table(header, rows))
-        else:
-            widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-            out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *rows]]
+        out += ["", f"### {md_escape(title)}", "", md_table(header, rows)]
     return "\n".join(out) + "\n"
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import polars as pl
 
+from speclogs.analysis.load import IN_RUNS, select
 from speclogs.analysis.signals import SOURCE_PREFERENCE
 
 SCHEMA = {"arm": pl.Utf8, "source": pl.Utf8, "position": pl.Int64, "reached": pl.Int64, "accepted": pl.Int64,
@@ -20,10 +21,10 @@ def draft_positions_for(con: Any, arm_runs: Mapping[str, list[str]]) -> pl.DataF
     """The selected runs' accepted-draft counts (accepted, steps, positions per source and run), then `draft_positions`."""
     ids = [run_id for run_ids in arm_runs.values() for run_id in run_ids]
     preference = list(SOURCE_PREFERENCE)
-    counts = pl.from_arrow(con.sql(f"""
+    counts = select(con, f"""
         SELECT run_id, 'profiler (batch size 1)' AS source, accepted_tokens AS accepted, count(*) AS steps,
                max(proposed_tokens) OVER (PARTITION BY run_id) AS positions
-        FROM spec_cycles WHERE run_id IN (SELECT unnest(?::VARCHAR[])) AND batch_size = 1 AND accepted_tokens IS NOT NULL
+        FROM spec_cycles WHERE {IN_RUNS} AND batch_size = 1 AND accepted_tokens IS NOT NULL
         GROUP BY run_id, accepted_tokens, proposed_tokens
         UNION ALL
         SELECT run_id, 'SGLang request histograms', accepted, sum(steps), max(positions) FROM (
@@ -32,8 +33,8 @@ def draft_positions_for(con: Any, arm_runs: Mapping[str, list[str]]) -> pl.DataF
                  min(array_position({preference}, r.source_kind)) OVER (PARTITION BY r.run_id) AS best
           FROM requests r, LATERAL (SELECT unnest(CAST(r.spec_accept_histogram AS BIGINT[])) AS v,
                                            generate_subscripts(CAST(r.spec_accept_histogram AS BIGINT[]), 1) AS i) AS h
-          WHERE r.run_id IN (SELECT unnest(?::VARCHAR[])) AND NOT coalesce(r.health_check, false))
-        WHERE rank = best GROUP BY ALL""", params=[ids, ids]).to_arrow_table())
+          WHERE r.{IN_RUNS} AND NOT coalesce(r.health_check, false))
+        WHERE rank = best GROUP BY ALL""", [ids, ids])
     return draft_positions(counts, arm_runs)
 
 

@@ -164,8 +164,8 @@ def accept_chart(c: Comparison) -> alt.Chart | None:
         y=alt.Y("sum(count):Q", title="count", axis=_axis(tickCount=3)),
         color=alt.Color("arm:N", sort=arms, legend=None),
         tooltip=["arm:N", "source:N", "accept_len:Q", "sum(count):Q"],
-    ).properties(width=PANEL - 100, height=70).facet(
-        row=alt.Row("arm:N", title=None, sort=arms, header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=260)),
+    ).properties(width=min(PANEL - 100, 480 // c.accept_hist["source"].n_unique()), height=70).facet(  # fits 800 px
+        row=alt.Row("arm:N", title=None, sort=arms, header=alt.Header(labelAngle=0, labelAlign="left", labelLimit=160)),
         column=alt.Column("source:N", title=None),
     ).resolve_scale(y="independent").properties(title="Accept-length distribution")
 

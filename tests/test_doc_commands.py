@@ -126,6 +126,8 @@ def _run(statement: str, env: dict[str, str], cwd: Path) -> subprocess.Completed
 def _runs_here(statement: str) -> bool:
     if statement.lstrip().startswith((*NEEDS_GPU, "pip install")) or "--ray auto" in statement:
         return False
+    if "--lake" in statement and importlib.util.find_spec("deltalake") is None:  # the fleet extra is not installed
+        return False
     return "--ray local" not in statement or importlib.util.find_spec("ray") is not None
 
 

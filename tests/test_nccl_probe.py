@@ -246,6 +246,7 @@ def test_more_gpus_than_exist_and_single_gpu_are_outcomes(standin, monkeypatch):
 
 def test_probe_json_round_trips_into_a_real_duckdb_table(standin, tmp_path):
     import duckdb
+    import polars as pl
 
     from speclogs.ingest.jsonfiles import parse_nccl_probe
     result = run_probe(standin("default", "tuned:NCCL_PROTO=LL", "hang:STANDIN_MODE=hang_init",
@@ -260,7 +261,8 @@ def test_probe_json_round_trips_into_a_real_duckdb_table(standin, tmp_path):
 
     con = duckdb.connect(str(tmp_path / "x.duckdb"))
     con.execute((ROOT / "src/speclogs/store/schema.sql").read_text())
-    con.register("probe_rows", tables["nccl_probe"])
+    # through the Arrow C stream, as the writer does (no pyarrow in the core install; DuckDB refuses all-null columns)
+    con.register("probe_rows", tables["nccl_probe"].select(pl.exclude(pl.Null)).__arrow_c_stream__())
     con.execute("INSERT INTO nccl_probe BY NAME SELECT * FROM probe_rows")
     rows = con.execute("SELECT env_set, collective, bytes, tokens, round(latency_us, 5), env->>'NCCL_PROTO', "
                        "round(graph_latency_us, 5) FROM nccl_probe WHERE env_set = 'tuned' ORDER BY collective DESC, bytes").fetchall()

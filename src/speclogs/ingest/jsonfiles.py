@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from datetime import datetime
 from json.encoder import c_make_encoder, encode_basestring_ascii
 
@@ -39,26 +38,29 @@ BENCH_COLUMNS = {
     "source_kind": pl.Utf8,
     "extra": pl.Utf8,
 }
-_UNPARSED_COLUMNS = {"line_no": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8}
 
 
-def json_lines(text: str, cut_hint: str = "") -> tuple[list[tuple[int, str, object]], list[tuple[int, str, str]]]:
-    """A JSONL text → (line_no, line, document) of each JSON line, and an unparsed row (line_no, reason, raw) of each
-    other line."""
-    documents: list[tuple[int, str, object]] = []
+def json_line_rows(text: str, row_of, unknown: str, cut_hint: str = "") -> tuple[list, list[tuple[int, str, str]]]:
+    """A JSONL text → the rows `row_of(document, line_no, rows_so_far)` makes of its lines, and an unparsed row
+    (line_no, reason, raw) of each other line: empty, not JSON, or a document row_of gives None for (`unknown`)."""
+    rows: list = []
     unparsed: list[tuple[int, str, str]] = []
     lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    for line_no, line in enumerate(lines, start=1):
+    for line_no, line in enumerate(lines[:-1] if lines[-1] == "" else lines, start=1):
         if not line.strip():
             unparsed.append((line_no, "empty line", line))
             continue
         try:
-            documents.append((line_no, line, json.loads(line)))
+            document = json.loads(line)
         except ValueError as error:
             unparsed.append((line_no, f"not JSON ({error}{cut_hint})", line))
-    return documents, unparsed
+            continue
+        row = row_of(document, line_no, len(rows))
+        if row is None:
+            unparsed.append((line_no, unknown, line))
+        else:
+            rows.append(row)
+    return rows, unparsed
 
 
 def accounted(text: str, tables: dict[str, pl.DataFrame], unparsed: list[tuple[int, str, str]], *,
@@ -66,7 +68,7 @@ def accounted(text: str, tables: dict[str, pl.DataFrame], unparsed: list[tuple[i
               run_facts: dict | None = None) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     """A JSON input's tables (with its unparsed rows) and its account."""
     if unparsed:
-        tables["unparsed_lines"] = pl.DataFrame(unparsed, schema=_UNPARSED_COLUMNS, orient="row")
+        tables["unparsed_lines"] = pl.DataFrame(unparsed, schema={"line_no": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8}, orient="row")
     total = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     unparsed_lines = total if all_unparsed else len({n for n, _, _ in unparsed})
     return tables, FileAccount(total, total - unparsed_lines, 0, unparsed_lines, warnings=tuple(warnings),
@@ -75,15 +77,9 @@ def accounted(text: str, tables: dict[str, pl.DataFrame], unparsed: list[tuple[i
 
 def parse_bench_jsonl(text: str, *, kind: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     """`*.bench.jsonl`, `bench.jsonl`, or any `*.jsonl` (shape detected per object: our requests or bench_serving)."""
-    rows: list[dict] = []
-    documents, unparsed = json_lines(text)
-    for line_no, line, document in documents:
-        row = bench_row(document, line_no=line_no, position=len(rows), hint_kind=kind)
-        if row is None:
-            unparsed.append((line_no, "JSON of an unknown shape (not a bench request nor a bench_serving result)", line))
-        else:
-            rows.append(row)
-    return accounted(text, _bench_tables(rows), sorted(unparsed))
+    rows, unparsed = json_line_rows(text, lambda document, line_no, position: bench_row(document, line_no, position, kind),
+                                    "JSON of an unknown shape (not a bench request nor a bench_serving result)")
+    return accounted(text, _bench_tables(rows), unparsed)
 
 
 def parse_bench_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
@@ -92,52 +88,39 @@ def parse_bench_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
         elements = json_array_elements(text)
     except ValueError as error:
         return accounted(text, {}, [(1, f"not a JSON array ({error})", text.split("\n", 1)[0])], all_unparsed=True)
-    rows: list[dict] = []
-    unparsed: list[tuple[int, str, str]] = []
-    for position, (line_no, document) in enumerate(elements):
-        row = bench_row(document, line_no=line_no, position=position, hint_kind="bench_json")
-        if row is None:
-            unparsed.append((line_no, "array element of an unknown shape", json.dumps(document)))
-        else:
-            rows.append(row)
-    return accounted(text, _bench_tables(rows), unparsed)
+    rows = [(line_no, bench_row(document, line_no, position, "bench_json"), document)
+            for position, (line_no, document) in enumerate(elements)]
+    unparsed = [(line_no, "array element of an unknown shape", json.dumps(document)) for line_no, row, document in rows if row is None]
+    return accounted(text, _bench_tables([row for _, row, _ in rows if row is not None]), unparsed)
 
 
-def _bench_tables(rows: list[dict]) -> dict[str, pl.DataFrame]:
+def _bench_tables(rows: list[tuple]) -> dict[str, pl.DataFrame]:
     return {"bench_requests": pl.DataFrame(rows, schema=BENCH_COLUMNS, orient="row")} if rows else {}
 
 
 def json_array_elements(text: str) -> list[tuple[int, object]]:
     """Elements of a top-level JSON array with the (1-based) line each starts on."""
-    decoder = json.JSONDecoder()
-    position = _skip_space(text, 0)
-    if position >= len(text) or text[position] != "[":
+    decoder, skip = json.JSONDecoder(), json.decoder.WHITESPACE.match
+    position = skip(text, 0).end()
+    if not text.startswith("[", position):
         raise ValueError("expected '[' at the start")
-    position = _skip_space(text, position + 1)
+    position = skip(text, position + 1).end()
     elements: list[tuple[int, object]] = []
-    if position < len(text) and text[position] == "]":
+    if text.startswith("]", position):
         return elements
     while True:
         value, end = decoder.raw_decode(text, position)
         elements.append((text.count("\n", 0, position) + 1, value))
-        position = _skip_space(text, end)
-        if position < len(text) and text[position] == ",":
-            position = _skip_space(text, position + 1)
-            continue
-        if position < len(text) and text[position] == "]":
+        position = skip(text, end).end()
+        if text.startswith("]", position):
             return elements
-        raise ValueError(f"expected ',' or ']' at character {position}")
+        if not text.startswith(",", position):
+            raise ValueError(f"expected ',' or ']' at character {position}")
+        position = skip(text, position + 1).end()
 
 
-def _skip_space(text: str, position: int) -> int:
-    return _JSON_SPACE.match(text, position).end()
-
-
-_JSON_SPACE = re.compile(r"[ \t\r\n]*")
-
-
-def bench_row(document: object, *, line_no: int, position: int, hint_kind: str) -> dict | None:
-    """One benchmark object → a bench_requests row (None when the shape is unknown)."""
+def bench_row(document: object, line_no: int, position: int, hint_kind: str) -> tuple | None:
+    """One benchmark object → a bench_requests row, in BENCH_COLUMNS order (None when the shape is unknown)."""
     if not isinstance(document, dict):
         return None
     if "latency_s" in document and ("meta_info" in document or "meta" in document or "completion_tokens" in document):
@@ -151,40 +134,18 @@ def bench_row(document: object, *, line_no: int, position: int, hint_kind: str) 
         if not isinstance(request_index, int) or isinstance(request_index, bool):
             request_index = position
         known = {"run", "i", "warmup", "latency_s", "completion_tokens", "tok_per_s", "tok_s", "meta_info", "meta"}
-        extra = {key: value for key, value in document.items() if key not in known}
-        extra["meta"] = meta
-        return {
-            "line_no": line_no,
-            "request_index": request_index,
-            "warmup": warmup,
-            "latency_s": as_number(document.get("latency_s")),
-            "prompt_tokens": as_int(meta.get("prompt_tokens")),
-            "completion_tokens": as_int(document.get("completion_tokens", meta.get("completion_tokens"))),
-            "output_tok_s": as_number(document.get("tok_per_s", document.get("tok_s"))),
-            "spec_accept_length": as_number(meta.get("spec_accept_length")),
-            "spec_accept_rate": as_number(meta.get("spec_accept_rate")),
-            "spec_verify_ct": as_int(meta.get("spec_verify_ct")),
-            "e2e_latency_s": as_number(meta.get("e2e_latency")),
-            "source_kind": "bench_json" if is_array_shape else "bench_jsonl",
-            "extra": json_text(extra),
-        }
+        extra = {key: value for key, value in document.items() if key not in known} | {"meta": meta}
+        return (line_no, request_index, warmup, as_number(document.get("latency_s")), as_int(meta.get("prompt_tokens")),
+                as_int(document.get("completion_tokens", meta.get("completion_tokens"))),
+                as_number(document.get("tok_per_s", document.get("tok_s"))), as_number(meta.get("spec_accept_length")),
+                as_number(meta.get("spec_accept_rate")), as_int(meta.get("spec_verify_ct")), as_number(meta.get("e2e_latency")),
+                "bench_json" if is_array_shape else "bench_jsonl", json_text(extra))
     if "output_throughput" in document or ("backend" in document and "completed" in document):
         mean_e2e_ms = as_number(document.get("mean_e2e_latency_ms"))
-        return {
-            "line_no": line_no,
-            "request_index": position,
-            "warmup": False,
-            "latency_s": as_number(document.get("duration")),
-            "prompt_tokens": as_int(document.get("total_input_tokens")),
-            "completion_tokens": as_int(document.get("total_output_tokens")),
-            "output_tok_s": as_number(document.get("output_throughput")),
-            "spec_accept_length": as_number(document.get("accept_length")),
-            "spec_accept_rate": None,
-            "spec_verify_ct": None,
-            "e2e_latency_s": None if mean_e2e_ms is None else mean_e2e_ms / 1000.0,
-            "source_kind": "bench_serving_jsonl",
-            "extra": json_text(document),
-        }
+        return (line_no, position, False, as_number(document.get("duration")), as_int(document.get("total_input_tokens")),
+                as_int(document.get("total_output_tokens")), as_number(document.get("output_throughput")),
+                as_number(document.get("accept_length")), None, None, None if mean_e2e_ms is None else mean_e2e_ms / 1000.0,
+                "bench_serving_jsonl", json_text(document))
     return None
 
 

@@ -23,7 +23,7 @@ import json
 
 import polars as pl
 
-from speclogs.ingest.jsonfiles import accounted, as_int, as_number, json_lines, json_text
+from speclogs.ingest.jsonfiles import accounted, as_int, as_number, json_line_rows, json_text
 from speclogs.ingest.reprs import parse_request_repr
 from speclogs.ingest.summary import FileAccount
 
@@ -112,25 +112,23 @@ def request_row(meta: dict, *, source_kind: str, line_no: int | None = None, req
 def parse_request_export(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     """An export file: one JSON object per line → requests rows; a line that is not such an object → unparsed
     (a file copied while SGLang was still writing ends in half a record)."""
-    rows: list[dict] = []
-    documents, unparsed = json_lines(text, "; a record cut off?")
-    for line_no, line, document in documents:
-        if not isinstance(document, dict) or "request_parameters" not in document:
-            unparsed.append((line_no, "JSON of an unknown shape (not an --export-metrics-to-file record)", line))
-            continue
-        meta = dict(document)
-        request = _json_or_text(meta.pop("request_parameters"))
-        rid = request.get("rid") if isinstance(request, dict) else None
-        rows.append(request_row(meta, line_no=line_no, source_kind="request_export", request=request, rid=rid))
-    tables = {"requests": pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row")} if rows else {}
-    return accounted(text, tables, sorted(unparsed))
+    rows, unparsed = json_line_rows(text, _export_row, "JSON of an unknown shape (not an --export-metrics-to-file record)",
+                                    "; a record cut off?")
+    return accounted(text, {"requests": pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row")} if rows else {}, unparsed)
+
+
+def _export_row(document: object, line_no: int, _position: int) -> dict | None:
+    if not isinstance(document, dict) or "request_parameters" not in document:
+        return None
+    meta = dict(document)
+    request = _json_or_text(meta.pop("request_parameters"))
+    rid = request.get("rid") if isinstance(request, dict) else None
+    return request_row(meta, line_no=line_no, source_kind="request_export", request=request, rid=rid)
 
 
 def _json_or_text(value: object) -> object:
-    if not isinstance(value, str):
-        return value
     try:
-        return json.loads(value)
+        return json.loads(value) if isinstance(value, str) else value
     except ValueError:
         return value
 

@@ -3,17 +3,13 @@ values of the pieces it claimed (first matching pattern wins), plus the pieces n
 
 A line is (prefix, message). SGLang's own prefix is split off every line that has it. On the other lines, each
 message pattern with a distinctive gate looks for its message wherever it starts (after any text that ends in a
-blank); what stands before it is read by the other prefix grammars (ts, fraction of a second, rank tags), or, when
-none reads it, kept as a new prefix shape (drift) with the timestamp and rank tags found in it.
+blank); what stands before it is read by the other prefix grammars, or, when none reads it, kept as a new prefix
+shape (drift) with the timestamp and rank tags found in it. Then one scope at a time (messages, then the lines left
+whole), in priority order: each pattern's gate literal selects candidate rows, its regex runs on those only (with an
+empty `_hit` group that tells a match from a miss) and the claimed rows leave the working set.
 
-Then one scope at a time (messages, then the lines left whole), on polars: in priority order, each pattern's gate
-literal selects candidate rows (`str.contains`), its regex runs on those only (`extract_groups`, with an empty `_hit`
-group that tells a match from a miss) and the claimed rows leave the working set. Casts follow the field types
-(int → Int64, float/pct → Float64, bool → 'True').
-
-Near misses — a piece that contains a pattern's gate but does not match it and ends up with a more
-generic pattern (or with none) — are format drift; pyparsing (the grammar's definition) is run on the first
-few only, for its exact error location (column and expected text).
+Near misses (a piece that contains a pattern's gate, fails its regex and ends up with a more generic pattern or with
+none) are format drift; pyparsing (the grammar's definition) explains the first few.
 """
 
 from __future__ import annotations
@@ -168,10 +164,7 @@ def repeat(value: object, n: int, dtype: pl.DataType, name: str = "") -> pl.Seri
 
 def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] = (1,)) -> Claims:
     """Classify the piece frame (line_no, piece, text): split off the SGLang prefix, then each scope.
-    `file_starts`: the first line number of each file when the pieces are several files' (records.ChunkFiles).
-
-    Per scope, the working set is narrow: the text to match and each row's index into the scope's metadata
-    (line_no, piece, and for messages ts and ranks), which is gathered only for the rows a pattern claims."""
+    `file_starts`: the first line number of each file when the pieces are several files' (records.ChunkFiles)."""
     groups = pieces.get_column("text").str.extract_groups(engine.prefix_regex).struct.unnest()
     prefixed = groups.get_column("_pfx").is_not_null()
     prefix_groups = groups.filter(prefixed)
@@ -190,35 +183,22 @@ def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] 
         micros = frac.str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0)
         ts = ts + pl.select(pl.duration(microseconds=micros)).to_series()
     msg_meta = _with_ranks(heads.select("line_no", "piece", ts, ts_text, pl.col("rank_tags").fill_null("")))
-    message = heads.get_column("message")
     line_rows = pieces.filter(~prefixed)
-    inputs = {
-        "message": (message.alias("src"), msg_meta),
-        "line": (line_rows.get_column("text").alias("src"), line_rows.select("line_no", "piece")),
-    }
+    inputs = {"message": (heads.get_column("message").alias("src"), msg_meta),
+              "line": (line_rows.get_column("text").alias("src"), line_rows.select("line_no", "piece"))}
     found = _Found(eligible=set().union(*engine.drift_winners.values()))
     unclaimed = pl.concat(_classify_scope(patterns, gates, *inputs[name], found).with_columns(pl.lit(name == "message").alias("prefixed"))
                           for name, patterns, gates in engine.scopes).sort(["line_no", "piece"])
-    # unclaimed message-scope pieces: report the whole piece text, prefix included
-    if unclaimed.filter(pl.col("prefixed")).height:
+    if unclaimed.filter(pl.col("prefixed")).height:  # an unclaimed message's text is its whole piece, prefix included
         full = pieces.select("line_no", "piece", pl.col("text").alias("full"))
-        unclaimed = (
-            unclaimed.join(full, on=["line_no", "piece"], how="left", maintain_order="left")
-            .with_columns(pl.when(pl.col("prefixed")).then(pl.col("full")).otherwise(pl.col("text")).alias("text"))
-            .drop("full")
-        )
+        unclaimed = unclaimed.join(full, on=["line_no", "piece"], how="left", maintain_order="left").with_columns(
+            pl.when(pl.col("prefixed")).then(pl.col("full")).otherwise(pl.col("text")).alias("text")).drop("full")
     drift = _drift(engine, found.near_ids, found.winners, unclaimed)
     if others is not None and others.get_column("shape").null_count() < others.height:
         new = others.filter(pl.col("shape").is_not_null()).join(pieces, on=["line_no", "piece"])
         drift = pl.concat([drift, new.select("line_no", "piece", (NEW_PREFIX + pl.col("shape")).alias("pattern"), "text")])
-    return Claims(
-        frames=found.frames,
-        unclaimed=unclaimed,
-        prefixed=heads.get_column("line_no"),
-        prefixes=None if others is None else others.select("line_no", "piece", "prefix"),
-        drift=drift,
-        server_args_text=found.server_args_text,
-    )
+    return Claims(frames=found.frames, unclaimed=unclaimed, prefixed=heads.get_column("line_no"), drift=drift,
+                  server_args_text=found.server_args_text, prefixes=None if others is None else others.select("line_no", "piece", "prefix"))
 
 
 @dataclass
@@ -266,13 +246,10 @@ def _classify_scope(patterns: tuple[CompiledPattern, ...], gates: tuple[str, ...
 
 
 class _Work:
-    """The rows of one scope still to classify: their text (`src`) and their index into the scope's metadata
-    (`rows`); compacted when enough of them were claimed.
-
-    Gate masks are computed once per distinct gate (several patterns share one) and kept across compactions.
-    Once few rows are left, one multi-literal search finds which gates occur in them at all: the patterns
-    whose gate does not occur are skipped without a pass of their own (most of the ~100 patterns, in most
-    chunks; each pass has a fixed cost however few the rows)."""
+    """The rows of one scope still to classify: their text (`src`) and their index into the scope's metadata (`rows`,
+    gathered only for the rows a pattern claims); compacted when enough were claimed. A gate's mask is computed once.
+    Once few rows are left, one multi-literal search finds which gates occur in them at all, so the patterns whose
+    gate does not occur (most, in most chunks) cost no pass of their own."""
 
     def __init__(self, src: pl.Series, meta: pl.DataFrame, gates: tuple[str, ...]) -> None:
         self.src = src.alias("src")
@@ -383,19 +360,15 @@ def _read_prefixes(engine: Engine, prefix: pl.Series) -> pl.DataFrame:
 
 
 def _dated(heads: pl.DataFrame, ts: pl.Series, file_starts: tuple[int, ...]) -> tuple[pl.Series, pl.Series]:
-    """(ts, ts_text) when some timestamps did not type: ts_text is the timestamp as printed for those rows; a time
-    without a date ('HH:MM:SS', ≤0.3.0) gets the date of the nearest dated row of its file in the chunk before it (a
-    day later when the clock went back), else after it; a 'MM-DD HH:MM:SS' gets its year so. Without any dated row
-    near, ts stays NULL and ts_text says what was printed."""
+    """(ts, ts_text) when some timestamps did not type (ts_text: as printed, for those rows): a time without a date
+    (≤0.3.0) gets the date of the nearest dated row of its file before it (a day later when the clock went back), else
+    after it; a 'MM-DD HH:MM:SS' gets its year so; else ts stays NULL."""
     missing = ts.is_null()
     texts = heads.get_column("ts_text").filter(missing)
     file = pl.Series(file_starts, dtype=pl.Int64).search_sorted(heads.get_column("line_no"), side="right")
-    frame = (
-        pl.DataFrame({"ts": ts, "file": file})
-        .with_columns(pl.col("ts").forward_fill().over("file").alias("before"), pl.col("ts").backward_fill().over("file").alias("after"))
-        .filter(missing)
-    )
-    frame = frame.with_columns(texts.alias("ts_text"))
+    frame = pl.DataFrame({"ts": ts, "file": file}).with_columns(
+        pl.col("ts").forward_fill().over("file").alias("before"), pl.col("ts").backward_fill().over("file").alias("after")
+    ).filter(missing).with_columns(texts.alias("ts_text"))
     time_only = pl.col("ts_text").str.len_chars() == 8
     month_day = pl.col("ts_text").str.len_chars() == 14
     reference = pl.coalesce("before", "after")
@@ -428,10 +401,8 @@ def _with_ranks(work: pl.DataFrame) -> pl.DataFrame:
 
 
 def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame, texts: pl.Series) -> pl.DataFrame:
-    """The claimed rows' metadata (line_no, piece, prefix columns), typed values, constants and (for a pattern whose
-    rows keep it) matched text, in schema order (a field the executor did not capture, because its group never took
-    part, is NULL): a frame of Series, without a pass of polars' query engine (this runs for every pattern that
-    claims rows, in every chunk)."""
+    """The claimed rows' typed frame (line_no, piece, then `compiled.columns`): a frame of Series, without a pass of
+    polars' query engine (this runs for every pattern that claims rows, in every chunk)."""
     p = compiled.pattern
     if p.field_list is not None and FIELDS_SLOT in values.columns:  # the rare rows no shape took: read in Python
         read = [p.field_list.read(text or "") for text in values.get_column(FIELDS_SLOT).to_list()]

@@ -1,13 +1,9 @@
 """JSON inputs: benchmark files (→ bench_requests), launcher run.json (→ runs), NCCL probe results (→ nccl_probe).
 
-Benchmark shapes (source_kind column):
-- bench_jsonl: one object per request (`*.bench.jsonl`, the launcher's `bench.jsonl`): run, i, warmup,
-  latency_s, completion_tokens, tok_per_s, meta_info{prompt_tokens, e2e_latency, spec_accept_length, …}.
-- bench_json: the older `*.bench.json`, one JSON array of {run, latency_s, completion_tokens, tok_s, meta};
-  element 0 is the warm-up.
-- bench_serving_jsonl: `python -m sglang.bench_serving` output, one summary object per benchmark run
-  (`Infinity` allowed as a value).
-A line that is not JSON, or JSON of an unknown shape, becomes an unparsed_lines row.
+Benchmark shapes (source_kind column): bench_jsonl, one object per request (`*.bench.jsonl`, the launcher's
+`bench.jsonl`: i, warmup, latency_s, tok_per_s, meta_info{…}); bench_json, the older `*.bench.json`, one array of
+{latency_s, tok_s, meta}, element 0 the warm-up; bench_serving_jsonl, `sglang.bench_serving` output, one summary object
+per benchmark run. A line that is not JSON, or JSON of an unknown shape, becomes an unparsed_lines row.
 """
 
 from __future__ import annotations
@@ -24,19 +20,9 @@ from speclogs.ingest.summary import FileAccount
 from speclogs.runrecord import RunRecordError, parse_run_record
 
 BENCH_COLUMNS = {
-    "line_no": pl.Int64,
-    "request_index": pl.Int32,
-    "warmup": pl.Boolean,
-    "latency_s": pl.Float64,
-    "prompt_tokens": pl.Int32,
-    "completion_tokens": pl.Int32,
-    "output_tok_s": pl.Float64,
-    "spec_accept_length": pl.Float64,
-    "spec_accept_rate": pl.Float64,
-    "spec_verify_ct": pl.Int32,
-    "e2e_latency_s": pl.Float64,
-    "source_kind": pl.Utf8,
-    "extra": pl.Utf8,
+    "line_no": pl.Int64, "request_index": pl.Int32, "warmup": pl.Boolean, "latency_s": pl.Float64, "prompt_tokens": pl.Int32,
+    "completion_tokens": pl.Int32, "output_tok_s": pl.Float64, "spec_accept_length": pl.Float64, "spec_accept_rate": pl.Float64,
+    "spec_verify_ct": pl.Int32, "e2e_latency_s": pl.Float64, "source_kind": pl.Utf8, "extra": pl.Utf8,
 }
 
 
@@ -192,11 +178,8 @@ def _finite(value: object) -> object:
     return value
 
 
-def _key(key: object) -> object:
-    """A key as JSON writes it where it can (str, int, finite float, True/False/None), else its str()."""
-    if isinstance(key, (str, int)) or key is None or (isinstance(key, float) and math.isfinite(key)):
-        return key
-    return str(key)
+def _key(key: object) -> object:  # as JSON writes it where it can (str, int, finite float, True/False/None), else str()
+    return key if isinstance(key, (str, int)) or key is None or (isinstance(key, float) and math.isfinite(key)) else str(key)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -260,7 +243,7 @@ def _nccl_probe_rows(document: dict) -> tuple[list[dict], list[str]]:
     common = {
         "probe_id": str(document["probe_id"]),
         "gpu_name": ", ".join(dict.fromkeys(gpu_names[:world_size] or gpu_names)) or None,
-        "topology": _jsonish(document.get("topology")),
+        "topology": json_text(topology) if isinstance(topology := document.get("topology"), (dict, list)) else topology,
         "torch_version": document.get("torch_version"),
         "nccl_version": document.get("nccl_version"),
         "hostname": document.get("hostname"),
@@ -288,7 +271,3 @@ def _nccl_probe_rows(document: dict) -> tuple[list[dict], list[str]]:
 
 def _or_none(value: object, kind: type = float) -> object:
     return None if value is None else kind(value)
-
-
-def _jsonish(value: object) -> object:
-    return json_text(value) if isinstance(value, (dict, list)) else value

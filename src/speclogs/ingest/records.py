@@ -200,16 +200,11 @@ def _with_series(frame: pl.DataFrame, *series: pl.Series) -> pl.DataFrame:
     return pl.DataFrame(list(columns.values()))
 
 
-def _count_per_file(files: ChunkFiles, parsed: pl.Series, continuation: pl.Series, prefixed: pl.Series) -> list[tuple[int, int, int]]:
-    """(parsed, continuation, prefixed pieces) per file of the chunk."""
+def _count_per_file(files: ChunkFiles, *line_nos: pl.Series) -> list[tuple[int, ...]]:
+    """How many of each of `line_nos` (parsed, continuation, prefixed pieces) each file of the chunk has."""
     n = len(files.starts)
-
-    def counts(line_nos: pl.Series) -> list[int]:
-        if n == 1 or not line_nos.len():
-            return [line_nos.len()] + [0] * (n - 1)
-        return np.bincount(files.index_of(line_nos).to_numpy(), minlength=n).tolist()
-
-    return list(zip(counts(parsed), counts(continuation), counts(prefixed)))
+    return list(zip(*([numbers.len()] + [0] * (n - 1) if n == 1 or not numbers.len()
+                      else np.bincount(files.index_of(numbers).to_numpy(), minlength=n).tolist() for numbers in line_nos)))
 
 
 def _drift_examples(engine: Engine, drift: pl.DataFrame, files: ChunkFiles) -> pl.DataFrame:
@@ -316,11 +311,7 @@ class _Record:
 
 def _group_errors(engine: Engine, claims: Claims, error_frames: dict[str, pl.DataFrame], blank: Sequence[int],
                   raw_lines: pl.DataFrame) -> tuple[list[_Record], set[tuple[int, int]], set[tuple[int, int]]]:
-    """Multi-line error records. Rules (see the module docstring): a head opens a record; frames, the exception
-    line, and unrecognised text before the exception line continue it while adjacent; blank lines are kept
-    only when the record continues after them; a bare 'Traceback (most recent call last):' right after an
-    open record (or after a chained-exception line) continues it, and right after a recognised SGLang line
-    (e.g. 'ERROR:    Exception in ASGI application') makes that line the record's first line."""
+    """Multi-line error records (the rules: the module docstring) → (records, continuation keys, orphan frame keys)."""
     events: list[tuple[int, int, str, dict, str]] = []
     for name, frame in error_frames.items():
         scope = engine.pattern(name).pattern.scope
@@ -372,20 +363,13 @@ def _group_errors(engine: Engine, claims: Claims, error_frames: dict[str, pl.Dat
 
 
 def _attach_to_previous_line(engine: Engine, claims: Claims, bare_heads: list[_Record], raw_lines: pl.DataFrame,
-                             continuation) -> None:
+                             continuation: set[tuple[int, int]]) -> None:
     """'[ts] ERROR:    Exception in ASGI application' + 'Traceback …': the SGLang line is where the record begins."""
-    wanted = {record.members[0][0] - 1 for record in bare_heads if record.members[0][1] == 0}
-    raw = dict(raw_lines.filter(pl.col("line_no").is_in(list(wanted))).iter_rows())
-    prefixed: dict[int, dict] = {}  # line_no → the prefix columns of the SGLang line there
-    wanted_line_nos = np.array(sorted(wanted), dtype=np.int64)
-    for name, frame in claims.frames.items():
-        if engine.pattern(name).pattern.scope != "message" or not frame.height:
-            continue
-        near = np.isin(frame.get_column("line_no").to_numpy(), wanted_line_nos)  # numpy: ~100 frames, a few rows wanted
-        if not near.any():
-            continue
-        rows = frame.filter(pl.Series(near) & (pl.col("piece") == 0)).select("line_no", "ts", "ts_text", "rank_tags", "tp_rank")
-        prefixed.update((row["line_no"], row) for row in rows.iter_rows(named=True))
+    wanted = sorted({record.members[0][0] - 1 for record in bare_heads if record.members[0][1] == 0})
+    raw = dict(raw_lines.filter(pl.col("line_no").is_in(wanted)).iter_rows())
+    prefixed = {row["line_no"]: row for name, frame in claims.frames.items() if engine.pattern(name).pattern.scope == "message"
+                for row in frame.filter(pl.col("line_no").is_in(wanted) & (pl.col("piece") == 0))
+                .select("line_no", "ts", "ts_text", "rank_tags", "tp_rank").iter_rows(named=True)}
     for record in bare_heads:
         line_no, piece = record.members[0]
         head = prefixed.get(line_no - 1)
@@ -441,17 +425,13 @@ def _run_facts(tables: dict[str, pl.DataFrame]) -> dict[int, dict[str, object]]:
     facts: dict[int, dict[str, object]] = {}
     server_args = tables.get("server_args")
     if server_args is not None and server_args.height:
-        wanted = {"model_path", "speculative_algorithm", "tp_size"}
         first = server_args.filter(pl.col("line_no") == pl.col("line_no").min().over("file"))
-        values: dict[int, dict[str, object]] = {}
-        for index, name, value_json in first.filter(pl.col("name").is_in(list(wanted))).select("file", "name", "value_json").iter_rows():
-            if value_json is not None:
-                values.setdefault(index, {})[name] = json.loads(value_json)
-        for index in first.get_column("file").unique().to_list():
-            found = values.get(index, {})
-            tp_size = found.get("tp_size")
-            facts[index] = {"model_path": found.get("model_path"), "speculative_algorithm": found.get("speculative_algorithm"),
-                            "tp_size": tp_size if isinstance(tp_size, int) else None}
+        names = ("model_path", "speculative_algorithm", "tp_size")
+        facts = {index: dict.fromkeys(names) for index in first.get_column("file").unique().to_list()}
+        wanted = first.filter(pl.col("name").is_in(names) & pl.col("value_json").is_not_null())
+        for index, name, value_json in wanted.select("file", "name", "value_json").iter_rows():
+            value = json.loads(value_json)
+            facts[index][name] = value if name != "tp_size" or isinstance(value, int) else None
     nccl = tables.get("nccl_events")
     if nccl is not None and "host" in nccl.columns:
         hosts = nccl.filter(pl.col("host").is_not_null()).group_by("file", maintain_order=True).agg(pl.col("host").first())

@@ -137,14 +137,10 @@ class PlainText:
 
 class GzipText:
     """The text of a gzip file (one member or several), decompressed as it is asked for, its bytes on disk hashed on
-    the way (`digest`, optional).
-
-    Where the gzip data stops being readable (corrupt, or cut short) the text ends: what decompressed before is kept to
-    the last byte (a failed block is decompressed again in small steps from a copy of the state before it), `problem`
-    says where and `reason` why, and the rest of the file is still hashed. After a broken deflate stream the last
-    GARBLED_BYTES of text may be garbage: they are held back until more text follows, and at a break the lines they
-    touch are dropped (counted in `problem`). Bytes after the last member that are not gzip are ignored, as gzip(1)
-    does."""
+    the way (`digest`, optional). Where the gzip data stops being readable the text ends: what decompressed before is
+    kept to the last byte (_salvage), `problem` says where and `reason` why. The last GARBLED_BYTES of text are held
+    back until more follows: at a broken deflate stream the lines they touch are dropped. Bytes after the last member
+    that are not gzip are ignored, as gzip(1) does."""
 
     def __init__(self, handle, digest=None) -> None:
         self._handle = handle
@@ -160,7 +156,7 @@ class GzipText:
         self.problem: str | None = None
 
     def read(self, size: int) -> bytes:
-        """The next `size` bytes of text (more when a failed block was salvaged, fewer only at the end)."""
+        """The next `size` bytes of text (fewer only at the end)."""
         pieces = [self._unread] if self._unread else []
         have = len(self._unread)
         self._unread = b""
@@ -192,8 +188,7 @@ class GzipText:
     def read_all(self) -> bytes:
         return b"".join(iter(lambda: self.read(STREAM_MIN_BYTES), b""))
 
-    def remaining(self, size_bytes: int) -> int:
-        """About how much text is left (at the ratio of text to gzip so far)."""
+    def remaining(self, size_bytes: int) -> int:  # about how much text is left, at the ratio of text to gzip so far
         consumed = self.disk_bytes - len(self._input)
         if self._ended:
             return len(self._unread) + len(self._held)
@@ -201,11 +196,8 @@ class GzipText:
             return size_bytes * GZIP_TEXT_RATIO
         return (size_bytes - consumed) * self.text_bytes // consumed
 
-    def skip_reason(self) -> str | None:
-        """Why the file gives no text at all, when it is broken from its first bytes."""
-        if self.reason is None or self.text_bytes:
-            return None
-        return f"not readable as gzip ({self.reason}): nothing decompresses"
+    def skip_reason(self) -> str | None:  # why a file broken from its first bytes gives no text at all
+        return f"not readable as gzip ({self.reason}): nothing decompresses" if self.reason is not None and not self.text_bytes else None
 
     def _next(self, limit: int) -> bytes:
         """Up to `limit` more bytes of text (b'' between members, or once it has ended)."""
@@ -248,12 +240,8 @@ class GzipText:
         self._ended = True
         self._drain()
 
-    def _drain(self) -> int:
-        """Read (and hash) the rest of the file; → how many bytes that was."""
-        drained = 0
-        while block := self._read_disk():
-            drained += len(block)
-        return drained
+    def _drain(self) -> int:  # read (and hash) the rest of the file; → how many bytes that was
+        return sum(len(block) for block in iter(self._read_disk, b""))
 
     def _read_disk(self) -> bytes:
         block = self._handle.read(GZIP_READ_BYTES)
@@ -348,10 +336,9 @@ class LogStream:
         except OSError:
             return ""
 
-    def warnings(self) -> list[str]:
-        """What reading it found (known once it was read through)."""
-        found = [self.problem] if self.problem else []
-        return found + _read_warnings(self.size_bytes, self.bytes_read, self.invalid_utf8, self.nul_bytes)
+    def warnings(self) -> list[str]:  # known once it was read through
+        return ([self.problem] if self.problem else []) + _read_warnings(self.size_bytes, self.bytes_read, self.invalid_utf8,
+                                                                         self.nul_bytes)
 
 
 def _read_warnings(found_bytes: int, read_bytes: int, invalid_utf8: int, nul_bytes: int) -> list[str]:

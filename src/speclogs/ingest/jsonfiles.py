@@ -193,18 +193,10 @@ def parse_run_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     except RunRecordError as error:
         return accounted(text, {}, [(1, str(error), text)], all_unparsed=True,
                          warnings=[f"{error}; the run keeps its directory name"])
-    facts: dict[str, object] = {
-        "cell": record.cell,
-        "factors": json_text(record.factors) if record.factors is not None else None,
-        "launch_index": as_int(record.launch),
-        "sglang_version": record.sglang_version,
-        "hostname": record.hostname,
-        "gpu_name": ", ".join(record.gpu_names) or None,
-        "env": json_text(record.env) if record.env is not None else None,
-        "argv": json_text(record.argv) if record.argv is not None else None,
-        "run_json": json_text(record.document),
-        "outcome": record.outcome,
-    }
+    facts = {"cell": record.cell, "launch_index": as_int(record.launch), "sglang_version": record.sglang_version,
+             "hostname": record.hostname, "gpu_name": ", ".join(record.gpu_names) or None, "run_json": json_text(record.document),
+             "outcome": record.outcome, **{name: json_text(value) for name, value in
+                                           (("factors", record.factors), ("env", record.env), ("argv", record.argv)) if value is not None}}
     warnings = [record.schema_note] if record.schema_note else []
     return accounted(text, {}, [], warnings=warnings, run_facts={k: v for k, v in facts.items() if v is not None})
 

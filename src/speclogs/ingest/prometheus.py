@@ -13,7 +13,6 @@ name (`metrics_before.prom` → before) and ts and window are NULL.
 from __future__ import annotations
 
 import json
-import math
 import re
 from datetime import datetime
 from pathlib import Path
@@ -33,7 +32,6 @@ _SAMPLE = re.compile(rf"(?P<name>{_NAME})(?:\{{(?P<labels>.*)\}})?[ \t]+(?P<valu
 _LABEL = re.compile(r'[ \t]*(?P<key>[A-Za-z_][A-Za-z0-9_]*)[ \t]*=[ \t]*"(?P<value>(?:[^"\\]|\\.)*)"[ \t]*(?:,|$)')
 _COMMENT = re.compile(rf"#[ \t]*(?P<directive>HELP|TYPE|UNIT)[ \t]+(?P<family>{_NAME})(?:[ \t]+(?P<text>.*))?")
 _PHASE_IN_NAME = re.compile(r"(?:^|[-_.])(before|during|after)(?:[-_.]?[0-9]+)?$")
-_SPECIAL_VALUES = {"+Inf": math.inf, "Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
 
 _SCRAPE_COLUMNS = {"line_no": pl.Int64, "ts": pl.Datetime("us"), "window_name": pl.Utf8, "phase": pl.Utf8}
 METRIC_COLUMNS = _SCRAPE_COLUMNS | {"name": pl.Utf8, "family": pl.Utf8, "metric_type": pl.Utf8, "labels": pl.Utf8,
@@ -104,9 +102,9 @@ def _labels(text: str | None) -> dict[str, str] | None:
 
 
 def _value(text: str) -> float | None:
-    """A sample value: a float, or +Inf / -Inf / NaN as Prometheus writes them."""
+    """A sample value: a float (Python reads +Inf / -Inf / NaN as Prometheus writes them)."""
     try:
-        return _SPECIAL_VALUES[text] if text in _SPECIAL_VALUES else float(text)
+        return float(text)
     except ValueError:
         return None
 

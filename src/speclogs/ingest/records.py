@@ -56,10 +56,8 @@ class ChunkResult:
 @dataclass(frozen=True)
 class ChunkFiles:
     """Where a chunk's files are: `starts[f]` is the chunk line number of file f's first line, `lines[f]` how many it
-    has; a number between two files belongs to none (so no record joins them). A streamed chunk is one file whose
-    line numbers are the file's own (starts = [1]), assembled before the chunks ahead of it are (`numbered` False):
-    its launch_no is then the number of the chunk's own server starts up to the line (0 before the first), and
-    `number_launches` numbers them after those of the chunks before it."""
+    has; a number between two files belongs to none (so no record joins them). A streamed chunk is one file (starts =
+    [1]) whose launches `number_launches` numbers once the chunks before it are done (`numbered` False)."""
 
     starts: tuple[int, ...]
     lines: tuple[int, ...]
@@ -173,8 +171,7 @@ def _distinct_lines(claimed: list[pl.Series], line_nos: pl.Series, minus: set[in
 
 def _in_files(frame: pl.DataFrame, files: ChunkFiles, launch_starts: pl.Series) -> pl.DataFrame:
     """A frame of chunk line numbers → with `file`, the line_no (and last_line_no) in that file, and the launch_no
-    there: the server starts (server_args lines) of its file up to the line, at least 1 (lines before the first
-    server_args belong to launch 1; a streamed chunk's are numbered later, by number_launches); without `piece`."""
+    there (its file's server_args lines up to the line, at least 1 once numbered); without `piece`."""
     line_no = frame.get_column("line_no")
     if len(files.starts) == 1 and files.starts[0] == 1:  # a whole file, or a streamed one's chunk: numbers are its own
         launch = launch_starts.search_sorted(line_no, side="right").cast(pl.Int64)

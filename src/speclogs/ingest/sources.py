@@ -423,7 +423,7 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
         path = Path(argument)
         found = _stat_named(path, argument)
         if stat.S_ISDIR(found.st_mode):
-            _walk(path, add, skip)
+            _walk(str(path), os.path.realpath(path), {os.path.realpath(path)}, add, skip)
         elif not stat.S_ISREG(found.st_mode):
             raise InputError(f"{argument}: not a regular file ({_file_type(found.st_mode)})",
                              hint="speclogs reads files and directories; pipe a stream in as '-' (… | speclogs ingest -)")
@@ -479,50 +479,46 @@ def _shared_names(files: list[InputFile], known_runs: dict[str, str]) -> list[st
     return notes
 
 
-def _walk(root: Path, add, skip) -> None:
-    """Every file under root, a directory's files (sorted) before its subdirectories; symlinked directories are
-    followed, each real directory once (a link back to one already walked — a loop — is said, not followed)."""
-    walked = {os.path.realpath(root)}
-
-    def walk(directory: str, real_dir: str) -> None:
+def _walk(directory: str, real_dir: str, walked: set[str], add, skip) -> None:
+    """Every file under a directory (`real_dir` is its real path), a directory's files (sorted) before its
+    subdirectories; symlinked directories are followed, each real directory once (`walked`: a link back to one already
+    walked — a loop — is said, not followed)."""
+    try:
+        with os.scandir(directory) as found:
+            entries = sorted(found, key=lambda entry: entry.name)
+    except OSError as error:
+        skip(f"unreadable directory ({error.strerror})", str(error.filename))
+        return
+    subdirs = []
+    for entry in (entry for entry in entries if _is_dir(entry)):
+        real = os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real_dir, entry.name)
+        if entry.name.startswith(".") or entry.name == "__pycache__":
+            skip("hidden directory", entry.path)
+        elif real in walked:
+            skip("symlinked directory already walked (a loop, or a second link to it)", entry.path)
+        else:
+            walked.add(real)
+            subdirs.append((entry.path, real))
+    for entry in (entry for entry in entries if not _is_dir(entry)):
+        kind = kind_for_name(entry.name)
+        if entry.name.startswith(".") or kind is None:
+            suffix = "".join(Path(entry.name).suffixes[-2:]) or "(no extension)"
+            skip("hidden file" if entry.name.startswith(".") else f"not a log or bench file name ({suffix})", entry.path)
+            continue
         try:
-            with os.scandir(directory) as found:
-                entries = sorted(found, key=lambda entry: entry.name)
+            found = entry.stat()
         except OSError as error:
-            skip(f"unreadable directory ({error.strerror})", str(error.filename))
-            return
-        subdirs = []
-        for entry in (entry for entry in entries if _is_dir(entry)):
-            real = os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real_dir, entry.name)
-            if entry.name.startswith(".") or entry.name == "__pycache__":
-                skip("hidden directory", entry.path)
-            elif real in walked:
-                skip("symlinked directory already walked (a loop, or a second link to it)", entry.path)
-            else:
-                walked.add(real)
-                subdirs.append((entry.path, real))
-        for entry in (entry for entry in entries if not _is_dir(entry)):
-            kind = kind_for_name(entry.name)
-            if entry.name.startswith(".") or kind is None:
-                suffix = "".join(Path(entry.name).suffixes[-2:]) or "(no extension)"
-                skip("hidden file" if entry.name.startswith(".") else f"not a log or bench file name ({suffix})", entry.path)
-                continue
-            try:
-                found = entry.stat()
-            except OSError as error:
-                broken = isinstance(error, FileNotFoundError)
-                skip("broken symlink" if broken else "symlink loop" if error.errno == errno.ELOOP else f"unreadable ({error.strerror})",
-                     entry.path)
-                continue
-            if not stat.S_ISREG(found.st_mode):
-                skip(f"not a regular file ({_file_type(found.st_mode)})", entry.path)
-            else:
-                add(Path(entry.path), kind, found,
-                    os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real_dir, entry.name))
-        for subdir in subdirs:
-            walk(*subdir)
-
-    walk(str(root), os.path.realpath(root))
+            broken = isinstance(error, FileNotFoundError)
+            skip("broken symlink" if broken else "symlink loop" if error.errno == errno.ELOOP else f"unreadable ({error.strerror})",
+                 entry.path)
+            continue
+        if not stat.S_ISREG(found.st_mode):
+            skip(f"not a regular file ({_file_type(found.st_mode)})", entry.path)
+        else:
+            add(Path(entry.path), kind, found,
+                os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real_dir, entry.name))
+    for subdir in subdirs:
+        _walk(*subdir, walked, add, skip)
 
 
 def _is_dir(entry: os.DirEntry) -> bool:

@@ -386,18 +386,14 @@ def _dated(heads: pl.DataFrame, ts: pl.Series, file_starts: tuple[int, ...]) -> 
 
 
 def _with_ranks(work: pl.DataFrame) -> pl.DataFrame:
-    """Rank tags are few distinct strings: split each once (the grammar's own split) and map them; a rank no
-    tag mentions (e.g. DP in a TP-only log) is a NULL column without a pass over the rows."""
-    distinct = work.get_column("rank_tags").unique().to_list()
-    split = {tags: split_rank_tags(tags) for tags in distinct}
-    columns = []
-    for column in RANK_COLUMNS:
-        mapping = {tags: ranks.get(column) for tags, ranks in split.items()}
-        if all(value is None for value in mapping.values()):
-            columns.append(pl.lit(None, dtype=pl.Int32).alias(column))
-        else:
-            columns.append(pl.col("rank_tags").replace_strict(mapping, default=None, return_dtype=pl.Int32).alias(column))
-    return work.with_columns(columns)
+    """Rank tags are few distinct strings: split each once (the grammar's own split) and map them; a rank no tag
+    mentions (e.g. DP in a TP-only log) is a NULL column without a pass over the rows."""
+    split = {tags: split_rank_tags(tags) for tags in work.get_column("rank_tags").unique().to_list()}
+    mappings = {column: {tags: ranks.get(column) for tags, ranks in split.items()} for column in RANK_COLUMNS}
+    return work.with_columns(
+        pl.col("rank_tags").replace_strict(mapping, default=None, return_dtype=pl.Int32).alias(column)
+        if any(value is not None for value in mapping.values()) else pl.lit(None, dtype=pl.Int32).alias(column)
+        for column, mapping in mappings.items())
 
 
 def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame, texts: pl.Series) -> pl.DataFrame:

@@ -3,17 +3,13 @@ values of the pieces it claimed (first matching pattern wins), plus the pieces n
 
 A line is (prefix, message). SGLang's own prefix is split off every line that has it. On the other lines, each
 message pattern with a distinctive gate looks for its message wherever it starts (after any text that ends in a
-blank); what stands before it is read by the other prefix grammars (ts, fraction of a second, rank tags), or, when
-none reads it, kept as a new prefix shape (drift) with the timestamp and rank tags found in it.
+blank); what stands before it is read by the other prefix grammars, or, when none reads it, kept as a new prefix
+shape (drift) with the timestamp and rank tags found in it. Then one scope at a time (messages, then the lines left
+whole), in priority order: each pattern's gate literal selects candidate rows, its regex runs on those only (with an
+empty `_hit` group that tells a match from a miss) and the claimed rows leave the working set.
 
-Then one scope at a time (messages, then the lines left whole), on polars: in priority order, each pattern's gate
-literal selects candidate rows (`str.contains`), its regex runs on those only (`extract_groups`, with an empty `_hit`
-group that tells a match from a miss) and the claimed rows leave the working set. Casts follow the field types
-(int → Int64, float/pct → Float64, bool → 'True').
-
-Near misses — a piece that contains a pattern's gate but does not match it and ends up with a more
-generic pattern (or with none) — are format drift; pyparsing (the grammar's definition) is run on the first
-few only, for its exact error location (column and expected text).
+Near misses (a piece that contains a pattern's gate, fails its regex and ends up with a more generic pattern or with
+none) are format drift; pyparsing (the grammar's definition) explains the first few.
 """
 
 from __future__ import annotations
@@ -27,10 +23,10 @@ from speclogs.grammar import GrammarSet, Pattern, cast_expr, split_rank_tags
 from speclogs.grammar.fields import FIELDS_SLOT, OUTPUT_COLUMNS as FIELD_LIST_TYPES
 from speclogs.ingest.lines import Wrappers, wrappers_of
 
-PREFIX_COLUMNS = ("ts", "ts_text", "rank_tags", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "attn_cp_rank", "moe_dp_rank")
-RANK_COLUMNS = PREFIX_COLUMNS[3:]
+RANK_COLUMNS = ("dp_rank", "tp_rank", "pp_rank", "ep_rank", "attn_cp_rank", "moe_dp_rank")
 _COMPACT_BELOW = 0.7  # compact the working set when fewer than this share of its rows are still unclaimed
 _PRESENCE_BELOW_ROWS = 20_000  # from this few rows on, find the gates that occur with one multi-literal search
+NEAR_MISS_GATE_CHARS = 3  # a gate with fewer non-blank characters ('', '] ', ':  ') says nothing of what a line is
 
 _DTYPES = {"int": pl.Int64, "float": pl.Float64, "pct": pl.Float64, "bool": pl.Boolean, "str": pl.Utf8}
 _TS_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -44,7 +40,6 @@ _ANY_RANK_TAG = r"\b(?:ATTN_CP|MOE_DP|DP|TP|PP|EP)-?[0-9]+\b"
 class CompiledPattern:
     pattern: Pattern
     hit_regex: str
-    schema: dict[str, pl.DataType]  # output columns (after line_no, piece) in order, with their dtype
     # the typed frame's columns after line_no and piece: (name, dtype, source, constant), source one of "meta" (a
     # prefix column), "value" (a field), "constant", "text" (the matched text)
     columns: tuple[tuple[str, pl.DataType, str, object], ...]
@@ -53,14 +48,9 @@ class CompiledPattern:
     def name(self) -> str:
         return self.pattern.name
 
-
-@dataclass(frozen=True)
-class Scope:
-    """The patterns of one scope in priority order."""
-
-    name: str  # 'message' | 'line'
-    patterns: tuple[CompiledPattern, ...]
-    gates: tuple[str, ...]  # the distinct non-empty gates (polars finds which occur in a chunk at once)
+    @property
+    def schema(self) -> dict[str, pl.DataType]:
+        return {name: dtype for name, dtype, _, _ in self.columns}
 
 
 @dataclass(frozen=True)
@@ -70,7 +60,7 @@ class Engine:
     grammars: GrammarSet
     prefix_regex: str  # '^(?P<_pfx>…)' capturing the prefix span (not the message) plus ts/ms/rank_tags
     patterns: tuple[CompiledPattern, ...]
-    scopes: tuple[Scope, ...]
+    scopes: tuple[tuple[str, tuple[CompiledPattern, ...], tuple[str, ...]], ...]  # (scope, its patterns, their gates)
     by_name: dict[str, CompiledPattern]
     drift_winners: dict[str, frozenset[str]]  # pattern → the more generic ones whose claiming its near misses is drift
     wrappers: Wrappers
@@ -95,83 +85,54 @@ class Claims:
 
 def compile_engine(grammars: GrammarSet) -> Engine:
     """The grammars ready to classify with."""
-    prefix = grammars.prefix
-    regex = prefix.regex
+    regex = grammars.prefix.regex
     cut = regex.find("(?P<message>")
     if cut < 0 or not regex.startswith("^"):
-        raise GrammarError(
-            f"the prefix grammar ({prefix.source or 'prefix'}) must be anchored and end with a message capture",
-            hint="its template must end with {message}",
-        )
-    prefix_regex = "^(?P<_pfx>" + regex[1:cut] + ")"
-    compiled = []
-    for p in grammars.patterns:
-        body = p.regex[1:] if p.regex.startswith("^") else p.regex
-        hit_regex = "^(?P<_hit>)" + body
-        schema = _schema(p)
-        compiled.append(CompiledPattern(pattern=p, hit_regex=hit_regex, schema=schema, columns=_typed_columns(p, schema)))
-    patterns = tuple(compiled)
-    drift_winners = {
-        c.name: frozenset(w.name for w in patterns if w.pattern.scope == c.pattern.scope and is_drift(c.pattern.gate, w.pattern.gate))
-        for c in patterns
-    }
-    scopes = tuple(_scope(name, tuple(c for c in patterns if c.pattern.scope == name)) for name in ("message", "line"))
-    # A prefix is anything up to a blank: a message found mid-word is not one.
-    # A message that starts with its pattern's gate starts where the gate first occurs: a literal split finds it,
-    # and an anchored match (no captures) tests it; the others are searched for with a lazy prefix group.
+        raise GrammarError(f"the prefix grammar ({grammars.prefix.source or 'prefix'}) must be anchored and end with a message capture",
+                           hint="its template must end with {message}")
+    patterns = tuple(CompiledPattern(p, "^(?P<_hit>)" + p.regex.removeprefix("^"), _columns(p)) for p in grammars.patterns)
+    # a near miss is drift when a strictly more generic pattern (its gate inside the near miss's) claims the piece
+    drift_winners = {c.name: frozenset(w.name for w in patterns if w.pattern.scope == c.pattern.scope
+                                       and w.pattern.gate != c.pattern.gate and w.pattern.gate in c.pattern.gate)
+                     for c in patterns}
+    scopes = tuple((name, own, tuple(dict.fromkeys(c.pattern.gate for c in own if c.pattern.gate)))
+                   for name in ("message", "line") for own in [tuple(c for c in patterns if c.pattern.scope == name)])
+    # A prefix is anything up to a blank: a message found mid-word is not one. A message that starts with its
+    # pattern's gate starts where the gate first occurs: a literal split finds it, and an anchored match (no
+    # captures) tests it; the others are searched for with a lazy prefix group.
     finders = tuple((p.gate, p.regex, True) if p.template.startswith(p.gate) else (p.gate, "^(?P<_pfx>.*?[ \t])" + p.regex[1:], False)
                     for p in grammars.patterns if p.scope == "message" and distinctive_gate(p.gate))
     heads = tuple("^(?P<_hit>)" + p.regex[1:p.regex.find("(?P<message>")] + "$" for p in grammars.prefixes)
-    return Engine(grammars=grammars, prefix_regex=prefix_regex, patterns=patterns, scopes=scopes,
+    return Engine(grammars=grammars, prefix_regex="^(?P<_pfx>" + regex[1:cut] + ")", patterns=patterns, scopes=scopes,
                   by_name={c.name: c for c in patterns}, drift_winners=drift_winners, wrappers=wrappers_of(grammars.wrappers),
                   finders=finders, prefix_heads=heads)
 
 
-def _schema(p: Pattern) -> dict[str, pl.DataType]:
-    schema: dict[str, pl.DataType] = {}
+def _columns(p: Pattern) -> tuple[tuple[str, pl.DataType, str, object], ...]:
+    """Where each column of a pattern's typed frame comes from, in order: the claimed rows' prefix columns (message
+    scope), its typed values, its constants, the matched text (for a pattern whose rows keep it)."""
+    columns: dict[str, tuple[pl.DataType, str, object]] = {}
     if p.scope == "message":
-        schema["ts"] = pl.Datetime("us")
-        schema["ts_text"] = pl.Utf8
-        schema["rank_tags"] = pl.Utf8
-        for column in RANK_COLUMNS:
-            schema[column] = pl.Int32
-    schema.update(_value_types(p))
+        columns.update({"ts": (pl.Datetime("us"), "meta", None), "ts_text": (pl.Utf8, "meta", None),
+                        "rank_tags": (pl.Utf8, "meta", None)})
+        columns.update((name, (pl.Int32, "meta", None)) for name in RANK_COLUMNS)
+    columns.update((name, (dtype, "value", None)) for name, dtype in _value_types(p).items())
     for name, value in p.constants.items():
-        if name not in schema:
-            schema[name] = _constant_dtype(value)
-    if p.derive is not None:
-        for name in p.derive({}):
-            if name not in schema:
-                schema[name] = pl.Int32 if name.endswith("_rank") else pl.Utf8
+        columns.setdefault(name, ({bool: pl.Boolean, int: pl.Int64, float: pl.Float64}.get(type(value), pl.Utf8), "constant", value))
+    for name in p.derive({}) if p.derive is not None else ():
+        columns.setdefault(name, (pl.Int32 if name.endswith("_rank") else pl.Utf8, "value", None))
     if p.text_column is not None:
-        schema[p.text_column] = pl.Utf8
-    return schema
+        columns[p.text_column] = (pl.Utf8, "text", None)
+    return tuple((name, *source) for name, source in columns.items())
 
 
 def _value_types(p: Pattern) -> dict[str, pl.DataType]:
-    """The typed values a pattern's rows carry (before metadata and constants): its fields; for a field list, its
-    other fields plus every column the list can fill (speclogs.grammar.fields)."""
-    if p.field_list is None:
-        return {f.name: _DTYPES.get(f.type, pl.Utf8) for f in p.fields}
-    types = {f.name: _DTYPES.get(f.type, pl.Utf8) for f in p.fields if f.name != FIELDS_SLOT}
-    for name in p.field_list.columns:
+    """The typed values a pattern's rows carry: its fields; for a field list, its other fields plus every column the
+    list can fill (speclogs.grammar.fields)."""
+    types = {f.name: _DTYPES.get(f.type, pl.Utf8) for f in p.fields if p.field_list is None or f.name != FIELDS_SLOT}
+    for name in p.field_list.columns if p.field_list is not None else ():
         types[name] = _DTYPES.get(FIELD_LIST_TYPES.get(name) or p.field_list.types.get(name, "str"), pl.Utf8)
     return types
-
-
-def _scope(name: str, patterns: tuple[CompiledPattern, ...]) -> Scope:
-    gates = tuple(dict.fromkeys(c.pattern.gate for c in patterns if c.pattern.gate))
-    return Scope(name=name, patterns=patterns, gates=gates)
-
-
-def _constant_dtype(value: object) -> pl.DataType:
-    if isinstance(value, bool):
-        return pl.Boolean
-    if isinstance(value, int):
-        return pl.Int64
-    if isinstance(value, float):
-        return pl.Float64
-    return pl.Utf8
 
 
 def is_server_args(pattern: Pattern) -> bool:
@@ -179,18 +140,35 @@ def is_server_args(pattern: Pattern) -> bool:
     return pattern.constants.get("kind") == "server_args" or pattern.table == "server_args_header" or pattern.family == "server_args"
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# fast path
+def distinctive_gate(gate: str) -> bool:
+    """Whether passing `gate` makes a line look like the pattern's: only then is failing its regex a near miss
+    (with an empty gate every unknown line would be one, for every such pattern)."""
+    return len(gate.strip()) >= NEAR_MISS_GATE_CHARS
+
+
+def explain_miss(pattern: Pattern, text: str) -> str:
+    """pyparsing's own account of why `text` is not a `pattern` line (exact column and expected element)."""
+    import pyparsing as pp
+
+    try:
+        pattern.element.parse_string(text, parse_all=True)
+    except pp.ParseBaseException as error:
+        return f"{error.msg} at col {error.col}"
+    return "the compiled regex rejects it but pyparsing accepts it (grammar compiler bug)"
+
+
+def repeat(value: object, n: int, dtype: pl.DataType, name: str = "") -> pl.Series:
+    """`value` n times (far cheaper than pl.repeat)."""
+    return pl.Series(name, [value], dtype=dtype).new_from_index(0, n)
 
 
 def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] = (1,)) -> Claims:
     """Classify the piece frame (line_no, piece, text): split off the SGLang prefix, then each scope.
-    `file_starts`: the first line number of each file when the pieces are several files' (records.ChunkFiles).
-
-    Per scope, the working set is narrow: the text to match and each row's index into the scope's metadata
-    (line_no, piece, and for messages ts and ranks), which is gathered only for the rows a pattern claims."""
-    text = pieces.get_column("text")
-    prefixed, message, prefix_groups = _split_prefix(engine, text)
+    `file_starts`: the first line number of each file when the pieces are several files' (records.ChunkFiles)."""
+    groups = pieces.get_column("text").str.extract_groups(engine.prefix_regex).struct.unnest()
+    prefixed = groups.get_column("_pfx").is_not_null()
+    prefix_groups = groups.filter(prefixed)
+    message = pieces.get_column("text").filter(prefixed).str.slice(prefix_groups.get_column("_pfx").str.len_chars())
     heads = pieces.filter(prefixed).select("line_no", "piece").with_columns(
         message.alias("message"), prefix_groups.get_column("ts").alias("ts_text"),
         prefix_groups.get_column("ms").alias("frac"), prefix_groups.get_column("rank_tags"))
@@ -199,48 +177,28 @@ def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] 
         heads = pl.concat([heads, others.drop("prefix", "shape")]).sort("line_no", "piece")
         prefixed = prefixed.scatter(pieces.with_row_index("at").join(others, on=["line_no", "piece"]).get_column("at"), True)
     ts = heads.get_column("ts_text").str.to_datetime(_TS_FORMAT, strict=False, time_unit="us").alias("ts")
-    if ts.null_count():
-        ts, ts_text = _dated(heads, ts, file_starts)
-    else:
-        ts_text = pl.Series("ts_text", [None], pl.Utf8).new_from_index(0, ts.len())
+    ts, ts_text = _dated(heads, ts, file_starts) if ts.null_count() else (ts, repeat(None, ts.len(), pl.Utf8, "ts_text"))
     frac = heads.get_column("frac")
     if frac.null_count() < frac.len():  # the fraction of a second as printed: milliseconds, microseconds, …
         micros = frac.str.slice(0, 6).str.pad_end(6, "0").cast(pl.Int64, strict=False).fill_null(0)
         ts = ts + pl.select(pl.duration(microseconds=micros)).to_series()
     msg_meta = _with_ranks(heads.select("line_no", "piece", ts, ts_text, pl.col("rank_tags").fill_null("")))
-    message = heads.get_column("message")
     line_rows = pieces.filter(~prefixed)
-    inputs = {
-        "message": (message.alias("src"), msg_meta),
-        "line": (line_rows.get_column("text").alias("src"), line_rows.select("line_no", "piece")),
-    }
-    found = _Found(eligible=set().union(*engine.drift_winners.values()) if engine.drift_winners else set())
-    unclaimed_parts = []
-    for scope in engine.scopes:
-        src, meta = inputs[scope.name]
-        left = _classify_polars(scope, src, meta, found)
-        unclaimed_parts.append(left.with_columns(pl.lit(scope.name == "message").alias("prefixed")))
-    unclaimed = pl.concat(unclaimed_parts).sort(["line_no", "piece"]) if unclaimed_parts else _empty_unclaimed()
-    # unclaimed message-scope pieces: report the whole piece text, prefix included
-    if unclaimed.filter(pl.col("prefixed")).height:
+    inputs = {"message": (heads.get_column("message").alias("src"), msg_meta),
+              "line": (line_rows.get_column("text").alias("src"), line_rows.select("line_no", "piece"))}
+    found = _Found(eligible=set().union(*engine.drift_winners.values()))
+    unclaimed = pl.concat(_classify_scope(patterns, gates, *inputs[name], found).with_columns(pl.lit(name == "message").alias("prefixed"))
+                          for name, patterns, gates in engine.scopes).sort(["line_no", "piece"])
+    if unclaimed.filter(pl.col("prefixed")).height:  # an unclaimed message's text is its whole piece, prefix included
         full = pieces.select("line_no", "piece", pl.col("text").alias("full"))
-        unclaimed = (
-            unclaimed.join(full, on=["line_no", "piece"], how="left", maintain_order="left")
-            .with_columns(pl.when(pl.col("prefixed")).then(pl.col("full")).otherwise(pl.col("text")).alias("text"))
-            .drop("full")
-        )
+        unclaimed = unclaimed.join(full, on=["line_no", "piece"], how="left", maintain_order="left").with_columns(
+            pl.when(pl.col("prefixed")).then(pl.col("full")).otherwise(pl.col("text")).alias("text")).drop("full")
     drift = _drift(engine, found.near_ids, found.winners, unclaimed)
     if others is not None and others.get_column("shape").null_count() < others.height:
         new = others.filter(pl.col("shape").is_not_null()).join(pieces, on=["line_no", "piece"])
         drift = pl.concat([drift, new.select("line_no", "piece", (NEW_PREFIX + pl.col("shape")).alias("pattern"), "text")])
-    return Claims(
-        frames=found.frames,
-        unclaimed=unclaimed,
-        prefixed=heads.get_column("line_no"),
-        prefixes=None if others is None else others.select("line_no", "piece", "prefix"),
-        drift=drift,
-        server_args_text=found.server_args_text,
-    )
+    return Claims(frames=found.frames, unclaimed=unclaimed, prefixed=heads.get_column("line_no"), drift=drift,
+                  server_args_text=found.server_args_text, prefixes=None if others is None else others.select("line_no", "piece", "prefix"))
 
 
 @dataclass
@@ -253,59 +211,51 @@ class _Found:
     winners: dict[str, pl.DataFrame] = field(default_factory=dict)  # line_no, piece
     server_args_text: dict[tuple[int, int], str] = field(default_factory=dict)
 
-    def claimed(self, compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame, texts: pl.Series) -> None:
-        """`matched` (metadata rows), their typed `values` and their `texts` (read where the rows keep their text, and
-        for server_args)."""
-        p = compiled.pattern
-        self.frames[p.name] = _typed_frame(compiled, matched, values, texts)
-        if p.name in self.eligible:
-            self.winners[p.name] = matched.select("line_no", "piece")
-        if is_server_args(p):
-            for (line_no, piece), text in zip(matched.select("line_no", "piece").iter_rows(), texts.to_list()):
-                self.server_args_text[(line_no, piece)] = text
 
-    def missed(self, compiled: CompiledPattern, meta: pl.DataFrame, texts: pl.Series) -> None:
-        if distinctive_gate(compiled.pattern.gate):
-            self.near_ids[compiled.name] = meta.select("line_no", "piece").with_columns(texts.alias("src"))
-
-
-def _classify_polars(scope: Scope, src: pl.Series, meta: pl.DataFrame, found: _Found) -> pl.DataFrame:
+def _classify_scope(patterns: tuple[CompiledPattern, ...], gates: tuple[str, ...], src: pl.Series, meta: pl.DataFrame,
+                    found: _Found) -> pl.DataFrame:
     """One scope pattern by pattern in polars: gate, regex on the candidates, claimed rows leave the working set."""
-    work = _Work(src, meta, scope.gates)
-    for compiled in scope.patterns:
+    work = _Work(src, meta, gates)
+    for compiled in patterns:
         if work.alive_count == 0:
             break
         candidates = work.candidates(compiled.pattern.gate)
         if candidates is None or not candidates.any():
             continue
         at = candidates.arg_true()  # candidate rows' positions in work.src
-        hit, values = _extract_polars(compiled, work.src.gather(at))
+        extracted = work.src.gather(at).str.extract_groups(compiled.hit_regex)
+        hit = extracted.struct.field("_hit").is_not_null()
         rows = work.rows.gather(at)
         hits = int(hit.sum())
         if hits:
-            found.claimed(compiled, work.meta.gather(rows.filter(hit)), values, work.src.gather(at.filter(hit)))
-        if hits < rows.len():
+            values = (extracted.filter(hit) if hits < at.len() else extracted).struct.unnest()
+            values = values.select(cast_expr(pl.col(f.name), f.type) for f in compiled.pattern.fields if f.name in values.columns)
+            matched, texts = work.meta.gather(rows.filter(hit)), work.src.gather(at.filter(hit))
+            found.frames[compiled.name] = _typed_frame(compiled, matched, values, texts)
+            if compiled.name in found.eligible:
+                found.winners[compiled.name] = matched.select("line_no", "piece")
+            if is_server_args(compiled.pattern):
+                found.server_args_text.update(zip(matched.select("line_no", "piece").iter_rows(), texts.to_list()))
+        if hits < at.len() and distinctive_gate(compiled.pattern.gate):
             missed = ~hit
-            found.missed(compiled, work.meta.gather(rows.filter(missed)), work.src.gather(at.filter(missed)))
+            found.near_ids[compiled.name] = work.meta.gather(rows.filter(missed)).select("line_no", "piece").with_columns(
+                work.src.gather(at.filter(missed)).alias("src"))
         work.claim(candidates, hit)
     left = work.meta.gather(work.rows.filter(work.alive)).select("line_no", "piece")
     return left.with_columns(work.src.filter(work.alive).alias("text"))
 
 
 class _Work:
-    """The rows of one scope still to classify: their text (`src`) and their index into the scope's metadata
-    (`rows`); compacted when enough of them were claimed.
-
-    Gate masks are computed once per distinct gate (several patterns share one) and kept across compactions.
-    Once few rows are left, one multi-literal search finds which gates occur in them at all: the patterns
-    whose gate does not occur are skipped without a pass of their own (most of the ~100 patterns, in most
-    chunks; each pass has a fixed cost however few the rows)."""
+    """The rows of one scope still to classify: their text (`src`) and their index into the scope's metadata (`rows`,
+    gathered only for the rows a pattern claims); compacted when enough were claimed. A gate's mask is computed once.
+    Once few rows are left, one multi-literal search finds which gates occur in them at all, so the patterns whose
+    gate does not occur (most, in most chunks) cost no pass of their own."""
 
     def __init__(self, src: pl.Series, meta: pl.DataFrame, gates: tuple[str, ...]) -> None:
         self.src = src.alias("src")
         self.meta = meta
         self.rows = pl.int_range(0, meta.height, dtype=pl.UInt32, eager=True)
-        self.alive = _all_true(meta.height)
+        self.alive = repeat(True, meta.height, pl.Boolean)
         self.alive_count = meta.height
         self._all_gates = gates
         self._gates: dict[str, pl.Series] = {}
@@ -324,7 +274,7 @@ class _Work:
         return self.alive & mask
 
     def claim(self, candidates: pl.Series, hit: pl.Series) -> None:
-        claimed = _all_false(self.src.len()).scatter(candidates.arg_true(), hit)
+        claimed = repeat(False, self.src.len(), pl.Boolean).scatter(candidates.arg_true(), hit)
         self.alive = self.alive & ~claimed
         self.alive_count = int(self.alive.sum())
         if self.alive_count < _COMPACT_BELOW * self.src.len():
@@ -332,7 +282,7 @@ class _Work:
             self.src = self.src.filter(keep)
             self.rows = self.rows.filter(keep)
             self._gates = {gate: mask.filter(keep) for gate, mask in self._gates.items()}
-            self.alive = _all_true(self.alive_count)
+            self.alive = repeat(True, self.alive_count, pl.Boolean)
             self._find_present()
 
     def _find_present(self) -> None:
@@ -340,15 +290,6 @@ class _Work:
             return
         found = self.src.str.extract_many(list(self._all_gates), overlapping=True)
         self._present = frozenset(found.explode().drop_nulls().unique().to_list())
-
-
-def _split_prefix(engine: Engine, text: pl.Series) -> tuple[pl.Series, pl.Series, pl.DataFrame]:
-    """(prefixed mask, the prefixed rows' messages, their ts/ms/rank_tags strings)."""
-    groups = text.str.extract_groups(engine.prefix_regex).struct.unnest()
-    prefixed = groups.get_column("_pfx").is_not_null()
-    prefix_groups = groups.filter(prefixed)
-    message = text.filter(prefixed).str.slice(prefix_groups.get_column("_pfx").str.len_chars())
-    return prefixed, message, prefix_groups
 
 
 def _find_messages(engine: Engine, rows: pl.DataFrame) -> pl.DataFrame | None:
@@ -418,40 +359,16 @@ def _read_prefixes(engine: Engine, prefix: pl.Series) -> pl.DataFrame:
     return out.with_columns(ts_text)
 
 
-def _extract_polars(compiled: CompiledPattern, src: pl.Series) -> tuple[pl.Series, pl.DataFrame]:
-    """(hit mask over src, the hits' typed values) with polars' regex."""
-    extracted = src.str.extract_groups(compiled.hit_regex)
-    hit = extracted.struct.field("_hit").is_not_null()
-    values = (extracted.filter(hit) if hit.sum() < src.len() else extracted).struct.unnest()
-    return hit, values.select(cast_expr(pl.col(f.name), f.type) for f in compiled.pattern.fields if f.name in values.columns)
-
-
-def _all_true(n: int) -> pl.Series:
-    return pl.Series("alive", [True], dtype=pl.Boolean).new_from_index(0, n)  # far cheaper than pl.repeat
-
-
-def _all_false(n: int) -> pl.Series:
-    return pl.Series("claimed", [False], dtype=pl.Boolean).new_from_index(0, n)
-
-
-def _empty_unclaimed() -> pl.DataFrame:
-    return pl.DataFrame(schema={"line_no": pl.Int64, "piece": pl.Int32, "text": pl.Utf8, "prefixed": pl.Boolean})
-
-
 def _dated(heads: pl.DataFrame, ts: pl.Series, file_starts: tuple[int, ...]) -> tuple[pl.Series, pl.Series]:
-    """(ts, ts_text) when some timestamps did not type: ts_text is the timestamp as printed for those rows; a time
-    without a date ('HH:MM:SS', ≤0.3.0) gets the date of the nearest dated row of its file in the chunk before it (a
-    day later when the clock went back), else after it; a 'MM-DD HH:MM:SS' gets its year so. Without any dated row
-    near, ts stays NULL and ts_text says what was printed."""
+    """(ts, ts_text) when some timestamps did not type (ts_text: as printed, for those rows): a time without a date
+    (≤0.3.0) gets the date of the nearest dated row of its file before it (a day later when the clock went back), else
+    after it; a 'MM-DD HH:MM:SS' gets its year so; else ts stays NULL."""
     missing = ts.is_null()
     texts = heads.get_column("ts_text").filter(missing)
     file = pl.Series(file_starts, dtype=pl.Int64).search_sorted(heads.get_column("line_no"), side="right")
-    frame = (
-        pl.DataFrame({"ts": ts, "file": file})
-        .with_columns(pl.col("ts").forward_fill().over("file").alias("before"), pl.col("ts").backward_fill().over("file").alias("after"))
-        .filter(missing)
-    )
-    frame = frame.with_columns(texts.alias("ts_text"))
+    frame = pl.DataFrame({"ts": ts, "file": file}).with_columns(
+        pl.col("ts").forward_fill().over("file").alias("before"), pl.col("ts").backward_fill().over("file").alias("after")
+    ).filter(missing).with_columns(texts.alias("ts_text"))
     time_only = pl.col("ts_text").str.len_chars() == 8
     month_day = pl.col("ts_text").str.len_chars() == 14
     reference = pl.coalesce("before", "after")
@@ -465,68 +382,41 @@ def _dated(heads: pl.DataFrame, ts: pl.Series, file_starts: tuple[int, ...]) -> 
         with_date + pl.duration(days=1)).otherwise(with_date)
     resolved = frame.select(rolled.alias("ts"), "ts_text")
     at = missing.arg_true()
-    empty = pl.Series("ts_text", [None], pl.Utf8).new_from_index(0, ts.len())
-    return ts.scatter(at, resolved.get_column("ts")), empty.scatter(at, resolved.get_column("ts_text"))
+    return ts.scatter(at, resolved.get_column("ts")), repeat(None, ts.len(), pl.Utf8, "ts_text").scatter(at, resolved.get_column("ts_text"))
 
 
 def _with_ranks(work: pl.DataFrame) -> pl.DataFrame:
-    """Rank tags are few distinct strings: split each once (the grammar's own split) and map them; a rank no
-    tag mentions (e.g. DP in a TP-only log) is a NULL column without a pass over the rows."""
-    distinct = work.get_column("rank_tags").unique().to_list()
-    split = {tags: split_rank_tags(tags) for tags in distinct}
-    columns = []
-    for column in RANK_COLUMNS:
-        mapping = {tags: ranks.get(column) for tags, ranks in split.items()}
-        if all(value is None for value in mapping.values()):
-            columns.append(pl.lit(None, dtype=pl.Int32).alias(column))
-        else:
-            columns.append(pl.col("rank_tags").replace_strict(mapping, default=None, return_dtype=pl.Int32).alias(column))
-    return work.with_columns(columns)
-
-
-def _typed_columns(p: Pattern, schema: dict[str, pl.DataType]) -> tuple[tuple[str, pl.DataType, str, object], ...]:
-    """Where each column of a pattern's typed frame comes from, in schema order: the claimed rows' prefix columns
-    (message scope), its typed values, its constants, the matched text (for a pattern whose rows keep it)."""
-    sources: dict[str, tuple[str, object]] = {column: ("meta", None) for column in (PREFIX_COLUMNS if p.scope == "message" else ())}
-    for name in _value_types(p):
-        sources[name] = ("value", None)
-    for name, value in p.constants.items():
-        sources.setdefault(name, ("constant", value))
-    if p.text_column is not None:
-        sources[p.text_column] = ("text", None)
-    return tuple((name, dtype, *sources[name]) for name, dtype in schema.items())
+    """Rank tags are few distinct strings: split each once (the grammar's own split) and map them; a rank no tag
+    mentions (e.g. DP in a TP-only log) is a NULL column without a pass over the rows."""
+    split = {tags: split_rank_tags(tags) for tags in work.get_column("rank_tags").unique().to_list()}
+    mappings = {column: {tags: ranks.get(column) for tags, ranks in split.items()} for column in RANK_COLUMNS}
+    return work.with_columns(
+        pl.col("rank_tags").replace_strict(mapping, default=None, return_dtype=pl.Int32).alias(column)
+        if any(value is not None for value in mapping.values()) else pl.lit(None, dtype=pl.Int32).alias(column)
+        for column, mapping in mappings.items())
 
 
 def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame, texts: pl.Series) -> pl.DataFrame:
-    """The claimed rows' metadata (line_no, piece, prefix columns), typed values, constants and (for a pattern whose
-    rows keep it) matched text, in schema order (a field the executor did not capture, because its group never took
-    part, is NULL): a frame of Series, without a pass of polars' query engine (this runs for every pattern that
-    claims rows, in every chunk)."""
+    """The claimed rows' typed frame (line_no, piece, then `compiled.columns`): a frame of Series, without a pass of
+    polars' query engine (this runs for every pattern that claims rows, in every chunk)."""
     p = compiled.pattern
-    n = matched.height
     if p.field_list is not None and FIELDS_SLOT in values.columns:  # the rare rows no shape took: read in Python
         read = [p.field_list.read(text or "") for text in values.get_column(FIELDS_SLOT).to_list()]
         types = _value_types(p)
         listed = {name: types[name] for name in p.field_list.columns}
         values = pl.concat([values.drop(FIELDS_SLOT), pl.DataFrame(read, schema=listed, orient="row")], how="horizontal")
-    out = [_typed(matched.get_column("line_no"), pl.Int64), _typed(matched.get_column("piece"), pl.Int32)]
+    out = [matched.get_column("line_no").cast(pl.Int64), matched.get_column("piece").cast(pl.Int32)]
     for name, dtype, source, constant in compiled.columns:
         if source == "meta":
             column = matched.get_column(name)
-        elif source == "value":
-            column = values.get_column(name) if name in values.columns else None
         elif source == "text":
             column = texts
-        else:
-            column = pl.Series(name, [constant], dtype=dtype).new_from_index(0, n)
-        if column is None:
-            column = pl.Series(name, [None], dtype=dtype).new_from_index(0, n)
-        out.append(_typed(column.alias(name), dtype))
+        elif source == "value" and name in values.columns:
+            column = values.get_column(name)
+        else:  # a constant, or a value whose group took no part (NULL)
+            column = repeat(constant, matched.height, dtype, name)
+        out.append(column.alias(name).cast(dtype))
     return pl.DataFrame(out)
-
-
-def _typed(column: pl.Series, dtype: pl.DataType) -> pl.Series:
-    return column if column.dtype == dtype else column.cast(dtype)
 
 
 def _drift(engine: Engine, near_ids: dict[str, pl.DataFrame], winners: dict[str, pl.DataFrame], unclaimed: pl.DataFrame) -> pl.DataFrame:
@@ -542,30 +432,3 @@ def _drift(engine: Engine, near_ids: dict[str, pl.DataFrame], winners: dict[str,
     if not parts:
         return pl.DataFrame(schema={"line_no": pl.Int64, "piece": pl.Int32, "pattern": pl.Utf8, "text": pl.Utf8})
     return pl.concat(parts).sort("pattern", "line_no", "piece")
-
-
-NEAR_MISS_GATE_CHARS = 3  # a gate with fewer non-blank characters ('', '] ', ':  ') says nothing of what a line is
-
-
-def distinctive_gate(gate: str) -> bool:
-    """Whether passing `gate` makes a line look like the pattern's: only then is failing its regex a near miss
-    (with an empty gate every unknown line would be one, for every such pattern)."""
-    return len(gate.strip()) >= NEAR_MISS_GATE_CHARS
-
-
-def is_drift(gate: str, winner_gate: str | None) -> bool:
-    """A near miss is drift when nothing claimed the piece, or a strictly more generic pattern did."""
-    if winner_gate is None:
-        return True
-    return winner_gate != gate and winner_gate in gate
-
-
-def explain_miss(pattern: Pattern, text: str) -> str:
-    """pyparsing's own account of why `text` is not a `pattern` line (exact column and expected element)."""
-    import pyparsing as pp
-
-    try:
-        pattern.element.parse_string(text, parse_all=True)
-    except pp.ParseBaseException as error:
-        return f"{error.msg} at col {error.col}"
-    return "the compiled regex rejects it but pyparsing accepts it (grammar compiler bug)"

@@ -1,20 +1,15 @@
 """JSON inputs: benchmark files (→ bench_requests), launcher run.json (→ runs), NCCL probe results (→ nccl_probe).
 
-Benchmark shapes (source_kind column):
-- bench_jsonl: one object per request (`*.bench.jsonl`, the launcher's `bench.jsonl`): run, i, warmup,
-  latency_s, completion_tokens, tok_per_s, meta_info{prompt_tokens, e2e_latency, spec_accept_length, …}.
-- bench_json: the older `*.bench.json`, one JSON array of {run, latency_s, completion_tokens, tok_s, meta};
-  element 0 is the warm-up.
-- bench_serving_jsonl: `python -m sglang.bench_serving` output, one summary object per benchmark run
-  (`Infinity` allowed as a value).
-A line that is not JSON, or JSON of an unknown shape, becomes an unparsed_lines row.
+Benchmark shapes (source_kind column): bench_jsonl, one object per request (`*.bench.jsonl`, the launcher's
+`bench.jsonl`: i, warmup, latency_s, tok_per_s, meta_info{…}); bench_json, the older `*.bench.json`, one array of
+{latency_s, tok_s, meta}, element 0 the warm-up; bench_serving_jsonl, `sglang.bench_serving` output, one summary object
+per benchmark run. A line that is not JSON, or JSON of an unknown shape, becomes an unparsed_lines row.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from datetime import datetime
 from json.encoder import c_make_encoder, encode_basestring_ascii
 
@@ -25,40 +20,33 @@ from speclogs.ingest.summary import FileAccount
 from speclogs.runrecord import RunRecordError, parse_run_record
 
 BENCH_COLUMNS = {
-    "line_no": pl.Int64,
-    "request_index": pl.Int32,
-    "warmup": pl.Boolean,
-    "latency_s": pl.Float64,
-    "prompt_tokens": pl.Int32,
-    "completion_tokens": pl.Int32,
-    "output_tok_s": pl.Float64,
-    "spec_accept_length": pl.Float64,
-    "spec_accept_rate": pl.Float64,
-    "spec_verify_ct": pl.Int32,
-    "e2e_latency_s": pl.Float64,
-    "source_kind": pl.Utf8,
-    "extra": pl.Utf8,
+    "line_no": pl.Int64, "request_index": pl.Int32, "warmup": pl.Boolean, "latency_s": pl.Float64, "prompt_tokens": pl.Int32,
+    "completion_tokens": pl.Int32, "output_tok_s": pl.Float64, "spec_accept_length": pl.Float64, "spec_accept_rate": pl.Float64,
+    "spec_verify_ct": pl.Int32, "e2e_latency_s": pl.Float64, "source_kind": pl.Utf8, "extra": pl.Utf8,
 }
-_UNPARSED_COLUMNS = {"line_no": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8}
 
 
-def json_lines(text: str, cut_hint: str = "") -> tuple[list[tuple[int, str, object]], list[tuple[int, str, str]]]:
-    """A JSONL text → (line_no, line, document) of each JSON line, and an unparsed row (line_no, reason, raw) of each
-    other line."""
-    documents: list[tuple[int, str, object]] = []
+def json_line_rows(text: str, row_of, unknown: str, cut_hint: str = "") -> tuple[list, list[tuple[int, str, str]]]:
+    """A JSONL text → the rows `row_of(document, line_no, rows_so_far)` makes of its lines, and an unparsed row
+    (line_no, reason, raw) of each other line: empty, not JSON, or a document row_of gives None for (`unknown`)."""
+    rows: list = []
     unparsed: list[tuple[int, str, str]] = []
     lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    for line_no, line in enumerate(lines, start=1):
+    for line_no, line in enumerate(lines[:-1] if lines[-1] == "" else lines, start=1):
         if not line.strip():
             unparsed.append((line_no, "empty line", line))
             continue
         try:
-            documents.append((line_no, line, json.loads(line)))
+            document = json.loads(line)
         except ValueError as error:
             unparsed.append((line_no, f"not JSON ({error}{cut_hint})", line))
-    return documents, unparsed
+            continue
+        row = row_of(document, line_no, len(rows))
+        if row is None:
+            unparsed.append((line_no, unknown, line))
+        else:
+            rows.append(row)
+    return rows, unparsed
 
 
 def accounted(text: str, tables: dict[str, pl.DataFrame], unparsed: list[tuple[int, str, str]], *,
@@ -66,7 +54,7 @@ def accounted(text: str, tables: dict[str, pl.DataFrame], unparsed: list[tuple[i
               run_facts: dict | None = None) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     """A JSON input's tables (with its unparsed rows) and its account."""
     if unparsed:
-        tables["unparsed_lines"] = pl.DataFrame(unparsed, schema=_UNPARSED_COLUMNS, orient="row")
+        tables["unparsed_lines"] = pl.DataFrame(unparsed, schema={"line_no": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8}, orient="row")
     total = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     unparsed_lines = total if all_unparsed else len({n for n, _, _ in unparsed})
     return tables, FileAccount(total, total - unparsed_lines, 0, unparsed_lines, warnings=tuple(warnings),
@@ -75,15 +63,9 @@ def accounted(text: str, tables: dict[str, pl.DataFrame], unparsed: list[tuple[i
 
 def parse_bench_jsonl(text: str, *, kind: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     """`*.bench.jsonl`, `bench.jsonl`, or any `*.jsonl` (shape detected per object: our requests or bench_serving)."""
-    rows: list[dict] = []
-    documents, unparsed = json_lines(text)
-    for line_no, line, document in documents:
-        row = bench_row(document, line_no=line_no, position=len(rows), hint_kind=kind)
-        if row is None:
-            unparsed.append((line_no, "JSON of an unknown shape (not a bench request nor a bench_serving result)", line))
-        else:
-            rows.append(row)
-    return accounted(text, _bench_tables(rows), sorted(unparsed))
+    rows, unparsed = json_line_rows(text, lambda document, line_no, position: bench_row(document, line_no, position, kind),
+                                    "JSON of an unknown shape (not a bench request nor a bench_serving result)")
+    return accounted(text, _bench_tables(rows), unparsed)
 
 
 def parse_bench_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
@@ -92,52 +74,39 @@ def parse_bench_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
         elements = json_array_elements(text)
     except ValueError as error:
         return accounted(text, {}, [(1, f"not a JSON array ({error})", text.split("\n", 1)[0])], all_unparsed=True)
-    rows: list[dict] = []
-    unparsed: list[tuple[int, str, str]] = []
-    for position, (line_no, document) in enumerate(elements):
-        row = bench_row(document, line_no=line_no, position=position, hint_kind="bench_json")
-        if row is None:
-            unparsed.append((line_no, "array element of an unknown shape", json.dumps(document)))
-        else:
-            rows.append(row)
-    return accounted(text, _bench_tables(rows), unparsed)
+    rows = [(line_no, bench_row(document, line_no, position, "bench_json"), document)
+            for position, (line_no, document) in enumerate(elements)]
+    unparsed = [(line_no, "array element of an unknown shape", json.dumps(document)) for line_no, row, document in rows if row is None]
+    return accounted(text, _bench_tables([row for _, row, _ in rows if row is not None]), unparsed)
 
 
-def _bench_tables(rows: list[dict]) -> dict[str, pl.DataFrame]:
+def _bench_tables(rows: list[tuple]) -> dict[str, pl.DataFrame]:
     return {"bench_requests": pl.DataFrame(rows, schema=BENCH_COLUMNS, orient="row")} if rows else {}
 
 
 def json_array_elements(text: str) -> list[tuple[int, object]]:
     """Elements of a top-level JSON array with the (1-based) line each starts on."""
-    decoder = json.JSONDecoder()
-    position = _skip_space(text, 0)
-    if position >= len(text) or text[position] != "[":
+    decoder, skip = json.JSONDecoder(), json.decoder.WHITESPACE.match
+    position = skip(text, 0).end()
+    if not text.startswith("[", position):
         raise ValueError("expected '[' at the start")
-    position = _skip_space(text, position + 1)
+    position = skip(text, position + 1).end()
     elements: list[tuple[int, object]] = []
-    if position < len(text) and text[position] == "]":
+    if text.startswith("]", position):
         return elements
     while True:
         value, end = decoder.raw_decode(text, position)
         elements.append((text.count("\n", 0, position) + 1, value))
-        position = _skip_space(text, end)
-        if position < len(text) and text[position] == ",":
-            position = _skip_space(text, position + 1)
-            continue
-        if position < len(text) and text[position] == "]":
+        position = skip(text, end).end()
+        if text.startswith("]", position):
             return elements
-        raise ValueError(f"expected ',' or ']' at character {position}")
+        if not text.startswith(",", position):
+            raise ValueError(f"expected ',' or ']' at character {position}")
+        position = skip(text, position + 1).end()
 
 
-def _skip_space(text: str, position: int) -> int:
-    return _JSON_SPACE.match(text, position).end()
-
-
-_JSON_SPACE = re.compile(r"[ \t\r\n]*")
-
-
-def bench_row(document: object, *, line_no: int, position: int, hint_kind: str) -> dict | None:
-    """One benchmark object → a bench_requests row (None when the shape is unknown)."""
+def bench_row(document: object, line_no: int, position: int, hint_kind: str) -> tuple | None:
+    """One benchmark object → a bench_requests row, in BENCH_COLUMNS order (None when the shape is unknown)."""
     if not isinstance(document, dict):
         return None
     if "latency_s" in document and ("meta_info" in document or "meta" in document or "completion_tokens" in document):
@@ -151,40 +120,18 @@ def bench_row(document: object, *, line_no: int, position: int, hint_kind: str) 
         if not isinstance(request_index, int) or isinstance(request_index, bool):
             request_index = position
         known = {"run", "i", "warmup", "latency_s", "completion_tokens", "tok_per_s", "tok_s", "meta_info", "meta"}
-        extra = {key: value for key, value in document.items() if key not in known}
-        extra["meta"] = meta
-        return {
-            "line_no": line_no,
-            "request_index": request_index,
-            "warmup": warmup,
-            "latency_s": as_number(document.get("latency_s")),
-            "prompt_tokens": as_int(meta.get("prompt_tokens")),
-            "completion_tokens": as_int(document.get("completion_tokens", meta.get("completion_tokens"))),
-            "output_tok_s": as_number(document.get("tok_per_s", document.get("tok_s"))),
-            "spec_accept_length": as_number(meta.get("spec_accept_length")),
-            "spec_accept_rate": as_number(meta.get("spec_accept_rate")),
-            "spec_verify_ct": as_int(meta.get("spec_verify_ct")),
-            "e2e_latency_s": as_number(meta.get("e2e_latency")),
-            "source_kind": "bench_json" if is_array_shape else "bench_jsonl",
-            "extra": json_text(extra),
-        }
+        extra = {key: value for key, value in document.items() if key not in known} | {"meta": meta}
+        return (line_no, request_index, warmup, as_number(document.get("latency_s")), as_int(meta.get("prompt_tokens")),
+                as_int(document.get("completion_tokens", meta.get("completion_tokens"))),
+                as_number(document.get("tok_per_s", document.get("tok_s"))), as_number(meta.get("spec_accept_length")),
+                as_number(meta.get("spec_accept_rate")), as_int(meta.get("spec_verify_ct")), as_number(meta.get("e2e_latency")),
+                "bench_json" if is_array_shape else "bench_jsonl", json_text(extra))
     if "output_throughput" in document or ("backend" in document and "completed" in document):
         mean_e2e_ms = as_number(document.get("mean_e2e_latency_ms"))
-        return {
-            "line_no": line_no,
-            "request_index": position,
-            "warmup": False,
-            "latency_s": as_number(document.get("duration")),
-            "prompt_tokens": as_int(document.get("total_input_tokens")),
-            "completion_tokens": as_int(document.get("total_output_tokens")),
-            "output_tok_s": as_number(document.get("output_throughput")),
-            "spec_accept_length": as_number(document.get("accept_length")),
-            "spec_accept_rate": None,
-            "spec_verify_ct": None,
-            "e2e_latency_s": None if mean_e2e_ms is None else mean_e2e_ms / 1000.0,
-            "source_kind": "bench_serving_jsonl",
-            "extra": json_text(document),
-        }
+        return (line_no, position, False, as_number(document.get("duration")), as_int(document.get("total_input_tokens")),
+                as_int(document.get("total_output_tokens")), as_number(document.get("output_throughput")),
+                as_number(document.get("accept_length")), None, None, None if mean_e2e_ms is None else mean_e2e_ms / 1000.0,
+                "bench_serving_jsonl", json_text(document))
     return None
 
 
@@ -231,11 +178,8 @@ def _finite(value: object) -> object:
     return value
 
 
-def _key(key: object) -> object:
-    """A key as JSON writes it where it can (str, int, finite float, True/False/None), else its str()."""
-    if isinstance(key, (str, int)) or key is None or (isinstance(key, float) and math.isfinite(key)):
-        return key
-    return str(key)
+def _key(key: object) -> object:  # as JSON writes it where it can (str, int, finite float, True/False/None), else str()
+    return key if isinstance(key, (str, int)) or key is None or (isinstance(key, float) and math.isfinite(key)) else str(key)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -249,18 +193,10 @@ def parse_run_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     except RunRecordError as error:
         return accounted(text, {}, [(1, str(error), text)], all_unparsed=True,
                          warnings=[f"{error}; the run keeps its directory name"])
-    facts: dict[str, object] = {
-        "cell": record.cell,
-        "factors": json_text(record.factors) if record.factors is not None else None,
-        "launch_index": as_int(record.launch),
-        "sglang_version": record.sglang_version,
-        "hostname": record.hostname,
-        "gpu_name": ", ".join(record.gpu_names) or None,
-        "env": json_text(record.env) if record.env is not None else None,
-        "argv": json_text(record.argv) if record.argv is not None else None,
-        "run_json": json_text(record.document),
-        "outcome": record.outcome,
-    }
+    facts = {"cell": record.cell, "launch_index": as_int(record.launch), "sglang_version": record.sglang_version,
+             "hostname": record.hostname, "gpu_name": ", ".join(record.gpu_names) or None, "run_json": json_text(record.document),
+             "outcome": record.outcome, **{name: json_text(value) for name, value in
+                                           (("factors", record.factors), ("env", record.env), ("argv", record.argv)) if value is not None}}
     warnings = [record.schema_note] if record.schema_note else []
     return accounted(text, {}, [], warnings=warnings, run_facts={k: v for k, v in facts.items() if v is not None})
 
@@ -299,7 +235,7 @@ def _nccl_probe_rows(document: dict) -> tuple[list[dict], list[str]]:
     common = {
         "probe_id": str(document["probe_id"]),
         "gpu_name": ", ".join(dict.fromkeys(gpu_names[:world_size] or gpu_names)) or None,
-        "topology": _jsonish(document.get("topology")),
+        "topology": json_text(topology) if isinstance(topology := document.get("topology"), (dict, list)) else topology,
         "torch_version": document.get("torch_version"),
         "nccl_version": document.get("nccl_version"),
         "hostname": document.get("hostname"),
@@ -327,7 +263,3 @@ def _nccl_probe_rows(document: dict) -> tuple[list[dict], list[str]]:
 
 def _or_none(value: object, kind: type = float) -> object:
     return None if value is None else kind(value)
-
-
-def _jsonish(value: object) -> object:
-    return json_text(value) if isinstance(value, (dict, list)) else value

@@ -18,13 +18,15 @@ head before it is stored as unparsed ('traceback line without a traceback head')
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
 
-from speclogs.ingest.classify import NEW_PREFIX, Claims, Engine, explain_miss, is_server_args
+from speclogs.ingest.classify import NEW_PREFIX, Claims, Engine, explain_miss, is_server_args, repeat
 from speclogs.ingest.jsonfiles import json_text
 from speclogs.ingest.reprs import parse_server_args
 from speclogs.ingest.summary import FileAccount
@@ -35,11 +37,8 @@ ERRORS_TABLE = "errors"
 TABLE_RENAMES = {"foreign": "foreign_lines"}
 HEAD, FRAME, END = "traceback_head", "traceback_frame", "traceback_end"
 ROLE_COLUMN = "record"
-
-REASON_UNMATCHED_SGLANG = "SGLang line, no pattern matched"
-REASON_UNMATCHED = "no pattern matched"
-REASON_EMPTY = "empty line"
-REASON_ORPHAN_FRAME = "traceback line without a traceback head"
+LAUNCH_EVENT_KINDS = ("server_args", "ready", "cuda_graph_end", "sigterm")
+DRIFT_EXAMPLES_PER_PATTERN = 20  # per file: the near misses kept with their text and pyparsing's reason
 _FRAGMENT = " (fragment; the same line also holds parsed records)"
 
 
@@ -57,10 +56,8 @@ class ChunkResult:
 @dataclass(frozen=True)
 class ChunkFiles:
     """Where a chunk's files are: `starts[f]` is the chunk line number of file f's first line, `lines[f]` how many it
-    has; a number between two files belongs to none (so no record joins them). A streamed chunk is one file whose
-    line numbers are the file's own (starts = [1]), assembled before the chunks ahead of it are (`numbered` False):
-    its launch_no is then the number of the chunk's own server starts up to the line (0 before the first), and
-    `number_launches` numbers them after those of the chunks before it."""
+    has; a number between two files belongs to none (so no record joins them). A streamed chunk is one file (starts =
+    [1]) whose launches `number_launches` numbers once the chunks before it are done (`numbered` False)."""
 
     starts: tuple[int, ...]
     lines: tuple[int, ...]
@@ -70,104 +67,67 @@ class ChunkFiles:
         return (pl.Series(self.starts, dtype=pl.Int64).search_sorted(line_no, side="right") - 1).cast(pl.Int32).alias("file")
 
 
-LAUNCH_EVENT_KINDS = ("server_args", "ready", "cuda_graph_end", "sigterm")
-DRIFT_EXAMPLES_PER_PATTERN = 20  # per file: the near misses kept with their text and pyparsing's reason
-
-
-def assemble(
-    engine: Engine,
-    claims: Claims,
-    raw_lines: pl.DataFrame,
-    files: ChunkFiles,
-    *,
-    blank: tuple[int, ...] | list[int],
-    too_long: tuple[tuple[int, int], ...] | list[tuple[int, int]],
-    outer_prefixes: tuple[tuple[int, str], ...] = (),
-) -> ChunkResult:
+def assemble(engine: Engine, claims: Claims, raw_lines: pl.DataFrame, files: ChunkFiles, *, blank: Sequence[int],
+             too_long: Sequence[tuple[int, int]], outer_prefixes: tuple[tuple[int, str], ...] = ()) -> ChunkResult:
     """Build the table frames of one chunk. `raw_lines` is (line_no, raw) for every physical line of the chunk."""
     patterns = {c.name: c.pattern for c in engine.patterns}
-    launch_starts = sorted(
-        line_no for name, frame in claims.frames.items() if is_server_args(patterns[name]) for line_no in frame["line_no"].to_list()
-    )
+    headers = [frame for name, frame in claims.frames.items() if is_server_args(patterns[name])]
+    launch_starts = sorted(line_no for frame in headers for line_no in frame["line_no"].to_list())
+    errors = {name: frame for name, frame in claims.frames.items() if patterns[name].table == ERRORS_TABLE}
+    records, continuation_keys, orphan_keys = _group_errors(engine, claims, errors, blank, raw_lines)
 
-    # 1. error records out of heads / frames / ends and the unclaimed or blank lines around them
-    error_frames = {name: frame for name, frame in claims.frames.items() if patterns[name].table == ERRORS_TABLE}
-    records, continuation_keys, orphan_keys = _group_errors(engine, claims, error_frames, blank, raw_lines)
-
-    # 2. typed tables
     by_table: dict[str, list[pl.DataFrame]] = {}
     for name, frame in claims.frames.items():
-        table = patterns[name].table
-        if table == ERRORS_TABLE:
-            continue
-        table = TABLE_RENAMES.get(table, table)
-        by_table.setdefault(table, []).append(frame)
+        if name not in errors:
+            by_table.setdefault(TABLE_RENAMES.get(patterns[name].table, patterns[name].table), []).append(frame)
     tables = {  # each pattern's frame is in line order already; several patterns' frames need a merge
         table: frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed").sort(["line_no", "piece"])
         for table, frames in by_table.items()
     }
     if records:
         tables[ERRORS_TABLE] = _errors_frame(records, raw_lines)
-
-    # 3. server_args name/value rows
     if claims.server_args_text:
-        header_frames = [frame for name, frame in claims.frames.items() if is_server_args(patterns[name])]
-        tables["server_args"] = _server_args_frame(claims, header_frames)
+        tables["server_args"] = _server_args_frame(claims, headers)
 
-    # 4. line accounting: every physical line is parsed, continuation or unparsed
-    claimed = [
-        frame.get_column("line_no")
-        for name, frame in claims.frames.items()
-        if patterns[name].table != ERRORS_TABLE or _is_head(patterns[name])
-    ]
+    # every physical line is parsed, continuation or unparsed
+    claimed = [frame.get_column("line_no") for name, frame in claims.frames.items()
+               if name not in errors or patterns[name].constants.get(ROLE_COLUMN, HEAD) == HEAD]
     continuation_lines = {line for line, _ in continuation_keys}
     parsed = _distinct_lines(claimed, raw_lines.get_column("line_no"), continuation_lines)
-    unparsed_rows: list[tuple[int, str]] = []
-    seen_unparsed: set[int] = set()
-    for line_no, piece, _text, prefixed in claims.unclaimed.iter_rows():
-        if (line_no, piece) in continuation_keys or line_no in seen_unparsed:
-            continue
-        seen_unparsed.add(line_no)
-        unparsed_rows.append((line_no, REASON_UNMATCHED_SGLANG if prefixed else REASON_UNMATCHED))
-    for line_no, _piece in sorted(orphan_keys):
-        if line_no not in seen_unparsed:
-            seen_unparsed.add(line_no)
-            unparsed_rows.append((line_no, REASON_ORPHAN_FRAME))
-    for line_no in blank:
-        if line_no not in continuation_lines:
-            unparsed_rows.append((line_no, REASON_EMPTY))
-    for line_no, size in too_long:
-        unparsed_rows.append((line_no, f"line too long to parse ({size:,} bytes; its text is kept whole)"))
-    if unparsed_rows:
-        frame = _unparsed_frame(unparsed_rows, raw_lines)
-        fragment = frame.get_column("line_no").is_in(parsed.implode()) | frame.get_column("line_no").is_in(list(continuation_lines))
-        if fragment.any():
-            frame = frame.with_columns(
-                pl.when(fragment).then(pl.col("reason") + _FRAGMENT).otherwise(pl.col("reason")).alias("reason")
-            )
-        tables["unparsed_lines"] = frame
+    unparsed: list[tuple[int, str]] = []
+    seen: set[int] = set()
+    unmatched = [((line_no, piece), "SGLang line, no pattern matched" if prefixed else "no pattern matched")
+                 for line_no, piece, _text, prefixed in claims.unclaimed.iter_rows()]
+    for key, reason in unmatched + [(key, "traceback line without a traceback head") for key in sorted(orphan_keys)]:
+        if key not in continuation_keys and key[0] not in seen:
+            seen.add(key[0])
+            unparsed.append((key[0], reason))
+    unparsed += [(line_no, "empty line") for line_no in blank if line_no not in continuation_lines]
+    unparsed += [(line_no, f"line too long to parse ({size:,} bytes; its text is kept whole)") for line_no, size in too_long]
+    if unparsed:
+        frame = pl.DataFrame(unparsed, schema={"line_no": pl.Int64, "reason": pl.Utf8}, orient="row").sort("line_no")
+        fragment = pl.col("line_no").is_in(parsed.implode()) | pl.col("line_no").is_in(list(continuation_lines))
+        tables["unparsed_lines"] = frame.join(raw_lines, on="line_no", how="left", maintain_order="left").with_columns(
+            pl.col("raw").fill_null(""), pl.lit(0, dtype=pl.Int32).alias("piece"),
+            pl.when(fragment).then(pl.col("reason") + _FRAGMENT).otherwise(pl.col("reason")).alias("reason"))
 
-    # 5. what a capture tool put before the text (docker compose service, Ray actor, kubectl pod, journald unit, …),
-    # and the prefixes other than SGLang's that messages were found after
-    prefixes = [pl.DataFrame([(line_no, 0, prefix) for line_no, prefix in outer_prefixes],
-                             schema={"line_no": pl.Int64, "piece": pl.Int32, "prefix": pl.Utf8}, orient="row")]
-    if claims.prefixes is not None:
-        prefixes.append(claims.prefixes.select(pl.col("line_no").cast(pl.Int64), pl.col("piece").cast(pl.Int32), "prefix"))
+    # what a capture tool put before the text (docker compose service, Ray actor, kubectl pod, journald unit, …), and
+    # the prefixes other than SGLang's that messages were found after
     if outer_prefixes or claims.prefixes is not None:
+        prefixes = [pl.DataFrame([(line_no, 0, prefix) for line_no, prefix in outer_prefixes],
+                                 schema={"line_no": pl.Int64, "piece": pl.Int32, "prefix": pl.Utf8}, orient="row")]
+        if claims.prefixes is not None:
+            prefixes.append(claims.prefixes.select(pl.col("line_no").cast(pl.Int64), pl.col("piece").cast(pl.Int32), "prefix"))
         tables["outer_prefixes"] = pl.concat(prefixes).sort("line_no", "piece", maintain_order=True)
-
-    # 6. format drift: near misses, the first few per pattern and file with pyparsing's account of where they fail
-    if claims.drift.height:
+    if claims.drift.height:  # format drift: the first few near misses per pattern and file, with pyparsing's reason
         tables["parse_drift"] = _drift_examples(engine, claims.drift, files)
 
-    # 7. every row's file, its line number in that file, and its launch there
+    # every row's file, its line number in that file, and its launch there
     starts = pl.Series("starts", launch_starts, dtype=pl.Int64)
-    for table, frame in tables.items():
-        tables[table] = _in_files(frame, files, starts)
+    tables = {table: _in_files(frame, files, starts) for table, frame in tables.items()}
     launches: dict[int, list[int]] = {}
-    if launch_starts:
-        for line_no, index in zip(launch_starts, files.index_of(starts).to_list()):
-            launches.setdefault(index, []).append(line_no - files.starts[index] + 1)
+    for line_no, index in zip(launch_starts, files.index_of(starts).to_list() if launch_starts else ()):
+        launches.setdefault(index, []).append(line_no - files.starts[index] + 1)
     drift: dict[int, dict[str, int]] = {}
     if claims.drift.height:
         for index, pattern, count in claims.drift.group_by(files.index_of(claims.drift.get_column("line_no")), "pattern").len().iter_rows():
@@ -184,9 +144,8 @@ def assemble(
 
 
 def number_launches(result: ChunkResult, launches_before: int) -> ChunkResult:
-    """A streamed chunk assembled before the launches of the chunks before it were known (ChunkFiles.numbered
-    False), its launches numbered after those, in place: launch_no n of the chunk becomes max(1, n + launches_before)
-    in every table, launch fact and request line."""
+    """A streamed chunk's launches (ChunkFiles.numbered False) numbered after those of the chunks before it, in place:
+    launch_no n becomes max(1, n + launches_before) in every table, launch fact and request line."""
     numbered = (pl.col("launch_no") + launches_before).clip(lower_bound=1).cast(pl.Int32)
     result.tables = {table: frame.with_columns(numbered) if "launch_no" in frame.columns else frame
                      for table, frame in result.tables.items()}
@@ -212,16 +171,13 @@ def _distinct_lines(claimed: list[pl.Series], line_nos: pl.Series, minus: set[in
 
 def _in_files(frame: pl.DataFrame, files: ChunkFiles, launch_starts: pl.Series) -> pl.DataFrame:
     """A frame of chunk line numbers → with `file`, the line_no (and last_line_no) in that file, and the launch_no
-    there: the server starts (server_args lines) of its file up to the line, at least 1 (lines before the first
-    server_args belong to launch 1; a streamed chunk's are numbered later, by number_launches); without `piece`."""
+    there (its file's server_args lines up to the line, at least 1 once numbered); without `piece`."""
     line_no = frame.get_column("line_no")
     if len(files.starts) == 1 and files.starts[0] == 1:  # a whole file, or a streamed one's chunk: numbers are its own
-        within = launch_starts.search_sorted(line_no, side="right") if launch_starts.len() else None
-        launch = (pl.Series([0], dtype=pl.Int64).new_from_index(0, frame.height) if within is None else within.cast(pl.Int64))
+        launch = launch_starts.search_sorted(line_no, side="right").cast(pl.Int64)
         if files.numbered:
             launch = launch.clip(lower_bound=1)
-        return _with_series(frame, pl.Series("file", [0], dtype=pl.Int32).new_from_index(0, frame.height),
-                            launch.cast(pl.Int32).alias("launch_no"))
+        return _with_series(frame, repeat(0, frame.height, pl.Int32, "file"), launch.cast(pl.Int32).alias("launch_no"))
     index = files.index_of(line_no)
     base = pl.Series(files.starts, dtype=pl.Int64).gather(index)
     before_file = launch_starts.search_sorted(base, side="left")
@@ -241,16 +197,11 @@ def _with_series(frame: pl.DataFrame, *series: pl.Series) -> pl.DataFrame:
     return pl.DataFrame(list(columns.values()))
 
 
-def _count_per_file(files: ChunkFiles, parsed: pl.Series, continuation: pl.Series, prefixed: pl.Series) -> list[tuple[int, int, int]]:
-    """(parsed, continuation, prefixed pieces) per file of the chunk."""
+def _count_per_file(files: ChunkFiles, *line_nos: pl.Series) -> list[tuple[int, ...]]:
+    """How many of each of `line_nos` (parsed, continuation, prefixed pieces) each file of the chunk has."""
     n = len(files.starts)
-
-    def counts(line_nos: pl.Series) -> list[int]:
-        if n == 1 or not line_nos.len():
-            return [line_nos.len()] + [0] * (n - 1)
-        return np.bincount(files.index_of(line_nos).to_numpy(), minlength=n).tolist()
-
-    return list(zip(counts(parsed), counts(continuation), counts(prefixed)))
+    return list(zip(*([numbers.len()] + [0] * (n - 1) if n == 1 or not numbers.len()
+                      else np.bincount(files.index_of(numbers).to_numpy(), minlength=n).tolist() for numbers in line_nos)))
 
 
 def _drift_examples(engine: Engine, drift: pl.DataFrame, files: ChunkFiles) -> pl.DataFrame:
@@ -319,12 +270,8 @@ def _launch_facts(tables: dict[str, pl.DataFrame]) -> dict[int, list[tuple[int, 
         parts.append(health.select("file", "launch_no", pl.lit("health_200").alias("fact"), "ts"))
     if not parts:
         return {}
-    spans = (
-        pl.concat(parts)
-        .group_by("file", "launch_no", "fact")
-        .agg(pl.col("ts").min().alias("first_ts"), pl.col("ts").max().alias("last_ts"))
-        .sort("file", "launch_no", "fact")
-    )
+    spans = (pl.concat(parts).group_by("file", "launch_no", "fact")
+             .agg(pl.col("ts").min().alias("first_ts"), pl.col("ts").max().alias("last_ts")).sort("file", "launch_no", "fact"))
     facts: dict[int, list[tuple[int, str, object]]] = {}
     for index, launch_no, fact, first_ts, last_ts in spans.rows():
         found = facts.setdefault(index, [])
@@ -332,10 +279,6 @@ def _launch_facts(tables: dict[str, pl.DataFrame]) -> dict[int, list[tuple[int, 
         if last_ts != first_ts:
             found.append((launch_no, fact, last_ts))
     return facts
-
-
-def _is_head(pattern) -> bool:
-    return pattern.constants.get(ROLE_COLUMN, HEAD) == HEAD
 
 
 @dataclass
@@ -363,31 +306,17 @@ class _Record:
         self.last_line = line_no
 
 
-def _group_errors(
-    engine: Engine,
-    claims: Claims,
-    error_frames: dict[str, pl.DataFrame],
-    blank,
-    raw_lines: pl.DataFrame,
-) -> tuple[list[_Record], set[tuple[int, int]], set[tuple[int, int]]]:
-    """Multi-line error records. Rules (see the module docstring): a head opens a record; frames, the exception
-    line, and unrecognised text before the exception line continue it while adjacent; blank lines are kept
-    only when the record continues after them; a bare 'Traceback (most recent call last):' right after an
-    open record (or after a chained-exception line) continues it, and right after a recognised SGLang line
-    (e.g. 'ERROR:    Exception in ASGI application') makes that line the record's first line."""
+def _group_errors(engine: Engine, claims: Claims, error_frames: dict[str, pl.DataFrame], blank: Sequence[int],
+                  raw_lines: pl.DataFrame) -> tuple[list[_Record], set[tuple[int, int]], set[tuple[int, int]]]:
+    """Multi-line error records (the rules: the module docstring) → (records, continuation keys, orphan frame keys)."""
     events: list[tuple[int, int, str, dict, str]] = []
-    scopes = {c.name: c.pattern.scope for c in engine.patterns}
-    unclaimed = claims.unclaimed
     for name, frame in error_frames.items():
-        for row in frame.iter_rows(named=True):
-            events.append((row["line_no"], row["piece"], row.get(ROLE_COLUMN) or HEAD, row, scopes[name]))
+        scope = engine.pattern(name).pattern.scope
+        events += [(row["line_no"], row["piece"], row.get(ROLE_COLUMN) or HEAD, row, scope) for row in frame.iter_rows(named=True)]
     if not events:
         return [], set(), set()
-    for line_no, piece, _text, prefixed in unclaimed.iter_rows():
-        if not prefixed:
-            events.append((line_no, piece, "text", {}, "line"))
-    for line_no in blank:
-        events.append((line_no, 0, "blank", {}, "line"))
+    events += [(line_no, piece, "text", {}, "line") for line_no, piece, _text, prefixed in claims.unclaimed.iter_rows() if not prefixed]
+    events += [(line_no, 0, "blank", {}, "line") for line_no in blank]
     events.sort(key=lambda e: (e[0], e[1]))
     records: list[_Record] = []
     continuation: set[tuple[int, int]] = set()
@@ -431,22 +360,13 @@ def _group_errors(
 
 
 def _attach_to_previous_line(engine: Engine, claims: Claims, bare_heads: list[_Record], raw_lines: pl.DataFrame,
-                             continuation) -> None:
+                             continuation: set[tuple[int, int]]) -> None:
     """'[ts] ERROR:    Exception in ASGI application' + 'Traceback …': the SGLang line is where the record begins."""
-    wanted = {record.members[0][0] - 1 for record in bare_heads if record.members[0][1] == 0}
-    raw = dict(raw_lines.filter(pl.col("line_no").is_in(list(wanted))).iter_rows())
-    prefixed: dict[int, dict] = {}  # line_no → the prefix columns of the SGLang line there
-    wanted_line_nos = np.array(sorted(wanted), dtype=np.int64)
-    for name, frame in claims.frames.items():
-        if engine.pattern(name).pattern.scope != "message" or not frame.height:
-            continue
-        near = np.isin(frame.get_column("line_no").to_numpy(), wanted_line_nos)  # numpy: ~100 frames, a few rows wanted
-        if not near.any():
-            continue
-        for row in frame.filter(pl.Series(near) & (pl.col("piece") == 0)).select(
-            "line_no", "ts", "ts_text", "rank_tags", "tp_rank"
-        ).iter_rows(named=True):
-            prefixed[row["line_no"]] = row
+    wanted = sorted({record.members[0][0] - 1 for record in bare_heads if record.members[0][1] == 0})
+    raw = dict(raw_lines.filter(pl.col("line_no").is_in(wanted)).iter_rows())
+    prefixed = {row["line_no"]: row for name, frame in claims.frames.items() if engine.pattern(name).pattern.scope == "message"
+                for row in frame.filter(pl.col("line_no").is_in(wanted) & (pl.col("piece") == 0))
+                .select("line_no", "ts", "ts_text", "rank_tags", "tp_rank").iter_rows(named=True)}
     for record in bare_heads:
         line_no, piece = record.members[0]
         head = prefixed.get(line_no - 1)
@@ -482,50 +402,19 @@ def _errors_frame(records: list[_Record], raw_lines: pl.DataFrame) -> pl.DataFra
 
 
 def _server_args_frame(claims: Claims, header_frames: list[pl.DataFrame]) -> pl.DataFrame:
-    ts_by_key: dict[tuple[int, int], object] = {}
-    for frame in header_frames:
-        if "ts" in frame.columns:
-            for line_no, piece, ts in frame.select("line_no", "piece", "ts").iter_rows():
-                ts_by_key[(line_no, piece)] = ts
-    columns: dict[str, list] = {"line_no": [], "piece": [], "ts": [], "name": [], "value": [], "value_json": []}
-    for (line_no, piece), message in sorted(claims.server_args_text.items()):
-        body = message.split("=", 1)[1] if "=" in message else message
-        parsed = _parsed_server_args(body)
-        count = len(parsed)
-        columns["line_no"] += [line_no] * count
-        columns["piece"] += [piece] * count
-        columns["ts"] += [ts_by_key.get((line_no, piece))] * count
-        columns["name"] += [name for name, _, _ in parsed]
-        columns["value"] += [text for _, text, _ in parsed]
-        columns["value_json"] += [value for _, _, value in parsed]
-    return pl.DataFrame(
-        columns,
-        schema={"line_no": pl.Int64, "piece": pl.Int32, "ts": pl.Datetime("us"), "name": pl.Utf8, "value": pl.Utf8, "value_json": pl.Utf8},
-    )
+    ts_by_key = {(line_no, piece): ts for frame in header_frames if "ts" in frame.columns
+                 for line_no, piece, ts in frame.select("line_no", "piece", "ts").iter_rows()}
+    rows = [(line_no, piece, ts_by_key.get((line_no, piece)), *item)
+            for (line_no, piece), message in sorted(claims.server_args_text.items())
+            for item in _parsed_server_args(message.split("=", 1)[1] if "=" in message else message)]
+    return pl.DataFrame(rows, orient="row", schema={"line_no": pl.Int64, "piece": pl.Int32, "ts": pl.Datetime("us"),
+                                                    "name": pl.Utf8, "value": pl.Utf8, "value_json": pl.Utf8})
 
 
-_SERVER_ARGS_CACHE: dict[str, list] = {}
-
-
-def _parsed_server_args(body: str) -> list:
-    """parse_server_args, remembered per text (the same configuration is dumped again at every restart)."""
-    cached = _SERVER_ARGS_CACHE.get(body)
-    if cached is None:
-        if len(_SERVER_ARGS_CACHE) > 256:
-            _SERVER_ARGS_CACHE.clear()
-        cached = _SERVER_ARGS_CACHE[body] = [
-            (name, text, None if value is None and text != "None" else json_text(value)) for name, text, value in parse_server_args(body)
-        ]
-    return cached
-
-
-def _unparsed_frame(rows: list[tuple[int, str]], raw_lines: pl.DataFrame) -> pl.DataFrame:
-    frame = pl.DataFrame(rows, schema={"line_no": pl.Int64, "reason": pl.Utf8}, orient="row").sort("line_no")
-    frame = frame.join(raw_lines, on="line_no", how="left", maintain_order="left")
-    return frame.with_columns(
-        pl.col("raw").fill_null(""),
-        pl.lit(0, dtype=pl.Int32).alias("piece"),
-    )
+@functools.lru_cache(maxsize=256)
+def _parsed_server_args(body: str) -> list[tuple[str, str, str | None]]:
+    """parse_server_args, value as JSON text, remembered per text (the same configuration is dumped at every restart)."""
+    return [(name, text, None if value is None and text != "None" else json_text(value)) for name, text, value in parse_server_args(body)]
 
 
 def _run_facts(tables: dict[str, pl.DataFrame]) -> dict[int, dict[str, object]]:
@@ -533,17 +422,13 @@ def _run_facts(tables: dict[str, pl.DataFrame]) -> dict[int, dict[str, object]]:
     facts: dict[int, dict[str, object]] = {}
     server_args = tables.get("server_args")
     if server_args is not None and server_args.height:
-        wanted = {"model_path", "speculative_algorithm", "tp_size"}
         first = server_args.filter(pl.col("line_no") == pl.col("line_no").min().over("file"))
-        values: dict[int, dict[str, object]] = {}
-        for index, name, value_json in first.filter(pl.col("name").is_in(list(wanted))).select("file", "name", "value_json").iter_rows():
-            if value_json is not None:
-                values.setdefault(index, {})[name] = json.loads(value_json)
-        for index in first.get_column("file").unique().to_list():
-            found = values.get(index, {})
-            tp_size = found.get("tp_size")
-            facts[index] = {"model_path": found.get("model_path"), "speculative_algorithm": found.get("speculative_algorithm"),
-                            "tp_size": tp_size if isinstance(tp_size, int) else None}
+        names = ("model_path", "speculative_algorithm", "tp_size")
+        facts = {index: dict.fromkeys(names) for index in first.get_column("file").unique().to_list()}
+        wanted = first.filter(pl.col("name").is_in(names) & pl.col("value_json").is_not_null())
+        for index, name, value_json in wanted.select("file", "name", "value_json").iter_rows():
+            value = json.loads(value_json)
+            facts[index][name] = value if name != "tp_size" or isinstance(value, int) else None
     nccl = tables.get("nccl_events")
     if nccl is not None and "host" in nccl.columns:
         hosts = nccl.filter(pl.col("host").is_not_null()).group_by("file", maintain_order=True).agg(pl.col("host").first())

@@ -1,20 +1,12 @@
-"""Per-request records → the `requests` table: one row per request and source, with its acceptance and latency.
-
-Sources (`source_kind`):
-- `request_export`: `--export-metrics-to-file --export-metrics-to-file-dir D` writes `D/sglang-request-metrics-
-  YYYYMMDD_HH.log`, one JSON object per finished request: `{"request_parameters": "<JSON text>", **meta_info}`.
+"""Per-request records → the `requests` table: one row per request and source (`source_kind`):
+- `request_export`: `--export-metrics-to-file` writes `sglang-request-metrics-YYYYMMDD_HH.log`, one JSON object per
+  finished request: `{"request_parameters": "<JSON text>", **meta_info}`.
 - `log_requests_text` / `log_requests_json`: `--log-requests` lines, read by the grammars into server_events rows of
-  kind request_received / request_finished (lifecycle.toml: `Receive: obj=GenerateReqInput(…)` /
-  `Finish: obj=…, out={'meta_info': …}`; request_log.toml: `--log-requests-format json`). `read_request_lines` reads
-  a frame's lines (on the thread that made the frame), `RequestLog` pairs a request's two lines by rid within a
-  launch, in line order: the row is the Finish line (`received_line_no` names the Receive line).
-- `bench_serving`: `python -m sglang.bench_serving --output-details` arrays (input_lens, output_lens, ttfts, itls,
-  errors) in its JSONL output: one row per request of each benchmark run.
-
-SGLang's meta_info names changed across versions; one column each: `spec_accept_token_num` = accepted draft tokens
-(≤0.5.10 `spec_accept_token_num`, 0.5.14 `spec_num_correct_drafts` / `spec_accepted_drafts`), `spec_draft_token_num`
-= proposed draft tokens (`spec_draft_token_num`, `spec_num_proposed_drafts` / `spec_proposed_drafts`). Whatever a
-record holds beyond the typed columns stays in `extra` (JSON), the request itself in `request` (JSON).
+  kind request_received / request_finished; `RequestLog` pairs a request's two lines by rid within a launch: the row is
+  the Finish line (`received_line_no` names the Receive line).
+- `bench_serving`: `sglang.bench_serving --output-details` arrays in its JSONL output: one row per request.
+SGLang renamed meta_info keys across versions (0.5.14: `spec_num_correct_drafts` / `spec_accepted_drafts` for
+`spec_accept_token_num`, …): one column each. The rest of a record stays in `extra` (JSON), the request in `request`.
 """
 
 from __future__ import annotations
@@ -23,7 +15,7 @@ import json
 
 import polars as pl
 
-from speclogs.ingest.jsonfiles import accounted, as_int, as_number, json_lines, json_text
+from speclogs.ingest.jsonfiles import accounted, as_int, as_number, json_line_rows, json_text
 from speclogs.ingest.reprs import parse_request_repr
 from speclogs.ingest.summary import FileAccount
 
@@ -40,27 +32,15 @@ REQUEST_COLUMNS = {
     "spec_accept_token_num": pl.Int64, "spec_draft_token_num": pl.Int64, "spec_accept_histogram": pl.Utf8,
     "request_index": pl.Int64, "error": pl.Utf8, "request": pl.Utf8, "extra": pl.Utf8,
 }
-# meta_info key(s) → column; the first key present wins
-_META_COLUMNS = {
-    "prompt_tokens": ("prompt_tokens",),
-    "completion_tokens": ("completion_tokens",),
-    "cached_tokens": ("cached_tokens",),
-    "e2e_latency_s": ("e2e_latency",),
-    "queue_time_s": ("queue_time",),
-    "received_unix_s": ("request_received_ts",),
+# meta_info key(s) → column; of a column's keys the first that holds a number wins
+_META_COLUMNS = {column: (column,) for column in ("prompt_tokens", "completion_tokens", "cached_tokens", "spec_accept_length",
+                                                  "spec_accept_rate", "spec_verify_ct")} | {
+    "e2e_latency_s": ("e2e_latency",), "queue_time_s": ("queue_time",), "received_unix_s": ("request_received_ts",),
     "finished_unix_s": ("request_finished_ts",),
-    "spec_accept_length": ("spec_accept_length",),
-    "spec_accept_rate": ("spec_accept_rate",),
-    "spec_verify_ct": ("spec_verify_ct",),
     "spec_accept_token_num": ("spec_accept_token_num", "spec_num_correct_drafts", "spec_accepted_drafts"),
     "spec_draft_token_num": ("spec_draft_token_num", "spec_num_proposed_drafts", "spec_proposed_drafts"),
 }
 _INT_COLUMNS = {name for name, dtype in REQUEST_COLUMNS.items() if dtype == pl.Int64}
-
-
-# meta_info key → (its column, its rank among the column's keys, the column is an integer)
-_META_KEYS = {key: (column, rank, column in _INT_COLUMNS)
-              for column, keys in _META_COLUMNS.items() for rank, key in enumerate(keys)}
 _EMPTY_ROW = dict.fromkeys(REQUEST_COLUMNS)
 
 
@@ -68,23 +48,14 @@ def request_row(meta: dict, *, source_kind: str, line_no: int | None = None, req
                 extra: dict | None = None) -> dict:
     """A requests row from a meta_info-shaped dict (typed fields out of it; the rest → extra). `line_no`: the row's line,
     for the callers whose rows do not take it from a frame (the --log-requests rows do)."""
-    row = _EMPTY_ROW.copy()
-    row["line_no"] = line_no
-    row["source_kind"] = source_kind
+    row = _EMPTY_ROW | {"line_no": line_no, "source_kind": source_kind}
     rest = dict(meta)
-    ranks: dict[str, int] = {}
-    for key, value in meta.items():
-        typed = _META_KEYS.get(key)
-        if typed is None:
-            continue
-        column, rank, is_int = typed
-        value = as_int(value, 2**63) if is_int else as_number(value)
-        if value is None:
-            continue  # not a number: it stays in extra
-        del rest[key]  # typed, or an alias of the column's value: the first of its keys wins
-        if rank < ranks.get(column, len(_META_COLUMNS[column])):
-            row[column] = value
-            ranks[column] = rank
+    for column, keys in _META_COLUMNS.items():
+        for key in keys:
+            value = as_int(meta.get(key), 2**63) if column in _INT_COLUMNS else as_number(meta.get(key))
+            if value is not None:  # typed, or an alias of the column's value; not a number: it stays in extra
+                del rest[key]
+                row[column] = value if row[column] is None else row[column]
     histogram = meta.get("spec_accept_histogram")
     if isinstance(histogram, list):
         row["spec_accept_histogram"] = json_text(histogram)
@@ -112,25 +83,23 @@ def request_row(meta: dict, *, source_kind: str, line_no: int | None = None, req
 def parse_request_export(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     """An export file: one JSON object per line → requests rows; a line that is not such an object → unparsed
     (a file copied while SGLang was still writing ends in half a record)."""
-    rows: list[dict] = []
-    documents, unparsed = json_lines(text, "; a record cut off?")
-    for line_no, line, document in documents:
-        if not isinstance(document, dict) or "request_parameters" not in document:
-            unparsed.append((line_no, "JSON of an unknown shape (not an --export-metrics-to-file record)", line))
-            continue
-        meta = dict(document)
-        request = _json_or_text(meta.pop("request_parameters"))
-        rid = request.get("rid") if isinstance(request, dict) else None
-        rows.append(request_row(meta, line_no=line_no, source_kind="request_export", request=request, rid=rid))
-    tables = {"requests": pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row")} if rows else {}
-    return accounted(text, tables, sorted(unparsed))
+    rows, unparsed = json_line_rows(text, _export_row, "JSON of an unknown shape (not an --export-metrics-to-file record)",
+                                    "; a record cut off?")
+    return accounted(text, {"requests": pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row")} if rows else {}, unparsed)
+
+
+def _export_row(document: object, line_no: int, _position: int) -> dict | None:
+    if not isinstance(document, dict) or "request_parameters" not in document:
+        return None
+    meta = dict(document)
+    request = _json_or_text(meta.pop("request_parameters"))
+    rid = request.get("rid") if isinstance(request, dict) else None
+    return request_row(meta, line_no=line_no, source_kind="request_export", request=request, rid=rid)
 
 
 def _json_or_text(value: object) -> object:
-    if not isinstance(value, str):
-        return value
     try:
-        return json.loads(value)
+        return json.loads(value) if isinstance(value, str) else value
     except ValueError:
         return value
 
@@ -140,10 +109,8 @@ def _json_or_text(value: object) -> object:
 
 
 def read_request_lines(events: pl.DataFrame | None) -> pl.DataFrame | None:
-    """The request lines of a server_events frame (kinds request_received / request_finished), read: a frame of one
-    row per readable line, in the frame's order, with `finished` (a Finish line) and `pair_key` (its rid, what
-    RequestLog pairs by) besides each line's requests row; None when it has none. A frame of a batch of small files
-    carries `file`; a streamed chunk's is file 0."""
+    """The request lines of a server_events frame, read: one row per readable line with its requests row, `finished`
+    (a Finish line), `pair_key` (what RequestLog pairs by) and `file` (0 for a streamed chunk); None when it has none."""
     if events is None or "kind" not in events.columns:
         return None
     # the columns a request line's row takes, before the filter (a frame of server_events has ~40)
@@ -173,14 +140,9 @@ _LINE_COLUMNS = ("line_no", "launch_no", "ts")  # a requests row's columns that 
 
 
 class RequestLog:
-    """Pairs a log's request lines (read_request_lines' frames, chunk by chunk, in line order) into rows: a request's
-    Finish line is its row, with the line number of its Receive line; a request that never finished is its Receive
-    line's row.
-
-    Lines pair within a file and launch by rid, in line order, as a Finish line takes the request its rid waits for:
-    the Receive line before it, unless another line of that rid came between (a Receive line followed by another of its
-    rid gives no row: the later one waits). A batch of small files is one RequestLog: the rows keep `file`, in file
-    order."""
+    """Pairs a log's request lines (read_request_lines' frames, in line order) into rows: a request's Finish line, with
+    the line number of the Receive line of its rid just before it in its file and launch; a request that never finished
+    is its Receive line (a Receive line followed by another of its rid gives no row: the later one waits)."""
 
     def __init__(self) -> None:
         self._frames: list[pl.DataFrame] = []
@@ -190,8 +152,7 @@ class RequestLog:
             self._frames.append(lines)
 
     def frame(self) -> pl.DataFrame | None:
-        """One row per request (the Finish line; a request that never finished: its Receive line), in (file, line)
-        order, with `file`."""
+        """One row per request, in (file, line) order, with `file`."""
         if not self._frames:
             return None
         # each request's lines next to each other, in line order: a line's neighbours are the lines of its rid before
@@ -212,8 +173,8 @@ _SCHEMA = REQUEST_COLUMNS | {"file": pl.Int32}
 
 
 def _read_request_line(message: str, finished: bool) -> tuple[tuple, str | None] | None:
-    """A --log-requests line → (its requests row's values in REQUEST_COLUMNS order, the frame's columns None; the key
-    RequestLog pairs it by), None when it is not one. A Receive line's row has no meta_info nor other out fields."""
+    """A --log-requests line → (its requests row's values in REQUEST_COLUMNS order, the key RequestLog pairs it by),
+    None when it is not one. A Receive line's row has no meta_info nor other out fields."""
     text = message.strip()
     if text.startswith("{"):
         try:
@@ -254,8 +215,8 @@ def _other(out: dict) -> dict:
 
 
 def add_bench_serving_requests(tables: dict[str, pl.DataFrame]) -> None:
-    """A requests table in a parsed JSONL benchmark file's `tables` when its bench_serving results (bench_requests rows
-    of source_kind bench_serving_jsonl) carry `--output-details` arrays: one row per request."""
+    """A requests table in a JSONL benchmark file's `tables` when its bench_serving results carry `--output-details`
+    arrays: one row per request."""
     bench = tables.get("bench_requests")
     if bench is None or "source_kind" not in bench.columns:
         return

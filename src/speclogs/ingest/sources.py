@@ -1,10 +1,9 @@
 """Which files to ingest, which run each belongs to, and reading their bytes safely.
 
-Discovery turns the user's PATH arguments (files, directories, `-`) into `InputFile`s, each with the
-run it belongs to, and counts what it skipped and why. Reading (`read_input`) copes with gzip (also
-truncated or corrupt: what decompresses before the damage is kept), binary files, NUL bytes, non-UTF-8 bytes
-and files that vanish between discovery and read: it never raises for a bad file, it returns a skip reason or
-warnings instead. A big log, plain or gzip, is a `LogStream`: read chunk by chunk, never whole.
+Discovery turns the PATH arguments (files, directories, `-`) into `InputFile`s, each with its run, and says what it
+skipped and why. Reading (`read_input`) never raises for a bad file: gzip (also truncated or corrupt: what decompresses
+before the damage is kept), binary files, NUL and non-UTF-8 bytes and files that vanish give a skip reason or
+warnings. A big log, plain or gzip, is a `LogStream`: read chunk by chunk, never whole.
 """
 
 from __future__ import annotations
@@ -29,15 +28,22 @@ STDIN_RUN = "stdin"  # the run of text piped in without --run-name (named apart 
 
 # File kinds and the names that select them inside a directory (explicitly named files are always read).
 LOG_SUFFIXES = (".log", ".txt", ".out", ".log.gz", ".txt.gz", ".out.gz")
-BENCH_JSONL_SUFFIX = ".bench.jsonl"
-BENCH_JSON_SUFFIX = ".bench.json"
-NCCL_PROBE_SUFFIX = ".nccl_probe.json"
-PROM_SUFFIX = ".prom"                                   # a Prometheus text snapshot (GET /metrics)
-REQUEST_EXPORT_PREFIX = "sglang-request-metrics-"       # SGLang's --export-metrics-to-file output (…YYYYMMDD_HH.log)
-REQUEST_EXPORT_SUFFIXES = ("request_export.jsonl", ".requests.jsonl")   # copies of one under a name of our own
-
+PROM_SUFFIX = ".prom"  # a Prometheus text snapshot (GET /metrics)
+# (kind, test of a file name), the first that passes wins; SGLang's --export-metrics-to-file writes
+# sglang-request-metrics-YYYYMMDD_HH.log, and our own copies of one end in request_export.jsonl / .requests.jsonl
+_KINDS = (
+    ("run_json", lambda name: name == RUN_JSON_NAME),
+    ("nccl_probe", lambda name: name.endswith(".nccl_probe.json")),
+    ("prometheus", lambda name: name.endswith(PROM_SUFFIX)),
+    ("request_export", lambda name: name.startswith("sglang-request-metrics-")
+     or name.endswith(("request_export.jsonl", ".requests.jsonl"))),
+    ("bench_jsonl", lambda name: name.endswith(".bench.jsonl") or name == "bench.jsonl"),
+    ("bench_json", lambda name: name.endswith(".bench.json")),
+    ("jsonl", lambda name: name.endswith(".jsonl")),
+    ("log", lambda name: name.endswith(LOG_SUFFIXES)),
+)
 # Longest first: the stem of 'a.bench.jsonl' is 'a', not 'a.bench'.
-_STEM_SUFFIXES = tuple(sorted({NCCL_PROBE_SUFFIX, BENCH_JSONL_SUFFIX, BENCH_JSON_SUFFIX, *LOG_SUFFIXES, ".jsonl", ".gz", ".json"},
+_STEM_SUFFIXES = tuple(sorted({".nccl_probe.json", ".bench.jsonl", ".bench.json", *LOG_SUFFIXES, ".jsonl", ".gz", ".json"},
                               key=len, reverse=True))
 
 BINARY_PROBE_BYTES = 8192
@@ -63,7 +69,7 @@ class InputFile:
     """One file to ingest. `source_file` is what the tables' source_file column holds (resolved path or '<stdin>')."""
 
     source_file: str
-    kind: str  # 'log' | 'bench_jsonl' | 'bench_json' | 'jsonl' | 'run_json' | 'nccl_probe' | 'prometheus' | 'request_export'
+    kind: str  # one of _KINDS' kinds
     run: RunRef
     path: Path | None  # None for stdin
     size_bytes: int
@@ -75,7 +81,7 @@ class Discovery:
     """What discovery found: the files to read, and what it skipped with a reason."""
 
     files: tuple[InputFile, ...]
-    notes: tuple[str, ...] = ()  # what discovery found that a user should know (run names shared by different runs)
+    notes: tuple[str, ...] = ()  # what a user should know (run names shared by different runs)
     skipped_files: tuple[tuple[str, str], ...] = ()  # (path, reason) of every file or directory skipped
     named: frozenset[str] = frozenset()  # source_file of every file named itself (not found in a directory)
 
@@ -85,14 +91,15 @@ GZIP_TEXT_RATIO = 8  # an SGLang log compresses 8-10×: a .gz of STREAM_MIN_BYTE
 GZIP_READ_BYTES = 1 << 20  # compressed bytes read from disk at a time
 _GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib reads the gzip header and trailer (CRC, length) itself
 _SALVAGE_STEP = 4096  # a failed block is decompressed again this many bytes at a time, then byte by byte
+# How far back from where zlib found a deflate stream broken its output may already be garbage: a damaged block
+# decodes to wrong text until a code cannot be (measured on flipped bytes: 50–250 bytes before the error).
+GARBLED_BYTES = 1024
+_CHECKSUM_REASONS = ("incorrect data check", "incorrect length check")  # zlib's: all text was decompressed, its CRC is wrong
 
 
 def tapered_bytes(done: int, remaining: int, chunk_bytes: int) -> int:
-    """The size of the next chunk when `done` bytes were read and `remaining` are left: an eighth of chunk_bytes at
-    first, doubling up to chunk_bytes (the writer gets its first rows after a small chunk is parsed, not a whole
-    one), then over the last two chunks' worth halving down to an eighth again. Chunks are parsed two at a time;
-    without the taper the last one would often be parsed alone (one core idle) with all its rows still to insert
-    when it ended."""
+    """The next chunk's size: from an eighth of chunk_bytes doubling up to it (the writer gets rows early), then over
+    the last two chunks' worth halving down to an eighth (the two parse threads finish together)."""
     size = chunk_bytes if done >= chunk_bytes else max(chunk_bytes // 8, done)
     if remaining > 2 * chunk_bytes:
         return size
@@ -100,8 +107,8 @@ def tapered_bytes(done: int, remaining: int, chunk_bytes: int) -> int:
 
 
 class PlainText:
-    """A plain file's bytes as they are read, hashed on the way (each byte once, in order). What follows a chunk's
-    cut is given back with `unread` and read again with the next block, so a chunk is one read, never a copy."""
+    """A plain file's bytes as they are read, each byte hashed once; what follows a chunk's cut is given back with
+    `unread` and read again with the next block, so a chunk is one read, never a copy."""
 
     def __init__(self, handle, digest) -> None:
         self._handle = handle
@@ -120,7 +127,6 @@ class PlainText:
         return block
 
     def unread(self, tail: memoryview) -> None:
-        """The next read starts again where `tail`, the end of the last block, began."""
         if len(tail):
             self._at -= len(tail)
             self._handle.seek(self._at)
@@ -131,14 +137,10 @@ class PlainText:
 
 class GzipText:
     """The text of a gzip file (one member or several), decompressed as it is asked for, its bytes on disk hashed on
-    the way (`digest`, optional), so memory holds what `read` returns, not the file.
-
-    Where the gzip data stops being readable (corrupt, or the file cut short) the text ends: what decompressed before
-    is kept to the last byte (a block that fails is decompressed again in small steps from a copy of the state before
-    it), `problem` says where it stopped, `reason` why, and the rest of the file is still hashed. Where the deflate data
-    broke, what decompressed just before may already be garbage: the last GARBLED_BYTES of text are held back until
-    more text follows them, and at a break the lines they touch are dropped (counted in `problem`). Bytes after the
-    last member that are not gzip are ignored, as gzip(1) does, and `problem` says how many."""
+    the way (`digest`, optional). Where the gzip data stops being readable the text ends: what decompressed before is
+    kept to the last byte (_salvage), `problem` says where and `reason` why. The last GARBLED_BYTES of text are held
+    back until more follows: at a broken deflate stream the lines they touch are dropped. Bytes after the last member
+    that are not gzip are ignored, as gzip(1) does."""
 
     def __init__(self, handle, digest=None) -> None:
         self._handle = handle
@@ -146,15 +148,15 @@ class GzipText:
         self._decompressor = zlib.decompressobj(_GZIP_WBITS)
         self._input = b""  # compressed bytes read, not decompressed yet
         self._unread: bytes | memoryview = b""  # text given back (unread), read again first
-        self._held = b""  # text decompressed, not given yet: the last GARBLED_BYTES (see the class docstring)
+        self._held = b""  # text decompressed, not given yet: the last GARBLED_BYTES
         self._ended = False
-        self.disk_bytes = 0  # bytes read from the file
+        self.disk_bytes = 0
         self.text_bytes = 0  # bytes of text decompressed
         self.reason: str | None = None  # why the text ended early ('truncated', zlib's reason); None when it did not
         self.problem: str | None = None
 
     def read(self, size: int) -> bytes:
-        """The next `size` bytes of text (more when a failed block was salvaged, fewer only at the end)."""
+        """The next `size` bytes of text (fewer only at the end)."""
         pieces = [self._unread] if self._unread else []
         have = len(self._unread)
         self._unread = b""
@@ -167,34 +169,26 @@ class GzipText:
                 piece, self._held = self._held[: size - have], self._held[size - have:]
             pieces.append(piece)
             have += len(piece)
-        if not pieces:
-            return b""
         return pieces[0] if len(pieces) == 1 and isinstance(pieces[0], bytes) else b"".join(pieces)
 
     def _without_garbage(self, tail: bytes) -> bytes:
-        """The text's last bytes, without the lines within GARBLED_BYTES of where the deflate data broke (a checksum
-        that fails and a file cut short say nothing of where the damage is: nothing is dropped for them)."""
+        """The text's last bytes without the lines within GARBLED_BYTES of a broken deflate stream (a failed checksum
+        or a file cut short says nothing of where the damage is: nothing is dropped for them)."""
         if self.reason is None or self.reason == "truncated" or self.reason in _CHECKSUM_REASONS:
             return tail
         cut = tail.rfind(b"\n", 0, max(0, len(tail) - GARBLED_BYTES)) + 1
-        dropped = tail[cut:]
-        if dropped:
+        if dropped := tail[cut:]:
             lines = dropped.count(b"\n") + (0 if dropped.endswith(b"\n") else 1)
             self.problem = f"{self.problem}; {lines:,} line(s) decompressed just before the break dropped (may be garbled)"
         return tail[:cut]
 
     def unread(self, tail: memoryview) -> None:
-        """`tail`, the end of the last block, is the start of the next read (kept: a gzip cannot seek back)."""
-        self._unread = tail
+        self._unread = tail  # kept: a gzip cannot seek back
 
     def read_all(self) -> bytes:
-        pieces = []
-        while piece := self.read(STREAM_MIN_BYTES):
-            pieces.append(piece)
-        return b"".join(pieces)
+        return b"".join(iter(lambda: self.read(STREAM_MIN_BYTES), b""))
 
-    def remaining(self, size_bytes: int) -> int:
-        """About how much text is left (at the ratio of text to gzip so far)."""
+    def remaining(self, size_bytes: int) -> int:  # about how much text is left, at the ratio of text to gzip so far
         consumed = self.disk_bytes - len(self._input)
         if self._ended:
             return len(self._unread) + len(self._held)
@@ -202,16 +196,21 @@ class GzipText:
             return size_bytes * GZIP_TEXT_RATIO
         return (size_bytes - consumed) * self.text_bytes // consumed
 
-    def skip_reason(self) -> str | None:
-        """Why the file gives no text at all, when it is broken from its first bytes."""
-        if self.reason is None or self.text_bytes:
-            return None
-        return f"not readable as gzip ({self.reason}): nothing decompresses"
+    def skip_reason(self) -> str | None:  # why a file broken from its first bytes gives no text at all
+        return f"not readable as gzip ({self.reason}): nothing decompresses" if self.reason is not None and not self.text_bytes else None
 
     def _next(self, limit: int) -> bytes:
         """Up to `limit` more bytes of text (b'' between members, or once it has ended)."""
-        if self._decompressor.eof:
-            self._next_member()
+        if self._decompressor.eof:  # a member has ended: the next one starts, or the gzip data is over
+            if len(self._input) < len(_GZIP_MAGIC):
+                self._input += self._read_disk()
+            if not self._input:
+                self._ended = True
+            elif self._input.startswith(_GZIP_MAGIC):
+                self._decompressor = zlib.decompressobj(_GZIP_WBITS)
+            else:
+                ignored = len(self._input) + self._drain()
+                self._stop(None, f"{ignored:,} bytes after the end of the gzip data ignored (not gzip)")
             return b""
         if not self._input:
             self._input = self._read_disk()
@@ -223,8 +222,9 @@ class GzipText:
             out = b"" if at_end else _salvage(before, self._input)
             self.text_bytes += len(out)
             reason = str(error).rpartition(": ")[2]
+            note = " (its checksum does not match: some of them may be damaged)" if reason in _CHECKSUM_REASONS else ""
             self._stop(reason, f"corrupt gzip data after {self.text_bytes:,} bytes of text ({reason}): the lines before "
-                               f"are kept{_CHECKSUM_NOTE if reason in _CHECKSUM_REASONS else ''}")
+                               f"are kept{note}")
             return out
         self.text_bytes += len(out)
         if at_end and not self._decompressor.eof:
@@ -234,30 +234,14 @@ class GzipText:
         self._input = self._decompressor.unused_data if self._decompressor.eof else self._decompressor.unconsumed_tail
         return out
 
-    def _next_member(self) -> None:
-        """A member has ended: the next one starts, or the gzip data is over."""
-        if len(self._input) < len(_GZIP_MAGIC):
-            self._input += self._read_disk()
-        if not self._input:
-            self._ended = True
-        elif self._input.startswith(_GZIP_MAGIC):
-            self._decompressor = zlib.decompressobj(_GZIP_WBITS)
-        else:
-            ignored = len(self._input) + self._drain()
-            self._stop(None, f"{ignored:,} bytes after the end of the gzip data ignored (not gzip)")
-
     def _stop(self, reason: str | None, problem: str) -> None:
         self.reason, self.problem = reason, problem
         self._input = b""
         self._ended = True
         self._drain()
 
-    def _drain(self) -> int:
-        """Read (and hash) the rest of the file; → how many bytes that was."""
-        drained = 0
-        while block := self._read_disk():
-            drained += len(block)
-        return drained
+    def _drain(self) -> int:  # read (and hash) the rest of the file; → how many bytes that was
+        return sum(len(block) for block in iter(self._read_disk, b""))
 
     def _read_disk(self) -> bytes:
         block = self._handle.read(GZIP_READ_BYTES)
@@ -265,10 +249,6 @@ class GzipText:
             self._digest.update(block)
         self.disk_bytes += len(block)
         return block
-
-
-_CHECKSUM_REASONS = ("incorrect data check", "incorrect length check")  # zlib's: all text was decompressed, its CRC is wrong
-_CHECKSUM_NOTE = " (its checksum does not match: some of them may be damaged)"
 
 
 def _salvage(decompressor, data: bytes) -> bytes:
@@ -290,9 +270,9 @@ def _salvage(decompressor, data: bytes) -> bytes:
 
 
 class LogStream:
-    """A big log on disk, plain or gzip, read chunk by chunk: each chunk is hashed (the bytes on disk) and made valid
-    UTF-8 as it is read, so memory holds a few chunks, not the file. Chunks end just before a line that starts with
-    '[' (an SGLang record) where there is one, else after a newline, so no line and no traceback is cut in two."""
+    """A big log on disk, plain or gzip, read chunk by chunk, each chunk hashed (the bytes on disk) and made valid
+    UTF-8 as it is read. Chunks end just before a line that starts with '[' (an SGLang record) where there is one,
+    else after a newline, so no line and no traceback is cut in two."""
 
     def __init__(self, path: Path | bytes, size_bytes: int, *, gzipped: bool = False) -> None:
         self.path = path  # or the text itself, already valid UTF-8 (stdin read whole)
@@ -306,11 +286,8 @@ class LogStream:
         self._digest: str | None = None
 
     def chunks(self, chunk_bytes: int) -> Iterator[bytes | memoryview]:
-        """The file's valid-UTF-8 chunks of about chunk_bytes of text, smaller at the start and towards the end
-        (tapered_bytes; a very small rest joins the last one); afterwards `result()` is the sha256 of what was read.
-
-        A chunk is the head of one block read (a view into it, not a copy); the rest of the block, after the cut, is
-        given back to the reader and starts the next block."""
+        """Valid-UTF-8 chunks of about chunk_bytes of text (tapered_bytes; a very small rest joins the last one), each
+        the head of one block read; the rest of the block starts the next. Afterwards `result()` is the sha256."""
         with io.BytesIO(self.path) if isinstance(self.path, bytes) else open(self.path, "rb") as handle:
             text = GzipText(handle, self._hash) if self.gzipped else PlainText(handle, self._hash)
             done = 0  # bytes of text in the chunks so far
@@ -350,37 +327,35 @@ class LogStream:
         return data
 
     def result(self) -> str:
-        """sha256 of the file: of the bytes read when it was read through, else of the file as it is now
-        ("" when it cannot be read any more)."""
-        if self._digest is None:
-            digest = hashlib.sha256()
-            try:
-                with open(self.path, "rb") as handle:
-                    while block := handle.read(1 << 20):
-                        digest.update(block)
-            except OSError:
-                return ""
-            return digest.hexdigest()
-        return self._digest
+        """sha256 of the bytes read when it was read through, else of the file as it is now ("" when it is gone)."""
+        if self._digest is not None:
+            return self._digest
+        try:
+            with open(self.path, "rb") as handle:
+                return hashlib.file_digest(handle, "sha256").hexdigest()
+        except OSError:
+            return ""
 
-    def warnings(self) -> list[str]:
-        """What reading it found (known once it was read through)."""
-        found = [self.problem] if self.problem else []
-        if self.size_bytes and self.bytes_read != self.size_bytes:
-            found.append(f"changed while being read ({self.size_bytes:,} bytes when found, {self.bytes_read:,} when read)")
-        if self.invalid_utf8:
-            found.append(f"{self.invalid_utf8:,} invalid UTF-8 byte sequences replaced by U+FFFD")
-        if self.nul_bytes:
-            found.append(f"{self.nul_bytes:,} NUL bytes replaced by U+FFFD")
-        return found
+    def warnings(self) -> list[str]:  # known once it was read through
+        return ([self.problem] if self.problem else []) + _read_warnings(self.size_bytes, self.bytes_read, self.invalid_utf8,
+                                                                         self.nul_bytes)
+
+
+def _read_warnings(found_bytes: int, read_bytes: int, invalid_utf8: int, nul_bytes: int) -> list[str]:
+    warnings = []
+    if found_bytes and read_bytes != found_bytes:
+        warnings.append(f"changed while being read ({found_bytes:,} bytes when found, {read_bytes:,} when read)")
+    if invalid_utf8:
+        warnings.append(f"{invalid_utf8:,} invalid UTF-8 byte sequences replaced by U+FFFD")
+    if nul_bytes:
+        warnings.append(f"{nul_bytes:,} NUL bytes replaced by U+FFFD")
+    return warnings
 
 
 @dataclass(frozen=True)
 class RawInput:
-    """A file's decoded-safe bytes (valid UTF-8, NUL bytes replaced) plus what was wrong with it.
-
-    `sha256` is of the bytes as stored on disk (before gunzip). A big log is not read here: `stream` reads it chunk
-    by chunk and hashes it on the way (data is empty; its UTF-8 repairs are counted on the stream)."""
+    """A file's valid UTF-8 text (NUL bytes replaced) and what was wrong with it; `sha256` is of the bytes on disk. A
+    big log is not read here: `stream` reads and hashes it chunk by chunk (data is empty)."""
 
     data: bytes
     digest: str | LogStream
@@ -403,47 +378,23 @@ def run_id_for(key: str) -> str:
 
 def file_stem(name: str) -> str:
     """'eagle3_nccl.bench.jsonl' → 'eagle3_nccl'; 'server.log.gz' → 'server'."""
-    for suffix in _STEM_SUFFIXES:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return name[: -len(suffix)]
-    return Path(name).stem or name
+    suffix = next((suffix for suffix in _STEM_SUFFIXES if name.endswith(suffix) and len(name) > len(suffix)), None)
+    return name[: -len(suffix)] if suffix else Path(name).stem or name
 
 
 def kind_for_name(name: str) -> str | None:
     """The file kind a directory walk gives a file name, or None when the name is not one speclogs reads."""
-    if name == RUN_JSON_NAME:
-        return "run_json"
-    if name.endswith(NCCL_PROBE_SUFFIX):
-        return "nccl_probe"
-    if name.endswith(PROM_SUFFIX):
-        return "prometheus"
-    if name.startswith(REQUEST_EXPORT_PREFIX) or name.endswith(REQUEST_EXPORT_SUFFIXES):
-        return "request_export"
-    if name.endswith(BENCH_JSONL_SUFFIX) or name == "bench.jsonl":
-        return "bench_jsonl"
-    if name.endswith(BENCH_JSON_SUFFIX):
-        return "bench_json"
-    if name.endswith(".jsonl"):
-        return "jsonl"
-    if name.endswith(LOG_SUFFIXES):
-        return "log"
-    return None
-
-
-def _skip_reason_for_name(name: str) -> str:
-    suffix = "".join(Path(name).suffixes[-2:]) or "(no extension)"
-    return f"not a log or bench file name ({suffix})"
+    return next((kind for kind, test in _KINDS if test(name)), None)
 
 
 def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs: dict[str, str] | None = None) -> Discovery:
     """Expand PATH arguments into input files with their runs.
 
-    Explicit files are always read (as logs unless the name says bench/run.json); directories are walked
-    recursively (symlinked directories followed, once each), skipping hidden entries and names that are not
-    logs/bench files. A run's name is what it is (run.json's '<cell>_<launch>', or the file's stem), never changed by
-    what else is ingested: a name that other runs of this call or of the database (`known_runs`: run_id → run_name)
-    also have gets a note naming their folders. Raises InputError for a named path that does not
-    exist, is a symlink loop, or is not a regular file (a FIFO would block: read a pipe as '-').
+    Named files are always read (as logs unless the name says otherwise); directories are walked (symlinked ones
+    followed, once each), leaving out hidden entries and names speclogs does not read. A run's name is what it is
+    (run.json's '<cell>_<launch>', or the file's stem), never changed by what else is ingested: a name other runs of
+    this call or of the database (`known_runs`: run_id → run_name) have too gets a note naming their folders. Raises
+    InputError for a named path that does not exist, is a symlink loop, or is not a regular file (a FIFO would block).
     """
     files: list[InputFile] = []
     seen: set[str] = set()
@@ -456,32 +407,28 @@ def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs
 
     def add(path: Path, kind: str, found: os.stat_result, resolved: str | None = None) -> None:
         resolved = resolved or str(path.resolve())
-        if resolved in seen:
-            return
-        seen.add(resolved)
-        run = _run_for(path, os.path.dirname(resolved), run_name, launch_dirs)
-        files.append(InputFile(source_file=resolved, kind=kind, run=run, path=path, size_bytes=found.st_size, stat=found))
+        if resolved not in seen:
+            seen.add(resolved)
+            run = _run_for(path, os.path.dirname(resolved), run_name, launch_dirs)
+            files.append(InputFile(source_file=resolved, kind=kind, run=run, path=path, size_bytes=found.st_size, stat=found))
 
     for argument in paths:
         if argument == "-":
-            if STDIN_NAME in seen:
-                continue
-            seen.add(STDIN_NAME)
-            name = run_name or STDIN_RUN
-            run = RunRef(run_id=run_id_for(f"stdin:{name}"), run_name=name, source_dir=None)
-            files.append(InputFile(source_file=STDIN_NAME, kind="log", run=run, path=None, size_bytes=0))
+            if STDIN_NAME not in seen:
+                seen.add(STDIN_NAME)
+                name = run_name or STDIN_RUN
+                run = RunRef(run_id=run_id_for(f"stdin:{name}"), run_name=name, source_dir=None)
+                files.append(InputFile(source_file=STDIN_NAME, kind="log", run=run, path=None, size_bytes=0))
             continue
         path = Path(argument)
         found = _stat_named(path, argument)
-        mode = found.st_mode
-        if stat.S_ISDIR(mode):
-            _walk(path, add, skip)
-        elif not stat.S_ISREG(mode):
-            raise InputError(f"{argument}: not a regular file ({_file_type(mode)})",
+        if stat.S_ISDIR(found.st_mode):
+            _walk(str(path), os.path.realpath(path), {os.path.realpath(path)}, add, skip)
+        elif not stat.S_ISREG(found.st_mode):
+            raise InputError(f"{argument}: not a regular file ({_file_type(found.st_mode)})",
                              hint="speclogs reads files and directories; pipe a stream in as '-' (… | speclogs ingest -)")
         else:
-            kind = kind_for_name(path.name) or "log"
-            add(path, kind, found)
+            add(path, kind_for_name(path.name) or "log", found)
             named_files.add(str(path.resolve()))
     notes = _shared_names(files, known_runs or {})
     return Discovery(files=tuple(files), notes=tuple(notes), skipped_files=tuple(skipped_files), named=frozenset(named_files))
@@ -513,71 +460,65 @@ def _file_type(mode: int) -> str:
 
 def _shared_names(files: list[InputFile], known_runs: dict[str, str]) -> list[str]:
     """Notes for run names that different runs share (of this call, or stored). Names are never changed here: a run's
-    name comes from what it is (run.json's cell and launch, or the file's stem), so the same logs ingested in any
-    order, alone or together, get the same names; the folder tells such runs apart when they are selected."""
-    runs: dict[str, RunRef] = {}
-    for item in files:
-        runs.setdefault(item.run.run_id, item.run)
+    name comes from what it is, so the same logs ingested in any order, alone or together, get the same names; the
+    folder (a launcher run's output directory, <output>/<cell>/<launch>, else the log's) tells such runs apart."""
+    runs = {item.run.run_id: item.run for item in reversed(files)}  # the first file's RunRef of each run
     by_name: dict[str, set[str]] = {}
-    for run_id, name in known_runs.items():
+    for run_id, name in [*known_runs.items(), *((run.run_id, run.run_name) for run in runs.values())]:
         by_name.setdefault(name, set()).add(run_id)
-    for run in runs.values():
-        by_name.setdefault(run.run_name, set()).add(run.run_id)
     notes = []
     for name, run_ids in sorted(by_name.items()):
         if len(run_ids) < 2 or run_ids <= known_runs.keys():  # not shared, or by stored runs alone
             continue
-        folders = sorted({os.path.basename(run_folder(run.source_dir or "", run.cell is not None and run.launch_index is not None))
-                          for run in (runs[run_id] for run_id in run_ids if run_id in runs)})
-        notes.append(f"run name '{name}' is shared by {len(run_ids)} different runs (folders: {', '.join(folders)}): "
+        folders = set()
+        for run in (runs[run_id] for run_id in run_ids if run_id in runs):
+            launcher = run.cell is not None and run.launch_index is not None and run.source_dir
+            folders.add(os.path.basename(os.path.dirname(os.path.dirname(run.source_dir)) if launcher else run.source_dir or ""))
+        notes.append(f"run name '{name}' is shared by {len(run_ids)} different runs (folders: {', '.join(sorted(folders))}): "
                      f"select one as 'FOLDER/{name}' or with folder:/cell:/plan: selectors (docs/report.md)")
     return notes
 
 
-def run_folder(source_dir: str, launcher_run: bool) -> str:
-    """The folder that names an experiment: a launcher run's output directory (its launch directory is
-    <output>/<cell>/<launch>), else the directory of the log."""
-    return os.path.dirname(os.path.dirname(source_dir)) if launcher_run and source_dir else source_dir
-
-
-def _walk(root: Path, add, skip) -> None:
-    """Every file under root, a directory's files (sorted) before its subdirectories; symlinked directories are
-    followed, each real directory walked once (a link back to one already walked — a loop — is reported, not followed)."""
-    walked = {os.path.realpath(root)}
-
-    def walk(directory: str, real_dir: str) -> None:
-        try:
-            with os.scandir(directory) as found:
-                entries = sorted(found, key=lambda entry: entry.name)
-        except OSError as error:
-            skip(f"unreadable directory ({error.strerror})", str(error.filename))
-            return
-        subdirs = []
-        for entry in (entry for entry in entries if _is_dir(entry)):
-            if entry.name.startswith(".") or entry.name == "__pycache__":
-                skip("hidden directory", entry.path)
-                continue
-            real = os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real_dir, entry.name)
-            if real in walked:
-                skip("symlinked directory already walked (a loop, or a second link to it)", entry.path)
-                continue
+def _walk(directory: str, real_dir: str, walked: set[str], add, skip) -> None:
+    """Every file under a directory (`real_dir` is its real path), a directory's files (sorted) before its
+    subdirectories; symlinked directories are followed, each real directory once (`walked`: a link back to one already
+    walked — a loop — is said, not followed)."""
+    try:
+        with os.scandir(directory) as found:
+            entries = sorted(found, key=lambda entry: entry.name)
+    except OSError as error:
+        skip(f"unreadable directory ({error.strerror})", str(error.filename))
+        return
+    subdirs = []
+    for entry in (entry for entry in entries if _is_dir(entry)):
+        real = os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real_dir, entry.name)
+        if entry.name.startswith(".") or entry.name == "__pycache__":
+            skip("hidden directory", entry.path)
+        elif real in walked:
+            skip("symlinked directory already walked (a loop, or a second link to it)", entry.path)
+        else:
             walked.add(real)
             subdirs.append((entry.path, real))
-        for entry in (entry for entry in entries if not _is_dir(entry)):
-            kind = kind_for_name(entry.name)
-            if entry.name.startswith("."):
-                skip("hidden file", entry.path)
-            elif kind is None:
-                skip(_skip_reason_for_name(entry.name), entry.path)
-            elif (found := _entry_stat(entry)) is None or not stat.S_ISREG(found.st_mode):
-                skip(_why_not_a_file(Path(entry.path)), entry.path)
-            else:
-                add(Path(entry.path), kind, found,
-                    os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real_dir, entry.name))
-        for subdir in subdirs:
-            walk(*subdir)
-
-    walk(str(root), os.path.realpath(root))
+    for entry in (entry for entry in entries if not _is_dir(entry)):
+        kind = kind_for_name(entry.name)
+        if entry.name.startswith(".") or kind is None:
+            suffix = "".join(Path(entry.name).suffixes[-2:]) or "(no extension)"
+            skip("hidden file" if entry.name.startswith(".") else f"not a log or bench file name ({suffix})", entry.path)
+            continue
+        try:
+            found = entry.stat()
+        except OSError as error:
+            broken = isinstance(error, FileNotFoundError)
+            skip("broken symlink" if broken else "symlink loop" if error.errno == errno.ELOOP else f"unreadable ({error.strerror})",
+                 entry.path)
+            continue
+        if not stat.S_ISREG(found.st_mode):
+            skip(f"not a regular file ({_file_type(found.st_mode)})", entry.path)
+        else:
+            add(Path(entry.path), kind, found,
+                os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real_dir, entry.name))
+    for subdir in subdirs:
+        _walk(*subdir, walked, add, skip)
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
@@ -587,44 +528,27 @@ def _is_dir(entry: os.DirEntry) -> bool:
         return False
 
 
-def _entry_stat(entry: os.DirEntry) -> os.stat_result | None:
-    try:
-        return entry.stat()
-    except OSError:
-        return None
-
-
-def _why_not_a_file(path: Path) -> str:
-    try:
-        return f"not a regular file ({_file_type(path.stat().st_mode)})"
-    except FileNotFoundError:
-        return "broken symlink"
-    except OSError as error:
-        return "symlink loop" if error.errno == errno.ELOOP else f"unreadable ({error.strerror})"
-
-
 def _run_for(path: Path, directory: str, run_name: str | None, launch_dirs: dict[str, RunRef | None]) -> RunRef:
-    """The run of a file in the (resolved) `directory`."""
+    """The run of a file in the (resolved) `directory`: --run-name's, its launch directory's (a launcher launch
+    directory holds run.json and is one run named '<cell>_<launch>'), else its stem's."""
     if run_name is not None:
         return RunRef(run_id=run_id_for(f"name:{run_name}"), run_name=run_name, source_dir=directory)
     if directory not in launch_dirs:
-        launch_dirs[directory] = _launch_run(Path(directory))
-    launch = launch_dirs[directory]
-    if launch is not None:
-        return launch
+        launch_dirs[directory] = _launch_run(directory)
+    if launch_dirs[directory] is not None:
+        return launch_dirs[directory]
     stem = file_stem(path.name)
     return RunRef(run_id=run_id_for(f"{directory}/{stem}"), run_name=stem, source_dir=directory)
 
 
-def _launch_run(directory: Path) -> RunRef | None:
-    """A launcher launch directory (holds run.json) is one run named '<cell>_<launch>'."""
-    if not (directory / RUN_JSON_NAME).is_file():
+def _launch_run(directory: str) -> RunRef | None:
+    if not os.path.isfile(os.path.join(directory, RUN_JSON_NAME)):
         return None
-    record = read_run_json(directory)
-    if record is None:
-        return RunRef(run_id=run_id_for(str(directory)), run_name=directory.name, source_dir=str(directory))
-    key = f"run_uid:{record.run_uid}" if record.run_uid else str(directory)
-    return RunRef(run_id=run_id_for(key), run_name=record.run_name or directory.name, source_dir=str(directory),
+    record = read_run_json(Path(directory))
+    if record is None:  # a run.json that does not read: the run keeps its directory's name
+        return RunRef(run_id=run_id_for(directory), run_name=os.path.basename(directory), source_dir=directory)
+    key = f"run_uid:{record.run_uid}" if record.run_uid else directory
+    return RunRef(run_id=run_id_for(key), run_name=record.run_name or os.path.basename(directory), source_dir=directory,
                   cell=record.cell, launch_index=record.launch)
 
 
@@ -635,9 +559,7 @@ def _launch_run(directory: Path) -> RunRef | None:
 def read_input(item: InputFile) -> RawInput:
     """Read one input's bytes: gunzip, refuse binary files, make the text valid UTF-8. Never raises for a bad file.
     A big log (plain, or gzip) is not read here: it comes back as a LogStream."""
-    warnings: list[str] = []
-    if (item.path is not None and item.kind == "log" and item.size_bytes * GZIP_TEXT_RATIO >= STREAM_MIN_BYTES
-            and not _wide_encoding(item.path)):
+    if item.path is not None and item.kind == "log" and item.size_bytes * GZIP_TEXT_RATIO >= STREAM_MIN_BYTES:
         streamed = _streamed(item.path, item.size_bytes)
         if streamed is not None:
             return streamed
@@ -649,39 +571,34 @@ def read_input(item: InputFile) -> RawInput:
                 raw = handle.read()
         except OSError as error:
             return _unreadable(error)
-        if item.size_bytes and len(raw) != item.size_bytes:
-            warnings.append(f"changed while being read ({item.size_bytes:,} bytes when found, {len(raw):,} when read)")
-    sha256 = hashlib.sha256(raw).hexdigest()
-    size = len(raw)
+    sha256, size = hashlib.sha256(raw).hexdigest(), len(raw)
+    warnings = _read_warnings(item.size_bytes, size, 0, 0)
     if raw.startswith(_GZIP_MAGIC):
         text = GzipText(io.BytesIO(raw))
         raw = text.read_all()
         if text.skip_reason() is not None:
             return RawInput(data=b"", digest=sha256, size_bytes=size, skipped_reason=text.skip_reason())
-        if text.problem:
-            warnings.append(text.problem)
-    raw, encoding = _utf8_from_bom(raw)
-    if encoding is not None:
-        warnings.append(f"decoded from {encoding} (byte order mark)")
+        warnings += [text.problem] if text.problem else []
+    bom = next(((bom, encoding) for bom, encoding in _BOMS if raw.startswith(bom)), None)
+    if bom is not None:
+        raw = raw[len(bom[0]):].decode(bom[1], "replace").encode("utf-8")
+        warnings.append(f"decoded from {bom[1]} (byte order mark)")
     binary = binary_reason(raw[:BINARY_PROBE_BYTES])
     if binary is not None:
         return RawInput(data=b"", digest=sha256, size_bytes=size, skipped_reason=binary, warnings=tuple(warnings))
     data, invalid, nuls = make_valid_text(raw)
-    if invalid:
-        warnings.append(f"{invalid:,} invalid UTF-8 byte sequences replaced by U+FFFD")
-    if nuls:
-        warnings.append(f"{nuls:,} NUL bytes replaced by U+FFFD")
-    return RawInput(
-        data=data, digest=sha256, size_bytes=size, warnings=tuple(warnings), invalid_utf8=invalid, nul_bytes=nuls
-    )
+    warnings += _read_warnings(0, 0, invalid, nuls)
+    return RawInput(data=data, digest=sha256, size_bytes=size, warnings=tuple(warnings), invalid_utf8=invalid, nul_bytes=nuls)
 
 
 def _streamed(path: Path, size_bytes: int) -> RawInput | None:
     """A big log as a LogStream, after a look at its first text (binary? a gzip broken from the start?); None for a
-    log small enough to read whole."""
+    log to read whole (small enough, or UTF-16 / UTF-32: to be decoded)."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(BINARY_PROBE_BYTES)
+            if head.startswith(tuple(bom for bom, _ in _BOMS)):
+                return None
             gzipped = head.startswith(_GZIP_MAGIC)
             if gzipped:
                 handle.seek(0)
@@ -711,78 +628,37 @@ def _unreadable(error: OSError) -> RawInput:
 
 BINARY_NON_TEXT_SHARE = 0.3  # a file whose first block is this much NUL, control bytes or invalid UTF-8 is binary
 _TEXT_BYTES = bytes([9, 10, 12, 13, 27, 8]) + bytes(range(32, 127)) + bytes(range(128, 256))  # 0x80-0xFF: judged as UTF-8
-
-
 # Byte order marks of the encodings a Windows tool writes a log in (PowerShell's `>` writes UTF-16 LE): the longer first.
 _BOMS = ((codecs.BOM_UTF32_LE, "UTF-32-LE"), (codecs.BOM_UTF32_BE, "UTF-32-BE"), (codecs.BOM_UTF16_LE, "UTF-16-LE"),
          (codecs.BOM_UTF16_BE, "UTF-16-BE"))
 
 
-def _utf8_from_bom(raw: bytes) -> tuple[bytes, str | None]:
-    """`raw` as UTF-8 when it starts with a UTF-16 / UTF-32 byte order mark (→ the encoding it was in), else as it is."""
-    for bom, encoding in _BOMS:
-        if raw.startswith(bom):
-            return raw[len(bom):].decode(encoding, "replace").encode("utf-8"), encoding
-    return raw, None
-
-
-def _wide_encoding(path: Path) -> bool:
-    """Whether a file starts with a UTF-16 / UTF-32 byte order mark (read whole, to be decoded, not streamed)."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(4)
-    except OSError:
-        return False
-    return any(head.startswith(bom) for bom, _ in _BOMS)
-
-
-# How far back from where zlib found a deflate stream broken its output may already be garbage: a damaged block
-# decodes to wrong text until a code cannot be (measured on flipped bytes: 50–250 bytes before the error).
-GARBLED_BYTES = 1024
-
-
 def binary_reason(head: bytes) -> str | None:
     """Why the first bytes of a file look binary (None for text): a known magic number, or more than
-    BINARY_NON_TEXT_SHARE of them NUL, other control bytes or invalid UTF-8 (random bytes: ~60 %; a log with a few
-    bad bytes: well under 1 %)."""
-    for magic in _BINARY_MAGIC:
-        if head.startswith(magic):
-            return "binary file (magic number)"
-    if non_text_bytes(head) > BINARY_NON_TEXT_SHARE * len(head):
+    BINARY_NON_TEXT_SHARE of them NUL, control bytes or invalid UTF-8 (random bytes: ~60 %; a log with a few bad
+    bytes: well under 1 %). Tab, newlines, form feed, backspace and ESC are text; a character cut at the end is."""
+    if head.startswith(_BINARY_MAGIC):
+        return "binary file (magic number)"
+    non_text = len(head.translate(None, _TEXT_BYTES))
+    if not head.isascii():
+        non_text += codecs.getincrementaldecoder("utf-8")("replace").decode(head, final=False).count("\ufffd") - head.count(_REPLACEMENT)
+    if non_text > BINARY_NON_TEXT_SHARE * len(head):
         return (f"binary file (over {BINARY_NON_TEXT_SHARE * 100:.0f} % of its first {BINARY_PROBE_BYTES:,} bytes are NUL, control "
                 "bytes or invalid UTF-8)")
     return None
 
 
-def non_text_bytes(head: bytes) -> int:
-    """NUL and control bytes (tab, newlines, form feed, backspace and ESC are text) plus invalid UTF-8 sequences (a
-    character cut at the end of `head` is not one)."""
-    control = len(head.translate(None, _TEXT_BYTES))
-    if head.isascii():
-        return control
-    text = codecs.getincrementaldecoder("utf-8")("replace").decode(head, final=False)
-    return control + text.count("\ufffd") - head.count(_REPLACEMENT)
-
-
-def make_valid_text(raw: bytes | memoryview) -> tuple[bytes | memoryview, int, int]:
-    """→ (valid UTF-8 bytes, invalid sequences replaced, NUL bytes replaced); `raw` itself when it is valid."""
+def make_valid_text(raw: bytes | memoryview) -> tuple[bytes, int, int]:
+    """→ (valid UTF-8 bytes, invalid sequences replaced, NUL bytes replaced)."""
     raw = bytes(raw)
     nuls = raw.count(b"\x00") if b"\x00" in raw else 0  # `in` is memchr; count walks byte by byte
-    valid = raw.isascii() or _decodes(raw)
+    try:
+        valid = raw.isascii() or raw.decode("utf-8") is not None
+    except UnicodeDecodeError:
+        valid = False
     if nuls:  # NUL is valid UTF-8, and so is its replacement: the text stays as valid as it was
-        raw = bytes(raw).replace(b"\x00", _REPLACEMENT)
+        raw = raw.replace(b"\x00", _REPLACEMENT)
     if valid:
         return raw, 0, nuls
-    raw = bytes(raw)
-    already = raw.count(_REPLACEMENT)
     text = raw.decode("utf-8", errors="replace")
-    invalid = text.count("\ufffd") - already
-    return text.encode("utf-8"), invalid, nuls
-
-
-def _decodes(raw: bytes) -> bool:
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
+    return text.encode("utf-8"), text.count("\ufffd") - raw.count(_REPLACEMENT), nuls

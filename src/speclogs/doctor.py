@@ -165,7 +165,7 @@ _KIND_NAME = {"eagle3": "an EAGLE-3 draft", "eagle": "an EAGLE(-2) draft", "mtp"
               "dflash": "a DFlash draft", "gemma_assistant": "a Gemma 4 assistant draft", "plain": "a plain model as draft"}
 
 
-def _int(value) -> int | None:
+def int_or_none(value) -> int | None:
     try:
         return int(str(value).strip().strip("'\""))
     except (TypeError, ValueError):
@@ -218,11 +218,11 @@ def _setup_findings(settings: dict[str, str], target: Model | None, draft: Model
 
 def _layer_findings(target: Model | None, draft: Model, trained: list[int] | None,
                     runtime: dict[str, str] | None) -> Iterator[DoctorFinding]:
-    layers = _int(target.get("num_hidden_layers")) if target is not None else None
+    layers = int_or_none(target.get("num_hidden_layers")) if target is not None else None
     eagle = draft.get("eagle_config") if isinstance(draft.get("eagle_config"), dict) else {}
     ids = eagle.get("eagle_aux_hidden_state_layer_ids")
     where = draft.source
-    captured = [_int(i) for i in (runtime or {}).get("captured_layers", "-").split(",") if i != "-"]
+    captured = [int_or_none(i) for i in (runtime or {}).get("captured_layers", "-").split(",") if i != "-"]
     if captured and None not in captured:   # the profiler saw the inputs of these layers captured: the truth
         ran = [i - 1 for i in captured]
         if ids is not None and ran != ids:
@@ -275,16 +275,16 @@ def _shape_findings(target: Model | None, draft: Model, algorithm: str) -> Itera
     where = draft.source
     if target is None or target.facts is None:
         return
-    t_hidden, d_hidden = _int(target.get("hidden_size")), _int(draft.get("target_hidden_size") or draft.get("hidden_size"))
+    t_hidden, d_hidden = int_or_none(target.get("hidden_size")), int_or_none(draft.get("target_hidden_size") or draft.get("hidden_size"))
     if t_hidden and d_hidden and t_hidden != d_hidden and algorithm != "STANDALONE":   # a standalone draft reads tokens
         yield DoctorFinding("hidden_size_mismatch", "error", f"the draft reads hidden states of size {d_hidden} but the "
                             f"target's hidden_size is {t_hidden} ({target.source})", "use a draft trained for this target", where)
-    t_vocab, d_vocab = _int(target.get("vocab_size")), _int(draft.get("vocab_size"))
+    t_vocab, d_vocab = int_or_none(target.get("vocab_size")), int_or_none(draft.get("vocab_size"))
     if t_vocab and d_vocab and t_vocab != d_vocab:
         yield DoctorFinding("vocab_size_mismatch", "error", f"draft vocab_size {d_vocab} ≠ target vocab_size {t_vocab} "
                             f"({target.source}): the draft shares the target's embedding",
                             "use a draft trained with this target's tokenizer", where)
-    small, rows = _int(draft.get("draft_vocab_size")), _int(draft.get("d2t_rows"))
+    small, rows = int_or_none(draft.get("draft_vocab_size")), int_or_none(draft.get("d2t_rows"))
     if small and d_vocab and small > d_vocab:
         yield DoctorFinding("draft_vocab_size", "error", f"draft_vocab_size {small} exceeds vocab_size {d_vocab}",
                             "fix draft_vocab_size in the draft's config.json", where)
@@ -296,7 +296,7 @@ def _shape_findings(target: Model | None, draft: Model, algorithm: str) -> Itera
         elif rows is not None and rows != small:
             yield DoctorFinding("draft_vocab_map_size", "error", f"the d2t map has {rows} rows, draft_vocab_size is {small}",
                                 "export the draft with a d2t of draft_vocab_size rows", where)
-    t_pos, d_pos = _int(target.get("max_position_embeddings")), _int(draft.get("max_position_embeddings"))
+    t_pos, d_pos = int_or_none(target.get("max_position_embeddings")), int_or_none(draft.get("max_position_embeddings"))
     if t_pos and d_pos and d_pos < t_pos:
         yield DoctorFinding("max_position_shorter", "warning", f"the draft's max_position_embeddings {d_pos} < the target's "
                             f"{t_pos}: past {d_pos} tokens the draft runs outside what it was built for",
@@ -314,7 +314,7 @@ def _same_model(recorded: str, target: str) -> bool:
 
 
 def _step_findings(settings: dict, source_of: Callable[[str], str]) -> Iterator[DoctorFinding]:
-    steps, topk, tokens = (_int(settings.get(name)) for name in (
+    steps, topk, tokens = (int_or_none(settings.get(name)) for name in (
         "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"))
     if steps is None and (topk is not None or tokens is not None):
         yield DoctorFinding("spec_params_partial", "error", "`--speculative-eagle-topk` / `--speculative-num-draft-tokens` "

@@ -1,10 +1,6 @@
 """Confounders and data-quality checks for a comparison: pure functions returning `Finding`s (warnings as data).
-
-Every setting that differs between two compared arms (env, server args, versions, GPU, models, TP size, host) must be
-explained by a declared factor, else the ratio silently includes its effect: by factor f when f differs between the
-arms, the setting is named after f (`factor_names`) and its value is a function of f's level over all compared runs.
-Speculative settings are explained by the speculation only when the arms differ in speculative algorithm.
-"""
+A setting that differs between two compared arms must be explained by a declared factor named after it whose level
+determines its value (docs/report.md), else the ratio silently includes its effect."""
 
 from __future__ import annotations
 
@@ -40,8 +36,7 @@ DEFAULT_IGNORED_ENV = (
     "SLURM_TASK_PID",
 )
 # server args that differ between launches without changing what runs (ports, seeds drawn at start, the launch
-# directory SGLang exports per-request records into, paths of the model
-# which the 'model' key already compares)
+# directory SGLang exports per-request records into, the model's paths, which the 'model' key compares)
 IGNORED_SERVER_ARGS = {"port", "nccl_port", "dist_init_addr", "random_seed", "model_path", "tokenizer_path",
                        "served_model_name", "file_storage_path", "metrics_port", "export_metrics_to_file_dir"}
 SPEC_ARG_PREFIXES = ("speculative_",)
@@ -52,6 +47,11 @@ MIN_REQUESTS = 5
 MIN_DECODE_ROWS = 10
 ACCEPT_LEN_ONE = 1.05
 SOURCE_LEVEL_GAP = 0.25
+PLANNED_EFFECT = 0.05  # the difference launches_needed plans for
+TREND_ALPHA = 0.01  # family-wise, over every launch and source tested in one comparison (Holm)
+TREND_MIN_CHANGE = 0.05
+_CODES = {"env": "confounder_env", "server_arg": "confounder_server_args", "version": "confounder_version",
+          "hardware": "confounder_hardware", "model": "confounder_model", "draft": "confounder_model"}
 
 
 def ignored_env(key: str, ignore: Sequence[str] = DEFAULT_IGNORED_ENV) -> bool:
@@ -111,12 +111,6 @@ def _is_spec_key(key: str) -> bool:
     return group == "spec" or (group == "server_arg" and (name.startswith(SPEC_ARG_PREFIXES) or name in SPEC_ARGS))
 
 
-def _code_for(key: str) -> str:
-    group = key.partition(" ")[0]
-    return {"env": "confounder_env", "server_arg": "confounder_server_args", "version": "confounder_version",
-            "hardware": "confounder_hardware", "model": "confounder_model", "draft": "confounder_model"}.get(group, "confounder")
-
-
 def _norm(text: str) -> str:
     return re.sub(r"[\W_]", "", text.lower())
 
@@ -127,12 +121,9 @@ def _tokens(text: str) -> list[str]:
 
 
 def factor_names(factor: str, key: str) -> bool:
-    """Is the setting `key` ('<group> <name>') named after the factor? The factor's words (whole words, any case) are
-    the setting's group or a run of consecutive words of its name — `nccl` names NCCL_PROTO, `draft` names
-    speculative_draft_model_path and the draft's weights, `gpu` names gpu_name, `mem_fraction` names
-    mem_fraction_static; never a part of a word (`mode` does not name model_path, `a` names nothing but a setting
-    called A). Versions only by `version` or `<name>_version` (`sglang_version`), so NCCL tuning never excuses a
-    different NCCL library."""
+    """Is the setting `key` ('<group> <name>') named after the factor: the factor's whole words are its group or a run
+    of consecutive words of its name (`nccl` names NCCL_PROTO, `mode` not model_path)? Versions only by `version` or
+    `<name>_version`, so NCCL tuning never excuses a different NCCL library."""
     group, _, name = key.partition(" ")
     words = _tokens(factor)
     if not words:
@@ -147,6 +138,10 @@ def factor_names(factor: str, key: str) -> bool:
 
 def _values(settings: dict[str, dict[str, str]], ids: Sequence[str], key: str) -> set[str]:
     return {settings[r].get(key, UNSET) for r in ids}
+
+
+def _listed(items: Sequence[str], shown: int, sep: str = ", ", more: str = "more") -> str:
+    return sep.join(items[:shown]) + (f" and {len(items) - shown} {more}" if len(items) > shown else "")
 
 
 def _fmt(values: set[str]) -> str:
@@ -172,10 +167,9 @@ def confounder_findings(
         inconsistent = [k for k in keys if len(_values(settings, arm_runs[arm], k)) > 1 and not k.startswith("hardware hostname")]
         inconsistent_keys.update(inconsistent)
         if inconsistent:
-            shown = ", ".join(f"{k.partition(' ')[2]} ({_fmt(_values(settings, arm_runs[arm], k))})" for k in inconsistent[:8])
-            findings.append(Finding(
-                "arm_inconsistent", f"the runs of arm {arm!r} are not replicates: they differ in {shown}"
-                + (f" and {len(inconsistent) - 8} more" if len(inconsistent) > 8 else ""), "warning", (arm,)))
+            shown = _listed([f"{k.partition(' ')[2]} ({_fmt(_values(settings, arm_runs[arm], k))})" for k in inconsistent], 8)
+            findings.append(Finding("arm_inconsistent", f"the runs of arm {arm!r} are not replicates: they differ in {shown}",
+                                    "warning", (arm,)))
     for arm in arms[1:]:
         ids_a, ids_b = arm_runs[reference], arm_runs[arm]
 
@@ -212,21 +206,17 @@ def confounder_findings(
             elif key == "hardware hostname" and "hardware gpu_name" not in differing:
                 explained.setdefault("host name only", []).append(key)
             else:
-                by_code.setdefault(_code_for(key), []).append(key)
+                by_code.setdefault(_CODES.get(key.partition(" ")[0], "confounder"), []).append(key)
         for code, group in by_code.items():
-            shown = "; ".join(describe(k) for k in group[:10])
-            more = f" and {len(group) - 10} more" if len(group) > 10 else ""
             why = (f"the declared factor {factors[0]} is not named after them" if factors
                    else "no declared factor explains them")
             findings.append(Finding(
-                code, f"{arm} vs {reference} is confounded: {shown}{more} differ, and {why} — the ratio "
+                code, f"{arm} vs {reference} is confounded: {_listed([describe(k) for k in group], 10, '; ')} differ, and {why} — the ratio "
                 "includes their effect. Rerun with equal settings, or declare the difference as a factor named after "
                 "the setting (--factor NAME=GLOB, or factors in the launch plan; docs/report.md).", "warning", pair))
         for why, group in explained.items():
-            shown = "; ".join(describe(k) for k in group[:12])
-            findings.append(Finding(
-                "factor_settings", f"{arm} vs {reference}: {why} accounts for {shown}"
-                + (f" and {len(group) - 12} more" if len(group) > 12 else ""), "info", pair))
+            findings.append(Finding("factor_settings", f"{arm} vs {reference}: {why} accounts for "
+                                    f"{_listed([describe(k) for k in group], 12, '; ')}", "info", pair))
     findings += _factorial_confounders(settings, levels, all_ids, keys)
     versions = sorted({settings[r].get("version sglang") for r in all_ids} - {None})
     if len(versions) > 1:
@@ -377,8 +367,6 @@ def lint_comparison(
                                 "are pooled as one replicate", "info", (arm_of[run_id],)))
     return findings
 
-
-PLANNED_EFFECT = 0.05  # the difference launches_needed plans for
 
 
 def _launch_values(arm: Arm) -> tuple[str, np.ndarray, tuple[str, ...], float] | None:
@@ -536,8 +524,7 @@ def _ignored_env_findings(tables: RunTables, ignore: Sequence[str]) -> list[Find
                        and len({str(env[name]) if name in env else None for env in envs}) > 1)
     if not differing:
         return []
-    shown = ", ".join(differing[:12]) + (f" and {len(differing) - 12} more" if len(differing) > 12 else "")
-    return [Finding("env_ignored", f"not compared (the default ignore list and --ignore-env): {shown} differ between "
+    return [Finding("env_ignored", f"not compared (the default ignore list and --ignore-env): {_listed(differing, 12)} differ between "
                     "the runs; --ignore-env NAME adds names, globs allowed", "info")]
 
 
@@ -571,8 +558,7 @@ def _launch_round_findings(tables: RunTables, clients: pl.DataFrame, arm_runs: d
 
 
 def _runs_text(runs: list[tuple[str, int]]) -> str:
-    shown = ", ".join(f"{name} ({n})" for name, n in runs[:6])
-    return shown + (f" and {len(runs) - 6} more runs" if len(runs) > 6 else "")
+    return _listed([f"{name} ({n})" for name, n in runs], 6, more="more runs")
 
 
 def _warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFrame, arm_of, names) -> list[Finding]:
@@ -644,9 +630,6 @@ def _detected_warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_o
             "warning", (arm_of[run_id],)))
     return findings
 
-
-TREND_ALPHA = 0.01  # family-wise, over every launch and source tested in one comparison (Holm)
-TREND_MIN_CHANGE = 0.05
 
 
 def _trend_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:

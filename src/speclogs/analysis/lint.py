@@ -210,8 +210,9 @@ def confounder_findings(
         for code, group in by_code.items():
             why = (f"the declared factor {factors[0]} is not named after them" if factors
                    else "no declared factor explains them")
+            shown = _listed([describe(k) for k in group], 10, "; ")
             findings.append(Finding(
-                code, f"{arm} vs {reference} is confounded: {_listed([describe(k) for k in group], 10, '; ')} differ, and {why} — the ratio "
+                code, f"{arm} vs {reference} is confounded: {shown} differ, and {why} — the ratio "
                 "includes their effect. Rerun with equal settings, or declare the difference as a factor named after "
                 "the setting (--factor NAME=GLOB, or factors in the launch plan; docs/report.md).", "warning", pair))
         for why, group in explained.items():
@@ -279,34 +280,27 @@ def lint_comparison(
 ) -> list[Finding]:
     """All findings for one comparison, most important first. `ignore_env`: env names (globs) not compared, on top
     of DEFAULT_IGNORED_ENV; `reference_acceptance`: the accept length expected of every speculative arm (value, half
-    width of its own interval), compared with the arm's interval (`accept_intervals`); `trained_layers`: the aux layer
-    ids the drafts were trained on."""
+    width of its own interval); `trained_layers`: the aux layer ids the drafts were trained on."""
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
     arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
     ignore = (*DEFAULT_IGNORED_ENV, *ignore_env)
-    findings: list[Finding] = []
-    findings += confounder_findings(run_settings(tables, ignore), arm_runs, levels)
+    findings = confounder_findings(run_settings(tables, ignore), arm_runs, levels)
     setup = doctor_findings(tables.runs, tables.server_args, tables.runtime, trained_layers)
     causes = {arm: [f for r in ids for f in setup.get(r, []) if f.severity != "info"] for arm, ids in arm_runs.items()}
-    findings += _setup_findings(setup, arm_of, names)
-    findings += _ignored_env_findings(tables, ignore)
-
+    findings += _setup_findings(setup, arm_of, names) + _ignored_env_findings(tables, ignore)
     launches = {a.name: max((e.n_launches for e in (a.client, a.server) if e), default=0) for a in arms}
-    single = [name for name, n in launches.items() if n < 2]
-    if single:
+    if single := [name for name, n in launches.items() if n < 2]:
         findings.append(Finding(
             "single_launch", f"one launch in arm(s) {', '.join(single)}: need ≥ 2 launches per arm for a verdict — "
             "one launch shows request noise only, not launch-to-launch variation (warm-up, placement, NCCL init), so no "
             "winner is named. Repeat launches (≥ 3 per arm, interleaved).", "warning", tuple(single)))
-    few = [(name, n) for name, n in launches.items() if 2 <= n < 5]
-    if few:
+    if few := [(name, n) for name, n in launches.items() if 2 <= n < 5]:
         findings.append(Finding(
             "few_launches", f"{', '.join(f'{name} ({n})' for name, n in few)} launches: the launch-to-launch variance is "
             "estimated from so few values that the t intervals are wide (t at 97.5 %: 12.7 with 1 degree of freedom, "
             "4.3 with 2, 2.8 with 4); each extra launch narrows them a lot — aim for ≥ 5 per arm", "info",
             tuple(name for name, _ in few)))
-    findings += _launches_needed(arms, comparisons, confidence, min_effect)
-    findings += _launch_outliers(arms, comparisons)
+    findings += _launches_needed(arms, comparisons, confidence, min_effect) + _launch_outliers(arms, comparisons)
     for a in arms:
         for estimate, least, what in ((a.client, MIN_REQUESTS, "client request(s) after warm-up; ≥ {} per launch"),
                                       (a.server, MIN_DECODE_ROWS, "steady-state decode row(s); ≥ {}")):
@@ -316,57 +310,48 @@ def lint_comparison(
         if a.speculative_algorithm and a.accept_len is not None:
             findings += _acceptance_findings(a, causes.get(a.name, []), reference_acceptance,
                                              (accept_intervals or {}).get(a.name))
-        if a.client and a.server:
-            gap = math.log(a.server.value_tok_s / a.client.value_tok_s)
-            if abs(gap) > SOURCE_LEVEL_GAP:
-                findings.append(Finding(
-                    "source_levels", f"arm {a.name}: client {a.client.value_tok_s:.1f} tok/s vs server decode "
-                    f"{a.server.value_tok_s:.1f} tok/s ({math.exp(gap) - 1:+.0%}): the client includes prefill, queueing and "
-                    "HTTP; a large gap means the two do not measure the same thing (concurrency, long prompts, or client "
-                    "overhead)", "info", (a.name,)))
-    by_pair: dict[tuple[str, str], dict[str, RatioComparison]] = {}
-    for c in comparisons:
-        by_pair.setdefault((c.arm_a, c.arm_b), {})[c.source] = c
-    for (arm_a, arm_b), sources in by_pair.items():
-        if "client" in sources and "server" in sources:
-            c, s = sources["client"], sources["server"]
-            # one launch per arm: both sources measure the same launches, so their request-noise intervals compare
-            (c_low, c_high), (s_low, s_high) = (
-                (r.ci_low, r.ci_high) if math.isfinite(r.ci_low) else (r.within_low, r.within_high) for r in (c, s))
-            if c_high < s_low or s_high < c_low:
-                findings.append(Finding(
-                    "source_disagreement", f"{arm_b} vs {arm_a}: client ratio {c.ratio:.3f} [{c_low:.3f}, {c_high:.3f}] "
-                    f"and server ratio {s.ratio:.3f} [{s_low:.3f}, {s_high:.3f}] disagree: one source is measuring "
-                    "something else (prefill share, client overhead, a warm-up inside the window)", "warning", (arm_a, arm_b)))
-
-    findings += _launch_round_findings(tables, clients, arm_runs)
-    findings += _warmup_findings(decode, clients, cycles, arm_of, names)
-    findings += _trend_findings(decode, clients, arm_of, names)
-    findings += _event_findings(tables, arm_of, names)
-    for run_id, n in run_data_rows.items():
-        if n == 0 and decode.filter(pl.col("run_id") == run_id).is_empty():
-            findings.append(Finding("no_decode_rows", f"run {names[run_id]} has no 'Decode batch' rows: server throughput, "
-                                    "acceptance and attribution are unavailable for it", "warning", (arm_of[run_id],)))
-    for row in tables.runs.iter_rows(named=True):
-        if row["outcome"] not in (None, "ok"):
-            findings.append(Finding("run_outcome", f"run {row['run_name']} ended with outcome {row['outcome']!r}: its numbers may "
-                                    "be partial", "warning", (arm_of[row["run_id"]],)))
+        if a.client and a.server and abs(gap := math.log(a.server.value_tok_s / a.client.value_tok_s)) > SOURCE_LEVEL_GAP:
+            findings.append(Finding(
+                "source_levels", f"arm {a.name}: client {a.client.value_tok_s:.1f} tok/s vs server decode "
+                f"{a.server.value_tok_s:.1f} tok/s ({math.exp(gap) - 1:+.0%}): the client includes prefill, queueing and "
+                "HTTP; a large gap means the two do not measure the same thing (concurrency, long prompts, or client "
+                "overhead)", "info", (a.name,)))
+    findings += _source_disagreement(comparisons) + _launch_round_findings(tables, clients, arm_runs)
+    findings += _warmup_findings(decode, clients, cycles, arm_of, names) + _trend_findings(decode, clients, arm_of, names)
+    findings += _run_findings(tables, decode, run_data_rows, arm_of, names)
     adaptive = [row["run_name"] for row in tables.runs.iter_rows(named=True)
                 if RunRecord.from_document(parse_json_text(row["run_json"])).adaptive]
     if adaptive:
         findings.append(Finding(
-            "adaptive_run", f"{_runs_text([(name, 1) for name in adaptive]).replace(' (1)', '')} come from an adaptive "
+            "adaptive_run", f"{_listed(adaptive, 6, more='more runs')} come from an adaptive "
             "plan (speclogs launch --until): when to stop was decided on repeated confidence intervals (adaptive.json "
             "next to the launches). A comparison whose launches all come from that design uses the same repeated "
             "interval (wider than a fixed-sample one, which after a data-dependent stop names false winners more "
-            "often than its level)",
-            "info"))
-    multi = tables.launches.group_by("run_id", maintain_order=True).agg(pl.col("launch_no").n_unique().alias("n")).filter(pl.col("n") > 1)
-    for run_id, n in multi.iter_rows():
-        findings.append(Finding("several_launches_in_file", f"run {names[run_id]} holds {n} server starts in one file; they "
-                                "are pooled as one replicate", "info", (arm_of[run_id],)))
-    return findings
+            "often than its level)", "info"))
+    multi = tables.launches.group_by("run_id", maintain_order=True).agg(pl.col("launch_no").n_unique().alias("n"))
+    return findings + [Finding("several_launches_in_file", f"run {names[run_id]} holds {n} server starts in one file; they "
+                               "are pooled as one replicate", "info", (arm_of[run_id],))
+                       for run_id, n in multi.filter(pl.col("n") > 1).iter_rows()]
 
+
+def _source_disagreement(comparisons: Sequence[RatioComparison]) -> list[Finding]:
+    by_pair: dict[tuple[str, str], dict[str, RatioComparison]] = {}
+    for c in comparisons:
+        by_pair.setdefault((c.arm_a, c.arm_b), {})[c.source] = c
+    findings = []
+    for (arm_a, arm_b), sources in by_pair.items():
+        if "client" not in sources or "server" not in sources:
+            continue
+        c, s = sources["client"], sources["server"]
+        # one launch per arm: both sources measure the same launches, so their request-noise intervals compare
+        (c_low, c_high), (s_low, s_high) = (
+            (r.ci_low, r.ci_high) if math.isfinite(r.ci_low) else (r.within_low, r.within_high) for r in (c, s))
+        if c_high < s_low or s_high < c_low:
+            findings.append(Finding(
+                "source_disagreement", f"{arm_b} vs {arm_a}: client ratio {c.ratio:.3f} [{c_low:.3f}, {c_high:.3f}] "
+                f"and server ratio {s.ratio:.3f} [{s_low:.3f}, {s_high:.3f}] disagree: one source is measuring "
+                "something else (prefill share, client overhead, a warm-up inside the window)", "warning", (arm_a, arm_b)))
+    return findings
 
 
 def _launch_values(arm: Arm) -> tuple[str, np.ndarray, tuple[str, ...], float] | None:
@@ -662,18 +647,17 @@ def _trend_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) 
     return findings
 
 
-def _event_findings(tables: RunTables, arm_of, names) -> list[Finding]:
-    findings = []
-    retracted: dict[str, int] = {}
-    for run_id, kind, n in tables.events.iter_rows():
-        if kind in ("retract", "retracted_req"):
-            retracted[run_id] = retracted.get(run_id, 0) + n
-        else:
-            findings.append(Finding(f"server_{kind}", f"run {names[run_id]}: {n} '{kind}' event(s) in the server log",
-                                    "warning", (arm_of[run_id],)))
-    for run_id, n in retracted.items():
-        findings.append(Finding(
-            "retractions", f"run {names[run_id]}: {n} request retraction(s) (KV cache full): retracted requests are "
-            "recomputed, so throughput and latency include rework", "warning", (arm_of[run_id],)))
-    return findings
-
+def _run_findings(tables: RunTables, decode: pl.DataFrame, run_data_rows: dict[str, int], arm_of, names) -> list[Finding]:
+    """Per run: server events, retractions, no decode rows, an outcome other than ok."""
+    events = tables.events.with_columns(pl.col("kind").replace({"retracted_req": "retract"})).group_by(
+        "run_id", "kind", maintain_order=True).agg(pl.col("n").sum())
+    found = [(f"server_{kind}", run_id, f": {n} '{kind}' event(s) in the server log") for run_id, kind, n in events.iter_rows()
+             if kind != "retract"]
+    found += [("retractions", run_id, f": {n} request retraction(s) (KV cache full): retracted requests are recomputed, so "
+               "throughput and latency include rework") for run_id, kind, n in events.iter_rows() if kind == "retract"]
+    found += [("no_decode_rows", run_id, " has no 'Decode batch' rows: server throughput, acceptance and attribution are "
+               "unavailable for it") for run_id, n in run_data_rows.items()
+              if n == 0 and decode.filter(pl.col("run_id") == run_id).is_empty()]
+    found += [("run_outcome", run_id, f" ended with outcome {outcome!r}: its numbers may be partial")
+              for run_id, outcome in tables.runs.select("run_id", "outcome").iter_rows() if outcome not in (None, "ok")]
+    return [Finding(code, f"run {names[run_id]}{text}", "warning", (arm_of[run_id],)) for code, run_id, text in found]

@@ -1,9 +1,6 @@
-"""What stock SGLang's own signals say next to the log lines (docs/report.md, "SGLang's own signals"): the exact accept
-length of a benchmark window from counter deltas (Δ generation tokens / Δ verify calls: Σ tokens / Σ verify steps of
-the requests that finished in it), the device timer's GPU time per forward category and per decode cycle, compared
-with speclogs' profiler and the decode lines, and per-request acceptance (its verify-weighted mean is the counters').
-`signal_evidence_for(con, arm_runs)` loads the rows; `signal_evidence(tables, arm_runs)` is pure.
-"""
+"""What stock SGLang's own signals say next to the log lines (docs/report.md, "SGLang's own signals"): exact accept
+length from counter deltas, the device timer's phase split, per-request acceptance. `signal_evidence_for(con,
+arm_runs)` loads the rows; `signal_evidence(tables, arm_runs)` is pure."""
 
 from __future__ import annotations
 
@@ -48,8 +45,6 @@ class SignalTables:
 
 @dataclass(frozen=True)
 class WindowAccept:
-    """One benchmark window of one run: the exact accept length from counter deltas next to the estimates."""
-
     arm: str
     run_name: str
     window: str                          # run.json window name, or 'scrapes' when the run has no window record
@@ -67,10 +62,8 @@ class WindowAccept:
 
 @dataclass(frozen=True)
 class ArmAccept:
-    """An arm's accept length pooled over its windows: Σ Δ tokens / Σ Δ verify calls, and the decode lines' figure."""
-
     arm: str
-    accept_len_counters: float | None
+    accept_len_counters: float | None    # pooled over the arm's windows: Σ Δ tokens / Σ Δ verify calls
     accept_len_decode_lines: float | None
     windows: int
 
@@ -89,13 +82,11 @@ class DevicePhase:
 
 @dataclass(frozen=True)
 class PhaseCheck:
-    """One phase of one window by each source that measures it (ms per decode cycle), and whether they agree."""
-
     arm: str
     run_name: str
     window: str
     phase: str                           # verify | draft | extend | cycle (GPU-busy time of the whole cycle)
-    device_timer_ms: float | None
+    device_timer_ms: float | None        # ms per decode cycle, as the other sources
     profiler_ms: float | None            # spec_cycles mean over the window's profiled cycles
     decode_lines_ms: float | None        # cycle only: wall ms per cycle × fwd occupancy
     max_difference: float | None         # largest |source − device timer| / device timer
@@ -114,8 +105,6 @@ class RequestOutlier:
 
 @dataclass(frozen=True)
 class RequestAcceptance:
-    """Per-request acceptance of one arm: its distribution, its verify-weighted mean, outliers."""
-
     arm: str
     sources: tuple[str, ...]             # requests.source_kind values used
     n_requests: int
@@ -182,36 +171,29 @@ def with_signals(comparison: Comparison, evidence: SignalEvidence) -> Comparison
 def signal_evidence(tables: SignalTables, arm_runs: Mapping[str, list[str]]) -> SignalEvidence:
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
     run_json = {r: parse_json_text(t) for r, t in zip(tables.runs["run_id"].to_list(), tables.runs["run_json"].to_list())}
-    decode = _decode_rows(tables.decode, tables.idle)
+    decode, profiled = _decode_rows(tables.decode, tables.idle), _lowest_rank(tables.spec_cycles)
     windows: list[WindowAccept] = []
     phases: list[DevicePhase] = []
     checks: list[PhaseCheck] = []
     findings: list[Finding] = []
     for arm, run_ids in arm_runs.items():
         for run_id in run_ids:
-            for window in _windows(tables.metrics.filter(pl.col("run_id") == run_id), run_json.get(run_id, {}), findings,
-                                   names.get(run_id, run_id), arm):
-                rows = _in_window(decode.filter(pl.col("run_id") == run_id), window)
-                requests = _requests_in(tables.requests.filter(pl.col("run_id") == run_id), window)
-                cycles = _in_window(_lowest_rank(tables.spec_cycles.filter(pl.col("run_id") == run_id)), window)
-                accept = _window_accept(arm, names.get(run_id, run_id), window, rows, requests)
+            mine = pl.col("run_id") == run_id
+            for window in _windows(tables.metrics.filter(mine), run_json.get(run_id, {}), findings, names.get(run_id, run_id), arm):
+                rows = _in_window(decode.filter(mine), window)
+                accept = _window_accept(arm, names.get(run_id, run_id), window, rows,
+                                        _requests_in(tables.requests.filter(mine), window))
+                run_phases = _device_phases(arm, accept, window, _mean_batch(rows))
                 windows.append(accept)
-                batch = _mean_batch(rows)
-                run_phases = _device_phases(arm, accept, window, batch)
-                phases.extend(run_phases)
-                checks.extend(_phase_checks(arm, accept, run_phases, cycles, rows))
+                phases += run_phases
+                checks += _phase_checks(arm, accept, run_phases, _in_window(profiled.filter(mine), window), rows)
     findings += _accept_findings(windows) + _phase_findings(phases, checks)
     arms = tuple(_arm_accept(arm, [w for w in windows if w.arm == arm]) for arm in arm_runs if any(w.arm == arm for w in windows))
-    acceptance = []
-    for arm, run_ids in arm_runs.items():
-        found = _request_acceptance(arm, tables.requests.filter(pl.col("run_id").is_in(run_ids)), run_json, names)
-        if found is not None:
-            acceptance.append(found)
-            if found.n_outliers:
-                findings.append(Finding("request_acceptance_outliers",
-                                        f"{arm}: {found.n_outliers} of {found.n_requests} requests have an accept length outside "
-                                        f"[{found.low_fence:.2f}, {found.high_fence:.2f}] (Tukey fences around the median "
-                                        f"{found.median:.2f}); the report lists the farthest", "info", (arm,)))
+    acceptance = [found for arm, run_ids in arm_runs.items() if (found := _request_acceptance(
+        arm, tables.requests.filter(pl.col("run_id").is_in(run_ids)), run_json, names)) is not None]
+    findings += [Finding("request_acceptance_outliers", f"{r.arm}: {r.n_outliers} of {r.n_requests} requests have an accept "
+                         f"length outside [{r.low_fence:.2f}, {r.high_fence:.2f}] (Tukey fences around the median "
+                         f"{r.median:.2f}); the report lists the farthest", "info", (r.arm,)) for r in acceptance if r.n_outliers]
     return SignalEvidence(tuple(windows), arms, tuple(phases), tuple(checks), tuple(acceptance), tuple(findings))
 
 

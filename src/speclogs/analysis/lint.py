@@ -546,48 +546,40 @@ def _runs_text(runs: list[tuple[str, int]]) -> str:
     return _listed([f"{name} ({n})" for name, n in runs], 6, more="more runs")
 
 
+# per run, the decode rows a steady-state rule set apart (excluded_reason, or steady but eager by configuration)
+_SET_APART = {
+    "no_cuda_graph": ("warmup_in_window", "decode batches without CUDA graph after the server was ready, with CUDA "
+                      "graphs configured and the batch within the captured sizes (eager warm-up) in {runs}: excluded "
+                      "from server figures; the client's numbers include them", "warning"),
+    "before_health_200": ("served_before_ready", "decode batches after 'ready' but before the first /health 200 in {runs}: "
+                          "a client that did not wait for health measured warm-up; excluded from server figures", "warning"),
+    "non_finite": ("non_finite_values", "decode rows with NaN/inf/zero gen throughput in {runs}: excluded", "warning"),
+    "eager_by_config": ("eager_by_config", "decode batches without CUDA graph by configuration (disable_cuda_graph, or more "
+                        "running requests than the largest captured batch) in {runs}: not warm-up — they count, and their "
+                        "step time is the eager one", "info"),
+}
+
+
 def _warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFrame, arm_of, names) -> list[Finding]:
-    findings: list[Finding] = []
     if decode.is_empty():
-        return findings
+        return []
     # lazy: the filters copy only the columns the counts read, not every column of millions of rows
-    excluded = (decode.lazy().filter(~pl.col("steady")).group_by("run_id", "excluded_reason").len()
-                .collect().with_columns(pl.col("run_id").cast(pl.Utf8)).sort("run_id"))
-    by_reason: dict[str, list[tuple[str, int]]] = {}
-    arms_by_reason: dict[str, set[str]] = {}
-    for run_id, reason, n in excluded.iter_rows():
-        by_reason.setdefault(reason, []).append((names[run_id], n))
-        arms_by_reason.setdefault(reason, set()).add(arm_of[run_id])
-    texts = {
-        "no_cuda_graph": ("warmup_in_window", "decode batches without CUDA graph after the server was ready, with CUDA "
-                          "graphs configured and the batch within the captured sizes (eager warm-up) in {runs}: excluded "
-                          "from server figures; the client's numbers include them"),
-        "before_health_200": ("served_before_ready", "decode batches after 'ready' but before the first /health 200 in {runs}: "
-                              "a client that did not wait for health measured warm-up; excluded from server figures"),
-        "non_finite": ("non_finite_values", "decode rows with NaN/inf/zero gen throughput in {runs}: excluded"),
-    }
-    for reason, (code, text) in texts.items():
-        if reason in by_reason:
-            findings.append(Finding(code, text.format(runs=_runs_text(by_reason[reason])), "warning",
-                                    tuple(sorted(arms_by_reason[reason]))))
-    findings += _detected_warmup_findings(decode, clients, arm_of, names)
-    eager = (decode.lazy().filter(pl.col("eager_by_config")).group_by("run_id").len()
-             .collect().with_columns(pl.col("run_id").cast(pl.Utf8)).sort("run_id"))
-    if eager.height:
-        runs = [(names[r], n) for r, n in eager.iter_rows()]
-        findings.append(Finding(
-            "eager_by_config", f"decode batches without CUDA graph by configuration (disable_cuda_graph, or more running "
-            f"requests than the largest captured batch) in {_runs_text(runs)}: not warm-up — they count, and their step "
-            "time is the eager one", "info", tuple(sorted({arm_of[r] for r in eager["run_id"].to_list()}))))
-    counts = decode.group_by("excluded_reason").len()
-    detail = ", ".join(f"{r or 'steady'} {n}" for r, n in counts.sort("excluded_reason", nulls_last=True).iter_rows())
-    cycle_detail = ""
+    apart = (decode.lazy().filter(~pl.col("steady") | pl.col("eager_by_config")).select(
+        pl.col("run_id").cast(pl.Utf8), pl.when(pl.col("eager_by_config")).then(pl.lit("eager_by_config"))
+        .otherwise(pl.col("excluded_reason").cast(pl.Utf8)).alias("reason")).group_by("run_id", "reason").len()
+        .sort("run_id").collect())
+    findings = _detected_warmup_findings(decode, clients, arm_of, names)
+    for reason, (code, text, severity) in _SET_APART.items():
+        rows = apart.filter(pl.col("reason") == reason)
+        if rows.height:
+            runs = _runs_text([(names[run_id], n) for run_id, _, n in rows.iter_rows()])
+            findings.append(Finding(code, text.format(runs=runs), severity, tuple(sorted({arm_of[r] for r in rows["run_id"]}))))
+    detail = ", ".join(f"{r or 'steady'} {n}" for r, n in decode.group_by("excluded_reason").len()
+                       .sort("excluded_reason", nulls_last=True).iter_rows())
     if not cycles.is_empty():
-        cycle_counts = cycles.group_by("excluded_reason").len().sort("excluded_reason", nulls_last=True)
-        cycle_detail = "; profiled cycles (spec_cycles) " + ", ".join(f"{r or 'used'} {n}" for r, n in cycle_counts.iter_rows())
-    findings.append(Finding("steady_state", f"decode rows used / excluded by the steady-state rule: {detail}{cycle_detail}",
-                            "info"))
-    return findings
+        detail += "; profiled cycles (spec_cycles) " + ", ".join(
+            f"{r or 'used'} {n}" for r, n in cycles.group_by("excluded_reason").len().sort("excluded_reason", nulls_last=True).iter_rows())
+    return findings + [Finding("steady_state", f"decode rows used / excluded by the steady-state rule: {detail}", "info")]
 
 
 def _detected_warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:

@@ -318,7 +318,7 @@ def lint_comparison(
                 "overhead)", "info", (a.name,)))
     findings += _source_disagreement(comparisons) + _launch_round_findings(tables, clients, arm_runs)
     findings += _warmup_findings(decode, clients, cycles, arm_of, names) + _trend_findings(decode, clients, arm_of, names)
-    findings += _run_findings(tables, decode, run_data_rows, arm_of, names)
+    findings += _run_findings(tables, decode, clients, run_data_rows, arm_of, names)
     adaptive = [row["run_name"] for row in tables.runs.iter_rows(named=True)
                 if RunRecord.from_document(parse_json_text(row["run_json"])).adaptive]
     if adaptive:
@@ -584,29 +584,19 @@ def _warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.Dat
 
 def _detected_warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:
     """Warm-up found in the data (slow start with CUDA graphs on), per run: how long, how much slower, what was cut."""
-    detected = (decode.lazy().filter(pl.col("excluded_reason") == "warmup_detected")
-                .select(pl.col("run_id").cast(pl.Utf8), "gen_throughput_tok_s", "ts").collect())
-    if detected.is_empty():
-        return []
-    cut_requests = dict(clients.filter(pl.col("excluded_reason") == "warmup_detected").group_by("run_id").len().iter_rows())
-    findings = []
-    for (run_id,), rows in sorted(detected.partition_by("run_id", as_dict=True).items()):
-        rest = (decode.lazy().filter(pl.col("steady") & (pl.col("run_id") == run_id)).select("gen_throughput_tok_s")
-                .collect()["gen_throughput_tok_s"].cast(pl.Float64))
-        slow = rows["gen_throughput_tok_s"].cast(pl.Float64)
-        change = float(slow.mean() / rest.mean() - 1.0) if rest.len() else float("nan")
-        seconds = (rows["ts"].max() - rows["ts"].min()).total_seconds() if rows.height > 1 else 0.0
-        client = cut_requests.get(run_id, 0)
-        findings.append(Finding(
-            "warmup_detected", f"run {names[run_id]}: its first {rows.height} steady-looking decode rows (~{seconds:.0f} s) "
-            f"ran {change:+.1%} against the rest — a warm-up with CUDA graphs on (least-squares change point, t test p < 0.01 "
-            "over the cuts searched): "
-            f"excluded from the server figures and its profiled cycles"
-            + (f", and {client} client request(s) in that window from the client's" if client else
-               "; the client's requests could not be matched to it and still include it"),
-            "warning", (arm_of[run_id],)))
-    return findings
-
+    slow, tok_s = pl.col("excluded_reason") == "warmup_detected", pl.col("gen_throughput_tok_s").cast(pl.Float64)
+    detected = (decode.lazy().group_by(pl.col("run_id").cast(pl.Utf8)).agg(
+        slow.sum().alias("n"), (tok_s.filter(slow).mean() / tok_s.filter(pl.col("steady")).mean() - 1.0).alias("change"),
+        ((pl.col("ts").filter(slow).max() - pl.col("ts").filter(slow).min()).dt.total_milliseconds() / 1000).alias("s"))
+        .filter(pl.col("n") > 0).sort("run_id").collect())
+    cut_requests = dict(clients.filter(slow).group_by("run_id").len().iter_rows())
+    return [Finding(
+        "warmup_detected", f"run {names[run_id]}: its first {n} steady-looking decode rows (~{seconds:.0f} s) ran "
+        f"{math.nan if change is None else change:+.1%} against the rest — a warm-up with CUDA graphs on (least-squares "
+        "change point, t test p < 0.01 over the cuts searched): excluded from the server figures and its profiled cycles"
+        + (f", and {cut_requests[run_id]} client request(s) in that window from the client's" if cut_requests.get(run_id)
+           else "; the client's requests could not be matched to it and still include it"), "warning", (arm_of[run_id],))
+        for run_id, n, change, seconds in detected.iter_rows()]
 
 
 def _trend_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:
@@ -632,18 +622,18 @@ def _trend_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) 
             f"Holm-adjusted over the {len(tests)} series tested {p_value:.1g}, last third vs first third "
             f"{trend.relative_change:+.1%}, n={trend.n}) — thermal throttling, growing KV cache or a co-tenant; a mean "
             "over a drifting series depends on the run length", "warning", (arm_of[run_id],)))
-    bad = clients.filter(pl.col("excluded_reason") == "non_finite").group_by("run_id", maintain_order=True).len()
-    for run_id, n in bad.iter_rows():
-        findings.append(Finding("non_finite_values", f"run {names[run_id]}: {n} client request(s) without usable tokens or "
-                                "latency (NaN/inf/0) were excluded", "warning", (arm_of[run_id],)))
     return findings
 
 
-def _run_findings(tables: RunTables, decode: pl.DataFrame, run_data_rows: dict[str, int], arm_of, names) -> list[Finding]:
-    """Per run: server events, retractions, no decode rows, an outcome other than ok."""
+def _run_findings(tables: RunTables, decode: pl.DataFrame, clients: pl.DataFrame, run_data_rows: dict[str, int], arm_of,
+                  names) -> list[Finding]:
+    """Per run: client requests without numbers, server events, retractions, no decode rows, an outcome other than ok."""
     events = tables.events.with_columns(pl.col("kind").replace({"retracted_req": "retract"})).group_by(
         "run_id", "kind", maintain_order=True).agg(pl.col("n").sum())
-    found = [(f"server_{kind}", run_id, f": {n} '{kind}' event(s) in the server log") for run_id, kind, n in events.iter_rows()
+    bad = clients.filter(pl.col("excluded_reason") == "non_finite").group_by("run_id", maintain_order=True).len()
+    found = [("non_finite_values", run_id, f": {n} client request(s) without usable tokens or latency (NaN/inf/0) were "
+              "excluded") for run_id, n in bad.iter_rows()]
+    found += [(f"server_{kind}", run_id, f": {n} '{kind}' event(s) in the server log") for run_id, kind, n in events.iter_rows()
              if kind != "retract"]
     found += [("retractions", run_id, f": {n} request retraction(s) (KV cache full): retracted requests are recomputed, so "
                "throughput and latency include rework") for run_id, kind, n in events.iter_rows() if kind == "retract"]

@@ -123,13 +123,6 @@ def _single_stream(decode: pl.DataFrame) -> dict[str, dict[str, float | None]]:
     return {row.pop("run_id"): row for row in rows.iter_rows(named=True)}
 
 
-def _launch_tok_s(clients: pl.DataFrame, single: dict, run_id: str, unit: str) -> float | None:
-    if unit == "client":
-        rows = clients.filter(pl.col("run_id") == run_id)
-        return float(rows["tokens"].sum() / rows["seconds"].sum()) if rows.height else None
-    return single.get(run_id, {}).get("tok_s")
-
-
 def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPLES, *,
            device_ms: pl.DataFrame | None = None, accept_hist: pl.DataFrame | None = None) -> WhatIf:
     """Fit a cycle model per draft on its most-steps setting with cycles (profiled, else rebuilt from `device_ms`:
@@ -155,7 +148,10 @@ def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPL
                             hint="select a run launched under `python -m speclogs.profile` (plan cell `profile = true`), "
                                  "or with --enable-metrics, SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 and --export-metrics-to-file")
     unit = "client" if clients.height and set(clients["run_id"]) >= with_cycles else "cycle"
-    baselines = sorted(r for r, s in settings.items() if s is None and _launch_tok_s(clients, single, r, unit))
+    # each launch's throughput in the unit predicted: Σ tokens / Σ seconds of its requests, else its decode lines'
+    tok_s = (dict(clients.group_by("run_id").agg(pl.col("tokens").sum() / pl.col("seconds").sum()).iter_rows())
+             if unit == "client" else {r: v["tok_s"] for r, v in single.items()})
+    baselines = sorted(r for r, s in settings.items() if s is None and tok_s.get(r))
     base_step_ms = [1000.0 / v for r in baselines if (v := single.get(r, {}).get("tok_s"))]
     rng = np.random.default_rng(SEED)
     models, predictions, recommendations, notes = [], [], [], []
@@ -170,13 +166,13 @@ def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPL
         if source[2] != 1:
             notes.append(f"{draft}: the source setting has topk {source[2]}; the chain model assumes topk 1")
         launches = [r for r in groups[source] if r in profiled] or [r for r in groups[source] if r in with_cycles]
-        model, boot = _fit(draft, source[0], launches, cycles, clients, single, unit, base_step_ms, names, baselines,
+        model, boot = _fit(draft, source[0], launches, cycles, tok_s if unit == "client" else {}, single, base_step_ms, names, baselines,
                            rng, resamples, "profiler" if launches[0] in profiled else "device timer + decode lines")
         models.append(model)
         measured = {k: runs for k, runs in groups.items() if k[2] == 1}
         if baselines:
             measured[(0, 0, 1)] = baselines
-        predictions.extend(_predict(model, boot, measured, source, clients, single, unit, confidence))
+        predictions.extend(_predict(model, boot, measured, source, tok_s, confidence))
         ranked = [p for p in predictions if p.draft == draft]
         new = next((p for p in ranked if not p.measured_launches), None)
         recommendations.append(_recommendation(draft, ranked, new))
@@ -217,8 +213,8 @@ def _recommendation(draft: str, ranked: list[Prediction], new: Prediction | None
     return said + f"; next to launch: {_name(best)}"
 
 
-def _fit(draft: str, steps: int, launches: list[str], cycles: pl.DataFrame, clients: pl.DataFrame,
-         single: dict, unit: str, base_step_ms: list[float], names: dict[str, str], baselines: list[str],
+def _fit(draft: str, steps: int, launches: list[str], cycles: pl.DataFrame, client_tok_s: dict[str, float],
+         single: dict, base_step_ms: list[float], names: dict[str, str], baselines: list[str],
          rng: np.random.Generator, resamples: int, timing_source: str) -> tuple[CycleModel, dict[str, np.ndarray]]:
     """The point model and, per parameter, its bootstrap replicates (launches, then cycles within each)."""
     per_launch = []
@@ -229,10 +225,8 @@ def _fit(draft: str, steps: int, launches: list[str], cycles: pl.DataFrame, clie
         gap_ms = 0.0 if wall_ms is None else max(0.0, wall_ms - float(rows["cycle_ms"].mean()))
         phases = np.column_stack([rows[c].fill_null(0.0).to_numpy() for c in ("draft_ms", "verify_ms", "extend_ms", "other_ms")]
                                  + [rows["gap_ms"].fill_null(gap_ms).to_numpy()])
-        client = clients.filter(pl.col("run_id") == run_id)
         per_launch.append((phases, np.minimum(rows["accepted_tokens"].to_numpy(), steps),
-                           float(1000.0 * client["seconds"].sum() / client["tokens"].sum()) if unit == "client" else None,
-                           wall_ms, accept_len))
+                           1000.0 / client_tok_s[run_id] if client_tok_s else None, wall_ms, accept_len))
     base_ms = float(np.mean(base_step_ms)) if base_step_ms else None
 
     def estimate(picks: list[tuple]) -> dict[str, float | np.ndarray]:
@@ -320,8 +314,7 @@ def _tokens_and_cycle(p: dict[str, np.ndarray], steps: int, measured_steps: int)
 
 
 def _predict(model: CycleModel, boot: dict[str, np.ndarray], measured: dict[tuple[int, int, int], list[str]],
-             source: tuple[int, int, int], clients: pl.DataFrame, single: dict, unit: str,
-             confidence: float) -> list[Prediction]:
+             source: tuple[int, int, int], tok_s: dict[str, float | None], confidence: float) -> list[Prediction]:
     point = {k: np.asarray(getattr(model, k)) for k in boot}
     candidates = range(0, max(MAX_STEPS, model.steps + 2) + 1)
     rates, boots = {}, {}
@@ -340,7 +333,7 @@ def _predict(model: CycleModel, boot: dict[str, np.ndarray], measured: dict[tupl
     out = []
     for i, steps in enumerate(candidates):
         runs = measured.get((steps, steps + 1 if steps else 0, 1), [])
-        values = [v for r in runs if (v := _launch_tok_s(clients, single, r, unit)) is not None]
+        values = [v for r in runs if (v := tok_s.get(r)) is not None]
         mean = float(np.mean(values)) if values else None
         low, high = np.quantile(boots[steps], [tail, 1.0 - tail])
         out.append(Prediction(

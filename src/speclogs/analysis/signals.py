@@ -293,11 +293,9 @@ def _one_source(requests: pl.DataFrame) -> pl.DataFrame:
                            & ~pl.col("health_check").fill_null(False))
     if rows.is_empty():
         return rows
-    named = rows.filter(pl.col("rid").is_not_null()).with_columns(
-        pl.col("source_kind").replace_strict(rank, default=len(rank)).alias("_rank"))
-    best = named.group_by("run_id", "rid").agg(pl.col("_rank").min())
-    named = named.join(best, on=["run_id", "rid", "_rank"], how="semi").unique(["run_id", "rid"], keep="first",
-                                                                              maintain_order=True).drop("_rank")
+    preferred = pl.col("source_kind").replace_strict(rank, default=len(rank))
+    named = rows.filter(pl.col("rid").is_not_null()).filter(preferred == preferred.min().over("run_id", "rid")).unique(
+        ["run_id", "rid"], keep="first", maintain_order=True)
     return pl.concat([named, rows.filter(pl.col("rid").is_null())])   # a record without an id is its own request
 
 
@@ -321,22 +319,18 @@ def _lowest_rank(rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _mean_batch(rows: pl.DataFrame) -> float | None:
-    values = rows["running_req"].drop_nulls() if not rows.is_empty() else pl.Series([], dtype=pl.Int64)
-    return float(values.mean()) if len(values) and values.mean() > 0 else None
+    mean = rows["running_req"].mean() if not rows.is_empty() else None
+    return float(mean) if mean is not None and mean > 0 else None
 
 
 def _window_accept(arm: str, run_name: str, window: _Window, rows: pl.DataFrame, requests: pl.DataFrame) -> WindowAccept:
-    tokens = window.after.get(GENERATION_TOKENS, 0.0) - window.before.get(GENERATION_TOKENS, 0.0)
-    verify = window.after.get(VERIFY_CALLS, 0.0) - window.before.get(VERIFY_CALLS, 0.0)
+    tokens, verify = (window.after.get(key, 0.0) - window.before.get(key, 0.0) for key in (GENERATION_TOKENS, VERIFY_CALLS))
     counters = tokens / verify if verify > 0 else None
     spec_rows = rows.filter(pl.col("accept_len").is_not_null()) if not rows.is_empty() else rows
-    lines = None
-    if spec_rows.height:
-        weight = spec_rows["running_req"].fill_null(1).cast(pl.Float64).clip(lower_bound=1.0)
-        lines = float((spec_rows["accept_len"] * weight).sum() / weight.sum())
-    from_requests = None
-    if requests.height:
-        from_requests = float((requests["spec_accept_length"] * requests["spec_verify_ct"]).sum() / requests["spec_verify_ct"].sum())
+    weight = spec_rows["running_req"].fill_null(1).cast(pl.Float64).clip(lower_bound=1.0) if spec_rows.height else None
+    lines = float((spec_rows["accept_len"] * weight).sum() / weight.sum()) if spec_rows.height else None
+    from_requests = (float((requests["spec_accept_length"] * requests["spec_verify_ct"]).sum() / requests["spec_verify_ct"].sum())
+                     if requests.height else None)
     agrees = None if counters is None or lines is None else abs(lines - counters) <= ACCEPT_TOLERANCE * counters
     return WindowAccept(arm, run_name, window.name, window.start, window.end, tokens, verify, counters, lines,
                         spec_rows.height, from_requests, requests.height, agrees)

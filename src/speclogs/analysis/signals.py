@@ -397,15 +397,13 @@ def _phase_checks(arm: str, accept: WindowAccept, phases: list[DevicePhase], cyc
             device[p.phase] = device.get(p.phase, 0.0) + p.ms_per_cycle
     if device:
         device["cycle"] = sum(device.values())
-    means = cycles.select("verify_ms", "draft_ms", "extend_ms", "cycle_ms").mean().row(0) if cycles.height else ()
-    profiled = {k: v for k, v in zip(("verify", "draft", "extend", "cycle"), means) if v is not None}
-    busy = _decode_busy_ms(rows)
+    means = cycles.select("verify_ms", "draft_ms", "extend_ms", "cycle_ms").mean().row(0) if cycles.height else (None,) * 4
     out = []
-    for phase in ("verify", "draft", "extend", "cycle"):
-        ref, prof = device.get(phase), profiled.get(phase)
+    for phase, prof in zip(("verify", "draft", "extend", "cycle"), means):
+        ref = device.get(phase)
         if ref is None and prof is None:
             continue
-        lines = busy if phase == "cycle" else None
+        lines = _decode_busy_ms(rows) if phase == "cycle" else None
         others = [v for v in (prof, lines) if v is not None]
         difference = max(abs(v - ref) / ref for v in others) if ref and others else None
         out.append(PhaseCheck(arm, accept.run_name, accept.window, phase, ref, prof, lines, difference,
@@ -418,13 +416,10 @@ def _decode_busy_ms(rows: pl.DataFrame) -> float | None:
     lines that are not the first after idle."""
     if rows.is_empty():
         return None
-    usable = rows.filter(~pl.col("after_idle") & pl.col("fwd_occupancy_pct").is_not_null()
-                         & (pl.col("gen_throughput_tok_s") > 0))
-    if usable.is_empty():
-        return None
-    tokens = usable["running_req"].fill_null(1).cast(pl.Float64) * usable["accept_len"].fill_null(1.0)
-    wall_ms = 1000.0 * tokens / usable["gen_throughput_tok_s"]
-    return float((wall_ms * usable["fwd_occupancy_pct"] / 100.0).mean())
+    tokens = pl.col("running_req").fill_null(1).cast(pl.Float64) * pl.col("accept_len").fill_null(1.0)
+    busy_ms = 1000.0 * tokens / pl.col("gen_throughput_tok_s") * pl.col("fwd_occupancy_pct") / 100.0
+    return rows.filter(~pl.col("after_idle") & pl.col("fwd_occupancy_pct").is_not_null()
+                       & (pl.col("gen_throughput_tok_s") > 0)).select(busy_ms.mean()).item()
 
 
 def _phase_findings(phases: list[DevicePhase], checks: list[PhaseCheck]) -> list[Finding]:

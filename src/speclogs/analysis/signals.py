@@ -15,6 +15,7 @@ import polars as pl
 
 from speclogs.analysis.load import IN_RUNS, parse_json_text, select
 from speclogs.analysis.results import Comparison, Finding
+from speclogs.runrecord import RunRecord
 
 GENERATION_TOKENS = "sglang:generation_tokens_total"
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
@@ -170,7 +171,8 @@ def with_signals(comparison: Comparison, evidence: SignalEvidence) -> Comparison
 
 def signal_evidence(tables: SignalTables, arm_runs: Mapping[str, list[str]]) -> SignalEvidence:
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
-    run_json = {r: parse_json_text(t) for r, t in zip(tables.runs["run_id"].to_list(), tables.runs["run_json"].to_list())}
+    # run.json's benchmark windows, per run
+    recorded = {r: RunRecord.from_document(parse_json_text(t)).windows for r, t in tables.runs.select("run_id", "run_json").iter_rows()}
     decode, profiled = _decode_rows(tables.decode, tables.idle), _lowest_rank(tables.spec_cycles)
     windows: list[WindowAccept] = []
     phases: list[DevicePhase] = []
@@ -179,7 +181,7 @@ def signal_evidence(tables: SignalTables, arm_runs: Mapping[str, list[str]]) -> 
     for arm, run_ids in arm_runs.items():
         for run_id in run_ids:
             mine = pl.col("run_id") == run_id
-            for window in _windows(tables.metrics.filter(mine), run_json.get(run_id, {}), findings, names.get(run_id, run_id), arm):
+            for window in _windows(tables.metrics.filter(mine), recorded.get(run_id, []), findings, names.get(run_id, run_id), arm):
                 rows = _in_window(decode.filter(mine), window)
                 accept = _window_accept(arm, names.get(run_id, run_id), window, rows,
                                         _requests_in(tables.requests.filter(mine), window))
@@ -190,7 +192,7 @@ def signal_evidence(tables: SignalTables, arm_runs: Mapping[str, list[str]]) -> 
     findings += _accept_findings(windows) + _phase_findings(phases, checks)
     arms = tuple(_arm_accept(arm, [w for w in windows if w.arm == arm]) for arm in arm_runs if any(w.arm == arm for w in windows))
     acceptance = [found for arm, run_ids in arm_runs.items() if (found := _request_acceptance(
-        arm, tables.requests.filter(pl.col("run_id").is_in(run_ids)), run_json, names)) is not None]
+        arm, tables.requests.filter(pl.col("run_id").is_in(run_ids)), recorded, names)) is not None]
     findings += [Finding("request_acceptance_outliers", f"{r.arm}: {r.n_outliers} of {r.n_requests} requests have an accept "
                          f"length outside [{r.low_fence:.2f}, {r.high_fence:.2f}] (Tukey fences around the median "
                          f"{r.median:.2f}); the report lists the farthest", "info", (r.arm,)) for r in acceptance if r.n_outliers]
@@ -208,12 +210,12 @@ class _Window:
     after: dict[str, float]               # … at the last scrape
 
 
-def _windows(metrics: pl.DataFrame, run_json: dict, findings: list[Finding], run_name: str, arm: str) -> list[_Window]:
+def _windows(metrics: pl.DataFrame, recorded: list[dict], findings: list[Finding], run_name: str, arm: str) -> list[_Window]:
     """The run's windows with a first and a last scrape: run.json's windows, else one window over the run's scrapes
     (the `before` and `after` files, else the earliest and the latest)."""
     if metrics.is_empty():
         return []
-    recorded = {w.get("name"): w for w in run_json.get("windows", []) if isinstance(w, dict) and w.get("name")}
+    by_name = {w["name"]: w for w in recorded if w.get("name")}
     out = []
     for (window_name,), rows in sorted(metrics.partition_by("window_name", as_dict=True).items(), key=lambda kv: str(kv[0][0])):
         scrapes = rows.group_by("source_file").agg(pl.col("ts").first(), pl.col("phase").first()).with_columns(
@@ -224,7 +226,7 @@ def _windows(metrics: pl.DataFrame, run_json: dict, findings: list[Finding], run
         if len(ranked) < 2 or ranked[0]["phase"] == ranked[-1]["phase"] == "during":
             continue
         first, last = ranked[0]["source_file"], ranked[-1]["source_file"]
-        record = recorded.get(window_name, {})
+        record = by_name.get(window_name, {})
         window = _Window(
             name=window_name or "scrapes",
             start=_iso(record.get("start")) or ranked[0]["ts"], end=_iso(record.get("end")) or ranked[-1]["ts"],
@@ -443,13 +445,14 @@ def _phase_findings(phases: list[DevicePhase], checks: list[PhaseCheck]) -> list
     return found
 
 
-def _request_acceptance(arm: str, requests: pl.DataFrame, run_json: dict[str, dict], names: dict[str, str]) -> RequestAcceptance | None:
+def _request_acceptance(arm: str, requests: pl.DataFrame, recorded: dict[str, list[dict]], names: dict[str, str]
+                        ) -> RequestAcceptance | None:
     """The arm's requests (one source each), within the runs' benchmark windows when run.json records them."""
     rows = _one_source(requests)
     kept = []
     for (run_id,), part in rows.partition_by("run_id", as_dict=True).items() if rows.height else ():
-        bounds = [(w.get("start_unix"), w.get("end_unix")) for w in run_json.get(run_id, {}).get("windows", [])
-                  if isinstance(w, dict) and _float(w.get("start_unix")) is not None and _float(w.get("end_unix")) is not None]
+        bounds = [(w.get("start_unix"), w.get("end_unix")) for w in recorded.get(run_id, [])
+                  if _float(w.get("start_unix")) is not None and _float(w.get("end_unix")) is not None]
         if bounds and part["finished_unix_s"].is_not_null().all():
             inside = pl.lit(False)
             for start, end in bounds:

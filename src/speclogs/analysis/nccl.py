@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -449,11 +448,9 @@ def interpolate_latency_us(sizes_bytes: list[int], latencies_us: list[float], me
     several measurements at one size → their median)."""
     if not sizes_bytes:
         raise AnalysisError("no probe measurements to interpolate", hint="run `speclogs probe nccl` and ingest its JSON")
-    by_size: dict[int, list[float]] = {}
-    for size, latency in zip(sizes_bytes, latencies_us):
-        by_size.setdefault(int(size), []).append(float(latency))
-    sizes = sorted(by_size)
-    return float(np.interp(math.log2(message_bytes), np.log2(sizes), [statistics.median(by_size[size]) for size in sizes]))
+    by_size = (pl.DataFrame({"size": sizes_bytes, "latency": latencies_us}, schema={"size": pl.Int64, "latency": pl.Float64})
+               .group_by("size").agg(pl.col("latency").median()).sort("size"))
+    return float(np.interp(math.log2(message_bytes), np.log2(by_size["size"].to_numpy()), by_size["latency"].to_numpy()))
 
 
 def _matching_env_set(probe: pl.DataFrame, run: RunNccl) -> tuple[str, bool]:

@@ -1,9 +1,5 @@
-"""speclogs doctor: the checks of a speculative-decoding setup before (and after) a launch.
-
-Pure functions: the server's settings (flag → value) and the target's and draft's config.json in, `DoctorFinding`s
-out. The rules are SGLang 0.5.14's, read in its source (docs/doctor.md lists them and where). Standard library only:
-the launcher runs these checks on the GPU box before it spawns a server.
-"""
+"""speclogs doctor: a speculative-decoding setup's checks, before and after a launch. The rules are SGLang 0.5.14's
+(docs/doctor.md lists them and where they come from). Standard library only: the launcher runs them on the GPU box."""
 
 from __future__ import annotations
 
@@ -88,9 +84,8 @@ def server_settings(argv: list[str]) -> dict[str, str]:
     """The settings the checks read from a server argv, by SGLang's field name (speculative_algorithm …)."""
     out: dict[str, str] = {}
     for flag, name in FLAGS.items():
-        value = arg_value(argv, flag)
-        if value is not None and name not in out:
-            out[name] = value
+        if (value := arg_value(argv, flag)) is not None:
+            out.setdefault(name, value)
     return out
 
 
@@ -117,8 +112,20 @@ def config_facts(directory: Path, config: dict) -> dict:
     return facts
 
 
-def read_model(role: str, path: str | None) -> Model | None:
-    """The model at a local path (its config.json); a hub id or a missing path is a Model with a note."""
+def _model(role: str, path: str, models: dict | None, where: str) -> Model | None:
+    """The model as run.json `models` recorded it (`models` given: this machine's paths may hold other models), else
+    as its local config.json says; a hub id, a missing path or an unread config is a Model with a note."""
+    if models is not None:
+        record = models.get(role)
+        if not record:
+            return Model(role, path, None, where, note=f"{path} not recorded in {where}") if path else None
+        path = str(record.get("path", ""))
+        if record.get("error") or "config_sha256" not in record:
+            return Model(role, path, None, where, note=f"{path} was not read at launch ({record.get('error', 'no config')})")
+        facts = dict(record)
+        if "eagle_config" not in facts and record.get("eagle3_layer_ids") is not None:   # run.json before the doctor
+            facts["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": record["eagle3_layer_ids"]}
+        return Model(role, path, facts, f"{where} models.{role}")
     if not path:
         return None
     directory = Path(path).expanduser()
@@ -135,31 +142,18 @@ def read_model(role: str, path: str | None) -> Model | None:
     return Model(role, path, config_facts(directory, config), str(config_path))
 
 
-def model_from_record(role: str, record: dict | None, where: str) -> Model | None:
-    """The model as run.json `models.<role>` recorded it (speclogs.launcher.runinfo.model_record)."""
-    if not record:
-        return None
-    path = str(record.get("path", ""))
-    if record.get("error") or "config_sha256" not in record:
-        return Model(role, path, None, where, note=f"{path} was not read at launch ({record.get('error', 'no config')})")
-    facts = dict(record)
-    if "eagle_config" not in facts and record.get("eagle3_layer_ids") is not None:   # run.json before the doctor
-        facts["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": record["eagle3_layer_ids"]}
-    return Model(role, path, facts, f"{where} models.{role}")
-
-
 def draft_kind(architecture: str) -> str:
     """What an architecture name says the draft is: eagle3 | eagle | mtp | dflash | gemma_assistant | plain | unknown."""
-    name = architecture.lower()
-    if not name:
+    if not architecture:
         return "unknown"
     if architecture in MTP_AS_DRAFT:
         return "mtp"
-    for kind, marks in (("eagle3", ("eagle3",)), ("eagle", ("eagle",)), ("dflash", ("dflash",)),
-                        ("gemma_assistant", ("assistantforcausallm",)), ("mtp", ("nextn", "mtp"))):
-        if any(mark in name for mark in marks):
-            return kind
-    return "plain"
+    return next((kind for mark, kind in _MARKS.items() if mark in architecture.lower()), "plain")
+
+
+# the first mark an architecture name contains says its kind
+_MARKS = {"eagle3": "eagle3", "eagle": "eagle", "dflash": "dflash", "assistantforcausallm": "gemma_assistant",
+          "nextn": "mtp", "mtp": "mtp"}
 
 
 # algorithm flag → the draft kinds it runs correctly, and what to use for each other kind
@@ -171,70 +165,64 @@ _KIND_NAME = {"eagle3": "an EAGLE-3 draft", "eagle": "an EAGLE(-2) draft", "mtp"
               "dflash": "a DFlash draft", "gemma_assistant": "a Gemma 4 assistant draft", "plain": "a plain model as draft"}
 
 
-def _int(value) -> int | None:
+def int_or_none(value) -> int | None:
     try:
         return int(str(value).strip().strip("'\""))
     except (TypeError, ValueError):
         return None
 
 
-def check_setup(settings: dict[str, str], target: Model | None, draft: Model | None,
-                source_of: Callable[[str], str], trained_layers: list[int] | None = None,
-                runtime: dict[str, str] | None = None) -> list[DoctorFinding]:
-    """Every finding for one server start, errors first. `settings`: SGLang field name → value; `source_of(field)`:
-    where a flag was set; `trained_layers`: the draft's trained aux layer ids, if known; `runtime`: parse_runtime's
-    facts of what the server ran, with its `source`."""
-    out: list[DoctorFinding] = []
-
-    def add(code, severity, message, fix, source):
-        out.append(DoctorFinding(code, severity, message, fix, source))
-
+def _setup_findings(settings: dict[str, str], target: Model | None, draft: Model | None,
+                    source_of: Callable[[str], str], trained_layers: list[int] | None,
+                    runtime: dict[str, str] | None) -> Iterator[DoctorFinding]:
     algorithm = (settings.get("speculative_algorithm") or "").strip("'\"").upper()
     if algorithm in ("", "NONE"):
-        return out
+        return
     flag_source = source_of("speculative_algorithm")
     for model, name in ((target, "model_path"), (draft, "speculative_draft_model_path")):
         if model is not None and model.note:
-            add("not_checked", "info", f"{model.role} not checked: {model.note}", "run the doctor where the model "
-                "directory is (a local path) to check its config.json", source_of(name))
+            yield DoctorFinding("not_checked", "info", f"{model.role} not checked: {model.note}", "run the doctor where "
+                                "the model directory is (a local path) to check its config.json", source_of(name))
     if algorithm == "NGRAM":
         if draft is not None:
-            add("draft_ignored", "warning", f"`--speculative-algorithm NGRAM` ignores `--speculative-draft-model-path "
-                f"{draft.path}`: NGRAM drafts from the prompt, not a model", "drop the draft path, or use the "
-                "algorithm the draft was made for", source_of("speculative_draft_model_path"))
-        return sorted(out, key=lambda f: SEVERITIES.index(f.severity))
+            yield DoctorFinding("draft_ignored", "warning", f"`--speculative-algorithm NGRAM` ignores "
+                                f"`--speculative-draft-model-path {draft.path}`: NGRAM drafts from the prompt, not a model",
+                                "drop the draft path, or use the algorithm the draft was made for",
+                                source_of("speculative_draft_model_path"))
+        return
     if draft is None and algorithm in NEEDS_DRAFT and target is not None and target.facts is not None \
             and target.architecture not in SELF_DRAFTING:
-        add("draft_missing", "error", f"`--speculative-algorithm {algorithm}` without `--speculative-draft-model-path`: "
-            f"the target ({target.architecture or 'unknown architecture'}) has no MTP layers of its own",
-            "add --speculative-draft-model-path with a draft trained for this target", flag_source)
+        yield DoctorFinding("draft_missing", "error", f"`--speculative-algorithm {algorithm}` without "
+                            f"`--speculative-draft-model-path`: the target ({target.architecture or 'unknown architecture'}) "
+                            "has no MTP layers of its own", "add --speculative-draft-model-path with a draft trained for "
+                            "this target", flag_source)
     if draft is not None and draft.facts is not None:
         kind = draft_kind(draft.architecture)
         if algorithm in _ACCEPTS and kind != "unknown" and kind not in _ACCEPTS[algorithm]:
             use = _ALGORITHM_FOR[kind]
-            add("algorithm_draft_mismatch", "error", f"`--speculative-algorithm {algorithm}` with {_KIND_NAME[kind]} "
-                f"({draft.architecture}): use {use}" + (
-                    "; under EAGLE the target passes one hidden state, not the three auxiliary ones, and the server runs "
-                    "healthy at accept len ≈ 1.00" if kind == "eagle3" else ""),
-                f"launch with --speculative-algorithm {use}", flag_source)
+            yield DoctorFinding("algorithm_draft_mismatch", "error", f"`--speculative-algorithm {algorithm}` with "
+                                f"{_KIND_NAME[kind]} ({draft.architecture}): use {use}" + (
+                                    "; under EAGLE the target passes one hidden state, not the three auxiliary ones, and "
+                                    "the server runs healthy at accept len ≈ 1.00" if kind == "eagle3" else ""),
+                                f"launch with --speculative-algorithm {use}", flag_source)
         if runtime and kind == "eagle3" and runtime.get("captured_layers") == "-":
-            add("runtime_no_aux_capture", "error", f"at runtime ({runtime.get('worker')}, algorithm "
-                f"{runtime.get('algorithm')}) the target captured no auxiliary hidden states for the EAGLE-3 draft "
-                f"({draft.architecture})", "launch with --speculative-algorithm EAGLE3", runtime["source"])
+            yield DoctorFinding("runtime_no_aux_capture", "error", f"at runtime ({runtime.get('worker')}, algorithm "
+                                f"{runtime.get('algorithm')}) the target captured no auxiliary hidden states for the EAGLE-3 "
+                                f"draft ({draft.architecture})", "launch with --speculative-algorithm EAGLE3",
+                                runtime["source"])
         if algorithm == "EAGLE3" or kind == "eagle3":
-            out += _layer_findings(target, draft, trained_layers, runtime)
-        out += _shape_findings(target, draft, algorithm)
-    out += _step_findings(settings, source_of)
-    return sorted(out, key=lambda f: SEVERITIES.index(f.severity))
+            yield from _layer_findings(target, draft, trained_layers, runtime)
+        yield from _shape_findings(target, draft, algorithm)
+    yield from _step_findings(settings, source_of)
 
 
 def _layer_findings(target: Model | None, draft: Model, trained: list[int] | None,
                     runtime: dict[str, str] | None) -> Iterator[DoctorFinding]:
-    layers = _int(target.get("num_hidden_layers")) if target is not None else None
+    layers = int_or_none(target.get("num_hidden_layers")) if target is not None else None
     eagle = draft.get("eagle_config") if isinstance(draft.get("eagle_config"), dict) else {}
     ids = eagle.get("eagle_aux_hidden_state_layer_ids")
     where = draft.source
-    captured = [_int(i) for i in (runtime or {}).get("captured_layers", "-").split(",") if i != "-"]
+    captured = [int_or_none(i) for i in (runtime or {}).get("captured_layers", "-").split(",") if i != "-"]
     if captured and None not in captured:   # the profiler saw the inputs of these layers captured: the truth
         ran = [i - 1 for i in captured]
         if ids is not None and ran != ids:
@@ -287,16 +275,16 @@ def _shape_findings(target: Model | None, draft: Model, algorithm: str) -> Itera
     where = draft.source
     if target is None or target.facts is None:
         return
-    t_hidden, d_hidden = _int(target.get("hidden_size")), _int(draft.get("target_hidden_size") or draft.get("hidden_size"))
+    t_hidden, d_hidden = int_or_none(target.get("hidden_size")), int_or_none(draft.get("target_hidden_size") or draft.get("hidden_size"))
     if t_hidden and d_hidden and t_hidden != d_hidden and algorithm != "STANDALONE":   # a standalone draft reads tokens
         yield DoctorFinding("hidden_size_mismatch", "error", f"the draft reads hidden states of size {d_hidden} but the "
                             f"target's hidden_size is {t_hidden} ({target.source})", "use a draft trained for this target", where)
-    t_vocab, d_vocab = _int(target.get("vocab_size")), _int(draft.get("vocab_size"))
+    t_vocab, d_vocab = int_or_none(target.get("vocab_size")), int_or_none(draft.get("vocab_size"))
     if t_vocab and d_vocab and t_vocab != d_vocab:
         yield DoctorFinding("vocab_size_mismatch", "error", f"draft vocab_size {d_vocab} ≠ target vocab_size {t_vocab} "
                             f"({target.source}): the draft shares the target's embedding",
                             "use a draft trained with this target's tokenizer", where)
-    small, rows = _int(draft.get("draft_vocab_size")), _int(draft.get("d2t_rows"))
+    small, rows = int_or_none(draft.get("draft_vocab_size")), int_or_none(draft.get("d2t_rows"))
     if small and d_vocab and small > d_vocab:
         yield DoctorFinding("draft_vocab_size", "error", f"draft_vocab_size {small} exceeds vocab_size {d_vocab}",
                             "fix draft_vocab_size in the draft's config.json", where)
@@ -308,7 +296,7 @@ def _shape_findings(target: Model | None, draft: Model, algorithm: str) -> Itera
         elif rows is not None and rows != small:
             yield DoctorFinding("draft_vocab_map_size", "error", f"the d2t map has {rows} rows, draft_vocab_size is {small}",
                                 "export the draft with a d2t of draft_vocab_size rows", where)
-    t_pos, d_pos = _int(target.get("max_position_embeddings")), _int(draft.get("max_position_embeddings"))
+    t_pos, d_pos = int_or_none(target.get("max_position_embeddings")), int_or_none(draft.get("max_position_embeddings"))
     if t_pos and d_pos and d_pos < t_pos:
         yield DoctorFinding("max_position_shorter", "warning", f"the draft's max_position_embeddings {d_pos} < the target's "
                             f"{t_pos}: past {d_pos} tokens the draft runs outside what it was built for",
@@ -326,7 +314,7 @@ def _same_model(recorded: str, target: str) -> bool:
 
 
 def _step_findings(settings: dict, source_of: Callable[[str], str]) -> Iterator[DoctorFinding]:
-    steps, topk, tokens = (_int(settings.get(name)) for name in (
+    steps, topk, tokens = (int_or_none(settings.get(name)) for name in (
         "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"))
     if steps is None and (topk is not None or tokens is not None):
         yield DoctorFinding("spec_params_partial", "error", "`--speculative-eagle-topk` / `--speculative-num-draft-tokens` "
@@ -362,18 +350,13 @@ def check_command(argv: list[str], trained_layers: list[int] | None = None) -> l
 def check_settings(settings: dict[str, str], source_of: Callable[[str], str], trained_layers: list[int] | None = None,
                    models: dict | None = None, where: str = "", runtime: dict[str, str] | None = None
                    ) -> list[DoctorFinding]:
-    """check_setup with the models read from the settings' local paths; for a recorded launch (`models`: run.json
-    `models`, `where`: its name) only from what was recorded, since this machine's paths may hold other models."""
-    found = {}
-    for role, name in (("target", "model_path"), ("draft", "speculative_draft_model_path")):
-        path = (settings.get(name) or "").strip("'\"")
-        if models is None:
-            found[role] = read_model(role, path)
-        elif models.get(role):
-            found[role] = model_from_record(role, models[role], where)
-        else:
-            found[role] = Model(role, path, None, where, note=f"{path} not recorded in {where}") if path else None
+    """Every finding for one server start, errors first. `settings`: SGLang field name → value; `source_of(field)`:
+    where a flag was set; `trained_layers`: the draft's trained aux layer ids; `models`, `where`: run.json's `models`
+    and its name for a recorded launch; `runtime`: parse_runtime's facts of what the server ran, with its `source`."""
+    target, draft = (_model(role, (settings.get(name) or "").strip("'\""), models, where)
+                     for role, name in (("target", "model_path"), ("draft", "speculative_draft_model_path")))
     loaded = (runtime or {}).get("draft", "-")
-    if found["draft"] is not None and found["draft"].facts is None and loaded != "-":   # the class the server loaded
-        found["draft"] = Model("draft", found["draft"].path, {"architectures": [loaded]}, runtime["source"])
-    return check_setup(settings, found["target"], found["draft"], source_of, trained_layers, runtime)
+    if draft is not None and draft.facts is None and loaded != "-":   # the class the server loaded
+        draft = Model("draft", draft.path, {"architectures": [loaded]}, runtime["source"])
+    found = _setup_findings(settings, target, draft, source_of, trained_layers, runtime)
+    return sorted(found, key=lambda f: SEVERITIES.index(f.severity))

@@ -1,10 +1,6 @@
 """Confounders and data-quality checks for a comparison: pure functions returning `Finding`s (warnings as data).
-
-Every setting that differs between two compared arms (env, server args, versions, GPU, models, TP size, host) must be
-explained by a declared factor, else the ratio silently includes its effect: by factor f when f differs between the
-arms, the setting is named after f (`factor_names`) and its value is a function of f's level over all compared runs.
-Speculative settings are explained by the speculation only when the arms differ in speculative algorithm.
-"""
+A setting that differs between two compared arms must be explained by a declared factor named after it whose level
+determines its value (docs/report.md), else the ratio silently includes its effect."""
 
 from __future__ import annotations
 
@@ -40,8 +36,7 @@ DEFAULT_IGNORED_ENV = (
     "SLURM_TASK_PID",
 )
 # server args that differ between launches without changing what runs (ports, seeds drawn at start, the launch
-# directory SGLang exports per-request records into, paths of the model
-# which the 'model' key already compares)
+# directory SGLang exports per-request records into, the model's paths, which the 'model' key compares)
 IGNORED_SERVER_ARGS = {"port", "nccl_port", "dist_init_addr", "random_seed", "model_path", "tokenizer_path",
                        "served_model_name", "file_storage_path", "metrics_port", "export_metrics_to_file_dir"}
 SPEC_ARG_PREFIXES = ("speculative_",)
@@ -52,6 +47,11 @@ MIN_REQUESTS = 5
 MIN_DECODE_ROWS = 10
 ACCEPT_LEN_ONE = 1.05
 SOURCE_LEVEL_GAP = 0.25
+PLANNED_EFFECT = 0.05  # the difference launches_needed plans for
+TREND_ALPHA = 0.01  # family-wise, over every launch and source tested in one comparison (Holm)
+TREND_MIN_CHANGE = 0.05
+_CODES = {"env": "confounder_env", "server_arg": "confounder_server_args", "version": "confounder_version",
+          "hardware": "confounder_hardware", "model": "confounder_model", "draft": "confounder_model"}
 
 
 def ignored_env(key: str, ignore: Sequence[str] = DEFAULT_IGNORED_ENV) -> bool:
@@ -111,12 +111,6 @@ def _is_spec_key(key: str) -> bool:
     return group == "spec" or (group == "server_arg" and (name.startswith(SPEC_ARG_PREFIXES) or name in SPEC_ARGS))
 
 
-def _code_for(key: str) -> str:
-    group = key.partition(" ")[0]
-    return {"env": "confounder_env", "server_arg": "confounder_server_args", "version": "confounder_version",
-            "hardware": "confounder_hardware", "model": "confounder_model", "draft": "confounder_model"}.get(group, "confounder")
-
-
 def _norm(text: str) -> str:
     return re.sub(r"[\W_]", "", text.lower())
 
@@ -127,12 +121,9 @@ def _tokens(text: str) -> list[str]:
 
 
 def factor_names(factor: str, key: str) -> bool:
-    """Is the setting `key` ('<group> <name>') named after the factor? The factor's words (whole words, any case) are
-    the setting's group or a run of consecutive words of its name — `nccl` names NCCL_PROTO, `draft` names
-    speculative_draft_model_path and the draft's weights, `gpu` names gpu_name, `mem_fraction` names
-    mem_fraction_static; never a part of a word (`mode` does not name model_path, `a` names nothing but a setting
-    called A). Versions only by `version` or `<name>_version` (`sglang_version`), so NCCL tuning never excuses a
-    different NCCL library."""
+    """Is the setting `key` ('<group> <name>') named after the factor: the factor's whole words are its group or a run
+    of consecutive words of its name (`nccl` names NCCL_PROTO, `mode` not model_path)? Versions only by `version` or
+    `<name>_version`, so NCCL tuning never excuses a different NCCL library."""
     group, _, name = key.partition(" ")
     words = _tokens(factor)
     if not words:
@@ -147,6 +138,10 @@ def factor_names(factor: str, key: str) -> bool:
 
 def _values(settings: dict[str, dict[str, str]], ids: Sequence[str], key: str) -> set[str]:
     return {settings[r].get(key, UNSET) for r in ids}
+
+
+def _listed(items: Sequence[str], shown: int, sep: str = ", ", more: str = "more") -> str:
+    return sep.join(items[:shown]) + (f" and {len(items) - shown} {more}" if len(items) > shown else "")
 
 
 def _fmt(values: set[str]) -> str:
@@ -172,10 +167,9 @@ def confounder_findings(
         inconsistent = [k for k in keys if len(_values(settings, arm_runs[arm], k)) > 1 and not k.startswith("hardware hostname")]
         inconsistent_keys.update(inconsistent)
         if inconsistent:
-            shown = ", ".join(f"{k.partition(' ')[2]} ({_fmt(_values(settings, arm_runs[arm], k))})" for k in inconsistent[:8])
-            findings.append(Finding(
-                "arm_inconsistent", f"the runs of arm {arm!r} are not replicates: they differ in {shown}"
-                + (f" and {len(inconsistent) - 8} more" if len(inconsistent) > 8 else ""), "warning", (arm,)))
+            shown = _listed([f"{k.partition(' ')[2]} ({_fmt(_values(settings, arm_runs[arm], k))})" for k in inconsistent], 8)
+            findings.append(Finding("arm_inconsistent", f"the runs of arm {arm!r} are not replicates: they differ in {shown}",
+                                    "warning", (arm,)))
     for arm in arms[1:]:
         ids_a, ids_b = arm_runs[reference], arm_runs[arm]
 
@@ -212,21 +206,18 @@ def confounder_findings(
             elif key == "hardware hostname" and "hardware gpu_name" not in differing:
                 explained.setdefault("host name only", []).append(key)
             else:
-                by_code.setdefault(_code_for(key), []).append(key)
+                by_code.setdefault(_CODES.get(key.partition(" ")[0], "confounder"), []).append(key)
         for code, group in by_code.items():
-            shown = "; ".join(describe(k) for k in group[:10])
-            more = f" and {len(group) - 10} more" if len(group) > 10 else ""
             why = (f"the declared factor {factors[0]} is not named after them" if factors
                    else "no declared factor explains them")
+            shown = _listed([describe(k) for k in group], 10, "; ")
             findings.append(Finding(
-                code, f"{arm} vs {reference} is confounded: {shown}{more} differ, and {why} — the ratio "
+                code, f"{arm} vs {reference} is confounded: {shown} differ, and {why} — the ratio "
                 "includes their effect. Rerun with equal settings, or declare the difference as a factor named after "
                 "the setting (--factor NAME=GLOB, or factors in the launch plan; docs/report.md).", "warning", pair))
         for why, group in explained.items():
-            shown = "; ".join(describe(k) for k in group[:12])
-            findings.append(Finding(
-                "factor_settings", f"{arm} vs {reference}: {why} accounts for {shown}"
-                + (f" and {len(group) - 12} more" if len(group) > 12 else ""), "info", pair))
+            findings.append(Finding("factor_settings", f"{arm} vs {reference}: {why} accounts for "
+                                    f"{_listed([describe(k) for k in group], 12, '; ')}", "info", pair))
     findings += _factorial_confounders(settings, levels, all_ids, keys)
     versions = sorted({settings[r].get("version sglang") for r in all_ids} - {None})
     if len(versions) > 1:
@@ -289,34 +280,27 @@ def lint_comparison(
 ) -> list[Finding]:
     """All findings for one comparison, most important first. `ignore_env`: env names (globs) not compared, on top
     of DEFAULT_IGNORED_ENV; `reference_acceptance`: the accept length expected of every speculative arm (value, half
-    width of its own interval), compared with the arm's interval (`accept_intervals`); `trained_layers`: the aux layer
-    ids the drafts were trained on."""
+    width of its own interval); `trained_layers`: the aux layer ids the drafts were trained on."""
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
     arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
     ignore = (*DEFAULT_IGNORED_ENV, *ignore_env)
-    findings: list[Finding] = []
-    findings += confounder_findings(run_settings(tables, ignore), arm_runs, levels)
+    findings = confounder_findings(run_settings(tables, ignore), arm_runs, levels)
     setup = doctor_findings(tables.runs, tables.server_args, tables.runtime, trained_layers)
     causes = {arm: [f for r in ids for f in setup.get(r, []) if f.severity != "info"] for arm, ids in arm_runs.items()}
-    findings += _setup_findings(setup, arm_of, names)
-    findings += _ignored_env_findings(tables, ignore)
-
+    findings += _setup_findings(setup, arm_of, names) + _ignored_env_findings(tables, ignore)
     launches = {a.name: max((e.n_launches for e in (a.client, a.server) if e), default=0) for a in arms}
-    single = [name for name, n in launches.items() if n < 2]
-    if single:
+    if single := [name for name, n in launches.items() if n < 2]:
         findings.append(Finding(
             "single_launch", f"one launch in arm(s) {', '.join(single)}: need ≥ 2 launches per arm for a verdict — "
             "one launch shows request noise only, not launch-to-launch variation (warm-up, placement, NCCL init), so no "
             "winner is named. Repeat launches (≥ 3 per arm, interleaved).", "warning", tuple(single)))
-    few = [(name, n) for name, n in launches.items() if 2 <= n < 5]
-    if few:
+    if few := [(name, n) for name, n in launches.items() if 2 <= n < 5]:
         findings.append(Finding(
             "few_launches", f"{', '.join(f'{name} ({n})' for name, n in few)} launches: the launch-to-launch variance is "
             "estimated from so few values that the t intervals are wide (t at 97.5 %: 12.7 with 1 degree of freedom, "
             "4.3 with 2, 2.8 with 4); each extra launch narrows them a lot — aim for ≥ 5 per arm", "info",
             tuple(name for name, _ in few)))
-    findings += _launches_needed(arms, comparisons, confidence, min_effect)
-    findings += _launch_outliers(arms, comparisons)
+    findings += _launches_needed(arms, comparisons, confidence, min_effect) + _launch_outliers(arms, comparisons)
     for a in arms:
         for estimate, least, what in ((a.client, MIN_REQUESTS, "client request(s) after warm-up; ≥ {} per launch"),
                                       (a.server, MIN_DECODE_ROWS, "steady-state decode row(s); ≥ {}")):
@@ -326,59 +310,48 @@ def lint_comparison(
         if a.speculative_algorithm and a.accept_len is not None:
             findings += _acceptance_findings(a, causes.get(a.name, []), reference_acceptance,
                                              (accept_intervals or {}).get(a.name))
-        if a.client and a.server:
-            gap = math.log(a.server.value_tok_s / a.client.value_tok_s)
-            if abs(gap) > SOURCE_LEVEL_GAP:
-                findings.append(Finding(
-                    "source_levels", f"arm {a.name}: client {a.client.value_tok_s:.1f} tok/s vs server decode "
-                    f"{a.server.value_tok_s:.1f} tok/s ({math.exp(gap) - 1:+.0%}): the client includes prefill, queueing and "
-                    "HTTP; a large gap means the two do not measure the same thing (concurrency, long prompts, or client "
-                    "overhead)", "info", (a.name,)))
-    by_pair: dict[tuple[str, str], dict[str, RatioComparison]] = {}
-    for c in comparisons:
-        by_pair.setdefault((c.arm_a, c.arm_b), {})[c.source] = c
-    for (arm_a, arm_b), sources in by_pair.items():
-        if "client" in sources and "server" in sources:
-            c, s = sources["client"], sources["server"]
-            # one launch per arm: both sources measure the same launches, so their request-noise intervals compare
-            (c_low, c_high), (s_low, s_high) = (
-                (r.ci_low, r.ci_high) if math.isfinite(r.ci_low) else (r.within_low, r.within_high) for r in (c, s))
-            if c_high < s_low or s_high < c_low:
-                findings.append(Finding(
-                    "source_disagreement", f"{arm_b} vs {arm_a}: client ratio {c.ratio:.3f} [{c_low:.3f}, {c_high:.3f}] "
-                    f"and server ratio {s.ratio:.3f} [{s_low:.3f}, {s_high:.3f}] disagree: one source is measuring "
-                    "something else (prefill share, client overhead, a warm-up inside the window)", "warning", (arm_a, arm_b)))
-
-    findings += _launch_round_findings(tables, clients, arm_runs)
-    findings += _warmup_findings(decode, clients, cycles, arm_of, names)
-    findings += _trend_findings(decode, clients, arm_of, names)
-    findings += _event_findings(tables, arm_of, names)
-    for run_id, n in run_data_rows.items():
-        if n == 0 and decode.filter(pl.col("run_id") == run_id).is_empty():
-            findings.append(Finding("no_decode_rows", f"run {names[run_id]} has no 'Decode batch' rows: server throughput, "
-                                    "acceptance and attribution are unavailable for it", "warning", (arm_of[run_id],)))
-    for row in tables.runs.iter_rows(named=True):
-        if row["outcome"] not in (None, "ok"):
-            findings.append(Finding("run_outcome", f"run {row['run_name']} ended with outcome {row['outcome']!r}: its numbers may "
-                                    "be partial", "warning", (arm_of[row["run_id"]],)))
+        if a.client and a.server and abs(gap := math.log(a.server.value_tok_s / a.client.value_tok_s)) > SOURCE_LEVEL_GAP:
+            findings.append(Finding(
+                "source_levels", f"arm {a.name}: client {a.client.value_tok_s:.1f} tok/s vs server decode "
+                f"{a.server.value_tok_s:.1f} tok/s ({math.exp(gap) - 1:+.0%}): the client includes prefill, queueing and "
+                "HTTP; a large gap means the two do not measure the same thing (concurrency, long prompts, or client "
+                "overhead)", "info", (a.name,)))
+    findings += _source_disagreement(comparisons) + _launch_round_findings(tables, clients, arm_runs)
+    findings += _warmup_findings(decode, clients, cycles, arm_of, names) + _trend_findings(decode, clients, arm_of, names)
+    findings += _run_findings(tables, decode, clients, run_data_rows, arm_of, names)
     adaptive = [row["run_name"] for row in tables.runs.iter_rows(named=True)
                 if RunRecord.from_document(parse_json_text(row["run_json"])).adaptive]
     if adaptive:
         findings.append(Finding(
-            "adaptive_run", f"{_runs_text([(name, 1) for name in adaptive]).replace(' (1)', '')} come from an adaptive "
+            "adaptive_run", f"{_listed(adaptive, 6, more='more runs')} come from an adaptive "
             "plan (speclogs launch --until): when to stop was decided on repeated confidence intervals (adaptive.json "
             "next to the launches). A comparison whose launches all come from that design uses the same repeated "
             "interval (wider than a fixed-sample one, which after a data-dependent stop names false winners more "
-            "often than its level)",
-            "info"))
-    multi = tables.launches.group_by("run_id", maintain_order=True).agg(pl.col("launch_no").n_unique().alias("n")).filter(pl.col("n") > 1)
-    for run_id, n in multi.iter_rows():
-        findings.append(Finding("several_launches_in_file", f"run {names[run_id]} holds {n} server starts in one file; they "
-                                "are pooled as one replicate", "info", (arm_of[run_id],)))
+            "often than its level)", "info"))
+    multi = tables.launches.group_by("run_id", maintain_order=True).agg(pl.col("launch_no").n_unique().alias("n"))
+    return findings + [Finding("several_launches_in_file", f"run {names[run_id]} holds {n} server starts in one file; they "
+                               "are pooled as one replicate", "info", (arm_of[run_id],))
+                       for run_id, n in multi.filter(pl.col("n") > 1).iter_rows()]
+
+
+def _source_disagreement(comparisons: Sequence[RatioComparison]) -> list[Finding]:
+    by_pair: dict[tuple[str, str], dict[str, RatioComparison]] = {}
+    for c in comparisons:
+        by_pair.setdefault((c.arm_a, c.arm_b), {})[c.source] = c
+    findings = []
+    for (arm_a, arm_b), sources in by_pair.items():
+        if "client" not in sources or "server" not in sources:
+            continue
+        c, s = sources["client"], sources["server"]
+        # one launch per arm: both sources measure the same launches, so their request-noise intervals compare
+        (c_low, c_high), (s_low, s_high) = (
+            (r.ci_low, r.ci_high) if math.isfinite(r.ci_low) else (r.within_low, r.within_high) for r in (c, s))
+        if c_high < s_low or s_high < c_low:
+            findings.append(Finding(
+                "source_disagreement", f"{arm_b} vs {arm_a}: client ratio {c.ratio:.3f} [{c_low:.3f}, {c_high:.3f}] "
+                f"and server ratio {s.ratio:.3f} [{s_low:.3f}, {s_high:.3f}] disagree: one source is measuring "
+                "something else (prefill share, client overhead, a warm-up inside the window)", "warning", (arm_a, arm_b)))
     return findings
-
-
-PLANNED_EFFECT = 0.05  # the difference launches_needed plans for
 
 
 def _launch_values(arm: Arm) -> tuple[str, np.ndarray, tuple[str, ...], float] | None:
@@ -536,8 +509,7 @@ def _ignored_env_findings(tables: RunTables, ignore: Sequence[str]) -> list[Find
                        and len({str(env[name]) if name in env else None for env in envs}) > 1)
     if not differing:
         return []
-    shown = ", ".join(differing[:12]) + (f" and {len(differing) - 12} more" if len(differing) > 12 else "")
-    return [Finding("env_ignored", f"not compared (the default ignore list and --ignore-env): {shown} differ between "
+    return [Finding("env_ignored", f"not compared (the default ignore list and --ignore-env): {_listed(differing, 12)} differ between "
                     "the runs; --ignore-env NAME adds names, globs allowed", "info")]
 
 
@@ -571,82 +543,60 @@ def _launch_round_findings(tables: RunTables, clients: pl.DataFrame, arm_runs: d
 
 
 def _runs_text(runs: list[tuple[str, int]]) -> str:
-    shown = ", ".join(f"{name} ({n})" for name, n in runs[:6])
-    return shown + (f" and {len(runs) - 6} more runs" if len(runs) > 6 else "")
+    return _listed([f"{name} ({n})" for name, n in runs], 6, more="more runs")
+
+
+# per run, the decode rows a steady-state rule set apart (excluded_reason, or steady but eager by configuration)
+_SET_APART = {
+    "no_cuda_graph": ("warmup_in_window", "decode batches without CUDA graph after the server was ready, with CUDA "
+                      "graphs configured and the batch within the captured sizes (eager warm-up) in {runs}: excluded "
+                      "from server figures; the client's numbers include them", "warning"),
+    "before_health_200": ("served_before_ready", "decode batches after 'ready' but before the first /health 200 in {runs}: "
+                          "a client that did not wait for health measured warm-up; excluded from server figures", "warning"),
+    "non_finite": ("non_finite_values", "decode rows with NaN/inf/zero gen throughput in {runs}: excluded", "warning"),
+    "eager_by_config": ("eager_by_config", "decode batches without CUDA graph by configuration (disable_cuda_graph, or more "
+                        "running requests than the largest captured batch) in {runs}: not warm-up — they count, and their "
+                        "step time is the eager one", "info"),
+}
 
 
 def _warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFrame, arm_of, names) -> list[Finding]:
-    findings: list[Finding] = []
     if decode.is_empty():
-        return findings
+        return []
     # lazy: the filters copy only the columns the counts read, not every column of millions of rows
-    excluded = (decode.lazy().filter(~pl.col("steady")).group_by("run_id", "excluded_reason").len()
-                .collect().with_columns(pl.col("run_id").cast(pl.Utf8)).sort("run_id"))
-    by_reason: dict[str, list[tuple[str, int]]] = {}
-    arms_by_reason: dict[str, set[str]] = {}
-    for run_id, reason, n in excluded.iter_rows():
-        by_reason.setdefault(reason, []).append((names[run_id], n))
-        arms_by_reason.setdefault(reason, set()).add(arm_of[run_id])
-    texts = {
-        "no_cuda_graph": ("warmup_in_window", "decode batches without CUDA graph after the server was ready, with CUDA "
-                          "graphs configured and the batch within the captured sizes (eager warm-up) in {runs}: excluded "
-                          "from server figures; the client's numbers include them"),
-        "before_health_200": ("served_before_ready", "decode batches after 'ready' but before the first /health 200 in {runs}: "
-                              "a client that did not wait for health measured warm-up; excluded from server figures"),
-        "non_finite": ("non_finite_values", "decode rows with NaN/inf/zero gen throughput in {runs}: excluded"),
-    }
-    for reason, (code, text) in texts.items():
-        if reason in by_reason:
-            findings.append(Finding(code, text.format(runs=_runs_text(by_reason[reason])), "warning",
-                                    tuple(sorted(arms_by_reason[reason]))))
-    findings += _detected_warmup_findings(decode, clients, arm_of, names)
-    eager = (decode.lazy().filter(pl.col("eager_by_config")).group_by("run_id").len()
-             .collect().with_columns(pl.col("run_id").cast(pl.Utf8)).sort("run_id"))
-    if eager.height:
-        runs = [(names[r], n) for r, n in eager.iter_rows()]
-        findings.append(Finding(
-            "eager_by_config", f"decode batches without CUDA graph by configuration (disable_cuda_graph, or more running "
-            f"requests than the largest captured batch) in {_runs_text(runs)}: not warm-up — they count, and their step "
-            "time is the eager one", "info", tuple(sorted({arm_of[r] for r in eager["run_id"].to_list()}))))
-    counts = decode.group_by("excluded_reason").len()
-    detail = ", ".join(f"{r or 'steady'} {n}" for r, n in counts.sort("excluded_reason", nulls_last=True).iter_rows())
-    cycle_detail = ""
+    apart = (decode.lazy().filter(~pl.col("steady") | pl.col("eager_by_config")).select(
+        pl.col("run_id").cast(pl.Utf8), pl.when(pl.col("eager_by_config")).then(pl.lit("eager_by_config"))
+        .otherwise(pl.col("excluded_reason").cast(pl.Utf8)).alias("reason")).group_by("run_id", "reason").len()
+        .sort("run_id").collect())
+    findings = _detected_warmup_findings(decode, clients, arm_of, names)
+    for reason, (code, text, severity) in _SET_APART.items():
+        rows = apart.filter(pl.col("reason") == reason)
+        if rows.height:
+            runs = _runs_text([(names[run_id], n) for run_id, _, n in rows.iter_rows()])
+            findings.append(Finding(code, text.format(runs=runs), severity, tuple(sorted({arm_of[r] for r in rows["run_id"]}))))
+    detail = ", ".join(f"{r or 'steady'} {n}" for r, n in decode.group_by("excluded_reason").len()
+                       .sort("excluded_reason", nulls_last=True).iter_rows())
     if not cycles.is_empty():
-        cycle_counts = cycles.group_by("excluded_reason").len().sort("excluded_reason", nulls_last=True)
-        cycle_detail = "; profiled cycles (spec_cycles) " + ", ".join(f"{r or 'used'} {n}" for r, n in cycle_counts.iter_rows())
-    findings.append(Finding("steady_state", f"decode rows used / excluded by the steady-state rule: {detail}{cycle_detail}",
-                            "info"))
-    return findings
+        detail += "; profiled cycles (spec_cycles) " + ", ".join(
+            f"{r or 'used'} {n}" for r, n in cycles.group_by("excluded_reason").len().sort("excluded_reason", nulls_last=True).iter_rows())
+    return findings + [Finding("steady_state", f"decode rows used / excluded by the steady-state rule: {detail}", "info")]
 
 
 def _detected_warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:
     """Warm-up found in the data (slow start with CUDA graphs on), per run: how long, how much slower, what was cut."""
-    detected = (decode.lazy().filter(pl.col("excluded_reason") == "warmup_detected")
-                .select(pl.col("run_id").cast(pl.Utf8), "gen_throughput_tok_s", "ts").collect())
-    if detected.is_empty():
-        return []
-    cut_requests = dict(clients.filter(pl.col("excluded_reason") == "warmup_detected").group_by("run_id").len().iter_rows())
-    findings = []
-    for (run_id,), rows in sorted(detected.partition_by("run_id", as_dict=True).items()):
-        rest = (decode.lazy().filter(pl.col("steady") & (pl.col("run_id") == run_id)).select("gen_throughput_tok_s")
-                .collect()["gen_throughput_tok_s"].cast(pl.Float64))
-        slow = rows["gen_throughput_tok_s"].cast(pl.Float64)
-        change = float(slow.mean() / rest.mean() - 1.0) if rest.len() else float("nan")
-        seconds = (rows["ts"].max() - rows["ts"].min()).total_seconds() if rows.height > 1 else 0.0
-        client = cut_requests.get(run_id, 0)
-        findings.append(Finding(
-            "warmup_detected", f"run {names[run_id]}: its first {rows.height} steady-looking decode rows (~{seconds:.0f} s) "
-            f"ran {change:+.1%} against the rest — a warm-up with CUDA graphs on (least-squares change point, t test p < 0.01 "
-            "over the cuts searched): "
-            f"excluded from the server figures and its profiled cycles"
-            + (f", and {client} client request(s) in that window from the client's" if client else
-               "; the client's requests could not be matched to it and still include it"),
-            "warning", (arm_of[run_id],)))
-    return findings
-
-
-TREND_ALPHA = 0.01  # family-wise, over every launch and source tested in one comparison (Holm)
-TREND_MIN_CHANGE = 0.05
+    slow, tok_s = pl.col("excluded_reason") == "warmup_detected", pl.col("gen_throughput_tok_s").cast(pl.Float64)
+    detected = (decode.lazy().group_by(pl.col("run_id").cast(pl.Utf8)).agg(
+        slow.sum().alias("n"), (tok_s.filter(slow).mean() / tok_s.filter(pl.col("steady")).mean() - 1.0).alias("change"),
+        ((pl.col("ts").filter(slow).max() - pl.col("ts").filter(slow).min()).dt.total_milliseconds() / 1000).alias("s"))
+        .filter(pl.col("n") > 0).sort("run_id").collect())
+    cut_requests = dict(clients.filter(slow).group_by("run_id").len().iter_rows())
+    return [Finding(
+        "warmup_detected", f"run {names[run_id]}: its first {n} steady-looking decode rows (~{seconds:.0f} s) ran "
+        f"{math.nan if change is None else change:+.1%} against the rest — a warm-up with CUDA graphs on (least-squares "
+        "change point, t test p < 0.01 over the cuts searched): excluded from the server figures and its profiled cycles"
+        + (f", and {cut_requests[run_id]} client request(s) in that window from the client's" if cut_requests.get(run_id)
+           else "; the client's requests could not be matched to it and still include it"), "warning", (arm_of[run_id],))
+        for run_id, n, change, seconds in detected.iter_rows()]
 
 
 def _trend_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) -> list[Finding]:
@@ -672,25 +622,24 @@ def _trend_findings(decode: pl.DataFrame, clients: pl.DataFrame, arm_of, names) 
             f"Holm-adjusted over the {len(tests)} series tested {p_value:.1g}, last third vs first third "
             f"{trend.relative_change:+.1%}, n={trend.n}) — thermal throttling, growing KV cache or a co-tenant; a mean "
             "over a drifting series depends on the run length", "warning", (arm_of[run_id],)))
+    return findings
+
+
+def _run_findings(tables: RunTables, decode: pl.DataFrame, clients: pl.DataFrame, run_data_rows: dict[str, int], arm_of,
+                  names) -> list[Finding]:
+    """Per run: client requests without numbers, server events, retractions, no decode rows, an outcome other than ok."""
+    events = tables.events.with_columns(pl.col("kind").replace({"retracted_req": "retract"})).group_by(
+        "run_id", "kind", maintain_order=True).agg(pl.col("n").sum())
     bad = clients.filter(pl.col("excluded_reason") == "non_finite").group_by("run_id", maintain_order=True).len()
-    for run_id, n in bad.iter_rows():
-        findings.append(Finding("non_finite_values", f"run {names[run_id]}: {n} client request(s) without usable tokens or "
-                                "latency (NaN/inf/0) were excluded", "warning", (arm_of[run_id],)))
-    return findings
-
-
-def _event_findings(tables: RunTables, arm_of, names) -> list[Finding]:
-    findings = []
-    retracted: dict[str, int] = {}
-    for run_id, kind, n in tables.events.iter_rows():
-        if kind in ("retract", "retracted_req"):
-            retracted[run_id] = retracted.get(run_id, 0) + n
-        else:
-            findings.append(Finding(f"server_{kind}", f"run {names[run_id]}: {n} '{kind}' event(s) in the server log",
-                                    "warning", (arm_of[run_id],)))
-    for run_id, n in retracted.items():
-        findings.append(Finding(
-            "retractions", f"run {names[run_id]}: {n} request retraction(s) (KV cache full): retracted requests are "
-            "recomputed, so throughput and latency include rework", "warning", (arm_of[run_id],)))
-    return findings
-
+    found = [("non_finite_values", run_id, f": {n} client request(s) without usable tokens or latency (NaN/inf/0) were "
+              "excluded") for run_id, n in bad.iter_rows()]
+    found += [(f"server_{kind}", run_id, f": {n} '{kind}' event(s) in the server log") for run_id, kind, n in events.iter_rows()
+             if kind != "retract"]
+    found += [("retractions", run_id, f": {n} request retraction(s) (KV cache full): retracted requests are recomputed, so "
+               "throughput and latency include rework") for run_id, kind, n in events.iter_rows() if kind == "retract"]
+    found += [("no_decode_rows", run_id, " has no 'Decode batch' rows: server throughput, acceptance and attribution are "
+               "unavailable for it") for run_id, n in run_data_rows.items()
+              if n == 0 and decode.filter(pl.col("run_id") == run_id).is_empty()]
+    found += [("run_outcome", run_id, f" ended with outcome {outcome!r}: its numbers may be partial")
+              for run_id, outcome in tables.runs.select("run_id", "outcome").iter_rows() if outcome not in (None, "ok")]
+    return [Finding(code, f"run {names[run_id]}{text}", "warning", (arm_of[run_id],)) for code, run_id, text in found]

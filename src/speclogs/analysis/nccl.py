@@ -1,14 +1,12 @@
 """NCCL evidence: which NCCL settings each run really had, what NCCL served, and what communication costs
-(docs/nccl.md lists the fields and the finding codes). `nccl_evidence(con, run_ids)` reads the rows
-(`load_nccl_frames`); `compute_nccl_evidence(frames)` is pure. Collective bytes are as NCCL prints them (AllGather:
-bytes each rank sends); a phase is 'init' | 'capture <graph>' | 'startup' | 'serving'.
-"""
+(docs/nccl.md lists the fields and the finding codes). `nccl_evidence(con, run_ids)` reads the rows;
+`compute_nccl_evidence(frames)` is pure."""
 
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -16,6 +14,7 @@ import polars as pl
 
 from speclogs.analysis.load import IN_RUNS, parse_json_text, select
 from speclogs.analysis.results import UNSET, Finding
+from speclogs.doctor import int_or_none
 from speclogs.errors import AnalysisError
 
 # variables NCCL never echoes as "set by environment" (logging switches; NCCL_VERSION is an informational label
@@ -52,9 +51,9 @@ class CollectiveUse:
     collective: str                    # as NCCL prints it: AllReduce, AllGather, …
     algo: str
     proto: str
-    phase: str
+    phase: str                         # 'init' | 'capture <graph>' | 'startup' | 'serving'
     lines: int
-    min_bytes: int
+    min_bytes: int                     # as NCCL prints them (AllGather: bytes each rank sends)
     max_bytes: int
 
 
@@ -110,8 +109,6 @@ class NcclEvidence:
 
 @dataclass(frozen=True)
 class NcclFrames:
-    """What compute_nccl_evidence reads (column names as in schema.sql)."""
-
     runs: pl.DataFrame           # run_id, run_name, tp_size, env (JSON text or None)
     nccl_events: pl.DataFrame    # nccl_events columns
     markers: pl.DataFrame        # server_events: run_id, source_file, line_no, tp_rank, kind, graph
@@ -121,7 +118,6 @@ class NcclFrames:
 
 
 def load_nccl_frames(con: Any, run_ids: list[str]) -> NcclFrames:
-    """Read the rows of `run_ids` (and every nccl_probe row) from a speclogs DuckDB connection."""
     if not run_ids:
         raise AnalysisError("no runs to examine", hint="name runs, e.g. speclogs report --compare baseline eagle3")
     runs = select(con, f"SELECT run_id, run_name, tp_size, CAST(env AS VARCHAR) AS env FROM runs WHERE {IN_RUNS}", [run_ids])
@@ -152,13 +148,13 @@ def compute_nccl_evidence(frames: NcclFrames, *, hidden_size: int | None = None,
                           num_layers: int | None = None) -> NcclEvidence:
     findings: list[Finding] = []
     runs: list[RunNccl] = []
-    for run in frames.runs.iter_rows(named=True):
-        run_id = run["run_id"]
-        args = _server_args(frames.server_args, run_id)
-        tp_size = run.get("tp_size") or _int_or_none(args.get("tp_size"))
-        runs.append(_examine_run(run_id, run["run_name"], tp_size, _recorded_nccl_env(run.get("env")),
-                                 frames.nccl_events.filter(pl.col("run_id") == run_id),
-                                 frames.markers.filter(pl.col("run_id") == run_id), args, hidden_size, findings))
+    args = {run_id: {} for run_id in frames.runs["run_id"]}
+    for run_id, name, value in frames.server_args.select("run_id", "name", "value").iter_rows() if frames.server_args.height else ():
+        args.setdefault(run_id, {})[name] = str(value)
+    for run_id, run_name, tp_size, env in frames.runs.select("run_id", "run_name", "tp_size", "env").iter_rows():
+        runs.append(_examine_run(run_id, run_name, tp_size or int_or_none(args[run_id].get("tp_size")),
+                                 _recorded_nccl_env(env), frames.nccl_events.filter(pl.col("run_id") == run_id),
+                                 frames.markers.filter(pl.col("run_id") == run_id), args[run_id], hidden_size, findings))
     names = tuple(run.run_name for run in runs)
     if len({run.nccl_version for run in runs if run.nccl_version}) > 1:
         findings.append(Finding(
@@ -171,38 +167,35 @@ def compute_nccl_evidence(frames: NcclFrames, *, hidden_size: int | None = None,
             f"{diff.name}: " + ", ".join(f"{name}={value if value is not None else UNSET}" for name, value in diff.values)
             for diff in settings_diff)
         findings.append(Finding("nccl_settings_differ", f"NCCL settings differ between the compared runs: {shown}", runs=names))
-    estimates = _estimates(frames, runs, hidden_size, num_layers, findings)
+    estimates = _estimates(frames, runs, args, hidden_size, num_layers, findings)
     return NcclEvidence(runs=tuple(runs), settings_diff=tuple(settings_diff), estimates=tuple(estimates),
                         findings=tuple(findings))
 
 
+def _say(findings: list[Finding], run_name: str, code: str, text: str, severity: str = "warning") -> None:
+    findings.append(Finding(code, f"{run_name}: {text}", severity, runs=(run_name,)))
+
+
 def _examine_run(run_id: str, run_name: str, tp_size: int | None, env: dict[str, str] | None, events: pl.DataFrame,
                  markers: pl.DataFrame, args: dict[str, str], hidden_size: int | None, findings: list[Finding]) -> RunNccl:
+    say = partial(_say, findings, run_name)
     # NCCL's own lines ('host:pid:tid [rank] NCCL INFO …'), not SGLang's "sglang is using nccl==…" nor the headless
     # rows of NCCL's algorithm table: a log with only those proves nothing about the NCCL settings
     info_lines = events.filter(pl.col("nccl_rank").is_not_null()).height
     seen = _log_values(events)
     for name, values in seen.items():
         if len(values) > 1:
-            findings.append(Finding("nccl_ranks_disagree",
-                                    f"{run_name}: NCCL processes report different {name}: {', '.join(sorted(values))}",
-                                    runs=(run_name,)))
-    settings = _settings(run_name, {name: sorted(values)[0] for name, values in seen.items()}, env, info_lines, findings)
-    lost = _launch_differences(events)
-    if lost:
-        findings.append(Finding(
-            "nccl_launches_differ",
-            f"{run_name}: THE SERVER STARTS IN THIS RUN HAD DIFFERENT NCCL SETTINGS — {lost} (a restart without the "
-            "same environment loses NCCL tuning silently)", runs=(run_name,)))
+            say("nccl_ranks_disagree", f"NCCL processes report different {name}: {', '.join(sorted(values))}")
+    settings = _settings({name: sorted(values)[0] for name, values in seen.items()}, env, info_lines, say)
+    if lost := _launch_differences(events):
+        say("nccl_launches_differ", f"THE SERVER STARTS IN THIS RUN HAD DIFFERENT NCCL SETTINGS — {lost} (a restart "
+            "without the same environment loses NCCL tuning silently)")
     if info_lines == 0 and tp_size == 1:
-        findings.append(Finding("nccl_single_gpu", f"{run_name}: single GPU (tp_size 1): no NCCL communicator "
-                                "for tensor parallelism, so NCCL settings do not matter", "info", runs=(run_name,)))
+        say("nccl_single_gpu", "single GPU (tp_size 1): no NCCL communicator for tensor parallelism, so NCCL settings do "
+            "not matter", "info")
     elif info_lines == 0:
-        findings.append(Finding(
-            "nccl_no_info_lines",
-            f"{run_name}: NO NCCL INFO LINES — nothing can be proven about the NCCL settings this run really had "
-            "(a recorded env is only what was asked for). Run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING.",
-            runs=(run_name,)))
+        say("nccl_no_info_lines", "NO NCCL INFO LINES — nothing can be proven about the NCCL settings this run really "
+            "had (a recorded env is only what was asked for). Run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING.")
     collectives = _collectives(events, markers)
     coll_channels, p2p_channels = _channel_counts(events)
     transports = (events.filter((pl.col("kind") == "transport") & pl.col("transport").is_not_null())
@@ -215,7 +208,7 @@ def _examine_run(run_id: str, run_name: str, tp_size: int | None, env: dict[str,
         settings=tuple(settings), coll_channels=coll_channels, p2p_channels=p2p_channels,
         transports=tuple(TransportUse(str(t), n, tuple(pairs)) for t, n, pairs in transports.iter_rows()),
         collectives=tuple(collectives), tuning_lines=sum(use.lines for use in collectives),
-        allreduce_verdict=_allreduce_verdict(run_name, tp_size, info_lines, collectives, args, hidden_size, findings))
+        allreduce_verdict=_allreduce_verdict(tp_size, info_lines, collectives, args, hidden_size, say))
 
 
 def _nccl_version(events: pl.DataFrame) -> str | None:
@@ -227,11 +220,8 @@ def _nccl_version(events: pl.DataFrame) -> str | None:
 
 def _log_values(events: pl.DataFrame) -> dict[str, set[str]]:
     """NAME → the VALUEs of its "set by environment" lines (more than one: the processes disagree)."""
-    seen: dict[str, set[str]] = {}
     env = events.filter((pl.col("kind") == "env") & pl.col("name").is_not_null() & pl.col("value").is_not_null())
-    for name, value in env.select("name", "value").iter_rows():
-        seen.setdefault(str(name), set()).add(str(value))
-    return seen
+    return {str(name): set(map(str, values)) for name, values in env.group_by("name").agg("value").iter_rows()}
 
 
 def _launch_differences(events: pl.DataFrame) -> str | None:
@@ -246,15 +236,13 @@ def _launch_differences(events: pl.DataFrame) -> str | None:
         for name in differing) or None
 
 
-def _settings(run_name: str, log_settings: dict[str, str], env: dict[str, str] | None, info_lines: int,
-              findings: list[Finding]) -> list[NcclSetting]:
+def _settings(log_settings: dict[str, str], env: dict[str, str] | None, info_lines: int, say) -> list[NcclSetting]:
     if env is None and info_lines:
-        findings.append(Finding("nccl_no_env_recorded", f"{run_name}: no recorded environment (a plain log, no "
-                                "run.json): NCCL settings come from the log alone", "info", runs=(run_name,)))
+        say("nccl_no_env_recorded", "no recorded environment (a plain log, no run.json): NCCL settings come from the log "
+            "alone", "info")
     settings, mismatches, unconfirmed, in_process = [], [], [], []
     for name in sorted(set(log_settings) | set(env or {})):
-        log_value = log_settings.get(name)
-        env_value = None if env is None else env.get(name)
+        log_value, env_value = log_settings.get(name), (env or {}).get(name)
         agrees = None if log_value is None or env_value is None else log_value == env_value
         settings.append(NcclSetting(name=name, log_value=log_value, env_value=env_value, agrees=agrees))
         if agrees is False:
@@ -264,23 +252,16 @@ def _settings(run_name: str, log_settings: dict[str, str], env: dict[str, str] |
         elif env is not None and env_value is None and log_value is not None:
             in_process.append(f"{name}={log_value}")
     if mismatches:
-        findings.append(Finding(
-            "nccl_env_mismatch",
-            f"{run_name}: THE LOG AND THE RECORDED ENV DISAGREE — " + "; ".join(mismatches)
-            + ". NCCL used the log's values (something in the server process changed them).", runs=(run_name,)))
+        say("nccl_env_mismatch", "THE LOG AND THE RECORDED ENV DISAGREE — " + "; ".join(mismatches)
+            + ". NCCL used the log's values (something in the server process changed them).")
     if unconfirmed:
-        findings.append(Finding(
-            "nccl_env_not_in_log",
-            f"{run_name}: the recorded env sets {', '.join(unconfirmed)} but NCCL never reported reading it "
-            "(no 'set by environment' line): it may not have reached the NCCL processes", runs=(run_name,)))
+        say("nccl_env_not_in_log", f"the recorded env sets {', '.join(unconfirmed)} but NCCL never reported reading it "
+            "(no 'set by environment' line): it may not have reached the NCCL processes")
     if in_process:
         by_sglang = all(item.split("=")[0] in _SET_BY_SGLANG for item in in_process)
-        findings.append(Finding(
-            "nccl_set_in_process",
-            f"{run_name}: NCCL reports {', '.join(in_process)} although the recorded env lacks it: set inside the "
-            "server process" + (" (SGLang sets NCCL_CUMEM_ENABLE / NCCL_NVLS_ENABLE from --enable-symm-mem / "
-                                "--enable-nccl-nvls)" if by_sglang else ""),
-            "info" if by_sglang else "warning", runs=(run_name,)))
+        say("nccl_set_in_process", f"NCCL reports {', '.join(in_process)} although the recorded env lacks it: set inside "
+            "the server process" + (" (SGLang sets NCCL_CUMEM_ENABLE / NCCL_NVLS_ENABLE from --enable-symm-mem / "
+                                    "--enable-nccl-nvls)" if by_sglang else ""), "info" if by_sglang else "warning")
     return settings
 
 
@@ -326,17 +307,15 @@ def _size(message_bytes: int) -> str:
     return f"{message_bytes} B"
 
 
-def _allreduce_verdict(run_name: str, tp_size: int | None, info_lines: int, collectives: list[CollectiveUse],
-                       args: dict[str, str], hidden_size: int | None, findings: list[Finding]) -> str:
+def _allreduce_verdict(tp_size: int | None, info_lines: int, collectives: list[CollectiveUse], args: dict[str, str],
+                       hidden_size: int | None, say) -> str:
     if tp_size == 1:
         return "single GPU: no tensor-parallel all-reduce"
     if info_lines == 0:
         return "unknown: no NCCL INFO lines"
     if not collectives:
-        findings.append(Finding(
-            "nccl_no_tuning_lines",
-            f"{run_name}: no NCCL tuning lines (NCCL_DEBUG_SUBSYS without TUNING?): which collectives NCCL served, and with "
-            "which algorithm/protocol, cannot be told", "info", runs=(run_name,)))
+        say("nccl_no_tuning_lines", "no NCCL tuning lines (NCCL_DEBUG_SUBSYS without TUNING?): which collectives NCCL "
+            "served, and with which algorithm/protocol, cannot be told", "info")
         return "unknown: no NCCL tuning lines (add TUNING to NCCL_DEBUG_SUBSYS)"
     custom = args.get("disable_custom_all_reduce")
     custom_note = {"False": "SGLang's custom all-reduce was enabled (disable_custom_all_reduce=False)",
@@ -358,7 +337,7 @@ def _allreduce_verdict(run_name: str, tp_size: int | None, info_lines: int, coll
         verdict = (f"NCCL served no tensor-parallel all-reduce (only init-time AllReduce of ≤ {_TINY_ALLREDUCE_BYTES} B). "
                    f"{custom_note}: TP all-reduces, decode and verify included, went through it (or another non-NCCL path), "
                    f"so NCCL settings cannot have changed all-reduce cost in this run.{served_note}")
-        findings.append(Finding("nccl_allreduce_bypassed", f"{run_name}: {verdict}{replay_note}", "info", runs=(run_name,)))
+        say("nccl_allreduce_bypassed", verdict + replay_note, "info")
         return verdict
     smallest = min(use.min_bytes for use in allreduce)
     phases = sorted({use.phase for use in allreduce})
@@ -371,7 +350,7 @@ def _allreduce_verdict(run_name: str, tp_size: int | None, info_lines: int, coll
                           else "overlap those sizes: NCCL settings do affect decode/verify."))
     verdict = (f"NCCL served AllReduce only at ≥ {_size(smallest)} ({', '.join(choices)}; during {', '.join(phases)}); "
                f"smaller all-reduces never appear in NCCL's tuning lines. {custom_note}.{decode_note}{served_note}")
-    findings.append(Finding("nccl_allreduce_served", f"{run_name}: {verdict}{replay_note}", "info", runs=(run_name,)))
+    say("nccl_allreduce_served", verdict + replay_note, "info")
     return verdict
 
 
@@ -395,17 +374,18 @@ def _settings_diff(runs: list[RunNccl]) -> list[SettingDiff]:
             for name in names if len({values.get(name) for values in per_run}) > 1]
 
 
-def _estimates(frames: NcclFrames, runs: list[RunNccl], hidden_size: int | None, num_layers: int | None,
-               findings: list[Finding]) -> list[CommShareEstimate]:
+def _estimates(frames: NcclFrames, runs: list[RunNccl], args: dict[str, dict[str, str]], hidden_size: int | None,
+               num_layers: int | None, findings: list[Finding]) -> list[CommShareEstimate]:
     """The communication share of verify time per profiled run: all-reduce latency at the verify message size ×
     all-reduces per verify forward / median verify_ms."""
     estimates: list[CommShareEstimate] = []
     probe = frames.probe.filter(pl.col("collective") == "all_reduce") if not frames.probe.is_empty() else frames.probe
     for run in runs:
+        say = partial(_say, findings, run.run_name)
         cycles = frames.spec_cycles.filter(pl.col("run_id") == run.run_id).drop_nulls("verify_ms")
         if cycles.is_empty():
             continue                       # not a profiled EAGLE run: nothing to estimate, nothing to say
-        draft_tokens = _int_or_none(_server_args(frames.server_args, run.run_id).get("speculative_num_draft_tokens"))
+        draft_tokens = int_or_none(args[run.run_id].get("speculative_num_draft_tokens"))
         hidden = hidden_size or _probe_hidden_size(probe)
         why = ("no NCCL probe results in the database (run `speclogs probe nccl` on the GPU machine, then ingest its JSON)"
                if probe.is_empty() else
@@ -413,9 +393,7 @@ def _estimates(frames: NcclFrames, runs: list[RunNccl], hidden_size: int | None,
                "the target's layer count is unknown: pass num_layers (e.g. --num-layers 16)" if num_layers is None else
                "the hidden size is unknown: pass hidden_size (e.g. --hidden-size 2048)" if hidden is None else None)
         if why:
-            findings.append(Finding("nccl_estimate_unavailable",
-                                    f"{run.run_name}: no estimate of the communication share of verify time: {why}",
-                                    "info", runs=(run.run_name,)))
+            say("nccl_estimate_unavailable", f"no estimate of the communication share of verify time: {why}", "info")
             continue
         batch_size = int(cycles["batch_size"].drop_nulls().median() or 1)
         verify_ms = float(cycles["verify_ms"].median())
@@ -424,10 +402,10 @@ def _estimates(frames: NcclFrames, runs: list[RunNccl], hidden_size: int | None,
         env_set, matches = _matching_env_set(probe, run)
         rows = probe.filter(pl.col("env_set") == env_set)
         in_graph = rows.drop_nulls("graph_latency_us") if "graph_latency_us" in rows.columns else rows.clear()
-        source = "cuda_graph" if not in_graph.is_empty() else "eager"
-        timed = in_graph if source == "cuda_graph" else rows
-        latency_us = interpolate_latency_us(
-            timed["bytes"].to_list(), timed["graph_latency_us" if source == "cuda_graph" else "latency_us"].to_list(), message_bytes)
+        graph = not in_graph.is_empty()
+        timed = in_graph if graph else rows
+        latency_us = interpolate_latency_us(timed["bytes"].to_list(),
+                                            timed["graph_latency_us" if graph else "latency_us"].to_list(), message_bytes)
         per_verify = 2 * num_layers
         comm_ms = latency_us * per_verify / 1000.0
         assumptions = [
@@ -437,39 +415,31 @@ def _estimates(frames: NcclFrames, runs: list[RunNccl], hidden_size: int | None,
             f"all-reduce latency = probe median at that size (env set '{env_set}'"
             + ("" if matches else ", which does NOT match this run's NCCL settings") + "), interpolated in log size",
             f"verify_ms = median of {cycles.height} spec_cycles rows",
-            ("the probe replayed the all-reduces from a CUDA graph, as verify does"
-             if source == "cuda_graph" else
+            ("the probe replayed the all-reduces from a CUDA graph, as verify does" if graph else
              "the probe timed eager NCCL calls (host launch and rank skew included); verify replays a CUDA graph")
             + "; SGLang's custom all-reduce may serve these sizes instead of NCCL (see allreduce_verdict): read the share "
             "as what NCCL all-reduces would cost",
-        ]
-        if hidden_size is None:
-            assumptions.append(f"hidden size {hidden} taken from the probe's decode sizes (bytes / tokens / 2)")
+        ] + ([f"hidden size {hidden} taken from the probe's decode sizes (bytes / tokens / 2)"] if hidden_size is None else [])
         world_sizes = set(rows["world_size"].to_list())
         if run.tp_size is not None and world_sizes and run.tp_size not in world_sizes:
-            findings.append(Finding("nccl_probe_mismatch", f"{run.run_name}: tp_size {run.tp_size} but the probe ran with "
-                                    f"{sorted(world_sizes)} ranks: the estimate does not transfer", runs=(run.run_name,)))
+            say("nccl_probe_mismatch", f"tp_size {run.tp_size} but the probe ran with {sorted(world_sizes)} ranks: the "
+                "estimate does not transfer")
         if not matches:
-            findings.append(Finding("nccl_probe_mismatch", f"{run.run_name}: no probe env set has this run's NCCL settings; "
-                                    f"the estimate uses '{env_set}'", runs=(run.run_name,)))
+            say("nccl_probe_mismatch", f"no probe env set has this run's NCCL settings; the estimate uses '{env_set}'")
         if verify_ms > 0 and comm_ms > _IMPLAUSIBLE_SHARE * verify_ms:
-            findings.append(Finding(
-                "nccl_estimate_implausible",
-                f"{run.run_name}: {per_verify} NCCL all-reduces at the probe's {latency_us:.1f} µs "
-                f"({'in a CUDA graph' if source == 'cuda_graph' else 'eager'}) would take "
-                f"{comm_ms:.2f} ms, {comm_ms / verify_ms:.0%} of the whole measured verify ({verify_ms:.2f} ms, which also "
-                "computes every layer): "
+            say("nccl_estimate_implausible", f"{per_verify} NCCL all-reduces at the probe's {latency_us:.1f} µs "
+                f"({'in a CUDA graph' if graph else 'eager'}) would take {comm_ms:.2f} ms, {comm_ms / verify_ms:.0%} of the "
+                f"whole measured verify ({verify_ms:.2f} ms, which also computes every layer): "
                 + ("NCCL all-reduces cost more than verify can hold, so verify's come from elsewhere (SGLang's custom "
-                   "all-reduce)" if source == "cuda_graph" else
+                   "all-reduce)" if graph else
                    "the probe's per-call latency (host launch and rank skew included) overstates what all-reduces cost "
                    "inside verify's CUDA graph, where SGLang's custom all-reduce serves them")
-                + " — read the share as an upper bound only",
-                "warning", runs=(run.run_name,)))
+                + " — read the share as an upper bound only")
         estimates.append(CommShareEstimate(
             run_id=run.run_id, run_name=run.run_name, probe_id=str(rows["probe_id"][0]), env_set=env_set,
             env_set_matches=matches, verify_tokens=verify_tokens, message_bytes=message_bytes, allreduce_latency_us=latency_us,
-            latency_source=source, allreduces_per_verify=per_verify, comm_ms=comm_ms, verify_ms=verify_ms,
-            share=comm_ms / verify_ms if verify_ms > 0 else math.nan, assumptions=tuple(assumptions)))
+            latency_source="cuda_graph" if graph else "eager", allreduces_per_verify=per_verify, comm_ms=comm_ms,
+            verify_ms=verify_ms, share=comm_ms / verify_ms if verify_ms > 0 else math.nan, assumptions=tuple(assumptions)))
     return estimates
 
 
@@ -478,11 +448,9 @@ def interpolate_latency_us(sizes_bytes: list[int], latencies_us: list[float], me
     several measurements at one size → their median)."""
     if not sizes_bytes:
         raise AnalysisError("no probe measurements to interpolate", hint="run `speclogs probe nccl` and ingest its JSON")
-    by_size: dict[int, list[float]] = {}
-    for size, latency in zip(sizes_bytes, latencies_us):
-        by_size.setdefault(int(size), []).append(float(latency))
-    sizes = sorted(by_size)
-    return float(np.interp(math.log2(message_bytes), np.log2(sizes), [statistics.median(by_size[size]) for size in sizes]))
+    by_size = (pl.DataFrame({"size": sizes_bytes, "latency": latencies_us}, schema={"size": pl.Int64, "latency": pl.Float64})
+               .group_by("size").agg(pl.col("latency").median()).sort("size"))
+    return float(np.interp(math.log2(message_bytes), np.log2(by_size["size"].to_numpy()), by_size["latency"].to_numpy()))
 
 
 def _matching_env_set(probe: pl.DataFrame, run: RunNccl) -> tuple[str, bool]:
@@ -507,19 +475,6 @@ def _probe_hidden_size(probe: pl.DataFrame) -> int | None:
     return sizes.pop() if len(sizes) == 1 else None
 
 
-def _server_args(server_args: pl.DataFrame, run_id: str) -> dict[str, str]:
-    if server_args.is_empty():
-        return {}
-    return {name: str(value) for name, value in server_args.filter(pl.col("run_id") == run_id).select("name", "value").iter_rows()}
-
-
 def _recorded_nccl_env(env: str | None) -> dict[str, str] | None:
     """The NCCL_* variables of a recorded env (JSON text); None when no env was recorded."""
     return None if env is None else {key: str(value) for key, value in parse_json_text(env).items() if key.startswith("NCCL_")}
-
-
-def _int_or_none(value: Any) -> int | None:
-    try:
-        return None if value is None or value == "None" else int(value)
-    except (TypeError, ValueError):
-        return None

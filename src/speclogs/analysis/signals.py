@@ -1,9 +1,6 @@
-"""What stock SGLang's own signals say next to the log lines (docs/report.md, "SGLang's own signals"): the exact accept
-length of a benchmark window from counter deltas (Δ generation tokens / Δ verify calls: Σ tokens / Σ verify steps of
-the requests that finished in it), the device timer's GPU time per forward category and per decode cycle, compared
-with speclogs' profiler and the decode lines, and per-request acceptance (its verify-weighted mean is the counters').
-`signal_evidence_for(con, arm_runs)` loads the rows; `signal_evidence(tables, arm_runs)` is pure.
-"""
+"""What stock SGLang's own signals say next to the log lines (docs/report.md, "SGLang's own signals"): exact accept
+length from counter deltas, the device timer's phase split, per-request acceptance. `signal_evidence_for(con,
+arm_runs)` loads the rows; `signal_evidence(tables, arm_runs)` is pure."""
 
 from __future__ import annotations
 
@@ -18,6 +15,7 @@ import polars as pl
 
 from speclogs.analysis.load import IN_RUNS, parse_json_text, select
 from speclogs.analysis.results import Comparison, Finding
+from speclogs.runrecord import RunRecord
 
 GENERATION_TOKENS = "sglang:generation_tokens_total"
 VERIFY_CALLS = "sglang:spec_verify_calls_total"
@@ -48,8 +46,6 @@ class SignalTables:
 
 @dataclass(frozen=True)
 class WindowAccept:
-    """One benchmark window of one run: the exact accept length from counter deltas next to the estimates."""
-
     arm: str
     run_name: str
     window: str                          # run.json window name, or 'scrapes' when the run has no window record
@@ -67,10 +63,8 @@ class WindowAccept:
 
 @dataclass(frozen=True)
 class ArmAccept:
-    """An arm's accept length pooled over its windows: Σ Δ tokens / Σ Δ verify calls, and the decode lines' figure."""
-
     arm: str
-    accept_len_counters: float | None
+    accept_len_counters: float | None    # pooled over the arm's windows: Σ Δ tokens / Σ Δ verify calls
     accept_len_decode_lines: float | None
     windows: int
 
@@ -89,13 +83,11 @@ class DevicePhase:
 
 @dataclass(frozen=True)
 class PhaseCheck:
-    """One phase of one window by each source that measures it (ms per decode cycle), and whether they agree."""
-
     arm: str
     run_name: str
     window: str
     phase: str                           # verify | draft | extend | cycle (GPU-busy time of the whole cycle)
-    device_timer_ms: float | None
+    device_timer_ms: float | None        # ms per decode cycle, as the other sources
     profiler_ms: float | None            # spec_cycles mean over the window's profiled cycles
     decode_lines_ms: float | None        # cycle only: wall ms per cycle × fwd occupancy
     max_difference: float | None         # largest |source − device timer| / device timer
@@ -114,8 +106,6 @@ class RequestOutlier:
 
 @dataclass(frozen=True)
 class RequestAcceptance:
-    """Per-request acceptance of one arm: its distribution, its verify-weighted mean, outliers."""
-
     arm: str
     sources: tuple[str, ...]             # requests.source_kind values used
     n_requests: int
@@ -181,37 +171,31 @@ def with_signals(comparison: Comparison, evidence: SignalEvidence) -> Comparison
 
 def signal_evidence(tables: SignalTables, arm_runs: Mapping[str, list[str]]) -> SignalEvidence:
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
-    run_json = {r: parse_json_text(t) for r, t in zip(tables.runs["run_id"].to_list(), tables.runs["run_json"].to_list())}
-    decode = _decode_rows(tables.decode, tables.idle)
+    # run.json's benchmark windows, per run
+    recorded = {r: RunRecord.from_document(parse_json_text(t)).windows for r, t in tables.runs.select("run_id", "run_json").iter_rows()}
+    decode, profiled = _decode_rows(tables.decode, tables.idle), _lowest_rank(tables.spec_cycles)
     windows: list[WindowAccept] = []
     phases: list[DevicePhase] = []
     checks: list[PhaseCheck] = []
     findings: list[Finding] = []
     for arm, run_ids in arm_runs.items():
         for run_id in run_ids:
-            for window in _windows(tables.metrics.filter(pl.col("run_id") == run_id), run_json.get(run_id, {}), findings,
-                                   names.get(run_id, run_id), arm):
-                rows = _in_window(decode.filter(pl.col("run_id") == run_id), window)
-                requests = _requests_in(tables.requests.filter(pl.col("run_id") == run_id), window)
-                cycles = _in_window(_lowest_rank(tables.spec_cycles.filter(pl.col("run_id") == run_id)), window)
-                accept = _window_accept(arm, names.get(run_id, run_id), window, rows, requests)
+            mine = pl.col("run_id") == run_id
+            for window in _windows(tables.metrics.filter(mine), recorded.get(run_id, []), findings, names.get(run_id, run_id), arm):
+                rows = _in_window(decode.filter(mine), window)
+                accept = _window_accept(arm, names.get(run_id, run_id), window, rows,
+                                        _requests_in(tables.requests.filter(mine), window))
+                run_phases = _device_phases(arm, accept, window, _mean_batch(rows))
                 windows.append(accept)
-                batch = _mean_batch(rows)
-                run_phases = _device_phases(arm, accept, window, batch)
-                phases.extend(run_phases)
-                checks.extend(_phase_checks(arm, accept, run_phases, cycles, rows))
+                phases += run_phases
+                checks += _phase_checks(arm, accept, run_phases, _in_window(profiled.filter(mine), window), rows)
     findings += _accept_findings(windows) + _phase_findings(phases, checks)
     arms = tuple(_arm_accept(arm, [w for w in windows if w.arm == arm]) for arm in arm_runs if any(w.arm == arm for w in windows))
-    acceptance = []
-    for arm, run_ids in arm_runs.items():
-        found = _request_acceptance(arm, tables.requests.filter(pl.col("run_id").is_in(run_ids)), run_json, names)
-        if found is not None:
-            acceptance.append(found)
-            if found.n_outliers:
-                findings.append(Finding("request_acceptance_outliers",
-                                        f"{arm}: {found.n_outliers} of {found.n_requests} requests have an accept length outside "
-                                        f"[{found.low_fence:.2f}, {found.high_fence:.2f}] (Tukey fences around the median "
-                                        f"{found.median:.2f}); the report lists the farthest", "info", (arm,)))
+    acceptance = [found for arm, run_ids in arm_runs.items() if (found := _request_acceptance(
+        arm, tables.requests.filter(pl.col("run_id").is_in(run_ids)), recorded, names)) is not None]
+    findings += [Finding("request_acceptance_outliers", f"{r.arm}: {r.n_outliers} of {r.n_requests} requests have an accept "
+                         f"length outside [{r.low_fence:.2f}, {r.high_fence:.2f}] (Tukey fences around the median "
+                         f"{r.median:.2f}); the report lists the farthest", "info", (r.arm,)) for r in acceptance if r.n_outliers]
     return SignalEvidence(tuple(windows), arms, tuple(phases), tuple(checks), tuple(acceptance), tuple(findings))
 
 
@@ -226,12 +210,12 @@ class _Window:
     after: dict[str, float]               # … at the last scrape
 
 
-def _windows(metrics: pl.DataFrame, run_json: dict, findings: list[Finding], run_name: str, arm: str) -> list[_Window]:
+def _windows(metrics: pl.DataFrame, recorded: list[dict], findings: list[Finding], run_name: str, arm: str) -> list[_Window]:
     """The run's windows with a first and a last scrape: run.json's windows, else one window over the run's scrapes
     (the `before` and `after` files, else the earliest and the latest)."""
     if metrics.is_empty():
         return []
-    recorded = {w.get("name"): w for w in run_json.get("windows", []) if isinstance(w, dict) and w.get("name")}
+    by_name = {w["name"]: w for w in recorded if w.get("name")}
     out = []
     for (window_name,), rows in sorted(metrics.partition_by("window_name", as_dict=True).items(), key=lambda kv: str(kv[0][0])):
         scrapes = rows.group_by("source_file").agg(pl.col("ts").first(), pl.col("phase").first()).with_columns(
@@ -242,7 +226,7 @@ def _windows(metrics: pl.DataFrame, run_json: dict, findings: list[Finding], run
         if len(ranked) < 2 or ranked[0]["phase"] == ranked[-1]["phase"] == "during":
             continue
         first, last = ranked[0]["source_file"], ranked[-1]["source_file"]
-        record = recorded.get(window_name, {})
+        record = by_name.get(window_name, {})
         window = _Window(
             name=window_name or "scrapes",
             start=_iso(record.get("start")) or ranked[0]["ts"], end=_iso(record.get("end")) or ranked[-1]["ts"],
@@ -311,11 +295,9 @@ def _one_source(requests: pl.DataFrame) -> pl.DataFrame:
                            & ~pl.col("health_check").fill_null(False))
     if rows.is_empty():
         return rows
-    named = rows.filter(pl.col("rid").is_not_null()).with_columns(
-        pl.col("source_kind").replace_strict(rank, default=len(rank)).alias("_rank"))
-    best = named.group_by("run_id", "rid").agg(pl.col("_rank").min())
-    named = named.join(best, on=["run_id", "rid", "_rank"], how="semi").unique(["run_id", "rid"], keep="first",
-                                                                              maintain_order=True).drop("_rank")
+    preferred = pl.col("source_kind").replace_strict(rank, default=len(rank))
+    named = rows.filter(pl.col("rid").is_not_null()).filter(preferred == preferred.min().over("run_id", "rid")).unique(
+        ["run_id", "rid"], keep="first", maintain_order=True)
     return pl.concat([named, rows.filter(pl.col("rid").is_null())])   # a record without an id is its own request
 
 
@@ -339,22 +321,18 @@ def _lowest_rank(rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def _mean_batch(rows: pl.DataFrame) -> float | None:
-    values = rows["running_req"].drop_nulls() if not rows.is_empty() else pl.Series([], dtype=pl.Int64)
-    return float(values.mean()) if len(values) and values.mean() > 0 else None
+    mean = rows["running_req"].mean() if not rows.is_empty() else None
+    return float(mean) if mean is not None and mean > 0 else None
 
 
 def _window_accept(arm: str, run_name: str, window: _Window, rows: pl.DataFrame, requests: pl.DataFrame) -> WindowAccept:
-    tokens = window.after.get(GENERATION_TOKENS, 0.0) - window.before.get(GENERATION_TOKENS, 0.0)
-    verify = window.after.get(VERIFY_CALLS, 0.0) - window.before.get(VERIFY_CALLS, 0.0)
+    tokens, verify = (window.after.get(key, 0.0) - window.before.get(key, 0.0) for key in (GENERATION_TOKENS, VERIFY_CALLS))
     counters = tokens / verify if verify > 0 else None
     spec_rows = rows.filter(pl.col("accept_len").is_not_null()) if not rows.is_empty() else rows
-    lines = None
-    if spec_rows.height:
-        weight = spec_rows["running_req"].fill_null(1).cast(pl.Float64).clip(lower_bound=1.0)
-        lines = float((spec_rows["accept_len"] * weight).sum() / weight.sum())
-    from_requests = None
-    if requests.height:
-        from_requests = float((requests["spec_accept_length"] * requests["spec_verify_ct"]).sum() / requests["spec_verify_ct"].sum())
+    weight = spec_rows["running_req"].fill_null(1).cast(pl.Float64).clip(lower_bound=1.0) if spec_rows.height else None
+    lines = float((spec_rows["accept_len"] * weight).sum() / weight.sum()) if spec_rows.height else None
+    from_requests = (float((requests["spec_accept_length"] * requests["spec_verify_ct"]).sum() / requests["spec_verify_ct"].sum())
+                     if requests.height else None)
     agrees = None if counters is None or lines is None else abs(lines - counters) <= ACCEPT_TOLERANCE * counters
     return WindowAccept(arm, run_name, window.name, window.start, window.end, tokens, verify, counters, lines,
                         spec_rows.height, from_requests, requests.height, agrees)
@@ -421,15 +399,13 @@ def _phase_checks(arm: str, accept: WindowAccept, phases: list[DevicePhase], cyc
             device[p.phase] = device.get(p.phase, 0.0) + p.ms_per_cycle
     if device:
         device["cycle"] = sum(device.values())
-    means = cycles.select("verify_ms", "draft_ms", "extend_ms", "cycle_ms").mean().row(0) if cycles.height else ()
-    profiled = {k: v for k, v in zip(("verify", "draft", "extend", "cycle"), means) if v is not None}
-    busy = _decode_busy_ms(rows)
+    means = cycles.select("verify_ms", "draft_ms", "extend_ms", "cycle_ms").mean().row(0) if cycles.height else (None,) * 4
     out = []
-    for phase in ("verify", "draft", "extend", "cycle"):
-        ref, prof = device.get(phase), profiled.get(phase)
+    for phase, prof in zip(("verify", "draft", "extend", "cycle"), means):
+        ref = device.get(phase)
         if ref is None and prof is None:
             continue
-        lines = busy if phase == "cycle" else None
+        lines = _decode_busy_ms(rows) if phase == "cycle" else None
         others = [v for v in (prof, lines) if v is not None]
         difference = max(abs(v - ref) / ref for v in others) if ref and others else None
         out.append(PhaseCheck(arm, accept.run_name, accept.window, phase, ref, prof, lines, difference,
@@ -442,13 +418,10 @@ def _decode_busy_ms(rows: pl.DataFrame) -> float | None:
     lines that are not the first after idle."""
     if rows.is_empty():
         return None
-    usable = rows.filter(~pl.col("after_idle") & pl.col("fwd_occupancy_pct").is_not_null()
-                         & (pl.col("gen_throughput_tok_s") > 0))
-    if usable.is_empty():
-        return None
-    tokens = usable["running_req"].fill_null(1).cast(pl.Float64) * usable["accept_len"].fill_null(1.0)
-    wall_ms = 1000.0 * tokens / usable["gen_throughput_tok_s"]
-    return float((wall_ms * usable["fwd_occupancy_pct"] / 100.0).mean())
+    tokens = pl.col("running_req").fill_null(1).cast(pl.Float64) * pl.col("accept_len").fill_null(1.0)
+    busy_ms = 1000.0 * tokens / pl.col("gen_throughput_tok_s") * pl.col("fwd_occupancy_pct") / 100.0
+    return rows.filter(~pl.col("after_idle") & pl.col("fwd_occupancy_pct").is_not_null()
+                       & (pl.col("gen_throughput_tok_s") > 0)).select(busy_ms.mean()).item()
 
 
 def _phase_findings(phases: list[DevicePhase], checks: list[PhaseCheck]) -> list[Finding]:
@@ -472,13 +445,14 @@ def _phase_findings(phases: list[DevicePhase], checks: list[PhaseCheck]) -> list
     return found
 
 
-def _request_acceptance(arm: str, requests: pl.DataFrame, run_json: dict[str, dict], names: dict[str, str]) -> RequestAcceptance | None:
+def _request_acceptance(arm: str, requests: pl.DataFrame, recorded: dict[str, list[dict]], names: dict[str, str]
+                        ) -> RequestAcceptance | None:
     """The arm's requests (one source each), within the runs' benchmark windows when run.json records them."""
     rows = _one_source(requests)
     kept = []
     for (run_id,), part in rows.partition_by("run_id", as_dict=True).items() if rows.height else ():
-        bounds = [(w.get("start_unix"), w.get("end_unix")) for w in run_json.get(run_id, {}).get("windows", [])
-                  if isinstance(w, dict) and _float(w.get("start_unix")) is not None and _float(w.get("end_unix")) is not None]
+        bounds = [(w.get("start_unix"), w.get("end_unix")) for w in recorded.get(run_id, [])
+                  if _float(w.get("start_unix")) is not None and _float(w.get("end_unix")) is not None]
         if bounds and part["finished_unix_s"].is_not_null().all():
             inside = pl.lit(False)
             for start, end in bounds:

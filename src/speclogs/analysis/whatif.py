@@ -1,6 +1,5 @@
-"""What another speculative setting would give, predicted from one run: `whatif(tables, ...)` is pure;
-`whatif_for(con, selectors)` loads the rows. docs/whatif.md explains the model, its assumptions and its measured error.
-"""
+"""What another speculative setting would give, predicted from the runs at hand (docs/whatif.md: the model, its
+assumptions, its measured error). `whatif(tables, ...)` is pure; `whatif_for(con, selectors)` loads the rows."""
 
 from __future__ import annotations
 
@@ -24,12 +23,9 @@ SEED = 20261206
 
 @dataclass(frozen=True)
 class CycleModel:
-    """The cycle of one draft model, fitted on the runs of its source setting."""
-
     draft: str
-    source_runs: tuple[str, ...]
+    source_runs: tuple[str, ...]         # the runs of the source setting it was fitted on
     timing_source: str                   # 'profiler' (spec_cycles) | 'device timer + decode lines'
-
     steps: int                           # the source setting's --speculative-num-steps
     cycles: int                          # profiled single-stream cycles used
     draft_step_ms: float
@@ -94,8 +90,7 @@ def _setting(args: dict[str, str]) -> tuple[int, int, int, str] | None:
 
 def whatif_for(con: Any, selectors: Sequence[str], confidence: float = 0.95, *, tables: RunTables | None = None,
                evidence: Any = None) -> WhatIf:
-    """Resolve `selectors` (run names, run ids or globs), load their rows and SGLang's own signals (unless the caller
-    has `tables` and the signals' `evidence` already), then `whatif`."""
+    """`whatif` on the runs `selectors` name, with their rows and SGLang's own signals (unless the caller has them)."""
     arms = resolve_arms(con, list(selectors))
     run_ids = list(dict.fromkeys(run_id for ids in arms.values() for run_id in ids))
     if evidence is None:
@@ -118,12 +113,14 @@ def whatif_for(con: Any, selectors: Sequence[str], confidence: float = 0.95, *, 
     return whatif(tables or load_run_tables(con, run_ids), confidence, device_ms=device_ms, accept_hist=accept_hist)
 
 
-def _launch_tok_s(clients: pl.DataFrame, decode: pl.DataFrame, run_id: str, unit: str) -> float | None:
-    if unit == "client":
-        rows = clients.filter(pl.col("run_id") == run_id)
-        return float(rows["tokens"].sum() / rows["seconds"].sum()) if rows.height else None
-    rows = decode.filter((pl.col("run_id") == run_id) & (pl.col("running_req") == 1) & pl.col("gen_throughput_tok_s").is_not_null())
-    return float(rows["gen_throughput_tok_s"].median()) if rows.height else None
+def _single_stream(decode: pl.DataFrame) -> dict[str, dict[str, float | None]]:
+    """Per run, from its decode lines at one running request: median tok/s, wall ms per cycle (accept len / gen
+    throughput, median) and mean accept len."""
+    usable = (pl.col("gen_throughput_tok_s") > 0) & pl.col("accept_len").is_not_null()
+    rows = decode.filter(pl.col("running_req") == 1).group_by("run_id").agg(
+        pl.col("gen_throughput_tok_s").median().alias("tok_s"), pl.col("accept_len").mean(),
+        (1000.0 * pl.col("accept_len") / pl.col("gen_throughput_tok_s")).filter(usable).median().alias("wall_ms"))
+    return {row.pop("run_id"): row for row in rows.iter_rows(named=True)}
 
 
 def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPLES, *,
@@ -137,11 +134,11 @@ def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPL
     settings = {run_id: _setting(args.get(run_id, {})) for run_id in names}
     clients = client_rows(tables.bench.with_columns(pl.col("run_id").cast(pl.Utf8)))
     clients = clients.filter(pl.col("excluded_reason").is_null())
-    decode = tables.decode.with_columns(pl.col("run_id").cast(pl.Utf8))
+    single = _single_stream(tables.decode.with_columns(pl.col("run_id").cast(pl.Utf8)))
     profiled_cycles = tables.spec_cycles.with_columns(pl.col("run_id").cast(pl.Utf8)).filter(
         (pl.col("batch_size") == 1) & pl.col("accepted_tokens").is_not_null())
     profiled = set(profiled_cycles["run_id"].unique())
-    rebuilt = _rebuilt_cycles([r for r, s in settings.items() if s and r not in profiled], decode, device_ms, accept_hist)
+    rebuilt = _rebuilt_cycles([r for r, s in settings.items() if s and r not in profiled], single, device_ms, accept_hist)
     cycles = pl.concat([profiled_cycles.select(rebuilt.columns).cast(dict(rebuilt.schema)), rebuilt])
     with_cycles = set(cycles["run_id"].unique())
     drafts = sorted({s[3] for r, s in settings.items() if s and r in with_cycles})
@@ -151,9 +148,11 @@ def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPL
                             hint="select a run launched under `python -m speclogs.profile` (plan cell `profile = true`), "
                                  "or with --enable-metrics, SGLANG_ENABLE_METRICS_DEVICE_TIMER=1 and --export-metrics-to-file")
     unit = "client" if clients.height and set(clients["run_id"]) >= with_cycles else "cycle"
-    baselines = sorted(r for r, s in settings.items() if s is None and _launch_tok_s(clients, decode, r, unit))
-    base_step_ms = [1000.0 / float(v) for r in baselines for v in [decode.filter(
-        (pl.col("run_id") == r) & (pl.col("running_req") == 1))["gen_throughput_tok_s"].median()] if v]
+    # each launch's throughput in the unit predicted: Σ tokens / Σ seconds of its requests, else its decode lines'
+    tok_s = (dict(clients.group_by("run_id").agg(pl.col("tokens").sum() / pl.col("seconds").sum()).iter_rows())
+             if unit == "client" else {r: v["tok_s"] for r, v in single.items()})
+    baselines = sorted(r for r, s in settings.items() if s is None and tok_s.get(r))
+    base_step_ms = [1000.0 / v for r in baselines if (v := single.get(r, {}).get("tok_s"))]
     rng = np.random.default_rng(SEED)
     models, predictions, recommendations, notes = [], [], [], []
     notes.append("topk > 1 is not predicted: a tree's acceptance per branch is not in the cycle records")
@@ -167,13 +166,13 @@ def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPL
         if source[2] != 1:
             notes.append(f"{draft}: the source setting has topk {source[2]}; the chain model assumes topk 1")
         launches = [r for r in groups[source] if r in profiled] or [r for r in groups[source] if r in with_cycles]
-        model, boot = _fit(draft, source[0], launches, cycles, clients, decode, unit, base_step_ms, names, baselines,
+        model, boot = _fit(draft, source[0], launches, cycles, tok_s if unit == "client" else {}, single, base_step_ms, names, baselines,
                            rng, resamples, "profiler" if launches[0] in profiled else "device timer + decode lines")
         models.append(model)
         measured = {k: runs for k, runs in groups.items() if k[2] == 1}
         if baselines:
             measured[(0, 0, 1)] = baselines
-        predictions.extend(_predict(model, boot, measured, source, clients, decode, unit, confidence))
+        predictions.extend(_predict(model, boot, measured, source, tok_s, confidence))
         ranked = [p for p in predictions if p.draft == draft]
         new = next((p for p in ranked if not p.measured_launches), None)
         recommendations.append(_recommendation(draft, ranked, new))
@@ -214,22 +213,20 @@ def _recommendation(draft: str, ranked: list[Prediction], new: Prediction | None
     return said + f"; next to launch: {_name(best)}"
 
 
-def _fit(draft: str, steps: int, launches: list[str], cycles: pl.DataFrame, clients: pl.DataFrame,
-         decode: pl.DataFrame, unit: str, base_step_ms: list[float], names: dict[str, str], baselines: list[str],
+def _fit(draft: str, steps: int, launches: list[str], cycles: pl.DataFrame, client_tok_s: dict[str, float],
+         single: dict, base_step_ms: list[float], names: dict[str, str], baselines: list[str],
          rng: np.random.Generator, resamples: int, timing_source: str) -> tuple[CycleModel, dict[str, np.ndarray]]:
     """The point model and, per parameter, its bootstrap replicates (launches, then cycles within each)."""
     per_launch = []
     for run_id in launches:
         rows = cycles.filter(pl.col("run_id") == run_id)
-        phases = np.column_stack([rows[c].fill_null(0.0).to_numpy() for c in ("draft_ms", "verify_ms", "extend_ms",
-                                                                                "other_ms")]
-                                 + [rows["gap_ms"].fill_null(_missing_gap_ms(rows, decode, run_id)).to_numpy()])
-        lines = decode.filter((pl.col("run_id") == run_id) & (pl.col("running_req") == 1)
-                              & pl.col("accept_len").is_not_null())
-        client = clients.filter(pl.col("run_id") == run_id)
+        wall_ms, accept_len = (single.get(run_id, {}).get(key) for key in ("wall_ms", "accept_len"))
+        # the first profiler version timed no gap between cycles: the decode lines' wall time less the profiled cycle
+        gap_ms = 0.0 if wall_ms is None else max(0.0, wall_ms - float(rows["cycle_ms"].mean()))
+        phases = np.column_stack([rows[c].fill_null(0.0).to_numpy() for c in ("draft_ms", "verify_ms", "extend_ms", "other_ms")]
+                                 + [rows["gap_ms"].fill_null(gap_ms).to_numpy()])
         per_launch.append((phases, np.minimum(rows["accepted_tokens"].to_numpy(), steps),
-                           float(1000.0 * client["seconds"].sum() / client["tokens"].sum()) if unit == "client" else None,
-                           _wall_ms(decode, run_id), float(lines["accept_len"].mean()) if lines.height else None))
+                           1000.0 / client_tok_s[run_id] if client_tok_s else None, wall_ms, accept_len))
     base_ms = float(np.mean(base_step_ms)) if base_step_ms else None
 
     def estimate(picks: list[tuple]) -> dict[str, float | np.ndarray]:
@@ -275,7 +272,7 @@ def _fit(draft: str, steps: int, launches: list[str], cycles: pl.DataFrame, clie
     return model, boot
 
 
-def _rebuilt_cycles(run_ids: list[str], decode: pl.DataFrame, device_ms: pl.DataFrame | None,
+def _rebuilt_cycles(run_ids: list[str], single: dict, device_ms: pl.DataFrame | None,
                     accept_hist: pl.DataFrame | None) -> pl.DataFrame:
     """spec_cycles-like rows (one per verify step) of unprofiled runs that have the device timer, per-request accept
     histograms and single-stream decode lines: the phases as the timer's mean per cycle, host = wall − GPU phases."""
@@ -284,7 +281,7 @@ def _rebuilt_cycles(run_ids: list[str], decode: pl.DataFrame, device_ms: pl.Data
         phases = {} if device_ms is None else dict(device_ms.filter(pl.col("run_id") == run_id).group_by("phase").agg(
             pl.col("ms_per_cycle").mean()).iter_rows())
         hist = None if accept_hist is None else accept_hist.filter((pl.col("run_id") == run_id) & (pl.col("cycles") > 0))
-        wall_ms = _wall_ms(decode, run_id)
+        wall_ms = single.get(run_id, {}).get("wall_ms")
         if "verify" not in phases or hist is None or not hist.height or wall_ms is None:
             continue
         gpu = [phases.get(name, 0.0) for name in ("draft", "verify", "extend")]
@@ -295,20 +292,6 @@ def _rebuilt_cycles(run_ids: list[str], decode: pl.DataFrame, device_ms: pl.Data
     schema = {"run_id": pl.Utf8, "draft_ms": pl.Float64, "verify_ms": pl.Float64, "extend_ms": pl.Float64,
               "other_ms": pl.Float64, "gap_ms": pl.Float64, "cycle_ms": pl.Float64, "accepted_tokens": pl.Int64}
     return pl.concat([r.cast(schema) for r in rows]) if rows else pl.DataFrame(schema=schema)
-
-
-def _wall_ms(decode: pl.DataFrame, run_id: str) -> float | None:
-    """Wall time per cycle from the run's single-stream decode lines: accept len / gen throughput (median)."""
-    lines = decode.filter((pl.col("run_id") == run_id) & (pl.col("running_req") == 1)
-                          & (pl.col("gen_throughput_tok_s") > 0) & pl.col("accept_len").is_not_null())
-    return float((1000.0 * lines["accept_len"] / lines["gen_throughput_tok_s"]).median()) if lines.height else None
-
-
-def _missing_gap_ms(rows: pl.DataFrame, decode: pl.DataFrame, run_id: str) -> float:
-    """Host time between cycles where the profiler did not time it (its first version): the decode lines' wall time
-    per cycle less the profiled cycle; 0 without decode lines."""
-    wall_ms = _wall_ms(decode, run_id)
-    return 0.0 if wall_ms is None else max(0.0, wall_ms - float(rows["cycle_ms"].mean()))
 
 
 def _tokens_and_cycle(p: dict[str, np.ndarray], steps: int, measured_steps: int) -> tuple[np.ndarray, np.ndarray]:
@@ -331,8 +314,7 @@ def _tokens_and_cycle(p: dict[str, np.ndarray], steps: int, measured_steps: int)
 
 
 def _predict(model: CycleModel, boot: dict[str, np.ndarray], measured: dict[tuple[int, int, int], list[str]],
-             source: tuple[int, int, int], clients: pl.DataFrame, decode: pl.DataFrame, unit: str,
-             confidence: float) -> list[Prediction]:
+             source: tuple[int, int, int], tok_s: dict[str, float | None], confidence: float) -> list[Prediction]:
     point = {k: np.asarray(getattr(model, k)) for k in boot}
     candidates = range(0, max(MAX_STEPS, model.steps + 2) + 1)
     rates, boots = {}, {}
@@ -351,7 +333,7 @@ def _predict(model: CycleModel, boot: dict[str, np.ndarray], measured: dict[tupl
     out = []
     for i, steps in enumerate(candidates):
         runs = measured.get((steps, steps + 1 if steps else 0, 1), [])
-        values = [v for r in runs if (v := _launch_tok_s(clients, decode, r, unit)) is not None]
+        values = [v for r in runs if (v := tok_s.get(r)) is not None]
         mean = float(np.mean(values)) if values else None
         low, high = np.quantile(boots[steps], [tail, 1.0 - tail])
         out.append(Prediction(

@@ -323,7 +323,7 @@ def _check_model_paths(plan: Plan, order: list[LaunchSpec]) -> None:
             if looks_local and not Path(value).expanduser().exists():
                 where = f"{plan.path}:{_plan_line(plan, spec.cell, [value])}"
                 raise PlanError(f"{where}: {flag} {value} does not exist (cell {spec.cell.name})",
-                                hint="create the model first (e.g. speclogs synth-pair) or fix the path")
+                                hint="create the model first (e.g. python scripts/synth_pair.py) or fix the path")
 
 
 def _check_overwrite(order: list[LaunchSpec], out_dir: Path, options: LaunchOptions) -> None:

@@ -1,6 +1,6 @@
-"""What run.json records about the machine: versions, GPUs, environment (secrets redacted), timestamps.
+"""What run.json records about the machine: versions, GPUs, environment (secrets redacted), models, timestamps.
 
-Standard library only (runs on the GPU box). The file itself: speclogs.runrecord (fields: docs/launcher.md).
+The file itself: speclogs.runrecord (fields: docs/launcher.md).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from speclogs.doctor import config_facts
+from speclogs.doctor import arg_value, config_facts
 from speclogs.launcher.process import nvidia_smi
 from speclogs.redact import redact_value
 
@@ -47,10 +47,7 @@ def now_iso() -> str:
 
 
 def utc_offset() -> str:
-    offset = _dt.datetime.now().astimezone().utcoffset() or _dt.timedelta(0)
-    minutes = int(offset.total_seconds() // 60)
-    sign = "+" if minutes >= 0 else "-"
-    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+    return _dt.datetime.now().astimezone().isoformat()[-6:]
 
 
 # Inherited variables whose values run.json records: the families speclogs and the server's libraries read. Any other
@@ -74,9 +71,8 @@ def recorded_env(env: dict[str, str], inherit: tuple[str, ...], *layers: dict[st
 def build_env(
     base: dict[str, str], inherit: tuple[str, ...], drop_prefixes: tuple[str, ...], *layers: dict[str, str]
 ) -> tuple[dict[str, str], list[str]]:
-    """The names of `base` that `inherit` allows (NAME, PREFIX*, or * for all) and no `drop_prefixes` starts,
-    plus each layer in order. Proxy variables only when `inherit` names them. Returns (env, names of base not
-    passed on)."""
+    """The names of `base` that `inherit` allows (NAME, PREFIX*, or *; proxies only by name) and no `drop_prefixes`
+    starts, plus each layer in order. Returns (env, names of base not passed on)."""
     named = {entry.lower() for entry in inherit}
 
     def allowed(name: str) -> bool:
@@ -84,9 +80,7 @@ def build_env(
             return name.lower() in named
         return any(name == entry or (entry.endswith("*") and name.startswith(entry[:-1])) for entry in inherit)
 
-    dropped = sorted(
-        name for name in base if not allowed(name) or any(name.startswith(prefix) for prefix in drop_prefixes)
-    )
+    dropped = sorted(name for name in base if not allowed(name) or name.startswith(tuple(drop_prefixes)))
     env = {name: value for name, value in base.items() if name not in dropped}
     for layer in layers:
         env.update(layer)
@@ -128,7 +122,6 @@ def server_versions(python: str, env: dict[str, str], timeout_s: float = 120.0) 
 
 
 def gpu_inventory() -> list[dict]:
-    """GPUs from nvidia-smi ([] where there is none)."""
     gpus = []
     for line in nvidia_smi("--query-gpu=index,name,driver_version,memory.total") or []:
         parts = [part.strip() for part in line.split(",")]
@@ -178,9 +171,8 @@ def _hash_weights(files: list[Path]) -> tuple[str, str, int]:
 
 
 def model_record(path: str) -> dict:
-    """What run.json records about a model directory: config.json's identifying fields, EAGLE-3 aux-hidden-state layer
-    ids (draft models), sha256 of config.json and a hash of the weights — so two runs with different drafts (or a
-    retrained one at the same path) are told apart. A path that is not a local directory (a hub id) records why."""
+    """run.json's record of a model directory: config.json's identifying fields, EAGLE-3 aux layer ids, sha256 of
+    config.json and of the weights, so that two drafts (or one retrained at the same path) are told apart."""
     import hashlib
 
     record: dict = {"path": path}
@@ -213,3 +205,33 @@ def model_record(path: str) -> dict:
             record["error"] = f"weights unreadable: {exc.strerror}"
         record["weight_files"] = [p.name for p in weights]
     return record
+
+
+class Machine:
+    """Facts gathered once per plan run on this machine: GPUs, hostname, versions per (python, PYTHONPATH), models."""
+
+    def __init__(self, design: dict | None = None):
+        self.design = design   # the adaptive design run.json records, if any
+        self.gpus = gpu_inventory()
+        self.hostname = hostname()
+        self._versions: dict[tuple[str, str], dict] = {}
+        self._models: dict[str, dict] = {}
+
+    def models(self, argv: list[str]) -> dict:
+        """run.json `models`: what --model-path and --speculative-draft-model-path point at."""
+        out = {}
+        for role, flag in (("target", "--model-path"), ("draft", "--speculative-draft-model-path")):
+            path = arg_value(argv, flag)
+            if path is not None:
+                if path not in self._models:
+                    self._models[path] = model_record(path)
+                out[role] = dict(self._models[path])
+        return out
+
+    def versions(self, python: str, env: dict[str, str]) -> dict:
+        key = (python, env.get("PYTHONPATH", ""))
+        if key not in self._versions:
+            from speclogs import __version__
+
+            self._versions[key] = {**server_versions(python, env), "speclogs": __version__}
+        return dict(self._versions[key])

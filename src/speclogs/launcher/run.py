@@ -23,8 +23,8 @@ import speclogs
 from speclogs.doctor import FLAGS as DOCTOR_FLAGS, DoctorFinding, arg_value, check_settings, server_settings
 from speclogs.errors import LaunchError, PlanError
 from speclogs.launcher import adaptive as _adaptive, bench as _bench, process as _proc, runinfo
+from speclogs.launcher.bench import METRICS_FLAG, Windows
 from speclogs.launcher.plan import DEVICE_TIMER_ENV, MODEL_PATH_FLAGS, PYTHON_PLACEHOLDER, LaunchSpec, Plan
-from speclogs.launcher.scrape import METRICS_FLAG, Windows
 from speclogs.redact import redact_json
 from speclogs.runrecord import FILE_NAME as RUN_JSON, RunRecord, finish_record, launch_record, read_run_json, write_run_json
 
@@ -597,12 +597,12 @@ def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, 
             if plan.bench.warmup_requests == 0:
                 windows.open("single_stream")
             try:
-                summary = _bench.run_single_stream(base_url, plan.bench, spec.run_name, run_dir / "bench.jsonl", on_request)
+                done, median = _bench.run_single_stream(base_url, plan.bench, spec.run_name, run_dir / "bench.jsonl", on_request)
             except _bench.BenchFailed as exc:
                 ended = next((e for node in nodes if (e := node.ended())), None)
                 raise LaunchFailed("bench_failed", str(exc) + (f" (server {ended})" if ended else ""), hint=exc.hint) from exc
             windows.close()
-            record["bench_summary"] = {"requests_done": summary.requests_done, "median_tok_s": summary.median_tok_s}
+            record["bench_summary"] = {"requests_done": done, "median_tok_s": median}
         else:
             record["files"].pop("bench", None)
         if plan.bench_serving is not None and plan.nodes is None:

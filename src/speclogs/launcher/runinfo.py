@@ -25,12 +25,8 @@ PROXY_NAMES = frozenset({"http_proxy", "https_proxy", "all_proxy", "no_proxy", "
 
 _VERSIONS_SCRIPT = r"""
 import json, sys, importlib.metadata as md
-out = {"python": sys.version.split()[0]}
-for name in ("sglang", "torch"):
-    try:
-        out[name] = md.version(name)
-    except md.PackageNotFoundError:
-        out[name] = None
+found = {(d.metadata["Name"] or "").lower(): d.version for d in md.distributions()}
+out = {"python": sys.version.split()[0], "sglang": found.get("sglang"), "torch": found.get("torch")}
 try:
     import torch
     v = torch.cuda.nccl.version()
@@ -103,37 +99,22 @@ def python_of(argv: list[str]) -> str:
 
 def server_versions(python: str, env: dict[str, str], timeout_s: float = 120.0) -> dict[str, str | None]:
     """python/sglang/torch/NCCL versions as the server's interpreter with the server's env sees them."""
-    fallback: dict[str, str | None] = {"python": None, "sglang": None, "torch": None, "nccl": None}
+    fallback: dict[str, str | None] = dict.fromkeys(("python", "sglang", "torch", "nccl"))
     try:
         result = subprocess.run([python, "-c", _VERSIONS_SCRIPT], env=env, capture_output=True, text=True,
                                 timeout=timeout_s, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        fallback["error"] = f"{type(exc).__name__}: {exc}"
-        return fallback
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
+        if result.returncode == 0 and (lines := result.stdout.strip().splitlines()):
+            return json.loads(lines[-1])
         fallback["error"] = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        return fallback
-    try:
-        return json.loads(lines[-1])
-    except json.JSONDecodeError:
-        fallback["error"] = f"unreadable output: {lines[-1][:200]}"
-        return fallback
+    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
+        fallback["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    return fallback
 
 
 def gpu_inventory() -> list[dict]:
-    gpus = []
-    for line in nvidia_smi("--query-gpu=index,name,driver_version,memory.total") or []:
-        parts = [part.strip() for part in line.split(",")]
-        if len(parts) < 4:
-            continue
-        try:
-            memory = int(float(parts[3].split()[0]))
-        except ValueError:
-            memory = None
-        gpus.append({"index": int(parts[0]) if parts[0].isdigit() else parts[0], "name": parts[1],
-                     "driver": parts[2], "memory_mib": memory})
-    return gpus
+    rows = [[part.strip() for part in line.split(",")] for line in nvidia_smi("--query-gpu=index,name,driver_version,memory.total") or []]
+    return [{"index": int(row[0]) if row[0].isdigit() else row[0], "name": row[1], "driver": row[2],
+             "memory_mib": int(row[3]) if row[3].isdigit() else None} for row in rows if len(row) >= 4]
 
 
 def hostname() -> str:

@@ -55,8 +55,10 @@ def upload(plan: Plan, say: Progress) -> None:
 
 
 def launch_fields(plan: Plan) -> dict:
+    """The launch run.json's own multi-node fields (each node's facts come with its record)."""
     return {"dist_init_addr": f"{plan.nodes.http_host}:{plan.nodes.dist_init_port}",
-            "nodes": [{"rank": rank, "ssh": host} for rank, host in enumerate(plan.nodes.hosts)]}
+            "nodes": [{"rank": rank, "ssh": host} for rank, host in enumerate(plan.nodes.hosts)],
+            "files": {"bench": "bench.jsonl", "nodes": [f"node{rank}" for rank in range(len(plan.nodes.hosts))]}}
 
 
 def open_nodes(plan: Plan, spec: LaunchSpec, say: Progress, nodes: list) -> None:
@@ -71,7 +73,7 @@ class RemoteNode:
     def __init__(self, plan: Plan, spec: LaunchSpec, rank: int, host: str, say: Progress) -> None:
         nodes = plan.nodes
         self.plan, self.spec, self.rank, self.host, self.say = plan, spec, rank, host, say
-        self.name = f"node {rank} ({host})"
+        self.name = f"node {rank} ({host}): "
         self.log_path = f"{host}:{nodes.remote_dir}/{node_folder(plan, spec, rank)}/server.log"
         self.facts: dict = {
             "node": {"rank": rank, "nnodes": len(nodes.hosts), "ssh": host, "dist_init_addr": f"{nodes.http_host}:"
@@ -85,7 +87,7 @@ class RemoteNode:
             self.proc = subprocess.Popen([*self.ssh, command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True, bufsize=1)
         except OSError as error:
-            raise LaunchFailed("spawn_failed", f"cannot run ssh for {self.name}: {error.strerror}") from error
+            raise LaunchFailed("spawn_failed", f"{self.name}cannot run ssh: {error.strerror}") from error
         self.events: queue.Queue = queue.Queue()
         self.stderr: list[str] = []
         self.last: dict[str, dict] = {}
@@ -129,11 +131,11 @@ class RemoteNode:
     def start(self) -> None:
         event = self._wait_for("spawned", SPAWN_TIMEOUT_S)
         if event is None:
-            raise LaunchFailed("failed_start", f"{self.name} did not start its server within {SPAWN_TIMEOUT_S:g} s")
+            raise LaunchFailed("failed_start", f"{self.name}the server did not start within {SPAWN_TIMEOUT_S:g} s")
         if event["event"] == "failed":
-            raise LaunchFailed(event.get("outcome", "failed_start"), f"{self.name}: {event.get('message')}")
+            raise LaunchFailed(event.get("outcome", "failed_start"), f"{self.name}{event.get('message')}")
         if event["event"] == "gone":
-            raise LaunchFailed("spawn_failed", f"{self.name}: the node agent did not start: {self._why_gone()}")
+            raise LaunchFailed("spawn_failed", f"{self.name}the node agent did not start: {self._why_gone()}")
         self.facts.update({key: value for key, value in event.items() if key not in ("event", "node")})
 
     def ended(self) -> str | None:
@@ -179,7 +181,7 @@ class RemoteNode:
             self.facts["timestamps"]["stop"] = event.get("timestamps", {}).get("stop")
         elif self.facts["server_pid"] is not None:
             self.facts["stop"] = {"error": f"the node agent did not report its stop ({self._why_gone()})"}
-            self.say(f"{self.spec.run_name}: WARNING {self.name} did not report its stop: check it by hand")
+            self.say(f"{self.spec.run_name}: WARNING {self.name}the node agent did not report its stop: check it by hand")
 
     def pull_log(self, run_dir: Path) -> None:
         target = run_dir / f"node{self.rank}"

@@ -350,7 +350,7 @@ class Node:
     """One server on this machine, from the checks before its start to the check after its stop: a single-host launch
     drives one here; the node agent (launcher.node) drives one on each node of a plan with `nodes`."""
 
-    name = ""   # how progress and outcome details name it: nothing on a single host
+    name = ""   # what progress and outcome details put before its news ("node 1 (host): "): nothing on a single host
 
     def __init__(self, plan: Plan, spec: LaunchSpec, machine: runinfo.Machine, argv: list[str], log_path: Path,
                  port_probe: tuple[str, int] | None):
@@ -411,38 +411,34 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
     run_dir.mkdir(parents=True, exist_ok=True)
     argv = server_argv(plan, spec, run_dir)
     host, probe_host, port = probe_address(plan, argv)
-    files = {"server_log": "server.log", "bench": "bench.jsonl"}
-    extra: dict = {"adaptive": machine.design} if machine.design is not None else {}
+    fields: dict = {"files": {"server_log": "server.log", "bench": "bench.jsonl"}, "doctor": [f.to_dict() for f in findings]}
+    if machine.design is not None:
+        fields["adaptive"] = machine.design
     if plan.nodes is not None:
         from speclogs.launcher import multinode
 
         host = probe_host = plan.nodes.http_host
-        extra.update(multinode.launch_fields(plan))
-        files = {"bench": "bench.jsonl", "nodes": [f"node{rank}" for rank in range(len(plan.nodes.hosts))]}
+        fields.update(multinode.launch_fields(plan))
     record = new_record(plan, spec, previous, argv, server_env(plan, spec)[0], host=host, port=port, profile=spec.cell.profile,
-                        files=files, doctor=[finding.to_dict() for finding in findings], **extra)
-    nodes: list = []
-    if plan.nodes is None:
-        nodes.append(Node(plan, spec, machine, argv, run_dir / "server.log", (probe_host, port)))
-        record.update(_launch_facts(nodes))
+                        **fields)
+    nodes: list = [] if plan.nodes is not None else [Node(plan, spec, machine, argv, run_dir / "server.log", (probe_host, port))]
+    record.update(_launch_facts(nodes))
     stamps = record["timestamps"]
-    base_url = f"http://{probe_host}:{port}"
-    spawn_clock = time.monotonic()
+    health_url = f"http://{probe_host}:{port}/health"
 
     def finish(outcome: str, detail: str) -> LaunchResult:
         with _signals_deferred():
             if any(node.facts["server_pid"] is not None for node in nodes):
-                say(f"{spec.run_name}: stopping" + (f" {len(nodes)} nodes" if len(nodes) > 1 else "")
-                    + f" (SIGTERM, grace {plan.stop_grace_s:g} s)")
+                say(f"{spec.run_name}: stopping{f' {len(nodes)} nodes' if len(nodes) > 1 else ''} (SIGTERM, grace "
+                    f"{plan.stop_grace_s:g} s)")
             with ThreadPoolExecutor(max(1, len(nodes))) as pool:   # every node at once
                 list(pool.map(lambda node: node.stop(), nodes))
         if stamps["spawn"] is not None:
             stamps["stop"] = runinfo.now_iso()
         for node in nodes:
-            if node.facts["stop"] and (node.facts["stop"].get("leftover_pids") or node.facts["stop"].get("gpu_pids")):
-                say(f"{spec.run_name}: WARNING {node.name + ': ' if node.name else ''}processes left after stop: "
-                    f"{node.facts['stop']['leftover_pids'] or node.facts['stop']['gpu_pids']} (killed)")
-        record.update(_launch_facts(nodes) if nodes else {})
+            if left := (node.facts["stop"] or {}).get("leftover_pids") or (node.facts["stop"] or {}).get("gpu_pids"):
+                say(f"{spec.run_name}: WARNING {node.name}processes left after stop: {left} (killed)")
+        record.update(_launch_facts(nodes))
         finish_record(record, outcome, detail)
         if record["metrics"]["request_export"]:   # the per-request files SGLang wrote, once it stopped
             record["files"]["request_export"] = sorted(p.name for p in run_dir.glob("sglang-request-metrics-*.log"))
@@ -451,34 +447,13 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
                 multinode.write_node_records(record, nodes, run_dir, outcome, detail)
             write_run_json(run_dir, record)
         except OSError as exc:
-            return _result_from(RunRecord({**record, "outcome_detail": f"{detail}; run.json not written: {exc.strerror}"}),
-                                spec, run_dir)
+            record["outcome_detail"] = f"{detail}; run.json not written: {exc.strerror}"
         return _result_from(RunRecord(record), spec, run_dir)
 
     def check_disk() -> None:
         if (free := _proc.free_mb(run_dir)) < plan.min_free_mb:
             raise LaunchFailed("disk_full", f"only {free:.0f} MiB free under {run_dir} (min_free_mb = {plan.min_free_mb:g})",
                                hint="free disk space")
-
-    def poll() -> None:
-        for node in nodes:
-            if ended := node.ended():
-                tail = node.last_line()
-                raise LaunchFailed("failed_start", f"{node.name + ': ' if node.name else ''}the server {ended} after "
-                                   f"{time.monotonic() - spawn_clock:.1f} s before /health answered 200"
-                                   + (f"; last line: {tail}" if tail else ""), hint=f"see {run_dir}")
-        if stamps["port_open"] is None and _proc.port_is_open(probe_host, port):
-            stamps["port_open"] = runinfo.now_iso()
-
-    def watch() -> None:
-        for node in nodes:
-            node.watch()
-
-    def tick() -> str:
-        watch()
-        check_disk()
-        milestone = nodes[0].last_line()
-        return f" · {milestone}" if milestone else ""
 
     try:
         try:
@@ -490,20 +465,47 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
                 multinode.open_nodes(plan, spec, say, nodes)
             for node in nodes:
                 node.start()
-                say(f"{spec.run_name}: {node.name + ' ' if node.name else ''}pid {node.facts['server_pid']}, "
-                    f"log {node.log_path}")
+                say(f"{spec.run_name}: {node.name}pid {node.facts['server_pid']}, log {node.log_path}")
             spawn_clock = time.monotonic()
             stamps["spawn"] = runinfo.now_iso()
             if plan.nodes is not None:
                 multinode.measure_clocks(nodes)
             record.update(_launch_facts(nodes))
             write_run_json(run_dir, record)   # with the server's pid + start time: a killed launcher's is stopped on --resume
-            _wait_ready(plan, f"{base_url}/health", stamps, spawn_clock, deadline, spec.run_name, say, poll, tick)
+            next_report = spawn_clock + plan.progress_every_s
+            while (status := _proc.probe_health(health_url, timeout_s=min(5.0, plan.health_poll_s * 5))) != 200:
+                now = time.monotonic()
+                for node in nodes:
+                    if ended := node.ended():
+                        tail = node.last_line()
+                        raise LaunchFailed("failed_start", f"{node.name}the server {ended} after {now - spawn_clock:.1f} s "
+                                           "before /health answered 200" + (f"; last line: {tail}" if tail else ""),
+                                           hint=f"see {run_dir}")
+                if stamps["port_open"] is None and _proc.port_is_open(probe_host, port):
+                    stamps["port_open"] = runinfo.now_iso()
+                if now - spawn_clock > plan.health_timeout_s:
+                    raise LaunchFailed("health_timeout", f"{health_url} did not answer 200 within {plan.health_timeout_s:g} s "
+                                       f"(last answer: {status or 'no connection'})",
+                                       hint="raise health_timeout_s, or see server.log for where it stalled")
+                if deadline is not None and now > deadline:
+                    raise _DeadlineReached()
+                if now >= next_report:
+                    for node in nodes:
+                        node.watch()
+                    check_disk()
+                    milestone = nodes[0].last_line()
+                    say(f"{spec.run_name}: waiting {now - spawn_clock:.0f} s, /health {status or 'no connection'}"
+                        + (f" · {milestone}" if milestone else ""))
+                    next_report = now + plan.progress_every_s
+                time.sleep(plan.health_poll_s)
+            stamps["health_200"] = runinfo.now_iso()
             record["ready_s"] = round(time.monotonic() - spawn_clock, 3)
             say(f"{spec.run_name}: ready in {record['ready_s']:.1f} s")
-            watch()
-            _run_benchmarks(plan, spec, run_dir, base_url, record, deadline, say, nodes, probe_host, port)
-            watch()
+            for node in nodes:
+                node.watch()
+            _run_benchmarks(plan, spec, run_dir, record, deadline, say, nodes, probe_host, port)
+            for node in nodes:
+                node.watch()
             return finish("ok", "")
         except LaunchFailed as exc:
             return finish(exc.outcome, str(exc))
@@ -523,8 +525,8 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
 def _launch_facts(nodes: list) -> dict:
     """What the launch's run.json says of its servers: node 0's facts (hostname, GPUs, argv, env …), and with several
     nodes a line per node and the processes left over all of them."""
-    head = {key: value for key, value in nodes[0].facts.items() if key not in ("timestamps", "node", "utc_offset")}
-    if len(nodes) == 1 and not nodes[0].name:
+    head = {key: value for key, value in nodes[0].facts.items() if key not in ("timestamps", "node", "utc_offset")} if nodes else {}
+    if len(nodes) < 2:
         return head
     return {**head, "nodes": [{"rank": rank, "ssh": node.host, "hostname": node.facts["hostname"],
                                "clock_offset_to_node0_s": node.facts["node"]["clock_offset_to_node0_s"],
@@ -549,33 +551,10 @@ def _stop_orphan(previous: RunRecord | None, hostname: str, grace_s: float, reco
         record["orphan_not_signalled"] = {"pid": pgid, "reason": reason}
 
 
-def _wait_ready(plan: Plan, health_url: str, stamps: dict, spawn_clock: float, deadline: float | None, run_name: str,
-                say: Progress, poll: Callable[[], None], tick: Callable[[], str]) -> None:
-    """Poll /health until it answers 200. `poll` runs before each probe and raises LaunchFailed when a server died;
-    `tick` runs every progress_every_s and returns what the progress line adds."""
-    next_report = spawn_clock + plan.progress_every_s
-    while True:
-        poll()
-        status = _proc.probe_health(health_url, timeout_s=min(5.0, plan.health_poll_s * 5))
-        if status == 200:
-            stamps["health_200"] = runinfo.now_iso()
-            return
-        now = time.monotonic()
-        if now - spawn_clock > plan.health_timeout_s:
-            raise LaunchFailed("health_timeout", f"{health_url} did not answer 200 within {plan.health_timeout_s:g} s "
-                                                 f"(last answer: {status or 'no connection'})",
-                               hint="raise health_timeout_s, or see server.log for where it stalled")
-        if deadline is not None and now > deadline:
-            raise _DeadlineReached()
-        if now >= next_report:
-            say(f"{run_name}: waiting {now - spawn_clock:.0f} s, /health {status or 'no connection'}{tick()}")
-            next_report = now + plan.progress_every_s
-        time.sleep(plan.health_poll_s)
-
-
-def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, record: dict, deadline: float | None,
-                    say: Progress, nodes: list, probe_host: str, port: int) -> None:
+def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, record: dict, deadline: float | None, say: Progress,
+                    nodes: list, probe_host: str, port: int) -> None:
     """The plan's benchmarks against a ready server, each inside its window (with /metrics scrapes when enabled)."""
+    base_url = f"http://{probe_host}:{port}"
     if deadline is not None and time.monotonic() > deadline:
         raise _DeadlineReached()
     stamps = record["timestamps"]

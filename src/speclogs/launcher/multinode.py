@@ -1,27 +1,30 @@
 """Multi-node launches: a plan with `nodes = ["user@host1", "user@host2", …]` runs SGLang on every node at once.
 
-Each node is a `RemoteNode`: over ssh, the node agent (`python -m speclogs.launcher.node`) reads the uploaded plan and
-drives a run.Node there, with SGLang's multi-node flags; the launch itself is run._launch_one, as on one machine.
-This side measures each node's clock against node 0's and writes a run.json per node next to the launch's
-(docs/launcher.md, "Several nodes"); every run.json of a launch carries its run_uid, so the ingest makes one run of it.
+Each node is a `RemoteNode`: over ssh, the node agent (`python -m speclogs.launcher.multinode`, `agent` below) reads the
+uploaded plan and drives a run.Node there with SGLang's multi-node flags; the launch itself is run._launch_one, as on
+one machine. This side measures each node's clock against node 0's and writes a run.json per node next to the
+launch's (docs/launcher.md, "Several nodes"); all carry the launch's run_uid, so the ingest makes one run of them.
 """
 
 from __future__ import annotations
 
 import json
 import queue
+import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 from speclogs.errors import LaunchError
-from speclogs.launcher import remote
-from speclogs.launcher.plan import PYTHON_PLACEHOLDER, LaunchSpec, Plan
-from speclogs.launcher.run import LaunchFailed, Progress, server_argv
+from speclogs.launcher import remote, runinfo
+from speclogs.launcher.plan import PYTHON_PLACEHOLDER, LaunchSpec, Plan, load_plan
+from speclogs.launcher.run import LaunchFailed, Node, Progress, probe_address, server_argv
 from speclogs.runrecord import finish_record, node_record, write_run_json
 
 SPAWN_TIMEOUT_S = 300.0   # ssh + the node's version probe + spawn
+POLL_S = 0.5              # how often the agent looks at its server's processes (to know its children when stopping)
 PINGS = 5                 # clock samples per node
 STOP_EXTRA_S = 60.0       # beyond stop_grace_s: SIGKILL, reaping, the leftover check
 
@@ -61,12 +64,6 @@ def launch_fields(plan: Plan) -> dict:
             "files": {"bench": "bench.jsonl", "nodes": [f"node{rank}" for rank in range(len(plan.nodes.hosts))]}}
 
 
-def open_nodes(plan: Plan, spec: LaunchSpec, say: Progress, nodes: list) -> None:
-    """Start every node's agent (each spawns its server at once); appended to `nodes` as they open."""
-    for rank, host in enumerate(plan.nodes.hosts):
-        nodes.append(RemoteNode(plan, spec, rank, host, say))
-
-
 class RemoteNode:
     """One node's server through its agent over ssh: run.Node's interface (start, ended, watch, stop, facts)."""
 
@@ -82,7 +79,7 @@ class RemoteNode:
             "versions": {}, "gpus": [], "hostname": None, "timestamps": {"spawn": None, "stop": None}, "utc_offset": None,
             "server_pid": None, "server_identity": None, "exit_code": None, "stop": None, "files": {"server_log": "server.log"}}
         self.ssh = remote.ssh_command(nodes.ssh_options, host)
-        command = remote.python_command(nodes.remote_dir, nodes.remote_python, "speclogs.launcher.node")
+        command = remote.python_command(nodes.remote_dir, nodes.remote_python, "speclogs.launcher.multinode")
         try:
             self.proc = subprocess.Popen([*self.ssh, command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True, bufsize=1)
@@ -116,14 +113,12 @@ class RemoteNode:
     def _wait_for(self, name: str, timeout_s: float) -> dict | None:
         """The next event `name` (or 'gone', 'failed'); None on timeout. Every event is kept in `last` too."""
         deadline = time.monotonic() + timeout_s
-        while (remaining := deadline - time.monotonic()) > 0:
-            try:
-                event = self.events.get(timeout=min(remaining, 0.5))
-            except queue.Empty:
-                continue
-            if event.get("event") in (name, "gone", "failed"):
-                return event
-        return None
+        try:
+            while (event := self.events.get(timeout=max(0.0, deadline - time.monotonic()))).get("event") not in (name, "gone", "failed"):
+                pass
+        except queue.Empty:
+            return None
+        return event
 
     def _why_gone(self) -> str:
         return self.stderr[-1] if self.stderr else f"ssh exited with {self.proc.poll()}"
@@ -209,3 +204,62 @@ def write_node_records(launch: dict, nodes: list[RemoteNode], run_dir: Path, out
         record = node_record(launch, **node.facts)
         finish_record(record, outcome, detail)
         write_run_json(run_dir / f"node{node.rank}", record)
+
+
+def agent() -> int:
+    """One node's part, over ssh: reads one JSON line on stdin (the uploaded plan, cell, launch, rank, log), drives a
+    run.Node with this node's own environment and answers one JSON line per event: `spawned` (the node's facts),
+    `pong` (after `ping`: this node's clock), `exited` (the server ended by itself), `stopped` (after `stop`, or the end
+    of stdin: the launcher or its ssh session went away), `failed` (nothing started: outcome and message)."""
+    commands: list[str] = []
+    arrived = threading.Event()
+
+    def send(**event) -> None:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
+
+    def command(line: str) -> None:
+        commands.append(line.strip())
+        arrived.set()
+
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):   # the ssh session was cut, or someone stops us
+        signal.signal(signum, lambda signum, frame: command("eof"))
+    if not (line := sys.stdin.readline()):
+        return 1
+    request = json.loads(line)
+    plan = load_plan(request["plan"])
+    spec = next(s for s in plan.launch_order() if s.cell.name == request["cell"] and s.launch == request["launch"])
+    argv = node_argv(plan, spec, request["rank"])
+    _, probe_host, port = probe_address(plan, argv)
+    node = Node(plan, spec, runinfo.Machine(), argv, Path(request["log"]), (probe_host, port) if request["rank"] == 0 else None)
+    try:
+        node.start()
+    except LaunchFailed as failure:
+        send(event="failed", outcome=failure.outcome, message=f"{failure} on {node.facts['hostname']}")
+        return 1
+    send(event="spawned", **node.facts)
+    def read_commands() -> None:
+        for line in sys.stdin:
+            command(line)
+        command("eof")
+
+    threading.Thread(target=read_commands, daemon=True).start()
+    exited = False
+    while True:
+        arrived.wait(POLL_S)
+        arrived.clear()
+        while commands:
+            if (line := commands.pop(0)) == "ping":
+                send(event="pong", time=time.time())
+            elif line in ("stop", "eof"):
+                node.stop()
+                send(event="stopped", reason=line, **{key: node.facts[key] for key in ("exit_code", "stop", "timestamps")})
+                return 0
+        node.watch()
+        if (code := node.exit_code()) is not None and not exited:
+            send(event="exited", code=code)
+            exited = True
+
+
+if __name__ == "__main__":
+    sys.exit(agent())

@@ -348,7 +348,7 @@ def _result_from(record: RunRecord | None, spec: LaunchSpec, run_dir: Path, skip
 
 class Node:
     """One server on this machine, from the checks before its start to the check after its stop: a single-host launch
-    drives one here; the node agent (launcher.node) drives one on each node of a plan with `nodes`."""
+    drives one here; the node agent (multinode.agent) drives one on each node of a plan with `nodes`."""
 
     name = ""   # what progress and outcome details put before its news ("node 1 (host): "): nothing on a single host
 
@@ -359,7 +359,9 @@ class Node:
         self.proc = None
         self.known: dict = {}
         recorded = runinfo.recorded_env(self.env, plan.inherit_env, plan.env, spec.cell.env)
-        self.facts = {"hostname": machine.hostname, "gpus": machine.gpus, "argv": argv, **env_fields(recorded),
+        self.facts = {"hostname": machine.hostname, "gpus": machine.gpus, "argv": argv, "env": recorded,
+                      **{f"env_{family.lower()}": {k: v for k, v in recorded.items() if k.startswith(f"{family}_")}
+                         for family in ("NCCL", "CUDA")},
                       "env_dropped": dropped, "versions": {}, "models": {}, "server_pid": None, "server_identity": None,
                       "exit_code": None, "stop": None, "timestamps": {"spawn": None, "stop": None},
                       "utc_offset": runinfo.utc_offset()}
@@ -461,8 +463,8 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
                 _stop_orphan(previous, machine.hostname, plan.stop_grace_s, record, spec.run_name, say)
             check_disk()
             write_run_json(run_dir, record)
-            if plan.nodes is not None:
-                multinode.open_nodes(plan, spec, say, nodes)
+            for rank, ssh in enumerate(plan.nodes.hosts if plan.nodes is not None else ()):   # each spawns its server now
+                nodes.append(multinode.RemoteNode(plan, spec, rank, ssh, say))
             for node in nodes:
                 node.start()
                 say(f"{spec.run_name}: {node.name}pid {node.facts['server_pid']}, log {node.log_path}")
@@ -616,31 +618,21 @@ def new_record(plan: Plan, spec: LaunchSpec, previous: RunRecord | None, argv: l
                          metrics=metrics, windows=[], utc_offset=runinfo.utc_offset(), **fields)
 
 
-def env_fields(env: dict[str, str]) -> dict:
-    """run.json's env, env_nccl and env_cuda from the recorded environment."""
-    return {"env": env, "env_nccl": {k: v for k, v in env.items() if k.startswith("NCCL_")},
-            "env_cuda": {k: v for k, v in env.items() if k.startswith("CUDA_")}}
-
-
-# --- signals -------------------------------------------------------------------------------------------------------
-_state = threading.local()
+# --- signals: SIGINT, SIGTERM, SIGHUP raise Interrupted, held back while a server is being stopped ------------------
+_held: dict = {"deferred": False, "pending": []}
 
 
 @contextmanager
 def _signals_raise_interrupted() -> Iterator[None]:
-    """While running a plan on the main thread, SIGINT/SIGTERM/SIGHUP raise Interrupted (deferred inside a stop)."""
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():   # only the main thread can have signal handlers
         yield
         return
-    _state.pending = []
-    _state.deferred = False
+    _held.update(deferred=False, pending=[])
 
     def handler(signum, frame):  # noqa: ARG001 - signal handler signature
-        name = signal.Signals(signum).name
-        if getattr(_state, "deferred", False):
-            _state.pending.append(name)
-            return
-        raise Interrupted(name if name != "SIGINT" else "Ctrl-C")
+        if not _held["deferred"]:
+            raise _interrupted(signum)
+        _held["pending"].append(signum)
 
     saved = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -648,21 +640,23 @@ def _signals_raise_interrupted() -> Iterator[None]:
     finally:
         for sig, old in saved.items():
             signal.signal(sig, old)
-        _state.deferred = False
+        _held.update(deferred=False, pending=[])
+
+
+def _interrupted(signum: int) -> Interrupted:
+    return Interrupted("Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name)
 
 
 def _raise_if_pending() -> None:
-    if pending := getattr(_state, "pending", None):
-        name = pending.pop(0)
-        raise Interrupted(name if name != "SIGINT" else "Ctrl-C")
+    if _held["pending"]:
+        raise _interrupted(_held["pending"].pop(0))
 
 
 @contextmanager
 def _signals_deferred() -> Iterator[None]:
-    """Signals arriving while a server is being stopped are held until the stop is done (nothing orphaned)."""
-    previous = getattr(_state, "deferred", False)
-    _state.deferred = True
+    """Signals arriving while a server is being stopped wait until the stop is done (nothing orphaned)."""
+    previous, _held["deferred"] = _held["deferred"], True
     try:
         yield
     finally:
-        _state.deferred = previous
+        _held["deferred"] = previous

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable, Iterator
 
 import speclogs
@@ -619,7 +620,7 @@ def new_record(plan: Plan, spec: LaunchSpec, previous: RunRecord | None, argv: l
 
 
 # --- signals: SIGINT, SIGTERM, SIGHUP raise Interrupted, held back while a server is being stopped ------------------
-_held: dict = {"deferred": False, "pending": []}
+_held = SimpleNamespace(deferred=False, pending=[])
 
 
 @contextmanager
@@ -627,12 +628,12 @@ def _signals_raise_interrupted() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():   # only the main thread can have signal handlers
         yield
         return
-    _held.update(deferred=False, pending=[])
+    _held.deferred, _held.pending = False, []
 
     def handler(signum, frame):  # noqa: ARG001 - signal handler signature
-        if not _held["deferred"]:
+        if not _held.deferred:
             raise _interrupted(signum)
-        _held["pending"].append(signum)
+        _held.pending.append(signum)
 
     saved = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -640,7 +641,7 @@ def _signals_raise_interrupted() -> Iterator[None]:
     finally:
         for sig, old in saved.items():
             signal.signal(sig, old)
-        _held.update(deferred=False, pending=[])
+        _held.deferred, _held.pending = False, []
 
 
 def _interrupted(signum: int) -> Interrupted:
@@ -648,15 +649,15 @@ def _interrupted(signum: int) -> Interrupted:
 
 
 def _raise_if_pending() -> None:
-    if _held["pending"]:
-        raise _interrupted(_held["pending"].pop(0))
+    if _held.pending:
+        raise _interrupted(_held.pending.pop(0))
 
 
 @contextmanager
 def _signals_deferred() -> Iterator[None]:
     """Signals arriving while a server is being stopped wait until the stop is done (nothing orphaned)."""
-    previous, _held["deferred"] = _held["deferred"], True
+    previous, _held.deferred = _held.deferred, True
     try:
         yield
     finally:
-        _held["deferred"] = previous
+        _held.deferred = previous

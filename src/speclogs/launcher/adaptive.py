@@ -246,31 +246,26 @@ def values_through(out_dir: Path, cells: tuple[str, ...], round_: int) -> dict[s
     return {cell: [v for v in values if v is not None] for cell, values in found.items() if any(v is not None for v in values)}
 
 
-@dataclass(frozen=True)
-class AdaptiveSummary:
-    """What an adaptive run did: its design, every look, how many launches it spent and why it stopped."""
-
-    design: dict
-    looks: tuple[Look, ...]
-    launches_spent: int
-    stopped: str            # decided | budget | not yet (the call ended before a decision: run again with --resume)
-    reason: str
-
-    def to_dict(self) -> dict:
-        return {"design": self.design, "launches_spent": self.launches_spent, "stopped": self.stopped,
-                "reason": self.reason, "looks": [asdict(lk) for lk in self.looks]}
-
-
-def reason_for(design: Design, final: Look | None, stopped: str, spent: int) -> str:
-    if final is None:
-        return f"no look yet: the first comes after round {design.first_look} ({spent} launch(es) so far)"
-    parts = "; ".join(f"{c.cell_b} vs {c.cell_a}: {c.status}"
-                      + (f" ×{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ratio is not None else "")
-                      + (f" ({c.n_a} vs {c.n_b} launches)") for c in final.comparisons)
-    what = {"decided": f"every comparison decided after round {final.round}",
-            "budget": f"budget spent ({design.max_launches} launches, {design.last_look} rounds) without a decision",
-            "not yet": f"not decided after round {final.round}; run again with --resume"}[stopped]
-    return f"{what}, {spent} launches: {parts}"
+def finish(out_dir: Path, design: Design, looks: list[Look], stopped: str) -> dict:
+    """What the adaptive run did, written to adaptive.json: its design, every look, the launches spent and why it
+    stopped: decided | budget | not yet (this call ended before a decision: run again with --resume)."""
+    spent = sum(bool((record := read_run_json(path.parent)) and record.is_complete())
+                for cell in design.cells for path in (out_dir / cell).glob("*/run.json"))
+    if not looks:
+        reason = f"no look yet: the first comes after round {design.first_look} ({spent} launch(es) so far)"
+    else:
+        parts = "; ".join(f"{c.cell_b} vs {c.cell_a}: {c.status}"
+                          + (f" ×{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ratio is not None else "")
+                          + (f" ({c.n_a} vs {c.n_b} launches)") for c in looks[-1].comparisons)
+        what = {"decided": f"every comparison decided after round {looks[-1].round}",
+                "budget": f"budget spent ({design.max_launches} launches, {design.last_look} rounds) without a decision",
+                "not yet": f"not decided after round {looks[-1].round}; run again with --resume"}[stopped]
+        reason = f"{what}, {spent} launches: {parts}"
+    summary = {"design": design.to_dict(), "launches_spent": spent, "stopped": stopped, "reason": reason,
+               "looks": [asdict(lk) for lk in looks]}
+    (tmp := out_dir / f"{STATE_FILE}.tmp").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(out_dir / STATE_FILE)
+    return summary
 
 
 def check_state(out_dir: Path, design: Design) -> None:
@@ -287,8 +282,3 @@ def check_state(out_dir: Path, design: Design) -> None:
         raise PlanError(f"{path}: this adaptive run was started with another design ("
                         + ", ".join(f"{k} {previous.get(k)!r} → {now[k]!r}" for k in changed) + ")",
                         hint="resume with the same --until / --max-launches / plan, or choose a new --out")
-
-
-def write_state(out_dir: Path, summary: AdaptiveSummary) -> None:
-    (tmp := out_dir / f"{STATE_FILE}.tmp").write_text(json.dumps(summary.to_dict(), indent=1) + "\n", encoding="utf-8")
-    tmp.replace(out_dir / STATE_FILE)

@@ -85,7 +85,7 @@ class PlanRunSummary:
     results: tuple[LaunchResult, ...]
     stopped: str             # complete | max_launches | max_minutes | interrupted | decided (adaptive)
     pending: tuple[str, ...] = ()   # run names not yet complete
-    adaptive: dict | None = None    # adaptive runs: AdaptiveSummary.to_dict()
+    adaptive: dict | None = None    # adaptive runs: adaptive.finish()
 
     @property
     def failed(self) -> tuple[LaunchResult, ...]:
@@ -194,14 +194,10 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
         spec.run_name for spec in order if not _is_complete(_run_dir(out_dir, spec), options.retry_failed))
     summary = None
     if design is not None:
-        spent = sum(_is_complete(path.parent, False) for cell in design.cells for path in (out_dir / cell).glob(f"*/{RUN_JSON}"))
-        state = {"decided": "decided", "max_launches": "budget"}.get(stopped, "not yet")
-        summary = _adaptive.AdaptiveSummary(design=design.to_dict(), looks=tuple(looks), launches_spent=spent, stopped=state,
-                                            reason=_adaptive.reason_for(design, looks[-1] if looks else None, state, spent))
-        _adaptive.write_state(out_dir, summary)
-        say(f"adaptive: {summary.reason}")
+        summary = _adaptive.finish(out_dir, design, looks, {"decided": "decided", "max_launches": "budget"}.get(stopped, "not yet"))
+        say(f"adaptive: {summary['reason']}")
     return PlanRunSummary(plan_name=plan.name, out_dir=str(out_dir), results=tuple(results), stopped=stopped,
-                          pending=pending, adaptive=summary.to_dict() if summary else None)
+                          pending=pending, adaptive=summary)
 
 
 def adaptive_design(plan: Plan, options: LaunchOptions) -> _adaptive.Design | None:

@@ -44,9 +44,7 @@ _KINDS = {bool: ("true or false", "true"), int: ("an integer", "2"), float: ("a 
 
 
 @dataclass(frozen=True)
-class BenchSpec:
-    """The seeds' single-stream method: `requests` sequential /generate calls, the first `warmup_requests` are warm-up."""
-
+class BenchSpec:   # [bench]: the seeds' single-stream method, `requests` sequential /generate calls, warm-up first
     kind: str = "single_stream"
     requests: int = 11
     warmup_requests: int = 1
@@ -60,17 +58,13 @@ class BenchSpec:
 
 
 @dataclass(frozen=True)
-class BenchServingSpec:
-    """Optional `python -m sglang.bench_serving` run after the single-stream benchmark."""
-
+class BenchServingSpec:   # [bench_serving]: `python -m sglang.bench_serving` after the single-stream benchmark
     args: tuple[str, ...] = ()
     timeout_s: float = 600.0
 
 
 @dataclass(frozen=True)
-class AdaptiveSpec:
-    """The plan's [adaptive] table (speclogs.launcher.adaptive): stop when every cell vs the reference is decided."""
-
+class AdaptiveSpec:   # [adaptive] (speclogs.launcher.adaptive): stop when every cell vs the reference is decided
     until: float | None = None          # ci_width bound (fraction, from "ci_width<=5%"); --until overrides
     max_launches: int | None = None     # budget over all cells; --max-launches overrides
     reference: str | None = None        # default: the first cell
@@ -79,9 +73,7 @@ class AdaptiveSpec:
 
 
 @dataclass(frozen=True)
-class MetricsSpec:
-    """`[metrics]`: SGLang's own signals for every launch (docs/launcher.md, "SGLang's signals")."""
-
+class MetricsSpec:   # [metrics]: SGLang's own signals for every launch (docs/launcher.md, "SGLang's signals")
     enable: bool = False              # add --enable-metrics to the server args
     scrape_every_s: float = 0.0       # also scrape every N s while a window is open (0: before and after only)
     scrape_timeout_s: float = 10.0
@@ -103,9 +95,7 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class LaunchSpec:
-    """One server start: cell × launch number, at position `order_index` of the plan's launch order."""
-
+class LaunchSpec:   # one server start: cell × launch number, at position `order_index` of the plan's launch order
     cell: Cell
     launch: int
     order_index: int
@@ -116,9 +106,7 @@ class LaunchSpec:
 
 
 @dataclass(frozen=True)
-class NodesSpec:
-    """`nodes = ["user@host1", "user@host2"]`: SGLang on every node (node 0 first, it serves HTTP), reached over ssh."""
-
+class NodesSpec:   # nodes = ["user@host1", "user@host2"]: SGLang on every node (node 0 first: it serves HTTP), over ssh
     nodes: tuple[str, ...] = ()
     dist_init_port: int = 20000          # node 0's port for torch.distributed's rendezvous (--dist-init-addr)
     ssh_options: tuple[str, ...] = ()    # e.g. ["-p", "2222", "-i", "~/.ssh/cluster"]

@@ -246,13 +246,14 @@ def free_mb(path: Path) -> float:
 def _signal_group(pgid: int, leader: psutil.Process | None, known: dict[int, psutil.Process], sig: signal.Signals) -> None:
     """The group as a group while `leader` (the process we started) still leads it; else, and for SIGKILL, each process
     we saw (psutil refuses a pid that now names another process). SIGTERM also reaches ours outside the group."""
-    if leader is not None and leader.pid == pgid and leader.is_running() and _pgid(pgid) == pgid:
+    as_group = leader is not None and leader.pid == pgid and leader.is_running() and _pgid(pgid) == pgid
+    if as_group:
         try:
             os.killpg(pgid, sig)
         except (ProcessLookupError, PermissionError):
             pass
     for process in known.values():
-        if sig == signal.SIGKILL or _pgid(process.pid) != pgid:
+        if sig == signal.SIGKILL or not as_group or _pgid(process.pid) != pgid:
             _send(process, sig)
 
 

@@ -59,8 +59,6 @@ def main(argv: list[str] | None = None) -> int:
         say(f"{result.run_name:<28} {'skipped (complete)' if result.skipped else result.outcome:<18} "
             f"ready {result.ready_s if result.ready_s is not None else '-':>8} s  "
             f"median {result.median_tok_s if result.median_tok_s is not None else '-'} tok/s")
-    if summary.adaptive:
-        say(f"adaptive: {summary.adaptive['reason']}")
     say(f"stopped: {summary.stopped}; pending: {len(summary.pending)}")
     return 1 if summary.failed else 0
 

@@ -163,7 +163,8 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
             if previous and previous.is_complete(options.retry_failed):
                 results.append(_result_from(previous, spec, run_dir, skipped=True))
                 continue
-            if design is None and options.max_launches is not None and len([r for r in results if not r.skipped]) >= options.max_launches:
+            launched = sum(not r.skipped for r in results)
+            if design is None and options.max_launches is not None and launched >= options.max_launches:
                 stopped = "max_launches"
                 break
             if deadline is not None:
@@ -258,7 +259,8 @@ def server_env(plan: Plan, spec: LaunchSpec, base: dict[str, str] | None = None)
 def probe_address(plan: Plan, argv: list[str]) -> tuple[str, str, int]:
     """(host as the plan gives it, where to reach it, port) of the server's HTTP side."""
     host = arg_value(argv, "--host") or plan.host
-    return host, "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host), int(arg_value(argv, "--port") or plan.port)
+    probe = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+    return host, probe, int(arg_value(argv, "--port") or plan.port)
 
 
 def doctor_plan(plan: Plan, order: list[LaunchSpec] | None = None, trained_layers: list[int] | None = None

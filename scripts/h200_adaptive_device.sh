@@ -11,8 +11,8 @@ export PYTHONPATH=/tmp/sglang-site/site:$PWD/src PATH=/tmp/sglang-site/site/bin:
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /root/runs-adaptive
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
-[ -f /tmp/d3/config.json ] || python3 -m speclogs synth-pair /tmp/t3 /tmp/d3 2>&1 | tail -2
-[ -f /tmp/d3n/config.json ] || python3 -m speclogs synth-pair /tmp/t3 /tmp/d3n --accept-profile 0.02 2>&1 | tail -2
+[ -f /tmp/d3/config.json ] || python3 scripts/synth_pair.py /tmp/t3 /tmp/d3 2>&1 | tail -2
+[ -f /tmp/d3n/config.json ] || python3 scripts/synth_pair.py /tmp/t3 /tmp/d3n --accept-profile 0.02 2>&1 | tail -2
 python3 -m speclogs launch plans/h200-adaptive.toml --out /root/runs-adaptive --no-ingest --resume \
   --max-minutes "${MINUTES:-7}" 2>&1 | grep -v -e SyntaxWarning -e 'Configuration class' | tail -40
 echo "launch rc=${PIPESTATUS[0]}"

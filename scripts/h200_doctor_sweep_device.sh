@@ -19,9 +19,9 @@ END=$(( $(date +%s) + ${BUDGET_S:-540} ))
 minutes_left() { python3 -c "print(round(max(0.1, ($END - $(date +%s) - ${PACK_S:-25}) / 60), 2))"; }
 A=0.9,0.7,0.5,0.4,0.3; B=0.6,0.4,0.3,0.2,0.1
 if [ ! -f /tmp/dA1/speclogs_synth.json ]; then
-  python3 -m speclogs synth-pair /tmp/tl /tmp/dA --accept-profile $A --layer-shift 0.2 > /root/synth-A.console 2>&1 &
-  python3 -m speclogs synth-pair /tmp/tl_b /tmp/dB --accept-profile $B --layer-shift 0.2 > /root/synth-B.console 2>&1 &
-  python3 -m speclogs synth-pair /tmp/tl_o /tmp/dA1 --accept-profile $A --layer-shift 0.2 --aux-offset 1 \
+  python3 scripts/synth_pair.py /tmp/tl /tmp/dA --accept-profile $A --layer-shift 0.2 > /root/synth-A.console 2>&1 &
+  python3 scripts/synth_pair.py /tmp/tl_b /tmp/dB --accept-profile $B --layer-shift 0.2 > /root/synth-B.console 2>&1 &
+  python3 scripts/synth_pair.py /tmp/tl_o /tmp/dA1 --accept-profile $A --layer-shift 0.2 --aux-offset 1 \
     > /root/synth-A1.console 2>&1 &
   wait
   tail -n 3 /root/synth-*.console

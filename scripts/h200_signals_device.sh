@@ -17,8 +17,8 @@ OUT=${OUT:-/tmp/out}; RUNS=/root/signals; PACK=/root/pack/h200-signals
 mkdir -p "$OUT" "$RUNS" "$PACK"
 started=$(date -Iseconds)
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$PACK/gpus.nvidia-smi"
-[ -f /tmp/t3/config.json ] || python3 -m speclogs synth-pair /tmp/t3 /tmp/d3 2>&1 | tail -2
-[ -f /tmp/t3n/config.json ] || python3 -m speclogs synth-pair /tmp/t3n /tmp/d3n --accept-profile 0.4,0.25 2>&1 | tail -2
+[ -f /tmp/t3/config.json ] || python3 scripts/synth_pair.py /tmp/t3 /tmp/d3 2>&1 | tail -2
+[ -f /tmp/t3n/config.json ] || python3 scripts/synth_pair.py /tmp/t3n /tmp/d3n --accept-profile 0.4,0.25 2>&1 | tail -2
 cp /tmp/d3/speclogs_synth.json "$PACK/draft_clean.speclogs_synth.json.console" 2>/dev/null
 cp /tmp/d3n/speclogs_synth.json "$PACK/draft_noisy.speclogs_synth.json.console" 2>/dev/null
 python3 -m speclogs launch plans/h200-signals.toml --out "$RUNS" --no-ingest --resume --max-minutes "${MINUTES:-7}" 2>&1 \
@@ -35,8 +35,8 @@ cat > "$PACK/README.md" <<EOF
 Made by \`scripts/h200_signals_device.sh\` on the nvidia-h200 device (started $started, host $(hostname)): SGLang
 $sglang_version from the shared/gpu bundle, $(head -1 "$PACK/gpus.nvidia-smi"), torch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null).
 
-    python3 -m speclogs synth-pair /tmp/t3 /tmp/d3                  # clean pair: accept len 2.00 by construction
-    python3 -m speclogs synth-pair /tmp/t3n /tmp/d3n --accept-profile 0.4,0.25   # lower-acceptance draft (draft_noisy.speclogs_synth.json.console)
+    python3 scripts/synth_pair.py /tmp/t3 /tmp/d3                  # clean pair: accept len 2.00 by construction
+    python3 scripts/synth_pair.py /tmp/t3n /tmp/d3n --accept-profile 0.4,0.25   # lower-acceptance draft (draft_noisy.speclogs_synth.json.console)
     python3 -m speclogs launch plans/h200-signals.toml --out /root/signals --no-ingest --resume --max-minutes 7
 
 | path | what |

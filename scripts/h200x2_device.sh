@@ -14,14 +14,14 @@ t0=$(date +%s)
 if [ "${1:-more}" = first ]; then
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
   nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
-  python3 -m speclogs synth-pair /tmp/t3 /tmp/d3 2>&1 | tail -5
+  python3 scripts/synth_pair.py /tmp/t3 /tmp/d3 2>&1 | tail -5
   python3 -m speclogs.profile.selfcheck > "$OUT/profile_selfcheck.log" 2>&1; echo "selfcheck rc=$?"; tail -3 "$OUT/profile_selfcheck.log"
   timeout 150 python3 -m speclogs probe nccl --plan plans/h200x2.toml --gpus 2 --sweep --iters 50 \
       --out "$OUT/nccl_probe.nccl_probe.json" > "$OUT/probe.log" 2>&1; echo "probe rc=$?"; tail -15 "$OUT/probe.log"
   used=$(( ($(date +%s) - t0) / 60 )); minutes=$(( minutes - used ))
 fi
 if [ "${1:-more}" = overhead ]; then
-  python3 -m speclogs synth-pair /tmp/t3 /tmp/d3 2>&1 | tail -2
+  python3 scripts/synth_pair.py /tmp/t3 /tmp/d3 2>&1 | tail -2
   python3 -m speclogs.profile.selfcheck > "$OUT/profile_selfcheck_gap.console" 2>&1; echo "selfcheck rc=$?"; tail -4 "$OUT/profile_selfcheck_gap.console"
   timeout 60 python3 benchmarks/bench_profile_overhead.py --cuda --cycles 5000 > "$OUT/bench_profile_overhead.console" 2>&1; tail -8 "$OUT/bench_profile_overhead.console"
   deadline=$(( t0 + ${SECONDS_LEFT:-500} )); need=200

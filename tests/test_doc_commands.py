@@ -74,6 +74,7 @@ def _scratch(tmp_path: Path) -> dict[str, str]:
     for name in ("logs", "fixtures"):
         os.symlink(ROOT / "fixtures", tmp_path / name)
     os.symlink(ROOT / "plans", tmp_path / "plans")
+    os.symlink(ROOT / "scripts", tmp_path / "scripts")
     (tmp_path / "shared").mkdir()
     os.symlink(ROOT / "fixtures", tmp_path / "shared" / "logs")
     excerpts = sorted((ROOT / "fixtures" / "excerpts").glob("*.log"))
@@ -87,6 +88,8 @@ def _scratch(tmp_path: Path) -> dict[str, str]:
     bin_dir.mkdir()
     (bin_dir / "speclogs").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m speclogs "$@"\n')
     (bin_dir / "speclogs").chmod(0o755)
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')   # scripts/*.py
+    (bin_dir / "python").chmod(0o755)
     env = cli_env()
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     return env

@@ -32,9 +32,9 @@ MAY_IMPORT = {
 }
 GPU_SIDE = ("launcher", "profile", "probe")
 # What the GPU side may import besides the standard library: torch and sglang (what it measures), psutil (an SGLang
-# dependency); numpy for `synth-pair`, rich for the probe's terminal table — each only inside a function.
+# dependency); rich for the probe's terminal table, only inside a function.
 GPU_THIRD_PARTY = {"torch", "sglang", "psutil"}
-GPU_LAZY_THIRD_PARTY = {"numpy", "rich"}
+GPU_LAZY_THIRD_PARTY = {"rich"}
 NOT_ON_A_GPU_BOX = ("duckdb", "polars", "pyarrow", "scipy", "altair", "vl_convert", "pyparsing")
 
 

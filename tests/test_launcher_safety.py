@@ -20,7 +20,7 @@ def stranger():
     """An unrelated process that leads its own process group (what a pid from an old run.json may be now)."""
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
     deadline = time.monotonic() + 5
-    while proc.process_identity(other.pid) is None and time.monotonic() < deadline:
+    while proc.identity(other.pid) is None and time.monotonic() < deadline:
         time.sleep(0.01)
     yield other
     other.kill()
@@ -40,10 +40,10 @@ def _stale_run_json(out, stranger_pid: int, identity: dict | None) -> None:
 
 @pytest.mark.parametrize("case", ["before a reboot", "same boot, pid reused", "old run.json without identity"])
 def test_resume_with_a_stale_run_json_does_not_signal_a_stranger(tmp_path, stranger, case):
-    now = proc.process_identity(stranger.pid)
+    now = proc.identity(stranger.pid)
     identity = {
-        "before a reboot": {"pid": stranger.pid, "start_time": now.start_time - 7200, "boot_id": "0" * 8 + "-boot-before"},
-        "same boot, pid reused": {"pid": stranger.pid, "start_time": now.start_time - 30, "boot_id": now.boot_id},
+        "before a reboot": {"pid": stranger.pid, "start_time": now["start_time"] - 7200, "boot_id": "0" * 8 + "-boot-before"},
+        "same boot, pid reused": {"pid": stranger.pid, "start_time": now["start_time"] - 30, "boot_id": now["boot_id"]},
         "old run.json without identity": None,
     }[case]
     plan = write_plan(tmp_path, '[[cells]]\nname = "o"')
@@ -61,14 +61,12 @@ def test_resume_with_a_stale_run_json_does_not_signal_a_stranger(tmp_path, stran
 
 
 def test_a_group_whose_leader_is_not_ours_is_never_signalled(stranger):
-    seen = proc.process_identity(stranger.pid)
-    impostor = proc.ProcessIdentity(stranger.pid, seen.start_time - 60, seen.boot_id)
-    proc._signal_group(stranger.pid, signal.SIGKILL, impostor, {stranger.pid: impostor})
-    proc._kill(impostor)
+    seen = proc.identity(stranger.pid)
+    stopped, reason = proc.stop_orphan_group({**seen, "start_time": seen["start_time"] - 60}, 0.1)
     time.sleep(0.2)
-    assert stranger.poll() is None
-    proc._signal_group(stranger.pid, signal.SIGKILL, seen, {})      # the real identity: now it may be signalled
-    assert stranger.wait(timeout=5) == -signal.SIGKILL
+    assert stranger.poll() is None and stopped == [] and "is now another process" in reason
+    stopped, reason = proc.stop_orphan_group(seen, 0.5)      # the real identity: now it may be signalled
+    assert stopped == [stranger.pid] and reason == "" and stranger.wait(timeout=5) == -signal.SIGTERM
 
 
 def test_stop_does_not_reap_the_server_before_its_group_is_gone(tmp_path):
@@ -78,6 +76,6 @@ def test_stop_does_not_reap_the_server_before_its_group_is_gone(tmp_path):
     while proc.exit_code(child) is None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert proc.exit_code(child) == 0 and child.returncode is None     # exited, not reaped
-    assert proc.process_identity(child.pid) is not None                # a zombie keeps its identity
+    assert proc.identity(child.pid) is not None                        # a zombie keeps its identity
     result = proc.stop_server(child, 1.0)
-    assert result.exit_code == 0 and result.signal_used == "none" and child.returncode == 0
+    assert result["signal"] == "none" and child.returncode == 0

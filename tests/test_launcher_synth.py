@@ -6,17 +6,16 @@ from __future__ import annotations
 import json
 import math
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from speclogs.errors import SpeclogsError
-from speclogs.launcher.synth import (
-    SynthConfig,
-    cyclic_permutation,
-    to_bf16_bits,
-    write_synth_pair,
-)
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "synth_pair.py"
+sys.path.insert(0, str(SCRIPT.parent))
+from synth_pair import SynthConfig, SynthError, cyclic_permutation, to_bf16_bits, write_synth_pair  # noqa: E402
 
 SMALL = SynthConfig(vocab_size=256, num_layers=4, intermediate_size=512, num_heads=4, num_kv_heads=2)
 
@@ -175,14 +174,13 @@ def test_aux_ids_one_layer_off_lose_the_shifted_tokens(tmp_path):
 def test_layered_options_are_checked(tmp_path):
     from dataclasses import replace
 
-    with pytest.raises(SpeclogsError, match="outside"):
+    with pytest.raises(SynthError, match="outside"):
         write_synth_pair(tmp_path / "t", tmp_path / "d", replace(LAYERED, accept_profile=(1.2,)))
 
 
 @pytest.mark.parametrize("option, value", [("--vocab", "0"), ("--layers", "-1")])
 def test_impossible_sizes_are_refused_before_anything_is_written(tmp_path, option, value):
-    from conftest import run_cli
-
-    result = run_cli("synth-pair", str(tmp_path / "t"), str(tmp_path / "d"), option, value)
+    result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "t"), str(tmp_path / "d"), option, value],
+                            capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and result.stderr.startswith("Error: synth-pair:") and "hint:" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "t").exists()

@@ -407,7 +407,7 @@ def probe_nccl(
         raise ProbeError(result.message, hint=f"the outcome is recorded in {out_path}")
 
 
-# --- speclogs launch / synth-pair ---
+# --- speclogs launch ---
 @app.command(epilog=_examples(
     'speclogs launch plans/h200x2.toml --out runs/ --resume',
     "speclogs launch plans/h200-adaptive.toml --until 'ci_width<=5%' --max-launches 12"))
@@ -478,38 +478,6 @@ def launch(
         raise LaunchError(f"{len(summary.failed)} launch(es) did not end ok: "
                           + ", ".join(f"{r.run_name} ({r.outcome})" for r in summary.failed),
                           hint=f"see server.log and run.json under {summary.out_dir}")
-
-
-@app.command("synth-pair", epilog=_examples('speclogs synth-pair /tmp/t3 /tmp/d3'))
-def synth_pair(
-    target_dir: Path = typer.Argument(..., help="Where the HF Llama target is written (config.json + model.safetensors)."),
-    draft_dir: Path = typer.Argument(..., help="Where the EAGLE-3 draft (LlamaForCausalLMEagle3) is written."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the embeddings, the permutation and the random weights."),
-    vocab: int = typer.Option(2048, "--vocab", help="Hidden size (the vocabulary is 64 ids less)."),
-    layers: int = typer.Option(16, "--layers", help="Target layers."),
-    accept_profile: str = typer.Option("1.0", "--accept-profile",
-                                       help="P(draft position i right | earlier right), e.g. 0.9,0.7,0.5."),
-    layer_shift: float = typer.Option(0.0, "--layer-shift",
-                                      help="Fraction of tokens the layer after the first aux layer permutes (0..1)."),
-    aux_offset: int = typer.Option(0, "--aux-offset", help="Add this to the trained aux layer ids in the draft's config."),
-) -> None:
-    """Write a synthetic target + EAGLE-3 draft pair whose acceptance is known (numpy only, no torch)."""
-    from speclogs.launcher.synth import SynthConfig, write_synth_pair
-
-    try:
-        profile = tuple(float(p) for p in accept_profile.split(",") if p.strip())
-    except ValueError as exc:
-        raise SpeclogsError(f"--accept-profile {accept_profile!r} is not a list of numbers",
-                            hint="e.g. --accept-profile 0.9,0.7,0.5") from exc
-    config = SynthConfig(vocab_size=vocab, num_layers=layers, seed=seed, accept_profile=profile,
-                         layer_shift=layer_shift, aux_offset=aux_offset)
-    pair = write_synth_pair(target_dir, draft_dir, config)
-    expected = ("expected accept len by --speculative-num-steps (topk 1, draft tokens steps+1): "
-                + ", ".join(f"{k}: {v:.2f}" for k, v in pair.expected_accept_len.items()))
-    _stderr_console().print(
-        f"wrote {pair.target_dir} ({pair.target_bytes / 2**30:.2f} GiB) and {pair.draft_dir} ({pair.draft_bytes / 2**20:.0f} MiB); "
-        f"first draft token right for {pair.first_draft_hit_fraction:.4f} of tokens; {expected}; prompts need "
-        f"token ids < {config.token_count} and --skip-tokenizer-init", highlight=False)
 
 
 # --- speclogs report ---

@@ -1,9 +1,9 @@
 """speclogs.launcher: reproduce SGLang runs from a plan file, record each launch in run.json.
 
-Standard library and psutil only (+ numpy for `synth`), because it runs on the GPU box where duckdb/polars are absent.
+Standard library and psutil only: it runs on the GPU box, where duckdb and polars are absent.
 """
 
-from speclogs.launcher.plan import BenchServingSpec, BenchSpec, Cell, LaunchSpec, Plan, load_plan, parse_plan
+from speclogs.launcher.plan import Plan, load_plan, parse_plan
 from speclogs.launcher.remote import launch_remote
 from speclogs.launcher.run import (
     Interrupted,
@@ -16,7 +16,5 @@ from speclogs.launcher.run import (
     server_env,
 )
 
-__all__ = [
-    "BenchServingSpec", "BenchSpec", "Cell", "Interrupted", "LaunchOptions", "LaunchResult", "LaunchSpec", "Plan",
-    "PlanRunSummary", "doctor_plan", "launch_plan", "launch_remote", "load_plan", "parse_plan", "server_argv", "server_env",
-]
+__all__ = ["Interrupted", "LaunchOptions", "LaunchResult", "Plan", "PlanRunSummary", "doctor_plan", "launch_plan",
+           "launch_remote", "load_plan", "parse_plan", "server_argv", "server_env"]

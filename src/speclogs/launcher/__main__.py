@@ -1,7 +1,7 @@
 """`python -m speclogs.launcher PLAN.toml …`: the launcher without typer (what `--host` runs on the remote box).
 
-Progress on stderr; with --json-summary the summary is printed as one JSON line on stdout.
-Exit codes: 0 all launches ok, 1 an error or a failed launch, 130 interrupted.
+Progress on stderr; --json-summary: the summary as one JSON line on stdout. Exit 0 all ok, 1 an error or a failed
+launch, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -22,17 +22,13 @@ from speclogs.launcher.adaptive import parse_until
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m speclogs.launcher")
     parser.add_argument("plan")
-    parser.add_argument("--out", default=None)
-    parser.add_argument("--resume", action="store_true")
-    parser.add_argument("--retry-failed", action="store_true")
+    parser.add_argument("--out")
     parser.add_argument("--only", action="append", default=[])
-    parser.add_argument("--max-launches", type=int, default=None)
-    parser.add_argument("--max-minutes", type=float, default=None)
-    parser.add_argument("--until", default=None, help="adaptive: e.g. 'ci_width<=5%%'")
-    parser.add_argument("--force", action="store_true", help="launch although the doctor found an error in the setup")
-    parser.add_argument("--json-summary", action="store_true")
-    parser.add_argument("--stop-on-stdin-eof", action="store_true",
-                        help="interrupt (and stop the server) when stdin closes: the ssh connection went away")
+    parser.add_argument("--max-launches", type=int)
+    parser.add_argument("--max-minutes", type=float)
+    parser.add_argument("--until", help="adaptive: e.g. 'ci_width<=5%%'")
+    for flag in ("--resume", "--retry-failed", "--force", "--json-summary", "--stop-on-stdin-eof"):
+        parser.add_argument(flag, action="store_true")   # --stop-on-stdin-eof: stdin closed = the ssh session went away
     args = parser.parse_args(argv)
     if args.stop_on_stdin_eof:
         threading.Thread(target=_watch_stdin, daemon=True).start()
@@ -63,8 +59,6 @@ def main(argv: list[str] | None = None) -> int:
         say(f"{result.run_name:<28} {'skipped (complete)' if result.skipped else result.outcome:<18} "
             f"ready {result.ready_s if result.ready_s is not None else '-':>8} s  "
             f"median {result.median_tok_s if result.median_tok_s is not None else '-'} tok/s")
-    if summary.adaptive:
-        say(f"adaptive: {summary.adaptive['reason']}")
     say(f"stopped: {summary.stopped}; pending: {len(summary.pending)}")
     return 1 if summary.failed else 0
 

@@ -1,15 +1,9 @@
-"""Adaptive launching: interleaved rounds until every planned comparison is decided, with a stopping rule that keeps
-its error rate. Standard library only (runs on the GPU box).
+"""Adaptive launching: interleaved rounds until every planned comparison is decided, by a rule that keeps its error rate.
 
-Rule: repeated confidence intervals (Jennison & Turnbull 1989, JRSS B 51:305–361; 2000, "Group Sequential Methods",
-ch. 9) with a Pocock-type constant boundary c over the looks (one per round from the plan's `launches` ≥ 2 to the
-budget's last round): P(|Z_k| ≥ c at some look) = α under H0, by numerical integration (Armitage–McPherson–Rowe).
-The RCI at look k is d̂_k ± t(ν_k; 1 − α′/2) · SE_k, α′ = 2(1 − Φ(c)), ν_k Welch's degrees of freedom. RCIs cover the
-true ratio at every look at once with probability ≥ 1 − α, so stopping at any look for any reason keeps the coverage.
-
-A comparison is B against the reference cell on log client throughput per launch (Σ tokens / Σ latency of the
-non-warm-up requests of its bench.jsonl). It is decided when its RCI lies beyond ±log(1 + min_effect) (a winner),
-inside it (equivalent, with min_effect > 0), or spans at most `until` (ci_width: exp(high) − exp(low)).
+Repeated confidence intervals (Jennison & Turnbull 1989; 2000, ch. 9) with a Pocock-type constant boundary c over the
+looks (one per round from the plan's `launches` to the budget's last round): P(|Z_k| ≥ c at some look) = α under H0,
+by numerical integration. Each look's interval is d̂ ± t(ν; 1 − α′/2) · SE, α′ = 2(1 − Φ(c)), ν Welch's: they cover
+the truth at every look at once, so stopping at any look keeps the coverage (docs/launcher.md, Adaptive launching).
 """
 
 from __future__ import annotations
@@ -33,7 +27,7 @@ _NORMAL = NormalDist()
 
 
 def parse_until(text: str) -> float:
-    """'ci_width<=5%' → 0.05 (a bare number is a fraction: 'ci_width<=0.05'); PlanError otherwise."""
+    """'ci_width<=5%' → 0.05 (a bare number is a fraction)."""
     match = _UNTIL.match(text)
     if not match:
         raise PlanError(f"--until {text!r}: expected ci_width<=P%", hint="e.g. --until 'ci_width<=5%'")
@@ -42,8 +36,6 @@ def parse_until(text: str) -> float:
         raise PlanError(f"--until {text!r}: the width must lie between 0 and 100 %", hint="e.g. --until 'ci_width<=5%'")
     return value
 
-
-# --- Student t and the Pocock constant, standard library only ------------------------------------------------------
 
 def t_ppf(q: float, df: float) -> float:
     """Quantile of Student t. With θ = atan(x/√ν), F(x) = 1/2 + c·∫_0^θ cos^(ν−1)φ dφ: a bounded integrand (ν ≥ 1)
@@ -109,8 +101,6 @@ def pocock_constant(looks: tuple[int, ...], alpha: float) -> float:
     return (low + high) / 2.0
 
 
-# --- the design and its decisions ----------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Design:
     """What the error rate depends on; fixed for an out directory (recorded in adaptive.json)."""
@@ -136,8 +126,7 @@ class Design:
         return pocock_constant(self.looks, 1.0 - self.confidence)
 
     @property
-    def nominal_level(self) -> float:
-        """Two-sided level of each look's t interval."""
+    def nominal_level(self) -> float:   # two-sided level of each look's t interval
         return 2.0 * (1.0 - _NORMAL.cdf(self.boundary))
 
     def check(self, source: str) -> None:
@@ -226,9 +215,8 @@ def look(design: Design, round_: int, values: dict[str, list[float]]) -> Look:
 
 
 def launch_throughput(run_dir: Path) -> float | None:
-    """tok/s of one complete ok launch: Σ completion tokens / Σ latency of its non-warm-up requests, each request's
-    latency as the server measured it (SGLang's meta_info.e2e_latency: no client or HTTP scheduling in it) where it
-    says, else as the client did."""
+    """tok/s of one ok launch: Σ completion tokens / Σ latency of its measured requests, each latency as the server
+    measured it (SGLang's meta_info.e2e_latency: no client or HTTP scheduling in it) where it says, else the client's."""
     record = read_run_json(run_dir)
     if record is None or record.outcome != "ok":
         return None
@@ -254,40 +242,30 @@ def launch_throughput(run_dir: Path) -> float | None:
 
 def values_through(out_dir: Path, cells: tuple[str, ...], round_: int) -> dict[str, list[float]]:
     """Per cell, the throughputs of its ok launches numbered ≤ round_ (the launches of those rounds)."""
-    values: dict[str, list[float]] = {}
-    for cell in cells:
-        for launch in range(1, round_ + 1):
-            value = launch_throughput(out_dir / cell / str(launch))
-            if value is not None:
-                values.setdefault(cell, []).append(value)
-    return values
+    found = {cell: [launch_throughput(out_dir / cell / str(launch)) for launch in range(1, round_ + 1)] for cell in cells}
+    return {cell: [v for v in values if v is not None] for cell, values in found.items() if any(v is not None for v in values)}
 
 
-@dataclass(frozen=True)
-class AdaptiveSummary:
-    """What an adaptive run did: its design, every look, how many launches it spent and why it stopped."""
-
-    design: dict
-    looks: tuple[Look, ...]
-    launches_spent: int
-    stopped: str            # decided | budget | not yet (the call ended before a decision: run again with --resume)
-    reason: str
-
-    def to_dict(self) -> dict:
-        return {"design": self.design, "launches_spent": self.launches_spent, "stopped": self.stopped,
-                "reason": self.reason, "looks": [asdict(lk) for lk in self.looks]}
-
-
-def reason_for(design: Design, final: Look | None, stopped: str, spent: int) -> str:
-    if final is None:
-        return f"no look yet: the first comes after round {design.first_look} ({spent} launch(es) so far)"
-    parts = "; ".join(f"{c.cell_b} vs {c.cell_a}: {c.status}"
-                      + (f" ×{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ratio is not None else "")
-                      + (f" ({c.n_a} vs {c.n_b} launches)") for c in final.comparisons)
-    what = {"decided": f"every comparison decided after round {final.round}",
-            "budget": f"budget spent ({design.max_launches} launches, {design.last_look} rounds) without a decision",
-            "not yet": f"not decided after round {final.round}; run again with --resume"}[stopped]
-    return f"{what}, {spent} launches: {parts}"
+def finish(out_dir: Path, design: Design, looks: list[Look], stopped: str) -> dict:
+    """What the adaptive run did, written to adaptive.json: its design, every look, the launches spent and why it
+    stopped: decided | budget | not yet (this call ended before a decision: run again with --resume)."""
+    spent = sum(bool((record := read_run_json(path.parent)) and record.is_complete())
+                for cell in design.cells for path in (out_dir / cell).glob("*/run.json"))
+    if not looks:
+        reason = f"no look yet: the first comes after round {design.first_look} ({spent} launch(es) so far)"
+    else:
+        parts = "; ".join(f"{c.cell_b} vs {c.cell_a}: {c.status}"
+                          + (f" ×{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ratio is not None else "")
+                          + (f" ({c.n_a} vs {c.n_b} launches)") for c in looks[-1].comparisons)
+        what = {"decided": f"every comparison decided after round {looks[-1].round}",
+                "budget": f"budget spent ({design.max_launches} launches, {design.last_look} rounds) without a decision",
+                "not yet": f"not decided after round {looks[-1].round}; run again with --resume"}[stopped]
+        reason = f"{what}, {spent} launches: {parts}"
+    summary = {"design": design.to_dict(), "launches_spent": spent, "stopped": stopped, "reason": reason,
+               "looks": [asdict(lk) for lk in looks]}
+    (tmp := out_dir / f"{STATE_FILE}.tmp").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(out_dir / STATE_FILE)
+    return summary
 
 
 def check_state(out_dir: Path, design: Design) -> None:
@@ -304,10 +282,3 @@ def check_state(out_dir: Path, design: Design) -> None:
         raise PlanError(f"{path}: this adaptive run was started with another design ("
                         + ", ".join(f"{k} {previous.get(k)!r} → {now[k]!r}" for k in changed) + ")",
                         hint="resume with the same --until / --max-launches / plan, or choose a new --out")
-
-
-def write_state(out_dir: Path, summary: AdaptiveSummary) -> None:
-    path = out_dir / STATE_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(summary.to_dict(), indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)

@@ -1,9 +1,8 @@
 """`speclogs launch PLAN --host user@box`: the same launch on a remote box over ssh, outputs pulled back.
 
-How: (1) one ssh call unpacks speclogs' own package + the plan into REMOTE_DIR (tar over stdin: only ssh, tar and
-Python ≥ 3.11 are needed there, no pip install); (2) one ssh call runs `python -m speclogs.launcher` there with
---json-summary and --stop-on-stdin-eof (if this side goes away or is interrupted, the remote launcher stops its
-server); (3) one ssh call streams REMOTE_DIR/runs/<plan> back as tar into --out. Standard library only.
+One ssh call unpacks speclogs and the plan into REMOTE_DIR (tar over stdin: ssh, tar and Python ≥ 3.11 are all it
+needs there), one runs `python -m speclogs.launcher` there (--stop-on-stdin-eof: if this side goes away, the remote
+launcher stops its server), one streams REMOTE_DIR/runs/<plan> back as tar. multinode reaches its nodes the same way.
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ def launch_remote(plan_path: str | Path, host: str, options: LaunchOptions, *, s
     remote_out = f"runs/{plan.name}"
 
     say(f"{host}: uploading speclogs + plan to {remote_dir}")
-    upload(ssh, remote_dir, _bundle(Path(plan_path), remote_plan), host)
+    upload(ssh, remote_dir, bundle(Path(plan_path), remote_plan), host)
 
     flags = ["--out", remote_out, "--json-summary", "--stop-on-stdin-eof", *(f for cell in options.only for f in ("--only", cell))]
     flags += [flag for flag, on in (("--resume", options.resume), ("--retry-failed", options.retry_failed),
@@ -105,23 +104,21 @@ def python_command(remote_dir: str, python: str, module: str, *args: str) -> str
             + " ".join(["exec", *(shlex.quote(a) for a in (python, "-m", module, *args))]))
 
 
-def upload(ssh: list[str], remote_dir: str, bundle: bytes, host: str) -> None:
-    """Unpack `bundle` (speclogs + the plan) into remote_dir on `host`, replacing the speclogs unpacked there before."""
+def upload(ssh: list[str], remote_dir: str, payload: bytes, host: str) -> None:
+    """Unpack `payload` (speclogs + the plan) into remote_dir on `host`, replacing the speclogs unpacked there before."""
     remote = shlex.quote(remote_dir)
     done = subprocess.run([*ssh, f"mkdir -p {remote} && cd {remote} && rm -rf src/speclogs && tar -xf -"],
-                          input=bundle, capture_output=True, timeout=300)
+                          input=payload, capture_output=True, timeout=300)
     if done.returncode != 0:
         raise LaunchError(f"ssh {host}: upload failed (exit {done.returncode}): {_tail(done.stderr)}",
                           hint="check that `ssh " + " ".join(shlex.quote(a) for a in ssh[1:]) + " true` works")
 
 
-def _bundle(plan_path: Path, remote_plan: str) -> bytes:
+def bundle(plan_path: Path, remote_plan: str) -> bytes:
     package = Path(speclogs.__file__).resolve().parent
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        def skip_cache(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-            return None if "__pycache__" in info.name or info.name.endswith(".pyc") else info
-        tar.add(package, arcname="src/speclogs", filter=skip_cache)
+        tar.add(package, arcname="src/speclogs", filter=lambda info: None if "__pycache__" in info.name else info)
         tar.add(plan_path, arcname=remote_plan)
     return buffer.getvalue()
 
@@ -152,14 +149,11 @@ def _relay(stream, lines: list[str], say: Progress, host: str) -> None:
 
 
 def _summary_from(stdout: bytes) -> PlanRunSummary | None:
-    for line in reversed(stdout.decode("utf-8", errors="replace").splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                return PlanRunSummary.from_dict(json.loads(line))
-            except (json.JSONDecodeError, KeyError, TypeError):
-                return None
-    return None
+    lines = [line for line in stdout.decode("utf-8", errors="replace").splitlines() if line.strip().startswith("{")]
+    try:
+        return PlanRunSummary.from_dict(json.loads(lines[-1])) if lines else None
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return None
 
 
 def _tail(raw: bytes) -> str:

@@ -1,6 +1,7 @@
 """Carry out a plan: each launch starts the server, waits for /health 200, benchmarks, stops, records run.json.
 
-Standard library only (runs on the GPU box). Progress goes to the `progress` callback (the CLI prints it on stderr).
+One launch path for every plan: its servers are `Node`s, one on this machine, or one on each node of a plan with
+`nodes` (multinode.RemoteNode, which drives a `Node` there through the node agent). Progress goes to `progress`.
 """
 
 from __future__ import annotations
@@ -11,18 +12,20 @@ import signal
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable, Iterator
 
 import speclogs
 from speclogs.doctor import FLAGS as DOCTOR_FLAGS, DoctorFinding, arg_value, check_settings, server_settings
 from speclogs.errors import LaunchError, PlanError
 from speclogs.launcher import adaptive as _adaptive, bench as _bench, process as _proc, runinfo
+from speclogs.launcher.bench import METRICS_FLAG, Windows
 from speclogs.launcher.plan import DEVICE_TIMER_ENV, MODEL_PATH_FLAGS, PYTHON_PLACEHOLDER, LaunchSpec, Plan
-from speclogs.launcher.scrape import METRICS_FLAG, Windows
 from speclogs.redact import redact_json
 from speclogs.runrecord import FILE_NAME as RUN_JSON, RunRecord, finish_record, launch_record, read_run_json, write_run_json
 
@@ -41,7 +44,9 @@ class _DeadlineReached(Exception):
     pass
 
 
-class _LaunchFailed(LaunchError):
+class LaunchFailed(LaunchError):
+    """A launch ended with `outcome` (docs/launcher.md, Outcomes); the plan goes on."""
+
     def __init__(self, outcome: str, message: str, hint: str | None = None):
         super().__init__(message, hint=hint)
         self.outcome = outcome
@@ -79,20 +84,18 @@ class PlanRunSummary:
     out_dir: str
     results: tuple[LaunchResult, ...]
     stopped: str             # complete | max_launches | max_minutes | interrupted | decided (adaptive)
-    pending: tuple[str, ...] = field(default=())   # run names not yet complete
-    adaptive: dict | None = None   # adaptive runs: speclogs.launcher.adaptive.AdaptiveSummary.to_dict()
+    pending: tuple[str, ...] = ()   # run names not yet complete
+    adaptive: dict | None = None    # adaptive runs: adaptive.finish()
 
     @property
     def failed(self) -> tuple[LaunchResult, ...]:
         return tuple(r for r in self.results if not r.skipped and r.outcome != "ok")
 
     def to_dict(self) -> dict:
-        return redact_json({"plan_name": self.plan_name, "out_dir": self.out_dir, "stopped": self.stopped,
-                            "pending": list(self.pending), "results": [asdict(r) for r in self.results],
-                            "adaptive": self.adaptive})
+        return redact_json({**asdict(self), "results": [asdict(r) for r in self.results], "pending": list(self.pending)})
 
     @classmethod
-    def from_dict(cls, data: dict) -> "PlanRunSummary":
+    def from_dict(cls, data: dict) -> PlanRunSummary:
         return cls(plan_name=data["plan_name"], out_dir=data["out_dir"], stopped=data["stopped"],
                    pending=tuple(data.get("pending", ())),
                    results=tuple(LaunchResult(**r) for r in data["results"]), adaptive=data.get("adaptive"))
@@ -101,13 +104,12 @@ class PlanRunSummary:
 def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = None) -> PlanRunSummary:
     """Run the plan's launches (interleaved order) into options.out_dir; returns what happened to each.
 
-    Raises PlanError before anything starts when the doctor (speclogs.doctor) finds an error in a cell's setup and
-    options.force is not set, a cell names a local model path that does not exist, or a cell in `only` is unknown;
-    LaunchError when the out dir already holds complete launches and --resume is not given.
-    Interrupted (Ctrl-C/SIGTERM/SIGHUP) stops the running server, marks its run.json `interrupted` and re-raises.
+    Raises PlanError before anything starts (an error of the doctor without options.force, a missing local model path,
+    an unknown cell in `only`), LaunchError when out_dir holds launches and --resume is not given. Interrupted stops the
+    running server, marks its run.json `interrupted` and propagates.
     """
     findings = doctor_plan(plan, _select(plan, options.only))
-    errors = [f"{f.source}: {f.message}" for cell_findings in findings.values() for f in cell_findings if f.severity == "error"]
+    errors = [f"{f.source}: {f.message}" for found in findings.values() for f in found if f.severity == "error"]
     if errors and not options.force:
         raise PlanError(f"the doctor found {len(errors)} error(s) in the setup; nothing was started:\n  " + "\n  ".join(errors),
                         hint="fix them (speclogs doctor PLAN shows each fix), or pass --force to launch anyway")
@@ -118,24 +120,24 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
     deadline = time.monotonic() + options.max_minutes * 60 if options.max_minutes else None
     out_dir = options.out_dir.resolve()
     design = adaptive_design(plan, options)
-    if design is not None:
-        # every round up to the budget's last one; the looks decide how many of them run
+    if design is not None:   # every round up to the budget's last one; the looks decide how many of them run
         plan = replace(plan, cells=tuple(replace(cell, launches=design.last_look) for cell in plan.cells))
     order = _select(plan, options.only)
     if plan.nodes is None:   # the nodes' model paths are theirs to check
         _check_model_paths(plan, order)
-    _check_overwrite(order, out_dir, options)
+    if not options.resume and (existing := [s.run_name for s in order if (_run_dir(out_dir, s) / RUN_JSON).exists()]):
+        raise LaunchError(f"{out_dir} already holds launches ({', '.join(existing[:4])}{' …' if len(existing) > 4 else ''})",
+                          hint="add --resume to skip complete ones and redo the rest, or choose a new --out")
     if design is not None:
         _adaptive.check_state(out_dir, design)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if plan.nodes is not None:   # SGLang on several nodes at once, each launch through their node agents
+    if plan.nodes is not None:
         from speclogs.launcher import multinode
 
         multinode.upload(plan, say)
-    context = _MachineContext(design)
+    machine = runinfo.Machine(design.to_dict() if design is not None else None)
     results: list[LaunchResult] = []
     stopped = "complete"
-    done = 0
     looks: list[_adaptive.Look] = []
 
     def take_look(round_: int) -> bool:
@@ -150,19 +152,19 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
                    if c.ratio is not None else f" ({c.detail})"))
         if looks[-1].decided:
             stopped = "decided"
-            return True
-        return False
+        return looks[-1].decided
 
     with _signals_raise_interrupted():
         for spec in order:
             if take_look(spec.launch - 1):
                 break
-            run_dir = out_dir / spec.cell.name / str(spec.launch)
+            run_dir = _run_dir(out_dir, spec)
             previous = read_run_json(run_dir)
             if previous and previous.is_complete(options.retry_failed):
                 results.append(_result_from(previous, spec, run_dir, skipped=True))
                 continue
-            if design is None and options.max_launches is not None and done >= options.max_launches:
+            launched = sum(not r.skipped for r in results)
+            if design is None and options.max_launches is not None and launched >= options.max_launches:
                 stopped = "max_launches"
                 break
             if deadline is not None:
@@ -175,10 +177,7 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
                     break
             say(f"[{spec.order_index + 1}/{len(plan.launch_order())}] {spec.run_name}: starting")
             try:
-                if plan.nodes is not None:
-                    result = multinode.launch_one(plan, spec, run_dir, previous, say)
-                else:
-                    result = _launch_one(plan, spec, run_dir, previous, context, deadline, say, findings[spec.cell.name])
+                result = _launch_one(plan, spec, run_dir, previous, machine, deadline, say, findings[spec.cell.name])
             except _DeadlineReached:
                 results.append(_result_from(read_run_json(run_dir), spec, run_dir))
                 stopped = "max_minutes"
@@ -187,22 +186,19 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
                 results.append(_result_from(read_run_json(run_dir), spec, run_dir))
                 raise
             results.append(result)
-            done += 1
             _raise_if_pending()
             say(f"{spec.run_name}: {result.outcome}" + (f" ({result.outcome_detail})" if result.outcome_detail else ""))
         else:
             if design is not None and not take_look(design.last_look):
                 stopped = "max_launches"
     pending = () if stopped == "decided" else tuple(
-        spec.run_name for spec in order
-        if not _is_complete(out_dir / spec.cell.name / str(spec.launch), options.retry_failed))
+        spec.run_name for spec in order if not _is_complete(_run_dir(out_dir, spec), options.retry_failed))
     summary = None
     if design is not None:
-        summary = _adaptive_summary(design, looks, out_dir, stopped)
-        _adaptive.write_state(out_dir, summary)
-        say(f"adaptive: {summary.reason}")
+        summary = _adaptive.finish(out_dir, design, looks, {"decided": "decided", "max_launches": "budget"}.get(stopped, "not yet"))
+        say(f"adaptive: {summary['reason']}")
     return PlanRunSummary(plan_name=plan.name, out_dir=str(out_dir), results=tuple(results), stopped=stopped,
-                          pending=pending, adaptive=summary.to_dict() if summary else None)
+                          pending=pending, adaptive=summary)
 
 
 def adaptive_design(plan: Plan, options: LaunchOptions) -> _adaptive.Design | None:
@@ -230,16 +226,6 @@ def adaptive_design(plan: Plan, options: LaunchOptions) -> _adaptive.Design | No
     return design
 
 
-def _adaptive_summary(design: _adaptive.Design, looks: list[_adaptive.Look], out_dir: Path, stopped: str
-                      ) -> _adaptive.AdaptiveSummary:
-    spent = sum(1 for cell in design.cells for path in (out_dir / cell).glob(f"*/{RUN_JSON}")
-                if _is_complete(path.parent, False))
-    state = {"decided": "decided", "max_launches": "budget"}.get(stopped, "not yet")
-    final = looks[-1] if looks else None
-    return _adaptive.AdaptiveSummary(design=design.to_dict(), looks=tuple(looks), launches_spent=spent, stopped=state,
-                                     reason=_adaptive.reason_for(design, final, state, spent))
-
-
 def server_argv(plan: Plan, spec: LaunchSpec, run_dir: Path | None = None) -> list[str]:
     """The exact argv of the server process for this launch (profile wrapper included); `run_dir` is where
     `[metrics] request_export` has SGLang write its per-request file."""
@@ -261,7 +247,7 @@ def server_argv(plan: Plan, spec: LaunchSpec, run_dir: Path | None = None) -> li
 
 def server_env(plan: Plan, spec: LaunchSpec, base: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
     """Base env (the names inherit_env allows, minus drop_inherited_env) + plan env + cell env; speclogs on
-    PYTHONPATH when profiled."""
+    PYTHONPATH when profiled. Returns (env, names of the base env not passed on)."""
     timer = {DEVICE_TIMER_ENV: "1"} if plan.metrics.device_timer else {}   # under the plan's and cell's own env
     env, dropped = runinfo.build_env(dict(os.environ if base is None else base), plan.inherit_env, plan.drop_inherited_env,
                                      timer, plan.env, spec.cell.env)
@@ -270,14 +256,11 @@ def server_env(plan: Plan, spec: LaunchSpec, base: dict[str, str] | None = None)
     return env, dropped
 
 
-def _select(plan: Plan, only: tuple[str, ...]) -> list[LaunchSpec]:
-    names = {cell.name for cell in plan.cells}
-    wanted = {name for item in only for name in item.split(",") if name}
-    unknown = sorted(wanted - names)
-    if unknown:
-        raise PlanError(f"{plan.path}: --only names unknown cell(s): {', '.join(unknown)}",
-                        hint=f"cells in this plan: {', '.join(sorted(names))}")
-    return [spec for spec in plan.launch_order() if not wanted or spec.cell.name in wanted]
+def probe_address(plan: Plan, argv: list[str]) -> tuple[str, str, int]:
+    """(host as the plan gives it, where to reach it, port) of the server's HTTP side."""
+    host = arg_value(argv, "--host") or plan.host
+    probe = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+    return host, probe, int(arg_value(argv, "--port") or plan.port)
 
 
 def doctor_plan(plan: Plan, order: list[LaunchSpec] | None = None, trained_layers: list[int] | None = None
@@ -287,13 +270,12 @@ def doctor_plan(plan: Plan, order: list[LaunchSpec] | None = None, trained_layer
     for spec in order if order is not None else plan.launch_order():
         if spec.cell.name in out:
             continue
-        argv = server_argv(plan, spec)
 
         def source_of(name: str, cell=spec.cell) -> str:
             needles = [f'"{flag}' for flag, field in DOCTOR_FLAGS.items() if field == name] + [f"{name} ="]
             return f"{plan.path}:{_plan_line(plan, cell, needles)} (cell {cell.name})"
 
-        out[spec.cell.name] = check_settings(server_settings(argv), source_of, trained_layers)
+        out[spec.cell.name] = check_settings(server_settings(server_argv(plan, spec)), source_of, trained_layers)
     return out
 
 
@@ -310,30 +292,29 @@ def _plan_line(plan: Plan, cell, needles: list[str]) -> int:
     return cell.line_no
 
 
+def _select(plan: Plan, only: tuple[str, ...]) -> list[LaunchSpec]:
+    names = {cell.name for cell in plan.cells}
+    wanted = {name for item in only for name in item.split(",") if name}
+    if unknown := sorted(wanted - names):
+        raise PlanError(f"{plan.path}: --only names unknown cell(s): {', '.join(unknown)}",
+                        hint=f"cells in this plan: {', '.join(sorted(names))}")
+    return [spec for spec in plan.launch_order() if not wanted or spec.cell.name in wanted]
+
+
 def _check_model_paths(plan: Plan, order: list[LaunchSpec]) -> None:
-    checked: set[str] = set()
     for spec in order:
         argv = server_argv(plan, spec)
         for flag in MODEL_PATH_FLAGS:
             value = arg_value(argv, flag)
-            if value is None or value in checked:
-                continue
-            checked.add(value)
-            looks_local = value.startswith(("/", "./", "../", "~")) or os.path.exists(value)
+            looks_local = value is not None and (value.startswith(("/", "./", "../", "~")) or os.path.exists(value))
             if looks_local and not Path(value).expanduser().exists():
-                where = f"{plan.path}:{_plan_line(plan, spec.cell, [value])}"
-                raise PlanError(f"{where}: {flag} {value} does not exist (cell {spec.cell.name})",
-                                hint="create the model first (e.g. speclogs synth-pair) or fix the path")
+                raise PlanError(f"{plan.path}:{_plan_line(plan, spec.cell, [value])}: {flag} {value} does not exist "
+                                f"(cell {spec.cell.name})", hint="create the model first (e.g. python scripts/synth_pair.py) "
+                                "or fix the path")
 
 
-def _check_overwrite(order: list[LaunchSpec], out_dir: Path, options: LaunchOptions) -> None:
-    if options.resume:
-        return
-    existing = [spec.run_name for spec in order
-                if (out_dir / spec.cell.name / str(spec.launch) / RUN_JSON).exists()]
-    if existing:
-        raise LaunchError(f"{out_dir} already holds launches ({', '.join(existing[:4])}{' …' if len(existing) > 4 else ''})",
-                          hint="add --resume to skip complete ones and redo the rest, or choose a new --out")
+def _run_dir(out_dir: Path, spec: LaunchSpec) -> Path:
+    return out_dir / spec.cell.name / str(spec.launch)
 
 
 def _is_complete(run_dir: Path, retry_failed: bool) -> bool:
@@ -342,21 +323,17 @@ def _is_complete(run_dir: Path, retry_failed: bool) -> bool:
 
 
 def _estimate_launch_s(out_dir: Path, recent: int = 3) -> float | None:
-    """Longest spawn → stop among the `recent` latest ok launches under out_dir (None when there is none).
-
-    Only recent ones: the first start on a fresh machine (Triton JIT) is much slower and should not hold back later calls.
-    """
+    """Longest spawn → stop among the `recent` latest ok launches (the first start on a fresh machine, Triton JIT
+    included, is much slower and should not hold back later calls); None before any."""
     spans: list[tuple[str, float]] = []
     for path in out_dir.glob(f"*/*/{RUN_JSON}"):
         record = read_run_json(path.parent)
-        if record is None or record.outcome != "ok":
-            continue
-        stamps = record.timestamps
+        stamps = record.timestamps if record is not None and record.outcome == "ok" else {}
         try:
             spawn, stop = datetime.fromisoformat(stamps["spawn"]), datetime.fromisoformat(stamps["stop"])
-            spans.append((stamps["spawn"], (stop - spawn).total_seconds()))
         except (KeyError, TypeError, ValueError):
             continue
+        spans.append((stamps["spawn"], (stop - spawn).total_seconds()))
     latest = sorted(spans)[-recent:]
     return max(span for _, span in latest) if latest else None
 
@@ -368,212 +345,217 @@ def _result_from(record: RunRecord | None, spec: LaunchSpec, run_dir: Path, skip
                         ready_s=record.ready_s, median_tok_s=record.median_tok_s, run_dir=str(run_dir), skipped=skipped)
 
 
-class _MachineContext:
-    """Facts gathered once per plan run: GPUs, hostname, versions per (python, PYTHONPATH), model records."""
+class Node:
+    """One server on this machine, from the checks before its start to the check after its stop: a single-host launch
+    drives one here; the node agent (multinode.agent) drives one on each node of a plan with `nodes`."""
 
-    def __init__(self, design: _adaptive.Design | None = None):
-        self.design = design.to_dict() if design is not None else None
-        self.gpus = runinfo.gpu_inventory()
-        self.hostname = runinfo.hostname()
-        self._versions: dict[tuple[str, str], dict] = {}
-        self._models: dict[str, dict] = {}
+    name = ""   # what progress and outcome details put before its news ("node 1 (host): "): nothing on a single host
 
-    def models(self, argv: list[str]) -> dict:
-        """run.json `models`: what --model-path and --speculative-draft-model-path point at (runinfo.model_record)."""
-        out = {}
-        for role, flag in (("target", "--model-path"), ("draft", "--speculative-draft-model-path")):
-            path = arg_value(argv, flag)
-            if path is not None:
-                if path not in self._models:
-                    self._models[path] = runinfo.model_record(path)
-                out[role] = dict(self._models[path])
-        return out
+    def __init__(self, plan: Plan, spec: LaunchSpec, machine: runinfo.Machine, argv: list[str], log_path: Path,
+                 port_probe: tuple[str, int] | None):
+        self.plan, self.machine, self.log_path, self.port_probe = plan, machine, log_path, port_probe
+        self.env, dropped = server_env(plan, spec)
+        self.proc = None
+        self.known: dict = {}
+        recorded = runinfo.recorded_env(self.env, plan.inherit_env, plan.env, spec.cell.env)
+        self.facts = {"hostname": machine.hostname, "gpus": machine.gpus, "argv": argv, "env": recorded,
+                      **{f"env_{family.lower()}": {k: v for k, v in recorded.items() if k.startswith(f"{family}_")}
+                         for family in ("NCCL", "CUDA")},
+                      "env_dropped": dropped, "versions": {}, "models": {}, "server_pid": None, "server_identity": None,
+                      "exit_code": None, "stop": None, "timestamps": {"spawn": None, "stop": None},
+                      "utc_offset": runinfo.utc_offset()}
 
-    def versions(self, python: str, env: dict[str, str]) -> dict:
-        key = (python, env.get("PYTHONPATH", ""))
-        if key not in self._versions:
-            found = runinfo.server_versions(python, env)
-            found["speclogs"] = speclogs.__version__
-            self._versions[key] = found
-        return dict(self._versions[key])
+    def start(self) -> None:
+        """Wait for the port and the GPUs to be free, record versions and models, spawn the server."""
+        wait_s, argv = self.plan.port_wait_s, self.facts["argv"]
+        if self.port_probe and not _proc.wait_until(lambda: _proc.port_is_free(*self.port_probe), wait_s, 0.2):
+            raise LaunchFailed("port_in_use", f"port {self.port_probe[1]} on {self.port_probe[0]} is already in use",
+                               hint="stop whatever listens there or set port = … in the plan")
+        # an earlier launch's GPU compute apps get a moment to go; those still listed are recorded
+        _proc.wait_until(lambda: not _proc.gpu_compute_pids(), wait_s * 3, 1.0)
+        self.facts.update(gpu_apps_before_spawn=_proc.gpu_compute_pids(), models=self.machine.models(argv),
+                          versions=self.machine.versions(runinfo.python_of(argv), self.env))
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.write_bytes(b"")
+        try:
+            self.proc = _proc.spawn_server(argv, self.env, self.log_path)
+        except OSError as exc:
+            raise LaunchFailed("spawn_failed", f"cannot start {argv[0]}: {exc.strerror}", hint="check the plan's command") from exc
+        self.facts["timestamps"]["spawn"] = runinfo.now_iso()
+        self.facts.update(server_pid=self.proc.pid, server_identity=_proc.identity(self.proc.pid))   # pid = its group id
+
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else _proc.exit_code(self.proc)
+
+    def ended(self) -> str | None:
+        """How the server ended by itself ('exited with code 3'), None while it runs."""
+        code = self.exit_code()
+        return None if code is None else f"exited with code {code}"
+
+    def last_line(self) -> str:
+        return _proc.last_milestone(self.log_path)
+
+    def watch(self) -> None:
+        if self.proc is not None:
+            _proc.watch(self.proc, self.known)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.facts["stop"] = _proc.stop_server(self.proc, self.plan.stop_grace_s, self.known)
+            self.facts.update(exit_code=self.proc.returncode)
+            self.facts["timestamps"]["stop"] = runinfo.now_iso()
+            self.proc = None
 
 
-def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord | None, context: _MachineContext,
+def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord | None, machine: runinfo.Machine,
                 deadline: float | None, say: Progress, findings: list[DoctorFinding]) -> LaunchResult:
     run_dir.mkdir(parents=True, exist_ok=True)
     argv = server_argv(plan, spec, run_dir)
-    env, dropped = server_env(plan, spec)
-    recorded_env = runinfo.recorded_env(env, plan.inherit_env, plan.env, spec.cell.env)
-    host = arg_value(argv, "--host") or plan.host
-    probe_host = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
-    port = int(arg_value(argv, "--port") or plan.port)
-    base_url = f"http://{probe_host}:{port}"
-    python = runinfo.python_of(argv)
-    files = {"server_log": "server.log", "bench": "bench.jsonl"}
-    record = new_record(
-        plan, spec, previous, argv, env, ("spawn", "port_open", "health_200", "bench_start", "bench_end", "stop"),
-        argv=argv, **env_fields(recorded_env), env_dropped=dropped, profile=spec.cell.profile,
-        versions={}, gpus=context.gpus, hostname=context.hostname, host=host, port=port, exit_code=None, server_pid=None,
-        server_identity=None, stop=None, files=files, models={}, doctor=[finding.to_dict() for finding in findings],
-    )
+    host, probe_host, port = probe_address(plan, argv)
+    fields: dict = {"files": {"server_log": "server.log", "bench": "bench.jsonl"}, "doctor": [f.to_dict() for f in findings]}
+    if machine.design is not None:
+        fields["adaptive"] = machine.design
+    if plan.nodes is not None:
+        from speclogs.launcher import multinode
+
+        host = probe_host = plan.nodes.http_host
+        fields.update(multinode.launch_fields(plan))
+    record = new_record(plan, spec, previous, argv, server_env(plan, spec)[0], host=host, port=port, profile=spec.cell.profile,
+                        **fields)
+    nodes: list = [] if plan.nodes is not None else [Node(plan, spec, machine, argv, run_dir / "server.log", (probe_host, port))]
+    record.update(_launch_facts(nodes))
     stamps = record["timestamps"]
-    if context.design is not None:
-        record["adaptive"] = context.design
-    proc = None
-    leader: _proc.ProcessIdentity | None = None
-    known: dict[int, _proc.ProcessIdentity] = {}
-    log_path = run_dir / "server.log"
+    health_url = f"http://{probe_host}:{port}/health"
 
     def finish(outcome: str, detail: str) -> LaunchResult:
+        with _signals_deferred():
+            if any(node.facts["server_pid"] is not None for node in nodes):
+                say(f"{spec.run_name}: stopping{f' {len(nodes)} nodes' if len(nodes) > 1 else ''} (SIGTERM, grace "
+                    f"{plan.stop_grace_s:g} s)")
+            with ThreadPoolExecutor(max(1, len(nodes))) as pool:   # every node at once
+                list(pool.map(lambda node: node.stop(), nodes))
+        if stamps["spawn"] is not None:
+            stamps["stop"] = runinfo.now_iso()
+        for node in nodes:
+            if left := (node.facts["stop"] or {}).get("leftover_pids") or (node.facts["stop"] or {}).get("gpu_pids"):
+                say(f"{spec.run_name}: WARNING {node.name}processes left after stop: {left} (killed)")
+        record.update(_launch_facts(nodes))
         finish_record(record, outcome, detail)
         if record["metrics"]["request_export"]:   # the per-request files SGLang wrote, once it stopped
             record["files"]["request_export"] = sorted(p.name for p in run_dir.glob("sglang-request-metrics-*.log"))
         try:
+            if plan.nodes is not None:
+                multinode.write_node_records(record, nodes, run_dir, outcome, detail)
             write_run_json(run_dir, record)
         except OSError as exc:
-            return _result_from(RunRecord({**record, "outcome_detail": f"{detail}; run.json not written: {exc.strerror}"}),
-                                spec, run_dir)
+            record["outcome_detail"] = f"{detail}; run.json not written: {exc.strerror}"
         return _result_from(RunRecord(record), spec, run_dir)
 
-    def poll() -> None:
-        code = _proc.exit_code(proc)
-        if code is not None:
-            tail = _proc.last_milestone(log_path)
-            raise _LaunchFailed("failed_start", f"server exited with code {code} after {time.monotonic() - spawn_clock:.1f} s "
-                                                f"before /health answered 200" + (f"; last line: {tail}" if tail else ""),
-                                hint=f"see {log_path}")
-        if stamps["port_open"] is None and _proc.port_is_open(probe_host, port):
-            stamps["port_open"] = runinfo.now_iso()
-
-    def tick() -> str:
-        known.update(_proc.ours(proc))
-        if _proc.free_mb(run_dir) < plan.min_free_mb:
-            raise _LaunchFailed("disk_full", f"disk nearly full under {run_dir} while the server starts", hint="free disk space")
-        milestone = _proc.last_milestone(log_path)
-        return f" · {milestone}" if milestone else ""
-
-    def stop() -> None:
-        nonlocal proc
-        if proc is None:
-            return
-        with _signals_deferred():
-            say(f"{spec.run_name}: stopping (SIGTERM, grace {plan.stop_grace_s:g} s)")
-            result = _proc.stop_server(proc, plan.stop_grace_s, known, leader)
-        stamps["stop"] = runinfo.now_iso()
-        record["exit_code"] = result.exit_code
-        record["stop"] = {"signal": result.signal_used, "stop_s": result.stop_s,
-                          "leftover_pids": list(result.leftover_pids), "gpu_pids": list(result.gpu_pids),
-                          "gpu_apps_after": None if result.gpu_apps_after is None else list(result.gpu_apps_after)}
-        if result.leftover_pids or result.gpu_pids:
-            say(f"{spec.run_name}: WARNING processes left after stop: {result.leftover_pids or result.gpu_pids} (killed)")
-        proc = None
+    def check_disk() -> None:
+        if (free := _proc.free_mb(run_dir)) < plan.min_free_mb:
+            raise LaunchFailed("disk_full", f"only {free:.0f} MiB free under {run_dir} (min_free_mb = {plan.min_free_mb:g})",
+                               hint="free disk space")
 
     try:
         try:
-            _stop_orphan(previous, context.hostname, plan.stop_grace_s, record, spec.run_name, say)
-            if _proc.free_mb(run_dir) < plan.min_free_mb:
-                raise _LaunchFailed("disk_full", f"only {_proc.free_mb(run_dir):.0f} MiB free under {run_dir} "
-                                                 f"(min_free_mb = {plan.min_free_mb:g})", hint="free disk space")
-            if not _proc.wait_until(lambda: _proc.port_is_free(probe_host, port), plan.port_wait_s, 0.2):
-                raise _LaunchFailed("port_in_use", f"port {port} on {probe_host} is already in use",
-                                    hint="stop whatever listens there or set port = … in the plan")
-            # an earlier launch's GPU compute apps get a moment to go; those still listed are recorded
-            _proc.wait_until(lambda: not _proc.gpu_compute_pids(), plan.port_wait_s * 3, 1.0)
-            record["gpu_apps_before_spawn"] = _proc.gpu_compute_pids()
-            record["versions"] = context.versions(python, env)
-            record["models"] = context.models(argv)
+            if plan.nodes is None:
+                _stop_orphan(previous, machine.hostname, plan.stop_grace_s, record, spec.run_name, say)
+            check_disk()
             write_run_json(run_dir, record)
-            log_path.write_bytes(b"")
-            try:
-                proc = _proc.spawn_server(argv, env, log_path)
-            except OSError as exc:
-                raise _LaunchFailed("spawn_failed", f"cannot start {argv[0]}: {exc.strerror}",
-                                    hint="check the plan's command") from exc
+            for rank, ssh in enumerate(plan.nodes.hosts if plan.nodes is not None else ()):   # each spawns its server now
+                nodes.append(multinode.RemoteNode(plan, spec, rank, ssh, say))
+            for node in nodes:
+                node.start()
+                say(f"{spec.run_name}: {node.name}pid {node.facts['server_pid']}, log {node.log_path}")
             spawn_clock = time.monotonic()
             stamps["spawn"] = runinfo.now_iso()
-            leader = _proc.process_identity(proc.pid)
-            record["server_pid"] = proc.pid   # also its process group id
-            record["server_identity"] = leader.to_dict() if leader else None   # pid + start time + boot: checked on --resume
-            write_run_json(run_dir, record)
-            say(f"{spec.run_name}: pid {proc.pid}, log {log_path}")
-            _wait_ready(plan, f"{base_url}/health", stamps, spawn_clock, deadline, spec.run_name, say, poll, tick)
+            if plan.nodes is not None:
+                multinode.measure_clocks(nodes)
+            record.update(_launch_facts(nodes))
+            write_run_json(run_dir, record)   # with the server's pid + start time: a killed launcher's is stopped on --resume
+            next_report = spawn_clock + plan.progress_every_s
+            while (status := _proc.probe_health(health_url, timeout_s=min(5.0, plan.health_poll_s * 5))) != 200:
+                now = time.monotonic()
+                for node in nodes:
+                    if ended := node.ended():
+                        tail = node.last_line()
+                        raise LaunchFailed("failed_start", f"{node.name}the server {ended} after {now - spawn_clock:.1f} s "
+                                           "before /health answered 200" + (f"; last line: {tail}" if tail else ""),
+                                           hint=f"see {run_dir}")
+                if stamps["port_open"] is None and _proc.port_is_open(probe_host, port):
+                    stamps["port_open"] = runinfo.now_iso()
+                if now - spawn_clock > plan.health_timeout_s:
+                    raise LaunchFailed("health_timeout", f"{health_url} did not answer 200 within {plan.health_timeout_s:g} s "
+                                       f"(last answer: {status or 'no connection'})",
+                                       hint="raise health_timeout_s, or see server.log for where it stalled")
+                if deadline is not None and now > deadline:
+                    raise _DeadlineReached()
+                if now >= next_report:
+                    for node in nodes:
+                        node.watch()
+                    check_disk()
+                    milestone = nodes[0].last_line()
+                    say(f"{spec.run_name}: waiting {now - spawn_clock:.0f} s, /health {status or 'no connection'}"
+                        + (f" · {milestone}" if milestone else ""))
+                    next_report = now + plan.progress_every_s
+                time.sleep(plan.health_poll_s)
+            stamps["health_200"] = runinfo.now_iso()
             record["ready_s"] = round(time.monotonic() - spawn_clock, 3)
             say(f"{spec.run_name}: ready in {record['ready_s']:.1f} s")
-            known.update(_proc.ours(proc))
-            _run_benchmarks(plan, spec, run_dir, base_url, record, deadline, say, lambda: _proc.exit_code(proc),
-                            lambda: _bench.run_bench_serving(python, env, probe_host, port, plan.bench_serving, run_dir))
-            known.update(_proc.ours(proc))
-            stop()
+            for node in nodes:
+                node.watch()
+            _run_benchmarks(plan, spec, run_dir, record, deadline, say, nodes, probe_host, port)
+            for node in nodes:
+                node.watch()
             return finish("ok", "")
-        except _LaunchFailed as exc:
-            stop()
+        except LaunchFailed as exc:
             return finish(exc.outcome, str(exc))
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise
-            stop()
             return finish("disk_full", f"disk full while writing under {run_dir}: {exc.strerror}")
     except _DeadlineReached:
-        stop()
         finish("interrupted", "max-minutes reached during this launch; --resume runs it again")
         raise
     except (Interrupted, KeyboardInterrupt) as exc:
-        stop()
         reason = exc.reason if isinstance(exc, Interrupted) else "Ctrl-C"
         finish("interrupted", f"{reason} during this launch; --resume runs it again")
         raise Interrupted(reason) from None
 
 
+def _launch_facts(nodes: list) -> dict:
+    """What the launch's run.json says of its servers: node 0's facts (hostname, GPUs, argv, env …), and with several
+    nodes a line per node and the processes left over all of them."""
+    head = {key: value for key, value in nodes[0].facts.items() if key not in ("timestamps", "node", "utc_offset")} if nodes else {}
+    if len(nodes) < 2:
+        return head
+    return {**head, "nodes": [{"rank": rank, "ssh": node.host, "hostname": node.facts["hostname"],
+                               "clock_offset_to_node0_s": node.facts["node"]["clock_offset_to_node0_s"],
+                               "exit_code": node.facts["exit_code"], "stop": node.facts["stop"]} for rank, node in enumerate(nodes)],
+            "leftover_pids": sorted({pid for node in nodes for pid in (node.facts["stop"] or {}).get("leftover_pids") or []})}
+
+
 def _stop_orphan(previous: RunRecord | None, hostname: str, grace_s: float, record: dict, run_name: str,
                  say: Progress) -> None:
-    """A run.json still saying `running` means its launcher was killed: stop the server group it left behind — only
-    when its recorded identity (pid + start time + boot) is still that process; never a stranger who got the pid."""
-    if not previous or previous.outcome != "running" or previous.hostname != hostname:
+    """A run.json still saying `running` means its launcher was killed: stop the server group it left behind."""
+    if not previous or previous.outcome != "running" or previous.hostname != hostname or previous.server_pid is None:
         return
     pgid = previous.server_pid
-    if pgid is None:
-        return
-    leader = _proc.ProcessIdentity.from_dict(previous.server_identity)
-    if leader is not None and leader.pid != pgid:
-        leader = None
+    identity = previous.server_identity if (previous.server_identity or {}).get("pid") == pgid else None
     with _signals_deferred():
-        outcome = _proc.stop_orphan_group(leader, grace_s)
-    if outcome.stopped:
-        say(f"{run_name}: stopped {len(outcome.stopped)} process(es) left by a killed launcher (group {pgid})")
-        record["orphans_stopped"] = list(outcome.stopped)
-    elif outcome.reason:
-        say(f"{run_name}: the previous attempt's server (pid {pgid}) was not signalled: {outcome.reason}")
-        record["orphan_not_signalled"] = {"pid": pgid, "reason": outcome.reason}
+        stopped, reason = _proc.stop_orphan_group(identity, grace_s)
+    if stopped:
+        say(f"{run_name}: stopped {len(stopped)} process(es) left by a killed launcher (group {pgid})")
+        record["orphans_stopped"] = stopped
+    elif reason:
+        say(f"{run_name}: the previous attempt's server (pid {pgid}) was not signalled: {reason}")
+        record["orphan_not_signalled"] = {"pid": pgid, "reason": reason}
 
 
-def _wait_ready(plan: Plan, health_url: str, stamps: dict, spawn_clock: float, deadline: float | None, run_name: str,
-                say: Progress, poll: Callable[[], None], tick: Callable[[], str]) -> None:
-    """Poll /health until it answers 200. `poll` runs before each probe and raises _LaunchFailed when a server died;
-    `tick` runs every progress_every_s and returns what the progress line adds."""
-    next_report = spawn_clock + plan.progress_every_s
-    while True:
-        poll()
-        status = _proc.probe_health(health_url, timeout_s=min(5.0, plan.health_poll_s * 5))
-        if status == 200:
-            stamps["health_200"] = runinfo.now_iso()
-            return
-        now = time.monotonic()
-        if now - spawn_clock > plan.health_timeout_s:
-            raise _LaunchFailed("health_timeout", f"{health_url} did not answer 200 within {plan.health_timeout_s:g} s "
-                                                  f"(last answer: {status or 'no connection'})",
-                                hint="raise health_timeout_s, or see server.log for where it stalled")
-        if deadline is not None and now > deadline:
-            raise _DeadlineReached()
-        if now >= next_report:
-            say(f"{run_name}: waiting {now - spawn_clock:.0f} s, /health {status or 'no connection'}{tick()}")
-            next_report = now + plan.progress_every_s
-        time.sleep(plan.health_poll_s)
-
-
-def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, record: dict, deadline: float | None,
-                    say: Progress, exit_code: Callable[[], int | None],
-                    bench_serving: Callable[[], tuple[int, str]] | None) -> None:
+def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, record: dict, deadline: float | None, say: Progress,
+                    nodes: list, probe_host: str, port: int) -> None:
     """The plan's benchmarks against a ready server, each inside its window (with /metrics scrapes when enabled)."""
+    base_url = f"http://{probe_host}:{port}"
     if deadline is not None and time.monotonic() > deadline:
         raise _DeadlineReached()
     stamps = record["timestamps"]
@@ -595,22 +577,22 @@ def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, 
             if plan.bench.warmup_requests == 0:
                 windows.open("single_stream")
             try:
-                summary = _bench.run_single_stream(base_url, plan.bench, spec.run_name, run_dir / "bench.jsonl", on_request)
+                done, median = _bench.run_single_stream(base_url, plan.bench, spec.run_name, run_dir / "bench.jsonl", on_request)
             except _bench.BenchFailed as exc:
-                code = exit_code()
-                raise _LaunchFailed("bench_failed", str(exc) + ("" if code is None else f" (server exited with {code})"),
-                                    hint=exc.hint) from exc
+                ended = next((e for node in nodes if (e := node.ended())), None)
+                raise LaunchFailed("bench_failed", str(exc) + (f" (server {ended})" if ended else ""), hint=exc.hint) from exc
             windows.close()
-            record["bench_summary"] = {"requests_done": summary.requests_done, "median_tok_s": summary.median_tok_s}
+            record["bench_summary"] = {"requests_done": done, "median_tok_s": median}
         else:
             record["files"].pop("bench", None)
-        if plan.bench_serving is not None and bench_serving is not None:
+        if plan.bench_serving is not None and plan.nodes is None:
             windows.open("bench_serving")
-            code, detail = bench_serving()
+            code, detail = _bench.run_bench_serving(runinfo.python_of(nodes[0].facts["argv"]), nodes[0].env, probe_host,
+                                                    port, plan.bench_serving, run_dir)
             windows.close()
             record["files"].update(bench_serving="bench_serving.jsonl", bench_serving_log="bench_serving.log")
             if code != 0:
-                raise _LaunchFailed("bench_failed", detail, hint=f"see {run_dir / 'bench_serving.log'}")
+                raise LaunchFailed("bench_failed", detail, hint=f"see {run_dir / 'bench_serving.log'}")
     finally:
         stamps["bench_end"] = runinfo.now_iso()
         windows.close()
@@ -619,9 +601,8 @@ def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, base_url: str, 
 
 
 def new_record(plan: Plan, spec: LaunchSpec, previous: RunRecord | None, argv: list[str], env: dict[str, str],
-               stamps: tuple[str, ...], /, **fields) -> dict:
-    """A launch's run.json document: its identity, the plan's benchmark and [metrics], and `fields` (which record
-    the argv and env as run.json shows them: redacted)."""
+               **fields) -> dict:
+    """A launch's run.json document: its identity, the plan's benchmark and [metrics], and `fields`."""
     b = plan.bench
     bench = {"kind": b.kind, "requests": b.requests, "warmup_requests": b.warmup_requests, "max_new_tokens": b.max_new_tokens,
              "prompt_tokens": None if b.prompts else b.prompt_tokens, "prompt_kind": "text" if b.prompts else "input_ids",
@@ -632,59 +613,49 @@ def new_record(plan: Plan, spec: LaunchSpec, previous: RunRecord | None, argv: l
                "device_timer": env.get(DEVICE_TIMER_ENV) == "1", "request_export": "--export-metrics-to-file" in argv}
     return launch_record(run_name=spec.run_name, plan_name=plan.name, plan_file=str(plan.path), cell=spec.cell.name,
                          launch=spec.launch, factors=spec.cell.factors, order_index=spec.order_index, previous=previous,
-                         stamps=stamps, bench=bench, metrics=metrics, windows=[], utc_offset=runinfo.utc_offset(), **fields)
+                         stamps=("spawn", "port_open", "health_200", "bench_start", "bench_end", "stop"), bench=bench,
+                         metrics=metrics, windows=[], utc_offset=runinfo.utc_offset(), **fields)
 
 
-def env_fields(env: dict[str, str]) -> dict:
-    """run.json's env, env_nccl and env_cuda from the recorded environment."""
-    return {"env": env, "env_nccl": {k: v for k, v in env.items() if k.startswith("NCCL_")},
-            "env_cuda": {k: v for k, v in env.items() if k.startswith("CUDA_")}}
-
-
-# --- signals -------------------------------------------------------------------------------------------------------
-_state = threading.local()
+# --- signals: SIGINT, SIGTERM, SIGHUP raise Interrupted, held back while a server is being stopped ------------------
+_held = SimpleNamespace(deferred=False, pending=[])
 
 
 @contextmanager
 def _signals_raise_interrupted() -> Iterator[None]:
-    """While running a plan on the main thread, SIGINT/SIGTERM/SIGHUP raise Interrupted (deferred inside a stop)."""
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():   # only the main thread can have signal handlers
         yield
         return
-    pending: list[str] = []
-    _state.pending = pending
-    _state.deferred = False
+    _held.deferred, _held.pending = False, []
 
     def handler(signum, frame):  # noqa: ARG001 - signal handler signature
-        name = signal.Signals(signum).name
-        if getattr(_state, "deferred", False):
-            pending.append(name)
-            return
-        raise Interrupted(name if name != "SIGINT" else "Ctrl-C")
+        if not _held.deferred:
+            raise _interrupted(signum)
+        _held.pending.append(signum)
 
-    watched = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
-    saved = {sig: signal.signal(sig, handler) for sig in watched}
+    saved = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
         for sig, old in saved.items():
             signal.signal(sig, old)
-        _state.deferred = False
+        _held.deferred, _held.pending = False, []
+
+
+def _interrupted(signum: int) -> Interrupted:
+    return Interrupted("Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name)
 
 
 def _raise_if_pending() -> None:
-    pending = getattr(_state, "pending", None)
-    if pending:
-        name = pending.pop(0)
-        raise Interrupted(name if name != "SIGINT" else "Ctrl-C")
+    if _held.pending:
+        raise _interrupted(_held.pending.pop(0))
 
 
 @contextmanager
 def _signals_deferred() -> Iterator[None]:
-    """Signals arriving while a server is being stopped are held until the stop is done (nothing orphaned)."""
-    previous = getattr(_state, "deferred", False)
-    _state.deferred = True
+    """Signals arriving while a server is being stopped wait until the stop is done (nothing orphaned)."""
+    previous, _held.deferred = _held.deferred, True
     try:
         yield
     finally:
-        _state.deferred = previous
+        _held.deferred = previous

@@ -1,6 +1,6 @@
-"""What run.json records about the machine: versions, GPUs, environment (secrets redacted), timestamps.
+"""What run.json records about the machine: versions, GPUs, environment (secrets redacted), models, timestamps.
 
-Standard library only (runs on the GPU box). The file itself: speclogs.runrecord (fields: docs/launcher.md).
+The file itself: speclogs.runrecord (fields: docs/launcher.md).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from speclogs.doctor import config_facts
+from speclogs.doctor import arg_value, config_facts
 from speclogs.launcher.process import nvidia_smi
 from speclogs.redact import redact_value
 
@@ -25,12 +25,8 @@ PROXY_NAMES = frozenset({"http_proxy", "https_proxy", "all_proxy", "no_proxy", "
 
 _VERSIONS_SCRIPT = r"""
 import json, sys, importlib.metadata as md
-out = {"python": sys.version.split()[0]}
-for name in ("sglang", "torch"):
-    try:
-        out[name] = md.version(name)
-    except md.PackageNotFoundError:
-        out[name] = None
+found = {(d.metadata["Name"] or "").lower(): d.version for d in md.distributions()}
+out = {"python": sys.version.split()[0], "sglang": found.get("sglang"), "torch": found.get("torch")}
 try:
     import torch
     v = torch.cuda.nccl.version()
@@ -47,10 +43,7 @@ def now_iso() -> str:
 
 
 def utc_offset() -> str:
-    offset = _dt.datetime.now().astimezone().utcoffset() or _dt.timedelta(0)
-    minutes = int(offset.total_seconds() // 60)
-    sign = "+" if minutes >= 0 else "-"
-    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+    return _dt.datetime.now().astimezone().isoformat()[-6:]
 
 
 # Inherited variables whose values run.json records: the families speclogs and the server's libraries read. Any other
@@ -74,9 +67,8 @@ def recorded_env(env: dict[str, str], inherit: tuple[str, ...], *layers: dict[st
 def build_env(
     base: dict[str, str], inherit: tuple[str, ...], drop_prefixes: tuple[str, ...], *layers: dict[str, str]
 ) -> tuple[dict[str, str], list[str]]:
-    """The names of `base` that `inherit` allows (NAME, PREFIX*, or * for all) and no `drop_prefixes` starts,
-    plus each layer in order. Proxy variables only when `inherit` names them. Returns (env, names of base not
-    passed on)."""
+    """The names of `base` that `inherit` allows (NAME, PREFIX*, or *; proxies only by name) and no `drop_prefixes`
+    starts, plus each layer in order. Returns (env, names of base not passed on)."""
     named = {entry.lower() for entry in inherit}
 
     def allowed(name: str) -> bool:
@@ -84,9 +76,7 @@ def build_env(
             return name.lower() in named
         return any(name == entry or (entry.endswith("*") and name.startswith(entry[:-1])) for entry in inherit)
 
-    dropped = sorted(
-        name for name in base if not allowed(name) or any(name.startswith(prefix) for prefix in drop_prefixes)
-    )
+    dropped = sorted(name for name in base if not allowed(name) or name.startswith(tuple(drop_prefixes)))
     env = {name: value for name, value in base.items() if name not in dropped}
     for layer in layers:
         env.update(layer)
@@ -109,38 +99,22 @@ def python_of(argv: list[str]) -> str:
 
 def server_versions(python: str, env: dict[str, str], timeout_s: float = 120.0) -> dict[str, str | None]:
     """python/sglang/torch/NCCL versions as the server's interpreter with the server's env sees them."""
-    fallback: dict[str, str | None] = {"python": None, "sglang": None, "torch": None, "nccl": None}
+    fallback: dict[str, str | None] = dict.fromkeys(("python", "sglang", "torch", "nccl"))
     try:
         result = subprocess.run([python, "-c", _VERSIONS_SCRIPT], env=env, capture_output=True, text=True,
                                 timeout=timeout_s, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        fallback["error"] = f"{type(exc).__name__}: {exc}"
-        return fallback
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
+        if result.returncode == 0 and (lines := result.stdout.strip().splitlines()):
+            return json.loads(lines[-1])
         fallback["error"] = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        return fallback
-    try:
-        return json.loads(lines[-1])
-    except json.JSONDecodeError:
-        fallback["error"] = f"unreadable output: {lines[-1][:200]}"
-        return fallback
+    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
+        fallback["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    return fallback
 
 
 def gpu_inventory() -> list[dict]:
-    """GPUs from nvidia-smi ([] where there is none)."""
-    gpus = []
-    for line in nvidia_smi("--query-gpu=index,name,driver_version,memory.total") or []:
-        parts = [part.strip() for part in line.split(",")]
-        if len(parts) < 4:
-            continue
-        try:
-            memory = int(float(parts[3].split()[0]))
-        except ValueError:
-            memory = None
-        gpus.append({"index": int(parts[0]) if parts[0].isdigit() else parts[0], "name": parts[1],
-                     "driver": parts[2], "memory_mib": memory})
-    return gpus
+    rows = [[part.strip() for part in line.split(",")] for line in nvidia_smi("--query-gpu=index,name,driver_version,memory.total") or []]
+    return [{"index": int(row[0]) if row[0].isdigit() else row[0], "name": row[1], "driver": row[2],
+             "memory_mib": int(row[3]) if row[3].isdigit() else None} for row in rows if len(row) >= 4]
 
 
 def hostname() -> str:
@@ -178,9 +152,8 @@ def _hash_weights(files: list[Path]) -> tuple[str, str, int]:
 
 
 def model_record(path: str) -> dict:
-    """What run.json records about a model directory: config.json's identifying fields, EAGLE-3 aux-hidden-state layer
-    ids (draft models), sha256 of config.json and a hash of the weights — so two runs with different drafts (or a
-    retrained one at the same path) are told apart. A path that is not a local directory (a hub id) records why."""
+    """run.json's record of a model directory: config.json's identifying fields, EAGLE-3 aux layer ids, sha256 of
+    config.json and of the weights, so that two drafts (or one retrained at the same path) are told apart."""
     import hashlib
 
     record: dict = {"path": path}
@@ -213,3 +186,33 @@ def model_record(path: str) -> dict:
             record["error"] = f"weights unreadable: {exc.strerror}"
         record["weight_files"] = [p.name for p in weights]
     return record
+
+
+class Machine:
+    """Facts gathered once per plan run on this machine: GPUs, hostname, versions per (python, PYTHONPATH), models."""
+
+    def __init__(self, design: dict | None = None):
+        self.design = design   # the adaptive design run.json records, if any
+        self.gpus = gpu_inventory()
+        self.hostname = hostname()
+        self._versions: dict[tuple[str, str], dict] = {}
+        self._models: dict[str, dict] = {}
+
+    def models(self, argv: list[str]) -> dict:
+        """run.json `models`: what --model-path and --speculative-draft-model-path point at."""
+        out = {}
+        for role, flag in (("target", "--model-path"), ("draft", "--speculative-draft-model-path")):
+            path = arg_value(argv, flag)
+            if path is not None:
+                if path not in self._models:
+                    self._models[path] = model_record(path)
+                out[role] = dict(self._models[path])
+        return out
+
+    def versions(self, python: str, env: dict[str, str]) -> dict:
+        key = (python, env.get("PYTHONPATH", ""))
+        if key not in self._versions:
+            from speclogs import __version__
+
+            self._versions[key] = {**server_versions(python, env), "speclogs": __version__}
+        return dict(self._versions[key])

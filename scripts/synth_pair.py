@@ -1,24 +1,34 @@
 """A synthetic Llama target + EAGLE-3 draft (LlamaForCausalLMEagle3) whose acceptance is known in advance.
 
+    python scripts/synth_pair.py TARGET_DIR DRAFT_DIR [--seed S] [--accept-profile P1,P2,…] [--layer-shift F] [--aux-offset N]
+
 Tokens are one-hot; attention outputs are zero, so every MLP is an exact lookup table (a gated-SiLU row fires only when
 its gate coordinate and its token are both set, since silu(0) = 0): the target maps token t to f(t) for a cyclic
 permutation f, the draft's step i gets f(y) right for a chosen fraction of tokens (`accept_profile`), and
-`layer_shift` / `aux_offset` make the EAGLE-3 aux layers matter. The construction: docs/launcher.md (synth-pair).
-Written with numpy only (safetensors by hand, bf16 rounded to nearest even), so it runs without torch.
+`layer_shift` / `aux_offset` make the EAGLE-3 aux layers matter. The construction: docs/launcher.md (synthetic pair).
+Written with numpy only (safetensors by hand, bf16 rounded to nearest even), so it runs without torch or speclogs.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import struct
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from speclogs.errors import SpeclogsError
-
 RESERVED_DIMS = 64                  # hidden coordinates past the tokens: the bias and the draft's step counter
 GATE_SCALE = 2.0                    # gate pre-activation of a firing lookup row: silu(2) ≈ 1.76
+
+
+class SynthError(ValueError):
+    """A size or option the construction cannot honour; `hint` says what to pick instead."""
+
+    def __init__(self, message: str, hint: str):
+        super().__init__(message)
+        self.hint = hint
 
 
 @dataclass(frozen=True)
@@ -106,21 +116,21 @@ class _SafetensorsWriter:
 def write_synth_pair(target_dir: str | Path, draft_dir: str | Path, config: SynthConfig = SynthConfig()) -> SynthPair:
     """Write the target (HF Llama) and the EAGLE-3 draft; returns sizes and the acceptance the weights imply."""
     if config.token_count < 2 or config.vocab_size < config.num_heads:
-        raise SpeclogsError(f"synth-pair: vocab {config.vocab_size} leaves no room for {RESERVED_DIMS} reserved "
+        raise SynthError(f"synth-pair: vocab {config.vocab_size} leaves no room for {RESERVED_DIMS} reserved "
                             f"coordinates and {config.num_heads} attention heads",
                             hint=f"pick --vocab as a multiple of {config.num_heads}, e.g. 2048 (the default)")
     if config.num_layers < 1:
-        raise SpeclogsError(f"synth-pair: a target needs at least one layer, not {config.num_layers}",
+        raise SynthError(f"synth-pair: a target needs at least one layer, not {config.num_layers}",
                             hint="pick --layers 1 or more (16 by default)")
     if config.hidden_size % config.num_heads or config.num_heads % config.num_kv_heads:
-        raise SpeclogsError(f"synth-pair: hidden {config.hidden_size} / heads {config.num_heads} / kv heads "
+        raise SynthError(f"synth-pair: hidden {config.hidden_size} / heads {config.num_heads} / kv heads "
                             f"{config.num_kv_heads} do not divide", hint="use the defaults")
     target_dir, draft_dir = Path(target_dir), Path(draft_dir)
     try:
         target_dir.mkdir(parents=True, exist_ok=True)
         draft_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise SpeclogsError(f"synth-pair: cannot create {exc.filename}: {exc.strerror}", hint="check the path") from exc
+        raise SynthError(f"synth-pair: cannot create {exc.filename}: {exc.strerror}", hint="check the path") from exc
     return _write_pair(target_dir, draft_dir, config)
 
 
@@ -283,10 +293,10 @@ def _write_pair(target_dir: Path, draft_dir: Path, config: SynthConfig) -> Synth
     K = len(config.accept_profile)
     aux = config.aux_layers[0]
     if not all(0.0 <= p <= 1.0 for p in config.accept_profile) or not 0.0 <= config.layer_shift <= 1.0:
-        raise SpeclogsError(f"synth-pair: accept profile {config.accept_profile} / layer shift {config.layer_shift} "
+        raise SynthError(f"synth-pair: accept profile {config.accept_profile} / layer shift {config.layer_shift} "
                             "outside [0, 1]", hint="e.g. --accept-profile 0.9,0.7,0.5 --layer-shift 0.3")
     if K + 2 > RESERVED_DIMS or aux + 3 > L:
-        raise SpeclogsError(f"synth-pair: the construction needs at most {RESERVED_DIMS - 2} profile positions, "
+        raise SynthError(f"synth-pair: the construction needs at most {RESERVED_DIMS - 2} profile positions, "
                             f"and {aux + 3}+ layers (got {K} positions, {L} layers)",
                             hint="use --layers 16")
     design = layered_design(config)
@@ -294,7 +304,7 @@ def _write_pair(target_dir: Path, draft_dir: Path, config: SynthConfig) -> Synth
     rows_needed = sum(int(m.sum()) for m in design.advance) + K
     FF = max(config.intermediate_size, -(-rows_needed // 128) * 128)
     if int(design.shifted.sum()) > config.intermediate_size:
-        raise SpeclogsError(f"synth-pair: layer shift {config.layer_shift} needs {int(design.shifted.sum())} MLP rows, "
+        raise SynthError(f"synth-pair: layer shift {config.layer_shift} needs {int(design.shifted.sum())} MLP rows, "
                             f"the target has {config.intermediate_size}", hint="lower --layer-shift")
     # norm(h) of a stream e_y·s + e_bias·s reads √(H/2) on both coordinates (RMSNorm weight 1)
     read = math.sqrt(H / 2)
@@ -346,7 +356,7 @@ def _write_pair(target_dir: Path, draft_dir: Path, config: SynthConfig) -> Synth
     pair = SynthPair(target_dir=target_dir, draft_dir=draft_dir, config=config, target_bytes=target_bytes,
                      draft_bytes=draft_bytes, first_draft_hit_fraction=first_hit, expected_accept_len=expected)
     _write_json(draft_dir / "speclogs_synth.json", {
-        "construction": "speclogs.launcher.synth (layered)", "seed": config.seed, "vocab_size": V, "hidden_size": H,
+        "construction": "scripts/synth_pair.py (layered)", "seed": config.seed, "vocab_size": V, "hidden_size": H,
         "num_layers": L, "accept_profile": list(config.accept_profile), "layer_shift": config.layer_shift,
         "trained_aux_layers": config.aux_layers,
         "config_aux_layers": [i + config.aux_offset for i in config.aux_layers],
@@ -357,3 +367,40 @@ def _write_pair(target_dir: Path, draft_dir: Path, config: SynthConfig) -> Synth
         "walk_tokens": WALK_TOKENS,
     })
     return pair
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python scripts/synth_pair.py", description=__doc__.splitlines()[0])
+    parser.add_argument("target_dir", type=Path, help="Where the HF Llama target is written (config.json + model.safetensors).")
+    parser.add_argument("draft_dir", type=Path, help="Where the EAGLE-3 draft (LlamaForCausalLMEagle3) is written.")
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the embeddings, the permutation and the random weights.")
+    parser.add_argument("--vocab", type=int, default=2048, help="Hidden size (the vocabulary is 64 ids less).")
+    parser.add_argument("--layers", type=int, default=16, help="Target layers.")
+    parser.add_argument("--accept-profile", default="1.0", help="P(draft position i right | earlier right), e.g. 0.9,0.7,0.5.")
+    parser.add_argument("--layer-shift", type=float, default=0.0,
+                        help="Fraction of tokens the layer after the first aux layer permutes (0..1).")
+    parser.add_argument("--aux-offset", type=int, default=0, help="Add this to the trained aux layer ids in the draft's config.")
+    args = parser.parse_args(argv)
+    try:
+        try:
+            profile = tuple(float(p) for p in args.accept_profile.split(",") if p.strip())
+        except ValueError:
+            raise SynthError(f"--accept-profile {args.accept_profile!r} is not a list of numbers",
+                             hint="e.g. --accept-profile 0.9,0.7,0.5") from None
+        config = SynthConfig(vocab_size=args.vocab, num_layers=args.layers, seed=args.seed, accept_profile=profile,
+                             layer_shift=args.layer_shift, aux_offset=args.aux_offset)
+        pair = write_synth_pair(args.target_dir, args.draft_dir, config)
+    except SynthError as error:
+        sys.stderr.write(f"Error: {error}\n  hint: {error.hint}\n")
+        return 1
+    expected = ("expected accept len by --speculative-num-steps (topk 1, draft tokens steps+1): "
+                + ", ".join(f"{k}: {v:.2f}" for k, v in pair.expected_accept_len.items()))
+    sys.stderr.write(
+        f"wrote {pair.target_dir} ({pair.target_bytes / 2**30:.2f} GiB) and {pair.draft_dir} ({pair.draft_bytes / 2**20:.0f} MiB); "
+        f"first draft token right for {pair.first_draft_hit_fraction:.4f} of tokens; {expected}; prompts need "
+        f"token ids < {config.token_count} and --skip-tokenizer-init\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -698,22 +698,22 @@ def whatif(
     """Predict other --speculative-num-steps / --speculative-num-draft-tokens settings (topk 1) and no speculation from
     one profiled run: throughput with intervals, ranked, and the next setting worth launching (docs/whatif.md)."""
     from speclogs.analysis.whatif import whatif_for
-    from speclogs.report import whatif as render
+    from speclogs.report.whatif import render_whatif_json, whatif_document
     from speclogs.store import connect
 
-    connection = connect(db, read_only=True)
-    try:
+    with connect(db, read_only=True) as connection:
         result = whatif_for(connection, runs, confidence)
-    finally:
-        connection.close()
-    if output_format is ReportFormat.terminal:
-        from speclogs.console import report_console
+    if output_format is ReportFormat.json:
+        sys.stdout.write(render_whatif_json(result))
+    elif output_format is ReportFormat.md:
+        from speclogs.report.markdown import md_sections
 
-        render.render_whatif_terminal(result, report_console())
-    elif output_format is ReportFormat.json:
-        sys.stdout.write(render.render_whatif_json(result))
+        sys.stdout.write(md_sections(whatif_document(result)))
     else:
-        sys.stdout.write(render.render_whatif_markdown(result))
+        from speclogs.console import report_console
+        from speclogs.report.terminal import render_sections
+
+        render_sections(whatif_document(result), report_console())
 
 
 # --- speclogs grammars check / list ---

@@ -1,6 +1,5 @@
 """Wording of `speclogs whatif` (speclogs.analysis.whatif.WhatIf) and of the start-up breakdown
-(speclogs.analysis.startup.StartupBreakdown): JSON, and (title, header, rows) tables every text format renders the same
-way. Formatting only."""
+(speclogs.analysis.startup.StartupBreakdown): JSON, and (title, header, rows) tables. Formatting only."""
 
 from __future__ import annotations
 
@@ -88,21 +87,9 @@ def whatif_lines(result) -> list[str]:  # noqa: ANN001
     return lines + [f"note: {n}" for n in result.notes]
 
 
-def render_whatif_markdown(result) -> str:  # noqa: ANN001
-    """The answer lines, then the tables."""
-    from speclogs.report.markdown import md_escape, md_table
+def whatif_document(result) -> list:  # noqa: ANN001
+    """`speclogs whatif`'s report as report.text sections: the answer lines, then the tables."""
+    from speclogs.report.text import Section
 
-    out = ["## What to launch next", ""] + [f"- {md_escape(line)}" for line in whatif_lines(result)]
-    for title, header, rows in whatif_sections(result):
-        out += ["", f"### {md_escape(title)}", "", md_table(header, rows)]
-    return "\n".join(out) + "\n"
-
-
-def render_whatif_terminal(result, console) -> None:  # noqa: ANN001
-    from speclogs.report.terminal import _fitted_table, _text
-
-    console.print(_text("What to launch next", "bold"))
-    for line in whatif_lines(result):
-        console.print(_text(f"  • {line}"))
-    for title, header, rows in whatif_sections(result):
-        console.print(_fitted_table(title, header, rows, console.width))
+    return [Section("What to launch next", items=[(line, []) for line in whatif_lines(result)]),
+            *(Section(title, header=header, rows=rows) for title, header, rows in whatif_sections(result))]

@@ -3,8 +3,11 @@ ingest progress bar, the launcher's summary. Formatting only; every value from t
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from collections.abc import Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
@@ -183,16 +186,9 @@ class ProgressReporter:
     """A rich progress bar on stderr, fed by the library's progress callback (bytes done / total)."""
 
     def __init__(self) -> None:
-        self._progress = Progress(
-            TextColumn("ingest", style="bold"),
-            TextColumn("{task.description}", markup=False),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=make_console(stderr=True),
-            transient=True,
-        )
+        self._progress = Progress(TextColumn("ingest", style="bold"), TextColumn("{task.description}", markup=False),
+                                  BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+                                  console=make_console(stderr=True), transient=True)
         self._task = None   # the bar starts with the first event worth showing
 
     def update(self, event) -> None:  # noqa: ANN001 - speclogs.store's progress event
@@ -208,12 +204,56 @@ class ProgressReporter:
             self._progress.stop()
 
 
-def make_progress(flag: bool | None) -> ProgressReporter | None:
-    if flag is False:
-        return None
-    if flag is None and not sys.stderr.isatty():
-        return None
-    return ProgressReporter()
+@contextmanager
+def progress_bar(flag: bool | None):  # noqa: ANN201
+    """The ingest's progress callback: a bar on stderr (default: when stderr is a terminal), else None."""
+    if flag is False or (flag is None and not sys.stderr.isatty()):
+        yield None
+        return
+    reporter = ProgressReporter()
+    try:
+        yield reporter.update
+    finally:
+        reporter.close()
+
+
+def render_rows(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Rows as a borderless table on stdout (200 columns wide when piped, so lines do not fold)."""
+    table = Table(*header, box=None, pad_edge=False)
+    for row in rows:
+        table.add_row(*(plain(value) for value in row))
+    console = make_console()
+    (console if console.is_terminal else make_console(width=200)).print(table)
+
+
+def write_results(results, fmt: str, output: Path | None) -> None:  # noqa: ANN001 - store.query's statement results
+    """Every result as CSV, JSON or NDJSON (one after the other) on stdout or in `output`, streamed."""
+    import io
+
+    from speclogs.store.export import write_csv, write_json
+
+    sink = open(output, "wb") if output is not None else sys.stdout.buffer
+    try:
+        for index, result in enumerate(results):
+            if index and fmt != "ndjson":
+                sink.write(b"\n")
+            if fmt == "csv":
+                sys.stdout.flush()
+                write_csv(result, sink)
+            else:
+                text_sink = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=True)
+                try:
+                    write_json(result, text_sink, ndjson=fmt == "ndjson")
+                finally:
+                    text_sink.detach()
+            sink.flush()
+    except BrokenPipeError:   # `speclogs sql … | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)   # no second error when Python flushes stdout at exit
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    finally:
+        if output is not None:
+            sink.close()
 
 
 def render_launch_summary(summary, console) -> None:

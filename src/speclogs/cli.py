@@ -639,13 +639,15 @@ def whatif(
     """Predict other --speculative-num-steps / --speculative-num-draft-tokens settings (topk 1) and no speculation from
     one profiled run: throughput with intervals, ranked, and the next setting worth launching (docs/whatif.md)."""
     from speclogs.analysis.whatif import whatif_for
-    from speclogs.report.whatif import render_whatif_json, whatif_document
+    from speclogs.report.whatif import whatif_document
     from speclogs.store import connect
 
     with connect(db, read_only=True) as connection:
         result = whatif_for(connection, runs, confidence)
     if output_format is ReportFormat.json:
-        sys.stdout.write(render_whatif_json(result))
+        from speclogs.report.jsonout import to_json
+
+        sys.stdout.write(to_json(result) + "\n")
     elif output_format is ReportFormat.md:
         from speclogs.report.markdown import md_sections
 

@@ -74,5 +74,10 @@ def comparison_to_dict(comparison: Comparison) -> dict:
     return redact_json(_clean(document))
 
 
+def to_json(value: Any) -> str:
+    """Any result (a dataclass, dict, list …) as a JSON document: non-finite numbers null, secrets redacted."""
+    return json.dumps(redact_json(_clean(value)), indent=2, allow_nan=False)
+
+
 def render_json(comparison: Comparison) -> str:
     return json.dumps(comparison_to_dict(comparison), indent=2, allow_nan=False)

@@ -1,24 +1,7 @@
 """Wording of `speclogs whatif` (speclogs.analysis.whatif.WhatIf) and of the start-up breakdown
-(speclogs.analysis.startup.StartupBreakdown): JSON, and (title, header, rows) tables. Formatting only."""
+(speclogs.analysis.startup.StartupBreakdown) as (title, header, rows) tables and lines. Formatting only."""
 
 from __future__ import annotations
-
-import json
-from dataclasses import asdict
-
-from speclogs.redact import redact_json
-
-
-def whatif_to_dict(result) -> dict:  # noqa: ANN001
-    """The JSON document: `predictions` (per draft, fastest first), the fitted `models`, recommendations, notes."""
-    return {"unit": result.unit, "confidence": result.confidence,
-            "predictions": [asdict(p) for p in result.predictions],
-            "models": [asdict(m) for m in result.models],
-            "recommendations": list(result.recommendations), "notes": list(result.notes)}
-
-
-def render_whatif_json(result) -> str:  # noqa: ANN001
-    return json.dumps(redact_json(whatif_to_dict(result)), indent=1, allow_nan=False) + "\n"
 
 
 def _pct(value: float | None) -> str:

@@ -98,38 +98,26 @@ def warning_lines(warnings: list[str], most: int = 10) -> list[str]:
     return lines
 
 
-def drift_lines(notes) -> list[str]:
-    """The drift view's rows for the files just ingested, a line per kind (SELECT * FROM drift has them all)."""
-    by_kind: dict[str, list] = {}
-    for note in notes:
-        by_kind.setdefault(note.kind, []).append(note)
+DRIFT_KINDS = {"new_label": "batch-line labels no typed column took (kept in extra_fields)",
+               "unmatched_line": "lines no grammar matched, by template",
+               "unknown_message": "SGLang messages no specific grammar knows (kept as kind 'message'), by template",
+               "near_miss": "lines that look like a pattern's but fail it"}
 
-    def subjects(items, most: int = 4) -> str:
+
+def drift_lines(notes) -> list[str]:  # noqa: ANN001 - the drift view's rows for the files just ingested
+    """A line per kind of drift, its most frequent subjects first (SELECT * FROM drift has them all)."""
+    lines = [f"drift: {note.source_file}: {note.detail}" for note in notes if note.kind == "missing_field"]
+    for kind, what in DRIFT_KINDS.items():
         counted: dict[str, int] = {}
-        for note in items:
-            counted[note.subject] = counted.get(note.subject, 0) + note.lines
+        for note in notes:
+            if note.kind == kind:
+                counted[note.subject] = counted.get(note.subject, 0) + note.lines
         top = sorted(counted.items(), key=lambda item: -item[1])
-        shown = ", ".join(f"{subject!r} ({lines:,})" for subject, lines in top[:most])
-        return shown + (f", … {len(top) - most} more" if len(top) > most else "")
-
-    lines = []
-    if "new_label" in by_kind:
-        lines.append(f"drift: batch-line labels no typed column took (kept in extra_fields): {subjects(by_kind['new_label'])}")
-    if "unmatched_line" in by_kind:
-        items = by_kind["unmatched_line"]
-        lines.append(f"drift: {sum(n.lines for n in items):,} line(s) no grammar matched, {len(items):,} template(s), e.g. "
-                     f"{items[0].subject[:100]!r} ({items[0].lines:,})")
-    if "unknown_message" in by_kind:
-        items = by_kind["unknown_message"]
-        lines.append(f"drift: {sum(n.lines for n in items):,} SGLang message(s) no specific grammar knows (kept as kind "
-                     f"'message'), {len(items):,} template(s), e.g. {items[0].subject[:100]!r} ({items[0].lines:,})")
-    if "near_miss" in by_kind:
-        lines.append(f"drift: lines that look like a pattern's but fail it: {subjects(by_kind['near_miss'])}")
-    for note in by_kind.get("missing_field", []):
-        lines.append(f"drift: {note.source_file}: {note.detail}")
-    if lines:
-        lines.append("drift: SELECT * FROM drift lists every one, per file, with an example line")
-    return lines
+        if top:
+            lines.append(f"drift: {what}: {sum(counted.values()):,} line(s): "
+                         + ", ".join(f"{subject[:100]!r} ({count:,})" for subject, count in top[:4])
+                         + (f", … {len(top) - 4} more" if len(top) > 4 else ""))
+    return lines + (["drift: SELECT * FROM drift lists every one, per file, with an example line"] if lines else [])
 
 
 def render_query_table(result, limit: int, *, first: bool = True, show_types: bool = False) -> None:

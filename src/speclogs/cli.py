@@ -350,14 +350,7 @@ def probe_nccl(
 ) -> None:
     """Time NCCL all_reduce / all_gather (bf16) at TP decode/verify sizes under each NCCL env set; write JSON."""
     from speclogs.errors import ProbeError
-    from speclogs.probe import (
-        ProbeRequest,
-        default_output_path,
-        env_sets_from_plan,
-        parse_env_sets,
-        run_probe,
-        write_probe_json,
-    )
+    from speclogs.probe import ProbeRequest, default_output_path, env_sets_from_plan, parse_env_sets, run_probe, write_probe_json
     from speclogs.probe.render import render_probe_rich
 
     env_sets = env_sets_from_plan(plan) if plan is not None else []

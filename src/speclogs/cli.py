@@ -6,6 +6,7 @@ the commands: launch and probe run on GPU boxes that have typer and rich but nei
 
 from __future__ import annotations
 
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -255,7 +256,7 @@ _listing("runs", "List the runs: name, folder, cell and launch, SGLang / torch /
 def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | None, force: bool, limit: int, *,
                  lake: Path | None = None, show_types: bool = False) -> None:
     """Every statement's result of `text` in the chosen format, on stdout or in --output (streamed)."""
-    from speclogs.report.summaries import render_query_table, write_results
+    from speclogs.report.summaries import render_query_table
     from speclogs.store.query import statements
 
     if output_format is SqlFormat.parquet and output is None:
@@ -274,7 +275,37 @@ def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | N
             for result in results:
                 result.write_parquet(output)
         else:
-            write_results(results, output_format.value, output)
+            _write_results(results, output_format.value, output)
+
+
+def _write_results(results, fmt: str, output: Path | None) -> None:  # noqa: ANN001 - store.query's statement results
+    """Every result as CSV, JSON or NDJSON (one after the other) on stdout or in `output`, streamed."""
+    import io
+
+    from speclogs.store.export import write_csv, write_json
+
+    sink = open(output, "wb") if output is not None else sys.stdout.buffer
+    try:
+        for index, result in enumerate(results):
+            if index and fmt != "ndjson":
+                sink.write(b"\n")
+            if fmt == "csv":
+                sys.stdout.flush()
+                write_csv(result, sink)
+            else:
+                text_sink = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=True)
+                try:
+                    write_json(result, text_sink, ndjson=fmt == "ndjson")
+                finally:
+                    text_sink.detach()
+            sink.flush()
+    except BrokenPipeError:   # `speclogs sql … | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)   # no second error when Python flushes stdout at exit
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    finally:
+        if output is not None:
+            sink.close()
 
 
 def main(argv: list[str] | None = None) -> int:

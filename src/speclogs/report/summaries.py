@@ -3,7 +3,6 @@ ingest progress bar, the launcher's summary. Formatting only; every value from t
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -212,36 +211,6 @@ def render_rows(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
         table.add_row(*(plain(value) for value in row))
     console = make_console()
     (console if console.is_terminal else make_console(width=200)).print(table)
-
-
-def write_results(results, fmt: str, output: Path | None) -> None:  # noqa: ANN001 - store.query's statement results
-    """Every result as CSV, JSON or NDJSON (one after the other) on stdout or in `output`, streamed."""
-    import io
-
-    from speclogs.store.export import write_csv, write_json
-
-    sink = open(output, "wb") if output is not None else sys.stdout.buffer
-    try:
-        for index, result in enumerate(results):
-            if index and fmt != "ndjson":
-                sink.write(b"\n")
-            if fmt == "csv":
-                sys.stdout.flush()
-                write_csv(result, sink)
-            else:
-                text_sink = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=True)
-                try:
-                    write_json(result, text_sink, ndjson=fmt == "ndjson")
-                finally:
-                    text_sink.detach()
-            sink.flush()
-    except BrokenPipeError:   # `speclogs sql … | head`: the reader has what it wanted
-        devnull = os.open(os.devnull, os.O_WRONLY)   # no second error when Python flushes stdout at exit
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    finally:
-        if output is not None:
-            sink.close()
 
 
 def render_launch_summary(summary, console) -> None:

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from speclogs.console import make_console, plain, share_widths
@@ -52,20 +52,16 @@ def render_ingest_summary(summary, console) -> None:
         head.add_row("runs", plain(shown))
     console.print(head)
     if summary.account.rows:
-        rows = Table(title="rows per table", title_justify="left", show_edge=False, pad_edge=False)
-        rows.add_column("table")
-        rows.add_column("rows", justify="right")
+        rows = Table("table", Column("rows", justify="right"), title="rows per table", title_justify="left", show_edge=False,
+                     pad_edge=False)
         for table, count in sorted(summary.account.rows.items()):
             rows.add_row(plain(table), f"{count:,}")
         console.print(rows)
-    for reason, count in sorted(summary.skipped.items(), key=lambda item: -item[1]):
-        example = summary.skipped_examples.get(reason, "")
-        console.print(Text(f"skipped {count:,} file(s): {reason}" + (f"  (e.g. {example})" if example else ""), style="yellow"))
-    for source_file, why in summary.replaced:
-        console.print(Text(f"replaced {source_file}: {why}", style="yellow"))
-    for line in drift_lines(summary.drift_notes):
-        console.print(Text(line, style="yellow"))
-    for line in warning_lines(summary.warnings):
+    skipped = sorted(summary.skipped.items(), key=lambda item: -item[1])
+    notes = [f"skipped {count:,} file(s): {reason}" + (f"  (e.g. {summary.skipped_examples[reason]})"
+                                                        if summary.skipped_examples.get(reason) else "") for reason, count in skipped]
+    notes += [f"replaced {source_file}: {why}" for source_file, why in summary.replaced]
+    for line in notes + drift_lines(summary.drift_notes) + warning_lines(summary.warnings):
         console.print(Text(line, style="yellow"))
 
 

@@ -51,6 +51,8 @@ def _section(s, drawn: set[str]) -> str:  # noqa: ANN001 - a report.text.Section
     e = html.escape
     if s.kind == "chart" and s.key not in drawn:
         return "".join([f"<h2>{e(s.title)}</h2>"] + [f'<p class="note nodata">{e(head)}</p>' for head, _ in s.items]) if s.items else ""
+    if s.kind == "note":   # folded: how the numbers were made, not what they say
+        return f"<details><summary>{e(s.title)}</summary>{_list(s.items)}</details>"
     parts = [f"<h1>{e(s.title)}</h1>" if s.kind == "title" else f"<h2>{e(s.title)}</h2>" if s.title else ""]
     if s.kind == "chart":
         parts.append(f'<div class="chart" id="chart-{s.key}"></div>')

@@ -32,7 +32,10 @@ def md_sections(sections: list[Section]) -> str:
         if s.header:
             body += ["| " + " | ".join(e(cell) for cell in row) + " |" for row in [s.header, ["---"] * len(s.header), *s.rows]]
         body += ([""] if s.after and body else []) + [f"- {e(line)}" for line in s.after]
-        out += [f"{'#' if s.kind == 'title' else '##'} {e(s.title)}", ""] + (body + [""] if body else [])
+        if s.kind == "note":   # folded: how the numbers were made, not what they say
+            out += [f"<details><summary>{e(s.title)}</summary>", "", *body, "", "</details>", ""]
+        else:
+            out += [f"{'#' if s.kind == 'title' else '##'} {e(s.title)}", ""] + (body + [""] if body else [])
     return "\n".join(out)
 
 

@@ -336,8 +336,8 @@ def _effect_lines(c: Comparison) -> list[str]:
             for e in c.effects if e.kind in ("main", "interaction") and e.source == source]
 
 
-def _table(title: str, header: list[str], rows: list[list[str]], key: str = "", after: list[str] | None = None) -> Section:
-    return Section(title, header=header, rows=rows, after=after or [], key=key)
+def _table(title: str, header: list[str], rows: list[list[str]], after: list[str] | None = None) -> Section:
+    return Section(title, header=header, rows=rows, after=after or [])
 
 
 def _chart(key: str, title: str = "", empty: str = "", after: list[str] | None = None) -> Section:
@@ -361,23 +361,23 @@ def sections(c: Comparison, brief: bool = True) -> list[Section]:
             for index, (tier, found) in enumerate(tiers)]
     if not tiers:
         out.append(Section("Warnings: none"))
-    out += [_table("Throughput per arm (geometric mean over launches)", ARM_HEADER, arm_rows(c), "arms"),
+    out += [_table("Throughput per arm (geometric mean over launches)", ARM_HEADER, arm_rows(c)),
             _chart("throughput", empty="no arm has a throughput estimate")]
     if c.comparisons:
-        out.append(_table(f"Comparisons against {c.reference}", COMPARISON_HEADER, comparison_rows(c), "comparisons",
+        out.append(_table(f"Comparisons against {c.reference}", COMPARISON_HEADER, comparison_rows(c),
                           sorted({f"test — {r.source}: {r.test}" for r in c.comparisons})))
     if c.attributions:
         phase_terms = [[f"{a.arm_b} vs {a.arm_a}", t.name, fmt_term(t)] for a in c.attributions for t in a.phase_terms]
         out.append(_table("Attribution of the server throughput ratio (acceptance × batch size ÷ step time; contributions, "
-                          "log-additive)", ATTRIBUTION_HEADER, attribution_rows(c), "attribution",
+                          "log-additive)", ATTRIBUTION_HEADER, attribution_rows(c),
                           [] if phase_terms else counterfactual_lines(c)))
         if phase_terms:
             out.append(_table("Step-time term split by phase (from spec_cycles profiling)",
-                              ["B vs A", "phase", "contribution [CI]"], phase_terms, "phase_terms", counterfactual_lines(c)))
+                              ["B vs A", "phase", "contribution [CI]"], phase_terms, counterfactual_lines(c)))
     if c.phases:
-        out.append(_table("Speculative cycle phases (spec_cycles)", PHASE_HEADER, phase_rows(c), "phases"))
+        out.append(_table("Speculative cycle phases (spec_cycles)", PHASE_HEADER, phase_rows(c)))
     if c.effects:
-        out.append(_table("Factorial effects on throughput", EFFECT_HEADER, effect_rows(c), "effects"))
+        out.append(_table("Factorial effects on throughput", EFFECT_HEADER, effect_rows(c)))
     missing = [] if c.draft_positions is None or c.draft_positions.is_empty() else [
         a.name for a in c.arms if a.name not in set(c.draft_positions["arm"])]
     out += [_chart("effects", "Effects and ratios"),

@@ -226,31 +226,22 @@ def sql(
     _print_query(db, text, output_format, output, force, limit, lake=lake, show_types=show_types)
 
 
-def _listing(name: str, doc: str, sql_text) -> None:  # noqa: ANN001 - the SQL, or a function of the database path
-    """A command that prints one fixed query's result (tables, runs): the options of `sql` but the SQL."""
-    def command(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = SqlFormat.table, output: OutputOption = None,
-                force: ForceOption = False, limit: LimitOption = 0) -> None:
-        _print_query(db, sql_text(db), output_format, output, force, limit)
-
-    command.__doc__ = doc
-    app.command(name, epilog=_examples(f"speclogs {name} --db 2x2.duckdb" + (" --format csv" if name == "runs" else "")))(command)
-
-
-def _tables_sql(db: Path) -> str:
+@app.command(epilog=_examples('speclogs tables --db 2x2.duckdb'))
+def tables(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = SqlFormat.table, output: OutputOption = None,
+           force: ForceOption = False, limit: LimitOption = 0) -> None:
+    """List the database's tables and views (the contract in docs/sql.md): kind, columns, rows."""
     from speclogs.store.query import tables_sql
 
-    return tables_sql(db)
+    _print_query(db, tables_sql(db), output_format, output, force, limit)
 
 
-def _runs_sql(db: Path) -> str:
+@app.command(epilog=_examples('speclogs runs --db 2x2.duckdb --format csv'))
+def runs(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = SqlFormat.table, output: OutputOption = None,
+         force: ForceOption = False, limit: LimitOption = 0) -> None:
+    """List the runs: name, folder, cell and launch, SGLang / torch / NCCL versions, launcher outcome, files, lines, id."""
     from speclogs.store.query import RUNS_SQL
 
-    return RUNS_SQL
-
-
-_listing("tables", "List the database's tables and views (the contract in docs/sql.md): kind, columns, rows.", _tables_sql)
-_listing("runs", "List the runs: name, folder, cell and launch, SGLang / torch / NCCL versions, launcher outcome, files, "
-         "lines, id.", _runs_sql)
+    _print_query(db, RUNS_SQL, output_format, output, force, limit)
 
 
 def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | None, force: bool, limit: int, *,

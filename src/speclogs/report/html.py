@@ -50,7 +50,8 @@ def _section(s, drawn: set[str]) -> str:  # noqa: ANN001 - a report.text.Section
     """A section as HTML; a chart section as its chart's div, or what it would need when there is nothing to draw."""
     e = html.escape
     if s.kind == "chart" and s.key not in drawn:
-        return "".join([f"<h2>{e(s.title)}</h2>"] + [f'<p class="note nodata">{e(head)}</p>' for head, _ in s.items]) if s.items else ""
+        heading = f"<h2>{e(s.title)}</h2>" if s.title and s.items else ""
+        return heading + "".join(f'<p class="note nodata">{e(head)}</p>' for head, _ in s.items)
     if s.kind == "note":   # folded: how the numbers were made, not what they say
         return f"<details><summary>{e(s.title)}</summary>{_list(s.items)}</details>"
     parts = [f"<h1>{e(s.title)}</h1>" if s.kind == "title" else f"<h2>{e(s.title)}</h2>" if s.title else ""]

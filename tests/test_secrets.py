@@ -18,7 +18,7 @@ import duckdb
 import pytest
 
 from speclogs.launcher.runinfo import NOT_RECORDED, build_env
-from speclogs.redact import REDACTED, redact, redact_argv, redact_env, redact_text, secret_name
+from speclogs.redact import REDACTED, redact, redact_argv, redact_json, redact_text, secret_name
 
 ROOT = Path(__file__).resolve().parent.parent
 STANDIN = ROOT / "tests" / "standin_server.py"
@@ -194,7 +194,7 @@ def test_values_and_flags():
                         "--speculative-token-map", "/m.pt", "--max-total-tokens", "4096"]) == \
         ["--api-key", REDACTED, f"--admin-password={REDACTED}", "--ssl-keyfile", "/k.pem", "--speculative-token-map",
          "/m.pt", "--max-total-tokens", "4096"]
-    assert redact_env({"NO_PROXY": "localhost", "X": "https://u:p@h"}) == {"NO_PROXY": "localhost", "X": f"https://{REDACTED}@h"}
+    assert redact_json({"NO_PROXY": "localhost", "X": "https://u:p@h"}) == {"NO_PROXY": "localhost", "X": f"https://{REDACTED}@h"}
     # JSON text (an argv or env column): by its keys and as a command line
     assert redact('["--api-key", "plainvalue", "--port", "1"]') == f'["--api-key", "{REDACTED}", "--port", "1"]'
     assert json.loads(redact('{"HF_TOKEN": "abc", "add_bos_token": true}')) == {"HF_TOKEN": REDACTED, "add_bos_token": True}

@@ -1,11 +1,5 @@
-"""speclogs: forensics for SGLang speculative-decoding runs.
-
-Top-level API (imported lazily: `import speclogs` stays cheap and works on a GPU box without duckdb/polars):
-
-    speclogs.ingest_paths(paths, db_path, replace=False, run_name=None) -> IngestSummary
-    speclogs.connect(db_path, read_only=False) -> duckdb connection with the speclogs schema
-    speclogs.run_query(db_path, sql) -> QueryResult
-"""
+"""speclogs: forensics for SGLang speculative-decoding runs. The top-level API (ingest_paths, connect, run_query,
+QueryResult, IngestSummary) loads on first use, so `import speclogs` works on a GPU box without duckdb or polars."""
 
 from __future__ import annotations
 

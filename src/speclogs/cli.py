@@ -19,7 +19,8 @@ from speclogs.errors import SpeclogsError
 
 app = typer.Typer(
     name="speclogs",
-    help="Forensics for SGLang speculative-decoding runs: logs → DuckDB → statistics → reports.",
+    help="Forensics for SGLang speculative-decoding runs: logs → DuckDB → statistics → reports.\n\n"
+         "Every command has --help; `speclogs COMMAND --help` lists its options with examples.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -36,6 +37,26 @@ class TextFormat(str, Enum):
     json = "json"
 
 
+class ReportFormat(str, Enum):
+    terminal = "terminal"
+    json = "json"
+    md = "md"
+
+
+class SqlFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    ndjson = "ndjson"
+    parquet = "parquet"
+
+
+def _check_confidence(value: float) -> float:
+    if not 0.5 <= value < 1.0:
+        raise typer.BadParameter(f"{value} is not in [0.5, 1): write the coverage as a fraction, e.g. 0.95")
+    return value
+
+
 # Options shared by several commands, defined once.
 DbOption = Annotated[Path, typer.Option("--db", help="The speclogs DuckDB file.")]
 TextFormatOption = Annotated[
@@ -46,6 +67,21 @@ GrammarOption = Annotated[Optional[list[Path]], typer.Option(
     "--grammar", "-g", help="An extra grammar file, or a directory of *.toml (repeatable; checked like `speclogs grammars check`).")]
 LakeOption = Annotated[Optional[Path], typer.Option(
     "--lake", help="A lake folder (Delta tables) instead of the DuckDB file (docs/fleet.md, 'The lake'); any engine reads it.")]
+ReportFormatOption = Annotated[ReportFormat, typer.Option("--format", "-f", help="terminal, json or md (stdout).")]
+ConfidenceOption = Annotated[float, typer.Option("--confidence", callback=_check_confidence,
+                                                 help="Interval coverage, e.g. 0.95 (0.5 ≤ value < 1).")]
+TrainedLayersOption = Annotated[Optional[str], typer.Option(
+    "--trained-layers", help="The aux hidden-state layer ids the EAGLE-3 draft was trained on, e.g. 2,30,58 (config ids: "
+    "k = layer k's output): an offset is named as the cause.")]
+# … and those of the commands that print a query result (sql, tables, runs).
+SqlFormatOption = Annotated[SqlFormat, typer.Option(
+    "--format", "-f", help="table (the first --limit rows; floats to 15 significant digits), csv, json (an array of "
+    "objects; NaN is null), ndjson (one object a line) or parquet (needs --output).")]
+OutputOption = Annotated[Optional[Path], typer.Option(
+    "--output", "-o", help="Write the result to FILE instead of stdout (csv, json, parquet).")]
+ForceOption = Annotated[bool, typer.Option("--force", help="Overwrite --output FILE if it exists.")]
+LimitOption = Annotated[int, typer.Option(
+    "--limit", min=0, help="Table format: show at most N rows, then '… M more rows' (0: all of them).")]
 
 
 def _examples(*commands: str) -> str:
@@ -68,10 +104,7 @@ def _main_options(
     version: Annotated[Optional[bool], typer.Option(
         "--version", callback=_print_version, is_eager=True, help="Print the speclogs version and exit.")] = None,
 ) -> None:
-    """Forensics for SGLang speculative-decoding runs: logs → DuckDB → statistics → reports.
-
-    Every command has --help; `speclogs COMMAND --help` lists its options with examples.
-    """
+    pass
 
 
 def _stderr_console():
@@ -80,23 +113,10 @@ def _stderr_console():
     return make_console(stderr=True)
 
 
-class SqlFormat(str, Enum):
-    table = "table"
-    csv = "csv"
-    json = "json"
-    ndjson = "ndjson"
-    parquet = "parquet"
+def _echo_json(document: object) -> None:
+    import json
 
-
-# Options of the commands that print a query result (sql, tables, runs), defined once.
-SqlFormatOption = Annotated[SqlFormat, typer.Option(
-    "--format", "-f", help="table (the first --limit rows; floats to 15 significant digits), csv, json (an array of "
-    "objects; NaN is null), ndjson (one object a line) or parquet (needs --output).")]
-OutputOption = Annotated[Optional[Path], typer.Option(
-    "--output", "-o", help="Write the result to FILE instead of stdout (csv, json, parquet).")]
-ForceOption = Annotated[bool, typer.Option("--force", help="Overwrite --output FILE if it exists.")]
-LimitOption = Annotated[int, typer.Option(
-    "--limit", min=0, help="Table format: show at most N rows, then '… M more rows' (0: all of them).")]
+    typer.echo(json.dumps(document, indent=1, default=str))
 
 
 @app.command(epilog=_examples(
@@ -132,30 +152,19 @@ def ingest(
     if lake is not None and replace:
         raise typer.BadParameter("a lake is append-only: nothing in it is replaced (ingest a changed file under a new "
                                  "name, or into a new lake)", param_hint="--replace")
-    from speclogs.report.summaries import make_progress, render_check, render_ingest_summary
+    from speclogs.report.summaries import progress_bar, render_check, render_ingest_summary
 
-    reporter = make_progress(progress)
-    try:
+    with progress_bar(progress) as on_progress:
         if lake is not None:
             from speclogs.store.lake import ingest_lake
 
-            summary = ingest_lake(paths, lake, run_name=run_name, on_progress=reporter.update if reporter else None,
-                                  grammar_paths=grammar or (), ray=ray, num_cpus=ray_cpus)
+            summary = ingest_lake(paths, lake, run_name=run_name, on_progress=on_progress, grammar_paths=grammar or (),
+                                  ray=ray, num_cpus=ray_cpus)
         else:
             from speclogs.store import ingest_paths
 
-            summary = ingest_paths(
-                paths,
-                db,
-                replace=replace,
-                run_name=run_name,
-                on_progress=reporter.update if reporter else None,
-                grammar_paths=grammar or (),
-                verify=verify,
-            )
-    finally:
-        if reporter is not None:
-            reporter.close()
+            summary = ingest_paths(paths, db, replace=replace, run_name=run_name, on_progress=on_progress,
+                                   grammar_paths=grammar or (), verify=verify)
     if _wants_json(output_format, json_alias):
         typer.echo(summary.to_json())
     render_ingest_summary(summary, _stderr_console())
@@ -188,9 +197,7 @@ def check(
 
     result = check_database(db, lake=lake, grammar_paths=grammar or ())
     if _wants_json(output_format, json_alias):
-        import json
-
-        typer.echo(json.dumps(result.to_dict(), indent=2, default=str))
+        _echo_json(result.to_dict())
     render_check(result, _stderr_console(), shown=show)
     if not result.ok:
         raise typer.Exit(1)
@@ -220,13 +227,8 @@ def sql(
 
 
 @app.command(epilog=_examples('speclogs tables --db 2x2.duckdb'))
-def tables(
-    db: DbOption = DEFAULT_DB,
-    output_format: SqlFormatOption = SqlFormat.table,
-    output: OutputOption = None,
-    force: ForceOption = False,
-    limit: LimitOption = 0,
-) -> None:
+def tables(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = SqlFormat.table, output: OutputOption = None,
+           force: ForceOption = False, limit: LimitOption = 0) -> None:
     """List the database's tables and views (the contract in docs/sql.md): kind, columns, rows."""
     from speclogs.store.query import tables_sql
 
@@ -234,13 +236,8 @@ def tables(
 
 
 @app.command(epilog=_examples('speclogs runs --db 2x2.duckdb --format csv'))
-def runs(
-    db: DbOption = DEFAULT_DB,
-    output_format: SqlFormatOption = SqlFormat.table,
-    output: OutputOption = None,
-    force: ForceOption = False,
-    limit: LimitOption = 0,
-) -> None:
+def runs(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = SqlFormat.table, output: OutputOption = None,
+         force: ForceOption = False, limit: LimitOption = 0) -> None:
     """List the runs: name, folder, cell and launch, SGLang / torch / NCCL versions, launcher outcome, files, lines, id."""
     from speclogs.store.query import RUNS_SQL
 
@@ -249,8 +246,7 @@ def runs(
 
 def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | None, force: bool, limit: int, *,
                  lake: Path | None = None, show_types: bool = False) -> None:
-    """Every statement's result of `text` in the chosen format, on stdout or in --output (one library call per
-    result; the rows stream through)."""
+    """Every statement's result of `text` in the chosen format, on stdout or in --output (streamed)."""
     from speclogs.report.summaries import render_query_table
     from speclogs.store.query import statements
 
@@ -266,45 +262,46 @@ def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | N
         if output_format is SqlFormat.table:
             for index, result in enumerate(results):
                 render_query_table(result, limit, first=index == 0, show_types=show_types)
-            return
-        if output_format is SqlFormat.parquet:
+        elif output_format is SqlFormat.parquet:
             for result in results:
                 result.write_parquet(output)
-            return
-        from speclogs.store.export import write_csv, write_json
+        else:
+            _write_results(results, output_format.value, output)
 
-        sink = open(output, "wb") if output is not None else sys.stdout.buffer
-        try:
-            for index, result in enumerate(results):
-                if index and output_format is not SqlFormat.ndjson:
-                    sink.write(b"\n")
-                if output_format is SqlFormat.csv:
-                    sys.stdout.flush()
-                    write_csv(result, sink)
-                else:
-                    import io
 
-                    text_sink = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=True)
-                    try:
-                        write_json(result, text_sink, ndjson=output_format is SqlFormat.ndjson)
-                    finally:
-                        text_sink.detach()
-                sink.flush()
-        except BrokenPipeError:   # `speclogs sql … | head`: the reader has what it wanted
-            devnull = os.open(os.devnull, os.O_WRONLY)   # no second error when Python flushes stdout at exit
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
-        finally:
-            if output is not None:
-                sink.close()
+def _write_results(results, fmt: str, output: Path | None) -> None:  # noqa: ANN001 - store.query's statement results
+    """Every result as CSV, JSON or NDJSON (one after the other) on stdout or in `output`, streamed."""
+    import io
+
+    from speclogs.store.export import write_csv, write_json
+
+    sink = open(output, "wb") if output is not None else sys.stdout.buffer
+    try:
+        for index, result in enumerate(results):
+            if index and fmt != "ndjson":
+                sink.write(b"\n")
+            if fmt == "csv":
+                sys.stdout.flush()
+                write_csv(result, sink)
+            else:
+                text_sink = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=True)
+                try:
+                    write_json(result, text_sink, ndjson=fmt == "ndjson")
+                finally:
+                    text_sink.detach()
+            sink.flush()
+    except BrokenPipeError:   # `speclogs sql … | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)   # no second error when Python flushes stdout at exit
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    finally:
+        if output is not None:
+            sink.close()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point (`speclogs`, `python -m speclogs`): runs the app and maps errors to exit codes.
-
-    SpeclogsError → `Error: message` (+ `hint: …`) on stderr, exit 1 — the one place where library errors
-    become exit codes. Bad usage → typer's message, exit 2. Ctrl-C → exit 130. No traceback for any of these.
-    """
+    """Entry point (`speclogs`, `python -m speclogs`): SpeclogsError → `Error: message` (+ `hint: …`) on stderr, exit
+    1; bad usage → typer's message, exit 2; Ctrl-C → exit 130. No traceback for any of these."""
     try:
         app(args=argv, prog_name="speclogs")
     except SpeclogsError as error:
@@ -314,19 +311,13 @@ def main(argv: list[str] | None = None) -> int:
         _print_error(str(interrupt) or "interrupted", None)
         return 130
     except SystemExit as exit_:
-        if exit_.code is None:
-            return 0
         if exit_.code == 130:  # typer turns Ctrl-C into a silent exit 130: say what it left
-            _print_error(_interrupt_message(exit_), None)
-        return exit_.code if isinstance(exit_.code, int) else 1
+            cause: BaseException | None = exit_
+            while cause is not None and not isinstance(cause, KeyboardInterrupt):
+                cause = cause.__cause__ or cause.__context__
+            _print_error(str(cause or "") or "interrupted", None)
+        return exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
     return 0
-
-
-def _interrupt_message(exit_: BaseException) -> str:
-    cause: BaseException | None = exit_
-    while cause is not None and not isinstance(cause, KeyboardInterrupt):
-        cause = cause.__cause__ or cause.__context__
-    return str(cause or "") or "interrupted"
 
 
 def _print_error(message: str, hint: str | None) -> None:
@@ -381,14 +372,7 @@ def probe_nccl(
 ) -> None:
     """Time NCCL all_reduce / all_gather (bf16) at TP decode/verify sizes under each NCCL env set; write JSON."""
     from speclogs.errors import ProbeError
-    from speclogs.probe import (
-        ProbeRequest,
-        default_output_path,
-        env_sets_from_plan,
-        parse_env_sets,
-        run_probe,
-        write_probe_json,
-    )
+    from speclogs.probe import ProbeRequest, default_output_path, env_sets_from_plan, parse_env_sets, run_probe, write_probe_json
     from speclogs.probe.render import render_probe_rich
 
     env_sets = env_sets_from_plan(plan) if plan is not None else []
@@ -480,19 +464,7 @@ def launch(
                           hint=f"see server.log and run.json under {summary.out_dir}")
 
 
-# --- speclogs report ---
-class ReportFormat(str, Enum):
-    terminal = "terminal"
-    json = "json"
-    md = "md"
-
-
-def _check_confidence(value: float) -> float:
-    if not 0.5 <= value < 1.0:
-        raise typer.BadParameter(f"{value} is not in [0.5, 1): write the coverage as a fraction, e.g. 0.95")
-    return value
-
-
+# --- speclogs report / doctor / whatif ---
 def _check_min_effect(value: str) -> str:
     from speclogs.analysis import parse_percent
     from speclogs.errors import AnalysisError
@@ -513,6 +485,15 @@ def _check_outputs(paths: list[Path]) -> list[Path]:
     return paths
 
 
+def _trained_layers(text: str | None) -> list[int] | None:
+    from speclogs.doctor import parse_layers
+
+    try:
+        return parse_layers(text) if text else None
+    except ValueError:
+        raise typer.BadParameter(f"--trained-layers {text!r} is not a comma-separated list of integers") from None
+
+
 @app.command(epilog=_examples(
     "speclogs report --compare 'baseline_nccl_[0-9]' 'eagle3_nccl_[0-9]' --html report.html",
     "speclogs report -c baseline_default -c baseline_nccl -c eagle3_default -c eagle3_nccl --factor nccl='*_nccl' --factor spec='eagle3*'"))
@@ -524,11 +505,10 @@ def report(
     ),
     arms: list[str] = typer.Argument(None, help="More arms (so `--compare A B C` works)."),
     db: DbOption = DEFAULT_DB,
-    output_format: ReportFormat = typer.Option(ReportFormat.terminal, "--format", "-f", help="terminal, json or md (stdout)."),
+    output_format: ReportFormatOption = ReportFormat.terminal,
     output: list[Path] = typer.Option(
         [], "--output", "-o", callback=_check_outputs, help="Also write the report to FILE, its format from the suffix "
-        "(.json, .md, .html, .txt); "
-        "repeatable: every file comes from the one computation."),
+        "(.json, .md, .html, .txt); repeatable: every file comes from the one computation."),
     html: Optional[Path] = typer.Option(None, "--html", help="Also write one self-contained HTML file with charts (= -o FILE.html)."),
     factor: list[str] = typer.Option(
         [], "--factor", help="name=glob (repeatable): runs matching the glob are level 'on', others 'off'; "
@@ -537,8 +517,7 @@ def report(
     ignore_env: list[str] = typer.Option(
         [], "--ignore-env", help="Do not compare this environment variable between runs (repeatable; globs: 'MY_*'). "
         "Driver-script, shell, container and cloud variables (MINUTES, AWS_*, CONTAINER_NAME …) are ignored already."),
-    confidence: float = typer.Option(0.95, "--confidence", callback=_check_confidence,
-                                     help="Interval coverage, e.g. 0.95 (0.5 ≤ value < 1)."),
+    confidence: ConfidenceOption = 0.95,
     min_effect: str = typer.Option("0%", "--min-effect", callback=_check_min_effect, help="Practical threshold, e.g. 2%: a "
                                    "winner's interval must lie beyond ±2 %; inside it, 'equivalent'."),
     hidden_size: Optional[int] = typer.Option(None, "--hidden-size", min=1,
@@ -549,8 +528,7 @@ def report(
         None, "--reference-acceptance", help="The accept length this target/draft/workload reached before, e.g. 2.0 "
         "or 2.0±0.05 (with its interval): a speculative arm whose interval lies below it is a finding, with the "
         "setup's cause if the doctor finds one."),
-    trained_layers: Optional[str] = typer.Option(None, "--trained-layers", help="The aux layer ids the EAGLE-3 drafts "
-                                                 "were trained on, e.g. 2,30,58: an offset is named as the cause."),
+    trained_layers: TrainedLayersOption = None,
     lake: LakeOption = None,
     brief: bool = typer.Option(False, "--brief", help="Terminal: only the ranking and the verdicts (≤ 15 lines)."),
     mixed_arms: bool = typer.Option(False, "--mixed-arms", help="Allow an arm to pool launches of different plans or folders."),
@@ -563,25 +541,18 @@ def report(
     from speclogs.report import render, write_report
     from speclogs.store import connect
 
-    outputs = [*output, *([html] if html is not None else [])]
     if charts_dir is not None:
         from speclogs.report.html import require_chart_export
 
         require_chart_export()
     if lake is not None:
         from speclogs.store.lake import connect_lake
-
-        connection = connect_lake(lake)
-    else:
-        connection = connect(db, read_only=True)
-    try:
+    with connect_lake(lake) if lake is not None else connect(db, read_only=True) as connection:
         comparison = compare_runs(connection, list(compare) + list(arms or []), parse_factor_options(factor),
                                   confidence, min_effect=parse_percent(min_effect, "--min-effect"), hidden_size=hidden_size,
                                   num_layers=num_layers, ignore_env=tuple(ignore_env), allow_mixed=mixed_arms,
                                   reference_acceptance=parse_reference(reference_acceptance) if reference_acceptance else None,
                                   trained_layers=_trained_layers(trained_layers))
-    finally:
-        connection.close()
     if output_format is ReportFormat.terminal:
         from speclogs.console import report_console
         from speclogs.report import render_terminal
@@ -589,23 +560,13 @@ def report(
         render_terminal(comparison, report_console(), brief=brief)
     else:
         sys.stdout.write(render(comparison, output_format.value))
-    for path in outputs:
+    for path in [*output, *([html] if html is not None else [])]:
         write_report(comparison, path)
         _stderr_console().print(f"wrote {path}")
     if charts_dir is not None:
         from speclogs.report.html import write_charts
 
-        written = write_charts(comparison, charts_dir)
-        _stderr_console().print(f"wrote {len(written)} chart files to {charts_dir}")
-
-
-def _trained_layers(text: str | None) -> list[int] | None:
-    from speclogs.doctor import parse_layers
-
-    try:
-        return parse_layers(text) if text else None
-    except ValueError:
-        raise typer.BadParameter(f"--trained-layers {text!r} is not a comma-separated list of integers") from None
+        _stderr_console().print(f"wrote {len(write_charts(comparison, charts_dir))} chart files to {charts_dir}")
 
 
 @app.command(epilog=_examples("speclogs doctor plans/h200-doctor.toml",
@@ -616,8 +577,7 @@ def doctor(
                                         "(-- python -m sglang.launch_server …); or, with --db, run names or globs."),
     db: Optional[Path] = typer.Option(None, "--db", help="Check ingested runs of this speclogs DuckDB file (run.json "
                                       "models + the logged server args)."),
-    trained_layers: Optional[str] = typer.Option(None, "--trained-layers", help="The aux hidden-state layer ids the "
-                                                 "draft was trained on, e.g. 2,30,58 (config ids: k = layer k's output)."),
+    trained_layers: TrainedLayersOption = None,
     output_format: TextFormat = typer.Option(TextFormat.text, "--format", "-f", help="text, or json (the findings)."),
 ) -> None:
     """Check a speculative-decoding setup before the launch: algorithm flag vs the draft's architecture, aux layer
@@ -629,11 +589,8 @@ def doctor(
         from speclogs.analysis.lint import doctor_runs
         from speclogs.store import connect
 
-        connection = connect(db, read_only=True)
-        try:
+        with connect(db, read_only=True) as connection:
             checked = doctor_runs(connection, targets, layers)
-        finally:
-            connection.close()
     elif len(targets) == 1 and targets[0].endswith(".toml"):
         from speclogs.launcher import doctor_plan, load_plan
 
@@ -642,13 +599,12 @@ def doctor(
         from speclogs.doctor import check_command
 
         checked = [("command line", check_command(list(targets), layers))]
+    from speclogs.console import make_console
     from speclogs.report.doctor import doctor_json, render_doctor
 
     if output_format is TextFormat.json:
         typer.echo(doctor_json(checked))
     else:
-        from speclogs.console import make_console
-
         render_doctor(checked, make_console())
     if any(finding.severity == "error" for _, found in checked for finding in found):
         raise typer.Exit(1)
@@ -660,28 +616,30 @@ def whatif(
     runs: list[str] = typer.Argument(..., help="Run names or globs: the profiled run(s) to model from, plus any runs of "
                                      "other settings (checked against the model) and baselines (calibrate the target's step)."),
     db: DbOption = DEFAULT_DB,
-    output_format: ReportFormat = typer.Option(ReportFormat.terminal, "--format", "-f", help="terminal, json or md (stdout)."),
-    confidence: float = typer.Option(0.95, "--confidence", callback=_check_confidence, help="Interval coverage."),
+    output_format: ReportFormatOption = ReportFormat.terminal,
+    confidence: ConfidenceOption = 0.95,
 ) -> None:
     """Predict other --speculative-num-steps / --speculative-num-draft-tokens settings (topk 1) and no speculation from
     one profiled run: throughput with intervals, ranked, and the next setting worth launching (docs/whatif.md)."""
     from speclogs.analysis.whatif import whatif_for
-    from speclogs.report import whatif as render
+    from speclogs.report.whatif import whatif_document
     from speclogs.store import connect
 
-    connection = connect(db, read_only=True)
-    try:
+    with connect(db, read_only=True) as connection:
         result = whatif_for(connection, runs, confidence)
-    finally:
-        connection.close()
-    if output_format is ReportFormat.terminal:
-        from speclogs.console import report_console
+    if output_format is ReportFormat.json:
+        from speclogs.report.jsonout import to_json
 
-        render.render_whatif_terminal(result, report_console())
-    elif output_format is ReportFormat.json:
-        sys.stdout.write(render.render_whatif_json(result))
+        sys.stdout.write(to_json(result) + "\n")
+    elif output_format is ReportFormat.md:
+        from speclogs.report.markdown import md_sections
+
+        sys.stdout.write(md_sections(whatif_document(result)))
     else:
-        sys.stdout.write(render.render_whatif_markdown(result))
+        from speclogs.console import report_console
+        from speclogs.report.terminal import render_sections
+
+        render_sections(whatif_document(result), report_console())
 
 
 # --- speclogs grammars check / list ---
@@ -717,21 +675,12 @@ def grammars_list(
     from speclogs.grammar import load_grammars
 
     grammars = load_grammars(extra or [])
-    rows = [(p.family, p.name, p.table, p.scope, p.versions, p.gate) for p in [*grammars.wrappers, *grammars.prefixes, *grammars.patterns]]
+    keys = ("family", "pattern", "table", "scope", "versions", "gate")
+    rows = [dict(zip(keys, (p.family, p.name, p.table, p.scope, p.versions, p.gate)))
+            for p in [*grammars.wrappers, *grammars.prefixes, *grammars.patterns]]
     if _wants_json(output_format, json_alias):
-        import json
+        _echo_json(rows)
+    else:
+        from speclogs.report.summaries import render_rows
 
-        keys = ("family", "pattern", "table", "scope", "versions", "gate")
-        typer.echo(json.dumps([dict(zip(keys, r)) for r in rows], indent=1))
-        return
-    from rich.table import Table
-
-    from speclogs.console import make_console
-
-    table = Table("family", "pattern", "table", "scope", "versions", box=None, pad_edge=False)
-    for family, name, target, scope, versions, _ in rows:
-        table.add_row(family, name, target, scope, versions)
-    console = make_console()
-    if not console.is_terminal:
-        console = make_console(width=200)
-    console.print(table)
+        render_rows(keys[:5], [[row[key] for key in keys[:5]] for row in rows])

@@ -69,11 +69,6 @@ def redact_value(name: str, value: Any) -> Any:
     return REDACTED if secret_name(name) else redact(value)
 
 
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """An environment, sorted by name, with secret names and secret-looking values redacted."""
-    return {name: redact_value(name, value) for name, value in sorted(env.items())}
-
-
 def _flag_name(flag: str) -> str:
     return flag.lstrip("-").partition("=")[0]
 

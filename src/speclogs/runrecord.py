@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_NAME = "speclogs.run"
-VERSION = 1
-SCHEMA = f"{SCHEMA_NAME}/{VERSION}"
+SCHEMA = "speclogs.run/1"
 FILE_NAME = "run.json"
 
 # Outcomes (docs/launcher.md "Outcomes"): after these `--resume` runs the launch again …
@@ -25,22 +23,20 @@ RETRY_OUTCOMES = frozenset({"running", "interrupted", "port_in_use", "disk_full"
 # … and after these only with --retry-failed.
 FAILED_OUTCOMES = frozenset({"failed_start", "health_timeout", "bench_failed"})
 
+
 class RunRecordError(ValueError):
     """The text is not a run.json (not JSON, or not a JSON object); the message says which."""
 
 
+# The fields read as their type (a non-empty str, an int that is not a bool, a dict, a list) or else None …
+_FIELDS = {"schema": str, "run_uid": str, "cell": str, "hostname": str, "outcome": str, "launch": int, "server_pid": int,
+           "factors": dict, "env": dict, "adaptive": dict, "server_identity": dict, "argv": list}
+# … and those read as empty when missing or mistyped.
+_EMPTY = {"versions": dict, "timestamps": dict, "windows": list, "previous_attempts": list, "outcome_detail": str}
+
+
 def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-# The plain fields, read as their type or None: a str (non-empty), an int (not a bool), a dict, a list.
-_TYPED = {
-    str: ("schema", "run_uid", "cell", "hostname", "outcome"),
-    int: ("launch", "server_pid"),
-    dict: ("factors", "env", "adaptive", "server_identity"),
-    list: ("argv",),
-}
-_FIELD_TYPES = {name: kind for kind, names in _TYPED.items() for name in names}
 
 
 @dataclass(frozen=True)
@@ -55,20 +51,13 @@ class RunRecord:
         return cls(document if isinstance(document, dict) else {})
 
     def __getattr__(self, name: str) -> Any:
-        kind = _FIELD_TYPES.get(name)
+        kind = _FIELDS.get(name) or _EMPTY.get(name)
         if kind is None:
             raise AttributeError(name)
         value = self.document.get(name)
-        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool)) and (kind is not str or value)
-        return value if ok else None
-
-    def _list_of_dicts(self, name: str) -> list[dict]:
-        found = self.document.get(name)
-        return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
-
-    def _dict(self, name: str) -> dict:
-        found = self.document.get(name)
-        return found if isinstance(found, dict) else {}
+        if isinstance(value, kind) and not (kind is int and isinstance(value, bool)) and (kind is not str or value or name in _EMPTY):
+            return [item for item in value if isinstance(item, dict)] if name == "windows" else value
+        return kind() if name in _EMPTY else None
 
     @property
     def schema_note(self) -> str | None:
@@ -87,14 +76,6 @@ class RunRecord:
         return f"{self.cell}_{self.launch}" if self.cell is not None and self.launch is not None else None
 
     @property
-    def versions(self) -> dict:
-        return self._dict("versions")
-
-    @property
-    def timestamps(self) -> dict:
-        return self._dict("timestamps")
-
-    @property
     def sglang_version(self) -> str | None:
         version = self.versions.get("sglang")
         return version if isinstance(version, str) and version else None
@@ -102,7 +83,8 @@ class RunRecord:
     @property
     def gpu_names(self) -> tuple[str, ...]:
         """Distinct GPU names from `gpus`, sorted."""
-        return tuple(sorted({str(g["name"]) for g in self._list_of_dicts("gpus") if g.get("name")}))
+        gpus = self.document.get("gpus")
+        return tuple(sorted({str(g["name"]) for g in gpus if isinstance(g, dict) and g.get("name")})) if isinstance(gpus, list) else ()
 
     @property
     def profile(self) -> bool | None:
@@ -112,29 +94,14 @@ class RunRecord:
     @property
     def models(self) -> dict:
         """`models`: role ('target', 'draft') → what run.json recorded about that model directory."""
-        return {role: model for role, model in self._dict("models").items() if isinstance(model, dict)}
-
-    @property
-    def doctor(self) -> list[dict]:
-        """The doctor's findings on this launch's setup before it started (speclogs.doctor)."""
-        return self._list_of_dicts("doctor")
-
-    @property
-    def windows(self) -> list[dict]:
-        """The benchmark windows with their /metrics scrapes ([metrics] plans): name, start, end, scrapes[]."""
-        return self._list_of_dicts("windows")
-
-    @property
-    def outcome_detail(self) -> str:
-        detail = self.document.get("outcome_detail")
-        return detail if isinstance(detail, str) else ""
+        models = self.document.get("models")
+        return {role: model for role, model in models.items() if isinstance(model, dict)} if isinstance(models, dict) else {}
 
     def is_complete(self, retry_failed: bool = False) -> bool:
         """Whether `--resume` skips this launch (with `retry_failed`, failed launches are redone too)."""
-        outcome = self.outcome
-        if outcome is None or outcome in RETRY_OUTCOMES:
+        if self.outcome is None or self.outcome in RETRY_OUTCOMES:
             return False
-        return not (retry_failed and outcome in FAILED_OUTCOMES)
+        return not (retry_failed and self.outcome in FAILED_OUTCOMES)
 
     @property
     def ready_s(self) -> float | None:
@@ -142,12 +109,8 @@ class RunRecord:
 
     @property
     def median_tok_s(self) -> float | None:
-        return _number(self._dict("bench_summary").get("median_tok_s"))
-
-    @property
-    def previous_attempts(self) -> list:
-        attempts = self.document.get("previous_attempts")
-        return list(attempts) if isinstance(attempts, list) else []
+        summary = self.document.get("bench_summary")
+        return _number(summary.get("median_tok_s")) if isinstance(summary, dict) else None
 
 
 # What identifies a launch: every run.json of it (the launch's and each node's) carries these.
@@ -161,7 +124,7 @@ def launch_record(*, run_name: str, plan_name: str | None, plan_file: str, cell:
     are what the writer records besides (docs/launcher.md)."""
     from speclogs import __version__
 
-    attempts = previous.previous_attempts if previous is not None else []
+    attempts = list(previous.previous_attempts) if previous is not None else []
     if previous is not None:
         attempts.append({key: previous.document.get(key) for key in ("run_uid", "outcome", "outcome_detail", "timestamps")})
     return {

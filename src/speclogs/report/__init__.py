@@ -1,8 +1,9 @@
 """Render a `speclogs.analysis.Comparison`: terminal (rich), JSON, Markdown, self-contained HTML with Altair charts.
 
-Renderers format and draw; they compute no statistics.
+Renderers format and draw; they compute no statistics. Each loads on first use (`speclogs sql` loads no polars).
 """
 
+import importlib
 from pathlib import Path
 
 from speclogs.errors import InputError
@@ -11,41 +12,28 @@ __all__ = ["FORMATS", "comparison_to_dict", "render", "render_json", "render_mar
 
 # file suffix → format; one Comparison renders to any number of them (nothing is recomputed per format)
 FORMATS = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".txt": "text"}
+_LAZY = {"comparison_to_dict": "jsonout", "render_json": "jsonout", "render_markdown": "markdown", "render_html": "html",
+         "render_terminal": "terminal"}
 
 
 def __getattr__(name: str):  # noqa: ANN202
-    """The renderers load on first use: `speclogs sql` prints its tables with report.summaries and loads no polars."""
-    if name in ("comparison_to_dict", "render_json"):
-        from speclogs.report import jsonout
-
-        return getattr(jsonout, name)
-    if name == "render_markdown":
-        from speclogs.report.markdown import render_markdown
-
-        return render_markdown
-    raise AttributeError(f"module 'speclogs.report' has no attribute {name!r}")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'speclogs.report' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"speclogs.report.{_LAZY[name]}"), name)
 
 
 def render(comparison, fmt: str) -> str:  # noqa: ANN001
     """The report as text in one format: 'json', 'md', 'html' or 'text' (the terminal report without colour)."""
     if fmt == "json":
-        from speclogs.report.jsonout import render_json
-
-        return render_json(comparison) + "\n"
-    if fmt == "md":
-        from speclogs.report.markdown import render_markdown
-
-        return render_markdown(comparison)
-    if fmt == "html":   # altair and the Vega bundle load only for this format
-        from speclogs.report.html import render_html
-
-        return render_html(comparison)
+        return __getattr__("render_json")(comparison) + "\n"
+    if fmt in ("md", "html"):
+        return __getattr__("render_markdown" if fmt == "md" else "render_html")(comparison)
     import io
 
     from speclogs.console import make_console
 
     out = io.StringIO()
-    render_terminal(comparison, make_console(file=out, width=160))
+    __getattr__("render_terminal")(comparison, make_console(file=out, width=160))
     return out.getvalue()
 
 
@@ -60,9 +48,3 @@ def write_report(comparison, path: Path) -> Path:  # noqa: ANN001
     except OSError as error:
         raise InputError(f"cannot write the report to {path}: {error.strerror}", hint="choose a writable path") from error
     return Path(path)
-
-
-def render_terminal(comparison, console, brief=False):  # noqa: ANN001 - rich is imported on use
-    from speclogs.report.terminal import render_terminal as _render
-
-    return _render(comparison, console, brief=brief)

@@ -12,7 +12,6 @@ from speclogs.analysis.results import Comparison
 
 WIDTH = 560
 PANEL = 300  # one launch's panel: two side by side fit an 800 px window with their axes
-LABEL_FONT = 12
 # Fixed colours, the same in every report: a phase is always the same colour whichever phases a report has.
 PHASES = ["draft", "verify", "extend", "other", "gap", "decode step (not profiled)"]
 PHASE_COLOURS = ["#4c78a8", "#f58518", "#e45756", "#72b7b2", "#bab0ac", "#54a24b"]
@@ -39,13 +38,8 @@ def ratio_ticks(low: float, high: float) -> list[float]:
     return ticks
 
 
-def _axis(**kwargs) -> alt.Axis:
-    """An axis whose labels are readable and never drawn over each other (Vega drops the colliding ones)."""
-    return alt.Axis(labelFontSize=LABEL_FONT, titleFontSize=LABEL_FONT, labelOverlap="greedy", **kwargs)
-
-
 def _time_axis() -> alt.X:
-    return alt.X("t_s:Q", title="seconds since server start", scale=alt.Scale(zero=False, nice=False), axis=_axis(tickCount=6))
+    return alt.X("t_s:Q", title="seconds since server start", scale=alt.Scale(zero=False, nice=False), axis=alt.Axis(tickCount=6))
 
 
 def _warmup_shade(x: alt.X) -> alt.Chart:
@@ -76,14 +70,14 @@ def throughput_chart(c: Comparison) -> alt.Chart | None:
     scale = alt.Scale(domain=[start, end], nice=False, zero=False)
     data = alt.Data(values=rows)
     base = alt.Chart(data).encode(
-        y=alt.Y("arm:N", title=None, sort=[a.name for a in c.arms], axis=_axis(labelLimit=300)),
+        y=alt.Y("arm:N", title=None, sort=[a.name for a in c.arms], axis=alt.Axis(labelLimit=300)),
         yOffset=alt.YOffset("source:N"),
-        color=alt.Color("source:N", title="source", legend=alt.Legend(labelFontSize=LABEL_FONT, orient="top")),
+        color=alt.Color("source:N", title="source"),
     )
     estimate = alt.datum.layer == "estimate"
     x_title = f"throughput (tok/s) — axis starts at {start:,.0f}, not 0" if start > 0 else "throughput (tok/s)"
     bars = base.mark_rule(strokeWidth=5, opacity=0.45).encode(
-        x=alt.X("low:Q", title=x_title, scale=scale, axis=_axis(format=",.0f", tickCount=8)), x2="high:Q"
+        x=alt.X("low:Q", title=x_title, scale=scale, axis=alt.Axis(format=",.0f", tickCount=8)), x2="high:Q"
     ).transform_filter(estimate)
     caps = [base.mark_tick(thickness=2, size=14).encode(x=f"{end}:Q").transform_filter(estimate) for end in ("low", "high")]
     points = base.mark_point(filled=True, size=220, shape="diamond", stroke="black", strokeWidth=1).encode(
@@ -112,8 +106,8 @@ def effects_chart(c: Comparison) -> alt.Chart | None:
     low = min([1.0] + [row[k] for row in rows for k in ("low", "ratio") if row[k] and row[k] > 0])
     high = max([1.0] + [row[k] for row in rows for k in ("high", "ratio") if row[k]])
     x_scale = alt.Scale(type="log", domain=[low / 1.05, high * 1.05], nice=False)
-    x_axis = _axis(values=ratio_ticks(low / 1.05, high * 1.05), format="~g")
-    base = alt.Chart(data).encode(y=alt.Y("effect:N", sort=order, title=None, axis=_axis(labelLimit=360)),
+    x_axis = alt.Axis(values=ratio_ticks(low / 1.05, high * 1.05), format="~g")
+    base = alt.Chart(data).encode(y=alt.Y("effect:N", sort=order, title=None, axis=alt.Axis(labelLimit=360)),
                                   color=alt.Color("kind:N", title="kind"))
     one = alt.Chart(alt.Data(values=[{"x": 1.0}])).mark_rule(strokeDash=[4, 4], color="gray").encode(x="x:Q")
     rules = base.mark_rule(strokeWidth=2).encode(
@@ -139,9 +133,9 @@ def cycle_chart(c: Comparison) -> alt.Chart | None:
         row["position"] = order.index(row["phase"])
     present = [phase for phase in PHASES if any(row["phase"] == phase and row["ms"] for row in rows)]
     return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
-        y=alt.Y("arm:N", title=None, sort=[a.name for a in c.arms], axis=_axis(labelLimit=300)),
-        x=alt.X("ms:Q", title="time per decode step / speculative cycle (ms)", stack="zero", axis=_axis(tickCount=8)),
-        color=alt.Color("phase:N", sort=present, legend=alt.Legend(labelFontSize=LABEL_FONT, orient="top"),
+        y=alt.Y("arm:N", title=None, sort=[a.name for a in c.arms], axis=alt.Axis(labelLimit=300)),
+        x=alt.X("ms:Q", title="time per decode step / speculative cycle (ms)", stack="zero", axis=alt.Axis(tickCount=8)),
+        color=alt.Color("phase:N", sort=present,
                         scale=alt.Scale(domain=present, range=[PHASE_COLOURS[PHASES.index(p)] for p in present])),
         order=alt.Order("position:Q"),
         tooltip=["arm:N", "phase:N", alt.Tooltip("ms:Q", format=".3f"), alt.Tooltip("share:Q", format=".1%")],
@@ -160,8 +154,8 @@ def accept_chart(c: Comparison) -> alt.Chart | None:
     arms = [a.name for a in c.arms]
     return alt.Chart(alt.Data(values=c.accept_hist.to_dicts())).mark_bar().encode(
         x=alt.X("accept_len:Q", title="accept length (tokens per verify step)",
-                bin=alt.Bin(step=ACCEPT_BIN, extent=extent), scale=alt.Scale(domain=extent), axis=_axis(format=".2f")),
-        y=alt.Y("sum(count):Q", title="count", axis=_axis(tickCount=3)),
+                bin=alt.Bin(step=ACCEPT_BIN, extent=extent), scale=alt.Scale(domain=extent), axis=alt.Axis(format=".2f")),
+        y=alt.Y("sum(count):Q", title="count", axis=alt.Axis(tickCount=3)),
         color=alt.Color("arm:N", sort=arms, legend=None),
         tooltip=["arm:N", "source:N", "accept_len:Q", "sum(count):Q"],
     ).properties(width=min(PANEL - 100, 480 // c.accept_hist["source"].n_unique()), height=70).facet(  # fits 800 px
@@ -185,7 +179,7 @@ def request_accept_chart(c: Comparison) -> alt.Chart | None:
     data = alt.Data(values=bars + means)
     histogram = alt.Chart(data).transform_filter(alt.datum.layer == "bin").mark_rect().encode(
         x=alt.X("bin_start:Q", title="accept length per request (tokens per verify step)", scale=alt.Scale(domain=extent),
-                axis=_axis(format=".2f")),
+                axis=alt.Axis(format=".2f")),
         x2="bin_end:Q", y=alt.Y("requests:Q", title="requests", scale=alt.Scale(zero=True)), y2=alt.datum(0),
         color=alt.Color("arm:N", sort=arms, legend=None),
         tooltip=["arm:N", "bin_start:Q", "bin_end:Q", "requests:Q"])
@@ -210,8 +204,8 @@ def timeline_chart(c: Comparison) -> alt.Chart | None:
     x = _time_axis()
     dots = alt.Chart().mark_point(filled=True, size=18).encode(
         x=x,
-        y=alt.Y("gen_throughput_tok_s:Q", title="gen throughput (tok/s)", axis=_axis(tickCount=5)),
-        color=alt.Color("state:N", title="row", legend=alt.Legend(orient="top"),
+        y=alt.Y("gen_throughput_tok_s:Q", title="gen throughput (tok/s)", axis=alt.Axis(tickCount=5)),
+        color=alt.Color("state:N", title="row",
                         scale=alt.Scale(domain=states, range=[ROW_COLOURS[ROW_STATES.index(s)] for s in states])),
         tooltip=["run_name:N", "t_s:Q", "gen_throughput_tok_s:Q", "accept_len:Q", "state:N"],
     ).transform_filter(alt.datum.layer == "row")
@@ -253,7 +247,7 @@ def accept_time_chart(c: Comparison) -> alt.Chart | None:
         shown = c.warmup_spans.filter(pl.col("run_name").is_in(frame["run_name"].unique().to_list()))
         spans = [{"layer": "warmup", **row} for row in shown.to_dicts()]
         line = alt.Chart().mark_line(color=colour, point=alt.OverlayMarkDef(size=14, filled=True, color=colour)).encode(
-            x=x, y=alt.Y("mean(value):Q", title=title, axis=_axis(tickCount=5, format=".2f"), scale=alt.Scale(zero=False, padding=8)),
+            x=x, y=alt.Y("mean(value):Q", title=title, axis=alt.Axis(tickCount=5, format=".2f"), scale=alt.Scale(zero=False, padding=8)),
             tooltip=["run_name:N", "t_s:Q", alt.Tooltip("mean(value):Q", format=".3f", title=title)],
         ).transform_filter(alt.datum.layer == "row")
         return alt.layer(_warmup_shade(x), line, data=alt.Data(values=points + spans)).properties(
@@ -277,20 +271,22 @@ def positions_chart(c: Comparison) -> alt.Chart | None:
     positions = list(range(1, int(rows["position"].max()) + 1))
     return alt.Chart(alt.Data(values=rows.to_dicts())).mark_line(point=alt.OverlayMarkDef(size=60, filled=True)).encode(
         x=alt.X("position:O", title="draft position k", sort=positions, scale=alt.Scale(domain=positions),
-                axis=_axis(labelAngle=0)),
+                axis=alt.Axis(labelAngle=0)),
         y=alt.Y("acceptance:Q", title="P(token k accepted | 1…k−1 accepted)", scale=alt.Scale(domain=[0, 1]),
-                axis=_axis(format=".0%", tickCount=5)),
-        color=alt.Color("arm:N", sort=[a.name for a in c.arms], legend=alt.Legend(labelFontSize=LABEL_FONT, orient="top",
-                                                                                labelLimit=300)),
-        strokeDash=alt.StrokeDash("source:N", legend=alt.Legend(labelFontSize=LABEL_FONT, orient="top", labelLimit=300)),
+                axis=alt.Axis(format=".0%", tickCount=5)),
+        color=alt.Color("arm:N", sort=[a.name for a in c.arms]),
+        strokeDash=alt.StrokeDash("source:N"),
         tooltip=["arm:N", "source:N", "position:O", alt.Tooltip("acceptance:Q", format=".1%"), "reached:Q", "accepted:Q",
                  alt.Tooltip("at_least:Q", format=".1%", title="P(accepted ≥ k)")],
     ).properties(width="container", height=220, title="Acceptance per draft position (conditional, EAGLE's n-α)")
 
 
 def all_charts(c: Comparison) -> list[tuple[str, alt.Chart]]:
-    """(id, chart) for every chart that has data, in report order."""
+    """(id, chart) for every chart that has data, in report order; labels readable, never drawn over each other (Vega
+    drops the colliding ones), legends on top."""
     builders = [("throughput", throughput_chart), ("effects", effects_chart), ("cycle", cycle_chart),
                 ("accept", accept_chart), ("requests", request_accept_chart), ("timeline", timeline_chart),
                 ("accepttime", accept_time_chart), ("positions", positions_chart), ("startup", startup_chart)]
-    return [(name, chart) for name, build in builders if (chart := build(c)) is not None]
+    return [(name, chart.configure_axis(labelFontSize=12, titleFontSize=12, labelOverlap="greedy").configure_legend(
+                labelFontSize=12, orient="top", labelLimit=300))
+            for name, build in builders if (chart := build(c)) is not None]

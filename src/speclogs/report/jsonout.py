@@ -51,27 +51,16 @@ def comparison_to_dict(comparison: Comparison) -> dict:
     attribution = [{**_fields(a, cycle_ms_a="step_ms_a", cycle_ms_b="step_ms_b"), "total": _term(a.total),
                     "terms": [_term(t) for t in a.terms], "phase_terms": [_term(t) for t in a.phase_terms]}
                    for a in comparison.attributions]
-    document = {
-        "schema": SCHEMA,
-        "reference": comparison.reference,
-        "confidence": comparison.confidence,
-        "min_effect": comparison.min_effect,
-        "warnings": list(comparison.warnings),
-        "arms": arms,
-        "ranking": list(comparison.ranking),
-        "comparisons": list(comparison.comparisons),
-        "attribution": attribution,
-        "phases": list(comparison.phases),
-        "factors": {k: list(v) for k, v in comparison.factors.items()},
-        "effects": list(comparison.effects),
-        "methods": comparison.methods,
-        "nccl": comparison.nccl,
-        "signals": comparison.signals,
-        "startup": comparison.startup,
-        "whatif": comparison.whatif,
-        "draft_positions": comparison.draft_positions,
-    }
+    # the Comparison's fields as they are, but the frames behind the charts (timeline, accept_hist, warmup_spans)
+    plain = ("reference", "confidence", "min_effect", "warnings", "ranking", "comparisons", "phases", "factors", "effects",
+             "methods", "nccl", "signals", "startup", "whatif", "draft_positions")
+    document = {"schema": SCHEMA, "arms": arms, "attribution": attribution, **{name: getattr(comparison, name) for name in plain}}
     return redact_json(_clean(document))
+
+
+def to_json(value: Any) -> str:
+    """Any result (a dataclass, dict, list …) as a JSON document: non-finite numbers null, secrets redacted."""
+    return json.dumps(redact_json(_clean(value)), indent=2, allow_nan=False)
 
 
 def render_json(comparison: Comparison) -> str:

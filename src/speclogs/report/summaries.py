@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from speclogs.console import make_console, plain, share_widths
@@ -50,20 +52,16 @@ def render_ingest_summary(summary, console) -> None:
         head.add_row("runs", plain(shown))
     console.print(head)
     if summary.account.rows:
-        rows = Table(title="rows per table", title_justify="left", show_edge=False, pad_edge=False)
-        rows.add_column("table")
-        rows.add_column("rows", justify="right")
+        rows = Table("table", Column("rows", justify="right"), title="rows per table", title_justify="left", show_edge=False,
+                     pad_edge=False)
         for table, count in sorted(summary.account.rows.items()):
             rows.add_row(plain(table), f"{count:,}")
         console.print(rows)
-    for reason, count in sorted(summary.skipped.items(), key=lambda item: -item[1]):
-        example = summary.skipped_examples.get(reason, "")
-        console.print(Text(f"skipped {count:,} file(s): {reason}" + (f"  (e.g. {example})" if example else ""), style="yellow"))
-    for source_file, why in summary.replaced:
-        console.print(Text(f"replaced {source_file}: {why}", style="yellow"))
-    for line in drift_lines(summary.drift_notes):
-        console.print(Text(line, style="yellow"))
-    for line in warning_lines(summary.warnings):
+    skipped = sorted(summary.skipped.items(), key=lambda item: -item[1])
+    notes = [f"skipped {count:,} file(s): {reason}" + (f"  (e.g. {summary.skipped_examples[reason]})"
+                                                        if summary.skipped_examples.get(reason) else "") for reason, count in skipped]
+    notes += [f"replaced {source_file}: {why}" for source_file, why in summary.replaced]
+    for line in notes + drift_lines(summary.drift_notes) + warning_lines(summary.warnings):
         console.print(Text(line, style="yellow"))
 
 
@@ -95,38 +93,26 @@ def warning_lines(warnings: list[str], most: int = 10) -> list[str]:
     return lines
 
 
-def drift_lines(notes) -> list[str]:
-    """The drift view's rows for the files just ingested, a line per kind (SELECT * FROM drift has them all)."""
-    by_kind: dict[str, list] = {}
-    for note in notes:
-        by_kind.setdefault(note.kind, []).append(note)
+DRIFT_KINDS = {"new_label": "batch-line labels no typed column took (kept in extra_fields)",
+               "unmatched_line": "lines no grammar matched, by template",
+               "unknown_message": "SGLang messages no specific grammar knows (kept as kind 'message'), by template",
+               "near_miss": "lines that look like a pattern's but fail it"}
 
-    def subjects(items, most: int = 4) -> str:
+
+def drift_lines(notes) -> list[str]:  # noqa: ANN001 - the drift view's rows for the files just ingested
+    """A line per kind of drift, its most frequent subjects first (SELECT * FROM drift has them all)."""
+    lines = [f"drift: {note.source_file}: {note.detail}" for note in notes if note.kind == "missing_field"]
+    for kind, what in DRIFT_KINDS.items():
         counted: dict[str, int] = {}
-        for note in items:
-            counted[note.subject] = counted.get(note.subject, 0) + note.lines
+        for note in notes:
+            if note.kind == kind:
+                counted[note.subject] = counted.get(note.subject, 0) + note.lines
         top = sorted(counted.items(), key=lambda item: -item[1])
-        shown = ", ".join(f"{subject!r} ({lines:,})" for subject, lines in top[:most])
-        return shown + (f", … {len(top) - most} more" if len(top) > most else "")
-
-    lines = []
-    if "new_label" in by_kind:
-        lines.append(f"drift: batch-line labels no typed column took (kept in extra_fields): {subjects(by_kind['new_label'])}")
-    if "unmatched_line" in by_kind:
-        items = by_kind["unmatched_line"]
-        lines.append(f"drift: {sum(n.lines for n in items):,} line(s) no grammar matched, {len(items):,} template(s), e.g. "
-                     f"{items[0].subject[:100]!r} ({items[0].lines:,})")
-    if "unknown_message" in by_kind:
-        items = by_kind["unknown_message"]
-        lines.append(f"drift: {sum(n.lines for n in items):,} SGLang message(s) no specific grammar knows (kept as kind "
-                     f"'message'), {len(items):,} template(s), e.g. {items[0].subject[:100]!r} ({items[0].lines:,})")
-    if "near_miss" in by_kind:
-        lines.append(f"drift: lines that look like a pattern's but fail it: {subjects(by_kind['near_miss'])}")
-    for note in by_kind.get("missing_field", []):
-        lines.append(f"drift: {note.source_file}: {note.detail}")
-    if lines:
-        lines.append("drift: SELECT * FROM drift lists every one, per file, with an example line")
-    return lines
+        if top:
+            lines.append(f"drift: {what}: {sum(counted.values()):,} line(s): "
+                         + ", ".join(f"{subject[:100]!r} ({count:,})" for subject, count in top[:4])
+                         + (f", … {len(top) - 4} more" if len(top) > 4 else ""))
+    return lines + (["drift: SELECT * FROM drift lists every one, per file, with an example line"] if lines else [])
 
 
 def render_query_table(result, limit: int, *, first: bool = True, show_types: bool = False) -> None:
@@ -183,16 +169,9 @@ class ProgressReporter:
     """A rich progress bar on stderr, fed by the library's progress callback (bytes done / total)."""
 
     def __init__(self) -> None:
-        self._progress = Progress(
-            TextColumn("ingest", style="bold"),
-            TextColumn("{task.description}", markup=False),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=make_console(stderr=True),
-            transient=True,
-        )
+        self._progress = Progress(TextColumn("ingest", style="bold"), TextColumn("{task.description}", markup=False),
+                                  BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+                                  console=make_console(stderr=True), transient=True)
         self._task = None   # the bar starts with the first event worth showing
 
     def update(self, event) -> None:  # noqa: ANN001 - speclogs.store's progress event
@@ -208,12 +187,26 @@ class ProgressReporter:
             self._progress.stop()
 
 
-def make_progress(flag: bool | None) -> ProgressReporter | None:
-    if flag is False:
-        return None
-    if flag is None and not sys.stderr.isatty():
-        return None
-    return ProgressReporter()
+@contextmanager
+def progress_bar(flag: bool | None):  # noqa: ANN201
+    """The ingest's progress callback: a bar on stderr (default: when stderr is a terminal), else None."""
+    if flag is False or (flag is None and not sys.stderr.isatty()):
+        yield None
+        return
+    reporter = ProgressReporter()
+    try:
+        yield reporter.update
+    finally:
+        reporter.close()
+
+
+def render_rows(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Rows as a borderless table on stdout (200 columns wide when piped, so lines do not fold)."""
+    table = Table(*header, box=None, pad_edge=False)
+    for row in rows:
+        table.add_row(*(plain(value) for value in row))
+    console = make_console()
+    (console if console.is_terminal else make_console(width=200)).print(table)
 
 
 def render_launch_summary(summary, console) -> None:

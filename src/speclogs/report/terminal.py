@@ -1,8 +1,5 @@
-"""Terminal report: rich tables, warnings first.
-
-Every string (arm and run names, warnings, values) reaches rich as `speclogs.console.plain` text, so the
-report prints the same on any console, markup-enabled or not.
-"""
+"""Terminal report: report.text's sections as rich text and tables. Every string reaches rich as
+`speclogs.console.plain` text, so the report prints the same on any console, markup-enabled or not."""
 
 from __future__ import annotations
 
@@ -70,61 +67,52 @@ def _aligned(rows: list[list[str]]) -> list[str]:
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
 
-def _brief_tail(c: Comparison, console: Console) -> None:
-    """--brief after the ranking: one line per comparison against the reference, then the warnings by code."""
+def render_sections(sections: list[text.Section], console: Console) -> None:
+    """Print a report's sections: bold headings, bullet items, tables fitted to the console's width (charts are the
+    HTML's); a note's further lines are counted, not printed."""
+    for index, s in enumerate(sections):
+        if s.kind == "chart":
+            continue
+        if index and s.kind not in ("title", "ranking"):
+            console.print()
+        if s.header and s.kind != "ranking":
+            console.print(_fitted_table(s.title, s.header, s.rows, console.width))
+        else:
+            console.print(_text(s.title, "bold yellow" if s.kind in ("warning", "caveat") else "bold"))
+        for head, details in s.items:
+            if s.kind in ("caveat", "methods"):   # the full text is in every other format
+                head = text.first_sentence(head, limit=300)
+            if s.kind in ("note", "methods"):
+                more = f" (+{len(details)} more like this: --format json lists them)" if details else ""
+                console.print(_text(f"  {head}{more}", "dim"))
+                continue
+            console.print(_text(f"  • {head}"))
+            for line in details:
+                console.print(_text(f"      {line}", "dim" if line.startswith("per launch") else ""))
+        if s.kind == "ranking":
+            header, *rows = _aligned([s.header, *s.rows])
+            console.print(_text(f"  {header}", "dim"))
+            for row in rows:
+                console.print(_text(f"  {row}"))
+        for line in s.after:
+            console.print(_text(f"  • {line}"))
+
+
+def render_terminal(comparison: Comparison, console: Console, brief: bool = False) -> None:
+    """The report on `console`; `brief`: the ranking, then one line per comparison when there is no ranking, then the
+    warnings' codes."""
+    c = comparison
+    sections = text.sections(c)
+    if not brief:
+        render_sections(sections, console)
+        return
+    render_sections([s for s in sections if s.kind in ("title", "ranking")], console)
     if not c.ranking:
         for r in text.preferred(c):
             console.print(_text(f"  {text.headline(r, c)}"))
     codes = [w.code for tier, found in text.ranked_warnings(c) for w in found]
     if codes:
-        shown = ", ".join(dict.fromkeys(codes))
-        console.print(Text.assemble((f"{len(codes)} warning(s): ", "bold yellow"), _text(shown)))
+        console.print(Text.assemble((f"{len(codes)} warning(s): ", "bold yellow"), _text(", ".join(dict.fromkeys(codes)))))
     else:
         console.print(Text("no warnings", style="bold green"))
     console.print(_text("the full report: the same command without --brief", "dim"))
-
-
-def render_terminal(comparison: Comparison, console: Console, brief: bool = False) -> None:
-    """Print the report to `console`: the ranking (fastest first), then — unless `brief` — the answer
-    (verdict, ratio, interval, why, per-launch range), the warnings ranked
-    by whether they can change it, then the tables (arms, comparisons, attribution, phases, effects, NCCL), notes,
-    methods."""
-    c = comparison
-    console.print(_text(text.title(c), "bold"))
-    if c.ranking:
-        console.print(_text(text.ranking_title(c), "bold"))
-        header, *rows = _aligned([text.RANKING_HEADER, *text.ranking_rows(c)])
-        console.print(_text(f"  {header}", "dim"))
-        for row in rows:
-            console.print(_text(f"  {row}"))
-    if brief:
-        _brief_tail(c, console)
-        return
-    blocks = text.answer_blocks(c)
-    if blocks:
-        console.print(Text("\nAnswer", style="bold"))
-        for head, details in blocks:
-            console.print(_text(f"  • {head}"))
-            for line in details:
-                console.print(_text(f"      {line}", "dim" if line.startswith("per launch") else ""))
-    tiers = text.ranked_warnings(c)
-    for index, (tier, found) in enumerate(tiers):
-        read = " — read before the numbers" if index == 0 else ""
-        console.print(Text(f"\n{len(found)} warning(s) that {tier}{read}:", style="bold yellow"))
-        for w in found:
-            message = w.message if tier == text.WARNING_TIERS[0] else text.first_sentence(w.message, limit=300)
-            console.print(Text.assemble(("  ! ", "bold yellow"), (f"[{w.code}] ", "yellow"), _text(message)))
-    if not tiers:
-        console.print(Text("\nno warnings", style="bold green"))
-    console.print()
-    for _, title, header, rows, after in text.tables(c):
-        console.print(_fitted_table(title, header, rows, console.width))
-        for line in after:
-            console.print(_text(f"  • {line}"))
-    notes = text.grouped_notes(c)
-    if notes:
-        console.print(Text("Notes (how the numbers were made)", style="bold"))
-    for code, messages in notes:
-        more = f" (+{len(messages) - 1} more like this: --format json lists them)" if len(messages) > 1 else ""
-        console.print(Text.assemble(("  i ", "dim"), (f"[{code}] ", "dim"), _text(messages[0] + more, "dim")))
-    console.print(_text("Methods: " + " ".join(c.methods[k] for k in ("estimate", "interval", "verdict")), "dim"))

@@ -1,13 +1,27 @@
-"""Shared wording for the terminal, Markdown and HTML reports: rows of strings from a Comparison (formatting only)."""
+"""A report as a list of Sections of strings (formatting only): terminal, Markdown and HTML each render this one list."""
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from speclogs.analysis.power import MAX_LAUNCHES
 from speclogs.analysis.results import UNSET, Attribution, Comparison, Estimate, RatioComparison, Term
 from speclogs.analysis.stats import DEFAULT_EFFECT
 from speclogs.report import signals, whatif
+
+
+class Section(NamedTuple):
+    """A heading, bullet items (a line and its sub-lines), a table, lines after it. `kind`: 'title', 'ranking',
+    'warning', 'caveat', 'note', 'methods', or 'chart' (drawn by the HTML only: `key`; its items: why it has no data)."""
+
+    title: str
+    items: list[tuple[str, list[str]]] = []
+    header: list[str] = []
+    rows: list[list[str]] = []
+    after: list[str] = []
+    kind: str = ""
+    key: str = ""
 
 
 def pct(ratio: float) -> str:
@@ -25,7 +39,7 @@ def fmt_estimate(e: Estimate | None) -> str:
         return "–"
     if not (math.isfinite(e.ci_low_tok_s) and math.isfinite(e.ci_high_tok_s)):
         return f"{e.value_tok_s:.1f} (1 launch: no interval)"
-    return f"{e.value_tok_s:.1f} [{e.ci_low_tok_s:.1f}, {e.ci_high_tok_s:.1f}]"
+    return f"{e.value_tok_s:.1f} {fmt_interval(e.ci_low_tok_s, e.ci_high_tok_s, 1)}"
 
 
 def fmt_p(p: float | None) -> str:
@@ -63,28 +77,20 @@ def needed_text(r: RatioComparison) -> str:
     return _launches_needed(r)
 
 
-def ranking_title(c: Comparison) -> str:
-    source = c.ranking[0].source if c.ranking else "client"
-    return f"Ranking ({source} tok/s, fastest first; ratio to the fastest, {c.confidence:.0%} CI)"
+RANKING_HEADER = ["#", "arm", "tok/s", "× fastest [CI]", "verdict", "launches"]
 
 
 def ranking_rows(c: Comparison) -> list[list[str]]:
-    """[place, arm, tok/s, ratio to the fastest [CI], verdict (decided or not, what would decide it), launches]."""
     rows = []
     for place, rank in enumerate(c.ranking, 1):
         r = rank.vs_best
-        if r is None:
-            against, verdict = "fastest", ""
-        else:
-            against = f"×{r.ratio:.3f} {fmt_interval(r.ci_low, r.ci_high)}"
-            verdict = {"slower": "slower (decided)", "equivalent": "equivalent (decided)"}.get(r.verdict, r.verdict)
-            if r.verdict == "inconclusive":
-                verdict += f" — {_launches_needed(r, 'launches/arm')}"
+        against, verdict = ("fastest", "") if r is None else (f"×{r.ratio:.3f} {fmt_interval(r.ci_low, r.ci_high)}", r.verdict)
+        if verdict in ("slower", "equivalent"):
+            verdict += " (decided)"
+        elif verdict == "inconclusive":
+            verdict += f" — {_launches_needed(r, 'launches/arm')}"
         rows.append([str(place), rank.arm, f"{rank.value_tok_s:.1f}", against, verdict, str(rank.n_launches)])
     return rows
-
-
-RANKING_HEADER = ["#", "arm", "tok/s", "× fastest [CI]", "verdict", "launches"]
 
 
 def headline(r: RatioComparison, c: Comparison) -> str:
@@ -115,28 +121,20 @@ def why_text(a: Attribution, single: bool) -> str:
 
     total = a.total
     settled = single or (math.isfinite(total.ci_low) and (total.ci_low > 0 or total.ci_high < 0))
-    caveat = "" if settled else " — not significant: the server difference itself may be 0"
-    lone = " (one launch per arm: no intervals)" if single else ""
+    tail = ("" if settled else " — not significant: the server difference itself may be 0") + (
+        " (one launch per arm: no intervals)" if single else "")
+    step = f"step time {a.cycle_ms_b:.2f} vs {a.cycle_ms_a:.2f} ms ({ratio(terms['step time'], -1.0)})"
     if a.accept_len_a == 1.0 and a.accept_len_b == 1.0:
-        return (f"why (server): no speculation; step time {a.cycle_ms_b:.2f} vs {a.cycle_ms_a:.2f} ms "
-                f"({ratio(terms['step time'], -1.0)}) → throughput {ratio(total)}{caveat}{lone}")
+        return f"why (server): no speculation; {step} → throughput {ratio(total)}{tail}"
     return (f"why (server): accept len {a.accept_len_b:.2f} vs {a.accept_len_a:.2f} ({ratio(terms['acceptance'])}), "
-            f"step time {a.cycle_ms_b:.2f} vs {a.cycle_ms_a:.2f} ms ({ratio(terms['step time'], -1.0)}) → throughput "
-            f"{ratio(total)}{caveat}{lone}")
-
-
-def title(c: Comparison) -> str:
-    threshold = f", min effect {c.min_effect:.1%}" if c.min_effect > 0 else ""
-    return (f"speclogs report — {len(c.arms)} arm(s), reference {c.reference}, {c.confidence:.0%} intervals "
-            f"(Student t over launches{threshold})")
+            f"{step} → throughput {ratio(total)}{tail}")
 
 
 def fmt_range(e: Estimate | None, count: bool = True) -> str:
     """Per-launch values as min–max (like hyperfine's range), with the launch count."""
     if e is None or not e.per_launch_tok_s:
         return "–"
-    low, high = min(e.per_launch_tok_s), max(e.per_launch_tok_s)
-    n = len(e.per_launch_tok_s)
+    low, high, n = min(e.per_launch_tok_s), max(e.per_launch_tok_s), len(e.per_launch_tok_s)
     if n == 1:
         return f"{low:.1f}" + (" (1 launch)" if count else "")
     return f"{low:.1f}–{high:.1f}" + (f" ({n} launches)" if count else "")
@@ -160,7 +158,6 @@ def arm_rows(c: Comparison) -> list[list[str]]:
     return rows
 
 
-# --- the first screen: which is faster, by how much, how sure, why; then the warnings ranked ---------------------
 # Warnings that can change the answer itself (the ratio measures something else than the arms' difference) come
 # first; then those about how sure it is (the interval may be too narrow); codes not listed here count as the latter.
 ANSWER_CODES = frozenset({
@@ -198,23 +195,16 @@ def answer_blocks(c: Comparison) -> list[tuple[str, list[str]]]:
     attributions = {(a.arm_a, a.arm_b): a for a in c.attributions}
     blocks: list[tuple[str, list[str]]] = []
     for r in preferred(c):
-        head = headline(r, c)
-        details = []
         a = attributions.get((r.arm_a, r.arm_b))
-        if a is not None:
-            details.append(why_text(a, r.n_a < 2 or r.n_b < 2))
-        ranges = []
-        for name in (r.arm_a, r.arm_b):
-            estimate = getattr(arms[name], r.source) if name in arms else None
-            ranges.append(f"{name} {fmt_range(estimate)}")
+        details = [why_text(a, r.n_a < 2 or r.n_b < 2)] if a is not None else []
+        ranges = [f"{name} {fmt_range(getattr(arms[name], r.source) if name in arms else None)}" for name in (r.arm_a, r.arm_b)]
         details.append(f"per launch ({r.source} tok/s): " + "; ".join(ranges))
         concerning = sorted({w.code for w in c.warnings if w.severity == "warning" and w.code in ANSWER_CODES
                              and _concerns(w.arms, r.arm_a, r.arm_b, c.reference)})
         if concerning:
             details.append("read first: " + ", ".join(concerning))
-        blocks.append((head, details))
-    blocks += [(line, []) for line in _effect_lines(c) + profile_lines(c) + signals.answer_lines(c)]
-    return blocks
+        blocks.append((headline(r, c), details))
+    return blocks + [(line, []) for line in _effect_lines(c) + profile_lines(c) + signals.answer_lines(c)]
 
 
 COMPARISON_HEADER = ["B vs A", "source", "A tok/s", "B tok/s", "B/A [CI]", "p", "n (launches)", "detects ≥ (80 %)",
@@ -230,10 +220,6 @@ def comparison_rows(c: Comparison) -> list[list[str]]:
     ] for r in c.comparisons]
 
 
-def test_notes(c: Comparison) -> list[str]:
-    return sorted({f"{r.source}: {r.test}" for r in c.comparisons})
-
-
 ATTRIBUTION_HEADER = ["B vs A", "throughput", "acceptance", "batch size", "step time", "accept len A→B", "step ms A→B"]
 
 
@@ -241,29 +227,16 @@ def attribution_rows(c: Comparison) -> list[list[str]]:
     rows = []
     for a in c.attributions:
         terms = {t.name: t for t in a.terms}
-        rows.append([
-            f"{a.arm_b} vs {a.arm_a}", fmt_term(a.total), fmt_term(terms["acceptance"]), fmt_term(terms["batch size"]),
-            fmt_term(terms["step time"]), f"{a.accept_len_a:.2f} → {a.accept_len_b:.2f}",
-            f"{a.cycle_ms_a:.2f} → {a.cycle_ms_b:.2f}",
-        ])
-    return rows
-
-
-def phase_term_rows(c: Comparison) -> list[list[str]]:
-    rows = []
-    for a in c.attributions:
-        for t in a.phase_terms:
-            rows.append([f"{a.arm_b} vs {a.arm_a}", t.name, fmt_term(t)])
+        rows.append([f"{a.arm_b} vs {a.arm_a}", fmt_term(a.total), *(fmt_term(terms[name]) for name in ATTRIBUTION_HEADER[2:5]),
+                     f"{a.accept_len_a:.2f} → {a.accept_len_b:.2f}", f"{a.cycle_ms_a:.2f} → {a.cycle_ms_b:.2f}"])
     return rows
 
 
 def counterfactual_lines(c: Comparison) -> list[str]:
     lines = []
-    for a in c.attributions:
-        for cf in a.counterfactuals:
-            value = f"{cf.value_tok_s:.2f} [{cf.ci_low_tok_s:.2f}, {cf.ci_high_tok_s:.2f}]"
-            unit = "" if "accept len" in cf.text and "need" in cf.text else " tok/s"
-            lines.append(f"{cf.text} {value}{unit}")
+    for cf in (cf for a in c.attributions for cf in a.counterfactuals):
+        unit = "" if "accept len" in cf.text and "need" in cf.text else " tok/s"
+        lines.append(f"{cf.text} {cf.value_tok_s:.2f} [{cf.ci_low_tok_s:.2f}, {cf.ci_high_tok_s:.2f}]{unit}")
     return lines
 
 
@@ -274,9 +247,7 @@ def _phase_share(phase: str, share: float) -> str:
     # draft + verify + extend + other = the GPU cycle (100 %); the idle gap comes after it, and wall = cycle + gap
     if phase == "gap":
         return f"+{share:.1%} after the cycle (GPU idle)"
-    if phase == "wall":
-        return "cycle + gap"
-    return f"{share:.1%}"
+    return "cycle + gap" if phase == "wall" else f"{share:.1%}"
 
 
 def phase_rows(c: Comparison) -> list[list[str]]:
@@ -288,12 +259,8 @@ EFFECT_HEADER = ["effect", "kind", "source", "levels", "ratio [CI]", "change", "
 
 
 def effect_rows(c: Comparison) -> list[list[str]]:
-    rows = []
-    for e in c.effects:
-        levels = f"{e.low} → {e.high}" if e.low or e.high else "difference of simple effects"
-        rows.append([e.name, e.kind, e.source, levels, f"{e.ratio:.3f} {fmt_interval(e.ci_low, e.ci_high)}", pct(e.ratio),
-                     e.verdict])
-    return rows
+    return [[e.name, e.kind, e.source, f"{e.low} → {e.high}" if e.low or e.high else "difference of simple effects",
+             f"{e.ratio:.3f} {fmt_interval(e.ci_low, e.ci_high)}", pct(e.ratio), e.verdict] for e in c.effects]
 
 
 def first_sentence(sentence: str, limit: int = 160) -> str:
@@ -337,13 +304,12 @@ def nccl_sections(c: Comparison, brief: bool = False) -> list[tuple[str, list[st
     return sections
 
 
-def preferred(c: Comparison):
+def preferred(c: Comparison) -> list[RatioComparison]:
     """One comparison row per pair: the client source when there is one (what users measure), else the server."""
     chosen = {}
     for r in c.comparisons:
-        key = (r.arm_a, r.arm_b)
-        if key not in chosen or r.source == "client":
-            chosen[key] = r
+        if (r.arm_a, r.arm_b) not in chosen or r.source == "client":
+            chosen[(r.arm_a, r.arm_b)] = r
     return list(chosen.values())
 
 
@@ -363,42 +329,75 @@ def profile_lines(c: Comparison) -> list[str]:
 
 
 def _effect_lines(c: Comparison) -> list[str]:
-    lines = []
-    for e in c.effects:
-        if e.kind in ("main", "interaction") and e.source == "client" or (
-                e.kind in ("main", "interaction") and not any(x.source == "client" for x in c.effects)):
-            what = f"{e.low} → {e.high}" if e.kind == "main" else "difference of simple effects"
-            lines.append(f"effect of {e.name} ({what}, {e.source}): ×{e.ratio:.3f} {fmt_interval(e.ci_low, e.ci_high)} — "
-                         f"{e.verdict}")
-    return lines
+    """The main effects and interactions, of the client source when the report has one."""
+    source = "client" if any(e.source == "client" for e in c.effects) else "server"
+    return [f"effect of {e.name} ({f'{e.low} → {e.high}' if e.kind == 'main' else 'difference of simple effects'}, "
+            f"{e.source}): ×{e.ratio:.3f} {fmt_interval(e.ci_low, e.ci_high)} — {e.verdict}"
+            for e in c.effects if e.kind in ("main", "interaction") and e.source == source]
 
 
-def grouped_notes(c: Comparison) -> list[tuple[str, list[str]]]:
-    """Info findings grouped by code, in first-seen order: (code, messages)."""
+def _table(title: str, header: list[str], rows: list[list[str]], after: list[str] | None = None) -> Section:
+    return Section(title, header=header, rows=rows, after=after or [])
+
+
+def _chart(key: str, title: str = "", empty: str = "", after: list[str] | None = None) -> Section:
+    return Section(title, items=[(f"no data: {empty}", [])] if empty else [], after=after or [], kind="chart", key=key)
+
+
+def sections(c: Comparison, brief: bool = True) -> list[Section]:
+    """The whole report in order: title, ranking, answer, warnings (most consequential first), tables with the charts
+    after the tables they illustrate, notes, methods. `brief`: the NCCL estimate without its assumptions."""
+    out = [Section(f"speclogs report — {len(c.arms)} arm(s), reference {c.reference}, {c.confidence:.0%} intervals "
+                   f"(Student t over launches{f', min effect {c.min_effect:.1%}' if c.min_effect > 0 else ''})", kind="title")]
+    if c.ranking:
+        source = c.ranking[0].source
+        out.append(Section(f"Ranking ({source} tok/s, fastest first; ratio to the fastest, {c.confidence:.0%} CI)",
+                           header=RANKING_HEADER, rows=ranking_rows(c), kind="ranking"))
+    if blocks := answer_blocks(c):
+        out.append(Section("Answer", items=blocks))
+    tiers = ranked_warnings(c)
+    out += [Section(f"Warnings that {tier} ({len(found)})" + (" — read before the numbers" if index == 0 else ""),
+                    items=[(f"[{w.code}] {w.message}", []) for w in found], kind="caveat" if index else "warning")
+            for index, (tier, found) in enumerate(tiers)]
+    if not tiers:
+        out.append(Section("Warnings: none"))
+    out += [_table("Throughput per arm (geometric mean over launches)", ARM_HEADER, arm_rows(c)),
+            _chart("throughput", empty="no arm has a throughput estimate")]
+    if c.comparisons:
+        out.append(_table(f"Comparisons against {c.reference}", COMPARISON_HEADER, comparison_rows(c),
+                          sorted({f"test — {r.source}: {r.test}" for r in c.comparisons})))
+    if c.attributions:
+        phase_terms = [[f"{a.arm_b} vs {a.arm_a}", t.name, fmt_term(t)] for a in c.attributions for t in a.phase_terms]
+        out.append(_table("Attribution of the server throughput ratio (acceptance × batch size ÷ step time; contributions, "
+                          "log-additive)", ATTRIBUTION_HEADER, attribution_rows(c),
+                          [] if phase_terms else counterfactual_lines(c)))
+        if phase_terms:
+            out.append(_table("Step-time term split by phase (from spec_cycles profiling)",
+                              ["B vs A", "phase", "contribution [CI]"], phase_terms, counterfactual_lines(c)))
+    if c.phases:
+        out.append(_table("Speculative cycle phases (spec_cycles)", PHASE_HEADER, phase_rows(c)))
+    if c.effects:
+        out.append(_table("Factorial effects on throughput", EFFECT_HEADER, effect_rows(c)))
+    missing = [] if c.draft_positions is None or c.draft_positions.is_empty() else [
+        a.name for a in c.arms if a.name not in set(c.draft_positions["arm"])]
+    out += [_chart("effects", "Effects and ratios"),
+            _chart("cycle", "Step time", "no decode step time or profiled cycle in these runs"),
+            _chart("accept", "Acceptance", "no accept length in the decode rows (no speculative decoding?)"),
+            _chart("requests", empty="no per-request acceptance (client requests or --export-metrics-to-file records)"),
+            _chart("timeline", "Decode throughput and acceptance over time", "no decode rows"),
+            _chart("accepttime", empty="no accept length over time (no speculative decoding in these runs)"),
+            _chart("positions", "Acceptance per draft position",
+                   "no profiled cycles at batch size 1 and no SGLang accept histograms in these runs",
+                   [f"no data for {', '.join(missing)}: no profiled cycles at batch size 1 and no SGLang accept histograms"]
+                   if missing else None)]
+    out += [_table(title, header, rows) for title, header, rows
+            in nccl_sections(c, brief) + signals.signal_sections(c) + whatif.report_sections(c)]
+    out.append(_chart("startup"))
     groups: dict[str, list[str]] = {}
     for w in c.warnings:
         if w.severity != "warning":
             groups.setdefault(w.code, []).append(w.message)
-    return list(groups.items())
-
-
-def tables(c: Comparison, brief: bool = True) -> list[tuple[str, str, list[str], list[list[str]], list[str]]]:
-    """Every table of the report in order, as (key, title, header, rows, lines printed after it): each format renders
-    this one list (the HTML puts its charts after the tables they illustrate, by key)."""
-    out = [("arms", "Throughput per arm (geometric mean over launches)", ARM_HEADER, arm_rows(c), [])]
-    if c.comparisons:
-        out.append(("comparisons", f"Comparisons against {c.reference}", COMPARISON_HEADER, comparison_rows(c),
-                    [f"test — {note}" for note in test_notes(c)]))
-    if c.attributions:
-        out.append(("attribution", "Attribution of the server throughput ratio (acceptance × batch size ÷ step time; "
-                    "contributions, log-additive)", ATTRIBUTION_HEADER, attribution_rows(c), []))
-        if phase_term_rows(c):
-            out.append(("phase_terms", "Step-time term split by phase (from spec_cycles profiling)",
-                        ["B vs A", "phase", "contribution [CI]"], phase_term_rows(c), []))
-        out[-1][4].extend(counterfactual_lines(c))
-    if c.phases:
-        out.append(("phases", "Speculative cycle phases (spec_cycles)", PHASE_HEADER, phase_rows(c), []))
-    if c.effects:
-        out.append(("effects", "Factorial effects on throughput", EFFECT_HEADER, effect_rows(c), []))
-    return out + [(title, title, header, rows, []) for title, header, rows
-                  in nccl_sections(c, brief) + signals.signal_sections(c) + whatif.report_sections(c)]
+    if groups:
+        out.append(Section("Notes (how the numbers were made)", items=[(f"[{code}] {messages[0]}", messages[1:])
+                                                                        for code, messages in groups.items()], kind="note"))
+    return out + [Section("Methods", items=[(f"{k}: {v}", []) for k, v in c.methods.items()], kind="methods")]

@@ -1,25 +1,7 @@
 """Wording of `speclogs whatif` (speclogs.analysis.whatif.WhatIf) and of the start-up breakdown
-(speclogs.analysis.startup.StartupBreakdown): JSON, and (title, header, rows) tables every text format renders the same
-way. Formatting only."""
+(speclogs.analysis.startup.StartupBreakdown) as (title, header, rows) tables and lines. Formatting only."""
 
 from __future__ import annotations
-
-import json
-from dataclasses import asdict
-
-from speclogs.redact import redact_json
-
-
-def whatif_to_dict(result) -> dict:  # noqa: ANN001
-    """The JSON document: `predictions` (per draft, fastest first), the fitted `models`, recommendations, notes."""
-    return {"unit": result.unit, "confidence": result.confidence,
-            "predictions": [asdict(p) for p in result.predictions],
-            "models": [asdict(m) for m in result.models],
-            "recommendations": list(result.recommendations), "notes": list(result.notes)}
-
-
-def render_whatif_json(result) -> str:  # noqa: ANN001
-    return json.dumps(redact_json(whatif_to_dict(result)), indent=1, allow_nan=False) + "\n"
 
 
 def _pct(value: float | None) -> str:
@@ -88,21 +70,9 @@ def whatif_lines(result) -> list[str]:  # noqa: ANN001
     return lines + [f"note: {n}" for n in result.notes]
 
 
-def render_whatif_markdown(result) -> str:  # noqa: ANN001
-    """The answer lines, then the tables."""
-    from speclogs.report.markdown import md_escape, md_table
+def whatif_document(result) -> list:  # noqa: ANN001
+    """`speclogs whatif`'s report as report.text sections: the answer lines, then the tables."""
+    from speclogs.report.text import Section
 
-    out = ["## What to launch next", ""] + [f"- {md_escape(line)}" for line in whatif_lines(result)]
-    for title, header, rows in whatif_sections(result):
-        out += ["", f"### {md_escape(title)}", "", md_table(header, rows)]
-    return "\n".join(out) + "\n"
-
-
-def render_whatif_terminal(result, console) -> None:  # noqa: ANN001
-    from speclogs.report.terminal import _fitted_table, _text
-
-    console.print(_text("What to launch next", "bold"))
-    for line in whatif_lines(result):
-        console.print(_text(f"  • {line}"))
-    for title, header, rows in whatif_sections(result):
-        console.print(_fitted_table(title, header, rows, console.width))
+    return [Section("What to launch next", items=[(line, []) for line in whatif_lines(result)]),
+            *(Section(title, header=header, rows=rows) for title, header, rows in whatif_sections(result))]

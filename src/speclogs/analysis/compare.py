@@ -298,9 +298,10 @@ def compare_tables(
     effects, factor_span, effect_findings = factorial.effects(levels, arm_runs, reference, summary_for, confidence,
                                                               bool(factors), min_effect)
 
-    timeline = _timeline(decode, tables, arm_runs, names)
+    arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
+    timeline = _timeline(decode, tables, arm_of, names)
     warmup_spans = _warmup_spans(timeline)
-    accept_hist = _accept_hist(decode, clients, cycles, arm_runs)
+    accept_hist = _accept_hist(decode, clients, cycles, arm_of)
     findings = lint.lint_comparison(
         tables=tables, decode=decode, clients=clients, cycles=cycles, arm_runs=arm_runs, arms=arm_objects,
         comparisons=comparisons, levels=levels, run_data_rows={r: units["server"].get(r, (None, 0))[1] for r in names},
@@ -426,17 +427,8 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
     )
 
 
-def _timeline(decode: pl.DataFrame, tables: RunTables, arm_runs, names) -> pl.DataFrame:
-    """Decode rows for the over-time chart, at most TIMELINE_POINTS_PER_RUN per run (all of them when it has no
-    more): excluded rows evenly spaced, up to half of that, then steady rows evenly spaced (the first of them, where
-    the warm-up shade ends, always) in the rest."""
-    arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
-    if decode.is_empty():
-        return pl.DataFrame(schema={"run_name": pl.Utf8, "arm": pl.Utf8, "t_s": pl.Float64, "gen_throughput_tok_s": pl.Float64,
-                                    "accept_len": pl.Float64, "accept_rate": pl.Float64, "steady": pl.Boolean,
-                                    "excluded_reason": pl.Utf8})
-    rows = decode.filter(pl.Series(timeline_rows(_codes(decode["run_id"]), decode["steady"].to_numpy(),
-                                                 TIMELINE_POINTS_PER_RUN)))
+def _timeline(decode: pl.DataFrame, tables: RunTables, arm_of: Mapping[str, str], names) -> pl.DataFrame:
+    rows = decode.filter(_thinned("run_id", TIMELINE_POINTS_PER_RUN))
     rows = rows.with_columns(pl.col("run_id").cast(pl.Utf8), pl.col("excluded_reason").cast(pl.Utf8))
     start = tables.launches.group_by("run_id").agg(pl.col("start_ts").min().alias("_start"))
     rows = rows.join(start, on="run_id", how="left").with_columns(
@@ -444,52 +436,31 @@ def _timeline(decode: pl.DataFrame, tables: RunTables, arm_runs, names) -> pl.Da
     )
     rows = rows.with_columns(
         ((pl.col("ts") - pl.col("_start")).dt.total_milliseconds() / 1000.0).alias("t_s"),
-        pl.col("run_id").replace_strict(names, default=None).alias("run_name"),
-        pl.col("run_id").replace_strict(arm_of, default=None).alias("arm"),
+        pl.col("run_id").replace_strict(names, default=None, return_dtype=pl.Utf8).alias("run_name"),
+        pl.col("run_id").replace_strict(arm_of, default=None, return_dtype=pl.Utf8).alias("arm"),
     )
     return rows.select("run_name", "arm", "t_s", "gen_throughput_tok_s", "accept_len", "accept_rate", "steady", "excluded_reason")
 
 
+def _thinned(run: str, points: int) -> pl.Expr:
+    """The rows a run's timeline keeps: all of a run with at most `points`; else its excluded rows evenly spaced (at
+    most half of `points`), then its steady rows evenly spaced from the first (where the warm-up shade ends)."""
+    half = points // 2
+    n = pl.len().over(run).cast(pl.Int64)
+    n_excluded = (~pl.col("steady")).sum().over(run).cast(pl.Int64)
+    step_excluded = pl.when(n_excluded > half).then((n_excluded + half - 1) // half).otherwise(1)
+    room = points - (n_excluded + step_excluded - 1) // step_excluded
+    step_steady = pl.when(n - n_excluded > room).then((n - n_excluded + room - 1) // room).otherwise(1)
+    rank = pl.int_range(pl.len()).over(run, "steady")
+    return (n <= points) | (rank % pl.when(pl.col("steady")).then(step_steady).otherwise(step_excluded) == 0)
+
+
 def timeline_rows(run: np.ndarray, steady: np.ndarray, points: int) -> np.ndarray:
-    """Mask of the rows a run's timeline keeps, at most `points` per run (every row of a run with no more): its
-    excluded rows evenly spaced, at most half of `points`, then its steady rows evenly spaced from the first one.
-    `run`: a run code per row; rows keep their order."""
-    keep = np.zeros(len(run), dtype=bool)
-    starts = np.flatnonzero(np.r_[True, run[1:] != run[:-1]]) if len(run) else np.zeros(0, dtype=np.int64)
-    blocks: dict[int, list[tuple[int, int]]] = {}  # a run's rows: its blocks of consecutive rows, in order
-    for code, start, stop in zip(run[starts].tolist(), starts.tolist(), np.r_[starts[1:], len(run)].tolist()):
-        blocks.setdefault(code, []).append((start, stop))
-    for ranges in blocks.values():
-        first = np.array([start for start, _ in ranges], dtype=np.int64)
-        offset = np.r_[0, np.cumsum([stop - start for start, stop in ranges])]  # the run's rows, numbered 0 … n − 1
-        if offset[-1] <= points:
-            for start, stop in ranges:
-                keep[start:stop] = True
-            continue
-        # the excluded rows by number (few, as a rule); the j-th steady row is row j + (excluded rows before it)
-        all_excluded = np.concatenate([np.flatnonzero(~steady[start:stop]) + offset[i]
-                                       for i, (start, stop) in enumerate(ranges)])
-        n_steady = int(offset[-1]) - len(all_excluded)
-        excluded = all_excluded[::-(-len(all_excluded) // (points // 2))] if len(all_excluded) > points // 2 else all_excluded
-        room = points - len(excluded)
-        j = np.arange(0, n_steady, -(-n_steady // room) if n_steady > room else 1)
-        kept = j + np.searchsorted(all_excluded - np.arange(len(all_excluded)), j, side="right")
-        for numbers in (excluded, kept):  # back to rows of the frame
-            block = np.searchsorted(offset, numbers, side="right") - 1
-            keep[first[block] + numbers - offset[block]] = True
-    return keep
-
-
-def _codes(run_id: pl.Series) -> np.ndarray:
-    """An integer per row naming its run (an Enum's codes; the strings' first-seen order otherwise)."""
-    if isinstance(run_id.dtype, pl.Enum):
-        return run_id.to_physical().to_numpy()
-    return run_id.cast(pl.Categorical).to_physical().to_numpy()
+    """_thinned's mask over arrays (a run code per row, rows in order)."""
+    return pl.DataFrame({"run": run, "steady": steady}).select(_thinned("run", points)).to_series().to_numpy()
 
 
 def _warmup_spans(timeline: pl.DataFrame) -> pl.DataFrame:
-    if timeline.is_empty():
-        return pl.DataFrame(schema={"run_name": pl.Utf8, "arm": pl.Utf8, "t_start_s": pl.Float64, "t_end_s": pl.Float64})
     return (
         timeline.group_by("run_name", "arm")
         .agg(pl.lit(0.0).alias("t_start_s"), pl.col("t_s").filter(pl.col("steady")).min().alias("t_end_s"))
@@ -498,30 +469,20 @@ def _warmup_spans(timeline: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFrame, arm_runs) -> pl.DataFrame:
-    arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
-    frames = []
-    server = (decode.lazy().filter(pl.col("steady") & pl.col("accept_len").is_not_null())  # lazy: copies 3 columns
-              .group_by(pl.col("run_id").cast(pl.Utf8), pl.col("accept_len").cast(pl.Float64).round(2)).len("count")
-              .collect())
-    if server.height:
-        frames.append(server.select("run_id", pl.lit("server decode rows").alias("source"), "accept_len", "count"))
-    client = clients.filter(pl.col("excluded_reason").is_null() & pl.col("spec_accept_length").is_not_null())
-    if client.height:
-        frames.append(client.select(pl.col("run_id").cast(pl.Utf8), pl.lit("client requests").alias("source"),
-                                    pl.col("spec_accept_length").cast(pl.Float64).round(2).alias("accept_len"),
-                                    pl.lit(1, pl.UInt32).alias("count")))
-    cycles = cycles.filter(pl.col("steady") & pl.col("accepted_tokens").is_not_null())
-    if cycles.height:
-        frames.append(cycles.select(
-            pl.col("run_id").cast(pl.Utf8), pl.lit("profiled cycles").alias("source"),
-            (1.0 + pl.col("accepted_tokens").cast(pl.Float64) / pl.col("batch_size").fill_null(1).clip(lower_bound=1)).round(2)
-            .alias("accept_len"), pl.lit(1, pl.UInt32).alias("count")))
-    if not frames:
-        return pl.DataFrame(schema={"arm": pl.Utf8, "source": pl.Utf8, "accept_len": pl.Float64, "count": pl.UInt32})
-    rows = pl.concat([f.with_columns(pl.col("count").cast(pl.UInt32)) for f in frames]).with_columns(
-        pl.col("run_id").replace_strict(arm_of, default=None).alias("arm"))
-    return rows.group_by("arm", "source", "accept_len").agg(pl.col("count").sum()).sort("arm", "source", "accept_len")
+def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFrame, arm_of: Mapping[str, str]
+                 ) -> pl.DataFrame:
+    accepted = 1.0 + pl.col("accepted_tokens").cast(pl.Float64) / pl.col("batch_size").fill_null(1).clip(lower_bound=1)
+    sources = [  # (frame, source, the rows that count, accept length)
+        (decode, "server decode rows", pl.col("steady") & pl.col("accept_len").is_not_null(), pl.col("accept_len")),
+        (clients, "client requests", pl.col("excluded_reason").is_null() & pl.col("spec_accept_length").is_not_null(),
+         pl.col("spec_accept_length")),
+        (cycles, "profiled cycles", pl.col("steady") & pl.col("accepted_tokens").is_not_null(), accepted),
+    ]
+    rows = pl.concat([frame.lazy().filter(keep).select(
+        pl.col("run_id").cast(pl.Utf8).replace_strict(arm_of, default=None, return_dtype=pl.Utf8).alias("arm"),
+        pl.lit(source).alias("source"), value.cast(pl.Float64).round(2).alias("accept_len"))
+        for frame, source, keep, value in sources])
+    return rows.group_by("arm", "source", "accept_len").len("count").sort("arm", "source", "accept_len").collect()
 
 
 def _with_arms(findings: Sequence[Finding], arm_runs: Mapping[str, list[str]], names: Mapping[str, str]) -> list[Finding]:

@@ -215,24 +215,13 @@ def warmup_requests(clients: pl.DataFrame) -> dict[str, int]:
 
 
 def detected_warmup_requests(decode: pl.DataFrame) -> dict[str, tuple[int, set[int]]]:
-    """Per run with one launch of decode rows: (number of requests after ready, the request numbers whose rows hold
-    a detected warm-up or eager batches with CUDA graphs on — the client's requests that overlap the server's
-    warm-up)."""
-    if decode.is_empty():
-        return {}
-    starts = _launch_starts(decode["launch_key"].to_numpy())
-    request = decode["request"].to_numpy()
-    last_request = np.maximum.reduceat(request, starts)  # per launch: its last request number, −1 when none
-    # a request that ran eager batches with CUDA graphs on (not by configuration) ran in the server's warm-up too
-    detected = np.flatnonzero(decode["excluded_reason"].is_in(["warmup_detected", "no_cuda_graph"]).fill_null(False).to_numpy()
-                              & (request >= 0))
-    detected_launch = np.searchsorted(starts, detected, side="right") - 1
-    launches_of: dict[str, list[int]] = {}
-    for index, run_id in enumerate(decode["run_id"].gather(starts).to_list()):
-        if last_request[index] >= 0:
-            launches_of.setdefault(run_id, []).append(index)
-    return {run_id: (int(last_request[index]) + 1, {int(r) for r in request[detected[detected_launch == index]]})
-            for run_id, (index, *more) in launches_of.items() if not more}
+    """Per run with one launch of requests: (requests after ready, the request numbers with a detected warm-up or eager
+    batches with CUDA graphs on, not by configuration — the client's requests that ran in the server's warm-up)."""
+    launches = decode.filter(pl.col("request") >= 0).group_by("run_id", "launch_key").agg(
+        (pl.col("request").max() + 1).alias("n"),
+        pl.col("request").filter(pl.col("excluded_reason").is_in(["warmup_detected", "no_cuda_graph"])).unique())
+    return {run_id: (int(n), set(requests)) for run_id, _, n, requests
+            in launches.filter(pl.len().over("run_id") == 1).iter_rows()}
 
 
 def mark_cycles(cycles: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFrame, decode: pl.DataFrame

@@ -394,7 +394,7 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
 
 
 def _timeline(decode: pl.DataFrame, tables: RunTables, arm_of: Mapping[str, str], names) -> pl.DataFrame:
-    rows = decode.filter(_thinned("run_id", TIMELINE_POINTS_PER_RUN))
+    rows = decode.filter(pl.Series(timeline_rows(decode["run_id"], decode["steady"], TIMELINE_POINTS_PER_RUN)))
     rows = rows.with_columns(pl.col("run_id").cast(pl.Utf8), pl.col("excluded_reason").cast(pl.Utf8))
     start = tables.launches.group_by("run_id").agg(pl.col("start_ts").min().alias("_start"))
     rows = rows.join(start, on="run_id", how="left").with_columns(
@@ -408,22 +408,22 @@ def _timeline(decode: pl.DataFrame, tables: RunTables, arm_of: Mapping[str, str]
     return rows.select("run_name", "arm", "t_s", "gen_throughput_tok_s", "accept_len", "accept_rate", "steady", "excluded_reason")
 
 
-def _thinned(run: str, points: int) -> pl.Expr:
-    """The rows a run's timeline keeps: all of a run with at most `points`; else its excluded rows evenly spaced (at
-    most half of `points`), then its steady rows evenly spaced from the first (where the warm-up shade ends)."""
-    half = points // 2
-    n = pl.len().over(run).cast(pl.Int64)
-    n_excluded = (~pl.col("steady")).sum().over(run).cast(pl.Int64)
-    step_excluded = pl.when(n_excluded > half).then((n_excluded + half - 1) // half).otherwise(1)
-    room = points - (n_excluded + step_excluded - 1) // step_excluded
-    step_steady = pl.when(n - n_excluded > room).then((n - n_excluded + room - 1) // room).otherwise(1)
-    rank = pl.int_range(pl.len()).over(run, "steady")
-    return (n <= points) | (rank % pl.when(pl.col("steady")).then(step_steady).otherwise(step_excluded) == 0)
-
-
-def timeline_rows(run: np.ndarray, steady: np.ndarray, points: int) -> np.ndarray:
-    """_thinned's mask over arrays (a run code per row, rows in order)."""
-    return pl.DataFrame({"run": run, "steady": steady}).select(_thinned("run", points)).to_series().to_numpy()
+def timeline_rows(run: Any, steady: Any, points: int) -> np.ndarray:
+    """Mask of the rows a run's timeline keeps: all of a run with at most `points`; else its excluded rows evenly
+    spaced (at most half of `points`), then its steady rows evenly spaced from the first (where the warm-up shade ends)."""
+    keep = np.zeros(len(run), dtype=bool)
+    parts: dict[Any, dict[bool, np.ndarray]] = {}
+    frame = pl.DataFrame({"run": run, "steady": steady}).with_row_index()
+    for (code, is_steady), rows in frame.partition_by("run", "steady", as_dict=True).items():
+        parts.setdefault(code, {})[is_steady] = rows["index"].to_numpy()
+    for by_kind in parts.values():
+        excluded, kept = by_kind.get(False, np.zeros(0, np.int64)), by_kind.get(True, np.zeros(0, np.int64))
+        if len(excluded) + len(kept) > points:
+            excluded = excluded[::-(-len(excluded) // (points // 2))] if len(excluded) > points // 2 else excluded
+            room = points - len(excluded)
+            kept = kept[::-(-len(kept) // room)] if len(kept) > room else kept
+        keep[excluded] = keep[kept] = True
+    return keep
 
 
 def _warmup_spans(timeline: pl.DataFrame) -> pl.DataFrame:
@@ -444,8 +444,8 @@ def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFra
          pl.col("spec_accept_length")),
         (cycles, "profiled cycles", pl.col("steady") & pl.col("accepted_tokens").is_not_null(), accepted),
     ]
-    rows = pl.concat([frame.lazy().filter(keep).select(
-        pl.col("run_id").cast(pl.Utf8).replace_strict(arm_of, default=None, return_dtype=pl.Utf8).alias("arm"),
-        pl.lit(source).alias("source"), value.cast(pl.Float64).round(2).alias("accept_len"))
-        for frame, source, keep, value in sources])
-    return rows.group_by("arm", "source", "accept_len").len("count").sort("arm", "source", "accept_len").collect()
+    counts = pl.concat([  # counted per run first: decode rows are millions
+        frame.lazy().filter(keep).group_by(pl.col("run_id").cast(pl.Utf8), value.cast(pl.Float64).round(2).alias("accept_len"))
+        .len("count").with_columns(pl.lit(source).alias("source")).collect() for frame, source, keep, value in sources])
+    return (counts.with_columns(pl.col("run_id").replace_strict(arm_of, default=None, return_dtype=pl.Utf8).alias("arm"))
+            .group_by("arm", "source", "accept_len").agg(pl.col("count").sum()).sort("arm", "source", "accept_len"))

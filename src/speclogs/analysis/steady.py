@@ -217,9 +217,9 @@ def warmup_requests(clients: pl.DataFrame) -> dict[str, int]:
 def detected_warmup_requests(decode: pl.DataFrame) -> dict[str, tuple[int, set[int]]]:
     """Per run with one launch of requests: (requests after ready, the request numbers with a detected warm-up or eager
     batches with CUDA graphs on, not by configuration — the client's requests that ran in the server's warm-up)."""
-    launches = decode.filter(pl.col("request") >= 0).group_by("run_id", "launch_key").agg(
+    launches = decode.lazy().filter(pl.col("request") >= 0).group_by("run_id", "launch_key").agg(
         (pl.col("request").max() + 1).alias("n"),
-        pl.col("request").filter(pl.col("excluded_reason").is_in(["warmup_detected", "no_cuda_graph"])).unique())
+        pl.col("request").filter(pl.col("excluded_reason").is_in(["warmup_detected", "no_cuda_graph"])).unique()).collect()
     return {run_id: (int(n), set(requests)) for run_id, _, n, requests
             in launches.filter(pl.len().over("run_id") == 1).iter_rows()}
 
@@ -232,13 +232,12 @@ def mark_cycles(cycles: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFr
         return cycles.with_columns(pl.lit(True).alias("steady"), pl.lit(None, REASON_TYPE).alias("excluded_reason"))
     key, _, segment, kept, startup, before_health = _launch_rule(
         cycles, _idle_points(prefill), _launch_windows(launches, cycles["launch_key"].max()))
-    # the reason of the decode rows' warm-up segments (launch_key, segment); the last row's where they differ
-    marked = decode.filter(pl.col("excluded_reason").is_in(["warmup_request", "warmup_detected"]))
-    warm_of = pl.DataFrame({"packed": (marked["launch_key"].to_numpy().astype(np.int64) << _SHIFT)
-                            | marked["segment"].to_numpy().astype(np.int64),
-                            "warm": marked["excluded_reason"].cast(pl.Utf8)}).group_by("packed", maintain_order=True).last()
-    warm = (pl.DataFrame({"packed": (key << _SHIFT) | segment})
-            .join(warm_of, on="packed", how="left", maintain_order="left")["warm"].fill_null("").to_numpy())
+    # the reason of the decode rows' warm-up segments; the last row's where they differ
+    warm_of = (decode.filter(pl.col("excluded_reason").is_in(["warmup_request", "warmup_detected"]))
+               .group_by(pl.col("launch_key").cast(pl.Int64), "segment", maintain_order=True)
+               .agg(pl.col("excluded_reason").last().cast(pl.Utf8).alias("warm")))
+    warm = (pl.DataFrame({"launch_key": key, "segment": segment})
+            .join(warm_of, on=["launch_key", "segment"], how="left", maintain_order="left")["warm"].fill_null("").to_numpy())
     conditions = [~kept, startup, before_health, warm == "warmup_request", warm == "warmup_detected"]
     code = np.select(conditions, [REASONS.index(r) for r in ("other_tp_rank", "startup", "before_health_200",
                                                               "warmup_request", "warmup_detected")], len(REASONS))
@@ -259,14 +258,8 @@ def server_columns(steady_rows: pl.DataFrame) -> np.ndarray:
 
 
 def client_rows(bench: pl.DataFrame, detected: dict[str, tuple[int, set[int]]] | None = None) -> pl.DataFrame:
-    """Client requests with tokens and seconds; adds `excluded_reason` for the ones that cannot count. detected:
-    detected_warmup_requests(decode) — a single-stream run's k-th request (by request_index) is its k-th segment
-    after ready when it has as many requests as segments; the requests of detected warm-up segments are excluded."""
-    if bench.is_empty():
-        return bench.with_columns(
-            pl.lit(None, pl.Float64).alias("tokens"), pl.lit(None, pl.Float64).alias("seconds"),
-            pl.lit(None, pl.Utf8).alias("excluded_reason"),
-        )
+    """Client requests + tokens, seconds and `excluded_reason`. detected: detected_warmup_requests(decode); a
+    single-stream run's k-th request is its k-th segment after ready when it has as many requests as segments."""
     tokens = pl.col("completion_tokens").cast(pl.Float64)
     rows = bench.with_columns(tokens.alias("tokens"), pl.coalesce(
         pl.col("latency_s"), pl.col("e2e_latency_s"), tokens / pl.col("output_tok_s")).cast(pl.Float64).alias("seconds"))

@@ -102,8 +102,8 @@ def _launch_starts(key: np.ndarray) -> np.ndarray:
 
 
 def _launch_chunks(starts: np.ndarray, n_rows: int, rows: int = _CHUNK_ROWS) -> list[tuple[int, int]]:
-    """(first, last) launch indices, launches [first, last) of about `rows` rows together (at least one launch):
-    bounded memory for a pass over millions of rows, few passes for many small launches."""
+    """(first, last): launches [first, last) of about `rows` rows together (at least one): bounded memory over millions
+    of rows, few passes over many small launches."""
     chunks, first = [], 0
     stops = np.r_[starts[1:], n_rows]
     while first < len(starts):
@@ -114,17 +114,14 @@ def _launch_chunks(starts: np.ndarray, n_rows: int, rows: int = _CHUNK_ROWS) -> 
 
 
 def steady_launches(decode: pl.DataFrame, columns: list[str]) -> list[tuple[str, pl.DataFrame]]:
-    """(run_id, `columns` of its steady rows) per launch of marked decode rows (sorted by launch_key) that has steady
-    rows, in launch order, without copying every column of every steady row at once."""
+    """(run_id, `columns` of its steady rows) per launch with steady rows, in order, a chunk of launches at a time."""
     out = []
     starts = _launch_starts(decode["launch_key"].to_numpy())
     for first, last in _launch_chunks(starts, decode.height):
         lo, hi = int(starts[first]), int(starts[last]) if last < len(starts) else decode.height
         rows = (decode.slice(lo, hi - lo).lazy().filter(pl.col("steady"))
                 .select(list(dict.fromkeys(["run_id", "launch_key", *columns]))).collect())
-        bounds = _launch_starts(rows["launch_key"].to_numpy())
-        out += [(run_id, rows.slice(start, stop - start).select(columns)) for run_id, start, stop
-                in zip(rows["run_id"].gather(bounds).to_list(), bounds.tolist(), np.r_[bounds[1:], rows.height].tolist())]
+        out += [(part["run_id"][0], part.select(columns)) for part in rows.partition_by("launch_key", maintain_order=True)]
     return out
 
 
@@ -245,11 +242,8 @@ def mark_cycles(cycles: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFr
 
 
 def server_columns(steady_rows: pl.DataFrame) -> np.ndarray:
-    """Per steady decode row: [tokens per step w = batch × accept_len, seconds per step t = w / rate, batch, 1].
-
-    Summed over rows: throughput = Σw/Σt, accept_len = Σw/Σbatch, batch = Σbatch/Σ1, step time = Σt/Σ1.
-    (SGLang logs one decode row per fixed number of decode steps, so rows are equally weighted in steps.)
-    """
+    """Per steady decode row: [tokens per step w = batch × accept_len, seconds per step t = w / rate, batch, 1]; summed:
+    throughput Σw/Σt, accept_len Σw/Σbatch, batch Σbatch/Σ1, step time Σt/Σ1 (a row per fixed number of steps)."""
     batch = steady_rows["running_req"].fill_null(1).cast(pl.Float64).clip(lower_bound=1.0).to_numpy()
     accept = steady_rows["accept_len"].fill_null(1.0).cast(pl.Float64).to_numpy()
     rate = steady_rows["gen_throughput_tok_s"].cast(pl.Float64).to_numpy()

@@ -394,7 +394,8 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
 
 
 def _timeline(decode: pl.DataFrame, tables: RunTables, arm_of: Mapping[str, str], names) -> pl.DataFrame:
-    rows = decode.filter(pl.Series(timeline_rows(decode["run_id"], decode["steady"], TIMELINE_POINTS_PER_RUN)))
+    keep = timeline_rows(_codes(decode["run_id"]), decode["steady"].to_numpy(), TIMELINE_POINTS_PER_RUN)
+    rows = decode.filter(pl.Series(keep))
     rows = rows.with_columns(pl.col("run_id").cast(pl.Utf8), pl.col("excluded_reason").cast(pl.Utf8))
     start = tables.launches.group_by("run_id").agg(pl.col("start_ts").min().alias("_start"))
     rows = rows.join(start, on="run_id", how="left").with_columns(
@@ -408,22 +409,41 @@ def _timeline(decode: pl.DataFrame, tables: RunTables, arm_of: Mapping[str, str]
     return rows.select("run_name", "arm", "t_s", "gen_throughput_tok_s", "accept_len", "accept_rate", "steady", "excluded_reason")
 
 
-def timeline_rows(run: Any, steady: Any, points: int) -> np.ndarray:
-    """Mask of the rows a run's timeline keeps: all of a run with at most `points`; else its excluded rows evenly
-    spaced (at most half of `points`), then its steady rows evenly spaced from the first (where the warm-up shade ends)."""
+def timeline_rows(run: np.ndarray, steady: np.ndarray, points: int) -> np.ndarray:
+    """Mask of the rows a run's timeline keeps, at most `points` per run (every row of a run with no more): its
+    excluded rows evenly spaced, at most half of `points`, then its steady rows evenly spaced from the first one.
+    `run`: a run code per row; rows keep their order."""
     keep = np.zeros(len(run), dtype=bool)
-    parts: dict[Any, dict[bool, np.ndarray]] = {}
-    frame = pl.DataFrame({"run": run, "steady": steady}).with_row_index()
-    for (code, is_steady), rows in frame.partition_by("run", "steady", as_dict=True).items():
-        parts.setdefault(code, {})[is_steady] = rows["index"].to_numpy()
-    for by_kind in parts.values():
-        excluded, kept = by_kind.get(False, np.zeros(0, np.int64)), by_kind.get(True, np.zeros(0, np.int64))
-        if len(excluded) + len(kept) > points:
-            excluded = excluded[::-(-len(excluded) // (points // 2))] if len(excluded) > points // 2 else excluded
-            room = points - len(excluded)
-            kept = kept[::-(-len(kept) // room)] if len(kept) > room else kept
-        keep[excluded] = keep[kept] = True
+    starts = np.flatnonzero(np.r_[True, run[1:] != run[:-1]]) if len(run) else np.zeros(0, dtype=np.int64)
+    blocks: dict[int, list[tuple[int, int]]] = {}  # a run's rows: its blocks of consecutive rows, in order
+    for code, start, stop in zip(run[starts].tolist(), starts.tolist(), np.r_[starts[1:], len(run)].tolist()):
+        blocks.setdefault(code, []).append((start, stop))
+    for ranges in blocks.values():
+        first = np.array([start for start, _ in ranges], dtype=np.int64)
+        offset = np.r_[0, np.cumsum([stop - start for start, stop in ranges])]  # the run's rows, numbered 0 … n − 1
+        if offset[-1] <= points:
+            for start, stop in ranges:
+                keep[start:stop] = True
+            continue
+        # the excluded rows by number (few, as a rule); the j-th steady row is row j + (excluded rows before it)
+        all_excluded = np.concatenate([np.flatnonzero(~steady[start:stop]) + offset[i]
+                                       for i, (start, stop) in enumerate(ranges)])
+        n_steady = int(offset[-1]) - len(all_excluded)
+        excluded = all_excluded[::-(-len(all_excluded) // (points // 2))] if len(all_excluded) > points // 2 else all_excluded
+        room = points - len(excluded)
+        j = np.arange(0, n_steady, -(-n_steady // room) if n_steady > room else 1)
+        kept = j + np.searchsorted(all_excluded - np.arange(len(all_excluded)), j, side="right")
+        for numbers in (excluded, kept):  # back to rows of the frame
+            block = np.searchsorted(offset, numbers, side="right") - 1
+            keep[first[block] + numbers - offset[block]] = True
     return keep
+
+
+def _codes(run_id: pl.Series) -> np.ndarray:
+    """An integer per row naming its run (an Enum's codes; the strings' first-seen order otherwise)."""
+    if isinstance(run_id.dtype, pl.Enum):
+        return run_id.to_physical().to_numpy()
+    return run_id.cast(pl.Categorical).to_physical().to_numpy()
 
 
 def _warmup_spans(timeline: pl.DataFrame) -> pl.DataFrame:

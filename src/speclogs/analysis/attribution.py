@@ -20,8 +20,8 @@ def attribution(
     arm_a: str, arm_b: str, a: stats.GroupSummary, b: stats.GroupSummary,
     cyc_a: stats.GroupSummary | None, cyc_b: stats.GroupSummary | None, confidence: float,
 ) -> Attribution:
-    """B against A from their server-source summaries (columns: log T, log accept, log batch, log step seconds) and,
-    when both have profiling rows, their spec_cycles summaries (phase means in ms)."""
+    """B against A from server summaries (log T, log accept, log batch, log step seconds) and, when both were profiled,
+    cycle summaries (phase means in ms)."""
     total = _term("throughput", stats.diff_parts(a, b, 0), confidence)
     terms = (
         _term("acceptance", stats.diff_parts(a, b, 1), confidence),
@@ -42,12 +42,8 @@ def attribution(
     if acc_b > 1.0 + 1e-9:
         counterfactuals.append(cf(f"{arm_b} would need accept len (at its own step time and batch) to match {arm_a}:",
                                   [-1, 1, 0, 0], [1, 0, 0, 0]))
-    phase_terms: tuple[Term, ...] = ()
-    if cyc_a is not None and cyc_b is not None:
-        phase_terms = tuple(
-            _term(phase, _lmdi(cyc_a, cyc_b, i), confidence)
-            for i, phase in enumerate(PHASES[:4])
-        )
+    phase_terms = () if cyc_a is None or cyc_b is None else tuple(
+        _term(phase, _lmdi(cyc_a, cyc_b, i), confidence) for i, phase in enumerate(PHASES[:4]))
     return Attribution(
         arm_a=arm_a, arm_b=arm_b, total=total, terms=terms, accept_len_a=acc_a, accept_len_b=acc_b,
         cycle_ms_a=1000 * math.exp(a.point[3]), cycle_ms_b=1000 * math.exp(b.point[3]),
@@ -74,10 +70,8 @@ def _lmdi(a: stats.GroupSummary, b: stats.GroupSummary, i: int) -> stats.Parts:
 
 
 def phase_stats(arm: str, group: stats.GroupSummary, n_rows: int, confidence: float) -> list[PhaseStat]:
-    """Mean ms of each phase of one arm's profiled cycles, its interval and its share of the cycle (GPU busy time).
-
-    When the profiler measured it, also 'gap' (GPU idle before each cycle: the host preparing the next one) and
-    'wall' = cycle + gap, the time per cycle that throughput sees."""
+    """Mean ms of each phase of one arm's profiled cycles with its interval and share of the GPU-busy cycle; where
+    measured, 'gap' (GPU idle before a cycle: the host preparing it) and 'wall' = cycle + gap, what throughput sees."""
     cycle = group.point[4]
     m = group.per_launch.shape[1]
     columns = [(phase, np.eye(m)[i]) for i, phase in enumerate(PHASES)]
@@ -99,8 +93,7 @@ def cycle_accounting(phases: list[PhaseStat], arms: list[Arm]) -> list[Finding]:
     for p in phases:
         by_arm.setdefault(p.arm, {})[p.phase] = p
     for arm, rows in by_arm.items():
-        implied = step_ms.get(arm)
-        if implied is None or not implied > 0:
+        if not (implied := step_ms.get(arm) or 0.0) > 0:
             continue
         parts = "draft + verify + extend + other"
         if "wall" in rows:

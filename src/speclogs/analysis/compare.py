@@ -1,8 +1,4 @@
-"""`compare_runs`: the one entry of the analysis. DuckDB → frames (load) → pure computation → `Comparison`.
-
-The statistics are speclogs.analysis.stats' (METHODS below, docs/report.md); attribution lives in
-speclogs.analysis.attribution, factorial effects in speclogs.analysis.factorial, the checks in speclogs.analysis.lint.
-"""
+"""`compare_runs`, the analysis' entry: DuckDB → frames (load) → pure computation (`compare_tables`) → `Comparison`."""
 
 from __future__ import annotations
 
@@ -16,10 +12,10 @@ import numpy as np
 import polars as pl
 
 from speclogs.analysis import attribution, factorial, power, stats, steady as steady_rule
-from speclogs.analysis.load import RunTables, load_run_tables, resolve_arms
+from speclogs.analysis.load import RunTables, load_run_tables, parse_json_text, resolve_arms
 from speclogs.analysis.nccl import nccl_evidence
 from speclogs.analysis.positions import draft_positions_for
-from speclogs.analysis.results import Arm, Comparison, Estimate, Finding, Rank, RatioComparison
+from speclogs.analysis.results import Arm, Comparison, Estimate, Rank, RatioComparison
 from speclogs.analysis.signals import signal_evidence_for, with_signals
 from speclogs.analysis.startup import startup_for
 from speclogs.analysis.steady import client_rows, mark_steady, server_columns, steady_launches
@@ -72,8 +68,7 @@ def _server_stat(s: np.ndarray) -> np.ndarray:
 
 
 def _cycle_stat(s: np.ndarray) -> np.ndarray:
-    """Columns: draft, verify, extend, other, cycle (mean ms), accept len, gap (mean ms over the rows that have it;
-    NaN for lines written before the profiler measured the GPU idle gap)."""
+    """draft, verify, extend, other, cycle (mean ms), accept len, gap (NaN where the profiler did not measure it)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         means = s[:, :5] / s[:, [7]]
         accept = (s[:, 5] + s[:, 6]) / s[:, 6]
@@ -91,12 +86,11 @@ def _prepare_runs(tables: RunTables) -> tuple[Units, pl.DataFrame, pl.DataFrame,
     clients = client_rows(tables.bench, steady_rule.detected_warmup_requests(decode))
     cycles_marked = steady_rule.mark_cycles(tables.spec_cycles, tables.prefill, tables.launches, decode)
     units: Units = {"client": {}, "server": {}, "cycles": {}}
-    server_by_run: dict[str, list[np.ndarray]] = {}
-    rows_by_run: dict[str, int] = {}
     for run_id, rows in steady_launches(decode, ["running_req", "accept_len", "gen_throughput_tok_s", "segment"]):
-        server_by_run.setdefault(run_id, []).append(stats.block_sums(server_columns(rows), rows["segment"].to_numpy()))
-        rows_by_run[run_id] = rows_by_run.get(run_id, 0) + rows.height
-    units["server"] = {run_id: (np.concatenate(blocks), rows_by_run[run_id]) for run_id, blocks in server_by_run.items()}
+        blocks, n = stats.block_sums(server_columns(rows), rows["segment"].to_numpy()), rows.height
+        if run_id in units["server"]:  # a run of several launches (log files)
+            blocks, n = np.concatenate([units["server"][run_id][0], blocks]), n + units["server"][run_id][1]
+        units["server"][run_id] = (blocks, n)
     for (run_id,), requests in clients.filter(pl.col("excluded_reason").is_null()).partition_by("run_id", as_dict=True).items():
         units["client"][run_id] = (requests.select("tokens", "seconds").to_numpy().astype(float), requests.height)
     profiled = cycles_marked.filter(pl.col("steady") & pl.col("cycle_ms").is_not_null() & (pl.col("cycle_ms") > 0))
@@ -125,7 +119,7 @@ def _estimate(source: str, group: stats.GroupSummary, confidence: float, n_rows:
 
 
 def parse_factor_options(options: Sequence[str]) -> dict[str, str]:
-    """`name=selector` strings (from --factor) → {name: selector}; AnalysisError on a malformed one."""
+    """--factor `name=selector` strings → {name: selector}."""
     parsed: dict[str, str] = {}
     for option in options:
         name, sep, selector = option.partition("=")
@@ -138,7 +132,7 @@ def parse_factor_options(options: Sequence[str]) -> dict[str, str]:
 
 
 def parse_percent(text: str, option: str) -> float:
-    """'2%' or '2 %' → 0.02, a bare number as a fraction ('0.02' → 0.02); AnalysisError otherwise."""
+    """'2%' or '2 %' → 0.02, a bare number as a fraction ('0.02' → 0.02)."""
     raw = text.strip()
     percent = raw.endswith("%")
     try:
@@ -152,8 +146,7 @@ def parse_percent(text: str, option: str) -> float:
 
 
 def parse_reference(text: str) -> tuple[float, float]:
-    """`--reference-acceptance`: '2.0' → (2.0, 0.0); with the reference's own interval '2.0±0.05', '2.0+-0.05' or
-    '2.0±2%' → (2.0, 0.05) / (2.0, 0.04). AnalysisError otherwise."""
+    """--reference-acceptance: '2.0' → (2.0, 0.0); '2.0±0.05', '2.0+-0.05' or '2.0±2%' → (2.0, 0.05) / (2.0, 0.04)."""
     match = re.fullmatch(r"\s*([0-9.]+)\s*(?:(?:±|\+-|\+/-)\s*([0-9.]+)\s*(%?))?\s*", text)
     try:
         value = float(match[1])
@@ -180,14 +173,8 @@ def compare_runs(
     reference_acceptance: tuple[float, float] | None = None,
     trained_layers: list[int] | None = None,
 ) -> Comparison:
-    """Compare arms (run names or globs, each optionally `LABEL=SELECTOR`; the first is the reference) read from the
-    DuckDB connection `con`; `compare_tables` does the pure computation.
-
-    factors: {name: glob over run names} (else the plan's runs.factors); min_effect: a winner's interval lies beyond
-    ±log(1 + min_effect); hidden_size / num_layers: the target model, for speclogs.analysis.nccl; ignore_env: env
-    names (globs) the confounder check skips; reference_acceptance: (value, half width) from parse_reference;
-    trained_layers: the drafts' aux layer ids (speclogs.doctor). AnalysisError when nothing can be computed.
-    """
+    """Compare arms (run selectors, `LABEL=SELECTOR`; the first is the reference) read from `con`. factors: {name:
+    glob over run names} (else runs.factors); hidden_size / num_layers: the target model, for the NCCL evidence."""
     if not 0.5 <= confidence < 1.0:
         raise AnalysisError(f"confidence {confidence} is outside [0.5, 1)", hint="e.g. --confidence 0.95")
     if not 0.0 <= min_effect < 1.0:
@@ -199,8 +186,8 @@ def compare_runs(
     comparison = compare_tables(tables, arm_runs, factors, confidence, min_effect=min_effect, nccl=nccl, ignore_env=ignore_env,
                                 reference_acceptance=reference_acceptance, trained_layers=trained_layers)
     comparison = with_signals(comparison, signal_evidence_for(con, arm_runs))
-    startup = startup_for(con, arm_runs)  # the start-up breakdown, its finding among the notes
-    try:  # the what-if, where a selected run has profiled cycles
+    startup = startup_for(con, arm_runs)
+    try:  # the what-if needs profiled cycles
         predicted = whatif_for(con, all_ids, confidence, tables=tables, evidence=comparison.signals)
     except AnalysisError:
         predicted = None
@@ -221,8 +208,7 @@ def compare_tables(
     reference_acceptance: tuple[float, float] | None = None,
     trained_layers: list[int] | None = None,
 ) -> Comparison:
-    """The computation behind `compare_runs`, pure: frames in (RunTables; arms as {name: run_ids}, reference first),
-    Comparison out. `nccl` is speclogs.analysis.nccl's evidence (its findings join the warnings) or None."""
+    """`compare_runs`' computation, pure: RunTables and {arm: run_ids} (reference first) in; `nccl`: NCCL evidence."""
     from speclogs.analysis import lint
 
     arm_runs = dict(arm_runs)
@@ -254,8 +240,7 @@ def compare_tables(
             summaries[key] = (stats.summarize_group([u for u, _ in got], STATS[source]), sum(n for _, n in got)) if got else None
         return summaries[key]
 
-    def _measured(ids: Sequence[str], source: str) -> tuple[str, ...]:
-        """Names of the runs that have units of this source, in the order of the summary's launches."""
+    def _measured(ids: Sequence[str], source: str) -> tuple[str, ...]:  # in the order of the summary's launches
         return tuple(names[r] for r in ids if r in units[source])
 
     arm_objects = []
@@ -288,19 +273,17 @@ def compare_tables(
 
     ranking = _ranking(arm_objects, arm_runs, summary_for, confidence, min_effect, designs)
 
-    phases = []
-    for arm, ids in arm_runs.items():
-        cyc = summary_for(ids, "cycles")
-        if cyc:
-            phases.extend(attribution.phase_stats(arm, cyc[0], cyc[1], confidence))
+    phases = [row for arm, ids in arm_runs.items() if (cyc := summary_for(ids, "cycles"))
+              for row in attribution.phase_stats(arm, cyc[0], cyc[1], confidence)]
     cycle_findings = attribution.cycle_accounting(phases, arm_objects)
 
     effects, factor_span, effect_findings = factorial.effects(levels, arm_runs, reference, summary_for, confidence,
                                                               bool(factors), min_effect)
 
-    timeline = _timeline(decode, tables, arm_runs, names)
+    arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
+    timeline = _timeline(decode, tables, arm_of, names)
     warmup_spans = _warmup_spans(timeline)
-    accept_hist = _accept_hist(decode, clients, cycles, arm_runs)
+    accept_hist = _accept_hist(decode, clients, cycles, arm_of)
     findings = lint.lint_comparison(
         tables=tables, decode=decode, clients=clients, cycles=cycles, arm_runs=arm_runs, arms=arm_objects,
         comparisons=comparisons, levels=levels, run_data_rows={r: units["server"].get(r, (None, 0))[1] for r in names},
@@ -309,26 +292,18 @@ def compare_tables(
         accept_intervals={arm: (math.exp(r.low), math.exp(r.high)) for arm, ids in arm_runs.items()
                           if (s := summary_for(ids, "server")) and (r := stats.t_interval([stats.part(s[0], 1)], confidence))},
     )
-    if nccl is not None:   # the evidence's findings name runs; in a comparison they concern the arms of those runs too
-        nccl = replace(nccl, findings=tuple(_with_arms(nccl.findings, arm_runs, names)))
-    warnings = tuple(factor_findings + effect_findings + findings + cycle_findings + list(nccl.findings if nccl else ()))
-    warnings = tuple(sorted(warnings, key=lambda f: 0 if f.severity == "warning" else 1))
+    if nccl is not None:  # the evidence's findings name runs; in a comparison they concern those runs' arms too
+        arms_of: dict[str, list[str]] = {}
+        for run_id, arm in arm_of.items():
+            arms_of.setdefault(names[run_id], []).append(arm)
+        nccl = replace(nccl, findings=tuple(
+            replace(f, arms=tuple(dict.fromkeys(a for run in f.runs for a in arms_of.get(run, ())))) for f in nccl.findings))
+    warnings = factor_findings + effect_findings + findings + cycle_findings + list(nccl.findings if nccl else ())
     return Comparison(
-        arms=tuple(arm_objects),
-        reference=reference,
-        confidence=confidence,
-        min_effect=min_effect,
-        warnings=warnings,
-        comparisons=tuple(comparisons),
-        attributions=tuple(attributions),
-        effects=tuple(effects),
-        factors=factor_span,
-        timeline=timeline,
-        accept_hist=accept_hist,
-        phases=tuple(phases),
-        warmup_spans=warmup_spans,
-        methods=dict(METHODS),
-        nccl=nccl,
+        arms=tuple(arm_objects), reference=reference, confidence=confidence, min_effect=min_effect,
+        warnings=tuple(sorted(warnings, key=lambda f: f.severity != "warning")), comparisons=tuple(comparisons),
+        attributions=tuple(attributions), effects=tuple(effects), factors=factor_span, timeline=timeline,
+        accept_hist=accept_hist, phases=tuple(phases), warmup_spans=warmup_spans, methods=dict(METHODS), nccl=nccl,
         ranking=ranking,
     )
 
@@ -357,8 +332,6 @@ def _ranking(arms: Sequence[Arm], arm_runs: Mapping[str, list[str]], summary_for
 
 def _adaptive_designs(tables: RunTables) -> dict[str, dict]:
     """run_id → the adaptive design its run.json records (speclogs launch --until), for runs that have one."""
-    from speclogs.analysis.load import parse_json_text
-
     designs = {run_id: parse_json_text(text).get("adaptive")
                for run_id, text in zip(tables.runs["run_id"].to_list(), tables.runs["run_json"].to_list())}
     return {run_id: d for run_id, d in designs.items()
@@ -367,10 +340,9 @@ def _adaptive_designs(tables: RunTables) -> dict[str, dict]:
 
 def sequential_confidence(designs: Mapping[str, dict], ids_a: Sequence[str], ids_b: Sequence[str],
                           confidence: float) -> float | None:
-    """The confidence of the adaptive run's own repeated confidence interval (1 − its per-look nominal level) when
-    every launch of both arms comes from one adaptive design at this confidence; None otherwise. The run stopped when
-    its data said so: a fixed-sample interval at the stop names false winners more often than its level, the RCI
-    keeps its level at any look (speclogs.launcher.adaptive)."""
+    """1 − the per-look nominal level of the adaptive design every launch of both arms comes from (at this confidence),
+    else None: a fixed-sample interval at a data-chosen stop names false winners more often than its level, the
+    design's repeated confidence interval keeps it (speclogs.launcher.adaptive)."""
     keys = {(tuple(d.get("cells") or ()), d["nominal_level"], d.get("confidence")) if d else None
             for d in (designs.get(r) for r in (*ids_a, *ids_b))}
     if len(keys) != 1 or None in keys:
@@ -387,56 +359,43 @@ def _reason_counts(rows: pl.DataFrame) -> str:
 
 def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.GroupSummary, confidence: float,
            min_effect: float, sequential: float | None = None) -> RatioComparison:
-    """B against A; `sequential`: the adaptive design's per-look confidence, whose repeated confidence interval gives
-    the interval, p-value and verdict instead of the fixed-sample one at `confidence`, by the run's own rule (Welch on
-    per-launch values, no within-launch floor): the report then names the winner the run stopped for, and no other."""
+    """B against A. `sequential`: the adaptive design's per-look confidence; its repeated confidence interval (Welch on
+    per-launch values, no within-launch floor: the run's own rule) gives the interval, p-value and verdict."""
     result = stats.t_interval(stats.diff_parts(a, b, 0), sequential or confidence, floor=sequential is None)
-    single = not result.launches_covered
+    single = not result.launches_covered  # one launch per arm: no interval, p-value or launch count is claimed
     between, within = stats.pooled_components([a, b], 0)
     spread = math.sqrt(between + within)
     target = stats.equivalence_margin(min_effect)
     nan = float("nan")
+    low, high = math.exp(result.low), math.exp(result.high)
     if single:
-        # one launch per arm says nothing about launch-to-launch noise: no interval, no p-value, no launch count
         test = (f"one launch per arm ({a.n_launches} vs {b.n_launches}): no interval — the launch-to-launch noise is "
                 "unknown (need ≥ 2 launches per arm)")
-        detectable, needed, low, high = nan, None, nan, nan
-        within_low, within_high = math.exp(result.low), math.exp(result.high)
     else:
         test = (f"Welch's t on per-launch log {source} throughput ({a.n_launches} vs {b.n_launches} launches, "
                 f"df {result.df:.1f}); the p-value and the interval come from the same t statistic")
-        if sequential:
-            test += (f"; adaptive run: the launcher's repeated confidence interval (each look at {sequential:.2%}, "
-                     f"{confidence:.0%} over all looks), the p-value compared with {1 - sequential:.2%}")
-        detectable = power.min_detectable_ratio(spread, a.n_launches, b.n_launches, confidence, min_effect)
-        needed = power.launches_needed(spread, target, confidence) if spread > 0 else None
-        low, high = math.exp(result.low), math.exp(result.high)
-        within_low = within_high = nan
+    if sequential and not single:
+        test += (f"; adaptive run: the launcher's repeated confidence interval (each look at {sequential:.2%}, "
+                 f"{confidence:.0%} over all looks), the p-value compared with {1 - sequential:.2%}")
     return RatioComparison(
         metric="throughput", source=source, unit="tok/s", arm_a=arm_a, arm_b=arm_b, a=float(math.exp(a.point[0])),
-        b=float(math.exp(b.point[0])), ratio=float(math.exp(result.point)), ci_low=low, ci_high=high,
-        p_value=None if single else result.p_value, test=test, n_a=a.n_launches, n_b=b.n_launches,
-        n_units_a=a.n_units, n_units_b=b.n_units,
+        b=float(math.exp(b.point[0])), ratio=float(math.exp(result.point)), ci_low=nan if single else low,
+        ci_high=nan if single else high, p_value=None if single else result.p_value, test=test, n_a=a.n_launches,
+        n_b=b.n_launches, n_units_a=a.n_units, n_units_b=b.n_units,
         verdict=stats.verdict_for(result, enough=a.n_units >= 2 and b.n_units >= 2, min_effect=min_effect),
         interval_covers="none (one launch per arm)" if single else
         "launches and requests, at every look of the adaptive run" if sequential else "launches and requests",
         df=result.df, launch_cv=nan if single else math.sqrt(between), within_cv=math.sqrt(within),
-        min_detectable_ratio=detectable, launches_needed=needed, target_effect=target, within_low=within_low,
-        within_high=within_high,
+        min_detectable_ratio=nan if single else power.min_detectable_ratio(spread, a.n_launches, b.n_launches,
+                                                                           confidence, min_effect),
+        launches_needed=power.launches_needed(spread, target, confidence) if spread > 0 and not single else None,
+        target_effect=target, within_low=low if single else nan, within_high=high if single else nan,
     )
 
 
-def _timeline(decode: pl.DataFrame, tables: RunTables, arm_runs, names) -> pl.DataFrame:
-    """Decode rows for the over-time chart, at most TIMELINE_POINTS_PER_RUN per run (all of them when it has no
-    more): excluded rows evenly spaced, up to half of that, then steady rows evenly spaced (the first of them, where
-    the warm-up shade ends, always) in the rest."""
-    arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
-    if decode.is_empty():
-        return pl.DataFrame(schema={"run_name": pl.Utf8, "arm": pl.Utf8, "t_s": pl.Float64, "gen_throughput_tok_s": pl.Float64,
-                                    "accept_len": pl.Float64, "accept_rate": pl.Float64, "steady": pl.Boolean,
-                                    "excluded_reason": pl.Utf8})
-    rows = decode.filter(pl.Series(timeline_rows(_codes(decode["run_id"]), decode["steady"].to_numpy(),
-                                                 TIMELINE_POINTS_PER_RUN)))
+def _timeline(decode: pl.DataFrame, tables: RunTables, arm_of: Mapping[str, str], names) -> pl.DataFrame:
+    keep = timeline_rows(_codes(decode["run_id"]), decode["steady"].to_numpy(), TIMELINE_POINTS_PER_RUN)
+    rows = decode.filter(pl.Series(keep))
     rows = rows.with_columns(pl.col("run_id").cast(pl.Utf8), pl.col("excluded_reason").cast(pl.Utf8))
     start = tables.launches.group_by("run_id").agg(pl.col("start_ts").min().alias("_start"))
     rows = rows.join(start, on="run_id", how="left").with_columns(
@@ -444,8 +403,8 @@ def _timeline(decode: pl.DataFrame, tables: RunTables, arm_runs, names) -> pl.Da
     )
     rows = rows.with_columns(
         ((pl.col("ts") - pl.col("_start")).dt.total_milliseconds() / 1000.0).alias("t_s"),
-        pl.col("run_id").replace_strict(names, default=None).alias("run_name"),
-        pl.col("run_id").replace_strict(arm_of, default=None).alias("arm"),
+        pl.col("run_id").replace_strict(names, default=None, return_dtype=pl.Utf8).alias("run_name"),
+        pl.col("run_id").replace_strict(arm_of, default=None, return_dtype=pl.Utf8).alias("arm"),
     )
     return rows.select("run_name", "arm", "t_s", "gen_throughput_tok_s", "accept_len", "accept_rate", "steady", "excluded_reason")
 
@@ -488,8 +447,6 @@ def _codes(run_id: pl.Series) -> np.ndarray:
 
 
 def _warmup_spans(timeline: pl.DataFrame) -> pl.DataFrame:
-    if timeline.is_empty():
-        return pl.DataFrame(schema={"run_name": pl.Utf8, "arm": pl.Utf8, "t_start_s": pl.Float64, "t_end_s": pl.Float64})
     return (
         timeline.group_by("run_name", "arm")
         .agg(pl.lit(0.0).alias("t_start_s"), pl.col("t_s").filter(pl.col("steady")).min().alias("t_end_s"))
@@ -498,37 +455,17 @@ def _warmup_spans(timeline: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFrame, arm_runs) -> pl.DataFrame:
-    arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
-    frames = []
-    server = (decode.lazy().filter(pl.col("steady") & pl.col("accept_len").is_not_null())  # lazy: copies 3 columns
-              .group_by(pl.col("run_id").cast(pl.Utf8), pl.col("accept_len").cast(pl.Float64).round(2)).len("count")
-              .collect())
-    if server.height:
-        frames.append(server.select("run_id", pl.lit("server decode rows").alias("source"), "accept_len", "count"))
-    client = clients.filter(pl.col("excluded_reason").is_null() & pl.col("spec_accept_length").is_not_null())
-    if client.height:
-        frames.append(client.select(pl.col("run_id").cast(pl.Utf8), pl.lit("client requests").alias("source"),
-                                    pl.col("spec_accept_length").cast(pl.Float64).round(2).alias("accept_len"),
-                                    pl.lit(1, pl.UInt32).alias("count")))
-    cycles = cycles.filter(pl.col("steady") & pl.col("accepted_tokens").is_not_null())
-    if cycles.height:
-        frames.append(cycles.select(
-            pl.col("run_id").cast(pl.Utf8), pl.lit("profiled cycles").alias("source"),
-            (1.0 + pl.col("accepted_tokens").cast(pl.Float64) / pl.col("batch_size").fill_null(1).clip(lower_bound=1)).round(2)
-            .alias("accept_len"), pl.lit(1, pl.UInt32).alias("count")))
-    if not frames:
-        return pl.DataFrame(schema={"arm": pl.Utf8, "source": pl.Utf8, "accept_len": pl.Float64, "count": pl.UInt32})
-    rows = pl.concat([f.with_columns(pl.col("count").cast(pl.UInt32)) for f in frames]).with_columns(
-        pl.col("run_id").replace_strict(arm_of, default=None).alias("arm"))
-    return rows.group_by("arm", "source", "accept_len").agg(pl.col("count").sum()).sort("arm", "source", "accept_len")
-
-
-def _with_arms(findings: Sequence[Finding], arm_runs: Mapping[str, list[str]], names: Mapping[str, str]) -> list[Finding]:
-    """The findings, each with the arms its runs belong to (in arm order)."""
-    arms_of: dict[str, list[str]] = {}
-    for arm, ids in arm_runs.items():
-        for run_id in ids:
-            arms_of.setdefault(names[run_id], []).append(arm)
-    return [replace(item, arms=tuple(dict.fromkeys(arm for run in item.runs for arm in arms_of.get(run, ()))))
-            for item in findings]
+def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFrame, arm_of: Mapping[str, str]
+                 ) -> pl.DataFrame:
+    accepted = 1.0 + pl.col("accepted_tokens").cast(pl.Float64) / pl.col("batch_size").fill_null(1).clip(lower_bound=1)
+    sources = [  # (frame, source, the rows that count, accept length)
+        (decode, "server decode rows", pl.col("steady") & pl.col("accept_len").is_not_null(), pl.col("accept_len")),
+        (clients, "client requests", pl.col("excluded_reason").is_null() & pl.col("spec_accept_length").is_not_null(),
+         pl.col("spec_accept_length")),
+        (cycles, "profiled cycles", pl.col("steady") & pl.col("accepted_tokens").is_not_null(), accepted),
+    ]
+    counts = pl.concat([  # counted per run first: decode rows are millions
+        frame.lazy().filter(keep).group_by(pl.col("run_id").cast(pl.Utf8), value.cast(pl.Float64).round(2).alias("accept_len"))
+        .len("count").with_columns(pl.lit(source).alias("source")).collect() for frame, source, keep, value in sources])
+    return (counts.with_columns(pl.col("run_id").replace_strict(arm_of, default=None, return_dtype=pl.Utf8).alias("arm"))
+            .group_by("arm", "source", "accept_len").agg(pl.col("count").sum()).sort("arm", "source", "accept_len"))

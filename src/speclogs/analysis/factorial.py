@@ -12,7 +12,7 @@ import numpy as np
 
 from speclogs.analysis import stats
 from speclogs.analysis.load import RunTables, parse_json_text
-from speclogs.analysis.results import Effect, Finding
+from speclogs.analysis.results import UNSET, Effect, Finding
 
 
 def factor_levels(
@@ -22,16 +22,12 @@ def factor_levels(
     findings: list[Finding] = []
     ids = [r for rs in arm_runs.values() for r in rs]
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
-    levels: dict[str, dict[str, str]] = {}
     if selectors:
-        for name, selector in selectors.items():
-            levels[name] = {r: "on" if fnmatch.fnmatchcase(names[r], selector) else "off" for r in ids}
+        levels = {name: {r: "on" if fnmatch.fnmatchcase(names[r], selector) else "off" for r in ids}
+                  for name, selector in selectors.items()}
     else:
-        declared = {
-            r: parse_json_text(f) for r, f in zip(tables.runs["run_id"].to_list(), tables.runs["factors"].to_list())
-        }
-        for name in sorted({k for d in declared.values() for k in d}):
-            levels[name] = {r: str(declared[r].get(name, "unset")) for r in ids}
+        declared = {r: parse_json_text(f) for r, f in zip(tables.runs["run_id"].to_list(), tables.runs["factors"].to_list())}
+        levels = {name: {r: str(declared[r].get(name, UNSET)) for r in ids} for name in sorted({k for d in declared.values() for k in d})}
     kept: dict[str, dict[str, str]] = {}
     for name, by_run in levels.items():
         distinct = sorted(set(by_run.values()))
@@ -85,34 +81,28 @@ def effects(levels, arm_runs, reference, summary_for, confidence, explicit, min_
     span = {f: span[f] for f in names}
     effects: list[Effect] = []
     for source in ("client", "server"):
-        cell_summaries = {}
-        for cell, ids in cells.items():
-            got = summary_for(ids, source)
-            if got is None:
-                break
-            cell_summaries[cell] = got[0]
-        else:
-            n_launches = sum(d.n_launches for d in cell_summaries.values())
-            if any(d.n_launches < 2 for d in cell_summaries.values()) and source == "client":
-                findings.append(Finding(
-                    "effects_single_launch", "some factorial cells have one launch: effect intervals cover request noise "
-                    "only, not launch-to-launch variation", "warning"))
-            for size in range(1, k + 1):
-                for subset in combinations(range(k), size):
-                    scale = 2.0 ** (size - 1) / 2.0 ** (k - 1)
-                    parts = []
-                    for cell, d in cell_summaries.items():
-                        sign = scale * float(np.prod([1 if cell[i] else -1 for i in subset]))
-                        parts.append(stats.part(d, 0, sign))
-                    name = " × ".join(names[i] for i in subset)
-                    effects.append(_effect(name, "main" if size == 1 else "interaction", source, parts,
-                                           span[names[subset[0]]] if size == 1 else ("", ""), n_launches, confidence,
-                                           min_effect))
-            for i, level in (product(range(2), (0, 1)) if k == 2 else ()):  # factor i with the other held at level
-                lo, hi = ((0, level), (1, level)) if i == 0 else ((level, 0), (level, 1))
-                parts = stats.diff_parts(cell_summaries[lo], cell_summaries[hi], 0)
-                effects.append(_effect(f"{names[i]} | {names[1 - i]}={span[names[1 - i]][level]}", "simple", source,
-                                       parts, span[names[i]], n_launches, confidence, min_effect))
+        got = {cell: summary_for(ids, source) for cell, ids in cells.items()}
+        if not all(got.values()):
+            continue
+        cell_summaries = {cell: g[0] for cell, g in got.items()}
+        n_launches = sum(d.n_launches for d in cell_summaries.values())
+        if any(d.n_launches < 2 for d in cell_summaries.values()) and source == "client":
+            findings.append(Finding(
+                "effects_single_launch", "some factorial cells have one launch: effect intervals cover request noise "
+                "only, not launch-to-launch variation", "warning"))
+        for size in range(1, k + 1):
+            for subset in combinations(range(k), size):
+                scale = 2.0 ** (size - 1) / 2.0 ** (k - 1)
+                parts = [stats.part(d, 0, scale * float(np.prod([1 if cell[i] else -1 for i in subset])))
+                         for cell, d in cell_summaries.items()]
+                effects.append(_effect(" × ".join(names[i] for i in subset), "main" if size == 1 else "interaction",
+                                       source, parts, span[names[subset[0]]] if size == 1 else ("", ""), n_launches,
+                                       confidence, min_effect))
+        for i, level in (product(range(2), (0, 1)) if k == 2 else ()):  # factor i with the other held at level
+            lo, hi = ((0, level), (1, level)) if i == 0 else ((level, 0), (level, 1))
+            parts = stats.diff_parts(cell_summaries[lo], cell_summaries[hi], 0)
+            effects.append(_effect(f"{names[i]} | {names[1 - i]}={span[names[1 - i]][level]}", "simple", source,
+                                   parts, span[names[i]], n_launches, confidence, min_effect))
     return effects, span, findings
 
 
@@ -141,12 +131,9 @@ def _effect(name, kind, source, parts, span, n_launches, confidence, min_effect)
     result = stats.t_interval(parts, confidence)
     # a cell of one launch says nothing about launch-to-launch noise: no interval is claimed
     low, high = (math.exp(result.low), math.exp(result.high)) if result.launches_covered else (math.nan, math.nan)
+    verdict = stats.verdict_for(result, enough=True, min_effect=min_effect)
     return Effect(name=name, kind=kind, source=source, ratio=math.exp(result.point), ci_low=low, ci_high=high,
-                  low=span[0], high=span[1],
-                  verdict=EFFECT_VERDICTS[stats.verdict_for(result, enough=True, min_effect=min_effect)],
-                  n_launches=n_launches)
+                  low=span[0], high=span[1], verdict=EFFECT_VERDICTS.get(verdict, verdict), n_launches=n_launches)
 
 
-# the comparison's verdict words for an effect (same rule: stats.verdict_for)
-EFFECT_VERDICTS = {"faster": "increases throughput", "slower": "decreases throughput", "equivalent": "equivalent",
-                   "inconclusive": "inconclusive", "insufficient data": "insufficient data"}
+EFFECT_VERDICTS = {"faster": "increases throughput", "slower": "decreases throughput"}  # the others read as they are

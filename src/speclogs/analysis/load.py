@@ -1,12 +1,11 @@
-"""The analysis' one reader of the database: resolve arm selectors to runs (`resolve_arms`) and read their rows into
-polars frames with SQL (`select`); every other analysis module is pure or reads through here."""
+"""The analysis' reader of the database: arm selectors → runs (`resolve_arms`), their rows → polars frames (`select`)."""
 
 from __future__ import annotations
 
 import fnmatch
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -17,13 +16,12 @@ IN_RUNS = "run_id IN (SELECT unnest(?::VARCHAR[]))"
 
 
 def select(con: Any, sql: str, params: list) -> pl.DataFrame:
-    """The rows of one read-only query as a polars frame."""
     return pl.DataFrame(con.sql(sql, params=params))
 
 
 @dataclass(frozen=True)
 class RunTables:
-    """Rows of the selected runs, one frame per table (only the columns the analysis uses)."""
+    """The selected runs' rows, a frame per table (the columns the analysis uses)."""
 
     runs: pl.DataFrame
     launches: pl.DataFrame
@@ -32,9 +30,9 @@ class RunTables:
     bench: pl.DataFrame
     spec_cycles: pl.DataFrame
     server_args: pl.DataFrame
-    nccl_settings: pl.DataFrame  # run_id, kind ('env'|'version'), name, value from NCCL INFO lines
-    events: pl.DataFrame  # run_id, kind, n: counts of server_events kinds lint cares about; 'retracted_req' = Σ over decode rows
-    runtime: pl.DataFrame  # run_id, message, source_file, line_no: the profiler's runtime line (speclogs.doctor reads it)
+    nccl_settings: pl.DataFrame  # run_id, kind ('env'|'version'), name, value
+    events: pl.DataFrame  # run_id, kind, n: server_events kinds lint counts; 'retracted_req' = Σ over decode rows
+    runtime: pl.DataFrame  # run_id, message, source_file, line_no: the profiler's runtime line
 
 
 def split_arm(option: str, known_names: set[str]) -> tuple[str, str]:
@@ -46,47 +44,43 @@ def split_arm(option: str, known_names: set[str]) -> tuple[str, str]:
     return label.strip(), selector.strip()
 
 
-@dataclass(frozen=True)
-class _Known:
+class _Known(NamedTuple):
     run_id: str
     name: str
     cell: str | None
     plan: str | None
-    folder: str  # the experiment's folder (a launcher run's output directory, else the log's directory)
+    folder: str  # the experiment's: a launcher run's output directory, else the log's directory
+    qualified: str  # <folder's last component>/<name>
 
-    @property
-    def qualified(self) -> str:
-        return f"{self.folder.rstrip('/').rsplit('/', 1)[-1]}/{self.name}"
 
-    def matches(self, term: str) -> bool:
-        key, sep, pattern = term.partition(":")
-        if sep and key == "folder":
-            folder = self.folder.rstrip("/")
-            return fnmatch.fnmatchcase(folder, pattern) or fnmatch.fnmatchcase(folder, "*/" + pattern.strip("/"))
-        if sep and key in ("cell", "plan"):
-            value = self.cell if key == "cell" else self.plan
-            return value is not None and fnmatch.fnmatchcase(value, pattern)
-        return term in (self.name, self.run_id, self.qualified) or fnmatch.fnmatchcase(self.name, term) or (
-            "/" in term and fnmatch.fnmatchcase(self.qualified, term))
+def _matches(k: _Known, term: str) -> bool:
+    key, sep, pattern = term.partition(":")
+    if sep and key == "folder":
+        folder = k.folder.rstrip("/")
+        return fnmatch.fnmatchcase(folder, pattern) or fnmatch.fnmatchcase(folder, "*/" + pattern.strip("/"))
+    if sep and key in ("cell", "plan"):
+        value = k.cell if key == "cell" else k.plan
+        return value is not None and fnmatch.fnmatchcase(value, pattern)
+    return term in (k.name, k.run_id, k.qualified) or fnmatch.fnmatchcase(k.name, term) or (
+        "/" in term and fnmatch.fnmatchcase(k.qualified, term))
 
 
 def _known_runs(con: Any) -> list[_Known]:
     rows = con.execute("""SELECT run_id, run_name, cell, json_extract_string(run_json, '$.plan_name'), coalesce(source_dir, ''),
                                  cell IS NOT NULL AND launch_index IS NOT NULL
                           FROM runs ORDER BY run_name, run_id""").fetchall()
-    # a launch directory is <output>/<cell>/<launch>: the experiment's folder is <output>
-    return [_Known(run_id, name, cell, plan, folder.rstrip("/").rsplit("/", 2)[0] if launcher and folder else folder)
-            for run_id, name, cell, plan, folder, launcher in rows]
+    known = []
+    for run_id, name, cell, plan, folder, launcher in rows:
+        # a launch directory is <output>/<cell>/<launch>: the experiment's folder is <output>
+        folder = folder.rstrip("/").rsplit("/", 2)[0] if launcher and folder else folder
+        known.append(_Known(run_id, name, cell, plan, folder, f"{folder.rstrip('/').rsplit('/', 1)[-1]}/{name}"))
+    return known
 
 
 def resolve_arms(con: Any, selectors: list[str], *, allow_mixed: bool = False) -> dict[str, list[str]]:
-    """Map each arm (optionally `LABEL=SELECTOR`) to the run_ids it names, in run_name order; the keys are the labels.
-
-    A selector is one or more space-separated terms, all of which a run must match: a run name or a glob over run
-    names, the same prefixed by the run's folder ('h200x2-overhead/eagle3_prof_*'), `cell:GLOB`, `plan:GLOB` or
-    `folder:GLOB` (a launcher run's output directory, else the log's directory; its last components match). Raises
-    AnalysisError for an unknown selector, a run in two arms and — unless `allow_mixed` — an arm mixing experiments.
-    """
+    """{label: run_ids in run_name order} for arms `LABEL=SELECTOR` or `SELECTOR`: space-separated terms a run must all
+    match (a run name or glob, 'folder/glob', `cell:GLOB`, `plan:GLOB`, `folder:GLOB`); one experiment per arm unless
+    allow_mixed."""
     if not selectors:
         raise AnalysisError("report --compare needs at least one arm", hint="e.g. speclogs report --compare baseline eagle3")
     known = _known_runs(con)
@@ -101,7 +95,7 @@ def resolve_arms(con: Any, selectors: list[str], *, allow_mixed: bool = False) -
             raise AnalysisError(f"arm {label!r} is given twice", hint="name each arm once (LABEL=GLOB gives it a label)")
         terms = [selector] if selector in known_names else selector.split()
         exact = [k for k in known if selector in (k.name, k.run_id, k.qualified)]
-        matched = exact or [k for k in known if terms and all(k.matches(term) for term in terms)]
+        matched = exact or [k for k in known if terms and all(_matches(k, term) for term in terms)]
         if not matched:
             names = sorted({k.name for k in known})
             shown = ", ".join(names[:40]) + (f", … ({len(names) - 40} more)" if len(names) > 40 else "")
@@ -134,11 +128,8 @@ def _single_experiment(label: str, matched: list[_Known]) -> None:
 
 
 def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
-    """Read the rows of `run_ids` from every table the comparison uses.
-
-    The per-row frames (decode, prefill, spec_cycles) carry an integer `launch_key` (one per (run, file, launch),
-    shared by the frames) and `run_id` as a polars Enum over the selected run ids (sorted), ordered by
-    (launch_key, line_no)."""
+    """The per-row frames (decode, prefill, spec_cycles) carry `launch_key` (_launch_keys) and are sorted by (launch_key,
+    line_no); their run_id is a polars Enum over the selected run ids."""
     keys = _launch_keys(con, run_ids)
     runs = select(con, f"""SELECT run_id, run_name, cell, CAST(factors AS VARCHAR) AS factors, launch_index, sglang_version,
                                   model_path, speculative_algorithm, tp_size, hostname, gpu_name, CAST(env AS VARCHAR) AS env,
@@ -171,31 +162,29 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
 
 
 def load_setup(con: Any, run_ids: list[str]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """What the doctor reads of each run: runs (run_id, run_name, run_json), its logged server args, its runtime line."""
+    """What the doctor reads: runs (run_id, run_name, run_json), logged server args, the profiler's runtime line."""
     runs = select(con, f"SELECT run_id, run_name, CAST(run_json AS VARCHAR) AS run_json FROM runs WHERE {IN_RUNS} "
                        "ORDER BY run_name", [run_ids])
     return runs, load_server_args(con, run_ids), load_runtime(con, run_ids)
 
 
 def load_runtime(con: Any, run_ids: list[str]) -> pl.DataFrame:
-    """The profiler's `speclogs profiler: runtime: …` lines (server_events kind spec_runtime), first one per run."""
+    """The first `speclogs profiler: runtime: …` line of each run."""
     return select(con, f"""SELECT run_id, arg_min(message, line_no) AS message, arg_min(source_file, line_no) AS source_file,
                                   min(line_no) AS line_no FROM server_events
                            WHERE {IN_RUNS} AND kind = 'spec_runtime' GROUP BY run_id""", [run_ids])
 
 
 def load_server_args(con: Any, run_ids: list[str]) -> pl.DataFrame:
-    """The logged ServerArgs fields of each run's first server start: run_id, name, value (repr), source_file, line_no."""
+    """The ServerArgs fields (value: repr) of each run's first server start."""
     return select(con, f"""SELECT run_id, name, value, source_file, line_no FROM server_args WHERE {IN_RUNS}
                            AND launch_no = (SELECT min(launch_no) FROM server_args s2 WHERE s2.run_id = server_args.run_id)""",
                   [run_ids])
 
 
 def _launch_keys(con: Any, run_ids: list[str]) -> pl.DataFrame:
-    """One row per launch (run_id, source_file, launch_no — NULL read as 0) of the selected runs with rows in launches,
-    decode_batches, the idle prefill rows or spec_cycles, with `launch_key`: its dense rank by what names it (run name, file
-    name, file path, launch number), not by run_id, which hashes the file's path — the same logs in another directory
-    give the same report."""
+    """One row per launch (run_id, source_file, launch_no or 0) with rows, and `launch_key`: its dense rank by run name,
+    file name, path and launch number, not by run_id (a hash of the path), so the same logs elsewhere report the same."""
     found = " UNION ".join(f"SELECT DISTINCT run_id, source_file, coalesce(launch_no, 0) AS launch_no FROM {table} "
                            f"WHERE {IN_RUNS}{extra}" for table, extra in (
                                ("launches", ""), ("decode_batches", ""), ("prefill_batches", " AND running_req = 0"),
@@ -208,7 +197,6 @@ def _launch_keys(con: Any, run_ids: list[str]) -> pl.DataFrame:
 
 def _launch_rows(con: Any, keys: pl.DataFrame, table: str, columns: str, condition: str = "TRUE",
                  order: str = ", t.line_no") -> pl.DataFrame:
-    """`columns` of `table` AS t (WHERE `condition`) of the launches in `keys`, then their launch_key, in key order."""
     return select(con, f"""SELECT {columns}, k.launch_key FROM {table} AS t
         JOIN (SELECT unnest(?::VARCHAR[]) AS run_id, unnest(?::VARCHAR[]) AS source_file,
                      unnest(?::INTEGER[]) AS launch_no, unnest(?::INTEGER[]) AS launch_key) AS k
@@ -218,11 +206,9 @@ def _launch_rows(con: Any, keys: pl.DataFrame, table: str, columns: str, conditi
 
 
 def parse_json_text(text: str | None) -> dict:
-    """JSON object text from a runs column, {} when NULL or not an object."""
-    if not text:
-        return {}
+    """A runs column's JSON object, {} when NULL or not an object."""
     try:
-        value = json.loads(text)
+        value = json.loads(text or "{}")
     except json.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}

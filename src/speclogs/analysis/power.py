@@ -1,13 +1,8 @@
 """Power of the report's comparison (Welch t over per-launch log throughput): launches needed, minimum detectable effect.
 
-A winner's t interval lies beyond ±log(1 + min_effect). With per-launch SD σ in both arms the log ratio is normal
-with se = σ √(1/L_A + 1/L_B); the Welch degrees of freedom are themselves random (they depend on the two sample
-variances, which matters with 2–4 launches), so the power is averaged over the two variances' sampling distributions
-(each σ² χ²_{L−1}/(L−1), on an equal-probability grid):
-
-    power(δ) = E[ Φ((δ − log(1 + min_effect) − t·ŝ) / se) + Φ((−δ − log(1 + min_effect) − t·ŝ) / se) ].
-
-tests/test_analysis_grid.py checks it against simulated comparisons.
+With per-launch SD σ the log ratio has se = σ √(1/L_A + 1/L_B); the Welch interval's width is random (two sample
+variances, which matters at 2–4 launches), so the power is averaged over their σ² χ²_{L−1}/(L−1) distributions on an
+equal-probability grid: power(δ) = E[Φ((δ − log(1 + min_effect) − t·ŝ) / se) + Φ((−δ − log(1 + min_effect) − t·ŝ) / se)].
 """
 
 from __future__ import annotations
@@ -32,12 +27,12 @@ def _variance_grid(launches: int) -> np.ndarray:
 
 @lru_cache(maxsize=256)
 def _half_widths(la: int, lb: int, confidence: float) -> np.ndarray:
-    """The interval's half-width over σ at each grid point of the two sample variances (it scales with σ)."""
+    """The interval's half-width over σ at each grid point of the two sample variances."""
+    from scipy.special import stdtrit
+
     va = _variance_grid(la)[:, None] / la
     vb = _variance_grid(lb)[None, :] / lb
     df = (va + vb) ** 2 / (va**2 / (la - 1) + vb**2 / (lb - 1))
-    from scipy.special import stdtrit
-
     return (stdtrit(df, 0.5 + confidence / 2.0) * np.sqrt(va + vb)).ravel()
 
 

@@ -1,7 +1,5 @@
-"""Result types of `compare_runs`: frozen dataclasses, warnings as data. Reports render these and compute nothing.
-
-Units are in the field names (`*_tok_s`, `*_ms`); ratios are B/A with A the reference arm.
-"""
+"""Result types of `compare_runs`: frozen dataclasses, warnings as data; fields as in docs/report.md (JSON).
+Ratios are B/A with A the reference arm."""
 
 from __future__ import annotations
 
@@ -16,13 +14,13 @@ UNSET = "unset"  # how every report writes a setting a run does not have (env va
 
 @dataclass(frozen=True)
 class Finding:
-    """A warning or note about the data, shown at the top of every report: the one finding type of the analysis."""
+    """A warning ('the numbers below may mislead') or an 'info' note (how they were made), shown above every report."""
 
-    code: str  # stable identifier (e.g. `confounder_env`, `single_launch`, `nccl_env_mismatch`)
+    code: str  # stable identifier (e.g. `confounder_env`, `single_launch`)
     message: str
-    severity: str = "warning"  # 'warning': the numbers below may mislead; 'info': how the numbers were made
+    severity: str = "warning"
     arms: tuple[str, ...] = ()
-    runs: tuple[str, ...] = ()  # where it is about runs rather than arms (the NCCL evidence's findings)
+    runs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -34,18 +32,18 @@ class Estimate:
     ci_low_tok_s: float
     ci_high_tok_s: float
     n_launches: int
-    n_units: int  # requests (client) or resampling blocks of decode rows (server)
-    n_rows: int  # requests (client) or decode rows (server) used
+    n_units: int  # requests (client) or blocks of decode rows (server)
+    n_rows: int
     per_launch_tok_s: tuple[float, ...]
-    within_cv: float = 0.0  # within-launch noise of one launch's value (SD of its log throughput from its requests/blocks)
-    launch_run_names: tuple[str, ...] = ()  # the run of each per-launch value
+    within_cv: float = 0.0
+    launch_run_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Arm:
     """One side of a comparison: the runs (launches) a name or glob selected."""
 
-    name: str  # what the user typed (run name or glob)
+    name: str
     run_names: tuple[str, ...]
     run_ids: tuple[str, ...]
     speculative_algorithm: str | None
@@ -54,40 +52,39 @@ class Arm:
     client: Estimate | None
     server: Estimate | None
     accept_len: float | None  # token-weighted over steady-state decode rows (1.0 for non-speculative runs)
-    cycle_ms: float | None  # server: seconds per decode step (one draft+verify cycle, or one plain decode step)
-    batch_size: float | None  # mean running requests per decode step
+    cycle_ms: float | None  # one decode step (a draft+verify cycle, or a plain decode step)
+    batch_size: float | None
 
 
 @dataclass(frozen=True)
 class RatioComparison:
     """One row of `comparisons[]`: arm B against the reference arm A on one metric."""
 
-    metric: str  # 'throughput'
-    source: str  # 'client' | 'server'
-    unit: str  # 'tok/s'
+    metric: str
+    source: str
+    unit: str
     arm_a: str
     arm_b: str
     a: float
     b: float
-    ratio: float  # b / a (geometric means over launches)
+    ratio: float
     ci_low: float
     ci_high: float
     p_value: float | None
     test: str  # which test gave p_value, and on what
-    n_a: int  # launches in A
+    n_a: int  # launches
     n_b: int
     n_units_a: int
     n_units_b: int
-    verdict: str  # stats.verdict_for: 'faster' | 'slower' | 'equivalent' | 'inconclusive' | 'insufficient data'
-    interval_covers: str  # 'launches and requests' | 'none (one launch per arm)': ci_low / ci_high are NaN (JSON null)
-    df: float = float("nan")  # Welch–Satterthwaite degrees of freedom of the t interval and test
-    launch_cv: float = float("nan")  # launch-to-launch SD of log throughput (pooled over both arms), within part removed
-    within_cv: float = float("nan")  # within-launch SD of one launch's log throughput (from its requests or blocks)
-    min_detectable_ratio: float = float("nan")  # smallest true ratio > 1 these launches detect with 80 % power
-    launches_needed: int | None = None  # launches per arm detecting ±target_effect with 80 % power (None: unknown)
-    target_effect: float = 0.05  # the effect launches_needed plans for: min_effect, else 5 %
-    # one launch per arm only: the interval its requests alone give (within-launch noise; not a claim about launches)
-    within_low: float = float("nan")
+    verdict: str  # stats.verdict_for
+    interval_covers: str
+    df: float = float("nan")
+    launch_cv: float = float("nan")
+    within_cv: float = float("nan")
+    min_detectable_ratio: float = float("nan")
+    launches_needed: int | None = None
+    target_effect: float = 0.05
+    within_low: float = float("nan")  # one launch per arm: the interval its requests alone give
     within_high: float = float("nan")
 
 
@@ -96,10 +93,10 @@ class Rank:
     """One place of the ranking (fastest first): an arm's throughput and its ratio to the fastest arm."""
 
     arm: str
-    source: str  # the source every ranked arm has: 'client' when all have it, else 'server'
+    source: str
     value_tok_s: float
     n_launches: int
-    vs_best: RatioComparison | None  # this arm against the fastest (ratio ≤ 1); None for the fastest itself
+    vs_best: RatioComparison | None  # None for the fastest itself
 
 
 @dataclass(frozen=True)
@@ -125,7 +122,7 @@ class PhaseStat:
     mean_ms: float
     ci_low_ms: float
     ci_high_ms: float
-    share: float  # of cycle_ms, the GPU-busy cycle (1.0 for "cycle"; "wall" is above 1 by the idle gap)
+    share: float  # of the GPU-busy cycle ("wall" is above 1 by the idle gap)
     n_rows: int
 
 
@@ -156,10 +153,10 @@ class Attribution:
 
 @dataclass(frozen=True)
 class Effect:
-    """A factorial effect on log throughput, shown as a ratio (exp of the log effect) with its interval."""
+    """A factorial effect on log throughput, as a ratio with its interval."""
 
     name: str
-    kind: str  # 'main' | 'interaction' (difference of simple effects) | 'simple' (the other factors held at a level)
+    kind: str  # 'main' | 'interaction' | 'simple' (the other factors held at a level)
     source: str
     ratio: float
     ci_low: float
@@ -177,21 +174,21 @@ class Comparison:
     arms: tuple[Arm, ...]
     reference: str
     confidence: float
-    min_effect: float  # practical threshold: a winner's interval lies beyond ±log(1 + min_effect)
+    min_effect: float
     warnings: tuple[Finding, ...]
     comparisons: tuple[RatioComparison, ...]
     attributions: tuple[Attribution, ...]
     effects: tuple[Effect, ...]
     factors: dict[str, tuple[str, str]]  # factor -> (low level, high level)
-    # run_name, arm, t_s, gen_throughput_tok_s, accept_len, accept_rate, steady, excluded_reason (downsampled for charts)
+    # run_name, arm, t_s, gen_throughput_tok_s, accept_len, accept_rate, steady, excluded_reason (thinned for charts)
     timeline: pl.DataFrame
     accept_hist: pl.DataFrame  # arm, source, accept_len, count
-    phases: tuple[PhaseStat, ...]  # every arm with spec_cycles rows
+    phases: tuple[PhaseStat, ...]
     warmup_spans: pl.DataFrame  # run_name, arm, t_start_s, t_end_s: from launch start to the first steady decode row
-    methods: dict[str, str]  # method notes: steady-state rule, intervals, tests (shown in reports)
-    nccl: Any = None  # speclogs.analysis.nccl.NcclEvidence when that module exists
-    signals: Any = None  # speclogs.analysis.signals.SignalEvidence: SGLang's counters, device timer, per-request records
-    ranking: tuple[Rank, ...] = ()  # every arm, fastest first (empty with one arm)
-    startup: Any = None  # speclogs.analysis.startup.StartupBreakdown: where each launch's start-up time went
-    whatif: Any = None  # speclogs.analysis.whatif.WhatIf: other speculative settings predicted from the profiled runs
-    draft_positions: pl.DataFrame | None = None  # speclogs.analysis.positions: acceptance per draft position and arm
+    methods: dict[str, str]
+    nccl: Any = None  # speclogs.analysis.nccl.NcclEvidence
+    signals: Any = None  # speclogs.analysis.signals.SignalEvidence
+    ranking: tuple[Rank, ...] = ()  # fastest first (empty with one arm)
+    startup: Any = None  # speclogs.analysis.startup.StartupBreakdown
+    whatif: Any = None  # speclogs.analysis.whatif.WhatIf
+    draft_positions: pl.DataFrame | None = None  # speclogs.analysis.positions

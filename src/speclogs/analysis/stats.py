@@ -1,12 +1,10 @@
-"""Per-launch values, variance components and Student t intervals over launches. Pure numpy/scipy.special.
+"""Per-launch values, variance components and Student t intervals over launches (docs/report.md, "Statistics").
 
-The launch is the unit of replication: requests inside one server launch share its warm-up, memory layout and NCCL
-communicator. A group statistic (an arm, a factorial cell) is the mean over its launches of a per-launch statistic on
-the log scale. Var(group mean) = max(s², v̂_w) / L: s² the spread of the L per-launch values, v̂_w the within-launch
-noise of one launch's value from its units (delete-one jackknife; two-way launch × position residuals when every
-launch replays the same prompts, so fixed differences between prompts do not count as noise). A difference of groups
-gets Student t with Welch–Satterthwaite degrees of freedom and the p-value of the same t statistic, so p < 1 −
-confidence and an interval excluding 0 are the same statement (docs/report.md, "Statistics").
+The launch is the unit of replication: requests inside one launch share its warm-up, memory layout and NCCL
+communicator. A group statistic (an arm, a factorial cell) is the mean over launches of a per-launch log statistic,
+Var = max(s², v̂_w) / L with v̂_w the within-launch noise from the launch's units (delete-one jackknife; two-way
+launch × position residuals when every launch replays the same prompts). Differences get Welch–Satterthwaite t and the
+p-value of the same statistic, so p < 1 − confidence exactly when the interval excludes 0.
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Within a launch, at most this many units: longer series are cut into consecutive blocks (which also respects
-# their autocorrelation better than single rows do).
+# at most this many units a launch: consecutive blocks also respect autocorrelation better than single rows
 MAX_UNITS_PER_LAUNCH = 128
 
 StatFn = Callable[[np.ndarray], np.ndarray]  # (n, k) column sums -> (n, m) statistics
@@ -44,23 +41,18 @@ class GroupSummary:
 
 
 def block_sums(values: np.ndarray, segment_ids: np.ndarray | None = None, max_units: int = MAX_UNITS_PER_LAUNCH) -> np.ndarray:
-    """Sum rows (n, k) into units: by segment (e.g. one request) when given, then into at most max_units
-    consecutive blocks. Returns (u, k)."""
+    """Rows (n, k) summed by segment (e.g. one request) when given, then into at most max_units consecutive blocks."""
     if len(values) == 0:
         return values.reshape(0, values.shape[1] if values.ndim == 2 else 0)
     if segment_ids is not None:
-        change = np.r_[True, segment_ids[1:] != segment_ids[:-1]]
-        starts = np.flatnonzero(change)
-        values = np.add.reduceat(values, starts, axis=0)
-    n = len(values)
-    if n <= max_units:
+        values = np.add.reduceat(values, np.flatnonzero(np.r_[True, segment_ids[1:] != segment_ids[:-1]]), axis=0)
+    if len(values) <= max_units:
         return values
-    starts = np.linspace(0, n, max_units, endpoint=False).astype(np.int64)
-    return np.add.reduceat(values, starts, axis=0)
+    return np.add.reduceat(values, np.linspace(0, len(values), max_units, endpoint=False).astype(np.int64), axis=0)
 
 
 def summarize_group(launches: Sequence[np.ndarray], stat: StatFn) -> GroupSummary:
-    """Per-launch values and within-launch noise of stat(sum of units). Each element of `launches` is (u, k)."""
+    """Per-launch values and within-launch noise of stat(sum of units), from each launch's (u, k) units."""
     per_launch = np.stack([stat(u.sum(axis=0, keepdims=True))[0] for u in launches])
     pseudo = []
     for units, theta in zip(launches, per_launch):
@@ -97,7 +89,7 @@ def summarize_group(launches: Sequence[np.ndarray], stat: StatFn) -> GroupSummar
 
 @dataclass(frozen=True)
 class Part:
-    """One group's contribution to a sum of groups: its per-launch values and the within-launch variance of one."""
+    """One group's term in a sum of groups: its per-launch values and the within-launch variance of one."""
 
     values: np.ndarray
     within_var: float
@@ -108,11 +100,10 @@ class Part:
         return len(self.values)
 
     def variance(self, floor: bool = True) -> tuple[float, float]:
-        """(variance of this part's mean over launches, degrees of freedom); floor=False: the launches' spread alone."""
+        """(variance of the mean over launches, degrees of freedom); floor=False: the launches' spread alone."""
         if self.n_launches >= 2:
             spread = float(np.var(self.values, ddof=1))
-            if floor and self.within_var > spread and self.within_df > self.n_launches - 1:
-                # the noise floor decides: the estimate is the within-launch variance, with its own degrees of freedom
+            if floor and self.within_var > spread and self.within_df > self.n_launches - 1:  # the noise floor decides
                 return self.within_var / self.n_launches, self.within_df
             return spread / self.n_launches, float(self.n_launches - 1)
         return self.within_var, self.within_df
@@ -132,9 +123,8 @@ Parts = list[Part]
 
 
 def pooled_components(groups: Sequence[GroupSummary], column: int) -> tuple[float, float]:
-    """(launch-to-launch variance, within-launch variance) of one launch's value in a column, pooled over the groups
-    (weights L − 1): the within part from the units, the launch-to-launch part = spread of per-launch values minus it
-    (at least 0)."""
+    """(launch-to-launch, within-launch) variance of one launch's value in a column, pooled over the groups (weights
+    L − 1); launch-to-launch = the per-launch values' spread minus the within part, at least 0."""
     multi = [g for g in groups if g.n_launches >= 2]
     if not multi:
         return 0.0, float(np.mean([g.within_cov[column, column] for g in groups])) if groups else 0.0
@@ -146,7 +136,7 @@ def pooled_components(groups: Sequence[GroupSummary], column: int) -> tuple[floa
 
 @dataclass(frozen=True)
 class TInterval:
-    """A sum of groups' means with its Student t interval and two-sided test of 0 (natural-log units for ratios)."""
+    """A sum of groups' means with its Student t interval and two-sided test of 0."""
 
     point: float
     se: float
@@ -158,8 +148,7 @@ class TInterval:
 
 
 def t_interval(parts: Parts, confidence: float, floor: bool = True) -> TInterval:
-    """Σ part means ± t(Welch–Satterthwaite df) × SE; p-value from the same t statistic. floor=False: plain Welch on
-    the per-launch values, the rule an adaptive run stopped by (speclogs.launcher.adaptive)."""
+    """Σ part means ± t(Welch–Satterthwaite df) × SE. floor=False: plain Welch, an adaptive run's stopping rule."""
     from scipy.special import stdtr, stdtrit  # Student t's cdf and quantile, as scipy.stats.t computes them
 
     point = float(sum(float(np.mean(p.values)) for p in parts))
@@ -180,7 +169,6 @@ def t_interval(parts: Parts, confidence: float, floor: bool = True) -> TInterval
 
 
 def diff_parts(a: GroupSummary, b: GroupSummary, column: int, sign: float = 1.0) -> Parts:
-    """Parts of sign × (b[column] − a[column])."""
     return [part(b, column, sign), part(a, column, -sign)]
 
 
@@ -194,12 +182,8 @@ def equivalence_margin(min_effect: float) -> float:
 
 
 def verdict_for(result: TInterval, *, enough: bool, min_effect: float = 0.0) -> str:
-    """One of three answers for a log-ratio interval (and 'insufficient data' when there is nothing to compare).
-
-    A winner ('faster' / 'slower') only when every group has ≥ 2 launches and the interval lies beyond
-    ±log(1 + min_effect) (min_effect 0: excludes 0, i.e. p < 1 − confidence); 'equivalent' when it lies inside
-    ±log(1 + margin), the margin being min_effect, else DEFAULT_EFFECT; anything else — one launch per arm, or an
-    interval too wide to say either — is 'inconclusive'."""
+    """A winner ('faster' / 'slower') only with ≥ 2 launches per group and the interval beyond ±log(1 + min_effect);
+    'equivalent' inside ±log(1 + equivalence_margin); else 'inconclusive' ('insufficient data': nothing to compare)."""
     if not enough or not math.isfinite(result.point):
         return "insufficient data"
     if not result.launches_covered or not (math.isfinite(result.low) and math.isfinite(result.high)):
@@ -220,9 +204,7 @@ def verdict_for(result: TInterval, *, enough: bool, min_effect: float = 0.0) -> 
 
 
 def kendall_tau(y: np.ndarray) -> tuple[float, float]:
-    """Kendall's tau-b of `y` against its order and the two-sided p-value of the Mann–Kendall trend test (the normal
-    approximation with the ties' correction: scipy.stats.kendalltau(arange(n), y, method="asymptotic")); (nan, nan)
-    when y is constant or holds a NaN. O(n²): the trend test passes at most 50 values."""
+    """scipy.stats.kendalltau(arange(n), y, method="asymptotic"): (tau-b, p); O(n²), trend tests pass ≤ 50 values."""
     from scipy.special import ndtr
 
     y = np.asarray(y, dtype=float)
@@ -252,11 +234,8 @@ TREND_BLOCKS = 50
 
 
 def trend_test(values: np.ndarray) -> Trend | None:
-    """Kendall's tau of values against their order (a monotone drift test), with the size of the drift.
-
-    Long series are first averaged into TREND_BLOCKS consecutive blocks: neighbouring decode rows are
-    autocorrelated, and a rank test on raw rows would call a wobble a trend (and be slow on 100k rows).
-    """
+    """Kendall's tau against the order (a monotone drift test) over at most TREND_BLOCKS block means: neighbouring
+    decode rows are autocorrelated, and a rank test on raw rows would call a wobble a trend."""
     n = len(values)
     if n < 10:
         return None
@@ -272,9 +251,8 @@ def trend_test(values: np.ndarray) -> Trend | None:
 
 
 def request_trend(values: np.ndarray, requests: np.ndarray) -> Trend | None:
-    """trend_test on one value per request (the mean of its rows, in order) when a launch has ≥ 10 requests: the rows
-    of one request share its prompt and are autocorrelated, so a rank test over rows reads prompts that differ as a
-    trend; requests are the independent units. Fewer requests (or none told apart): trend_test over the rows."""
+    """trend_test over request means when there are ≥ 10 requests (a request's rows share its prompt, so prompts that
+    differ would read as a trend over rows), else over the rows."""
     requests = np.asarray(requests)
     if len(values) and len(requests) == len(values):
         starts = np.flatnonzero(np.r_[True, requests[1:] != requests[:-1]])
@@ -298,15 +276,9 @@ WARMUP_BATCH = 5  # consecutive values per batch mean in the significance check 
 
 
 def warmup_length(series: np.ndarray, *, min_change: float = 0.03, alpha: float = 0.01) -> int:
-    """How many leading values of a throughput series are warm-up (0: none).
-
-    The least-squares change point in the mean (Hinkley 1970) within the first half of the series: the cut k that
-    minimises the squared deviations of x[:k] and x[k:] from their own means. It is a warm-up when the prefix is slower
-    than the rest by more than `min_change` and significantly so: one-sided t of the prefix mean against the rest,
-    with the spread of the rest's batch means of WARMUP_BATCH values (so autocorrelation counts) and their degrees of
-    freedom, p < alpha / (number of candidate cuts) — Bonferroni over the cuts searched, since the cut was chosen to
-    make the difference large.
-    """
+    """Leading warm-up values of a throughput series (0: none): the least-squares change point in the mean (Hinkley
+    1970) in the first half, kept when the prefix is slower by > min_change and a one-sided t on batch means (so
+    autocorrelation counts) gives p < alpha / (cuts searched): Bonferroni, since the cut was chosen to maximise it."""
     from scipy.special import stdtr
 
     x = np.asarray(series, dtype=float)
@@ -336,7 +308,6 @@ MAD_Z = 4.0
 
 
 def modified_z(values: np.ndarray, centre: float, mad: float) -> np.ndarray:
-    """0.6745 (x − centre) / MAD (infinite where MAD is 0 and x differs from the centre)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         z = 0.6745 * (np.asarray(values, dtype=float) - centre) / mad
     return np.where(np.asarray(values) == centre, 0.0, z)

@@ -1,11 +1,8 @@
 """Which measurements count: the steady-state rule for decode rows, profiled cycles and client requests.
 
-The rule, one reason per exclusion (REASONS, in this order), is spelled out in docs/report.md ("Steady-state rule"):
-another TP rank, start-up, before the first /health 200, the benchmark's warm-up requests, eager batches with CUDA
-graphs on (unless eager decode is the configuration), the first row after idle, a non-finite rate, and a warm-up the
-data show (stats.warmup_length per launch). Rows between two idle points form a segment (≈ one request in a
-single-stream benchmark): the unit of within-launch noise. Client requests and profiled cycles inside the server's
-warm-up segments are excluded with the same reasons, so both sources see one warm-up.
+One reason per exclusion (REASONS, in this order; docs/report.md, "Steady-state rule"). Rows between two idle points
+form a segment (≈ one request of a single-stream benchmark): the unit of within-launch noise. Client requests and
+profiled cycles in the server's warm-up segments are excluded with the same reasons: both sources see one warm-up.
 """
 
 from __future__ import annotations
@@ -47,14 +44,19 @@ def graph_settings(server_args: pl.DataFrame) -> dict[str, tuple[bool, int | Non
     return out
 
 
-def _launch_times(launches: pl.DataFrame, n_keys: int, column: pl.Expr) -> np.ndarray:
-    """Per launch_key, a timestamp expression over the launches frame as epoch µs (no constraint where NULL)."""
-    out = np.full(n_keys, _NO_TIME, dtype=np.int64)
-    if launches.is_empty():
+def _launch_windows(launches: pl.DataFrame, max_key: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per launch_key, epoch µs (_NO_TIME where unknown): ready (or the end of CUDA-graph capture, whichever is later)
+    and the first /health 200."""
+    n_keys = int(max(max_key, launches["launch_key"].max() if not launches.is_empty() else 0)) + 1
+
+    def times(column: pl.Expr) -> np.ndarray:
+        out = np.full(n_keys, _NO_TIME, dtype=np.int64)
+        rows = launches.select("launch_key", column.dt.epoch("us").alias("_t")).filter(pl.col("_t").is_not_null())
+        out[rows["launch_key"].to_numpy()] = rows["_t"].to_numpy()
         return out
-    rows = launches.select("launch_key", column.dt.epoch("us").alias("_t")).filter(pl.col("_t").is_not_null())
-    out[rows["launch_key"].to_numpy()] = rows["_t"].to_numpy()
-    return out
+
+    ready = np.maximum(times(pl.coalesce("ready_ts", "first_health_200_ts")), times(pl.col("cuda_graph_end_ts")))
+    return ready, times(pl.coalesce("first_health_200_ts", "ready_ts"))
 
 
 def _idle_points(prefill: pl.DataFrame) -> np.ndarray:
@@ -63,26 +65,20 @@ def _idle_points(prefill: pl.DataFrame) -> np.ndarray:
                    | prefill["line_no"].to_numpy().astype(np.int64))
 
 
-def _segments(key: np.ndarray, line: np.ndarray, idle: np.ndarray) -> np.ndarray:
-    """Idle points (_idle_points) before each row of its launch."""
-    key = key.astype(np.int64, copy=False)
-    starts = _launch_starts(key)  # the idle points before a launch: one search per launch, not per row
-    before = np.repeat(np.searchsorted(idle, key[starts] << _SHIFT), np.diff(np.r_[starts, len(key)]))
-    return np.searchsorted(idle, (key << _SHIFT) | line) - before
-
-
-def _launch_windows(launches: pl.DataFrame, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per launch_key (epoch µs, _NO_TIME where unknown): the ready time (ready or the end of CUDA-graph capture,
-    whichever is later) and the first /health 200."""
-    ready = np.maximum(_launch_times(launches, n_keys, pl.coalesce("ready_ts", "first_health_200_ts")),
-                       _launch_times(launches, n_keys, pl.col("cuda_graph_end_ts")))
-    return ready, _launch_times(launches, n_keys, pl.coalesce("first_health_200_ts", "ready_ts"))
-
-
-def _window(windows: tuple[np.ndarray, np.ndarray], key: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(before ready or the end of CUDA-graph capture, before the first /health 200) per row; windows: _launch_windows."""
+def _launch_rule(frame: pl.DataFrame, idle: np.ndarray, windows: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """The rule every row kind shares, on rows of whole launches sorted by (launch_key, line_no): (launch key, first
+    row of each launch, segment = idle points so far in the launch, on the launch's lowest TP rank, before ready,
+    before the first /health 200)."""
+    key = frame["launch_key"].to_numpy().astype(np.int64, copy=False)
+    starts = _launch_starts(key)
+    lengths = np.diff(np.r_[starts, len(key)])
+    before = np.repeat(np.searchsorted(idle, key[starts] << _SHIFT), lengths)  # one search per launch, not per row
+    segment = np.searchsorted(idle, (key << _SHIFT) | frame["line_no"].to_numpy()) - before
+    rank = frame["tp_rank"].fill_null(-1).to_numpy()
+    kept = rank == np.repeat(np.minimum.reduceat(rank, starts), lengths)
+    ts = frame["ts"].dt.epoch("us").fill_null(_NO_TIME).to_numpy()
     ready, health = windows[0][key], windows[1][key]
-    return (ready != _NO_TIME) & (ts <= ready), (health != _NO_TIME) & (ts < health)
+    return key, starts, segment, kept, (ready != _NO_TIME) & (ts <= ready), (health != _NO_TIME) & (ts < health)
 
 
 def _dense_rank(key: np.ndarray, segment: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -106,8 +102,8 @@ def _launch_starts(key: np.ndarray) -> np.ndarray:
 
 
 def _launch_chunks(starts: np.ndarray, n_rows: int, rows: int = _CHUNK_ROWS) -> list[tuple[int, int]]:
-    """(first, last) launch indices, launches [first, last) of about `rows` rows together (at least one launch):
-    bounded memory for a pass over millions of rows, few passes for many small launches."""
+    """(first, last): launches [first, last) of about `rows` rows together (at least one): bounded memory over millions
+    of rows, few passes over many small launches."""
     chunks, first = [], 0
     stops = np.r_[starts[1:], n_rows]
     while first < len(starts):
@@ -118,40 +114,31 @@ def _launch_chunks(starts: np.ndarray, n_rows: int, rows: int = _CHUNK_ROWS) -> 
 
 
 def steady_launches(decode: pl.DataFrame, columns: list[str]) -> list[tuple[str, pl.DataFrame]]:
-    """(run_id, `columns` of its steady rows) per launch of marked decode rows (sorted by launch_key) that has steady
-    rows, in launch order, without copying every column of every steady row at once."""
+    """(run_id, `columns` of its steady rows) per launch with steady rows, in order, a chunk of launches at a time."""
     out = []
     starts = _launch_starts(decode["launch_key"].to_numpy())
     for first, last in _launch_chunks(starts, decode.height):
         lo, hi = int(starts[first]), int(starts[last]) if last < len(starts) else decode.height
         rows = (decode.slice(lo, hi - lo).lazy().filter(pl.col("steady"))
                 .select(list(dict.fromkeys(["run_id", "launch_key", *columns]))).collect())
-        bounds = _launch_starts(rows["launch_key"].to_numpy())
-        out += [(run_id, rows.slice(start, stop - start).select(columns)) for run_id, start, stop
-                in zip(rows["run_id"].gather(bounds).to_list(), bounds.tolist(), np.r_[bounds[1:], rows.height].tolist())]
+        out += [(part["run_id"][0], part.select(columns)) for part in rows.partition_by("launch_key", maintain_order=True)]
     return out
 
 
 def mark_steady(decode: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFrame, *,
                 graphs: dict[str, tuple[bool, int | None]] | None = None,
                 warmup_requests: dict[str, int] | None = None) -> pl.DataFrame:
-    """decode rows (sorted by launch_key, line_no) + columns steady (bool), excluded_reason (REASON_TYPE|null), segment
-    (int: idle points so far in the launch), request (int: segment number after ready, −1 before) and
-    eager_by_config (bool). `launch_key` is an integer id of (run, file, launch) shared by the three frames; prefill
-    holds only the prefill rows that found 0 running requests (the idle points). graphs: graph_settings(server_args);
-    warmup_requests: per run, how many of its first requests were the benchmark's warm-up."""
+    """decode rows (sorted by launch_key, line_no) + steady, excluded_reason (REASON_TYPE), segment, request (segment
+    number after ready, −1 before) and eager_by_config. prefill: the idle points (prefill rows with 0 running requests);
+    graphs: graph_settings(server_args); warmup_requests: per run, how many first requests were the bench's warm-up."""
     if decode.is_empty():
         return decode.with_columns(
             pl.lit(True).alias("steady"), pl.lit(None, REASON_TYPE).alias("excluded_reason"),
             pl.lit(0, pl.Int64).alias("segment"), pl.lit(-1, pl.Int64).alias("request"),
             pl.lit(False).alias("eager_by_config"),
         )
-    key = decode["launch_key"].to_numpy()
-    n_keys = int(max(key.max(), launches["launch_key"].max() if not launches.is_empty() else 0)) + 1
-    starts = _launch_starts(key)
-    del key
-    # per-run settings, looked up once per launch (the rows of a launch are contiguous and belong to one run)
-    settings = graphs or {}
+    starts = _launch_starts(decode["launch_key"].to_numpy())
+    settings = graphs or {}  # looked up once per launch (a launch's rows are contiguous and belong to one run)
     launch_runs = decode["run_id"].gather(starts).to_list()
     per_launch = (
         np.array([(warmup_requests or {}).get(r, 0) for r in launch_runs], dtype=np.int64),
@@ -159,7 +146,7 @@ def mark_steady(decode: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFr
         np.array([settings[r][1] if r in settings and settings[r][1] is not None else np.iinfo(np.int64).max
                   for r in launch_runs], dtype=np.int64),
     )
-    idle, windows = _idle_points(prefill), _launch_windows(launches, n_keys)
+    idle, windows = _idle_points(prefill), _launch_windows(launches, decode["launch_key"].max())
     code = np.empty(decode.height, dtype=np.int8)
     segment = np.empty(decode.height, dtype=np.int64)
     request = np.empty(decode.height, dtype=np.int64)
@@ -167,7 +154,7 @@ def mark_steady(decode: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFr
     for first, last in _launch_chunks(starts, decode.height):  # the rule is per launch
         lo, hi = int(starts[first]), int(starts[last]) if last < len(starts) else decode.height
         code[lo:hi], segment[lo:hi], request[lo:hi], by_config[lo:hi] = _mark_launches(
-            decode.slice(lo, hi - lo), starts[first:last] - lo, [p[first:last] for p in per_launch], idle, windows)
+            decode.slice(lo, hi - lo), [p[first:last] for p in per_launch], idle, windows)
     steady = code == len(REASONS)
     return decode.with_columns(
         reason_labels(code).alias("excluded_reason"), pl.Series("steady", steady),
@@ -176,20 +163,12 @@ def mark_steady(decode: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFr
     )
 
 
-def _mark_launches(decode: pl.DataFrame, starts: np.ndarray, per_launch: list[np.ndarray], idle: np.ndarray,
+def _mark_launches(decode: pl.DataFrame, per_launch: list[np.ndarray], idle: np.ndarray,
                    windows: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
-    """The steady-state rule on the rows of whole launches (`starts`: the first row of each): (reason code — len(REASONS)
-    for a row that counts —, segment, request, eager by configuration) per row. per_launch: warm-up requests, CUDA
-    graphs disabled, largest captured batch size, one value per launch."""
-    key = decode["launch_key"].to_numpy().astype(np.int64, copy=False)
+    """The rule on rows of whole launches: (reason code, len(REASONS) where the row counts; segment; request; eager by
+    configuration). per_launch: warm-up requests, CUDA graphs disabled, largest captured batch size."""
+    key, starts, segment, kept, startup, before_health = _launch_rule(decode, idle, windows)
     lengths = np.diff(np.r_[starts, len(key)])
-    segment = _segments(key, decode["line_no"].to_numpy(), idle)
-
-    rank = decode["tp_rank"].fill_null(-1).to_numpy()
-    kept = rank == np.repeat(np.minimum.reduceat(rank, starts), lengths)
-
-    ts = decode["ts"].dt.epoch("us").fill_null(_NO_TIME).to_numpy()
-    startup, before_health = _window(windows, key, ts)
     request = _dense_rank(key, segment, kept & ~startup & ~before_health)
     warm, disabled, max_bs = (np.repeat(values, lengths) for values in per_launch)
     in_warmup_request = (request >= 0) & (request < warm)
@@ -233,62 +212,38 @@ def warmup_requests(clients: pl.DataFrame) -> dict[str, int]:
 
 
 def detected_warmup_requests(decode: pl.DataFrame) -> dict[str, tuple[int, set[int]]]:
-    """Per run with one launch of decode rows: (number of requests after ready, the request numbers whose rows hold
-    a detected warm-up or eager batches with CUDA graphs on — the client's requests that overlap the server's
-    warm-up)."""
-    if decode.is_empty():
-        return {}
-    starts = _launch_starts(decode["launch_key"].to_numpy())
-    request = decode["request"].to_numpy()
-    last_request = np.maximum.reduceat(request, starts)  # per launch: its last request number, −1 when none
-    # a request that ran eager batches with CUDA graphs on (not by configuration) ran in the server's warm-up too
-    detected = np.flatnonzero(decode["excluded_reason"].is_in(["warmup_detected", "no_cuda_graph"]).fill_null(False).to_numpy()
-                              & (request >= 0))
-    detected_launch = np.searchsorted(starts, detected, side="right") - 1
-    launches_of: dict[str, list[int]] = {}
-    for index, run_id in enumerate(decode["run_id"].gather(starts).to_list()):
-        if last_request[index] >= 0:
-            launches_of.setdefault(run_id, []).append(index)
-    return {run_id: (int(last_request[index]) + 1, {int(r) for r in request[detected[detected_launch == index]]})
-            for run_id, (index, *more) in launches_of.items() if not more}
+    """Per run with one launch of requests: (requests after ready, the request numbers with a detected warm-up or eager
+    batches with CUDA graphs on, not by configuration — the client's requests that ran in the server's warm-up)."""
+    launches = decode.lazy().filter(pl.col("request") >= 0).group_by("run_id", "launch_key").agg(
+        (pl.col("request").max() + 1).alias("n"),
+        pl.col("request").filter(pl.col("excluded_reason").is_in(["warmup_detected", "no_cuda_graph"])).unique()).collect()
+    return {run_id: (int(n), set(requests)) for run_id, _, n, requests
+            in launches.filter(pl.len().over("run_id") == 1).iter_rows()}
 
 
 def mark_cycles(cycles: pl.DataFrame, prefill: pl.DataFrame, launches: pl.DataFrame, decode: pl.DataFrame
                 ) -> pl.DataFrame:
-    """spec_cycles rows (sorted by launch_key, line_no) + steady / excluded_reason by the decode rows' rule: before
-    ready or health ('startup', 'before_health_200'), another TP rank ('other_tp_rank'), or inside a segment whose
-    decode rows are the benchmark's warm-up request or a detected warm-up ('warmup_request', 'warmup_detected')."""
+    """spec_cycles rows (sorted by launch_key, line_no) + steady / excluded_reason by the decode rows' rule: start-up,
+    health, another TP rank, or a segment whose decode rows are the bench's warm-up request or a detected warm-up."""
     if cycles.is_empty():
         return cycles.with_columns(pl.lit(True).alias("steady"), pl.lit(None, REASON_TYPE).alias("excluded_reason"))
-    key = cycles["launch_key"].to_numpy().astype(np.int64)
-    line = cycles["line_no"].to_numpy().astype(np.int64)
-    n_keys = int(max(key.max(), launches["launch_key"].max() if not launches.is_empty() else 0)) + 1
-    segment = _segments(key, line, _idle_points(prefill))
-    rank = cycles["tp_rank"].fill_null(-1).to_numpy().astype(np.int64)
-    starts = _launch_starts(key)
-    kept = rank == np.repeat(np.minimum.reduceat(rank, starts), np.diff(np.r_[starts, len(key)]))
-    ts = cycles["ts"].dt.epoch("us").fill_null(_NO_TIME).to_numpy()
-    startup, before_health = _window(_launch_windows(launches, n_keys), key, ts)
-    # the reason of the decode rows' warm-up segments (launch_key, segment); the last row's where they differ
-    marked = decode.filter(pl.col("excluded_reason").is_in(["warmup_request", "warmup_detected"]))
-    warm_of = pl.DataFrame({"packed": (marked["launch_key"].to_numpy().astype(np.int64) << _SHIFT)
-                            | marked["segment"].to_numpy().astype(np.int64),
-                            "warm": marked["excluded_reason"].cast(pl.Utf8)}).group_by("packed", maintain_order=True).last()
-    warm = (pl.DataFrame({"packed": (key << _SHIFT) | segment})
-            .join(warm_of, on="packed", how="left", maintain_order="left")["warm"].fill_null("").to_numpy())
+    key, _, segment, kept, startup, before_health = _launch_rule(
+        cycles, _idle_points(prefill), _launch_windows(launches, cycles["launch_key"].max()))
+    # the reason of the decode rows' warm-up segments; the last row's where they differ
+    warm_of = (decode.filter(pl.col("excluded_reason").is_in(["warmup_request", "warmup_detected"]))
+               .group_by(pl.col("launch_key").cast(pl.Int64), "segment", maintain_order=True)
+               .agg(pl.col("excluded_reason").last().cast(pl.Utf8).alias("warm")))
+    warm = (pl.DataFrame({"launch_key": key, "segment": segment})
+            .join(warm_of, on=["launch_key", "segment"], how="left", maintain_order="left")["warm"].fill_null("").to_numpy())
     conditions = [~kept, startup, before_health, warm == "warmup_request", warm == "warmup_detected"]
-    names = ["other_tp_rank", "startup", "before_health_200", "warmup_request", "warmup_detected"]
-    code = np.select(conditions, np.arange(len(conditions), dtype=np.int8), default=np.int8(len(conditions)))
-    labels = pl.Series("excluded_reason", [*names, None], dtype=REASON_TYPE)
-    return cycles.with_columns(labels.gather(code.astype(np.uint32)), pl.Series("steady", code == len(conditions)))
+    code = np.select(conditions, [REASONS.index(r) for r in ("other_tp_rank", "startup", "before_health_200",
+                                                              "warmup_request", "warmup_detected")], len(REASONS))
+    return cycles.with_columns(reason_labels(code), pl.Series("steady", code == len(REASONS)))
 
 
 def server_columns(steady_rows: pl.DataFrame) -> np.ndarray:
-    """Per steady decode row: [tokens per step w = batch × accept_len, seconds per step t = w / rate, batch, 1].
-
-    Summed over rows: throughput = Σw/Σt, accept_len = Σw/Σbatch, batch = Σbatch/Σ1, step time = Σt/Σ1.
-    (SGLang logs one decode row per fixed number of decode steps, so rows are equally weighted in steps.)
-    """
+    """Per steady decode row: [tokens per step w = batch × accept_len, seconds per step t = w / rate, batch, 1]; summed:
+    throughput Σw/Σt, accept_len Σw/Σbatch, batch Σbatch/Σ1, step time Σt/Σ1 (a row per fixed number of steps)."""
     batch = steady_rows["running_req"].fill_null(1).cast(pl.Float64).clip(lower_bound=1.0).to_numpy()
     accept = steady_rows["accept_len"].fill_null(1.0).cast(pl.Float64).to_numpy()
     rate = steady_rows["gen_throughput_tok_s"].cast(pl.Float64).to_numpy()
@@ -297,14 +252,8 @@ def server_columns(steady_rows: pl.DataFrame) -> np.ndarray:
 
 
 def client_rows(bench: pl.DataFrame, detected: dict[str, tuple[int, set[int]]] | None = None) -> pl.DataFrame:
-    """Client requests with tokens and seconds; adds `excluded_reason` for the ones that cannot count. detected:
-    detected_warmup_requests(decode) — a single-stream run's k-th request (by request_index) is its k-th segment
-    after ready when it has as many requests as segments; the requests of detected warm-up segments are excluded."""
-    if bench.is_empty():
-        return bench.with_columns(
-            pl.lit(None, pl.Float64).alias("tokens"), pl.lit(None, pl.Float64).alias("seconds"),
-            pl.lit(None, pl.Utf8).alias("excluded_reason"),
-        )
+    """Client requests + tokens, seconds and `excluded_reason`. detected: detected_warmup_requests(decode); a
+    single-stream run's k-th request is its k-th segment after ready when it has as many requests as segments."""
     tokens = pl.col("completion_tokens").cast(pl.Float64)
     rows = bench.with_columns(tokens.alias("tokens"), pl.coalesce(
         pl.col("latency_s"), pl.col("e2e_latency_s"), tokens / pl.col("output_tok_s")).cast(pl.Float64).alias("seconds"))

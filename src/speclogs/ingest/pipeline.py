@@ -1,19 +1,13 @@
 """The ingest pipeline, top to bottom: discover → read → split → classify → assemble → (the store) write.
 
-`run_pipeline(discovery, sink)` is what `speclogs ingest` does with the inputs sources.discover_inputs found. It reads
-each one safely (gzip, binary, NUL and invalid bytes), leaves out what the database already holds and what this call
-already read (the same content under another name), and parses the rest:
-
-- small files go in batches: their lines, numbered on in one sequence, are split (lines.py), classified
-  (classify.py) and assembled (records.py) as ONE chunk, so two thousand 500-line logs cost about what one
-  million-line log does; JSON inputs are read file by file (jsonfiles.py); a batch is parsed on a thread while the
-  sink writes the one before;
-- a big log streams, chunk by chunk, two chunks parsed at once on threads while the sink inserts the one before.
-
-The sink (speclogs.store.writer.Writer) gets `write_batch(batch, tally)` for a batch and `write_stream(parsed,
-produce, tally)` for a big log, where `produce(emit)` parses it and hands `emit(table, frame)` each table frame.
-Nothing here touches DuckDB. Per file the pipeline keeps its account (line counts, rows per table, warnings, run
-facts, launches) in a ParsedFile, which the sink writes to `files`, `runs` and `launches`.
+`run_pipeline(discovery, sink)` reads each input safely (gzip, binary, NUL and invalid bytes), leaves out what the
+database already holds and what this call already read (the same content under another name), and parses the rest.
+Small files go in batches: their lines, numbered on in one sequence, are split (lines.py), classified (classify.py)
+and assembled (records.py) as ONE chunk, JSON inputs file by file (jsonfiles.py), a batch parsed on a thread while the
+sink writes the one before: `sink.write_batch(batch, tally)`. A big log streams, two chunks parsed at once on threads:
+`sink.write_stream(parsed, produce, tally)`, where `produce(emit)` hands `emit(table, frame)` each table frame. Per file
+the pipeline keeps its account in a ParsedFile, which the sink (speclogs.store.writer) writes to `files`, `runs` and
+`launches`.
 """
 
 from __future__ import annotations
@@ -155,12 +149,9 @@ class Tally:
         self.warnings.extend(f"{parsed.source_file}: {warning}" for warning in parsed.account.warnings)
 
     def summary(self, db_path: str, seconds: float) -> IngestSummary:
-        return IngestSummary(
-            db_path=db_path, files_found=self.files_total, files_ingested=self.ingested, files_unchanged=self.unchanged,
-            bytes_read=self.bytes_done, seconds=seconds, account=self.account, warnings=tuple(self.warnings), runs=tuple(sorted(self.runs)),
-            source_files=tuple(self.source_files), skipped_files=tuple(self.skipped_files), replaced=tuple(self.replaced),
-            failed=tuple(self.failed),
-        )
+        return IngestSummary(db_path, self.files_total, self.ingested, self.unchanged, self.bytes_done, seconds, self.account,
+                             tuple(self.warnings), tuple(sorted(self.runs)), tuple(self.source_files),
+                             skipped_files=tuple(self.skipped_files), replaced=tuple(self.replaced), failed=tuple(self.failed))
 
 
 class IngestInterrupted(KeyboardInterrupt):
@@ -171,15 +162,8 @@ class IngestInterrupted(KeyboardInterrupt):
 # the pipeline
 
 
-def run_pipeline(
-    discovery: Discovery,
-    sink,
-    engine_for: Callable[[], Engine],
-    *,
-    replace: bool = False,
-    on_progress: Callable[[ProgressEvent], None] | None = None,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-) -> Tally:
+def run_pipeline(discovery: Discovery, sink, engine_for: Callable[[], Engine], *, replace: bool = False,
+                 on_progress: Callable[[ProgressEvent], None] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Tally:
     """(discovered inputs, sources.discover_inputs) → read → (skip what is stored) → split → classify → assemble →
     sink. `engine_for()` compiles the grammars, called only when there is a log to read. Raises InputError when
     nothing names an input."""
@@ -187,6 +171,7 @@ def run_pipeline(
         raise InputError("nothing to ingest", hint="pass log files, directories, .gz files or '-' for stdin")
     tally = Tally.of(discovery)
     engine = engine_for() if any(f.kind == "log" for f in discovery.files) else None
+    contents = Contents(sink.stored())
     show = tally.bytes_total >= PROGRESS_MIN_BYTES or tally.files_total > 50
 
     def progress(item: InputFile, index: int, fraction: float = 0.0) -> None:
@@ -195,8 +180,40 @@ def run_pipeline(
             on_progress(ProgressEvent(name, tally.bytes_done + int(fraction * item.size_bytes), tally.bytes_total, index,
                                       tally.files_total, show))
 
+    batch: list[ParsedFile] = []
+    batch_bytes = 0
+    parsing: Future | None = None
+
+    def flush() -> None:
+        """Hand the batch to the parser thread and write the one parsed before (called twice: write this one too)."""
+        nonlocal batch, batch_bytes, parsing
+        submitted = pool.submit(_parse_files, batch, engine) if batch else None
+        if parsing is not None:
+            _write_parsed(parsing.result(), sink, tally)
+        parsing, batch, batch_bytes = submitted, [], 0
+
+    # a batch is parsed on a thread while the one before is written: polars and DuckDB release the GIL
     try:
-        _run_files(discovery, sink, engine, tally, Contents(sink.stored()), replace, progress, chunk_bytes)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speclogs-batch") as pool:
+            for index, item in enumerate(discovery.files):
+                progress(item, index)
+                parsed = _read(item, contents, tally, replace=replace, named=discovery.named)
+                big = parsed is not None and (parsed.raw.stream is not None or len(parsed.raw.data) >= STREAM_MIN_BYTES)
+                if big and item.kind == "log":
+                    flush()
+                    flush()
+                    tally.writing = (parsed.source_file,)
+                    sink.write_stream(parsed, lambda emit, parsed=parsed, index=index: _parse_stream(
+                        parsed, engine, emit, chunk_bytes, lambda fraction: progress(parsed.item, index, fraction)), tally)
+                    tally.writing = ()
+                elif parsed is not None:
+                    batch.append(parsed)
+                    batch_bytes += len(parsed.raw.data)
+                    if batch_bytes >= BATCH_BYTES or len(batch) >= BATCH_FILES:
+                        flush()
+                tally.bytes_done += item.size_bytes
+            flush()
+            flush()
     except KeyboardInterrupt:
         # a second Ctrl-C while the interrupted ingest closes the database would land in the middle of the cleanup
         if threading.current_thread() is threading.main_thread():
@@ -205,43 +222,6 @@ def run_pipeline(
     if on_progress is not None:
         on_progress(ProgressEvent("done", tally.bytes_total, tally.bytes_total, tally.files_total, tally.files_total, show))
     return tally
-
-
-def _run_files(discovery: Discovery, sink, engine: Engine | None, tally: Tally, contents: Contents, replace: bool,
-               progress: Callable, chunk_bytes: int) -> None:
-    batch: list[ParsedFile] = []
-    batch_bytes = 0
-    # A batch is parsed on this thread while the previous one is written (and the next files are read): polars and
-    # DuckDB release the GIL, so the two overlap on two cores, as a big log's chunks do.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speclogs-batch") as pool:
-        parsing: Future | None = None
-
-        def flush() -> None:
-            """Hand the batch to the parser thread and write the one parsed before (twice: write this one too)."""
-            nonlocal batch, batch_bytes, parsing
-            submitted = pool.submit(_parse_files, batch, engine) if batch else None
-            if parsing is not None:
-                _write_parsed(parsing.result(), sink, tally)
-            parsing, batch, batch_bytes = submitted, [], 0
-
-        for index, item in enumerate(discovery.files):
-            progress(item, index)
-            parsed = _read(item, contents, tally, replace=replace, named=discovery.named)
-            if parsed is not None and item.kind == "log" and (parsed.raw.stream is not None or len(parsed.raw.data) >= STREAM_MIN_BYTES):
-                flush()
-                flush()
-                tally.writing = (parsed.source_file,)
-                sink.write_stream(parsed, lambda emit, parsed=parsed, index=index: _parse_stream(
-                    parsed, engine, emit, chunk_bytes, lambda fraction: progress(parsed.item, index, fraction)), tally)
-                tally.writing = ()
-            elif parsed is not None:
-                batch.append(parsed)
-                batch_bytes += len(parsed.raw.data)
-                if batch_bytes >= BATCH_BYTES or len(batch) >= BATCH_FILES:
-                    flush()
-            tally.bytes_done += item.size_bytes
-        flush()
-        flush()
 
 
 class Contents:
@@ -432,18 +412,12 @@ def _parse_logs(texts: list[bytes], engine: Engine) -> ChunkResult:
 
 
 def _parse_json(parsed: ParsedFile) -> dict[str, pl.DataFrame]:
-    text = parsed.raw.data.decode("utf-8")
-    kind = parsed.item.kind
-    if kind == "run_json":
-        tables, account = parse_run_json(text)
-    elif kind == "bench_json":
-        tables, account = parse_bench_json(text)
-    elif kind == "nccl_probe":
-        tables, account = parse_nccl_probe(text, parsed.source_file)
-    elif kind == "prometheus":
-        tables, account = parse_prometheus_file(text, parsed.item.path)
-    elif kind == "request_export":
-        tables, account = parse_request_export(text)
+    text, kind = parsed.raw.data.decode("utf-8"), parsed.item.kind
+    readers = {"run_json": parse_run_json, "bench_json": parse_bench_json, "request_export": parse_request_export,
+               "nccl_probe": lambda text: parse_nccl_probe(text, parsed.source_file),
+               "prometheus": lambda text: parse_prometheus_file(text, parsed.item.path)}
+    if kind in readers:
+        tables, account = readers[kind](text)
     else:
         tables, account = parse_bench_jsonl(text, kind=kind)
         add_bench_serving_requests(tables)

@@ -146,7 +146,13 @@ class Writer:
             self._commit()
         except (*FAILURES, KeyboardInterrupt) as error:
             self._rollback()
-            rows_left = not self._remove_written(source_file)
+            try:  # what earlier commits wrote; should that fail too (a full disk), the next ingest removes it, and says so
+                self._remove_interrupted(say=False)
+                rows_left = False
+            except FAILURES as second:
+                self.layout.notes.append(f"{source_file}: the rows it had written could not be removed yet ({first_line(second)}); "
+                                         "the next ingest removes them")
+                rows_left = True
             _raise_interrupt(error)
             self._failed(parsed, error, tally, rows_left=rows_left)
             return
@@ -174,17 +180,6 @@ class Writer:
         _upsert_runs(self.connection, files)
         if any(parsed.replaces for parsed in files):  # a relaunched launch has a new run_id: its old run has no files left
             self.connection.execute("DELETE FROM runs WHERE run_id NOT IN (SELECT run_id FROM files WHERE run_id IS NOT NULL)")
-
-    def _remove_written(self, source_file: str) -> bool:
-        """Remove what earlier commits of a streamed file that failed wrote (→ True when done). Should that fail too
-        (a full disk), its _ingesting mark is committed: the next ingest removes them, and says so."""
-        try:
-            self._remove_interrupted(say=False)
-        except FAILURES as error:
-            self.layout.notes.append(f"{source_file}: the rows it had written could not be removed yet ({first_line(error)}); "
-                                     "the next ingest removes them")
-            return False
-        return True
 
 
 def _raise_interrupt(error: BaseException) -> None:
@@ -273,13 +268,15 @@ def batch_run_rows(files: list[ParsedFile]) -> dict[str, dict]:
 
 
 def _upsert_runs(connection, files: list[ParsedFile]) -> None:
-    """One statement for the files: new runs are appended in the order they were met, known ones keep what the new
-    files do not say."""
+    """Known runs keep what the new files do not say (an UPDATE in place: DuckDB's ON CONFLICT would move them to the
+    end); new runs are appended in the order they were met."""
     rows = [{c: r.get(c) for c in RUN_TYPES} for r in batch_run_rows(files).values()]
-    frame = redacted("runs", pl.DataFrame(rows, schema=RUN_TYPES, orient="row"))
-    updates = ", ".join(f"{c} = COALESCE(EXCLUDED.{c}, runs.{c})" for c in RUN_TYPES if c != "run_id")
-    connection.register("_speclogs_runs", frame.__arrow_c_stream__())
+    frame = redacted("runs", pl.DataFrame(rows, schema=RUN_TYPES, orient="row")).with_row_index("_position")
+    updates = ", ".join(f"{c} = COALESCE(n.{c}, runs.{c})" for c in RUN_TYPES if c != "run_id")
+    connection.register("_speclogs_runs", connection.from_arrow(frame.__arrow_c_stream__()).materialize())  # read twice
     try:
-        connection.execute(f"INSERT INTO runs BY NAME SELECT * FROM _speclogs_runs ON CONFLICT (run_id) DO UPDATE SET {updates}")
+        connection.execute(f"UPDATE runs SET {updates} FROM _speclogs_runs AS n WHERE runs.run_id = n.run_id")
+        connection.execute("INSERT INTO runs BY NAME SELECT * EXCLUDE (_position) FROM _speclogs_runs "
+                           "WHERE run_id NOT IN (SELECT run_id FROM runs) ORDER BY _position")
     finally:
         connection.unregister("_speclogs_runs")

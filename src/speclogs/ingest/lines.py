@@ -27,10 +27,9 @@ GLUED_RE = re.compile(
 
 @dataclass(frozen=True)
 class Wrappers:
-    """What capture tools put before a line (the wrapper grammars, grammars/wrappers.toml), compiled: `detect` finds
-    the lines not starting with '[' that start with one (polars, with names dropped), `each` peels one off (Python, on
-    those few lines); `heads` are the literal starts ('[pod/') by which a line starting with '[' is found (a regex
-    over every line, or a literal search for text that '[' starts, costs more than all the rest of the split)."""
+    """The wrapper grammars (grammars/wrappers.toml) compiled: `detect` finds the lines not starting with '[' that start
+    with one (polars), `each` peels one off (Python, on those few lines); `heads` are the literal starts ('[pod/') that
+    find one on a line starting with '[' (cheaper than a regex over every line)."""
 
     detect: str
     each: tuple[re.Pattern, ...]

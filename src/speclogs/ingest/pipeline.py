@@ -225,9 +225,8 @@ def run_pipeline(discovery: Discovery, sink, engine_for: Callable[[], Engine], *
 
 
 class Contents:
-    """Which content is where (stored, or read earlier in this call), to ingest the same content once. Sizes are
-    compared first and a file's sha256 only asked for when another file has its size: a big log is streamed and
-    hashed as it is parsed, and asking for its hash before would read it twice."""
+    """Which content is where (stored, or read earlier in this call), to ingest the same content once. A sha256 is
+    asked for only when another file has the same size: a big log is hashed as it is streamed."""
 
     def __init__(self, stored: list[tuple]) -> None:
         self._by_size: dict[int, list[tuple[str, str | RawInput]]] = {}
@@ -319,8 +318,7 @@ def _appended(item: InputFile, stored_size: int, digests: set[str]) -> bool:
 
 
 def _parse_files(files: list[ParsedFile], engine: Engine | None) -> list[Batch | tuple[ParsedFile, BaseException]]:
-    """Small files parsed as one batch; when the batch as a whole fails, file by file (only the file that fails is
-    left out: it comes back with its error)."""
+    """Small files parsed as one batch; when that fails, file by file (a file that fails comes back with its error)."""
     started = time.perf_counter()
     try:
         batch = parse_batch(files, engine)
@@ -350,9 +348,8 @@ def _write_parsed(parsed_files: list[Batch | tuple[ParsedFile, BaseException]], 
 
 
 def collect_cycles() -> None:
-    """Free the reference cycles made since the last call (the youngest generation only). speclogs.store.ingest_paths
-    turns the automatic cyclic GC off for the ingest, and ast.literal_eval, which reads the values of server_args and
-    --log-requests lines, leaves a cycle of ~11 objects a value (~300 MB kept to the end of a 10M-line log)."""
+    """The youngest generation's reference cycles: ingest_paths turns the cyclic GC off, and ast.literal_eval (server_args
+    and --log-requests values) leaves a cycle of ~11 objects a value (~300 MB by the end of a 10M-line log)."""
     gc.collect(0)
 
 
@@ -485,11 +482,8 @@ def _parse_stream(parsed: ParsedFile, engine: Engine, emit, chunk_bytes: int, on
 
 
 def parse_log_chunks(source: bytes | LogStream, engine: Engine, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[ChunkResult]:
-    """Parse one log (valid UTF-8 bytes, or a LogStream read chunk by chunk); launch numbers continue across chunks.
-
-    Up to PARSE_THREADS chunks are parsed at once, each whole (split, classified, assembled, its request lines read:
-    polars releases the GIL); what needs the chunks before it, numbering its launches after theirs, is done here, in
-    file order."""
+    """Parse one log (valid UTF-8 bytes, or a LogStream read chunk by chunk), PARSE_THREADS chunks at once, each whole
+    (polars releases the GIL); its launches are numbered after those of the chunks before it here, in file order."""
     stream = source if isinstance(source, LogStream) else LogStream(bytes(source), len(source))
     launches_before, first_line_no = 0, 1
     pending: deque[tuple[int, Future]] = deque()  # (byte_end, the chunk's parse), in file order

@@ -497,7 +497,8 @@ def parse_log_chunks(source: bytes | LogStream, engine: Engine, *, chunk_bytes: 
         return result
 
     with ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="speclogs-chunk") as pool:
-        for chunk in stream.chunks(chunk_bytes):  # lines counted as chunks are handed out: the first parses at once
+        for view in stream.chunks(chunk_bytes):  # lines counted as chunks are handed out: the first parses at once
+            chunk = bytes(view)  # (the one copy of it that splitting and counting need)
             pending.append((stream.bytes_read, pool.submit(_parse_chunk, chunk, engine, first_line_no)))
             first_line_no += count_lines(chunk)
             if len(pending) >= CHUNKS_AHEAD:

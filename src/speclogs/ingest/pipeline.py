@@ -25,23 +25,14 @@ from dataclasses import dataclass, field, replace as replace_field
 import polars as pl
 
 from speclogs.errors import InputError, SpeclogsError
+from speclogs.ingest import sources
 from speclogs.ingest.classify import NEW_PREFIX, Engine, classify
 from speclogs.ingest.jsonfiles import parse_bench_json, parse_bench_jsonl, parse_nccl_probe, parse_run_json
 from speclogs.ingest.lines import Lines, build_lines, count_lines
 from speclogs.ingest.prometheus import parse_prometheus_file
 from speclogs.ingest.records import ChunkFiles, ChunkResult, assemble, number_launches
 from speclogs.ingest.requests import RequestLog, add_bench_serving_requests, parse_request_export, read_request_lines
-from speclogs.ingest.sources import (
-    STDIN_NAME,
-    STDIN_RUN,
-    STREAM_MIN_BYTES,
-    Discovery,
-    InputFile,
-    LogStream,
-    RawInput,
-    read_input,
-    run_id_for,
-)
+from speclogs.ingest.sources import Discovery, InputFile, LogStream, RawInput, read_input
 from speclogs.ingest.summary import UNCHANGED, FileAccount, IngestSummary, ProgressEvent
 
 DEFAULT_CHUNK_BYTES = 16 << 20  # two chunks are parsed at once; 32 MiB chunks cost ~140 MB more peak RSS, no speed
@@ -198,7 +189,7 @@ def run_pipeline(discovery: Discovery, sink, engine_for: Callable[[], Engine], *
             for index, item in enumerate(discovery.files):
                 progress(item, index)
                 parsed = _read(item, contents, tally, replace=replace, named=discovery.named)
-                big = parsed is not None and (parsed.raw.stream is not None or len(parsed.raw.data) >= STREAM_MIN_BYTES)
+                big = parsed is not None and (parsed.raw.stream is not None or len(parsed.raw.data) >= sources.STREAM_MIN_BYTES)
                 if big and item.kind == "log":
                     flush()
                     flush()
@@ -266,10 +257,10 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
     raw = read_input(item)
     source_file = item.source_file
     if item.path is None and raw.sha256:
-        source_file = f"{STDIN_NAME[:-1]}:{raw.sha256[:12]}>"
-        if item.run.run_name == STDIN_RUN:  # no --run-name: each text piped in is a run of its own
-            name = f"{STDIN_RUN}-{raw.sha256[:8]}"
-            item = replace_field(item, run=replace_field(item.run, run_id=run_id_for(f"stdin:{name}"), run_name=name))
+        source_file = f"{sources.STDIN_NAME[:-1]}:{raw.sha256[:12]}>"
+        if item.run.run_name == sources.STDIN_RUN:  # no --run-name: each text piped in is a run of its own
+            name = f"{sources.STDIN_RUN}-{raw.sha256[:8]}"
+            item = replace_field(item, run=replace_field(item.run, run_id=sources.run_id_for(f"stdin:{name}"), run_name=name))
     tally.warnings.extend(f"{source_file}: {warning}" for warning in raw.warnings)
     if raw.skipped_reason is not None:
         fail = source_file in named and raw.skipped_reason.startswith(UNREADABLE_REASONS)

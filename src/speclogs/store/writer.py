@@ -88,15 +88,9 @@ class Writer:
             _raise_interrupt(error)
             if len(batch.files) == 1:
                 self._failed(batch.files[0], error, tally)
-                return
-            for index, parsed in enumerate(batch.files):  # find the culprit: one transaction per file
-                try:
-                    self._transaction(batch.of(index))
-                except FAILURES as error:
-                    _raise_interrupt(error)
-                    self._failed(parsed, error, tally)
-                else:
-                    tally.add(parsed)
+            else:  # find the culprit: one transaction per file
+                for index in range(len(batch.files)):
+                    self.write_batch(batch.of(index), tally)
             return
         for parsed in batch.files:
             tally.add(parsed)

@@ -233,7 +233,7 @@ def staged(log: Path) -> dict[str, float]:
     two chunks classified at once while a thread inserts), chunk by chunk as speclogs.ingest.pipeline does:
     read (LogStream: read, sha256, UTF-8 check) → lines + classify + assemble (the steps of pipeline._parse_chunk) →
     requests (read_request_lines reads --log-requests lines, RequestLog pairs them) → insert (store.writer's
-    _PendingRows through the Layout, committed every SEGMENT_ROWS rows). Left out: the files, runs and launches rows
+    _Pending through the Layout, committed every SEGMENT_ROWS rows). Left out: the files, runs and launches rows
     (a few statements) and the progress display."""
     from speclogs.grammar import load_grammars
     from speclogs.ingest.classify import classify, compile_engine
@@ -244,7 +244,7 @@ def staged(log: Path) -> dict[str, float]:
     from speclogs.ingest.sources import LogStream
     from speclogs.store.database import connect
     from speclogs.store.layout import Layout
-    from speclogs.store.writer import SEGMENT_ROWS, _PendingRows
+    from speclogs.store.writer import SEGMENT_ROWS, _Pending
 
     stages = dict.fromkeys(("grammars", "read", "lines", "classify", "assemble", "requests", "insert"), 0.0)
     t = time.perf_counter()
@@ -259,7 +259,7 @@ def staged(log: Path) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         con = connect(Path(tmp) / "staged.duckdb")
         con.execute("SET disabled_compression_methods = 'rle'")  # as ingest_paths does
-        pending = _PendingRows(Layout(con), "bench", str(log))
+        pending = _Pending(Layout(con), "bench", str(log))
         con.execute("BEGIN TRANSACTION")
         first_line_no, launches = 1, 0
         while chunks:
@@ -282,7 +282,7 @@ def staged(log: Path) -> dict[str, float]:
                 if frame.height:
                     pending.add(table, frame)
                 if pending.received >= SEGMENT_ROWS:
-                    pending.flush_whole()
+                    pending.flush()
                     con.execute("COMMIT")
                     con.execute("BEGIN TRANSACTION")
                     pending.received = 0
@@ -296,7 +296,7 @@ def staged(log: Path) -> dict[str, float]:
         t = time.perf_counter()
         if frame is not None:
             pending.add("requests", frame)
-        pending.flush_all()
+        pending.flush(whole=False)
         con.execute("COMMIT")
         stages["insert"] += time.perf_counter() - t
         con.close()

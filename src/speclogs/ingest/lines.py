@@ -6,8 +6,6 @@ ANSI colour codes are stripped, tqdm's `\\r` states are split apart, a log recor
 bar is cut off into its own piece (it keeps the physical line number), and what capture tools put before a line
 (docker compose, Ray, kubectl, journald, `docker logs -t`, srun: the wrapper grammars) is peeled. Lines longer than
 MAX_LINE_BYTES are not parsed at all: they are stored whole as unparsed, with reason 'line too long to parse'.
-
-Polars' CSV reader splits the lines (one column, a separator that never occurs in text).
 """
 
 from __future__ import annotations
@@ -29,10 +27,9 @@ GLUED_RE = re.compile(
 
 @dataclass(frozen=True)
 class Wrappers:
-    """What capture tools put before a line (the wrapper grammars, grammars/wrappers.toml), compiled: `detect` finds
-    the lines not starting with '[' that start with one (polars, with names dropped), `each` peels one off (Python, on
-    those few lines); `heads` are the literal starts ('[pod/') by which a line starting with '[' is found (a regex
-    over every line, or a literal search for text that '[' starts, costs more than all the rest of the split)."""
+    """The wrapper grammars (grammars/wrappers.toml) compiled: `detect` finds the lines not starting with '[' that start
+    with one (polars), `each` peels one off (Python, on those few lines); `heads` are the literal starts ('[pod/') that
+    find one on a line starting with '[' (cheaper than a regex over every line)."""
 
     detect: str
     each: tuple[re.Pattern, ...]
@@ -51,15 +48,17 @@ _BLANK = " \t\x0b\x0c"  # what makes a piece blank (the same set as _ODD_LINE's,
 @dataclass(frozen=True)
 class Lines:
     """The physical lines of one chunk: `frame` has line_no (Int64), piece (Int32), text (Utf8) for the pieces to
-    classify; `blank` / `too_long` list lines that produce no piece; `raw` gives any line's text by line_no."""
+    classify; `blank` / `too_long` list lines that produce no piece; `raw` is every line's line_no and text (raw)."""
 
     frame: pl.DataFrame
-    total_lines: int
-    first_line_no: int
-    raw: pl.Series  # physical line text, index = line_no - first_line_no
+    raw: pl.DataFrame
     blank: tuple[int, ...]
     too_long: tuple[tuple[int, int], ...]  # (line_no, byte length)
     outer_prefixes: tuple[tuple[int, str], ...] = ()  # (line_no, the prefixes a capture tool put before its text)
+
+    @property
+    def total_lines(self) -> int:
+        return self.raw.height
 
 
 def count_lines(data: bytes | memoryview) -> int:
@@ -69,29 +68,14 @@ def count_lines(data: bytes | memoryview) -> int:
 
 
 def read_lines(data: bytes | memoryview) -> pl.Series:
-    """Split valid UTF-8 bytes into physical lines (CRLF and LF; a final line without newline counts)."""
-    if isinstance(data, memoryview):
-        data = data.tobytes()  # `in` and the CSV reader want bytes (a memoryview's `in` is a Python-level loop)
-    if not len(data):
-        return pl.Series("text", [], dtype=pl.Utf8)
+    """Split valid UTF-8 bytes into physical lines (CRLF and LF; a final line without newline counts): polars' CSV
+    reader, one column, split at a byte that never occurs in text (text with it goes through Python)."""
+    data = bytes(data)
     if b"\x01" in data:
-        # the fast CSV reader below splits on \x01; such files go through Python
-        text = bytes(data).decode("utf-8")
-        parts = text.split("\n")
-        if parts and parts[-1] == "":
-            parts.pop()
-        parts = [p[:-1] if p.endswith("\r") else p for p in parts]
-        return pl.Series("text", parts, dtype=pl.Utf8)
-    frame = pl.read_csv(
-        data,
-        has_header=False,
-        separator="\x01",
-        quote_char=None,
-        infer_schema=False,
-        encoding="utf8-lossy",
-        new_columns=["text"],
-        low_memory=False,
-    )
+        return pl.Series("text", data.decode("utf-8").removesuffix("\n").split("\n")).str.strip_suffix("\r")
+    if not data:
+        return pl.Series("text", [], dtype=pl.Utf8)
+    frame = pl.read_csv(data, has_header=False, separator="\x01", quote_char=None, infer_schema=False, new_columns=["text"])
     return frame.get_column("text").fill_null("")
 
 
@@ -146,43 +130,24 @@ def odd_lines(text: pl.Series, wrappers: Wrappers) -> pl.Series:
 
 def build_lines(data: bytes | memoryview, wrappers: Wrappers, first_line_no: int = 1) -> Lines:
     """Physical lines of a chunk → the piece frame to classify."""
-    raw = read_lines(data)
-    total = raw.len()
-    frame = pl.DataFrame({"text": raw}).with_row_index("line_no", offset=0)
-    frame = frame.with_columns((pl.col("line_no").cast(pl.Int64) + first_line_no).alias("line_no"))
-    too_long_mask = frame.get_column("text").str.len_bytes() > MAX_LINE_BYTES
-    too_long_frame = frame.filter(too_long_mask)
-    too_long = tuple(
-        zip(too_long_frame["line_no"].to_list(), too_long_frame["text"].str.len_bytes().to_list())
-    )
-    if too_long:
-        frame = frame.filter(~too_long_mask)
-    odd_mask = odd_lines(frame.get_column("text"), wrappers)
+    text = read_lines(data)
+    raw = pl.DataFrame({"line_no": pl.int_range(first_line_no, first_line_no + text.len(), dtype=pl.Int64, eager=True), "raw": text})
+    long = text.str.len_bytes() > MAX_LINE_BYTES
+    too_long = tuple(raw.filter(long).select("line_no", pl.col("raw").str.len_bytes()).iter_rows())
+    frame = raw.filter(~long) if too_long else raw
+    odd = odd_lines(frame.get_column("raw"), wrappers)
     blank: list[int] = []
     prefixes: list[tuple[int, str]] = []
-    if odd_mask.any():
-        odd = frame.filter(odd_mask)
-        normal = frame.filter(~odd_mask)
-        rows_line: list[int] = []
-        rows_piece: list[int] = []
-        rows_text: list[str] = []
-        for line_no, text in zip(odd["line_no"].to_list(), odd["text"].to_list()):
-            pieces, peeled = split_pieces(text, wrappers)
-            if peeled:
-                prefixes.append((line_no, "".join(peeled)))
-            if not pieces:
-                blank.append(line_no)
-            for index, piece in enumerate(pieces):
-                rows_line.append(line_no)
-                rows_piece.append(index)
-                rows_text.append(piece)
-        split_frame = pl.DataFrame(
-            {"line_no": rows_line, "piece": rows_piece, "text": rows_text},
-            schema={"line_no": pl.Int64, "piece": pl.Int32, "text": pl.Utf8},
-        )
-        normal = normal.select("line_no", pl.lit(0, dtype=pl.Int32).alias("piece"), "text")
-        frame = pl.concat([normal, split_frame]).sort(["line_no", "piece"])
-    else:
-        frame = frame.select("line_no", pl.lit(0, dtype=pl.Int32).alias("piece"), "text")
-    return Lines(frame=frame, total_lines=total, first_line_no=first_line_no, raw=raw, blank=tuple(blank), too_long=too_long,
-                 outer_prefixes=tuple(prefixes))
+    rows: list[tuple[int, int, str]] = []
+    for line_no, line in frame.filter(odd).iter_rows():  # rare: plain Python
+        pieces, peeled = split_pieces(line, wrappers)
+        if peeled:
+            prefixes.append((line_no, "".join(peeled)))
+        if not pieces:
+            blank.append(line_no)
+        rows.extend((line_no, index, piece) for index, piece in enumerate(pieces))
+    pieces = frame.filter(~odd).select("line_no", pl.lit(0, dtype=pl.Int32).alias("piece"), pl.col("raw").alias("text"))
+    if rows:
+        split = pl.DataFrame(rows, schema=pieces.schema, orient="row")
+        pieces = pl.concat([pieces, split]).sort("line_no", "piece")
+    return Lines(frame=pieces, raw=raw, blank=tuple(blank), too_long=too_long, outer_prefixes=tuple(prefixes))

@@ -1,54 +1,38 @@
 """The ingest pipeline, top to bottom: discover → read → split → classify → assemble → (the store) write.
 
-`run_pipeline(discovery, sink)` is what `speclogs ingest` does, given the inputs sources.discover_inputs found
-(which files, which runs; it runs before the database is opened). It reads each one
-safely (gzip, binary, NUL and invalid bytes), leaves out what the database already holds and what this call
-already read (the same content under another name), and parses the rest:
-
-- small files go in batches: their lines, numbered on in one sequence, are split (lines.py), classified
-  (classify.py) and assembled (records.py) as ONE chunk, so two thousand 500-line logs cost about what one
-  million-line log does; JSON inputs (bench results, run.json, probe files) are read file by file (jsonfiles.py);
-  a batch is parsed on a thread while the sink writes the one before;
-- a big log streams, chunk by chunk, two chunks parsed at once (each whole: split, classified, assembled, its
-  request lines read); only numbering its launches after the chunks before it waits for them.
-
-What comes out goes to the sink (speclogs.store.writer): `write_batch(batch)` for a batch, `write_stream(parsed,
-produce)` for a big log (the sink runs `produce(emit)` as it likes, e.g. on a thread while it inserts). Nothing here
-touches DuckDB. Per file the pipeline keeps its account (line counts, rows per table, warnings, run facts,
-launches) in a ParsedFile, which the sink writes to `files`, `runs` and `launches`.
+`run_pipeline(discovery, sink)` reads each input safely (gzip, binary, NUL and invalid bytes), leaves out what the
+database already holds and what this call already read (the same content under another name), and parses the rest.
+Small files go in batches: their lines, numbered on in one sequence, are split (lines.py), classified (classify.py)
+and assembled (records.py) as ONE chunk, JSON inputs file by file (jsonfiles.py), a batch parsed on a thread while the
+sink writes the one before: `sink.write_batch(batch, tally)`. A big log streams, two chunks parsed at once on threads:
+`sink.write_stream(parsed, produce, tally)`, where `produce(emit)` hands `emit(table, frame)` each table frame. Per file
+the pipeline keeps its account in a ParsedFile, which the sink (speclogs.store.writer) writes to `files`, `runs` and
+`launches`.
 """
 
 from __future__ import annotations
 
 import gc
 import hashlib
+import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace as replace_field
-from typing import Protocol
 
 import polars as pl
 
 from speclogs.errors import InputError, SpeclogsError
+from speclogs.ingest import sources
 from speclogs.ingest.classify import NEW_PREFIX, Engine, classify
 from speclogs.ingest.jsonfiles import parse_bench_json, parse_bench_jsonl, parse_nccl_probe, parse_run_json
 from speclogs.ingest.lines import Lines, build_lines, count_lines
 from speclogs.ingest.prometheus import parse_prometheus_file
 from speclogs.ingest.records import ChunkFiles, ChunkResult, assemble, number_launches
 from speclogs.ingest.requests import RequestLog, add_bench_serving_requests, parse_request_export, read_request_lines
-from speclogs.ingest.sources import (
-    STDIN_NAME,
-    STDIN_RUN,
-    STREAM_MIN_BYTES,
-    Discovery,
-    InputFile,
-    LogStream,
-    RawInput,
-    read_input,
-    run_id_for,
-)
+from speclogs.ingest.sources import Discovery, InputFile, LogStream, RawInput, read_input
 from speclogs.ingest.summary import UNCHANGED, FileAccount, IngestSummary, ProgressEvent
 
 DEFAULT_CHUNK_BYTES = 16 << 20  # two chunks are parsed at once; 32 MiB chunks cost ~140 MB more peak RSS, no speed
@@ -59,10 +43,11 @@ CHUNKS_AHEAD = PARSE_THREADS + 1  # chunks in flight: one more than threads, so 
 PROGRESS_MIN_BYTES = 8 << 20
 NO_SGLANG_WARNING = "no SGLang lines: is this an SGLang log?"
 FAILURES = (SpeclogsError, ValueError, OSError, pl.exceptions.PolarsError)  # what parsing a bad input may raise
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# what the pipeline hands the store
+# Kinds whose identical content in two places is expected, not a copy: a /metrics snapshot taken before a window of
+# two fresh launches has the same counters (zero) and so the same text.
+SAME_CONTENT_EXPECTED = frozenset({"prometheus"})
+# Why read_input could not read a file at all: for a file named on the command line, a failure (exit 1).
+UNREADABLE_REASONS = ("permission denied", "read error", "disappeared", "is a directory")
 
 
 @dataclass
@@ -85,24 +70,11 @@ class Batch:
     files: list[ParsedFile]
     tables: dict[str, pl.DataFrame]
 
-    def of(self, index: int) -> "Batch":
+    def of(self, index: int) -> Batch:
         """The batch of file `index` alone (to write it on its own when the batch as a whole fails)."""
-        tables = {}
-        for table, frame in self.tables.items():
-            own = frame.filter(pl.col("file") == index)
-            if own.height:
-                tables[table] = own.with_columns(pl.lit(0, dtype=pl.Int32).alias("file"))
-        return Batch([self.files[index]], tables)
-
-
-class Sink(Protocol):
-    """Where parsed files go (speclogs.store.writer.Writer)."""
-
-    def stored(self) -> list[tuple]: ...  # (source_file, sha256, size_bytes[, run_id]) of every file stored
-
-    def write_batch(self, batch: Batch, tally: "Tally") -> None: ...
-
-    def write_stream(self, parsed: ParsedFile, produce: Callable[[Callable[[str, pl.DataFrame], None]], None], tally: "Tally") -> None: ...
+        tables = {table: frame.filter(pl.col("file") == index).with_columns(pl.lit(0, dtype=pl.Int32).alias("file"))
+                  for table, frame in self.tables.items()}
+        return Batch([self.files[index]], {table: frame for table, frame in tables.items() if frame.height})
 
 
 @dataclass
@@ -143,56 +115,46 @@ class Tally:
         self.skip(reason, where)
         self.failed.append(f"{where}: {reason}")
 
-    def interrupted(self) -> "IngestInterrupted":
+    def interrupted(self) -> IngestInterrupted:
         """What Ctrl-C left: the files committed before it are kept, the ones being written are rolled back."""
         rolled_back = f"rolled back: {', '.join(self.writing)}" if self.writing else "nothing was being written"
         files_left = self.files_total - self.ingested - self.files_left_out - len(self.writing)
         left = f"; {files_left:,} file(s) not ingested" if files_left > 0 else ""
         return IngestInterrupted(f"interrupted: {self.ingested:,} file(s) ingested before it are kept; {rolled_back}{left}")
 
-    def absorb(self, other: "Tally") -> None:
+    def absorb(self, other: Tally) -> None:
         """Add another run's account to this one (its files, lines, rows, skips, warnings; not its totals)."""
         self.ingested += other.ingested
         self.unchanged += other.unchanged
         self.bytes_done += other.bytes_done
         self.account += other.account
-        self.warnings.extend(other.warnings)
         self.runs |= other.runs
-        self.source_files.extend(other.source_files)
-        self.skipped_files.extend(other.skipped_files)
-        self.replaced.extend(other.replaced)
-        self.failed.extend(other.failed)
+        for name in ("warnings", "source_files", "skipped_files", "replaced", "failed"):
+            getattr(self, name).extend(getattr(other, name))
 
     def add(self, parsed: ParsedFile) -> None:
         self.ingested += 1
         self.runs.add(parsed.item.run.run_name)
         self.source_files.append(parsed.source_file)
         self.account += parsed.account.counts()
-        for warning in parsed.account.warnings:
-            self.warnings.append(f"{parsed.source_file}: {warning}")
+        self.warnings.extend(f"{parsed.source_file}: {warning}" for warning in parsed.account.warnings)
 
     def summary(self, db_path: str, seconds: float) -> IngestSummary:
-        return IngestSummary(
-            db_path=db_path, files_found=self.files_total, files_ingested=self.ingested, files_unchanged=self.unchanged,
-            bytes_read=self.bytes_done, seconds=seconds, account=self.account, warnings=tuple(self.warnings), runs=tuple(sorted(self.runs)),
-            source_files=tuple(self.source_files), skipped_files=tuple(self.skipped_files), replaced=tuple(self.replaced),
-            failed=tuple(self.failed),
-        )
+        return IngestSummary(db_path, self.files_total, self.ingested, self.unchanged, self.bytes_done, seconds, self.account,
+                             tuple(self.warnings), tuple(sorted(self.runs)), tuple(self.source_files),
+                             skipped_files=tuple(self.skipped_files), replaced=tuple(self.replaced), failed=tuple(self.failed))
+
+
+class IngestInterrupted(KeyboardInterrupt):
+    """Ctrl-C during an ingest; the message says what was kept and what was rolled back (the CLI: exit 130)."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # the pipeline
 
 
-def run_pipeline(
-    discovery: Discovery,
-    sink: Sink,
-    engine_for: Callable[[], Engine],
-    *,
-    replace: bool = False,
-    on_progress: Callable[[ProgressEvent], None] | None = None,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-) -> Tally:
+def run_pipeline(discovery: Discovery, sink, engine_for: Callable[[], Engine], *, replace: bool = False,
+                 on_progress: Callable[[ProgressEvent], None] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Tally:
     """(discovered inputs, sources.discover_inputs) → read → (skip what is stored) → split → classify → assemble →
     sink. `engine_for()` compiles the grammars, called only when there is a log to read. Raises InputError when
     nothing names an input."""
@@ -200,101 +162,75 @@ def run_pipeline(
         raise InputError("nothing to ingest", hint="pass log files, directories, .gz files or '-' for stdin")
     tally = Tally.of(discovery)
     engine = engine_for() if any(f.kind == "log" for f in discovery.files) else None
-    show = tally.bytes_total >= PROGRESS_MIN_BYTES or tally.files_total > 50
     contents = Contents(sink.stored())
+    show = tally.bytes_total >= PROGRESS_MIN_BYTES or tally.files_total > 50
+
+    def progress(item: InputFile, index: int, fraction: float = 0.0) -> None:
+        if on_progress is not None:
+            name = item.source_file if len(item.source_file) <= 60 else "…" + item.source_file[-59:]
+            on_progress(ProgressEvent(name, tally.bytes_done + int(fraction * item.size_bytes), tally.bytes_total, index,
+                                      tally.files_total, show))
+
+    batch: list[ParsedFile] = []
+    batch_bytes = 0
+    parsing: Future | None = None
+
+    def flush() -> None:
+        """Hand the batch to the parser thread and write the one parsed before (called twice: write this one too)."""
+        nonlocal batch, batch_bytes, parsing
+        submitted = pool.submit(_parse_files, batch, engine) if batch else None
+        if parsing is not None:
+            _write_parsed(parsing.result(), sink, tally)
+        parsing, batch, batch_bytes = submitted, [], 0
+
+    # a batch is parsed on a thread while the one before is written: polars and DuckDB release the GIL
     try:
-        _run_files(discovery, sink, engine, tally, contents, replace=replace, on_progress=on_progress,
-                   chunk_bytes=chunk_bytes, show=show)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speclogs-batch") as pool:
+            for index, item in enumerate(discovery.files):
+                progress(item, index)
+                parsed = _read(item, contents, tally, replace=replace, named=discovery.named)
+                big = parsed is not None and (parsed.raw.stream is not None or len(parsed.raw.data) >= sources.STREAM_MIN_BYTES)
+                if big and item.kind == "log":
+                    flush()
+                    flush()
+                    tally.writing = (parsed.source_file,)
+                    sink.write_stream(parsed, lambda emit, parsed=parsed, index=index: _parse_stream(
+                        parsed, engine, emit, chunk_bytes, lambda fraction: progress(parsed.item, index, fraction)), tally)
+                    tally.writing = ()
+                elif parsed is not None:
+                    batch.append(parsed)
+                    batch_bytes += len(parsed.raw.data)
+                    if batch_bytes >= BATCH_BYTES or len(batch) >= BATCH_FILES:
+                        flush()
+                tally.bytes_done += item.size_bytes
+            flush()
+            flush()
     except KeyboardInterrupt:
-        _ignore_further_interrupts()
+        # a second Ctrl-C while the interrupted ingest closes the database would land in the middle of the cleanup
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise tally.interrupted() from None
     if on_progress is not None:
         on_progress(ProgressEvent("done", tally.bytes_total, tally.bytes_total, tally.files_total, tally.files_total, show))
     return tally
 
 
-class IngestInterrupted(KeyboardInterrupt):
-    """Ctrl-C during an ingest; the message says what was kept and what was rolled back (the CLI: exit 130)."""
-
-
-def _ignore_further_interrupts() -> None:
-    """A second Ctrl-C while the interrupted ingest closes the database would land in the middle of the cleanup."""
-    import signal
-    import threading
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _run_files(discovery: Discovery, sink: Sink, engine: Engine | None, tally: Tally, contents: "Contents", *,
-               replace: bool, on_progress: Callable[[ProgressEvent], None] | None, chunk_bytes: int, show: bool) -> None:
-    batch: list[ParsedFile] = []
-    batch_bytes = 0
-    # A batch is parsed on this thread while the previous one is written (and the next files are read): polars and
-    # DuckDB release the GIL, so the two overlap on two cores, as a big log's chunks do.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speclogs-batch") as pool:
-        parsing: Future | None = None
-
-        def flush() -> None:
-            nonlocal batch, batch_bytes, parsing
-            if batch:
-                submitted = pool.submit(_parse_files, batch, engine)
-                drain()
-                parsing = submitted
-            batch, batch_bytes = [], 0
-
-        def drain() -> None:
-            nonlocal parsing
-            if parsing is not None:
-                _write_parsed(parsing.result(), sink, tally)
-                parsing = None
-
-        for index, item in enumerate(discovery.files):
-            if on_progress is not None:
-                on_progress(ProgressEvent(_short(item.source_file), tally.bytes_done, tally.bytes_total, index, tally.files_total, show))
-            parsed = _read(item, contents, tally, replace=replace, named=discovery.named)
-            if parsed is None:
-                tally.bytes_done += item.size_bytes
-                continue
-            if item.kind == "log" and (parsed.raw.stream is not None or len(parsed.raw.data) >= STREAM_MIN_BYTES):
-                flush()
-                drain()
-                progress = _stream_progress(on_progress, item, tally, index, show)
-                tally.writing = (parsed.source_file,)
-                sink.write_stream(parsed, lambda emit, parsed=parsed, progress=progress:
-                                  _parse_stream(parsed, engine, emit, chunk_bytes, progress), tally)
-                tally.writing = ()
-            else:
-                batch.append(parsed)
-                batch_bytes += len(parsed.raw.data)
-                if batch_bytes >= BATCH_BYTES or len(batch) >= BATCH_FILES:
-                    flush()
-            tally.bytes_done += item.size_bytes
-        flush()
-        drain()
-
-
-# Kinds whose identical content in two places is expected, not a copy: a /metrics snapshot taken before a window of
-# two fresh launches has the same counters (zero) and so the same text.
-SAME_CONTENT_EXPECTED = frozenset({"prometheus"})
-
-
 class Contents:
-    """Which content is where (stored, or read earlier in this call), to ingest the same content once. Sizes are
-    compared first and a file's sha256 only asked for when another file has its size: a big log is streamed and
-    hashed as it is parsed, and asking for its hash before would read it twice."""
+    """Which content is where (stored, or read earlier in this call), to ingest the same content once. A sha256 is
+    asked for only when another file has the same size: a big log is hashed as it is streamed."""
 
-    def __init__(self, stored: list[tuple[str, str, int]]) -> None:
+    def __init__(self, stored: list[tuple]) -> None:
         self._by_size: dict[int, list[tuple[str, str | RawInput]]] = {}
         self._sources: dict[str, list[str | RawInput]] = {}
         self.sizes: dict[str, int] = {}  # source → its stored size (the last one added)
-        self.run_ids: dict[str, str] = {}  # source → the run its stored rows belong to
+        self.run_ids: dict[str, str | None] = {}  # source → the run its stored rows belong to
         for source_file, sha256, size_bytes, *run_id in stored:
-            self._add(source_file, sha256, size_bytes)
+            self.add(source_file, sha256, size_bytes)
             self.run_ids[source_file] = run_id[0] if run_id else None
 
-    def known(self, source_file: str) -> list[str | RawInput]:
-        return self._sources.get(source_file, [])
+    def known(self, source_file: str) -> set[str]:
+        """The sha256 of each content stored (or read) under `source_file`."""
+        return {_sha256(digest) for digest in self._sources.get(source_file, ())}
 
     def twin(self, source_file: str, raw: RawInput) -> str | None:
         """Another source with the same (non-empty) content, or None."""
@@ -303,10 +239,7 @@ class Contents:
             return None
         return next((source for source, digest in others if _sha256(digest) == raw.sha256), None)
 
-    def add(self, source_file: str, raw: RawInput) -> None:
-        self._add(source_file, raw, raw.size_bytes)
-
-    def _add(self, source_file: str, digest: str | RawInput, size_bytes: int) -> None:
+    def add(self, source_file: str, digest: str | RawInput, size_bytes: int) -> None:
         self._by_size.setdefault(size_bytes, []).append((source_file, digest))
         self._sources.setdefault(source_file, []).append(digest)
         self.sizes[source_file] = size_bytes
@@ -316,39 +249,30 @@ def _sha256(digest: str | RawInput) -> str:
     return digest if isinstance(digest, str) else digest.sha256
 
 
-# Why read_input could not read a file at all: for a file named on the command line, a failure (exit 1).
-UNREADABLE_REASONS = ("permission denied", "read error", "disappeared", "is a directory")
-
-
 def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
           named: frozenset[str] = frozenset()) -> ParsedFile | None:
     """Read one input, or say why it is left out: unreadable, unchanged, changed without --replace, or the same
     content as another file of this call or of the database (empty files excepted). A stored file that grew by
     appending, or one of a launch directory (its run.json says what ran), is read again: its rows are replaced."""
-    stat = item.stat
     raw = read_input(item)
     source_file = item.source_file
     if item.path is None and raw.sha256:
-        source_file = f"{STDIN_NAME[:-1]}:{raw.sha256[:12]}>"
-        if item.run.run_name == STDIN_RUN:  # no --run-name: each text piped in is a run of its own
-            name = f"{STDIN_RUN}-{raw.sha256[:8]}"
-            item = replace_field(item, run=replace_field(item.run, run_id=run_id_for(f"stdin:{name}"), run_name=name))
-    for warning in raw.warnings:
-        tally.warnings.append(f"{source_file}: {warning}")
+        source_file = f"{sources.STDIN_NAME[:-1]}:{raw.sha256[:12]}>"
+        if item.run.run_name == sources.STDIN_RUN:  # no --run-name: each text piped in is a run of its own
+            name = f"{sources.STDIN_RUN}-{raw.sha256[:8]}"
+            item = replace_field(item, run=replace_field(item.run, run_id=sources.run_id_for(f"stdin:{name}"), run_name=name))
+    tally.warnings.extend(f"{source_file}: {warning}" for warning in raw.warnings)
     if raw.skipped_reason is not None:
-        if source_file in named and raw.skipped_reason.startswith(UNREADABLE_REASONS):
-            tally.fail(raw.skipped_reason, source_file)
-        else:
-            tally.skip(raw.skipped_reason, source_file)
+        fail = source_file in named and raw.skipped_reason.startswith(UNREADABLE_REASONS)
+        (tally.fail if fail else tally.skip)(raw.skipped_reason, source_file)
         return None
-    known = contents.known(source_file)
-    if known and not replace:
-        digests = {_sha256(digest) for digest in known}
+    digests = contents.known(source_file)
+    if digests and not replace:
         rerun = item.run.cell is not None and contents.run_ids.get(source_file) not in (None, item.run.run_id)
         if raw.sha256 in digests and not rerun:
             tally.skip(UNCHANGED, source_file)
-            if stat is not None:  # touched or copied: the next ingest then skips it unread
-                tally.restat.append((source_file, stat.st_size, stat.st_mtime_ns, stat.st_ino))
+            if item.stat is not None:  # touched or copied: the next ingest then skips it unread
+                tally.restat.append((source_file, item.stat.st_size, item.stat.st_mtime_ns, item.stat.st_ino))
             return None
         if rerun:
             tally.replaced.append((source_file, "its launch ran again (a new run.json): read again, its rows replaced"))
@@ -364,8 +288,8 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
         tally.skip("the same content as a file already ingested, skipped", source_file)
         tally.warnings.append(f"{source_file}: the same content as {twin}: ingested once, as {twin}")
         return None
-    contents.add(source_file, raw)
-    return ParsedFile(item=item, source_file=source_file, raw=raw, replaces=bool(known))
+    contents.add(source_file, raw, raw.size_bytes)
+    return ParsedFile(item=item, source_file=source_file, raw=raw, replaces=bool(digests))
 
 
 def _appended(item: InputFile, stored_size: int, digests: set[str]) -> bool:
@@ -385,13 +309,11 @@ def _appended(item: InputFile, stored_size: int, digests: set[str]) -> bool:
 
 
 def _parse_files(files: list[ParsedFile], engine: Engine | None) -> list[Batch | tuple[ParsedFile, BaseException]]:
-    """Small files parsed as one batch; when the batch as a whole fails, file by file (only the file that fails is
-    left out: it comes back with its error)."""
+    """Small files parsed as one batch; when that fails, file by file (a file that fails comes back with its error)."""
     started = time.perf_counter()
     try:
         batch = parse_batch(files, engine)
-        collect_cycles()
-    except FAILURES:  # parse them one by one
+    except FAILURES:
         out: list[Batch | tuple[ParsedFile, BaseException]] = []
         for parsed in files:
             try:
@@ -399,13 +321,13 @@ def _parse_files(files: list[ParsedFile], engine: Engine | None) -> list[Batch |
             except FAILURES as error:
                 out.append((parsed, error))
         return out
-    share = (time.perf_counter() - started) / max(1, len(files))
+    share = (time.perf_counter() - started) / len(files)
     for parsed in files:
         parsed.seconds = share
     return [batch]
 
 
-def _write_parsed(parsed_files: list[Batch | tuple[ParsedFile, BaseException]], sink: Sink, tally: Tally) -> None:
+def _write_parsed(parsed_files: list[Batch | tuple[ParsedFile, BaseException]], sink, tally: Tally) -> None:
     for item in parsed_files:
         if isinstance(item, Batch):
             tally.writing = tuple(parsed.source_file for parsed in item.files)
@@ -417,28 +339,14 @@ def _write_parsed(parsed_files: list[Batch | tuple[ParsedFile, BaseException]], 
 
 
 def collect_cycles() -> None:
-    """Free the reference cycles made since the last call (the youngest generation only: what was allocated since).
-    speclogs.store.ingest_paths turns the automatic cyclic GC off for the ingest, and ast.literal_eval, which reads
-    the values of server_args and --log-requests lines, leaves a cycle of ~11 objects a value: 3M objects, ~300 MB,
-    kept to the end of a 10M-line log. Called once a chunk or batch: a few ms."""
+    """The youngest generation's reference cycles: ingest_paths turns the cyclic GC off, and ast.literal_eval (server_args
+    and --log-requests values) leaves a cycle of ~11 objects a value (~300 MB by the end of a 10M-line log)."""
     gc.collect(0)
 
 
 def first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return text[0][:300] if text else ""
-
-
-def _short(source_file: str) -> str:
-    return source_file if len(source_file) <= 60 else "…" + source_file[-59:]
-
-
-def _stream_progress(on_progress, item: InputFile, tally: Tally, index: int, show: bool):
-    if on_progress is None:
-        return None
-    done_before = tally.bytes_done
-    return lambda fraction: on_progress(ProgressEvent(_short(item.source_file), done_before + int(fraction * item.size_bytes),
-                                                      tally.bytes_total, index, tally.files_total, show))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -451,25 +359,21 @@ def parse_batch(files: list[ParsedFile], engine: Engine | None) -> Batch:
     logs = [index for index, parsed in enumerate(files) if parsed.item.kind == "log"]
     if logs:
         chunk = _parse_logs([files[index].raw.data for index in logs], engine)
-        for table, frame in chunk.tables.items():
-            remapped = frame.with_columns(pl.col("file").replace_strict(list(range(len(logs))), logs, return_dtype=pl.Int32))
-            tables.setdefault(table, []).append(remapped)
+        requests = RequestLog()  # --log-requests lines, paired within each file into requests rows
+        requests.add(read_request_lines(chunk.tables.get("server_events")))
+        frames = {**chunk.tables, "requests": requests.frame()}
+        for table, frame in frames.items():
+            if frame is not None:  # `file` is the position among the logs: made the index among the files
+                frame = frame.with_columns(pl.col("file").replace_strict(range(len(logs)), logs, return_dtype=pl.Int32))
+                tables.setdefault(table, []).append(frame)
         for position, index in enumerate(logs):
             files[index].account += chunk.files[position]
             _finish_log(files[index])
-        if "server_events" in chunk.tables:  # --log-requests lines, paired within each file into requests rows
-            requests = RequestLog()
-            requests.add(read_request_lines(chunk.tables["server_events"]))
-            frame = requests.frame()
-            if frame is not None:
-                remapped = frame.with_columns(pl.col("file").replace_strict(list(range(len(logs))), logs, return_dtype=pl.Int32))
-                tables.setdefault("requests", []).append(remapped)
     for index, parsed in enumerate(files):
-        if parsed.item.kind == "log":
-            continue
-        for table, frame in _parse_json(parsed).items():
-            tables.setdefault(table, []).append(frame.with_columns(pl.lit(index, dtype=pl.Int32).alias("file")))
-    merged = {table: frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed") for table, frames in tables.items()}
+        if parsed.item.kind != "log":
+            for table, frame in _parse_json(parsed).items():
+                tables.setdefault(table, []).append(frame.with_columns(pl.lit(index, dtype=pl.Int32).alias("file")))
+    merged = {table: pl.concat(frames, how="diagonal_relaxed") for table, frames in tables.items()}
     rows: dict[int, dict[str, int]] = {}
     for table, frame in merged.items():
         for index, count in frame.group_by("file").len().iter_rows():
@@ -482,37 +386,26 @@ def parse_batch(files: list[ParsedFile], engine: Engine | None) -> Batch:
 def _parse_logs(texts: list[bytes], engine: Engine) -> ChunkResult:
     """Logs as one chunk: their text joined, each ending with a newline, one empty line between two (no file's
     record can reach into the next); the empty lines between them belong to no file."""
-    parts: list[bytes] = []
-    starts: list[int] = []
-    lines: list[int] = []
+    starts, counts, parts = [], [], []
     next_start = 1
     for text in texts:
-        count = count_lines(text)
         starts.append(next_start)
-        lines.append(count)
+        counts.append(count_lines(text))
         parts.append(text if not text or text.endswith(b"\n") else text + b"\n")
-        parts.append(b"\n")
-        next_start += count + 1
-    data = b"".join(parts)
-    gaps = frozenset(start + count for start, count in zip(starts, lines))
-    split = build_lines(data, engine.wrappers)
-    split = replace_field(split, blank=tuple(n for n in split.blank if n not in gaps))
-    return _assemble_chunk(engine, split, classify(engine, split.frame, tuple(starts)), ChunkFiles(tuple(starts), tuple(lines)))
+        next_start += counts[-1] + 1
+    lines = build_lines(b"\n".join(parts) + b"\n", engine.wrappers)
+    gaps = {start + count for start, count in zip(starts, counts)}
+    lines = replace_field(lines, blank=tuple(n for n in lines.blank if n not in gaps))
+    return _assemble_chunk(engine, lines, classify(engine, lines.frame, tuple(starts)), ChunkFiles(tuple(starts), tuple(counts)))
 
 
 def _parse_json(parsed: ParsedFile) -> dict[str, pl.DataFrame]:
-    text = parsed.raw.data.decode("utf-8")
-    kind = parsed.item.kind
-    if kind == "run_json":
-        tables, account = parse_run_json(text)
-    elif kind == "bench_json":
-        tables, account = parse_bench_json(text)
-    elif kind == "nccl_probe":
-        tables, account = parse_nccl_probe(text, parsed.source_file)
-    elif kind == "prometheus":
-        tables, account = parse_prometheus_file(text, parsed.item.path)
-    elif kind == "request_export":
-        tables, account = parse_request_export(text)
+    text, kind = parsed.raw.data.decode("utf-8"), parsed.item.kind
+    readers = {"run_json": parse_run_json, "bench_json": parse_bench_json, "request_export": parse_request_export,
+               "nccl_probe": lambda text: parse_nccl_probe(text, parsed.source_file),
+               "prometheus": lambda text: parse_prometheus_file(text, parsed.item.path)}
+    if kind in readers:
+        tables, account = readers[kind](text)
     else:
         tables, account = parse_bench_jsonl(text, kind=kind)
         add_bench_serving_requests(tables)
@@ -541,23 +434,17 @@ def launch_rows(run_id: str, source_file: str, starts: list[int], facts, total_l
     """One launches row per server start of a file: its line range and the timestamps of its milestones."""
     if total_lines == 0:
         return []
-    starts = sorted(starts)
-    bounds = [1] + starts[1:]  # lines before the first server_args belong to launch 1
+    bounds = [1, *sorted(starts)[1:], total_lines + 1]  # lines before the first server_args belong to launch 1
     first_ts: dict[tuple[int, str], object] = {}
     last_ts: dict[tuple[int, str], object] = {}
     for launch_no, fact, ts in facts:
-        key = (launch_no, fact)
-        if key not in first_ts or ts < first_ts[key]:
-            first_ts[key] = ts
-        if key not in last_ts or ts > last_ts[key]:
-            last_ts[key] = ts
+        first_ts[launch_no, fact] = min(first_ts.get((launch_no, fact), ts), ts)
+        last_ts[launch_no, fact] = max(last_ts.get((launch_no, fact), ts), ts)
     rows = []
-    for index, first in enumerate(bounds):
-        launch_no = index + 1
-        last = bounds[index + 1] - 1 if index + 1 < len(bounds) else total_lines
+    for launch_no, (first, after) in enumerate(zip(bounds, bounds[1:]), start=1):
         health = first_ts.get((launch_no, "health_200"))
         ready = first_ts.get((launch_no, "ready")) or health
-        rows.append((run_id, source_file, launch_no, first, last, first_ts.get((launch_no, "server_args")), ready, health,
+        rows.append((run_id, source_file, launch_no, first, after - 1, first_ts.get((launch_no, "server_args")), ready, health,
                      last_ts.get((launch_no, "cuda_graph_end")), first_ts.get((launch_no, "sigterm"))))
     return rows
 
@@ -566,20 +453,18 @@ def launch_rows(run_id: str, source_file: str, starts: list[int], facts, total_l
 # a big log: chunk by chunk
 
 
-def _parse_stream(parsed: ParsedFile, engine: Engine, emit, chunk_bytes: int, on_progress) -> None:
+def _parse_stream(parsed: ParsedFile, engine: Engine, emit, chunk_bytes: int, on_progress: Callable[[float], None]) -> None:
     """Parse a big log chunk by chunk, handing every table frame to `emit(table, frame)`; then its account."""
-    source = parsed.raw.stream or parsed.raw.data
     size = parsed.raw.size_bytes if parsed.raw.stream is not None else len(parsed.raw.data)
     requests = RequestLog()  # --log-requests lines, paired across chunks into requests rows
-    for chunk in parse_log_chunks(source, engine, chunk_bytes=chunk_bytes):
+    for chunk in parse_log_chunks(parsed.raw.stream or parsed.raw.data, engine, chunk_bytes=chunk_bytes):
         rows = {table: frame.height for table, frame in chunk.tables.items() if frame.height}
         for table in rows:
             emit(table, chunk.tables[table])
         requests.add(chunk.request_lines)
         parsed.account += replace_field(chunk.files[0], rows=rows)
         collect_cycles()
-        if on_progress is not None:
-            on_progress(chunk.byte_end / max(1, size))
+        on_progress(chunk.byte_end / max(1, size))
     frame = requests.frame()
     if frame is not None:
         parsed.account += FileAccount(rows={"requests": frame.height})
@@ -588,36 +473,29 @@ def _parse_stream(parsed: ParsedFile, engine: Engine, emit, chunk_bytes: int, on
 
 
 def parse_log_chunks(source: bytes | LogStream, engine: Engine, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[ChunkResult]:
-    """Parse one log (valid UTF-8 bytes, or a LogStream read chunk by chunk); launch numbers continue across chunks.
-
-    Up to PARSE_THREADS chunks are parsed at once, each whole (split, classified, assembled, its request lines read:
-    polars releases the GIL); what needs the chunks before it, numbering its launches after theirs, is done here, in
-    file order."""
-    launches_before = 0
-    with ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="speclogs-chunk") as pool:
-        pending: deque = deque()  # (byte_end, future), in file order
-        for chunk, first_line_no, byte_end in _planned_chunks(source, chunk_bytes):
-            pending.append((byte_end, pool.submit(_parse_chunk, chunk, engine, first_line_no)))
-            while len(pending) >= CHUNKS_AHEAD:
-                result = _numbered(pending.popleft(), launches_before)
-                launches_before += len(result.files[0].launch_starts)
-                yield result
-        while pending:
-            result = _numbered(pending.popleft(), launches_before)
-            launches_before += len(result.files[0].launch_starts)
-            yield result
-
-
-def _planned_chunks(source: bytes | LogStream, chunk_bytes: int) -> Iterator[tuple[bytes | memoryview, int, int]]:
-    """(chunk, first_line_no, byte_end) per chunk; lines are counted as the chunks are handed out, so the
-    first chunk starts parsing before the rest of the file is read or counted. byte_end is in the file's own
-    bytes (what progress is measured in)."""
-    first_line_no = 1
+    """Parse one log (valid UTF-8 bytes, or a LogStream read chunk by chunk), PARSE_THREADS chunks at once, each whole
+    (polars releases the GIL); its launches are numbered after those of the chunks before it here, in file order."""
     stream = source if isinstance(source, LogStream) else LogStream(bytes(source), len(source))
-    for chunk in stream.chunks(chunk_bytes):
-        lines = count_lines(chunk)
-        yield chunk, first_line_no, stream.bytes_read
-        first_line_no += lines
+    launches_before, first_line_no = 0, 1
+    pending: deque[tuple[int, Future]] = deque()  # (byte_end, the chunk's parse), in file order
+
+    def next_result() -> ChunkResult:
+        nonlocal launches_before
+        byte_end, parsing = pending.popleft()
+        result = number_launches(parsing.result(), launches_before)
+        launches_before += len(result.files[0].launch_starts)
+        result.byte_end = byte_end
+        return result
+
+    with ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="speclogs-chunk") as pool:
+        for view in stream.chunks(chunk_bytes):  # lines counted as chunks are handed out: the first parses at once
+            chunk = bytes(view)  # (the one copy of it that splitting and counting need)
+            pending.append((stream.bytes_read, pool.submit(_parse_chunk, chunk, engine, first_line_no)))
+            first_line_no += count_lines(chunk)
+            if len(pending) >= CHUNKS_AHEAD:
+                yield next_result()
+        while pending:
+            yield next_result()
 
 
 def _parse_chunk(chunk: bytes | memoryview, engine: Engine, first_line_no: int) -> ChunkResult:
@@ -628,18 +506,5 @@ def _parse_chunk(chunk: bytes | memoryview, engine: Engine, first_line_no: int) 
     return result
 
 
-def _numbered(planned: tuple, launches_before: int) -> ChunkResult:
-    byte_end, future = planned
-    result = number_launches(future.result(), launches_before)
-    result.byte_end = byte_end
-    return result
-
-
 def _assemble_chunk(engine: Engine, lines: Lines, claims, files: ChunkFiles) -> ChunkResult:
-    first_line_no = lines.first_line_no
-    raw_lines = pl.DataFrame(
-        {"line_no": pl.int_range(first_line_no, first_line_no + lines.total_lines, eager=True, dtype=pl.Int64), "raw": lines.raw}
-    )
-    return assemble(engine, claims, raw_lines, files, blank=lines.blank, too_long=lines.too_long,
-                    outer_prefixes=lines.outer_prefixes)
-
+    return assemble(engine, claims, lines.raw, files, blank=lines.blank, too_long=lines.too_long, outer_prefixes=lines.outer_prefixes)

@@ -55,7 +55,7 @@ class FileAccount:
 
 
 def _added(counts: dict[str, int], more: dict[str, int]) -> dict[str, int]:
-    return {**counts, **{key: counts.get(key, 0) + count for key, count in more.items()}} if counts and more else counts or more
+    return {key: counts.get(key, 0) + more.get(key, 0) for key in {**counts, **more}}
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class IngestSummary:
 
     @property
     def parsed_pct(self) -> float:
-        return 100.0 * self.account.parsed_lines / self.account.total_lines if self.account.total_lines else 0.0
+        return 100.0 * self.account.parsed_lines / max(1, self.account.total_lines)
 
     @property
     def lines_per_s(self) -> float:

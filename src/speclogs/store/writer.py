@@ -1,20 +1,16 @@
 """Writing what the ingest pipeline parsed: each file in one transaction, never half-written.
 
-`Writer` is the pipeline's sink (speclogs.ingest.pipeline.Sink). A batch of small files is one transaction (when it
-fails, each file is tried in its own, and only the one that fails is left out). A big log streams into its own
-transaction, a parser thread turning chunks into frames while this thread inserts them (polars and DuckDB release the
-GIL); past SEGMENT_ROWS rows it is committed in segments under an `_ingesting` mark, which the next writer clears
-after a kill. With every file go its `files` row, its `launches` rows and its run (`runs`: inserted, or completed).
-A failed file is rolled back and reported in the summary; a full disk stops the ingest (StoreError).
+`Writer` is the pipeline's sink. A batch of small files is one transaction (when it fails, each file is tried in its
+own, and only the one that fails is left out). A big log is inserted as its chunks are parsed; past SEGMENT_ROWS rows
+it is committed in segments under an `_ingesting` mark, which the next writer clears after a kill. With every file go
+its `files` row, its `launches` rows and its run (`runs`: inserted, or completed). A failed file is rolled back and
+reported in the summary; a full disk stops the ingest (StoreError).
 """
 
 from __future__ import annotations
 
 import json
-import queue
-import threading
 import time
-from collections import Counter
 from datetime import datetime
 
 import duckdb
@@ -26,16 +22,11 @@ from speclogs.ingest.records import redacted
 from speclogs.store.database import NO_SPACE_HINT, no_space_left
 from speclogs.store.layout import Layout, file_keys, polars_schema, with_keys
 
-# DuckDB's row group, a quarter of its default: a streamed file's last partial row group per table is written
-# at COMMIT, on one core once parsing has ended: smaller row groups leave less of that work
+# DuckDB's row group, a quarter of its default (database.connect attaches the file with it): a streamed file's last
+# partial row group per table is written at COMMIT, on one core once parsing has ended
 ROW_GROUP_ROWS = 30_720
-INSERT_BATCH_ROWS = 4 * ROW_GROUP_ROWS  # a table's rows are inserted once this many gathered, in whole row groups
-# A table with fewer rows than this in a chunk goes in at once: its rows kept for later would keep the chunk's whole
-# text alive (text columns are views into it), and its partial row groups cost little.
-SMALL_FRAME_ROWS = ROW_GROUP_ROWS // 4
+INSERT_ROWS = 4 * ROW_GROUP_ROWS  # a streamed table's rows are inserted once this many have gathered, in whole row groups
 SEGMENT_ROWS = 1_000_000  # a big log's rows are committed this many at a time
-RECHUNK_FRAMES = 16  # a table's pending rows in more frames than this are copied into one piece before they are inserted
-STREAM_QUEUE_FRAMES = 12  # about one parsed chunk in flight (a chunk gives a handful of table frames)
 FAILURES = (duckdb.Error, pl.exceptions.PolarsError, SpeclogsError, ValueError, OSError)
 
 
@@ -87,12 +78,8 @@ class Writer:
             for (source_file,) in left:
                 self.layout.notes.append(f"{source_file}: its ingest was interrupted; the rows it had written are removed, ingest it again")
 
-    # the pipeline's questions
-
     def stored(self) -> list[tuple[str, str, int, str]]:
         return self.connection.execute("SELECT source_file, sha256, size_bytes, run_id FROM files").fetchall()
-
-    # small files
 
     def write_batch(self, batch: Batch, tally: Tally) -> None:
         try:
@@ -101,15 +88,9 @@ class Writer:
             _raise_interrupt(error)
             if len(batch.files) == 1:
                 self._failed(batch.files[0], error, tally)
-                return
-            for index, parsed in enumerate(batch.files):  # find the culprit: one transaction per file
-                try:
-                    self._transaction(batch.of(index))
-                except FAILURES as error:
-                    _raise_interrupt(error)
-                    self._failed(parsed, error, tally)
-                else:
-                    tally.add(parsed)
+            else:  # find the culprit: one transaction per file
+                for index in range(len(batch.files)):
+                    self.write_batch(batch.of(index), tally)
             return
         for parsed in batch.files:
             tally.add(parsed)
@@ -128,6 +109,48 @@ class Writer:
         except (*FAILURES, KeyboardInterrupt):
             self._rollback()
             raise
+
+    def write_stream(self, parsed: ParsedFile, produce, tally: Tally) -> None:
+        """A big log: `produce(emit)` parses it (its chunks on threads of their own) and hands `emit` each table
+        frame, inserted here in whole row groups. About every SEGMENT_ROWS rows are committed (DuckDB holds a
+        transaction's rows in memory); an _ingesting row marks the file as under way until its files row is written
+        with the last commit. A failure removes what was written; so does the next writer after a killed ingest."""
+        run_id, source_file = parsed.item.run.run_id, parsed.source_file
+        pending = _Pending(self.layout, run_id, source_file)
+        started = time.perf_counter()
+
+        def emit(table: str, frame: pl.DataFrame) -> None:
+            pending.add(table, frame)
+            if pending.received >= SEGMENT_ROWS:
+                pending.flush()  # what is short of a row group waits for the next segment
+                self._commit()
+                self._begin()
+                pending.received = 0
+
+        self._begin()
+        try:
+            if parsed.replaces:
+                self.layout.delete_file_rows(source_file)
+            self.connection.execute("INSERT INTO _ingesting VALUES (?, ?, current_localtimestamp())", [source_file, run_id])
+            produce(emit)
+            pending.flush(whole=False)
+            parsed.seconds = time.perf_counter() - started
+            self._finish([parsed])
+            self.connection.execute("DELETE FROM _ingesting WHERE source_file = ?", [source_file])
+            self._commit()
+        except (*FAILURES, KeyboardInterrupt) as error:
+            self._rollback()
+            try:  # what earlier commits wrote; should that fail too (a full disk), the next ingest removes it, and says so
+                self._remove_interrupted(say=False)
+                rows_left = False
+            except FAILURES as second:
+                self.layout.notes.append(f"{source_file}: the rows it had written could not be removed yet ({first_line(second)}); "
+                                         "the next ingest removes them")
+                rows_left = True
+            _raise_interrupt(error)
+            self._failed(parsed, error, tally, rows_left=rows_left)
+            return
+        tally.add(parsed)
 
     def _failed(self, parsed: ParsedFile, error: BaseException, tally: Tally, *, rows_left: bool = False) -> None:
         """A file that could not be written (rolled back): said in the summary, or, when the disk is full, the end of
@@ -152,83 +175,6 @@ class Writer:
         if any(parsed.replaces for parsed in files):  # a relaunched launch has a new run_id: its old run has no files left
             self.connection.execute("DELETE FROM runs WHERE run_id NOT IN (SELECT run_id FROM files WHERE run_id IS NOT NULL)")
 
-    # a big log
-
-    def write_stream(self, parsed: ParsedFile, produce, tally: Tally) -> None:
-        """A big log: `produce(emit)` runs on a parser thread, this thread inserts. Its rows are committed about every
-        SEGMENT_ROWS, in whole row groups (DuckDB holds a transaction's rows in memory); an _ingesting row marks the
-        file as under way until its files row is written with the last commit. A failure removes what was written; so
-        does the next writer after a killed ingest."""
-        connection = self.connection
-        run_id, source_file = parsed.item.run.run_id, parsed.source_file
-        started = time.perf_counter()
-        frames: queue.Queue = queue.Queue(maxsize=STREAM_QUEUE_FRAMES)
-        stop = threading.Event()
-        failures: list[BaseException] = []
-
-        def emit(table: str, frame: pl.DataFrame) -> None:
-            if stop.is_set():
-                raise _Stopped()
-            frames.put((table, frame))
-
-        def run() -> None:
-            try:
-                produce(emit)
-            except _Stopped:
-                pass
-            except (*FAILURES, KeyboardInterrupt) as error:  # (polars may raise Ctrl-C on this thread)
-                failures.append(error)
-            finally:
-                frames.put(None)
-
-        parser = threading.Thread(target=run, name="speclogs-parse", daemon=True)
-        self._begin()
-        try:
-            if parsed.replaces:
-                self.layout.delete_file_rows(source_file)
-            connection.execute("INSERT INTO _ingesting VALUES (?, ?, current_localtimestamp())", [source_file, run_id])
-            parser.start()
-            pending = _PendingRows(self.layout, run_id, source_file)
-            while (item := frames.get()) is not None:
-                pending.add(*item)
-                if pending.received >= SEGMENT_ROWS:
-                    pending.flush_whole()  # what is short of a row group waits for the next segment
-                    self._commit()
-                    self._begin()
-                    pending.received = 0
-            parser.join()
-            if failures:
-                raise failures[0]
-            pending.flush_all()
-            parsed.seconds = time.perf_counter() - started
-            self._finish([parsed])
-            connection.execute("DELETE FROM _ingesting WHERE source_file = ?", [source_file])
-            self._commit()
-        except (*FAILURES, KeyboardInterrupt) as error:
-            stop.set()
-            while parser.is_alive() or not frames.empty():  # let the parser see `stop` and finish
-                try:
-                    frames.get(timeout=0.1)
-                except queue.Empty:
-                    pass
-            self._rollback()
-            rows_left = not self._remove_written(source_file)
-            _raise_interrupt(error)
-            self._failed(parsed, error, tally, rows_left=rows_left)
-            return
-        tally.add(parsed)
-
-    def _remove_written(self, source_file: str) -> bool:
-        """Remove what earlier commits of a streamed file that failed wrote (→ True when done). Should that fail too
-        (a full disk), its _ingesting mark is committed: the next ingest removes them, and says so."""
-        try:
-            self._remove_interrupted(say=False)
-        except FAILURES as error:
-            self.layout.notes.append(f"{source_file}: the rows it had written could not be removed yet ({first_line(error)}); "
-                                     "the next ingest removes them")
-            return False
-        return True
-
 
 def _raise_interrupt(error: BaseException) -> None:
     """Ctrl-C is not a failed file: it ends the ingest (DuckDB reports it as an InterruptException)."""
@@ -238,74 +184,34 @@ def _raise_interrupt(error: BaseException) -> None:
         raise KeyboardInterrupt from error
 
 
-class _Stopped(Exception):
-    """Raised inside the parser thread when the writer gave up on the file."""
-
-
-class _PendingRows:
-    """A streamed file's rows, inserted per table in whole row groups once INSERT_BATCH_ROWS have gathered; the rest
-    at the end. DuckDB writes full row groups straight to the file during the transaction, while partial ones leave
-    COMMIT work to merge and write again: whole row groups keep that work on the insert thread while parsing goes on."""
+class _Pending:
+    """A streamed file's rows per table, inserted in whole row groups once INSERT_ROWS have gathered: DuckDB
+    writes an INSERT's full row groups straight to the file, while a partial one is written again at COMMIT."""
 
     def __init__(self, layout: Layout, run_id: str, source_file: str) -> None:
-        self.layout = layout
-        self.run_id = run_id
-        self.source_file = source_file
+        self.insert = lambda table, frame: layout.insert(table, frame, file_keys(table, run_id, source_file))
         self.frames: dict[str, list[pl.DataFrame]] = {}
-        self.rows: Counter = Counter()
-        self.received = 0  # rows handed over since the writer last committed (inserted, or pending)
+        self.received = 0  # rows handed over since the writer last committed
 
     def add(self, table: str, frame: pl.DataFrame) -> None:
-        frame = frame.clone()  # (shallow) DataFrame.drop runs a lazy plan, holding the GIL
-        frame.drop_in_place("file")
-        if frame.height < SMALL_FRAME_ROWS:
-            # a few rows a chunk (events, errors): gathered like the rest (an INSERT has a fixed cost whatever its
-            # size), with their own text: a chunk's frames hold string views into the whole chunk's text
-            frame = _own_text(frame)
+        if frame.height < ROW_GROUP_ROWS // 4:
+            # a few rows a chunk (events, errors) wait with strings of their own: a parsed frame's strings are views
+            # into the whole chunk's text, which waiting would keep alive
+            frame = frame.with_columns(pl.col(pl.String) + "")
+        frames = self.frames.setdefault(table, [])
+        frames.append(frame.drop("file"))
         self.received += frame.height
-        self.frames.setdefault(table, []).append(frame)
-        self.rows[table] += frame.height
-        if self.rows[table] >= INSERT_BATCH_ROWS:
-            self._insert_whole(table)
+        if sum(f.height for f in frames) >= INSERT_ROWS:
+            self.flush(table)
 
-    def flush_whole(self) -> None:
-        """Insert every table's whole row groups, before a segment's commit; the rest waits for the next segment.
-        Inserted, it would be partial row groups that the commit writes to the WAL and a checkpoint rewrites."""
-        for table in list(self.frames):
-            if self.rows[table] >= ROW_GROUP_ROWS:
-                self._insert_whole(table)
-
-    def flush_all(self) -> None:
-        """Every table's last rows."""
-        for table in list(self.frames):
-            self._insert(table, self._take(table))
-
-    def _insert_whole(self, table: str) -> None:
-        frame = self._take(table)
-        whole = frame.height - frame.height % ROW_GROUP_ROWS
-        self._insert(table, frame.slice(0, whole))
-        if whole < frame.height:
-            self.frames[table] = [frame.slice(whole)]
-            self.rows[table] = frame.height - whole
-
-    def _take(self, table: str) -> pl.DataFrame:
-        frames = self.frames.pop(table)
-        self.rows[table] = 0
-        if len(frames) == 1:
-            return frames[0]
-        # the small frames of many chunks (events, errors) in one piece: DuckDB takes an Arrow table of a hundred small
-        # batches at a third of the speed; a few big ones it takes as
-        # they are, and copying them costs more
-        return pl.concat(frames, how="diagonal_relaxed", rechunk=len(frames) > RECHUNK_FRAMES)
-
-    def _insert(self, table: str, frame: pl.DataFrame) -> None:
-        self.layout.insert(table, frame, file_keys(table, self.run_id, self.source_file))
-
-
-def _own_text(frame: pl.DataFrame) -> pl.DataFrame:
-    """`frame` with its strings in buffers of their own: appending "" writes new ones (one polars expression; a round
-    trip through Arrow, column by column, holds the GIL far longer)."""
-    return frame.with_columns(pl.col(pl.String) + "")
+    def flush(self, table: str | None = None, *, whole: bool = True) -> None:
+        """Insert a table's (or every table's) rows: `whole` row groups only, the rest waiting for more."""
+        for name in [table] if table else list(self.frames):
+            frame = pl.concat(self.frames.pop(name), how="diagonal_relaxed")
+            cut = frame.height - frame.height % ROW_GROUP_ROWS if whole else frame.height
+            self.insert(name, frame.slice(0, cut))
+            if cut < frame.height:
+                self.frames[name] = [frame.slice(cut)]
 
 
 FILE_TYPES = polars_schema("files")
@@ -333,6 +239,7 @@ RUN_FACT_COLUMNS = (
     "hostname", "gpu_name", "env", "argv", "run_json", "outcome",
 )
 RUN_TYPES = polars_schema("runs")
+LAUNCH_TYPES = polars_schema("launches")
 
 
 def batch_run_rows(files: list[ParsedFile]) -> dict[str, dict]:
@@ -355,21 +262,15 @@ def batch_run_rows(files: list[ParsedFile]) -> dict[str, dict]:
 
 
 def _upsert_runs(connection, files: list[ParsedFile]) -> None:
-    """One statement for the files: new runs are inserted, known ones keep what the new files do not say."""
-    merged = batch_run_rows(files)
-    frame = pl.DataFrame([{c: r.get(c) for c in RUN_TYPES} for r in merged.values()], schema=RUN_TYPES, orient="row")
-    frame = redacted("runs", frame).with_row_index("_position")
+    """Known runs keep what the new files do not say (an UPDATE in place: DuckDB's ON CONFLICT would move them to the
+    end); new runs are appended in the order they were met."""
+    rows = [{c: r.get(c) for c in RUN_TYPES} for r in batch_run_rows(files).values()]
+    frame = redacted("runs", pl.DataFrame(rows, schema=RUN_TYPES, orient="row")).with_row_index("_position")
     updates = ", ".join(f"{c} = COALESCE(n.{c}, runs.{c})" for c in RUN_TYPES if c != "run_id")
     connection.register("_speclogs_runs", connection.from_arrow(frame.__arrow_c_stream__()).materialize())  # read twice
     try:
-        # known runs keep what the new files do not say; new runs are appended in the order they were met
         connection.execute(f"UPDATE runs SET {updates} FROM _speclogs_runs AS n WHERE runs.run_id = n.run_id")
-        connection.execute(
-            "INSERT INTO runs BY NAME SELECT * EXCLUDE (_position) FROM _speclogs_runs "
-            "WHERE run_id NOT IN (SELECT run_id FROM runs) ORDER BY _position"
-        )
+        connection.execute("INSERT INTO runs BY NAME SELECT * EXCLUDE (_position) FROM _speclogs_runs "
+                           "WHERE run_id NOT IN (SELECT run_id FROM runs) ORDER BY _position")
     finally:
         connection.unregister("_speclogs_runs")
-
-
-LAUNCH_TYPES = polars_schema("launches")

@@ -10,8 +10,7 @@ from pathlib import Path
 
 from speclogs.errors import GrammarError
 from speclogs.grammar.fields import FIELDS_SLOT, read_labels
-from speclogs.grammar.lower import BUILTIN_SHAPE_REGEXES, file_shape_regex, template_regex
-from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-exported)
+from speclogs.grammar.model import (
     DERIVES,
     FIELD_ROLES,
     FIELD_TYPES,
@@ -19,13 +18,20 @@ from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-expo
     CounterSample,
     Field,
     GrammarProblem,
-    GrammarSet,
     Pattern,
     Sample,
-    bundled_grammar_dir,
     cast_expr,
 )
-from speclogs.grammar.template import check_rest_is_last, discarded_slots, parse_template, resolve_slot, slot_names
+from speclogs.grammar.template import (
+    check_rest_is_last,
+    discarded_slots,
+    file_shape_regex,
+    parse_template,
+    slot_names,
+    slot_regex,
+    template_element,
+    template_regex,
+)
 
 PREFIX_NAME = "prefix"
 DEFAULT_PRIORITY = 100
@@ -277,11 +283,8 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
                    scope, gate, constants, description, versions, derive_name, group, text_column, field_list) -> Pattern | None:
     where = f"{shown}:{pline} pattern '{name}'"
     field_types = {k: f.type for k, f in fields.items()}
-
-    def shape_of(slot) -> str:
-        shape, _ = resolve_slot(slot, field_types=field_types, field_shapes=field_shapes, file_shapes=shape_regexes.keys(), where=where)
-        return shape_regexes.get(shape) or BUILTIN_SHAPE_REGEXES[shape]
-
+    shape_of = functools.partial(slot_regex, field_types=field_types, field_shapes=field_shapes, file_shapes=shape_regexes,
+                                 where=where)
     try:
         nodes = parse_template(template, where)
         check_rest_is_last(nodes, where, field_shapes)
@@ -304,19 +307,12 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
         return None
     return Pattern(
         name=name, family=family, table=table, scope=scope, gate=gate, regex=regex,
-        build=functools.lru_cache(maxsize=1)(functools.partial(
-            _element, nodes, name, field_types=field_types, field_shapes=field_shapes, shape_specs=shape_specs, where=where)),
+        build=functools.lru_cache(maxsize=1)(functools.partial(template_element, nodes, name, shape_of, field_types)),
         constants=constants, fields=tuple(fields[n] for n in dict.fromkeys(names)), description=description,
         versions=versions, source=f"{shown}:{pline}", derive=DERIVES.get(derive_name) if derive_name else None,
         group=group, template=template, text_column=text_column,
         field_list=field_list if FIELDS_SLOT in names else None,
     )
-
-
-def _element(*args, **kwargs):
-    from speclogs.grammar.definition import pattern_element  # (pyparsing: only where a definition is used)
-
-    return pattern_element(*args, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from itertools import islice
@@ -107,7 +108,7 @@ def check_content(connection, *, sources: Iterable[str] | None = None, grammar_p
         if source.note is not None:
             checks.append(FileCheck(source_file, kind, 0, 0, source.note))
             continue
-        counts = _Counts()
+        counts: Counter = Counter()  # lines, lines_lost, tokens_redacted, lines_redacted
         if kind in _DOCUMENT_ROWS:
             file_losses = _check_document(connection, source_file, kind, "\n".join(source.lines()), counts)
         else:
@@ -121,17 +122,9 @@ def check_content(connection, *, sources: Iterable[str] | None = None, grammar_p
             checks.append(FileCheck(source_file, kind, 0, 0, "cannot verify: source changed since it was ingested"))
             continue
         losses.extend(file_losses[:EXAMPLES_SHOWN])
-        checks.append(FileCheck(source_file, kind, counts.lines, counts.lines - counts.lines_lost, None,
-                                counts.tokens_redacted, counts.lines_redacted))
+        checks.append(FileCheck(source_file, kind, counts["lines"], counts["lines"] - counts["lines_lost"], None,
+                                counts["tokens_redacted"], counts["lines_redacted"]))
     return ContentCheck(files=tuple(checks), losses=tuple(losses))
-
-
-@dataclass
-class _Counts:
-    lines: int = 0
-    lines_lost: int = 0
-    tokens_redacted: int = 0
-    lines_redacted: int = 0
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -252,11 +245,11 @@ def _cells_by_line(connection, rows_sql: str, source_file: str, first_line: int,
 
 
 def _check_lines(source_file: str, lines: list[str], first_line: int, rows: dict[int, tuple[set[str], list[str]]],
-                 vocabulary: dict[str, frozenset[str]], counts: _Counts, *, json_lines: bool) -> list[Loss]:
+                 vocabulary: dict[str, frozenset[str]], counts: Counter, *, json_lines: bool) -> list[Loss]:
     losses: list[Loss] = []
     tokenize = _json_tokens if json_lines else _tokens
     for line_no, line in enumerate(lines, start=first_line):
-        counts.lines += 1
+        counts["lines"] += 1
         tokens = tokenize(line)
         tables, cells = rows.get(line_no, (set(), []))
         if not tables:
@@ -264,10 +257,10 @@ def _check_lines(source_file: str, lines: list[str], first_line: int, rows: dict
         else:
             template = frozenset().union(*(vocabulary.get(table, frozenset()) for table in tables))
             missing, redacted = _redacted(tokens, missing_tokens(tokens, cells, template), line, tokenize)
-        counts.tokens_redacted += len(redacted)
-        counts.lines_redacted += bool(redacted)
+        counts["tokens_redacted"] += len(redacted)
+        counts["lines_redacted"] += bool(redacted)
         if missing:
-            counts.lines_lost += 1
+            counts["lines_lost"] += 1
             losses.append(Loss(source_file, line_no, tuple(missing), tuple(sorted(tables)), redact(line)))
     return losses
 
@@ -351,7 +344,7 @@ _DOCUMENT_ROWS = {  # a whole-document input: the rows that hold it
 }
 
 
-def _check_document(connection, source_file: str, kind: str, text: str, counts: _Counts) -> list[Loss]:
+def _check_document(connection, source_file: str, kind: str, text: str, counts: Counter) -> list[Loss]:
     """A JSON document (NCCL probe, run.json): every scalar value it holds must be in its rows (accounted value by
     value: `lines` are its values here)."""
     table, sql = _DOCUMENT_ROWS[kind]
@@ -359,8 +352,7 @@ def _check_document(connection, source_file: str, kind: str, text: str, counts: 
     flat = " ".join(text.split())
     tokens = _json_tokens(flat)
     missing, redacted = _redacted(tokens, missing_tokens(tokens, cells, frozenset()), flat, _json_tokens)
-    counts.lines, counts.lines_lost = len(tokens), len(missing)
-    counts.tokens_redacted, counts.lines_redacted = len(redacted), int(bool(redacted))
+    counts.update(lines=len(tokens), lines_lost=len(missing), tokens_redacted=len(redacted), lines_redacted=bool(redacted))
     return [Loss(source_file, 0, tuple(missing), (table,), f"{len(missing)} of {len(tokens)} values not stored")] if missing else []
 
 

@@ -8,8 +8,6 @@ held whole in memory. `SHOW TABLES` lists the contract's tables and views (docs/
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -201,34 +199,6 @@ class QueryResult:
     columns: tuple[str, ...]
     types: tuple[str, ...]
     rows: tuple[tuple, ...]
-
-
-def json_value(value: Any, type_name: str = "") -> Any:
-    """A result value as JSON can hold it: a JSON column's text parsed, NaN/±Infinity as None (also inside lists
-    and structs), a whole-number decimal (HUGEINT sums) as an int, other decimals as floats, the rest unchanged
-    (dates, times, UUIDs and blobs go through str)."""
-    if value is None:
-        return None
-    if type_name == "JSON" and isinstance(value, str):
-        try:
-            return _finite(json.loads(value))
-        except ValueError:
-            return value
-    return _finite(value)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    if type(value).__name__ == "Decimal":
-        if not value.is_finite():
-            return None
-        return int(value) if value == value.to_integral_value() else float(value)
-    return value
 
 
 def run_query(db_path: str | Path, sql: str) -> QueryResult:

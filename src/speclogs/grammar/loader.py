@@ -123,14 +123,14 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
     shape_specs: dict[str, dict] = {}
     shape_regexes: dict[str, str] = {}
     for shape_name, spec in (doc.get("shapes") or {}).items():
+        if not isinstance(spec, dict):
+            problem(1, f"shape '{shape_name}' must be a table, e.g. {{ values = [\"a\", \"b\"] }}")
+            continue
         try:
-            if not isinstance(spec, dict):
-                raise GrammarError(f"shape '{shape_name}' must be a table, e.g. {{ values = [\"a\", \"b\"] }}")
             shape_regexes[shape_name] = file_shape_regex(spec, f"shape '{shape_name}'")
+            shape_specs[shape_name] = dict(spec)
         except GrammarError as exc:
             problem(1, str(exc))
-            continue
-        shape_specs[shape_name] = dict(spec)
 
     pattern_lines = _header_lines(text, "pattern")
     sample_lines = iter(_header_lines(text, "pattern.sample"))
@@ -165,27 +165,18 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
         spec = {**spec, "template": doc.get("template_prefix", "") + template}
         constants = dict(constants)
         expand = spec.get("expand")
-        if expand is None:
-            variants = [(name, spec["template"], gate, constants)]
-        else:
-            var = expand.get("var") if isinstance(expand, dict) else None
-            values = expand.get("values") if isinstance(expand, dict) else None
+        variants = [(name, spec["template"], gate, constants)]
+        if expand is not None:
+            var, values = (expand.get("var"), expand.get("values")) if isinstance(expand, dict) else (None, None)
             if not isinstance(var, str) or not isinstance(values, dict) or not values:
                 problem(pline, f"pattern '{name}': expand needs var = \"name\" and values = {{ \"text\" = \"value\", … }}")
                 continue
             if "{=" + var + "}" not in spec["template"]:
                 problem(pline, f"pattern '{name}': expand var '{var}' is not used as {{={var}}} in the template")
                 continue
-            as_constant = expand.get("constant", True)
-            variants = []
-            for text, value in values.items():
-                suffix = re.sub(r"[^0-9a-z]+", "_", text.lower()).strip("_")
-                variants.append((
-                    f"{name}_{suffix}",
-                    spec["template"].replace("{=" + var + "}", _escape_template(text)),
-                    gate.replace("{=" + var + "}", text),
-                    {**constants, var: value} if as_constant else constants,
-                ))
+            variants = [(f"{name}_{re.sub(r'[^0-9a-z]+', '_', text.lower()).strip('_')}",
+                         spec["template"].replace("{=" + var + "}", _escape_template(text)), gate.replace("{=" + var + "}", text),
+                         {**constants, var: value} if expand.get("constant", True) else constants) for text, value in values.items()]
         built: list[Pattern] = []
         for vname, template, vgate, vconstants in variants:
             pattern = _build_pattern(

@@ -358,14 +358,9 @@ def _check_document(connection, source_file: str, kind: str, text: str, counts: 
 
 def check_database(db_path: str | Path, *, lake: str | Path | None = None, **kwargs) -> ContentCheck:
     """check_content on the database file at db_path (opened read-only), or on the lake `lake` when given."""
-    if lake is not None:
-        from speclogs.store.lake import connect_lake
+    from speclogs.store.query import connect_reading
 
-        connection = connect_lake(lake)
-    else:
-        from speclogs.store import connect
-
-        connection = connect(db_path, read_only=True)
+    connection = connect_reading(db_path, lake)
     try:
         return check_content(connection, **kwargs)
     except OSError as error:

@@ -125,17 +125,21 @@ def _quoted(name: str) -> str:
     return name.replace('"', '""')
 
 
+def connect_reading(db_path: str | Path, lake: str | Path | None = None) -> duckdb.DuckDBPyConnection:
+    """The database opened read-only, or the lake `lake` (the contract's views over its Delta tables) when given."""
+    if lake is None:
+        return connect(db_path, read_only=True)
+    from speclogs.store.lake import connect_lake
+
+    return connect_lake(lake)
+
+
 @contextmanager
 def statements(db_path: str | Path, sql: str, *, lake: str | Path | None = None) -> Iterator["Statements"]:
     """Open the database read-only (or the lake `lake`) and run `sql`'s statements in order, yielding each result as
     it comes (a statement runs when the previous one's result has been read); `len()` of what it gives is how many
     statements `sql` holds. StoreError for SQL that does not parse or run."""
-    if lake is not None:
-        from speclogs.store.lake import connect_lake
-
-        connection = connect_lake(lake)
-    else:
-        connection = connect(db_path, read_only=True)
+    connection = connect_reading(db_path, lake)
     try:
         try:  # (the connection's parser: duckdb's module-level one would start a database of its own)
             parsed = [(statement.type.name, statement.query) for statement in connection.extract_statements(sql)]

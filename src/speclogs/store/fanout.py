@@ -205,8 +205,7 @@ def parse_files(files: list[InputFile], lake_dir: Path, stored: list[tuple[str, 
     """One task: the lake's ingest of `files` into a scratch database. Returns its account and its tables (Arrow)."""
     engine = _worker_engine(tuple(Path(p) for p in grammars))
     with lake.scratch(lake_dir) as connection:
-        tally = lake.parse_into(connection, lake_dir, Discovery(files=tuple(files)), (), stored=stored, engine=engine,
-                           chunk_bytes=chunk_bytes)
+        tally = lake.parse_into(connection, lake_dir, Discovery(files=tuple(files)), lambda: engine, stored, chunk_bytes=chunk_bytes)
         import pyarrow as pa
 
         return tally, {table: pa.table(rows) for table, rows in lake.written_tables(connection).items()}

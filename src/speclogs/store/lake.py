@@ -79,13 +79,10 @@ def scratch(lake_dir: Path) -> Iterator[duckdb.DuckDBPyConnection]:
             connection.close()
 
 
-def parse_into(connection, lake_dir: Path, discovery: Discovery, grammar_paths: Sequence[Path], *,
-               on_progress: Callable[[ProgressEvent], None] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-               stored: list[tuple[str, str, int]] | None = None, engine=None) -> Tally:
-    """The ingest pipeline over `discovery` into the scratch database `connection`: content the lake holds (or
-    `stored`) is skipped."""
-    writer = _ScratchWriter(connection, lake_dir, stored_files(lake_dir) if stored is None else stored)
-    engine_for = (lambda: engine) if engine is not None else functools.partial(compile_grammars, tuple(grammar_paths))
+def parse_into(connection, lake_dir: Path, discovery: Discovery, engine_for: Callable, stored: list[tuple[str, str, int]], *,
+               on_progress: Callable[[ProgressEvent], None] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Tally:
+    """The ingest pipeline over `discovery` into the scratch database `connection`; `stored` content is skipped."""
+    writer = _ScratchWriter(connection, lake_dir, stored)
     tally = run_pipeline(discovery, writer, engine_for, on_progress=on_progress, chunk_bytes=chunk_bytes)
     tally.warnings.extend(note for note in writer.layout.notes if note not in tally.warnings)
     return tally
@@ -266,7 +263,9 @@ def ingest_lake(
     discovery = discover_inputs([str(p) for p in paths], run_name=run_name, known_runs=stored_run_names(lake_dir))
     try:
         with scratch(lake_dir) as connection:
-            tally = parse_into(connection, lake_dir, discovery, grammar_paths, on_progress=on_progress, chunk_bytes=chunk_bytes)
+            engine_for = functools.partial(compile_grammars, tuple(grammar_paths))
+            tally = parse_into(connection, lake_dir, discovery, engine_for, stored_files(lake_dir), on_progress=on_progress,
+                               chunk_bytes=chunk_bytes)
             tables = written_tables(connection)
             for table, rows in tables.items():
                 if table not in _MERGED:

@@ -16,7 +16,6 @@ from speclogs.grammar.model import (
     FIELD_ROLES,
     FIELD_TYPES,
     SCOPES,
-    CounterSample,
     Field,
     GrammarProblem,
     GrammarSet,
@@ -233,13 +232,13 @@ def _read_samples(raw: list, header_lines, lines: list[str], pline: int, problem
             continue
         line_no = _key_line_after(lines, header - 1, "line")
         if counter:
-            samples.append(CounterSample(s["line"], s.get("claimed_by"), line_no))
+            samples.append(Sample(s["line"], line_no, claimed_by=s.get("claimed_by")))
             continue
         expect, null = s.get("expect", {}), s.get("null", [])
         if not isinstance(expect, dict) or not isinstance(null, list):
             problem(header, "a sample's expect must be a table { col = value } and null a list of column names")
             continue
-        samples.append(Sample(s["line"], dict(expect), line_no, tuple(null)))
+        samples.append(Sample(s["line"], line_no, dict(expect), tuple(null)))
     return samples
 
 

@@ -87,21 +87,15 @@ def bundled_grammar_dir() -> Path:
 
 @dataclass(frozen=True, eq=False)
 class Sample:
-    """A real line a pattern must parse, with the values it must give (`line_no` is its line in the grammar file)."""
+    """A real line a pattern must parse, with the values it must give and the columns that must come out NULL; or, as
+    a counter-sample, must not match (`claimed_by`: the pattern that should take it instead). `line_no`: its line in
+    the grammar file."""
 
     line: str
-    expect: dict[str, object]
     line_no: int
-    null: tuple[str, ...] = ()  # columns that must come out NULL
-
-
-@dataclass(frozen=True, eq=False)
-class CounterSample:
-    """A line the pattern must NOT match; `claimed_by` names the pattern that should take it instead (or None)."""
-
-    line: str
-    claimed_by: str | None
-    line_no: int
+    expect: dict[str, object] = field(default_factory=dict)
+    null: tuple[str, ...] = ()
+    claimed_by: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,7 +116,7 @@ class Pattern:
     versions: str = ""
     source: str = ""  # 'file:line' of the pattern's definition
     samples: tuple[Sample, ...] = ()
-    counter_samples: tuple[CounterSample, ...] = ()
+    counter_samples: tuple[Sample, ...] = ()
     # Columns computed from captured ones (the prefix's rank tags → dp_rank, tp_rank, …).
     derive: Callable[[dict], dict] | None = field(default=None, repr=False)
     group: str = ""  # the [[pattern]] name this one was expanded from (= name unless the pattern uses expand)

@@ -66,10 +66,12 @@ class _ScratchWriter(Writer):
 
 @contextlib.contextmanager
 def scratch(lake_dir: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A new DuckDB file (removed after the block) holding the lake's runs rows, for a writer to complete them."""
+    """A new in-memory DuckDB database (spilling to a folder removed after the block) holding the lake's runs rows, for
+    a writer to complete them."""
     with tempfile.TemporaryDirectory(prefix="speclogs-lake-") as folder:
-        connection = connect(Path(folder) / "scratch.duckdb")
+        connection = connect(":memory:")
         try:
+            connection.execute(f"SET temp_directory = '{folder}'")
             runs = read_table(lake_dir, "runs")
             if runs is not None:
                 connection.register("_lake_runs", runs.collect().to_arrow())

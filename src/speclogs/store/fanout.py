@@ -1,12 +1,7 @@
-"""`speclogs ingest … --lake DIR --ray local|auto|ADDRESS`: the ingest's parsing fanned out as Ray tasks.
-
-Ray schedules, retries lost workers and carries the data; speclogs only says what a task is. The driver cuts the
-files, in discovery order, into tasks of about TASK_BYTES (never splitting a run, so each runs row is one task's).
-Round 1 hashes each task's files where they are, so that each task is told which earlier files have the same content
-(the first in discovery order is kept, as without Ray). Round 2 runs the lake's ingest per task into a scratch DuckDB
-file and hands back its tables; the driver, the one writer, appends them as tasks finish and commits at the end. A
-failed task fails the ingest. The inputs must be at the same paths on every node; a cluster other than 'local' gets
-speclogs shipped with the job (Ray's py_modules).
+"""`speclogs ingest … --lake DIR --ray local|auto|ADDRESS`: the lake's ingest fanned out as Ray tasks (docs/fleet.md,
+"How --ray works"). Round 1 hashes each task's files where they are, so that content repeated across tasks is ingested
+once; round 2 runs the lake's ingest per task into a scratch database and hands its tables back to the driver, the one
+writer, which appends them as tasks finish and commits at the end.
 """
 
 from __future__ import annotations
@@ -52,10 +47,10 @@ def ingest_lake_ray(paths: Sequence[str | Path], lake_dir: str | Path, address: 
         with _cluster(ray, address, num_cpus) as cpus:
             groups = plan_tasks(discovery.files, cpus)
             hashes = _get(ray, [ray.remote(num_cpus=1)(hash_files).remote(group) for group in groups])
-            if any(found.pop("") != _versions() for found in hashes):
-                raise StoreError(f"a Ray worker runs another speclogs than this driver ({speclogs.__version__}, schema "
-                                 f"{SCHEMA_VERSION})", hint="install the same speclogs on every node (or let --ray ship it: "
-                                                            "leave it uninstalled there)")
+            for version, schema in {tuple(found.pop("")) for found in hashes} - {_versions()}:
+                raise StoreError(f"a Ray worker runs speclogs {version} (schema {schema}), this driver {speclogs.__version__} "
+                                 f"(schema {SCHEMA_VERSION})", hint="install the same speclogs on every node (or let --ray "
+                                                                    "ship it: leave it uninstalled there)")
             twins = _twins(groups, {k: v for found in hashes for k, v in found.items()}, stored)
             task = ray.remote(num_cpus=1)(parse_files)
             pending = {task.remote(group, lake_dir, stored + twins[i], grammars, chunk_bytes): i for i, group in enumerate(groups)}
@@ -75,7 +70,7 @@ def ingest_lake_ray(paths: Sequence[str | Path], lake_dir: str | Path, address: 
                     on_progress(ProgressEvent(f"{len(groups) - len(waiting)}/{len(groups)} Ray tasks", done_bytes, total_bytes,
                                               done_files, len(discovery.files), total_bytes >= (8 << 20) or len(discovery.files) > 50))
         written = [tables for _, tables in results if "files" in tables]
-        if written:
+        if written:  # (a run's files are one task's: each runs row comes from one task)
             import pyarrow as pa
 
             lake.commit(lake_dir, *(pa.concat_tables([tables[name] for tables in written]) for name in ("runs", "files")))

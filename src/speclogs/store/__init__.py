@@ -55,17 +55,9 @@ def compile_grammars(grammar_paths: tuple[Path, ...] = ()):
 
 
 @_cyclic_gc_paused
-def ingest_paths(
-    paths: Sequence[str | Path],
-    db_path: str | Path,
-    *,
-    replace: bool = False,
-    run_name: str | None = None,
-    on_progress: Callable[[ProgressEvent], None] | None = None,
-    grammar_paths: Sequence[Path] = (),
-    chunk_bytes: int | None = None,
-    verify: bool = False,
-) -> IngestSummary:
+def ingest_paths(paths: Sequence[str | Path], db_path: str | Path, *, replace: bool = False, run_name: str | None = None,
+                 on_progress: Callable[[ProgressEvent], None] | None = None, grammar_paths: Sequence[Path] = (),
+                 chunk_bytes: int | None = None, verify: bool = False) -> IngestSummary:
     """Ingest files/directories/'-' into the DuckDB file `db_path`; returns what happened (IngestSummary).
 
     replace=True re-ingests stored files (their rows deleted first). Without it a file whose path, size, mtime and

@@ -1,7 +1,7 @@
 """The lake: every contract table as a Delta Lake table in a folder (docs/fleet.md, "The lake", is the contract).
 
-An ingest runs the DuckDB file's pipeline and Writer into a scratch DuckDB file (so the lake gets the same columns,
-types, redaction and per-file transactions), then appends each table's rows to its Delta table; a column added to the
+An ingest runs the DuckDB file's pipeline and Writer into a scratch DuckDB database (so the lake gets the same
+columns, types, redaction and per-file transactions), then appends each table's rows to its Delta table; a column added to the
 schema later merges in, and readers give an older lake's rows NULL there. Delta commits one table at a time, so an
 ingest's commit point is its last commit, to `files`, whose metadata records the version of every table it completes
 (`speclogs.versions`): speclogs' readers open each table at that version, and the next ingest first restores every
@@ -239,17 +239,9 @@ def connect_lake(lake_dir: str | Path) -> duckdb.DuckDBPyConnection:
 # `speclogs ingest … --lake DIR`
 
 
-def ingest_lake(
-    paths: Sequence[str | Path],
-    lake_dir: str | Path,
-    *,
-    run_name: str | None = None,
-    on_progress: Callable[[ProgressEvent], None] | None = None,
-    grammar_paths: Sequence[Path] = (),
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    ray: str | None = None,
-    num_cpus: int | None = None,
-) -> IngestSummary:
+def ingest_lake(paths: Sequence[str | Path], lake_dir: str | Path, *, run_name: str | None = None,
+                on_progress: Callable[[ProgressEvent], None] | None = None, grammar_paths: Sequence[Path] = (),
+                chunk_bytes: int = DEFAULT_CHUNK_BYTES, ray: str | None = None, num_cpus: int | None = None) -> IngestSummary:
     """Ingest files/directories/'-' into the lake at `lake_dir` (created when new): the same pipeline as
     `ingest_paths`, its rows appended to Delta tables, committed at the end. Content the lake holds is skipped;
     a changed file is skipped with a note (a lake is append-only: nothing is replaced). With `ray` ('local',

@@ -1,7 +1,7 @@
 """The lake: every contract table as a Delta Lake table in a folder (docs/fleet.md, "The lake", is the contract).
 
-An ingest runs the DuckDB file's pipeline and Writer into a scratch DuckDB database (so the lake gets the same
-columns, types, redaction and per-file transactions), then appends each table's rows to its Delta table; a column added to the
+An ingest runs the DuckDB file's pipeline and Writer into a scratch DuckDB file (so the lake gets the same columns,
+types, redaction and per-file transactions), then appends each table's rows to its Delta table; a column added to the
 schema later merges in, and readers give an older lake's rows NULL there. Delta commits one table at a time, so an
 ingest's commit point is its last commit, to `files`, whose metadata records the version of every table it completes
 (`speclogs.versions`): speclogs' readers open each table at that version, and the next ingest first restores every
@@ -66,12 +66,11 @@ class _ScratchWriter(Writer):
 
 @contextlib.contextmanager
 def scratch(lake_dir: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A new in-memory DuckDB database (spilling to a folder removed after the block) holding the lake's runs rows, for
-    a writer to complete them."""
+    """A new DuckDB file (removed after the block) holding the lake's runs rows, for a writer to complete them."""
     with tempfile.TemporaryDirectory(prefix="speclogs-lake-") as folder:
-        connection = connect(":memory:")
+        connection = connect(Path(folder) / "scratch.duckdb")
         try:
-            connection.execute(f"SET temp_directory = '{folder}'")
+            connection.execute("SET disabled_compression_methods = 'rle'")  # as ingest_paths: its analysis costs insert CPU
             runs = read_table(lake_dir, "runs")
             if runs is not None:
                 connection.register("_lake_runs", runs.collect().to_arrow())

@@ -224,11 +224,11 @@ def _rows_sql(connection) -> str:
     ).fetchall():
         if not {"source_file", "line_no"} <= set(columns) or name in _LOG_TABLE_EXCLUDES:
             continue
-        last = "COALESCE(last_line_no, line_no)" if "last_line_no" in columns else "line_no"
-        cells = ", ".join([f'"{c}"' for c in columns if c not in _KEY_COLUMNS]
-                          + ["(SELECT run_name FROM runs r WHERE r.run_id = t.run_id)"] * ("run_id" in columns))
-        selects.append(f"SELECT '{name}', line_no, {last}, concat_ws(chr(1), {cells}) FROM \"{name}\" t "
-                       f"WHERE source_file = $1 AND line_no <= $3 AND {last} >= $2")
+        last = "COALESCE(t.last_line_no, t.line_no)" if "last_line_no" in columns else "t.line_no"
+        cells = ", ".join([f't."{c}"' for c in columns if c not in _KEY_COLUMNS] + ["r.run_name"] * ("run_id" in columns))
+        runs = " LEFT JOIN runs r ON r.run_id = t.run_id" if "run_id" in columns else ""
+        selects.append(f"SELECT '{name}', t.line_no, {last}, concat_ws(chr(1), {cells}) FROM \"{name}\" t{runs} "
+                       f"WHERE t.source_file = $1 AND t.line_no <= $3 AND {last} >= $2")
     return "\nUNION ALL ".join(selects)
 
 

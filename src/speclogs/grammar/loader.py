@@ -176,17 +176,12 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
             variants = [(f"{name}_{re.sub(r'[^0-9a-z]+', '_', text.lower()).strip('_')}",
                          spec["template"].replace("{=" + var + "}", _escape_template(text)), gate.replace("{=" + var + "}", text),
                          {**constants, var: value} if expand.get("constant", True) else constants) for text, value in values.items()]
-        built: list[Pattern] = []
-        for vname, template, vgate, vconstants in variants:
-            pattern = _build_pattern(
-                problem, pline, shown, vname, template, fields, field_shapes, shape_specs, shape_regexes,
-                family=family, table=spec.get("table", table), scope=pscope, gate=vgate, constants=vconstants,
-                description=spec.get("description", doc.get("description", "")),
-                versions=str(spec.get("versions", doc.get("versions", ""))),
-                derive_name=derive_name, group=name, text_column=spec.get("text", doc.get("text")), field_list=field_list,
-            )
-            if pattern is not None:
-                built.append(pattern)
+        common = dict(family=family, table=spec.get("table", table), scope=pscope, group=name,
+                      description=spec.get("description", doc.get("description", "")),
+                      versions=str(spec.get("versions", doc.get("versions", ""))),
+                      derive=DERIVES.get(derive_name) if derive_name else None, text_column=spec.get("text", doc.get("text")))
+        in_file = (fields, field_shapes, shape_specs, shape_regexes, field_list)  # what the file declares
+        built = [p for variant in variants if (p := _build_pattern(problem, pline, shown, *variant, *in_file, common))]
         if not built:
             continue
         # each sample goes to the variant that matches it (the first when none does, so the failure is reported)
@@ -253,8 +248,9 @@ def _strip_prefix_guess(line: str) -> str:
     return line
 
 
-def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, shape_specs, shape_regexes, *, family, table,
-                   scope, gate, constants, description, versions, derive_name, group, text_column, field_list) -> Pattern | None:
+def _build_pattern(problem, pline, shown, name, template, gate, constants, fields, field_shapes, shape_specs, shape_regexes,
+                   field_list, common: dict) -> Pattern | None:
+    """One pattern (an expanded variant: its own name, template, gate and constants); None after saying what is wrong."""
     where = f"{shown}:{pline} pattern '{name}'"
     field_types = {k: f.type for k, f in fields.items()}
     shape_of = functools.partial(slot_regex, field_types=field_types, field_shapes=field_shapes, file_shapes=shape_regexes,
@@ -271,6 +267,7 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
     if clash:
         problem(pline, f"pattern '{name}': {', '.join(clash)} is both a constant and a captured field")
         return None
+    text_column = common["text_column"]
     if text_column is not None and (not isinstance(text_column, str) or not text_column.isidentifier() or text_column in names):
         problem(pline, f"pattern '{name}': text = {text_column!r} must name a column the pattern does not capture")
         return None
@@ -280,12 +277,10 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
                        "or set text = \"message\" (the column its rows keep the matched text in)")
         return None
     return Pattern(
-        name=name, family=family, table=table, scope=scope, gate=gate, regex=regex,
+        name=name, gate=gate, regex=regex, constants=constants, source=f"{shown}:{pline}", template=template,
         build=functools.lru_cache(maxsize=1)(functools.partial(template_element, nodes, name, shape_of, field_types)),
-        constants=constants, fields=tuple(fields[n] for n in dict.fromkeys(names)), description=description,
-        versions=versions, source=f"{shown}:{pline}", derive=DERIVES.get(derive_name) if derive_name else None,
-        group=group, template=template, text_column=text_column,
-        field_list=field_list if FIELDS_SLOT in names else None,
+        fields=tuple(fields[n] for n in dict.fromkeys(names)), field_list=field_list if FIELDS_SLOT in names else None,
+        **common,
     )
 
 

@@ -3,16 +3,12 @@ grammar sample; every fixture line is claimed."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-import polars as pl
 import pytest
 
 from speclogs.grammar import load_grammars
-from speclogs.grammar.definition import BUILTIN_SHAPES, exact_tree
 from speclogs.grammar.loader import compiled_values
-from speclogs.grammar.lower import BUILTIN_SHAPE_REGEXES
 from speclogs.ingest.classify import classify, compile_engine
 from speclogs.ingest.lines import build_lines
 from speclogs.ingest.sources import make_valid_text
@@ -52,17 +48,6 @@ def test_fixture_decode_lines_have_the_values_a_user_expects():
     assert rows and all(r["accept_len"] == 2.0 and r["cuda_graph"] is True for r in rows)
 
 
-def test_prefix_rank_tags_regexes_agree_with_pyparsing():
-    lines = ["[2025-05-31 18:31:21 DP0 TP0] x", "[2024-11-28 08:12:40 DP-1 TP0] x", "[2026-05-27 10:01:02 ATTN_CP1 MOE_DP2 TP3] x",
-             "[2026-11-30 10:19:31] x"]
-    for line in lines:
-        slow = GRAMMARS.prefix.parse(line)
-        tags = pl.Series([slow["rank_tags"]])
-        for column, rx in GRAMMARS.rank_tag_regexes.items():
-            got = tags.str.extract(rx, 1).to_list()[0]
-            assert (None if got is None else int(got)) == slow[column], (line, column)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # server_args
 
@@ -76,25 +61,3 @@ def test_hot_patterns_stay_one_pass_sized(name):
     regex = GRAMMARS.by_name(name).regex
     assert regex.count("(?P<") <= 14
     assert "(?:cuda graph|" not in regex  # literal alternations are prefix-factored
-
-
-SHAPE_PROBES = ["", "0", "-0", "12", "-3.25", "3.", ".5", "1.2.3", "True", "False", "true", "abc", "a_b9", "a b", "a,b", "x y,z",
-                "2026-11-30 10:18:53", "11-30 10:18:53", "10:18:53", "2026-11-30 10:18", " TP0", " DP0 TP1", " DP-1 TP0",
-                " ATTN_CP1 MOE_DP2 TP3", "TP0", " XP0", "é", "日本", "\t"]
-
-
-@pytest.mark.parametrize("shape", sorted(BUILTIN_SHAPES))
-def test_builtin_shape_regex_accepts_what_its_definition_accepts(shape):
-    """lower.BUILTIN_SHAPE_REGEXES (the compiled form of each built-in shape) and the shape's pyparsing element
-    (definition.BUILTIN_SHAPES) take the same strings."""
-    import pyparsing as pp
-
-    element = exact_tree(pp.And([BUILTIN_SHAPES[shape](), pp.StringEnd()])).parse_with_tabs()
-    regex = re.compile(f"^(?:{BUILTIN_SHAPE_REGEXES[shape]})$")
-    for probe in SHAPE_PROBES:
-        try:
-            element.parse_string(probe, parse_all=True)
-            accepted = True
-        except pp.ParseBaseException:
-            accepted = False
-        assert accepted == (regex.match(probe) is not None), (shape, probe)

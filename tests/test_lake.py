@@ -186,13 +186,14 @@ def test_a_column_added_later_keeps_the_older_lake_readable(tmp_path, monkeypatc
     lake = tmp_path / "lake"
     ingest_lake([FIXTURES / "matrix"], lake)
     old_rows = pl.scan_delta(str(lake / "decode_batches")).select(pl.len()).collect().item()
-    typed = lake_module._typed
+    written = lake_module.written_tables
 
-    def with_new_column(table, frame, notes):
-        frame = typed(table, frame, notes)
-        return frame.with_columns(pl.lit(2.5).alias("draft_extra_ms")) if table == "decode_batches" else frame
+    def with_new_column(connection):
+        tables = written(connection)
+        tables["decode_batches"] = tables["decode_batches"].project("*, 2.5::DOUBLE AS draft_extra_ms")
+        return tables
 
-    monkeypatch.setattr(lake_module, "_typed", with_new_column)
+    monkeypatch.setattr(lake_module, "written_tables", with_new_column)
     ingest_lake([ROOT / "fixtures" / "h200x2" / "baseline_default"], lake)
     frame = pl.scan_delta(str(lake / "decode_batches")).collect()
     assert frame.height > old_rows and frame.get_column("draft_extra_ms").null_count() == old_rows

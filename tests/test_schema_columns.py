@@ -81,14 +81,14 @@ description = "time of the last verify forward (a made-up field: docs/grammars.m
 def test_adding_a_decode_batch_field_takes_the_grammar_one_migration_and_the_docs(tmp_path, monkeypatch, column_list):
     """The walk-through of docs/grammars.md, done: a `verify ms` label in decode_batch.toml; without its migration the
     check above names the column; with it, a new database and an older one both store the value in its column."""
-    import speclogs.grammar
+    import speclogs.grammar.loader
 
     grammars = tmp_path / "grammars"
-    shutil.copytree(speclogs.grammar.bundled_grammar_dir(), grammars)
+    shutil.copytree(speclogs.grammar.loader.bundled_grammar_dir(), grammars)
     decode = grammars / "decode_batch.toml"
     text = decode.read_text().replace("\n[labels]\n", NEW_FIELD + '\n[labels]\n"verify ms" = "spec_verify_ms"\n', 1)
     decode.write_text(text)
-    monkeypatch.setattr(speclogs.grammar, "bundled_grammar_dir", lambda: grammars)
+    monkeypatch.setattr(speclogs.grammar.loader, "bundled_grammar_dir", lambda: grammars)
     line = ("[2026-02-26 17:20:01 TP0] Decode batch, #running-req: 1, #token: 90, token usage: 0.00, accept len: 2.50, "
             "verify ms: 3.25, cuda graph: True, gen throughput (token/s): 81.68, #queue-req: 0\n")
     log = tmp_path / "new_field.log"

@@ -39,12 +39,8 @@ class FieldList:
     @property
     def columns(self) -> tuple[str, ...]:
         """Every column a field-list row can fill, in a stable order."""
-        names: list[str] = []
-        for label in self.labels.values():
-            for name in (label.field, *(key for key, _ in label.sets)):
-                if name not in names:
-                    names.append(name)
-        return (*names, *OUTPUT_COLUMNS)
+        names = [name for label in self.labels.values() for name in (label.field, *(key for key, _ in label.sets))]
+        return (*dict.fromkeys(names), *OUTPUT_COLUMNS)
 
     def read(self, text: str) -> dict[str, object]:
         """The typed values of one field list, `extra_fields` (JSON text or None) and `truncated` (True or None)."""
@@ -93,10 +89,9 @@ def _cast(type_name: str, text: str) -> object | None:
     if type_name == "int":
         return int(text) if _INT.fullmatch(text) and -(2**63) <= int(text) < 2**63 else None
     if type_name in ("float", "pct"):
-        text = text[:-1] if type_name == "pct" and text.endswith("%") else text
-        if text == "nan":   # printed, but not a number (SGLang's `fwd occupancy: nan%` before any forward): NaN, not NULL
-            return float("nan")
-        return float(text) if _FLOAT.fullmatch(text) else None
+        text = text.removesuffix("%") if type_name == "pct" else text
+        # a printed 'nan' (SGLang's `fwd occupancy: nan%` before any forward) is NaN, not NULL
+        return float(text) if text == "nan" or _FLOAT.fullmatch(text) else None
     if type_name == "bool":
         return {"True": True, "False": False}.get(text)
     return text or None

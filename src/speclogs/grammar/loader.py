@@ -1,22 +1,21 @@
-"""Read grammar files (TOML), build their patterns, and validate them against their own samples."""
+"""Read grammar files (TOML), build their patterns, validate them against their own samples, and load the set."""
 
 from __future__ import annotations
 
 import functools
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from speclogs.errors import GrammarError
 from speclogs.grammar.fields import FIELDS_SLOT, read_labels
-from speclogs.grammar.lower import BUILTIN_SHAPE_REGEXES, file_shape_regex, template_regex
-from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-exported)
+from speclogs.grammar.model import (
     DERIVES,
     FIELD_ROLES,
     FIELD_TYPES,
     SCOPES,
-    CounterSample,
     Field,
     GrammarProblem,
     GrammarSet,
@@ -25,10 +24,20 @@ from speclogs.grammar.model import (  # noqa: F401  (bundled_grammar_dir re-expo
     bundled_grammar_dir,
     cast_expr,
 )
-from speclogs.grammar.template import check_rest_is_last, discarded_slots, parse_template, resolve_slot, slot_names
+from speclogs.grammar.template import (
+    check_rest_is_last,
+    discarded_slots,
+    file_shape_regex,
+    parse_template,
+    slot_names,
+    slot_regex,
+    template_element,
+    template_regex,
+)
 
 PREFIX_NAME = "prefix"
 DEFAULT_PRIORITY = 100
+_MAX_SHOWN = 10
 
 
 @dataclass
@@ -63,22 +72,17 @@ def read_grammar_file(path: Path) -> LoadedFile:
     shown = str(path)
     try:
         text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        loaded = LoadedFile(shown, DEFAULT_PRIORITY)
-        loaded.problems.append(GrammarProblem(shown, 0, None, f"cannot read grammar file: {exc.strerror or exc}"))
-        return loaded
-    except UnicodeDecodeError as exc:
-        loaded = LoadedFile(shown, DEFAULT_PRIORITY)
-        loaded.problems.append(GrammarProblem(shown, 0, None, f"grammar file is not UTF-8 text: {exc.reason}"))
-        return loaded
-    try:
         doc = tomllib.loads(text)
+    except OSError as exc:
+        line, message = 0, f"cannot read grammar file: {exc.strerror or exc}"
+    except UnicodeDecodeError as exc:
+        line, message = 0, f"grammar file is not UTF-8 text: {exc.reason}"
     except tomllib.TOMLDecodeError as exc:
-        loaded = LoadedFile(shown, DEFAULT_PRIORITY)
         found = re.search(r"at line (\d+)", str(exc))
-        loaded.problems.append(GrammarProblem(shown, int(found.group(1)) if found else 1, None, f"not valid TOML: {exc}"))
-        return loaded
-    return _build_file(shown, text, doc)
+        line, message = int(found.group(1)) if found else 1, f"not valid TOML: {exc}"
+    else:
+        return _build_file(shown, text, doc)
+    return LoadedFile(shown, DEFAULT_PRIORITY, problems=[GrammarProblem(shown, line, None, message)])
 
 
 def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
@@ -90,17 +94,16 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
     def problem(line: int, message: str, sample: str | None = None) -> None:
         problems.append(GrammarProblem(shown, line, sample, message))
 
-    for key in ("family", "table"):
-        if not isinstance(doc.get(key), str) or not doc.get(key):
-            problem(1, f"missing top-level key '{key}' (a string)")
-    if not isinstance(priority, int):
-        problem(1, f"'priority' must be an integer, got {priority!r}")
     scope = doc.get("scope", "message")
-    if scope not in SCOPES:
-        problem(1, f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
-    for key, kind in (("field", list), ("pattern", list), ("shapes", dict)):
-        if key in doc and not isinstance(doc[key], kind):
-            problem(1, f"'{key}' must be {'an array of tables [[' + key + ']]' if kind is list else 'a table [' + key + ']'}")
+    wrong = [(not isinstance(doc.get(key), str) or not doc.get(key), f"missing top-level key '{key}' (a string)")
+             for key in ("family", "table")]
+    wrong += [(not isinstance(priority, int), f"'priority' must be an integer, got {priority!r}"),
+              (scope not in SCOPES, f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")]
+    wrong += [(key in doc and not isinstance(doc[key], list), f"'{key}' must be an array of tables [[{key}]]")
+              for key in ("field", "pattern")]
+    wrong += [("shapes" in doc and not isinstance(doc["shapes"], dict), "'shapes' must be a table [shapes]")]
+    for message in (message for bad, message in wrong if bad):
+        problem(1, message)
     if problems:
         return loaded
     family, table = doc["family"], doc["table"]
@@ -119,14 +122,14 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
     shape_specs: dict[str, dict] = {}
     shape_regexes: dict[str, str] = {}
     for shape_name, spec in (doc.get("shapes") or {}).items():
+        if not isinstance(spec, dict):
+            problem(1, f"shape '{shape_name}' must be a table, e.g. {{ values = [\"a\", \"b\"] }}")
+            continue
         try:
-            if not isinstance(spec, dict):
-                raise GrammarError(f"shape '{shape_name}' must be a table, e.g. {{ values = [\"a\", \"b\"] }}")
             shape_regexes[shape_name] = file_shape_regex(spec, f"shape '{shape_name}'")
+            shape_specs[shape_name] = dict(spec)
         except GrammarError as exc:
             problem(1, str(exc))
-            continue
-        shape_specs[shape_name] = dict(spec)
 
     pattern_lines = _header_lines(text, "pattern")
     sample_lines = iter(_header_lines(text, "pattern.sample"))
@@ -142,79 +145,51 @@ def _build_file(shown: str, text: str, doc: dict) -> LoadedFile:
         # samples first, so the sample line numbers stay in step even when this pattern is rejected below
         samples = _read_samples(spec.get("sample", []), sample_lines, lines, pline, problem)
         counters = _read_samples(spec.get("counter_sample", []), counter_lines, lines, pline, problem, counter=True)
-        name = spec.get("name")
-        if not isinstance(name, str) or not name.isidentifier():
-            problem(pline, f"pattern name {name!r} is not an identifier")
-            continue
-        template = spec.get("template")
+        name, template, pscope = spec.get("name"), spec.get("template"), spec.get("scope", scope)
+        derive_name, gate, constants = spec.get("derive"), spec.get("gate", ""), spec.get("constants", {})
         if isinstance(template, list) and all(isinstance(t, str) for t in template):
             template = "".join(template)
-        if not isinstance(template, str) or not template:
-            problem(pline, f"pattern '{name}' needs template = \"…\" (a string or a list of strings)")
+        wrong = next((message for bad, message in (
+            (not isinstance(name, str) or not name.isidentifier(), f"pattern name {name!r} is not an identifier"),
+            (not isinstance(template, str) or not template, f"pattern '{name}' needs template = \"…\" (a string or a list of strings)"),
+            (pscope not in SCOPES, f"pattern '{name}': scope must be one of {', '.join(SCOPES)}, got {pscope!r}"),
+            (derive_name is not None and derive_name not in DERIVES, f"pattern '{name}': unknown derive {derive_name!r}; known: "
+                                                                     f"{', '.join(DERIVES)}"),
+            (not isinstance(gate, str), f"pattern '{name}': gate must be a string"),
+            (not isinstance(constants, dict), f"pattern '{name}': constants must be a table {{ col = value }}"),
+        ) if bad), None)
+        if wrong is not None:
+            problem(pline, wrong)
             continue
         spec = {**spec, "template": doc.get("template_prefix", "") + template}
-        pscope = spec.get("scope", scope)
-        if pscope not in SCOPES:
-            problem(pline, f"pattern '{name}': scope must be one of {', '.join(SCOPES)}, got {pscope!r}")
-            continue
-        derive_name = spec.get("derive")
-        if derive_name is not None and derive_name not in DERIVES:
-            problem(pline, f"pattern '{name}': unknown derive {derive_name!r}; known: {', '.join(DERIVES)}")
-            continue
-        gate = spec.get("gate", "")
-        if not isinstance(gate, str):
-            problem(pline, f"pattern '{name}': gate must be a string")
-            continue
-        if not isinstance(spec.get("constants", {}), dict):
-            problem(pline, f"pattern '{name}': constants must be a table {{ col = value }}")
-            continue
-        constants = dict(spec.get("constants", {}))
+        constants = dict(constants)
         expand = spec.get("expand")
-        if expand is None:
-            variants = [(name, spec["template"], gate, constants)]
-        else:
-            var = expand.get("var") if isinstance(expand, dict) else None
-            values = expand.get("values") if isinstance(expand, dict) else None
+        variants = [(name, spec["template"], gate, constants)]
+        if expand is not None:
+            var, values = (expand.get("var"), expand.get("values")) if isinstance(expand, dict) else (None, None)
             if not isinstance(var, str) or not isinstance(values, dict) or not values:
                 problem(pline, f"pattern '{name}': expand needs var = \"name\" and values = {{ \"text\" = \"value\", … }}")
                 continue
             if "{=" + var + "}" not in spec["template"]:
                 problem(pline, f"pattern '{name}': expand var '{var}' is not used as {{={var}}} in the template")
                 continue
-            as_constant = expand.get("constant", True)
-            variants = []
-            for text, value in values.items():
-                suffix = re.sub(r"[^0-9a-z]+", "_", text.lower()).strip("_")
-                variants.append((
-                    f"{name}_{suffix}",
-                    spec["template"].replace("{=" + var + "}", _escape_template(text)),
-                    gate.replace("{=" + var + "}", text),
-                    {**constants, var: value} if as_constant else constants,
-                ))
-        built: list[Pattern] = []
-        for vname, template, vgate, vconstants in variants:
-            pattern = _build_pattern(
-                problem, pline, shown, vname, template, fields, field_shapes, shape_specs, shape_regexes,
-                family=family, table=spec.get("table", table), scope=pscope, gate=vgate, constants=vconstants,
-                description=spec.get("description", doc.get("description", "")),
-                versions=str(spec.get("versions", doc.get("versions", ""))),
-                derive_name=derive_name, group=name, text_column=spec.get("text", doc.get("text")), field_list=field_list,
-            )
-            if pattern is not None:
-                built.append(pattern)
+            variants = [(f"{name}_{re.sub(r'[^0-9a-z]+', '_', text.lower()).strip('_')}",
+                         spec["template"].replace("{=" + var + "}", _escape_template(text)), gate.replace("{=" + var + "}", text),
+                         {**constants, var: value} if expand.get("constant", True) else constants) for text, value in values.items()]
+        common = dict(family=family, table=spec.get("table", table), scope=pscope, group=name,
+                      description=spec.get("description", doc.get("description", "")),
+                      versions=str(spec.get("versions", doc.get("versions", ""))),
+                      derive=DERIVES.get(derive_name) if derive_name else None, text_column=spec.get("text", doc.get("text")))
+        in_file = (fields, field_shapes, shape_specs, shape_regexes, field_list)  # what the file declares
+        built = [p for variant in variants if (p := _build_pattern(problem, pline, shown, *variant, *in_file, common))]
         if not built:
             continue
-        if len(built) == 1:
-            built[0] = replace(built[0], samples=tuple(samples), counter_samples=tuple(counters))
-        else:
-            # Each sample goes to the variant that parses it (the first variant when none does, so the failure is reported).
-            own: dict[int, list[Sample]] = {k: [] for k in range(len(built))}
-            texts = [smp.line for smp in samples] + [_strip_prefix_guess(smp.line) for smp in samples]
-            hits = [compiled_hits(b, texts) for b in built]
-            for i, smp in enumerate(samples):
-                k = next((k for k, hit in enumerate(hits) if hit[i] or hit[len(samples) + i]), 0)
-                own[k].append(smp)
-            built = [replace(b, samples=tuple(own[k]), counter_samples=tuple(counters)) for k, b in enumerate(built)]
+        # each sample goes to the variant that matches it (the first when none does, so the failure is reported)
+        own: list[list[Sample]] = [[] for _ in built]
+        for smp in samples:
+            own[next((k for k, b in enumerate(built) if re.match(b.regex, smp.line)
+                      or re.match(b.regex, _strip_prefix_guess(smp.line))), 0)].append(smp)
+        built = [replace(b, samples=tuple(own[k]), counter_samples=tuple(counters)) for k, b in enumerate(built)]
         loaded.patterns.extend(built)
     return loaded
 
@@ -252,13 +227,13 @@ def _read_samples(raw: list, header_lines, lines: list[str], pline: int, problem
             continue
         line_no = _key_line_after(lines, header - 1, "line")
         if counter:
-            samples.append(CounterSample(s["line"], s.get("claimed_by"), line_no))
+            samples.append(Sample(s["line"], line_no, claimed_by=s.get("claimed_by")))
             continue
         expect, null = s.get("expect", {}), s.get("null", [])
         if not isinstance(expect, dict) or not isinstance(null, list):
             problem(header, "a sample's expect must be a table { col = value } and null a list of column names")
             continue
-        samples.append(Sample(s["line"], dict(expect), line_no, tuple(null)))
+        samples.append(Sample(s["line"], line_no, dict(expect), tuple(null)))
     return samples
 
 
@@ -273,15 +248,13 @@ def _strip_prefix_guess(line: str) -> str:
     return line
 
 
-def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, shape_specs, shape_regexes, *, family, table,
-                   scope, gate, constants, description, versions, derive_name, group, text_column, field_list) -> Pattern | None:
+def _build_pattern(problem, pline, shown, name, template, gate, constants, fields, field_shapes, shape_specs, shape_regexes,
+                   field_list, common: dict) -> Pattern | None:
+    """One pattern (an expanded variant: its own name, template, gate and constants); None after saying what is wrong."""
     where = f"{shown}:{pline} pattern '{name}'"
     field_types = {k: f.type for k, f in fields.items()}
-
-    def shape_of(slot) -> str:
-        shape, _ = resolve_slot(slot, field_types=field_types, field_shapes=field_shapes, file_shapes=shape_regexes.keys(), where=where)
-        return shape_regexes.get(shape) or BUILTIN_SHAPE_REGEXES[shape]
-
+    shape_of = functools.partial(slot_regex, field_types=field_types, field_shapes=field_shapes, file_shapes=shape_regexes,
+                                 where=where)
     try:
         nodes = parse_template(template, where)
         check_rest_is_last(nodes, where, field_shapes)
@@ -294,6 +267,7 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
     if clash:
         problem(pline, f"pattern '{name}': {', '.join(clash)} is both a constant and a captured field")
         return None
+    text_column = common["text_column"]
     if text_column is not None and (not isinstance(text_column, str) or not text_column.isidentifier() or text_column in names):
         problem(pline, f"pattern '{name}': text = {text_column!r} must name a column the pattern does not capture")
         return None
@@ -303,20 +277,11 @@ def _build_pattern(problem, pline, shown, name, template, fields, field_shapes, 
                        "or set text = \"message\" (the column its rows keep the matched text in)")
         return None
     return Pattern(
-        name=name, family=family, table=table, scope=scope, gate=gate, regex=regex,
-        build=functools.lru_cache(maxsize=1)(functools.partial(
-            _element, nodes, name, field_types=field_types, field_shapes=field_shapes, shape_specs=shape_specs, where=where)),
-        constants=constants, fields=tuple(fields[n] for n in dict.fromkeys(names)), description=description,
-        versions=versions, source=f"{shown}:{pline}", derive=DERIVES.get(derive_name) if derive_name else None,
-        group=group, template=template, text_column=text_column,
-        field_list=field_list if FIELDS_SLOT in names else None,
+        name=name, gate=gate, regex=regex, constants=constants, source=f"{shown}:{pline}", template=template,
+        build=functools.lru_cache(maxsize=1)(functools.partial(template_element, nodes, name, shape_of, field_types)),
+        fields=tuple(fields[n] for n in dict.fromkeys(names)), field_list=field_list if FIELDS_SLOT in names else None,
+        **common,
     )
-
-
-def _element(*args, **kwargs):
-    from speclogs.grammar.definition import pattern_element  # (pyparsing: only where a definition is used)
-
-    return pattern_element(*args, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -325,13 +290,8 @@ def _element(*args, **kwargs):
 
 def _message_of(prefix: Pattern | None, pattern: Pattern, line: str) -> tuple[str, dict]:
     """For a message-scope sample written as a full log line, split the prefix off first."""
-    if pattern.scope != "message" or prefix is None:
-        return line, {}
-    head = prefix.parse(line)
-    if head is None:
-        return line, {}
-    message = head.pop("message")
-    return message, head
+    head = prefix.parse(line) if pattern.scope == "message" and prefix is not None else None
+    return (line, {}) if head is None else (head.pop("message"), head)
 
 
 def _same(expected: object, got: object) -> bool:
@@ -342,6 +302,11 @@ def _same(expected: object, got: object) -> bool:
     return expected == got
 
 
+def _where(p: Pattern) -> tuple[str, int]:
+    file, line = p.source.rsplit(":", 1)
+    return file, int(line)
+
+
 def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | None = None) -> list[GrammarProblem]:
     """Check every sample and counter-sample of every pattern against the whole ordered set. With `focus` (file
     paths), only problems that involve a pattern of those files: their samples, and others' they would claim first."""
@@ -350,29 +315,27 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
     seen: dict[str, str] = {}
     for p in ordered:
         if p.name in seen:
-            file, line = p.source.rsplit(":", 1)
-            problems.append(GrammarProblem(file, int(line), None, f"pattern name '{p.name}' is already used at {seen[p.name]}"))
+            problems.append(GrammarProblem(*_where(p), None, f"pattern name '{p.name}' is already used at {seen[p.name]}"))
         seen[p.name] = p.source
     by_scope = {s: [p for p in ordered if p.scope == s] for s in SCOPES}
     # the field-list reading of a family (its definition by labels), per scope: every shape's sample must read the same
-    field_readers: dict[tuple[str, str], Pattern] = {}
+    readers: dict[tuple[str, str], Pattern] = {}
     for q in ordered:
         if q.field_list is not None:
-            field_readers.setdefault((q.family, q.scope), q)
+            readers.setdefault((q.family, q.scope), q)
     groups_with_samples = {p.group for p in ordered if p.samples}
 
     def focused(q: Pattern) -> bool:
-        return focus is None or q.source.rsplit(":", 1)[0] in focus
+        return focus is None or _where(q)[0] in focus
 
     heads = [p for f in files if f.kind is not None for p in f.patterns]
     for p in heads:
         at = p.regex.find("(?P<message>")
         if at < 0 or "(?P<" in p.regex[at + 1:]:
-            file, line = p.source.rsplit(":", 1)
-            problems.append(GrammarProblem(file, int(line), None, f"pattern '{p.name}': its template must end with {{message}}"))
+            problems.append(GrammarProblem(*_where(p), None, f"pattern '{p.name}': its template must end with {{message}}"))
     for p in ordered + heads:
         is_head = any(p is h for h in heads)
-        file = p.source.rsplit(":", 1)[0]
+        file = _where(p)[0]
         if not focused(p):
             if not is_head:
                 _check_claims_only(p, by_scope, prefix, focused, problems)
@@ -382,11 +345,10 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
             problems.append(GrammarProblem(file, sample.line_no, sample.line, message))
 
         if not p.samples and p.group not in groups_with_samples:
-            problems.append(GrammarProblem(file, int(p.source.rsplit(":", 1)[1]), None,
+            problems.append(GrammarProblem(*_where(p), None,
                                            f"pattern '{p.name}' has no [[pattern.sample]]; every pattern needs at least one real line"))
         texts = [(s.line, {}) if is_head else _message_of(prefix, p, s.line) for s in p.samples]
-        compiled = compiled_values(p, [text for text, _ in texts])
-        for s, (text, head), fast in zip(p.samples, texts, compiled):
+        for s, (text, head), fast in zip(p.samples, texts, compiled_values(p, [text for text, _ in texts])):
             if p.gate and p.gate not in text:
                 bad(s, f"gate {p.gate!r} of pattern '{p.name}' does not occur in the sample")
             slow = p.parse(text)
@@ -395,9 +357,11 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
                 continue
             if fast != {key: _in_bigint(value) for key, value in slow.items()}:
                 bad(s, f"pattern '{p.name}': the compiled regex gives {fast} but pyparsing gives {slow}")
-            reader = field_readers.get((p.family, p.scope))
+            reader = readers.get((p.family, p.scope))
             if reader is not None and reader is not p:
-                problems.extend(_disagreement(reader, p, text, slow, file, s))
+                disagreement = _disagreement(reader, p, text, slow)
+                if disagreement:
+                    bad(s, disagreement)
             values = {**head, **slow}
             for key, want in s.expect.items():
                 if key not in values:
@@ -435,50 +399,30 @@ def _first_claim(patterns: list[Pattern], text: str, *, before: Pattern | None =
     return None
 
 
-def _disagreement(reader: Pattern, p: Pattern, text: str, values: dict, file: str, s: Sample) -> list[GrammarProblem]:
+def _disagreement(reader: Pattern, p: Pattern, text: str, values: dict) -> str | None:
     """Where a shape pattern's values for a sample differ from reading the sample by its family's labels."""
     read = reader.parse(text)
     if read is None:
-        return [GrammarProblem(file, s.line_no, s.line, f"pattern '{reader.name}' (the reading by [labels]) does not parse the sample")]
+        return f"pattern '{reader.name}' (the reading by [labels]) does not parse the sample"
     if read["extra_fields"] is not None:
-        return [GrammarProblem(file, s.line_no, s.line, f"[labels] lacks label(s) of this sample: {read['extra_fields']}")]
+        return f"[labels] lacks label(s) of this sample: {read['extra_fields']}"
     differ = {k: (values[k], read.get(k)) for k in values if k in read and not _same(values[k], read[k])}
     if differ:
-        return [GrammarProblem(file, s.line_no, s.line,
-                               f"pattern '{p.name}' and the reading by [labels] differ: "
-                               + ", ".join(f"{k} = {a!r} vs {b!r}" for k, (a, b) in differ.items()))]
-    return []
-
-
-def _compiled_groups(p: Pattern, texts: list[str]):
-    """The compiled regex's groups for each text, run by polars (the portable executor); `_hit` is null where it does
-    not match."""
-    import polars as pl
-
-    return pl.Series(texts, dtype=pl.Utf8).str.extract_groups("^(?P<_hit>)" + p.regex.removeprefix("^")).struct.unnest()
-
-
-def compiled_hits(p: Pattern, texts: list[str]) -> list[bool]:
-    """Whether the compiled regex matches each text (compiled_values' `is not None`, without reading the values)."""
-    return _compiled_groups(p, texts).get_column("_hit").is_not_null().to_list() if texts else []
+        return (f"pattern '{p.name}' and the reading by [labels] differ: "
+                + ", ".join(f"{k} = {a!r} vs {b!r}" for k, (a, b) in differ.items()))
+    return None
 
 
 def compiled_values(p: Pattern, texts: list[str]) -> list[dict | None]:
-    """What the compiled regex gives for each text, run by polars (the portable executor) and cast as the ingest
-    casts: the same dict as `Pattern.parse` (fields, constants, derived columns), or None where it does not match."""
+    """What the compiled regex gives for each text, run by polars (the executor) and cast as the ingest casts: the
+    same dict as `Pattern.parse` (fields, constants, derived columns), or None where it does not match."""
     import polars as pl
 
     if not texts:
         return []
-    groups = _compiled_groups(p, texts)
+    groups = pl.Series(texts, dtype=pl.Utf8).str.extract_groups("^(?P<_hit>)" + p.regex.removeprefix("^")).struct.unnest()
     typed = groups.select(pl.col("_hit"), *(cast_expr(pl.col(f.name), f.type) for f in p.fields))
-    out: list[dict | None] = []
-    for row in typed.iter_rows(named=True):
-        if row.pop("_hit") is None:
-            out.append(None)
-            continue
-        out.append(p.finish({f.name: row[f.name] for f in p.fields}))
-    return out
+    return [None if row.pop("_hit") is None else p.finish(row) for row in typed.iter_rows(named=True)]
 
 
 def _in_bigint(value: object) -> object:
@@ -490,28 +434,88 @@ def _in_bigint(value: object) -> object:
 
 def _check_claims_only(p: Pattern, by_scope: dict, prefix: Pattern | None, focused, problems: list[GrammarProblem]) -> None:
     """For a pattern outside the focus: is one of its samples claimed first by a focused pattern?"""
-    earlier = by_scope[p.scope][:by_scope[p.scope].index(p)]
-    earlier_focused = [q for q in earlier if focused(q)]
+    earlier_focused = [q for q in by_scope[p.scope][:by_scope[p.scope].index(p)] if focused(q)]
     for s in p.samples if earlier_focused else ():
         q = _first_claim(earlier_focused, _message_of(prefix, p, s.line)[0])
         if q is not None:
-            problems.append(GrammarProblem(q.source.rsplit(":", 1)[0], int(q.source.rsplit(":", 1)[1]), s.line,
-                                           f"pattern '{q.name}' claims a sample of '{p.name}' ({p.source}) first; "
-                                           "make it stricter or give its file a larger priority"))
+            problems.append(GrammarProblem(*_where(q), s.line, f"pattern '{q.name}' claims a sample of '{p.name}' ({p.source}) "
+                                                               "first; make it stricter or give its file a larger priority"))
 
 
 def ordered_patterns(files: list[LoadedFile]) -> list[Pattern]:
     """Priority order: the file's priority, then file order, then pattern order inside the file."""
-    indexed = [(f.priority, i, j, p) for i, f in enumerate(files) if f.kind is None for j, p in enumerate(f.patterns)]
-    return [p for *_, p in sorted(indexed, key=lambda t: t[:3])]
+    return heads_of(files, None)
 
 
-def find_prefix(files: list[LoadedFile]) -> Pattern | None:
-    """SGLang's own prefix: the pattern named 'prefix' of a prefix grammar."""
-    return next((p for p in heads_of(files, "prefix") if p.name == PREFIX_NAME), None)
-
-
-def heads_of(files: list[LoadedFile], kind: str) -> tuple[Pattern, ...]:
-    """The patterns of the prefix (or wrapper) grammars, in priority order."""
+def heads_of(files: list[LoadedFile], kind: str | None) -> list[Pattern]:
+    """The patterns of the prefix (or wrapper; None: of every other) grammars, in priority order."""
     ranked = sorted((f.priority, i, j, p) for i, f in enumerate(files) if f.kind == kind for j, p in enumerate(f.patterns))
-    return tuple(p for *_, p in ranked)
+    return [p for *_, p in ranked]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# loading
+
+
+def bundled_grammar_files() -> list[Path]:
+    return sorted(bundled_grammar_dir().glob("*.toml"))
+
+
+def _expand(paths: Sequence[Path]) -> list[Path]:
+    return [f for p in map(Path, paths) for f in (sorted(p.glob("*.toml")) if p.is_dir() else [p])]
+
+
+def _assemble(paths: Sequence[Path], focus: set[Path]) -> tuple[GrammarSet | None, list[GrammarProblem], set[str]]:
+    """The files read and validated together, looking only for problems that involve the `focus` files' patterns;
+    the focus files as problems name them."""
+    files = [read_grammar_file(p) for p in paths]
+    focused = {f.path for f, p in zip(files, paths) if p.resolve() in focus}
+    problems = [pr for f in files for pr in f.problems]  # a file that does not build is always a problem
+    prefix = next((p for p in heads_of(files, "prefix") if p.name == PREFIX_NAME), None)
+    if prefix is None:
+        problems.append(GrammarProblem("grammars/prefix.toml", 1, None,
+                                       "no prefix grammar (a file with kind = \"prefix\" and a pattern named 'prefix')"))
+    problems += validate(files, prefix, focused)
+    if prefix is None:
+        return None, problems, focused
+    others = tuple(p for p in heads_of(files, "prefix") if p is not prefix)
+    grammar_set = GrammarSet(prefix=prefix, patterns=ordered_patterns(files), files=tuple(f.path for f in files),
+                             prefixes=(prefix, *others), wrappers=tuple(heads_of(files, "wrapper")))
+    return grammar_set, problems, focused
+
+
+def load_grammars(extra_paths: Sequence[Path] = ()) -> GrammarSet:
+    """Bundled grammars/ plus user grammar files (or directories of them), built and validated; GrammarError names
+    file:line of the first problems. A user file's samples are checked every time it loads (the bundled files' by the
+    tests and `speclogs grammars check`); the last few sets are kept, keyed by the files' paths, sizes and mtimes."""
+    paths = tuple(bundled_grammar_files() + _expand(extra_paths))
+    return _load(paths, tuple((st.st_size, st.st_mtime_ns) if (st := _stat(p)) else (-1, -1) for p in paths))
+
+
+def _stat(path: Path):
+    try:
+        return path.stat()
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=4)
+def _load(paths: tuple[Path, ...], stats: tuple) -> GrammarSet:
+    bundled = set(bundled_grammar_files())
+    grammar_set, problems, _ = _assemble(paths, focus={p.resolve() for p in paths if p not in bundled})
+    if problems or grammar_set is None:
+        shown = "\n".join(str(p) for p in problems[:_MAX_SHOWN])
+        more = f"\n… and {len(problems) - _MAX_SHOWN} more" if len(problems) > _MAX_SHOWN else ""
+        raise GrammarError(f"{len(problems)} grammar problem(s):\n{shown}{more}",
+                           hint="run `speclogs grammars check FILE` for the full list")
+    return grammar_set
+
+
+def check_grammar_files(paths: Sequence[Path] = ()) -> list[GrammarProblem]:
+    """`speclogs grammars check`: the problems of the given grammar files (or directories), checked together with the
+    bundled set in one pass (conflicts between them are found too); every bundled file when none is given."""
+    bundled = bundled_grammar_files()
+    targets = _expand(paths) if paths else bundled
+    known = {p.resolve() for p in bundled}
+    _, problems, focused = _assemble(bundled + [p for p in targets if p.resolve() not in known], {p.resolve() for p in targets})
+    return [p for p in problems if p.file in focused]

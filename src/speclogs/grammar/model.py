@@ -18,20 +18,12 @@ FIELD_TYPES = ("int", "float", "bool", "str", "pct")
 FIELD_ROLES = ("key", "measure", "label")
 SCOPES = ("message", "line")
 
-# The rank tags SGLang puts inside the prefix brackets, as (tag text, column).
-# Longest tag first so that 'MOE_DP3' is never read as 'DP' by a consumer scanning left to right.
+# The rank tags SGLang puts inside the prefix brackets, as (tag text, column); longest first, so that 'MOE_DP3' is
+# never read as 'DP'.
 RANK_TAGS: tuple[tuple[str, str], ...] = (
-    ("ATTN_CP", "attn_cp_rank"),
-    ("MOE_DP", "moe_dp_rank"),
-    ("DP", "dp_rank"),
-    ("TP", "tp_rank"),
-    ("PP", "pp_rank"),
+    ("ATTN_CP", "attn_cp_rank"), ("MOE_DP", "moe_dp_rank"), ("DP", "dp_rank"), ("TP", "tp_rank"), ("PP", "pp_rank"),
     ("EP", "ep_rank"),
 )
-
-# One regex per rank column, to run on the prefix's `rank_tags` group (e.g. ' DP0 TP1'): group 1 is the rank.
-# The leading '(?:^| )' keeps 'DP' from matching inside 'MOE_DP'.
-RANK_TAG_REGEXES: dict[str, str] = {column: f"(?:^| ){tag}(-?[0-9]+)" for tag, column in RANK_TAGS}
 
 
 @dataclass(frozen=True)
@@ -55,10 +47,8 @@ class GrammarProblem:
     message: str
 
     def __str__(self) -> str:
-        where = f"{self.file}:{self.line}"
-        if self.sample is None:
-            return f"{where}: {self.message}"
-        return f"{where}: {self.message}\n    sample: {self.sample}"
+        shown = f"{self.file}:{self.line}: {self.message}"
+        return shown if self.sample is None else f"{shown}\n    sample: {self.sample}"
 
 
 def cast_expr(raw: pl.Expr, type_name: str) -> pl.Expr:
@@ -66,26 +56,18 @@ def cast_expr(raw: pl.Expr, type_name: str) -> pl.Expr:
     float/pct → DOUBLE (the group never includes '%'), bool → 'True', str as is."""
     import polars as pl
 
-    if type_name == "int":
-        return raw.cast(pl.Int64, strict=False)
-    if type_name == "float":
-        return raw.cast(pl.Float64, strict=False)
-    if type_name == "pct":
-        return raw.str.strip_chars_end("%").cast(pl.Float64, strict=False)
     if type_name == "bool":
         return raw == "True"
-    return raw.cast(pl.Utf8)
+    return raw.cast({"int": pl.Int64, "float": pl.Float64, "pct": pl.Float64}.get(type_name, pl.Utf8), strict=False)
 
 
 def split_rank_tags(rank_tags: str | None) -> dict[str, int | None]:
     """' DP0 TP1' → {'dp_rank': 0, 'tp_rank': 1, 'pp_rank': None, …} (the tags are an unordered set)."""
     ranks: dict[str, int | None] = {column: None for _, column in RANK_TAGS}
     for token in (rank_tags or "").split():
-        for tag, column in RANK_TAGS:
-            rest = token[len(tag):]
-            if token.startswith(tag) and rest.lstrip("-").isdigit():
-                ranks[column] = int(rest)
-                break
+        tag, column = next(((tag, column) for tag, column in RANK_TAGS if token.startswith(tag)), ("", ""))
+        if column and token[len(tag):].lstrip("-").isdigit():
+            ranks[column] = int(token[len(tag):])
     return ranks
 
 
@@ -99,34 +81,27 @@ def bundled_grammar_dir() -> Path:
     for candidate in (here.parents[1] / "_grammars", here.parents[3] / "grammars"):
         if candidate.is_dir():
             return candidate
-    raise GrammarError(
-        "the bundled grammar files are missing (looked for speclogs/_grammars and <repo>/grammars)",
-        hint="reinstall speclogs, or run from a checkout that has grammars/",
-    )
+    raise GrammarError("the bundled grammar files are missing (looked for speclogs/_grammars and <repo>/grammars)",
+                       hint="reinstall speclogs, or run from a checkout that has grammars/")
 
 
 @dataclass(frozen=True, eq=False)
 class Sample:
-    """A real line a pattern must parse, with the values it must give (`line_no` is its line in the grammar file)."""
+    """A real line a pattern must parse, with the values it must give and the columns that must come out NULL; or, as
+    a counter-sample, must not match (`claimed_by`: the pattern that should take it instead). `line_no`: its line in
+    the grammar file."""
 
     line: str
-    expect: dict[str, object]
     line_no: int
-    null: tuple[str, ...] = ()  # columns that must come out NULL
-
-
-@dataclass(frozen=True, eq=False)
-class CounterSample:
-    """A line the pattern must NOT match; `claimed_by` names the pattern that should take it instead (or None)."""
-
-    line: str
-    claimed_by: str | None
-    line_no: int
+    expect: dict[str, object] = field(default_factory=dict)
+    null: tuple[str, ...] = ()
+    claimed_by: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
 class Pattern:
-    """One line shape: its pyparsing element (the definition), the regex compiled from it, and what it fills."""
+    """One line shape: its pyparsing element (the definition), the regex compiled from the same template, and what it
+    fills."""
 
     name: str
     family: str
@@ -141,7 +116,7 @@ class Pattern:
     versions: str = ""
     source: str = ""  # 'file:line' of the pattern's definition
     samples: tuple[Sample, ...] = ()
-    counter_samples: tuple[CounterSample, ...] = ()
+    counter_samples: tuple[Sample, ...] = ()
     # Columns computed from captured ones (the prefix's rank tags → dp_rank, tp_rank, …).
     derive: Callable[[dict], dict] | None = field(default=None, repr=False)
     group: str = ""  # the [[pattern]] name this one was expanded from (= name unless the pattern uses expand)
@@ -155,19 +130,12 @@ class Pattern:
         return self.build()
 
     @property
-    def field_names(self) -> tuple[str, ...]:
-        return tuple(f.name for f in self.fields)
-
-    @property
     def columns(self) -> tuple[str, ...]:
         """Every column a match fills: fields, constants, derived columns (a field list's columns for {fields})."""
-        names = [name for name in self.field_names if self.field_list is None or name != "fields"]
-        if self.field_list is not None:
-            names += [name for name in self.field_list.columns if name not in names]
-        names += [k for k in self.constants if k not in names]
-        if self.derive is not None:
-            names += [k for k in self.derive({}) if k not in names]
-        return tuple(names)
+        names = [f.name for f in self.fields if self.field_list is None or f.name != "fields"]
+        names += [*(self.field_list.columns if self.field_list is not None else ()), *self.constants,
+                  *(self.derive({}) if self.derive is not None else ())]
+        return tuple(dict.fromkeys(names))
 
     def finish(self, values: dict) -> dict:
         """Captured values (fields) → the row's values: the field list read, constants, derived columns."""
@@ -186,11 +154,8 @@ class Pattern:
             result = self.element.parse_string(text, parse_all=True)
         except pp.ParseBaseException:
             return None
-        values: dict[str, object] = {}
-        for f in self.fields:
-            value = result.get(f.name)
-            values[f.name] = value if value is None or not isinstance(value, pp.ParseResults) else value[0]
-        return self.finish(values)
+        values = {f.name: result.get(f.name) for f in self.fields}
+        return self.finish({k: v[0] if isinstance(v, pp.ParseResults) else v for k, v in values.items()})
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,25 +169,18 @@ class GrammarSet:
     files: tuple[str, ...] = ()
     prefixes: tuple[Pattern, ...] = ()
     wrappers: tuple[Pattern, ...] = ()
-    rank_tag_regexes: dict[str, str] = field(default_factory=lambda: dict(RANK_TAG_REGEXES))
 
     def for_scope(self, scope: str) -> list[Pattern]:
         return [p for p in self.patterns if p.scope == scope]
 
     def by_name(self, name: str) -> Pattern:
-        for p in self.patterns:
-            if p.name == name:
-                return p
-        if name == self.prefix.name:
-            return self.prefix
-        raise KeyError(name)
+        return {p.name: p for p in (self.prefix, *self.patterns)}[name]
 
     def classify(self, text: str, scope: str) -> tuple[Pattern, dict] | None:
         """The definition over all patterns of `scope` (pyparsing): the first that parses the text, with its values."""
-        for p in self.patterns:
-            if p.scope != scope or (p.gate and p.gate not in text):
-                continue
-            values = p.parse(text)
-            if values is not None:
-                return p, values
+        for p in self.for_scope(scope):
+            if not p.gate or p.gate in text:
+                values = p.parse(text)
+                if values is not None:
+                    return p, values
         return None

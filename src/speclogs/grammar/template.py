@@ -1,9 +1,13 @@
 """The template syntax of grammar files (grammars/README.md, "Template syntax"): text → AST (Lit, Slot, Optional_,
-Alternatives), and the checks on it. lower.py compiles the AST to the pattern's regex; definition.py builds it into
-the pattern's pyparsing element."""
+Alternatives), and its one compiler to the pattern's two forms. Every shape is a regex; the regex form (what polars
+runs) joins the nodes as a regex does, the definition (pyparsing) joins the same shapes as PEG does, never giving
+characters back: the validator holds the two to the same values on every sample.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from speclogs.errors import GrammarError
@@ -35,12 +39,10 @@ class Alternatives:
 
 def parse_template(template: str, where: str) -> tuple:
     """Template text → tuple of Lit / Slot / Optional_ / Alternatives nodes; GrammarError names `where`."""
-    nodes, pos, stop = _parse_seq(template, 0, in_group=False, where=where)
+    nodes, pos, _ = _parse_seq(template, 0, in_group=False, where=where)
     if pos != len(template):
-        raise GrammarError(
-            f"{where}: unexpected '{template[pos]}' at column {pos + 1} of template {template!r}",
-            hint="a '}' or '|' outside {?…} / {|…} must be escaped as \\} or write it inside a group",
-        )
+        raise GrammarError(f"{where}: unexpected '{template[pos]}' at column {pos + 1} of template {template!r}",
+                           hint="a '}' or '|' outside {?…} / {|…} must be escaped as \\} or write it inside a group")
     return nodes
 
 
@@ -68,9 +70,7 @@ def _parse_seq(s: str, pos: int, *, in_group: bool, where: str) -> tuple[tuple, 
             flush()
             return tuple(nodes), pos, ch
         elif ch == "}":
-            raise GrammarError(
-                f"{where}: unbalanced '}}' at column {pos + 1} of template {s!r}", hint="escape a literal brace as \\}"
-            )
+            raise GrammarError(f"{where}: unbalanced '}}' at column {pos + 1} of template {s!r}", hint="escape a literal brace as \\}")
         else:
             buf.append(ch)
             pos += 1
@@ -83,61 +83,30 @@ def _parse_seq(s: str, pos: int, *, in_group: bool, where: str) -> tuple[tuple, 
 def _parse_group(s: str, pos: int, where: str) -> tuple[object, int]:
     start = pos
     pos += 1
-    if pos < len(s) and s[pos] == "?":
+    if s[pos:pos + 1] == "?":
         body, pos, stop = _parse_seq(s, pos + 1, in_group=True, where=where)
         if stop != "}":
-            raise GrammarError(
-                f"{where}: '|' inside an optional part {{?…}} at column {pos + 1}", hint="use {|a|b} for alternatives"
-            )
+            raise GrammarError(f"{where}: '|' inside an optional part {{?…}} at column {pos + 1}", hint="use {|a|b} for alternatives")
         return Optional_(body), pos + 1
-    if pos < len(s) and s[pos] == "|":
-        branches = []
-        pos += 1
-        while True:
-            body, pos, stop = _parse_seq(s, pos, in_group=True, where=where)
+    if s[pos:pos + 1] == "|":
+        branches, stop = [], "|"
+        while stop == "|":
+            body, pos, stop = _parse_seq(s, pos + 1, in_group=True, where=where)
             branches.append(body)
-            pos += 1
-            if stop == "}":
-                break
         if len(branches) < 2:
             raise GrammarError(f"{where}: alternatives {{|…}} need at least two branches", hint="write {|a|b}")
-        return Alternatives(tuple(branches)), pos
+        return Alternatives(tuple(branches)), pos + 1
     end = s.find("}", pos)
     if end < 0:
         raise GrammarError(f"{where}: unclosed placeholder starting at column {start + 1} of {s!r}", hint="write {name} or {name:shape}")
     inner = s[pos:end]
     name, _, shape = inner.partition(":")
     if not (name == "_" or name.isidentifier()):
-        raise GrammarError(
-            f"{where}: bad placeholder {{{inner}}} at column {start + 1}",
-            hint="placeholders are {name}, {name:shape} or {_:shape}; escape literal braces as \\{ \\}",
-        )
+        raise GrammarError(f"{where}: bad placeholder {{{inner}}} at column {start + 1}",
+                           hint="placeholders are {name}, {name:shape} or {_:shape}; escape literal braces as \\{ \\}")
     if name == "_" and not shape:
         raise GrammarError(f"{where}: {{_}} needs a shape, e.g. {{_:int}}", hint="an uncaptured slot has no field to take its type from")
     return Slot(name, shape or None), end + 1
-
-
-_GREEDY_TO_END = ("rest", "text")
-
-
-def check_rest_is_last(nodes: tuple, where: str, field_shapes: dict[str, str | None] | None = None, *, followed: bool = False) -> None:
-    """A `rest`/`text` token eats the whole line; pyparsing never gives characters back, so nothing may follow it
-    (a regex would backtrack and the two paths would disagree)."""
-    field_shapes = field_shapes or {}
-    for i, node in enumerate(nodes):
-        after = followed or i + 1 < len(nodes)
-        if isinstance(node, Slot):
-            shape = node.shape or field_shapes.get(node.name)
-            if shape in _GREEDY_TO_END and after:
-                raise GrammarError(
-                    f"{where}: {{{node.name}:{shape}}} takes the rest of the line but the template goes on after it",
-                    hint="put {…:rest} last, or use a shape that stops (e.g. not_chars) before the text that follows",
-                )
-        elif isinstance(node, Optional_):
-            check_rest_is_last(node.body, where, field_shapes, followed=after)
-        elif isinstance(node, Alternatives):
-            for branch in node.branches:
-                check_rest_is_last(branch, where, field_shapes, followed=after)
 
 
 def leaves(nodes: tuple):
@@ -157,63 +126,211 @@ def slot_names(nodes: tuple) -> list[str]:
     return [node.name for node in leaves(nodes) if isinstance(node, Slot) and node.name != "_"]
 
 
-# The built-in shapes and the type of value each matches (their regexes: lower.py; their pyparsing elements:
-# definition.py).
-SHAPE_TYPES = {
-    "int": "int", "float": "float", "pct": "pct", "bool": "bool", "token": "str", "word": "str", "tocomma": "str",
-    "rest": "str", "text": "str", "timestamp": "str", "ranktags": "str",
-}
-
-
-def resolve_slot(node: Slot, *, field_types: dict[str, str], field_shapes: dict[str, str | None], file_shapes,
-                 where: str) -> tuple[str, str]:
-    """A slot's shape name and the type of what it matches ('str' for file shapes); GrammarError when the slot names
-    no field, the shape does not exist, or its type does not fit the field's."""
-    shape = node.shape
-    if shape is None:
-        if node.name not in field_types:
-            raise GrammarError(f"{where}: placeholder {{{node.name}}} names no declared field", hint="add it to [[field]] or fix the name")
-        shape = field_shapes.get(node.name) or ("token" if field_types[node.name] == "str" else field_types[node.name])
-    if shape in file_shapes:
-        shape_type = "str"
-    elif shape in SHAPE_TYPES:
-        shape_type = SHAPE_TYPES[shape]
-    else:
-        raise GrammarError(
-            f"{where}: unknown shape '{shape}' in placeholder {{{node.name}:{shape}}}",
-            hint="built-in shapes: " + ", ".join(SHAPE_TYPES) + "; or declare it under [shapes]",
-        )
-    if node.name == "_":
-        return shape, shape_type
-    if node.name not in field_types:
-        raise GrammarError(f"{where}: placeholder {{{node.name}}} names no declared field", hint="add it to [[field]] or fix the name")
-    ftype = field_types[node.name]
-    if shape_type != "str" and shape_type != ftype and not (ftype == "float" and shape_type == "int"):
-        raise GrammarError(
-            f"{where}: field '{node.name}' is {ftype} but placeholder shape '{shape}' gives {shape_type}",
-            hint="use the field's own shape or change the field's type",
-        )
-    if shape_type == "str" and ftype != "str":
-        raise GrammarError(
-            f"{where}: field '{node.name}' is {ftype} but shape '{shape}' gives text",
-            hint="typed fields use int, float, pct or bool shapes",
-        )
-    return shape, shape_type
+def check_rest_is_last(nodes: tuple, where: str, field_shapes: dict[str, str | None], *, followed: bool = False) -> None:
+    """A `rest`/`text` slot eats the whole line; pyparsing never gives characters back, so nothing may follow it
+    (a regex would backtrack and the two forms would disagree)."""
+    for i, node in enumerate(nodes):
+        after = followed or i + 1 < len(nodes)
+        if isinstance(node, Slot) and after and (shape := node.shape or field_shapes.get(node.name)) in ("rest", "text"):
+            raise GrammarError(f"{where}: {{{node.name}:{shape}}} takes the rest of the line but the template goes on after it",
+                               hint="put {…:rest} last, or use a shape that stops (e.g. not_chars) before the text that follows")
+        if isinstance(node, (Optional_, Alternatives)):
+            for body in node.branches if isinstance(node, Alternatives) else (node.body,):
+                check_rest_is_last(body, where, field_shapes, followed=after)
 
 
 def discarded_slots(nodes: tuple, shape_specs: dict[str, dict]) -> list[str]:
     """The shapes of the uncaptured slots that can match content (a letter or a digit): what a pattern drops from the
     line unless its rows keep the text. Padding shapes (`spaces = { chars = " " }`, rules of '-' or '=') drop none."""
+    def holds_content(spec: dict | None) -> bool:
+        if spec is None or not ("chars" in spec or "values" in spec):
+            return True  # every built-in shape, and a regex, can match a digit or a letter
+        return any(c.isalnum() for c in spec.get("chars", "") + "".join(spec.get("values", ())))
+
     return [node.shape for node in leaves(nodes)
-            if isinstance(node, Slot) and node.name == "_" and _holds_content(node.shape, shape_specs)]
+            if isinstance(node, Slot) and node.name == "_" and holds_content(shape_specs.get(node.shape or ""))]
 
 
-def _holds_content(shape: str | None, shape_specs: dict[str, dict]) -> bool:
-    spec = shape_specs.get(shape or "")
-    if spec is None:
-        return True  # every built-in shape can match a digit or a letter
-    if "chars" in spec:
-        return any(c.isalnum() for c in spec["chars"])
+# ---------------------------------------------------------------------------------------------------------------
+# shapes: regexes that Python's re (pyparsing) and Rust's regex (polars) read the same way
+
+# The built-in shapes: the type of value each matches, and its regex.
+SHAPES = {
+    "int": ("int", "-?[0-9]+"),
+    "float": ("float", r"-?[0-9]+(?:\.[0-9]+)?"),
+    "pct": ("pct", r"-?[0-9]+(?:\.[0-9]+)?"),
+    "bool": ("bool", "(?:False|True)"),
+    "token": ("str", "[^ ]+"),
+    "word": ("str", "[0-9A-Z_a-z]+"),
+    "tocomma": ("str", "[^,]+"),
+    "rest": ("str", ".*"),
+    "text": ("str", ".+"),
+    # 'YYYY-MM-DD HH:MM:SS' | 'MM-DD HH:MM:SS' (diffusion server) | 'HH:MM:SS' (≤0.3.0), factored on the first two digits
+    "timestamp": ("str", "[0-9]{2}(?:(?:[0-9]{2}-[0-9]{2}-[0-9]{2} [0-9]{2}|-[0-9]{2} [0-9]{2}))?:[0-9]{2}:[0-9]{2}"),
+    "ranktags": ("str", "(?: (?:ATTN_CP|MOE_DP|DP|TP|PP|EP)-?[0-9]+)*"),  # model.RANK_TAGS, longest first
+}
+# Characters with a meaning in a regex outside a class. '-', '#', ' ', '&', '~' are left as they are:
+# Rust regex rejects some escapes Python accepts, and these are literals anyway.
+_META = set("\\.^$|?*+()[]{}")
+_CLASS_META = set("\\]^-[")
+# What Python's re (pyparsing, the definition) and Rust's regex (polars, the executor) read differently or not at all.
+_UNSHARED = re.compile(r"\(\?[=!<][^P]|\(\?<[=!]|\\[1-9]|\\[dwsDWSbB]|[*+?}]\?|\(\?[a-zA-Z]")
+
+
+def escape(text: str) -> str:
+    return "".join("\\" + ch if ch in _META else ch for ch in text)
+
+
+def char_class(chars: str, *, negate: bool = False) -> str:
+    """A set of characters → a regex class ('[=]', '[^:]')."""
+    return "[" + ("^" if negate else "") + "".join("\\" + c if c in _CLASS_META else c for c in sorted(set(chars))) + "]"
+
+
+def literal_alternation(words: list[str]) -> str:
+    """Alternatives of plain literals as a prefix-factored group: 'cuda graph|cpu graph' → 'c(?:uda|pu) graph'.
+
+    No two branches start with the same character, so the regex stays one-pass (Rust regex then uses its fast
+    one-pass engine for captures). Where one word is a prefix of another the longer one is tried first.
+    """
+    words = list(dict.fromkeys(words))
+    return "(?:" + _trie(sorted(words, key=len, reverse=True)) + ")" if len(words) > 1 else escape(words[0])
+
+
+def _trie(words: list[str]) -> str:
+    groups: dict[str, list[str]] = {}
+    for w in words:
+        if w:
+            groups.setdefault(w[0], []).append(w)
+    branches = []
+    for members in groups.values():
+        common = members[0]
+        for m in members[1:]:
+            while not m.startswith(common):
+                common = common[:-1]
+        rest = [m[len(common):] for m in members]
+        inner = _trie(rest) if len(members) > 1 else ""
+        branches.append(escape(common) + (f"(?:{inner})" if "|" in inner and "" not in rest else inner))
+    body = "|".join(branches)
+    if "" in words:  # the empty word: the group is optional
+        return f"(?:{body})?" if len(branches) > 1 or len(body) > 1 else f"{body}?"
+    return body
+
+
+def file_shape_regex(spec: dict, where: str) -> str:
+    """The regex of a shape declared in a grammar file's [shapes] table."""
     if "values" in spec:
-        return any(c.isalnum() for value in spec["values"] for c in value)
-    return True
+        values = spec["values"]
+        if not isinstance(values, list) or not values or not all(isinstance(v, str) and v for v in values):
+            raise GrammarError(f"{where}: shape 'values' must be a non-empty list of non-empty strings",
+                               hint='values = ["cuda graph", "npu graph"]')
+        return literal_alternation(values)
+    if "regex" in spec:
+        text = spec["regex"]
+        try:
+            re.compile(text)
+        except re.error as error:
+            raise GrammarError(f"{where}: regex {text!r}: {error}", hint="write a plain regex: literals, [..] classes, "
+                               "groups, | and greedy repeats") from None
+        if found := _UNSHARED.search(text):
+            raise GrammarError(f"{where}: regex {text!r} uses {found.group()!r}, which Python and polars read differently",
+                               hint="use literals, [..] classes (write [0-9] for \\d), (?:..), (?P<name>..), |, greedy * + ? {m,n}")
+        return text if text in (".*", ".+") else f"(?:{text})"
+    if "chars" in spec:
+        return char_class(spec["chars"]) + "+"
+    if "not_chars" in spec:
+        return char_class(spec["not_chars"], negate=True) + "+"
+    raise GrammarError(f"{where}: a shape needs one of values, chars, not_chars, regex",
+                       hint='e.g. hexaddr = { chars = "0123456789abcdefx" }')
+
+
+def slot_regex(node: Slot, *, field_types: dict[str, str], field_shapes: dict[str, str | None], file_shapes: dict[str, str],
+               where: str) -> str:
+    """A slot's shape regex; GrammarError when the slot names no field, the shape does not exist, or its type does not
+    fit the field's (a file shape matches text)."""
+    if node.name != "_" and node.name not in field_types:
+        raise GrammarError(f"{where}: placeholder {{{node.name}}} names no declared field", hint="add it to [[field]] or fix the name")
+    shape = node.shape or field_shapes.get(node.name) or ("token" if field_types[node.name] == "str" else field_types[node.name])
+    if shape not in file_shapes and shape not in SHAPES:
+        raise GrammarError(f"{where}: unknown shape '{shape}' in placeholder {{{node.name}:{shape}}}",
+                           hint="built-in shapes: " + ", ".join(SHAPES) + "; or declare it under [shapes]")
+    shape_type, regex = ("str", file_shapes[shape]) if shape in file_shapes else SHAPES[shape]
+    ftype = "str" if node.name == "_" else field_types[node.name]
+    if shape_type == "str" and ftype != "str":
+        raise GrammarError(f"{where}: field '{node.name}' is {ftype} but shape '{shape}' gives text",
+                           hint="typed fields use int, float, pct or bool shapes")
+    if shape_type not in ("str", ftype) and not (ftype == "float" and shape_type == "int") and node.name != "_":
+        raise GrammarError(f"{where}: field '{node.name}' is {ftype} but placeholder shape '{shape}' gives {shape_type}",
+                           hint="use the field's own shape or change the field's type")
+    return regex
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the two forms
+
+
+def template_regex(nodes: tuple, shape_of: Callable[[Slot], str], where: str) -> str:
+    """The anchored regex of a template's nodes (fields as named groups); `shape_of(slot)` gives a slot's regex."""
+    names: set[str] = set()
+
+    def seq(items: tuple) -> str:
+        return "".join(node_regex(node) for node in items)
+
+    def node_regex(node) -> str:
+        if isinstance(node, Lit):
+            return escape(node.text)
+        if isinstance(node, Slot):
+            if node.name == "_":
+                return shape_of(node)
+            if node.name in names:
+                raise GrammarError(
+                    f"{where}: field '{node.name}' is captured twice in one pattern (the regex engines forbid duplicate group names)",
+                    hint="split the alternatives into two [[pattern]] entries, or capture the field once outside the alternatives")
+            names.add(node.name)
+            return f"(?P<{node.name}>{shape_of(node)})"
+        if isinstance(node, Optional_):
+            inner = seq(node.body)
+            if not inner:
+                return ""
+            atom = len(inner) == 1 or (len(inner) == 2 and inner[0] == "\\") or re.fullmatch(r"\[[^][]*\]", inner)
+            return (inner if atom else f"(?:{inner})") + "?"
+        if all(len(branch) == 1 and isinstance(branch[0], Lit) for branch in node.branches):
+            return literal_alternation([branch[0].text for branch in node.branches])
+        return "(?:" + "|".join(seq(branch) for branch in node.branches) + ")"
+
+    return "^" + seq(nodes) + "$"
+
+
+_CASTS = {"int": lambda t: int(t[0]), "float": lambda t: float(t[0]), "pct": lambda t: float(t[0]), "bool": lambda t: t[0] == "True"}
+
+
+def template_element(nodes: tuple, name: str, shape_of: Callable[[Slot], str], field_types: dict[str, str]):
+    """The definition: the template as a pyparsing element over the whole text (no whitespace skipping anywhere; each
+    field a results name with a typed parse action)."""
+    import pyparsing as pp
+
+    def exact(element: pp.ParserElement) -> pp.ParserElement:
+        return element.leave_whitespace(recursive=False)
+
+    def slot(node: Slot) -> pp.ParserElement:
+        element = exact(pp.Regex(shape_of(node)))
+        if node.name == "_":
+            return element.set_name(f"_:{node.shape}")
+        cast = _CASTS.get(field_types[node.name])
+        if cast is not None:
+            element.add_parse_action(cast)
+        return element.set_name(node.name)(node.name)
+
+    def seq(items: tuple) -> pp.ParserElement:
+        parts = []
+        for node in items:
+            if isinstance(node, Lit):
+                parts.append(exact(pp.Literal(node.text)))
+            elif isinstance(node, Slot):
+                parts.append(slot(node))
+            elif isinstance(node, Optional_):
+                parts.append(exact(pp.Opt(seq(node.body))))
+            else:
+                parts.append(exact(pp.MatchFirst([seq(branch) for branch in node.branches])))
+        return parts[0] if len(parts) == 1 else exact(pp.And(parts) if parts else pp.Empty())
+
+    return exact(pp.And([seq(nodes), exact(pp.StringEnd())])).parse_with_tabs().set_name(name)

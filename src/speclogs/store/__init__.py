@@ -55,17 +55,9 @@ def compile_grammars(grammar_paths: tuple[Path, ...] = ()):
 
 
 @_cyclic_gc_paused
-def ingest_paths(
-    paths: Sequence[str | Path],
-    db_path: str | Path,
-    *,
-    replace: bool = False,
-    run_name: str | None = None,
-    on_progress: Callable[[ProgressEvent], None] | None = None,
-    grammar_paths: Sequence[Path] = (),
-    chunk_bytes: int | None = None,
-    verify: bool = False,
-) -> IngestSummary:
+def ingest_paths(paths: Sequence[str | Path], db_path: str | Path, *, replace: bool = False, run_name: str | None = None,
+                 on_progress: Callable[[ProgressEvent], None] | None = None, grammar_paths: Sequence[Path] = (),
+                 chunk_bytes: int | None = None, verify: bool = False) -> IngestSummary:
     """Ingest files/directories/'-' into the DuckDB file `db_path`; returns what happened (IngestSummary).
 
     replace=True re-ingests stored files (their rows deleted first). Without it a file whose path, size, mtime and
@@ -98,8 +90,10 @@ def ingest_paths(
         discovery = dataclasses.replace(discovery, files=tuple(
             f for f in discovery.files if f.source_file in changed or f.run.run_id in launches))
         unchanged -= len(discovery.files)
-    if not discovery.files and unchanged:
-        return _nothing_changed(str(db_path), unchanged, discovery, time.perf_counter() - started)
+    if not discovery.files and unchanged:  # nothing read, the database not opened to write
+        return IngestSummary(db_path=str(db_path), files_found=unchanged, files_ingested=0, files_unchanged=unchanged,
+                             bytes_read=0, seconds=time.perf_counter() - started, warnings=tuple(discovery.notes),
+                             skipped_files=discovery.skipped_files)
     from concurrent.futures import ThreadPoolExecutor
 
     from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, run_pipeline
@@ -134,32 +128,20 @@ def _stored(db_path: str | Path) -> tuple[dict[str, tuple[str, list[str]]], dict
         return {}, {}
     connection = connect(db_path, read_only=True)
     try:
-        names = dict(connection.execute("SELECT run_id, run_name FROM runs").fetchall())
+        runs = {run_id: (name, []) for run_id, name in connection.execute("SELECT run_id, run_name FROM runs").fetchall()}
         has_stat = connection.execute(
             "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'files' AND column_name = 'inode'").fetchone()[0]
         rows = connection.execute(f"SELECT source_file, run_id, size_bytes, {'mtime_ns, inode' if has_stat else 'NULL, NULL'} "
                                   "FROM files WHERE skipped_reason IS NULL").fetchall()
     finally:
         connection.close()
-    runs: dict[str, tuple[str, list[str]]] = {run_id: (name, []) for run_id, name in names.items()}
-    stats = {}
-    for source_file, run_id, *stat in rows:
+    for source_file, run_id, *_ in rows:
         if run_id in runs:
             runs[run_id][1].append(source_file)
-        if stat[-1] is not None:
-            stats[source_file] = tuple(stat)
-    return runs, stats
+    return runs, {source_file: tuple(stat) for source_file, _, *stat in rows if stat[-1] is not None}
 
 
 def _as_stored(item, stats: dict[str, tuple]) -> bool:
     """Whether an input file is on disk as it was when it was stored: same path, size, mtime and inode."""
     found = item.stat  # (taken when discovery found it)
     return found is not None and stats.get(item.source_file) == (found.st_size, found.st_mtime_ns, found.st_ino)
-
-
-def _nothing_changed(db_path: str, unchanged: int, discovery, seconds: float) -> IngestSummary:
-    """The summary of a call whose every input is stored as it is (nothing read, the database not opened to write)."""
-    return IngestSummary(
-        db_path=db_path, files_found=unchanged, files_ingested=0, files_unchanged=unchanged, bytes_read=0,
-        seconds=seconds, warnings=tuple(discovery.notes), skipped_files=discovery.skipped_files,
-    )

@@ -1,23 +1,21 @@
 """The content check: is everything each source line printed in the database?
 
-`check_content(connection)` re-reads every ingested file and holds each line against the rows ingest made of it
-(every table with `source_file` and `line_no`, and the multi-line records that span it). A line passes when each
-token it prints is found: a number equals a numeric cell (to the precision printed), is part of a timestamp cell or
-occurs in a text cell; a word occurs in a text cell, equals a boolean cell, or is a literal of a grammar pattern that
-writes to one of the line's tables. JSON inputs are checked value by value; a whole-document input (NCCL probe,
-run.json) against the file's rows. A token the ingest redacted (speclogs.redact) is counted as redacted, never as
-found. A file that cannot be re-read as it was ingested (gone, changed, stdin) is "cannot verify", which fails the
-check. A log is checked a window of lines at a time, with only that window's rows in memory.
+`check_content(connection)` re-reads every ingested file and holds each line against the cells of the rows ingest made
+of it (every table with `source_file` and `line_no`, and the multi-line records that span it), as DuckDB prints them.
+A token passes when it occurs in a cell, a number equals a numeric cell (to the precision printed), or it is a literal
+of a grammar pattern that writes to one of the line's tables. JSON inputs are checked value by value; a whole-document
+input (NCCL probe, run.json) against the file's rows. A token the ingest redacted (speclogs.redact) is counted as
+redacted, never as found. A file that cannot be re-read as it was ingested (gone, changed, stdin) is "cannot verify",
+which fails the check. A log is checked a window of lines at a time, with only that window's rows in memory.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from dataclasses import asdict, dataclass
 from itertools import islice
 from pathlib import Path
 
@@ -46,7 +44,6 @@ class Loss:
     text: str
 
 
-
 @dataclass(frozen=True)
 class FileCheck:
     source_file: str
@@ -64,23 +61,15 @@ class ContentCheck:
 
     files: tuple[FileCheck, ...]
     losses: tuple[Loss, ...]
-    lines_lost: int
 
-    @property
-    def lines(self) -> int:
-        return sum(f.lines for f in self.files)
+    def _sum(self, name: str) -> int:
+        return sum(getattr(f, name) for f in self.files)
 
-    @property
-    def lines_kept(self) -> int:
-        return sum(f.lines_kept for f in self.files)
-
-    @property
-    def tokens_redacted(self) -> int:
-        return sum(f.tokens_redacted for f in self.files)
-
-    @property
-    def lines_redacted(self) -> int:
-        return sum(f.lines_redacted for f in self.files)
+    lines = property(lambda self: self._sum("lines"))
+    lines_kept = property(lambda self: self._sum("lines_kept"))
+    lines_lost = property(lambda self: self.lines - self.lines_kept)
+    tokens_redacted = property(lambda self: self._sum("tokens_redacted"))
+    lines_redacted = property(lambda self: self._sum("lines_redacted"))
 
     @property
     def unchecked(self) -> tuple[FileCheck, ...]:
@@ -109,11 +98,9 @@ def check_content(connection, *, sources: Iterable[str] | None = None, grammar_p
     files = connection.execute(
         "SELECT source_file, kind, sha256 FROM files WHERE skipped_reason IS NULL ORDER BY source_file"
     ).fetchall()
-    tables = _line_tables(connection)
-    run_names = dict(connection.execute("SELECT run_id, run_name FROM runs").fetchall())
+    rows_sql = _rows_sql(connection)
     checks: list[FileCheck] = []
     losses: list[Loss] = []
-    lost = 0
     for source_file, kind, sha256 in files:
         if wanted is not None and source_file not in wanted:
             continue
@@ -121,35 +108,23 @@ def check_content(connection, *, sources: Iterable[str] | None = None, grammar_p
         if source.note is not None:
             checks.append(FileCheck(source_file, kind, 0, 0, source.note))
             continue
-        if kind in ("nccl_probe", "run_json"):
-            text = "\n".join(source.lines())
-            counts = _Counts()
-            file_losses = _check_document(connection, source_file, kind, text, counts)
+        counts: Counter = Counter()  # lines, lines_lost, tokens_redacted, lines_redacted
+        if kind in _DOCUMENT_ROWS:
+            file_losses = _check_document(connection, source_file, kind, "\n".join(source.lines()), counts)
         else:
-            counts, file_losses = _Counts(), []
-            lines = source.lines()
-            first = 1
+            file_losses, lines, first = [], source.lines(), 1
             while window := list(islice(lines, WINDOW_LINES)):
-                rows = _rows_by_line(connection, tables, source_file, run_names, first, first + len(window) - 1)
-                found = _check_lines(source_file, window, first, rows, vocabulary, counts, json_lines=kind not in _TEXT_KINDS)
+                cells = _cells_by_line(connection, rows_sql, source_file, first, first + len(window) - 1)
+                found = _check_lines(source_file, window, first, cells, vocabulary, counts, json_lines=kind not in _TEXT_KINDS)
                 file_losses.extend(found[:max(0, EXAMPLES_SHOWN - len(file_losses))])
                 first += len(window)
         if source.digest() != sha256:
             checks.append(FileCheck(source_file, kind, 0, 0, "cannot verify: source changed since it was ingested"))
             continue
-        lost += counts.lines_lost
         losses.extend(file_losses[:EXAMPLES_SHOWN])
-        checks.append(FileCheck(source_file, kind, counts.lines, counts.lines - counts.lines_lost, None,
-                                counts.tokens_redacted, counts.lines_redacted))
-    return ContentCheck(files=tuple(checks), losses=tuple(losses), lines_lost=lost)
-
-
-@dataclass
-class _Counts:
-    lines: int = 0
-    lines_lost: int = 0
-    tokens_redacted: int = 0
-    lines_redacted: int = 0
+        checks.append(FileCheck(source_file, kind, counts["lines"], counts["lines"] - counts["lines_lost"], None,
+                                counts["tokens_redacted"], counts["lines_redacted"]))
+    return ContentCheck(files=tuple(checks), losses=tuple(losses))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -225,119 +200,68 @@ class _Source:
             if self._raw.skipped_reason is not None:
                 self.note = f"cannot verify: {self._raw.skipped_reason}"
 
-    def _chunks(self) -> Iterator[bytes]:
-        if self._raw.stream is not None:
-            yield from self._raw.stream.chunks(16 << 20)
-        else:
-            yield self._raw.data
-
     def lines(self) -> Iterator[str]:
+        chunks = self._raw.stream.chunks(16 << 20) if self._raw.stream is not None else [self._raw.data]
         tail = b""
-        for chunk in self._chunks():
-            data = tail + chunk
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                tail = data
-                continue
-            tail = data[cut + 1:]
-            for line in data[:cut].decode("utf-8", "replace").split("\n"):
-                yield line[:-1] if line.endswith("\r") else line
+        for chunk in chunks:
+            *whole, tail = (tail + chunk).split(b"\n")
+            yield from (line.decode("utf-8", "replace").removesuffix("\r") for line in whole)
         if tail:
-            line = tail.decode("utf-8", "replace")
-            yield line[:-1] if line.endswith("\r") else line
+            yield tail.decode("utf-8", "replace").removesuffix("\r")
 
     def digest(self) -> str:
         """Once lines() has been read through."""
         return self._raw.stream.result() if self._raw.stream is not None else self._raw.sha256
 
 
-def _line_tables(connection) -> list[tuple[str, bool]]:
-    """(table or view, spans lines) for every contract relation with source_file and line_no."""
-    rows = connection.execute(
-        "SELECT table_name, list(column_name) FROM duckdb_columns() WHERE schema_name = 'main' "
+def _rows_sql(connection) -> str:
+    """The SQL of the rows of lines $2 to $3 of file $1 in every contract relation with source_file and line_no: the
+    relation, first line, last line, and every cell as DuckDB prints it (with the run's name)."""
+    selects = []
+    for name, columns in connection.execute(
+        "SELECT table_name, list(column_name ORDER BY column_index) FROM duckdb_columns() WHERE schema_name = 'main' "
         "AND NOT starts_with(table_name, '_') GROUP BY table_name ORDER BY table_name"
-    ).fetchall()
-    return [
-        (name, "last_line_no" in columns)
-        for name, columns in rows
-        if {"source_file", "line_no"} <= set(columns) and name not in _LOG_TABLE_EXCLUDES
-    ]
+    ).fetchall():
+        if not {"source_file", "line_no"} <= set(columns) or name in _LOG_TABLE_EXCLUDES:
+            continue
+        last = "COALESCE(t.last_line_no, t.line_no)" if "last_line_no" in columns else "t.line_no"
+        cells = ", ".join([f't."{c}"' for c in columns if c not in _KEY_COLUMNS] + ["r.run_name"] * ("run_id" in columns))
+        runs = " LEFT JOIN runs r ON r.run_id = t.run_id" if "run_id" in columns else ""
+        selects.append(f"SELECT '{name}', t.line_no, {last}, concat_ws(chr(1), {cells}) FROM \"{name}\" t{runs} "
+                       f"WHERE t.source_file = $1 AND t.line_no <= $3 AND {last} >= $2")
+    return "\nUNION ALL ".join(selects)
 
 
-@dataclass
-class _Evidence:
-    tables: set[str] = field(default_factory=set)
-    numbers: list[float] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)
-    bools: set[str] = field(default_factory=set)
-
-    def add(self, table: str, row: dict) -> None:
-        self.tables.add(table)
-        for name, value in row.items():
-            if name in _KEY_COLUMNS or value is None:
-                continue
-            if isinstance(value, bool):
-                self.bools.add("True" if value else "False")
-            elif isinstance(value, (int, float)):
-                if isinstance(value, float) and not math.isfinite(value):
-                    self.text.append(str(value))
-                else:
-                    self.numbers.append(float(value))
-                    self.text.append(str(value))
-            elif isinstance(value, datetime):
-                self.numbers.extend((value.year, value.month, value.day, value.hour, value.minute, value.second,
-                                     value.microsecond // 1000, value.second + value.microsecond / 1e6))
-            else:
-                self.text.append(value if isinstance(value, str) else json.dumps(value, default=str))
-
-
-def _rows_by_line(connection, tables: list[tuple[str, bool]], source_file: str, run_names: dict[str, str],
-                  first_line: int, last_line: int) -> dict[int, _Evidence]:
-    """Each line's evidence, for lines first_line..last_line: its rows' cells, and the name of the run they belong to
-    (a bench line names it)."""
-    by_line: dict[int, _Evidence] = {}
-    for table, spans in tables:
-        reach = "COALESCE(last_line_no, line_no)" if spans else "line_no"
-        cursor = connection.execute(f'SELECT * FROM "{table}" WHERE source_file = ? AND line_no <= ? AND {reach} >= ?',
-                                    [source_file, last_line, first_line])
-        names = [d[0] for d in cursor.description]
-        for values in cursor.fetchall():
-            row = dict(zip(names, values))
-            row["run_name"] = run_names.get(row.get("run_id"))
-            first = row["line_no"]
-            if first is None:
-                continue
-            last = row.get("last_line_no") if spans else None
-            for line_no in range(max(first, first_line), min(last or first, last_line) + 1):
-                by_line.setdefault(line_no, _Evidence()).add(table, row)
+def _cells_by_line(connection, rows_sql: str, source_file: str, first_line: int,
+                   last_line: int) -> dict[int, tuple[set[str], list[str]]]:
+    """Each line's (tables with a row for it, those rows' cells), for lines first_line..last_line."""
+    by_line: dict[int, tuple[set[str], list[str]]] = {}
+    for table, first, last, cells in connection.execute(rows_sql, [source_file, first_line, last_line]).fetchall():
+        for line_no in range(max(first, first_line), min(last, last_line) + 1):
+            found = by_line.setdefault(line_no, (set(), []))
+            found[0].add(table)
+            found[1].extend(cells.split("\x01"))
     return by_line
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# holding tokens against evidence
-
-
-def _check_lines(source_file: str, lines: list[str], first_line: int, rows: dict[int, _Evidence],
-                 vocabulary: dict[str, frozenset[str]], counts: _Counts, *, json_lines: bool) -> list[Loss]:
+def _check_lines(source_file: str, lines: list[str], first_line: int, rows: dict[int, tuple[set[str], list[str]]],
+                 vocabulary: dict[str, frozenset[str]], counts: Counter, *, json_lines: bool) -> list[Loss]:
     losses: list[Loss] = []
     tokenize = _json_tokens if json_lines else _tokens
     for line_no, line in enumerate(lines, start=first_line):
-        counts.lines += 1
+        counts["lines"] += 1
         tokens = tokenize(line)
-        evidence = rows.get(line_no)
-        if evidence is None:
-            if tokens:
-                counts.lines_lost += 1
-                losses.append(Loss(source_file, line_no, ("(no row)",), (), redact(line)))
-            continue
-        template = frozenset().union(*(vocabulary.get(table, frozenset()) for table in evidence.tables))
-        missing, redacted = _redacted(tokens, missing_tokens(tokens, evidence, template), line, tokenize)
-        if redacted:
-            counts.tokens_redacted += len(redacted)
-            counts.lines_redacted += 1
+        tables, cells = rows.get(line_no, (set(), []))
+        if not tables:
+            missing, redacted = ["(no row)"] if tokens else [], []
+        else:
+            template = frozenset().union(*(vocabulary.get(table, frozenset()) for table in tables))
+            missing, redacted = _redacted(tokens, missing_tokens(tokens, cells, template), line, tokenize)
+        counts["tokens_redacted"] += len(redacted)
+        counts["lines_redacted"] += bool(redacted)
         if missing:
-            counts.lines_lost += 1
-            losses.append(Loss(source_file, line_no, tuple(missing), tuple(sorted(evidence.tables)), redact(line)))
+            counts["lines_lost"] += 1
+            losses.append(Loss(source_file, line_no, tuple(missing), tuple(sorted(tables)), redact(line)))
     return losses
 
 
@@ -384,17 +308,23 @@ def _leaves(value) -> Iterator[object]:
         yield value
 
 
-def missing_tokens(tokens: list[str], evidence: _Evidence, template: frozenset[str]) -> list[str]:
-    """The tokens of a line that its rows do not hold (see the module docstring for what counts)."""
-    text = "\x00".join(evidence.text)
+def missing_tokens(tokens: list[str], cells: list[str], template: frozenset[str]) -> list[str]:
+    """The tokens of a line that its rows' cells do not hold (see the module docstring for what counts)."""
+    text = "\x00".join(cells)
+    numbers: list[float] | None = None
     missing: list[str] = []
     for token in dict.fromkeys(tokens):
-        if token in template or token in text or token in evidence.bools:
+        if token in template or token in text or (token in ("True", "False") and token.lower() in cells):
             continue
-        if token[0].isdigit() and _number_found(token, evidence.numbers):
-            continue
+        if token[0].isdigit():
+            numbers = [float(c) for c in cells if _NUMBER.fullmatch(c)] if numbers is None else numbers
+            if _number_found(token, numbers):
+                continue
         missing.append(token)
     return missing
+
+
+_NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]*)?(?:e[-+]?[0-9]+)?")
 
 
 def _number_found(token: str, numbers: list[float]) -> bool:
@@ -408,43 +338,29 @@ def _number_found(token: str, numbers: list[float]) -> bool:
 
 
 _DOCUMENT_ROWS = {  # a whole-document input: the rows that hold it
-    "nccl_probe": ("nccl_probe_files", "SELECT * FROM nccl_probe_files WHERE source_file = ?"),
-    "run_json": ("runs", "SELECT r.* FROM runs r JOIN files f USING (run_id) WHERE f.source_file = ?"),
+    "nccl_probe": ("nccl_probe_files", "SELECT concat_ws(chr(1), *COLUMNS(*)) FROM nccl_probe_files WHERE source_file = ?"),
+    "run_json": ("runs", "SELECT concat_ws(chr(1), *COLUMNS(*)) FROM runs WHERE run_id IN "
+                         "(SELECT run_id FROM files WHERE source_file = ?)"),
 }
 
 
-def _check_document(connection, source_file: str, kind: str, text: str, counts: _Counts) -> list[Loss]:
+def _check_document(connection, source_file: str, kind: str, text: str, counts: Counter) -> list[Loss]:
     """A JSON document (NCCL probe, run.json): every scalar value it holds must be in its rows (accounted value by
     value: `lines` are its values here)."""
     table, sql = _DOCUMENT_ROWS[kind]
-    evidence = _Evidence()
-    known = {name for (name,) in connection.execute(
-        "SELECT table_name FROM duckdb_tables() UNION SELECT view_name FROM duckdb_views()").fetchall()}  # a lake: views
-    if table not in known and table != "runs":  # a database written before the table existed
-        counts.lines, counts.lines_lost = 1, 1
-        return [Loss(source_file, 0, ("(no row)",), (), f"no {table} table in this database")]
-    cursor = connection.execute(sql, [source_file])
-    names = [d[0] for d in cursor.description]
-    for values in cursor.fetchall():
-        evidence.add(table, dict(zip(names, values)))
+    cells = [cell for (row,) in connection.execute(sql, [source_file]).fetchall() for cell in row.split("\x01")]
     flat = " ".join(text.split())
     tokens = _json_tokens(flat)
-    missing, redacted = _redacted(tokens, missing_tokens(tokens, evidence, frozenset()), flat, _json_tokens)
-    counts.lines, counts.lines_lost = len(tokens), len(missing)
-    counts.tokens_redacted, counts.lines_redacted = len(redacted), int(bool(redacted))
+    missing, redacted = _redacted(tokens, missing_tokens(tokens, cells, frozenset()), flat, _json_tokens)
+    counts.update(lines=len(tokens), lines_lost=len(missing), tokens_redacted=len(redacted), lines_redacted=bool(redacted))
     return [Loss(source_file, 0, tuple(missing), (table,), f"{len(missing)} of {len(tokens)} values not stored")] if missing else []
 
 
 def check_database(db_path: str | Path, *, lake: str | Path | None = None, **kwargs) -> ContentCheck:
     """check_content on the database file at db_path (opened read-only), or on the lake `lake` when given."""
-    if lake is not None:
-        from speclogs.store.lake import connect_lake
+    from speclogs.store.query import connect_reading
 
-        connection = connect_lake(lake)
-    else:
-        from speclogs.store import connect
-
-        connection = connect(db_path, read_only=True)
+    connection = connect_reading(db_path, lake)
     try:
         return check_content(connection, **kwargs)
     except OSError as error:

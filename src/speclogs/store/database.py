@@ -64,16 +64,10 @@ def schema_views_sql() -> str:
 
 def _add_declared_columns(connection: duckdb.DuckDBPyConnection) -> None:
     """Every declared column the file's tables lack (the contract only ever adds columns)."""
-    present: dict[str, set[str]] = {}
-    for table, column in connection.execute(
-        "SELECT table_name, column_name FROM duckdb_columns() WHERE schema_name = 'main' AND NOT internal "
-        "AND table_name IN (SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main')"
-    ).fetchall():
-        present.setdefault(table, set()).add(column)
+    tables = {name for (name,) in connection.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()}
     for table, known in columns().items():
-        for column, data_type in known.items():
-            if table in present and column not in present[table]:
-                connection.execute(f'ALTER TABLE "{table}" ADD COLUMN "{column}" {data_type}')
+        for column, data_type in known.items() if table in tables else ():
+            connection.execute(f'ALTER TABLE "{table}" ADD COLUMN IF NOT EXISTS "{column}" {data_type}')
 
 
 def _widen(connection: duckdb.DuckDBPyConnection) -> None:
@@ -104,7 +98,6 @@ _OLD_STEPS: tuple[tuple[int, str, Callable[[duckdb.DuckDBPyConnection], None]], 
 # Every connection speclogs opens: DuckDB never fetches or loads an extension by itself (a `.sqlite` file, an
 # `https://` path or a `read_json` would otherwise download one from the network).
 NO_EXTENSIONS = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-_DUCKDB_MAGIC = (8, b"DUCK")  # where a DuckDB file says what it is
 
 
 def no_extensions_connection(database: str = ":memory:", **config) -> duckdb.DuckDBPyConnection:
@@ -161,10 +154,10 @@ def _refuse_other_files(path: Path) -> None:
     """StoreError for a file that is there but is not a DuckDB file (a SQLite file, a log passed as --db)."""
     try:
         with open(path, "rb") as handle:
-            head = handle.read(_DUCKDB_MAGIC[0] + len(_DUCKDB_MAGIC[1]))
+            head = handle.read(12)
     except (FileNotFoundError, IsADirectoryError, PermissionError):
         return  # (connect says what is wrong with those)
-    if head and head[_DUCKDB_MAGIC[0]:] != _DUCKDB_MAGIC[1]:
+    if head and head[8:] != b"DUCK":  # where a DuckDB file says what it is
         raise StoreError(f"{path} is not a speclogs database (not a DuckDB file)",
                          hint="pass the .duckdb file `speclogs ingest --db` wrote, or a new path to create one")
 
@@ -202,24 +195,17 @@ def _migrate(connection, path: Path) -> None:
     connection.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(current)])
 
 
-def _process(pid: str) -> str:
-    """'pid 1234 (speclogs ingest a.log --db x.duckdb)': the process and its command line where /proc shows it."""
-    try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return f"pid {pid}"
-    return f"pid {pid} ({command[:200]})" if command else f"pid {pid}"
-
-
 def _store_error(path: Path, error: duckdb.Error) -> StoreError:
     message = str(error)
-    if "lock" in message.lower():
-        found = _LOCK_PID.search(message)
-        holder = _process(found.group(1)) if found else "pid unknown"
-        return StoreError(
-            f"{path} is being written by another process: {holder}",
-            hint="wait for it to finish (each file is one transaction), or use another --db file",
-        )
-    hint = NO_SPACE_HINT if no_space_left(error) else "check the path and its permissions"
-    return StoreError(f"cannot open {path}: {message}", hint=hint)
-
+    if "lock" not in message.lower():
+        hint = NO_SPACE_HINT if no_space_left(error) else "check the path and its permissions"
+        return StoreError(f"cannot open {path}: {message}", hint=hint)
+    holder = "pid unknown"
+    if found := _LOCK_PID.search(message):  # the process and its command line, where /proc shows it
+        try:
+            command = Path(f"/proc/{found[1]}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            command = ""
+        holder = f"pid {found[1]}" + (f" ({command[:200]})" if command else "")
+    return StoreError(f"{path} is being written by another process: {holder}",
+                      hint="wait for it to finish (each file is one transaction), or use another --db file")

@@ -9,9 +9,9 @@
 from __future__ import annotations
 
 import json
-from typing import IO, Any
+from typing import IO
 
-from speclogs.store.query import StatementResult, json_value
+from speclogs.store.query import StatementResult
 
 # One CSV field in SQL: a value's text, quoted where it holds a comma, a quote or a line break; NULL is empty.
 _CSV_FIELD = ("CASE WHEN {v} IS NULL THEN '' WHEN contains({v}, ',') OR contains({v}, '\"') OR contains({v}, chr(10)) "
@@ -51,8 +51,7 @@ def write_json(result: StatementResult, out: IO[str], *, ndjson: bool = False) -
         texts = [row[0] for row in batch]
         joined = separator.join(texts)
         if "NaN" in joined or "Infinity" in joined:   # maybe inside a struct: re-read those rows (strings may say NaN)
-            joined = separator.join(_dumps(json_value(json.loads(text))) if ("NaN" in text or "Infinity" in text) else text
-                                 for text in texts)
+            joined = separator.join(_finite(text) if ("NaN" in text or "Infinity" in text) else text for text in texts)
         if texts:
             out.write((separator if rows else ("" if ndjson else "\n")) + joined)
         rows += len(texts)
@@ -83,5 +82,6 @@ def _quoted_name(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _dumps(record: Any) -> str:
-    return json.dumps(record, default=str, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+def _finite(text: str) -> str:
+    """A row's JSON with NaN and ±Infinity as null."""
+    return json.dumps(json.loads(text, parse_constant=lambda _: None), ensure_ascii=False, separators=(",", ":"))

@@ -1,41 +1,37 @@
 """The lake: every contract table as a Delta Lake table in a folder (docs/fleet.md, "The lake", is the contract).
 
-Each table holds its contract columns (JSON as text); a column added to the schema later is merged into the Delta
-table by the first ingest that fills it, and readers give an older lake's rows NULL there. Delta commits one table at
-a time, so an ingest's commit point is its last commit, to `files`, whose metadata records the version of every table
-it completes (`speclogs.versions`): speclogs' readers open each table at that version, and the next ingest first
-restores every table to it, taking back what a killed ingest appended. `runs` is merged (one row a run).
+An ingest runs the DuckDB file's pipeline and Writer into a scratch DuckDB file (so the lake gets the same columns,
+types, redaction and per-file transactions), then appends each table's rows to its Delta table; a column added to the
+schema later merges in, and readers give an older lake's rows NULL there. Delta commits one table at a time, so an
+ingest's commit point is its last commit, to `files`, whose metadata records the version of every table it completes
+(`speclogs.versions`): speclogs' readers open each table at that version, and the next ingest first restores every
+table to it, taking back what a killed ingest appended. `runs` is merged (one row a run).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
-import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import duckdb
 import polars as pl
 
-from speclogs.errors import SpeclogsError, StoreError
-from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, Batch, IngestInterrupted, ParsedFile, Tally, first_line, run_pipeline
-from speclogs.ingest.records import redacted
-from speclogs.ingest.sources import discover_inputs
+from speclogs.errors import StoreError
+from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, IngestInterrupted, Tally, run_pipeline
+from speclogs.ingest.sources import Discovery, discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
 from speclogs.schema import columns
 from speclogs.store import compile_grammars
-from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL, no_extensions_connection, schema_views_sql
-from speclogs.store.layout import POLARS_TYPES, with_keys
-from speclogs.store.writer import FILE_TYPES, LAUNCH_TYPES, RUN_TYPES, batch_run_rows, file_row
+from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL, connect, no_extensions_connection, schema_views_sql
+from speclogs.store.writer import Writer
 
 VERSIONS_KEY = "speclogs.versions"
-# A writer gathers rows per table; once it holds this much in all (Arrow size), its biggest buffer is appended as
-# one Delta commit: data files of a size every engine reads well, and a writer's memory stays bounded.
-BUFFER_BYTES = 96 << 20
-FAILURES = (pl.exceptions.PolarsError, SpeclogsError, ValueError, OSError)
+_MERGED = ("runs", "files")  # not appended with the other tables: runs is merged, files is the commit point
 
 
 def contract_columns() -> dict[str, tuple[tuple[str, str], ...]]:
@@ -54,205 +50,79 @@ def _deltalake():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# where rows go: Delta tables (one process, or the Ray driver), or a list a Ray task hands back
+# writing
 
 
-class DeltaTables:
-    """Appends to the lake's Delta tables; `mark()`/`undo(mark)` take back what was appended since the mark."""
+class _ScratchWriter(Writer):
+    """The DuckDB file's writer into a scratch file, told what content the lake holds (to ingest it once)."""
 
-    def __init__(self, lake_dir: Path) -> None:
-        self.lake_dir = lake_dir
-
-    def append(self, table: str, frame: pl.DataFrame, metadata: dict[str, str] | None = None) -> None:
-        dl = _deltalake()
-        frame = redacted(table, frame)  # the one door into the lake: nothing secret goes through it
-        dl.write_deltalake(self.lake_dir / table, frame.to_arrow(), mode="append", schema_mode="merge",
-                           writer_properties=dl.WriterProperties(compression="ZSTD"),
-                           commit_properties=dl.CommitProperties(custom_metadata=metadata) if metadata else None)
-
-    def mark(self) -> dict[str, int]:
-        return table_versions(self.lake_dir)
-
-    def undo(self, mark: dict[str, int]) -> None:
-        restore(self.lake_dir, mark)
-
-    def rollback(self) -> None:
-        """Take back what was appended since the last commit."""
-        restore(self.lake_dir, committed_versions(self.lake_dir))
-
-
-class Collected:
-    """What a Ray task parsed, kept in memory for the driver to append (one writer)."""
-
-    def __init__(self) -> None:
-        self.frames: list[tuple[str, pl.DataFrame]] = []
-
-    def append(self, table: str, frame: pl.DataFrame) -> None:
-        self.frames.append((table, frame))
-
-    def mark(self) -> int:
-        return len(self.frames)
-
-    def undo(self, mark: int) -> None:
-        del self.frames[mark:]
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# writing: the pipeline's sink
-
-
-@dataclass
-class SinkResult:
-    """What a sink took in besides the rows it appended: the files' rows, its runs rows per batch, notes."""
-
-    files: list[dict] = field(default_factory=list)        # `files` rows (writer.file_row): appended at the commit
-    run_batches: list[dict] = field(default_factory=list)  # [{run_id: runs row}] per batch, as writer.batch_run_rows
-    notes: list[str] = field(default_factory=list)
-
-
-class LakeSink:
-    """The pipeline's sink (speclogs.ingest.pipeline.Sink) for a lake: rows buffered per table, appended to `out`
-    (DeltaTables or Collected) as the buffers grow and at `finish()`, which returns the SinkResult to commit."""
-
-    def __init__(self, out, stored: dict[str, dict[str, int]]) -> None:
-        self.out = out
-        self._stored = stored
-        self.result = SinkResult()
-        self._buffers: dict[str, list[pl.DataFrame]] = {}
-        self._sizes: dict[str, int] = {}
+    def __init__(self, connection, lake_dir: Path, stored: list[tuple[str, str, int]]) -> None:
+        super().__init__(connection, str(lake_dir))
+        self._lake_stored = stored
 
     def stored(self) -> list[tuple[str, str, int]]:
-        return [(source, sha, size) for source, shas in self._stored.items() for sha, size in shas.items()]
+        return self._lake_stored
 
-    def write_batch(self, batch: Batch, tally: Tally) -> None:
+
+@contextlib.contextmanager
+def scratch(lake_dir: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A new DuckDB file (removed after the block) holding the lake's runs rows, for a writer to complete them."""
+    with tempfile.TemporaryDirectory(prefix="speclogs-lake-") as folder:
+        connection = connect(Path(folder) / "scratch.duckdb")
         try:
-            frames = self._contract_frames(batch)
-        except FAILURES:
-            if len(batch.files) == 1:
-                _failed(batch.files[0], tally)
-                return
-            for index in range(len(batch.files)):  # only the file that fails is left out
-                one = batch.of(index)
-                try:
-                    frames = self._contract_frames(one)
-                except FAILURES:
-                    _failed(one.files[0], tally)
-                    continue
-                self._take(frames, one.files, tally)
-            return
-        self._take(frames, batch.files, tally)
-
-    def write_stream(self, parsed: ParsedFile, produce, tally: Tally) -> None:
-        """A big log: its rows are gathered apart from the other files' (appended as they grow), so that when it fails
-        nothing of it is kept."""
-        own = LakeSink(self.out, self._stored)
-        mark = self.out.mark()
-        started = time.perf_counter()
-
-        def emit(table: str, frame: pl.DataFrame) -> None:
-            for name, rows in own._contract_frames(Batch([parsed], {table: frame})):
-                own._add(name, rows)
-
-        try:
-            produce(emit)
-        except FAILURES:
-            self.out.undo(mark)
-            _failed(parsed, tally)
-            return
-        parsed.seconds = time.perf_counter() - started
-        self.result.notes.extend(note for note in own.result.notes if note not in self.result.notes)
-        for name, frames in own._buffers.items():  # what is left joins this writer's buffers
-            for frame in frames:
-                self._add(name, frame)
-        self._take([], [parsed], tally)
-
-    def finish(self) -> SinkResult:
-        for name in list(self._buffers):
-            self._flush(name)
-        return self.result
-
-    def _take(self, frames: list, files: list[ParsedFile], tally: Tally) -> None:
-        """Buffer a batch's rows and its files' launches; keep its files rows and runs facts for the commit."""
-        for name, rows in frames:
-            self._add(name, rows)
-        for parsed in files:
-            if parsed.launch_rows:
-                launches = pl.DataFrame(parsed.launch_rows, schema=LAUNCH_TYPES, orient="row")
-                self._add("launches", _typed("launches", launches, self.result.notes))
-            self.result.files.append(file_row(parsed))
-            tally.add(parsed)
-        if files:
-            self.result.run_batches.append(batch_run_rows(files))
-
-    def _contract_frames(self, batch: Batch) -> list[tuple[str, pl.DataFrame]]:
-        """The batch's rows as contract frames, one per table: key columns from each row's file."""
-        files = batch.files
-        out = []
-        for table, frame in batch.tables.items():
-            if frame.height == 0:
-                continue
-            keyed = with_keys(table, frame, [(p.item.run.run_id, p.source_file) for p in files])
-            keyed = keyed.with_columns(pl.col(pl.Categorical).cast(pl.Utf8))  # Delta Lake: plain strings
-            out.append((table, _typed(table, keyed, self.result.notes)))
-        return out
-
-    def _add(self, table: str, frame: pl.DataFrame) -> None:
-        if frame.height == 0:
-            return
-        # a copy with its own compact buffers: a parsed frame's text columns are views into the whole chunk's text,
-        # which buffering them would keep alive
-        frame = pl.from_arrow(frame.to_arrow(compat_level=pl.CompatLevel.oldest()))
-        self._buffers.setdefault(table, []).append(frame)
-        self._sizes[table] = self._sizes.get(table, 0) + frame.estimated_size()
-        if sum(self._sizes.values()) >= BUFFER_BYTES:
-            self._flush(max(self._sizes, key=self._sizes.__getitem__))
-
-    def _flush(self, table: str) -> None:
-        frames = self._buffers.pop(table, [])
-        self._sizes.pop(table, None)
-        if frames:
-            frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed", rechunk=False)
-            self.out.append(table, _conform(table, frame))
+            connection.execute("SET disabled_compression_methods = 'rle'")  # as ingest_paths: its analysis costs insert CPU
+            runs = read_table(lake_dir, "runs")
+            if runs is not None:
+                connection.register("_lake_runs", runs.collect().to_arrow())
+                connection.execute("INSERT INTO runs BY NAME SELECT * FROM _lake_runs")
+            yield connection
+        finally:
+            connection.close()
 
 
-def _failed(parsed: ParsedFile, tally: Tally) -> None:
-    error = sys.exc_info()[1]
-    tally.fail(f"failed and left out ({type(error).__name__}: {first_line(error)})", parsed.source_file)
+def parse_into(connection, lake_dir: Path, discovery: Discovery, engine_for: Callable, stored: list[tuple[str, str, int]], *,
+               on_progress: Callable[[ProgressEvent], None] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Tally:
+    """The ingest pipeline over `discovery` into the scratch database `connection`; `stored` content is skipped."""
+    writer = _ScratchWriter(connection, lake_dir, stored)
+    tally = run_pipeline(discovery, writer, engine_for, on_progress=on_progress, chunk_bytes=chunk_bytes)
+    tally.warnings.extend(note for note in writer.layout.notes if note not in tally.warnings)
+    return tally
 
 
-def _typed(table: str, frame: pl.DataFrame, notes: list[str]) -> pl.DataFrame:
-    """`frame`'s contract columns cast to their contract types (what cannot be cast fails here, with its file).
-    Columns and tables a user's grammar adds are said in `notes`."""
-    contract = contract_columns().get(table)
-    if contract is None:
-        _note(notes, f"table {table} is not in the speclogs schema: written to the lake for a grammar of yours")
-        return frame
-    types = {name: POLARS_TYPES[sql_type] for name, sql_type in contract}
-    for name in frame.columns:
-        if name not in types:
-            _note(notes, f"column {table}.{name} is not in the speclogs schema: a grammar of yours fills it")
-    return frame.with_columns(pl.col(name).cast(types[name]) for name in frame.columns if name in types)
+def written_tables(connection) -> dict[str, duckdb.DuckDBPyRelation]:
+    """table → its rows, of every table the scratch database holds rows in (runs: those of the files written)."""
+    names = [name for (name,) in connection.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' AND NOT starts_with(table_name, '_') "
+        "AND table_name <> 'meta' AND estimated_size > 0 ORDER BY table_name").fetchall()]
+    return {name: connection.sql(f'SELECT * FROM "{name}"' + (
+        " WHERE run_id IN (SELECT run_id FROM files)" if name == "runs" else "")) for name in names}
 
 
-def _conform(table: str, frame: pl.DataFrame) -> pl.DataFrame:
-    """`frame` with its table's contract columns, in contract order and types (NULL where it has none), then any
-    column a user's grammar added: every commit of a table has one schema, and a new column merges in."""
-    contract = contract_columns().get(table)
-    if contract is None:
-        return frame
-    names = {name for name, _ in contract}
-    typed = [(pl.col(name).cast(POLARS_TYPES[sql_type]) if name in frame.columns
-              else pl.lit(None, dtype=POLARS_TYPES[sql_type])).alias(name) for name, sql_type in contract]
-    return frame.select(typed + [name for name in frame.columns if name not in names])
+def append(lake_dir: Path, table: str, data, metadata: dict[str, str] | None = None) -> None:
+    """One Delta commit of `data` (Arrow, or a DuckDB relation) to the table, its schema merged."""
+    dl = _deltalake()
+    dl.write_deltalake(lake_dir / table, data, mode="append", schema_mode="merge",
+                       writer_properties=dl.WriterProperties(compression="ZSTD"),
+                       commit_properties=dl.CommitProperties(custom_metadata=metadata) if metadata else None)
 
 
-def _note(notes: list[str], text: str) -> None:
-    if text not in notes:
-        notes.append(text)
+def commit(lake_dir: Path, runs, files) -> None:
+    """Complete an ingest whose other rows are appended: merge its runs rows (each the scratch's COALESCE of the
+    lake's row and its files' facts), then append its files rows with every table's version (the commit point)."""
+    dl = _deltalake()
+    if "runs" not in committed_versions(lake_dir):
+        append(lake_dir, "runs", runs)
+    else:
+        (dl.DeltaTable(lake_dir / "runs").merge(runs, predicate="t.run_id = s.run_id", source_alias="s", target_alias="t",
+                                                merge_schema=True)
+         .when_matched_update_all().when_not_matched_insert_all().execute())
+    versions = table_versions(lake_dir)
+    versions["files"] = versions.get("files", -1) + 1
+    append(lake_dir, "files", files, {VERSIONS_KEY: json.dumps(versions, sort_keys=True)})
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# versions, recovery, the commit
+# versions, recovery
 
 
 def table_names(lake_dir: Path) -> list[str]:
@@ -269,18 +139,18 @@ def table_versions(lake_dir: Path) -> dict[str, int]:
 
 def committed_versions(lake_dir: str | Path) -> dict[str, int]:
     """table → the version of it that the last completed ingest committed ({} before the first)."""
-    dl = _deltalake()
     files = Path(lake_dir) / "files"
     if not (files / "_delta_log").is_dir():
         return {}
-    last = dl.DeltaTable(files).history(1)  # only a commit point writes `files`
+    last = _deltalake().DeltaTable(files).history(1)  # only a commit point writes `files`
     return {name: int(version) for name, version in json.loads(last[0].get(VERSIONS_KEY, "{}")).items()}
 
 
-def restore(lake_dir: Path, versions: dict[str, int]) -> None:
-    """Every table back to its version in `versions` (a table it lacks: emptied) — what an interrupted ingest or a
-    failed big log appended is taken back, as new commits (the Delta log keeps the history)."""
+def restore(lake_dir: Path) -> None:
+    """Every table back to the version the last completed ingest committed (a table it lacks: emptied): what an
+    interrupted ingest appended is taken back, as new commits (the Delta log keeps the history)."""
     dl = _deltalake()
+    versions = committed_versions(lake_dir)
     for name in table_names(lake_dir):
         table = dl.DeltaTable(lake_dir / name)
         if name not in versions:
@@ -290,7 +160,7 @@ def restore(lake_dir: Path, versions: dict[str, int]) -> None:
             table.restore(versions[name])
 
 
-def open_for_writing(lake_dir: Path) -> DeltaTables:
+def open_for_writing(lake_dir: Path) -> None:
     """The lake (created when new) with what an interrupted ingest left taken back. Raises StoreError for a folder
     that is neither empty nor a lake."""
     if lake_dir.exists() and any(lake_dir.iterdir()) and not table_names(lake_dir):
@@ -298,55 +168,21 @@ def open_for_writing(lake_dir: Path) -> DeltaTables:
                          hint="give --lake a new or empty folder")
     try:
         lake_dir.mkdir(parents=True, exist_ok=True)
-        restore(lake_dir, committed_versions(lake_dir))
+        restore(lake_dir)
     except OSError as error:
         raise StoreError(f"cannot open the lake {lake_dir}: {error}", hint="check the path and its permissions") from error
-    return DeltaTables(lake_dir)
 
 
-def stored_files(lake_dir: Path) -> dict[str, dict[str, int]]:
-    """source_file → {sha256: size_bytes} of the contents the lake holds."""
+def stored_files(lake_dir: Path) -> list[tuple[str, str, int]]:
+    """(source_file, sha256, size_bytes) of the contents the lake holds."""
     frame = read_table(lake_dir, "files")
-    stored: dict[str, dict[str, int]] = {}
-    if frame is not None:
-        for source, sha, size in frame.select("source_file", "sha256", "size_bytes").collect().iter_rows():
-            stored.setdefault(source, {})[sha] = int(size or 0)
-    return stored
+    return [] if frame is None else frame.select("source_file", "sha256", pl.col("size_bytes").fill_null(0)).collect().rows()
 
 
-def commit(out: DeltaTables, results: Sequence[SinkResult]) -> None:
-    """Complete an ingest whose rows are appended: merge the runs rows it touched, then append its files rows with
-    every table's version (the commit point)."""
-    files = [row for result in results for row in result.files]
-    if not files:
-        return
-    _merge_runs(out.lake_dir, [batch for result in results for batch in result.run_batches])
-    versions = table_versions(out.lake_dir)
-    versions["files"] = versions.get("files", -1) + 1
-    out.append("files", _conform("files", pl.DataFrame(files, schema=FILE_TYPES, orient="row")),
-               {VERSIONS_KEY: json.dumps(versions, sort_keys=True)})
-
-
-def _merge_runs(lake_dir: Path, batches: list[dict]) -> None:
-    """One runs row per run: the lake's row, then each batch's in order, a fact of a later batch replacing an
-    earlier one (as the DuckDB file's writer does: COALESCE(new, old))."""
-    dl = _deltalake()
-    current = {}
-    existing = read_table(lake_dir, "runs")
-    touched = list(dict.fromkeys(run_id for batch in batches for run_id in batch))  # the DuckDB file's row order
-    if existing is not None:
-        current = {row["run_id"]: row for row in existing.filter(pl.col("run_id").is_in(touched)).collect().to_dicts()}
-    for batch in batches:
-        for run_id, new in batch.items():
-            old = current.get(run_id, {})
-            current[run_id] = {column: new.get(column) if new.get(column) is not None else old.get(column) for column in RUN_TYPES}
-    frame = redacted("runs", _conform("runs", pl.DataFrame([current[run_id] for run_id in touched], schema=RUN_TYPES, orient="row")))
-    if existing is None:
-        dl.write_deltalake(lake_dir / "runs", frame.to_arrow(), mode="append")
-        return
-    (dl.DeltaTable(lake_dir / "runs").merge(frame.to_arrow(), predicate="t.run_id = s.run_id", source_alias="s",
-                                            target_alias="t", merge_schema=True)
-     .when_matched_update_all().when_not_matched_insert_all().execute())
+def stored_run_names(lake_dir: Path) -> dict[str, str]:
+    """run_id → run_name of the runs a lake holds (none when there is no lake yet)."""
+    runs = read_table(lake_dir, "runs")
+    return {} if runs is None else dict(runs.select("run_id", "run_name").collect().iter_rows())
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -361,15 +197,14 @@ def read_table(lake_dir: str | Path, table: str) -> pl.LazyFrame | None:
 
 def table_files(lake_dir: str | Path, table: str) -> list[str]:
     """The Parquet files of a table as committed: what Spark (or any Parquet reader) is given."""
-    dl = _deltalake()
     version = committed_versions(lake_dir).get(table)
-    return [] if version is None else dl.DeltaTable(Path(lake_dir) / table, version=version).file_uris()
+    return [] if version is None else _deltalake().DeltaTable(Path(lake_dir) / table, version=version).file_uris()
 
 
 def connect_lake(lake_dir: str | Path) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection whose views have the contract's names, columns and types over the lake's
-    committed Delta tables (what `speclogs sql --lake` and `speclogs report --lake` query). Raises StoreError without
-    a lake."""
+    committed Delta tables (what `speclogs sql --lake` and `speclogs report --lake` query); the contract columns a
+    table lacks read NULL. Raises StoreError without a lake."""
     dl = _deltalake()
     lake_dir = Path(lake_dir).resolve()
     if not table_names(lake_dir):
@@ -379,13 +214,17 @@ def connect_lake(lake_dir: str | Path) -> duckdb.DuckDBPyConnection:
     connection = no_extensions_connection()
     try:
         for table in sorted(set(contract) | set(versions)):
+            present: list[str] = []
             if table in versions:
                 dataset = dl.DeltaTable(lake_dir / table, version=versions[table]).to_pyarrow_dataset()
                 connection.register(f"_delta_{table}", dataset)
-                connection.execute(_view_sql(table, contract.get(table, ()), dataset.schema.names))
-            else:
-                typed = ", ".join(f'CAST(NULL AS {sql_type}) AS "{name}"' for name, sql_type in contract[table])
-                connection.execute(f'CREATE VIEW "{table}" AS SELECT {typed} WHERE false')
+                present = dataset.schema.names
+            known = contract.get(table, ())
+            quoted = {name: f'"{name}"' for name in present}
+            typed = [f'CAST({quoted.get(name, "NULL")} AS {sql_type}) AS "{name}"' for name, sql_type in known]
+            typed += [f'"{name}"' for name in present if name not in dict(known)]
+            source = f'"_delta_{table}"' if present else "(SELECT 1) WHERE false"
+            connection.execute(f'CREATE VIEW "{table}" AS SELECT {", ".join(typed)} FROM {source}')
         connection.execute(VIEWS_SQL)
         connection.execute(schema_views_sql())
         connection.execute(f"CREATE VIEW meta AS SELECT 'schema_version' AS key, '{SCHEMA_VERSION}' AS value")
@@ -395,30 +234,13 @@ def connect_lake(lake_dir: str | Path) -> duckdb.DuckDBPyConnection:
     return connection
 
 
-def _view_sql(table: str, contract: tuple[tuple[str, str], ...], present: list[str]) -> str:
-    """The contract's columns in its types (NULL for a column the lake's table does not have yet), then the rest."""
-    known = {name for name, _ in contract}
-    typed = [f'CAST("{name}" AS {sql_type}) AS "{name}"' if name in present else f'CAST(NULL AS {sql_type}) AS "{name}"'
-             for name, sql_type in contract]
-    typed += [f'"{name}"' for name in present if name not in known]
-    return f'CREATE VIEW "{table}" AS SELECT {", ".join(typed)} FROM "_delta_{table}"'
-
-
 # ----------------------------------------------------------------------------------------------------------------
-# `speclogs ingest … --lake DIR` in one process
+# `speclogs ingest … --lake DIR`
 
 
-def ingest_lake(
-    paths: Sequence[str | Path],
-    lake_dir: str | Path,
-    *,
-    run_name: str | None = None,
-    on_progress: Callable[[ProgressEvent], None] | None = None,
-    grammar_paths: Sequence[Path] = (),
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    ray: str | None = None,
-    num_cpus: int | None = None,
-) -> IngestSummary:
+def ingest_lake(paths: Sequence[str | Path], lake_dir: str | Path, *, run_name: str | None = None,
+                on_progress: Callable[[ProgressEvent], None] | None = None, grammar_paths: Sequence[Path] = (),
+                chunk_bytes: int = DEFAULT_CHUNK_BYTES, ray: str | None = None, num_cpus: int | None = None) -> IngestSummary:
     """Ingest files/directories/'-' into the lake at `lake_dir` (created when new): the same pipeline as
     `ingest_paths`, its rows appended to Delta tables, committed at the end. Content the lake holds is skipped;
     a changed file is skipped with a note (a lake is append-only: nothing is replaced). With `ray` ('local',
@@ -430,26 +252,24 @@ def ingest_lake(
                                grammar_paths=grammar_paths, chunk_bytes=chunk_bytes, num_cpus=num_cpus)
     started = time.perf_counter()
     lake_dir = Path(lake_dir).resolve()
-    out = open_for_writing(lake_dir)
+    open_for_writing(lake_dir)
     discovery = discover_inputs([str(p) for p in paths], run_name=run_name, known_runs=stored_run_names(lake_dir))
-    sink = LakeSink(out, stored_files(lake_dir))
     try:
-        tally = run_pipeline(discovery, sink, functools.partial(compile_grammars, tuple(grammar_paths)), on_progress=on_progress,
-                             chunk_bytes=chunk_bytes)
-        result = sink.finish()
-        commit(out, [result])
+        with scratch(lake_dir) as connection:
+            engine_for = functools.partial(compile_grammars, tuple(grammar_paths))
+            tally = parse_into(connection, lake_dir, discovery, engine_for, stored_files(lake_dir), on_progress=on_progress,
+                               chunk_bytes=chunk_bytes)
+            tables = written_tables(connection)
+            for table, rows in tables.items():
+                if table not in _MERGED:
+                    append(lake_dir, table, rows)
+            if "files" in tables:
+                commit(lake_dir, tables["runs"], tables["files"])
     except KeyboardInterrupt:
-        out.rollback()
+        restore(lake_dir)
         raise IngestInterrupted("interrupted: nothing of this call is in the lake (its appends were taken back); "
                                 "the lake is as it was") from None
     except BaseException:
-        out.rollback()
+        restore(lake_dir)
         raise
-    tally.warnings.extend(result.notes)
     return tally.summary(str(lake_dir), time.perf_counter() - started)
-
-
-def stored_run_names(lake_dir: Path) -> dict[str, str]:
-    """run_id → run_name of the runs a lake holds (none when there is no lake yet)."""
-    runs = read_table(lake_dir, "runs")
-    return {} if runs is None else dict(runs.select("run_id", "run_name").collect().iter_rows())

@@ -8,8 +8,6 @@ held whole in memory. `SHOW TABLES` lists the contract's tables and views (docs/
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -127,17 +125,21 @@ def _quoted(name: str) -> str:
     return name.replace('"', '""')
 
 
+def connect_reading(db_path: str | Path, lake: str | Path | None = None) -> duckdb.DuckDBPyConnection:
+    """The database opened read-only, or the lake `lake` (the contract's views over its Delta tables) when given."""
+    if lake is None:
+        return connect(db_path, read_only=True)
+    from speclogs.store.lake import connect_lake
+
+    return connect_lake(lake)
+
+
 @contextmanager
 def statements(db_path: str | Path, sql: str, *, lake: str | Path | None = None) -> Iterator["Statements"]:
     """Open the database read-only (or the lake `lake`) and run `sql`'s statements in order, yielding each result as
     it comes (a statement runs when the previous one's result has been read); `len()` of what it gives is how many
     statements `sql` holds. StoreError for SQL that does not parse or run."""
-    if lake is not None:
-        from speclogs.store.lake import connect_lake
-
-        connection = connect_lake(lake)
-    else:
-        connection = connect(db_path, read_only=True)
+    connection = connect_reading(db_path, lake)
     try:
         try:  # (the connection's parser: duckdb's module-level one would start a database of its own)
             parsed = [(statement.type.name, statement.query) for statement in connection.extract_statements(sql)]
@@ -201,34 +203,6 @@ class QueryResult:
     columns: tuple[str, ...]
     types: tuple[str, ...]
     rows: tuple[tuple, ...]
-
-
-def json_value(value: Any, type_name: str = "") -> Any:
-    """A result value as JSON can hold it: a JSON column's text parsed, NaN/±Infinity as None (also inside lists
-    and structs), a whole-number decimal (HUGEINT sums) as an int, other decimals as floats, the rest unchanged
-    (dates, times, UUIDs and blobs go through str)."""
-    if value is None:
-        return None
-    if type_name == "JSON" and isinstance(value, str):
-        try:
-            return _finite(json.loads(value))
-        except ValueError:
-            return value
-    return _finite(value)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    if type(value).__name__ == "Decimal":
-        if not value.is_finite():
-            return None
-        return int(value) if value == value.to_integral_value() else float(value)
-    return value
 
 
 def run_query(db_path: str | Path, sql: str) -> QueryResult:

@@ -389,7 +389,7 @@ def probe_nccl(
         run_probe,
         write_probe_json,
     )
-    from speclogs.probe.render import render_probe_rich
+    from speclogs.report.probe import render_probe_rich
 
     env_sets = env_sets_from_plan(plan) if plan is not None else []
     env_sets += parse_env_sets(env_set) if env_set or not env_sets else []

@@ -114,7 +114,8 @@ def worker_classes(sources: targets.SourceIndex, files: list[str]) -> list[dict[
         if not (relative.startswith(SPECULATIVE_PACKAGE) and relative.endswith(".py")):
             continue
         module_name = relative[: -len(".py")].replace("/", ".")
-        for class_name in sources.class_names(module_name):
+        module = sources.module(module_name)
+        for class_name in module.classes if module is not None else []:
             if "Worker" not in class_name:
                 continue
             cls = sources.find_class(module_name, class_name)

@@ -37,8 +37,7 @@ _QUIET_NCCL_KEYS = ("NCCL_NVLS_ENABLE", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL
 @dataclass(frozen=True)
 class ProbeRequest:
     """What to measure. gpus=None: every visible GPU. Messages are hidden_size × tokens × 2 B; `sweep` adds 8 B … 64 MiB.
-    graph_calls > 0 also times each size replayed from a CUDA graph of that many calls. backend 'gloo': CPU ranks, to
-    test the probe's plumbing where there is no GPU (numbers mean nothing)."""
+    graph_calls > 0 also times each size replayed from a CUDA graph of that many calls."""
 
     env_sets: tuple[EnvSet, ...]
     gpus: int | None = None
@@ -50,8 +49,7 @@ class ProbeRequest:
     graph_calls: int = 16
     init_timeout_s: float = 60.0
     env_set_timeout_s: float = 300.0
-    worker_module: str = "speclogs.probe.worker"
-    backend: str = "nccl"
+    worker_module: str = "speclogs.probe.worker"  # tests run a stand-in
 
 
 @dataclass(frozen=True)
@@ -138,8 +136,6 @@ def validate_request(request: ProbeRequest) -> None:
         raise ProbeError("no env set to probe", hint="give --env-set NAME:K=V,… or --plan PLAN.toml")
     if request.gpus is not None and request.gpus < 1:
         raise ProbeError(f"--gpus {request.gpus}: need at least 1", hint="e.g. --gpus 2")
-    if request.backend not in ("nccl", "gloo"):
-        raise ProbeError(f"backend {request.backend!r} is not nccl or gloo")
     if request.graph_calls < 0:
         raise ProbeError(f"--graph-calls {request.graph_calls}: need ≥ 0 (0 times eager calls only)")
     if request.iters < 1 or request.warmup_iters < 0:
@@ -173,8 +169,6 @@ def run_probe(request: ProbeRequest) -> ProbeResult:
     elif machine["torch_version"] is None:
         problem = "no_torch", 0, (f"torch is not installed for {sys.executable} ({facts.get('torch_import_error')}): "
                                   "the probe needs torch with CUDA and NCCL on the GPU machine")
-    elif request.backend == "gloo":
-        world_size, machine["gpu_names"] = request.gpus or 2, ()
     elif not facts.get("cuda_available") or device_count == 0:
         problem = "no_cuda", 0, f"{torch_note} sees no CUDA GPU{visible_note}: nothing to measure"
     elif not facts.get("nccl_available"):
@@ -270,7 +264,7 @@ def _run_env_set(request: ProbeRequest, env_set: EnvSet, world_size: int) -> Env
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"speclogs-probe-{env_set.name}-") as tmp:
         work_dir = Path(tmp)
-        spec = {"backend": request.backend, "iters": request.iters, "warmup_iters": request.warmup_iters,
+        spec = {"iters": request.iters, "warmup_iters": request.warmup_iters,
                 "graph_calls": request.graph_calls, "init_timeout_s": request.init_timeout_s,
                 "measurements": planned_measurements(request, world_size)}
         (work_dir / "spec.json").write_text(json.dumps(spec), encoding="utf-8")

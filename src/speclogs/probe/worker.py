@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -42,24 +41,14 @@ def run_rank(spec: dict, out_dir: Path) -> None:
     import torch.distributed as dist
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    on_gpu = spec.get("backend", "nccl") == "nccl"  # 'gloo' (CPU) only tests the probe's plumbing
     (out_dir / f"rank{rank}.stage").write_text("init_begin", encoding="utf-8")
-    timeout = timedelta(seconds=float(spec["init_timeout_s"]))
-    if on_gpu:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
-        torch.cuda.set_device(device)
-        # device_id: eager NCCL communicator init, so a failure or hang shows up here, not later
-        dist.init_process_group(backend="nccl", rank=rank, world_size=world_size, timeout=timeout, device_id=device)
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group(backend="gloo", rank=rank, world_size=world_size, timeout=timeout)
-
-    def synchronize() -> None:
-        if on_gpu:
-            torch.cuda.synchronize(device)
-
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+    torch.cuda.set_device(device)
+    # device_id: eager NCCL communicator init, so a failure or hang shows up here, not later
+    dist.init_process_group(backend="nccl", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=float(spec["init_timeout_s"])), device_id=device)
     dist.all_reduce(torch.ones(1, device=device))
-    synchronize()
+    torch.cuda.synchronize(device)
     (out_dir / f"rank{rank}.stage").write_text("init_done", encoding="utf-8")
     iters, graph_calls = int(spec["iters"]), int(spec.get("graph_calls", 0))
     measurements = []
@@ -75,26 +64,15 @@ def run_rank(spec: dict, out_dir: Path) -> None:
 
         for _ in range(int(spec["warmup_iters"])):
             call()
-        synchronize()
+        torch.cuda.synchronize(device)
         dist.barrier()  # the ranks start each size's timed calls together
-        synchronize()
-        if on_gpu:
-            samples_us, span_us = _time_on_stream(call, iters, device)
-        else:
-            stamps = [time.perf_counter()]
-            for _ in range(iters):
-                call()
-                stamps.append(time.perf_counter())
-            samples_us = [(later - earlier) * 1e6 for earlier, later in zip(stamps, stamps[1:])]
-            span_us = (stamps[-1] - stamps[0]) * 1e6
+        torch.cuda.synchronize(device)
+        samples_us, span_us = _time_on_stream(call, iters, device)
         entry = {**item, "samples_us": samples_us, "span_mean_us": span_us / iters}
-        if on_gpu and graph_calls > 0:
-            entry.update(_graph_timing(call, graph_calls, iters, device))
-        measurements.append(entry)
+        measurements.append({**entry, **_graph_timing(call, graph_calls, iters, device)} if graph_calls > 0 else entry)
     dist.barrier()
     dist.destroy_process_group()
-    result = {"rank": rank, "world_size": world_size, "backend": "nccl" if on_gpu else "gloo",
-              "gpu_name": torch.cuda.get_device_name(device) if on_gpu else "cpu",
+    result = {"rank": rank, "world_size": world_size, "gpu_name": torch.cuda.get_device_name(device),
               "env": {key: value for key, value in os.environ.items() if key.startswith("NCCL_")}, "measurements": measurements}
     (out_dir / f"rank{rank}.json").write_text(json.dumps(result), encoding="utf-8")
     (out_dir / f"rank{rank}.stage").write_text("done", encoding="utf-8")

@@ -10,8 +10,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
-import hashlib
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 # The batch parameter's name: ScheduleBatch since 0.5.13, ModelWorkerBatch in the overlap worker before.
 BATCH_PARAMS = ("batch", "model_worker_batch")
@@ -155,12 +154,6 @@ WORKER_TARGETS = (
 SCHEDULER_TARGET = SchedulerTarget("sglang.srt.managers.scheduler", "Scheduler", "draft_worker", (RANK_ARGUMENT, RANK_CONTEXT))
 
 
-def targets_digest() -> str:
-    """A short fingerprint of every declaration above: a results file made with other targets is stale."""
-    text = repr((WORKER_TARGETS, SCHEDULER_TARGET, _BATCH, _FORWARD_MODE, _VERIFY_INPUT))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 # -- reading sources ---------------------------------------------------------------------------
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -298,27 +291,8 @@ class MemberFacts:
     members: tuple[str, ...]
 
 
-def _tuples(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
-
-
-class _Facts:
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Any:
-        """The facts recorded as JSON (other keys, such as a recorded verdict, skipped; lists back to tuples)."""
-        names = {field.name for field in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        facts = {key: _tuples(value) for key, value in data.items() if key in names}
-        for key, kind in (("methods", MethodFacts), ("members", MemberFacts)):
-            if key in facts:
-                facts[key] = {name: kind(**{k: _tuples(v) for k, v in item.items()}) for name, item in facts[key].items()}
-        return cls(**facts)
-
-
 @dataclasses.dataclass(frozen=True)
-class WorkerFacts(_Facts):
+class WorkerFacts:
     """What the sources of one tree say about one worker target."""
 
     target: str
@@ -435,14 +409,6 @@ def check_worker(target: WorkerTarget, facts: WorkerFacts) -> list[str]:
     return problems
 
 
-def verdict(target: WorkerTarget, facts: WorkerFacts) -> str:
-    """The table's word for `target` in one release: `absent`, `supported`, or `disabled: <why>`."""
-    if not facts.module_found:
-        return "absent"
-    problems = check_worker(target, facts)
-    return "disabled: " + "; ".join(problems) if problems else "supported"
-
-
 @dataclasses.dataclass(frozen=True)
 class WorkerPlan:
     """How the hook wraps a target that passed `check_worker`."""
@@ -468,23 +434,9 @@ def plan_worker(target: WorkerTarget, facts: WorkerFacts) -> WorkerPlan:
     )
 
 
-def profiled_as(sources: SourceIndex, cls: ClassDef | None) -> dict[str, Any]:
-    """For a subclass of a target's worker or draft class: that class (`subclass_of`), the wrapped methods it overrides,
-    and `profiled_as` (the target class when it overrides none) — the rule the hook enforces live."""
-    lineage = list(sources.lineage(cls)) if cls is not None else []
-    for target in WORKER_TARGETS:
-        for class_name in target.classes:
-            position = next((i for i, c in enumerate(lineage) if c.module == target.module and c.node.name == class_name), None)
-            if position:  # None: not a subclass; 0: the target class itself
-                overrides = [method for owner, method in target.wrapped_methods[1:]
-                             if owner == class_name and any(method in _methods(c.node) for c in lineage[:position])]
-                return {"subclass_of": class_name, "overrides": overrides, "profiled_as": None if overrides else class_name}
-    return {"subclass_of": None, "overrides": [], "profiled_as": None}
-
-
 # -- the scheduler -----------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class SchedulerFacts(_Facts):
+class SchedulerFacts:
     module_found: bool
     class_found: bool = False
     init_params: tuple[str, ...] = ()

@@ -17,16 +17,14 @@ BATCH_PARAMS = ("batch", "model_worker_batch")
 MAX_IMPORT_HOPS = 6  # `from a import X` chains followed to find where X is defined
 
 
-@dataclasses.dataclass(frozen=True)
-class ClassRef:
+class ClassRef(NamedTuple):
     """A class the wrappers read; `module` is where it lives when the worker module does not import it."""
 
     name: str
     module: str
 
 
-@dataclasses.dataclass(frozen=True)
-class MemberCheck:
+class MemberCheck(NamedTuple):
     """The first of `classes` that resolves must have `members` (at least one when `any_of`)."""
 
     role: str
@@ -35,8 +33,7 @@ class MemberCheck:
     any_of: bool = False
 
 
-@dataclasses.dataclass(frozen=True)
-class RankSource:
+class RankSource(NamedTuple):
     """Where a TP rank is read: an attribute path, an `__init__` argument, or a module getter's result."""
 
     label: str
@@ -54,8 +51,7 @@ RANK_CONTEXT = RankSource(
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class Phase:
+class Phase(NamedTuple):
     """A phase: its name in the spec_cycle line, the class and method wrapped, the call in the cycle."""
 
     name: str
@@ -64,8 +60,7 @@ class Phase:
     call: str
 
 
-@dataclasses.dataclass(frozen=True)
-class WorkerTarget:
+class WorkerTarget(NamedTuple):
     """One EAGLE worker family. `accepted_per_request`: `accept_lens` per request (bonus included), else a host count of
     accepted drafts (bonus excluded). The verify width comes from verify's `verify_input_param` argument when it takes
     one, else from `batch.spec_info`."""
@@ -97,8 +92,7 @@ class WorkerTarget:
         return next(phase for phase in self.phases if phase.name == "verify")
 
 
-@dataclasses.dataclass(frozen=True)
-class SchedulerTarget:
+class SchedulerTarget(NamedTuple):
     """The scheduler whose `__init__` the hook wraps to report servers it did not profile."""
 
     module: str
@@ -409,8 +403,7 @@ def check_worker(target: WorkerTarget, facts: WorkerFacts) -> list[str]:
     return problems
 
 
-@dataclasses.dataclass(frozen=True)
-class WorkerPlan:
+class WorkerPlan(NamedTuple):
     """How the hook wraps a target that passed `check_worker`."""
 
     target: WorkerTarget

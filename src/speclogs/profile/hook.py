@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import types
+from pathlib import Path
 from typing import Any, Callable
 
 from speclogs.profile import targets
@@ -56,8 +57,7 @@ def read_installed_source(module_name: str) -> str | None:
         for candidate in (base + ".py", os.path.join(base, "__init__.py")):
             if os.path.isfile(candidate):
                 try:
-                    with open(candidate, encoding="utf-8") as source:
-                        return source.read()
+                    return Path(candidate).read_text(encoding="utf-8")
                 except (OSError, UnicodeDecodeError):
                     return None
     return None

@@ -54,12 +54,13 @@ def run_rank(spec: dict, out_dir: Path) -> None:
     measurements = []
     for item in spec["measurements"]:
         output = torch.zeros(int(item["elements"]), dtype=torch.bfloat16, device=device)
-        shard = torch.zeros(output.numel() // world_size, dtype=torch.bfloat16, device=device)
-
-        def call(output=output, shard=shard, collective=item["collective"]):
-            if collective == "all_reduce":
+        if item["collective"] == "all_reduce":
+            def call(output=output):
                 dist.all_reduce(output)
-            else:
+        else:
+            shard = torch.zeros(output.numel() // world_size, dtype=torch.bfloat16, device=device)
+
+            def call(output=output, shard=shard):
                 dist.all_gather_into_tensor(output, shard)
 
         for _ in range(int(spec["warmup_iters"])):

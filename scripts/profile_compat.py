@@ -14,6 +14,7 @@ of running it). Exit 0, or 1 with `Error: …` on stderr.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import re
@@ -22,7 +23,7 @@ import sys
 import tarfile
 import zipfile
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's targets
 from speclogs.profile import targets  # noqa: E402
@@ -43,6 +44,48 @@ TARGET_COLUMNS = {
 
 class CompatError(Exception):
     pass
+
+
+def targets_digest() -> str:
+    """A short fingerprint of the hook's declarations: a results file made with other targets is stale."""
+    text = repr((targets.WORKER_TARGETS, targets.SCHEDULER_TARGET, targets._BATCH, targets._FORWARD_MODE, targets._VERIFY_INPUT))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def verdict(target: targets.WorkerTarget, facts: targets.WorkerFacts) -> str:
+    """The table's word for `target` in one release: `absent`, `supported`, or `disabled: <why>`."""
+    if not facts.module_found:
+        return "absent"
+    problems = targets.check_worker(target, facts)
+    return "disabled: " + "; ".join(problems) if problems else "supported"
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def facts_from_json(cls: type, data: dict[str, Any]) -> Any:
+    """WorkerFacts / SchedulerFacts as recorded (other keys, such as the verdict, skipped; lists back to tuples)."""
+    names = {field.name for field in dataclasses.fields(cls)}
+    facts = {key: _tuples(value) for key, value in data.items() if key in names}
+    for key, kind in (("methods", targets.MethodFacts), ("members", targets.MemberFacts)):
+        if key in facts:
+            facts[key] = {name: kind(**{k: _tuples(v) for k, v in item.items()}) for name, item in facts[key].items()}
+    return cls(**facts)
+
+
+def profiled_as(sources: targets.SourceIndex, cls: targets.ClassDef | None) -> dict[str, Any]:
+    """For a subclass of a target's worker or draft class: that class (`subclass_of`), the wrapped methods it overrides,
+    and `profiled_as` (the target class when it overrides none), the rule the hook applies when a worker is built."""
+    lineage = list(sources.lineage(cls)) if cls is not None else []
+    for target in targets.WORKER_TARGETS:
+        for class_name in target.classes:
+            position = next((i for i, c in enumerate(lineage) if c.module == target.module and c.node.name == class_name), None)
+            if position:  # None: not a subclass; 0: the target class itself
+                overrides = [method for owner, method in target.wrapped_methods[1:]
+                             if owner == class_name and any(method in targets._methods(c.node) for c in lineage[:position])]
+                return {"subclass_of": class_name, "overrides": overrides, "profiled_as": None if overrides else class_name}
+    return {"subclass_of": None, "overrides": [], "profiled_as": None}
 
 
 def release_key(version: str) -> tuple[tuple[int, ...], int]:
@@ -114,12 +157,13 @@ def worker_classes(sources: targets.SourceIndex, files: list[str]) -> list[dict[
         if not (relative.startswith(SPECULATIVE_PACKAGE) and relative.endswith(".py")):
             continue
         module_name = relative[: -len(".py")].replace("/", ".")
-        for class_name in sources.class_names(module_name):
+        module = sources.module(module_name)
+        for class_name in module.classes if module is not None else []:
             if "Worker" not in class_name:
                 continue
             cls = sources.find_class(module_name, class_name)
             found.append(
-                {"module": module_name, "name": class_name, **targets.profiled_as(sources, cls)}
+                {"module": module_name, "name": class_name, **profiled_as(sources, cls)}
             )
     return found
 
@@ -130,7 +174,7 @@ def check_release(version: str, path: Path) -> dict[str, object]:
     workers = {}
     for target in targets.WORKER_TARGETS:
         facts = targets.observe_worker(target, sources)
-        workers[target.key] = {**facts.to_json(), "verdict": targets.verdict(target, facts)}
+        workers[target.key] = {**dataclasses.asdict(facts), "verdict": verdict(target, facts)}
     scheduler = targets.observe_scheduler(targets.SCHEDULER_TARGET, sources)
     return {
         "version": version,
@@ -139,7 +183,7 @@ def check_release(version: str, path: Path) -> dict[str, object]:
         "worker_classes": worker_classes(sources, files),
         "workers": workers,
         "scheduler": {
-            **scheduler.to_json(),
+            **dataclasses.asdict(scheduler),
             "problems": targets.check_scheduler(targets.SCHEDULER_TARGET, scheduler),
         },
     }
@@ -219,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         results = {
             "generated_by": "scripts/profile_compat.py",
-            "targets_digest": targets.targets_digest(),
+            "targets_digest": targets_digest(),
             "listed_versions": listed,
             "releases": [check_release(v, dists[v]) for v in listed],
         }

@@ -4,12 +4,18 @@ Each source below is cut down from a real release's file (the version is named);
 classes, signatures, calls and fields the check reads are kept.
 """
 
+import dataclasses
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from speclogs.profile import targets
 from speclogs.profile.targets import SourceIndex, WorkerFacts
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import profile_compat as compat  # noqa: E402  (the script that writes the compatibility table)
 
 EAGLE_V2, MULTI_LAYER_V2, EAGLE_V1, _ = targets.WORKER_TARGETS
 
@@ -139,7 +145,7 @@ def test_the_0_5_14_layout_passes_and_the_plan_reads_the_batch_accept_lens_and_s
     facts = targets.observe_worker(EAGLE_V2, tree)
 
     assert targets.check_worker(EAGLE_V2, facts) == []
-    assert targets.verdict(EAGLE_V2, facts) == "supported"
+    assert compat.verdict(EAGLE_V2, facts) == "supported"
     plan = targets.plan_worker(EAGLE_V2, facts)
     assert (plan.cycle_batch_param, plan.verify_input_position) == ("batch", None)
     assert (plan.rank_source.label, plan.accepted_field) == ("self.tp_rank", "accept_lens")
@@ -243,13 +249,13 @@ def test_a_field_the_wrappers_read_is_required_of_the_class_that_holds_it():
 def test_a_source_that_does_not_parse_counts_as_unreadable():
     tree = v2_tree("class EAGLEWorkerV2(:\n")
 
-    assert targets.verdict(EAGLE_V2, targets.observe_worker(EAGLE_V2, tree)) == "absent"
+    assert compat.verdict(EAGLE_V2, targets.observe_worker(EAGLE_V2, tree)) == "absent"
 
 
 def test_recorded_facts_survive_the_json_round_trip():
     facts = targets.observe_worker(EAGLE_V2, v2_tree())
 
-    assert WorkerFacts.from_json(facts.to_json()) == facts
+    assert compat.facts_from_json(WorkerFacts, dataclasses.asdict(facts)) == facts
 
 
 @pytest.mark.parametrize(
@@ -274,7 +280,7 @@ def test_a_subclass_is_profiled_as_its_target_only_while_it_keeps_the_wrapped_me
     )
     name = subclass.split("(")[0].removeprefix("class ")
 
-    assert targets.profiled_as(tree, tree.find_class("sglang.srt.speculative.sub", name)) == expected
+    assert compat.profiled_as(tree, tree.find_class("sglang.srt.speculative.sub", name)) == expected
 
 
 @pytest.mark.parametrize(

@@ -368,12 +368,11 @@ def probe_nccl(
     init_timeout: float = typer.Option(60.0, "--init-timeout", help="Seconds NCCL init may take before the env set is failed."),
     out: Optional[Path] = typer.Option(None, "--out", help="Result file (default: ./<host>-<UTC time>.nccl_probe.json)."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
-    backend: str = typer.Option("nccl", "--backend", hidden=True, help="gloo: CPU ranks, tests the plumbing only."),
 ) -> None:
     """Time NCCL all_reduce / all_gather (bf16) at TP decode/verify sizes under each NCCL env set; write JSON."""
     from speclogs.errors import ProbeError
     from speclogs.probe import ProbeRequest, default_output_path, env_sets_from_plan, parse_env_sets, run_probe, write_probe_json
-    from speclogs.probe.render import render_probe_rich
+    from speclogs.report.probe import render_probe_rich
 
     env_sets = env_sets_from_plan(plan) if plan is not None else []
     env_sets += parse_env_sets(env_set) if env_set or not env_sets else []
@@ -381,8 +380,7 @@ def probe_nccl(
     if out_path.exists() and not force:
         raise ProbeError(f"{out_path} already exists", hint="choose another --out, or pass --force to overwrite it")
     request = ProbeRequest(env_sets=tuple(env_sets), gpus=gpus, hidden_size=hidden_size, tokens=tuple(_parse_tokens(tokens)),
-                          sweep=sweep, iters=iters, warmup_iters=warmup, graph_calls=graph_calls, init_timeout_s=init_timeout,
-                          backend=backend)
+                          sweep=sweep, iters=iters, warmup_iters=warmup, graph_calls=graph_calls, init_timeout_s=init_timeout)
     result = run_probe(request)
     write_probe_json(result, out_path, overwrite=force)
     render_probe_rich(result, _stderr_console())

@@ -1,8 +1,7 @@
 """`speclogs probe nccl`: time NCCL all_reduce / all_gather at TP decode/verify sizes under NCCL env sets.
 
 Runs on the GPU box: imports only the standard library here; torch is imported by the rank processes
-(`speclogs.probe.worker`). The JSON it writes is read into DuckDB's nccl_probe table by
-`speclogs.ingest.jsonfiles.parse_nccl_probe`.
+(`speclogs.probe.worker`). `speclogs.ingest.jsonfiles.parse_nccl_probe` reads the JSON it writes.
 """
 
 from speclogs.probe.envsets import SEEDS_TUNED_ENV, EnvSet, env_sets_from_plan, parse_env_set, parse_env_sets

@@ -18,20 +18,14 @@ SEEDS_TUNED_ENV: dict[str, str] = {
     "NCCL_NTHREADS": "512",
 }
 
-# Variables the probe sets itself unless an env set names them. NVLS stays off (device rule; NVLink
-# SHARP needs multicast objects the lent machines do not allow); INIT,ENV logging lets the probe record
-# which settings NCCL itself reported, and costs nothing after init (TUNING would log every call).
-PROBE_DEFAULT_ENV: dict[str, str] = {
-    "NCCL_NVLS_ENABLE": "0",
-    "NCCL_DEBUG": "INFO",
-    "NCCL_DEBUG_SUBSYS": "INIT,ENV",
-}
+# Set by the probe unless an env set names them. NVLS stays off (NVLink SHARP needs multicast objects the lent machines
+# do not allow); INIT,ENV logging records which settings NCCL itself reported and costs nothing after init.
+PROBE_DEFAULT_ENV: dict[str, str] = {"NCCL_NVLS_ENABLE": "0", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# values may hold commas (NCCL_DEBUG_SUBSYS=INIT,ENV): split only at a comma that starts a new KEY=
-_ASSIGNMENT_SPLIT = re.compile(r",(?=[A-Za-z_][A-Za-z0-9_]*=)")
-_DEBUG_KEYS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
+_ASSIGNMENT_SPLIT = re.compile(r",(?=[A-Za-z_][A-Za-z0-9_]*=)")  # values may hold commas (NCCL_DEBUG_SUBSYS=INIT,ENV)
+_HINT = "write NAME:K=V,K=V, e.g. tuned:NCCL_PROTO=LL,NCCL_ALGO=Ring"
 
 
 @dataclass(frozen=True)
@@ -51,29 +45,19 @@ def parse_env_set(text: str) -> EnvSet:
     name, _, assignments = text.partition(":")
     name = name.strip()
     if not _NAME.fullmatch(name):
-        raise ProbeError(
-            f"--env-set {text!r}: {name!r} is not a name",
-            hint="write NAME:K=V,K=V, e.g. tuned:NCCL_PROTO=LL,NCCL_ALGO=Ring (or 'default' for no variables)",
-        )
+        raise ProbeError(f"--env-set {text!r}: {name!r} is not a name", hint=f"{_HINT} (or 'default' for no variables)")
     env: dict[str, str] = {}
-    if assignments.strip():
-        for assignment in _ASSIGNMENT_SPLIT.split(assignments.strip()):
-            key, equals, value = assignment.partition("=")
-            key = key.strip()
-            if not equals or not _KEY.fullmatch(key):
-                raise ProbeError(
-                    f"--env-set {text!r}: {assignment!r} is not NAME=VALUE",
-                    hint="write NAME:K=V,K=V, e.g. tuned:NCCL_PROTO=LL,NCCL_ALGO=Ring",
-                )
-            env[key] = value
+    for assignment in _ASSIGNMENT_SPLIT.split(assignments.strip()) if assignments.strip() else []:
+        key, equals, value = assignment.partition("=")
+        if not equals or not _KEY.fullmatch(key.strip()):
+            raise ProbeError(f"--env-set {text!r}: {assignment!r} is not NAME=VALUE", hint=_HINT)
+        env[key.strip()] = value
     return EnvSet(name=name, env=env)
 
 
 def parse_env_sets(texts: list[str]) -> list[EnvSet]:
     """Parse several --env-set options; no option → one set 'default' (NCCL's own defaults)."""
-    if not texts:
-        return [EnvSet(name="default")]
-    env_sets = [parse_env_set(text) for text in texts]
+    env_sets = [parse_env_set(text) for text in texts] or [EnvSet(name="default")]
     names = [env_set.name for env_set in env_sets]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
@@ -90,20 +74,14 @@ def env_sets_from_plan(plan_path: Path) -> list[EnvSet]:
     plan = load_plan(plan_path)
     grouped: dict[tuple[tuple[str, str], ...], list[tuple[str, str | None]]] = {}
     for cell in plan.cells:
-        cell_env = {**plan.env, **cell.env}
-        nccl_env = tuple(sorted(
-            (key, value) for key, value in cell_env.items()
-            if key.startswith("NCCL_") and key not in _DEBUG_KEYS
-        ))
-        grouped.setdefault(nccl_env, []).append((cell.name, cell.factors.get("nccl")))
-
-    env_sets = []
-    used_names: set[str] = set()
+        nccl_env = sorted((key, value) for key, value in {**plan.env, **cell.env}.items()
+                          if key.startswith("NCCL_") and not key.startswith("NCCL_DEBUG"))
+        grouped.setdefault(tuple(nccl_env), []).append((cell.name, cell.factors.get("nccl")))
+    env_sets: list[EnvSet] = []
     for nccl_env, members in grouped.items():
         levels = {level for _, level in members}
         name = levels.pop() if len(levels) == 1 and None not in levels else members[0][0]
-        if name in used_names:
+        if name in {env_set.name for env_set in env_sets}:
             name = members[0][0]
-        used_names.add(name)
         env_sets.append(EnvSet(name=name, env=dict(nccl_env)))
     return env_sets

@@ -1,8 +1,8 @@
 """Wrap SGLang's EAGLE worker phases at import time, in every process, without editing SGLang.
 
-`install()` puts a finder on `sys.meta_path` that patches the modules `targets` names once they execute: the
-methods are replaced *on the classes*, so every `from … import` sees them. SGLang's own exceptions propagate
-unchanged; a fault of the profiler (`PROFILER_FAULTS`) disables it with one warning line and SGLang goes on.
+`install()` puts a finder on `sys.meta_path` that patches the modules `targets` names once they execute: the methods
+are replaced *on the classes*, so every `from … import` sees them. SGLang's own exceptions propagate unchanged; a fault
+of the profiler (`PROFILER_FAULTS`) disables it with one warning line and SGLang goes on.
 """
 
 from __future__ import annotations
@@ -15,33 +15,34 @@ import logging
 import os
 import sys
 import types
-from typing import Any, Callable, Mapping
+from pathlib import Path
+from typing import Any, Callable
 
 from speclogs.profile import targets
 from speclogs.profile.targets import RankSource, SourceIndex, WorkerPlan, WorkerTarget
-from speclogs.profile.timing import CudaEventSource, CycleProfiler, EventSource, SpecCycleSample
+from speclogs.profile.timing import CudaEventSource, CycleProfiler, EventSource
 
 ENV_ENABLE = "SPECLOGS_PROFILE"
 ENV_EVERY = "SPECLOGS_PROFILE_EVERY"
 DEFAULT_EVERY = 16
-# Events a sample holds: gap mark, cycle start/end, 3 phases × 2, host-copy done = 10; a few samples
-# are pending at once (resolved a cycle or two later), so this covers the steady state.
+# Events a sample holds: gap mark, cycle start/end, 3 phases × 2, host-copy done = 10; a few samples are pending at
+# once (resolved a cycle or two later), so this covers the steady state.
 PREALLOCATED_EVENTS = 40
 VERIFIED_SGLANG_VERSIONS = ("0.5.14",)  # run on a GPU; the others are checked from their source only
 
 # The logger sits under `sglang.` so SGLang's own root handler (and its `[time TPn]` prefix) applies.
 logger = logging.getLogger("sglang.speclogs.profile")
 
-# What a bug in the profiler itself can raise. Caught only around the profiler's own calls, never
-# around SGLang's code, and turned into one "disabled" warning so the server keeps running.
+# What a bug in the profiler itself can raise. Caught only around the profiler's own calls, never around SGLang's
+# code, and turned into one "disabled" warning so the server keeps running.
 PROFILER_FAULTS = (RuntimeError, AttributeError, TypeError, ValueError, LookupError, ArithmeticError, OSError, ImportError)
 
 _WRAPPED_MARK = "__speclogs_wrapped__"
 
 
 def read_installed_source(module_name: str) -> str | None:
-    """The source text of an installed module, or None. Executes nothing: an imported module's source comes
-    from its loader, another's `.py` file is looked up along its top-level package's path."""
+    """The source text of an installed module, or None. Executes nothing: an imported module's source comes from its
+    loader, another's `.py` file is looked up along its top-level package's path."""
     module = sys.modules.get(module_name)
     if module is not None:
         get_source = getattr(getattr(getattr(module, "__spec__", None), "loader", None), "get_source", None)
@@ -52,13 +53,11 @@ def read_installed_source(module_name: str) -> str | None:
     top, *rest = module_name.split(".")
     package = sys.modules.get(top)
     roots = list(getattr(package, "__path__", [])) if package is not None else [os.path.join(p or os.curdir, top) for p in sys.path]
-    for root in roots:
-        base = os.path.join(root, *rest)
+    for base in (os.path.join(root, *rest) for root in roots):
         for candidate in (base + ".py", os.path.join(base, "__init__.py")):
             if os.path.isfile(candidate):
                 try:
-                    with open(candidate, encoding="utf-8") as source:
-                        return source.read()
+                    return Path(candidate).read_text(encoding="utf-8")
                 except (OSError, UnicodeDecodeError):
                     return None
     return None
@@ -72,14 +71,10 @@ def sglang_version() -> str:
     return str(getattr(module, "__version__", "unknown"))
 
 
-def read_rank(source: RankSource, owner: Any, arguments: Mapping[str, Any]) -> Any:
-    """The TP rank `source` names; None where an attribute on the way is missing."""
-    if source.argument is not None:
-        return arguments.get(source.argument)
-    value = getattr(importlib.import_module(source.module), source.getter or "")() if source.module is not None else owner
-    for name in source.attribute_path:
-        value = getattr(value, name, None)
-    return value
+def _attribute_path(owner: Any, names: tuple[str, ...]) -> Any:
+    for name in names:
+        owner = getattr(owner, name, None)
+    return owner
 
 
 class Instrumentation:
@@ -108,14 +103,14 @@ class Instrumentation:
         except PROFILER_FAULTS as error:
             if self.disabled_reason is None:
                 self.disabled_reason = f"internal error in {where}: {type(error).__name__}: {error}"
-                self.profiler = None
-                self.status_logged = False
+                self.profiler, self.status_logged = None, False
                 self.log_disabled(f"{self.disabled_reason}; the server continues without profiling")
             return None
 
     def start(self, worker: Any) -> None:
         if self.profiler is None:
-            self.profiler = CycleProfiler(every=self.every, events=self.event_source_factory(), emit=_log_sample)
+            self.profiler = CycleProfiler(every=self.every, events=self.event_source_factory(),
+                                          emit=lambda sample: logger.info("%s", sample.to_line()))
             self.profiler.preallocate(PREALLOCATED_EVENTS)
         self.profiled_worker = worker
         if self.status_logged:
@@ -124,16 +119,8 @@ class Instrumentation:
         version = sglang_version()
         logger.info("speclogs profiler: active (%s, every=%d, sglang %s)", type(worker).__name__, self.every, version)
         if version not in VERIFIED_SGLANG_VERSIONS:
-            logger.warning(
-                "speclogs profiler: sglang %s is not a verified version (verified: %s); its "
-                "EAGLE worker has the expected methods, check the phase times before trusting them",
-                version,
-                ", ".join(VERIFIED_SGLANG_VERSIONS),
-            )
-
-
-def _log_sample(sample: SpecCycleSample) -> None:
-    logger.info("%s", sample.to_line())
+            logger.warning("speclogs profiler: sglang %s is not a verified version (verified: %s); its EAGLE worker has the "
+                           "expected methods, check the phase times before trusting them", version, ", ".join(VERIFIED_SGLANG_VERSIONS))
 
 
 _state: Instrumentation | None = None
@@ -145,9 +132,12 @@ def current() -> Instrumentation | None:
 
 
 # -- wrappers ---------------------------------------------------------------------------------
-def _mark(wrapper: Callable[..., Any]) -> Callable[..., Any]:
-    setattr(wrapper, _WRAPPED_MARK, True)
-    return wrapper
+def _wraps(original: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """functools.wraps, plus the mark `is_wrapped` reads (SGLang's own decorators set `__wrapped__` too)."""
+    def decorate(wrapper: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(wrapper, _WRAPPED_MARK, True)
+        return functools.wraps(original)(wrapper)
+    return decorate
 
 
 def is_wrapped(method: Any) -> bool:
@@ -159,32 +149,25 @@ def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], position: int, name
     return args[position] if len(args) > position else kwargs.get(name)
 
 
-def _is_decode_batch(batch: Any) -> bool:
-    """The branch every supported worker's cycle takes for decode; idle batches do not count."""
-    mode = batch.forward_mode
-    return not (mode.is_extend() or getattr(batch, "is_extend_in_batch", False) or mode.is_idle())
-
-
-def _wrap_init(
-    state: Instrumentation, where: str, rank_source: RankSource, original: Callable[..., Any], after: Callable[[Any, Any], None]
-) -> Callable[..., Any]:
-    """`original`, then `after(self, TP rank)` (the rank read once the object is built)."""
+def _wrap_init(state: Instrumentation, where: str, source: RankSource, original: Callable[..., Any],
+               after: Callable[[Any, Any], None]) -> Callable[..., Any]:
+    """`original`, then `after(self, TP rank)`, the rank read once the object is built (None where a step is missing)."""
     signature = inspect.signature(original)
 
     def rank(owner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        arguments: Mapping[str, Any] = {}
-        if rank_source.argument is not None:
+        if source.argument is not None:
             bound = signature.bind(owner, *args, **kwargs)
             bound.apply_defaults()
-            arguments = bound.arguments
-        return read_rank(rank_source, owner, arguments)
+            return bound.arguments.get(source.argument)
+        start = getattr(importlib.import_module(source.module), source.getter or "")() if source.module is not None else owner
+        return _attribute_path(start, source.attribute_path)
 
-    @functools.wraps(original)
+    @_wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         state.guard(where, lambda: after(self, rank(self, args, kwargs)))
 
-    return _mark(__init__)
+    return __init__
 
 
 def _on_worker_init(state: Instrumentation, plan: WorkerPlan, worker: Any, rank: Any) -> None:
@@ -200,6 +183,12 @@ def _on_worker_init(state: Instrumentation, plan: WorkerPlan, worker: Any, rank:
         state.start(worker)
 
 
+def _is_decode_batch(batch: Any) -> bool:
+    """The branch every supported worker's cycle takes for decode; idle batches do not count."""
+    mode = batch.forward_mode
+    return not (mode.is_extend() or getattr(batch, "is_extend_in_batch", False) or mode.is_idle())
+
+
 def _end_cycle(profiler: CycleProfiler, plan: WorkerPlan, result: Any) -> None:
     value = getattr(result, plan.accepted_field, None)
     if plan.target.accepted_per_request:
@@ -209,7 +198,7 @@ def _end_cycle(profiler: CycleProfiler, plan: WorkerPlan, result: Any) -> None:
 
 
 def _wrap_cycle(state: Instrumentation, plan: WorkerPlan, original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
+    @_wraps(original)
     def forward_batch_generation(self: Any, *args: Any, **kwargs: Any) -> Any:
         profiler = state.profiler if self is state.profiled_worker else None
         if profiler is None:
@@ -230,7 +219,7 @@ def _wrap_cycle(state: Instrumentation, plan: WorkerPlan, original: Callable[...
             state.guard("cycle end", _end_cycle, profiler, plan, result)
         return result
 
-    return _mark(forward_batch_generation)
+    return forward_batch_generation
 
 
 def _record_verify_width(profiler: CycleProfiler, plan: WorkerPlan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -245,7 +234,7 @@ def _record_verify_width(profiler: CycleProfiler, plan: WorkerPlan, args: tuple[
 
 
 def _wrap_phase(state: Instrumentation, plan: WorkerPlan, phase: str, original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
+    @_wraps(original)
     def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
         profiler = state.profiler
         if profiler is None or not profiler.sampling:
@@ -257,7 +246,7 @@ def _wrap_phase(state: Instrumentation, plan: WorkerPlan, phase: str, original: 
         state.guard(f"{phase} end", profiler.end_phase, phase)
         return result
 
-    return _mark(wrapped)
+    return wrapped
 
 
 def patch_worker_module(state: Instrumentation, target: WorkerTarget, module: types.ModuleType) -> None:
@@ -271,9 +260,8 @@ def patch_worker_module(state: Instrumentation, target: WorkerTarget, module: ty
     worker = getattr(module, target.worker_class)
     if is_wrapped(getattr(worker, target.cycle_method)):
         return
-    worker.__init__ = _wrap_init(
-        state, "worker init", plan.rank_source, worker.__init__, lambda self, rank: _on_worker_init(state, plan, self, rank)
-    )
+    worker.__init__ = _wrap_init(state, "worker init", plan.rank_source, worker.__init__,
+                                 lambda self, rank: _on_worker_init(state, plan, self, rank))
     setattr(worker, target.cycle_method, _wrap_cycle(state, plan, getattr(worker, target.cycle_method)))
     for phase in target.phases:
         owner = getattr(module, phase.owner)
@@ -284,12 +272,9 @@ def runtime_facts(scheduler: Any) -> dict[str, str]:
     """What the scheduler runs: the speculative worker's class, the algorithm, the layers whose inputs the target
     captures for an EAGLE-3 draft (SGLang captures the input of layer id + 1; `-` when none), the draft's class."""
     worker = getattr(scheduler, targets.SCHEDULER_TARGET.worker_attribute, None)
-    algorithm = getattr(scheduler, "spec_algorithm", None) or getattr(
-        getattr(scheduler, "server_args", None), "speculative_algorithm", None
-    )
+    algorithm = getattr(scheduler, "spec_algorithm", None) or _attribute_path(scheduler, ("server_args", "speculative_algorithm"))
     model = _attribute_path(scheduler, ("tp_worker", "model_runner", "model"))
-    inner = getattr(model, "model", None)
-    captured = getattr(inner, "layers_to_capture", None) if getattr(model, "capture_aux_hidden_states", False) else None
+    captured = _attribute_path(model, ("model", "layers_to_capture")) if getattr(model, "capture_aux_hidden_states", False) else None
     # EAGLEWorker keeps its draft runner itself; EAGLEWorkerV2 behind its own draft worker
     paths = (("draft_model_runner", "model"), ("draft_worker", "draft_runner", "model"), ("draft_runner", "model"))
     draft_model = next((m for m in (_attribute_path(worker, p) for p in paths) if m is not None), None)
@@ -301,45 +286,29 @@ def runtime_facts(scheduler: Any) -> dict[str, str]:
     }
 
 
-def _attribute_path(owner: Any, names: tuple[str, ...]) -> Any:
-    for name in names:
-        owner = getattr(owner, name, None)
-    return owner
-
-
 def _on_scheduler_init(state: Instrumentation, scheduler: Any, rank: Any) -> None:
+    """TP rank 0: the runtime line, and the one status line for a server whose worker was not profiled."""
     if rank != 0:
         return
-    facts = runtime_facts(scheduler)
-    logger.info("speclogs profiler: runtime: %s", " ".join(f"{k}={v}" for k, v in facts.items()))
-    if not state.status_logged:
-        _report_unprofiled(state, scheduler)
-
-
-def _report_unprofiled(state: Instrumentation, scheduler: Any) -> None:
+    logger.info("speclogs profiler: runtime: %s", " ".join(f"{k}={v}" for k, v in runtime_facts(scheduler).items()))
+    if state.status_logged:
+        return
     worker = getattr(scheduler, targets.SCHEDULER_TARGET.worker_attribute, None)
-    algorithm = getattr(getattr(scheduler, "server_args", None), "speculative_algorithm", None)
+    algorithm = _attribute_path(scheduler, ("server_args", "speculative_algorithm"))
     if worker is None:
         state.log_disabled(f"server started without speculative decoding (speculative_algorithm={algorithm})")
         return
-    worker_class = type(worker)
-    target = next(
-        (t for t in targets.WORKER_TARGETS if any(c.__module__ == t.module and c.__name__ == t.worker_class for c in worker_class.__mro__)),
-        None,
-    )
+    classes = type(worker).__mro__
+    target = next((t for t in targets.WORKER_TARGETS if any(c.__module__ == t.module and c.__name__ == t.worker_class for c in classes)),
+                  None)
     if target is not None and target.key in state.layout_problems:
-        state.log_disabled(
-            f"sglang {sglang_version()} {target.worker_class} does not have the expected layout: "
-            + "; ".join(state.layout_problems[target.key])
-        )
+        state.log_disabled(f"sglang {sglang_version()} {target.worker_class} does not have the expected layout: "
+                           + "; ".join(state.layout_problems[target.key]))
     else:
         supported = ", ".join(t.worker_class for t in targets.WORKER_TARGETS)
-        state.log_disabled(
-            f"speculative worker {worker_class.__module__}.{worker_class.__name__} "
-            f"(speculative_algorithm={algorithm}) is not supported; supported: {supported} and "
-            "their subclasses that keep the wrapped cycle and verify (docs/profiling.md lists the "
-            "SGLang releases)"
-        )
+        state.log_disabled(f"speculative worker {type(worker).__module__}.{type(worker).__name__} (speculative_algorithm="
+                           f"{algorithm}) is not supported; supported: {supported} and their subclasses that keep the wrapped "
+                           "cycle and verify (docs/profiling.md lists the SGLang releases)")
 
 
 def patch_scheduler(state: Instrumentation, module: types.ModuleType) -> None:
@@ -350,9 +319,8 @@ def patch_scheduler(state: Instrumentation, module: types.ModuleType) -> None:
     if targets.check_scheduler(target, facts) or not isinstance(scheduler, type) or is_wrapped(scheduler.__init__):
         return
     rank_source = next(s for s in target.rank_sources if s.label in facts.rank_sources)
-    scheduler.__init__ = _wrap_init(
-        state, "scheduler check", rank_source, scheduler.__init__, lambda self, rank: _on_scheduler_init(state, self, rank)
-    )
+    scheduler.__init__ = _wrap_init(state, "scheduler check", rank_source, scheduler.__init__,
+                                    lambda self, rank: _on_scheduler_init(state, self, rank))
 
 
 # -- the import hook ---------------------------------------------------------------------------
@@ -360,8 +328,7 @@ class _PatchingLoader(importlib.abc.Loader):
     """Runs the real loader, then the patcher; everything else is the real loader's."""
 
     def __init__(self, loader: Any, patch: Callable[[types.ModuleType], None]) -> None:
-        self._loader = loader
-        self._patch = patch
+        self._loader, self._patch = loader, patch
 
     def create_module(self, spec: Any) -> types.ModuleType | None:
         return self._loader.create_module(spec)
@@ -397,10 +364,8 @@ def install(*, every: int = DEFAULT_EVERY) -> Instrumentation:
     if _state is not None:
         return _state
     state = _state = Instrumentation(every=every, event_source_factory=CudaEventSource)
-    patchers = {
-        target.module: functools.partial(state.guard, f"patching {target.module}", patch_worker_module, state, target)
-        for target in targets.WORKER_TARGETS
-    }
+    patchers = {target.module: functools.partial(state.guard, f"patching {target.module}", patch_worker_module, state, target)
+                for target in targets.WORKER_TARGETS}
     patchers[targets.SCHEDULER_TARGET.module] = functools.partial(state.guard, "patching scheduler", patch_scheduler, state)
     for name, patch in patchers.items():
         if name in sys.modules:
@@ -415,11 +380,7 @@ def install_from_env(environ: dict[str, str] | None = None) -> Instrumentation |
     if env.get(ENV_ENABLE) != "1":
         return None
     raw_every = env.get(ENV_EVERY, str(DEFAULT_EVERY))
-    try:
-        every = int(raw_every)
-    except ValueError:
-        every = 0
-    if every < 1:
+    if not raw_every.isdigit() or int(raw_every) < 1:
         logger.warning("speclogs profiler: disabled: %s=%r is not a positive integer", ENV_EVERY, raw_every)
         return None
-    return install(every=every)
+    return install(every=int(raw_every))

@@ -41,8 +41,8 @@ def check_layout() -> list[Check]:
         if not problems:
             methods = {f"{o}.{m}": hook.is_wrapped(getattr(getattr(module, o), m)) for o, m in target.wrapped_methods}
             unwrapped = [name for name, wrapped in methods.items() if not wrapped]
-            detail = ", ".join(unwrapped) + " not wrapped" if unwrapped else ", ".join(methods)
-            checks.append(Check(f"{target.worker_class} wrapped", not unwrapped, detail))
+            checks.append(Check(f"{target.worker_class} wrapped", not unwrapped,
+                                ", ".join(unwrapped) + " not wrapped" if unwrapped else ", ".join(methods)))
     target = targets.SCHEDULER_TARGET
     try:
         scheduler = getattr(importlib.import_module(target.module), target.class_name)
@@ -55,25 +55,13 @@ def check_layout() -> list[Check]:
     return [*checks, Check("Scheduler hook", ok, detail if ok else "; ".join(problems) or "not wrapped")]
 
 
-def _cuda_torch() -> tuple[Any, list[Check]]:
-    """torch when it sees a CUDA device, else the failed check saying why."""
-    try:
-        import torch
-    except ImportError:
-        return None, [Check("CUDA", False, "torch is not importable")]
-    if not torch.cuda.is_available():
-        return None, [Check("CUDA", False, "no CUDA device visible")]
-    return torch, []
-
-
 def check_cuda_timing(torch: Any, cycles: int = 32, every: int = 4) -> list[Check]:
     """Real CUDA events around real GPU work: draft (small) < extend (medium) < verify (large)."""
     samples: list[SpecCycleSample] = []
     profiler = CycleProfiler(every=every, events=CudaEventSource(), emit=samples.append)
     # Few, large kernels: ~17 launches a cycle keeps the whole loop under CUDA's launch-queue depth,
     # so the host never blocks for a reason other than the profiler.
-    size = {"draft": 1024, "verify": 8192, "extend": 2048}
-    mats = {k: torch.randn(n, n, device="cuda", dtype=torch.float16) for k, n in size.items()}
+    mats = {k: torch.randn(n, n, device="cuda", dtype=torch.float16) for k, n in (("draft", 1024), ("verify", 8192), ("extend", 2048))}
     accept_lens = torch.tensor([3, 1, 4, 2], device="cuda", dtype=torch.int32)
     stream = torch.cuda.Stream()
     for mat in mats.values():
@@ -83,9 +71,8 @@ def check_cuda_timing(torch: Any, cycles: int = 32, every: int = 4) -> list[Chec
     with torch.cuda.stream(stream):
         for _ in range(cycles):
             profiler.begin_cycle(4)
+            profiler.set_verify_width(4)
             for phase in ("draft", "verify", "extend"):
-                if phase == "verify":
-                    profiler.set_verify_width(4)
                 profiler.begin_phase(phase)
                 for _ in range(2):
                     mats[phase] @ mats[phase]
@@ -98,17 +85,11 @@ def check_cuda_timing(torch: Any, cycles: int = 32, every: int = 4) -> list[Chec
     gpu_done_s = time.perf_counter() - host_started
     profiler.resolve_ready()
     checks = [
-        Check(
-            "host loop never waited for the GPU",
-            host_loop_s < 0.5 * gpu_done_s,
-            f"host loop {host_loop_s * 1000:.1f} ms, GPU finished after {gpu_done_s * 1000:.1f} ms, "
-            f"{emitted_in_loop} samples resolved during the loop",
-        ),
-        Check(
-            "every sampled cycle resolved",
-            [s.cycle for s in samples] == list(range(every, cycles + 1, every)),
-            f"{len(samples)} samples for {cycles} cycles every {every}",
-        ),
+        Check("host loop never waited for the GPU", host_loop_s < 0.5 * gpu_done_s,
+              f"host loop {host_loop_s * 1000:.1f} ms, GPU finished after {gpu_done_s * 1000:.1f} ms, "
+              f"{emitted_in_loop} samples resolved during the loop"),
+        Check("every sampled cycle resolved", [s.cycle for s in samples] == list(range(every, cycles + 1, every)),
+              f"{len(samples)} samples for {cycles} cycles every {every}"),
     ]
     if not samples:
         return checks
@@ -117,16 +98,10 @@ def check_cuda_timing(torch: Any, cycles: int = 32, every: int = 4) -> list[Chec
     accepted = (last.accepted_tokens, last.proposed_tokens)
     return checks + [
         Check("verify is the heaviest phase", last.verify_us > last.extend_us > last.draft_us, last.to_line()),
-        Check(
-            "phases cover the cycle",
-            0 <= last.cycle_us - phases_us <= 0.1 * last.cycle_us,
-            f"phases {phases_us} us of cycle {last.cycle_us} us",
-        ),
-        Check(
-            "gap covers the work between cycles",
-            0.4 * last.verify_us <= last.gap_us <= 0.6 * last.verify_us,
-            f"gap {last.gap_us} us for one verify matmul between cycles; verify phase (two) {last.verify_us} us",
-        ),
+        Check("phases cover the cycle", 0 <= last.cycle_us - phases_us <= 0.1 * last.cycle_us,
+              f"phases {phases_us} us of cycle {last.cycle_us} us"),
+        Check("gap covers the work between cycles", 0.4 * last.verify_us <= last.gap_us <= 0.6 * last.verify_us,
+              f"gap {last.gap_us} us for one verify matmul between cycles; verify phase (two) {last.verify_us} us"),
         Check("accepted / proposed", accepted == (6, 12), f"accepted={accepted[0]} proposed={accepted[1]} (expected 6 / 12)"),
     ]
 
@@ -148,21 +123,27 @@ def check_cuda_idle_gap(torch: Any, cycles: int = 6, idle_s: float = 0.003) -> l
     torch.cuda.synchronize()
     profiler.resolve_ready()
     gaps_us = [s.gap_us for s in samples[1:]]  # the first cycle has no previous forward
-    idle_us = idle_s * 1e6
-    ok = len(gaps_us) == cycles - 1 and all(0.9 * idle_us <= g <= 3 * idle_us for g in gaps_us)
-    return [Check("gap measures GPU idle between cycles", ok, f"host slept {idle_us:.0f} us before each cycle; gap_us={gaps_us}")]
+    ok = len(gaps_us) == cycles - 1 and all(0.9 * idle_s * 1e6 <= g <= 3 * idle_s * 1e6 for g in gaps_us)
+    return [Check("gap measures GPU idle between cycles", ok, f"host slept {idle_s * 1e6:.0f} us before each cycle; gap_us={gaps_us}")]
+
+
+def check_cuda() -> list[Check]:
+    try:
+        import torch
+    except ImportError:
+        return [Check("CUDA", False, "torch is not importable")]
+    if not torch.cuda.is_available():
+        return [Check("CUDA", False, "no CUDA device visible")]
+    return check_cuda_timing(torch) + check_cuda_idle_gap(torch)
 
 
 def main() -> int:
     checks = check_layout()
-    version = hook.sglang_version()
-    if version in hook.VERIFIED_SGLANG_VERSIONS:
-        print(f"sglang {version}: verified on a GPU")
-    else:
-        print(f"sglang {version}: checked from its source only (verified on a GPU: {', '.join(hook.VERIFIED_SGLANG_VERSIONS)})")
+    version, verified = hook.sglang_version(), ", ".join(hook.VERIFIED_SGLANG_VERSIONS)
+    print(f"sglang {version}: " + ("verified on a GPU" if version in hook.VERIFIED_SGLANG_VERSIONS
+                                   else f"checked from its source only (verified on a GPU: {verified})"))
     if "--no-cuda" not in sys.argv[1:]:
-        torch, missing = _cuda_torch()
-        checks += missing or check_cuda_timing(torch) + check_cuda_idle_gap(torch)
+        checks += check_cuda()
     for check in checks:
         print(f"{'OK  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")
     failed = [c.name for c in checks if not c.ok]

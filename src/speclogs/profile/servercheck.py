@@ -39,24 +39,18 @@ def check_profiler_log(text: str, *, every: int) -> dict:
             (cycles if match else malformed).append(match or line)
         elif "speclogs profiler:" in line:
             status.append(line.strip())
-    problems = []
-    active = [s for s in status if (m := STATUS_RE.search(s)) and m["status"] == "active"]
-    if len(active) != 1:
-        problems.append(f"expected one `speclogs profiler: active` line, found {len(active)}")
-    if any("disabled" in s for s in status):
-        problems.append("a `speclogs profiler: disabled` line is present")
-    if not cycles:
-        problems.append("no `speclogs spec_cycle` line")
-    if malformed:
-        problems.append(f"{len(malformed)} malformed spec_cycle line(s)")
     numbers = [int(m["cycle"]) for m in cycles]
-    if numbers != sorted(numbers) or any(n % every for n in numbers):
-        problems.append(f"cycle numbers are not increasing multiples of {every}")
-    if any("TP" in m["prefix"] and "TP0" not in m["prefix"] for m in cycles):
-        problems.append("spec_cycle lines from a TP rank other than 0")
+    active = [s for s in status if (m := STATUS_RE.search(s)) and m["status"] == "active"]
     unsummed = [m for m in cycles if abs(sum(float(m[p]) for p in PHASES[:4]) - float(m["cycle_ms"])) > 0.0015]
-    if unsummed:
-        problems.append(f"phases do not add up to cycle_ms: {unsummed[0].string.strip()}")
+    problems = [problem for failed, problem in (
+        (len(active) != 1, f"expected one `speclogs profiler: active` line, found {len(active)}"),
+        (any("disabled" in s for s in status), "a `speclogs profiler: disabled` line is present"),
+        (not cycles, "no `speclogs spec_cycle` line"),
+        (malformed, f"{len(malformed)} malformed spec_cycle line(s)"),
+        (numbers != sorted(numbers) or any(n % every for n in numbers), f"cycle numbers are not increasing multiples of {every}"),
+        (any("TP" in m["prefix"] and "TP0" not in m["prefix"] for m in cycles), "spec_cycle lines from a TP rank other than 0"),
+        (unsummed, f"phases do not add up to cycle_ms: {unsummed[0].string.strip()}" if unsummed else ""),
+    ) if failed]
     median = {p: statistics.median(float(m[p]) for m in cycles) for p in PHASES} if cycles else {}
     with_gap = [m for m in cycles if m["gap_ms"] is not None]  # lines of the first profiler version lack gap_ms
     if with_gap:

@@ -1,7 +1,7 @@
 """What the profiler hooks in SGLang, as data, and the one check that decides whether a release fits.
 
-`observe_*` read facts from SGLang's *source* with `ast` (nothing is executed); `check_*` turn facts into
-problems ([] = the hook wraps it). The hook and scripts/profile_compat.py (every release) run the same check.
+`observe_*` read facts from SGLang's *source* with `ast` (nothing is executed); `check_*` turn facts into problems
+([] = the hook wraps it). The hook and scripts/profile_compat.py (every release) run the same check.
 Standard library only (imported inside SGLang's server processes).
 """
 
@@ -10,24 +10,21 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
-import hashlib
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 # The batch parameter's name: ScheduleBatch since 0.5.13, ModelWorkerBatch in the overlap worker before.
 BATCH_PARAMS = ("batch", "model_worker_batch")
 MAX_IMPORT_HOPS = 6  # `from a import X` chains followed to find where X is defined
 
 
-@dataclasses.dataclass(frozen=True)
-class ClassRef:
+class ClassRef(NamedTuple):
     """A class the wrappers read; `module` is where it lives when the worker module does not import it."""
 
     name: str
     module: str
 
 
-@dataclasses.dataclass(frozen=True)
-class MemberCheck:
+class MemberCheck(NamedTuple):
     """The first of `classes` that resolves must have `members` (at least one when `any_of`)."""
 
     role: str
@@ -36,8 +33,7 @@ class MemberCheck:
     any_of: bool = False
 
 
-@dataclasses.dataclass(frozen=True)
-class RankSource:
+class RankSource(NamedTuple):
     """Where a TP rank is read: an attribute path, an `__init__` argument, or a module getter's result."""
 
     label: str
@@ -55,8 +51,7 @@ RANK_CONTEXT = RankSource(
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class Phase:
+class Phase(NamedTuple):
     """A phase: its name in the spec_cycle line, the class and method wrapped, the call in the cycle."""
 
     name: str
@@ -65,11 +60,10 @@ class Phase:
     call: str
 
 
-@dataclasses.dataclass(frozen=True)
-class WorkerTarget:
-    """One EAGLE worker family. `accepted_per_request`: `accept_lens` per request (bonus included), else a
-    host count of accepted drafts (bonus excluded). The verify width comes from verify's `verify_input_param`
-    argument when it takes one, else from `batch.spec_info`."""
+class WorkerTarget(NamedTuple):
+    """One EAGLE worker family. `accepted_per_request`: `accept_lens` per request (bonus included), else a host count of
+    accepted drafts (bonus excluded). The verify width comes from verify's `verify_input_param` argument when it takes
+    one, else from `batch.spec_info`."""
 
     key: str
     module: str
@@ -93,12 +87,12 @@ class WorkerTarget:
     def classes(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((self.worker_class, self.draft_class)))
 
-    def phase(self, name: str) -> Phase:
-        return next(phase for phase in self.phases if phase.name == name)
+    @property
+    def verify(self) -> Phase:
+        return next(phase for phase in self.phases if phase.name == "verify")
 
 
-@dataclasses.dataclass(frozen=True)
-class SchedulerTarget:
+class SchedulerTarget(NamedTuple):
     """The scheduler whose `__init__` the hook wraps to report servers it did not profile."""
 
     module: str
@@ -121,8 +115,8 @@ _V1_ACCEPTED = ("num_accepted_tokens", "num_accepted_drafts", "num_correct_draft
 
 
 def _target(key: str, module: str, worker: str, draft: str | None, *extra_results: ClassRef) -> WorkerTarget:
-    """A v2 target (a separate `draft` worker, per-request accept_lens) or a v1 one (the worker drafts itself;
-    a host count of accepted drafts)."""
+    """A v2 target (a separate `draft` worker, per-request accept_lens) or a v1 one (the worker drafts itself; a host
+    count of accepted drafts)."""
     if draft:
         phases = (("draft", draft, "draft", "self.draft_worker.draft"),
                   ("extend", draft, "_draft_extend_for_decode", "self.draft_worker._draft_extend_for_decode"))
@@ -154,48 +148,33 @@ WORKER_TARGETS = (
 SCHEDULER_TARGET = SchedulerTarget("sglang.srt.managers.scheduler", "Scheduler", "draft_worker", (RANK_ARGUMENT, RANK_CONTEXT))
 
 
-def targets_digest() -> str:
-    """A short fingerprint of every declaration above: a results file made with other targets is stale."""
-    text = repr((WORKER_TARGETS, SCHEDULER_TARGET, _BATCH, _FORWARD_MODE, _VERIFY_INPUT))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 # -- reading sources ---------------------------------------------------------------------------
-SourceReader = Callable[[str], "str | None"]
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
-@dataclasses.dataclass(frozen=True)
-class _Module:
+class _Module(NamedTuple):
     classes: dict[str, ast.ClassDef]
     functions: frozenset[str]
     imports: dict[str, tuple[str, str]]  # local name -> (module, name there), every `from … import`
 
 
-@dataclasses.dataclass(frozen=True)
-class ClassDef:
+class ClassDef(NamedTuple):
     module: str
     node: ast.ClassDef
-
-    @property
-    def name(self) -> str:
-        return self.node.name
 
 
 class SourceIndex:
     """The modules of one SGLang tree, each parsed once; a module whose source is missing or does not parse is None."""
 
-    def __init__(self, read_source: SourceReader) -> None:
+    def __init__(self, read_source: Callable[[str], str | None]) -> None:
         self.module: Callable[[str], _Module | None] = functools.cache(lambda name: _parse_module(name, read_source(name)))
 
     def find_class(self, module_name: str, class_name: str) -> ClassDef | None:
         """The class `class_name` as seen from `module_name`: defined there or imported into it."""
         for _ in range(MAX_IMPORT_HOPS):
             module = self.module(module_name)
-            if module is None:
-                return None
-            if class_name in module.classes:
-                return ClassDef(module_name, module.classes[class_name])
+            if module is None or class_name in module.classes:
+                return ClassDef(module_name, module.classes[class_name]) if module is not None else None
             if class_name not in module.imports:
                 return None
             module_name, class_name = module.imports[class_name]
@@ -207,31 +186,27 @@ class SourceIndex:
         pending = [cls]
         while pending:
             current = pending.pop(0)
-            if (current.module, current.name) in seen:
+            if (current.module, current.node.name) in seen:
                 continue
-            seen.add((current.module, current.name))
+            seen.add((current.module, current.node.name))
             yield current
             bases = [self.find_class(current.module, base.id) for base in current.node.bases if isinstance(base, ast.Name)]
             pending[0:0] = [base for base in bases if base is not None]
 
-    def class_names(self, module_name: str) -> list[str]:
-        """The classes `module_name` defines at its top level, in source order."""
-        module = self.module(module_name)
-        return list(module.classes) if module is not None else []
-
 
 def _parse_module(name: str, source: str | None) -> _Module | None:
-    if source is None:
-        return None
     try:
-        tree = ast.parse(source)
+        tree = ast.parse(source) if source is not None else None
     except (SyntaxError, ValueError):
         return None
-    package = name.rsplit(".", 1)[0]
+    if tree is None:
+        return None
+    parts = name.split(".")[:-1]
     imports = {}
     for node in _module_level(tree.body):
         if isinstance(node, ast.ImportFrom):
-            source_module = _absolute_module(package, node.module, node.level)
+            package = parts[: len(parts) - node.level + 1] if node.level else []
+            source_module = ".".join(package + ([node.module] if node.module else []))
             imports |= {alias.asname or alias.name: (source_module, alias.name) for alias in node.names}
     return _Module(
         classes={n.name: n for n in tree.body if isinstance(n, ast.ClassDef)},
@@ -253,13 +228,6 @@ def _module_level(statements: list[ast.stmt]) -> Iterator[ast.stmt]:
             yield from _module_level(node.body)
 
 
-def _absolute_module(package: str, module: str | None, level: int) -> str:
-    if level == 0:
-        return module or ""
-    parts = package.split(".")
-    return ".".join(parts[: len(parts) - (level - 1)] + ([module] if module else []))
-
-
 def _methods(node: ast.ClassDef) -> dict[str, Function]:
     return {n.name: n for n in node.body if isinstance(n, Function)}
 
@@ -268,63 +236,38 @@ def _find_method(sources: SourceIndex, cls: ClassDef, name: str) -> tuple[ClassD
     return next(((owner, m) for owner in sources.lineage(cls) if (m := _methods(owner.node).get(name)) is not None), None)
 
 
-def _self_assigned(method: ast.AST) -> set[str]:
-    """Attributes `method` assigns as `self.X` (plain, annotated, augmented, unpacked: any store)."""
-    return {
-        node.attr
-        for node in ast.walk(method)
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
-        and isinstance(node.value, ast.Name) and node.value.id == "self"
-    }
-
-
-def _body_names(node: ast.ClassDef) -> set[str]:
-    """Fields (annotated or assigned in the class body) and methods."""
-    names = set()
-    for child in node.body:
-        if isinstance(child, ast.AnnAssign) and isinstance(child.target, ast.Name):
-            names.add(child.target.id)
-        elif isinstance(child, ast.Assign):
-            names.update(t.id for t in child.targets if isinstance(t, ast.Name))
-        elif isinstance(child, Function):
-            names.add(child.name)
-    return names
-
-
 def _members_found(sources: SourceIndex, cls: ClassDef, wanted: set[str], *, in_body: bool = True) -> set[str]:
-    """Which of `wanted` `cls` or a base has in a class body (when `in_body`) or assigns as `self.X` in a method.
-    Stops reading (and parsing bases) once all are found."""
+    """Which of `wanted` `cls` or a base has in a class body (fields and methods, when `in_body`) or assigns as `self.X`
+    in a method. Stops reading (and parsing bases) once all are found."""
     found: set[str] = set()
     for owner in sources.lineage(cls):
-        if in_body:
-            found |= _body_names(owner.node) & wanted
+        for child in owner.node.body if in_body else []:
+            if isinstance(child, ast.AnnAssign) and isinstance(child.target, ast.Name):
+                found.add(child.target.id)
+            elif isinstance(child, ast.Assign):
+                found.update(t.id for t in child.targets if isinstance(t, ast.Name))
+            elif isinstance(child, Function):
+                found.add(child.name)
+        found &= wanted
         for method in _methods(owner.node).values():
             if found >= wanted:
                 return found
-            found |= _self_assigned(method) & wanted
+            found |= wanted & {node.attr for node in ast.walk(method) if isinstance(node, ast.Attribute)
+                               and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name) and node.value.id == "self"}
         if found >= wanted:
             return found
     return found
-
-
-def _self_calls(function: ast.AST, wanted: set[str]) -> tuple[str, ...]:
-    """Which of the `wanted` call chains (`self.verify`, …) `function` makes."""
-    return tuple(sorted({ast.unparse(node.func) for node in ast.walk(function) if isinstance(node, ast.Call)} & wanted))
 
 
 def _positional_params(function: Function) -> tuple[str, ...]:
     return tuple(a.arg for a in [*function.args.posonlyargs, *function.args.args][1:])
 
 
-def _annotation(node: ast.expr | None) -> str | None:
-    return ast.unparse(node) if node is not None else None
-
-
 # -- facts -------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class MethodFacts:
-    """A method as found: the class defining it, its positional parameters after `self` (`*args` as `*name`),
-    the annotations of the first and of the return, and (cycle only) which phase calls it makes."""
+    """A method as found: the class defining it, its positional parameters after `self` (`*args` as `*name`), the
+    annotations of the first and of the return, and (cycle only) which phase calls it makes."""
 
     defined_in: str
     params: tuple[str, ...]
@@ -342,17 +285,8 @@ class MemberFacts:
     members: tuple[str, ...]
 
 
-class _Facts:
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Any:
-        return cls(**_fields(cls, data))
-
-
 @dataclasses.dataclass(frozen=True)
-class WorkerFacts(_Facts):
+class WorkerFacts:
     """What the sources of one tree say about one worker target."""
 
     target: str
@@ -362,22 +296,21 @@ class WorkerFacts(_Facts):
     rank_sources: tuple[str, ...] = ()
     members: dict[str, MemberFacts] = dataclasses.field(default_factory=dict)
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> WorkerFacts:
-        fields = _fields(cls, data)
-        fields["methods"] = {name: MethodFacts(**_fields(MethodFacts, m)) for name, m in data["methods"].items()}
-        fields["members"] = {role: MemberFacts(**_fields(MemberFacts, m)) for role, m in data["members"].items()}
-        return cls(**fields)
-
-
-def _fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    """`cls`'s fields from JSON (other keys, such as a recorded verdict, skipped; lists back to tuples)."""
-    names = {field.name for field in dataclasses.fields(cls)}
-    return {key: tuple(value) if isinstance(value, list) else value for key, value in data.items() if key in names}
-
 
 def _member_checks(target: WorkerTarget) -> tuple[MemberCheck, ...]:
     return (_BATCH, _FORWARD_MODE, _VERIFY_INPUT, MemberCheck("result", target.result_classes, target.accepted_fields, any_of=True))
+
+
+def _method_facts(function: Function, owner: ClassDef, phase_calls: set[str]) -> MethodFacts:
+    args = function.args
+    first = [*args.posonlyargs, *args.args][1:2]
+    return MethodFacts(
+        defined_in=owner.node.name,
+        params=_positional_params(function) + ((f"*{args.vararg.arg}",) if args.vararg is not None else ()),
+        first_annotation=ast.unparse(first[0].annotation) if first and first[0].annotation is not None else None,
+        return_annotation=ast.unparse(function.returns) if function.returns is not None else None,
+        self_calls=tuple(sorted({ast.unparse(node.func) for node in ast.walk(function) if isinstance(node, ast.Call)} & phase_calls)),
+    )
 
 
 def observe_worker(target: WorkerTarget, sources: SourceIndex) -> WorkerFacts:
@@ -389,18 +322,9 @@ def observe_worker(target: WorkerTarget, sources: SourceIndex) -> WorkerFacts:
     for class_name, method_name in target.wrapped_methods:
         cls = classes[class_name]
         found = _find_method(sources, cls, method_name) if cls is not None else None
-        if found is None:
-            continue
-        owner, function = found
-        params = _positional_params(function)
-        first = [*function.args.posonlyargs, *function.args.args][1:2]
-        methods[f"{class_name}.{method_name}"] = MethodFacts(
-            defined_in=owner.name,
-            params=params + ((f"*{function.args.vararg.arg}",) if function.args.vararg is not None else ()),
-            first_annotation=_annotation(first[0].annotation) if first else None,
-            return_annotation=_annotation(function.returns),
-            self_calls=_self_calls(function, {p.call for p in target.phases}) if method_name == target.cycle_method else (),
-        )
+        if found is not None:
+            phase_calls = {p.call for p in target.phases} if method_name == target.cycle_method else set()
+            methods[f"{class_name}.{method_name}"] = _method_facts(found[1], found[0], phase_calls)
     cycle = methods.get(f"{target.worker_class}.{target.cycle_method}")
     init = methods.get(f"{target.worker_class}.__init__")
     members = {check.role: _observe_members(check, sources, target.module, cycle) for check in _member_checks(target)}
@@ -455,14 +379,11 @@ def check_worker(target: WorkerTarget, facts: WorkerFacts) -> list[str]:
     if problems:
         return problems
     problems = [f"{c}.{m} not found" for c, m in target.wrapped_methods if f"{c}.{m}" not in facts.methods]
-    verify = target.phase("verify")
-    for class_name, method_name in ((target.worker_class, target.cycle_method), (verify.owner, verify.method)):
+    for class_name, method_name in ((target.worker_class, target.cycle_method), (target.verify.owner, target.verify.method)):
         method = facts.methods.get(f"{class_name}.{method_name}")
         if method is not None and (not method.params or method.params[0] not in BATCH_PARAMS):
-            problems.append(
-                f"{class_name}.{method_name}({', '.join(method.params)}) does not start with "
-                + " or ".join(f"({name})" for name in BATCH_PARAMS)
-            )
+            problems.append(f"{class_name}.{method_name}({', '.join(method.params)}) does not start with "
+                            + " or ".join(f"({name})" for name in BATCH_PARAMS))
     cycle_name = f"{target.worker_class}.{target.cycle_method}"
     cycle = facts.methods.get(cycle_name)
     if cycle is not None and cycle.defined_in != target.worker_class:
@@ -482,16 +403,7 @@ def check_worker(target: WorkerTarget, facts: WorkerFacts) -> list[str]:
     return problems
 
 
-def verdict(target: WorkerTarget, facts: WorkerFacts) -> str:
-    """The table's word for `target` in one release: `absent`, `supported`, or `disabled: <why>`."""
-    if not facts.module_found:
-        return "absent"
-    problems = check_worker(target, facts)
-    return "supported" if not problems else "disabled: " + "; ".join(problems)
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerPlan:
+class WorkerPlan(NamedTuple):
     """How the hook wraps a target that passed `check_worker`."""
 
     target: WorkerTarget
@@ -504,8 +416,7 @@ class WorkerPlan:
 
 def plan_worker(target: WorkerTarget, facts: WorkerFacts) -> WorkerPlan:
     """The wrapping plan for a target whose `check_worker(target, facts)` is []."""
-    verify = target.phase("verify")
-    verify_params = facts.methods[f"{verify.owner}.{verify.method}"].params
+    verify_params = facts.methods[f"{target.verify.owner}.{target.verify.method}"].params
     return WorkerPlan(
         target=target,
         cycle_batch_param=facts.methods[f"{target.worker_class}.{target.cycle_method}"].params[0],
@@ -516,30 +427,9 @@ def plan_worker(target: WorkerTarget, facts: WorkerFacts) -> WorkerPlan:
     )
 
 
-def profiled_as(sources: SourceIndex, cls: ClassDef | None) -> dict[str, Any]:
-    """For a subclass of a target's worker or draft class: that class (`subclass_of`), the wrapped methods it
-    overrides, and `profiled_as` (the target class when it overrides none) — the rule the hook enforces live."""
-    facts: dict[str, Any] = {"subclass_of": None, "overrides": [], "profiled_as": None}
-    if cls is None:
-        return facts
-    lineage = list(sources.lineage(cls))
-    for target in WORKER_TARGETS:
-        for class_name in target.classes:
-            position = next((i for i, c in enumerate(lineage) if c.module == target.module and c.name == class_name), None)
-            if not position:  # None: not a subclass; 0: the target class itself
-                continue
-            overrides = [
-                method
-                for owner, method in target.wrapped_methods[1:]
-                if owner == class_name and any(method in _methods(c.node) for c in lineage[:position])
-            ]
-            return {"subclass_of": class_name, "overrides": overrides, "profiled_as": None if overrides else class_name}
-    return facts
-
-
 # -- the scheduler -----------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class SchedulerFacts(_Facts):
+class SchedulerFacts:
     module_found: bool
     class_found: bool = False
     init_params: tuple[str, ...] = ()

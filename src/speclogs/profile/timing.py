@@ -1,36 +1,28 @@
 """Per-cycle phase timing with CUDA events, resolved later without synchronising.
 
-A sampled cycle records events at the entry and exit of the cycle and of each phase on the current stream, plus one
-at the exit of the forward call before it (`gap`: GPU time between the two calls; `wall = gap + cycle`). Nothing
-waits for the GPU: samples queue up and are resolved once `event.query()` says all their events completed. Events
-and pinned buffers are reused, so a sampled cycle allocates nothing in the steady state; an unsampled one costs a
-counter increment. Stdlib only; torch is imported inside `CudaEventSource`.
+A sampled cycle records events at the entry and exit of the cycle and of each phase on the current stream, plus one at
+the exit of the forward call before it (`gap`: GPU time between the two calls; `wall = gap + cycle`). Nothing waits for
+the GPU: samples queue up and are resolved once `event.query()` says all their events completed. Events and pinned
+buffers are reused, so a sampled cycle allocates nothing in the steady state; an unsampled one costs a counter
+increment. Stdlib only; torch is imported inside `CudaEventSource`.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from speclogs.errors import SpeclogsError
 
-Event = Any  # what torch.cuda.Event offers: record(), query(), elapsed_time(end)
-
-
-class EventSource(Protocol):
-    """The seam between the profiler and the GPU: real CUDA events, or a test's stand-in."""
-
-    def new_event(self) -> Event: ...
-
-    def is_capturing(self) -> bool: ...
-
-    def copy_to_host(self, tensor: Any) -> Any: ...
+# An event source offers new_event() (an object with record(), query(), elapsed_time(end)), is_capturing() and
+# copy_to_host(tensor): CudaEventSource, or a test's stand-in.
+EventSource = Any
 
 
 class CudaEventSource:
-    """torch.cuda events on the current stream; host copies go, non-blocking, into a ring of pinned buffers
-    allocated once (pinning is too slow for a sampled cycle), longer than the profiler's pending queue."""
+    """torch.cuda events on the current stream; host copies go, non-blocking, into a ring of pinned buffers allocated
+    once (pinning is too slow for a sampled cycle), longer than the profiler's pending queue."""
 
     HOST_SLOTS = 72
     HOST_CAPACITY = 1024  # requests a batch; a wider one gets a one-off pinned copy
@@ -43,7 +35,7 @@ class CudaEventSource:
         self._host_dtype: Any = None
         self._next_slot = 0
 
-    def new_event(self) -> Event:
+    def new_event(self) -> Any:
         return self._torch.cuda.Event(enable_timing=True)
 
     def is_capturing(self) -> bool:
@@ -79,7 +71,6 @@ class SpecCycleSample:
 
     @property
     def wall_us(self) -> int:
-        """Stream time from the previous forward call's exit to this cycle's exit."""
         return self.gap_us + self.cycle_us
 
     @property
@@ -89,17 +80,14 @@ class SpecCycleSample:
 
     def to_line(self) -> str:
         """The `speclogs spec_cycle …` log line (format documented in docs/profiling.md)."""
-        times = [f"{name}_ms={_ms(us)}" for name, us in (("draft", self.draft_us), ("verify", self.verify_us),
-                 ("extend", self.extend_us), ("other", self.other_us), ("gap", self.gap_us), ("cycle", self.cycle_us))]
-        return (f"speclogs spec_cycle cycle={self.cycle} bs={self.batch_size} {' '.join(times)} "
-                f"accepted={self.accepted_tokens} proposed={self.proposed_tokens}")
+        times = (("draft", self.draft_us), ("verify", self.verify_us), ("extend", self.extend_us), ("other", self.other_us),
+                 ("gap", self.gap_us), ("cycle", self.cycle_us))
+        return (f"speclogs spec_cycle cycle={self.cycle} bs={self.batch_size} "
+                + " ".join(f"{name}_ms={us // 1000}.{us % 1000:03d}" for name, us in times)
+                + f" accepted={self.accepted_tokens} proposed={self.proposed_tokens}")
 
 
-def _ms(microseconds: int) -> str:
-    return f"{microseconds // 1000}.{microseconds % 1000:03d}"
-
-
-def _elapsed_us(start: Event, end: Event) -> int:
+def _elapsed_us(start: Any, end: Any) -> int:
     return max(0, round(start.elapsed_time(end) * 1000.0))
 
 
@@ -107,43 +95,58 @@ def _elapsed_us(start: Event, end: Event) -> int:
 class _PendingCycle:
     cycle: int
     batch_size: int
-    start: Event
-    phases: dict[str, tuple[Event, Event]] = dataclasses.field(default_factory=dict)
-    end: Event | None = None
+    start: Any
+    gap_start: Any = None
+    phases: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict)
+    end: Any = None
     verify_width: int | None = None
     accept_lens_host: Any = None
     accepted_drafts: int | None = None  # a host count given instead of accept_lens
-    host_copy_done: Event | None = None
-    gap_start: Event | None = None
+    host_copy_done: Any = None
 
-    def all_events(self) -> list[Event]:
+    def all_events(self) -> list[Any]:
         """Every event of the sample, the last recorded first (it is the one most likely pending)."""
         events = [self.gap_start, self.start, *(e for pair in self.phases.values() for e in pair), self.end, self.host_copy_done]
         return [event for event in reversed(events) if event is not None]
+
+    def resolve(self) -> SpecCycleSample | None:
+        """The numbers of a completed sample; None when it lacks what a line needs."""
+        if self.end is None or (self.accept_lens_host is None and self.accepted_drafts is None):
+            return None
+        phase_us = {phase: _elapsed_us(start, end) for phase, (start, end) in self.phases.items()}
+        batch_size, accepted = self.batch_size, max(0, self.accepted_drafts or 0)
+        if self.accept_lens_host is not None:
+            accept_lens = [int(n) for n in self.accept_lens_host.tolist()]
+            batch_size = len(accept_lens) or self.batch_size
+            accepted = max(0, sum(accept_lens) - len(accept_lens))
+        return SpecCycleSample(
+            cycle=self.cycle, batch_size=batch_size, draft_us=phase_us.get("draft", 0), verify_us=phase_us.get("verify", 0),
+            extend_us=phase_us.get("extend", 0), cycle_us=_elapsed_us(self.start, self.end),
+            gap_us=_elapsed_us(self.gap_start, self.start) if self.gap_start is not None else 0, accepted_tokens=accepted,
+            proposed_tokens=batch_size * max(0, self.verify_width - 1) if self.verify_width is not None else 0,
+        )
 
 
 class CycleProfiler:
     """Counts speculative cycles, samples every `every`-th, emits a `SpecCycleSample` once the GPU is done.
 
-    The caller brackets a cycle with `begin_cycle` / `end_cycle` (`abandon_cycle` when it raised), each
-    phase with `begin_phase` / `end_phase`, and calls `end_forward` after the worker's other forward calls.
+    The caller brackets a cycle with `begin_cycle` / `end_cycle` (`abandon_cycle` when it raised), each phase with
+    `begin_phase` / `end_phase`, and calls `end_forward` after the worker's other forward calls.
     """
 
     def __init__(self, *, every: int, events: EventSource, emit: Callable[[SpecCycleSample], None], max_pending: int = 64) -> None:
         if every < 1:
             raise SpeclogsError(f"profiler sampling period every={every} must be >= 1", hint="pass --every N with N >= 1")
         self.every = every
-        self.cycles_seen = 0
-        self.samples_emitted = 0
-        self.samples_dropped = 0
+        self.cycles_seen = self.samples_emitted = self.samples_dropped = 0
         self._events = events
         self._emit = emit
         self._max_pending = max_pending
         self._pending: collections.deque[_PendingCycle] = collections.deque()
         self._current: _PendingCycle | None = None
-        self._phase_starts: dict[str, Event] = {}
-        self._free_events: list[Event] = []
-        self._gap_mark: Event | None = None  # exit of the forward call before the next sampled cycle
+        self._phase_starts: dict[str, Any] = {}
+        self._free_events: list[Any] = []
+        self._gap_mark: Any = None  # exit of the forward call before the next sampled cycle
 
     @property
     def sampling(self) -> bool:
@@ -158,26 +161,29 @@ class CycleProfiler:
         """Create `count` events up front (start-up), so that sampled cycles only reuse events."""
         self._free_events += [self._events.new_event() for _ in range(count)]
 
-    def _take_event(self) -> Event:
+    def _take_event(self) -> Any:
         return self._free_events.pop() if self._free_events else self._events.new_event()
 
-    def _record(self) -> Event:
+    def _record(self) -> Any:
         """A free event, recorded now on the current stream."""
         event = self._take_event()
         event.record()
         return event
 
+    def _next_is_sampled(self) -> bool:
+        return (self.cycles_seen + 1) % self.every == 0 and not self._events.is_capturing()
+
     def begin_cycle(self, batch_size: int) -> None:
         """Start cycle number `cycles_seen + 1`; record its start event when it is sampled."""
         if self._pending:
             self.resolve_ready()
+        sampled = self._next_is_sampled()
         self.cycles_seen += 1
         self._current = None
-        if self.cycles_seen % self.every != 0 or self._events.is_capturing():
-            return
-        self._phase_starts = {}
-        self._current = _PendingCycle(self.cycles_seen, batch_size, self._record(), gap_start=self._gap_mark)
-        self._gap_mark = None
+        if sampled:
+            self._phase_starts = {}
+            self._current = _PendingCycle(self.cycles_seen, batch_size, self._record(), gap_start=self._gap_mark)
+            self._gap_mark = None
 
     def begin_phase(self, phase: str) -> None:
         if self._current is not None:
@@ -193,10 +199,9 @@ class CycleProfiler:
             self._current.verify_width = draft_token_num
 
     def end_cycle(self, accept_lens: Any, *, accepted_drafts: int | None = None) -> None:
-        """Close the cycle; `accept_lens` is SGLang's per-request device tensor (bonus included),
-        or None with `accepted_drafts`, a host count of accepted draft tokens over the batch."""
-        sample = self._current
-        self._current = None
+        """Close the cycle; `accept_lens` is SGLang's per-request device tensor (bonus included), or None with
+        `accepted_drafts`, a host count of accepted draft tokens over the batch."""
+        sample, self._current = self._current, None
         if sample is not None:
             sample.end = self._record()
             sample.accepted_drafts = accepted_drafts
@@ -211,18 +216,16 @@ class CycleProfiler:
 
     def end_forward(self) -> None:
         """A forward call of the worker returned: mark its exit when the next cycle is sampled."""
-        if (self.cycles_seen + 1) % self.every != 0 or self._events.is_capturing():
-            return
-        if self._gap_mark is None:
-            self._gap_mark = self._take_event()
-        self._gap_mark.record()  # a later call before the sampled cycle re-records it
+        if self._next_is_sampled():
+            if self._gap_mark is None:
+                self._gap_mark = self._take_event()
+            self._gap_mark.record()  # a later call before the sampled cycle re-records it
 
     def abandon_cycle(self) -> None:
         """The cycle raised: forget its events, count nothing."""
         if self._current is not None:
             self._free_events += self._current.all_events() + list(self._phase_starts.values())
-        self._current = None
-        self._phase_starts = {}
+        self._current, self._phase_starts = None, {}
 
     def resolve_ready(self) -> list[SpecCycleSample]:
         """Emit every leading pending sample whose events have all completed; never waits."""
@@ -231,7 +234,7 @@ class CycleProfiler:
             events = self._pending[0].all_events()
             if not all(event.query() for event in events):
                 break
-            result = _resolve(self._pending.popleft())
+            result = self._pending.popleft().resolve()
             self._free_events += events
             if result is None:
                 self.samples_dropped += 1
@@ -241,29 +244,3 @@ class CycleProfiler:
         for result in resolved:  # emitted after the bookkeeping: a slow logger delays nothing above
             self._emit(result)
         return resolved
-
-
-def _resolve(sample: _PendingCycle) -> SpecCycleSample | None:
-    """Turn a completed pending sample into numbers; None when it lacks what a line needs."""
-    if sample.end is None or (sample.accept_lens_host is None and sample.accepted_drafts is None):
-        return None
-    phase_us = {phase: _elapsed_us(start, end) for phase, (start, end) in sample.phases.items()}
-    if sample.accept_lens_host is not None:
-        accept_lens = [int(n) for n in sample.accept_lens_host.tolist()]
-        batch_size = len(accept_lens) if accept_lens else sample.batch_size
-        accepted = max(0, sum(accept_lens) - len(accept_lens))
-    else:
-        batch_size = sample.batch_size
-        accepted = max(0, sample.accepted_drafts)
-    width = sample.verify_width
-    return SpecCycleSample(
-        cycle=sample.cycle,
-        batch_size=batch_size,
-        draft_us=phase_us.get("draft", 0),
-        verify_us=phase_us.get("verify", 0),
-        extend_us=phase_us.get("extend", 0),
-        cycle_us=_elapsed_us(sample.start, sample.end),
-        gap_us=_elapsed_us(sample.gap_start, sample.start) if sample.gap_start is not None else 0,
-        accepted_tokens=accepted,
-        proposed_tokens=batch_size * max(0, width - 1) if width is not None else 0,
-    )

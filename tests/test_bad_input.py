@@ -583,3 +583,33 @@ def test_ctrl_c_on_the_parser_thread_of_a_streamed_log_is_not_a_short_file(db_pa
     assert f"rolled back: {log.resolve()}" in stderr
     assert scalar(db_path, "SELECT count(*) FROM files") == 0
     assert scalar(db_path, "SELECT count(*) FROM decode_batches") == 0
+
+
+def test_a_grammar_of_ones_own_into_server_events_without_a_message_field(tmp_path):
+    """A user's pattern may fill server_events with its own columns and no `message`: its rows are stored (the request
+    reader looks only at rows that have a message)."""
+    grammar = tmp_path / "gpu_temp.toml"
+    grammar.write_text('''family = "gpu_temp"
+table = "server_events"
+
+[[field]]
+name = "temp_c"
+type = "int"
+shape = "int"
+
+[[pattern]]
+name = "gpu_temp"
+gate = "GPU temperature"
+template = 'GPU temperature {temp_c} C'
+constants = { kind = "gpu_temp" }
+
+[[pattern.sample]]
+line = "GPU temperature 71 C"
+expect = { temp_c = 71, kind = "gpu_temp" }
+''')
+    log = tmp_path / "temp.log"
+    log.write_text("[2026-01-02 03:04:04] GPU temperature 71 C\n")
+    db = tmp_path / "own.duckdb"
+    result = run_cli("ingest", str(log), "--db", str(db), "--grammar", str(grammar))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert query(db, "SELECT kind, temp_c FROM server_events") == [("gpu_temp", 71)]

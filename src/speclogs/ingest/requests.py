@@ -111,8 +111,8 @@ def _json_or_text(value: object) -> object:
 def read_request_lines(events: pl.DataFrame | None) -> pl.DataFrame | None:
     """The request lines of a server_events frame, read: one row per readable line with its requests row, `finished`
     (a Finish line), `pair_key` (what RequestLog pairs by) and `file` (0 for a streamed chunk); None when it has none."""
-    if events is None or "kind" not in events.columns:
-        return None
+    if events is None or not {"kind", "message", *_LINE_COLUMNS} <= set(events.columns):
+        return None  # a user's grammar may fill server_events without a message: no request line among its rows
     # the columns a request line's row takes, before the filter (a frame of server_events has ~40)
     found = events.select(*_LINE_COLUMNS, *(["file"] if "file" in events.columns else []), "kind", "message").filter(
         pl.col("kind").is_in(REQUEST_KINDS))

@@ -52,7 +52,7 @@ class DoctorFinding:
 
 @dataclass(frozen=True)
 class Model:
-    """One model's CONFIG_KEYS plus `d2t_rows` (the d2t map's length in the weights) and what `speclogs synth-pair`
+    """One model's CONFIG_KEYS plus `d2t_rows` (the d2t map's length in the weights) and what `scripts/synth_pair.py`
     built it for (`synth_*`); or `note` saying why nothing was read."""
 
     role: str          # target | draft

@@ -140,9 +140,11 @@ class Tally:
         self.warnings.extend(f"{parsed.source_file}: {warning}" for warning in parsed.account.warnings)
 
     def summary(self, db_path: str, seconds: float) -> IngestSummary:
-        return IngestSummary(db_path, self.files_total, self.ingested, self.unchanged, self.bytes_done, seconds, self.account,
-                             tuple(self.warnings), tuple(sorted(self.runs)), tuple(self.source_files),
-                             skipped_files=tuple(self.skipped_files), replaced=tuple(self.replaced), failed=tuple(self.failed))
+        return IngestSummary(
+            db_path=db_path, files_found=self.files_total, files_ingested=self.ingested, files_unchanged=self.unchanged,
+            bytes_read=self.bytes_done, seconds=seconds, account=self.account, warnings=tuple(self.warnings),
+            runs=tuple(sorted(self.runs)), source_files=tuple(self.source_files), skipped_files=tuple(self.skipped_files),
+            replaced=tuple(self.replaced), failed=tuple(self.failed))
 
 
 class IngestInterrupted(KeyboardInterrupt):
@@ -313,6 +315,7 @@ def _parse_files(files: list[ParsedFile], engine: Engine | None) -> list[Batch |
     started = time.perf_counter()
     try:
         batch = parse_batch(files, engine)
+        collect_cycles()
     except FAILURES:
         out: list[Batch | tuple[ParsedFile, BaseException]] = []
         for parsed in files:

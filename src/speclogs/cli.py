@@ -519,9 +519,7 @@ def report(
     min_effect: str = typer.Option("0%", "--min-effect", callback=_check_min_effect, help="Practical threshold, e.g. 2%: a "
                                    "winner's interval must lie beyond ±2 %; inside it, 'equivalent'."),
     hidden_size: Optional[int] = typer.Option(None, "--hidden-size", min=1,
-                                              help="Target model hidden size (NCCL communication-share estimate)."),
-    num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1,
-                                             help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
+                                              help="Target model hidden size (which all-reduce sizes decode/verify send)."),
     reference_acceptance: Optional[str] = typer.Option(
         None, "--reference-acceptance", help="The accept length this target/draft/workload reached before, e.g. 2.0 "
         "or 2.0±0.05 (with its interval): a speculative arm whose interval lies below it is a finding, with the "
@@ -548,7 +546,7 @@ def report(
     with connect_lake(lake) if lake is not None else connect(db, read_only=True) as connection:
         comparison = compare_runs(connection, list(compare) + list(arms or []), parse_factor_options(factor),
                                   confidence, min_effect=parse_percent(min_effect, "--min-effect"), hidden_size=hidden_size,
-                                  num_layers=num_layers, ignore_env=tuple(ignore_env), allow_mixed=mixed_arms,
+                                  ignore_env=tuple(ignore_env), allow_mixed=mixed_arms,
                                   reference_acceptance=parse_reference(reference_acceptance) if reference_acceptance else None,
                                   trained_layers=_trained_layers(trained_layers))
     if output_format is ReportFormat.terminal:

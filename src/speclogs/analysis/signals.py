@@ -228,7 +228,7 @@ def _ts_inside(window: _Window) -> pl.Expr:
 
 
 def _in_window(rows: pl.DataFrame, window: _Window) -> pl.DataFrame:
-    if window.start is None or window.end is None or rows.is_empty():
+    if window.start is None or window.end is None:
         return rows
     return rows.filter(_ts_inside(window))
 
@@ -248,8 +248,6 @@ def _one_source(requests: pl.DataFrame) -> pl.DataFrame:
     rank = {kind: i for i, kind in enumerate(SOURCE_PREFERENCE)}
     rows = requests.filter((pl.col("spec_verify_ct") > 0) & pl.col("spec_accept_length").is_not_null()
                            & ~pl.col("health_check").fill_null(False))
-    if rows.is_empty():
-        return rows
     preferred = pl.col("source_kind").replace_strict(rank, default=len(rank))
     named = rows.filter(pl.col("rid").is_not_null()).filter(preferred == preferred.min().over("run_id", "rid")).unique(
         ["run_id", "rid"], keep="first", maintain_order=True)
@@ -257,21 +255,19 @@ def _one_source(requests: pl.DataFrame) -> pl.DataFrame:
 
 
 def _lowest_rank(rows: pl.DataFrame) -> pl.DataFrame:
-    if rows.is_empty():
-        return rows
     return rows.filter(pl.col("tp_rank").fill_null(-1) == pl.col("tp_rank").fill_null(-1).min().over("run_id"))
 
 
 def _mean_batch(rows: pl.DataFrame) -> float | None:
-    mean = rows["running_req"].mean() if not rows.is_empty() else None
+    mean = rows["running_req"].mean()
     return float(mean) if mean is not None and mean > 0 else None
 
 
 def _window_accept(arm: str, run_name: str, window: _Window, rows: pl.DataFrame, requests: pl.DataFrame) -> WindowAccept:
     tokens, verify = (window.after.get(key, 0.0) - window.before.get(key, 0.0) for key in (GENERATION_TOKENS, VERIFY_CALLS))
     counters = tokens / verify if verify > 0 else None
-    spec_rows = rows.filter(pl.col("accept_len").is_not_null()) if not rows.is_empty() else rows
-    weight = spec_rows["running_req"].fill_null(1).cast(pl.Float64).clip(lower_bound=1.0) if spec_rows.height else None
+    spec_rows = rows.filter(pl.col("accept_len").is_not_null())
+    weight = spec_rows["running_req"].fill_null(1).cast(pl.Float64).clip(lower_bound=1.0)
     lines = float((spec_rows["accept_len"] * weight).sum() / weight.sum()) if spec_rows.height else None
     from_requests = (float((requests["spec_accept_length"] * requests["spec_verify_ct"]).sum() / requests["spec_verify_ct"].sum())
                      if requests.height else None)

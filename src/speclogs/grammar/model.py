@@ -166,7 +166,6 @@ class GrammarSet:
 
     prefix: Pattern
     patterns: list[Pattern]
-    files: tuple[str, ...] = ()
     prefixes: tuple[Pattern, ...] = ()
     wrappers: tuple[Pattern, ...] = ()
 

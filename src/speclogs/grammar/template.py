@@ -218,6 +218,8 @@ def _trie(words: list[str]) -> str:
 
 def file_shape_regex(spec: dict, where: str) -> str:
     """The regex of a shape declared in a grammar file's [shapes] table."""
+    if not isinstance(spec, dict):
+        raise GrammarError(f"{where} must be a table, got {spec!r}", hint='e.g. status = { values = ["a", "b"] }')
     if "values" in spec:
         values = spec["values"]
         if not isinstance(values, list) or not values or not all(isinstance(v, str) and v for v in values):

@@ -37,76 +37,47 @@ class Alternatives:
     branches: tuple[tuple, ...]
 
 
+# A template's tokens: an escaped character, a group's opening ({? or {|), a group's '|' or '}', a placeholder, text.
+_TOKENS = re.compile(r"\\(?P<esc>.)|\{(?P<open>[?|])|(?P<close>[|}])|\{(?P<slot>[^{}]*)\}|(?P<text>[^\\{}|]+)|(?P<bad>.)", re.S)
+_BAD = {"\\": ("template ends with a lone backslash", "write \\\\ for a backslash"),
+        "{": ("unclosed placeholder", "write {name} or {name:shape}"),
+        "}": ("unbalanced '}'", "escape a literal brace as \\}"),
+        "|": ("'|' inside an optional part {?…}", "use {|a|b} for alternatives")}
+
+
 def parse_template(template: str, where: str) -> tuple:
     """Template text → tuple of Lit / Slot / Optional_ / Alternatives nodes; GrammarError names `where`."""
-    nodes, pos, _ = _parse_seq(template, 0, in_group=False, where=where)
-    if pos != len(template):
-        raise GrammarError(f"{where}: unexpected '{template[pos]}' at column {pos + 1} of template {template!r}",
-                           hint="a '}' or '|' outside {?…} / {|…} must be escaped as \\} or write it inside a group")
-    return nodes
-
-
-def _parse_seq(s: str, pos: int, *, in_group: bool, where: str) -> tuple[tuple, int, str | None]:
-    nodes: list = []
-    buf: list[str] = []
-
-    def flush() -> None:
-        if buf:
-            nodes.append(Lit("".join(buf)))
-            buf.clear()
-
-    while pos < len(s):
-        ch = s[pos]
-        if ch == "\\":
-            if pos + 1 >= len(s):
-                raise GrammarError(f"{where}: template ends with a lone backslash", hint="write \\\\ for a backslash")
-            buf.append(s[pos + 1])
-            pos += 2
-        elif ch == "{":
-            flush()
-            node, pos = _parse_group(s, pos, where)
-            nodes.append(node)
-        elif in_group and ch in "|}":
-            flush()
-            return tuple(nodes), pos, ch
-        elif ch == "}":
-            raise GrammarError(f"{where}: unbalanced '}}' at column {pos + 1} of template {s!r}", hint="escape a literal brace as \\}")
+    groups: list[tuple[str, list[list]]] = [("", [[]])]  # the open groups ('?', '|'; '' the template), their branches
+    for token in _TOKENS.finditer(template):
+        kind, value, nodes = token.lastgroup, token.group(token.lastgroup), groups[-1][1][-1]
+        if kind == "close" and value == "|" and groups[-1][0] == "|":
+            groups[-1][1].append([])
+        elif kind == "close" and value == "}" and len(groups) > 1:
+            opener, branches = groups.pop()
+            if opener == "|" and len(branches) < 2:
+                raise GrammarError(f"{where}: alternatives {{|…}} need at least two branches", hint="write {|a|b}")
+            groups[-1][1][-1].append(Optional_(tuple(branches[0])) if opener == "?" else Alternatives(tuple(map(tuple, branches))))
+        elif kind == "open":
+            groups.append((value, [[]]))
+        elif kind == "slot":
+            name, _, shape = value.partition(":")
+            if not (name == "_" or name.isidentifier()):
+                raise GrammarError(f"{where}: bad placeholder {{{value}}} at column {token.start() + 1}",
+                                   hint="placeholders are {name}, {name:shape} or {_:shape}; escape literal braces as \\{ \\}")
+            if name == "_" and not shape:
+                raise GrammarError(f"{where}: {{_}} needs a shape, e.g. {{_:int}}",
+                                   hint="an uncaptured slot has no field to take its type from")
+            nodes.append(Slot(name, shape or None))
+        elif kind in ("esc", "text") or value == "|" and len(groups) == 1:  # a '|' outside every group is text
+            if nodes and isinstance(nodes[-1], Lit):
+                value = nodes.pop().text + value
+            nodes.append(Lit(value))
         else:
-            buf.append(ch)
-            pos += 1
-    flush()
-    if in_group:
-        raise GrammarError(f"{where}: unclosed '{{' in template {s!r}", hint="every {?…} and {|…} needs its closing }")
-    return tuple(nodes), pos, None
-
-
-def _parse_group(s: str, pos: int, where: str) -> tuple[object, int]:
-    start = pos
-    pos += 1
-    if s[pos:pos + 1] == "?":
-        body, pos, stop = _parse_seq(s, pos + 1, in_group=True, where=where)
-        if stop != "}":
-            raise GrammarError(f"{where}: '|' inside an optional part {{?…}} at column {pos + 1}", hint="use {|a|b} for alternatives")
-        return Optional_(body), pos + 1
-    if s[pos:pos + 1] == "|":
-        branches, stop = [], "|"
-        while stop == "|":
-            body, pos, stop = _parse_seq(s, pos + 1, in_group=True, where=where)
-            branches.append(body)
-        if len(branches) < 2:
-            raise GrammarError(f"{where}: alternatives {{|…}} need at least two branches", hint="write {|a|b}")
-        return Alternatives(tuple(branches)), pos + 1
-    end = s.find("}", pos)
-    if end < 0:
-        raise GrammarError(f"{where}: unclosed placeholder starting at column {start + 1} of {s!r}", hint="write {name} or {name:shape}")
-    inner = s[pos:end]
-    name, _, shape = inner.partition(":")
-    if not (name == "_" or name.isidentifier()):
-        raise GrammarError(f"{where}: bad placeholder {{{inner}}} at column {start + 1}",
-                           hint="placeholders are {name}, {name:shape} or {_:shape}; escape literal braces as \\{ \\}")
-    if name == "_" and not shape:
-        raise GrammarError(f"{where}: {{_}} needs a shape, e.g. {{_:int}}", hint="an uncaptured slot has no field to take its type from")
-    return Slot(name, shape or None), end + 1
+            message, hint = _BAD[value]
+            raise GrammarError(f"{where}: {message} at column {token.start() + 1} of template {template!r}", hint=hint)
+    if len(groups) > 1:
+        raise GrammarError(f"{where}: unclosed '{{' in template {template!r}", hint="every {?…} and {|…} needs its closing }")
+    return tuple(groups[0][1][0])
 
 
 def leaves(nodes: tuple):

@@ -171,11 +171,14 @@ def _build_file(shown: str, lines: list[str], doc: dict, top: dict) -> LoadedFil
             nodes = parse_template(template, where)
             check_rest_is_last(nodes, where, field_shapes)
             names = slot_names(nodes)
-            regex = template_regex(nodes, shape_of, where)
+            regex = template_regex(nodes, shape_of)
         except GrammarError as exc:
             problem(pline, str(exc).removeprefix(f"{shown}:{pline} "))
             return None
-        if clash := sorted(set(constants) & set(names)):
+        if twice := sorted({n for n in names if names.count(n) > 1}):
+            message = (f"field '{twice[0]}' is captured twice (the regex engines forbid duplicate group names): split the "
+                       "alternatives into two [[pattern]] entries, or capture the field once outside the alternatives")
+        elif clash := sorted(set(constants) & set(names)):
             message = f"{', '.join(clash)} is both a constant and a captured field"
         elif values["text"] in names:
             message = f"text = {values['text']!r} must name a column the pattern does not capture"
@@ -265,13 +268,13 @@ def _where(p: Pattern) -> tuple[str, int]:
     return file, int(line)
 
 
-def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | None = None) -> list[GrammarProblem]:
+def validate(grammars: GrammarSet, focus: set[str] | None = None) -> list[GrammarProblem]:
     """Check every sample and counter-sample of every pattern against the whole ordered set. With `focus` (file
     paths), only problems that involve a pattern of those files: their samples, and others' they would claim first."""
     problems: list[GrammarProblem] = []
-    ordered, heads = _ranked(files), [p for f in files if f.kind is not None for p in f.patterns]
+    heads = [*grammars.prefixes, *grammars.wrappers]
     seen: dict[str, str] = {}
-    for p in ordered:
+    for p in grammars.patterns:
         if p.name in seen:
             problems.append(GrammarProblem(*_where(p), None, f"pattern name '{p.name}' is already used at {seen[p.name]}"))
         seen[p.name] = p.source
@@ -279,31 +282,35 @@ def validate(files: list[LoadedFile], prefix: Pattern | None, focus: set[str] | 
         at = p.regex.find("(?P<message>")
         if at < 0 or "(?P<" in p.regex[at + 1:]:
             problems.append(GrammarProblem(*_where(p), None, f"pattern '{p.name}': its template must end with {{message}}"))
-    by_scope = {s: [p for p in ordered if p.scope == s] for s in SCOPES}
     # the field-list reading of a family (its definition by labels), per scope: every shape's sample must read the same
-    readers = {(q.family, q.scope): q for q in reversed(ordered) if q.field_list is not None}
-    with_samples = {p.group for p in ordered if p.samples}
-    chosen = {id(p) for p in [*ordered, *heads] if focus is None or _where(p)[0] in focus}
-    for p, is_head in [*((p, False) for p in ordered), *((p, True) for p in heads)]:
-        if id(p) in chosen:
+    readers = {(q.family, q.scope): q for q in reversed(grammars.patterns) if q.field_list is not None}
+    with_samples = {p.group for p in grammars.patterns if p.samples}
+
+    def focused(p: Pattern) -> bool:
+        return focus is None or _where(p)[0] in focus
+
+    claimers = dict.fromkeys(SCOPES, False)  # has a focused pattern come before, in this scope?
+    for p in [*heads, *grammars.patterns]:
+        is_head = any(p is h for h in heads)
+        if focused(p):
+            claimers[p.scope] |= not is_head
             if not p.samples and p.group not in with_samples:
                 problems.append(GrammarProblem(*_where(p), None, f"pattern '{p.name}' has no [[pattern.sample]]; "
                                                                  "every pattern needs at least one real line"))
-            found = _sample_problems(p, is_head, prefix, by_scope[p.scope], readers.get((p.family, p.scope)))
+            found = _sample_problems(grammars, p, is_head, readers.get((p.family, p.scope)))
             problems += [GrammarProblem(_where(p)[0], s.line_no, s.line, message) for s, message in found]
             continue
         # a pattern outside the focus: is one of its samples claimed first by a focused pattern?
-        earlier = [] if is_head else [q for q in by_scope[p.scope][:by_scope[p.scope].index(p)] if id(q) in chosen]
-        for s in p.samples if earlier else ():
-            if (q := _first_claim(earlier, _message_of(prefix, p, s.line)[0])) is not None:
+        for s in p.samples if claimers[p.scope] and not is_head else ():
+            claim = grammars.classify(_message_of(grammars.prefix, p, s.line)[0], p.scope, before=p)
+            if claim is not None and focused(q := claim[0]):
                 problems.append(GrammarProblem(*_where(q), s.line, f"pattern '{q.name}' claims a sample of '{p.name}' ({p.source}) "
                                                                    "first; make it stricter or give its file a larger priority"))
     return problems
 
 
-def _sample_problems(p: Pattern, is_head: bool, prefix: Pattern | None, scope: list[Pattern],
-                     reader: Pattern | None) -> Iterator[tuple[Sample, str]]:
-    texts = [(s.line, {}) if is_head else _message_of(prefix, p, s.line) for s in p.samples]
+def _sample_problems(grammars: GrammarSet, p: Pattern, is_head: bool, reader: Pattern | None) -> Iterator[tuple[Sample, str]]:
+    texts = [(s.line, {}) if is_head else _message_of(grammars.prefix, p, s.line) for s in p.samples]
     for s, (text, head), fast in zip(p.samples, texts, compiled_values(p, [text for text, _ in texts])):
         if p.gate and p.gate not in text:
             yield s, f"gate {p.gate!r} of pattern '{p.name}' does not occur in the sample"
@@ -321,28 +328,18 @@ def _sample_problems(p: Pattern, is_head: bool, prefix: Pattern | None, scope: l
                 yield s, f"the sample names '{key}', which pattern '{p.name}' does not fill"
             elif not _same(want, values[key]):
                 yield s, f"expected {key} = {'NULL' if want is None else repr(want)}, got {values[key]!r}"
-        if not is_head and (earlier := _first_claim(scope, text, before=p)) is not None:
-            yield s, (f"sample of '{p.name}' is claimed first by '{earlier.name}' ({earlier.source}); "
+        if not is_head and (claim := grammars.classify(text, p.scope, before=p)) is not None:
+            yield s, (f"sample of '{p.name}' is claimed first by '{claim[0].name}' ({claim[0].source}); "
                       "reorder the patterns or make the earlier one stricter")
     for c in p.counter_samples:
-        text = c.line if is_head else _message_of(prefix, p, c.line)[0]
+        text = c.line if is_head else _message_of(grammars.prefix, p, c.line)[0]
         if p.parse(text) is not None:
             yield c, f"counter-sample matches pattern '{p.name}'"
         elif c.claimed_by is not None and not is_head:
-            winner = _first_claim(scope, text)
-            if winner is None or winner.name != c.claimed_by:
+            winner = grammars.classify(text, p.scope)
+            if winner is None or winner[0].name != c.claimed_by:
                 yield c, (f"counter-sample should be claimed by '{c.claimed_by}', "
-                          f"but {('pattern ' + repr(winner.name)) if winner else 'no pattern'} takes it")
-
-
-def _first_claim(patterns: list[Pattern], text: str, *, before: Pattern | None = None) -> Pattern | None:
-    """The first of `patterns` (up to `before`) whose gate occurs in `text` and whose definition parses it."""
-    for q in patterns:
-        if q is before:
-            return None
-        if (not q.gate or q.gate in text) and q.parse(text) is not None:
-            return q
-    return None
+                          f"but {('pattern ' + repr(winner[0].name)) if winner else 'no pattern'} takes it")
 
 
 def _disagreement(reader: Pattern, p: Pattern, text: str, values: dict) -> str | None:
@@ -406,14 +403,11 @@ def _assemble(paths: Sequence[Path], focus: set[Path]) -> tuple[GrammarSet | Non
     prefixes = _ranked(files, "prefix")
     prefix = next((p for p in prefixes if p.name == PREFIX_NAME), None)
     if prefix is None:
-        problems.append(GrammarProblem("grammars/prefix.toml", 1, None,
-                                       "no prefix grammar (a file with kind = \"prefix\" and a pattern named 'prefix')"))
-    problems += validate(files, prefix, focused)
-    if prefix is None:
-        return None, problems, focused
+        return None, [*problems, GrammarProblem("grammars/prefix.toml", 1, None, "no prefix grammar (a file with kind = "
+                                                "\"prefix\" and a pattern named 'prefix')")], focused
     grammar_set = GrammarSet(prefix=prefix, patterns=_ranked(files), prefixes=(prefix, *(p for p in prefixes if p is not prefix)),
                              wrappers=tuple(_ranked(files, "wrapper")))
-    return grammar_set, problems, focused
+    return grammar_set, problems + validate(grammar_set, focused), focused
 
 
 def load_grammars(extra_paths: Sequence[Path] = ()) -> GrammarSet:

@@ -175,9 +175,11 @@ class GrammarSet:
     def by_name(self, name: str) -> Pattern:
         return {p.name: p for p in (self.prefix, *self.patterns)}[name]
 
-    def classify(self, text: str, scope: str) -> tuple[Pattern, dict] | None:
-        """The definition over all patterns of `scope` (pyparsing): the first that parses the text, with its values."""
+    def classify(self, text: str, scope: str, *, before: Pattern | None = None) -> tuple[Pattern, dict] | None:
+        """The definition over the patterns of `scope` (up to `before`): the first that parses the text, with its values."""
         for p in self.for_scope(scope):
+            if p is before:
+                return None
             if not p.gate or p.gate in text:
                 values = p.parse(text)
                 if values is not None:

@@ -241,10 +241,8 @@ def slot_regex(node: Slot, *, field_types: dict[str, str], field_shapes: dict[st
 # the two forms
 
 
-def template_regex(nodes: tuple, shape_of: Callable[[Slot], str], where: str) -> str:
+def template_regex(nodes: tuple, shape_of: Callable[[Slot], str]) -> str:
     """The anchored regex of a template's nodes (fields as named groups); `shape_of(slot)` gives a slot's regex."""
-    names: set[str] = set()
-
     def seq(items: tuple) -> str:
         return "".join(node_regex(node) for node in items)
 
@@ -252,14 +250,7 @@ def template_regex(nodes: tuple, shape_of: Callable[[Slot], str], where: str) ->
         if isinstance(node, Lit):
             return escape(node.text)
         if isinstance(node, Slot):
-            if node.name == "_":
-                return shape_of(node)
-            if node.name in names:
-                raise GrammarError(
-                    f"{where}: field '{node.name}' is captured twice in one pattern (the regex engines forbid duplicate group names)",
-                    hint="split the alternatives into two [[pattern]] entries, or capture the field once outside the alternatives")
-            names.add(node.name)
-            return f"(?P<{node.name}>{shape_of(node)})"
+            return shape_of(node) if node.name == "_" else f"(?P<{node.name}>{shape_of(node)})"
         if isinstance(node, Optional_):
             inner = seq(node.body)
             if not inner:

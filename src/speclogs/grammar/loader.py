@@ -106,10 +106,8 @@ def read_grammar_file(path: Path) -> LoadedFile:
     try:
         text = path.read_text(encoding="utf-8")
         doc = tomllib.loads(text)
-    except OSError as exc:
-        line, messages = 0, [f"cannot read grammar file: {exc.strerror or exc}"]
-    except UnicodeDecodeError as exc:
-        line, messages = 0, [f"grammar file is not UTF-8 text: {exc.reason}"]
+    except (OSError, UnicodeDecodeError) as exc:  # a missing file, or one that is not UTF-8 text
+        line, messages = 0, [f"cannot read grammar file: {exc}"]
     except tomllib.TOMLDecodeError as exc:
         found = re.search(r"at line (\d+)", str(exc))
         line, messages = int(found.group(1)) if found else 1, [f"not valid TOML: {exc}"]
@@ -148,7 +146,7 @@ def _build_file(shown: str, lines: list[str], doc: dict, top: dict) -> LoadedFil
             field_shapes[values["name"]] = values["shape"]
     field_list = None
     if "labels" in doc:
-        field_list, label_problems = read_labels(doc["labels"], {name: f.type for name, f in fields.items()}, "[labels]")
+        field_list, label_problems = read_labels(doc["labels"], {name: f.type for name, f in fields.items()})
         for message in label_problems:
             problem(next((i + 1 for i, text in enumerate(lines) if text.strip() == "[labels]"), 1), message)
         fields[FIELDS_SLOT] = Field(FIELDS_SLOT, "str", None, "label", "the field list, read by [labels]")

@@ -228,12 +228,9 @@ def slot_regex(node: Slot, *, field_types: dict[str, str], field_shapes: dict[st
                            hint="built-in shapes: " + ", ".join(SHAPES) + "; or declare it under [shapes]")
     shape_type, regex = ("str", file_shapes[shape]) if shape in file_shapes else SHAPES[shape]
     ftype = "str" if node.name == "_" else field_types[node.name]
-    if shape_type == "str" and ftype != "str":
-        raise GrammarError(f"{where}: field '{node.name}' is {ftype} but shape '{shape}' gives text",
-                           hint="typed fields use int, float, pct or bool shapes")
-    if shape_type not in ("str", ftype) and not (ftype == "float" and shape_type == "int") and node.name != "_":
-        raise GrammarError(f"{where}: field '{node.name}' is {ftype} but placeholder shape '{shape}' gives {shape_type}",
-                           hint="use the field's own shape or change the field's type")
+    if node.name != "_" and shape_type != ftype and (ftype, shape_type) != ("float", "int"):
+        raise GrammarError(f"{where}: field '{node.name}' is {ftype} but shape '{shape}' gives "
+                           f"{'text' if shape_type == 'str' else shape_type}", hint="use a shape of the field's type, or change its type")
     return regex
 
 

@@ -11,19 +11,7 @@ from pathlib import Path
 
 from speclogs.errors import GrammarError
 from speclogs.grammar.fields import FIELDS_SLOT, read_labels
-from speclogs.grammar.model import (
-    DERIVES,
-    FIELD_ROLES,
-    FIELD_TYPES,
-    SCOPES,
-    Field,
-    GrammarProblem,
-    GrammarSet,
-    Pattern,
-    Sample,
-    bundled_grammar_dir,
-    cast_expr,
-)
+from speclogs.grammar.model import DERIVES, SCOPES, Field, GrammarProblem, GrammarSet, Pattern, Sample, bundled_grammar_dir, cast_expr
 from speclogs.grammar.template import (
     check_rest_is_last,
     discarded_slots,
@@ -61,7 +49,8 @@ _FILE_KEYS = {
     "pattern": (None, "an array of one or more tables [[pattern]]", lambda v: isinstance(v, list) and v != []),
     "shapes": ({}, *_a("a table [shapes]", dict)), "template_prefix": ("", *_a("a string", str)),
 }
-_FIELD_KEYS = {"name": (None, *_NAME), "type": (None, *_one_of(*FIELD_TYPES)), "role": ("measure", *_one_of(*FIELD_ROLES)),
+_FIELD_KEYS = {"name": (None, *_NAME), "type": (None, *_one_of("int", "float", "bool", "str", "pct")),
+               "role": ("measure", *_one_of("key", "measure", "label")),
                "unit": (None, *_STR_OR_NONE), "shape": (None, *_STR_OR_NONE), "description": ("", *_a("a string", str))}
 _PATTERN_KEYS = {
     "name": (None, *_NAME), "table": (None, *_TEXT), "scope": ("message", *_one_of(*SCOPES)),

@@ -14,8 +14,6 @@ if TYPE_CHECKING:
 
     from speclogs.grammar.fields import FieldList
 
-FIELD_TYPES = ("int", "float", "bool", "str", "pct")
-FIELD_ROLES = ("key", "measure", "label")
 SCOPES = ("message", "line")
 
 # The rank tags SGLang puts inside the prefix brackets, as (tag text, column); longest first, so that 'MOE_DP3' is

@@ -1,5 +1,5 @@
-"""The template syntax of grammar files (grammars/README.md, "Template syntax"): text → AST (Lit, Slot, Optional_,
-Alternatives), and its one compiler to the pattern's two forms. Every shape is a regex; the regex form (what polars
+"""The template syntax of grammar files (grammars/README.md, "Template syntax"): text → AST (Lit, Slot, Group),
+and its one compiler to the pattern's two forms. Every shape is a regex; the regex form (what polars
 runs) joins the nodes as a regex does, the definition (pyparsing) joins the same shapes as PEG does, never giving
 characters back: the validator holds the two to the same values on every sample.
 """
@@ -28,13 +28,9 @@ class Slot:
 
 
 @dataclass(frozen=True)
-class Optional_:
-    body: tuple
-
-
-@dataclass(frozen=True)
-class Alternatives:
-    branches: tuple[tuple, ...]
+class Group:
+    branches: tuple[tuple, ...]  # {|a|b}: its alternatives; {?a}: its one body
+    optional: bool
 
 
 # A template's tokens: an escaped character, a group's opening ({? or {|), a group's '|' or '}', a placeholder, text.
@@ -46,7 +42,7 @@ _BAD = {"\\": ("template ends with a lone backslash", "write \\\\ for a backslas
 
 
 def parse_template(template: str, where: str) -> tuple:
-    """Template text → tuple of Lit / Slot / Optional_ / Alternatives nodes; GrammarError names `where`."""
+    """Template text → tuple of Lit / Slot / Group nodes; GrammarError names `where`."""
     groups: list[tuple[str, list[list]]] = [("", [[]])]  # the open groups ('?', '|'; '' the template), their branches
     for token in _TOKENS.finditer(template):
         kind, value, nodes = token.lastgroup, token.group(token.lastgroup), groups[-1][1][-1]
@@ -56,7 +52,7 @@ def parse_template(template: str, where: str) -> tuple:
             opener, branches = groups.pop()
             if opener == "|" and len(branches) < 2:
                 raise GrammarError(f"{where}: alternatives {{|…}} need at least two branches", hint="write {|a|b}")
-            groups[-1][1][-1].append(Optional_(tuple(branches[0])) if opener == "?" else Alternatives(tuple(map(tuple, branches))))
+            groups[-1][1][-1].append(Group(tuple(map(tuple, branches)), optional=opener == "?"))
         elif kind == "open":
             groups.append((value, [[]]))
         elif kind == "slot":
@@ -83,9 +79,7 @@ def parse_template(template: str, where: str) -> tuple:
 def leaves(nodes: tuple):
     """The Lit and Slot nodes of a template, in order, through every optional part and alternative."""
     for node in nodes:
-        if isinstance(node, Optional_):
-            yield from leaves(node.body)
-        elif isinstance(node, Alternatives):
+        if isinstance(node, Group):
             for branch in node.branches:
                 yield from leaves(branch)
         else:
@@ -105,9 +99,8 @@ def check_rest_is_last(nodes: tuple, where: str, field_shapes: dict[str, str | N
         if isinstance(node, Slot) and after and (shape := node.shape or field_shapes.get(node.name)) in ("rest", "text"):
             raise GrammarError(f"{where}: {{{node.name}:{shape}}} takes the rest of the line but the template goes on after it",
                                hint="put {…:rest} last, or use a shape that stops (e.g. not_chars) before the text that follows")
-        if isinstance(node, (Optional_, Alternatives)):
-            for body in node.branches if isinstance(node, Alternatives) else (node.body,):
-                check_rest_is_last(body, where, field_shapes, followed=after)
+        for body in node.branches if isinstance(node, Group) else ():
+            check_rest_is_last(body, where, field_shapes, followed=after)
 
 
 def discarded_slots(nodes: tuple, shape_specs: dict[str, dict]) -> list[str]:
@@ -248,8 +241,8 @@ def template_regex(nodes: tuple, shape_of: Callable[[Slot], str]) -> str:
             return escape(node.text)
         if isinstance(node, Slot):
             return shape_of(node) if node.name == "_" else f"(?P<{node.name}>{shape_of(node)})"
-        if isinstance(node, Optional_):
-            inner = seq(node.body)
+        if node.optional:
+            inner = seq(node.branches[0])
             if not inner:
                 return ""
             atom = len(inner) == 1 or (len(inner) == 2 and inner[0] == "\\") or re.fullmatch(r"\[[^][]*\]", inner)
@@ -288,8 +281,8 @@ def template_element(nodes: tuple, name: str, shape_of: Callable[[Slot], str], f
                 parts.append(exact(pp.Literal(node.text)))
             elif isinstance(node, Slot):
                 parts.append(slot(node))
-            elif isinstance(node, Optional_):
-                parts.append(exact(pp.Opt(seq(node.body))))
+            elif node.optional:
+                parts.append(exact(pp.Opt(seq(node.branches[0]))))
             else:
                 parts.append(exact(pp.MatchFirst([seq(branch) for branch in node.branches])))
         return parts[0] if len(parts) == 1 else exact(pp.And(parts) if parts else pp.Empty())

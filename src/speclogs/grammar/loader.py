@@ -111,8 +111,8 @@ def read_grammar_file(path: Path) -> LoadedFile:
 def _build_file(shown: str, lines: list[str], doc: dict, top: dict) -> LoadedFile:
     loaded = LoadedFile(shown, top["priority"], kind=top["kind"])
 
-    def problem(line: int, message: str) -> None:
-        loaded.problems.append(GrammarProblem(shown, line, None, message))
+    def problem(line: int, *messages: str) -> None:
+        loaded.problems += [GrammarProblem(shown, line, None, message) for message in messages]
 
     headers: dict[str, list[int]] = {}  # table header → the file lines it stands on
     for number, text in enumerate(lines, 1):
@@ -123,24 +123,18 @@ def _build_file(shown: str, lines: list[str], doc: dict, top: dict) -> LoadedFil
         return headers[name][index] if index < len(headers.get(name, ())) else 1
 
     fields: dict[str, Field] = {}
-    field_shapes: dict[str, str | None] = {}
     for i, spec in enumerate(top["field"]):
         values, wrong = _read_keys(spec, _FIELD_KEYS, f"field '{spec.get('name', i + 1) if isinstance(spec, dict) else i + 1}': ")
         if not wrong and values["name"] in fields:
             wrong = [f"field '{values['name']}' is declared twice"]
-        for message in wrong:
-            problem(header("field", i), message)
+        problem(header("field", i), *wrong)
         if not wrong:
-            fields[values["name"]] = Field(values["name"], values["type"], values["unit"], values["role"], values["description"])
-            field_shapes[values["name"]] = values["shape"]
+            fields[values["name"]] = Field(**values)
     field_list = None
     if "labels" in doc:
         field_list, label_problems = read_labels(doc["labels"], {name: f.type for name, f in fields.items()})
-        for message in label_problems:
-            problem(next((i + 1 for i, text in enumerate(lines) if text.strip() == "[labels]"), 1), message)
-        fields[FIELDS_SLOT] = Field(FIELDS_SLOT, "str", None, "label", "the field list, read by [labels]")
-        field_shapes[FIELDS_SLOT] = "rest"
-    field_types = {name: f.type for name, f in fields.items()}
+        problem(next((i + 1 for i, text in enumerate(lines) if text.strip() == "[labels]"), 1), *label_problems)
+        fields[FIELDS_SLOT] = Field(FIELDS_SLOT, "str", role="label", shape="rest", description="the field list, read by [labels]")
     shape_regexes: dict[str, str] = {}
     for shape_name, spec in top["shapes"].items():
         try:
@@ -152,11 +146,10 @@ def _build_file(shown: str, lines: list[str], doc: dict, top: dict) -> LoadedFil
     def build(pline: int, values: dict, name: str, template: str, gate: str, constants: dict) -> Pattern | None:
         """One pattern (an expanded variant: its own name, template, gate and constants); None after saying what is wrong."""
         where = f"{shown}:{pline} pattern '{name}'"
-        shape_of = functools.partial(slot_regex, field_types=field_types, field_shapes=field_shapes, file_shapes=shape_regexes,
-                                     where=where)
+        shape_of = functools.partial(slot_regex, fields=fields, file_shapes=shape_regexes, where=where)
         try:
             nodes = parse_template(template, where)
-            check_rest_is_last(nodes, where, field_shapes)
+            check_rest_is_last(nodes, where, fields)
             names = slot_names(nodes)
             regex = template_regex(nodes, shape_of)
         except GrammarError as exc:
@@ -177,7 +170,7 @@ def _build_file(shown: str, lines: list[str], doc: dict, top: dict) -> LoadedFil
                 name=name, family=top["family"], table=values["table"], scope=values["scope"], group=values["name"], gate=gate,
                 regex=regex, constants=constants, source=f"{shown}:{pline}", template=template, description=values["description"],
                 versions=values["versions"], derive=DERIVES.get(values["derive"]), text_column=values["text"],
-                build=functools.lru_cache(maxsize=1)(functools.partial(template_element, nodes, name, shape_of, field_types)),
+                build=functools.lru_cache(maxsize=1)(functools.partial(template_element, nodes, name, shape_of, fields)),
                 fields=tuple(fields[n] for n in dict.fromkeys(names)), field_list=field_list if FIELDS_SLOT in names else None)
         problem(pline, f"pattern '{name}': {message}")
         return None
@@ -191,8 +184,7 @@ def _build_file(shown: str, lines: list[str], doc: dict, top: dict) -> LoadedFil
         samples = _read_samples(raw.get("sample", []), samples_at, lines, pline, problem)
         counters = _read_samples(raw.get("counter_sample", []), counters_at, lines, pline, problem)
         values, wrong = _read_keys(spec, _PATTERN_KEYS, f"pattern '{raw.get('name', i + 1)}': ", inherited)
-        for message in wrong:
-            problem(pline, message)
+        problem(pline, *wrong)
         if wrong:
             continue
         name, gate, constants, expand = values["name"], values["gate"], dict(values["constants"]), values["expand"]
@@ -224,8 +216,7 @@ def _read_samples(raw: object, headers: Iterator[int], lines: list[str], pline: 
     for spec in raw if isinstance(raw, list) else [raw]:
         at = next(headers, pline)
         values, wrong = _read_keys(spec, _SAMPLE_KEYS, "a sample: ")
-        for message in wrong:
-            problem(at, message)
+        problem(at, *wrong)
         if not wrong:
             line_no = next((n for n in range(at, len(lines) + 1) if re.match(r"\s*line\s*=", lines[n - 1])), at)
             samples.append(Sample(values["line"], line_no, dict(values["expect"]), tuple(values["null"]), values["claimed_by"]))

@@ -30,8 +30,9 @@ class Field:
 
     name: str
     type: str  # 'int' | 'float' | 'bool' | 'str' | 'pct'
-    unit: str | None
-    role: str  # 'key' | 'measure' | 'label'
+    unit: str | None = None
+    role: str = "measure"  # 'key' | 'measure' | 'label'
+    shape: str | None = None  # what its placeholders match unless they name a shape (None: the type's own)
     description: str = ""
 
 

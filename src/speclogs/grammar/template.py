@@ -91,16 +91,16 @@ def slot_names(nodes: tuple) -> list[str]:
     return [node.name for node in leaves(nodes) if isinstance(node, Slot) and node.name != "_"]
 
 
-def check_rest_is_last(nodes: tuple, where: str, field_shapes: dict[str, str | None], *, followed: bool = False) -> None:
+def check_rest_is_last(nodes: tuple, where: str, fields: dict, *, followed: bool = False) -> None:
     """A `rest`/`text` slot eats the whole line; pyparsing never gives characters back, so nothing may follow it
     (a regex would backtrack and the two forms would disagree)."""
     for i, node in enumerate(nodes):
         after = followed or i + 1 < len(nodes)
-        if isinstance(node, Slot) and after and (shape := node.shape or field_shapes.get(node.name)) in ("rest", "text"):
+        if isinstance(node, Slot) and after and (shape := node.shape or getattr(fields.get(node.name), "shape", None)) in ("rest", "text"):
             raise GrammarError(f"{where}: {{{node.name}:{shape}}} takes the rest of the line but the template goes on after it",
                                hint="put {…:rest} last, or use a shape that stops (e.g. not_chars) before the text that follows")
         for body in node.branches if isinstance(node, Group) else ():
-            check_rest_is_last(body, where, field_shapes, followed=after)
+            check_rest_is_last(body, where, fields, followed=after)
 
 
 def discarded_slots(nodes: tuple, shape_specs: dict[str, dict]) -> list[str]:
@@ -209,18 +209,17 @@ def file_shape_regex(spec: dict, where: str) -> str:
                        hint='e.g. hexaddr = { chars = "0123456789abcdefx" }')
 
 
-def slot_regex(node: Slot, *, field_types: dict[str, str], field_shapes: dict[str, str | None], file_shapes: dict[str, str],
-               where: str) -> str:
+def slot_regex(node: Slot, *, fields: dict, file_shapes: dict[str, str], where: str) -> str:
     """A slot's shape regex; GrammarError when the slot names no field, the shape does not exist, or its type does not
     fit the field's (a file shape matches text)."""
-    if node.name != "_" and node.name not in field_types:
+    if node.name != "_" and node.name not in fields:
         raise GrammarError(f"{where}: placeholder {{{node.name}}} names no declared field", hint="add it to [[field]] or fix the name")
-    shape = node.shape or field_shapes.get(node.name) or ("token" if field_types[node.name] == "str" else field_types[node.name])
+    ftype = "str" if node.name == "_" else fields[node.name].type
+    shape = node.shape or fields[node.name].shape or ("token" if ftype == "str" else ftype)
     if shape not in file_shapes and shape not in SHAPES:
         raise GrammarError(f"{where}: unknown shape '{shape}' in placeholder {{{node.name}:{shape}}}",
                            hint="built-in shapes: " + ", ".join(SHAPES) + "; or declare it under [shapes]")
     shape_type, regex = ("str", file_shapes[shape]) if shape in file_shapes else SHAPES[shape]
-    ftype = "str" if node.name == "_" else field_types[node.name]
     if node.name != "_" and shape_type != ftype and (ftype, shape_type) != ("float", "int"):
         raise GrammarError(f"{where}: field '{node.name}' is {ftype} but shape '{shape}' gives "
                            f"{'text' if shape_type == 'str' else shape_type}", hint="use a shape of the field's type, or change its type")
@@ -257,7 +256,7 @@ def template_regex(nodes: tuple, shape_of: Callable[[Slot], str]) -> str:
 _CASTS = {"int": lambda t: int(t[0]), "float": lambda t: float(t[0]), "pct": lambda t: float(t[0]), "bool": lambda t: t[0] == "True"}
 
 
-def template_element(nodes: tuple, name: str, shape_of: Callable[[Slot], str], field_types: dict[str, str]):
+def template_element(nodes: tuple, name: str, shape_of: Callable[[Slot], str], fields: dict):
     """The definition: the template as a pyparsing element over the whole text (no whitespace skipping anywhere; each
     field a results name with a typed parse action)."""
     import pyparsing as pp
@@ -269,7 +268,7 @@ def template_element(nodes: tuple, name: str, shape_of: Callable[[Slot], str], f
         element = exact(pp.Regex(shape_of(node)))
         if node.name == "_":
             return element.set_name(f"_:{node.shape}")
-        cast = _CASTS.get(field_types[node.name])
+        cast = _CASTS.get(fields[node.name].type)
         if cast is not None:
             element.add_parse_action(cast)
         return element.set_name(node.name)(node.name)

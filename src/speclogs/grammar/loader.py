@@ -6,7 +6,7 @@ import functools
 import re
 import tomllib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from speclogs.errors import GrammarError
@@ -24,7 +24,6 @@ from speclogs.grammar.template import (
 )
 
 PREFIX_NAME = "prefix"
-DEFAULT_PRIORITY = 100
 _MAX_SHOWN = 10
 
 
@@ -43,7 +42,7 @@ _STR_OR_NONE = _a("a string", str, type(None))
 # What each key of a grammar file, a [[field]], a [[pattern]] and a sample may hold: key → (default, what it must be,
 # test). A [[pattern]] takes its file's value of a key it leaves out.
 _FILE_KEYS = {
-    "family": (None, *_TEXT), "table": (None, *_TEXT), "priority": (DEFAULT_PRIORITY, "an integer", lambda v: type(v) is int),
+    "family": (None, *_TEXT), "table": (None, *_TEXT), "priority": (100, "an integer", lambda v: type(v) is int),
     "scope": ("message", *_one_of(*SCOPES)), "kind": (None, *_one_of(None, "prefix", "wrapper")),
     "field": ([], *_a("an array of tables [[field]]", list)),
     "pattern": (None, "an array of one or more tables [[pattern]]", lambda v: isinstance(v, list) and v != []),
@@ -78,19 +77,8 @@ def _read_keys(spec: object, keys: dict, where: str, inherited: dict | None = No
                     for key, (_, what, ok) in keys.items() if not ok(values[key])]
 
 
-@dataclass
-class LoadedFile:
-    """One grammar file's patterns and problems (file:line)."""
-
-    path: str
-    priority: int
-    patterns: list[Pattern] = field(default_factory=list)
-    problems: list[GrammarProblem] = field(default_factory=list)
-    kind: str | None = None  # 'prefix' | 'wrapper': what stands before a message, not a pattern of a scope
-
-
-def read_grammar_file(path: Path) -> LoadedFile:
-    """Parse one TOML grammar file into patterns; problems (bad TOML, bad fields, bad templates) are collected."""
+def read_grammar_file(path: Path) -> tuple[list[Pattern], list[GrammarProblem]]:
+    """One TOML grammar file's patterns, and its problems (bad TOML, bad fields, bad templates) at file:line."""
     shown = str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -105,14 +93,15 @@ def read_grammar_file(path: Path) -> LoadedFile:
         line = 1
         if not messages:
             return _build_file(shown, text.splitlines(), doc, top)
-    return LoadedFile(shown, DEFAULT_PRIORITY, problems=[GrammarProblem(shown, line, None, message) for message in messages])
+    return [], [GrammarProblem(shown, line, None, message) for message in messages]
 
 
-def _build_file(shown: str, lines: list[str], doc: dict, top: dict) -> LoadedFile:
-    loaded = LoadedFile(shown, top["priority"], kind=top["kind"])
+def _build_file(shown: str, lines: list[str], doc: dict, top: dict) -> tuple[list[Pattern], list[GrammarProblem]]:
+    patterns: list[Pattern] = []
+    problems: list[GrammarProblem] = []
 
     def problem(line: int, *messages: str) -> None:
-        loaded.problems += [GrammarProblem(shown, line, None, message) for message in messages]
+        problems.extend(GrammarProblem(shown, line, None, message) for message in messages)
 
     headers: dict[str, list[int]] = {}  # table header → the file lines it stands on
     for number, text in enumerate(lines, 1):
@@ -169,9 +158,10 @@ def _build_file(shown: str, lines: list[str], doc: dict, top: dict) -> LoadedFil
             return Pattern(
                 name=name, family=top["family"], table=values["table"], scope=values["scope"], group=values["name"], gate=gate,
                 regex=regex, constants=constants, source=f"{shown}:{pline}", template=template, description=values["description"],
-                versions=values["versions"], derive=DERIVES.get(values["derive"]), text_column=values["text"],
-                build=functools.lru_cache(maxsize=1)(functools.partial(template_element, nodes, name, shape_of, fields)),
-                fields=tuple(fields[n] for n in dict.fromkeys(names)), field_list=field_list if FIELDS_SLOT in names else None)
+                versions=values["versions"], priority=top["priority"], kind=top["kind"], text_column=values["text"],
+                derive=DERIVES.get(values["derive"]), fields=tuple(fields[n] for n in dict.fromkeys(names)),
+                field_list=field_list if FIELDS_SLOT in names else None,
+                build=functools.lru_cache(maxsize=1)(functools.partial(template_element, nodes, name, shape_of, fields)))
         problem(pline, f"pattern '{name}': {message}")
         return None
 
@@ -206,8 +196,8 @@ def _build_file(shown: str, lines: list[str], doc: dict, top: dict) -> LoadedFil
         for smp in samples if built else ():
             message = smp.line.split("] ", 1)[-1] if smp.line.startswith("[") else smp.line
             own[next((k for k, b in enumerate(built) if re.match(b.regex, smp.line) or re.match(b.regex, message)), 0)].append(smp)
-        loaded.patterns += [replace(b, samples=tuple(own[k]), counter_samples=tuple(counters)) for k, b in enumerate(built)]
-    return loaded
+        patterns += [replace(b, samples=tuple(own[k]), counter_samples=tuple(counters)) for k, b in enumerate(built)]
+    return patterns, problems
 
 
 def _read_samples(raw: object, headers: Iterator[int], lines: list[str], pline: int, problem) -> list[Sample]:
@@ -357,13 +347,6 @@ def _in_bigint(value: object) -> object:
 # loading
 
 
-def _ranked(files: list[LoadedFile], kind: str | None = None) -> list[Pattern]:
-    """The patterns of the prefix (or wrapper; None: of every other) grammars in priority order: the file's priority,
-    then file order, then pattern order inside the file."""
-    ranked = sorted((f.priority, i, j, p) for i, f in enumerate(files) if f.kind == kind for j, p in enumerate(f.patterns))
-    return [p for *_, p in ranked]
-
-
 def bundled_grammar_files() -> list[Path]:
     return sorted(bundled_grammar_dir().glob("*.toml"))
 
@@ -375,16 +358,18 @@ def _expand(paths: Sequence[Path]) -> list[Path]:
 def _assemble(paths: Sequence[Path], focus: set[Path]) -> tuple[GrammarSet | None, list[GrammarProblem], set[str]]:
     """The files read and validated together, looking only for problems that involve the `focus` files' patterns;
     the focus files as problems name them."""
-    files = [read_grammar_file(p) for p in paths]
-    focused = {f.path for f, p in zip(files, paths) if p.resolve() in focus}
-    problems = [pr for f in files for pr in f.problems]  # a file that does not build is always a problem
-    prefixes = _ranked(files, "prefix")
+    read = [read_grammar_file(p) for p in paths]
+    focused = {str(p) for p in paths if p.resolve() in focus}
+    problems = [problem for _, found in read for problem in found]  # a file that does not build is always a problem
+    ranked = sorted((p for found, _ in read for p in found), key=lambda p: p.priority)  # stable: files, then patterns, in order
+    prefixes = [p for p in ranked if p.kind == "prefix"]
     prefix = next((p for p in prefixes if p.name == PREFIX_NAME), None)
     if prefix is None:
         return None, [*problems, GrammarProblem("grammars/prefix.toml", 1, None, "no prefix grammar (a file with kind = "
                                                 "\"prefix\" and a pattern named 'prefix')")], focused
-    grammar_set = GrammarSet(prefix=prefix, patterns=_ranked(files), prefixes=(prefix, *(p for p in prefixes if p is not prefix)),
-                             wrappers=tuple(_ranked(files, "wrapper")))
+    grammar_set = GrammarSet(prefix=prefix, patterns=[p for p in ranked if p.kind is None],
+                             prefixes=(prefix, *(p for p in prefixes if p is not prefix)),
+                             wrappers=tuple(p for p in ranked if p.kind == "wrapper"))
     return grammar_set, problems + validate(grammar_set, focused), focused
 
 

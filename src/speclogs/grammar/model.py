@@ -122,6 +122,8 @@ class Pattern:
     text_column: str | None = None  # the column its rows keep the matched text in (the message, or the whole line)
     field_list: FieldList | None = None  # set when the template ends with {fields}: that text is read by its labels
     template: str = ""  # the template text the element was built from
+    priority: int = 100  # its file's: the lower, the earlier it is tried
+    kind: str | None = None  # its file's: 'prefix' | 'wrapper' (what stands before a message or a line) or None
 
     @property
     def element(self) -> pp.ParserElement:

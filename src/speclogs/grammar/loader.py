@@ -103,9 +103,9 @@ def _build_file(shown: str, lines: list[str], doc: dict, top: dict) -> tuple[lis
     def problem(line: int, *messages: str) -> None:
         problems.extend(GrammarProblem(shown, line, None, message) for message in messages)
 
-    headers: dict[str, list[int]] = {}  # table header → the file lines it stands on
+    headers: dict[str, list[int]] = {}  # table header ([labels], [[pattern]], …) → the file lines it stands on
     for number, text in enumerate(lines, 1):
-        if found := re.match(r"\s*\[\[\s*([\w.]+)\s*\]\]\s*(#.*)?$", text):
+        if found := re.match(r"\s*\[\[?\s*([\w.]+)\s*\]\]?\s*(#.*)?$", text):
             headers.setdefault(found.group(1), []).append(number)
 
     def header(name: str, index: int) -> int:
@@ -122,7 +122,7 @@ def _build_file(shown: str, lines: list[str], doc: dict, top: dict) -> tuple[lis
     field_list = None
     if "labels" in doc:
         field_list, label_problems = read_labels(doc["labels"], {name: f.type for name, f in fields.items()})
-        problem(next((i + 1 for i, text in enumerate(lines) if text.strip() == "[labels]"), 1), *label_problems)
+        problem(header("labels", 0), *label_problems)
         fields[FIELDS_SLOT] = Field(FIELDS_SLOT, "str", role="label", shape="rest", description="the field list, read by [labels]")
     shape_regexes: dict[str, str] = {}
     for shape_name, spec in top["shapes"].items():
@@ -157,7 +157,7 @@ def _build_file(shown: str, lines: list[str], doc: dict, top: dict) -> tuple[lis
         else:
             return Pattern(
                 name=name, family=top["family"], table=values["table"], scope=values["scope"], group=values["name"], gate=gate,
-                regex=regex, constants=constants, source=f"{shown}:{pline}", template=template, description=values["description"],
+                regex=regex, constants=constants, source=f"{shown}:{pline}", template=template,
                 versions=values["versions"], priority=top["priority"], kind=top["kind"], text_column=values["text"],
                 derive=DERIVES.get(values["derive"]), fields=tuple(fields[n] for n in dict.fromkeys(names)),
                 field_list=field_list if FIELDS_SLOT in names else None,
@@ -241,11 +241,10 @@ def validate(grammars: GrammarSet, focus: set[str] | None = None) -> list[Gramma
     paths), only problems that involve a pattern of those files: their samples, and others' they would claim first."""
     problems: list[GrammarProblem] = []
     heads = [*grammars.prefixes, *grammars.wrappers]
-    seen: dict[str, str] = {}
+    first: dict[str, str] = {}
     for p in grammars.patterns:
-        if p.name in seen:
-            problems.append(GrammarProblem(*_where(p), None, f"pattern name '{p.name}' is already used at {seen[p.name]}"))
-        seen[p.name] = p.source
+        if (at := first.setdefault(p.name, p.source)) != p.source:
+            problems.append(GrammarProblem(*_where(p), None, f"pattern name '{p.name}' is already used at {at}"))
     for p in heads:
         at = p.regex.find("(?P<message>")
         if at < 0 or "(?P<" in p.regex[at + 1:]:
@@ -329,8 +328,6 @@ def compiled_values(p: Pattern, texts: list[str]) -> list[dict | None]:
     same dict as `Pattern.parse` (fields, constants, derived columns), or None where it does not match."""
     import polars as pl
 
-    if not texts:
-        return []
     groups = pl.Series(texts, dtype=pl.Utf8).str.extract_groups("^(?P<_hit>)" + p.regex.removeprefix("^")).struct.unnest()
     typed = groups.select(pl.col("_hit"), *(cast_expr(pl.col(f.name), f.type) for f in p.fields))
     return [None if row.pop("_hit") is None else p.finish(row) for row in typed.iter_rows(named=True)]

@@ -111,7 +111,6 @@ class Pattern:
     build: Callable[[], pp.ParserElement] = field(repr=False)  # the pyparsing element, built when first asked for
     constants: dict[str, object] = field(default_factory=dict)
     fields: tuple[Field, ...] = ()
-    description: str = ""
     versions: str = ""
     source: str = ""  # 'file:line' of the pattern's definition
     samples: tuple[Sample, ...] = ()

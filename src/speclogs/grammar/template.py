@@ -106,10 +106,9 @@ def check_rest_is_last(nodes: tuple, where: str, fields: dict, *, followed: bool
 def discarded_slots(nodes: tuple, shape_specs: dict[str, dict]) -> list[str]:
     """The shapes of the uncaptured slots that can match content (a letter or a digit): what a pattern drops from the
     line unless its rows keep the text. Padding shapes (`spaces = { chars = " " }`, rules of '-' or '=') drop none."""
-    def holds_content(spec: dict | None) -> bool:
-        if spec is None or not ("chars" in spec or "values" in spec):
-            return True  # every built-in shape, and a regex, can match a digit or a letter
-        return any(c.isalnum() for c in spec.get("chars", "") + "".join(spec.get("values", ())))
+    def holds_content(spec: dict | None) -> bool:  # every built-in shape, and a regex, can match a digit or a letter
+        listed = None if spec is None else spec.get("chars", "") + "".join(spec.get("values", ()))
+        return not listed or any(c.isalnum() for c in listed)
 
     return [node.shape for node in leaves(nodes)
             if isinstance(node, Slot) and node.name == "_" and holds_content(shape_specs.get(node.shape or ""))]
@@ -151,11 +150,9 @@ def char_class(chars: str, *, negate: bool = False) -> str:
 
 
 def literal_alternation(words: list[str]) -> str:
-    """Alternatives of plain literals as a prefix-factored group: 'cuda graph|cpu graph' → 'c(?:uda|pu) graph'.
-
-    No two branches start with the same character, so the regex stays one-pass (Rust regex then uses its fast
-    one-pass engine for captures). Where one word is a prefix of another the longer one is tried first.
-    """
+    """Alternatives of plain literals as a prefix-factored group: 'cuda graph|cpu graph' → 'c(?:uda|pu) graph'. No two
+    branches start with the same character, so the regex stays one-pass (Rust regex then uses its fast one-pass engine
+    for captures). Where one word is a prefix of another the longer one is tried first."""
     words = list(dict.fromkeys(words))
     return "(?:" + _trie(sorted(words, key=len, reverse=True)) + ")" if len(words) > 1 else escape(words[0])
 

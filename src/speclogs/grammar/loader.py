@@ -217,9 +217,9 @@ def _read_samples(raw: object, headers: Iterator[int], lines: list[str], pline: 
 # validation
 
 
-def _message_of(prefix: Pattern | None, pattern: Pattern, line: str) -> tuple[str, dict]:
+def _message_of(prefix: Pattern, pattern: Pattern, line: str) -> tuple[str, dict]:
     """For a message-scope sample written as a full log line, split the prefix off first."""
-    head = prefix.parse(line) if pattern.scope == "message" and prefix is not None else None
+    head = prefix.parse(line) if pattern.scope == "message" else None
     return (line, {}) if head is None else (head.pop("message"), head)
 
 
@@ -352,22 +352,20 @@ def _expand(paths: Sequence[Path]) -> list[Path]:
     return [f for p in map(Path, paths) for f in (sorted(p.glob("*.toml")) if p.is_dir() else [p])]
 
 
-def _assemble(paths: Sequence[Path], focus: set[Path]) -> tuple[GrammarSet | None, list[GrammarProblem], set[str]]:
-    """The files read and validated together, looking only for problems that involve the `focus` files' patterns;
-    the focus files as problems name them."""
+def _assemble(paths: Sequence[Path], focused: set[str]) -> tuple[GrammarSet | None, list[GrammarProblem]]:
+    """The files read and validated together, looking only for problems that involve the `focused` files' patterns."""
     read = [read_grammar_file(p) for p in paths]
-    focused = {str(p) for p in paths if p.resolve() in focus}
     problems = [problem for _, found in read for problem in found]  # a file that does not build is always a problem
     ranked = sorted((p for found, _ in read for p in found), key=lambda p: p.priority)  # stable: files, then patterns, in order
     prefixes = [p for p in ranked if p.kind == "prefix"]
     prefix = next((p for p in prefixes if p.name == PREFIX_NAME), None)
     if prefix is None:
         return None, [*problems, GrammarProblem("grammars/prefix.toml", 1, None, "no prefix grammar (a file with kind = "
-                                                "\"prefix\" and a pattern named 'prefix')")], focused
+                                                "\"prefix\" and a pattern named 'prefix')")]
     grammar_set = GrammarSet(prefix=prefix, patterns=[p for p in ranked if p.kind is None],
                              prefixes=(prefix, *(p for p in prefixes if p is not prefix)),
                              wrappers=tuple(p for p in ranked if p.kind == "wrapper"))
-    return grammar_set, problems + validate(grammar_set, focused), focused
+    return grammar_set, problems + validate(grammar_set, focused)
 
 
 def load_grammars(extra_paths: Sequence[Path] = ()) -> GrammarSet:
@@ -389,7 +387,7 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 @functools.lru_cache(maxsize=4)
 def _load(paths: tuple[Path, ...], stamps: tuple) -> GrammarSet:
     bundled = set(bundled_grammar_files())
-    grammar_set, problems, _ = _assemble(paths, focus={p.resolve() for p in paths if p not in bundled})
+    grammar_set, problems = _assemble(paths, {str(p) for p in paths if p not in bundled})
     if problems or grammar_set is None:
         shown = "\n".join(str(p) for p in problems[:_MAX_SHOWN])
         more = f"\n… and {len(problems) - _MAX_SHOWN} more" if len(problems) > _MAX_SHOWN else ""
@@ -402,7 +400,8 @@ def check_grammar_files(paths: Sequence[Path] = ()) -> list[GrammarProblem]:
     """`speclogs grammars check`: the problems of the given grammar files (or directories), checked together with the
     bundled set in one pass (conflicts between them are found too); every bundled file when none is given."""
     bundled = bundled_grammar_files()
-    targets = _expand(paths) if paths else bundled
     known = {p.resolve() for p in bundled}
-    _, problems, focused = _assemble(bundled + [p for p in targets if p.resolve() not in known], {p.resolve() for p in targets})
-    return [p for p in problems if p.file in focused]
+    targets = {p.resolve() for p in (_expand(paths) if paths else bundled)}
+    files = bundled + [p for p in _expand(paths) if p.resolve() not in known]
+    focused = {str(p) for p in files if p.resolve() in targets}
+    return [p for p in _assemble(files, focused)[1] if p.file in focused]

@@ -87,11 +87,10 @@ def bundled_grammar_dir() -> Path:
 @dataclass(frozen=True, eq=False)
 class Sample:
     """A real line a pattern must parse, with the values it must give and the columns that must come out NULL; or, as
-    a counter-sample, must not match (`claimed_by`: the pattern that should take it instead). `line_no`: its line in
-    the grammar file."""
+    a counter-sample, must not match (`claimed_by`: the pattern that should take it instead)."""
 
     line: str
-    line_no: int
+    line_no: int  # its line in the grammar file
     expect: dict[str, object] = field(default_factory=dict)
     null: tuple[str, ...] = ()
     claimed_by: str | None = None

@@ -11,10 +11,12 @@ import pytest
 
 from nccl_fixture_frames import frames_from_logs
 from speclogs.analysis.nccl import compute_nccl_evidence, interpolate_latency_us
-from speclogs.probe import SEEDS_TUNED_ENV
 
 MATRIX = Path(__file__).resolve().parents[1] / "fixtures/h200x2-sglang-0.5.14/matrix"
 PROBES = Path(__file__).resolve().parents[1] / "fixtures/h200x2-sglang-0.5.14/probes"
+# The NCCL settings the seed runs were tuned with (docs/nccl.md).
+SEEDS_TUNED_ENV = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS", "NCCL_MAX_NCHANNELS": "16",
+                   "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512"}
 ALL_FOUR = [MATRIX / f"{name}.log" for name in ("baseline_default", "baseline_nccl", "eagle3_default", "eagle3_nccl")]
 
 

@@ -35,7 +35,7 @@ GPU_SIDE = ("launcher", "profile", "probe")
 # dependency); rich for the probe's terminal table, only inside a function.
 GPU_THIRD_PARTY = {"torch", "sglang", "psutil"}
 GPU_LAZY_THIRD_PARTY = {"rich"}
-NOT_ON_A_GPU_BOX = ("duckdb", "polars", "pyarrow", "scipy", "altair", "vl_convert", "pyparsing")
+NOT_ON_A_GPU_BOX = ("duckdb", "polars", "pyarrow", "scipy", "altair", "pyparsing")
 
 
 def _modules() -> list[tuple[str, Path, ast.Module]]:

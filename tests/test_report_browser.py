@@ -38,17 +38,7 @@ def _chart_blocks(dom: str) -> dict[str, str]:
     return blocks
 
 
-@pytest.mark.parametrize("bundle", ["vl-convert", "shipped"])
-def test_every_chart_draws_in_chromium(tmp_path, tmp_path_factory, monkeypatch, bundle):
-    """With vl-convert installed its bundle is inlined; without it (a plain install) the one shipped with speclogs."""
-    import sys
-
-    from speclogs.report import html
-
-    if bundle == "shipped":
-        monkeypatch.setitem(sys.modules, "vl_convert", None)   # `import vl_convert` raises ImportError
-    html._vega_bundle.cache_clear()
-    monkeypatch.setattr(html, "_vega_bundle", html._vega_bundle.__wrapped__)
+def test_every_chart_draws_in_chromium(tmp_path, tmp_path_factory):
     db, _ = dbs.seeds_db(tmp_path_factory.getbasetemp())
     con = duckdb.connect(str(db), read_only=True)
     try:

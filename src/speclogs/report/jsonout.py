@@ -64,4 +64,4 @@ def to_json(value: Any) -> str:
 
 
 def render_json(comparison: Comparison) -> str:
-    return json.dumps(comparison_to_dict(comparison), indent=2, allow_nan=False)
+    return json.dumps(comparison_to_dict(comparison), indent=2, allow_nan=False) + "\n"

@@ -35,17 +35,11 @@ def fmt_interval(low: float, high: float, digits: int = 3) -> str:
 
 
 def fmt_estimate(e: Estimate | None) -> str:
-    if e is None:
-        return "–"
-    if not (math.isfinite(e.ci_low_tok_s) and math.isfinite(e.ci_high_tok_s)):
-        return f"{e.value_tok_s:.1f} (1 launch: no interval)"
-    return f"{e.value_tok_s:.1f} {fmt_interval(e.ci_low_tok_s, e.ci_high_tok_s, 1)}"
+    return "–" if e is None else f"{e.value_tok_s:.1f} {fmt_interval(e.ci_low_tok_s, e.ci_high_tok_s, 1)}"
 
 
 def fmt_p(p: float | None) -> str:
-    if p is None:
-        return "–"
-    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+    return "–" if p is None else f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
 
 def fmt_term(t: Term) -> str:
@@ -53,28 +47,20 @@ def fmt_term(t: Term) -> str:
 
 
 def verdict_text(verdict: str, ratio: float, min_effect: float = 0.0) -> str:
-    if verdict == "faster":
-        return f"faster by {ratio - 1:.1%}"
-    if verdict == "slower":
-        return f"slower by {1 - ratio:.1%}"
-    if verdict == "equivalent":
-        return f"equivalent (within ±{min_effect if min_effect > 0 else DEFAULT_EFFECT:.1%})"
-    return verdict
+    return {"faster": f"faster by {ratio - 1:.1%}", "slower": f"slower by {1 - ratio:.1%}",
+            "equivalent": f"equivalent (within ±{min_effect or DEFAULT_EFFECT:.1%})"}.get(verdict, verdict)
 
 
 def _launches_needed(r: RatioComparison, per_arm: str = "launches per arm") -> str:
     if r.n_a < 2 or r.n_b < 2:
         return "need ≥ 2 launches per arm"
-    if r.launches_needed is None:
-        return f"±{r.target_effect:.0%} needs more than {MAX_LAUNCHES} {per_arm}"
-    return f"±{r.target_effect:.0%} needs {r.launches_needed} {per_arm}"
+    return f"±{r.target_effect:.0%} needs {r.launches_needed or f'more than {MAX_LAUNCHES}'} {per_arm}"
 
 
 def needed_text(r: RatioComparison) -> str:
     """What an inconclusive comparison would need: the smallest effect its launches detect, the launches for ±target."""
-    if math.isfinite(r.min_detectable_ratio) and r.n_a >= 2 and r.n_b >= 2:
-        return f"these launches detect only ≥ ×{r.min_detectable_ratio:.3f}; {_launches_needed(r)}"
-    return _launches_needed(r)
+    detects = math.isfinite(r.min_detectable_ratio) and r.n_a >= 2 and r.n_b >= 2
+    return (f"these launches detect only ≥ ×{r.min_detectable_ratio:.3f}; " if detects else "") + _launches_needed(r)
 
 
 RANKING_HEADER = ["#", "arm", "tok/s", "× fastest [CI]", "verdict", "launches"]
@@ -135,9 +121,7 @@ def fmt_range(e: Estimate | None, count: bool = True) -> str:
     if e is None or not e.per_launch_tok_s:
         return "–"
     low, high, n = min(e.per_launch_tok_s), max(e.per_launch_tok_s), len(e.per_launch_tok_s)
-    if n == 1:
-        return f"{low:.1f}" + (" (1 launch)" if count else "")
-    return f"{low:.1f}–{high:.1f}" + (f" ({n} launches)" if count else "")
+    return (f"{low:.1f}" if n == 1 else f"{low:.1f}–{high:.1f}") + (f" ({n} launch{'es' if n > 1 else ''})" if count else "")
 
 
 ARM_HEADER = ["arm", "runs", "speculation", "client tok/s [CI]", "client per launch (min–max)", "server tok/s [CI]",
@@ -168,14 +152,15 @@ ANSWER_CODES = frozenset({
 WARNING_TIERS = ("can change the answer", "change how sure it is")
 
 
+def _changes_answer(code: str) -> bool:
+    return code in ANSWER_CODES or code.startswith("doctor_")   # a broken setup changes the answer
+
+
 def ranked_warnings(c: Comparison) -> list[tuple[str, list]]:
     """[(tier, findings)] for the warning tiers that have findings, most consequential first."""
-    tiers: dict[str, list] = {tier: [] for tier in WARNING_TIERS}
-    for w in c.warnings:
-        if w.severity == "warning":
-            answer = w.code in ANSWER_CODES or w.code.startswith("doctor_")   # a broken setup changes the answer
-            tiers[WARNING_TIERS[0] if answer else WARNING_TIERS[1]].append(w)
-    return [(tier, found) for tier, found in tiers.items() if found]
+    found = [w for w in c.warnings if w.severity == "warning"]
+    tiers = [(tier, [w for w in found if _changes_answer(w.code) == answer]) for tier, answer in zip(WARNING_TIERS, (True, False))]
+    return [(tier, warnings) for tier, warnings in tiers if warnings]
 
 
 def _concerns(arms: tuple[str, ...], arm_a: str, arm_b: str, reference: str) -> bool:

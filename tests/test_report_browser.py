@@ -101,6 +101,15 @@ LABEL_BOXES = """<script>setTimeout(() => {
 }, 4000);</script>"""
 
 
+def chart_pages(comparison) -> dict[str, str]:
+    """{chart id: a self-contained page with that chart alone, as the report draws it}."""
+    from speclogs.report import charts, html
+
+    style = "body { margin: 8px; font-family: sans-serif; } .chart { width: calc(100% - 40px); }"
+    return {name: html._page(name, style, f'<div class="chart" id="chart-{name}"></div>', html._embed(name, chart.to_dict()))
+            for name, chart in charts.all_charts(comparison)}
+
+
 @pytest.fixture(scope="module")
 def chart_screens(tmp_path_factory):
     """Every chart of three reports — the seeds' 2×2 story, the real matrix (its EAGLE-3 acceptance is constant, 2.00)
@@ -110,7 +119,6 @@ def chart_screens(tmp_path_factory):
     from pathlib import Path
 
     from conftest import MATRIX
-    from speclogs.report.html import chart_pages
     from speclogs.store import ingest_paths
 
     base = tmp_path_factory.getbasetemp()

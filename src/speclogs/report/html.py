@@ -81,10 +81,3 @@ def render_html(comparison: Comparison) -> str:
     specs = redact_json({name: chart.to_dict() for name, chart in chart_list})
     return _page("speclogs report", CSS, redact_text(body), "".join(_embed(name, spec) for name, spec in specs.items()))
 
-
-def chart_pages(comparison: Comparison) -> dict[str, str]:
-    """{chart id: a self-contained page with that chart alone} — to screenshot or embed one chart."""
-    style = "body { margin: 8px; font-family: sans-serif; } .chart { width: calc(100% - 40px); }"
-    return {name: _page(name, style, f'<div class="chart" id="chart-{name}"></div>', _embed(name, redact_json(chart.to_dict())))
-            for name, chart in charts.all_charts(comparison)}
-

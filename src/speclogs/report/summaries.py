@@ -165,39 +165,30 @@ def cell(value, type_name: str) -> str:
     return str(value)
 
 
-class ProgressReporter:
-    """A rich progress bar on stderr, fed by the library's progress callback (bytes done / total)."""
-
-    def __init__(self) -> None:
-        self._progress = Progress(TextColumn("ingest", style="bold"), TextColumn("{task.description}", markup=False),
-                                  BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-                                  console=make_console(stderr=True), transient=True)
-        self._task = None   # the bar starts with the first event worth showing
-
-    def update(self, event) -> None:  # noqa: ANN001 - speclogs.store's progress event
-        if not event.show:
-            return
-        if self._task is None:
-            self._progress.start()
-            self._task = self._progress.add_task(event.current, total=event.total_bytes)
-        self._progress.update(self._task, completed=event.done_bytes, total=event.total_bytes, description=event.current)
-
-    def close(self) -> None:
-        if self._task is not None:
-            self._progress.stop()
-
-
 @contextmanager
 def progress_bar(flag: bool | None):  # noqa: ANN201
-    """The ingest's progress callback: a bar on stderr (default: when stderr is a terminal), else None."""
+    """The ingest's progress callback (bytes done / total): a bar on stderr (default: when stderr is a terminal), else
+    None. The bar starts with the first event worth showing."""
     if flag is False or (flag is None and not sys.stderr.isatty()):
         yield None
         return
-    reporter = ProgressReporter()
+    progress = Progress(TextColumn("ingest", style="bold"), TextColumn("{task.description}", markup=False), BarColumn(),
+                        DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+                        console=make_console(stderr=True), transient=True)
+
+    def update(event) -> None:  # noqa: ANN001 - speclogs.store's progress event
+        if not event.show:
+            return
+        if not progress.tasks:
+            progress.start()
+            progress.add_task(event.current, total=event.total_bytes)
+        progress.update(progress.task_ids[0], completed=event.done_bytes, total=event.total_bytes, description=event.current)
+
     try:
-        yield reporter.update
+        yield update
     finally:
-        reporter.close()
+        if progress.tasks:
+            progress.stop()
 
 
 def render_rows(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

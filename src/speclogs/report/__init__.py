@@ -1,7 +1,5 @@
 """Render a `speclogs.analysis.Comparison`: terminal (rich), JSON, Markdown, self-contained HTML with Altair charts.
-
-Renderers format and draw; they compute no statistics. Each loads on first use (`speclogs sql` loads no polars).
-"""
+Renderers compute no statistics; each loads on first use (`speclogs sql` loads no polars)."""
 
 import importlib
 from pathlib import Path

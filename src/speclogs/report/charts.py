@@ -194,9 +194,8 @@ def request_accept_chart(c: Comparison) -> alt.Chart | None:
 
 
 def timeline_chart(c: Comparison) -> alt.Chart | None:
-    """Decode throughput over time, one panel per launch. The x axis starts at the launch's first decode row (the
-    start-up before it — loading, CUDA-graph capture — is said in the title, not drawn), so the panel's width goes to
-    the decode rows; the shade marks the rows before the first steady one."""
+    """Decode throughput over time, one panel per launch from its first decode row: the start-up before it (loading,
+    CUDA-graph capture) is not drawn, so the panel's width goes to the decode rows."""
     if c.timeline.is_empty():
         return None
     points = c.timeline.with_columns(pl.col("excluded_reason").fill_null("steady").alias("state")).to_dicts()
@@ -229,8 +228,7 @@ def startup_chart(c: Comparison) -> alt.Chart | None:
 
 
 def accept_time_chart(c: Comparison) -> alt.Chart | None:
-    """Accept length over time, and below it accept rate where the log prints it, one panel per launch, with the
-    x axis and warm-up shade of the throughput timeline: a drift in acceptance shows here before it shows in throughput."""
+    """Accept length (and accept rate where the log prints it) over time: a drift shows here before it does in throughput."""
     if c.timeline.is_empty() or c.timeline["accept_len"].drop_nulls().is_empty():
         return None
 
@@ -270,8 +268,7 @@ def positions_chart(c: Comparison) -> alt.Chart | None:
 
 
 def all_charts(c: Comparison) -> list[tuple[str, alt.Chart]]:
-    """(id, chart) for every chart that has data, in report order; labels readable, never drawn over each other (Vega
-    drops the colliding ones), legends on top."""
+    """(id, chart) for every chart that has data, in report order; Vega drops labels that would collide."""
     builders = [("throughput", throughput_chart), ("effects", effects_chart), ("cycle", cycle_chart),
                 ("accept", accept_chart), ("requests", request_accept_chart), ("timeline", timeline_chart),
                 ("accepttime", accept_time_chart), ("positions", positions_chart), ("startup", startup_chart)]

@@ -1,5 +1,4 @@
-"""What the commands other than `report` print: the ingest summary, the content check, query results as a table, the
-ingest progress bar, the launcher's summary. Formatting only; every value from the data reaches rich as plain text."""
+"""What the commands other than `report` print (ingest, check, sql, launch); every value reaches rich as plain text."""
 
 from __future__ import annotations
 
@@ -167,8 +166,7 @@ def cell(value, type_name: str) -> str:
 
 @contextmanager
 def progress_bar(flag: bool | None):  # noqa: ANN201
-    """The ingest's progress callback (bytes done / total): a bar on stderr (default: when stderr is a terminal), else
-    None. The bar starts with the first event worth showing."""
+    """The ingest's progress callback: a bar on stderr (default: when stderr is a terminal), else None."""
     if flag is False or (flag is None and not sys.stderr.isatty()):
         yield None
         return

@@ -57,8 +57,7 @@ def _fitted_table(title: str, header: list[str], rows: list[list[str]], width: i
 
 
 def render_sections(sections: list[text.Section], console: Console) -> None:
-    """Print a report's sections: bold headings, bullet items, tables fitted to the console's width (charts are the
-    HTML's); a note's further lines are counted, not printed."""
+    """Print a report's sections, tables fitted to the console's width; a note's further lines are counted, not printed."""
     for index, s in enumerate(sections):
         if s.kind == "chart":
             continue
@@ -80,16 +79,15 @@ def render_sections(sections: list[text.Section], console: Console) -> None:
                 console.print(_text(f"      {line}", "dim" if line.startswith("per launch") else ""))
         if s.kind == "ranking":   # a table without borders: one line per row, the header dim
             widths = [max(len(row[i]) for row in [s.header, *s.rows]) for i in range(len(s.header))]
-            for index, row in enumerate([s.header, *s.rows]):
+            for row in [s.header, *s.rows]:
                 line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
-                console.print(_text(f"  {line}", "" if index else "dim"))
+                console.print(_text(f"  {line}", "dim" if row is s.header else ""))
         for line in s.after:
             console.print(_text(f"  • {line}"))
 
 
 def render_terminal(comparison: Comparison, console: Console, brief: bool = False) -> None:
-    """The report on `console`; `brief`: the ranking, then one line per comparison when there is no ranking, then the
-    warnings' codes."""
+    """The report on `console`; `brief`: the ranking (else one line per comparison), then the warnings' codes."""
     c = comparison
     sections = text.sections(c)
     render_sections([s for s in sections if not brief or s.kind in ("title", "ranking")], console)

@@ -63,10 +63,7 @@ def needed_text(r: RatioComparison) -> str:
     return (f"these launches detect only ≥ ×{r.min_detectable_ratio:.3f}; " if detects else "") + _launches_needed(r)
 
 
-RANKING_HEADER = ["#", "arm", "tok/s", "× fastest [CI]", "verdict", "launches"]
-
-
-def ranking_rows(c: Comparison) -> list[list[str]]:
+def ranking_table(c: Comparison) -> Section:
     rows = []
     for place, rank in enumerate(c.ranking, 1):
         r = rank.vs_best
@@ -76,12 +73,12 @@ def ranking_rows(c: Comparison) -> list[list[str]]:
         elif verdict == "inconclusive":
             verdict += f" — {_launches_needed(r, 'launches/arm')}"
         rows.append([str(place), rank.arm, f"{rank.value_tok_s:.1f}", against, verdict, str(rank.n_launches)])
-    return rows
+    return Section(f"Ranking ({c.ranking[0].source} tok/s, fastest first; ratio to the fastest, {c.confidence:.0%} CI)",
+                   header=["#", "arm", "tok/s", "× fastest [CI]", "verdict", "launches"], rows=rows, kind="ranking")
 
 
 def headline(r: RatioComparison, c: Comparison) -> str:
-    """The one line that answers a comparison: verdict, ratio, interval (none with one launch per arm), p, launches, and
-    for an inconclusive one what would decide it."""
+    """The one line that answers a comparison; for an inconclusive one, what would decide it."""
     what = f"{r.arm_b} vs {r.arm_a}: {verdict_text(r.verdict, r.ratio, c.min_effect)}"
     if r.n_a < 2 or r.n_b < 2:
         spread = f"; within-launch spread ±{r.within_cv:.1%}" if math.isfinite(r.within_cv) else ""
@@ -94,8 +91,7 @@ def headline(r: RatioComparison, c: Comparison) -> str:
 
 
 def why_text(a: Attribution, single: bool) -> str:
-    """Acceptance and step time behind the server ratio, with intervals; says when the server difference itself is not
-    significant (one launch per arm: no intervals)."""
+    """Acceptance and step time behind the server ratio; says when the server difference itself is not significant."""
     terms = {t.name: t for t in a.terms}
 
     def ratio(term: Term, sign: float = 1.0) -> str:
@@ -124,11 +120,7 @@ def fmt_range(e: Estimate | None, count: bool = True) -> str:
     return (f"{low:.1f}" if n == 1 else f"{low:.1f}–{high:.1f}") + (f" ({n} launch{'es' if n > 1 else ''})" if count else "")
 
 
-ARM_HEADER = ["arm", "runs", "speculation", "client tok/s [CI]", "client per launch (min–max)", "server tok/s [CI]",
-              "server per launch (min–max)", "accept len", "step ms", "launches"]
-
-
-def arm_rows(c: Comparison) -> list[list[str]]:
+def arm_table(c: Comparison) -> Section:
     rows = []
     for a in c.arms:
         launches = max((e.n_launches for e in (a.client, a.server) if e), default=0)
@@ -139,7 +131,9 @@ def arm_rows(c: Comparison) -> list[list[str]]:
             f"{a.accept_len:.2f}" if a.accept_len is not None else "–",
             f"{a.cycle_ms:.2f}" if a.cycle_ms is not None else "–", str(launches),
         ])
-    return rows
+    return _table("Throughput per arm (geometric mean over launches)", rows, "arm", "runs", "speculation", "client tok/s [CI]",
+                  "client per launch (min–max)", "server tok/s [CI]", "server per launch (min–max)", "accept len", "step ms",
+                  "launches")
 
 
 # Warnings that can change the answer itself (the ratio measures something else than the arms' difference) come
@@ -174,8 +168,7 @@ def _concerns(arms: tuple[str, ...], arm_a: str, arm_b: str, reference: str) -> 
 
 
 def answer_blocks(c: Comparison) -> list[tuple[str, list[str]]]:
-    """(headline, detail lines) per comparison against the reference: the verdict with ratio, interval, p-value and
-    launches; why (acceptance × batch ÷ step time); the per-launch range of both arms. Then factorial effects."""
+    """(headline, detail lines) per comparison against the reference, then the factorial effects and the profiles."""
     arms = {a.name: a for a in c.arms}
     attributions = {(a.arm_a, a.arm_b): a for a in c.attributions}
     blocks: list[tuple[str, list[str]]] = []
@@ -192,40 +185,33 @@ def answer_blocks(c: Comparison) -> list[tuple[str, list[str]]]:
     return blocks + [(line, []) for line in _effect_lines(c) + profile_lines(c) + signals.answer_lines(c)]
 
 
-COMPARISON_HEADER = ["B vs A", "source", "A tok/s", "B tok/s", "B/A [CI]", "p", "n (launches)", "detects ≥ (80 %)",
-                     "verdict"]
-
-
-def comparison_rows(c: Comparison) -> list[list[str]]:
-    return [[
+def comparison_table(c: Comparison) -> Section:
+    rows = [[
         f"{r.arm_b} vs {r.arm_a}", r.source, f"{r.a:.1f}", f"{r.b:.1f}",
         f"{r.ratio:.3f} {fmt_interval(r.ci_low, r.ci_high)}", fmt_p(r.p_value), f"{r.n_a} vs {r.n_b}",
         f"×{r.min_detectable_ratio:.3f}" if math.isfinite(r.min_detectable_ratio) else "–",
         verdict_text(r.verdict, r.ratio, c.min_effect),
     ] for r in c.comparisons]
+    return _table(f"Comparisons against {c.reference}", rows, "B vs A", "source", "A tok/s", "B tok/s", "B/A [CI]", "p",
+                  "n (launches)", "detects ≥ (80 %)", "verdict", after=sorted({f"test — {r.source}: {r.test}" for r in c.comparisons}))
 
 
-ATTRIBUTION_HEADER = ["B vs A", "throughput", "acceptance", "batch size", "step time", "accept len A→B", "step ms A→B"]
-
-
-def attribution_rows(c: Comparison) -> list[list[str]]:
-    rows = []
-    for a in c.attributions:
-        terms = {t.name: t for t in a.terms}
-        rows.append([f"{a.arm_b} vs {a.arm_a}", fmt_term(a.total), *(fmt_term(terms[name]) for name in ATTRIBUTION_HEADER[2:5]),
-                     f"{a.accept_len_a:.2f} → {a.accept_len_b:.2f}", f"{a.cycle_ms_a:.2f} → {a.cycle_ms_b:.2f}"])
-    return rows
-
-
-def counterfactual_lines(c: Comparison) -> list[str]:
-    lines = []
-    for cf in (cf for a in c.attributions for cf in a.counterfactuals):
-        unit = "" if "accept len" in cf.text and "need" in cf.text else " tok/s"
-        lines.append(f"{cf.text} {cf.value_tok_s:.2f} [{cf.ci_low_tok_s:.2f}, {cf.ci_high_tok_s:.2f}]{unit}")
-    return lines
-
-
-PHASE_HEADER = ["arm", "phase", "mean ms [CI]", "share of the GPU cycle", "profiled cycles"]
+def attribution_tables(c: Comparison) -> list[Section]:
+    """The attribution, then its step-time term split by phase where profiled; the counterfactuals under the last."""
+    names = ["acceptance", "batch size", "step time"]
+    rows = [[f"{a.arm_b} vs {a.arm_a}", fmt_term(a.total), *(fmt_term(t) for n in names for t in a.terms if t.name == n),
+             f"{a.accept_len_a:.2f} → {a.accept_len_b:.2f}", f"{a.cycle_ms_a:.2f} → {a.cycle_ms_b:.2f}"] for a in c.attributions]
+    phase_terms = [[f"{a.arm_b} vs {a.arm_a}", t.name, fmt_term(t)] for a in c.attributions for t in a.phase_terms]
+    counterfactuals = [f"{cf.text} {cf.value_tok_s:.2f} [{cf.ci_low_tok_s:.2f}, {cf.ci_high_tok_s:.2f}]"
+                       + ("" if "accept len" in cf.text and "need" in cf.text else " tok/s")   # an accept length has no unit
+                       for a in c.attributions for cf in a.counterfactuals]
+    tables = [_table("Attribution of the server throughput ratio (acceptance × batch size ÷ step time; contributions, "
+                     "log-additive)", rows, "B vs A", "throughput", *names, "accept len A→B", "step ms A→B",
+                     after=[] if phase_terms else counterfactuals)]
+    if phase_terms:
+        tables.append(_table("Step-time term split by phase (from spec_cycles profiling)", phase_terms, "B vs A", "phase",
+                             "contribution [CI]", after=counterfactuals))
+    return tables
 
 
 def _phase_share(phase: str, share: float) -> str:
@@ -235,17 +221,17 @@ def _phase_share(phase: str, share: float) -> str:
     return "cycle + gap" if phase == "wall" else f"{share:.1%}"
 
 
-def phase_rows(c: Comparison) -> list[list[str]]:
-    return [[p.arm, p.phase, f"{p.mean_ms:.3f} {fmt_interval(p.ci_low_ms, p.ci_high_ms)}", _phase_share(p.phase, p.share),
+def phase_table(c: Comparison) -> Section:
+    rows = [[p.arm, p.phase, f"{p.mean_ms:.3f} {fmt_interval(p.ci_low_ms, p.ci_high_ms)}", _phase_share(p.phase, p.share),
              str(p.n_rows)] for p in c.phases]
+    return _table("Speculative cycle phases (spec_cycles)", rows, "arm", "phase", "mean ms [CI]", "share of the GPU cycle",
+                  "profiled cycles")
 
 
-EFFECT_HEADER = ["effect", "kind", "source", "levels", "ratio [CI]", "change", "verdict"]
-
-
-def effect_rows(c: Comparison) -> list[list[str]]:
-    return [[e.name, e.kind, e.source, f"{e.low} → {e.high}" if e.low or e.high else "difference of simple effects",
+def effect_table(c: Comparison) -> Section:
+    rows = [[e.name, e.kind, e.source, f"{e.low} → {e.high}" if e.low or e.high else "difference of simple effects",
              f"{e.ratio:.3f} {fmt_interval(e.ci_low, e.ci_high)}", pct(e.ratio), e.verdict] for e in c.effects]
+    return _table("Factorial effects on throughput", rows, "effect", "kind", "source", "levels", "ratio [CI]", "change", "verdict")
 
 
 def first_sentence(sentence: str, limit: int = 160) -> str:
@@ -300,17 +286,13 @@ def preferred(c: Comparison) -> list[RatioComparison]:
 
 def profile_lines(c: Comparison) -> list[str]:
     """One sentence per profiled arm: verify's and draft's share of the GPU cycle, and the idle gap after it."""
-    lines = []
-    by_arm: dict[str, dict[str, object]] = {}
+    by_arm: dict[str, dict] = {}
     for p in c.phases:
         by_arm.setdefault(p.arm, {})[p.phase] = p
-    for arm, phases in by_arm.items():
-        verify, draft, cycle, gap = phases.get("verify"), phases.get("draft"), phases.get("cycle"), phases.get("gap")
-        if verify and draft and cycle:
-            idle = f"; the GPU then idles {gap.mean_ms:.2f} ms before the next cycle" if gap else ""
-            lines.append(f"{arm} (profiled cycles): verify {verify.mean_ms:.2f} ms = {verify.share:.0%} of the "
-                         f"{cycle.mean_ms:.2f} ms GPU cycle, draft {draft.share:.1%}{idle}")
-    return lines
+    return [f"{arm} (profiled cycles): verify {p['verify'].mean_ms:.2f} ms = {p['verify'].share:.0%} of the "
+            f"{p['cycle'].mean_ms:.2f} ms GPU cycle, draft {p['draft'].share:.1%}"
+            + (f"; the GPU then idles {p['gap'].mean_ms:.2f} ms before the next cycle" if "gap" in p else "")
+            for arm, p in by_arm.items() if {"verify", "draft", "cycle"} <= p.keys()]
 
 
 def _effect_lines(c: Comparison) -> list[str]:
@@ -321,8 +303,8 @@ def _effect_lines(c: Comparison) -> list[str]:
             for e in c.effects if e.kind in ("main", "interaction") and e.source == source]
 
 
-def _table(title: str, header: list[str], rows: list[list[str]], after: list[str] | None = None) -> Section:
-    return Section(title, header=header, rows=rows, after=after or [])
+def _table(title: str, rows: list[list[str]], *header: str, after: list[str] | None = None) -> Section:
+    return Section(title, header=list(header), rows=rows, after=after or [])
 
 
 def _chart(key: str, title: str = "", empty: str = "", after: list[str] | None = None) -> Section:
@@ -335,9 +317,7 @@ def sections(c: Comparison, brief: bool = True) -> list[Section]:
     out = [Section(f"speclogs report — {len(c.arms)} arm(s), reference {c.reference}, {c.confidence:.0%} intervals "
                    f"(Student t over launches{f', min effect {c.min_effect:.1%}' if c.min_effect > 0 else ''})", kind="title")]
     if c.ranking:
-        source = c.ranking[0].source
-        out.append(Section(f"Ranking ({source} tok/s, fastest first; ratio to the fastest, {c.confidence:.0%} CI)",
-                           header=RANKING_HEADER, rows=ranking_rows(c), kind="ranking"))
+        out.append(ranking_table(c))
     if blocks := answer_blocks(c):
         out.append(Section("Answer", items=blocks))
     tiers = ranked_warnings(c)
@@ -346,23 +326,9 @@ def sections(c: Comparison, brief: bool = True) -> list[Section]:
             for index, (tier, found) in enumerate(tiers)]
     if not tiers:
         out.append(Section("Warnings: none"))
-    out += [_table("Throughput per arm (geometric mean over launches)", ARM_HEADER, arm_rows(c)),
-            _chart("throughput", empty="no arm has a throughput estimate")]
-    if c.comparisons:
-        out.append(_table(f"Comparisons against {c.reference}", COMPARISON_HEADER, comparison_rows(c),
-                          sorted({f"test — {r.source}: {r.test}" for r in c.comparisons})))
-    if c.attributions:
-        phase_terms = [[f"{a.arm_b} vs {a.arm_a}", t.name, fmt_term(t)] for a in c.attributions for t in a.phase_terms]
-        out.append(_table("Attribution of the server throughput ratio (acceptance × batch size ÷ step time; contributions, "
-                          "log-additive)", ATTRIBUTION_HEADER, attribution_rows(c),
-                          [] if phase_terms else counterfactual_lines(c)))
-        if phase_terms:
-            out.append(_table("Step-time term split by phase (from spec_cycles profiling)",
-                              ["B vs A", "phase", "contribution [CI]"], phase_terms, counterfactual_lines(c)))
-    if c.phases:
-        out.append(_table("Speculative cycle phases (spec_cycles)", PHASE_HEADER, phase_rows(c)))
-    if c.effects:
-        out.append(_table("Factorial effects on throughput", EFFECT_HEADER, effect_rows(c)))
+    out += [arm_table(c), _chart("throughput", empty="no arm has a throughput estimate")]
+    out += ([comparison_table(c)] if c.comparisons else []) + (attribution_tables(c) if c.attributions else [])
+    out += ([phase_table(c)] if c.phases else []) + ([effect_table(c)] if c.effects else [])
     missing = [] if c.draft_positions is None or c.draft_positions.is_empty() else [
         a.name for a in c.arms if a.name not in set(c.draft_positions["arm"])]
     out += [_chart("effects", "Effects and ratios"),
@@ -375,7 +341,7 @@ def sections(c: Comparison, brief: bool = True) -> list[Section]:
                    "no profiled cycles at batch size 1 and no SGLang accept histograms in these runs",
                    [f"no data for {', '.join(missing)}: no profiled cycles at batch size 1 and no SGLang accept histograms"]
                    if missing else None)]
-    out += [_table(title, header, rows) for title, header, rows
+    out += [_table(title, rows, *header) for title, header, rows
             in nccl_sections(c, brief) + signals.signal_sections(c) + whatif.report_sections(c)]
     out.append(_chart("startup"))
     groups: dict[str, list[str]] = {}

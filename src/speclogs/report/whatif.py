@@ -1,5 +1,4 @@
-"""Wording of `speclogs whatif` (speclogs.analysis.whatif.WhatIf) and of the start-up breakdown
-(speclogs.analysis.startup.StartupBreakdown) as (title, header, rows) tables and lines. Formatting only."""
+"""`speclogs whatif` and the start-up breakdown as (title, header, rows) tables and lines."""
 
 from __future__ import annotations
 

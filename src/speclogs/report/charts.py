@@ -26,6 +26,11 @@ MAX_TICKS = 8
 ACCEPT_BIN = 0.05
 
 
+def _finite(value: float | None) -> float | None:
+    """A bound as drawn: none where there is no interval (one launch per arm), so the point alone is drawn."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def ratio_ticks(low: float, high: float) -> list[float]:
     """Tick values for a log ratio axis over [low, high]: 1 and the nice ratios either side that fit."""
     ticks = [t for t in RATIO_TICKS if low <= t <= high]
@@ -59,10 +64,8 @@ def throughput_chart(c: Comparison) -> alt.Chart | None:
     for arm in c.arms:
         for e in (arm.client, arm.server):
             if e is not None:
-                finite = math.isfinite(e.ci_low_tok_s) and math.isfinite(e.ci_high_tok_s)  # no interval for one launch
                 rows.append({"layer": "estimate", "arm": arm.name, "source": e.source, "tok_s": e.value_tok_s,
-                             "low": e.ci_low_tok_s if finite else None, "high": e.ci_high_tok_s if finite else None,
-                             "launches": e.n_launches})
+                             "low": _finite(e.ci_low_tok_s), "high": _finite(e.ci_high_tok_s), "launches": e.n_launches})
                 rows += [{"layer": "launch", "arm": arm.name, "source": e.source, "tok_s": v} for v in e.per_launch_tok_s]
     if not rows:
         return None
@@ -96,14 +99,12 @@ def throughput_chart(c: Comparison) -> alt.Chart | None:
 
 
 def effects_chart(c: Comparison) -> alt.Chart | None:
-    rows = [{"effect": f"{e.name} ({e.source})", "kind": e.kind, "ratio": e.ratio, "low": e.ci_low, "high": e.ci_high,
-             "verdict": e.verdict} for e in c.effects]
-    rows += [{"effect": f"{r.arm_b} vs {r.arm_a} ({r.source})", "kind": "comparison", "ratio": r.ratio, "low": r.ci_low,
-              "high": r.ci_high, "verdict": r.verdict} for r in c.comparisons]
+    rows = [{"effect": f"{e.name} ({e.source})", "kind": e.kind, "ratio": e.ratio, "low": _finite(e.ci_low),
+             "high": _finite(e.ci_high), "verdict": e.verdict} for e in c.effects]
+    rows += [{"effect": f"{r.arm_b} vs {r.arm_a} ({r.source})", "kind": "comparison", "ratio": r.ratio, "low": _finite(r.ci_low),
+              "high": _finite(r.ci_high), "verdict": r.verdict} for r in c.comparisons]
     if not rows:
         return None
-    for row in rows:  # one launch per arm claims no interval: the point alone is drawn
-        row.update({k: row[k] if row[k] is not None and math.isfinite(row[k]) else None for k in ("low", "high")})
     data = alt.Data(values=rows)
     order = [row["effect"] for row in rows]
     low = min([1.0] + [row[k] for row in rows for k in ("low", "ratio") if row[k] and row[k] > 0])

@@ -105,11 +105,10 @@ def why_text(a: Attribution, single: bool) -> str:
     settled = single or (math.isfinite(total.ci_low) and (total.ci_low > 0 or total.ci_high < 0))
     tail = ("" if settled else " — not significant: the server difference itself may be 0") + (
         " (one launch per arm: no intervals)" if single else "")
-    step = f"step time {a.cycle_ms_b:.2f} vs {a.cycle_ms_a:.2f} ms ({ratio(terms['step time'], -1.0)})"
-    if a.accept_len_a == 1.0 and a.accept_len_b == 1.0:
-        return f"why (server): no speculation; {step} → throughput {ratio(total)}{tail}"
-    return (f"why (server): accept len {a.accept_len_b:.2f} vs {a.accept_len_a:.2f} ({ratio(terms['acceptance'])}), "
-            f"{step} → throughput {ratio(total)}{tail}")
+    accept = ("no speculation;" if a.accept_len_a == 1.0 and a.accept_len_b == 1.0 else
+              f"accept len {a.accept_len_b:.2f} vs {a.accept_len_a:.2f} ({ratio(terms['acceptance'])}),")
+    return (f"why (server): {accept} step time {a.cycle_ms_b:.2f} vs {a.cycle_ms_a:.2f} ms ({ratio(terms['step time'], -1.0)}) "
+            f"→ throughput {ratio(total)}{tail}")
 
 
 def fmt_range(e: Estimate | None, count: bool = True) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -102,12 +103,10 @@ def drift_lines(notes) -> list[str]:  # noqa: ANN001 - the drift view's rows for
     """A line per kind of drift, its most frequent subjects first (SELECT * FROM drift has them all)."""
     lines = [f"drift: {note.source_file}: {note.detail}" for note in notes if note.kind == "missing_field"]
     for kind, what in DRIFT_KINDS.items():
-        counted: dict[str, int] = {}
-        for note in notes:
-            if note.kind == kind:
-                counted[note.subject] = counted.get(note.subject, 0) + note.lines
-        top = sorted(counted.items(), key=lambda item: -item[1])
-        if top:
+        counted: Counter[str] = Counter()
+        for note in (note for note in notes if note.kind == kind):
+            counted[note.subject] += note.lines
+        if top := counted.most_common():
             lines.append(f"drift: {what}: {sum(counted.values()):,} line(s): "
                          + ", ".join(f"{subject[:100]!r} ({count:,})" for subject, count in top[:4])
                          + (f", … {len(top) - 4} more" if len(top) > 4 else ""))

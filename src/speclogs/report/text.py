@@ -130,9 +130,9 @@ def arm_table(c: Comparison) -> Section:
             f"{a.accept_len:.2f}" if a.accept_len is not None else "–",
             f"{a.cycle_ms:.2f}" if a.cycle_ms is not None else "–", str(launches),
         ])
-    return _table("Throughput per arm (geometric mean over launches)", rows, "arm", "runs", "speculation", "client tok/s [CI]",
+    return _table("Throughput per arm (geometric mean over launches)", ["arm", "runs", "speculation", "client tok/s [CI]",
                   "client per launch (min–max)", "server tok/s [CI]", "server per launch (min–max)", "accept len", "step ms",
-                  "launches")
+                  "launches"], rows)
 
 
 # Warnings that can change the answer itself (the ratio measures something else than the arms' difference) come
@@ -191,8 +191,8 @@ def comparison_table(c: Comparison) -> Section:
         f"×{r.min_detectable_ratio:.3f}" if math.isfinite(r.min_detectable_ratio) else "–",
         verdict_text(r.verdict, r.ratio, c.min_effect),
     ] for r in c.comparisons]
-    return _table(f"Comparisons against {c.reference}", rows, "B vs A", "source", "A tok/s", "B tok/s", "B/A [CI]", "p",
-                  "n (launches)", "detects ≥ (80 %)", "verdict", after=sorted({f"test — {r.source}: {r.test}" for r in c.comparisons}))
+    return _table(f"Comparisons against {c.reference}", ["B vs A", "source", "A tok/s", "B tok/s", "B/A [CI]", "p",
+                  "n (launches)", "detects ≥ (80 %)", "verdict"], rows, sorted({f"test — {r.source}: {r.test}" for r in c.comparisons}))
 
 
 def attribution_tables(c: Comparison) -> list[Section]:
@@ -205,11 +205,11 @@ def attribution_tables(c: Comparison) -> list[Section]:
                        + ("" if "accept len" in cf.text and "need" in cf.text else " tok/s")   # an accept length has no unit
                        for a in c.attributions for cf in a.counterfactuals]
     tables = [_table("Attribution of the server throughput ratio (acceptance × batch size ÷ step time; contributions, "
-                     "log-additive)", rows, "B vs A", "throughput", *names, "accept len A→B", "step ms A→B",
-                     after=[] if phase_terms else counterfactuals)]
+                     "log-additive)", ["B vs A", "throughput", *names, "accept len A→B", "step ms A→B"], rows,
+                     [] if phase_terms else counterfactuals)]
     if phase_terms:
-        tables.append(_table("Step-time term split by phase (from spec_cycles profiling)", phase_terms, "B vs A", "phase",
-                             "contribution [CI]", after=counterfactuals))
+        tables.append(_table("Step-time term split by phase (from spec_cycles profiling)", ["B vs A", "phase",
+                             "contribution [CI]"], phase_terms, counterfactuals))
     return tables
 
 
@@ -223,14 +223,14 @@ def _phase_share(phase: str, share: float) -> str:
 def phase_table(c: Comparison) -> Section:
     rows = [[p.arm, p.phase, f"{p.mean_ms:.3f} {fmt_interval(p.ci_low_ms, p.ci_high_ms)}", _phase_share(p.phase, p.share),
              str(p.n_rows)] for p in c.phases]
-    return _table("Speculative cycle phases (spec_cycles)", rows, "arm", "phase", "mean ms [CI]", "share of the GPU cycle",
-                  "profiled cycles")
+    return _table("Speculative cycle phases (spec_cycles)", ["arm", "phase", "mean ms [CI]", "share of the GPU cycle",
+                  "profiled cycles"], rows)
 
 
 def effect_table(c: Comparison) -> Section:
     rows = [[e.name, e.kind, e.source, f"{e.low} → {e.high}" if e.low or e.high else "difference of simple effects",
              f"{e.ratio:.3f} {fmt_interval(e.ci_low, e.ci_high)}", pct(e.ratio), e.verdict] for e in c.effects]
-    return _table("Factorial effects on throughput", rows, "effect", "kind", "source", "levels", "ratio [CI]", "change", "verdict")
+    return _table("Factorial effects on throughput", ["effect", "kind", "source", "levels", "ratio [CI]", "change", "verdict"], rows)
 
 
 def first_sentence(sentence: str, limit: int = 160) -> str:
@@ -302,8 +302,8 @@ def _effect_lines(c: Comparison) -> list[str]:
             for e in c.effects if e.kind in ("main", "interaction") and e.source == source]
 
 
-def _table(title: str, rows: list[list[str]], *header: str, after: list[str] | None = None) -> Section:
-    return Section(title, header=list(header), rows=rows, after=after or [])
+def _table(title: str, header: list[str], rows: list[list[str]], after: list[str] | None = None) -> Section:
+    return Section(title, header=header, rows=rows, after=after or [])
 
 
 def _chart(key: str, title: str = "", empty: str = "", after: list[str] | None = None) -> Section:
@@ -340,7 +340,7 @@ def sections(c: Comparison, brief: bool = True) -> list[Section]:
                    "no profiled cycles at batch size 1 and no SGLang accept histograms in these runs",
                    [f"no data for {', '.join(missing)}: no profiled cycles at batch size 1 and no SGLang accept histograms"]
                    if missing else None)]
-    out += [_table(title, rows, *header) for title, header, rows
+    out += [_table(title, header, rows) for title, header, rows
             in nccl_sections(c, brief) + signals.signal_sections(c) + whatif.report_sections(c)]
     out.append(_chart("startup"))
     groups: dict[str, list[str]] = {}

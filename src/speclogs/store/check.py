@@ -94,16 +94,14 @@ def check_content(connection, *, sources: Iterable[str] | None = None, grammar_p
     from speclogs.grammar import load_grammars
 
     vocabulary = template_vocabulary(load_grammars(tuple(grammar_paths)))
-    wanted = None if sources is None else set(sources)
     files = connection.execute(
-        "SELECT source_file, kind, sha256 FROM files WHERE skipped_reason IS NULL ORDER BY source_file"
+        "SELECT source_file, kind, sha256 FROM files WHERE skipped_reason IS NULL "
+        "AND ($1 IS NULL OR list_contains($1, source_file)) ORDER BY source_file", [None if sources is None else list(sources)]
     ).fetchall()
     rows_sql = _rows_sql(connection)
     checks: list[FileCheck] = []
     losses: list[Loss] = []
     for source_file, kind, sha256 in files:
-        if wanted is not None and source_file not in wanted:
-            continue
         raw = _reread(source_file)
         if isinstance(raw, str):
             checks.append(FileCheck(source_file, kind, 0, 0, raw))

@@ -1,8 +1,5 @@
 """The DuckDB store: the database file (database.py), its tables (layout.py), writing what the ingest parsed
-(writer.py), read-only queries (query.py) and the content check (check.py).
-
-`ingest_paths` is the library behind `speclogs ingest`: each file in one transaction; a file stored with the same
-content is skipped; one that cannot be read or parsed is rolled back and reported in the summary.
+(writer.py), read-only queries (query.py), the content check (check.py); `ingest_paths` is `speclogs ingest`.
 """
 
 from __future__ import annotations
@@ -23,8 +20,6 @@ from speclogs.store.query import QueryResult, run_query
 
 if TYPE_CHECKING:
     from speclogs.ingest.summary import ProgressEvent
-
-# The ingest (polars, numpy) is imported by ingest_paths, not here: `speclogs sql` does not pay for it.
 
 __all__ = ["IngestSummary", "QueryResult", "SCHEMA_VERSION", "connect", "ingest_paths", "run_query"]
 
@@ -58,7 +53,8 @@ def compile_grammars(grammar_paths: tuple[Path, ...] = ()):
 def ingest_paths(paths: Sequence[str | Path], db_path: str | Path, *, replace: bool = False, run_name: str | None = None,
                  on_progress: Callable[[ProgressEvent], None] | None = None, grammar_paths: Sequence[Path] = (),
                  chunk_bytes: int | None = None, verify: bool = False) -> IngestSummary:
-    """Ingest files/directories/'-' into the DuckDB file `db_path`; returns what happened (IngestSummary).
+    """Ingest files/directories/'-' into the DuckDB file `db_path` (the ingest, polars, imported only here: `speclogs
+    sql` does not pay for it), each file in one transaction; returns what happened (IngestSummary).
 
     replace=True re-ingests stored files (their rows deleted first). Without it a file whose path, size, mtime and
     inode are as stored is unchanged without being read (verify=True hashes it anyway), as is one whose content is
@@ -122,8 +118,7 @@ def ingest_paths(paths: Sequence[str | Path], db_path: str | Path, *, replace: b
 
 
 def _stored(db_path: str | Path) -> tuple[dict[str, tuple[str, list[str]]], dict[str, tuple]]:
-    """run_id → (run_name, its files) of the runs a database holds, and source_file → (size, mtime_ns, inode) of its
-    files (none when there is no database yet)."""
+    """run_id → (run_name, its files), and source_file → (size, mtime_ns, inode) of what a database holds."""
     if not Path(db_path).exists():
         return {}, {}
     connection = connect(db_path, read_only=True)
@@ -142,6 +137,5 @@ def _stored(db_path: str | Path) -> tuple[dict[str, tuple[str, list[str]]], dict
 
 
 def _as_stored(item, stats: dict[str, tuple]) -> bool:
-    """Whether an input file is on disk as it was when it was stored: same path, size, mtime and inode."""
     found = item.stat  # (taken when discovery found it)
     return found is not None and stats.get(item.source_file) == (found.st_size, found.st_mtime_ns, found.st_ino)

@@ -94,31 +94,30 @@ def check_content(connection, *, sources: Iterable[str] | None = None, grammar_p
     from speclogs.grammar import load_grammars
 
     vocabulary = template_vocabulary(load_grammars(tuple(grammar_paths)))
-    wanted = None if sources is None else set(sources)
     files = connection.execute(
-        "SELECT source_file, kind, sha256 FROM files WHERE skipped_reason IS NULL ORDER BY source_file"
+        "SELECT source_file, kind, sha256 FROM files WHERE skipped_reason IS NULL "
+        "AND ($1 IS NULL OR list_contains($1, source_file)) ORDER BY source_file", [None if sources is None else list(sources)]
     ).fetchall()
     rows_sql = _rows_sql(connection)
     checks: list[FileCheck] = []
     losses: list[Loss] = []
     for source_file, kind, sha256 in files:
-        if wanted is not None and source_file not in wanted:
-            continue
-        source = _Source(source_file)
-        if source.note is not None:
-            checks.append(FileCheck(source_file, kind, 0, 0, source.note))
+        raw = _reread(source_file)
+        if isinstance(raw, str):
+            checks.append(FileCheck(source_file, kind, 0, 0, raw))
             continue
         counts: Counter = Counter()  # lines, lines_lost, tokens_redacted, lines_redacted
         if kind in _DOCUMENT_ROWS:
-            file_losses = _check_document(connection, source_file, kind, "\n".join(source.lines()), counts)
+            file_losses = _check_document(connection, source_file, kind, "\n".join(_lines(raw)), counts)
         else:
-            file_losses, lines, first = [], source.lines(), 1
+            file_losses, lines, first = [], _lines(raw), 1
             while window := list(islice(lines, WINDOW_LINES)):
-                cells = _cells_by_line(connection, rows_sql, source_file, first, first + len(window) - 1)
+                cells = {line_no: (set(tables), cells) for line_no, tables, cells in connection.execute(
+                    rows_sql, [source_file, first, first + len(window) - 1]).fetchall()}
                 found = _check_lines(source_file, window, first, cells, vocabulary, counts, json_lines=kind not in _TEXT_KINDS)
                 file_losses.extend(found[:max(0, EXAMPLES_SHOWN - len(file_losses))])
                 first += len(window)
-        if source.digest() != sha256:
+        if (raw.stream.result() if raw.stream is not None else raw.sha256) != sha256:  # the bytes on disk, read through
             checks.append(FileCheck(source_file, kind, 0, 0, "cannot verify: source changed since it was ingested"))
             continue
         losses.extend(file_losses[:EXAMPLES_SHOWN])
@@ -177,44 +176,35 @@ def _spellings(nodes) -> list[str]:
 # reading the sources and the rows
 
 
-class _Source:
-    """An ingested file read again as the ingest read it (gunzipped, made valid UTF-8), line by line, chunk by chunk;
-    `digest()` (once read through) is of its bytes on disk, to hold against the one the ingest recorded."""
+def _reread(source_file: str):
+    """An ingested file opened again as the ingest read it (gunzipped, made valid UTF-8), or why it cannot be."""
+    from speclogs.ingest.sources import InputFile, RunRef, read_input
 
-    def __init__(self, source_file: str) -> None:
-        from speclogs.ingest.sources import InputFile, RunRef, read_input
+    path = Path(source_file)
+    if source_file.startswith(STDIN_SOURCE[:-1]):
+        return "cannot verify: stdin (its text was not kept)"
+    if not path.is_file():
+        return "cannot verify: source missing (moved or deleted since it was ingested)"
+    raw = read_input(InputFile(source_file=source_file, kind="log", run=RunRef("", "", None), path=path,
+                               size_bytes=path.stat().st_size))
+    return raw if raw.skipped_reason is None else f"cannot verify: {raw.skipped_reason}"
 
-        self.note: str | None = None
-        self._raw = None
-        path = Path(source_file)
-        if source_file.startswith(STDIN_SOURCE[:-1]):
-            self.note = "cannot verify: stdin (its text was not kept)"
-        elif not path.is_file():
-            self.note = "cannot verify: source missing (moved or deleted since it was ingested)"
-        else:
-            item = InputFile(source_file=source_file, kind="log", run=RunRef("", "", None), path=path,
-                             size_bytes=path.stat().st_size)
-            self._raw = read_input(item)
-            if self._raw.skipped_reason is not None:
-                self.note = f"cannot verify: {self._raw.skipped_reason}"
 
-    def lines(self) -> Iterator[str]:
-        chunks = self._raw.stream.chunks(16 << 20) if self._raw.stream is not None else [self._raw.data]
-        tail = b""
-        for chunk in chunks:
-            *whole, tail = (tail + chunk).split(b"\n")
-            yield from (line.decode("utf-8", "replace").removesuffix("\r") for line in whole)
-        if tail:
-            yield tail.decode("utf-8", "replace").removesuffix("\r")
-
-    def digest(self) -> str:
-        """Once lines() has been read through."""
-        return self._raw.stream.result() if self._raw.stream is not None else self._raw.sha256
+def _lines(raw) -> Iterator[str]:
+    """Its lines, chunk by chunk."""
+    chunks = raw.stream.chunks(16 << 20) if raw.stream is not None else [raw.data]
+    tail = b""
+    for chunk in chunks:
+        *whole, tail = (tail + chunk).split(b"\n")
+        yield from (line.decode("utf-8", "replace").removesuffix("\r") for line in whole)
+    if tail:
+        yield tail.decode("utf-8", "replace").removesuffix("\r")
 
 
 def _rows_sql(connection) -> str:
-    """The SQL of the rows of lines $2 to $3 of file $1 in every contract relation with source_file and line_no: the
-    relation, first line, last line, and every cell as DuckDB prints it (with the run's name)."""
+    """The SQL of lines $2 to $3 of file $1: per line, the contract relations with a row for it (by its source_file
+    and line_no, or spanning it to last_line_no), and every cell of those rows as DuckDB prints it (with the run's
+    name)."""
     selects = []
     for name, columns in connection.execute(
         "SELECT table_name, list(column_name ORDER BY column_index) FROM duckdb_columns() WHERE schema_name = 'main' "
@@ -225,21 +215,12 @@ def _rows_sql(connection) -> str:
         last = "COALESCE(t.last_line_no, t.line_no)" if "last_line_no" in columns else "t.line_no"
         cells = ", ".join([f't."{c}"' for c in columns if c not in _KEY_COLUMNS] + ["r.run_name"] * ("run_id" in columns))
         runs = " LEFT JOIN runs r ON r.run_id = t.run_id" if "run_id" in columns else ""
-        selects.append(f"SELECT '{name}', t.line_no, {last}, concat_ws(chr(1), {cells}) FROM \"{name}\" t{runs} "
+        selects.append(f"SELECT '{name}' AS relation, t.line_no AS first_line, {last} AS last_line, "
+                       f"concat_ws(chr(1), {cells}) AS cells FROM \"{name}\" t{runs} "
                        f"WHERE t.source_file = $1 AND t.line_no <= $3 AND {last} >= $2")
-    return "\nUNION ALL ".join(selects)
-
-
-def _cells_by_line(connection, rows_sql: str, source_file: str, first_line: int,
-                   last_line: int) -> dict[int, tuple[set[str], list[str]]]:
-    """Each line's (tables with a row for it, those rows' cells), for lines first_line..last_line."""
-    by_line: dict[int, tuple[set[str], list[str]]] = {}
-    for table, first, last, cells in connection.execute(rows_sql, [source_file, first_line, last_line]).fetchall():
-        for line_no in range(max(first, first_line), min(last, last_line) + 1):
-            found = by_line.setdefault(line_no, (set(), []))
-            found[0].add(table)
-            found[1].extend(cells.split("\x01"))
-    return by_line
+    return ("SELECT line_no, list(DISTINCT relation), flatten(list(string_split(cells, chr(1)))) FROM (SELECT relation, "
+            "cells, unnest(range(greatest(first_line, $2), least(last_line, $3) + 1)) AS line_no FROM ("
+            + "\nUNION ALL ".join(selects) + ")) GROUP BY line_no")
 
 
 def _check_lines(source_file: str, lines: list[str], first_line: int, rows: dict[int, tuple[set[str], list[str]]],
@@ -281,29 +262,19 @@ def _tokens(line: str) -> list[str]:
 def _json_tokens(line: str) -> list[str]:
     """The scalar values of a JSON line, as the tokens they print (keys are template; a non-JSON line: its words)."""
     try:
-        document = json.loads(line)
+        return _value_tokens(json.loads(line))
     except ValueError:
         return _tokens(line)
-    found: list[str] = []
-    for value in _leaves(document):
-        if isinstance(value, bool) or value is None:
-            continue
-        if isinstance(value, (int, float)):
-            found.append(repr(value) if isinstance(value, float) else str(value))
-        else:
-            found.extend(_tokens(str(value)))
-    return found
 
 
-def _leaves(value) -> Iterator[object]:
+def _value_tokens(value) -> list[str]:
     if isinstance(value, dict):
-        for item in value.values():
-            yield from _leaves(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _leaves(item)
-    else:
-        yield value
+        value = list(value.values())
+    if isinstance(value, list):
+        return [token for item in value for token in _value_tokens(item)]
+    if isinstance(value, bool) or value is None:
+        return []
+    return [repr(value)] if isinstance(value, (int, float)) else _tokens(value)
 
 
 def missing_tokens(tokens: list[str], cells: list[str], template: frozenset[str]) -> list[str]:

@@ -28,6 +28,8 @@ _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _NO_SPACE_TEXTS = ("No space left on device", "Disk quota exceeded")  # how DuckDB's messages say ENOSPC / EDQUOT
 NO_SPACE_HINT = "free space on that disk, or pass --db FILE on another one, then run the same command again"
 VIEWS_SQL = (Path(__file__).parent / "views.sql").read_text(encoding="utf-8")
+SCHEMA_TEXT = SCHEMA_SQL.read_text(encoding="utf-8")
+SCHEMA_VIEWS = SCHEMA_TEXT[SCHEMA_TEXT.index("CREATE OR REPLACE VIEW"):]  # the views schema.sql defines over its tables
 
 
 def no_space_left(error: BaseException | None) -> bool:
@@ -50,16 +52,6 @@ def drift_notes(connection, source_files: Sequence[str]) -> tuple[DriftNote, ...
         [list(source_files)],
     ).fetchall()
     return tuple(DriftNote(*row) for row in rows)
-
-
-def schema_sql() -> str:
-    return SCHEMA_SQL.read_text(encoding="utf-8")
-
-
-def schema_views_sql() -> str:
-    """The views schema.sql defines over its tables (everything from its first CREATE OR REPLACE VIEW)."""
-    text = schema_sql()
-    return text[text.find("CREATE OR REPLACE VIEW"):] if "CREATE OR REPLACE VIEW" in text else ""
 
 
 def _add_declared_columns(connection: duckdb.DuckDBPyConnection) -> None:
@@ -100,11 +92,6 @@ _OLD_STEPS: tuple[tuple[int, str, Callable[[duckdb.DuckDBPyConnection], None]], 
 NO_EXTENSIONS = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 
-def no_extensions_connection(database: str = ":memory:", **config) -> duckdb.DuckDBPyConnection:
-    """duckdb.connect with NO_EXTENSIONS (and `config`)."""
-    return duckdb.connect(database, config={**NO_EXTENSIONS, **config})
-
-
 def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """Open the speclogs database (creating the schema, or migrating an older one, when writable). Raises StoreError
     with a clear reason."""
@@ -118,7 +105,7 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
         else:  # attached, for the row group size and the storage version (the file's catalog is then the default one)
             from speclogs.store.writer import ROW_GROUP_ROWS  # (polars: only where the file is written)
 
-            connection = no_extensions_connection(memory_limit=WRITER_MEMORY_LIMIT)
+            connection = duckdb.connect(config={**NO_EXTENSIONS, "memory_limit": WRITER_MEMORY_LIMIT})
             quoted = str(path).replace("'", "''")
             options = f"ROW_GROUP_SIZE {ROW_GROUP_ROWS}" + ("" if path.exists() else f", STORAGE_VERSION '{STORAGE_VERSION}'")
             connection.execute(f"ATTACH '{quoted}' AS {_CATALOG} ({options})")
@@ -133,11 +120,11 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
                 f"SELECT count(*) FROM duckdb_tables() WHERE database_name = '{_CATALOG}' AND table_name = 'meta'").fetchone()[0]
             if new:
                 start = ("BEGIN TRANSACTION", *META_SQL, f"INSERT INTO meta VALUES ('schema_version', '{schema_version()}')",
-                         schema_sql(), *(sql for _, _, sql in migrations()))
+                         SCHEMA_TEXT, *(sql for _, _, sql in migrations()))
             else:
                 connection.execute("BEGIN TRANSACTION")  # one commit (and one WAL sync) for the whole schema
                 _migrate(connection, path)
-                start = (schema_sql(),)
+                start = (SCHEMA_TEXT,)
             # the rest in one script: each call is a wait for the GIL while the grammars load on their thread
             connection.execute(";\n".join(statement.strip().rstrip(";") for statement in (*start, VIEWS_SQL, "COMMIT")))
         except duckdb.Error as error:
@@ -187,7 +174,7 @@ def _migrate(connection, path: Path) -> None:
         if number > version:
             step(connection)
             connection.execute("INSERT INTO _migrations VALUES (?, ?, now())", [number, description])
-    connection.execute(schema_sql())  # the tables a migration may add columns to exist first
+    connection.execute(SCHEMA_TEXT)  # the tables a migration may add columns to exist first
     for number, description, sql in migrations():
         if number > version:
             connection.execute(sql)

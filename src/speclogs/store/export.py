@@ -19,8 +19,7 @@ _CSV_FIELD = ("CASE WHEN {v} IS NULL THEN '' WHEN contains({v}, ',') OR contains
 
 
 def write_csv(result: StatementResult, out: IO[bytes]) -> int:
-    """The result as CSV on the binary stream `out` (quotes only where a value needs them); returns the rows written.
-    DuckDB makes each row's line, from each value's text (`true`, `nan`, `[1, 2]`, `2026-11-30 10:19:01`)."""
+    """The result as CSV on the binary stream `out` (each row's line made by DuckDB); returns the rows written."""
     import csv
     import io
 
@@ -37,11 +36,9 @@ def write_csv(result: StatementResult, out: IO[bytes]) -> int:
 
 
 def write_json(result: StatementResult, out: IO[str], *, ndjson: bool = False) -> int:
-    """The result as one JSON array of objects on the text stream `out`, one object per line (`ndjson`: the objects
-    alone, one per line); returns the rows.
-
-    DuckDB writes each row's JSON (`to_json`), with NaN and ±Infinity made null before (float columns and lists of
-    floats in SQL; any other row that still has one is fixed here)."""
+    """The result as JSON (or NDJSON) on the text stream `out`, one object per line; returns the rows. DuckDB writes
+    each row's JSON, with NaN and ±Infinity made null in SQL (float columns and lists); a row that still has one (in
+    a struct) is fixed here."""
     batches = _json_rows(result)   # (an error binding the statement comes before anything is written)
     rows = 0
     separator = "\n" if ndjson else ",\n"

@@ -11,15 +11,14 @@ import functools
 import hashlib
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import speclogs
 from speclogs.errors import StoreError
 from speclogs.ingest.pipeline import DEFAULT_CHUNK_BYTES, Tally
-from speclogs.ingest.sources import Discovery, InputFile, discover_inputs
-from speclogs.ingest.summary import IngestSummary, ProgressEvent
+from speclogs.ingest.sources import Discovery, InputFile
+from speclogs.ingest.summary import ProgressEvent
 from speclogs.store import compile_grammars, lake
 from speclogs.store.database import SCHEMA_VERSION
 
@@ -27,59 +26,37 @@ TASK_BYTES = 64 << 20     # input per task at most: big enough that a task's fix
 TASKS_PER_CPU = 2         # at least this many tasks per CPU, so that a slow task does not leave CPUs idle at the end
 
 
-def ingest_lake_ray(paths: Sequence[str | Path], lake_dir: str | Path, address: str, *, run_name: str | None = None,
-                    on_progress: Callable[[ProgressEvent], None] | None = None, grammar_paths: Sequence[Path] = (),
-                    chunk_bytes: int = DEFAULT_CHUNK_BYTES, num_cpus: int | None = None) -> IngestSummary:
-    """Ingest into the lake with the parsing done by tasks on the Ray cluster at `address` ('local': a cluster of
-    this machine started for the call, with `num_cpus` CPUs, default all; 'auto': the running one; else its
-    address). Raises StoreError when Ray is missing or the cluster cannot be reached, or a task failed."""
-    started = time.perf_counter()
-    lake_dir = Path(lake_dir).resolve()
-    discovery = discover_inputs([str(p) for p in paths], run_name=run_name, known_runs=lake.stored_run_names(lake_dir))
-    ray = _ray()
-    if not discovery.files:  # nothing to parse: no cluster needed (and the same messages as without --ray)
-        return lake.ingest_lake(paths, lake_dir, run_name=run_name, on_progress=on_progress, grammar_paths=grammar_paths)
+def parse_on_ray(discovery: Discovery, lake_dir: Path, stored: list[tuple[str, str, int]], address: str,
+                 grammar_paths: Sequence[Path], *, on_progress: Callable[[ProgressEvent], None] | None = None,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, num_cpus: int | None = None) -> Iterator[tuple[Tally, dict]]:
+    """The lake's parsing done by tasks on the Ray cluster at `address` ('local': a cluster of this machine started
+    for the call, with `num_cpus` CPUs, default all; 'auto': the running one; else its address): yields the call's
+    account, then each task's account and tables (Arrow) as it ends. Raises StoreError when Ray is missing or the
+    cluster cannot be reached, or a task failed."""
+    ray = lake.fleet_module("ray", "--ray")
     grammars = tuple(str(Path(p).resolve()) for p in grammar_paths)
-    lake.open_for_writing(lake_dir)
-    stored = lake.stored_files(lake_dir)
-    total = Tally.of(discovery)
-    try:
-        with _cluster(ray, address, num_cpus) as cpus:
-            groups = plan_tasks(discovery.files, cpus)
-            hashes = _get(ray, [ray.remote(num_cpus=1)(hash_files).remote(group) for group in groups])
-            for version, schema in {tuple(found.pop("")) for found in hashes} - {_versions()}:
-                raise StoreError(f"a Ray worker runs speclogs {version} (schema {schema}), this driver {speclogs.__version__} "
-                                 f"(schema {SCHEMA_VERSION})", hint="install the same speclogs on every node (or let --ray "
-                                                                    "ship it: leave it uninstalled there)")
-            twins = _twins(groups, {k: v for found in hashes for k, v in found.items()}, stored)
-            task = ray.remote(num_cpus=1)(parse_files)
-            pending = {task.remote(group, lake_dir, stored + twins[i], grammars, chunk_bytes): i for i, group in enumerate(groups)}
-            results: list = [None] * len(groups)
-            waiting, done_bytes, done_files = list(pending), 0, 0
-            total_bytes = sum(item.size_bytes for item in discovery.files)
-            while waiting:
-                ready, waiting = ray.wait(waiting, num_returns=1)
-                index = pending[ready[0]]
-                results[index] = _get(ray, ready)[0]
-                for table, rows in results[index][1].items():
-                    if table not in ("runs", "files"):
-                        lake.append(lake_dir, table, rows)
-                done_bytes += sum(item.size_bytes for item in groups[index])
-                done_files += len(groups[index])
-                if on_progress is not None:
-                    on_progress(ProgressEvent(f"{len(groups) - len(waiting)}/{len(groups)} Ray tasks", done_bytes, total_bytes,
-                                              done_files, len(discovery.files), total_bytes >= (8 << 20) or len(discovery.files) > 50))
-        written = [tables for _, tables in results if "files" in tables]
-        if written:  # (a run's files are one task's: each runs row comes from one task)
-            import pyarrow as pa
-
-            lake.commit(lake_dir, *(pa.concat_tables([tables[name] for tables in written]) for name in ("runs", "files")))
-    except BaseException:
-        lake.restore(lake_dir)
-        raise
-    for tally, _ in results:
-        total.absorb(tally)
-    return total.summary(str(lake_dir), time.perf_counter() - started)
+    yield Tally.of(discovery), {}
+    with _cluster(ray, address, num_cpus) as cpus:
+        groups = plan_tasks(discovery.files, cpus)
+        hashes = _get(ray, [ray.remote(num_cpus=1)(hash_files).remote(group) for group in groups])
+        for version, schema in {tuple(found.pop("")) for found in hashes} - {_versions()}:
+            raise StoreError(f"a Ray worker runs speclogs {version} (schema {schema}), this driver {speclogs.__version__} "
+                             f"(schema {SCHEMA_VERSION})", hint="install the same speclogs on every node (or let --ray "
+                                                                "ship it: leave it uninstalled there)")
+        twins = _twins(groups, {k: v for found in hashes for k, v in found.items()}, stored)
+        task = ray.remote(num_cpus=1)(parse_files)
+        pending = {task.remote(group, lake_dir, stored + twins[i], grammars, chunk_bytes): i for i, group in enumerate(groups)}
+        waiting, done_bytes, done_files = list(pending), 0, 0
+        total_bytes = sum(item.size_bytes for item in discovery.files)
+        while waiting:
+            ready, waiting = ray.wait(waiting, num_returns=1)
+            index = pending[ready[0]]
+            yield _get(ray, ready)[0]
+            done_bytes += sum(item.size_bytes for item in groups[index])
+            done_files += len(groups[index])
+            if on_progress is not None:
+                on_progress(ProgressEvent(f"{len(groups) - len(waiting)}/{len(groups)} Ray tasks", done_bytes, total_bytes,
+                                          done_files, len(discovery.files), total_bytes >= (8 << 20) or len(discovery.files) > 50))
 
 
 def plan_tasks(files: Sequence[InputFile], cpus: int) -> list[list[InputFile]]:
@@ -100,15 +77,6 @@ def plan_tasks(files: Sequence[InputFile], cpus: int) -> list[list[InputFile]]:
 
 # ----------------------------------------------------------------------------------------------------------------
 # the driver's side
-
-
-def _ray():
-    try:
-        import ray
-    except ImportError as error:
-        raise StoreError("--ray needs Ray, which is not installed here",
-                         hint="pip install 'speclogs[fleet]' (or pip install ray), or leave out --ray") from error
-    return ray
 
 
 @contextlib.contextmanager
@@ -199,8 +167,9 @@ def parse_files(files: list[InputFile], lake_dir: Path, stored: list[tuple[str, 
                 chunk_bytes: int) -> tuple[Tally, dict]:
     """One task: the lake's ingest of `files` into a scratch database. Returns its account and its tables (Arrow)."""
     engine = _worker_engine(tuple(Path(p) for p in grammars))
-    with lake.scratch(lake_dir) as connection:
-        tally = lake.parse_into(connection, lake_dir, Discovery(files=tuple(files)), lambda: engine, stored, chunk_bytes=chunk_bytes)
-        import pyarrow as pa
+    import pyarrow as pa
 
-        return tally, {table: pa.table(rows) for table, rows in lake.written_tables(connection).items()}
+    with contextlib.closing(lake.scratch_ingest(lake_dir, Discovery(files=tuple(files)), lambda: engine, stored,
+                                                chunk_bytes=chunk_bytes)) as parsed:
+        tally, tables = next(parsed)
+        return tally, {table: pa.table(rows) for table, rows in tables.items()}

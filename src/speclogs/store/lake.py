@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import json
 import tempfile
 import time
@@ -27,7 +28,7 @@ from speclogs.ingest.sources import Discovery, discover_inputs
 from speclogs.ingest.summary import IngestSummary, ProgressEvent
 from speclogs.schema import columns
 from speclogs.store import compile_grammars
-from speclogs.store.database import SCHEMA_VERSION, VIEWS_SQL, connect, no_extensions_connection, schema_views_sql
+from speclogs.store.database import NO_EXTENSIONS, SCHEMA_VERSION, SCHEMA_VIEWS, VIEWS_SQL, connect
 from speclogs.store.writer import Writer
 
 VERSIONS_KEY = "speclogs.versions"
@@ -40,33 +41,28 @@ def contract_columns() -> dict[str, tuple[tuple[str, str], ...]]:
     return {table: tuple(known.items()) for table, known in sorted(columns().items()) if not table.startswith("_") and table != "meta"}
 
 
-def _deltalake():
+def fleet_module(name: str, option: str):
+    """The `fleet` extra's module `name` (deltalake, ray), or StoreError saying that `option` needs it."""
     try:
-        import deltalake
+        return importlib.import_module(name)
     except ImportError as error:
-        raise StoreError("--lake needs deltalake, which is not installed here",
-                         hint="pip install 'speclogs[fleet]' (or pip install deltalake)") from error
-    return deltalake
+        raise StoreError(f"{option} needs {name}, which is not installed here",
+                         hint=f"pip install 'speclogs[fleet]' (or pip install {name})") from error
+
+
+_deltalake = functools.partial(fleet_module, "deltalake", "--lake")
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # writing
 
 
-class _ScratchWriter(Writer):
-    """The DuckDB file's writer into a scratch file, told what content the lake holds (to ingest it once)."""
-
-    def __init__(self, connection, lake_dir: Path, stored: list[tuple[str, str, int]]) -> None:
-        super().__init__(connection, str(lake_dir))
-        self._lake_stored = stored
-
-    def stored(self) -> list[tuple[str, str, int]]:
-        return self._lake_stored
-
-
-@contextlib.contextmanager
-def scratch(lake_dir: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A new DuckDB file (removed after the block) holding the lake's runs rows, for a writer to complete them."""
+def scratch_ingest(lake_dir: Path, discovery: Discovery, engine_for: Callable, stored: list[tuple[str, str, int]], *,
+                   on_progress: Callable[[ProgressEvent], None] | None = None,
+                   chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[tuple[Tally, dict[str, duckdb.DuckDBPyRelation]]]:
+    """The ingest pipeline over `discovery` into a new DuckDB file (removed when the caller is done with what this
+    yields once: the tally and written_tables) that holds the lake's runs rows, for the writer to complete them;
+    `stored` content is skipped."""
     with tempfile.TemporaryDirectory(prefix="speclogs-lake-") as folder:
         connection = connect(Path(folder) / "scratch.duckdb")
         try:
@@ -75,18 +71,12 @@ def scratch(lake_dir: Path) -> Iterator[duckdb.DuckDBPyConnection]:
             if runs is not None:
                 connection.register("_lake_runs", runs.collect().to_arrow())
                 connection.execute("INSERT INTO runs BY NAME SELECT * FROM _lake_runs")
-            yield connection
+            writer = Writer(connection, str(lake_dir), stored=stored)
+            tally = run_pipeline(discovery, writer, engine_for, on_progress=on_progress, chunk_bytes=chunk_bytes)
+            tally.warnings.extend(note for note in writer.layout.notes if note not in tally.warnings)
+            yield tally, written_tables(connection)
         finally:
             connection.close()
-
-
-def parse_into(connection, lake_dir: Path, discovery: Discovery, engine_for: Callable, stored: list[tuple[str, str, int]], *,
-               on_progress: Callable[[ProgressEvent], None] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Tally:
-    """The ingest pipeline over `discovery` into the scratch database `connection`; `stored` content is skipped."""
-    writer = _ScratchWriter(connection, lake_dir, stored)
-    tally = run_pipeline(discovery, writer, engine_for, on_progress=on_progress, chunk_bytes=chunk_bytes)
-    tally.warnings.extend(note for note in writer.layout.notes if note not in tally.warnings)
-    return tally
 
 
 def written_tables(connection) -> dict[str, duckdb.DuckDBPyRelation]:
@@ -116,7 +106,7 @@ def commit(lake_dir: Path, runs, files) -> None:
         (dl.DeltaTable(lake_dir / "runs").merge(runs, predicate="t.run_id = s.run_id", source_alias="s", target_alias="t",
                                                 merge_schema=True)
          .when_matched_update_all().when_not_matched_insert_all().execute())
-    versions = table_versions(lake_dir)
+    versions = {name: dl.DeltaTable(lake_dir / name).version() for name in table_names(lake_dir)}
     versions["files"] = versions.get("files", -1) + 1
     append(lake_dir, "files", files, {VERSIONS_KEY: json.dumps(versions, sort_keys=True)})
 
@@ -130,11 +120,6 @@ def table_names(lake_dir: Path) -> list[str]:
     if not lake_dir.is_dir():
         return []
     return sorted(p.name for p in lake_dir.iterdir() if (p / "_delta_log").is_dir())
-
-
-def table_versions(lake_dir: Path) -> dict[str, int]:
-    dl = _deltalake()
-    return {name: dl.DeltaTable(lake_dir / name).version() for name in table_names(lake_dir)}
 
 
 def committed_versions(lake_dir: str | Path) -> dict[str, int]:
@@ -211,7 +196,7 @@ def connect_lake(lake_dir: str | Path) -> duckdb.DuckDBPyConnection:
         raise StoreError(f"no lake at {lake_dir}", hint="run `speclogs ingest PATH… --lake DIR` first, or pass --lake")
     versions = committed_versions(lake_dir)
     contract = contract_columns()
-    connection = no_extensions_connection()
+    connection = duckdb.connect(config=NO_EXTENSIONS)
     try:
         for table in sorted(set(contract) | set(versions)):
             present: list[str] = []
@@ -226,7 +211,7 @@ def connect_lake(lake_dir: str | Path) -> duckdb.DuckDBPyConnection:
             source = f'"_delta_{table}"' if present else "(SELECT 1) WHERE false"
             connection.execute(f'CREATE VIEW "{table}" AS SELECT {", ".join(typed)} FROM {source}')
         connection.execute(VIEWS_SQL)
-        connection.execute(schema_views_sql())
+        connection.execute(SCHEMA_VIEWS)
         connection.execute(f"CREATE VIEW meta AS SELECT 'schema_version' AS key, '{SCHEMA_VERSION}' AS value")
     except duckdb.Error as error:
         connection.close()
@@ -245,26 +230,35 @@ def ingest_lake(paths: Sequence[str | Path], lake_dir: str | Path, *, run_name: 
     `ingest_paths`, its rows appended to Delta tables, committed at the end. Content the lake holds is skipped;
     a changed file is skipped with a note (a lake is append-only: nothing is replaced). With `ray` ('local',
     'auto' or a cluster's address) the files are parsed by tasks on that Ray cluster (speclogs.store.fanout)."""
-    if ray is not None:
-        from speclogs.store.fanout import ingest_lake_ray
-
-        return ingest_lake_ray(paths, lake_dir, ray, run_name=run_name, on_progress=on_progress,
-                               grammar_paths=grammar_paths, chunk_bytes=chunk_bytes, num_cpus=num_cpus)
     started = time.perf_counter()
     lake_dir = Path(lake_dir).resolve()
     open_for_writing(lake_dir)
     discovery = discover_inputs([str(p) for p in paths], run_name=run_name, known_runs=stored_run_names(lake_dir))
+    options = {"on_progress": on_progress, "chunk_bytes": chunk_bytes}
+    if ray is not None and discovery.files:
+        from speclogs.store.fanout import parse_on_ray
+
+        parts = parse_on_ray(discovery, lake_dir, stored_files(lake_dir), ray, grammar_paths, num_cpus=num_cpus, **options)
+    else:
+        engine_for = functools.partial(compile_grammars, tuple(grammar_paths))
+        parts = scratch_ingest(lake_dir, discovery, engine_for, stored_files(lake_dir), **options)
+    import pyarrow as pa
+
+    total, written = None, []
     try:
-        with scratch(lake_dir) as connection:
-            engine_for = functools.partial(compile_grammars, tuple(grammar_paths))
-            tally = parse_into(connection, lake_dir, discovery, engine_for, stored_files(lake_dir), on_progress=on_progress,
-                               chunk_bytes=chunk_bytes)
-            tables = written_tables(connection)
-            for table, rows in tables.items():
-                if table not in _MERGED:
-                    append(lake_dir, table, rows)
-            if "files" in tables:
-                commit(lake_dir, tables["runs"], tables["files"])
+        with contextlib.closing(parts):
+            for tally, tables in parts:  # (Ray: the whole call's account first, then each task's as it ends)
+                for table, rows in tables.items():
+                    if table not in _MERGED:
+                        append(lake_dir, table, rows)
+                if "files" in tables:  # (a run's files are one task's: each runs row comes from one task)
+                    written.append((pa.table(tables["runs"]), pa.table(tables["files"])))
+                if total is None:
+                    total = tally
+                else:
+                    total.absorb(tally)
+        if written:
+            commit(lake_dir, *(pa.concat_tables(part) for part in zip(*written)))
     except KeyboardInterrupt:
         restore(lake_dir)
         raise IngestInterrupted("interrupted: nothing of this call is in the lake (its appends were taken back); "
@@ -272,4 +266,4 @@ def ingest_lake(paths: Sequence[str | Path], lake_dir: str | Path, *, run_name: 
     except BaseException:
         restore(lake_dir)
         raise
-    return tally.summary(str(lake_dir), time.perf_counter() - started)
+    return total.summary(str(lake_dir), time.perf_counter() - started)

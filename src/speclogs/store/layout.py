@@ -24,7 +24,6 @@ _SQL_TYPES = {pl.Int8: "INTEGER", pl.Int16: "INTEGER", pl.Int32: "INTEGER", pl.I
 
 
 def file_keys(table: str, run_id: str, source_file: str) -> dict[str, object]:
-    """The key columns every row of `table` gets from its file."""
     return {"source_file": source_file} if table in SOURCE_ONLY_TABLES else {"source_file": source_file, "run_id": run_id}
 
 
@@ -38,7 +37,6 @@ def with_keys(table: str, frame: pl.DataFrame, files: Sequence[tuple[str, str]])
 
 
 def polars_schema(table: str) -> dict[str, pl.DataType]:
-    """A table's columns as polars types, in the schema's order."""
     return {name: POLARS_TYPES[sql_type] for name, sql_type in columns()[table].items()}
 
 
@@ -104,8 +102,9 @@ class Layout:
                 self._note(f"column {table}.{name} is not in the speclogs schema: added for a grammar of yours")
 
     def _note(self, text: str) -> None:
-        if text not in self.notes:
+        if text not in self.notes:  # (a rollback may undo a table made, to be made and said again)
             self.notes.append(text)
+
 
 
 def _sql_type(dtype: pl.DataType) -> str:

@@ -1,9 +1,5 @@
-"""Read-only SQL on the database (`speclogs sql`, `speclogs tables`, `speclogs runs`).
-
-`statements(db_path, sql)` runs `sql`'s statements one after the other and yields each one's StatementResult: its
-columns, DuckDB types and rows read on demand (`head`, `count`, or all of them in batches of tuples), so no result is
-held whole in memory. `SHOW TABLES` lists the contract's tables and views (docs/sql.md), not the internal `_…` ones.
-`run_query(db_path, sql)` is the small library form: the last statement's rows as tuples (QueryResult).
+"""Read-only SQL on the database (`speclogs sql`, `speclogs tables`, `speclogs runs`): `statements` streams each
+statement's rows (no result is held whole in memory); `run_query` is the small library form (the last one's rows).
 """
 
 from __future__ import annotations
@@ -91,11 +87,9 @@ class StatementResult:
     _connection: Any
 
     def head(self, n: int) -> list[tuple]:
-        """The first n rows as Python tuples."""
         return self._fetch(lambda: self._relation.limit(n).fetchall())
 
     def count(self) -> int:
-        """How many rows the result has (running the statement once more)."""
         return int(self._fetch(lambda: self._relation.aggregate("count(*)").fetchall())[0][0])
 
     def batches(self, rows: int = BATCH_ROWS) -> Iterator[list[tuple]]:
@@ -105,7 +99,6 @@ class StatementResult:
         return iter(lambda: self._fetch(lambda: cursor.fetchmany(rows)), [])
 
     def write_parquet(self, path: str | Path) -> None:
-        """All rows as a Parquet file at `path`, by DuckDB's own writer (streamed)."""
         self._fetch(lambda: self._relation.write_parquet(str(path)))
 
     def projected(self, expression: str) -> StatementResult:
@@ -136,9 +129,9 @@ def connect_reading(db_path: str | Path, lake: str | Path | None = None) -> duck
 
 @contextmanager
 def statements(db_path: str | Path, sql: str, *, lake: str | Path | None = None) -> Iterator["Statements"]:
-    """Open the database read-only (or the lake `lake`) and run `sql`'s statements in order, yielding each result as
-    it comes (a statement runs when the previous one's result has been read); `len()` of what it gives is how many
-    statements `sql` holds. StoreError for SQL that does not parse or run."""
+    """Open the database read-only (or the lake `lake`) and run `sql`'s statements in order, each when the previous
+    one's result has been read (`len()` of what it gives: how many). `SHOW TABLES` lists the contract's tables and
+    views (docs/sql.md), not the internal `_…` ones. StoreError for SQL that does not parse, run or only read."""
     connection = connect_reading(db_path, lake)
     try:
         try:  # (the connection's parser: duckdb's module-level one would start a database of its own)
@@ -206,7 +199,7 @@ class QueryResult:
 
 
 def run_query(db_path: str | Path, sql: str) -> QueryResult:
-    """Run SQL read-only against the database; the last statement's result. StoreError on a SQL error."""
+    """The last statement's result of SQL run read-only against the database. StoreError on a SQL error."""
     connection = connect(db_path, read_only=True)
     try:
         cursor = connection.execute(sql)

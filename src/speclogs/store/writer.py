@@ -1,10 +1,7 @@
-"""Writing what the ingest pipeline parsed: each file in one transaction, never half-written.
+"""Writing what the ingest pipeline parsed (`Writer`, its sink): each file in one transaction, never half-written.
 
-`Writer` is the pipeline's sink. A batch of small files is one transaction (when it fails, each file is tried in its
-own, and only the one that fails is left out). A big log is inserted as its chunks are parsed; past SEGMENT_ROWS rows
-it is committed in segments under an `_ingesting` mark, which the next writer clears after a kill. With every file go
-its `files` row, its `launches` rows and its run (`runs`: inserted, or completed). A failed file is rolled back and
-reported in the summary; a full disk stops the ingest (StoreError).
+With every file go its `files` row, its `launches` rows and its run (`runs`: inserted, or completed). A failed file is
+rolled back and reported in the summary; a full disk stops the ingest (StoreError).
 """
 
 from __future__ import annotations
@@ -31,12 +28,12 @@ FAILURES = (duckdb.Error, pl.exceptions.PolarsError, SpeclogsError, ValueError, 
 
 
 class Writer:
-    """Writes parsed files into the database `db_path` open on `connection`, counting what it wrote (or could not)
-    in a Tally."""
+    """Writes parsed files into the database `db_path` open on `connection`, counting them in a Tally."""
 
-    def __init__(self, connection, db_path: str) -> None:
+    def __init__(self, connection, db_path: str, *, stored: list[tuple] | None = None) -> None:
         self.connection = connection
         self.db_path = db_path
+        self._stored = stored  # what content is stored elsewhere (a lake's), when not this database's
         self.layout = Layout(connection)
         self._in_transaction = False
         try:
@@ -54,8 +51,7 @@ class Writer:
         self.connection.execute("COMMIT")
 
     def _rollback(self) -> None:
-        """Roll back the transaction under way, if one is (after a failed COMMIT none is)."""
-        if self._in_transaction:
+        if self._in_transaction:  # (after a failed COMMIT none is)
             self._in_transaction = False
             self.connection.execute("ROLLBACK")
         self.layout.reload()
@@ -78,17 +74,21 @@ class Writer:
             for (source_file,) in left:
                 self.layout.notes.append(f"{source_file}: its ingest was interrupted; the rows it had written are removed, ingest it again")
 
-    def stored(self) -> list[tuple[str, str, int, str]]:
+    def stored(self) -> list[tuple]:
+        """(source_file, sha256, size_bytes[, run_id]) of the content stored."""
+        if self._stored is not None:
+            return self._stored
         return self.connection.execute("SELECT source_file, sha256, size_bytes, run_id FROM files").fetchall()
 
     def write_batch(self, batch: Batch, tally: Tally) -> None:
+        """Small files in one transaction; when it fails, each in its own, so that only the one that fails is left out."""
         try:
             self._transaction(batch)
         except FAILURES as error:
             _raise_interrupt(error)
             if len(batch.files) == 1:
                 self._failed(batch.files[0], error, tally)
-            else:  # find the culprit: one transaction per file
+            else:
                 for index in range(len(batch.files)):
                     self.write_batch(batch.of(index), tally)
             return
@@ -153,9 +153,8 @@ class Writer:
         tally.add(parsed)
 
     def _failed(self, parsed: ParsedFile, error: BaseException, tally: Tally, *, rows_left: bool = False) -> None:
-        """A file that could not be written (rolled back): said in the summary, or, when the disk is full, the end of
-        the ingest (StoreError). `rows_left`: rows of it committed earlier are still there (the next ingest removes
-        them)."""
+        """A file rolled back: said in the summary, or, when the disk is full, the end of the ingest (StoreError).
+        `rows_left`: rows of it committed earlier are still there."""
         if no_space_left(error):
             done = "its rows written so far are removed by the next ingest" if rows_left else "it is rolled back"
             stored = f"; the {tally.ingested:,} file(s) ingested before it are stored" if tally.ingested else ""
@@ -166,7 +165,6 @@ class Writer:
         tally.fail(f"failed and rolled back ({type(error).__name__}: {first_line(error)})", parsed.source_file)
 
     def _finish(self, files: list[ParsedFile]) -> None:
-        """The files rows, launches rows and runs of some files (one statement each)."""
         launch_rows = [row for parsed in files for row in parsed.launch_rows]
         if launch_rows:
             self.layout.insert("launches", pl.DataFrame(launch_rows, schema=LAUNCH_TYPES, orient="row"))
@@ -234,38 +232,23 @@ def file_row(parsed: ParsedFile) -> dict:
     }
 
 
-RUN_FACT_COLUMNS = (
-    "cell", "factors", "launch_index", "sglang_version", "model_path", "speculative_algorithm", "tp_size",
-    "hostname", "gpu_name", "env", "argv", "run_json", "outcome",
-)
 RUN_TYPES = polars_schema("runs")
 LAUNCH_TYPES = polars_schema("launches")
 
 
-def batch_run_rows(files: list[ParsedFile]) -> dict[str, dict]:
-    """run_id → the runs row the files of one batch say: the run's name and folder, and per fact the first file's
-    (in the batch's order) that says it. The lake (speclogs.store.lake) folds these the way _upsert_runs does."""
-    merged: dict[str, dict] = {}
+def _upsert_runs(connection, files: list[ParsedFile]) -> None:
+    """The runs of some files: each its name and folder, and per fact (a runs column) the first file's that says it.
+    Known runs keep what the new files do not say (an UPDATE in place: DuckDB's ON CONFLICT would move them to the
+    end); new runs are appended in the order they were met."""
+    rows: dict[str, dict] = {}
     now = datetime.now()
     for parsed in files:
         run = parsed.item.run
-        row = merged.setdefault(
-            run.run_id,
-            {"run_id": run.run_id, "run_name": run.run_name, "source_dir": run.source_dir, "cell": run.cell,
-             "launch_index": run.launch_index, "ingested_at": now},
-        )
-        for column in RUN_FACT_COLUMNS:
-            value = parsed.account.run_facts.get(column)
-            if value is not None and row.get(column) is None:
-                row[column] = value
-    return merged
-
-
-def _upsert_runs(connection, files: list[ParsedFile]) -> None:
-    """Known runs keep what the new files do not say (an UPDATE in place: DuckDB's ON CONFLICT would move them to the
-    end); new runs are appended in the order they were met."""
-    rows = [{c: r.get(c) for c in RUN_TYPES} for r in batch_run_rows(files).values()]
-    frame = redacted("runs", pl.DataFrame(rows, schema=RUN_TYPES, orient="row")).with_row_index("_position")
+        row = rows.setdefault(run.run_id, {"run_id": run.run_id, "run_name": run.run_name, "source_dir": run.source_dir,
+                                           "cell": run.cell, "launch_index": run.launch_index, "ingested_at": now})
+        row.update({column: value for column, value in parsed.account.run_facts.items() if row.get(column) is None})
+    frame = pl.DataFrame([{c: r.get(c) for c in RUN_TYPES} for r in rows.values()], schema=RUN_TYPES, orient="row")
+    frame = redacted("runs", frame).with_row_index("_position")
     updates = ", ".join(f"{c} = COALESCE(n.{c}, runs.{c})" for c in RUN_TYPES if c != "run_id")
     connection.register("_speclogs_runs", connection.from_arrow(frame.__arrow_c_stream__()).materialize())  # read twice
     try:

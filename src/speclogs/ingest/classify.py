@@ -1,15 +1,11 @@
 """Classify pieces of text with the grammars' compiled regexes: `Claims`, one frame per pattern with the typed
 values of the pieces it claimed (first matching pattern wins), plus the pieces nobody claimed.
 
-A line is (prefix, message). SGLang's own prefix is split off every line that has it. On the other lines, each
-message pattern with a distinctive gate looks for its message wherever it starts (after any text that ends in a
-blank); what stands before it is read by the other prefix grammars, or, when none reads it, kept as a new prefix
-shape (drift) with the timestamp and rank tags found in it. Then one scope at a time (messages, then the lines left
-whole), in priority order: each pattern's gate literal selects candidate rows, its regex runs on those only (with an
-empty `_hit` group that tells a match from a miss) and the claimed rows leave the working set.
-
-Near misses (a piece that contains a pattern's gate, fails its regex and ends up with a more generic pattern or with
-none) are format drift; pyparsing (the grammar's definition) explains the first few.
+SGLang's prefix is split off every line that has it; on the other lines a message pattern with a distinctive gate
+finds its message wherever it starts after a blank, and what stands before it is read by the other prefix grammars
+(or kept as a new prefix shape: drift). Then one scope at a time, in priority order, each pattern's gate literal
+selects candidate rows, its regex (with an empty `_hit` group) runs on those only, and claimed rows leave the set.
+A piece that passes a gate, fails its regex and ends up with a more generic pattern or none is a near miss (drift).
 """
 
 from __future__ import annotations
@@ -48,10 +44,6 @@ class CompiledPattern:
     def name(self) -> str:
         return self.pattern.name
 
-    @property
-    def schema(self) -> dict[str, pl.DataType]:
-        return {name: dtype for name, dtype, _, _ in self.columns}
-
 
 @dataclass(frozen=True)
 class Engine:
@@ -84,7 +76,6 @@ class Claims:
 
 
 def compile_engine(grammars: GrammarSet) -> Engine:
-    """The grammars ready to classify with."""
     regex = grammars.prefix.regex
     cut = regex.find("(?P<message>")
     if cut < 0 or not regex.startswith("^"):
@@ -135,14 +126,12 @@ def _value_types(p: Pattern) -> dict[str, pl.DataType]:
     return types
 
 
-def is_server_args(pattern: Pattern) -> bool:
-    """The pattern of the `server_args=…` dump, where launches begin."""
+def is_server_args(pattern: Pattern) -> bool:  # the `server_args=…` dump, where launches begin
     return pattern.constants.get("kind") == "server_args" or pattern.table == "server_args_header" or pattern.family == "server_args"
 
 
 def distinctive_gate(gate: str) -> bool:
-    """Whether passing `gate` makes a line look like the pattern's: only then is failing its regex a near miss
-    (with an empty gate every unknown line would be one, for every such pattern)."""
+    """Whether passing `gate` makes a line look like the pattern's: only then is failing its regex a near miss."""
     return len(gate.strip()) >= NEAR_MISS_GATE_CHARS
 
 
@@ -157,8 +146,7 @@ def explain_miss(pattern: Pattern, text: str) -> str:
     return "the compiled regex rejects it but pyparsing accepts it (grammar compiler bug)"
 
 
-def repeat(value: object, n: int, dtype: pl.DataType, name: str = "") -> pl.Series:
-    """`value` n times (far cheaper than pl.repeat)."""
+def repeat(value: object, n: int, dtype: pl.DataType, name: str = "") -> pl.Series:  # far cheaper than pl.repeat
     return pl.Series(name, [value], dtype=dtype).new_from_index(0, n)
 
 
@@ -202,8 +190,7 @@ def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] 
 
 
 @dataclass
-class _Found:
-    """What classifying the scopes of one chunk found, pattern by pattern."""
+class _Found:  # what classifying the scopes of one chunk found, pattern by pattern
 
     eligible: set[str]  # patterns whose claims can make another pattern's near miss drift
     frames: dict[str, pl.DataFrame] = field(default_factory=dict)
@@ -214,15 +201,8 @@ class _Found:
 
 def _classify_scope(patterns: tuple[CompiledPattern, ...], gates: tuple[str, ...], src: pl.Series, meta: pl.DataFrame,
                     found: _Found) -> pl.DataFrame:
-    """One scope pattern by pattern in polars: gate, regex on the candidates, claimed rows leave the working set."""
     work = _Work(src, meta, gates)
-    for compiled in patterns:
-        if work.alive_count == 0:
-            break
-        candidates = work.candidates(compiled.pattern.gate)
-        if candidates is None or not candidates.any():
-            continue
-        at = candidates.arg_true()  # candidate rows' positions in work.src
+    for compiled, candidates, at in work.each(patterns, lambda compiled: compiled.pattern.gate):
         extracted = work.src.gather(at).str.extract_groups(compiled.hit_regex)
         hit = extracted.struct.field("_hit").is_not_null()
         rows = work.rows.gather(at)
@@ -246,10 +226,9 @@ def _classify_scope(patterns: tuple[CompiledPattern, ...], gates: tuple[str, ...
 
 
 class _Work:
-    """The rows of one scope still to classify: their text (`src`) and their index into the scope's metadata (`rows`,
-    gathered only for the rows a pattern claims); compacted when enough were claimed. A gate's mask is computed once.
-    Once few rows are left, one multi-literal search finds which gates occur in them at all, so the patterns whose
-    gate does not occur (most, in most chunks) cost no pass of their own."""
+    """The rows of one scope still to classify: their text (`src`) and index into the scope's metadata (`rows`);
+    compacted when enough were claimed. Once few rows are left, one multi-literal search finds which gates occur in
+    them at all, so the patterns whose gate does not occur (most, in most chunks) cost no pass of their own."""
 
     def __init__(self, src: pl.Series, meta: pl.DataFrame, gates: tuple[str, ...]) -> None:
         self.src = src.alias("src")
@@ -262,16 +241,18 @@ class _Work:
         self._present: frozenset[str] | None = None
         self._find_present()
 
-    def candidates(self, gate: str) -> pl.Series | None:
-        """The alive rows that contain `gate`; None when no row does (as far as the presence search knows)."""
-        if not gate:
-            return self.alive
-        if self._present is not None and gate not in self._present:
-            return None
-        mask = self._gates.get(gate)
-        if mask is None:
-            mask = self._gates[gate] = self.src.str.contains(gate, literal=True)
-        return self.alive & mask
+    def each(self, items, gate_of):
+        """(item, its candidates: the alive rows that contain its gate, their positions in `src`) for each item whose
+        gate some row contains, while rows are left; the caller claims the rows it takes."""
+        for item in items:
+            gate = gate_of(item)
+            if self.alive_count == 0:
+                return
+            if gate and (self._present is None or gate in self._present) and gate not in self._gates:
+                self._gates[gate] = self.src.str.contains(gate, literal=True)
+            candidates = self.alive & self._gates[gate] if gate in self._gates else None if gate else self.alive
+            if candidates is not None and candidates.any():
+                yield item, candidates, candidates.arg_true()
 
     def claim(self, candidates: pl.Series, hit: pl.Series) -> None:
         claimed = repeat(False, self.src.len(), pl.Boolean).scatter(candidates.arg_true(), hit)
@@ -299,13 +280,7 @@ def _find_messages(engine: Engine, rows: pl.DataFrame) -> pl.DataFrame | None:
         return None
     work = _Work(rows.get_column("text"), rows.select("line_no", "piece"), tuple(dict.fromkeys(g for g, _, _ in engine.finders)))
     parts = []
-    for gate, regex, at_gate in engine.finders:
-        if work.alive_count == 0:
-            break
-        candidates = work.candidates(gate)
-        if candidates is None or not candidates.any():
-            continue
-        at = candidates.arg_true()
+    for (gate, regex, at_gate), candidates, at in work.each(engine.finders, lambda finder: finder[0]):
         text = work.src.gather(at)
         if at_gate:
             split = text.str.splitn(gate, 2).struct.unnest()

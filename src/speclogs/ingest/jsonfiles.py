@@ -1,9 +1,8 @@
 """JSON inputs: benchmark files (→ bench_requests), launcher run.json (→ runs), NCCL probe results (→ nccl_probe).
 
-Benchmark shapes (source_kind column): bench_jsonl, one object per request (`*.bench.jsonl`, the launcher's
-`bench.jsonl`: i, warmup, latency_s, tok_per_s, meta_info{…}); bench_json, the older `*.bench.json`, one array of
-{latency_s, tok_s, meta}, element 0 the warm-up; bench_serving_jsonl, `sglang.bench_serving` output, one summary object
-per benchmark run. A line that is not JSON, or JSON of an unknown shape, becomes an unparsed_lines row.
+Benchmark shapes (source_kind): bench_jsonl, one object per request (i, warmup, latency_s, tok_per_s, meta_info{…});
+bench_json, the older `*.bench.json` array of {latency_s, tok_s, meta}, element 0 the warm-up; bench_serving_jsonl,
+one `sglang.bench_serving` summary object per line. A line that is not JSON or of an unknown shape is unparsed.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ BENCH_COLUMNS = {
 
 def json_line_rows(text: str, row_of, unknown: str, cut_hint: str = "") -> tuple[list, list[tuple[int, str, str]]]:
     """A JSONL text → the rows `row_of(document, line_no, rows_so_far)` makes of its lines, and an unparsed row
-    (line_no, reason, raw) of each other line: empty, not JSON, or a document row_of gives None for (`unknown`)."""
+    (line_no, reason, raw) of each other line."""
     rows: list = []
     unparsed: list[tuple[int, str, str]] = []
     lines = text.split("\n")
@@ -52,7 +51,6 @@ def json_line_rows(text: str, row_of, unknown: str, cut_hint: str = "") -> tuple
 def accounted(text: str, tables: dict[str, pl.DataFrame], unparsed: list[tuple[int, str, str]], *,
               all_unparsed: bool = False, warnings: list[str] | tuple[str, ...] = (),
               run_facts: dict | None = None) -> tuple[dict[str, pl.DataFrame], FileAccount]:
-    """A JSON input's tables (with its unparsed rows) and its account."""
     if unparsed:
         tables["unparsed_lines"] = pl.DataFrame(unparsed, schema={"line_no": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8}, orient="row")
     total = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
@@ -68,6 +66,10 @@ def parse_bench_jsonl(text: str, *, kind: str) -> tuple[dict[str, pl.DataFrame],
     return accounted(text, _bench_tables(rows), unparsed)
 
 
+def _bench_tables(rows: list[tuple]) -> dict[str, pl.DataFrame]:
+    return {"bench_requests": pl.DataFrame(rows, schema=BENCH_COLUMNS, orient="row")} if rows else {}
+
+
 def parse_bench_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     """The older `*.bench.json`: one JSON array; element 0 is the warm-up."""
     try:
@@ -78,10 +80,6 @@ def parse_bench_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
             for position, (line_no, document) in enumerate(elements)]
     unparsed = [(line_no, "array element of an unknown shape", json.dumps(document)) for line_no, row, document in rows if row is None]
     return accounted(text, _bench_tables([row for _, row, _ in rows if row is not None]), unparsed)
-
-
-def _bench_tables(rows: list[tuple]) -> dict[str, pl.DataFrame]:
-    return {"bench_requests": pl.DataFrame(rows, schema=BENCH_COLUMNS, orient="row")} if rows else {}
 
 
 def json_array_elements(text: str) -> list[tuple[int, object]]:
@@ -160,8 +158,7 @@ _C_ENCODER = None if c_make_encoder is None else c_make_encoder(
 
 
 def json_text(value: object) -> str:
-    """JSON text DuckDB's JSON type accepts: Infinity/NaN become strings, and so do keys JSON has no form for (a
-    tuple); other keys as json.dumps writes them."""
+    """JSON text DuckDB's JSON type accepts: Infinity/NaN become strings, and so do keys JSON has no form for."""
     try:  # the usual case: nothing to replace (the C encoder, one pass)
         return "".join(_C_ENCODER(value, 0)) if _C_ENCODER is not None and not isinstance(value, str) else _ENCODE(value)
     except (ValueError, TypeError):
@@ -182,10 +179,6 @@ def _key(key: object) -> object:  # as JSON writes it where it can (str, int, fi
     return key if isinstance(key, (str, int)) or key is None or (isinstance(key, float) and math.isfinite(key)) else str(key)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# run.json (launcher) and NCCL probe results
-
-
 def parse_run_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     """Launcher run.json → the run's facts (cell, factors, env, argv, versions, outcome …); no table rows."""
     try:
@@ -201,17 +194,17 @@ def parse_run_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     return accounted(text, {}, [], warnings=warnings, run_facts={k: v for k, v in facts.items() if v is not None})
 
 
-NCCL_PROBE_FORMAT = ("speclogs.nccl_probe", 1)  # the "format" and "format_version" `speclogs probe nccl` writes
+NCCL_PROBE_FORMAT = ("speclogs.nccl_probe", 1)  # its "format" and "format_version"
 
 
 def parse_nccl_probe(text: str, source: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
-    """`*.nccl_probe.json` (written by `speclogs probe nccl`) → its nccl_probe_files row and one nccl_probe row per
-    (env set, collective, message size) measured; an env set that failed has no rows, and a warning."""
+    """`*.nccl_probe.json` → its nccl_probe_files row and one nccl_probe row per (env set, collective, message size)
+    measured; an env set that failed has no rows, and a warning."""
     try:
         document = json.loads(text)
         if not isinstance(document, dict) or (document.get("format"), document.get("format_version")) != NCCL_PROBE_FORMAT:
             raise InputError(f"not a speclogs NCCL probe file of format {NCCL_PROBE_FORMAT}",
-                             hint="files named *.nccl_probe.json are written by `speclogs probe nccl`")
+                             hint="a file named *.nccl_probe.json is read as NCCL probe results: rename it")
         rows, warnings = _nccl_probe_rows(document)
     except (KeyError, TypeError, ValueError, InputError) as error:
         reason = (str(error) if isinstance(error, InputError) else f"not JSON ({error})" if isinstance(error, json.JSONDecodeError)

@@ -1,13 +1,8 @@
-"""The ingest pipeline, top to bottom: discover → read → split → classify → assemble → (the store) write.
+"""The ingest pipeline: discover → read → split → classify → assemble → (the store) write.
 
-`run_pipeline(discovery, sink)` reads each input safely (gzip, binary, NUL and invalid bytes), leaves out what the
-database already holds and what this call already read (the same content under another name), and parses the rest.
-Small files go in batches: their lines, numbered on in one sequence, are split (lines.py), classified (classify.py)
-and assembled (records.py) as ONE chunk, JSON inputs file by file (jsonfiles.py), a batch parsed on a thread while the
-sink writes the one before: `sink.write_batch(batch, tally)`. A big log streams, two chunks parsed at once on threads:
-`sink.write_stream(parsed, produce, tally)`, where `produce(emit)` hands `emit(table, frame)` each table frame. Per file
-the pipeline keeps its account in a ParsedFile, which the sink (speclogs.store.writer) writes to `files`, `runs` and
-`launches`.
+Small files go in batches, their logs' lines parsed as ONE chunk, a batch parsed on a thread while the sink writes the
+one before (`sink.write_batch(batch, tally)`). A big log streams, two chunks parsed at once on threads
+(`sink.write_stream(parsed, produce, tally)`: `produce(emit)` hands `emit(table, frame)` each table frame).
 """
 
 from __future__ import annotations
@@ -99,7 +94,6 @@ class Tally:
 
     @classmethod
     def of(cls, discovery: Discovery) -> Tally:
-        """The account of a run over `discovery`'s files before any is read: what discovery skipped and noted."""
         return cls(len(discovery.files), sum(f.size_bytes for f in discovery.files), skipped_files=list(discovery.skipped_files),
                    warnings=list(discovery.notes))
 
@@ -116,14 +110,12 @@ class Tally:
         self.failed.append(f"{where}: {reason}")
 
     def interrupted(self) -> IngestInterrupted:
-        """What Ctrl-C left: the files committed before it are kept, the ones being written are rolled back."""
         rolled_back = f"rolled back: {', '.join(self.writing)}" if self.writing else "nothing was being written"
         files_left = self.files_total - self.ingested - self.files_left_out - len(self.writing)
         left = f"; {files_left:,} file(s) not ingested" if files_left > 0 else ""
         return IngestInterrupted(f"interrupted: {self.ingested:,} file(s) ingested before it are kept; {rolled_back}{left}")
 
-    def absorb(self, other: Tally) -> None:
-        """Add another run's account to this one (its files, lines, rows, skips, warnings; not its totals)."""
+    def absorb(self, other: Tally) -> None:  # another run's account (not its totals)
         self.ingested += other.ingested
         self.unchanged += other.unchanged
         self.bytes_done += other.bytes_done
@@ -151,15 +143,10 @@ class IngestInterrupted(KeyboardInterrupt):
     """Ctrl-C during an ingest; the message says what was kept and what was rolled back (the CLI: exit 130)."""
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# the pipeline
-
-
 def run_pipeline(discovery: Discovery, sink, engine_for: Callable[[], Engine], *, replace: bool = False,
                  on_progress: Callable[[ProgressEvent], None] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Tally:
-    """(discovered inputs, sources.discover_inputs) → read → (skip what is stored) → split → classify → assemble →
-    sink. `engine_for()` compiles the grammars, called only when there is a log to read. Raises InputError when
-    nothing names an input."""
+    """Read, parse and hand to `sink` the inputs of `discovery` that it does not hold yet. `engine_for()` compiles the
+    grammars, called only when there is a log to read. Raises InputError when nothing names an input."""
     if not discovery.files and not discovery.skipped_files:
         raise InputError("nothing to ingest", hint="pass log files, directories, .gz files or '-' for stdin")
     tally = Tally.of(discovery)
@@ -230,12 +217,10 @@ class Contents:
             self.add(source_file, sha256, size_bytes)
             self.run_ids[source_file] = run_id[0] if run_id else None
 
-    def known(self, source_file: str) -> set[str]:
-        """The sha256 of each content stored (or read) under `source_file`."""
+    def known(self, source_file: str) -> set[str]:  # the sha256 of each content stored (or read) under it
         return {_sha256(digest) for digest in self._sources.get(source_file, ())}
 
-    def twin(self, source_file: str, raw: RawInput) -> str | None:
-        """Another source with the same (non-empty) content, or None."""
+    def twin(self, source_file: str, raw: RawInput) -> str | None:  # another source of the same (non-empty) content
         others = [(source, digest) for source, digest in self._by_size.get(raw.size_bytes, ()) if source != source_file]
         if not others or not raw.size_bytes:
             return None
@@ -342,8 +327,7 @@ def _write_parsed(parsed_files: list[Batch | tuple[ParsedFile, BaseException]], 
 
 
 def collect_cycles() -> None:
-    """The youngest generation's reference cycles: ingest_paths turns the cyclic GC off, and ast.literal_eval (server_args
-    and --log-requests values) leaves a cycle of ~11 objects a value (~300 MB by the end of a 10M-line log)."""
+    # ingest_paths turns the cyclic GC off, and ast.literal_eval (server_args, --log-requests values) leaves a cycle a value
     gc.collect(0)
 
 
@@ -352,12 +336,8 @@ def first_line(error: BaseException) -> str:
     return text[0][:300] if text else ""
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# small files: one batch, one chunk
-
-
 def parse_batch(files: list[ParsedFile], engine: Engine | None) -> Batch:
-    """Parse small files together: every log's lines in one chunk, every JSON input on its own."""
+    """Small files parsed together: every log's lines in one chunk, every JSON input on its own."""
     tables: dict[str, list[pl.DataFrame]] = {}
     logs = [index for index, parsed in enumerate(files) if parsed.item.kind == "log"]
     if logs:
@@ -416,8 +396,7 @@ def _parse_json(parsed: ParsedFile) -> dict[str, pl.DataFrame]:
     return {table: frame for table, frame in tables.items() if frame.height}
 
 
-def _finish_log(parsed: ParsedFile) -> None:
-    """A log's warnings and launches, once all its chunks are in."""
+def _finish_log(parsed: ParsedFile) -> None:  # its warnings and launches, once all its chunks are in
     account = parsed.account
     warnings = list(parsed.raw.stream.warnings()) if parsed.raw.stream is not None else []  # what reading found first
     for name, count in sorted(account.drift.items()):
@@ -450,10 +429,6 @@ def launch_rows(run_id: str, source_file: str, starts: list[int], facts, total_l
         rows.append((run_id, source_file, launch_no, first, after - 1, first_ts.get((launch_no, "server_args")), ready, health,
                      last_ts.get((launch_no, "cuda_graph_end")), first_ts.get((launch_no, "sigterm"))))
     return rows
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# a big log: chunk by chunk
 
 
 def _parse_stream(parsed: ParsedFile, engine: Engine, emit, chunk_bytes: int, on_progress: Callable[[float], None]) -> None:
@@ -502,7 +477,6 @@ def parse_log_chunks(source: bytes | LogStream, engine: Engine, *, chunk_bytes: 
 
 
 def _parse_chunk(chunk: bytes | memoryview, engine: Engine, first_line_no: int) -> ChunkResult:
-    """One chunk of a streamed log, its launches numbered within it (number_launches numbers them in the file)."""
     lines = build_lines(chunk, engine.wrappers, first_line_no)
     result = _assemble_chunk(engine, lines, classify(engine, lines.frame), ChunkFiles((1,), (lines.total_lines,), numbered=False))
     result.request_lines = read_request_lines(result.tables.get("server_events"))

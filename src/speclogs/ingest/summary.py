@@ -12,7 +12,7 @@ from speclogs.redact import redact_json
 
 @dataclass(frozen=True)
 class ProgressEvent:
-    """Sent before each file and once at the end; `show` says whether the input is big enough for a bar."""
+    """Sent before each file and once at the end; `show`: the input is big enough for a bar."""
 
     current: str
     done_bytes: int
@@ -48,8 +48,7 @@ class FileAccount:
             {**other.run_facts, **self.run_facts},
         )
 
-    def counts(self) -> FileAccount:
-        """Its line and row counts alone: what an ingest's account adds up from each file."""
+    def counts(self) -> FileAccount:  # its line and row counts alone: what an ingest's account adds up
         return FileAccount(self.total_lines, self.parsed_lines, self.continuation_lines, self.unparsed_lines, self.rows,
                            self.drift)
 
@@ -94,14 +93,12 @@ class IngestSummary:
     failed: tuple[str, ...] = ()  # "source_file: why" for each file that failed (written nowhere) or, named, was unreadable
 
     @property
-    def skipped(self) -> dict[str, int]:
-        """Reason → how many files it applied to (unchanged ones included)."""
+    def skipped(self) -> dict[str, int]:  # reason → how many files (unchanged ones included)
         counts = Counter(why for _, why in self.skipped_files)
         return dict(counts, **{UNCHANGED: self.files_unchanged}) if self.files_unchanged else dict(counts)
 
     @property
-    def skipped_examples(self) -> dict[str, str]:
-        """Reason → the first file it applied to."""
+    def skipped_examples(self) -> dict[str, str]:  # reason → the first file
         return {why: where for where, why in reversed(self.skipped_files)}
 
     @property

@@ -100,8 +100,7 @@ def compile_engine(grammars: GrammarSet) -> Engine:
 
 
 def _columns(p: Pattern) -> tuple[tuple[str, pl.DataType, str, object], ...]:
-    """Where each column of a pattern's typed frame comes from, in order: the claimed rows' prefix columns (message
-    scope), its typed values, its constants, the matched text (for a pattern whose rows keep it)."""
+    """(name, dtype, source, constant) of each column of a pattern's typed frame, in order."""
     columns: dict[str, tuple[pl.DataType, str, object]] = {}
     if p.scope == "message":
         columns.update({"ts": (pl.Datetime("us"), "meta", None), "ts_text": (pl.Utf8, "meta", None),
@@ -118,8 +117,7 @@ def _columns(p: Pattern) -> tuple[tuple[str, pl.DataType, str, object], ...]:
 
 
 def _value_types(p: Pattern) -> dict[str, pl.DataType]:
-    """The typed values a pattern's rows carry: its fields; for a field list, its other fields plus every column the
-    list can fill (speclogs.grammar.fields)."""
+    """The typed values a pattern's rows carry: its fields, a field list's columns in place of the list."""
     types = {f.name: _DTYPES.get(f.type, pl.Utf8) for f in p.fields if p.field_list is None or f.name != FIELDS_SLOT}
     for name in p.field_list.columns if p.field_list is not None else ():
         types[name] = _DTYPES.get(FIELD_LIST_TYPES.get(name) or p.field_list.types.get(name, "str"), pl.Utf8)
@@ -151,8 +149,7 @@ def repeat(value: object, n: int, dtype: pl.DataType, name: str = "") -> pl.Seri
 
 
 def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] = (1,)) -> Claims:
-    """Classify the piece frame (line_no, piece, text): split off the SGLang prefix, then each scope.
-    `file_starts`: the first line number of each file when the pieces are several files' (records.ChunkFiles)."""
+    """Classify the piece frame (line_no, piece, text) of a chunk whose files start at the lines `file_starts`."""
     groups = pieces.get_column("text").str.extract_groups(engine.prefix_regex).struct.unnest()
     prefixed = groups.get_column("_pfx").is_not_null()
     prefix_groups = groups.filter(prefixed)
@@ -191,7 +188,6 @@ def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] 
 
 @dataclass
 class _Found:  # what classifying the scopes of one chunk found, pattern by pattern
-
     eligible: set[str]  # patterns whose claims can make another pattern's near miss drift
     frames: dict[str, pl.DataFrame] = field(default_factory=dict)
     near_ids: dict[str, pl.DataFrame] = field(default_factory=dict)  # line_no, piece, src
@@ -274,8 +270,7 @@ class _Work:
 
 
 def _find_messages(engine: Engine, rows: pl.DataFrame) -> pl.DataFrame | None:
-    """The lines without SGLang's prefix on which a message pattern finds its message after another prefix: line_no,
-    piece, message, prefix, what it says (ts_text, frac, rank_tags) and its shape where no prefix grammar reads it."""
+    """The lines without SGLang's prefix on which a message pattern finds its message after another prefix."""
     if not rows.height or not engine.finders:
         return None
     work = _Work(rows.get_column("text"), rows.select("line_no", "piece"), tuple(dict.fromkeys(g for g, _, _ in engine.finders)))
@@ -302,8 +297,8 @@ def _find_messages(engine: Engine, rows: pl.DataFrame) -> pl.DataFrame | None:
 
 
 def _read_prefixes(engine: Engine, prefix: pl.Series) -> pl.DataFrame:
-    """ts_text, frac, rank_tags and shape of each prefix: by the first prefix grammar that reads all of it, else what
-    it shows of a date and time and of rank tags, and its shape (its digits as <n>) to name it by in the drift view."""
+    """ts_text, frac, rank_tags of each prefix by the first prefix grammar that reads all of it; else what it shows
+    of a time and rank tags, and its shape (digits as <n>) to name it by in the drift view."""
     empty = prefix.clear(prefix.len())
     out = pl.DataFrame({"ts_text": empty, "frac": empty, "rank_tags": empty, "shape": empty})
     left = pl.int_range(0, prefix.len(), dtype=pl.UInt32, eager=True)
@@ -372,8 +367,7 @@ def _with_ranks(work: pl.DataFrame) -> pl.DataFrame:
 
 
 def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame, texts: pl.Series) -> pl.DataFrame:
-    """The claimed rows' typed frame (line_no, piece, then `compiled.columns`): a frame of Series, without a pass of
-    polars' query engine (this runs for every pattern that claims rows, in every chunk)."""
+    """The claimed rows' typed frame, made of Series without a pass of polars' query engine (it runs per pattern)."""
     p = compiled.pattern
     if p.field_list is not None and FIELDS_SLOT in values.columns:  # the rare rows no shape took: read in Python
         read = [p.field_list.read(text or "") for text in values.get_column(FIELDS_SLOT).to_list()]
@@ -395,8 +389,7 @@ def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.Da
 
 
 def _drift(engine: Engine, near_ids: dict[str, pl.DataFrame], winners: dict[str, pl.DataFrame], unclaimed: pl.DataFrame) -> pl.DataFrame:
-    """Gate passed, regex failed, and the piece went to a more generic pattern (or to none): drift. One row per
-    (piece, pattern): line_no, piece, pattern, text."""
+    """Gate passed, regex failed, and the piece went to a more generic pattern (or to none): drift."""
     parts = []
     unclaimed_keys = unclaimed.select("line_no", "piece")
     for name, ids in near_ids.items():

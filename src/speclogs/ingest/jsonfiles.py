@@ -26,8 +26,7 @@ BENCH_COLUMNS = {
 
 
 def json_line_rows(text: str, row_of, unknown: str, cut_hint: str = "") -> tuple[list, list[tuple[int, str, str]]]:
-    """A JSONL text → the rows `row_of(document, line_no, rows_so_far)` makes of its lines, and an unparsed row
-    (line_no, reason, raw) of each other line."""
+    """A JSONL text → the rows `row_of(document, line_no, rows_so_far)` makes, and (line_no, reason, raw) of the rest."""
     rows: list = []
     unparsed: list[tuple[int, str, str]] = []
     lines = text.split("\n")

@@ -61,8 +61,7 @@ def count_lines(data: bytes | memoryview) -> int:  # as build_lines splits them
 
 
 def read_lines(data: bytes | memoryview) -> pl.Series:
-    """Split valid UTF-8 bytes into physical lines (CRLF and LF; a final line without newline counts): polars' CSV
-    reader, one column, split at a byte that never occurs in text (text with it goes through Python)."""
+    """Physical lines by polars' CSV reader, split at a byte that never occurs in text (text with it: Python)."""
     data = bytes(data)
     if b"\x01" in data:
         return pl.Series("text", data.decode("utf-8").removesuffix("\n").split("\n")).str.strip_suffix("\r")

@@ -209,38 +209,31 @@ class Contents:
     asked for only when another file has the same size: a big log is hashed as it is streamed."""
 
     def __init__(self, stored: list[tuple]) -> None:
-        self._by_size: dict[int, list[tuple[str, str | RawInput]]] = {}
-        self._sources: dict[str, list[str | RawInput]] = {}
+        self._by_size: dict[int, list[tuple[str, RawInput]]] = {}
+        self._sources: dict[str, list[RawInput]] = {}
         self.sizes: dict[str, int] = {}  # source → its stored size (the last one added)
         self.run_ids: dict[str, str | None] = {}  # source → the run its stored rows belong to
         for source_file, sha256, size_bytes, *run_id in stored:
-            self.add(source_file, sha256, size_bytes)
+            self.add(source_file, RawInput(data=b"", digest=sha256, size_bytes=size_bytes))
             self.run_ids[source_file] = run_id[0] if run_id else None
 
     def known(self, source_file: str) -> set[str]:  # the sha256 of each content stored (or read) under it
-        return {_sha256(digest) for digest in self._sources.get(source_file, ())}
+        return {raw.sha256 for raw in self._sources.get(source_file, ())}
 
     def twin(self, source_file: str, raw: RawInput) -> str | None:  # another source of the same (non-empty) content
-        others = [(source, digest) for source, digest in self._by_size.get(raw.size_bytes, ()) if source != source_file]
-        if not others or not raw.size_bytes:
-            return None
-        return next((source for source, digest in others if _sha256(digest) == raw.sha256), None)
+        same_size = self._by_size.get(raw.size_bytes, ()) if raw.size_bytes else ()
+        return next((source for source, other in same_size if source != source_file and other.sha256 == raw.sha256), None)
 
-    def add(self, source_file: str, digest: str | RawInput, size_bytes: int) -> None:
-        self._by_size.setdefault(size_bytes, []).append((source_file, digest))
-        self._sources.setdefault(source_file, []).append(digest)
-        self.sizes[source_file] = size_bytes
-
-
-def _sha256(digest: str | RawInput) -> str:
-    return digest if isinstance(digest, str) else digest.sha256
+    def add(self, source_file: str, raw: RawInput) -> None:
+        self._by_size.setdefault(raw.size_bytes, []).append((source_file, raw))
+        self._sources.setdefault(source_file, []).append(raw)
+        self.sizes[source_file] = raw.size_bytes
 
 
 def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
           named: frozenset[str] = frozenset()) -> ParsedFile | None:
-    """Read one input, or say why it is left out: unreadable, unchanged, changed without --replace, or the same
-    content as another file of this call or of the database (empty files excepted). A stored file that grew by
-    appending, or one of a launch directory (its run.json says what ran), is read again: its rows are replaced."""
+    """Read one input, or say why it is left out. A stored file that grew by appending, or one of a launch directory
+    (its run.json says what ran), is read again: its rows are replaced."""
     raw = read_input(item)
     source_file = item.source_file
     if item.path is None and raw.sha256:
@@ -275,7 +268,7 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
         tally.skip("the same content as a file already ingested, skipped", source_file)
         tally.warnings.append(f"{source_file}: the same content as {twin}: ingested once, as {twin}")
         return None
-    contents.add(source_file, raw, raw.size_bytes)
+    contents.add(source_file, raw)
     return ParsedFile(item=item, source_file=source_file, raw=raw, replaces=bool(digests))
 
 
@@ -451,8 +444,7 @@ def _parse_stream(parsed: ParsedFile, engine: Engine, emit, chunk_bytes: int, on
 
 
 def parse_log_chunks(source: bytes | LogStream, engine: Engine, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[ChunkResult]:
-    """Parse one log (valid UTF-8 bytes, or a LogStream read chunk by chunk), PARSE_THREADS chunks at once, each whole
-    (polars releases the GIL); its launches are numbered after those of the chunks before it here, in file order."""
+    """Parse one log (valid UTF-8 bytes, or a LogStream), PARSE_THREADS chunks at once (polars releases the GIL)."""
     stream = source if isinstance(source, LogStream) else LogStream(bytes(source), len(source))
     launches_before, first_line_no = 0, 1
     pending: deque[tuple[int, Future]] = deque()  # (byte_end, the chunk's parse), in file order

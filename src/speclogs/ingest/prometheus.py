@@ -96,8 +96,7 @@ def _value(text: str) -> float | None:
 
 
 def scrape_for(path: Path) -> tuple[datetime | None, str | None, str | None]:
-    """(ts, window_name, phase) of the scrape a .prom file is: the launch's run.json entry for its file name
-    (`windows[].scrapes[]`), else the phase its name says (`…before.prom`, `…_after.prom`, `…-during-003.prom`)."""
+    """(ts, window_name, phase) of a .prom file's scrape: its run.json entry, else the phase its name says."""
     record = read_run_json(path.parent)
     for window in record.windows if record is not None else ():
         scrapes = window.get("scrapes") if isinstance(window, dict) else None

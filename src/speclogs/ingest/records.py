@@ -40,8 +40,7 @@ _FRAGMENT = " (fragment; the same line also holds parsed records)"
 
 @dataclass
 class ChunkResult:
-    """A chunk parsed into table frames. Every row carries `file` (its file's index in the chunk) and its line_no in
-    that file."""
+    """A chunk parsed into table frames, every row with `file` (its file's index) and its line_no in that file."""
 
     tables: dict[str, pl.DataFrame]
     files: list[FileAccount]
@@ -162,8 +161,7 @@ def _distinct_lines(claimed: list[pl.Series], line_nos: pl.Series, minus: set[in
 
 
 def _in_files(frame: pl.DataFrame, files: ChunkFiles, launch_starts: pl.Series) -> pl.DataFrame:
-    """A frame of chunk line numbers → with `file`, the line_no (and last_line_no) in that file, and the launch_no
-    there (its file's server_args lines up to the line, at least 1 once numbered); without `piece`."""
+    """A frame of chunk line numbers → with `file`, the line numbers in that file and the launch_no; without `piece`."""
     line_no = frame.get_column("line_no")
     if len(files.starts) == 1 and files.starts[0] == 1:  # a whole file, or a streamed one's chunk: numbers are its own
         launch = launch_starts.search_sorted(line_no, side="right").cast(pl.Int64)

@@ -94,8 +94,7 @@ def _json_or_text(value: object) -> object:  # a JSON text's value, or the text
 
 
 def read_request_lines(events: pl.DataFrame | None) -> pl.DataFrame | None:
-    """The request lines of a server_events frame, read: one row per readable line with its requests row, `finished`
-    (a Finish line), `pair_key` (what RequestLog pairs by) and `file` (0 for a streamed chunk); None when it has none."""
+    """The request lines of a server_events frame, read: its requests row, `finished`, `pair_key` and `file`."""
     if events is None or not {"kind", "message", *_LINE_COLUMNS} <= set(events.columns):
         return None  # a user's grammar may fill server_events without a message: no request line among its rows
     # the columns a request line's row takes, before the filter (a frame of server_events has ~40)
@@ -157,8 +156,7 @@ _SCHEMA = REQUEST_COLUMNS | {"file": pl.Int32}
 
 
 def _read_request_line(message: str, finished: bool) -> tuple[tuple, str | None] | None:
-    """A --log-requests line → (its requests row's values in REQUEST_COLUMNS order, the key RequestLog pairs it by),
-    None when it is not one. A Receive line's row has no meta_info nor other out fields."""
+    """A --log-requests line → (its requests row's values, the key RequestLog pairs it by); None when it is not one."""
     text = message.strip()
     if text.startswith("{"):
         try:

@@ -278,8 +278,7 @@ class LogStream:
         self._digest: str | None = None
 
     def chunks(self, chunk_bytes: int) -> Iterator[bytes | memoryview]:
-        """Valid-UTF-8 chunks of about chunk_bytes of text (tapered_bytes; a very small rest joins the last one), each
-        the head of one block read; the rest of the block starts the next. Afterwards `result()` is the sha256."""
+        """Valid-UTF-8 chunks of about chunk_bytes of text, each the head of one block read (its rest starts the next)."""
         with io.BytesIO(self.path) if isinstance(self.path, bytes) else open(self.path, "rb") as handle:
             text = GzipText(handle, self._hash) if self.gzipped else PlainText(handle, self._hash)
             done = 0  # bytes of text in the chunks so far
@@ -346,8 +345,7 @@ def _read_warnings(found_bytes: int, read_bytes: int, invalid_utf8: int, nul_byt
 
 @dataclass(frozen=True)
 class RawInput:
-    """A file's valid UTF-8 text (NUL bytes replaced) and what was wrong with it; `sha256` is of the bytes on disk. A
-    big log is not read here: `stream` reads and hashes it chunk by chunk (data is empty)."""
+    """A file's valid UTF-8 text and what was wrong with it; a big log's `stream` reads it chunk by chunk instead."""
 
     data: bytes
     digest: str | LogStream
@@ -459,8 +457,7 @@ def _shared_names(files: list[InputFile], known_runs: dict[str, str]) -> list[st
 
 
 def _walk(top: str, add, skip) -> None:
-    """Every file under a directory, a directory's files (sorted) before its subdirectories; symlinked directories are
-    followed, each real directory once (a link back to one already walked — a loop — is said, not followed)."""
+    """Every file under a directory; symlinked directories followed, each real directory once (a loop is said)."""
     walked = {os.path.realpath(top)}
     for directory, subdirs, names in os.walk(top, followlinks=True, onerror=lambda error: skip(
             f"unreadable directory ({error.strerror})", str(error.filename))):
@@ -496,8 +493,7 @@ def _walk(top: str, add, skip) -> None:
 
 
 def _run_for(path: Path, directory: str, run_name: str | None, launch_dirs: dict[str, RunRef | None]) -> RunRef:
-    """The run of a file in the (resolved) `directory`: --run-name's, its launch directory's (a launcher launch
-    directory holds run.json and is one run named '<cell>_<launch>'), else its stem's."""
+    """The run of a file in the (resolved) `directory`: --run-name's, its launch directory's (run.json), else its stem's."""
     if run_name is not None:
         return RunRef(run_id=run_id_for(f"name:{run_name}"), run_name=run_name, source_dir=directory)
     if directory not in launch_dirs:

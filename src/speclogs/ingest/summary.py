@@ -42,7 +42,7 @@ class FileAccount:
         return FileAccount(
             self.total_lines + other.total_lines, self.parsed_lines + other.parsed_lines,
             self.continuation_lines + other.continuation_lines, self.unparsed_lines + other.unparsed_lines,
-            _added(self.rows, other.rows), _added(self.drift, other.drift),
+            dict(Counter(self.rows) + Counter(other.rows)), dict(Counter(self.drift) + Counter(other.drift)),
             self.warnings + other.warnings, self.prefixed_pieces + other.prefixed_pieces,
             self.launch_starts + other.launch_starts, self.launch_facts + other.launch_facts,
             {**other.run_facts, **self.run_facts},
@@ -53,14 +53,9 @@ class FileAccount:
                            self.drift)
 
 
-def _added(counts: dict[str, int], more: dict[str, int]) -> dict[str, int]:
-    return {key: counts.get(key, 0) + more.get(key, 0) for key in {**counts, **more}}
-
-
 @dataclass(frozen=True)
 class DriftNote:
-    """One row of the `drift` view for a file just ingested: a label no typed column took, a template of lines no
-    grammar matched, a pattern's near misses, or a field the run's configuration implies but the log never printed."""
+    """One row of the `drift` view for a file just ingested."""
 
     source_file: str
     kind: str  # new_label | unmatched_line | unknown_message | near_miss | missing_field

@@ -231,21 +231,15 @@ def redacted(table: str, frame: pl.DataFrame) -> pl.DataFrame:
         return frame
     # the usual answer: none; asked of each column's distinct texts (few: levels, methods, paths …), half the time
     hits = frame.select(pl.col(column).unique().str.contains(SUSPECT.pattern).fill_null(False).any() for column in columns).row(0)
-    if not any(hits):
-        return frame
-    redacted_columns = []
-    for column, hit in zip(columns, hits):
-        if hit:
-            texts = frame.get_column(column)
-            at = texts.str.contains(SUSPECT.pattern).fill_null(False).arg_true()
-            redacted_columns.append(
-                texts.scatter(at, pl.Series([redact(text) for text in texts.gather(at).to_list()], dtype=pl.Utf8))
-            )
-    return frame.with_columns(redacted_columns)
+    for column in (column for column, hit in zip(columns, hits) if hit):
+        texts = frame.get_column(column)
+        at = texts.str.contains(SUSPECT.pattern).fill_null(False).arg_true()
+        frame = frame.with_columns(texts.scatter(at, pl.Series([redact(text) for text in texts.gather(at).to_list()], dtype=pl.Utf8)))
+    return frame
 
 
 def _launch_facts(tables: dict[str, pl.DataFrame]) -> dict[int, list[tuple[int, str, object]]]:
-    """Per file: (launch_no, event, ts) of the events launches are summarised by, only the earliest and latest time of
+    """Per file: (launch_no, event, ts) of the events launches are summarised by, only the earliest and the latest of
     each (not a tuple for every /health request)."""
     parts: list[pl.DataFrame] = []
     events = tables.get("server_events")
@@ -262,10 +256,7 @@ def _launch_facts(tables: dict[str, pl.DataFrame]) -> dict[int, list[tuple[int, 
              .agg(pl.col("ts").min().alias("first_ts"), pl.col("ts").max().alias("last_ts")).sort("file", "launch_no", "fact"))
     facts: dict[int, list[tuple[int, str, object]]] = {}
     for index, launch_no, fact, first_ts, last_ts in spans.rows():
-        found = facts.setdefault(index, [])
-        found.append((launch_no, fact, first_ts))
-        if last_ts != first_ts:
-            found.append((launch_no, fact, last_ts))
+        facts.setdefault(index, []).extend(((launch_no, fact, first_ts), (launch_no, fact, last_ts)))
     return facts
 
 
@@ -285,12 +276,10 @@ class _Record:
         return line_no <= last + 1
 
     def take(self, line_no: int, piece: int, continuation: set[tuple[int, int]]) -> None:
-        for key in self.pending:
-            self.members.append(key)
-            continuation.add(key)
+        taken = [*self.pending, (line_no, piece)]
+        self.members += taken
+        continuation.update(taken)
         self.pending.clear()
-        self.members.append((line_no, piece))
-        continuation.add((line_no, piece))
         self.last_line = line_no
 
 

@@ -85,7 +85,6 @@ STREAM_MIN_BYTES = 16 << 20  # logs with this much text are read chunk by chunk,
 GZIP_TEXT_RATIO = 8  # an SGLang log compresses 8-10×: a .gz of STREAM_MIN_BYTES / 8 on disk is streamed too
 GZIP_READ_BYTES = 1 << 20  # compressed bytes read from disk at a time
 _GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib reads the gzip header and trailer (CRC, length) itself
-_SALVAGE_STEP = 4096  # a failed block is decompressed again this many bytes at a time, then byte by byte
 # How far back from where zlib found a deflate stream broken its output may already be garbage: a damaged block
 # decodes to wrong text until a code cannot be (measured on flipped bytes: 50–250 bytes before the error).
 GARBLED_BYTES = 1024
@@ -244,19 +243,13 @@ class GzipText:
 
 
 def _salvage(decompressor, data: bytes) -> bytes:
-    """The text `decompressor` (the state before a call that failed) gives for `data` before the error."""
+    """The text `decompressor` (the state before a call that failed) gives for `data` before the error, fed a byte at
+    a time (once per damaged file) so that no byte decompressed before it is lost."""
     out = []
-    for start in range(0, len(data), _SALVAGE_STEP):
-        step = data[start : start + _SALVAGE_STEP]
-        before = decompressor.copy()
+    for index in range(len(data)):
         try:
-            out.append(decompressor.decompress(step))
+            out.append(decompressor.decompress(data[index : index + 1]))
         except zlib.error:
-            for index in range(len(step)):  # the step that fails, a byte at a time
-                try:
-                    out.append(before.decompress(step[index : index + 1]))
-                except zlib.error:
-                    break
             break
     return b"".join(out)
 

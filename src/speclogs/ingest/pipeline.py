@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import itertools
 import signal
 import threading
 import time
@@ -362,13 +363,9 @@ def parse_batch(files: list[ParsedFile], engine: Engine | None) -> Batch:
 def _parse_logs(texts: list[bytes], engine: Engine) -> ChunkResult:
     """Logs as one chunk: their text joined, each ending with a newline, one empty line between two (no file's
     record can reach into the next); the empty lines between them belong to no file."""
-    starts, counts, parts = [], [], []
-    next_start = 1
-    for text in texts:
-        starts.append(next_start)
-        counts.append(count_lines(text))
-        parts.append(text if not text or text.endswith(b"\n") else text + b"\n")
-        next_start += counts[-1] + 1
+    counts = [count_lines(text) for text in texts]
+    starts = list(itertools.accumulate((count + 1 for count in counts[:-1]), initial=1))
+    parts = [text if not text or text.endswith(b"\n") else text + b"\n" for text in texts]
     lines = build_lines(b"\n".join(parts) + b"\n", engine.wrappers)
     gaps = {start + count for start, count in zip(starts, counts)}
     lines = replace_field(lines, blank=tuple(n for n in lines.blank if n not in gaps))

@@ -44,7 +44,7 @@ class ChunkResult:
 
     tables: dict[str, pl.DataFrame]
     files: list[FileAccount]
-    byte_end: int = 0  # offset in the (decompressed) text where this chunk ends
+    byte_end: int = 0  # bytes of the file read when this chunk was cut (for progress)
     request_lines: pl.DataFrame | None = None  # its --log-requests lines, read (requests.read_request_lines, for RequestLog)
 
 

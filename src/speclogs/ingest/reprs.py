@@ -106,8 +106,6 @@ def _literal(text: str) -> object | None:
 def parse_server_args(text: str) -> list[tuple[str, str, object | None]]:
     """'ServerArgs(a=1, b='x', …)' or "{'a': 1, …}" → [(name, repr_text, python_value_or_None), …]; never raises: a
     non-literal value gives None, a cut dump the items before the cut."""
-    if not isinstance(text, str):
-        return []
     s = text.strip()
     s = s[s.find("server_args=") + len("server_args="):] if "server_args=" in s else s
     if s.startswith("ServerArgs("):

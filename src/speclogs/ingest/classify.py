@@ -44,6 +44,10 @@ class CompiledPattern:
     def name(self) -> str:
         return self.pattern.name
 
+    @property
+    def schema(self) -> dict[str, pl.DataType]:
+        return {name: dtype for name, dtype, _, _ in self.columns}
+
 
 @dataclass(frozen=True)
 class Engine:

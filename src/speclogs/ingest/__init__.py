@@ -1,6 +1,3 @@
-"""Parsing inputs into table frames: logs (grammars), benchmark JSON, run.json, NCCL probes, Prometheus snapshots.
-
-This package never touches DuckDB (speclogs.store writes what it parses). pipeline.py reads top to bottom:
-discover (sources.py) → read (sources.py) → split (lines.py) → classify (classify.py) → assemble (records.py) → the
-store's writer; summary.py holds the account of an ingest (FileAccount, IngestSummary)..
+"""Parsing inputs into table frames (speclogs.store writes them): pipeline.py runs discover and read (sources.py) →
+split (lines.py) → classify (classify.py) → assemble (records.py); JSON and Prometheus inputs have readers of their own.
 """

@@ -1,15 +1,11 @@
 """Classify pieces of text with the grammars' compiled regexes: `Claims`, one frame per pattern with the typed
 values of the pieces it claimed (first matching pattern wins), plus the pieces nobody claimed.
 
-A line is (prefix, message). SGLang's own prefix is split off every line that has it. On the other lines, each
-message pattern with a distinctive gate looks for its message wherever it starts (after any text that ends in a
-blank); what stands before it is read by the other prefix grammars, or, when none reads it, kept as a new prefix
-shape (drift) with the timestamp and rank tags found in it. Then one scope at a time (messages, then the lines left
-whole), in priority order: each pattern's gate literal selects candidate rows, its regex runs on those only (with an
-empty `_hit` group that tells a match from a miss) and the claimed rows leave the working set.
-
-Near misses (a piece that contains a pattern's gate, fails its regex and ends up with a more generic pattern or with
-none) are format drift; pyparsing (the grammar's definition) explains the first few.
+SGLang's prefix is split off every line that has it; on the other lines a message pattern with a distinctive gate
+finds its message wherever it starts after a blank, and what stands before it is read by the other prefix grammars
+(or kept as a new prefix shape: drift). Then one scope at a time, in priority order, each pattern's gate literal
+selects candidate rows, its regex (with an empty `_hit` group) runs on those only, and claimed rows leave the set.
+A piece that passes a gate, fails its regex and ends up with a more generic pattern or none is a near miss (drift).
 """
 
 from __future__ import annotations
@@ -84,7 +80,6 @@ class Claims:
 
 
 def compile_engine(grammars: GrammarSet) -> Engine:
-    """The grammars ready to classify with."""
     regex = grammars.prefix.regex
     cut = regex.find("(?P<message>")
     if cut < 0 or not regex.startswith("^"):
@@ -109,8 +104,7 @@ def compile_engine(grammars: GrammarSet) -> Engine:
 
 
 def _columns(p: Pattern) -> tuple[tuple[str, pl.DataType, str, object], ...]:
-    """Where each column of a pattern's typed frame comes from, in order: the claimed rows' prefix columns (message
-    scope), its typed values, its constants, the matched text (for a pattern whose rows keep it)."""
+    """(name, dtype, source, constant) of each column of a pattern's typed frame, in order."""
     columns: dict[str, tuple[pl.DataType, str, object]] = {}
     if p.scope == "message":
         columns.update({"ts": (pl.Datetime("us"), "meta", None), "ts_text": (pl.Utf8, "meta", None),
@@ -127,22 +121,19 @@ def _columns(p: Pattern) -> tuple[tuple[str, pl.DataType, str, object], ...]:
 
 
 def _value_types(p: Pattern) -> dict[str, pl.DataType]:
-    """The typed values a pattern's rows carry: its fields; for a field list, its other fields plus every column the
-    list can fill (speclogs.grammar.fields)."""
+    """The typed values a pattern's rows carry: its fields, a field list's columns in place of the list."""
     types = {f.name: _DTYPES.get(f.type, pl.Utf8) for f in p.fields if p.field_list is None or f.name != FIELDS_SLOT}
     for name in p.field_list.columns if p.field_list is not None else ():
         types[name] = _DTYPES.get(FIELD_LIST_TYPES.get(name) or p.field_list.types.get(name, "str"), pl.Utf8)
     return types
 
 
-def is_server_args(pattern: Pattern) -> bool:
-    """The pattern of the `server_args=…` dump, where launches begin."""
+def is_server_args(pattern: Pattern) -> bool:  # the `server_args=…` dump, where launches begin
     return pattern.constants.get("kind") == "server_args" or pattern.table == "server_args_header" or pattern.family == "server_args"
 
 
 def distinctive_gate(gate: str) -> bool:
-    """Whether passing `gate` makes a line look like the pattern's: only then is failing its regex a near miss
-    (with an empty gate every unknown line would be one, for every such pattern)."""
+    """Whether passing `gate` makes a line look like the pattern's: only then is failing its regex a near miss."""
     return len(gate.strip()) >= NEAR_MISS_GATE_CHARS
 
 
@@ -157,14 +148,12 @@ def explain_miss(pattern: Pattern, text: str) -> str:
     return "the compiled regex rejects it but pyparsing accepts it (grammar compiler bug)"
 
 
-def repeat(value: object, n: int, dtype: pl.DataType, name: str = "") -> pl.Series:
-    """`value` n times (far cheaper than pl.repeat)."""
+def repeat(value: object, n: int, dtype: pl.DataType, name: str = "") -> pl.Series:  # far cheaper than pl.repeat
     return pl.Series(name, [value], dtype=dtype).new_from_index(0, n)
 
 
 def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] = (1,)) -> Claims:
-    """Classify the piece frame (line_no, piece, text): split off the SGLang prefix, then each scope.
-    `file_starts`: the first line number of each file when the pieces are several files' (records.ChunkFiles)."""
+    """Classify the piece frame (line_no, piece, text) of a chunk whose files start at the lines `file_starts`."""
     groups = pieces.get_column("text").str.extract_groups(engine.prefix_regex).struct.unnest()
     prefixed = groups.get_column("_pfx").is_not_null()
     prefix_groups = groups.filter(prefixed)
@@ -202,9 +191,7 @@ def classify(engine: Engine, pieces: pl.DataFrame, file_starts: tuple[int, ...] 
 
 
 @dataclass
-class _Found:
-    """What classifying the scopes of one chunk found, pattern by pattern."""
-
+class _Found:  # what classifying the scopes of one chunk found, pattern by pattern
     eligible: set[str]  # patterns whose claims can make another pattern's near miss drift
     frames: dict[str, pl.DataFrame] = field(default_factory=dict)
     near_ids: dict[str, pl.DataFrame] = field(default_factory=dict)  # line_no, piece, src
@@ -214,15 +201,8 @@ class _Found:
 
 def _classify_scope(patterns: tuple[CompiledPattern, ...], gates: tuple[str, ...], src: pl.Series, meta: pl.DataFrame,
                     found: _Found) -> pl.DataFrame:
-    """One scope pattern by pattern in polars: gate, regex on the candidates, claimed rows leave the working set."""
     work = _Work(src, meta, gates)
-    for compiled in patterns:
-        if work.alive_count == 0:
-            break
-        candidates = work.candidates(compiled.pattern.gate)
-        if candidates is None or not candidates.any():
-            continue
-        at = candidates.arg_true()  # candidate rows' positions in work.src
+    for compiled, candidates, at in work.each(patterns, lambda compiled: compiled.pattern.gate):
         extracted = work.src.gather(at).str.extract_groups(compiled.hit_regex)
         hit = extracted.struct.field("_hit").is_not_null()
         rows = work.rows.gather(at)
@@ -246,10 +226,9 @@ def _classify_scope(patterns: tuple[CompiledPattern, ...], gates: tuple[str, ...
 
 
 class _Work:
-    """The rows of one scope still to classify: their text (`src`) and their index into the scope's metadata (`rows`,
-    gathered only for the rows a pattern claims); compacted when enough were claimed. A gate's mask is computed once.
-    Once few rows are left, one multi-literal search finds which gates occur in them at all, so the patterns whose
-    gate does not occur (most, in most chunks) cost no pass of their own."""
+    """The rows of one scope still to classify: their text (`src`) and index into the scope's metadata (`rows`);
+    compacted when enough were claimed. Once few rows are left, one multi-literal search finds which gates occur in
+    them at all, so the patterns whose gate does not occur (most, in most chunks) cost no pass of their own."""
 
     def __init__(self, src: pl.Series, meta: pl.DataFrame, gates: tuple[str, ...]) -> None:
         self.src = src.alias("src")
@@ -262,16 +241,18 @@ class _Work:
         self._present: frozenset[str] | None = None
         self._find_present()
 
-    def candidates(self, gate: str) -> pl.Series | None:
-        """The alive rows that contain `gate`; None when no row does (as far as the presence search knows)."""
-        if not gate:
-            return self.alive
-        if self._present is not None and gate not in self._present:
-            return None
-        mask = self._gates.get(gate)
-        if mask is None:
-            mask = self._gates[gate] = self.src.str.contains(gate, literal=True)
-        return self.alive & mask
+    def each(self, items, gate_of):
+        """(item, its candidates: the alive rows that contain its gate, their positions in `src`) for each item whose
+        gate some row contains, while rows are left; the caller claims the rows it takes."""
+        for item in items:
+            gate = gate_of(item)
+            if self.alive_count == 0:
+                return
+            if gate and (self._present is None or gate in self._present) and gate not in self._gates:
+                self._gates[gate] = self.src.str.contains(gate, literal=True)
+            candidates = self.alive & self._gates[gate] if gate in self._gates else None if gate else self.alive
+            if candidates is not None and candidates.any():
+                yield item, candidates, candidates.arg_true()
 
     def claim(self, candidates: pl.Series, hit: pl.Series) -> None:
         claimed = repeat(False, self.src.len(), pl.Boolean).scatter(candidates.arg_true(), hit)
@@ -293,19 +274,12 @@ class _Work:
 
 
 def _find_messages(engine: Engine, rows: pl.DataFrame) -> pl.DataFrame | None:
-    """The lines without SGLang's prefix on which a message pattern finds its message after another prefix: line_no,
-    piece, message, prefix, what it says (ts_text, frac, rank_tags) and its shape where no prefix grammar reads it."""
+    """The lines without SGLang's prefix on which a message pattern finds its message after another prefix."""
     if not rows.height or not engine.finders:
         return None
     work = _Work(rows.get_column("text"), rows.select("line_no", "piece"), tuple(dict.fromkeys(g for g, _, _ in engine.finders)))
     parts = []
-    for gate, regex, at_gate in engine.finders:
-        if work.alive_count == 0:
-            break
-        candidates = work.candidates(gate)
-        if candidates is None or not candidates.any():
-            continue
-        at = candidates.arg_true()
+    for (gate, regex, at_gate), candidates, at in work.each(engine.finders, lambda finder: finder[0]):
         text = work.src.gather(at)
         if at_gate:
             split = text.str.splitn(gate, 2).struct.unnest()
@@ -327,8 +301,8 @@ def _find_messages(engine: Engine, rows: pl.DataFrame) -> pl.DataFrame | None:
 
 
 def _read_prefixes(engine: Engine, prefix: pl.Series) -> pl.DataFrame:
-    """ts_text, frac, rank_tags and shape of each prefix: by the first prefix grammar that reads all of it, else what
-    it shows of a date and time and of rank tags, and its shape (its digits as <n>) to name it by in the drift view."""
+    """ts_text, frac, rank_tags of each prefix by the first prefix grammar that reads all of it; else what it shows
+    of a time and rank tags, and its shape (digits as <n>) to name it by in the drift view."""
     empty = prefix.clear(prefix.len())
     out = pl.DataFrame({"ts_text": empty, "frac": empty, "rank_tags": empty, "shape": empty})
     left = pl.int_range(0, prefix.len(), dtype=pl.UInt32, eager=True)
@@ -397,8 +371,7 @@ def _with_ranks(work: pl.DataFrame) -> pl.DataFrame:
 
 
 def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.DataFrame, texts: pl.Series) -> pl.DataFrame:
-    """The claimed rows' typed frame (line_no, piece, then `compiled.columns`): a frame of Series, without a pass of
-    polars' query engine (this runs for every pattern that claims rows, in every chunk)."""
+    """The claimed rows' typed frame, made of Series without a pass of polars' query engine (it runs per pattern)."""
     p = compiled.pattern
     if p.field_list is not None and FIELDS_SLOT in values.columns:  # the rare rows no shape took: read in Python
         read = [p.field_list.read(text or "") for text in values.get_column(FIELDS_SLOT).to_list()]
@@ -420,8 +393,7 @@ def _typed_frame(compiled: CompiledPattern, matched: pl.DataFrame, values: pl.Da
 
 
 def _drift(engine: Engine, near_ids: dict[str, pl.DataFrame], winners: dict[str, pl.DataFrame], unclaimed: pl.DataFrame) -> pl.DataFrame:
-    """Gate passed, regex failed, and the piece went to a more generic pattern (or to none): drift. One row per
-    (piece, pattern): line_no, piece, pattern, text."""
+    """Gate passed, regex failed, and the piece went to a more generic pattern (or to none): drift."""
     parts = []
     unclaimed_keys = unclaimed.select("line_no", "piece")
     for name, ids in near_ids.items():

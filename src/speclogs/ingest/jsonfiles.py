@@ -1,9 +1,8 @@
 """JSON inputs: benchmark files (→ bench_requests), launcher run.json (→ runs), NCCL probe results (→ nccl_probe).
 
-Benchmark shapes (source_kind column): bench_jsonl, one object per request (`*.bench.jsonl`, the launcher's
-`bench.jsonl`: i, warmup, latency_s, tok_per_s, meta_info{…}); bench_json, the older `*.bench.json`, one array of
-{latency_s, tok_s, meta}, element 0 the warm-up; bench_serving_jsonl, `sglang.bench_serving` output, one summary object
-per benchmark run. A line that is not JSON, or JSON of an unknown shape, becomes an unparsed_lines row.
+Benchmark shapes (source_kind): bench_jsonl, one object per request (i, warmup, latency_s, tok_per_s, meta_info{…});
+bench_json, the older `*.bench.json` array of {latency_s, tok_s, meta}, element 0 the warm-up; bench_serving_jsonl,
+one `sglang.bench_serving` summary object per line. A line that is not JSON or of an unknown shape is unparsed.
 """
 
 from __future__ import annotations
@@ -27,8 +26,7 @@ BENCH_COLUMNS = {
 
 
 def json_line_rows(text: str, row_of, unknown: str, cut_hint: str = "") -> tuple[list, list[tuple[int, str, str]]]:
-    """A JSONL text → the rows `row_of(document, line_no, rows_so_far)` makes of its lines, and an unparsed row
-    (line_no, reason, raw) of each other line: empty, not JSON, or a document row_of gives None for (`unknown`)."""
+    """A JSONL text → the rows `row_of(document, line_no, rows_so_far)` makes, and (line_no, reason, raw) of the rest."""
     rows: list = []
     unparsed: list[tuple[int, str, str]] = []
     lines = text.split("\n")
@@ -52,7 +50,6 @@ def json_line_rows(text: str, row_of, unknown: str, cut_hint: str = "") -> tuple
 def accounted(text: str, tables: dict[str, pl.DataFrame], unparsed: list[tuple[int, str, str]], *,
               all_unparsed: bool = False, warnings: list[str] | tuple[str, ...] = (),
               run_facts: dict | None = None) -> tuple[dict[str, pl.DataFrame], FileAccount]:
-    """A JSON input's tables (with its unparsed rows) and its account."""
     if unparsed:
         tables["unparsed_lines"] = pl.DataFrame(unparsed, schema={"line_no": pl.Int64, "reason": pl.Utf8, "raw": pl.Utf8}, orient="row")
     total = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
@@ -68,6 +65,10 @@ def parse_bench_jsonl(text: str, *, kind: str) -> tuple[dict[str, pl.DataFrame],
     return accounted(text, _bench_tables(rows), unparsed)
 
 
+def _bench_tables(rows: list[tuple]) -> dict[str, pl.DataFrame]:
+    return {"bench_requests": pl.DataFrame(rows, schema=BENCH_COLUMNS, orient="row")} if rows else {}
+
+
 def parse_bench_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     """The older `*.bench.json`: one JSON array; element 0 is the warm-up."""
     try:
@@ -78,10 +79,6 @@ def parse_bench_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
             for position, (line_no, document) in enumerate(elements)]
     unparsed = [(line_no, "array element of an unknown shape", json.dumps(document)) for line_no, row, document in rows if row is None]
     return accounted(text, _bench_tables([row for _, row, _ in rows if row is not None]), unparsed)
-
-
-def _bench_tables(rows: list[tuple]) -> dict[str, pl.DataFrame]:
-    return {"bench_requests": pl.DataFrame(rows, schema=BENCH_COLUMNS, orient="row")} if rows else {}
 
 
 def json_array_elements(text: str) -> list[tuple[int, object]]:
@@ -160,8 +157,7 @@ _C_ENCODER = None if c_make_encoder is None else c_make_encoder(
 
 
 def json_text(value: object) -> str:
-    """JSON text DuckDB's JSON type accepts: Infinity/NaN become strings, and so do keys JSON has no form for (a
-    tuple); other keys as json.dumps writes them."""
+    """JSON text DuckDB's JSON type accepts: Infinity/NaN become strings, and so do keys JSON has no form for."""
     try:  # the usual case: nothing to replace (the C encoder, one pass)
         return "".join(_C_ENCODER(value, 0)) if _C_ENCODER is not None and not isinstance(value, str) else _ENCODE(value)
     except (ValueError, TypeError):
@@ -180,10 +176,6 @@ def _finite(value: object) -> object:
 
 def _key(key: object) -> object:  # as JSON writes it where it can (str, int, finite float, True/False/None), else str()
     return key if isinstance(key, (str, int)) or key is None or (isinstance(key, float) and math.isfinite(key)) else str(key)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# run.json (launcher) and NCCL probe results
 
 
 def parse_run_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:

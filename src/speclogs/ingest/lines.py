@@ -1,11 +1,6 @@
-"""Bytes → physical lines → pieces of text the grammars can read.
-
-A physical line is one `\\n`-terminated line of the file (CRLF endings are accepted). Most lines are one
-piece as they are. The few odd ones go through `split_pieces` (plain Python, they are rare):
-ANSI colour codes are stripped, tqdm's `\\r` states are split apart, a log record glued after a progress
-bar is cut off into its own piece (it keeps the physical line number), and what capture tools put before a line
-(docker compose, Ray, kubectl, journald, `docker logs -t`, srun: the wrapper grammars) is peeled. Lines longer than
-MAX_LINE_BYTES are not parsed at all: they are stored whole as unparsed, with reason 'line too long to parse'.
+"""Bytes → physical lines (LF or CRLF) → pieces of text the grammars can read. Most lines are one piece as they
+are; the rare odd ones go through `split_pieces` in Python (ANSI stripped, tqdm's `\\r` states split, a record glued
+after a progress bar cut off, capture tools' prefixes peeled). Lines over MAX_LINE_BYTES are stored whole as unparsed.
 """
 
 from __future__ import annotations
@@ -27,9 +22,8 @@ GLUED_RE = re.compile(
 
 @dataclass(frozen=True)
 class Wrappers:
-    """The wrapper grammars (grammars/wrappers.toml) compiled: `detect` finds the lines not starting with '[' that start
-    with one (polars), `each` peels one off (Python, on those few lines); `heads` are the literal starts ('[pod/') that
-    find one on a line starting with '[' (cheaper than a regex over every line)."""
+    """The wrapper grammars compiled: `detect` finds the lines not starting with '[' that start with one (polars),
+    `each` peels one off (Python); `heads` are the literal starts ('[pod/') that find one on a line starting with '['."""
 
     detect: str
     each: tuple[re.Pattern, ...]
@@ -47,8 +41,8 @@ _BLANK = " \t\x0b\x0c"  # what makes a piece blank (the same set as _ODD_LINE's,
 
 @dataclass(frozen=True)
 class Lines:
-    """The physical lines of one chunk: `frame` has line_no (Int64), piece (Int32), text (Utf8) for the pieces to
-    classify; `blank` / `too_long` list lines that produce no piece; `raw` is every line's line_no and text (raw)."""
+    """The physical lines of one chunk: `frame` (line_no, piece, text) the pieces to classify, `raw` (line_no, raw)
+    every line; `blank` / `too_long` list lines that produce no piece."""
 
     frame: pl.DataFrame
     raw: pl.DataFrame
@@ -61,15 +55,13 @@ class Lines:
         return self.raw.height
 
 
-def count_lines(data: bytes | memoryview) -> int:
-    """The physical lines in `data` (a last line without newline counts), as build_lines splits them."""
+def count_lines(data: bytes | memoryview) -> int:  # as build_lines splits them
     data = bytes(data)
     return data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
 
 
 def read_lines(data: bytes | memoryview) -> pl.Series:
-    """Split valid UTF-8 bytes into physical lines (CRLF and LF; a final line without newline counts): polars' CSV
-    reader, one column, split at a byte that never occurs in text (text with it goes through Python)."""
+    """Physical lines by polars' CSV reader, split at a byte that never occurs in text (text with it: Python)."""
     data = bytes(data)
     if b"\x01" in data:
         return pl.Series("text", data.decode("utf-8").removesuffix("\n").split("\n")).str.strip_suffix("\r")
@@ -80,8 +72,7 @@ def read_lines(data: bytes | memoryview) -> pl.Series:
 
 
 def split_pieces(text: str, wrappers: Wrappers) -> tuple[list[str], list[str]]:
-    """One odd physical line → the pieces of text in it (possibly none) and the outer prefixes peeled off them:
-    ANSI stripped, split at `\\r`, glued records cut off, outer prefixes peeled, whitespace-only pieces dropped."""
+    """One odd physical line → the pieces of text in it (possibly none) and the outer prefixes peeled off them."""
     if "\x1b" in text or "^[[" in text:
         text = ANSI_RE.sub("", text)
     pieces: list[str] = []
@@ -117,7 +108,6 @@ _ODD_UNBRACKETED = r"^[ \t\x0b\x0c]*$|^.*\[20|^.*[^A-Za-z0-9._-][A-Za-z0-9][A-Za
 
 
 def odd_lines(text: pl.Series, wrappers: Wrappers) -> pl.Series:
-    """Rows the Python piece splitter must see (rare): CR, ANSI, blank, wrappers, records glued after text."""
     odd = text.str.contains_any(_ODD_LITERALS)
     for head in wrappers.heads:
         odd = odd | text.str.starts_with(head)
@@ -129,7 +119,6 @@ def odd_lines(text: pl.Series, wrappers: Wrappers) -> pl.Series:
 
 
 def build_lines(data: bytes | memoryview, wrappers: Wrappers, first_line_no: int = 1) -> Lines:
-    """Physical lines of a chunk → the piece frame to classify."""
     text = read_lines(data)
     raw = pl.DataFrame({"line_no": pl.int_range(first_line_no, first_line_no + text.len(), dtype=pl.Int64, eager=True), "raw": text})
     long = text.str.len_bytes() > MAX_LINE_BYTES

@@ -1,19 +1,15 @@
-"""The ingest pipeline, top to bottom: discover → read → split → classify → assemble → (the store) write.
+"""The ingest pipeline: discover → read → split → classify → assemble → (the store) write.
 
-`run_pipeline(discovery, sink)` reads each input safely (gzip, binary, NUL and invalid bytes), leaves out what the
-database already holds and what this call already read (the same content under another name), and parses the rest.
-Small files go in batches: their lines, numbered on in one sequence, are split (lines.py), classified (classify.py)
-and assembled (records.py) as ONE chunk, JSON inputs file by file (jsonfiles.py), a batch parsed on a thread while the
-sink writes the one before: `sink.write_batch(batch, tally)`. A big log streams, two chunks parsed at once on threads:
-`sink.write_stream(parsed, produce, tally)`, where `produce(emit)` hands `emit(table, frame)` each table frame. Per file
-the pipeline keeps its account in a ParsedFile, which the sink (speclogs.store.writer) writes to `files`, `runs` and
-`launches`.
+Small files go in batches, their logs' lines parsed as ONE chunk, a batch parsed on a thread while the sink writes the
+one before (`sink.write_batch(batch, tally)`). A big log streams, two chunks parsed at once on threads
+(`sink.write_stream(parsed, produce, tally)`: `produce(emit)` hands `emit(table, frame)` each table frame).
 """
 
 from __future__ import annotations
 
 import gc
 import hashlib
+import itertools
 import signal
 import threading
 import time
@@ -99,7 +95,6 @@ class Tally:
 
     @classmethod
     def of(cls, discovery: Discovery) -> Tally:
-        """The account of a run over `discovery`'s files before any is read: what discovery skipped and noted."""
         return cls(len(discovery.files), sum(f.size_bytes for f in discovery.files), skipped_files=list(discovery.skipped_files),
                    warnings=list(discovery.notes))
 
@@ -116,14 +111,12 @@ class Tally:
         self.failed.append(f"{where}: {reason}")
 
     def interrupted(self) -> IngestInterrupted:
-        """What Ctrl-C left: the files committed before it are kept, the ones being written are rolled back."""
         rolled_back = f"rolled back: {', '.join(self.writing)}" if self.writing else "nothing was being written"
         files_left = self.files_total - self.ingested - self.files_left_out - len(self.writing)
         left = f"; {files_left:,} file(s) not ingested" if files_left > 0 else ""
         return IngestInterrupted(f"interrupted: {self.ingested:,} file(s) ingested before it are kept; {rolled_back}{left}")
 
-    def absorb(self, other: Tally) -> None:
-        """Add another run's account to this one (its files, lines, rows, skips, warnings; not its totals)."""
+    def absorb(self, other: Tally) -> None:  # another run's account (not its totals)
         self.ingested += other.ingested
         self.unchanged += other.unchanged
         self.bytes_done += other.bytes_done
@@ -151,15 +144,10 @@ class IngestInterrupted(KeyboardInterrupt):
     """Ctrl-C during an ingest; the message says what was kept and what was rolled back (the CLI: exit 130)."""
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# the pipeline
-
-
 def run_pipeline(discovery: Discovery, sink, engine_for: Callable[[], Engine], *, replace: bool = False,
                  on_progress: Callable[[ProgressEvent], None] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Tally:
-    """(discovered inputs, sources.discover_inputs) → read → (skip what is stored) → split → classify → assemble →
-    sink. `engine_for()` compiles the grammars, called only when there is a log to read. Raises InputError when
-    nothing names an input."""
+    """Read, parse and hand to `sink` the inputs of `discovery` that it does not hold yet. `engine_for()` compiles the
+    grammars, called only when there is a log to read. Raises InputError when nothing names an input."""
     if not discovery.files and not discovery.skipped_files:
         raise InputError("nothing to ingest", hint="pass log files, directories, .gz files or '-' for stdin")
     tally = Tally.of(discovery)
@@ -222,40 +210,31 @@ class Contents:
     asked for only when another file has the same size: a big log is hashed as it is streamed."""
 
     def __init__(self, stored: list[tuple]) -> None:
-        self._by_size: dict[int, list[tuple[str, str | RawInput]]] = {}
-        self._sources: dict[str, list[str | RawInput]] = {}
+        self._by_size: dict[int, list[tuple[str, RawInput]]] = {}
+        self._sources: dict[str, list[RawInput]] = {}
         self.sizes: dict[str, int] = {}  # source → its stored size (the last one added)
         self.run_ids: dict[str, str | None] = {}  # source → the run its stored rows belong to
         for source_file, sha256, size_bytes, *run_id in stored:
-            self.add(source_file, sha256, size_bytes)
+            self.add(source_file, RawInput(data=b"", digest=sha256, size_bytes=size_bytes))
             self.run_ids[source_file] = run_id[0] if run_id else None
 
-    def known(self, source_file: str) -> set[str]:
-        """The sha256 of each content stored (or read) under `source_file`."""
-        return {_sha256(digest) for digest in self._sources.get(source_file, ())}
+    def known(self, source_file: str) -> set[str]:  # the sha256 of each content stored (or read) under it
+        return {raw.sha256 for raw in self._sources.get(source_file, ())}
 
-    def twin(self, source_file: str, raw: RawInput) -> str | None:
-        """Another source with the same (non-empty) content, or None."""
-        others = [(source, digest) for source, digest in self._by_size.get(raw.size_bytes, ()) if source != source_file]
-        if not others or not raw.size_bytes:
-            return None
-        return next((source for source, digest in others if _sha256(digest) == raw.sha256), None)
+    def twin(self, source_file: str, raw: RawInput) -> str | None:  # another source of the same (non-empty) content
+        same_size = self._by_size.get(raw.size_bytes, ()) if raw.size_bytes else ()
+        return next((source for source, other in same_size if source != source_file and other.sha256 == raw.sha256), None)
 
-    def add(self, source_file: str, digest: str | RawInput, size_bytes: int) -> None:
-        self._by_size.setdefault(size_bytes, []).append((source_file, digest))
-        self._sources.setdefault(source_file, []).append(digest)
-        self.sizes[source_file] = size_bytes
-
-
-def _sha256(digest: str | RawInput) -> str:
-    return digest if isinstance(digest, str) else digest.sha256
+    def add(self, source_file: str, raw: RawInput) -> None:
+        self._by_size.setdefault(raw.size_bytes, []).append((source_file, raw))
+        self._sources.setdefault(source_file, []).append(raw)
+        self.sizes[source_file] = raw.size_bytes
 
 
 def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
           named: frozenset[str] = frozenset()) -> ParsedFile | None:
-    """Read one input, or say why it is left out: unreadable, unchanged, changed without --replace, or the same
-    content as another file of this call or of the database (empty files excepted). A stored file that grew by
-    appending, or one of a launch directory (its run.json says what ran), is read again: its rows are replaced."""
+    """Read one input, or say why it is left out. A stored file that grew by appending, or one of a launch directory
+    (its run.json says what ran), is read again: its rows are replaced."""
     raw = read_input(item)
     source_file = item.source_file
     if item.path is None and raw.sha256:
@@ -290,7 +269,7 @@ def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
         tally.skip("the same content as a file already ingested, skipped", source_file)
         tally.warnings.append(f"{source_file}: the same content as {twin}: ingested once, as {twin}")
         return None
-    contents.add(source_file, raw, raw.size_bytes)
+    contents.add(source_file, raw)
     return ParsedFile(item=item, source_file=source_file, raw=raw, replaces=bool(digests))
 
 
@@ -342,8 +321,7 @@ def _write_parsed(parsed_files: list[Batch | tuple[ParsedFile, BaseException]], 
 
 
 def collect_cycles() -> None:
-    """The youngest generation's reference cycles: ingest_paths turns the cyclic GC off, and ast.literal_eval (server_args
-    and --log-requests values) leaves a cycle of ~11 objects a value (~300 MB by the end of a 10M-line log)."""
+    # ingest_paths turns the cyclic GC off, and ast.literal_eval (server_args, --log-requests values) leaves a cycle a value
     gc.collect(0)
 
 
@@ -352,12 +330,8 @@ def first_line(error: BaseException) -> str:
     return text[0][:300] if text else ""
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# small files: one batch, one chunk
-
-
 def parse_batch(files: list[ParsedFile], engine: Engine | None) -> Batch:
-    """Parse small files together: every log's lines in one chunk, every JSON input on its own."""
+    """Small files parsed together: every log's lines in one chunk, every JSON input on its own."""
     tables: dict[str, list[pl.DataFrame]] = {}
     logs = [index for index, parsed in enumerate(files) if parsed.item.kind == "log"]
     if logs:
@@ -389,13 +363,9 @@ def parse_batch(files: list[ParsedFile], engine: Engine | None) -> Batch:
 def _parse_logs(texts: list[bytes], engine: Engine) -> ChunkResult:
     """Logs as one chunk: their text joined, each ending with a newline, one empty line between two (no file's
     record can reach into the next); the empty lines between them belong to no file."""
-    starts, counts, parts = [], [], []
-    next_start = 1
-    for text in texts:
-        starts.append(next_start)
-        counts.append(count_lines(text))
-        parts.append(text if not text or text.endswith(b"\n") else text + b"\n")
-        next_start += counts[-1] + 1
+    counts = [count_lines(text) for text in texts]
+    starts = list(itertools.accumulate((count + 1 for count in counts[:-1]), initial=1))
+    parts = [text if not text or text.endswith(b"\n") else text + b"\n" for text in texts]
     lines = build_lines(b"\n".join(parts) + b"\n", engine.wrappers)
     gaps = {start + count for start, count in zip(starts, counts)}
     lines = replace_field(lines, blank=tuple(n for n in lines.blank if n not in gaps))
@@ -416,8 +386,7 @@ def _parse_json(parsed: ParsedFile) -> dict[str, pl.DataFrame]:
     return {table: frame for table, frame in tables.items() if frame.height}
 
 
-def _finish_log(parsed: ParsedFile) -> None:
-    """A log's warnings and launches, once all its chunks are in."""
+def _finish_log(parsed: ParsedFile) -> None:  # its warnings and launches, once all its chunks are in
     account = parsed.account
     warnings = list(parsed.raw.stream.warnings()) if parsed.raw.stream is not None else []  # what reading found first
     for name, count in sorted(account.drift.items()):
@@ -452,10 +421,6 @@ def launch_rows(run_id: str, source_file: str, starts: list[int], facts, total_l
     return rows
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# a big log: chunk by chunk
-
-
 def _parse_stream(parsed: ParsedFile, engine: Engine, emit, chunk_bytes: int, on_progress: Callable[[float], None]) -> None:
     """Parse a big log chunk by chunk, handing every table frame to `emit(table, frame)`; then its account."""
     size = parsed.raw.size_bytes if parsed.raw.stream is not None else len(parsed.raw.data)
@@ -476,8 +441,7 @@ def _parse_stream(parsed: ParsedFile, engine: Engine, emit, chunk_bytes: int, on
 
 
 def parse_log_chunks(source: bytes | LogStream, engine: Engine, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[ChunkResult]:
-    """Parse one log (valid UTF-8 bytes, or a LogStream read chunk by chunk), PARSE_THREADS chunks at once, each whole
-    (polars releases the GIL); its launches are numbered after those of the chunks before it here, in file order."""
+    """Parse one log (valid UTF-8 bytes, or a LogStream), PARSE_THREADS chunks at once (polars releases the GIL)."""
     stream = source if isinstance(source, LogStream) else LogStream(bytes(source), len(source))
     launches_before, first_line_no = 0, 1
     pending: deque[tuple[int, Future]] = deque()  # (byte_end, the chunk's parse), in file order
@@ -502,7 +466,6 @@ def parse_log_chunks(source: bytes | LogStream, engine: Engine, *, chunk_bytes: 
 
 
 def _parse_chunk(chunk: bytes | memoryview, engine: Engine, first_line_no: int) -> ChunkResult:
-    """One chunk of a streamed log, its launches numbered within it (number_launches numbers them in the file)."""
     lines = build_lines(chunk, engine.wrappers, first_line_no)
     result = _assemble_chunk(engine, lines, classify(engine, lines.frame), ChunkFiles((1,), (lines.total_lines,), numbered=False))
     result.request_lines = read_request_lines(result.tables.get("server_events"))

@@ -1,13 +1,7 @@
-"""Prometheus text snapshots (`*.prom`: what `GET /metrics` answered) → `metrics` and `metric_types` rows.
-
-One `metrics` row per sample line (any metric name): the sample name as printed, its family and type (from the `# TYPE`
-line before it), labels as JSON, the value and its text as printed (`2.0955e+06`, `+Inf`, `NaN`), the optional
-exposition timestamp. One `metric_types` row per comment line (`# HELP` / `# TYPE` / `# UNIT` / any other `#` line).
-A blank or malformed line is an `unparsed_lines` row, so every line of the file is accounted for.
-
-Every row also carries its scrape: `ts`, `window_name` and `phase` (before / during / after a benchmark window), from
-the launch's run.json (`windows[].scrapes[]`, keyed by file name); without such a record the phase comes from the file
-name (`metrics_before.prom` → before) and ts and window are NULL.
+"""Prometheus text snapshots (`*.prom`: what `GET /metrics` answered) → a `metrics` row per sample line (its family and
+type from the `# TYPE` line before it, labels as JSON, the value and its text as printed), a `metric_types` row per
+comment line, an `unparsed_lines` row per other line: every line is accounted for. Every row carries its scrape (ts,
+window_name, phase) from the launch's run.json, else the phase its file name says.
 """
 
 from __future__ import annotations
@@ -30,6 +24,7 @@ _SERIES_SUFFIXES = ("_bucket", "_sum", "_count", "_created", "_total", "_gsum", 
 _NAME = r"[A-Za-z_:][A-Za-z0-9_:]*"
 _SAMPLE = re.compile(rf"(?P<name>{_NAME})(?:\{{(?P<labels>.*)\}})?[ \t]+(?P<value>\S+)(?:[ \t]+(?P<timestamp>-?[0-9]+))?[ \t]*")
 _LABEL = re.compile(r'[ \t]*(?P<key>[A-Za-z_][A-Za-z0-9_]*)[ \t]*=[ \t]*"(?P<value>(?:[^"\\]|\\.)*)"[ \t]*(?:,|$)')
+_LABELS = re.compile(f"(?:{_LABEL.pattern})*")
 _COMMENT = re.compile(rf"#[ \t]*(?P<directive>HELP|TYPE|UNIT)[ \t]+(?P<family>{_NAME})(?:[ \t]+(?P<text>.*))?")
 _PHASE_IN_NAME = re.compile(r"(?:^|[-_.])(before|during|after)(?:[-_.]?[0-9]+)?$")
 
@@ -40,8 +35,6 @@ TYPE_COLUMNS = _SCRAPE_COLUMNS | {"family": pl.Utf8, "directive": pl.Utf8, "text
 
 
 def parse_prometheus_file(text: str, path: Path | None) -> tuple[dict[str, pl.DataFrame], FileAccount]:
-    """Prometheus exposition text (of the file at `path`, whose scrape it is) → metrics / metric_types /
-    unparsed_lines frames (no run_id / source_file)."""
     samples: list[tuple] = []
     comments: list[tuple] = []
     unparsed: list[tuple[int, str, str]] = []
@@ -68,7 +61,7 @@ def parse_prometheus_file(text: str, path: Path | None) -> tuple[dict[str, pl.Da
             unparsed.append((line_no, "not a Prometheus sample line (name{labels} value [timestamp])", raw))
         else:
             name, value_text, timestamp = sample.group("name", "value", "timestamp")
-            labels, value = _labels(sample.group("labels")), _value(value_text)
+            labels, value = _labels(sample.group("labels")), _value(value_text)  # (float reads +Inf, -Inf, NaN as written)
             if labels is None or value is None:
                 what = "labels" if labels is None else f"value {value_text!r}"
                 unparsed.append((line_no, f"Prometheus sample line with unreadable {what}", raw))
@@ -89,20 +82,13 @@ def _labels(text: str | None) -> dict[str, str] | None:
     """'a="x",b="y\\"z"' → {'a': 'x', 'b': 'y"z'}; None when the text is not a label list."""
     if text is None or not text.strip():
         return {}
-    labels: dict[str, str] = {}
-    position = 0
-    while position < len(text):
-        found = _LABEL.match(text, position)
-        if found is None or found.end() == position:
-            return None
-        value = found.group("value")
-        labels[found.group("key")] = re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], value) if "\\" in value else value
-        position = found.end()
-    return labels
+    if not _LABELS.fullmatch(text):
+        return None
+    return {found["key"]: re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], found["value"])
+            for found in _LABEL.finditer(text)}
 
 
 def _value(text: str) -> float | None:
-    """A sample value: a float (Python reads +Inf / -Inf / NaN as Prometheus writes them)."""
     try:
         return float(text)
     except ValueError:
@@ -110,8 +96,7 @@ def _value(text: str) -> float | None:
 
 
 def scrape_for(path: Path) -> tuple[datetime | None, str | None, str | None]:
-    """(ts, window_name, phase) of the scrape a .prom file is: the launch's run.json entry for its file name
-    (`windows[].scrapes[]`), else the phase its name says (`…before.prom`, `…_after.prom`, `…-during-003.prom`)."""
+    """(ts, window_name, phase) of a .prom file's scrape: its run.json entry, else the phase its name says."""
     record = read_run_json(path.parent)
     for window in record.windows if record is not None else ():
         scrapes = window.get("scrapes") if isinstance(window, dict) else None

@@ -1,11 +1,7 @@
-"""Claims → table frames: multi-line error records, launches, server_args rows, unparsed rows, line accounting.
+"""Claims → table frames: multi-line error records, launches, server_args rows, unparsed rows, line accounting. A
+chunk is a batch of small files (ChunkFiles) or a part of one big file; every row leaves with its file's index.
 
-A chunk is either a batch of small files (their lines numbered on in one sequence, one number left out between two
-files so that no record runs from one into the next) or a part of one big file; every row leaves with its file's
-index and its line number in that file (ChunkFiles).
-
-Launches: a log file is split at each `server_args=` line (launch_no 1, 2, …). Lines before the first
-server_args line (SGLang prints warnings there) belong to launch 1; a file without any has one launch.
+Launches: a log file is split at each `server_args=` line (launch_no 1, 2, …); lines before the first belong to 1.
 
 Tracebacks: a head (`… hit an exception: Traceback (most recent call last):`, a bare `Traceback …`,
 `terminate called …`) starts an `errors` record; the following adjacent lines continue it while they are
@@ -44,20 +40,19 @@ _FRAGMENT = " (fragment; the same line also holds parsed records)"
 
 @dataclass
 class ChunkResult:
-    """A chunk parsed into table frames. Every row carries `file` (the index of its file in the chunk) and its line_no
-    in that file; run_id / source_file are the store's to add."""
+    """A chunk parsed into table frames, every row with `file` (its file's index) and its line_no in that file."""
 
     tables: dict[str, pl.DataFrame]
     files: list[FileAccount]
-    byte_end: int = 0  # offset in the (decompressed) text where this chunk ends
+    byte_end: int = 0  # bytes of the file read when this chunk was cut (for progress)
     request_lines: pl.DataFrame | None = None  # its --log-requests lines, read (requests.read_request_lines, for RequestLog)
 
 
 @dataclass(frozen=True)
 class ChunkFiles:
     """Where a chunk's files are: `starts[f]` is the chunk line number of file f's first line, `lines[f]` how many it
-    has; a number between two files belongs to none (so no record joins them). A streamed chunk is one file (starts =
-    [1]) whose launches `number_launches` numbers once the chunks before it are done (`numbered` False)."""
+    has; a number between two files belongs to none (so no record joins them). A streamed chunk's launches are
+    numbered by `number_launches` once the chunks before it are done (`numbered` False)."""
 
     starts: tuple[int, ...]
     lines: tuple[int, ...]
@@ -69,7 +64,6 @@ class ChunkFiles:
 
 def assemble(engine: Engine, claims: Claims, raw_lines: pl.DataFrame, files: ChunkFiles, *, blank: Sequence[int],
              too_long: Sequence[tuple[int, int]], outer_prefixes: tuple[tuple[int, str], ...] = ()) -> ChunkResult:
-    """Build the table frames of one chunk. `raw_lines` is (line_no, raw) for every physical line of the chunk."""
     patterns = {c.name: c.pattern for c in engine.patterns}
     headers = [frame for name, frame in claims.frames.items() if is_server_args(patterns[name])]
     launch_starts = sorted(line_no for frame in headers for line_no in frame["line_no"].to_list())
@@ -94,18 +88,16 @@ def assemble(engine: Engine, claims: Claims, raw_lines: pl.DataFrame, files: Chu
                if name not in errors or patterns[name].constants.get(ROLE_COLUMN, HEAD) == HEAD]
     continuation_lines = {line for line, _ in continuation_keys}
     parsed = _distinct_lines(claimed, raw_lines.get_column("line_no"), continuation_lines)
-    unparsed: list[tuple[int, str]] = []
-    seen: set[int] = set()
+    unparsed: dict[int, str] = {}  # line_no → why (its first piece's reason)
     unmatched = [((line_no, piece), "SGLang line, no pattern matched" if prefixed else "no pattern matched")
                  for line_no, piece, _text, prefixed in claims.unclaimed.iter_rows()]
     for key, reason in unmatched + [(key, "traceback line without a traceback head") for key in sorted(orphan_keys)]:
-        if key not in continuation_keys and key[0] not in seen:
-            seen.add(key[0])
-            unparsed.append((key[0], reason))
-    unparsed += [(line_no, "empty line") for line_no in blank if line_no not in continuation_lines]
-    unparsed += [(line_no, f"line too long to parse ({size:,} bytes; its text is kept whole)") for line_no, size in too_long]
+        if key not in continuation_keys:
+            unparsed.setdefault(key[0], reason)
+    unparsed |= {line_no: "empty line" for line_no in blank if line_no not in continuation_lines}
+    unparsed |= {line_no: f"line too long to parse ({size:,} bytes; its text is kept whole)" for line_no, size in too_long}
     if unparsed:
-        frame = pl.DataFrame(unparsed, schema={"line_no": pl.Int64, "reason": pl.Utf8}, orient="row").sort("line_no")
+        frame = pl.DataFrame(list(unparsed.items()), schema={"line_no": pl.Int64, "reason": pl.Utf8}, orient="row").sort("line_no")
         fragment = pl.col("line_no").is_in(parsed.implode()) | pl.col("line_no").is_in(list(continuation_lines))
         tables["unparsed_lines"] = frame.join(raw_lines, on="line_no", how="left", maintain_order="left").with_columns(
             pl.col("raw").fill_null(""), pl.lit(0, dtype=pl.Int32).alias("piece"),
@@ -144,8 +136,7 @@ def assemble(engine: Engine, claims: Claims, raw_lines: pl.DataFrame, files: Chu
 
 
 def number_launches(result: ChunkResult, launches_before: int) -> ChunkResult:
-    """A streamed chunk's launches (ChunkFiles.numbered False) numbered after those of the chunks before it, in place:
-    launch_no n becomes max(1, n + launches_before) in every table, launch fact and request line."""
+    """A streamed chunk's launches numbered after those of the chunks before it, in place."""
     numbered = (pl.col("launch_no") + launches_before).clip(lower_bound=1).cast(pl.Int32)
     result.tables = {table: frame.with_columns(numbered) if "launch_no" in frame.columns else frame
                      for table, frame in result.tables.items()}
@@ -158,8 +149,8 @@ def number_launches(result: ChunkResult, launches_before: int) -> ChunkResult:
 
 
 def _distinct_lines(claimed: list[pl.Series], line_nos: pl.Series, minus: set[int]) -> pl.Series:
-    """The line numbers (of `line_nos`, consecutive) found in any of `claimed` and not in `minus`, in order: marks on
-    the chunk's lines (cheaper than a hashed unique of the claimed line numbers)."""
+    """The line numbers (of `line_nos`, consecutive) in any of `claimed` and not in `minus`, in order (marks on the
+    chunk's lines: cheaper than a hashed unique)."""
     first = line_nos[0] if line_nos.len() else 0
     mark = np.zeros(line_nos.len(), dtype=bool)
     for column in claimed:
@@ -170,8 +161,7 @@ def _distinct_lines(claimed: list[pl.Series], line_nos: pl.Series, minus: set[in
 
 
 def _in_files(frame: pl.DataFrame, files: ChunkFiles, launch_starts: pl.Series) -> pl.DataFrame:
-    """A frame of chunk line numbers → with `file`, the line_no (and last_line_no) in that file, and the launch_no
-    there (its file's server_args lines up to the line, at least 1 once numbered); without `piece`."""
+    """A frame of chunk line numbers → with `file`, the line numbers in that file and the launch_no; without `piece`."""
     line_no = frame.get_column("line_no")
     if len(files.starts) == 1 and files.starts[0] == 1:  # a whole file, or a streamed one's chunk: numbers are its own
         launch = launch_starts.search_sorted(line_no, side="right").cast(pl.Int64)
@@ -190,15 +180,14 @@ def _in_files(frame: pl.DataFrame, files: ChunkFiles, launch_starts: pl.Series) 
 
 
 def _with_series(frame: pl.DataFrame, *series: pl.Series) -> pl.DataFrame:
-    """`frame` without `piece`, with `series` in place of its columns of the same names (else after them): a frame of
-    the same Series, without a pass of polars' query engine (this runs for every table of every chunk)."""
+    """`frame` without `piece`, with `series` in place of its columns of the same names (else after them), without a
+    pass of polars' query engine (this runs for every table of every chunk)."""
     columns = {name: frame.get_column(name) for name in frame.columns if name != "piece"}
     columns.update((s.name, s) for s in series)
     return pl.DataFrame(list(columns.values()))
 
 
-def _count_per_file(files: ChunkFiles, *line_nos: pl.Series) -> list[tuple[int, ...]]:
-    """How many of each of `line_nos` (parsed, continuation, prefixed pieces) each file of the chunk has."""
+def _count_per_file(files: ChunkFiles, *line_nos: pl.Series) -> list[tuple[int, ...]]:  # per file: how many of each
     n = len(files.starts)
     return list(zip(*([numbers.len()] + [0] * (n - 1) if n == 1 or not numbers.len()
                       else np.bincount(files.index_of(numbers).to_numpy(), minlength=n).tolist() for numbers in line_nos)))
@@ -242,23 +231,16 @@ def redacted(table: str, frame: pl.DataFrame) -> pl.DataFrame:
         return frame
     # the usual answer: none; asked of each column's distinct texts (few: levels, methods, paths …), half the time
     hits = frame.select(pl.col(column).unique().str.contains(SUSPECT.pattern).fill_null(False).any() for column in columns).row(0)
-    if not any(hits):
-        return frame
-    redacted_columns = []
-    for column, hit in zip(columns, hits):
-        if hit:
-            texts = frame.get_column(column)
-            at = texts.str.contains(SUSPECT.pattern).fill_null(False).arg_true()
-            redacted_columns.append(
-                texts.scatter(at, pl.Series([redact(text) for text in texts.gather(at).to_list()], dtype=pl.Utf8))
-            )
-    return frame.with_columns(redacted_columns)
+    for column in (column for column, hit in zip(columns, hits) if hit):
+        texts = frame.get_column(column)
+        at = texts.str.contains(SUSPECT.pattern).fill_null(False).arg_true()
+        frame = frame.with_columns(texts.scatter(at, pl.Series([redact(text) for text in texts.gather(at).to_list()], dtype=pl.Utf8)))
+    return frame
 
 
 def _launch_facts(tables: dict[str, pl.DataFrame]) -> dict[int, list[tuple[int, str, object]]]:
-    """Per file: the few timestamped events launches are summarised by (server_args, ready, cuda_graph_end, sigterm,
-    /health 200), as (launch_no, event, ts). Launches use only the earliest and latest time of each event, so a chunk
-    reports just those two per event rather than a tuple for every /health request."""
+    """Per file: (launch_no, event, ts) of the events launches are summarised by, only the earliest and the latest of
+    each (not a tuple for every /health request)."""
     parts: list[pl.DataFrame] = []
     events = tables.get("server_events")
     if events is not None and "kind" in events.columns and "ts" in events.columns:
@@ -274,10 +256,7 @@ def _launch_facts(tables: dict[str, pl.DataFrame]) -> dict[int, list[tuple[int, 
              .agg(pl.col("ts").min().alias("first_ts"), pl.col("ts").max().alias("last_ts")).sort("file", "launch_no", "fact"))
     facts: dict[int, list[tuple[int, str, object]]] = {}
     for index, launch_no, fact, first_ts, last_ts in spans.rows():
-        found = facts.setdefault(index, [])
-        found.append((launch_no, fact, first_ts))
-        if last_ts != first_ts:
-            found.append((launch_no, fact, last_ts))
+        facts.setdefault(index, []).extend(((launch_no, fact, first_ts), (launch_no, fact, last_ts)))
     return facts
 
 
@@ -297,12 +276,10 @@ class _Record:
         return line_no <= last + 1
 
     def take(self, line_no: int, piece: int, continuation: set[tuple[int, int]]) -> None:
-        for key in self.pending:
-            self.members.append(key)
-            continuation.add(key)
+        taken = [*self.pending, (line_no, piece)]
+        self.members += taken
+        continuation.update(taken)
         self.pending.clear()
-        self.members.append((line_no, piece))
-        continuation.add((line_no, piece))
         self.last_line = line_no
 
 
@@ -361,7 +338,7 @@ def _group_errors(engine: Engine, claims: Claims, error_frames: dict[str, pl.Dat
 
 def _attach_to_previous_line(engine: Engine, claims: Claims, bare_heads: list[_Record], raw_lines: pl.DataFrame,
                              continuation: set[tuple[int, int]]) -> None:
-    """'[ts] ERROR:    Exception in ASGI application' + 'Traceback …': the SGLang line is where the record begins."""
+    # '[ts] ERROR:    Exception in ASGI application' + 'Traceback …': the SGLang line is where the record begins
     wanted = sorted({record.members[0][0] - 1 for record in bare_heads if record.members[0][1] == 0})
     raw = dict(raw_lines.filter(pl.col("line_no").is_in(wanted)).iter_rows())
     prefixed = {row["line_no"]: row for name, frame in claims.frames.items() if engine.pattern(name).pattern.scope == "message"

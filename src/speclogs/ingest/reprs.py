@@ -48,8 +48,7 @@ def _split_top_level(body: str) -> tuple[list[str], int | None]:
 
 
 def _after_quoted(body: str, i: int, quote: str) -> int:
-    """Index after the quote that closes a string whose text starts at `i` (a backslash escapes the next character);
-    -1 when the text ends first."""
+    """Index after the quote that closes a string whose text starts at `i`; -1 when the text ends first."""
     while (end := body.find(quote, i)) >= 0:
         escapes = end
         while escapes > i and body[escapes - 1] == "\\":
@@ -107,8 +106,6 @@ def _literal(text: str) -> object | None:
 def parse_server_args(text: str) -> list[tuple[str, str, object | None]]:
     """'ServerArgs(a=1, b='x', …)' or "{'a': 1, …}" → [(name, repr_text, python_value_or_None), …]; never raises: a
     non-literal value gives None, a cut dump the items before the cut."""
-    if not isinstance(text, str):
-        return []
     s = text.strip()
     s = s[s.find("server_args=") + len("server_args="):] if "server_args=" in s else s
     if s.startswith("ServerArgs("):
@@ -130,8 +127,7 @@ def parse_request_repr(body: str) -> tuple[dict, dict]:
 
 
 def _keywords(text: str) -> dict:
-    """", headers={…}, out={…}" (keyword=repr items, as a repr's tail prints them) → {name: value}; a cut last item is
-    dropped."""
+    """", headers={…}, out={…}" → {name: value}; a cut last item is dropped."""
     return {name: value for name, _, value in _fields(_split_top_level(text.strip().lstrip(",") + ")")[0], False, literal_tolerant)}
 
 

@@ -1,12 +1,7 @@
-"""Per-request records → the `requests` table: one row per request and source (`source_kind`):
-- `request_export`: `--export-metrics-to-file` writes `sglang-request-metrics-YYYYMMDD_HH.log`, one JSON object per
-  finished request: `{"request_parameters": "<JSON text>", **meta_info}`.
-- `log_requests_text` / `log_requests_json`: `--log-requests` lines, read by the grammars into server_events rows of
-  kind request_received / request_finished; `RequestLog` pairs a request's two lines by rid within a launch: the row is
-  the Finish line (`received_line_no` names the Receive line).
-- `bench_serving`: `sglang.bench_serving --output-details` arrays in its JSONL output: one row per request.
-SGLang renamed meta_info keys across versions (0.5.14: `spec_num_correct_drafts` / `spec_accepted_drafts` for
-`spec_accept_token_num`, …): one column each. The rest of a record stays in `extra` (JSON), the request in `request`.
+"""Per-request records → the `requests` table, one row per request and source (`source_kind`): `request_export`
+(`--export-metrics-to-file`: one JSON object per finished request), `log_requests_text` / `log_requests_json`
+(`--log-requests` lines, a request's Receive and Finish lines paired by rid within a launch) and `bench_serving`
+(`--output-details` arrays). meta_info keys SGLang renamed across versions fill one column; the rest stays in `extra`.
 """
 
 from __future__ import annotations
@@ -46,8 +41,7 @@ _EMPTY_ROW = dict.fromkeys(REQUEST_COLUMNS)
 
 def request_row(meta: dict, *, source_kind: str, line_no: int | None = None, request: object = None, rid: object = None,
                 extra: dict | None = None) -> dict:
-    """A requests row from a meta_info-shaped dict (typed fields out of it; the rest → extra). `line_no`: the row's line,
-    for the callers whose rows do not take it from a frame (the --log-requests rows do)."""
+    """A requests row from a meta_info-shaped dict (typed fields out of it; the rest → extra)."""
     row = _EMPTY_ROW | {"line_no": line_no, "source_kind": source_kind}
     rest = dict(meta)
     for column, keys in _META_COLUMNS.items():
@@ -76,13 +70,8 @@ def request_row(meta: dict, *, source_kind: str, line_no: int | None = None, req
     return row
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# --export-metrics-to-file
-
-
 def parse_request_export(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
-    """An export file: one JSON object per line → requests rows; a line that is not such an object → unparsed
-    (a file copied while SGLang was still writing ends in half a record)."""
+    """An --export-metrics-to-file file: one JSON object per line → requests rows; other lines → unparsed."""
     rows, unparsed = json_line_rows(text, _export_row, "JSON of an unknown shape (not an --export-metrics-to-file record)",
                                     "; a record cut off?")
     return accounted(text, {"requests": pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row")} if rows else {}, unparsed)
@@ -97,20 +86,15 @@ def _export_row(document: object, line_no: int, _position: int) -> dict | None:
     return request_row(meta, line_no=line_no, source_kind="request_export", request=request, rid=rid)
 
 
-def _json_or_text(value: object) -> object:
+def _json_or_text(value: object) -> object:  # a JSON text's value, or the text
     try:
         return json.loads(value) if isinstance(value, str) else value
     except ValueError:
         return value
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# --log-requests lines (server_events rows of kind request_received / request_finished)
-
-
 def read_request_lines(events: pl.DataFrame | None) -> pl.DataFrame | None:
-    """The request lines of a server_events frame, read: one row per readable line with its requests row, `finished`
-    (a Finish line), `pair_key` (what RequestLog pairs by) and `file` (0 for a streamed chunk); None when it has none."""
+    """The request lines of a server_events frame, read: its requests row, `finished`, `pair_key` and `file`."""
     if events is None or not {"kind", "message", *_LINE_COLUMNS} <= set(events.columns):
         return None  # a user's grammar may fill server_events without a message: no request line among its rows
     # the columns a request line's row takes, before the filter (a frame of server_events has ~40)
@@ -151,8 +135,7 @@ class RequestLog:
         if lines is not None:
             self._frames.append(lines)
 
-    def frame(self) -> pl.DataFrame | None:
-        """One row per request, in (file, line) order, with `file`."""
+    def frame(self) -> pl.DataFrame | None:  # one row per request, in (file, line) order, with `file`
         if not self._frames:
             return None
         # each request's lines next to each other, in line order: a line's neighbours are the lines of its rid before
@@ -173,8 +156,7 @@ _SCHEMA = REQUEST_COLUMNS | {"file": pl.Int32}
 
 
 def _read_request_line(message: str, finished: bool) -> tuple[tuple, str | None] | None:
-    """A --log-requests line → (its requests row's values in REQUEST_COLUMNS order, the key RequestLog pairs it by),
-    None when it is not one. A Receive line's row has no meta_info nor other out fields."""
+    """A --log-requests line → (its requests row's values, the key RequestLog pairs it by); None when it is not one."""
     text = message.strip()
     if text.startswith("{"):
         try:
@@ -210,13 +192,8 @@ def _other(out: dict) -> dict:
     return {f"out.{key}": value for key, value in out.items() if key != "meta_info"}
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# sglang.bench_serving --output-details
-
-
 def add_bench_serving_requests(tables: dict[str, pl.DataFrame]) -> None:
-    """A requests table in a JSONL benchmark file's `tables` when its bench_serving results carry `--output-details`
-    arrays: one row per request."""
+    """A requests table (a row per request) for the bench_serving results in `tables` that carry `--output-details`."""
     bench = tables.get("bench_requests")
     if bench is None or "source_kind" not in bench.columns:
         return

@@ -1,10 +1,5 @@
-"""Which files to ingest, which run each belongs to, and reading their bytes safely.
-
-Discovery turns the PATH arguments (files, directories, `-`) into `InputFile`s, each with its run, and says what it
-skipped and why. Reading (`read_input`) never raises for a bad file: gzip (also truncated or corrupt: what decompresses
-before the damage is kept), binary files, NUL and non-UTF-8 bytes and files that vanish give a skip reason or
-warnings. A big log, plain or gzip, is a `LogStream`: read chunk by chunk, never whole.
-"""
+"""Which files to ingest and which run each belongs to (`discover_inputs`), and reading their bytes safely
+(`read_input`: a bad file gives a skip reason or warnings, never an exception; a big log is a `LogStream`)."""
 
 from __future__ import annotations
 
@@ -90,7 +85,6 @@ STREAM_MIN_BYTES = 16 << 20  # logs with this much text are read chunk by chunk,
 GZIP_TEXT_RATIO = 8  # an SGLang log compresses 8-10×: a .gz of STREAM_MIN_BYTES / 8 on disk is streamed too
 GZIP_READ_BYTES = 1 << 20  # compressed bytes read from disk at a time
 _GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib reads the gzip header and trailer (CRC, length) itself
-_SALVAGE_STEP = 4096  # a failed block is decompressed again this many bytes at a time, then byte by byte
 # How far back from where zlib found a deflate stream broken its output may already be garbage: a damaged block
 # decodes to wrong text until a code cannot be (measured on flipped bytes: 50–250 bytes before the error).
 GARBLED_BYTES = 1024
@@ -136,11 +130,9 @@ class PlainText:
 
 
 class GzipText:
-    """The text of a gzip file (one member or several), decompressed as it is asked for, its bytes on disk hashed on
-    the way (`digest`, optional). Where the gzip data stops being readable the text ends: what decompressed before is
-    kept to the last byte (_salvage), `problem` says where and `reason` why. The last GARBLED_BYTES of text are held
-    back until more follows: at a broken deflate stream the lines they touch are dropped. Bytes after the last member
-    that are not gzip are ignored, as gzip(1) does."""
+    """The text of a gzip file (one member or several), its bytes on disk hashed on the way (`digest`). Where the data
+    stops being readable the text ends, kept to the last byte (_salvage); `problem` says where, `reason` why. The last
+    GARBLED_BYTES are held back: at a broken deflate stream the lines they touch may be garbage and are dropped."""
 
     def __init__(self, handle, digest=None) -> None:
         self._handle = handle
@@ -156,7 +148,6 @@ class GzipText:
         self.problem: str | None = None
 
     def read(self, size: int) -> bytes:
-        """The next `size` bytes of text (fewer only at the end)."""
         pieces = [self._unread] if self._unread else []
         have = len(self._unread)
         self._unread = b""
@@ -252,19 +243,13 @@ class GzipText:
 
 
 def _salvage(decompressor, data: bytes) -> bytes:
-    """The text `decompressor` (the state before a call that failed) gives for `data` before the error."""
+    """The text `decompressor` (the state before a call that failed) gives for `data` before the error, fed a byte at
+    a time (once per damaged file) so that no byte decompressed before it is lost."""
     out = []
-    for start in range(0, len(data), _SALVAGE_STEP):
-        step = data[start : start + _SALVAGE_STEP]
-        before = decompressor.copy()
+    for index in range(len(data)):
         try:
-            out.append(decompressor.decompress(step))
+            out.append(decompressor.decompress(data[index : index + 1]))
         except zlib.error:
-            for index in range(len(step)):  # the step that fails, a byte at a time
-                try:
-                    out.append(before.decompress(step[index : index + 1]))
-                except zlib.error:
-                    break
             break
     return b"".join(out)
 
@@ -286,8 +271,7 @@ class LogStream:
         self._digest: str | None = None
 
     def chunks(self, chunk_bytes: int) -> Iterator[bytes | memoryview]:
-        """Valid-UTF-8 chunks of about chunk_bytes of text (tapered_bytes; a very small rest joins the last one), each
-        the head of one block read; the rest of the block starts the next. Afterwards `result()` is the sha256."""
+        """Valid-UTF-8 chunks of about chunk_bytes of text, each the head of one block read (its rest starts the next)."""
         with io.BytesIO(self.path) if isinstance(self.path, bytes) else open(self.path, "rb") as handle:
             text = GzipText(handle, self._hash) if self.gzipped else PlainText(handle, self._hash)
             done = 0  # bytes of text in the chunks so far
@@ -354,8 +338,7 @@ def _read_warnings(found_bytes: int, read_bytes: int, invalid_utf8: int, nul_byt
 
 @dataclass(frozen=True)
 class RawInput:
-    """A file's valid UTF-8 text (NUL bytes replaced) and what was wrong with it; `sha256` is of the bytes on disk. A
-    big log is not read here: `stream` reads and hashes it chunk by chunk (data is empty)."""
+    """A file's valid UTF-8 text and what was wrong with it; a big log's `stream` reads it chunk by chunk instead."""
 
     data: bytes
     digest: str | LogStream
@@ -388,50 +371,40 @@ def kind_for_name(name: str) -> str | None:
 
 
 def discover_inputs(paths: list[str], *, run_name: str | None = None, known_runs: dict[str, str] | None = None) -> Discovery:
-    """Expand PATH arguments into input files with their runs.
-
-    Named files are always read (as logs unless the name says otherwise); directories are walked (symlinked ones
-    followed, once each), leaving out hidden entries and names speclogs does not read. A run's name is what it is
-    (run.json's '<cell>_<launch>', or the file's stem), never changed by what else is ingested: a name other runs of
-    this call or of the database (`known_runs`: run_id → run_name) have too gets a note naming their folders. Raises
-    InputError for a named path that does not exist, is a symlink loop, or is not a regular file (a FIFO would block).
-    """
-    files: list[InputFile] = []
-    seen: set[str] = set()
+    """PATH arguments → input files with their runs. Named files are always read (as logs unless the name says
+    otherwise); directories are walked. A run's name is what it is (run.json's, or the file's stem), never changed by
+    what else is ingested: one that other runs (of this call, or `known_runs`) share gets a note. Raises InputError for
+    a named path that does not exist, is a symlink loop, or is not a regular file (a FIFO would block)."""
+    files: dict[str, InputFile] = {}  # by source_file: each file once
     named_files: set[str] = set()
     launch_dirs: dict[str, RunRef | None] = {}
     skipped_files: list[tuple[str, str]] = []
 
-    def skip(reason: str, where: str) -> None:
-        skipped_files.append((where, reason))
-
     def add(path: Path, kind: str, found: os.stat_result, resolved: str | None = None) -> None:
         resolved = resolved or str(path.resolve())
-        if resolved not in seen:
-            seen.add(resolved)
+        if resolved not in files:
             run = _run_for(path, os.path.dirname(resolved), run_name, launch_dirs)
-            files.append(InputFile(source_file=resolved, kind=kind, run=run, path=path, size_bytes=found.st_size, stat=found))
+            files[resolved] = InputFile(source_file=resolved, kind=kind, run=run, path=path, size_bytes=found.st_size, stat=found)
 
     for argument in paths:
         if argument == "-":
-            if STDIN_NAME not in seen:
-                seen.add(STDIN_NAME)
+            if STDIN_NAME not in files:
                 name = run_name or STDIN_RUN
                 run = RunRef(run_id=run_id_for(f"stdin:{name}"), run_name=name, source_dir=None)
-                files.append(InputFile(source_file=STDIN_NAME, kind="log", run=run, path=None, size_bytes=0))
+                files[STDIN_NAME] = InputFile(source_file=STDIN_NAME, kind="log", run=run, path=None, size_bytes=0)
             continue
         path = Path(argument)
         found = _stat_named(path, argument)
         if stat.S_ISDIR(found.st_mode):
-            _walk(str(path), os.path.realpath(path), {os.path.realpath(path)}, add, skip)
+            _walk(str(path), add, lambda reason, where: skipped_files.append((where, reason)))
         elif not stat.S_ISREG(found.st_mode):
             raise InputError(f"{argument}: not a regular file ({_file_type(found.st_mode)})",
                              hint="speclogs reads files and directories; pipe a stream in as '-' (… | speclogs ingest -)")
         else:
             add(path, kind_for_name(path.name) or "log", found)
             named_files.add(str(path.resolve()))
-    notes = _shared_names(files, known_runs or {})
-    return Discovery(files=tuple(files), notes=tuple(notes), skipped_files=tuple(skipped_files), named=frozenset(named_files))
+    notes = _shared_names(list(files.values()), known_runs or {})
+    return Discovery(files=tuple(files.values()), notes=tuple(notes), skipped_files=tuple(skipped_files), named=frozenset(named_files))
 
 
 def _stat_named(path: Path, argument: str) -> os.stat_result:
@@ -451,11 +424,8 @@ def _stat_named(path: Path, argument: str) -> os.stat_result:
 
 
 def _file_type(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return name
-    return "not a file"
+    return {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+            stat.S_IFBLK: "a block device"}.get(stat.S_IFMT(mode), "not a file")
 
 
 def _shared_names(files: list[InputFile], known_runs: dict[str, str]) -> list[str]:
@@ -479,58 +449,44 @@ def _shared_names(files: list[InputFile], known_runs: dict[str, str]) -> list[st
     return notes
 
 
-def _walk(directory: str, real_dir: str, walked: set[str], add, skip) -> None:
-    """Every file under a directory (`real_dir` is its real path), a directory's files (sorted) before its
-    subdirectories; symlinked directories are followed, each real directory once (`walked`: a link back to one already
-    walked — a loop — is said, not followed)."""
-    try:
-        with os.scandir(directory) as found:
-            entries = sorted(found, key=lambda entry: entry.name)
-    except OSError as error:
-        skip(f"unreadable directory ({error.strerror})", str(error.filename))
-        return
-    subdirs = []
-    for entry in (entry for entry in entries if _is_dir(entry)):
-        real = os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real_dir, entry.name)
-        if entry.name.startswith(".") or entry.name == "__pycache__":
-            skip("hidden directory", entry.path)
-        elif real in walked:
-            skip("symlinked directory already walked (a loop, or a second link to it)", entry.path)
-        else:
-            walked.add(real)
-            subdirs.append((entry.path, real))
-    for entry in (entry for entry in entries if not _is_dir(entry)):
-        kind = kind_for_name(entry.name)
-        if entry.name.startswith(".") or kind is None:
-            suffix = "".join(Path(entry.name).suffixes[-2:]) or "(no extension)"
-            skip("hidden file" if entry.name.startswith(".") else f"not a log or bench file name ({suffix})", entry.path)
-            continue
-        try:
-            found = entry.stat()
-        except OSError as error:
-            broken = isinstance(error, FileNotFoundError)
-            skip("broken symlink" if broken else "symlink loop" if error.errno == errno.ELOOP else f"unreadable ({error.strerror})",
-                 entry.path)
-            continue
-        if not stat.S_ISREG(found.st_mode):
-            skip(f"not a regular file ({_file_type(found.st_mode)})", entry.path)
-        else:
-            add(Path(entry.path), kind, found,
-                os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real_dir, entry.name))
-    for subdir in subdirs:
-        _walk(*subdir, walked, add, skip)
-
-
-def _is_dir(entry: os.DirEntry) -> bool:
-    try:
-        return entry.is_dir()
-    except OSError:
-        return False
+def _walk(top: str, add, skip) -> None:
+    """Every file under a directory; symlinked directories followed, each real directory once (a loop is said)."""
+    walked = {os.path.realpath(top)}
+    for directory, subdirs, names in os.walk(top, followlinks=True, onerror=lambda error: skip(
+            f"unreadable directory ({error.strerror})", str(error.filename))):
+        real_dir, kept = os.path.realpath(directory), []
+        for name in sorted(subdirs):
+            path = os.path.join(directory, name)
+            real = os.path.realpath(path) if os.path.islink(path) else os.path.join(real_dir, name)
+            if name.startswith(".") or name == "__pycache__":
+                skip("hidden directory", path)
+            elif real in walked:
+                skip("symlinked directory already walked (a loop, or a second link to it)", path)
+            else:
+                walked.add(real)
+                kept.append(name)
+        subdirs[:] = kept
+        for name in sorted(names):
+            path, kind = os.path.join(directory, name), kind_for_name(name)
+            if name.startswith(".") or kind is None:
+                suffix = "".join(Path(name).suffixes[-2:]) or "(no extension)"
+                skip("hidden file" if name.startswith(".") else f"not a log or bench file name ({suffix})", path)
+                continue
+            try:
+                found = os.stat(path)
+            except OSError as error:
+                broken = isinstance(error, FileNotFoundError)
+                skip("broken symlink" if broken else "symlink loop" if error.errno == errno.ELOOP else f"unreadable ({error.strerror})",
+                     path)
+                continue
+            if not stat.S_ISREG(found.st_mode):
+                skip(f"not a regular file ({_file_type(found.st_mode)})", path)
+            else:
+                add(Path(path), kind, found, os.path.realpath(path) if os.path.islink(path) else os.path.join(real_dir, name))
 
 
 def _run_for(path: Path, directory: str, run_name: str | None, launch_dirs: dict[str, RunRef | None]) -> RunRef:
-    """The run of a file in the (resolved) `directory`: --run-name's, its launch directory's (a launcher launch
-    directory holds run.json and is one run named '<cell>_<launch>'), else its stem's."""
+    """The run of a file in the (resolved) `directory`: --run-name's, its launch directory's (run.json), else its stem's."""
     if run_name is not None:
         return RunRef(run_id=run_id_for(f"name:{run_name}"), run_name=run_name, source_dir=directory)
     if directory not in launch_dirs:
@@ -552,27 +508,35 @@ def _launch_run(directory: str) -> RunRef | None:
                   cell=record.cell, launch_index=record.launch)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# reading
-
-
 def read_input(item: InputFile) -> RawInput:
     """Read one input's bytes: gunzip, refuse binary files, make the text valid UTF-8. Never raises for a bad file.
-    A big log (plain, or gzip) is not read here: it comes back as a LogStream."""
-    if item.path is not None and item.kind == "log" and item.size_bytes * GZIP_TEXT_RATIO >= STREAM_MIN_BYTES:
-        streamed = _streamed(item.path, item.size_bytes)
-        if streamed is not None:
-            return streamed
-    if item.path is None:
-        raw = sys.stdin.buffer.read()
-    else:
-        try:
-            with open(item.path, "rb") as handle:
-                raw = handle.read()
-        except OSError as error:
-            return _unreadable(error)
+    A big log (plain, or gzip) is not read here: it comes back as a LogStream (after a look at its first text)."""
+    try:
+        if item.path is None:
+            return _read_whole(sys.stdin.buffer.read(), 0)
+        with open(item.path, "rb") as handle:
+            head = handle.read(BINARY_PROBE_BYTES)
+            gzipped = head.startswith(_GZIP_MAGIC)
+            big = item.size_bytes * (GZIP_TEXT_RATIO if gzipped else 1) >= STREAM_MIN_BYTES
+            if item.kind != "log" or not big or head.startswith(tuple(bom for bom, _ in _BOMS)):  # UTF-16/32: decoded whole
+                return _read_whole(head + handle.read(), item.size_bytes)
+            skipped = None
+            if gzipped:
+                handle.seek(0)
+                text = GzipText(handle)
+                head, skipped = text.read(BINARY_PROBE_BYTES), text.skip_reason()
+    except OSError as error:
+        return _unreadable(error)
+    skipped = skipped or binary_reason(head)
+    if skipped is not None:
+        return RawInput(data=b"", digest="", size_bytes=item.size_bytes, skipped_reason=skipped)
+    stream = LogStream(item.path, item.size_bytes, gzipped=gzipped)
+    return RawInput(data=b"", digest=stream, size_bytes=item.size_bytes, stream=stream)
+
+
+def _read_whole(raw: bytes, found_bytes: int) -> RawInput:
     sha256, size = hashlib.sha256(raw).hexdigest(), len(raw)
-    warnings = _read_warnings(item.size_bytes, size, 0, 0)
+    warnings = _read_warnings(found_bytes, size, 0, 0)
     if raw.startswith(_GZIP_MAGIC):
         text = GzipText(io.BytesIO(raw))
         raw = text.read_all()
@@ -589,32 +553,6 @@ def read_input(item: InputFile) -> RawInput:
     data, invalid, nuls = make_valid_text(raw)
     warnings += _read_warnings(0, 0, invalid, nuls)
     return RawInput(data=data, digest=sha256, size_bytes=size, warnings=tuple(warnings), invalid_utf8=invalid, nul_bytes=nuls)
-
-
-def _streamed(path: Path, size_bytes: int) -> RawInput | None:
-    """A big log as a LogStream, after a look at its first text (binary? a gzip broken from the start?); None for a
-    log to read whole (small enough, or UTF-16 / UTF-32: to be decoded)."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(BINARY_PROBE_BYTES)
-            if head.startswith(tuple(bom for bom, _ in _BOMS)):
-                return None
-            gzipped = head.startswith(_GZIP_MAGIC)
-            if gzipped:
-                handle.seek(0)
-                text = GzipText(handle)
-                head = text.read(BINARY_PROBE_BYTES)
-                if text.skip_reason() is not None:
-                    return RawInput(data=b"", digest="", size_bytes=size_bytes, skipped_reason=text.skip_reason())
-    except OSError as error:
-        return _unreadable(error)
-    if not gzipped and size_bytes < STREAM_MIN_BYTES:
-        return None
-    binary = binary_reason(head)
-    if binary is not None:
-        return RawInput(data=b"", digest="", size_bytes=size_bytes, skipped_reason=binary)
-    stream = LogStream(path, size_bytes, gzipped=gzipped)
-    return RawInput(data=b"", digest=stream, size_bytes=size_bytes, stream=stream)
 
 
 _UNREADABLE = {FileNotFoundError: "disappeared before it could be read", IsADirectoryError: "is a directory",

@@ -12,7 +12,7 @@ from speclogs.redact import redact_json
 
 @dataclass(frozen=True)
 class ProgressEvent:
-    """Sent before each file and once at the end; `show` says whether the input is big enough for a bar."""
+    """Sent before each file and once at the end; `show`: the input is big enough for a bar."""
 
     current: str
     done_bytes: int
@@ -42,26 +42,20 @@ class FileAccount:
         return FileAccount(
             self.total_lines + other.total_lines, self.parsed_lines + other.parsed_lines,
             self.continuation_lines + other.continuation_lines, self.unparsed_lines + other.unparsed_lines,
-            _added(self.rows, other.rows), _added(self.drift, other.drift),
+            dict(Counter(self.rows) + Counter(other.rows)), dict(Counter(self.drift) + Counter(other.drift)),
             self.warnings + other.warnings, self.prefixed_pieces + other.prefixed_pieces,
             self.launch_starts + other.launch_starts, self.launch_facts + other.launch_facts,
             {**other.run_facts, **self.run_facts},
         )
 
-    def counts(self) -> FileAccount:
-        """Its line and row counts alone: what an ingest's account adds up from each file."""
+    def counts(self) -> FileAccount:  # its line and row counts alone: what an ingest's account adds up
         return FileAccount(self.total_lines, self.parsed_lines, self.continuation_lines, self.unparsed_lines, self.rows,
                            self.drift)
 
 
-def _added(counts: dict[str, int], more: dict[str, int]) -> dict[str, int]:
-    return {key: counts.get(key, 0) + more.get(key, 0) for key in {**counts, **more}}
-
-
 @dataclass(frozen=True)
 class DriftNote:
-    """One row of the `drift` view for a file just ingested: a label no typed column took, a template of lines no
-    grammar matched, a pattern's near misses, or a field the run's configuration implies but the log never printed."""
+    """One row of the `drift` view for a file just ingested."""
 
     source_file: str
     kind: str  # new_label | unmatched_line | unknown_message | near_miss | missing_field
@@ -94,14 +88,12 @@ class IngestSummary:
     failed: tuple[str, ...] = ()  # "source_file: why" for each file that failed (written nowhere) or, named, was unreadable
 
     @property
-    def skipped(self) -> dict[str, int]:
-        """Reason → how many files it applied to (unchanged ones included)."""
+    def skipped(self) -> dict[str, int]:  # reason → how many files (unchanged ones included)
         counts = Counter(why for _, why in self.skipped_files)
         return dict(counts, **{UNCHANGED: self.files_unchanged}) if self.files_unchanged else dict(counts)
 
     @property
-    def skipped_examples(self) -> dict[str, str]:
-        """Reason → the first file it applied to."""
+    def skipped_examples(self) -> dict[str, str]:  # reason → the first file
         return {why: where for where, why in reversed(self.skipped_files)}
 
     @property

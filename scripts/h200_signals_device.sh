@@ -47,7 +47,7 @@ $sglang_version from the shared/gpu bundle, $(head -1 "$PACK/gpus.nvidia-smi"), 
 | \`*.console\`, \`gpus.nvidia-smi\` | console output and the synthetic drafts' records (not ingested) |
 
 Figures: \`speclogs ingest fixtures/h200-signals --db s.duckdb && speclogs report -c 'eagle3_prof_[0-9]' -c 'eagle3_noisy_[0-9]' --db s.duckdb\`
-(tables "Accept length: SGLang's counters (exact) vs the log lines" and "Phase sources compared").
+(table "Accept length: SGLang's counters (exact) vs the log lines").
 EOF
 cp -r "$RUNS"/*/ "$PACK"/ 2>/dev/null
 tar czf "$OUT/h200-signals.tgz" -C /root/pack h200-signals

@@ -4,7 +4,6 @@ Standard library and psutil only: it runs on the GPU box, where duckdb and polar
 """
 
 from speclogs.launcher.plan import Plan, load_plan, parse_plan
-from speclogs.launcher.remote import launch_remote
 from speclogs.launcher.run import (
     Interrupted,
     LaunchOptions,
@@ -17,4 +16,4 @@ from speclogs.launcher.run import (
 )
 
 __all__ = ["Interrupted", "LaunchOptions", "LaunchResult", "Plan", "PlanRunSummary", "doctor_plan", "launch_plan",
-           "launch_remote", "load_plan", "parse_plan", "server_argv", "server_env"]
+           "load_plan", "parse_plan", "server_argv", "server_env"]

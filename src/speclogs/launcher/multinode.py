@@ -1,24 +1,28 @@
-"""Multi-node launches: a plan with `nodes = ["user@host1", "user@host2", …]` runs SGLang on every node at once.
+"""Plans with `nodes = ["user@host1", …]`: SGLang on every node at once, each reached over ssh (one node: a remote box).
 
 Each node is a `RemoteNode`: over ssh, the node agent (`python -m speclogs.launcher.multinode`, `agent` below) reads the
 uploaded plan and drives a run.Node there with SGLang's multi-node flags; the launch itself is run._launch_one, as on
 one machine. This side measures each node's clock against node 0's and writes a run.json per node next to the
-launch's (docs/launcher.md, "Several nodes"); all carry the launch's run_uid, so the ingest makes one run of them.
+launch's (docs/launcher.md, "Remote nodes"); all carry the launch's run_uid, so the ingest makes one run of them.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import queue
+import shlex
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from pathlib import Path
 
+import speclogs
 from speclogs.errors import LaunchError
-from speclogs.launcher import remote, runinfo
+from speclogs.launcher import runinfo
 from speclogs.launcher.plan import PYTHON_PLACEHOLDER, LaunchSpec, Plan, load_plan
 from speclogs.launcher.run import LaunchFailed, Node, Progress, probe_address, server_argv
 from speclogs.runrecord import finish_record, node_record, write_run_json
@@ -29,14 +33,20 @@ PINGS = 5                 # clock samples per node
 STOP_EXTRA_S = 60.0       # beyond stop_grace_s: SIGKILL, reaping, the leftover check
 
 
+def dist_init_addr(plan: Plan) -> str | None:
+    """Node 0's rendezvous, as the plan writes its host; None for one node (SGLang's own single-box rendezvous)."""
+    nodes = plan.nodes
+    return f"{nodes.http_host}:{nodes.dist_init_port}" if len(nodes.nodes) > 1 else None
+
+
 def node_argv(plan: Plan, spec: LaunchSpec, rank: int) -> list[str]:
     """The server argv on node `rank`: the plan's, with {python} the nodes' Python and SGLang's multi-node flags."""
-    nodes = plan.nodes
     argv = server_argv(plan, spec)
     if plan.command[0] == PYTHON_PLACEHOLDER:
-        argv[0] = nodes.remote_python
-    return argv + ["--nnodes", str(len(nodes.hosts)), "--node-rank", str(rank),
-                   "--dist-init-addr", f"{nodes.http_host}:{nodes.dist_init_port}"]
+        argv[0] = plan.nodes.remote_python
+    if (address := dist_init_addr(plan)) is None:
+        return argv
+    return argv + ["--nnodes", str(len(plan.nodes.nodes)), "--node-rank", str(rank), "--dist-init-addr", address]
 
 
 def remote_plan(plan: Plan) -> str:
@@ -48,20 +58,38 @@ def node_folder(plan: Plan, spec: LaunchSpec, rank: int) -> str:
     return f"runs/{plan.name}/{spec.cell.name}/{spec.launch}/node{rank}"
 
 
+def ssh_command(plan: Plan, host: str) -> list[str]:
+    return ["ssh", "-o", "BatchMode=yes", *plan.nodes.ssh_options, "--", host]   # `--`: a host is never an option
+
+
 def upload(plan: Plan, say: Progress) -> None:
-    """speclogs and the plan unpacked into remote_dir on every distinct node, once per plan run."""
-    nodes = plan.nodes
-    bundle = remote.bundle(plan.path, remote_plan(plan))
-    for host in dict.fromkeys(nodes.hosts):
-        say(f"{host}: uploading speclogs to {nodes.remote_dir}")
-        remote.upload(remote.ssh_command(nodes.ssh_options, host), nodes.remote_dir, bundle, host)
+    """speclogs and the plan, as tar over ssh, unpacked into remote_dir on every distinct node (once per plan run):
+    ssh, tar and Python ≥ 3.11 are all a node needs."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(Path(speclogs.__file__).resolve().parent, arcname="src/speclogs",
+                filter=lambda info: None if "__pycache__" in info.name else info)
+        tar.add(plan.path, arcname=remote_plan(plan))
+    where = shlex.quote(plan.nodes.remote_dir)
+    for host in dict.fromkeys(plan.nodes.nodes):
+        say(f"{host}: uploading speclogs to {plan.nodes.remote_dir}")
+        done = subprocess.run([*ssh_command(plan, host), f"mkdir -p {where} && cd {where} && rm -rf src/speclogs && tar -xf -"],
+                              input=buffer.getvalue(), capture_output=True, timeout=300)
+        if done.returncode != 0:
+            raise LaunchError(f"ssh {host}: upload failed (exit {done.returncode}): {_tail(done.stderr)}",
+                              hint=f"check that `{shlex.join(ssh_command(plan, host))} true` works")
+
+
+def _tail(raw: bytes) -> str:
+    lines = raw.decode("utf-8", errors="replace").strip().splitlines()
+    return lines[-1] if lines else "no message"
 
 
 def launch_fields(plan: Plan) -> dict:
     """The launch run.json's own multi-node fields (each node's facts come with its record)."""
-    return {"dist_init_addr": f"{plan.nodes.http_host}:{plan.nodes.dist_init_port}",
-            "nodes": [{"rank": rank, "ssh": host} for rank, host in enumerate(plan.nodes.hosts)],
-            "files": {"bench": "bench.jsonl", "nodes": [f"node{rank}" for rank in range(len(plan.nodes.hosts))]}}
+    return {"dist_init_addr": dist_init_addr(plan),
+            "nodes": [{"rank": rank, "ssh": host} for rank, host in enumerate(plan.nodes.nodes)],
+            "files": {"bench": "bench.jsonl", "nodes": [f"node{rank}" for rank in range(len(plan.nodes.nodes))]}}
 
 
 class RemoteNode:
@@ -73,13 +101,14 @@ class RemoteNode:
         self.name = f"node {rank} ({host}): "
         self.log_path = f"{host}:{nodes.remote_dir}/{node_folder(plan, spec, rank)}/server.log"
         self.facts: dict = {
-            "node": {"rank": rank, "nnodes": len(nodes.hosts), "ssh": host, "dist_init_addr": f"{nodes.http_host}:"
-                     f"{nodes.dist_init_port}", "clock_offset_to_node0_s": None, "clock_offset_error_s": None},
+            "node": {"rank": rank, "nnodes": len(nodes.nodes), "ssh": host, "dist_init_addr": dist_init_addr(plan),
+                     "clock_offset_to_node0_s": None, "clock_offset_error_s": None},
             "argv": node_argv(plan, spec, rank), "env": None, "env_nccl": {}, "env_cuda": {}, "env_dropped": [],
             "versions": {}, "gpus": [], "hostname": None, "timestamps": {"spawn": None, "stop": None}, "utc_offset": None,
             "server_pid": None, "server_identity": None, "exit_code": None, "stop": None, "files": {"server_log": "server.log"}}
-        self.ssh = remote.ssh_command(nodes.ssh_options, host)
-        command = remote.python_command(nodes.remote_dir, nodes.remote_python, "speclogs.launcher.multinode")
+        self.ssh = ssh_command(plan, host)
+        command = (f"cd {shlex.quote(nodes.remote_dir)} && PYTHONPATH=\"$PWD/src${{PYTHONPATH:+:$PYTHONPATH}}\" exec "
+                   f"{shlex.quote(nodes.remote_python)} -m speclogs.launcher.multinode")
         try:
             self.proc = subprocess.Popen([*self.ssh, command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True, bufsize=1)
@@ -181,10 +210,12 @@ class RemoteNode:
     def pull_log(self, run_dir: Path) -> None:
         target = run_dir / f"node{self.rank}"
         target.mkdir(parents=True, exist_ok=True)
-        try:
-            remote.pull(self.ssh, self.plan.nodes.remote_dir, node_folder(self.plan, self.spec, self.rank), target, self.host)
-        except LaunchError as error:
-            self.say(f"{self.spec.run_name}: WARNING node {self.rank}'s log stays on {self.host}: {error}")
+        log = f"{self.plan.nodes.remote_dir}/{node_folder(self.plan, self.spec, self.rank)}/server.log"
+        done = subprocess.run([*self.ssh, f"cat {shlex.quote(log)}"], capture_output=True)
+        if done.returncode == 0:
+            (target / "server.log").write_bytes(done.stdout)
+        else:
+            self.say(f"{self.spec.run_name}: WARNING node {self.rank}'s log stays on {self.host}: {_tail(done.stderr)}")
 
 
 def measure_clocks(nodes: list[RemoteNode]) -> None:

@@ -106,16 +106,12 @@ class LaunchSpec:   # one server start: cell × launch number, at position `orde
 
 
 @dataclass(frozen=True)
-class NodesSpec:   # nodes = ["user@host1", "user@host2"]: SGLang on every node (node 0 first: it serves HTTP), over ssh
+class NodesSpec:   # nodes = ["user@host1", …]: SGLang on every node (node 0 first: it serves HTTP), over ssh
     nodes: tuple[str, ...] = ()
     dist_init_port: int = 20000          # node 0's port for torch.distributed's rendezvous (--dist-init-addr)
     ssh_options: tuple[str, ...] = ()    # e.g. ["-p", "2222", "-i", "~/.ssh/cluster"]
     remote_python: str = "python3"       # Python ≥ 3.11 on the nodes; also what {python} in `command` means there
     remote_dir: str = ".speclogs-remote"  # working directory on each node (speclogs is unpacked there)
-
-    @property
-    def hosts(self) -> tuple[str, ...]:
-        return self.nodes
 
     @property
     def http_host(self) -> str:
@@ -203,16 +199,14 @@ def parse_plan(text: str, path: Path) -> Plan:
 
 
 def _parse_nodes(table: dict, check: _Checker, adaptive: bool, cells: tuple[Cell, ...]) -> NodesSpec | None:
-    """The multi-node keys: `nodes` (at least two ssh destinations) and its companions, which need it."""
+    """The keys of a launch over ssh: `nodes` (one ssh destination or more) and its companions, which need it."""
     if "nodes" not in table:
         for key in table:
-            check.fail(key, 0, f"{key} needs nodes = [\"user@host1\", \"user@host2\"]",
-                       "add nodes, or drop the key (--host runs a single box over ssh)")
+            check.fail(key, 0, f"{key} needs nodes = [\"user@host\", …]", "add nodes, or drop the key")
         return None
     spec = check.build(NodesSpec, table, None)
-    if len(spec.nodes) < 2:
-        check.fail("nodes", 0, f"nodes lists {len(spec.nodes)} node(s); a multi-node launch needs two or more",
-                   "list every node, node 0 first; one box is a plain plan (or --host user@box)")
+    if not spec.nodes:
+        check.fail("nodes", 0, "nodes is empty", "list every node, node 0 first (one: a remote box)")
     if adaptive:
         check.fail("nodes", 0, "nodes cannot be combined with [adaptive] yet", "drop [adaptive] for a multi-node plan")
     for cell in cells:

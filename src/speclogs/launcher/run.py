@@ -94,12 +94,6 @@ class PlanRunSummary:
     def to_dict(self) -> dict:
         return redact_json({**asdict(self), "results": [asdict(r) for r in self.results], "pending": list(self.pending)})
 
-    @classmethod
-    def from_dict(cls, data: dict) -> PlanRunSummary:
-        return cls(plan_name=data["plan_name"], out_dir=data["out_dir"], stopped=data["stopped"],
-                   pending=tuple(data.get("pending", ())),
-                   results=tuple(LaunchResult(**r) for r in data["results"]), adaptive=data.get("adaptive"))
-
 
 def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = None) -> PlanRunSummary:
     """Run the plan's launches (interleaved order) into options.out_dir; returns what happened to each.
@@ -462,7 +456,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
                 _stop_orphan(previous, machine.hostname, plan.stop_grace_s, record, spec.run_name, say)
             check_disk()
             write_run_json(run_dir, record)
-            for rank, ssh in enumerate(plan.nodes.hosts if plan.nodes is not None else ()):   # each spawns its server now
+            for rank, ssh in enumerate(plan.nodes.nodes if plan.nodes is not None else ()):   # each spawns its server now
                 nodes.append(multinode.RemoteNode(plan, spec, rank, ssh, say))
             for node in nodes:
                 node.start()
@@ -524,10 +518,12 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
 
 
 def _launch_facts(nodes: list) -> dict:
-    """What the launch's run.json says of its servers: node 0's facts (hostname, GPUs, argv, env …), and with several
-    nodes a line per node and the processes left over all of them."""
-    head = {key: value for key, value in nodes[0].facts.items() if key not in ("timestamps", "node", "utc_offset")} if nodes else {}
-    if len(nodes) < 2:
+    """What the launch's run.json says of its servers: node 0's facts (hostname, GPUs, argv, env …), and for a plan
+    with nodes a line per node and the processes left over all of them."""
+    if not nodes:
+        return {}
+    head = {key: value for key, value in nodes[0].facts.items() if key not in ("timestamps", "node", "utc_offset")}
+    if "node" not in nodes[0].facts:   # a server on this machine
         return head
     return {**head, "nodes": [{"rank": rank, "ssh": node.host, "hostname": node.facts["hostname"],
                                "clock_offset_to_node0_s": node.facts["node"]["clock_offset_to_node0_s"],

@@ -93,7 +93,7 @@ def launch_fields(plan: Plan) -> dict:
 
 
 class RemoteNode:
-    """One node's server through its agent over ssh: run.Node's interface (start, ended, watch, stop, facts)."""
+    """One node's server through its agent over ssh, with run.Node's interface."""
 
     def __init__(self, plan: Plan, spec: LaunchSpec, rank: int, host: str, say: Progress) -> None:
         nodes = plan.nodes
@@ -170,8 +170,8 @@ class RemoteNode:
     def last_line(self) -> str:
         return ""
 
-    def watch(self) -> None:
-        """The agent watches its server itself."""
+    def watch(self) -> None:   # the agent watches its server itself
+        pass
 
     def clock(self) -> tuple[float, float] | None:
         """(this node's clock − ours, half the round trip) from the ping with the shortest round trip."""
@@ -188,7 +188,7 @@ class RemoteNode:
         return best
 
     def stop(self) -> None:
-        """Stop the server (the agent checks its node), close the session, bring the node's log back."""
+        """Stop the server (the agent checks its node) and close the session."""
         self._send("stop")
         event = self.last.get("stopped") or self._wait_for("stopped", self.plan.stop_grace_s + STOP_EXTRA_S)
         try:
@@ -242,19 +242,14 @@ def agent() -> int:
     run.Node with this node's own environment and answers one JSON line per event: `spawned` (the node's facts),
     `pong` (after `ping`: this node's clock), `exited` (the server ended by itself), `stopped` (after `stop`, or the end
     of stdin: the launcher or its ssh session went away), `failed` (nothing started: outcome and message)."""
-    commands: list[str] = []
-    arrived = threading.Event()
+    commands: queue.SimpleQueue = queue.SimpleQueue()   # its put() is safe in a signal handler
 
     def send(**event) -> None:
         sys.stdout.write(json.dumps(event) + "\n")
         sys.stdout.flush()
 
-    def command(line: str) -> None:
-        commands.append(line.strip())
-        arrived.set()
-
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):   # the ssh session was cut, or someone stops us
-        signal.signal(signum, lambda signum, frame: command("eof"))
+        signal.signal(signum, lambda signum, frame: commands.put("eof"))
     if not (line := sys.stdin.readline()):
         return 1
     request = json.loads(line)
@@ -269,23 +264,25 @@ def agent() -> int:
         send(event="failed", outcome=failure.outcome, message=f"{failure} on {node.facts['hostname']}")
         return 1
     send(event="spawned", **node.facts)
+
     def read_commands() -> None:
         for line in sys.stdin:
-            command(line)
-        command("eof")
+            commands.put(line.strip())
+        commands.put("eof")
 
     threading.Thread(target=read_commands, daemon=True).start()
     exited = False
     while True:
-        arrived.wait(POLL_S)
-        arrived.clear()
-        while commands:
-            if (line := commands.pop(0)) == "ping":
-                send(event="pong", time=time.time())
-            elif line in ("stop", "eof"):
-                node.stop()
-                send(event="stopped", reason=line, **{key: node.facts[key] for key in ("exit_code", "stop", "timestamps")})
-                return 0
+        try:
+            line = commands.get(timeout=POLL_S)
+        except queue.Empty:
+            line = ""
+        if line == "ping":
+            send(event="pong", time=time.time())
+        elif line in ("stop", "eof"):
+            node.stop()
+            send(event="stopped", reason=line, **{key: node.facts[key] for key in ("exit_code", "stop", "timestamps")})
+            return 0
         node.watch()
         if (code := node.exit_code()) is not None and not exited:
             send(event="exited", code=code)

@@ -1,7 +1,6 @@
-"""Launch plans: a TOML file naming the server command, a matrix of cells and the benchmark.
+"""Launch plans (TOML): the server command, a matrix of cells, the benchmark. `load_plan(path)` returns a frozen `Plan`.
 
-`load_plan(path)` returns a frozen `Plan`. Each TOML table becomes its dataclass: the fields are the keys allowed, the
-defaults are the defaults and the annotations the types; every error names file:line and says what to fix.
+Each TOML table becomes its dataclass (fields: the keys allowed, with their defaults and types); errors name file:line.
 """
 
 from __future__ import annotations
@@ -114,8 +113,7 @@ class NodesSpec:   # nodes = ["user@host1", …]: SGLang on every node (node 0 f
     remote_dir: str = ".speclogs-remote"  # working directory on each node (speclogs is unpacked there)
 
     @property
-    def http_host(self) -> str:
-        """Where node 0 serves HTTP: its host name as the plan writes it (user@ dropped)."""
+    def http_host(self) -> str:   # where node 0 serves HTTP: its host as the plan writes it, without user@
         return self.nodes[0].rsplit("@", 1)[-1]
 
 
@@ -162,7 +160,6 @@ class Plan:
 
 
 def load_plan(path: str | Path) -> Plan:
-    """Read and validate a plan file. Raises PlanError naming file:line."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -216,8 +213,7 @@ def _parse_nodes(table: dict, check: _Checker, adaptive: bool, cells: tuple[Cell
     return spec
 
 
-def _percent(value: object, key: str, check: _Checker, line: int) -> float:
-    """'2%' → 0.02; a bare number is a fraction."""
+def _percent(value: object, key: str, check: _Checker, line: int) -> float:   # '2%' → 0.02; a bare number is a fraction
     text = str(value).strip()
     try:
         fraction = float(text.rstrip("%")) / (100.0 if text.endswith("%") else 1.0)
@@ -292,8 +288,7 @@ class _Checker:
     """Type checks that fail with file:line of the offending key."""
 
     def __init__(self, path: Path, text: str):
-        self.path = path
-        self.text = text
+        self.path, self.text = path, text
 
     def build(self, cls, raw: object, table_name: str | None, line: int | None = None, **given):
         """A `cls` from a TOML table: its keys must be fields of cls (but those `given`, already parsed), each value

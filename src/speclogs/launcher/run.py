@@ -1,13 +1,13 @@
 """Carry out a plan: each launch starts the server, waits for /health 200, benchmarks, stops, records run.json.
 
-One launch path for every plan: its servers are `Node`s, one on this machine, or one on each node of a plan with
-`nodes` (multinode.RemoteNode, which drives a `Node` there through the node agent). Progress goes to `progress`.
+One launch path: its servers are a `Node` on this machine, or a multinode.RemoteNode on each node of a plan with `nodes`.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -33,11 +33,7 @@ Progress = Callable[[str], None]
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C, SIGTERM or SIGHUP reached the launcher (a KeyboardInterrupt, so generic Ctrl-C handling applies)."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
+    """Ctrl-C, SIGTERM or SIGHUP reached the launcher (its reason: args[0]); a KeyboardInterrupt to generic handlers."""
 
 
 class _DeadlineReached(Exception):
@@ -96,12 +92,8 @@ class PlanRunSummary:
 
 
 def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = None) -> PlanRunSummary:
-    """Run the plan's launches (interleaved order) into options.out_dir; returns what happened to each.
-
-    Raises PlanError before anything starts (an error of the doctor without options.force, a missing local model path,
-    an unknown cell in `only`), LaunchError when out_dir holds launches and --resume is not given. Interrupted stops the
-    running server, marks its run.json `interrupted` and propagates.
-    """
+    """Run the plan's launches into options.out_dir. PlanError / LaunchError before anything starts; Interrupted stops
+    the running server, marks its run.json `interrupted` and propagates."""
     findings = doctor_plan(plan, _select(plan, options.only))
     errors = [f"{f.source}: {f.message}" for found in findings.values() for f in found if f.severity == "error"]
     if errors and not options.force:
@@ -186,7 +178,7 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
             if design is not None and not take_look(design.last_look):
                 stopped = "max_launches"
     pending = () if stopped == "decided" else tuple(
-        spec.run_name for spec in order if not _is_complete(_run_dir(out_dir, spec), options.retry_failed))
+        spec.run_name for spec in order if not (read_run_json(_run_dir(out_dir, spec)) or RunRecord()).is_complete(options.retry_failed))
     summary = None
     if design is not None:
         summary = _adaptive.finish(out_dir, design, looks, {"decided": "decided", "max_launches": "budget"}.get(stopped, "not yet"))
@@ -239,12 +231,12 @@ def server_argv(plan: Plan, spec: LaunchSpec, run_dir: Path | None = None) -> li
     return argv
 
 
-def server_env(plan: Plan, spec: LaunchSpec, base: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
-    """Base env (the names inherit_env allows, minus drop_inherited_env) + plan env + cell env; speclogs on
-    PYTHONPATH when profiled. Returns (env, names of the base env not passed on)."""
+def server_env(plan: Plan, spec: LaunchSpec) -> tuple[dict[str, str], list[str]]:
+    """Our env (the names inherit_env allows, minus drop_inherited_env) + plan env + cell env; speclogs on
+    PYTHONPATH when profiled. Returns (env, names of our env not passed on)."""
     timer = {DEVICE_TIMER_ENV: "1"} if plan.metrics.device_timer else {}   # under the plan's and cell's own env
-    env, dropped = runinfo.build_env(dict(os.environ if base is None else base), plan.inherit_env, plan.drop_inherited_env,
-                                     timer, plan.env, spec.cell.env)
+    env, dropped = runinfo.build_env(dict(os.environ), plan.inherit_env, plan.drop_inherited_env, timer, plan.env,
+                                     spec.cell.env)
     if spec.cell.profile:
         runinfo.prepend_path(env, "PYTHONPATH", str(Path(speclogs.__file__).resolve().parent.parent))
     return env, dropped
@@ -311,11 +303,6 @@ def _run_dir(out_dir: Path, spec: LaunchSpec) -> Path:
     return out_dir / spec.cell.name / str(spec.launch)
 
 
-def _is_complete(run_dir: Path, retry_failed: bool) -> bool:
-    record = read_run_json(run_dir)
-    return record is not None and record.is_complete(retry_failed)
-
-
 def _estimate_launch_s(out_dir: Path, recent: int = 3) -> float | None:
     """Longest spawn → stop among the `recent` latest ok launches (the first start on a fresh machine, Triton JIT
     included, is much slower and should not hold back later calls); None before any."""
@@ -340,10 +327,10 @@ def _result_from(record: RunRecord | None, spec: LaunchSpec, run_dir: Path, skip
 
 
 class Node:
-    """One server on this machine, from the checks before its start to the check after its stop: a single-host launch
-    drives one here; the node agent (multinode.agent) drives one on each node of a plan with `nodes`."""
+    """One server on this machine, from the checks before its start to the check after its stop (also what the node
+    agent, multinode.agent, drives on each node of a plan with `nodes`)."""
 
-    name = ""   # what progress and outcome details put before its news ("node 1 (host): "): nothing on a single host
+    name = ""   # what goes before its news in progress and outcome details ("node 1 (host): " for a RemoteNode)
 
     def __init__(self, plan: Plan, spec: LaunchSpec, machine: runinfo.Machine, argv: list[str], log_path: Path,
                  port_probe: tuple[str, int] | None):
@@ -382,7 +369,6 @@ class Node:
         return None if self.proc is None else _proc.exit_code(self.proc)
 
     def ended(self) -> str | None:
-        """How the server ended by itself ('exited with code 3'), None while it runs."""
         code = self.exit_code()
         return None if code is None else f"exited with code {code}"
 
@@ -446,7 +432,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
         return _result_from(RunRecord(record), spec, run_dir)
 
     def check_disk() -> None:
-        if (free := _proc.free_mb(run_dir)) < plan.min_free_mb:
+        if (free := shutil.disk_usage(run_dir).free / 2**20) < plan.min_free_mb:
             raise LaunchFailed("disk_full", f"only {free:.0f} MiB free under {run_dir} (min_free_mb = {plan.min_free_mb:g})",
                                hint="free disk space")
 
@@ -512,14 +498,13 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
         finish("interrupted", "max-minutes reached during this launch; --resume runs it again")
         raise
     except (Interrupted, KeyboardInterrupt) as exc:
-        reason = exc.reason if isinstance(exc, Interrupted) else "Ctrl-C"
+        reason = exc.args[0] if isinstance(exc, Interrupted) else "Ctrl-C"
         finish("interrupted", f"{reason} during this launch; --resume runs it again")
         raise Interrupted(reason) from None
 
 
 def _launch_facts(nodes: list) -> dict:
-    """What the launch's run.json says of its servers: node 0's facts (hostname, GPUs, argv, env …), and for a plan
-    with nodes a line per node and the processes left over all of them."""
+    """The launch's run.json on its servers: node 0's facts, and for a plan with nodes a line per node and the leftovers."""
     if not nodes:
         return {}
     head = {key: value for key, value in nodes[0].facts.items() if key not in ("timestamps", "node", "utc_offset")}
@@ -625,9 +610,9 @@ def _signals_raise_interrupted() -> Iterator[None]:
     _held.deferred, _held.pending = False, []
 
     def handler(signum, frame):  # noqa: ARG001 - signal handler signature
-        if not _held.deferred:
-            raise _interrupted(signum)
         _held.pending.append(signum)
+        if not _held.deferred:
+            _raise_if_pending()
 
     saved = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -638,13 +623,10 @@ def _signals_raise_interrupted() -> Iterator[None]:
         _held.deferred, _held.pending = False, []
 
 
-def _interrupted(signum: int) -> Interrupted:
-    return Interrupted("Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name)
-
-
 def _raise_if_pending() -> None:
     if _held.pending:
-        raise _interrupted(_held.pending.pop(0))
+        signum = _held.pending.pop(0)
+        raise Interrupted("Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name)
 
 
 @contextmanager

@@ -1,20 +1,18 @@
-"""What run.json records about the machine: versions, GPUs, environment (secrets redacted), models, timestamps.
-
-The file itself: speclogs.runrecord (fields: docs/launcher.md).
-"""
+"""What run.json (speclogs.runrecord) records of the machine: versions, GPUs, env (secrets redacted), models, times."""
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
-import platform
 import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import speclogs
 from speclogs.doctor import arg_value, config_facts
 from speclogs.launcher.process import nvidia_smi
 from speclogs.redact import redact_value
@@ -37,8 +35,7 @@ print(json.dumps(out))
 """
 
 
-def now_iso() -> str:
-    """Local time, ISO-8601 without timezone (like SGLang's log timestamps)."""
+def now_iso() -> str:   # local time without zone, like SGLang's log timestamps
     return _dt.datetime.now().isoformat(timespec="microseconds")
 
 
@@ -57,16 +54,14 @@ NOT_RECORDED = "<not recorded>"
 
 
 def recorded_env(env: dict[str, str], inherit: tuple[str, ...], *layers: dict[str, str]) -> dict[str, str]:
-    """`env` as run.json records it, sorted by name, secrets redacted: the values of the plan's own `layers`, of the
-    names `inherit` spells out and of RECORDED_ENV_FAMILIES; any other inherited variable by name only."""
+    """`env` as run.json records it: sorted, secrets redacted, NOT_RECORDED for what no one named (see above)."""
     asked = {name for layer in layers for name in layer} | {entry for entry in inherit if not entry.endswith("*")}
     return {name: redact_value(name, value) if name in asked or name.startswith(RECORDED_ENV_FAMILIES) else NOT_RECORDED
             for name, value in sorted(env.items())}
 
 
-def build_env(
-    base: dict[str, str], inherit: tuple[str, ...], drop_prefixes: tuple[str, ...], *layers: dict[str, str]
-) -> tuple[dict[str, str], list[str]]:
+def build_env(base: dict[str, str], inherit: tuple[str, ...], drop_prefixes: tuple[str, ...],
+              *layers: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     """The names of `base` that `inherit` allows (NAME, PREFIX*, or *; proxies only by name) and no `drop_prefixes`
     starts, plus each layer in order. Returns (env, names of base not passed on)."""
     named = {entry.lower() for entry in inherit}
@@ -117,10 +112,6 @@ def gpu_inventory() -> list[dict]:
              "memory_mib": int(row[3]) if row[3].isdigit() else None} for row in rows if len(row) >= 4]
 
 
-def hostname() -> str:
-    return socket.gethostname() or platform.node()
-
-
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 FULL_HASH_LIMIT_BYTES = 4 << 30    # weights up to 4 GiB are hashed whole (an EAGLE-3 draft is tens to hundreds of MB)
 SAMPLE_BYTES = 1 << 20
@@ -128,10 +119,8 @@ SAMPLES_PER_FILE = 16
 
 
 def _hash_weights(files: list[Path]) -> tuple[str, str, int]:
-    """(sha256 hex, how, total bytes) over the weight files in name order: every byte when they total at most
-    FULL_HASH_LIMIT_BYTES, else each file's size and SAMPLES_PER_FILE evenly spaced 1 MiB samples."""
-    import hashlib
-
+    """(sha256 hex, how, total bytes) over the weight files in name order: every byte up to FULL_HASH_LIMIT_BYTES in
+    all, else each file's size and SAMPLES_PER_FILE evenly spaced 1 MiB samples."""
     total = sum(f.stat().st_size for f in files)
     digest = hashlib.sha256()
     full = total <= FULL_HASH_LIMIT_BYTES
@@ -154,8 +143,6 @@ def _hash_weights(files: list[Path]) -> tuple[str, str, int]:
 def model_record(path: str) -> dict:
     """run.json's record of a model directory: config.json's identifying fields, EAGLE-3 aux layer ids, sha256 of
     config.json and of the weights, so that two drafts (or one retrained at the same path) are told apart."""
-    import hashlib
-
     record: dict = {"path": path}
     directory = Path(path).expanduser()
     if not directory.is_dir():
@@ -194,7 +181,7 @@ class Machine:
     def __init__(self, design: dict | None = None):
         self.design = design   # the adaptive design run.json records, if any
         self.gpus = gpu_inventory()
-        self.hostname = hostname()
+        self.hostname = socket.gethostname()
         self._versions: dict[tuple[str, str], dict] = {}
         self._models: dict[str, dict] = {}
 
@@ -212,7 +199,5 @@ class Machine:
     def versions(self, python: str, env: dict[str, str]) -> dict:
         key = (python, env.get("PYTHONPATH", ""))
         if key not in self._versions:
-            from speclogs import __version__
-
-            self._versions[key] = {**server_versions(python, env), "speclogs": __version__}
+            self._versions[key] = {**server_versions(python, env), "speclogs": speclogs.__version__}
         return dict(self._versions[key])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -87,8 +88,7 @@ def _crossing_probability(c: float, looks: tuple[int, ...]) -> float:
 
 
 @lru_cache(maxsize=64)
-def pocock_constant(looks: tuple[int, ...], alpha: float) -> float:
-    """The constant boundary c with P(cross at some look) = alpha under H0 (looks: rounds, increasing)."""
+def pocock_constant(looks: tuple[int, ...], alpha: float) -> float:   # c: P(cross at some look) = alpha under H0
     low, high = _NORMAL.inv_cdf(1.0 - alpha / 2.0), _NORMAL.inv_cdf(1.0 - alpha / (2.0 * len(looks)))
     for _ in range(40):
         mid = (low + high) / 2.0
@@ -102,9 +102,7 @@ def pocock_constant(looks: tuple[int, ...], alpha: float) -> float:
 
 
 @dataclass(frozen=True)
-class Design:
-    """What the error rate depends on; fixed for an out directory (recorded in adaptive.json)."""
-
+class Design:   # what the error rate depends on; fixed for an out directory (recorded in adaptive.json)
     cells: tuple[str, ...]
     reference: str
     until: float            # decided when the RCI spans at most this (exp(high) − exp(low))
@@ -178,16 +176,14 @@ class Look:
 
 
 def compare_cells(design: Design, cell_b: str, a: list[float], b: list[float]) -> ComparisonStatus:
-    """One comparison at a look: the RCI of log(B/A) from per-launch throughputs (tok/s)."""
+    """One comparison at a look: the RCI of log(B/A) from per-launch throughputs (tok/s), Welch's degrees of freedom."""
     if len(a) < 2 or len(b) < 2:
         return ComparisonStatus(design.reference, cell_b, len(a), len(b), None, None, None, None, "open",
                                 "need ≥ 2 ok launches per cell")
     la, lb = [math.log(v) for v in a], [math.log(v) for v in b]
-    mean_a, mean_b = sum(la) / len(la), sum(lb) / len(lb)
-    va = sum((x - mean_a) ** 2 for x in la) / (len(la) - 1) / len(la)
-    vb = sum((x - mean_b) ** 2 for x in lb) / (len(lb) - 1) / len(lb)
-    point, se = mean_b - mean_a, math.sqrt(va + vb)
-    denominator = (va**2 / (len(la) - 1) if va else 0.0) + (vb**2 / (len(lb) - 1) if vb else 0.0)
+    va, vb = statistics.variance(la) / len(la), statistics.variance(lb) / len(lb)   # squared standard errors
+    point, se = statistics.fmean(lb) - statistics.fmean(la), math.sqrt(va + vb)
+    denominator = va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1)
     df = (va + vb) ** 2 / denominator if denominator else float("inf")
     half = t_ppf(1.0 - design.nominal_level / 2.0, df) * se
     low, high = point - half, point + half
@@ -209,7 +205,6 @@ def compare_cells(design: Design, cell_b: str, a: list[float], b: list[float]) -
 
 
 def look(design: Design, round_: int, values: dict[str, list[float]]) -> Look:
-    """The decision after `round_` rounds from each cell's per-launch throughputs of those rounds."""
     return Look(round_, tuple(compare_cells(design, cell, values.get(design.reference, []), values.get(cell, []))
                               for cell in design.cells if cell != design.reference))
 
@@ -241,7 +236,7 @@ def launch_throughput(run_dir: Path) -> float | None:
 
 
 def values_through(out_dir: Path, cells: tuple[str, ...], round_: int) -> dict[str, list[float]]:
-    """Per cell, the throughputs of its ok launches numbered ≤ round_ (the launches of those rounds)."""
+    """Per cell, the throughputs of its ok launches of rounds ≤ round_."""
     found = {cell: [launch_throughput(out_dir / cell / str(launch)) for launch in range(1, round_ + 1)] for cell in cells}
     return {cell: [v for v in values if v is not None] for cell, values in found.items() if any(v is not None for v in values)}
 

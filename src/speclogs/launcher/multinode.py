@@ -164,7 +164,7 @@ class RemoteNode:
 
     def ended(self) -> str | None:
         if "exited" in self.last:
-            return f"exited with code {self.last['exited'].get('code')}"
+            return self.last["exited"].get("how")
         return None if self.proc.poll() is None else f"is out of reach: its agent ended ({self._why_gone()})"
 
     def last_line(self) -> str:
@@ -240,7 +240,7 @@ def write_node_records(launch: dict, nodes: list[RemoteNode], run_dir: Path, out
 def agent() -> int:
     """One node's part, over ssh: reads one JSON line on stdin (the uploaded plan, cell, launch, rank, log), drives a
     run.Node with this node's own environment and answers one JSON line per event: `spawned` (the node's facts),
-    `pong` (after `ping`: this node's clock), `exited` (the server ended by itself), `stopped` (after `stop`, or the end
+    `pong` (after `ping`: this node's clock), `exited` (how the server ended by itself), `stopped` (after `stop`, or the end
     of stdin: the launcher or its ssh session went away), `failed` (nothing started: outcome and message)."""
     commands: queue.SimpleQueue = queue.SimpleQueue()   # its put() is safe in a signal handler
 
@@ -284,8 +284,8 @@ def agent() -> int:
             send(event="stopped", reason=line, **{key: node.facts[key] for key in ("exit_code", "stop", "timestamps")})
             return 0
         node.watch()
-        if (code := node.exit_code()) is not None and not exited:
-            send(event="exited", code=code)
+        if (how := node.ended()) is not None and not exited:
+            send(event="exited", how=how)
             exited = True
 
 

@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 import psutil
@@ -201,8 +202,7 @@ def stop_orphan_group(recorded: object, grace_s: float) -> tuple[list[int], str]
     """Stop the server group a killed launcher (-9) left, only while run.json's `server_identity` still names that very
     process (pid, start time, boot): after a reboot or once it is gone, the pid may be another user's process.
     Returns (the pids stopped, why nothing was signalled or '')."""
-    pid = recorded.get("pid") if isinstance(recorded, dict) else None
-    start = recorded.get("start_time") if isinstance(recorded, dict) else None
+    pid, start = (recorded.get("pid"), recorded.get("start_time")) if isinstance(recorded, dict) else (None, None)
     if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or not isinstance(start, (int, float)):
         return [], "run.json records no process identity (pid + start time), so the pid cannot be verified"
     try:
@@ -239,21 +239,17 @@ def _signal_group(pgid: int, leader: psutil.Process | None, known: dict[int, psu
     we saw (psutil refuses a pid that now names another process). SIGTERM also reaches ours outside the group."""
     as_group = leader is not None and leader.pid == pgid and leader.is_running() and _pgid(pgid) == pgid
     if as_group:
-        try:
+        with suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
     for process in known.values():
         if sig == signal.SIGKILL or not as_group or _pgid(process.pid) != pgid:
             _send(process, sig)
 
 
 def _send(process: psutil.Process | None, sig: signal.Signals) -> None:
-    try:
+    with suppress(psutil.Error):
         if process is not None:
             process.send_signal(sig)
-    except psutil.Error:
-        pass
 
 
 def _running(process: psutil.Process) -> bool:

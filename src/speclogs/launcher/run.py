@@ -25,7 +25,7 @@ from speclogs.doctor import FLAGS as DOCTOR_FLAGS, DoctorFinding, arg_value, che
 from speclogs.errors import LaunchError, PlanError
 from speclogs.launcher import adaptive as _adaptive, bench as _bench, process as _proc, runinfo
 from speclogs.launcher.bench import METRICS_FLAG, Windows
-from speclogs.launcher.plan import DEVICE_TIMER_ENV, MODEL_PATH_FLAGS, PYTHON_PLACEHOLDER, LaunchSpec, Plan
+from speclogs.launcher.plan import DEVICE_TIMER_ENV, MODEL_PATH_FLAGS, PYTHON_PLACEHOLDER, AdaptiveSpec, LaunchSpec, Plan
 from speclogs.redact import redact_json
 from speclogs.runrecord import FILE_NAME as RUN_JSON, RunRecord, finish_record, launch_record, read_run_json, write_run_json
 
@@ -189,11 +189,11 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
 
 def adaptive_design(plan: Plan, options: LaunchOptions) -> _adaptive.Design | None:
     """The adaptive design of this run (plan [adaptive] and --until / --max-launches), or None for a plain plan."""
-    spec = plan.adaptive
-    if spec is None and options.until is None:
+    if plan.adaptive is None and options.until is None:
         return None
+    spec = plan.adaptive or AdaptiveSpec()
     until = options.until if options.until is not None else spec.until
-    budget = options.max_launches if options.max_launches is not None else (spec.max_launches if spec else None)
+    budget = options.max_launches if options.max_launches is not None else spec.max_launches
     where = str(plan.path)
     if until is None:
         raise PlanError(f"{where}: [adaptive] needs until = \"ci_width<=P%\" (or --until)", hint="e.g. --until 'ci_width<=5%'")
@@ -203,11 +203,9 @@ def adaptive_design(plan: Plan, options: LaunchOptions) -> _adaptive.Design | No
     if options.only:
         raise PlanError(f"{where}: --only cannot be combined with adaptive launching (its looks compare every cell)",
                         hint="drop --only, or write a plan with the cells to compare")
-    design = _adaptive.Design(
-        cells=tuple(cell.name for cell in plan.cells),
-        reference=(spec.reference if spec and spec.reference else plan.cells[0].name),
-        until=until, max_launches=budget, first_look=max(cell.launches for cell in plan.cells),
-        confidence=spec.confidence if spec else 0.95, min_effect=spec.min_effect if spec else 0.0)
+    design = _adaptive.Design(cells=tuple(cell.name for cell in plan.cells), reference=spec.reference or plan.cells[0].name,
+                              until=until, max_launches=budget, first_look=max(cell.launches for cell in plan.cells),
+                              confidence=spec.confidence, min_effect=spec.min_effect)
     design.check(where)
     return design
 
@@ -365,11 +363,8 @@ class Node:
         self.facts["timestamps"]["spawn"] = runinfo.now_iso()
         self.facts.update(server_pid=self.proc.pid, server_identity=_proc.identity(self.proc.pid))   # pid = its group id
 
-    def exit_code(self) -> int | None:
-        return None if self.proc is None else _proc.exit_code(self.proc)
-
     def ended(self) -> str | None:
-        code = self.exit_code()
+        code = None if self.proc is None else _proc.exit_code(self.proc)
         return None if code is None else f"exited with code {code}"
 
     def last_line(self) -> str:

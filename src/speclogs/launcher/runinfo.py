@@ -155,16 +155,12 @@ def model_record(path: str) -> dict:
         record["error"] = f"config.json unreadable: {getattr(exc, 'strerror', None) or exc}"
         return record
     record["config_sha256"] = hashlib.sha256(raw).hexdigest()
-    if isinstance(config, dict):
-        for key in ("architectures", "model_type", "hidden_size", "num_hidden_layers", "vocab_size", "torch_dtype"):
-            if key in config:
-                record[key] = config[key]
+    if isinstance(config, dict):   # config_facts: what `speclogs doctor` reads again from the ingested run
+        record.update({key: config[key] for key in ("model_type", "torch_dtype") if key in config}, **config_facts(directory, config))
         eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
         layers = eagle.get("eagle_aux_hidden_state_layer_ids", config.get("eagle_aux_hidden_state_layer_ids"))
         if layers is not None:
             record["eagle3_layer_ids"] = layers
-        # what `speclogs doctor` reads again from the ingested run
-        record.update({key: value for key, value in config_facts(directory, config).items() if key not in record})
     weights = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))
     if weights:
         try:

@@ -286,7 +286,8 @@ def test_resume_after_the_launcher_was_killed_stops_the_orphaned_server(tmp_path
                                 env=dict(os.environ, PYTHONPATH=str(SRC)), stderr=subprocess.DEVNULL)
     log = out / "o" / "1" / "server.log"
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and "scheduler child pid=" not in (log.read_text() if log.exists() else ""):
+    while time.monotonic() < deadline and not ("scheduler child pid=" in (log.read_text() if log.exists() else "")
+                                               and run_json(out, "o").get("server_pid")):   # recorded, then killed
         time.sleep(0.05)
     launcher.kill()                                          # -9: no chance to stop its server
     launcher.wait()

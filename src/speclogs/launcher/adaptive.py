@@ -164,6 +164,10 @@ class ComparisonStatus:
     def decided(self) -> bool:
         return self.status != "open"
 
+    def __str__(self) -> str:
+        interval = f" ×{self.ratio:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}]" if self.ratio is not None else ""
+        return f"{self.cell_b} vs {self.cell_a} {self.status}{interval} ({self.n_a} vs {self.n_b} launches, {self.detail})"
+
 
 @dataclass(frozen=True)
 class Look:
@@ -249,9 +253,7 @@ def finish(out_dir: Path, design: Design, looks: list[Look], stopped: str) -> di
     if not looks:
         reason = f"no look yet: the first comes after round {design.first_look} ({spent} launch(es) so far)"
     else:
-        parts = "; ".join(f"{c.cell_b} vs {c.cell_a}: {c.status}"
-                          + (f" ×{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ratio is not None else "")
-                          + (f" ({c.n_a} vs {c.n_b} launches)") for c in looks[-1].comparisons)
+        parts = "; ".join(map(str, looks[-1].comparisons))
         what = {"decided": f"every comparison decided after round {looks[-1].round}",
                 "budget": f"budget spent ({design.max_launches} launches, {design.last_look} rounds) without a decision",
                 "not yet": f"not decided after round {looks[-1].round}; run again with --resume"}[stopped]

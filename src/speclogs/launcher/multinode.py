@@ -18,6 +18,7 @@ import sys
 import tarfile
 import threading
 import time
+from contextlib import suppress
 from pathlib import Path
 
 import speclogs
@@ -124,20 +125,16 @@ class RemoteNode:
 
     def _read(self) -> None:
         for line in self.proc.stdout:
-            try:
+            with suppress(json.JSONDecodeError):   # ssh's or a login script's own lines
                 event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            self.last[event.get("event", "")] = event
-            self.events.put(event)
+                self.last[event.get("event", "")] = event
+                self.events.put(event)
         self.events.put({"event": "gone"})
 
     def _send(self, line: str) -> None:
-        try:
+        with suppress(OSError):
             self.proc.stdin.write(line + "\n")
             self.proc.stdin.flush()
-        except OSError:
-            pass
 
     def _wait_for(self, name: str, timeout_s: float) -> dict | None:
         """The next event `name` (or 'gone', 'failed'); None on timeout. Every event is kept in `last` too."""
@@ -175,26 +172,22 @@ class RemoteNode:
 
     def clock(self) -> tuple[float, float] | None:
         """(this node's clock − ours, half the round trip) from the ping with the shortest round trip."""
-        best = None
+        samples = []
         for _ in range(PINGS):
             sent = time.time()
             self._send("ping")
-            pong = self._wait_for("pong", 10.0)
-            back = time.time()
-            if pong is None or pong.get("event") != "pong":
+            if (pong := self._wait_for("pong", 10.0)) is None or pong.get("event") != "pong":
                 return None
-            sample = (pong["time"] - (sent + back) / 2, (back - sent) / 2)
-            best = sample if best is None or sample[1] < best[1] else best
-        return best
+            back = time.time()
+            samples.append((pong["time"] - (sent + back) / 2, (back - sent) / 2))
+        return min(samples, key=lambda sample: sample[1])
 
     def stop(self) -> None:
         """Stop the server (the agent checks its node) and close the session."""
         self._send("stop")
         event = self.last.get("stopped") or self._wait_for("stopped", self.plan.stop_grace_s + STOP_EXTRA_S)
-        try:
+        with suppress(OSError):
             self.proc.stdin.close()
-        except OSError:
-            pass
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -132,10 +132,8 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
         if design is None or round_ < design.first_look or any(lk.round == round_ for lk in looks):
             return False
         looks.append(_adaptive.look(design, round_, _adaptive.values_through(out_dir, design.cells, round_)))
-        for c in looks[-1].comparisons:
-            say(f"look after round {round_}: {c.cell_b} vs {c.cell_a} {c.status}"
-                + (f" ×{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] ({c.n_a} vs {c.n_b} launches, {c.detail})"
-                   if c.ratio is not None else f" ({c.detail})"))
+        for comparison in looks[-1].comparisons:
+            say(f"look after round {round_}: {comparison}")
         if looks[-1].decided:
             stopped = "decided"
         return looks[-1].decided
@@ -308,11 +306,9 @@ def _estimate_launch_s(out_dir: Path, recent: int = 3) -> float | None:
     for path in out_dir.glob(f"*/*/{RUN_JSON}"):
         record = read_run_json(path.parent)
         stamps = record.timestamps if record is not None and record.outcome == "ok" else {}
-        try:
+        with suppress(KeyError, TypeError, ValueError):
             spawn, stop = datetime.fromisoformat(stamps["spawn"]), datetime.fromisoformat(stamps["stop"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        spans.append((stamps["spawn"], (stop - spawn).total_seconds()))
+            spans.append((stamps["spawn"], (stop - spawn).total_seconds()))
     latest = sorted(spans)[-recent:]
     return max(span for _, span in latest) if latest else None
 
@@ -334,8 +330,7 @@ class Node:
                  port_probe: tuple[str, int] | None):
         self.plan, self.machine, self.log_path, self.port_probe = plan, machine, log_path, port_probe
         self.env, dropped = server_env(plan, spec)
-        self.proc = None
-        self.known: dict = {}
+        self.proc, self.known = None, {}   # known: the processes seen as the server's (pid → psutil.Process)
         recorded = runinfo.recorded_env(self.env, plan.inherit_env, plan.env, spec.cell.env)
         self.facts = {"hostname": machine.hostname, "gpus": machine.gpus, "argv": argv, "env": recorded,
                       **{f"env_{family.lower()}": {k: v for k, v in recorded.items() if k.startswith(f"{family}_")}

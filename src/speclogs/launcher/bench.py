@@ -123,10 +123,10 @@ class Windows:
         self.records.append(self._open)
         if self.scrape:
             self._take(self._open, "before")
-        if self.scrape and self.every_s > 0:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._during, args=(self._open,), name="speclogs-scrape", daemon=True)
-            self._thread.start()
+            if self.every_s > 0:
+                self._stop.clear()
+                self._thread = threading.Thread(target=self._during, args=(self._open,), name="speclogs-scrape", daemon=True)
+                self._thread.start()
 
     def close(self) -> None:
         window, self._open = self._open, None

@@ -54,11 +54,6 @@ def remote_plan(plan: Plan) -> str:
     return f"plans/{plan.name}.toml"
 
 
-def node_folder(plan: Plan, spec: LaunchSpec, rank: int) -> str:
-    """Where node `rank` keeps its log, under its remote_dir."""
-    return f"runs/{plan.name}/{spec.cell.name}/{spec.launch}/node{rank}"
-
-
 def ssh_command(plan: Plan, host: str) -> list[str]:
     return ["ssh", "-o", "BatchMode=yes", *plan.nodes.ssh_options, "--", host]   # `--`: a host is never an option
 
@@ -100,13 +95,13 @@ class RemoteNode:
         nodes = plan.nodes
         self.plan, self.spec, self.rank, self.host, self.say = plan, spec, rank, host, say
         self.name = f"node {rank} ({host}): "
-        self.log_path = f"{host}:{nodes.remote_dir}/{node_folder(plan, spec, rank)}/server.log"
-        self.facts: dict = {
+        self.log = f"runs/{plan.name}/{spec.cell.name}/{spec.launch}/node{rank}/server.log"   # under remote_dir
+        self.log_path = f"{host}:{nodes.remote_dir}/{self.log}"
+        self.facts: dict = {   # the agent's `spawned` event adds the rest of run.Node's facts
             "node": {"rank": rank, "nnodes": len(nodes.nodes), "ssh": host, "dist_init_addr": dist_init_addr(plan),
                      "clock_offset_to_node0_s": None, "clock_offset_error_s": None},
-            "argv": node_argv(plan, spec, rank), "env": None, "env_nccl": {}, "env_cuda": {}, "env_dropped": [],
-            "versions": {}, "gpus": [], "hostname": None, "timestamps": {"spawn": None, "stop": None}, "utc_offset": None,
-            "server_pid": None, "server_identity": None, "exit_code": None, "stop": None, "files": {"server_log": "server.log"}}
+            "argv": node_argv(plan, spec, rank), "hostname": None, "timestamps": {"spawn": None, "stop": None},
+            "server_pid": None, "exit_code": None, "stop": None, "files": {"server_log": "server.log"}}
         self.ssh = ssh_command(plan, host)
         command = (f"cd {shlex.quote(nodes.remote_dir)} && PYTHONPATH=\"$PWD/src${{PYTHONPATH:+:$PYTHONPATH}}\" exec "
                    f"{shlex.quote(nodes.remote_python)} -m speclogs.launcher.multinode")
@@ -120,8 +115,7 @@ class RemoteNode:
         self.last: dict[str, dict] = {}
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=lambda: self.stderr.extend(line.rstrip() for line in self.proc.stderr), daemon=True).start()
-        self._send(json.dumps({"plan": remote_plan(plan), "cell": spec.cell.name, "launch": spec.launch, "rank": rank,
-                               "log": f"{node_folder(plan, spec, rank)}/server.log"}))
+        self._send(json.dumps({"plan": remote_plan(plan), "cell": spec.cell.name, "launch": spec.launch, "rank": rank, "log": self.log}))
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -203,8 +197,7 @@ class RemoteNode:
     def pull_log(self, run_dir: Path) -> None:
         target = run_dir / f"node{self.rank}"
         target.mkdir(parents=True, exist_ok=True)
-        log = f"{self.plan.nodes.remote_dir}/{node_folder(self.plan, self.spec, self.rank)}/server.log"
-        done = subprocess.run([*self.ssh, f"cat {shlex.quote(log)}"], capture_output=True)
+        done = subprocess.run([*self.ssh, f"cat {shlex.quote(self.plan.nodes.remote_dir + '/' + self.log)}"], capture_output=True)
         if done.returncode == 0:
             (target / "server.log").write_bytes(done.stdout)
         else:

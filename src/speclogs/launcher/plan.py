@@ -314,9 +314,16 @@ class _Checker:
         if isinstance(hint, types.UnionType):
             hint = typing.get_args(hint)[0]
         if typing.get_origin(hint) is tuple:
-            return tuple(self.str_list(value, key, line))
+            if not isinstance(value, list):
+                self.fail(key, line, f"{key} must be a list, not {value!r}", f"write {key} = [\"…\"]")
+            if bad := [item for item in value if isinstance(item, bool) or not isinstance(item, (str, int, float))]:
+                self.fail(key, line, f"{key} has an item that is not a string or number: {bad[0]!r}", "quote every item")
+            return tuple(str(item) for item in value)
         if typing.get_origin(hint) is dict:
-            return self.str_dict(value, key, line)
+            table = self.table(value, key, line)
+            if bad := [name for name, item in table.items() if not isinstance(item, (str, int, float))]:
+                self.fail(bad[0], line, f"{key}.{bad[0]} must be a string or number, not {table[bad[0]]!r}", "quote the value")
+            return {name: ("1" if item else "0") if isinstance(item, bool) else str(item) for name, item in table.items()}
         if not isinstance(value, (int, float) if hint is float else hint) or (hint is not bool and isinstance(value, bool)):
             what, example = _KINDS[hint]
             self.fail(key, line, f"{key} must be {what}, not {value!r}", f"write {key} = {example}")
@@ -337,18 +344,3 @@ class _Checker:
         if not isinstance(value, dict):
             self.fail(key, line, f"{key} must be a table, not {type(value).__name__}", f"write it as [{key}]")
         return value
-
-    def str_list(self, value: object, key: str, line: int) -> list[str]:
-        if not isinstance(value, list):
-            self.fail(key, line, f"{key} must be a list, not {value!r}", f"write {key} = [\"…\"]")
-        if bad := [item for item in value if isinstance(item, bool) or not isinstance(item, (str, int, float))]:
-            self.fail(key, line, f"{key} has an item that is not a string or number: {bad[0]!r}", "quote every item")
-        return [str(item) for item in value]
-
-    def str_dict(self, value: object, key: str, line: int) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for name, item in self.table(value, key, line).items():
-            if not isinstance(item, (str, int, float)):
-                self.fail(name, line, f"{key}.{name} must be a string or number, not {item!r}", "quote the value")
-            out[name] = ("1" if item else "0") if isinstance(item, bool) else str(item)
-        return out

@@ -183,14 +183,11 @@ class Machine:
 
     def models(self, argv: list[str]) -> dict:
         """run.json `models`: what --model-path and --speculative-draft-model-path point at."""
-        out = {}
-        for role, flag in (("target", "--model-path"), ("draft", "--speculative-draft-model-path")):
-            path = arg_value(argv, flag)
-            if path is not None:
-                if path not in self._models:
-                    self._models[path] = model_record(path)
-                out[role] = dict(self._models[path])
-        return out
+        paths = {"target": arg_value(argv, "--model-path"), "draft": arg_value(argv, "--speculative-draft-model-path")}
+        for path in paths.values():
+            if path is not None and path not in self._models:
+                self._models[path] = model_record(path)
+        return {role: dict(self._models[path]) for role, path in paths.items() if path is not None}
 
     def versions(self, python: str, env: dict[str, str]) -> dict:
         key = (python, env.get("PYTHONPATH", ""))

@@ -272,9 +272,8 @@ def check_state(out_dir: Path, design: Design) -> None:
         previous = json.loads(path.read_text())["design"]
     except (OSError, json.JSONDecodeError, KeyError, TypeError):
         return
-    keys = ("cells", "reference", "until", "max_launches", "first_look", "confidence", "min_effect")
     now = design.to_dict()
-    changed = [k for k in keys if json.dumps(previous.get(k)) != json.dumps(now[k])]
+    changed = [k for k in asdict(design) if json.dumps(previous.get(k)) != json.dumps(now[k])]
     if changed:
         raise PlanError(f"{path}: this adaptive run was started with another design ("
                         + ", ".join(f"{k} {previous.get(k)!r} → {now[k]!r}" for k in changed) + ")",

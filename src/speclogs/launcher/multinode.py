@@ -187,9 +187,8 @@ class RemoteNode:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        if event is not None and event.get("event") == "stopped":
-            self.facts.update(exit_code=event.get("exit_code"), stop=event.get("stop"))
-            self.facts["timestamps"]["stop"] = event.get("timestamps", {}).get("stop")
+        if event is not None and event.get("event") == "stopped":   # the agent's timestamps: its server's spawn and stop
+            self.facts.update(exit_code=event.get("exit_code"), stop=event.get("stop"), timestamps=event.get("timestamps"))
         elif self.facts["server_pid"] is not None:
             self.facts["stop"] = {"error": f"the node agent did not report its stop ({self._why_gone()})"}
             self.say(f"{self.spec.run_name}: WARNING {self.name}the node agent did not report its stop: check it by hand")

@@ -78,5 +78,5 @@ def test_stop_does_not_reap_the_server_before_its_group_is_gone(tmp_path):
         time.sleep(0.01)
     assert proc.exit_code(child) == 0 and child.returncode is None     # exited, not reaped
     assert proc.identity(child.pid) is not None                        # a zombie keeps its identity
-    result = proc.stop_server(child, 1.0)
+    result = proc.stop_server(child, 1.0, {})
     assert result["signal"] == "none" and child.returncode == 0

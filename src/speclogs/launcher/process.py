@@ -159,7 +159,7 @@ def watch(proc: subprocess.Popen, known: dict[int, psutil.Process]) -> None:
     known.update({p.pid: p for p in [*children, *_group(proc.pid)] if p.pid not in known})
 
 
-def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, psutil.Process] | None = None) -> dict:
+def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, psutil.Process]) -> dict:
     """SIGTERM the server's group (and the processes seen in it, among its descendants or carrying its launch tag),
     SIGKILL after `grace_s`, reap the server, then kill what is left. Returns run.json's `stop`; the exit status is
     proc.returncode."""
@@ -169,7 +169,7 @@ def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, psutil.
     except psutil.Error:
         leader = None
     tag = getattr(proc, "launch_tag", None)
-    known = {**(known or {}), **{p.pid: p for p in [*_group(pgid), *_tagged(tag)]}}
+    known = {**known, **{p.pid: p for p in [*_group(pgid), *_tagged(tag)]}}
     started = time.monotonic()
     signal_used = "none"
     if exit_code(proc) is None or _group(pgid):

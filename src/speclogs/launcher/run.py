@@ -233,8 +233,10 @@ def server_env(plan: Plan, spec: LaunchSpec) -> tuple[dict[str, str], list[str]]
     timer = {DEVICE_TIMER_ENV: "1"} if plan.metrics.device_timer else {}   # under the plan's and cell's own env
     env, dropped = runinfo.build_env(dict(os.environ), plan.inherit_env, plan.drop_inherited_env, timer, plan.env,
                                      spec.cell.env)
-    if spec.cell.profile:
-        runinfo.prepend_path(env, "PYTHONPATH", str(Path(speclogs.__file__).resolve().parent.parent))
+    if spec.cell.profile:   # the profiled server imports speclogs from here
+        root = str(Path(speclogs.__file__).resolve().parent.parent)
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(paths if root in paths else [root, *paths])
     return env, dropped
 
 

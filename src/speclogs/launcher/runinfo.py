@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -76,12 +75,6 @@ def build_env(base: dict[str, str], inherit: tuple[str, ...], drop_prefixes: tup
     for layer in layers:
         env.update(layer)
     return env, dropped
-
-
-def prepend_path(env: dict[str, str], name: str, entry: str) -> None:
-    parts = [p for p in env.get(name, "").split(os.pathsep) if p]
-    if entry not in parts:
-        env[name] = os.pathsep.join([entry, *parts])
 
 
 def python_of(argv: list[str]) -> str:

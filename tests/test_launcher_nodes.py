@@ -104,7 +104,7 @@ def test_a_node_that_dies_fails_the_launch_and_every_node_is_stopped(sshd, tmp_p
 
 
 @pytest.mark.parametrize("text, message", [
-    ('nodes = ["me@a"]\n', "needs two or more"),
+    ("nodes = []\n", "nodes is empty"),
     ('dist_init_port = 5000\n', "dist_init_port needs nodes"),
     ('nodes = ["me@a", "me@b"]\n[adaptive]\nuntil = "ci_width<=5%"\n', "cannot be combined with [adaptive]"),
 ])

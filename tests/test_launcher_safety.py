@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
-from speclogs.launcher import process as proc, runinfo
+from speclogs.launcher import process as proc
 from test_launcher import alive, run, run_json, write_plan
 
 
@@ -31,7 +32,7 @@ def _stale_run_json(out, stranger_pid: int, identity: dict | None) -> None:
     """A run.json left by a launcher that was killed mid-launch, before a reboot: its server pid now names a stranger."""
     run_dir = out / "o" / "1"
     run_dir.mkdir(parents=True)
-    record = {"schema": "speclogs.run/1", "run_name": "o_1", "outcome": "running", "hostname": runinfo.hostname(),
+    record = {"schema": "speclogs.run/1", "run_name": "o_1", "outcome": "running", "hostname": socket.gethostname(),
               "server_pid": stranger_pid, "timestamps": {}}
     if identity is not None:
         record["server_identity"] = identity
@@ -77,5 +78,5 @@ def test_stop_does_not_reap_the_server_before_its_group_is_gone(tmp_path):
         time.sleep(0.01)
     assert proc.exit_code(child) == 0 and child.returncode is None     # exited, not reaped
     assert proc.identity(child.pid) is not None                        # a zombie keeps its identity
-    result = proc.stop_server(child, 1.0)
+    result = proc.stop_server(child, 1.0, {})
     assert result["signal"] == "none" and child.returncode == 0

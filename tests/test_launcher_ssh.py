@@ -1,5 +1,5 @@
-"""`speclogs launch --host user@box` for real: our own sshd on loopback, a tmp key pair, the stand-in server
-started on the "remote" side through ssh, outputs pulled back. Skipped where /usr/sbin/sshd is missing."""
+"""A plan with one node (`nodes = ["user@box"]`) for real: our own sshd on loopback, a tmp key pair, the stand-in
+server started on the "remote" side through ssh, its log brought back. Skipped where /usr/sbin/sshd is missing."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from speclogs.launcher import LaunchOptions, launch_remote
+from speclogs.launcher import LaunchOptions, launch_plan, load_plan
 
 pytestmark = pytest.mark.ssh
 
@@ -73,16 +73,26 @@ PermitRootLogin prohibit-password
     server.wait(timeout=10)
 
 
-def test_remote_launch_runs_the_standin_over_ssh_and_pulls_outputs_back(sshd, tmp_path):
-    host, options, tmp = sshd
-    plan = tmp_path / "remote.toml"
-    plan.write_text(f"""
-name = "remote"
+def one_node_plan(path: Path, host: str, options, remote_dir: Path, body: str) -> Path:
+    ssh_options = ", ".join(json.dumps(o) for o in options)
+    path.write_text(f"""
+name = "{path.stem}"
 command = ["{{python}}", "{STANDIN}"]
+nodes = ["{host}"]
+ssh_options = [{ssh_options}]
+remote_python = "{sys.executable}"
+remote_dir = "{remote_dir}"
 port = {free_port()}
 health_poll_s = 0.05
 stop_grace_s = 2
 launches = 1
+{body}""")
+    return path
+
+
+def test_a_one_node_plan_runs_the_standin_over_ssh_and_brings_its_log_back(sshd, tmp_path):
+    host, options, tmp = sshd
+    plan = one_node_plan(tmp_path / "remote.toml", host, options, tmp / "remote-work", """
 args = ["--ready-after", "0.3", "--speculative-algorithm", "EAGLE3"]
 [env]
 NCCL_DEBUG = "INFO"
@@ -91,61 +101,37 @@ requests = 3
 max_new_tokens = 8
 [[cells]]
 name = "a"
-factors = {{spec = "eagle3"}}
+factors = {spec = "eagle3"}
 [[cells]]
 name = "b"
 """)
-    remote_dir = str(tmp / "remote-work")
-    out = tmp_path / "pulled"
+    out = tmp_path / "runs"
     messages: list[str] = []
-    summary = launch_remote(plan, host, LaunchOptions(out_dir=out, max_launches=1), ssh_options=options,
-                            remote_python=sys.executable, remote_dir=remote_dir, progress=messages.append)
-    assert [(r.run_name, r.outcome) for r in summary.results] == [("a_1", "ok")]
-    assert summary.pending == ("b_1",) and summary.results[0].run_dir == str(out / "a" / "1")
+    summary = launch_plan(load_plan(plan), LaunchOptions(out_dir=out, max_launches=1), progress=messages.append)
+    assert [(r.run_name, r.outcome) for r in summary.results] == [("a_1", "ok")], messages[-5:]
+    assert summary.pending == ("b_1",)
     record = json.loads((out / "a" / "1" / "run.json").read_text())
-    assert record["outcome"] == "ok" and record["factors"] == {"spec": "eagle3"}
-    assert record["env"]["NCCL_DEBUG"] == "INFO"
-    assert "SIGTERM received" in (out / "a" / "1" / "server.log").read_text()
+    assert record["outcome"] == "ok" and record["factors"] == {"spec": "eagle3"} and record["env"]["NCCL_DEBUG"] == "INFO"
+    assert record["nodes"][0]["ssh"] == host and record["leftover_pids"] == []
+    node = json.loads((out / "a" / "1" / "node0" / "run.json").read_text())
+    assert "--nnodes" not in node["argv"] and node["node"]["dist_init_addr"] is None   # one box: no rendezvous flags
+    assert "SIGTERM received" in (out / "a" / "1" / "node0" / "server.log").read_text()
     assert len((out / "a" / "1" / "bench.jsonl").read_text().splitlines()) == 3
-    assert any(m.startswith(f"{host}| ") and "ready in" in m for m in messages)   # remote progress relayed
 
-    again = launch_remote(plan, host, LaunchOptions(out_dir=out, resume=True), ssh_options=options,
-                          remote_python=sys.executable, remote_dir=remote_dir)
+    again = launch_plan(load_plan(plan), LaunchOptions(out_dir=out, resume=True))
     assert [(r.run_name, r.skipped, r.outcome) for r in again.results] == [("a_1", True, "ok"), ("b_1", False, "ok")]
-    assert (out / "b" / "1" / "run.json").exists()
-
-
-def test_remote_plan_error_is_reported_with_the_remote_message(sshd, tmp_path):
-    host, options, tmp = sshd
-    plan = tmp_path / "bad.toml"
-    plan.write_text('model_path = "/nonexistent/remote-model"\n[[cells]]\nname = "a"\n')
-    from speclogs.errors import LaunchError
-    with pytest.raises(LaunchError, match="does not exist"):
-        launch_remote(plan, host, LaunchOptions(out_dir=tmp_path / "o"), ssh_options=options,
-                      remote_python=sys.executable, remote_dir=str(tmp / "remote-work"))
 
 
 def test_ctrl_c_during_a_remote_launch_stops_the_remote_server(sshd, tmp_path):
     host, options, tmp = sshd
-    plan = tmp_path / "slow.toml"
-    plan.write_text(f"""
-name = "slow"
-command = ["{{python}}", "{STANDIN}"]
-port = {free_port()}
-health_poll_s = 0.05
-stop_grace_s = 2
-launches = 1
-args = ["--never-ready", "--spawn-child"]
-[[cells]]
-name = "a"
-""")
     remote_dir = tmp / "remote-ctrl-c"
-    out = tmp_path / "pulled"
-    cli = [sys.executable, "-m", "speclogs", "launch", str(plan), "--out", str(out), "--no-ingest", "--host", host,
-           "--remote-python", sys.executable, "--remote-dir", str(remote_dir)] + [f"--ssh-opt={o}" for o in options]
+    plan = one_node_plan(tmp_path / "slow.toml", host, options, remote_dir,
+                         'args = ["--never-ready", "--spawn-child"]\n[[cells]]\nname = "a"\n')
+    out = tmp_path / "runs"
+    cli = [sys.executable, "-m", "speclogs", "launch", str(plan), "--out", str(out), "--no-ingest"]
     launcher = subprocess.Popen(cli, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), stderr=subprocess.PIPE,
                                 text=True)
-    remote_log = remote_dir / "runs" / "slow" / "a" / "1" / "server.log"
+    remote_log = remote_dir / "runs" / "slow" / "a" / "1" / "node0" / "server.log"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and "scheduler child pid=" not in (remote_log.read_text() if remote_log.exists() else ""):
         time.sleep(0.1)
@@ -153,7 +139,7 @@ name = "a"
     launcher.send_signal(signal.SIGINT)
     _, stderr = launcher.communicate(timeout=60)
     assert launcher.returncode == 130, stderr[-2000:]
-    record = json.loads((out / "a" / "1" / "run.json").read_text())      # pulled back after the interrupt
-    assert record["outcome"] == "interrupted"
+    record = json.loads((out / "a" / "1" / "node0" / "run.json").read_text())
+    assert record["outcome"] == "interrupted" and record["stop"]["leftover_pids"] == []
     for pid in (record["server_pid"], child_pid):
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

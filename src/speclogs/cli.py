@@ -353,10 +353,6 @@ def launch(
     force: bool = typer.Option(False, "--force", help="Launch although `speclogs doctor` finds an error in a cell's setup."),
     no_ingest: bool = typer.Option(False, "--no-ingest", help="Do not ingest the outputs at the end (GPU box without duckdb)."),
     db: DbOption = DEFAULT_DB,
-    host: Optional[str] = typer.Option(None, "--host", help="user@box: run the plan there over ssh and pull the outputs back."),
-    ssh_opt: list[str] = typer.Option([], "--ssh-opt", help="Extra ssh argument (repeatable), e.g. --ssh-opt=-p --ssh-opt=2222."),
-    remote_python: str = typer.Option("python3", "--remote-python", help="Python (≥ 3.11) on the remote box."),
-    remote_dir: str = typer.Option(".speclogs-remote", "--remote-dir", help="Working directory on the remote box."),
     output_format: TextFormatOption = TextFormat.text,
     json_alias: JsonAliasOption = False,
 ) -> None:
@@ -364,7 +360,7 @@ def launch(
     import json
 
     from speclogs.errors import LaunchError
-    from speclogs.launcher import Interrupted, LaunchOptions, launch_plan, launch_remote, load_plan
+    from speclogs.launcher import Interrupted, LaunchOptions, launch_plan, load_plan
     from speclogs.report.summaries import render_launch_summary
 
     console = _stderr_console()
@@ -379,11 +375,7 @@ def launch(
                             only=tuple(only), max_launches=max_launches, max_minutes=max_minutes,
                             until=parse_until(until) if until is not None else None, force=force)
     try:
-        if host:
-            summary = launch_remote(plan, host, options, ssh_options=tuple(ssh_opt), remote_python=remote_python,
-                                    remote_dir=remote_dir, progress=say)
-        else:
-            summary = launch_plan(loaded, options, progress=say)
+        summary = launch_plan(loaded, options, progress=say)
     except Interrupted as stop:
         _print_error(f"interrupted ({stop.args[0] if stop.args else 'Ctrl-C'}): the server was stopped, the launch is "
                      f"marked interrupted in its run.json", "run again with --resume to continue")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -87,8 +88,7 @@ def _crossing_probability(c: float, looks: tuple[int, ...]) -> float:
 
 
 @lru_cache(maxsize=64)
-def pocock_constant(looks: tuple[int, ...], alpha: float) -> float:
-    """The constant boundary c with P(cross at some look) = alpha under H0 (looks: rounds, increasing)."""
+def pocock_constant(looks: tuple[int, ...], alpha: float) -> float:   # c: P(cross at some look) = alpha under H0
     low, high = _NORMAL.inv_cdf(1.0 - alpha / 2.0), _NORMAL.inv_cdf(1.0 - alpha / (2.0 * len(looks)))
     for _ in range(40):
         mid = (low + high) / 2.0
@@ -102,9 +102,7 @@ def pocock_constant(looks: tuple[int, ...], alpha: float) -> float:
 
 
 @dataclass(frozen=True)
-class Design:
-    """What the error rate depends on; fixed for an out directory (recorded in adaptive.json)."""
-
+class Design:   # what the error rate depends on; fixed for an out directory (recorded in adaptive.json)
     cells: tuple[str, ...]
     reference: str
     until: float            # decided when the RCI spans at most this (exp(high) − exp(low))
@@ -166,6 +164,10 @@ class ComparisonStatus:
     def decided(self) -> bool:
         return self.status != "open"
 
+    def __str__(self) -> str:
+        interval = f" ×{self.ratio:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}]" if self.ratio is not None else ""
+        return f"{self.cell_b} vs {self.cell_a} {self.status}{interval} ({self.n_a} vs {self.n_b} launches, {self.detail})"
+
 
 @dataclass(frozen=True)
 class Look:
@@ -178,16 +180,14 @@ class Look:
 
 
 def compare_cells(design: Design, cell_b: str, a: list[float], b: list[float]) -> ComparisonStatus:
-    """One comparison at a look: the RCI of log(B/A) from per-launch throughputs (tok/s)."""
+    """One comparison at a look: the RCI of log(B/A) from per-launch throughputs (tok/s), Welch's degrees of freedom."""
     if len(a) < 2 or len(b) < 2:
         return ComparisonStatus(design.reference, cell_b, len(a), len(b), None, None, None, None, "open",
                                 "need ≥ 2 ok launches per cell")
     la, lb = [math.log(v) for v in a], [math.log(v) for v in b]
-    mean_a, mean_b = sum(la) / len(la), sum(lb) / len(lb)
-    va = sum((x - mean_a) ** 2 for x in la) / (len(la) - 1) / len(la)
-    vb = sum((x - mean_b) ** 2 for x in lb) / (len(lb) - 1) / len(lb)
-    point, se = mean_b - mean_a, math.sqrt(va + vb)
-    denominator = (va**2 / (len(la) - 1) if va else 0.0) + (vb**2 / (len(lb) - 1) if vb else 0.0)
+    va, vb = statistics.variance(la) / len(la), statistics.variance(lb) / len(lb)   # squared standard errors
+    point, se = statistics.fmean(lb) - statistics.fmean(la), math.sqrt(va + vb)
+    denominator = va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1)
     df = (va + vb) ** 2 / denominator if denominator else float("inf")
     half = t_ppf(1.0 - design.nominal_level / 2.0, df) * se
     low, high = point - half, point + half
@@ -209,7 +209,6 @@ def compare_cells(design: Design, cell_b: str, a: list[float], b: list[float]) -
 
 
 def look(design: Design, round_: int, values: dict[str, list[float]]) -> Look:
-    """The decision after `round_` rounds from each cell's per-launch throughputs of those rounds."""
     return Look(round_, tuple(compare_cells(design, cell, values.get(design.reference, []), values.get(cell, []))
                               for cell in design.cells if cell != design.reference))
 
@@ -241,7 +240,7 @@ def launch_throughput(run_dir: Path) -> float | None:
 
 
 def values_through(out_dir: Path, cells: tuple[str, ...], round_: int) -> dict[str, list[float]]:
-    """Per cell, the throughputs of its ok launches numbered ≤ round_ (the launches of those rounds)."""
+    """Per cell, the throughputs of its ok launches of rounds ≤ round_."""
     found = {cell: [launch_throughput(out_dir / cell / str(launch)) for launch in range(1, round_ + 1)] for cell in cells}
     return {cell: [v for v in values if v is not None] for cell, values in found.items() if any(v is not None for v in values)}
 
@@ -254,9 +253,7 @@ def finish(out_dir: Path, design: Design, looks: list[Look], stopped: str) -> di
     if not looks:
         reason = f"no look yet: the first comes after round {design.first_look} ({spent} launch(es) so far)"
     else:
-        parts = "; ".join(f"{c.cell_b} vs {c.cell_a}: {c.status}"
-                          + (f" ×{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ratio is not None else "")
-                          + (f" ({c.n_a} vs {c.n_b} launches)") for c in looks[-1].comparisons)
+        parts = "; ".join(map(str, looks[-1].comparisons))
         what = {"decided": f"every comparison decided after round {looks[-1].round}",
                 "budget": f"budget spent ({design.max_launches} launches, {design.last_look} rounds) without a decision",
                 "not yet": f"not decided after round {looks[-1].round}; run again with --resume"}[stopped]
@@ -275,9 +272,8 @@ def check_state(out_dir: Path, design: Design) -> None:
         previous = json.loads(path.read_text())["design"]
     except (OSError, json.JSONDecodeError, KeyError, TypeError):
         return
-    keys = ("cells", "reference", "until", "max_launches", "first_look", "confidence", "min_effect")
     now = design.to_dict()
-    changed = [k for k in keys if json.dumps(previous.get(k)) != json.dumps(now[k])]
+    changed = [k for k in asdict(design) if json.dumps(previous.get(k)) != json.dumps(now[k])]
     if changed:
         raise PlanError(f"{path}: this adaptive run was started with another design ("
                         + ", ".join(f"{k} {previous.get(k)!r} → {now[k]!r}" for k in changed) + ")",

@@ -77,13 +77,10 @@ def _generate(base_url: str, payload: dict, timeout_s: float, index: int) -> dic
     latency_s = time.perf_counter() - started
     try:
         answer = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise BenchFailed(f"request {index}: /generate answer is not JSON: {raw[:200]!r}", hint="see server.log") from exc
-    if isinstance(answer, list):  # batch-shaped answer
-        answer = answer[0] if answer else {}
-    if not isinstance(answer, dict):
-        raise BenchFailed(f"request {index}: /generate answer is not an object: {raw[:200]!r}", hint="see server.log")
-    meta = answer.get("meta_info") or {}
+        answer = answer[0] if isinstance(answer, list) and answer else answer   # a batch-shaped answer
+        meta = answer.get("meta_info") or {}
+    except (json.JSONDecodeError, AttributeError) as exc:
+        raise BenchFailed(f"request {index}: /generate answer is not a JSON object: {raw[:200]!r}", hint="see server.log") from exc
     completion = meta.get("completion_tokens")
     if completion is None and isinstance(answer.get("output_ids"), list):
         completion = len(answer["output_ids"])
@@ -119,21 +116,19 @@ class Windows:
         self._thread: threading.Thread | None = None
         self._open: dict | None = None
 
-    def open(self, name: str) -> None:
-        """Open window `name` (closing one still open): its start time, the `before` scrape, the `during` scrapes."""
+    def open(self, name: str) -> None:   # closing one still open
         self.close()
         self._open = {"name": name, "start": runinfo.now_iso(), "start_unix": time.time(), "end": None, "end_unix": None,
                       "scrapes": []}
         self.records.append(self._open)
         if self.scrape:
             self._take(self._open, "before")
-        if self.scrape and self.every_s > 0:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._during, args=(self._open,), name="speclogs-scrape", daemon=True)
-            self._thread.start()
+            if self.every_s > 0:
+                self._stop.clear()
+                self._thread = threading.Thread(target=self._during, args=(self._open,), name="speclogs-scrape", daemon=True)
+                self._thread.start()
 
     def close(self) -> None:
-        """Close the open window (if any): stop the `during` scrapes, take the `after` one, note the end time."""
         window, self._open = self._open, None
         if window is None:
             return
@@ -145,8 +140,7 @@ class Windows:
             self._take(window, "after")
         window["end"], window["end_unix"] = runinfo.now_iso(), time.time()
 
-    def files(self) -> list[str]:
-        """The scrape files written (after close(): no `during` thread runs then)."""
+    def files(self) -> list[str]:   # after close(), when no `during` thread runs
         return [s["file"] for w in self.records for s in w["scrapes"] if s["file"]]
 
     def _during(self, window: dict) -> None:

@@ -1,24 +1,29 @@
-"""Multi-node launches: a plan with `nodes = ["user@host1", "user@host2", …]` runs SGLang on every node at once.
+"""Plans with `nodes = ["user@host1", …]`: SGLang on every node at once, each reached over ssh (one node: a remote box).
 
 Each node is a `RemoteNode`: over ssh, the node agent (`python -m speclogs.launcher.multinode`, `agent` below) reads the
 uploaded plan and drives a run.Node there with SGLang's multi-node flags; the launch itself is run._launch_one, as on
 one machine. This side measures each node's clock against node 0's and writes a run.json per node next to the
-launch's (docs/launcher.md, "Several nodes"); all carry the launch's run_uid, so the ingest makes one run of them.
+launch's (docs/launcher.md, "Remote nodes"); all carry the launch's run_uid, so the ingest makes one run of them.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import queue
+import shlex
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
 import time
+from contextlib import suppress
 from pathlib import Path
 
+import speclogs
 from speclogs.errors import LaunchError
-from speclogs.launcher import remote, runinfo
+from speclogs.launcher import runinfo
 from speclogs.launcher.plan import PYTHON_PLACEHOLDER, LaunchSpec, Plan, load_plan
 from speclogs.launcher.run import LaunchFailed, Node, Progress, probe_address, server_argv
 from speclogs.runrecord import finish_record, node_record, write_run_json
@@ -29,57 +34,77 @@ PINGS = 5                 # clock samples per node
 STOP_EXTRA_S = 60.0       # beyond stop_grace_s: SIGKILL, reaping, the leftover check
 
 
+def dist_init_addr(plan: Plan) -> str | None:
+    """Node 0's rendezvous, as the plan writes its host; None for one node (SGLang's own single-box rendezvous)."""
+    nodes = plan.nodes
+    return f"{nodes.http_host}:{nodes.dist_init_port}" if len(nodes.nodes) > 1 else None
+
+
 def node_argv(plan: Plan, spec: LaunchSpec, rank: int) -> list[str]:
     """The server argv on node `rank`: the plan's, with {python} the nodes' Python and SGLang's multi-node flags."""
-    nodes = plan.nodes
     argv = server_argv(plan, spec)
     if plan.command[0] == PYTHON_PLACEHOLDER:
-        argv[0] = nodes.remote_python
-    return argv + ["--nnodes", str(len(nodes.hosts)), "--node-rank", str(rank),
-                   "--dist-init-addr", f"{nodes.http_host}:{nodes.dist_init_port}"]
+        argv[0] = plan.nodes.remote_python
+    if (address := dist_init_addr(plan)) is None:
+        return argv
+    return argv + ["--nnodes", str(len(plan.nodes.nodes)), "--node-rank", str(rank), "--dist-init-addr", address]
 
 
 def remote_plan(plan: Plan) -> str:
     return f"plans/{plan.name}.toml"
 
 
-def node_folder(plan: Plan, spec: LaunchSpec, rank: int) -> str:
-    """Where node `rank` keeps its log, under its remote_dir."""
-    return f"runs/{plan.name}/{spec.cell.name}/{spec.launch}/node{rank}"
+def ssh_command(plan: Plan, host: str) -> list[str]:
+    return ["ssh", "-o", "BatchMode=yes", *plan.nodes.ssh_options, "--", host]   # `--`: a host is never an option
 
 
 def upload(plan: Plan, say: Progress) -> None:
-    """speclogs and the plan unpacked into remote_dir on every distinct node, once per plan run."""
-    nodes = plan.nodes
-    bundle = remote.bundle(plan.path, remote_plan(plan))
-    for host in dict.fromkeys(nodes.hosts):
-        say(f"{host}: uploading speclogs to {nodes.remote_dir}")
-        remote.upload(remote.ssh_command(nodes.ssh_options, host), nodes.remote_dir, bundle, host)
+    """speclogs and the plan, as tar over ssh, unpacked into remote_dir on every distinct node (once per plan run):
+    ssh, tar and Python ≥ 3.11 are all a node needs."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(Path(speclogs.__file__).resolve().parent, arcname="src/speclogs",
+                filter=lambda info: None if "__pycache__" in info.name else info)
+        tar.add(plan.path, arcname=remote_plan(plan))
+    where = shlex.quote(plan.nodes.remote_dir)
+    for host in dict.fromkeys(plan.nodes.nodes):
+        say(f"{host}: uploading speclogs to {plan.nodes.remote_dir}")
+        done = subprocess.run([*ssh_command(plan, host), f"mkdir -p {where} && cd {where} && rm -rf src/speclogs && tar -xf -"],
+                              input=buffer.getvalue(), capture_output=True, timeout=300)
+        if done.returncode != 0:
+            raise LaunchError(f"ssh {host}: upload failed (exit {done.returncode}): {_tail(done.stderr)}",
+                              hint=f"check that `{shlex.join(ssh_command(plan, host))} true` works")
+
+
+def _tail(raw: bytes) -> str:
+    lines = raw.decode("utf-8", errors="replace").strip().splitlines()
+    return lines[-1] if lines else "no message"
 
 
 def launch_fields(plan: Plan) -> dict:
     """The launch run.json's own multi-node fields (each node's facts come with its record)."""
-    return {"dist_init_addr": f"{plan.nodes.http_host}:{plan.nodes.dist_init_port}",
-            "nodes": [{"rank": rank, "ssh": host} for rank, host in enumerate(plan.nodes.hosts)],
-            "files": {"bench": "bench.jsonl", "nodes": [f"node{rank}" for rank in range(len(plan.nodes.hosts))]}}
+    return {"dist_init_addr": dist_init_addr(plan),
+            "nodes": [{"rank": rank, "ssh": host} for rank, host in enumerate(plan.nodes.nodes)],
+            "files": {"bench": "bench.jsonl", "nodes": [f"node{rank}" for rank in range(len(plan.nodes.nodes))]}}
 
 
 class RemoteNode:
-    """One node's server through its agent over ssh: run.Node's interface (start, ended, watch, stop, facts)."""
+    """One node's server through its agent over ssh, with run.Node's interface."""
 
     def __init__(self, plan: Plan, spec: LaunchSpec, rank: int, host: str, say: Progress) -> None:
         nodes = plan.nodes
         self.plan, self.spec, self.rank, self.host, self.say = plan, spec, rank, host, say
         self.name = f"node {rank} ({host}): "
-        self.log_path = f"{host}:{nodes.remote_dir}/{node_folder(plan, spec, rank)}/server.log"
-        self.facts: dict = {
-            "node": {"rank": rank, "nnodes": len(nodes.hosts), "ssh": host, "dist_init_addr": f"{nodes.http_host}:"
-                     f"{nodes.dist_init_port}", "clock_offset_to_node0_s": None, "clock_offset_error_s": None},
-            "argv": node_argv(plan, spec, rank), "env": None, "env_nccl": {}, "env_cuda": {}, "env_dropped": [],
-            "versions": {}, "gpus": [], "hostname": None, "timestamps": {"spawn": None, "stop": None}, "utc_offset": None,
-            "server_pid": None, "server_identity": None, "exit_code": None, "stop": None, "files": {"server_log": "server.log"}}
-        self.ssh = remote.ssh_command(nodes.ssh_options, host)
-        command = remote.python_command(nodes.remote_dir, nodes.remote_python, "speclogs.launcher.multinode")
+        self.log = f"runs/{plan.name}/{spec.cell.name}/{spec.launch}/node{rank}/server.log"   # under remote_dir
+        self.log_path = f"{host}:{nodes.remote_dir}/{self.log}"
+        self.facts: dict = {   # the agent's `spawned` event adds the rest of run.Node's facts
+            "node": {"rank": rank, "nnodes": len(nodes.nodes), "ssh": host, "dist_init_addr": dist_init_addr(plan),
+                     "clock_offset_to_node0_s": None, "clock_offset_error_s": None},
+            "argv": node_argv(plan, spec, rank), "hostname": None, "timestamps": {"spawn": None, "stop": None},
+            "server_pid": None, "exit_code": None, "stop": None, "files": {"server_log": "server.log"}}
+        self.ssh = ssh_command(plan, host)
+        command = (f"cd {shlex.quote(nodes.remote_dir)} && PYTHONPATH=\"$PWD/src${{PYTHONPATH:+:$PYTHONPATH}}\" exec "
+                   f"{shlex.quote(nodes.remote_python)} -m speclogs.launcher.multinode")
         try:
             self.proc = subprocess.Popen([*self.ssh, command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True, bufsize=1)
@@ -90,25 +115,20 @@ class RemoteNode:
         self.last: dict[str, dict] = {}
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=lambda: self.stderr.extend(line.rstrip() for line in self.proc.stderr), daemon=True).start()
-        self._send(json.dumps({"plan": remote_plan(plan), "cell": spec.cell.name, "launch": spec.launch, "rank": rank,
-                               "log": f"{node_folder(plan, spec, rank)}/server.log"}))
+        self._send(json.dumps({"plan": remote_plan(plan), "cell": spec.cell.name, "launch": spec.launch, "rank": rank, "log": self.log}))
 
     def _read(self) -> None:
         for line in self.proc.stdout:
-            try:
+            with suppress(json.JSONDecodeError):   # ssh's or a login script's own lines
                 event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            self.last[event.get("event", "")] = event
-            self.events.put(event)
+                self.last[event.get("event", "")] = event
+                self.events.put(event)
         self.events.put({"event": "gone"})
 
     def _send(self, line: str) -> None:
-        try:
+        with suppress(OSError):
             self.proc.stdin.write(line + "\n")
             self.proc.stdin.flush()
-        except OSError:
-            pass
 
     def _wait_for(self, name: str, timeout_s: float) -> dict | None:
         """The next event `name` (or 'gone', 'failed'); None on timeout. Every event is kept in `last` too."""
@@ -135,45 +155,40 @@ class RemoteNode:
 
     def ended(self) -> str | None:
         if "exited" in self.last:
-            return f"exited with code {self.last['exited'].get('code')}"
+            return self.last["exited"].get("how")
         return None if self.proc.poll() is None else f"is out of reach: its agent ended ({self._why_gone()})"
 
     def last_line(self) -> str:
         return ""
 
-    def watch(self) -> None:
-        """The agent watches its server itself."""
+    def watch(self) -> None:   # the agent watches its server itself
+        pass
 
     def clock(self) -> tuple[float, float] | None:
         """(this node's clock − ours, half the round trip) from the ping with the shortest round trip."""
-        best = None
+        samples = []
         for _ in range(PINGS):
             sent = time.time()
             self._send("ping")
-            pong = self._wait_for("pong", 10.0)
-            back = time.time()
-            if pong is None or pong.get("event") != "pong":
+            if (pong := self._wait_for("pong", 10.0)) is None or pong.get("event") != "pong":
                 return None
-            sample = (pong["time"] - (sent + back) / 2, (back - sent) / 2)
-            best = sample if best is None or sample[1] < best[1] else best
-        return best
+            back = time.time()
+            samples.append((pong["time"] - (sent + back) / 2, (back - sent) / 2))
+        return min(samples, key=lambda sample: sample[1])
 
     def stop(self) -> None:
-        """Stop the server (the agent checks its node), close the session, bring the node's log back."""
+        """Stop the server (the agent checks its node) and close the session."""
         self._send("stop")
         event = self.last.get("stopped") or self._wait_for("stopped", self.plan.stop_grace_s + STOP_EXTRA_S)
-        try:
+        with suppress(OSError):
             self.proc.stdin.close()
-        except OSError:
-            pass
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        if event is not None and event.get("event") == "stopped":
-            self.facts.update(exit_code=event.get("exit_code"), stop=event.get("stop"))
-            self.facts["timestamps"]["stop"] = event.get("timestamps", {}).get("stop")
+        if event is not None and event.get("event") == "stopped":   # the agent's timestamps: its server's spawn and stop
+            self.facts.update(exit_code=event.get("exit_code"), stop=event.get("stop"), timestamps=event.get("timestamps"))
         elif self.facts["server_pid"] is not None:
             self.facts["stop"] = {"error": f"the node agent did not report its stop ({self._why_gone()})"}
             self.say(f"{self.spec.run_name}: WARNING {self.name}the node agent did not report its stop: check it by hand")
@@ -181,10 +196,11 @@ class RemoteNode:
     def pull_log(self, run_dir: Path) -> None:
         target = run_dir / f"node{self.rank}"
         target.mkdir(parents=True, exist_ok=True)
-        try:
-            remote.pull(self.ssh, self.plan.nodes.remote_dir, node_folder(self.plan, self.spec, self.rank), target, self.host)
-        except LaunchError as error:
-            self.say(f"{self.spec.run_name}: WARNING node {self.rank}'s log stays on {self.host}: {error}")
+        done = subprocess.run([*self.ssh, f"cat {shlex.quote(self.plan.nodes.remote_dir + '/' + self.log)}"], capture_output=True)
+        if done.returncode == 0:
+            (target / "server.log").write_bytes(done.stdout)
+        else:
+            self.say(f"{self.spec.run_name}: WARNING node {self.rank}'s log stays on {self.host}: {_tail(done.stderr)}")
 
 
 def measure_clocks(nodes: list[RemoteNode]) -> None:
@@ -209,21 +225,16 @@ def write_node_records(launch: dict, nodes: list[RemoteNode], run_dir: Path, out
 def agent() -> int:
     """One node's part, over ssh: reads one JSON line on stdin (the uploaded plan, cell, launch, rank, log), drives a
     run.Node with this node's own environment and answers one JSON line per event: `spawned` (the node's facts),
-    `pong` (after `ping`: this node's clock), `exited` (the server ended by itself), `stopped` (after `stop`, or the end
+    `pong` (after `ping`: this node's clock), `exited` (how the server ended by itself), `stopped` (after `stop`, or the end
     of stdin: the launcher or its ssh session went away), `failed` (nothing started: outcome and message)."""
-    commands: list[str] = []
-    arrived = threading.Event()
+    commands: queue.SimpleQueue = queue.SimpleQueue()   # its put() is safe in a signal handler
 
     def send(**event) -> None:
         sys.stdout.write(json.dumps(event) + "\n")
         sys.stdout.flush()
 
-    def command(line: str) -> None:
-        commands.append(line.strip())
-        arrived.set()
-
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):   # the ssh session was cut, or someone stops us
-        signal.signal(signum, lambda signum, frame: command("eof"))
+        signal.signal(signum, lambda signum, frame: commands.put("eof"))
     if not (line := sys.stdin.readline()):
         return 1
     request = json.loads(line)
@@ -238,26 +249,28 @@ def agent() -> int:
         send(event="failed", outcome=failure.outcome, message=f"{failure} on {node.facts['hostname']}")
         return 1
     send(event="spawned", **node.facts)
+
     def read_commands() -> None:
         for line in sys.stdin:
-            command(line)
-        command("eof")
+            commands.put(line.strip())
+        commands.put("eof")
 
     threading.Thread(target=read_commands, daemon=True).start()
     exited = False
     while True:
-        arrived.wait(POLL_S)
-        arrived.clear()
-        while commands:
-            if (line := commands.pop(0)) == "ping":
-                send(event="pong", time=time.time())
-            elif line in ("stop", "eof"):
-                node.stop()
-                send(event="stopped", reason=line, **{key: node.facts[key] for key in ("exit_code", "stop", "timestamps")})
-                return 0
+        try:
+            line = commands.get(timeout=POLL_S)
+        except queue.Empty:
+            line = ""
+        if line == "ping":
+            send(event="pong", time=time.time())
+        elif line in ("stop", "eof"):
+            node.stop()
+            send(event="stopped", reason=line, **{key: node.facts[key] for key in ("exit_code", "stop", "timestamps")})
+            return 0
         node.watch()
-        if (code := node.exit_code()) is not None and not exited:
-            send(event="exited", code=code)
+        if (how := node.ended()) is not None and not exited:
+            send(event="exited", how=how)
             exited = True
 
 

@@ -1,7 +1,6 @@
-"""Launch plans: a TOML file naming the server command, a matrix of cells and the benchmark.
+"""Launch plans (TOML): the server command, a matrix of cells, the benchmark. `load_plan(path)` returns a frozen `Plan`.
 
-`load_plan(path)` returns a frozen `Plan`. Each TOML table becomes its dataclass: the fields are the keys allowed, the
-defaults are the defaults and the annotations the types; every error names file:line and says what to fix.
+Each TOML table becomes its dataclass (fields: the keys allowed, with their defaults and types); errors name file:line.
 """
 
 from __future__ import annotations
@@ -106,7 +105,7 @@ class LaunchSpec:   # one server start: cell × launch number, at position `orde
 
 
 @dataclass(frozen=True)
-class NodesSpec:   # nodes = ["user@host1", "user@host2"]: SGLang on every node (node 0 first: it serves HTTP), over ssh
+class NodesSpec:   # nodes = ["user@host1", …]: SGLang on every node (node 0 first: it serves HTTP), over ssh
     nodes: tuple[str, ...] = ()
     dist_init_port: int = 20000          # node 0's port for torch.distributed's rendezvous (--dist-init-addr)
     ssh_options: tuple[str, ...] = ()    # e.g. ["-p", "2222", "-i", "~/.ssh/cluster"]
@@ -114,12 +113,7 @@ class NodesSpec:   # nodes = ["user@host1", "user@host2"]: SGLang on every node 
     remote_dir: str = ".speclogs-remote"  # working directory on each node (speclogs is unpacked there)
 
     @property
-    def hosts(self) -> tuple[str, ...]:
-        return self.nodes
-
-    @property
-    def http_host(self) -> str:
-        """Where node 0 serves HTTP: its host name as the plan writes it (user@ dropped)."""
+    def http_host(self) -> str:   # where node 0 serves HTTP: its host as the plan writes it, without user@
         return self.nodes[0].rsplit("@", 1)[-1]
 
 
@@ -166,7 +160,6 @@ class Plan:
 
 
 def load_plan(path: str | Path) -> Plan:
-    """Read and validate a plan file. Raises PlanError naming file:line."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -203,16 +196,14 @@ def parse_plan(text: str, path: Path) -> Plan:
 
 
 def _parse_nodes(table: dict, check: _Checker, adaptive: bool, cells: tuple[Cell, ...]) -> NodesSpec | None:
-    """The multi-node keys: `nodes` (at least two ssh destinations) and its companions, which need it."""
+    """The keys of a launch over ssh: `nodes` (one ssh destination or more) and its companions, which need it."""
     if "nodes" not in table:
         for key in table:
-            check.fail(key, 0, f"{key} needs nodes = [\"user@host1\", \"user@host2\"]",
-                       "add nodes, or drop the key (--host runs a single box over ssh)")
+            check.fail(key, 0, f"{key} needs nodes = [\"user@host\", …]", "add nodes, or drop the key")
         return None
     spec = check.build(NodesSpec, table, None)
-    if len(spec.nodes) < 2:
-        check.fail("nodes", 0, f"nodes lists {len(spec.nodes)} node(s); a multi-node launch needs two or more",
-                   "list every node, node 0 first; one box is a plain plan (or --host user@box)")
+    if not spec.nodes:
+        check.fail("nodes", 0, "nodes is empty", "list every node, node 0 first (one: a remote box)")
     if adaptive:
         check.fail("nodes", 0, "nodes cannot be combined with [adaptive] yet", "drop [adaptive] for a multi-node plan")
     for cell in cells:
@@ -222,8 +213,7 @@ def _parse_nodes(table: dict, check: _Checker, adaptive: bool, cells: tuple[Cell
     return spec
 
 
-def _percent(value: object, key: str, check: _Checker, line: int) -> float:
-    """'2%' → 0.02; a bare number is a fraction."""
+def _percent(value: object, key: str, check: _Checker, line: int) -> float:   # '2%' → 0.02; a bare number is a fraction
     text = str(value).strip()
     try:
         fraction = float(text.rstrip("%")) / (100.0 if text.endswith("%") else 1.0)
@@ -298,8 +288,7 @@ class _Checker:
     """Type checks that fail with file:line of the offending key."""
 
     def __init__(self, path: Path, text: str):
-        self.path = path
-        self.text = text
+        self.path, self.text = path, text
 
     def build(self, cls, raw: object, table_name: str | None, line: int | None = None, **given):
         """A `cls` from a TOML table: its keys must be fields of cls (but those `given`, already parsed), each value
@@ -325,9 +314,16 @@ class _Checker:
         if isinstance(hint, types.UnionType):
             hint = typing.get_args(hint)[0]
         if typing.get_origin(hint) is tuple:
-            return tuple(self.str_list(value, key, line))
+            if not isinstance(value, list):
+                self.fail(key, line, f"{key} must be a list, not {value!r}", f"write {key} = [\"…\"]")
+            if bad := [item for item in value if isinstance(item, bool) or not isinstance(item, (str, int, float))]:
+                self.fail(key, line, f"{key} has an item that is not a string or number: {bad[0]!r}", "quote every item")
+            return tuple(str(item) for item in value)
         if typing.get_origin(hint) is dict:
-            return self.str_dict(value, key, line)
+            table = self.table(value, key, line)
+            if bad := [name for name, item in table.items() if not isinstance(item, (str, int, float))]:
+                self.fail(bad[0], line, f"{key}.{bad[0]} must be a string or number, not {table[bad[0]]!r}", "quote the value")
+            return {name: ("1" if item else "0") if isinstance(item, bool) else str(item) for name, item in table.items()}
         if not isinstance(value, (int, float) if hint is float else hint) or (hint is not bool and isinstance(value, bool)):
             what, example = _KINDS[hint]
             self.fail(key, line, f"{key} must be {what}, not {value!r}", f"write {key} = {example}")
@@ -348,18 +344,3 @@ class _Checker:
         if not isinstance(value, dict):
             self.fail(key, line, f"{key} must be a table, not {type(value).__name__}", f"write it as [{key}]")
         return value
-
-    def str_list(self, value: object, key: str, line: int) -> list[str]:
-        if not isinstance(value, list):
-            self.fail(key, line, f"{key} must be a list, not {value!r}", f"write {key} = [\"…\"]")
-        if bad := [item for item in value if isinstance(item, bool) or not isinstance(item, (str, int, float))]:
-            self.fail(key, line, f"{key} has an item that is not a string or number: {bad[0]!r}", "quote every item")
-        return [str(item) for item in value]
-
-    def str_dict(self, value: object, key: str, line: int) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for name, item in self.table(value, key, line).items():
-            if not isinstance(item, (str, int, float)):
-                self.fail(name, line, f"{key}.{name} must be a string or number, not {item!r}", "quote the value")
-            out[name] = ("1" if item else "0") if isinstance(item, bool) else str(item)
-        return out

@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -18,7 +17,8 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 import psutil
@@ -43,7 +43,7 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 def boot_id() -> str | None:
     try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return None
 
@@ -101,7 +101,6 @@ def port_is_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
 
 
 def open_direct(request, timeout_s: float):
-    """urlopen without any proxy (the server is local or named by the plan; a proxy would see its traffic)."""
     return _DIRECT.open(request, timeout=timeout_s)
 
 
@@ -133,11 +132,9 @@ def last_milestone(log_path: Path, tail_bytes: int = 65536) -> str:
 
 def nvidia_smi(*query: str) -> list[str] | None:
     """The output lines of `nvidia-smi QUERY… --format=csv,noheader,nounits`; None when nvidia-smi is absent or fails."""
-    if shutil.which("nvidia-smi") is None:
-        return None
     try:
         result = subprocess.run(["nvidia-smi", *query, "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, subprocess.TimeoutExpired):   # OSError: no nvidia-smi
         return None
     return result.stdout.strip().splitlines() if result.returncode == 0 else None
 
@@ -162,7 +159,7 @@ def watch(proc: subprocess.Popen, known: dict[int, psutil.Process]) -> None:
     known.update({p.pid: p for p in [*children, *_group(proc.pid)] if p.pid not in known})
 
 
-def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, psutil.Process] | None = None) -> dict:
+def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, psutil.Process]) -> dict:
     """SIGTERM the server's group (and the processes seen in it, among its descendants or carrying its launch tag),
     SIGKILL after `grace_s`, reap the server, then kill what is left. Returns run.json's `stop`; the exit status is
     proc.returncode."""
@@ -172,7 +169,7 @@ def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, psutil.
     except psutil.Error:
         leader = None
     tag = getattr(proc, "launch_tag", None)
-    known = {**(known or {}), **{p.pid: p for p in [*_group(pgid), *_tagged(tag)]}}
+    known = {**known, **{p.pid: p for p in [*_group(pgid), *_tagged(tag)]}}
     started = time.monotonic()
     signal_used = "none"
     if exit_code(proc) is None or _group(pgid):
@@ -205,8 +202,7 @@ def stop_orphan_group(recorded: object, grace_s: float) -> tuple[list[int], str]
     """Stop the server group a killed launcher (-9) left, only while run.json's `server_identity` still names that very
     process (pid, start time, boot): after a reboot or once it is gone, the pid may be another user's process.
     Returns (the pids stopped, why nothing was signalled or '')."""
-    pid = recorded.get("pid") if isinstance(recorded, dict) else None
-    start = recorded.get("start_time") if isinstance(recorded, dict) else None
+    pid, start = (recorded.get("pid"), recorded.get("start_time")) if isinstance(recorded, dict) else (None, None)
     if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or not isinstance(start, (int, float)):
         return [], "run.json records no process identity (pid + start time), so the pid cannot be verified"
     try:
@@ -230,7 +226,6 @@ def stop_orphan_group(recorded: object, grace_s: float) -> tuple[list[int], str]
 
 
 def wait_until(done: Callable[[], bool], wait_s: float, every_s: float) -> bool:
-    """Call `done` every every_s until it is true (→ True) or wait_s have passed (→ False)."""
     deadline = time.monotonic() + wait_s
     while not done():
         if time.monotonic() >= deadline:
@@ -239,34 +234,26 @@ def wait_until(done: Callable[[], bool], wait_s: float, every_s: float) -> bool:
     return True
 
 
-def free_mb(path: Path) -> float:
-    return shutil.disk_usage(path).free / 2**20
-
-
 def _signal_group(pgid: int, leader: psutil.Process | None, known: dict[int, psutil.Process], sig: signal.Signals) -> None:
     """The group as a group while `leader` (the process we started) still leads it; else, and for SIGKILL, each process
     we saw (psutil refuses a pid that now names another process). SIGTERM also reaches ours outside the group."""
     as_group = leader is not None and leader.pid == pgid and leader.is_running() and _pgid(pgid) == pgid
     if as_group:
-        try:
+        with suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
     for process in known.values():
         if sig == signal.SIGKILL or not as_group or _pgid(process.pid) != pgid:
             _send(process, sig)
 
 
 def _send(process: psutil.Process | None, sig: signal.Signals) -> None:
-    try:
+    with suppress(psutil.Error):
         if process is not None:
             process.send_signal(sig)
-    except psutil.Error:
-        pass
 
 
 def _running(process: psutil.Process) -> bool:
-    """Still that process, and not a zombie (a zombie is dead: it only waits for its parent to reap it)."""
+    """Still that process, and not a zombie (dead, waiting for its parent to reap it)."""
     try:
         return process.is_running() and process.status() not in _GONE
     except psutil.Error:
@@ -280,23 +267,11 @@ def _pgid(pid: int) -> int | None:
         return None
 
 
-def _live() -> Iterator[psutil.Process]:
-    for process in psutil.process_iter(["status"]):
-        if process.info["status"] not in _GONE:
-            yield process
-
-
 def _group(pgid: int) -> list[psutil.Process]:
-    return [process for process in _live() if _pgid(process.pid) == pgid]
+    return [p for p in psutil.process_iter(["status"]) if p.info["status"] not in _GONE and _pgid(p.pid) == pgid]
 
 
 def _tagged(tag: str | None) -> list[psutil.Process]:
-    """Live processes whose environment carries the launch tag (those this user may read)."""
-    found = []
-    for process in _live() if tag else ():
-        try:
-            if process.environ().get(LAUNCH_TAG_ENV) == tag:
-                found.append(process)
-        except psutil.Error:
-            continue
-    return found
+    """Live processes whose environment carries the launch tag (those this user may read: others' environ is None)."""
+    return [p for p in psutil.process_iter(["status", "environ"]) if tag and p.info["status"] not in _GONE
+            and (p.info["environ"] or {}).get(LAUNCH_TAG_ENV) == tag]

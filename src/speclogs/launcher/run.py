@@ -1,19 +1,19 @@
 """Carry out a plan: each launch starts the server, waits for /health 200, benchmarks, stops, records run.json.
 
-One launch path for every plan: its servers are `Node`s, one on this machine, or one on each node of a plan with
-`nodes` (multinode.RemoteNode, which drives a `Node` there through the node agent). Progress goes to `progress`.
+One launch path: its servers are a `Node` on this machine, or a multinode.RemoteNode on each node of a plan with `nodes`.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +25,7 @@ from speclogs.doctor import FLAGS as DOCTOR_FLAGS, DoctorFinding, arg_value, che
 from speclogs.errors import LaunchError, PlanError
 from speclogs.launcher import adaptive as _adaptive, bench as _bench, process as _proc, runinfo
 from speclogs.launcher.bench import METRICS_FLAG, Windows
-from speclogs.launcher.plan import DEVICE_TIMER_ENV, MODEL_PATH_FLAGS, PYTHON_PLACEHOLDER, LaunchSpec, Plan
+from speclogs.launcher.plan import DEVICE_TIMER_ENV, MODEL_PATH_FLAGS, PYTHON_PLACEHOLDER, AdaptiveSpec, LaunchSpec, Plan
 from speclogs.redact import redact_json
 from speclogs.runrecord import FILE_NAME as RUN_JSON, RunRecord, finish_record, launch_record, read_run_json, write_run_json
 
@@ -33,11 +33,7 @@ Progress = Callable[[str], None]
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C, SIGTERM or SIGHUP reached the launcher (a KeyboardInterrupt, so generic Ctrl-C handling applies)."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
+    """Ctrl-C, SIGTERM or SIGHUP reached the launcher (its reason: args[0]); a KeyboardInterrupt to generic handlers."""
 
 
 class _DeadlineReached(Exception):
@@ -94,20 +90,10 @@ class PlanRunSummary:
     def to_dict(self) -> dict:
         return redact_json({**asdict(self), "results": [asdict(r) for r in self.results], "pending": list(self.pending)})
 
-    @classmethod
-    def from_dict(cls, data: dict) -> PlanRunSummary:
-        return cls(plan_name=data["plan_name"], out_dir=data["out_dir"], stopped=data["stopped"],
-                   pending=tuple(data.get("pending", ())),
-                   results=tuple(LaunchResult(**r) for r in data["results"]), adaptive=data.get("adaptive"))
-
 
 def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = None) -> PlanRunSummary:
-    """Run the plan's launches (interleaved order) into options.out_dir; returns what happened to each.
-
-    Raises PlanError before anything starts (an error of the doctor without options.force, a missing local model path,
-    an unknown cell in `only`), LaunchError when out_dir holds launches and --resume is not given. Interrupted stops the
-    running server, marks its run.json `interrupted` and propagates.
-    """
+    """Run the plan's launches into options.out_dir. PlanError / LaunchError before anything starts; Interrupted stops
+    the running server, marks its run.json `interrupted` and propagates."""
     findings = doctor_plan(plan, _select(plan, options.only))
     errors = [f"{f.source}: {f.message}" for found in findings.values() for f in found if f.severity == "error"]
     if errors and not options.force:
@@ -146,10 +132,8 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
         if design is None or round_ < design.first_look or any(lk.round == round_ for lk in looks):
             return False
         looks.append(_adaptive.look(design, round_, _adaptive.values_through(out_dir, design.cells, round_)))
-        for c in looks[-1].comparisons:
-            say(f"look after round {round_}: {c.cell_b} vs {c.cell_a} {c.status}"
-                + (f" ×{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] ({c.n_a} vs {c.n_b} launches, {c.detail})"
-                   if c.ratio is not None else f" ({c.detail})"))
+        for comparison in looks[-1].comparisons:
+            say(f"look after round {round_}: {comparison}")
         if looks[-1].decided:
             stopped = "decided"
         return looks[-1].decided
@@ -192,7 +176,7 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
             if design is not None and not take_look(design.last_look):
                 stopped = "max_launches"
     pending = () if stopped == "decided" else tuple(
-        spec.run_name for spec in order if not _is_complete(_run_dir(out_dir, spec), options.retry_failed))
+        spec.run_name for spec in order if not (read_run_json(_run_dir(out_dir, spec)) or RunRecord()).is_complete(options.retry_failed))
     summary = None
     if design is not None:
         summary = _adaptive.finish(out_dir, design, looks, {"decided": "decided", "max_launches": "budget"}.get(stopped, "not yet"))
@@ -203,11 +187,11 @@ def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = 
 
 def adaptive_design(plan: Plan, options: LaunchOptions) -> _adaptive.Design | None:
     """The adaptive design of this run (plan [adaptive] and --until / --max-launches), or None for a plain plan."""
-    spec = plan.adaptive
-    if spec is None and options.until is None:
+    if plan.adaptive is None and options.until is None:
         return None
+    spec = plan.adaptive or AdaptiveSpec()
     until = options.until if options.until is not None else spec.until
-    budget = options.max_launches if options.max_launches is not None else (spec.max_launches if spec else None)
+    budget = options.max_launches if options.max_launches is not None else spec.max_launches
     where = str(plan.path)
     if until is None:
         raise PlanError(f"{where}: [adaptive] needs until = \"ci_width<=P%\" (or --until)", hint="e.g. --until 'ci_width<=5%'")
@@ -217,11 +201,9 @@ def adaptive_design(plan: Plan, options: LaunchOptions) -> _adaptive.Design | No
     if options.only:
         raise PlanError(f"{where}: --only cannot be combined with adaptive launching (its looks compare every cell)",
                         hint="drop --only, or write a plan with the cells to compare")
-    design = _adaptive.Design(
-        cells=tuple(cell.name for cell in plan.cells),
-        reference=(spec.reference if spec and spec.reference else plan.cells[0].name),
-        until=until, max_launches=budget, first_look=max(cell.launches for cell in plan.cells),
-        confidence=spec.confidence if spec else 0.95, min_effect=spec.min_effect if spec else 0.0)
+    design = _adaptive.Design(cells=tuple(cell.name for cell in plan.cells), reference=spec.reference or plan.cells[0].name,
+                              until=until, max_launches=budget, first_look=max(cell.launches for cell in plan.cells),
+                              confidence=spec.confidence, min_effect=spec.min_effect)
     design.check(where)
     return design
 
@@ -245,14 +227,16 @@ def server_argv(plan: Plan, spec: LaunchSpec, run_dir: Path | None = None) -> li
     return argv
 
 
-def server_env(plan: Plan, spec: LaunchSpec, base: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
-    """Base env (the names inherit_env allows, minus drop_inherited_env) + plan env + cell env; speclogs on
-    PYTHONPATH when profiled. Returns (env, names of the base env not passed on)."""
+def server_env(plan: Plan, spec: LaunchSpec) -> tuple[dict[str, str], list[str]]:
+    """Our env (the names inherit_env allows, minus drop_inherited_env) + plan env + cell env; speclogs on
+    PYTHONPATH when profiled. Returns (env, names of our env not passed on)."""
     timer = {DEVICE_TIMER_ENV: "1"} if plan.metrics.device_timer else {}   # under the plan's and cell's own env
-    env, dropped = runinfo.build_env(dict(os.environ if base is None else base), plan.inherit_env, plan.drop_inherited_env,
-                                     timer, plan.env, spec.cell.env)
-    if spec.cell.profile:
-        runinfo.prepend_path(env, "PYTHONPATH", str(Path(speclogs.__file__).resolve().parent.parent))
+    env, dropped = runinfo.build_env(dict(os.environ), plan.inherit_env, plan.drop_inherited_env, timer, plan.env,
+                                     spec.cell.env)
+    if spec.cell.profile:   # the profiled server imports speclogs from here
+        root = str(Path(speclogs.__file__).resolve().parent.parent)
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(paths if root in paths else [root, *paths])
     return env, dropped
 
 
@@ -317,11 +301,6 @@ def _run_dir(out_dir: Path, spec: LaunchSpec) -> Path:
     return out_dir / spec.cell.name / str(spec.launch)
 
 
-def _is_complete(run_dir: Path, retry_failed: bool) -> bool:
-    record = read_run_json(run_dir)
-    return record is not None and record.is_complete(retry_failed)
-
-
 def _estimate_launch_s(out_dir: Path, recent: int = 3) -> float | None:
     """Longest spawn → stop among the `recent` latest ok launches (the first start on a fresh machine, Triton JIT
     included, is much slower and should not hold back later calls); None before any."""
@@ -329,11 +308,9 @@ def _estimate_launch_s(out_dir: Path, recent: int = 3) -> float | None:
     for path in out_dir.glob(f"*/*/{RUN_JSON}"):
         record = read_run_json(path.parent)
         stamps = record.timestamps if record is not None and record.outcome == "ok" else {}
-        try:
+        with suppress(KeyError, TypeError, ValueError):
             spawn, stop = datetime.fromisoformat(stamps["spawn"]), datetime.fromisoformat(stamps["stop"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        spans.append((stamps["spawn"], (stop - spawn).total_seconds()))
+            spans.append((stamps["spawn"], (stop - spawn).total_seconds()))
     latest = sorted(spans)[-recent:]
     return max(span for _, span in latest) if latest else None
 
@@ -346,17 +323,16 @@ def _result_from(record: RunRecord | None, spec: LaunchSpec, run_dir: Path, skip
 
 
 class Node:
-    """One server on this machine, from the checks before its start to the check after its stop: a single-host launch
-    drives one here; the node agent (multinode.agent) drives one on each node of a plan with `nodes`."""
+    """One server on this machine, from the checks before its start to the check after its stop (also what the node
+    agent, multinode.agent, drives on each node of a plan with `nodes`)."""
 
-    name = ""   # what progress and outcome details put before its news ("node 1 (host): "): nothing on a single host
+    name = ""   # what goes before its news in progress and outcome details ("node 1 (host): " for a RemoteNode)
 
     def __init__(self, plan: Plan, spec: LaunchSpec, machine: runinfo.Machine, argv: list[str], log_path: Path,
                  port_probe: tuple[str, int] | None):
         self.plan, self.machine, self.log_path, self.port_probe = plan, machine, log_path, port_probe
         self.env, dropped = server_env(plan, spec)
-        self.proc = None
-        self.known: dict = {}
+        self.proc, self.known = None, {}   # known: the processes seen as the server's (pid → psutil.Process)
         recorded = runinfo.recorded_env(self.env, plan.inherit_env, plan.env, spec.cell.env)
         self.facts = {"hostname": machine.hostname, "gpus": machine.gpus, "argv": argv, "env": recorded,
                       **{f"env_{family.lower()}": {k: v for k, v in recorded.items() if k.startswith(f"{family}_")}
@@ -384,12 +360,8 @@ class Node:
         self.facts["timestamps"]["spawn"] = runinfo.now_iso()
         self.facts.update(server_pid=self.proc.pid, server_identity=_proc.identity(self.proc.pid))   # pid = its group id
 
-    def exit_code(self) -> int | None:
-        return None if self.proc is None else _proc.exit_code(self.proc)
-
     def ended(self) -> str | None:
-        """How the server ended by itself ('exited with code 3'), None while it runs."""
-        code = self.exit_code()
+        code = None if self.proc is None else _proc.exit_code(self.proc)
         return None if code is None else f"exited with code {code}"
 
     def last_line(self) -> str:
@@ -452,7 +424,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
         return _result_from(RunRecord(record), spec, run_dir)
 
     def check_disk() -> None:
-        if (free := _proc.free_mb(run_dir)) < plan.min_free_mb:
+        if (free := shutil.disk_usage(run_dir).free / 2**20) < plan.min_free_mb:
             raise LaunchFailed("disk_full", f"only {free:.0f} MiB free under {run_dir} (min_free_mb = {plan.min_free_mb:g})",
                                hint="free disk space")
 
@@ -462,7 +434,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
                 _stop_orphan(previous, machine.hostname, plan.stop_grace_s, record, spec.run_name, say)
             check_disk()
             write_run_json(run_dir, record)
-            for rank, ssh in enumerate(plan.nodes.hosts if plan.nodes is not None else ()):   # each spawns its server now
+            for rank, ssh in enumerate(plan.nodes.nodes if plan.nodes is not None else ()):   # each spawns its server now
                 nodes.append(multinode.RemoteNode(plan, spec, rank, ssh, say))
             for node in nodes:
                 node.start()
@@ -518,16 +490,17 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
         finish("interrupted", "max-minutes reached during this launch; --resume runs it again")
         raise
     except (Interrupted, KeyboardInterrupt) as exc:
-        reason = exc.reason if isinstance(exc, Interrupted) else "Ctrl-C"
+        reason = exc.args[0] if isinstance(exc, Interrupted) else "Ctrl-C"
         finish("interrupted", f"{reason} during this launch; --resume runs it again")
         raise Interrupted(reason) from None
 
 
 def _launch_facts(nodes: list) -> dict:
-    """What the launch's run.json says of its servers: node 0's facts (hostname, GPUs, argv, env …), and with several
-    nodes a line per node and the processes left over all of them."""
-    head = {key: value for key, value in nodes[0].facts.items() if key not in ("timestamps", "node", "utc_offset")} if nodes else {}
-    if len(nodes) < 2:
+    """The launch's run.json on its servers: node 0's facts, and for a plan with nodes a line per node and the leftovers."""
+    if not nodes:
+        return {}
+    head = {key: value for key, value in nodes[0].facts.items() if key not in ("timestamps", "node", "utc_offset")}
+    if "node" not in nodes[0].facts:   # a server on this machine
         return head
     return {**head, "nodes": [{"rank": rank, "ssh": node.host, "hostname": node.facts["hostname"],
                                "clock_offset_to_node0_s": node.facts["node"]["clock_offset_to_node0_s"],
@@ -629,9 +602,9 @@ def _signals_raise_interrupted() -> Iterator[None]:
     _held.deferred, _held.pending = False, []
 
     def handler(signum, frame):  # noqa: ARG001 - signal handler signature
-        if not _held.deferred:
-            raise _interrupted(signum)
         _held.pending.append(signum)
+        if not _held.deferred:
+            _raise_if_pending()
 
     saved = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -642,13 +615,10 @@ def _signals_raise_interrupted() -> Iterator[None]:
         _held.deferred, _held.pending = False, []
 
 
-def _interrupted(signum: int) -> Interrupted:
-    return Interrupted("Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name)
-
-
 def _raise_if_pending() -> None:
     if _held.pending:
-        raise _interrupted(_held.pending.pop(0))
+        signum = _held.pending.pop(0)
+        raise Interrupted("Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name)
 
 
 @contextmanager

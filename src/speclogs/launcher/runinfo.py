@@ -1,20 +1,17 @@
-"""What run.json records about the machine: versions, GPUs, environment (secrets redacted), models, timestamps.
-
-The file itself: speclogs.runrecord (fields: docs/launcher.md).
-"""
+"""What run.json (speclogs.runrecord) records of the machine: versions, GPUs, env (secrets redacted), models, times."""
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
-import os
-import platform
 import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import speclogs
 from speclogs.doctor import arg_value, config_facts
 from speclogs.launcher.process import nvidia_smi
 from speclogs.redact import redact_value
@@ -37,8 +34,7 @@ print(json.dumps(out))
 """
 
 
-def now_iso() -> str:
-    """Local time, ISO-8601 without timezone (like SGLang's log timestamps)."""
+def now_iso() -> str:   # local time without zone, like SGLang's log timestamps
     return _dt.datetime.now().isoformat(timespec="microseconds")
 
 
@@ -57,16 +53,14 @@ NOT_RECORDED = "<not recorded>"
 
 
 def recorded_env(env: dict[str, str], inherit: tuple[str, ...], *layers: dict[str, str]) -> dict[str, str]:
-    """`env` as run.json records it, sorted by name, secrets redacted: the values of the plan's own `layers`, of the
-    names `inherit` spells out and of RECORDED_ENV_FAMILIES; any other inherited variable by name only."""
+    """`env` as run.json records it: sorted, secrets redacted, NOT_RECORDED for what no one named (see above)."""
     asked = {name for layer in layers for name in layer} | {entry for entry in inherit if not entry.endswith("*")}
     return {name: redact_value(name, value) if name in asked or name.startswith(RECORDED_ENV_FAMILIES) else NOT_RECORDED
             for name, value in sorted(env.items())}
 
 
-def build_env(
-    base: dict[str, str], inherit: tuple[str, ...], drop_prefixes: tuple[str, ...], *layers: dict[str, str]
-) -> tuple[dict[str, str], list[str]]:
+def build_env(base: dict[str, str], inherit: tuple[str, ...], drop_prefixes: tuple[str, ...],
+              *layers: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     """The names of `base` that `inherit` allows (NAME, PREFIX*, or *; proxies only by name) and no `drop_prefixes`
     starts, plus each layer in order. Returns (env, names of base not passed on)."""
     named = {entry.lower() for entry in inherit}
@@ -81,12 +75,6 @@ def build_env(
     for layer in layers:
         env.update(layer)
     return env, dropped
-
-
-def prepend_path(env: dict[str, str], name: str, entry: str) -> None:
-    parts = [p for p in env.get(name, "").split(os.pathsep) if p]
-    if entry not in parts:
-        env[name] = os.pathsep.join([entry, *parts])
 
 
 def python_of(argv: list[str]) -> str:
@@ -117,10 +105,6 @@ def gpu_inventory() -> list[dict]:
              "memory_mib": int(row[3]) if row[3].isdigit() else None} for row in rows if len(row) >= 4]
 
 
-def hostname() -> str:
-    return socket.gethostname() or platform.node()
-
-
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 FULL_HASH_LIMIT_BYTES = 4 << 30    # weights up to 4 GiB are hashed whole (an EAGLE-3 draft is tens to hundreds of MB)
 SAMPLE_BYTES = 1 << 20
@@ -128,10 +112,8 @@ SAMPLES_PER_FILE = 16
 
 
 def _hash_weights(files: list[Path]) -> tuple[str, str, int]:
-    """(sha256 hex, how, total bytes) over the weight files in name order: every byte when they total at most
-    FULL_HASH_LIMIT_BYTES, else each file's size and SAMPLES_PER_FILE evenly spaced 1 MiB samples."""
-    import hashlib
-
+    """(sha256 hex, how, total bytes) over the weight files in name order: every byte up to FULL_HASH_LIMIT_BYTES in
+    all, else each file's size and SAMPLES_PER_FILE evenly spaced 1 MiB samples."""
     total = sum(f.stat().st_size for f in files)
     digest = hashlib.sha256()
     full = total <= FULL_HASH_LIMIT_BYTES
@@ -154,8 +136,6 @@ def _hash_weights(files: list[Path]) -> tuple[str, str, int]:
 def model_record(path: str) -> dict:
     """run.json's record of a model directory: config.json's identifying fields, EAGLE-3 aux layer ids, sha256 of
     config.json and of the weights, so that two drafts (or one retrained at the same path) are told apart."""
-    import hashlib
-
     record: dict = {"path": path}
     directory = Path(path).expanduser()
     if not directory.is_dir():
@@ -168,16 +148,12 @@ def model_record(path: str) -> dict:
         record["error"] = f"config.json unreadable: {getattr(exc, 'strerror', None) or exc}"
         return record
     record["config_sha256"] = hashlib.sha256(raw).hexdigest()
-    if isinstance(config, dict):
-        for key in ("architectures", "model_type", "hidden_size", "num_hidden_layers", "vocab_size", "torch_dtype"):
-            if key in config:
-                record[key] = config[key]
+    if isinstance(config, dict):   # config_facts: what `speclogs doctor` reads again from the ingested run
+        record.update({key: config[key] for key in ("model_type", "torch_dtype") if key in config}, **config_facts(directory, config))
         eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
         layers = eagle.get("eagle_aux_hidden_state_layer_ids", config.get("eagle_aux_hidden_state_layer_ids"))
         if layers is not None:
             record["eagle3_layer_ids"] = layers
-        # what `speclogs doctor` reads again from the ingested run
-        record.update({key: value for key, value in config_facts(directory, config).items() if key not in record})
     weights = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))
     if weights:
         try:
@@ -194,25 +170,20 @@ class Machine:
     def __init__(self, design: dict | None = None):
         self.design = design   # the adaptive design run.json records, if any
         self.gpus = gpu_inventory()
-        self.hostname = hostname()
+        self.hostname = socket.gethostname()
         self._versions: dict[tuple[str, str], dict] = {}
         self._models: dict[str, dict] = {}
 
     def models(self, argv: list[str]) -> dict:
         """run.json `models`: what --model-path and --speculative-draft-model-path point at."""
-        out = {}
-        for role, flag in (("target", "--model-path"), ("draft", "--speculative-draft-model-path")):
-            path = arg_value(argv, flag)
-            if path is not None:
-                if path not in self._models:
-                    self._models[path] = model_record(path)
-                out[role] = dict(self._models[path])
-        return out
+        paths = {"target": arg_value(argv, "--model-path"), "draft": arg_value(argv, "--speculative-draft-model-path")}
+        for path in paths.values():
+            if path is not None and path not in self._models:
+                self._models[path] = model_record(path)
+        return {role: dict(self._models[path]) for role, path in paths.items() if path is not None}
 
     def versions(self, python: str, env: dict[str, str]) -> dict:
         key = (python, env.get("PYTHONPATH", ""))
         if key not in self._versions:
-            from speclogs import __version__
-
-            self._versions[key] = {**server_versions(python, env), "speclogs": __version__}
+            self._versions[key] = {**server_versions(python, env), "speclogs": speclogs.__version__}
         return dict(self._versions[key])

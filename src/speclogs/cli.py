@@ -1,7 +1,7 @@
 """speclogs command line: each command parses its options, makes one library call and renders the result (report/).
 
 Library errors (SpeclogsError) become `Error: …` and exit 1 in one place, main(). Heavy modules are imported inside
-the commands: launch and probe run on GPU boxes that have typer and rich but neither duckdb nor polars.
+the commands: launch runs on GPU boxes that have typer and rich but neither duckdb nor polars.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
@@ -37,20 +37,6 @@ class TextFormat(str, Enum):
     json = "json"
 
 
-class ReportFormat(str, Enum):
-    terminal = "terminal"
-    json = "json"
-    md = "md"
-
-
-class SqlFormat(str, Enum):
-    table = "table"
-    csv = "csv"
-    json = "json"
-    ndjson = "ndjson"
-    parquet = "parquet"
-
-
 def _check_confidence(value: float) -> float:
     if not 0.5 <= value < 1.0:
         raise typer.BadParameter(f"{value} is not in [0.5, 1): write the coverage as a fraction, e.g. 0.95")
@@ -67,14 +53,14 @@ GrammarOption = Annotated[Optional[list[Path]], typer.Option(
     "--grammar", "-g", help="An extra grammar file, or a directory of *.toml (repeatable; checked like `speclogs grammars check`).")]
 LakeOption = Annotated[Optional[Path], typer.Option(
     "--lake", help="A lake folder (Delta tables) instead of the DuckDB file (docs/fleet.md, 'The lake'); any engine reads it.")]
-ReportFormatOption = Annotated[ReportFormat, typer.Option("--format", "-f", help="terminal, json or md (stdout).")]
+ReportFormatOption = Annotated[Literal["terminal", "json", "md"], typer.Option("--format", "-f", help="terminal, json or md (stdout).")]
 ConfidenceOption = Annotated[float, typer.Option("--confidence", callback=_check_confidence,
                                                  help="Interval coverage, e.g. 0.95 (0.5 ≤ value < 1).")]
 TrainedLayersOption = Annotated[Optional[str], typer.Option(
     "--trained-layers", help="The aux hidden-state layer ids the EAGLE-3 draft was trained on, e.g. 2,30,58 (config ids: "
     "k = layer k's output): an offset is named as the cause.")]
 # … and those of the commands that print a query result (sql, tables, runs).
-SqlFormatOption = Annotated[SqlFormat, typer.Option(
+SqlFormatOption = Annotated[Literal["table", "csv", "json", "ndjson", "parquet"], typer.Option(
     "--format", "-f", help="table (the first --limit rows; floats to 15 significant digits), csv, json (an array of "
     "objects; NaN is null), ndjson (one object a line) or parquet (needs --output).")]
 OutputOption = Annotated[Optional[Path], typer.Option(
@@ -211,7 +197,7 @@ def sql(
                                 'JOIN runs USING (run_id) GROUP BY 1"; several statements print one result each; '
                                 "'-' reads the SQL from stdin."),
     db: DbOption = DEFAULT_DB,
-    output_format: SqlFormatOption = SqlFormat.table,
+    output_format: SqlFormatOption = "table",
     output: OutputOption = None,
     force: ForceOption = False,
     limit: LimitOption = 40,
@@ -227,7 +213,7 @@ def sql(
 
 
 @app.command(epilog=_examples('speclogs tables --db 2x2.duckdb'))
-def tables(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = SqlFormat.table, output: OutputOption = None,
+def tables(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = "table", output: OutputOption = None,
            force: ForceOption = False, limit: LimitOption = 0) -> None:
     """List the database's tables and views (the contract in docs/sql.md): kind, columns, rows."""
     from speclogs.store.query import tables_sql
@@ -236,7 +222,7 @@ def tables(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = SqlFormat
 
 
 @app.command(epilog=_examples('speclogs runs --db 2x2.duckdb --format csv'))
-def runs(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = SqlFormat.table, output: OutputOption = None,
+def runs(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = "table", output: OutputOption = None,
          force: ForceOption = False, limit: LimitOption = 0) -> None:
     """List the runs: name, folder, cell and launch, SGLang / torch / NCCL versions, launcher outcome, files, lines, id."""
     from speclogs.store.query import RUNS_SQL
@@ -244,59 +230,56 @@ def runs(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = SqlFormat.t
     _print_query(db, RUNS_SQL, output_format, output, force, limit)
 
 
-def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | None, force: bool, limit: int, *,
+def _print_query(db: Path, text: str, output_format: str, output: Path | None, force: bool, limit: int, *,
                  lake: Path | None = None, show_types: bool = False) -> None:
     """Every statement's result of `text` in the chosen format, on stdout or in --output (streamed)."""
     from speclogs.report.summaries import render_query_table
     from speclogs.store.query import statements
 
-    if output_format is SqlFormat.parquet and output is None:
+    if output_format == "parquet" and output is None:
         raise typer.BadParameter("--format parquet writes a file: add --output FILE", param_hint="'--output'")
-    if output is not None and output_format is SqlFormat.table:
+    if output is not None and output_format == "table":
         raise typer.BadParameter("--output writes csv, json or parquet: add --format csv|json|parquet", param_hint="'--format'")
     if output is not None and output.exists() and not force:
         raise typer.BadParameter(f"{output} exists: pass --force to overwrite it", param_hint="'--output'")
     with statements(db, text, lake=lake) as results:
-        if output_format is SqlFormat.parquet and len(results) > 1:
+        if output_format == "parquet" and len(results) > 1:
             raise typer.BadParameter("a Parquet file holds one result: give one statement", param_hint="'--format'")
-        if output_format is SqlFormat.table:
+        if output_format == "table":
             for index, result in enumerate(results):
                 render_query_table(result, limit, first=index == 0, show_types=show_types)
-        elif output_format is SqlFormat.parquet:
+        elif output_format == "parquet":
             for result in results:
                 result.write_parquet(output)
         else:
-            _write_results(results, output_format.value, output)
+            _write_results(results, output_format, output)
 
 
 def _write_results(results, fmt: str, output: Path | None) -> None:  # noqa: ANN001 - store.query's statement results
     """Every result as CSV, JSON or NDJSON (one after the other) on stdout or in `output`, streamed."""
     import io
+    from contextlib import nullcontext
 
     from speclogs.store.export import write_csv, write_json
 
-    sink = open(output, "wb") if output is not None else sys.stdout.buffer
-    try:
-        for index, result in enumerate(results):
-            if index and fmt != "ndjson":
-                sink.write(b"\n")
-            if fmt == "csv":
-                sys.stdout.flush()
-                write_csv(result, sink)
-            else:
-                text_sink = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=True)
-                try:
-                    write_json(result, text_sink, ndjson=fmt == "ndjson")
-                finally:
-                    text_sink.detach()
-            sink.flush()
-    except BrokenPipeError:   # `speclogs sql … | head`: the reader has what it wanted
-        devnull = os.open(os.devnull, os.O_WRONLY)   # no second error when Python flushes stdout at exit
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    finally:
-        if output is not None:
-            sink.close()
+    sys.stdout.flush()
+    with open(output, "wb") if output is not None else nullcontext(sys.stdout.buffer) as sink:
+        text = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=True)
+        try:
+            for index, result in enumerate(results):
+                if index and fmt != "ndjson":
+                    text.write("\n")
+                if fmt == "csv":
+                    write_csv(result, sink)
+                else:
+                    write_json(result, text, ndjson=fmt == "ndjson")
+                sink.flush()
+        except BrokenPipeError:   # `speclogs sql … | head`: the reader has what it wanted
+            devnull = os.open(os.devnull, os.O_WRONLY)   # no second error when Python flushes stdout at exit
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        finally:
+            text.detach()   # the sink stays open: it may be stdout
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,9 +290,6 @@ def main(argv: list[str] | None = None) -> int:
     except SpeclogsError as error:
         _print_error(str(error), error.hint)
         return 1
-    except KeyboardInterrupt as interrupt:
-        _print_error(str(interrupt) or "interrupted", None)
-        return 130
     except SystemExit as exit_:
         if exit_.code == 130:  # typer turns Ctrl-C into a silent exit 130: say what it left
             cause: BaseException | None = exit_
@@ -484,10 +464,8 @@ def _check_outputs(paths: list[Path]) -> list[Path]:
 
 
 def _trained_layers(text: str | None) -> list[int] | None:
-    from speclogs.doctor import parse_layers
-
     try:
-        return parse_layers(text) if text else None
+        return [int(item) for item in text.split(",") if item.strip()] if text else None
     except ValueError:
         raise typer.BadParameter(f"--trained-layers {text!r} is not a comma-separated list of integers") from None
 
@@ -503,7 +481,7 @@ def report(
     ),
     arms: list[str] = typer.Argument(None, help="More arms (so `--compare A B C` works)."),
     db: DbOption = DEFAULT_DB,
-    output_format: ReportFormatOption = ReportFormat.terminal,
+    output_format: ReportFormatOption = "terminal",
     output: list[Path] = typer.Option(
         [], "--output", "-o", callback=_check_outputs, help="Also write the report to FILE, its format from the suffix "
         "(.json, .md, .html, .txt); repeatable: every file comes from the one computation."),
@@ -551,13 +529,13 @@ def report(
                                   num_layers=num_layers, ignore_env=tuple(ignore_env), allow_mixed=mixed_arms,
                                   reference_acceptance=parse_reference(reference_acceptance) if reference_acceptance else None,
                                   trained_layers=_trained_layers(trained_layers))
-    if output_format is ReportFormat.terminal:
+    if output_format == "terminal":
         from speclogs.console import report_console
         from speclogs.report import render_terminal
 
         render_terminal(comparison, report_console(), brief=brief)
     else:
-        sys.stdout.write(render(comparison, output_format.value))
+        sys.stdout.write(render(comparison, output_format))
     for path in [*output, *([html] if html is not None else [])]:
         write_report(comparison, path)
         _stderr_console().print(f"wrote {path}")
@@ -614,7 +592,7 @@ def whatif(
     runs: list[str] = typer.Argument(..., help="Run names or globs: the profiled run(s) to model from, plus any runs of "
                                      "other settings (checked against the model) and baselines (calibrate the target's step)."),
     db: DbOption = DEFAULT_DB,
-    output_format: ReportFormatOption = ReportFormat.terminal,
+    output_format: ReportFormatOption = "terminal",
     confidence: ConfidenceOption = 0.95,
 ) -> None:
     """Predict other --speculative-num-steps / --speculative-num-draft-tokens settings (topk 1) and no speculation from
@@ -625,11 +603,11 @@ def whatif(
 
     with connect(db, read_only=True) as connection:
         result = whatif_for(connection, runs, confidence)
-    if output_format is ReportFormat.json:
+    if output_format == "json":
         from speclogs.report.jsonout import to_json
 
         sys.stdout.write(to_json(result) + "\n")
-    elif output_format is ReportFormat.md:
+    elif output_format == "md":
         from speclogs.report.markdown import md_sections
 
         sys.stdout.write(md_sections(whatif_document(result)))

@@ -52,8 +52,7 @@ class DoctorFinding:
 
 @dataclass(frozen=True)
 class Model:
-    """One model's CONFIG_KEYS plus `d2t_rows` (the d2t map's length in the weights) and what `scripts/synth_pair.py`
-    built it for (`synth_*`); or `note` saying why nothing was read."""
+    """One model's facts (config_facts), or `note` saying why none were read."""
 
     role: str          # target | draft
     path: str
@@ -81,7 +80,7 @@ def arg_value(argv: list[str], flag: str) -> str | None:
 
 
 def server_settings(argv: list[str]) -> dict[str, str]:
-    """The settings the checks read from a server argv, by SGLang's field name (speculative_algorithm …)."""
+    """FLAGS' values in a server argv, by SGLang's field name."""
     out: dict[str, str] = {}
     for flag, name in FLAGS.items():
         if (value := arg_value(argv, flag)) is not None:
@@ -90,7 +89,8 @@ def server_settings(argv: list[str]) -> dict[str, str]:
 
 
 def config_facts(directory: Path, config: dict) -> dict:
-    """The CONFIG_KEYS of a config.json, the d2t length from the safetensors headers, and speclogs_synth.json's facts."""
+    """The CONFIG_KEYS of a config.json, the d2t map's length from the safetensors headers, and what
+    scripts/synth_pair.py built the model for (speclogs_synth.json)."""
     facts = {key: config[key] for key in CONFIG_KEYS if key in config}
     for weights in sorted(directory.glob("*.safetensors")):
         try:
@@ -334,11 +334,6 @@ def parse_runtime(message: str) -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
 
 
-def parse_layers(text: str) -> list[int]:
-    """`--trained-layers 2,30,58` → [2, 30, 58]; ValueError naming the bad item."""
-    return [int(item) for item in text.replace(" ", "").split(",") if item]
-
-
 def check_command(argv: list[str], trained_layers: list[int] | None = None) -> list[DoctorFinding]:
     """The checks of a server command line (`python -m sglang.launch_server …`), configs read from its local paths."""
     def source_of(name: str) -> str:
@@ -350,9 +345,8 @@ def check_command(argv: list[str], trained_layers: list[int] | None = None) -> l
 def check_settings(settings: dict[str, str], source_of: Callable[[str], str], trained_layers: list[int] | None = None,
                    models: dict | None = None, where: str = "", runtime: dict[str, str] | None = None
                    ) -> list[DoctorFinding]:
-    """Every finding for one server start, errors first. `settings`: SGLang field name → value; `source_of(field)`:
-    where a flag was set; `trained_layers`: the draft's trained aux layer ids; `models`, `where`: run.json's `models`
-    and its name for a recorded launch; `runtime`: parse_runtime's facts of what the server ran, with its `source`."""
+    """Every finding for one server start, errors first. `models`, `where`: a recorded launch's run.json `models` and
+    its name; `runtime`: parse_runtime's facts of what the server ran, with its `source`."""
     target, draft = (_model(role, (settings.get(name) or "").strip("'\""), models, where)
                      for role, name in (("target", "model_path"), ("draft", "speculative_draft_model_path")))
     loaded = (runtime or {}).get("draft", "-")

@@ -36,6 +36,15 @@ MTP_AS_DRAFT = SELF_DRAFTING + ("Ernie4_5_MoeForCausalLM", "ExaoneMoEForCausalLM
                                 "Step3p5ForCausalLM", "Step3p7ForConditionalGeneration")
 NEEDS_DRAFT = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "DFLASH")
 SEVERITIES = ("error", "warning", "info")
+# the first mark an architecture name contains says its kind
+_MARKS = {"eagle3": "eagle3", "eagle": "eagle", "dflash": "dflash", "assistantforcausallm": "gemma_assistant",
+          "nextn": "mtp", "mtp": "mtp"}
+# algorithm flag → the draft kinds it runs correctly; draft kind → the flag to use, and its name
+_ACCEPTS = {"EAGLE": {"eagle", "mtp", "gemma_assistant"}, "NEXTN": {"eagle", "mtp", "gemma_assistant"},
+            "EAGLE3": {"eagle3"}, "DFLASH": {"dflash"}, "STANDALONE": {"plain"}}
+_KINDS = {"eagle3": ("EAGLE3", "an EAGLE-3 draft"), "eagle": ("EAGLE", "an EAGLE(-2) draft"),
+          "mtp": ("NEXTN", "an MTP/NextN draft"), "dflash": ("DFLASH", "a DFlash draft"),
+          "gemma_assistant": ("NEXTN", "a Gemma 4 assistant draft"), "plain": ("STANDALONE", "a plain model as draft")}
 
 
 @dataclass(frozen=True)
@@ -151,20 +160,6 @@ def draft_kind(architecture: str) -> str:
     return next((kind for mark, kind in _MARKS.items() if mark in architecture.lower()), "plain")
 
 
-# the first mark an architecture name contains says its kind
-_MARKS = {"eagle3": "eagle3", "eagle": "eagle", "dflash": "dflash", "assistantforcausallm": "gemma_assistant",
-          "nextn": "mtp", "mtp": "mtp"}
-
-
-# algorithm flag → the draft kinds it runs correctly, and what to use for each other kind
-_ALGORITHM_FOR = {"eagle3": "EAGLE3", "eagle": "EAGLE", "mtp": "NEXTN", "dflash": "DFLASH", "gemma_assistant": "NEXTN",
-                  "plain": "STANDALONE"}
-_ACCEPTS = {"EAGLE": {"eagle", "mtp", "gemma_assistant"}, "NEXTN": {"eagle", "mtp", "gemma_assistant"},
-            "EAGLE3": {"eagle3"}, "DFLASH": {"dflash"}, "STANDALONE": {"plain"}}
-_KIND_NAME = {"eagle3": "an EAGLE-3 draft", "eagle": "an EAGLE(-2) draft", "mtp": "an MTP/NextN draft",
-              "dflash": "a DFlash draft", "gemma_assistant": "a Gemma 4 assistant draft", "plain": "a plain model as draft"}
-
-
 def int_or_none(value) -> int | None:
     try:
         return int(str(value).strip().strip("'\""))
@@ -199,9 +194,9 @@ def _setup_findings(settings: dict[str, str], target: Model | None, draft: Model
     if draft is not None and draft.facts is not None:
         kind = draft_kind(draft.architecture)
         if algorithm in _ACCEPTS and kind != "unknown" and kind not in _ACCEPTS[algorithm]:
-            use = _ALGORITHM_FOR[kind]
+            use, name = _KINDS[kind]
             yield DoctorFinding("algorithm_draft_mismatch", "error", f"`--speculative-algorithm {algorithm}` with "
-                                f"{_KIND_NAME[kind]} ({draft.architecture}): use {use}" + (
+                                f"{name} ({draft.architecture}): use {use}" + (
                                     "; under EAGLE the target passes one hidden state, not the three auxiliary ones, and "
                                     "the server runs healthy at accept len ≈ 1.00" if kind == "eagle3" else ""),
                                 f"launch with --speculative-algorithm {use}", flag_source)

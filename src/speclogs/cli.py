@@ -396,8 +396,6 @@ def launch(
     json_alias: JsonAliasOption = False,
 ) -> None:
     """Start the SGLang server per plan launch, wait for /health 200, benchmark, stop, record run.json."""
-    import json
-
     from speclogs.errors import LaunchError
     from speclogs.launcher import Interrupted, LaunchOptions, launch_plan, launch_remote, load_plan
     from speclogs.report.summaries import render_launch_summary
@@ -424,7 +422,7 @@ def launch(
                      f"marked interrupted in its run.json", "run again with --resume to continue")
         raise typer.Exit(130) from None
     if _wants_json(output_format, json_alias):
-        typer.echo(json.dumps(summary.to_dict(), indent=1))
+        _echo_json(summary.to_dict())
     render_launch_summary(summary, console)
     if not no_ingest:
         try:

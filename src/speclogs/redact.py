@@ -107,18 +107,14 @@ def redact_json(value: Any, key: str = "") -> Any:
 
 def redact(value: Any) -> Any:
     """The one scan: text (a JSON document in text by its keys and values), a document or list; numbers as they are."""
-    if isinstance(value, str):
-        if value[:1] in ("{", "[") and SUSPECT.search(value):
-            try:
-                document = json.loads(value)
-            except ValueError:
-                return redact_text(value)
-            clean = redact_json(document)
-            return value if clean == document else json.dumps(clean)
-        return redact_text(value)
-    if isinstance(value, (Mapping, list, tuple)):
-        return redact_json(value)
-    return value
+    if isinstance(value, str) and value[:1] in ("{", "[") and SUSPECT.search(value):
+        try:
+            document = json.loads(value)
+        except ValueError:
+            return redact_text(value)
+        clean = redact_json(document)
+        return value if clean == document else json.dumps(clean)
+    return redact_json(value)
 
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*"

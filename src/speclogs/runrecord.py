@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speclogs import __version__
+from speclogs.redact import redact_json
+
 SCHEMA = "speclogs.run/1"
 FILE_NAME = "run.json"
 
@@ -118,8 +121,6 @@ def launch_record(*, run_name: str, plan_name: str | None, plan_file: str, cell:
                   order_index: int, previous: RunRecord | None, stamps: tuple[str, ...], **fields: Any) -> dict[str, Any]:
     """A new launch's document, outcome `running` until finish_record; `previous`: the record this launch left last
     time (its attempt is kept); `fields`: what the writer records besides (docs/launcher.md)."""
-    from speclogs import __version__
-
     attempts = list(previous.previous_attempts) if previous is not None else []
     if previous is not None:
         attempts.append({key: previous.document.get(key) for key in ("run_uid", "outcome", "outcome_detail", "timestamps")})
@@ -133,8 +134,6 @@ def launch_record(*, run_name: str, plan_name: str | None, plan_file: str, cell:
 
 def node_record(launch: dict[str, Any], **fields: Any) -> dict[str, Any]:
     """The document of one node of a multi-node launch."""
-    from speclogs import __version__
-
     return {"speclogs_version": __version__, **{key: launch[key] for key in IDENTITY}, "outcome": "running",
             "outcome_detail": "", "complete": False, **fields}
 
@@ -165,8 +164,6 @@ def read_run_json(run_dir: str | Path) -> RunRecord | None:
 def write_run_json(run_dir: str | Path, record: dict[str, Any]) -> Path:
     """Write run_dir/run.json, secrets redacted, through a temporary file renamed over the old one (no reader sees
     half a file). OSError (ENOSPC …) propagates."""
-    from speclogs.redact import redact_json
-
     path = Path(run_dir) / FILE_NAME
     document = {"schema": SCHEMA, **{key: value for key, value in record.items() if key != "schema"}}
     tmp = path.with_name(path.name + ".tmp")

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # How fixtures/h200x2/ was made: run on the nvidia-h200-x2 device from the repo root, after the
 # SGLang 0.5.14 bundle was staged and unpacked (../shared/gpu/README.md, device-install.sh).
-#   bash scripts/h200x2_device.sh first    # synthetic pair, profiler self-check, NCCL probe, first launches
+#   bash scripts/h200x2_device.sh first    # synthetic pair, profiler self-check, first launches
 #   bash scripts/h200x2_device.sh more     # more launches of the plan (--resume), one device call each
 #   SECONDS_LEFT=500 [LAUNCHES_MAX=6] bash scripts/h200x2_device.sh overhead   # profiler overhead plan (plans/h200x2-profile.toml)
-# Outputs go to /root/runs on the device and come back as $OUT/runs.tgz (+ probe JSON, logs).
+# Outputs go to /root/runs on the device and come back as $OUT/runs.tgz (+ logs).
 set -uo pipefail
 export PYTHONPATH=/tmp/sglang-site/site:$PWD/src PATH=/tmp/sglang-site/site/bin:$PATH
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -16,8 +16,6 @@ if [ "${1:-more}" = first ]; then
   nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
   python3 scripts/synth_pair.py /tmp/t3 /tmp/d3 2>&1 | tail -5
   python3 -m speclogs.profile.selfcheck > "$OUT/profile_selfcheck.log" 2>&1; echo "selfcheck rc=$?"; tail -3 "$OUT/profile_selfcheck.log"
-  timeout 150 python3 -m speclogs probe nccl --plan plans/h200x2.toml --gpus 2 --sweep --iters 50 \
-      --out "$OUT/nccl_probe.nccl_probe.json" > "$OUT/probe.log" 2>&1; echo "probe rc=$?"; tail -15 "$OUT/probe.log"
   used=$(( ($(date +%s) - t0) / 60 )); minutes=$(( minutes - used ))
 fi
 if [ "${1:-more}" = overhead ]; then
@@ -30,7 +28,6 @@ if [ "${1:-more}" = overhead ]; then
     tar czf "$OUT/runs2.tgz" -C /root runs2; need=110
     ls /root/runs2/*/*/run.json | wc -l | xargs echo launches:; [ "$(ls /root/runs2/*/*/run.json | wc -l)" -ge "${LAUNCHES_MAX:-6}" ] && break
   done
-  for f in /root/runs2/eagle3_prof/*/server.log; do python3 -m speclogs.profile.servercheck --every 16 --log "$f" 2>&1 | grep -E 'wall|implied|gap_lines|servercheck'; done
   exit 0
 fi
 python3 -m speclogs launch plans/h200x2.toml --out /root/runs --no-ingest --resume --max-minutes "$minutes" 2>&1 \

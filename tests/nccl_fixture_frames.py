@@ -1,6 +1,6 @@
 """Test scaffolding: NcclFrames of real fixture logs, read the way the report reads them — `speclogs ingest` (the NCCL
 grammar fills nccl_events' typed columns) into a scratch DuckDB file, then `load_nccl_frames` — so the evidence tests
-use no second parser of NCCL lines. What a test needs on top (a recorded env, profiled cycles, a probe) is set here.
+use no second parser of NCCL lines. What a test needs on top (a recorded env) is set here.
 
 Runs are named and keyed by their log's stem (run_id = run_name = stem), with tp_size 2 unless a test says otherwise.
 """
@@ -39,10 +39,8 @@ def _ingested(paths: tuple[Path, ...]) -> NcclFrames:
     return NcclFrames(**{name: by_stem(getattr(frames, name)) for name in NcclFrames.__dataclass_fields__})
 
 
-def frames_from_logs(paths: list[Path], *, envs: dict[str, dict] | None = None, spec_cycles: list[dict] | None = None,
-                     probe: pl.DataFrame | None = None) -> NcclFrames:
-    """The frames of `paths` (one run each) in the given order, with `envs` (stem → recorded env), `spec_cycles` rows
-    (run_id = stem) and a `probe` frame in place of what the logs alone give."""
+def frames_from_logs(paths: list[Path], *, envs: dict[str, dict] | None = None) -> NcclFrames:
+    """The frames of `paths` (one run each) in the given order, with `envs` (stem → recorded env)."""
     ingested = _ingested(tuple(Path(path).resolve() for path in paths))
     envs = envs or {}
     order = [Path(path).stem for path in paths]
@@ -54,6 +52,4 @@ def frames_from_logs(paths: list[Path], *, envs: dict[str, dict] | None = None, 
         nccl_events=ingested.nccl_events,
         markers=ingested.markers,
         server_args=ingested.server_args,
-        spec_cycles=pl.DataFrame(spec_cycles or [], schema={"run_id": pl.String, "batch_size": pl.Int64, "verify_ms": pl.Float64}),
-        probe=probe if probe is not None else pl.DataFrame(),
     )

@@ -1,5 +1,5 @@
 """speclogs.analysis.signals: exact accept length from counter deltas next to the log lines, the device timer's phase
-split against the profiler and the decode lines, per-request acceptance — on the real H200 files, on the launcher's
+split, per-request acceptance — on the real H200 files, on the launcher's
 output, and (pure function) on frames built to make each rule visible."""
 
 from __future__ import annotations
@@ -61,16 +61,7 @@ def requests(run_id: str, rows: list[tuple[str, int, int, float | None]], kind: 
                 "finished_unix_s": pl.Float64, "ts": pl.Datetime("us")})
 
 
-def cycles(run_id: str, rows: list[tuple[datetime, float, float, float, float]]) -> pl.DataFrame:
-    """rows: (ts, draft_ms, verify_ms, extend_ms, cycle_ms)"""
-    return pl.DataFrame(
-        [{"run_id": run_id, "ts": ts, "tp_rank": 0, "draft_ms": d, "verify_ms": v, "extend_ms": e, "cycle_ms": c}
-         for ts, d, v, e, c in rows],
-        schema={"run_id": pl.Utf8, "ts": pl.Datetime("us"), "tp_rank": pl.Int64, "draft_ms": pl.Float64,
-                "verify_ms": pl.Float64, "extend_ms": pl.Float64, "cycle_ms": pl.Float64})
-
-
-def tables(runs: dict[str, dict | None], *, metric_rows, decode_rows=(), request_rows=(), cycle_rows=()) -> SignalTables:
+def tables(runs: dict[str, dict | None], *, metric_rows, decode_rows=(), request_rows=()) -> SignalTables:
     def stack(frames, empty):
         frames = [f for f in frames if f.height]
         return pl.concat(frames) if frames else empty.clear()
@@ -81,9 +72,7 @@ def tables(runs: dict[str, dict | None], *, metric_rows, decode_rows=(), request
                           schema={"run_id": pl.Utf8, "run_name": pl.Utf8, "run_json": pl.Utf8}),
         metrics=stack(metric_rows, metrics("x", [("before", None, None, {"tokens": 0})])),
         decode=stack(decode_rows, decode("x", [(T0, 1.0, 1.0, None)])),
-        idle=pl.DataFrame(schema={"run_id": pl.Utf8, "source_file": pl.Utf8, "line_no": pl.Int64}),
         requests=stack(request_rows, requests("x", [("r", 1, 1, None)])),
-        spec_cycles=stack(cycle_rows, cycles("x", [(T0, 1.0, 1.0, 1.0, 1.0)])),
     )
 
 
@@ -134,7 +123,7 @@ def test_decode_lines_that_disagree_with_the_counters_are_a_warning():
     assert "1.750 exactly" in warning.message and "+14.3%" in warning.message
 
 
-def test_device_timer_phases_and_the_three_sources():
+def test_device_timer_phases():
     start, end = T0, T0 + timedelta(seconds=10)
     timer = {"target_verify": 0.0, "eagle_draft": 0.0, "eagle_draft_extend": 0.0, "extend": 0.0}
     after = {"target_verify": 1.3, "eagle_draft": 0.45, "eagle_draft_extend": 0.15, "extend": 0.2}   # seconds over 1000 cycles
@@ -142,28 +131,14 @@ def test_device_timer_phases_and_the_three_sources():
         {"a": window_record(start, end), "b": window_record(start, end)},
         metric_rows=[metrics(r, [("before", start, "single_stream", {"tokens": 0, "verify": 0, **timer}),
                                  ("after", end, "single_stream", {"tokens": 2000, "verify": 1000, **after})]) for r in "ab"],
-        # decode lines: 2 tokens per cycle at 430 tok/s = 4.65 ms wall, 40.9 % busy = 1.90 ms; the first is after idle
-        decode_rows=[decode(r, [(T0 + timedelta(seconds=1), 2.0, 14.0, 38.0)] +
-                            [(T0 + timedelta(seconds=s), 2.0, 430.0, 40.86) for s in (2, 3, 4)]) for r in "ab"],
-        # a's profiler agrees; b's verify is 30 % longer (it times sampling and acceptance too)
-        cycle_rows=[cycles("a", [(T0 + timedelta(seconds=2), 0.46, 1.35, 0.15, 1.98)]),
-                    cycles("b", [(T0 + timedelta(seconds=2), 0.46, 1.69, 0.15, 2.33)])],
+        decode_rows=[decode(r, [(T0 + timedelta(seconds=s), 2.0, 430.0, 40.86) for s in (2, 3, 4)]) for r in "ab"],
     ), {"A": ["a"], "B": ["b"]})
     verify = {p.run_name: p for p in found.device_phases if p.phase == "verify"}
     assert verify["a_1"].ms_per_cycle == pytest.approx(1.3) and verify["a_1"].share == pytest.approx(1.3 / 1.9)
     assert [p.share for p in found.device_phases if p.category == "extend"] == [None, None]    # prefill: outside the cycle
-    checks = {(p.run_name, p.phase): p for p in found.phase_checks}
-    cycle = checks[("a_1", "cycle")]
-    assert cycle.device_timer_ms == pytest.approx(1.9) and cycle.decode_lines_ms == pytest.approx(1.9, rel=0.01)
-    assert cycle.profiler_ms == pytest.approx(1.98) and cycle.within_tolerance is True
-    assert checks[("a_1", "verify")].within_tolerance is True
-    assert checks[("b_1", "verify")].within_tolerance is False and checks[("b_1", "verify")].max_difference == pytest.approx(0.3)
-    disagree = [f for f in found.findings if f.code == "phase_sources_disagree"]
-    assert {f.arms for f in disagree} == {("B",)}
-    assert any("verify per cycle: device timer 1.300 ms, profiler 1.690 ms — 30% apart" in f.message for f in disagree)
 
 
-def test_outliers_are_named_and_a_counter_reset_drops_the_window():
+def test_a_counter_reset_drops_the_window():
     ok = [(f"r{i}", 200, 100, None) for i in range(20)]
     found = signal_evidence(tables(
         {"a": None},
@@ -174,7 +149,7 @@ def test_outliers_are_named_and_a_counter_reset_drops_the_window():
     assert found.windows == ()
     assert [f.code for f in found.findings if f.severity == "warning"] == ["counter_reset"]
     [arm] = found.request_acceptance
-    assert arm.n_outliers == 1 and arm.outliers[0].rid == "garbled" and arm.outliers[0].side == "low"
+    assert arm.n_requests == 21 and arm.minimum == pytest.approx(200 / 190)
     assert dict(arm.histogram) == {1.0: 1, 2.0: 20}
 
 
@@ -210,12 +185,8 @@ def test_the_real_h200_run_in_the_report(metrics_db):
     assert timer["target_verify"].ms_per_cycle == pytest.approx(1.326, abs=0.001)
     assert timer["eagle_draft"].ms_per_cycle == pytest.approx(0.432, abs=0.001)
     assert timer["eagle_draft_extend"].ms_per_cycle == pytest.approx(0.140, abs=0.001)
-    [cycle] = [p for p in evidence.phase_checks if p.phase == "cycle"]
-    # the device timer's GPU time per cycle and the decode lines' wall time × fwd occupancy agree within 1 %
-    assert cycle.device_timer_ms == pytest.approx(1.898, abs=0.001) and cycle.within_tolerance is True
-    assert cycle.max_difference < 0.01
     [per_request] = evidence.request_acceptance
-    assert per_request.verify_weighted_mean == 2.0 and per_request.n_outliers == 0
+    assert per_request.verify_weighted_mean == 2.0
     document = json.loads(render_json(comparison))
     assert document["signals"]["windows"][0]["accept_len_counters"] == 2.0
     markdown = render_markdown(comparison)

@@ -35,7 +35,7 @@ def test_every_command_takes_format():
 
 def _commands(group, prefix=()):
     for name, command in group.commands.items():
-        if hasattr(command, "commands"):   # a sub-app (probe, grammars)
+        if hasattr(command, "commands"):   # a sub-app (grammars)
             yield from _commands(command, (*prefix, name))
         else:
             yield " ".join((*prefix, name)), command

@@ -2,7 +2,7 @@
 the bash / console blocks of docs/ runs as written (bash, in a scratch folder whose `logs/` and `fixtures/` are
 the bundled fixtures; the fleet guide's /var/log/sglang and /shared/… are scratch folders), a console block's shown
 output is what the command prints, and the quick start runs after its venv + pip part (which CI runs on a fresh
-clone, with the README's test command). What needs a GPU box (launch, probe, the profiler), a running Ray cluster
+clone, with the README's test command). What needs a GPU box (launch, the profiler), a running Ray cluster
 (`--ray auto`) or the network (`pip install`) is held to what can be checked here: the plan it names parses with the
 launcher's one plan parser, and every option it uses is one the command accepts."""
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from conftest import ROOT, cli_env
 from speclogs.launcher.plan import load_plan
 
-NEEDS_GPU = ("speclogs launch ", "speclogs probe ", "python -m speclogs.profile ")
+NEEDS_GPU = ("speclogs launch ", "python -m speclogs.profile ")
 SCRATCH_PATHS = {"/var/log/sglang": "logs", "/shared/": "shared/", "/tmp/": ""}  # absolute paths → the scratch folder
 
 
@@ -106,7 +106,7 @@ def _check_without_running(statement: str, env: dict[str, str], cwd: Path) -> No
         assert all(re.search(rf"^{extra} = \[", pyproject, re.M) for extra in extras), words
         return
     else:
-        sub = 3 if words[1] in ("probe", "grammars") else 2
+        sub = 3 if words[1] == "grammars" else 2
         help_argv, options = [sys.executable, "-m", "speclogs", *words[1:sub], "--help"], words[sub:]
     for word in options:
         if word.endswith(".toml"):

@@ -1,5 +1,5 @@
 """The layout README.md promises, checked on the code: imports point one way (cli → report / analysis / launcher →
-store → ingest → grammar → errors), the GPU side (launcher, profile, probe) runs without duckdb, polars or pyarrow,
+store → ingest → grammar → errors), the GPU side (launcher, profile) runs without duckdb, polars or pyarrow,
 and nothing caches behind a frozen dataclass's back or without a bound."""
 
 from __future__ import annotations
@@ -19,22 +19,20 @@ PACKAGE = SRC / "speclogs"
 # standard library only; console, the one place text becomes rich) may be imported from anywhere above them.
 LEAVES = {"errors": set(), "redact": set(), "runrecord": {"redact"}, "console": {"redact"}, "schema": set(), "doctor": set()}
 MAY_IMPORT = {
-    "cli": {"report", "analysis", "launcher", "probe", "profile", "store", "ingest", "grammar"},
+    "cli": {"report", "analysis", "launcher", "profile", "store", "ingest", "grammar"},
     "report": {"analysis"},                   # renders analysis' results
     "analysis": set(),                        # pure: frames in (read from a connection it is given), results out
     "launcher": set(),                        # GPU side
-    "probe": {"launcher"},                    # GPU side: plans are read by the launcher's parser
     "profile": set(),                         # GPU side
     "store": {"ingest", "grammar"},
     "ingest": {"grammar"},
     "grammar": set(),
     **LEAVES,
 }
-GPU_SIDE = ("launcher", "profile", "probe")
+GPU_SIDE = ("launcher", "profile")
 # What the GPU side may import besides the standard library: torch and sglang (what it measures), psutil (an SGLang
-# dependency); rich for the probe's terminal table, only inside a function.
+# dependency).
 GPU_THIRD_PARTY = {"torch", "sglang", "psutil"}
-GPU_LAZY_THIRD_PARTY = {"rich"}
 NOT_ON_A_GPU_BOX = ("duckdb", "polars", "pyarrow", "scipy", "altair", "vl_convert", "pyparsing")
 
 
@@ -106,8 +104,6 @@ def test_the_gpu_side_imports_only_the_standard_library_and_torch():
             top = target.split(".")[0]
             if top == "speclogs" or top in sys.stdlib_module_names or top in GPU_THIRD_PARTY:
                 continue
-            if top in GPU_LAZY_THIRD_PARTY and not module_level:
-                continue
             wrong.append(f"{path.relative_to(SRC)}:{line}: imports {target}" + (" at module level" if module_level else ""))
     assert wrong == []
 
@@ -133,7 +129,7 @@ print("\n".join(failed))
 
 
 def test_the_gpu_side_imports_on_a_box_without_duckdb_or_polars():
-    """Every launcher/profile/probe module, and the CLI, import with duckdb, polars, pyarrow, scipy, altair and
+    """Every launcher/profile module, and the CLI, import with duckdb, polars, pyarrow, scipy, altair and
     pyparsing absent."""
     modules = [name for name, _, _ in _modules() if _part(name) in GPU_SIDE and not name.endswith("__main__")]
     modules.append("speclogs.cli")
@@ -206,7 +202,7 @@ def test_no_hidden_or_unbounded_caches():
 
 @pytest.mark.parametrize("claim", [
     "Imports point one way: cli → report / analysis / launcher → store → ingest → grammar → errors.",
-    "The GPU side (launcher, profile, probe) imports only the standard library and torch",
+    "The GPU side (launcher, profile) imports only the standard library and torch",
 ])
 def test_the_readme_says_what_these_tests_check(claim):
     assert claim in " ".join((SRC.parent / "README.md").read_text().split())

@@ -618,7 +618,7 @@ def run_selfcheck(root: Path, extra_env: dict[str, str] | None = None) -> subpro
     env["PYTHONPATH"] = os.pathsep.join([str(root), str(SRC)])
     env.update(extra_env or {})
     return subprocess.run(
-        [sys.executable, "-m", "speclogs.profile.selfcheck", "--no-cuda"],
+        [sys.executable, "-m", "speclogs.profile.selfcheck"],
         cwd=root, env=env, capture_output=True, text=True, timeout=60,
     )
 
@@ -674,39 +674,6 @@ def test_the_environment_puts_the_hook_first_and_keeps_the_callers_path():
     assert env["SPECLOGS_PROFILE"] == "1" and env["SPECLOGS_PROFILE_EVERY"] == "8"
     assert env["PYTHONPATH"].split(os.pathsep) == [str(HOOK_DIR), str(SRC), "/opt/sglang-site"]
     assert env["HOME"] == "/root"
-
-
-def test_servercheck_passes_a_real_profiled_servers_log():
-    log = ROOT / "fixtures/h200x2-profile/eagle3_prof/1/server.log"   # EAGLE-3 on 2×H200, profiled every 16 cycles
-    completed = subprocess.run(
-        [sys.executable, "-m", "speclogs.profile.servercheck", "--log", str(log), "--every", "16"],
-        env=dict(os.environ, PYTHONPATH=str(SRC)), capture_output=True, text=True, timeout=60,
-    )
-
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert completed.stdout.splitlines()[-1] == "servercheck: OK"
-    summary = json.loads(completed.stdout[: completed.stdout.rindex("}") + 1])
-    assert (summary["cycle_lines"], summary["accepted_tokens"], summary["proposed_tokens"]) == (172, 172, 860)
-    assert (round(summary["median_wall_ms"], 3), summary["implied_cycle_ms"]) == (5.517, 5.636)
-
-
-def test_servercheck_reports_what_is_wrong_in_a_log(tmp_path):
-    log = tmp_path / "server.log"
-    log.write_text(
-        "[2026-01-01 00:00:00 TP0] speclogs profiler: disabled: server started without speculative decoding\n"
-        "[2026-01-01 00:00:00 TP0] speclogs spec_cycle cycle=16 bs=1 draft_ms=0.4\n"
-    )
-    env = dict(os.environ, PYTHONPATH=str(SRC))
-    completed = subprocess.run(
-        [sys.executable, "-m", "speclogs.profile.servercheck", "--log", str(log)],
-        env=env, capture_output=True, text=True, timeout=60,
-    )
-
-    assert completed.returncode == 1
-    assert completed.stdout.splitlines()[-1] == (
-        "servercheck: FAILED (expected one `speclogs profiler: active` line, found 0; a `speclogs "
-        "profiler: disabled` line is present; no `speclogs spec_cycle` line; 1 malformed spec_cycle line(s))"
-    )
 
 
 def test_runtime_facts_name_the_worker_the_algorithm_and_the_captured_layers():

@@ -123,7 +123,7 @@ def test_bad_options_exit_1(bad_db, args, message):
 @pytest.mark.parametrize("args, message", [
     (["--min-effect", "150%"], "--min-effect"), (["--min-effect", "-5%"], "--min-effect"), (["--min-effect", "lots"], "--min-effect"),
     (["--confidence", "1.5"], "--confidence"), (["--confidence", "95"], "--confidence"), (["--confidence", "0.2"], "--confidence"),
-    (["--hidden-size", "0"], "--hidden-size"), (["--num-layers", "-1"], "--num-layers"), (["-o", "report.pdf"], "suffix"),
+    (["--hidden-size", "0"], "--hidden-size"), (["-o", "report.pdf"], "suffix"),
 ])
 def test_out_of_range_options_are_usage_errors(bad_db, args, message):
     """No fake verdict from a threshold of 150 %, no traceback from -5 %: a clear message and exit 2 before any work."""

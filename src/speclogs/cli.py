@@ -308,61 +308,6 @@ def _print_error(message: str, hint: str | None) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-# --- speclogs probe nccl ---
-probe_app = typer.Typer(help="Microbenchmarks run on the GPU machine (torch needed there; no duckdb/polars).", no_args_is_help=True,
-                        rich_markup_mode=None)
-app.add_typer(probe_app, name="probe")
-
-
-def _parse_tokens(text: str) -> list[int]:
-    try:
-        tokens = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as err:
-        raise typer.BadParameter(f"{text!r}: write token counts like 1,2,4,8") from err
-    if any(token < 1 for token in tokens):
-        raise typer.BadParameter(f"{text!r}: token counts must be 1 or more")
-    return tokens
-
-
-@probe_app.command("nccl", epilog=_examples('speclogs probe nccl --plan plans/h200x2.toml --gpus 2'))
-def probe_nccl(
-    plan: Optional[Path] = typer.Option(None, "--plan", help="Launch plan (TOML): probe each distinct NCCL_* env of its cells."),
-    env_set: list[str] = typer.Option(
-        [], "--env-set", help="NAME:K=V,K=V applied to every rank before NCCL init (repeatable). 'default' = no NCCL_* variables."
-    ),
-    gpus: Optional[int] = typer.Option(None, "--gpus", help="Ranks (one per GPU); default: every visible GPU."),
-    hidden_size: int = typer.Option(2048, "--hidden-size", help="Model hidden size: decode/verify message = hidden × tokens × 2 B."),
-    tokens: str = typer.Option("1,2,4,6,8,12,16,24,32,48,64", "--tokens", help="Token counts per TP decode/verify step."),
-    sweep: bool = typer.Option(False, "--sweep/--no-sweep", help="Also sweep 8 B … 64 MiB (×2), like nccl-tests."),
-    iters: int = typer.Option(50, "--iters", help="Timed calls per size."),
-    warmup: int = typer.Option(10, "--warmup", help="Untimed calls per size before timing."),
-    graph_calls: int = typer.Option(
-        16, "--graph-calls", help="Also time each size replayed from a CUDA graph of this many calls, as decode/verify run (0: off)."
-    ),
-    init_timeout: float = typer.Option(60.0, "--init-timeout", help="Seconds NCCL init may take before the env set is failed."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Result file (default: ./<host>-<UTC time>.nccl_probe.json)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
-) -> None:
-    """Time NCCL all_reduce / all_gather (bf16) at TP decode/verify sizes under each NCCL env set; write JSON."""
-    from speclogs.errors import ProbeError
-    from speclogs.probe import ProbeRequest, default_output_path, env_sets_from_plan, parse_env_sets, run_probe, write_probe_json
-    from speclogs.report.probe import render_probe_rich
-
-    env_sets = env_sets_from_plan(plan) if plan is not None else []
-    env_sets += parse_env_sets(env_set) if env_set or not env_sets else []
-    out_path = out or default_output_path()
-    if out_path.exists() and not force:
-        raise ProbeError(f"{out_path} already exists", hint="choose another --out, or pass --force to overwrite it")
-    request = ProbeRequest(env_sets=tuple(env_sets), gpus=gpus, hidden_size=hidden_size, tokens=tuple(_parse_tokens(tokens)),
-                          sweep=sweep, iters=iters, warmup_iters=warmup, graph_calls=graph_calls, init_timeout_s=init_timeout)
-    result = run_probe(request)
-    write_probe_json(result, out_path, overwrite=force)
-    render_probe_rich(result, _stderr_console())
-    _stderr_console().print(f"wrote {out_path} (outcome {result.outcome})", highlight=False)
-    if result.outcome != "ok":
-        raise ProbeError(result.message, hint=f"the outcome is recorded in {out_path}")
-
-
 # --- speclogs launch ---
 @app.command(epilog=_examples(
     'speclogs launch plans/h200x2.toml --out runs/ --resume',
@@ -489,9 +434,7 @@ def report(
     min_effect: str = typer.Option("0%", "--min-effect", callback=_check_min_effect, help="Practical threshold, e.g. 2%: a "
                                    "winner's interval must lie beyond ±2 %; inside it, 'equivalent'."),
     hidden_size: Optional[int] = typer.Option(None, "--hidden-size", min=1,
-                                              help="Target model hidden size (NCCL communication-share estimate)."),
-    num_layers: Optional[int] = typer.Option(None, "--num-layers", min=1,
-                                             help="Target model layers (NCCL communication-share estimate: 2 all-reduces per layer)."),
+                                              help="Target model hidden size (which all-reduce sizes decode/verify send)."),
     reference_acceptance: Optional[str] = typer.Option(
         None, "--reference-acceptance", help="The accept length this target/draft/workload reached before, e.g. 2.0 "
         "or 2.0±0.05 (with its interval): a speculative arm whose interval lies below it is a finding, with the "
@@ -518,7 +461,7 @@ def report(
     with connect_lake(lake) if lake is not None else connect(db, read_only=True) as connection:
         comparison = compare_runs(connection, list(compare) + list(arms or []), parse_factor_options(factor),
                                   confidence, min_effect=parse_percent(min_effect, "--min-effect"), hidden_size=hidden_size,
-                                  num_layers=num_layers, ignore_env=tuple(ignore_env), allow_mixed=mixed_arms,
+                                  ignore_env=tuple(ignore_env), allow_mixed=mixed_arms,
                                   reference_acceptance=parse_reference(reference_acceptance) if reference_acceptance else None,
                                   trained_layers=_trained_layers(trained_layers))
     if output_format == "terminal":

@@ -32,6 +32,3 @@ class PlanError(SpeclogsError):
 class LaunchError(SpeclogsError):
     """A launch could not be carried out (port busy, server died, health never 200, …)."""
 
-
-class ProbeError(SpeclogsError):
-    """The NCCL probe could not run (no torch, fewer GPUs than asked, NCCL init failure)."""

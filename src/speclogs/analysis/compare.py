@@ -167,14 +167,13 @@ def compare_runs(
     *,
     min_effect: float = 0.0,
     hidden_size: int | None = None,
-    num_layers: int | None = None,
     ignore_env: Sequence[str] = (),
     allow_mixed: bool = False,
     reference_acceptance: tuple[float, float] | None = None,
     trained_layers: list[int] | None = None,
 ) -> Comparison:
     """Compare arms (run selectors, `LABEL=SELECTOR`; the first is the reference) read from `con`. factors: {name:
-    glob over run names} (else runs.factors); hidden_size / num_layers: the target model, for the NCCL evidence."""
+    glob over run names} (else runs.factors); hidden_size: the target model's, for the NCCL evidence."""
     if not 0.5 <= confidence < 1.0:
         raise AnalysisError(f"confidence {confidence} is outside [0.5, 1)", hint="e.g. --confidence 0.95")
     if not 0.0 <= min_effect < 1.0:
@@ -182,7 +181,7 @@ def compare_runs(
     arm_runs = resolve_arms(con, list(arms), allow_mixed=allow_mixed)
     all_ids = [run_id for ids in arm_runs.values() for run_id in ids]
     tables = load_run_tables(con, all_ids)
-    nccl = nccl_evidence(con, all_ids, hidden_size=hidden_size, num_layers=num_layers)
+    nccl = nccl_evidence(con, all_ids, hidden_size=hidden_size)
     comparison = compare_tables(tables, arm_runs, factors, confidence, min_effect=min_effect, nccl=nccl, ignore_env=ignore_env,
                                 reference_acceptance=reference_acceptance, trained_layers=trained_layers)
     comparison = with_signals(comparison, signal_evidence_for(con, arm_runs))

@@ -1,15 +1,12 @@
-"""NCCL evidence: which NCCL settings each run really had, what NCCL served, and what communication costs
-(docs/nccl.md lists the fields and the finding codes). `nccl_evidence(con, run_ids)` reads the rows;
-`compute_nccl_evidence(frames)` is pure."""
+"""NCCL evidence: which NCCL settings each run really had and what NCCL served (docs/nccl.md lists the fields and the
+finding codes). `nccl_evidence(con, run_ids)` reads the rows; `compute_nccl_evidence(frames)` is pure."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from speclogs.analysis.load import IN_RUNS, parse_json_text, select
@@ -22,8 +19,6 @@ from speclogs.errors import AnalysisError
 _NOT_ECHOED = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_VERSION"})
 # SGLang sets these inside the server process (from --enable-symm-mem / --enable-nccl-nvls)
 _SET_BY_SGLANG = frozenset({"NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE"})
-# an estimated communication share above this is not believable for a verify pass that also computes every layer
-_IMPLAUSIBLE_SHARE = 0.5
 _TINY_ALLREDUCE_BYTES = 64          # init-time sanity all-reduces (a 4 B AllReduce at communicator setup)
 
 
@@ -82,28 +77,9 @@ class SettingDiff:
 
 
 @dataclass(frozen=True)
-class CommShareEstimate:
-    run_id: str
-    run_name: str
-    probe_id: str
-    env_set: str
-    env_set_matches: bool              # the probe env set has the run's NCCL settings
-    verify_tokens: int
-    message_bytes: int
-    allreduce_latency_us: float
-    latency_source: str                # "cuda_graph" (replayed, as verify runs) | "eager" (per call, host launch included)
-    allreduces_per_verify: int
-    comm_ms: float
-    verify_ms: float
-    share: float                       # comm_ms / verify_ms
-    assumptions: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class NcclEvidence:
     runs: tuple[RunNccl, ...]
     settings_diff: tuple[SettingDiff, ...]
-    estimates: tuple[CommShareEstimate, ...]
     findings: tuple[Finding, ...]
 
 
@@ -113,8 +89,6 @@ class NcclFrames:
     nccl_events: pl.DataFrame    # nccl_events columns
     markers: pl.DataFrame        # server_events: run_id, source_file, line_no, tp_rank, kind, graph
     server_args: pl.DataFrame    # run_id, name, value
-    spec_cycles: pl.DataFrame    # run_id, batch_size, verify_ms
-    probe: pl.DataFrame          # nccl_probe columns
 
 
 def load_nccl_frames(con: Any, run_ids: list[str]) -> NcclFrames:
@@ -132,20 +106,15 @@ def load_nccl_frames(con: Any, run_ids: list[str]) -> NcclFrames:
                                 AND kind IN ('ready', 'cuda_graph_begin', 'cuda_graph_end', 'init_dist_begin', 'init_dist_end')""",
                        [run_ids]),
         server_args=select(con, f"""SELECT DISTINCT run_id, name, value FROM server_args WHERE {IN_RUNS} AND name IN
-                                    ('tp_size', 'disable_custom_all_reduce', 'speculative_num_draft_tokens', 'enable_symm_mem',
-                                     'enable_nccl_nvls', 'speculative_algorithm')""", [run_ids]),
-        spec_cycles=select(con, f"SELECT run_id, batch_size, verify_ms FROM spec_cycles WHERE {IN_RUNS}", [run_ids]),
-        probe=select(con, "SELECT * EXCLUDE (env), CAST(env AS VARCHAR) AS env FROM nccl_probe", []),
+                                    ('tp_size', 'disable_custom_all_reduce')""", [run_ids]),
     )
 
 
-def nccl_evidence(con: Any, run_ids: list[str], *, hidden_size: int | None = None,
-                  num_layers: int | None = None) -> NcclEvidence:
-    return compute_nccl_evidence(load_nccl_frames(con, run_ids), hidden_size=hidden_size, num_layers=num_layers)
+def nccl_evidence(con: Any, run_ids: list[str], *, hidden_size: int | None = None) -> NcclEvidence:
+    return compute_nccl_evidence(load_nccl_frames(con, run_ids), hidden_size=hidden_size)
 
 
-def compute_nccl_evidence(frames: NcclFrames, *, hidden_size: int | None = None,
-                          num_layers: int | None = None) -> NcclEvidence:
+def compute_nccl_evidence(frames: NcclFrames, *, hidden_size: int | None = None) -> NcclEvidence:
     findings: list[Finding] = []
     runs: list[RunNccl] = []
     args = {run_id: {} for run_id in frames.runs["run_id"]}
@@ -167,9 +136,7 @@ def compute_nccl_evidence(frames: NcclFrames, *, hidden_size: int | None = None,
             f"{diff.name}: " + ", ".join(f"{name}={value if value is not None else UNSET}" for name, value in diff.values)
             for diff in settings_diff)
         findings.append(Finding("nccl_settings_differ", f"NCCL settings differ between the compared runs: {shown}", runs=names))
-    estimates = _estimates(frames, runs, args, hidden_size, num_layers, findings)
-    return NcclEvidence(runs=tuple(runs), settings_diff=tuple(settings_diff), estimates=tuple(estimates),
-                        findings=tuple(findings))
+    return NcclEvidence(runs=tuple(runs), settings_diff=tuple(settings_diff), findings=tuple(findings))
 
 
 def _say(findings: list[Finding], run_name: str, code: str, text: str, severity: str = "warning") -> None:
@@ -372,107 +339,6 @@ def _settings_diff(runs: list[RunNccl]) -> list[SettingDiff]:
     names = sorted({name for values in per_run for name in values}, key=lambda name: (name.startswith("effective"), name))
     return [SettingDiff(name=name, values=tuple((run.run_name, values.get(name)) for run, values in zip(runs, per_run)))
             for name in names if len({values.get(name) for values in per_run}) > 1]
-
-
-def _estimates(frames: NcclFrames, runs: list[RunNccl], args: dict[str, dict[str, str]], hidden_size: int | None,
-               num_layers: int | None, findings: list[Finding]) -> list[CommShareEstimate]:
-    """The communication share of verify time per profiled run: all-reduce latency at the verify message size ×
-    all-reduces per verify forward / median verify_ms."""
-    estimates: list[CommShareEstimate] = []
-    probe = frames.probe.filter(pl.col("collective") == "all_reduce") if not frames.probe.is_empty() else frames.probe
-    for run in runs:
-        say = partial(_say, findings, run.run_name)
-        cycles = frames.spec_cycles.filter(pl.col("run_id") == run.run_id).drop_nulls("verify_ms")
-        if cycles.is_empty():
-            continue                       # not a profiled EAGLE run: nothing to estimate, nothing to say
-        draft_tokens = int_or_none(args[run.run_id].get("speculative_num_draft_tokens"))
-        hidden = hidden_size or _probe_hidden_size(probe)
-        why = ("no NCCL probe results in the database (run `speclogs probe nccl` on the GPU machine, then ingest its JSON)"
-               if probe.is_empty() else
-               "speculative_num_draft_tokens is unknown (no server_args)" if draft_tokens is None else
-               "the target's layer count is unknown: pass num_layers (e.g. --num-layers 16)" if num_layers is None else
-               "the hidden size is unknown: pass hidden_size (e.g. --hidden-size 2048)" if hidden is None else None)
-        if why:
-            say("nccl_estimate_unavailable", f"no estimate of the communication share of verify time: {why}", "info")
-            continue
-        batch_size = int(cycles["batch_size"].drop_nulls().median() or 1)
-        verify_ms = float(cycles["verify_ms"].median())
-        verify_tokens = batch_size * draft_tokens
-        message_bytes = hidden * verify_tokens * 2
-        env_set, matches = _matching_env_set(probe, run)
-        rows = probe.filter(pl.col("env_set") == env_set)
-        in_graph = rows.drop_nulls("graph_latency_us") if "graph_latency_us" in rows.columns else rows.clear()
-        graph = not in_graph.is_empty()
-        timed = in_graph if graph else rows
-        latency_us = interpolate_latency_us(timed["bytes"].to_list(),
-                                            timed["graph_latency_us" if graph else "latency_us"].to_list(), message_bytes)
-        per_verify = 2 * num_layers
-        comm_ms = latency_us * per_verify / 1000.0
-        assumptions = [
-            f"{per_verify} all-reduces per verify forward: 2 per layer (attention output, MLP output) × {num_layers} layers",
-            f"verify message = hidden {hidden} × {verify_tokens} tokens (batch {batch_size} × {draft_tokens} draft tokens) × 2 B (bf16) "
-            f"= {_size(message_bytes)}",
-            f"all-reduce latency = probe median at that size (env set '{env_set}'"
-            + ("" if matches else ", which does NOT match this run's NCCL settings") + "), interpolated in log size",
-            f"verify_ms = median of {cycles.height} spec_cycles rows",
-            ("the probe replayed the all-reduces from a CUDA graph, as verify does" if graph else
-             "the probe timed eager NCCL calls (host launch and rank skew included); verify replays a CUDA graph")
-            + "; SGLang's custom all-reduce may serve these sizes instead of NCCL (see allreduce_verdict): read the share "
-            "as what NCCL all-reduces would cost",
-        ] + ([f"hidden size {hidden} taken from the probe's decode sizes (bytes / tokens / 2)"] if hidden_size is None else [])
-        world_sizes = set(rows["world_size"].to_list())
-        if run.tp_size is not None and world_sizes and run.tp_size not in world_sizes:
-            say("nccl_probe_mismatch", f"tp_size {run.tp_size} but the probe ran with {sorted(world_sizes)} ranks: the "
-                "estimate does not transfer")
-        if not matches:
-            say("nccl_probe_mismatch", f"no probe env set has this run's NCCL settings; the estimate uses '{env_set}'")
-        if verify_ms > 0 and comm_ms > _IMPLAUSIBLE_SHARE * verify_ms:
-            say("nccl_estimate_implausible", f"{per_verify} NCCL all-reduces at the probe's {latency_us:.1f} µs "
-                f"({'in a CUDA graph' if graph else 'eager'}) would take {comm_ms:.2f} ms, {comm_ms / verify_ms:.0%} of the "
-                f"whole measured verify ({verify_ms:.2f} ms, which also computes every layer): "
-                + ("NCCL all-reduces cost more than verify can hold, so verify's come from elsewhere (SGLang's custom "
-                   "all-reduce)" if graph else
-                   "the probe's per-call latency (host launch and rank skew included) overstates what all-reduces cost "
-                   "inside verify's CUDA graph, where SGLang's custom all-reduce serves them")
-                + " — read the share as an upper bound only")
-        estimates.append(CommShareEstimate(
-            run_id=run.run_id, run_name=run.run_name, probe_id=str(rows["probe_id"][0]), env_set=env_set,
-            env_set_matches=matches, verify_tokens=verify_tokens, message_bytes=message_bytes, allreduce_latency_us=latency_us,
-            latency_source="cuda_graph" if graph else "eager", allreduces_per_verify=per_verify, comm_ms=comm_ms,
-            verify_ms=verify_ms, share=comm_ms / verify_ms if verify_ms > 0 else math.nan, assumptions=tuple(assumptions)))
-    return estimates
-
-
-def interpolate_latency_us(sizes_bytes: list[int], latencies_us: list[float], message_bytes: int) -> float:
-    """Latency at `message_bytes` by linear interpolation in log2(size) between measured sizes (clamped at the ends;
-    several measurements at one size → their median)."""
-    if not sizes_bytes:
-        raise AnalysisError("no probe measurements to interpolate", hint="run `speclogs probe nccl` and ingest its JSON")
-    by_size = (pl.DataFrame({"size": sizes_bytes, "latency": latencies_us}, schema={"size": pl.Int64, "latency": pl.Float64})
-               .group_by("size").agg(pl.col("latency").median()).sort("size"))
-    return float(np.interp(math.log2(message_bytes), np.log2(by_size["size"].to_numpy()), by_size["latency"].to_numpy()))
-
-
-def _matching_env_set(probe: pl.DataFrame, run: RunNccl) -> tuple[str, bool]:
-    """The probe env set whose NCCL tuning variables equal the run's (from its log, else its recorded env)."""
-    def tuning(values: dict[str, str | None]) -> dict[str, str | None]:
-        return {name: value for name, value in values.items() if name not in _NOT_ECHOED | _SET_BY_SGLANG and value is not None}
-
-    wanted = tuning({setting.name: setting.value for setting in run.settings})
-    env_sets = probe.select("env_set", "env").unique(subset="env_set", keep="first", maintain_order=True)
-    for env_set, env in env_sets.iter_rows():
-        if tuning(_recorded_nccl_env(env) or {}) == wanted:
-            return env_set, True
-    names = env_sets["env_set"].to_list()
-    return ("default" if "default" in names else names[0]), False
-
-
-def _probe_hidden_size(probe: pl.DataFrame) -> int | None:
-    if probe.is_empty():
-        return None
-    decode = probe.drop_nulls("tokens").filter(pl.col("tokens") > 0)
-    sizes = {int(size) // (int(tokens) * 2) for size, tokens in decode.select("bytes", "tokens").iter_rows()}
-    return sizes.pop() if len(sizes) == 1 else None
 
 
 def _recorded_nccl_env(env: str | None) -> dict[str, str] | None:

@@ -13,13 +13,22 @@ import polars as pl
 from speclogs.analysis.load import IN_RUNS, select
 from speclogs.analysis.signals import SOURCE_PREFERENCE
 
+# per run: accepted (drafts), steps (verify steps), positions, from the requests of its most complete record source
+REQUEST_HISTOGRAMS = f"""SELECT run_id, accepted, sum(steps) AS steps, max(positions) AS positions FROM (
+    SELECT r.run_id, (h.i - 1) AS accepted, h.v AS steps, len(CAST(r.spec_accept_histogram AS BIGINT[])) - 1 AS positions,
+           array_position({list(SOURCE_PREFERENCE)}, r.source_kind) AS rank,
+           min(array_position({list(SOURCE_PREFERENCE)}, r.source_kind)) OVER (PARTITION BY r.run_id) AS best
+    FROM requests r, LATERAL (SELECT unnest(CAST(r.spec_accept_histogram AS BIGINT[])) AS v,
+                                     generate_subscripts(CAST(r.spec_accept_histogram AS BIGINT[]), 1) AS i) AS h
+    WHERE r.{IN_RUNS} AND NOT coalesce(r.health_check, false))
+  WHERE rank = best GROUP BY ALL"""
+
 
 def draft_positions_for(con: Any, arm_runs: Mapping[str, list[str]]) -> pl.DataFrame:
     """arm, source, position k ≥ 1, reached (steps that accepted ≥ k − 1), accepted (≥ k), acceptance = accepted /
     reached (null when none reached k), at_least = P(accepted ≥ k) over all steps."""
     ids = [run_id for run_ids in arm_runs.values() for run_id in run_ids]
     arms = [(arm, order) for order, (arm, run_ids) in enumerate(arm_runs.items()) for _ in run_ids]
-    preference = list(SOURCE_PREFERENCE)
     return select(con, f"""
         WITH counts AS (
           SELECT run_id, 'profiler (batch size 1)' AS source, accepted_tokens AS accepted, count(*) AS steps,
@@ -27,14 +36,7 @@ def draft_positions_for(con: Any, arm_runs: Mapping[str, list[str]]) -> pl.DataF
           FROM spec_cycles WHERE {IN_RUNS} AND batch_size = 1 AND accepted_tokens IS NOT NULL
           GROUP BY run_id, accepted_tokens, proposed_tokens
           UNION ALL
-          SELECT run_id, 'SGLang request histograms', accepted, sum(steps), max(positions) FROM (
-            SELECT r.run_id, (h.i - 1) AS accepted, h.v AS steps, len(CAST(r.spec_accept_histogram AS BIGINT[])) - 1 AS positions,
-                   array_position({preference}, r.source_kind) AS rank,
-                   min(array_position({preference}, r.source_kind)) OVER (PARTITION BY r.run_id) AS best
-            FROM requests r, LATERAL (SELECT unnest(CAST(r.spec_accept_histogram AS BIGINT[])) AS v,
-                                             generate_subscripts(CAST(r.spec_accept_histogram AS BIGINT[]), 1) AS i) AS h
-            WHERE r.{IN_RUNS} AND NOT coalesce(r.health_check, false))
-          WHERE rank = best GROUP BY ALL),
+          SELECT run_id, 'SGLang request histograms', accepted, steps, positions FROM ({REQUEST_HISTOGRAMS})),
         steps AS (
           SELECT a.arm, a.arm_order, c.source, c.accepted, c.steps,
                  max(c.positions) OVER (PARTITION BY a.arm, c.source) AS positions

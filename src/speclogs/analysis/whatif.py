@@ -11,7 +11,8 @@ import numpy as np
 import polars as pl
 
 from speclogs.analysis.load import IN_RUNS, RunTables, load_run_tables, resolve_arms, select
-from speclogs.analysis.signals import SOURCE_PREFERENCE, signal_evidence_for
+from speclogs.analysis.positions import REQUEST_HISTOGRAMS
+from speclogs.analysis.signals import signal_evidence_for
 from speclogs.analysis.steady import client_rows
 from speclogs.errors import AnalysisError
 
@@ -100,16 +101,8 @@ def whatif_for(con: Any, selectors: Sequence[str], confidence: float = 0.95, *, 
         [(names[p.run_name], p.phase, p.ms_per_cycle) for p in evidence.device_phases
          if p.ms_per_cycle is not None and p.run_name in names],
         schema={"run_id": pl.Utf8, "phase": pl.Utf8, "ms_per_cycle": pl.Float64}, orient="row")
-    accept_hist = select(con, f"""
-        WITH preferred AS (
-          SELECT run_id, min(array_position({list(SOURCE_PREFERENCE)}, source_kind)) AS rank FROM requests
-          WHERE {IN_RUNS} AND spec_accept_histogram IS NOT NULL GROUP BY 1)
-        SELECT r.run_id, (h.i - 1)::INTEGER AS accepted, sum(h.v)::BIGINT AS cycles
-        FROM requests r JOIN preferred p ON r.run_id = p.run_id
-                                        AND array_position({list(SOURCE_PREFERENCE)}, r.source_kind) = p.rank,
-             LATERAL (SELECT unnest(CAST(r.spec_accept_histogram AS BIGINT[])) AS v,
-                             generate_subscripts(CAST(r.spec_accept_histogram AS BIGINT[]), 1) AS i) AS h
-        WHERE NOT coalesce(r.health_check, false) GROUP BY ALL""", [run_ids])
+    accept_hist = select(con, f"SELECT run_id, accepted::INTEGER AS accepted, steps::BIGINT AS cycles FROM ({REQUEST_HISTOGRAMS})",
+                         [run_ids])
     return whatif(tables or load_run_tables(con, run_ids), confidence, device_ms=device_ms, accept_hist=accept_hist)
 
 

@@ -6,16 +6,7 @@ and validator) and to one regex (what the ingest runs, on polars).
 """
 
 from speclogs.grammar.loader import bundled_grammar_files, check_grammar_files, load_grammars
-from speclogs.grammar.model import (
-    RANK_TAGS,
-    Field,
-    GrammarProblem,
-    GrammarSet,
-    Pattern,
-    bundled_grammar_dir,
-    cast_expr,
-    split_rank_tags,
-)
+from speclogs.grammar.model import GrammarProblem, GrammarSet, Pattern, cast_expr, split_rank_tags
 
-__all__ = ["Field", "GrammarProblem", "GrammarSet", "Pattern", "RANK_TAGS", "bundled_grammar_dir", "bundled_grammar_files",
-           "cast_expr", "check_grammar_files", "load_grammars", "split_rank_tags"]
+__all__ = ["GrammarProblem", "GrammarSet", "Pattern", "bundled_grammar_files", "cast_expr", "check_grammar_files", "load_grammars",
+           "split_rank_tags"]

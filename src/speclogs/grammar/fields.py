@@ -22,24 +22,17 @@ OUTPUT_COLUMNS = {"extra_fields": "str", "truncated": "bool"}  # what a field-li
 
 
 @dataclass(frozen=True)
-class Label:
-    """What one printed label means: the field its value fills, and constants it sets."""
-
-    field: str
-    sets: tuple[tuple[str, object], ...] = ()
-
-
-@dataclass(frozen=True)
 class FieldList:
-    """A grammar file's [labels] table, with the types of the fields they fill."""
+    """A grammar file's [labels] table (printed label → the field its value fills, the constants it sets), with the
+    types of the fields."""
 
-    labels: dict[str, Label]
+    labels: dict[str, tuple[str, dict[str, object]]]
     types: dict[str, str]  # field → int | float | pct | bool | str
 
     @property
     def columns(self) -> tuple[str, ...]:
         """Every column a field-list row can fill, in a stable order."""
-        names = [name for label in self.labels.values() for name in (label.field, *(key for key, _ in label.sets))]
+        names = [name for field, sets in self.labels.values() for name in (field, *sets)]
         return (*dict.fromkeys(names), *OUTPUT_COLUMNS)
 
     def read(self, text: str) -> dict[str, object]:
@@ -70,15 +63,15 @@ class FieldList:
                     extra[item] = None
                     truncated |= last
                     continue
-            spec = self.labels.get(label)
-            typed = None if spec is None or spec.field in filled else _cast(self.types.get(spec.field, "str"), value)
+            field, sets = self.labels.get(label, (None, {}))
+            typed = None if field is None or field in filled else _cast(self.types.get(field, "str"), value)
             if typed is None:
                 extra[label] = value
                 truncated |= last and not value
                 continue
-            values[spec.field] = typed
-            values.update(spec.sets)
-            filled.add(spec.field)
+            values[field] = typed
+            values.update(sets)
+            filled.add(field)
         values["extra_fields"] = json.dumps(extra, ensure_ascii=False) if extra else None
         values["truncated"] = True if truncated else None
         return values
@@ -97,22 +90,20 @@ def _cast(type_name: str, text: str) -> object | None:
     return text or None
 
 
-def read_labels(table: object, types: dict[str, str], where: str) -> tuple[FieldList | None, list[str]]:
+def read_labels(table: object, types: dict[str, str]) -> tuple[FieldList | None, list[str]]:
     """A grammar file's [labels] table → FieldList, and what is wrong with it (label → "field" or
     { field = "…", set = { column = value } }; every field must be declared)."""
-    problems: list[str] = []
     if not isinstance(table, dict) or not table:
-        return None, [f"{where}: [labels] must map printed labels to fields, e.g. \"#running-req\" = \"running_req\""]
-    labels: dict[str, Label] = {}
+        return None, ['[labels] must map printed labels to fields, e.g. "#running-req" = "running_req"']
+    labels: dict[str, tuple[str, dict]] = {}
+    problems: list[str] = []
     for text, spec in table.items():
-        field, sets = (spec, {}) if isinstance(spec, str) else (
-            (spec.get("field"), spec.get("set", {})) if isinstance(spec, dict) else (None, {}))
+        spec = {"field": spec} if isinstance(spec, str) else spec
+        field, sets = (spec.get("field"), spec.get("set", {})) if isinstance(spec, dict) else (None, None)
         if not isinstance(field, str) or not isinstance(sets, dict):
-            problems.append(f"{where}: label {text!r} must be \"field\" or {{ field = \"…\", set = {{ … }} }}")
-            continue
-        unknown = [name for name in (field, *sets) if name not in types]
-        if unknown:
-            problems.append(f"{where}: label {text!r} names undeclared field(s) {', '.join(unknown)}")
-            continue
-        labels[text] = Label(field, tuple(sets.items()))
+            problems.append(f"[labels]: label {text!r} must be \"field\" or {{ field = \"…\", set = {{ … }} }}")
+        elif unknown := [name for name in (field, *sets) if name not in types]:
+            problems.append(f"[labels]: label {text!r} names undeclared field(s) {', '.join(unknown)}")
+        else:
+            labels[text] = (field, dict(sets))
     return FieldList(labels, dict(types)), problems

@@ -14,8 +14,6 @@ if TYPE_CHECKING:
 
     from speclogs.grammar.fields import FieldList
 
-FIELD_TYPES = ("int", "float", "bool", "str", "pct")
-FIELD_ROLES = ("key", "measure", "label")
 SCOPES = ("message", "line")
 
 # The rank tags SGLang puts inside the prefix brackets, as (tag text, column); longest first, so that 'MOE_DP3' is
@@ -32,8 +30,9 @@ class Field:
 
     name: str
     type: str  # 'int' | 'float' | 'bool' | 'str' | 'pct'
-    unit: str | None
-    role: str  # 'key' | 'measure' | 'label'
+    unit: str | None = None
+    role: str = "measure"  # 'key' | 'measure' | 'label'
+    shape: str | None = None  # what its placeholders match unless they name a shape (None: the type's own)
     description: str = ""
 
 
@@ -88,11 +87,10 @@ def bundled_grammar_dir() -> Path:
 @dataclass(frozen=True, eq=False)
 class Sample:
     """A real line a pattern must parse, with the values it must give and the columns that must come out NULL; or, as
-    a counter-sample, must not match (`claimed_by`: the pattern that should take it instead). `line_no`: its line in
-    the grammar file."""
+    a counter-sample, must not match (`claimed_by`: the pattern that should take it instead)."""
 
     line: str
-    line_no: int
+    line_no: int  # its line in the grammar file
     expect: dict[str, object] = field(default_factory=dict)
     null: tuple[str, ...] = ()
     claimed_by: str | None = None
@@ -112,7 +110,6 @@ class Pattern:
     build: Callable[[], pp.ParserElement] = field(repr=False)  # the pyparsing element, built when first asked for
     constants: dict[str, object] = field(default_factory=dict)
     fields: tuple[Field, ...] = ()
-    description: str = ""
     versions: str = ""
     source: str = ""  # 'file:line' of the pattern's definition
     samples: tuple[Sample, ...] = ()
@@ -123,6 +120,8 @@ class Pattern:
     text_column: str | None = None  # the column its rows keep the matched text in (the message, or the whole line)
     field_list: FieldList | None = None  # set when the template ends with {fields}: that text is read by its labels
     template: str = ""  # the template text the element was built from
+    priority: int = 100  # its file's: the lower, the earlier it is tried
+    kind: str | None = None  # its file's: 'prefix' | 'wrapper' (what stands before a message or a line) or None
 
     @property
     def element(self) -> pp.ParserElement:
@@ -166,7 +165,6 @@ class GrammarSet:
 
     prefix: Pattern
     patterns: list[Pattern]
-    files: tuple[str, ...] = ()
     prefixes: tuple[Pattern, ...] = ()
     wrappers: tuple[Pattern, ...] = ()
 
@@ -176,9 +174,11 @@ class GrammarSet:
     def by_name(self, name: str) -> Pattern:
         return {p.name: p for p in (self.prefix, *self.patterns)}[name]
 
-    def classify(self, text: str, scope: str) -> tuple[Pattern, dict] | None:
-        """The definition over all patterns of `scope` (pyparsing): the first that parses the text, with its values."""
+    def classify(self, text: str, scope: str, *, before: Pattern | None = None) -> tuple[Pattern, dict] | None:
+        """The definition over the patterns of `scope` (up to `before`): the first that parses the text, with its values."""
         for p in self.for_scope(scope):
+            if p is before:
+                return None
             if not p.gate or p.gate in text:
                 values = p.parse(text)
                 if values is not None:

@@ -1,5 +1,5 @@
-"""The template syntax of grammar files (grammars/README.md, "Template syntax"): text → AST (Lit, Slot, Optional_,
-Alternatives), and its one compiler to the pattern's two forms. Every shape is a regex; the regex form (what polars
+"""The template syntax of grammar files (grammars/README.md, "Template syntax"): text → AST (Lit, Slot, Group),
+and its one compiler to the pattern's two forms. Every shape is a regex; the regex form (what polars
 runs) joins the nodes as a regex does, the definition (pyparsing) joins the same shapes as PEG does, never giving
 characters back: the validator holds the two to the same values on every sample.
 """
@@ -28,93 +28,58 @@ class Slot:
 
 
 @dataclass(frozen=True)
-class Optional_:
-    body: tuple
+class Group:
+    branches: tuple[tuple, ...]  # {|a|b}: its alternatives; {?a}: its one body
+    optional: bool
 
 
-@dataclass(frozen=True)
-class Alternatives:
-    branches: tuple[tuple, ...]
+# A template's tokens: an escaped character, a group's opening ({? or {|), a group's '|' or '}', a placeholder, text.
+_TOKENS = re.compile(r"\\(?P<esc>.)|\{(?P<open>[?|])|(?P<close>[|}])|\{(?P<slot>[^{}]*)\}|(?P<text>[^\\{}|]+)|(?P<bad>.)", re.S)
+_BAD = {"\\": ("template ends with a lone backslash", "write \\\\ for a backslash"),
+        "{": ("unclosed placeholder", "write {name} or {name:shape}"),
+        "}": ("unbalanced '}'", "escape a literal brace as \\}"),
+        "|": ("'|' inside an optional part {?…}", "use {|a|b} for alternatives")}
 
 
 def parse_template(template: str, where: str) -> tuple:
-    """Template text → tuple of Lit / Slot / Optional_ / Alternatives nodes; GrammarError names `where`."""
-    nodes, pos, _ = _parse_seq(template, 0, in_group=False, where=where)
-    if pos != len(template):
-        raise GrammarError(f"{where}: unexpected '{template[pos]}' at column {pos + 1} of template {template!r}",
-                           hint="a '}' or '|' outside {?…} / {|…} must be escaped as \\} or write it inside a group")
-    return nodes
-
-
-def _parse_seq(s: str, pos: int, *, in_group: bool, where: str) -> tuple[tuple, int, str | None]:
-    nodes: list = []
-    buf: list[str] = []
-
-    def flush() -> None:
-        if buf:
-            nodes.append(Lit("".join(buf)))
-            buf.clear()
-
-    while pos < len(s):
-        ch = s[pos]
-        if ch == "\\":
-            if pos + 1 >= len(s):
-                raise GrammarError(f"{where}: template ends with a lone backslash", hint="write \\\\ for a backslash")
-            buf.append(s[pos + 1])
-            pos += 2
-        elif ch == "{":
-            flush()
-            node, pos = _parse_group(s, pos, where)
-            nodes.append(node)
-        elif in_group and ch in "|}":
-            flush()
-            return tuple(nodes), pos, ch
-        elif ch == "}":
-            raise GrammarError(f"{where}: unbalanced '}}' at column {pos + 1} of template {s!r}", hint="escape a literal brace as \\}")
+    """Template text → tuple of Lit / Slot / Group nodes; GrammarError names `where`."""
+    groups: list[tuple[str, list[list]]] = [("", [[]])]  # the open groups ('?', '|'; '' the template), their branches
+    for token in _TOKENS.finditer(template):
+        kind, value, nodes = token.lastgroup, token.group(token.lastgroup), groups[-1][1][-1]
+        if kind == "close" and value == "|" and groups[-1][0] == "|":
+            groups[-1][1].append([])
+        elif kind == "close" and value == "}" and len(groups) > 1:
+            opener, branches = groups.pop()
+            if opener == "|" and len(branches) < 2:
+                raise GrammarError(f"{where}: alternatives {{|…}} need at least two branches", hint="write {|a|b}")
+            groups[-1][1][-1].append(Group(tuple(map(tuple, branches)), optional=opener == "?"))
+        elif kind == "open":
+            groups.append((value, [[]]))
+        elif kind == "slot":
+            name, _, shape = value.partition(":")
+            if not (name == "_" or name.isidentifier()):
+                raise GrammarError(f"{where}: bad placeholder {{{value}}} at column {token.start() + 1}",
+                                   hint="placeholders are {name}, {name:shape} or {_:shape}; escape literal braces as \\{ \\}")
+            if name == "_" and not shape:
+                raise GrammarError(f"{where}: {{_}} needs a shape, e.g. {{_:int}}",
+                                   hint="an uncaptured slot has no field to take its type from")
+            nodes.append(Slot(name, shape or None))
+        elif kind in ("esc", "text") or value == "|" and len(groups) == 1:  # a '|' outside every group is text
+            if nodes and isinstance(nodes[-1], Lit):
+                value = nodes.pop().text + value
+            nodes.append(Lit(value))
         else:
-            buf.append(ch)
-            pos += 1
-    flush()
-    if in_group:
-        raise GrammarError(f"{where}: unclosed '{{' in template {s!r}", hint="every {?…} and {|…} needs its closing }")
-    return tuple(nodes), pos, None
-
-
-def _parse_group(s: str, pos: int, where: str) -> tuple[object, int]:
-    start = pos
-    pos += 1
-    if s[pos:pos + 1] == "?":
-        body, pos, stop = _parse_seq(s, pos + 1, in_group=True, where=where)
-        if stop != "}":
-            raise GrammarError(f"{where}: '|' inside an optional part {{?…}} at column {pos + 1}", hint="use {|a|b} for alternatives")
-        return Optional_(body), pos + 1
-    if s[pos:pos + 1] == "|":
-        branches, stop = [], "|"
-        while stop == "|":
-            body, pos, stop = _parse_seq(s, pos + 1, in_group=True, where=where)
-            branches.append(body)
-        if len(branches) < 2:
-            raise GrammarError(f"{where}: alternatives {{|…}} need at least two branches", hint="write {|a|b}")
-        return Alternatives(tuple(branches)), pos + 1
-    end = s.find("}", pos)
-    if end < 0:
-        raise GrammarError(f"{where}: unclosed placeholder starting at column {start + 1} of {s!r}", hint="write {name} or {name:shape}")
-    inner = s[pos:end]
-    name, _, shape = inner.partition(":")
-    if not (name == "_" or name.isidentifier()):
-        raise GrammarError(f"{where}: bad placeholder {{{inner}}} at column {start + 1}",
-                           hint="placeholders are {name}, {name:shape} or {_:shape}; escape literal braces as \\{ \\}")
-    if name == "_" and not shape:
-        raise GrammarError(f"{where}: {{_}} needs a shape, e.g. {{_:int}}", hint="an uncaptured slot has no field to take its type from")
-    return Slot(name, shape or None), end + 1
+            message, hint = _BAD[value]
+            raise GrammarError(f"{where}: {message} at column {token.start() + 1} of template {template!r}", hint=hint)
+    if len(groups) > 1:
+        raise GrammarError(f"{where}: unclosed '{{' in template {template!r}", hint="every {?…} and {|…} needs its closing }")
+    return tuple(groups[0][1][0])
 
 
 def leaves(nodes: tuple):
     """The Lit and Slot nodes of a template, in order, through every optional part and alternative."""
     for node in nodes:
-        if isinstance(node, Optional_):
-            yield from leaves(node.body)
-        elif isinstance(node, Alternatives):
+        if isinstance(node, Group):
             for branch in node.branches:
                 yield from leaves(branch)
         else:
@@ -126,26 +91,24 @@ def slot_names(nodes: tuple) -> list[str]:
     return [node.name for node in leaves(nodes) if isinstance(node, Slot) and node.name != "_"]
 
 
-def check_rest_is_last(nodes: tuple, where: str, field_shapes: dict[str, str | None], *, followed: bool = False) -> None:
+def check_rest_is_last(nodes: tuple, where: str, fields: dict, *, followed: bool = False) -> None:
     """A `rest`/`text` slot eats the whole line; pyparsing never gives characters back, so nothing may follow it
     (a regex would backtrack and the two forms would disagree)."""
     for i, node in enumerate(nodes):
         after = followed or i + 1 < len(nodes)
-        if isinstance(node, Slot) and after and (shape := node.shape or field_shapes.get(node.name)) in ("rest", "text"):
+        if isinstance(node, Slot) and after and (shape := node.shape or getattr(fields.get(node.name), "shape", None)) in ("rest", "text"):
             raise GrammarError(f"{where}: {{{node.name}:{shape}}} takes the rest of the line but the template goes on after it",
                                hint="put {…:rest} last, or use a shape that stops (e.g. not_chars) before the text that follows")
-        if isinstance(node, (Optional_, Alternatives)):
-            for body in node.branches if isinstance(node, Alternatives) else (node.body,):
-                check_rest_is_last(body, where, field_shapes, followed=after)
+        for body in node.branches if isinstance(node, Group) else ():
+            check_rest_is_last(body, where, fields, followed=after)
 
 
 def discarded_slots(nodes: tuple, shape_specs: dict[str, dict]) -> list[str]:
     """The shapes of the uncaptured slots that can match content (a letter or a digit): what a pattern drops from the
     line unless its rows keep the text. Padding shapes (`spaces = { chars = " " }`, rules of '-' or '=') drop none."""
-    def holds_content(spec: dict | None) -> bool:
-        if spec is None or not ("chars" in spec or "values" in spec):
-            return True  # every built-in shape, and a regex, can match a digit or a letter
-        return any(c.isalnum() for c in spec.get("chars", "") + "".join(spec.get("values", ())))
+    def holds_content(spec: dict | None) -> bool:  # every built-in shape, and a regex, can match a digit or a letter
+        listed = None if spec is None else spec.get("chars", "") + "".join(spec.get("values", ()))
+        return not listed or any(c.isalnum() for c in listed)
 
     return [node.shape for node in leaves(nodes)
             if isinstance(node, Slot) and node.name == "_" and holds_content(shape_specs.get(node.shape or ""))]
@@ -187,11 +150,9 @@ def char_class(chars: str, *, negate: bool = False) -> str:
 
 
 def literal_alternation(words: list[str]) -> str:
-    """Alternatives of plain literals as a prefix-factored group: 'cuda graph|cpu graph' → 'c(?:uda|pu) graph'.
-
-    No two branches start with the same character, so the regex stays one-pass (Rust regex then uses its fast
-    one-pass engine for captures). Where one word is a prefix of another the longer one is tried first.
-    """
+    """Alternatives of plain literals as a prefix-factored group: 'cuda graph|cpu graph' → 'c(?:uda|pu) graph'. No two
+    branches start with the same character, so the regex stays one-pass (Rust regex then uses its fast one-pass engine
+    for captures). Where one word is a prefix of another the longer one is tried first."""
     words = list(dict.fromkeys(words))
     return "(?:" + _trie(sorted(words, key=len, reverse=True)) + ")" if len(words) > 1 else escape(words[0])
 
@@ -218,6 +179,8 @@ def _trie(words: list[str]) -> str:
 
 def file_shape_regex(spec: dict, where: str) -> str:
     """The regex of a shape declared in a grammar file's [shapes] table."""
+    if not isinstance(spec, dict):
+        raise GrammarError(f"{where} must be a table, got {spec!r}", hint='e.g. status = { values = ["a", "b"] }')
     if "values" in spec:
         values = spec["values"]
         if not isinstance(values, list) or not values or not all(isinstance(v, str) and v for v in values):
@@ -243,24 +206,20 @@ def file_shape_regex(spec: dict, where: str) -> str:
                        hint='e.g. hexaddr = { chars = "0123456789abcdefx" }')
 
 
-def slot_regex(node: Slot, *, field_types: dict[str, str], field_shapes: dict[str, str | None], file_shapes: dict[str, str],
-               where: str) -> str:
+def slot_regex(node: Slot, *, fields: dict, file_shapes: dict[str, str], where: str) -> str:
     """A slot's shape regex; GrammarError when the slot names no field, the shape does not exist, or its type does not
     fit the field's (a file shape matches text)."""
-    if node.name != "_" and node.name not in field_types:
+    if node.name != "_" and node.name not in fields:
         raise GrammarError(f"{where}: placeholder {{{node.name}}} names no declared field", hint="add it to [[field]] or fix the name")
-    shape = node.shape or field_shapes.get(node.name) or ("token" if field_types[node.name] == "str" else field_types[node.name])
+    ftype = "str" if node.name == "_" else fields[node.name].type
+    shape = node.shape or fields[node.name].shape or ("token" if ftype == "str" else ftype)
     if shape not in file_shapes and shape not in SHAPES:
         raise GrammarError(f"{where}: unknown shape '{shape}' in placeholder {{{node.name}:{shape}}}",
                            hint="built-in shapes: " + ", ".join(SHAPES) + "; or declare it under [shapes]")
     shape_type, regex = ("str", file_shapes[shape]) if shape in file_shapes else SHAPES[shape]
-    ftype = "str" if node.name == "_" else field_types[node.name]
-    if shape_type == "str" and ftype != "str":
-        raise GrammarError(f"{where}: field '{node.name}' is {ftype} but shape '{shape}' gives text",
-                           hint="typed fields use int, float, pct or bool shapes")
-    if shape_type not in ("str", ftype) and not (ftype == "float" and shape_type == "int") and node.name != "_":
-        raise GrammarError(f"{where}: field '{node.name}' is {ftype} but placeholder shape '{shape}' gives {shape_type}",
-                           hint="use the field's own shape or change the field's type")
+    if node.name != "_" and shape_type != ftype and (ftype, shape_type) != ("float", "int"):
+        raise GrammarError(f"{where}: field '{node.name}' is {ftype} but shape '{shape}' gives "
+                           f"{'text' if shape_type == 'str' else shape_type}", hint="use a shape of the field's type, or change its type")
     return regex
 
 
@@ -268,10 +227,8 @@ def slot_regex(node: Slot, *, field_types: dict[str, str], field_shapes: dict[st
 # the two forms
 
 
-def template_regex(nodes: tuple, shape_of: Callable[[Slot], str], where: str) -> str:
+def template_regex(nodes: tuple, shape_of: Callable[[Slot], str]) -> str:
     """The anchored regex of a template's nodes (fields as named groups); `shape_of(slot)` gives a slot's regex."""
-    names: set[str] = set()
-
     def seq(items: tuple) -> str:
         return "".join(node_regex(node) for node in items)
 
@@ -279,16 +236,9 @@ def template_regex(nodes: tuple, shape_of: Callable[[Slot], str], where: str) ->
         if isinstance(node, Lit):
             return escape(node.text)
         if isinstance(node, Slot):
-            if node.name == "_":
-                return shape_of(node)
-            if node.name in names:
-                raise GrammarError(
-                    f"{where}: field '{node.name}' is captured twice in one pattern (the regex engines forbid duplicate group names)",
-                    hint="split the alternatives into two [[pattern]] entries, or capture the field once outside the alternatives")
-            names.add(node.name)
-            return f"(?P<{node.name}>{shape_of(node)})"
-        if isinstance(node, Optional_):
-            inner = seq(node.body)
+            return shape_of(node) if node.name == "_" else f"(?P<{node.name}>{shape_of(node)})"
+        if node.optional:
+            inner = seq(node.branches[0])
             if not inner:
                 return ""
             atom = len(inner) == 1 or (len(inner) == 2 and inner[0] == "\\") or re.fullmatch(r"\[[^][]*\]", inner)
@@ -303,7 +253,7 @@ def template_regex(nodes: tuple, shape_of: Callable[[Slot], str], where: str) ->
 _CASTS = {"int": lambda t: int(t[0]), "float": lambda t: float(t[0]), "pct": lambda t: float(t[0]), "bool": lambda t: t[0] == "True"}
 
 
-def template_element(nodes: tuple, name: str, shape_of: Callable[[Slot], str], field_types: dict[str, str]):
+def template_element(nodes: tuple, name: str, shape_of: Callable[[Slot], str], fields: dict):
     """The definition: the template as a pyparsing element over the whole text (no whitespace skipping anywhere; each
     field a results name with a typed parse action)."""
     import pyparsing as pp
@@ -315,7 +265,7 @@ def template_element(nodes: tuple, name: str, shape_of: Callable[[Slot], str], f
         element = exact(pp.Regex(shape_of(node)))
         if node.name == "_":
             return element.set_name(f"_:{node.shape}")
-        cast = _CASTS.get(field_types[node.name])
+        cast = _CASTS.get(fields[node.name].type)
         if cast is not None:
             element.add_parse_action(cast)
         return element.set_name(node.name)(node.name)
@@ -327,8 +277,8 @@ def template_element(nodes: tuple, name: str, shape_of: Callable[[Slot], str], f
                 parts.append(exact(pp.Literal(node.text)))
             elif isinstance(node, Slot):
                 parts.append(slot(node))
-            elif isinstance(node, Optional_):
-                parts.append(exact(pp.Opt(seq(node.body))))
+            elif node.optional:
+                parts.append(exact(pp.Opt(seq(node.branches[0]))))
             else:
                 parts.append(exact(pp.MatchFirst([seq(branch) for branch in node.branches])))
         return parts[0] if len(parts) == 1 else exact(pp.And(parts) if parts else pp.Empty())

@@ -201,17 +201,17 @@ def parse_run_json(text: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
     return accounted(text, {}, [], warnings=warnings, run_facts={k: v for k, v in facts.items() if v is not None})
 
 
-NCCL_PROBE_FORMAT = ("speclogs.nccl_probe", 1)  # the "format" and "format_version" `speclogs probe nccl` writes
+NCCL_PROBE_FORMAT = ("speclogs.nccl_probe", 1)  # the "format" and "format_version" of an NCCL probe result file
 
 
 def parse_nccl_probe(text: str, source: str) -> tuple[dict[str, pl.DataFrame], FileAccount]:
-    """`*.nccl_probe.json` (written by `speclogs probe nccl`) → its nccl_probe_files row and one nccl_probe row per
+    """`*.nccl_probe.json` (an NCCL probe result, docs/nccl.md §3) → its nccl_probe_files row and one nccl_probe row per
     (env set, collective, message size) measured; an env set that failed has no rows, and a warning."""
     try:
         document = json.loads(text)
         if not isinstance(document, dict) or (document.get("format"), document.get("format_version")) != NCCL_PROBE_FORMAT:
             raise InputError(f"not a speclogs NCCL probe file of format {NCCL_PROBE_FORMAT}",
-                             hint="files named *.nccl_probe.json are written by `speclogs probe nccl`")
+                             hint="a file named *.nccl_probe.json must hold an NCCL probe result (docs/nccl.md §3)")
         rows, warnings = _nccl_probe_rows(document)
     except (KeyError, TypeError, ValueError, InputError) as error:
         reason = (str(error) if isinstance(error, InputError) else f"not JSON ({error})" if isinstance(error, json.JSONDecodeError)

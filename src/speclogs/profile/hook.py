@@ -41,15 +41,8 @@ _WRAPPED_MARK = "__speclogs_wrapped__"
 
 
 def read_installed_source(module_name: str) -> str | None:
-    """The source text of an installed module, or None. Executes nothing: an imported module's source comes from its
-    loader, another's `.py` file is looked up along its top-level package's path."""
-    module = sys.modules.get(module_name)
-    if module is not None:
-        get_source = getattr(getattr(getattr(module, "__spec__", None), "loader", None), "get_source", None)
-        try:
-            return get_source(module_name) if get_source is not None else None
-        except (ImportError, OSError):
-            return None
+    """The source text of an installed module, or None. Executes nothing: the `.py` file is looked up along its
+    top-level package's path (sys.path while that package is not imported)."""
     top, *rest = module_name.split(".")
     package = sys.modules.get(top)
     roots = list(getattr(package, "__path__", [])) if package is not None else [os.path.join(p or os.curdir, top) for p in sys.path]
@@ -109,9 +102,8 @@ class Instrumentation:
 
     def start(self, worker: Any) -> None:
         if self.profiler is None:
-            self.profiler = CycleProfiler(every=self.every, events=self.event_source_factory(),
+            self.profiler = CycleProfiler(every=self.every, events=self.event_source_factory(), preallocate=PREALLOCATED_EVENTS,
                                           emit=lambda sample: logger.info("%s", sample.to_line()))
-            self.profiler.preallocate(PREALLOCATED_EVENTS)
         self.profiled_worker = worker
         if self.status_logged:
             return

@@ -2,7 +2,6 @@
 
 `observe_*` read facts from SGLang's *source* with `ast` (nothing is executed); `check_*` turn facts into problems
 ([] = the hook wraps it). The hook and scripts/profile_compat.py (every release) run the same check.
-Standard library only (imported inside SGLang's server processes).
 """
 
 from __future__ import annotations
@@ -196,10 +195,8 @@ class SourceIndex:
 
 def _parse_module(name: str, source: str | None) -> _Module | None:
     try:
-        tree = ast.parse(source) if source is not None else None
-    except (SyntaxError, ValueError):
-        return None
-    if tree is None:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, TypeError):  # TypeError: no source
         return None
     parts = name.split(".")[:-1]
     imports = {}
@@ -248,14 +245,11 @@ def _members_found(sources: SourceIndex, cls: ClassDef, wanted: set[str], *, in_
                 found.update(t.id for t in child.targets if isinstance(t, ast.Name))
             elif isinstance(child, Function):
                 found.add(child.name)
+        found |= {node.attr for method in _methods(owner.node).values() for node in ast.walk(method) if isinstance(node, ast.Attribute)
+                  and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name) and node.value.id == "self"}
         found &= wanted
-        for method in _methods(owner.node).values():
-            if found >= wanted:
-                return found
-            found |= wanted & {node.attr for node in ast.walk(method) if isinstance(node, ast.Attribute)
-                               and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name) and node.value.id == "self"}
         if found >= wanted:
-            return found
+            break
     return found
 
 
@@ -438,11 +432,9 @@ class SchedulerFacts:
 
 
 def observe_scheduler(target: SchedulerTarget, sources: SourceIndex) -> SchedulerFacts:
-    if sources.module(target.module) is None:
-        return SchedulerFacts(module_found=False)
     cls = sources.find_class(target.module, target.class_name)
     if cls is None:
-        return SchedulerFacts(module_found=True)
+        return SchedulerFacts(module_found=sources.module(target.module) is not None)
     init = _find_method(sources, cls, "__init__")
     params = _positional_params(init[1]) if init is not None else ()
     return SchedulerFacts(

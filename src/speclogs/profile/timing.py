@@ -1,10 +1,5 @@
-"""Per-cycle phase timing with CUDA events, resolved later without synchronising.
-
-A sampled cycle records events at the entry and exit of the cycle and of each phase on the current stream, plus one at
-the exit of the forward call before it (`gap`: GPU time between the two calls; `wall = gap + cycle`). Nothing waits for
-the GPU: samples queue up and are resolved once `event.query()` says all their events completed. Events and pinned
-buffers are reused, so a sampled cycle allocates nothing in the steady state; an unsampled one costs a counter
-increment. Stdlib only; torch is imported inside `CudaEventSource`.
+"""Per-cycle phase timing with CUDA events, resolved later without synchronising (docs/profiling.md, "How the timing
+works"). Stdlib only; torch is imported inside `CudaEventSource`.
 """
 
 from __future__ import annotations
@@ -70,16 +65,12 @@ class SpecCycleSample:
     gap_us: int = 0
 
     @property
-    def wall_us(self) -> int:
-        return self.gap_us + self.cycle_us
-
-    @property
     def other_us(self) -> int:
         """Cycle time outside the three phases (never negative)."""
         return max(0, self.cycle_us - self.draft_us - self.verify_us - self.extend_us)
 
     def to_line(self) -> str:
-        """The `speclogs spec_cycle …` log line (format documented in docs/profiling.md)."""
+        """The `speclogs spec_cycle …` log line (docs/profiling.md)."""
         times = (("draft", self.draft_us), ("verify", self.verify_us), ("extend", self.extend_us), ("other", self.other_us),
                  ("gap", self.gap_us), ("cycle", self.cycle_us))
         return (f"speclogs spec_cycle cycle={self.cycle} bs={self.batch_size} "
@@ -105,12 +96,12 @@ class _PendingCycle:
     host_copy_done: Any = None
 
     def all_events(self) -> list[Any]:
-        """Every event of the sample, the last recorded first (it is the one most likely pending)."""
+        """The last recorded first: it is the one most likely pending."""
         events = [self.gap_start, self.start, *(e for pair in self.phases.values() for e in pair), self.end, self.host_copy_done]
         return [event for event in reversed(events) if event is not None]
 
     def resolve(self) -> SpecCycleSample | None:
-        """The numbers of a completed sample; None when it lacks what a line needs."""
+        """None when the sample lacks what a line needs."""
         if self.end is None or (self.accept_lens_host is None and self.accepted_drafts is None):
             return None
         phase_us = {phase: _elapsed_us(start, end) for phase, (start, end) in self.phases.items()}
@@ -131,10 +122,12 @@ class CycleProfiler:
     """Counts speculative cycles, samples every `every`-th, emits a `SpecCycleSample` once the GPU is done.
 
     The caller brackets a cycle with `begin_cycle` / `end_cycle` (`abandon_cycle` when it raised), each phase with
-    `begin_phase` / `end_phase`, and calls `end_forward` after the worker's other forward calls.
+    `begin_phase` / `end_phase`, and calls `end_forward` after the worker's other forward calls. `preallocate` events
+    are created up front, so that sampled cycles only reuse events.
     """
 
-    def __init__(self, *, every: int, events: EventSource, emit: Callable[[SpecCycleSample], None], max_pending: int = 64) -> None:
+    def __init__(self, *, every: int, events: EventSource, emit: Callable[[SpecCycleSample], None], max_pending: int = 64,
+                 preallocate: int = 0) -> None:
         if every < 1:
             raise SpeclogsError(f"profiler sampling period every={every} must be >= 1", hint="pass --every N with N >= 1")
         self.every = every
@@ -143,29 +136,23 @@ class CycleProfiler:
         self._emit = emit
         self._max_pending = max_pending
         self._pending: collections.deque[_PendingCycle] = collections.deque()
-        self._current: _PendingCycle | None = None
+        self._current: _PendingCycle | None = None  # the sampled cycle in progress: phases outside one cost nothing
         self._phase_starts: dict[str, Any] = {}
-        self._free_events: list[Any] = []
+        self._free_events: list[Any] = [events.new_event() for _ in range(preallocate)]
         self._gap_mark: Any = None  # exit of the forward call before the next sampled cycle
 
     @property
     def sampling(self) -> bool:
-        """Whether the cycle in progress is a sampled one (phases outside it cost nothing)."""
         return self._current is not None
 
     @property
     def pending_count(self) -> int:
         return len(self._pending)
 
-    def preallocate(self, count: int) -> None:
-        """Create `count` events up front (start-up), so that sampled cycles only reuse events."""
-        self._free_events += [self._events.new_event() for _ in range(count)]
-
     def _take_event(self) -> Any:
         return self._free_events.pop() if self._free_events else self._events.new_event()
 
     def _record(self) -> Any:
-        """A free event, recorded now on the current stream."""
         event = self._take_event()
         event.record()
         return event
@@ -174,7 +161,6 @@ class CycleProfiler:
         return (self.cycles_seen + 1) % self.every == 0 and not self._events.is_capturing()
 
     def begin_cycle(self, batch_size: int) -> None:
-        """Start cycle number `cycles_seen + 1`; record its start event when it is sampled."""
         if self._pending:
             self.resolve_ready()
         sampled = self._next_is_sampled()
@@ -222,7 +208,6 @@ class CycleProfiler:
             self._gap_mark.record()  # a later call before the sampled cycle re-records it
 
     def abandon_cycle(self) -> None:
-        """The cycle raised: forget its events, count nothing."""
         if self._current is not None:
             self._free_events += self._current.all_events() + list(self._phase_starts.values())
         self._current, self._phase_starts = None, {}

@@ -47,28 +47,11 @@ def signal_sections(c: Comparison) -> list[tuple[str, list[str], list[list[str]]
             ["arm", "run", "window", "category", "phase", "seconds", "share of cycle", "ms per cycle"],
             [[p.arm, p.run_name, p.window, p.category, p.phase, f"{p.seconds:.4f}",
               "–" if p.share is None else f"{p.share:.1%}", _f(p.ms_per_cycle)] for p in evidence.device_phases]))
-    compared = [p for p in evidence.phase_checks if p.max_difference is not None or p.profiler_ms is not None]
-    if compared:
-        sections.append((
-            "Phase sources compared (ms per decode cycle; agree = within 10 % of the device timer)",
-            ["arm", "run", "window", "phase", "device timer", "profiler (spec_cycles)", "Decode lines (wall × occupancy)",
-             "largest difference", "agree"],
-            [[p.arm, p.run_name, p.window, p.phase, _f(p.device_timer_ms), _f(p.profiler_ms), _f(p.decode_lines_ms),
-              "–" if p.max_difference is None else f"{p.max_difference:.1%}", _agreement(p.within_tolerance)]
-             for p in compared]))
     if evidence.request_acceptance:
         sections.append((
             "Per-request acceptance (one row per request; verify-weighted mean = what the counters measure)",
-            ["arm", "requests", "verify-weighted mean", "unweighted mean", "min", "p10", "median", "p90", "max", "outliers",
-             "sources"],
+            ["arm", "requests", "verify-weighted mean", "unweighted mean", "min", "p10", "median", "p90", "max", "sources"],
             [[r.arm, str(r.n_requests), _f(r.verify_weighted_mean), _f(r.mean), _f(r.minimum, 2), _f(r.p10, 2),
-              _f(r.median, 2), _f(r.p90, 2), _f(r.maximum, 2), str(r.n_outliers), ", ".join(r.sources)]
+              _f(r.median, 2), _f(r.p90, 2), _f(r.maximum, 2), ", ".join(r.sources)]
              for r in evidence.request_acceptance]))
-        outliers = [(r.arm, o) for r in evidence.request_acceptance for o in r.outliers]
-        if outliers:
-            sections.append((
-                "Per-request outliers (accept length beyond Tukey's fences; farthest first)",
-                ["arm", "run", "request id", "accept len", "verify steps", "tokens", "side"],
-                [[arm, o.run_name or "–", o.rid or "–", f"{o.spec_accept_length:.3f}", str(o.spec_verify_ct),
-                  "–" if o.completion_tokens is None else str(o.completion_tokens), o.side] for arm, o in outliers]))
     return sections

@@ -289,18 +289,6 @@ def nccl_sections(c: Comparison, brief: bool = False) -> list[tuple[str, list[st
         sections.append(("NCCL settings that differ", ["setting", "values"],
                          [[d.name, "; ".join(f"{run}: {UNSET if value is None else value}" for run, value in d.values)]
                           for d in evidence.settings_diff]))
-    if evidence.estimates:
-        rows = []
-        for e in evidence.estimates:
-            how = "replayed in a CUDA graph" if e.latency_source == "cuda_graph" else "eager calls: an upper bound"
-            matched = "" if e.env_set_matches else ", NOT the run's settings"
-            rows.append([e.run_name, f"{e.allreduces_per_verify} all-reduces × {e.allreduce_latency_us:.1f} µs "
-                                     f"({e.message_bytes // 1024} KiB, probe {e.probe_id} env set '{e.env_set}'{matched}; {how}) "
-                                     f"= {e.comm_ms:.2f} ms = {e.share:.0%} of verify {e.verify_ms:.2f} ms"])
-        sections.append(("Communication share of verify (estimate)", ["run", "estimate"], rows))
-        if not brief:
-            sections.append(("What the estimate assumes", ["run", "assumption"],
-                             [[e.run_name, text] for e in evidence.estimates for text in e.assumptions]))
     return sections
 
 

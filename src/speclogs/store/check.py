@@ -157,7 +157,7 @@ def template_vocabulary(grammars) -> dict[str, frozenset[str]]:
 def _spellings(nodes) -> list[str]:
     """Every text a template's literal parts can print (slots as a break), up to _MAX_SPELLINGS of them; past that,
     each literal on its own (its tokens are still all there, only words glued across a group are not)."""
-    from speclogs.grammar.template import Lit, Optional_, Slot, leaves
+    from speclogs.grammar.template import Lit, Slot, leaves
 
     spelled = [""]
     for node in nodes:
@@ -165,10 +165,8 @@ def _spellings(nodes) -> list[str]:
             options = [node.text]
         elif isinstance(node, Slot):
             options = ["\x00"]
-        elif isinstance(node, Optional_):
-            options = ["", *_spellings(node.body)]
-        else:  # Alternatives
-            options = [text for branch in node.branches for text in _spellings(branch)]
+        else:  # a group: its branches, and nothing for an optional part
+            options = ([""] if node.optional else []) + [text for branch in node.branches for text in _spellings(branch)]
         if len(spelled) * len(options) > _MAX_SPELLINGS:
             return [node.text for node in leaves(nodes) if isinstance(node, Lit)]
         spelled = [head + option for head in spelled for option in options]

@@ -159,7 +159,7 @@ CREATE TABLE IF NOT EXISTS spec_cycles (
   gap_ms DOUBLE                          -- stream time between the previous forward's exit and this cycle's entry; NULL in older profiler lines (wall_ms = gap_ms + cycle_ms)
 );
 
--- results of `speclogs probe nccl`
+-- NCCL microbenchmark results (`*.nccl_probe.json`)
 CREATE TABLE IF NOT EXISTS nccl_probe (
   probe_id VARCHAR, env_set VARCHAR, env JSON, collective VARCHAR, dtype VARCHAR, world_size INTEGER,
   bytes BIGINT, tokens INTEGER, iters INTEGER, latency_us DOUBLE, latency_us_p10 DOUBLE, latency_us_p90 DOUBLE,

@@ -303,11 +303,6 @@ def _print_error(message: str, hint: str | None) -> None:
         console.print(Text(f"  hint: {hint}"), soft_wrap=True)
 
 
-# ---------------------------------------------------------------------------------------------------
-# Commands added by other parts of speclogs go below this line (small additive edits, lazy imports).
-# ---------------------------------------------------------------------------------------------------
-
-
 # --- speclogs launch ---
 @app.command(epilog=_examples(
     'speclogs launch plans/h200x2.toml --out runs/ --resume',

@@ -444,7 +444,8 @@ def report(
     """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
     effects, warnings ranked by whether they change the answer."""
     from speclogs.analysis import compare_runs, parse_factor_options, parse_percent, parse_reference
-    from speclogs.report import render, write_report
+    from speclogs.console import report_console
+    from speclogs.report import render, render_terminal, write_report
     from speclogs.store import connect
 
     if charts_dir is not None:
@@ -460,9 +461,6 @@ def report(
                                   reference_acceptance=parse_reference(reference_acceptance) if reference_acceptance else None,
                                   trained_layers=_trained_layers(trained_layers))
     if output_format == "terminal":
-        from speclogs.console import report_console
-        from speclogs.report import render_terminal
-
         render_terminal(comparison, report_console(), brief=brief)
     else:
         sys.stdout.write(render(comparison, output_format))
@@ -528,23 +526,20 @@ def whatif(
     """Predict other --speculative-num-steps / --speculative-num-draft-tokens settings (topk 1) and no speculation from
     one profiled run: throughput with intervals, ranked, and the next setting worth launching (docs/whatif.md)."""
     from speclogs.analysis.whatif import whatif_for
+    from speclogs.console import report_console
+    from speclogs.report.jsonout import to_json
+    from speclogs.report.markdown import md_sections
+    from speclogs.report.terminal import render_sections
     from speclogs.report.whatif import whatif_document
     from speclogs.store import connect
 
     with connect(db, read_only=True) as connection:
         result = whatif_for(connection, runs, confidence)
     if output_format == "json":
-        from speclogs.report.jsonout import to_json
-
         sys.stdout.write(to_json(result) + "\n")
     elif output_format == "md":
-        from speclogs.report.markdown import md_sections
-
         sys.stdout.write(md_sections(whatif_document(result)))
     else:
-        from speclogs.console import report_console
-        from speclogs.report.terminal import render_sections
-
         render_sections(whatif_document(result), report_console())
 
 

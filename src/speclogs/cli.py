@@ -486,6 +486,11 @@ def doctor(
 ) -> None:
     """Check a speculative-decoding setup before the launch: algorithm flag vs the draft's architecture, aux layer
     ids vs the target's layers, hidden/vocab sizes, draft-token settings. Exit 1 when a finding is an error."""
+    from speclogs.console import make_console
+    from speclogs.doctor import check_command
+    from speclogs.launcher import doctor_plan, load_plan
+    from speclogs.report.doctor import doctor_json, render_doctor
+
     layers = _trained_layers(trained_layers)
     if not targets:
         raise typer.BadParameter("give a plan file, -- and a server command line, or --db DB and run names")
@@ -496,16 +501,9 @@ def doctor(
         with connect(db, read_only=True) as connection:
             checked = doctor_runs(connection, targets, layers)
     elif len(targets) == 1 and targets[0].endswith(".toml"):
-        from speclogs.launcher import doctor_plan, load_plan
-
         checked = [(f"cell {cell}", found) for cell, found in doctor_plan(load_plan(targets[0]), trained_layers=layers).items()]
     else:
-        from speclogs.doctor import check_command
-
         checked = [("command line", check_command(list(targets), layers))]
-    from speclogs.console import make_console
-    from speclogs.report.doctor import doctor_json, render_doctor
-
     if output_format is TextFormat.json:
         typer.echo(doctor_json(checked))
     else:

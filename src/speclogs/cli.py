@@ -15,7 +15,7 @@ from typing import Annotated, Literal, Optional
 import typer
 
 import speclogs
-from speclogs.errors import SpeclogsError
+from speclogs.errors import AnalysisError, GrammarError, SpeclogsError
 
 app = typer.Typer(
     name="speclogs",
@@ -139,16 +139,16 @@ def ingest(
         raise typer.BadParameter("a lake is append-only: nothing in it is replaced (ingest a changed file under a new "
                                  "name, or into a new lake)", param_hint="--replace")
     from speclogs.report.summaries import progress_bar, render_check, render_ingest_summary
+    from speclogs.store import ingest_paths
+    from speclogs.store.check import check_database
 
     with progress_bar(progress) as on_progress:
         if lake is not None:
-            from speclogs.store.lake import ingest_lake
+            from speclogs.store.lake import ingest_lake  # the fleet extra (deltalake)
 
             summary = ingest_lake(paths, lake, run_name=run_name, on_progress=on_progress, grammar_paths=grammar or (),
                                   ray=ray, num_cpus=ray_cpus)
         else:
-            from speclogs.store import ingest_paths
-
             summary = ingest_paths(paths, db, replace=replace, run_name=run_name, on_progress=on_progress,
                                    grammar_paths=grammar or (), verify=verify)
     if _wants_json(output_format, json_alias):
@@ -157,8 +157,6 @@ def ingest(
     if summary.failed:
         _print_error(f"{len(summary.failed):,} file(s) failed: " + "; ".join(summary.failed), None)
     if check_after and summary.source_files:
-        from speclogs.store.check import check_database
-
         result = check_database(db, lake=lake, sources=summary.source_files, grammar_paths=grammar or ())
         render_check(result, _stderr_console(), shown=10)
         if not result.ok:
@@ -377,7 +375,6 @@ def launch(
 # --- speclogs report / doctor / whatif ---
 def _check_min_effect(value: str) -> str:
     from speclogs.analysis import parse_percent
-    from speclogs.errors import AnalysisError
 
     try:
         parse_percent(value, "--min-effect")
@@ -552,7 +549,6 @@ def grammars_check(
     paths: list[Path] = typer.Argument(None, help="Grammar files (.toml) or directories of them; default: the bundled grammars."),
 ) -> None:
     """Validate grammar files: every sample must match its pattern, give its expected values and not be claimed earlier."""
-    from speclogs.errors import GrammarError
     from speclogs.grammar import check_grammar_files
 
     problems = check_grammar_files(paths or [])
@@ -572,6 +568,7 @@ def grammars_list(
 ) -> None:
     """List families and patterns in priority order (first match wins), with table, scope and SGLang versions."""
     from speclogs.grammar import load_grammars
+    from speclogs.report.summaries import render_rows
 
     grammars = load_grammars(extra or [])
     keys = ("family", "pattern", "table", "scope", "versions", "gate")
@@ -580,6 +577,4 @@ def grammars_list(
     if _wants_json(output_format, json_alias):
         _echo_json(rows)
     else:
-        from speclogs.report.summaries import render_rows
-
         render_rows(keys[:5], [[row[key] for key in keys[:5]] for row in rows])

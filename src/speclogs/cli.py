@@ -6,6 +6,7 @@ the commands: launch runs on GPU boxes that have typer and rich but neither duck
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from enum import Enum
@@ -16,6 +17,7 @@ import typer
 
 import speclogs
 from speclogs.errors import AnalysisError, GrammarError, SpeclogsError
+from speclogs.report import FORMATS
 
 app = typer.Typer(
     name="speclogs",
@@ -100,8 +102,6 @@ def _stderr_console():
 
 
 def _echo_json(document: object) -> None:
-    import json
-
     typer.echo(json.dumps(document, indent=1, default=str))
 
 
@@ -384,8 +384,6 @@ def _check_min_effect(value: str) -> str:
 
 
 def _check_outputs(paths: list[Path]) -> list[Path]:
-    from speclogs.report import FORMATS
-
     for path in paths:
         if path.suffix.lower() not in FORMATS:
             raise typer.BadParameter(f"{path}: the suffix names no report format; use one of {', '.join(sorted(FORMATS))}")

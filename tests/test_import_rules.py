@@ -33,7 +33,7 @@ GPU_SIDE = ("launcher", "profile")
 # What the GPU side may import besides the standard library: torch and sglang (what it measures), psutil (an SGLang
 # dependency).
 GPU_THIRD_PARTY = {"torch", "sglang", "psutil"}
-NOT_ON_A_GPU_BOX = ("duckdb", "polars", "pyarrow", "scipy", "altair", "vl_convert", "pyparsing")
+NOT_ON_A_GPU_BOX = ("duckdb", "polars", "pyarrow", "scipy", "altair", "pyparsing")
 
 
 def _modules() -> list[tuple[str, Path, ast.Module]]:

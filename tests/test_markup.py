@@ -96,15 +96,14 @@ def test_grammars_check_prints_file_line_as_it_is(tmp_path):
     assert "uvicorn.toml:100:" in result.stderr and "💯" not in result.stderr
 
 
-def test_progress_bar_shows_file_names_as_they_are():
-    from speclogs.report.summaries import ProgressReporter
+def test_progress_bar_shows_file_names_as_they_are(monkeypatch):
+    from speclogs.report import summaries
 
     class Event:
         show, current, total_bytes, done_bytes = True, "logs/exp[red]1.log", 100, 50
 
-    reporter = ProgressReporter()
-    reporter.update(Event())
-    reporter.close()
     out = io.StringIO()
-    Console(file=out, width=200).print(reporter._progress.make_tasks_table(reporter._progress.tasks))
+    monkeypatch.setattr(summaries, "make_console", lambda **_: Console(file=out, width=200, force_terminal=True))
+    with summaries.progress_bar(True) as update:
+        update(Event())
     assert "exp[red]1.log" in out.getvalue()

@@ -115,36 +115,3 @@ def test_overlapping_arms_name_the_run_by_its_name(fixtures_db):
     result = run_cli("report", "--db", str(fixtures_db), "-c", "baseline_default_*", "-c", "baseline_*", "--mixed-arms")
     assert result.returncode == 1
     assert "run 'baseline_default_1' (id " in result.stderr and "selected by both" in result.stderr, result.stderr
-
-
-def test_charts_dir_gets_every_chart_as_svg_and_png(fixtures_db, tmp_path):
-    pytest.importorskip("vl_convert", reason="vl-convert is not installed (pip install 'speclogs[charts]')")
-    result = run_cli("report", "--db", str(fixtures_db), "-c", "baseline_default_[0-9]", "eagle3_default_[0-9]",
-                     "--charts", str(tmp_path / "charts"))
-    assert result.returncode == 0, result.stderr
-    names = {path.name for path in (tmp_path / "charts").iterdir()}
-    assert {"throughput.svg", "throughput.png", "effects.svg", "accepttime.png", "timeline.png"} <= names, names
-    assert (tmp_path / "charts" / "throughput.png").read_bytes()[:4] == b"\x89PNG"
-    assert "<svg" in (tmp_path / "charts" / "accepttime.svg").read_text()
-
-
-def test_charts_without_vl_convert_says_what_to_install(fixtures_db, tmp_path):
-    """A plain install (no vl-convert): --charts fails at once with the extra to install; --html still works."""
-    import subprocess
-    import sys
-
-    from conftest import cli_env
-
-    (tmp_path / "hide").mkdir()
-    (tmp_path / "hide" / "vl_convert.py").write_text("raise ImportError('vl-convert is not installed here')\n")
-    env = cli_env()
-    env["PYTHONPATH"] = str(tmp_path / "hide") + ":" + env["PYTHONPATH"]
-    arms = ["-c", "baseline_default_[0-9]", "eagle3_default_[0-9]"]
-    done = subprocess.run([sys.executable, "-m", "speclogs", "report", "--db", str(fixtures_db), *arms,
-                           "--charts", str(tmp_path / "charts")], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 1 and "vl-convert" in done.stderr and "speclogs[charts]" in done.stderr, done.stderr
-    assert not (tmp_path / "charts").exists()
-    page = subprocess.run([sys.executable, "-m", "speclogs", "report", "--db", str(fixtures_db), *arms,
-                           "--html", str(tmp_path / "r.html")], capture_output=True, text=True, env=env, timeout=300)
-    assert page.returncode == 0, page.stderr
-    assert "vegaEmbed" in (tmp_path / "r.html").read_text()

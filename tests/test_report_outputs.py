@@ -123,7 +123,7 @@ def test_phase_table_does_not_call_wall_a_share_of_the_cycle():
 
     phases = [PhaseStat("a", name, ms, ms, ms, share, 10) for name, ms, share in
               (("draft", 1.0, 0.25), ("verify", 3.0, 0.75), ("cycle", 4.0, 1.0), ("gap", 1.8, 0.45), ("wall", 5.8, 1.45))]
-    shares = {row[1]: row[3] for row in text.phase_rows(SimpleNamespace(phases=phases))}
+    shares = {row[1]: row[3] for row in text.phase_table(SimpleNamespace(phases=phases)).rows}
     assert shares["verify"] == "75.0%" and shares["cycle"] == "100.0%"
     assert shares["wall"] == "cycle + gap" and "145" not in shares["wall"]
     assert shares["gap"].startswith("+45.0% after the cycle")

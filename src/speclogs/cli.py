@@ -433,8 +433,6 @@ def report(
     lake: LakeOption = None,
     brief: bool = typer.Option(False, "--brief", help="Terminal: only the ranking and the verdicts (≤ 15 lines)."),
     mixed_arms: bool = typer.Option(False, "--mixed-arms", help="Allow an arm to pool launches of different plans or folders."),
-    charts_dir: Optional[Path] = typer.Option(None, "--charts", help="Also write every chart as DIR/<chart>.svg and .png "
-                                              "(needs vl-convert: pip install 'speclogs[charts]')."),
 ) -> None:
     """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
     effects, warnings ranked by whether they change the answer."""
@@ -443,10 +441,6 @@ def report(
     from speclogs.report import render, render_terminal, write_report
     from speclogs.store import connect
 
-    if charts_dir is not None:
-        from speclogs.report.html import require_chart_export
-
-        require_chart_export()
     if lake is not None:
         from speclogs.store.lake import connect_lake
     with connect_lake(lake) if lake is not None else connect(db, read_only=True) as connection:
@@ -462,10 +456,6 @@ def report(
     for path in [*output, *([html] if html is not None else [])]:
         write_report(comparison, path)
         _stderr_console().print(f"wrote {path}")
-    if charts_dir is not None:
-        from speclogs.report.html import write_charts
-
-        _stderr_console().print(f"wrote {len(write_charts(comparison, charts_dir))} chart files to {charts_dir}")
 
 
 @app.command(epilog=_examples("speclogs doctor plans/h200-doctor.toml",

@@ -1,7 +1,5 @@
 """Render a `speclogs.analysis.Comparison`: terminal (rich), JSON, Markdown, self-contained HTML with Altair charts.
-
-Renderers format and draw; they compute no statistics. Each loads on first use (`speclogs sql` loads no polars).
-"""
+Renderers compute no statistics; each loads on first use (`speclogs sql` loads no polars)."""
 
 import importlib
 from pathlib import Path
@@ -24,10 +22,8 @@ def __getattr__(name: str):  # noqa: ANN202
 
 def render(comparison, fmt: str) -> str:  # noqa: ANN001
     """The report as text in one format: 'json', 'md', 'html' or 'text' (the terminal report without colour)."""
-    if fmt == "json":
-        return __getattr__("render_json")(comparison) + "\n"
-    if fmt in ("md", "html"):
-        return __getattr__("render_markdown" if fmt == "md" else "render_html")(comparison)
+    if fmt != "text":
+        return __getattr__({"json": "render_json", "md": "render_markdown", "html": "render_html"}[fmt])(comparison)
     import io
 
     from speclogs.console import make_console

@@ -26,6 +26,11 @@ MAX_TICKS = 8
 ACCEPT_BIN = 0.05
 
 
+def _finite(value: float | None) -> float | None:
+    """A bound as drawn: none where there is no interval (one launch per arm), so the point alone is drawn."""
+    return value if value is not None and math.isfinite(value) else None
+
+
 def ratio_ticks(low: float, high: float) -> list[float]:
     """Tick values for a log ratio axis over [low, high]: 1 and the nice ratios either side that fit."""
     ticks = [t for t in RATIO_TICKS if low <= t <= high]
@@ -38,15 +43,18 @@ def ratio_ticks(low: float, high: float) -> list[float]:
     return ticks
 
 
-def _time_axis() -> alt.X:
-    return alt.X("t_s:Q", title="seconds since server start", scale=alt.Scale(zero=False, nice=False), axis=alt.Axis(tickCount=6))
-
-
-def _warmup_shade(x: alt.X) -> alt.Chart:
-    """Each launch's warm-up (its 'warmup' rows), drawn from the launch's first plotted row."""
-    return alt.Chart().mark_rect(color="orange", opacity=0.15).transform_joinaggregate(
+def _launch_panels(c: Comparison, points: list[dict], mark: alt.Chart, height: int) -> alt.FacetChart:
+    """`mark` over `points` (rows with run_name and t_s), one panel per launch with its own time axis, on the launch's
+    warm-up shade drawn from its first plotted row."""
+    runs = {point["run_name"] for point in points}
+    spans = [{"layer": "warmup", **row} for row in c.warmup_spans.filter(pl.col("run_name").is_in(runs)).to_dicts()]
+    x = alt.X("t_s:Q", title="seconds since server start", scale=alt.Scale(zero=False, nice=False), axis=alt.Axis(tickCount=6))
+    shade = alt.Chart().mark_rect(color="orange", opacity=0.15).transform_joinaggregate(
         first_t="min(t_s)", groupby=["run_name"]).transform_filter(alt.datum.layer == "warmup").transform_calculate(
         t_s="max(datum.t_start_s, datum.first_t)").encode(x=x, x2="t_end_s:Q")
+    rows = mark.encode(x=x).transform_filter(alt.datum.layer == "row")
+    return alt.layer(shade, rows, data=alt.Data(values=[{"layer": "row", **p} for p in points] + spans)).properties(
+        width=PANEL, height=height).facet(facet=alt.Facet("run_name:N", title=None), columns=2).resolve_scale(x="independent")
 
 
 def throughput_chart(c: Comparison) -> alt.Chart | None:
@@ -56,10 +64,8 @@ def throughput_chart(c: Comparison) -> alt.Chart | None:
     for arm in c.arms:
         for e in (arm.client, arm.server):
             if e is not None:
-                finite = math.isfinite(e.ci_low_tok_s) and math.isfinite(e.ci_high_tok_s)  # no interval for one launch
                 rows.append({"layer": "estimate", "arm": arm.name, "source": e.source, "tok_s": e.value_tok_s,
-                             "low": e.ci_low_tok_s if finite else None, "high": e.ci_high_tok_s if finite else None,
-                             "launches": e.n_launches})
+                             "low": _finite(e.ci_low_tok_s), "high": _finite(e.ci_high_tok_s), "launches": e.n_launches})
                 rows += [{"layer": "launch", "arm": arm.name, "source": e.source, "tok_s": v} for v in e.per_launch_tok_s]
     if not rows:
         return None
@@ -93,14 +99,12 @@ def throughput_chart(c: Comparison) -> alt.Chart | None:
 
 
 def effects_chart(c: Comparison) -> alt.Chart | None:
-    rows = [{"effect": f"{e.name} ({e.source})", "kind": e.kind, "ratio": e.ratio, "low": e.ci_low, "high": e.ci_high,
-             "verdict": e.verdict} for e in c.effects]
-    rows += [{"effect": f"{r.arm_b} vs {r.arm_a} ({r.source})", "kind": "comparison", "ratio": r.ratio, "low": r.ci_low,
-              "high": r.ci_high, "verdict": r.verdict} for r in c.comparisons]
+    rows = [{"effect": f"{e.name} ({e.source})", "kind": e.kind, "ratio": e.ratio, "low": _finite(e.ci_low),
+             "high": _finite(e.ci_high), "verdict": e.verdict} for e in c.effects]
+    rows += [{"effect": f"{r.arm_b} vs {r.arm_a} ({r.source})", "kind": "comparison", "ratio": r.ratio, "low": _finite(r.ci_low),
+              "high": _finite(r.ci_high), "verdict": r.verdict} for r in c.comparisons]
     if not rows:
         return None
-    for row in rows:  # one launch per arm claims no interval: the point alone is drawn
-        row.update({k: row[k] if row[k] is not None and math.isfinite(row[k]) else None for k in ("low", "high")})
     data = alt.Data(values=rows)
     order = [row["effect"] for row in rows]
     low = min([1.0] + [row[k] for row in rows for k in ("low", "ratio") if row[k] and row[k] > 0])
@@ -191,27 +195,18 @@ def request_accept_chart(c: Comparison) -> alt.Chart | None:
 
 
 def timeline_chart(c: Comparison) -> alt.Chart | None:
-    """Decode throughput over time, one panel per launch. The x axis starts at the launch's first decode row (the
-    start-up before it — loading, CUDA-graph capture — is said in the title, not drawn), so the panel's width goes to
-    the decode rows; the shade marks the rows before the first steady one."""
+    """Decode throughput over time, one panel per launch from its first decode row: the start-up before it (loading,
+    CUDA-graph capture) is not drawn, so the panel's width goes to the decode rows."""
     if c.timeline.is_empty():
         return None
-    points = [{"layer": "row", **row} for row in c.timeline.with_columns(
-        c.timeline["excluded_reason"].fill_null("steady").alias("state")).to_dicts()]
-    spans = [{"layer": "warmup", **row} for row in c.warmup_spans.to_dicts()]
-    data = alt.Data(values=points + spans)
+    points = c.timeline.with_columns(pl.col("excluded_reason").fill_null("steady").alias("state")).to_dicts()
     states = [state for state in ROW_STATES if any(point["state"] == state for point in points)]
-    x = _time_axis()
     dots = alt.Chart().mark_point(filled=True, size=18).encode(
-        x=x,
         y=alt.Y("gen_throughput_tok_s:Q", title="gen throughput (tok/s)", axis=alt.Axis(tickCount=5)),
         color=alt.Color("state:N", title="row",
                         scale=alt.Scale(domain=states, range=[ROW_COLOURS[ROW_STATES.index(s)] for s in states])),
-        tooltip=["run_name:N", "t_s:Q", "gen_throughput_tok_s:Q", "accept_len:Q", "state:N"],
-    ).transform_filter(alt.datum.layer == "row")
-    return alt.layer(_warmup_shade(x), dots, data=data).properties(width=PANEL, height=150).facet(
-        facet=alt.Facet("run_name:N", title=None), columns=2
-    ).resolve_scale(x="independent").properties(
+        tooltip=["run_name:N", "t_s:Q", "gen_throughput_tok_s:Q", "accept_len:Q", "state:N"])
+    return _launch_panels(c, points, dots, 150).properties(
         title="Decode throughput over time, from each launch's first decode row (shaded: before the first steady row)")
 
 
@@ -234,25 +229,17 @@ def startup_chart(c: Comparison) -> alt.Chart | None:
 
 
 def accept_time_chart(c: Comparison) -> alt.Chart | None:
-    """Accept length over time, and below it accept rate where the log prints it, one panel per launch, with the
-    x axis and warm-up shade of the throughput timeline: a drift in acceptance shows here before it shows in throughput."""
+    """Accept length (and accept rate where the log prints it) over time: a drift shows here before it does in throughput."""
     if c.timeline.is_empty() or c.timeline["accept_len"].drop_nulls().is_empty():
         return None
-    x = _time_axis()
 
     def panels(column: str, title: str, colour: str) -> alt.FacetChart:
-        frame = c.timeline.filter(c.timeline[column].is_not_null())
-        points = [{"layer": "row", "run_name": r["run_name"], "t_s": r["t_s"], "value": r[column]} for r in frame.to_dicts()]
-        # a launch without the value (no speculation) gets no empty panel
-        shown = c.warmup_spans.filter(pl.col("run_name").is_in(frame["run_name"].unique().to_list()))
-        spans = [{"layer": "warmup", **row} for row in shown.to_dicts()]
+        # a launch without the value (no speculation) gets no panel
+        points = c.timeline.filter(pl.col(column).is_not_null()).select("run_name", "t_s", value=column).to_dicts()
         line = alt.Chart().mark_line(color=colour, point=alt.OverlayMarkDef(size=14, filled=True, color=colour)).encode(
-            x=x, y=alt.Y("mean(value):Q", title=title, axis=alt.Axis(tickCount=5, format=".2f"), scale=alt.Scale(zero=False, padding=8)),
-            tooltip=["run_name:N", "t_s:Q", alt.Tooltip("mean(value):Q", format=".3f", title=title)],
-        ).transform_filter(alt.datum.layer == "row")
-        return alt.layer(_warmup_shade(x), line, data=alt.Data(values=points + spans)).properties(
-            width=PANEL, height=120).facet(facet=alt.Facet("run_name:N", title=None), columns=2
-                                                     ).resolve_scale(x="independent")
+            y=alt.Y("mean(value):Q", title=title, axis=alt.Axis(tickCount=5, format=".2f"), scale=alt.Scale(zero=False, padding=8)),
+            tooltip=["run_name:N", "t_s:Q", alt.Tooltip("mean(value):Q", format=".3f", title=title)])
+        return _launch_panels(c, points, line, 120)
 
     charts = [panels("accept_len", "accept length", "#4c78a8")]
     if not c.timeline["accept_rate"].drop_nulls().is_empty():
@@ -282,8 +269,7 @@ def positions_chart(c: Comparison) -> alt.Chart | None:
 
 
 def all_charts(c: Comparison) -> list[tuple[str, alt.Chart]]:
-    """(id, chart) for every chart that has data, in report order; labels readable, never drawn over each other (Vega
-    drops the colliding ones), legends on top."""
+    """(id, chart) for every chart that has data, in report order; Vega drops labels that would collide."""
     builders = [("throughput", throughput_chart), ("effects", effects_chart), ("cycle", cycle_chart),
                 ("accept", accept_chart), ("requests", request_accept_chart), ("timeline", timeline_chart),
                 ("accepttime", accept_time_chart), ("positions", positions_chart), ("startup", startup_chart)]

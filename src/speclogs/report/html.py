@@ -1,7 +1,6 @@
 """`--html FILE`: one self-contained HTML file (works offline): tables + Altair charts, with the Vega, Vega-Lite and
-vega-embed JavaScript inlined (no CDN, no network): vl-convert-python's bundle for altair's Vega-Lite where it is
-installed, else the copy shipped with speclogs (vega_bundle.js.gz: Vega 6.2, Vega-Lite 6.4.1, vega-embed 7, as
-vl-convert 1.9 bundles them)."""
+vega-embed JavaScript inlined from the copy shipped with speclogs (vega_bundle.js.gz: Vega 6.2, Vega-Lite 6.4.1,
+vega-embed 7, as vl-convert 1.9 bundles them), so no CDN and no network."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import json
 from pathlib import Path
 
 from speclogs.analysis.results import Comparison
-from speclogs.errors import InputError
 from speclogs.redact import redact_json, redact_text
 from speclogs.report import charts, text
 
@@ -33,12 +31,7 @@ th { background: #f4f4f4; }
 
 @functools.lru_cache(maxsize=1)
 def _vega_bundle() -> str:
-    try:
-        import vl_convert
-        from altair.utils._importers import vl_version_for_vl_convert
-    except ImportError:
-        return gzip.decompress((Path(__file__).parent / "vega_bundle.js.gz").read_bytes()).decode("utf-8")
-    return vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
+    return gzip.decompress((Path(__file__).parent / "vega_bundle.js.gz").read_bytes()).decode("utf-8")
 
 
 def _list(items: list[tuple[str, list[str]]], item: str = "<li>") -> str:
@@ -88,40 +81,3 @@ def render_html(comparison: Comparison) -> str:
     specs = redact_json({name: chart.to_dict() for name, chart in chart_list})
     return _page("speclogs report", CSS, redact_text(body), "".join(_embed(name, spec) for name, spec in specs.items()))
 
-
-def chart_pages(comparison: Comparison) -> dict[str, str]:
-    """{chart id: a self-contained page with that chart alone} — to screenshot or embed one chart."""
-    style = "body { margin: 8px; font-family: sans-serif; } .chart { width: calc(100% - 40px); }"
-    return {name: _page(name, style, f'<div class="chart" id="chart-{name}"></div>', _embed(name, redact_json(chart.to_dict())))
-            for name, chart in charts.all_charts(comparison)}
-
-
-def require_chart_export() -> None:
-    """InputError unless vl-convert (the PNG / SVG renderer) is installed: checked before anything is computed."""
-    try:
-        import vl_convert  # noqa: F401
-    except ImportError as error:
-        raise InputError("--charts writes PNG and SVG with vl-convert, which is not installed",
-                         hint="pip install 'speclogs[charts]' (or vl-convert-python); the --html report needs nothing more") from error
-
-
-def write_charts(comparison: Comparison, folder: Path) -> list[Path]:
-    """Every chart as FOLDER/<id>.svg and FOLDER/<id>.png (2× scale); the paths written. InputError when vl-convert is
-    missing or the folder cannot be written."""
-    require_chart_export()
-    import vl_convert
-    from altair.utils._importers import vl_version_for_vl_convert
-
-    written = []
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        for name, chart in charts.all_charts(comparison):
-            spec = redact_json(chart.to_dict())
-            if spec.get("width") == "container":   # no page to fill: the report's own width
-                spec["width"] = charts.WIDTH
-            (folder / f"{name}.svg").write_text(vl_convert.vegalite_to_svg(spec, vl_version=vl_version_for_vl_convert()))
-            (folder / f"{name}.png").write_bytes(vl_convert.vegalite_to_png(spec, vl_version=vl_version_for_vl_convert(), scale=2))
-            written += [folder / f"{name}.svg", folder / f"{name}.png"]
-    except OSError as error:
-        raise InputError(f"cannot write the charts to {folder}: {error.strerror}", hint="choose a writable folder") from error
-    return written

@@ -1,7 +1,5 @@
-"""`--format json`: the Comparison as a JSON document (schema 'speclogs.report/1', documented in docs/report.md).
-
-Non-finite numbers become null. Nothing is computed here except unit conversions of log terms to ratios.
-"""
+"""`--format json`: the Comparison as a JSON document (schema 'speclogs.report/1', documented in docs/report.md);
+non-finite numbers become null."""
 
 from __future__ import annotations
 
@@ -18,16 +16,16 @@ SCHEMA = "speclogs.report/1"
 
 
 def _clean(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = _fields(value)
+    elif hasattr(value, "to_dicts"):  # a polars frame inside third-party evidence
+        value = value.to_dicts()
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
         return {str(k): _clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _clean({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
-    if hasattr(value, "to_dicts"):  # a polars frame inside third-party evidence
-        return _clean(value.to_dicts())
     if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):  # e.g. a benchmark window's bounds
         return value.isoformat()
     if isinstance(value, datetime.timedelta):
@@ -64,4 +62,4 @@ def to_json(value: Any) -> str:
 
 
 def render_json(comparison: Comparison) -> str:
-    return json.dumps(comparison_to_dict(comparison), indent=2, allow_nan=False)
+    return json.dumps(comparison_to_dict(comparison), indent=2, allow_nan=False) + "\n"

@@ -1,15 +1,12 @@
-"""`--format md`: report.text's sections as GitHub-flavoured Markdown.
-
-Every string from the data is escaped: a glob such as `baseline_*` or a name such as `exp[red]1` shows as typed,
-never as emphasis, a link or HTML. Secrets are redacted.
-"""
+"""`--format md`: report.text's sections as GitHub-flavoured Markdown. Every string from the data is escaped (a glob
+such as `baseline_*` or a name such as `exp[red]1` shows as typed, never as emphasis, a link or HTML) and redacted."""
 
 from __future__ import annotations
 
 import re
 
 from speclogs.redact import redact_text
-from speclogs.report.text import Section
+from speclogs.report.text import Section, sections
 
 _SPECIAL = re.compile(r"([\\`*\[\]<>|~#])")
 _EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
@@ -40,6 +37,4 @@ def md_sections(sections: list[Section]) -> str:
 
 
 def render_markdown(comparison) -> str:  # noqa: ANN001
-    from speclogs.report.text import sections
-
     return md_sections(sections(comparison))

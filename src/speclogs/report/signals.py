@@ -16,16 +16,9 @@ def _agreement(flag: bool | None) -> str:
 
 def answer_lines(c: Comparison) -> list[str]:
     """One line per arm: the exact accept length (counters) next to the log lines' estimate."""
-    evidence = c.signals
-    if evidence is None:
-        return []
-    lines = []
-    for a in evidence.arms:
-        if a.accept_len_counters is None:
-            continue
-        lines.append(f"{a.arm}: accept len {a.accept_len_counters:.3f} exactly from SGLang's counters "
-                     f"({a.windows} window(s)); the Decode lines say {_f(a.accept_len_decode_lines)}")
-    return lines
+    return [f"{a.arm}: accept len {a.accept_len_counters:.3f} exactly from SGLang's counters ({a.windows} window(s)); "
+            f"the Decode lines say {_f(a.accept_len_decode_lines)}"
+            for a in (c.signals.arms if c.signals else []) if a.accept_len_counters is not None]
 
 
 def signal_sections(c: Comparison) -> list[tuple[str, list[str], list[list[str]]]]:

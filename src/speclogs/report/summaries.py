@@ -1,10 +1,10 @@
-"""What the commands other than `report` print: the ingest summary, the content check, query results as a table, the
-ingest progress bar, the launcher's summary. Formatting only; every value from the data reaches rich as plain text."""
+"""What the commands other than `report` print (ingest, check, sql, launch); every value reaches rich as plain text."""
 
 from __future__ import annotations
 
 import re
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -103,12 +103,10 @@ def drift_lines(notes) -> list[str]:  # noqa: ANN001 - the drift view's rows for
     """A line per kind of drift, its most frequent subjects first (SELECT * FROM drift has them all)."""
     lines = [f"drift: {note.source_file}: {note.detail}" for note in notes if note.kind == "missing_field"]
     for kind, what in DRIFT_KINDS.items():
-        counted: dict[str, int] = {}
-        for note in notes:
-            if note.kind == kind:
-                counted[note.subject] = counted.get(note.subject, 0) + note.lines
-        top = sorted(counted.items(), key=lambda item: -item[1])
-        if top:
+        counted: Counter[str] = Counter()
+        for note in (note for note in notes if note.kind == kind):
+            counted[note.subject] += note.lines
+        if top := counted.most_common():
             lines.append(f"drift: {what}: {sum(counted.values()):,} line(s): "
                          + ", ".join(f"{subject[:100]!r} ({count:,})" for subject, count in top[:4])
                          + (f", … {len(top) - 4} more" if len(top) > 4 else ""))
@@ -165,39 +163,29 @@ def cell(value, type_name: str) -> str:
     return str(value)
 
 
-class ProgressReporter:
-    """A rich progress bar on stderr, fed by the library's progress callback (bytes done / total)."""
-
-    def __init__(self) -> None:
-        self._progress = Progress(TextColumn("ingest", style="bold"), TextColumn("{task.description}", markup=False),
-                                  BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-                                  console=make_console(stderr=True), transient=True)
-        self._task = None   # the bar starts with the first event worth showing
-
-    def update(self, event) -> None:  # noqa: ANN001 - speclogs.store's progress event
-        if not event.show:
-            return
-        if self._task is None:
-            self._progress.start()
-            self._task = self._progress.add_task(event.current, total=event.total_bytes)
-        self._progress.update(self._task, completed=event.done_bytes, total=event.total_bytes, description=event.current)
-
-    def close(self) -> None:
-        if self._task is not None:
-            self._progress.stop()
-
-
 @contextmanager
 def progress_bar(flag: bool | None):  # noqa: ANN201
     """The ingest's progress callback: a bar on stderr (default: when stderr is a terminal), else None."""
     if flag is False or (flag is None and not sys.stderr.isatty()):
         yield None
         return
-    reporter = ProgressReporter()
+    progress = Progress(TextColumn("ingest", style="bold"), TextColumn("{task.description}", markup=False), BarColumn(),
+                        DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+                        console=make_console(stderr=True), transient=True)
+
+    def update(event) -> None:  # noqa: ANN001 - speclogs.store's progress event
+        if not event.show:
+            return
+        if not progress.tasks:
+            progress.start()
+            progress.add_task(event.current, total=event.total_bytes)
+        progress.update(progress.task_ids[0], completed=event.done_bytes, total=event.total_bytes, description=event.current)
+
     try:
-        yield reporter.update
+        yield update
     finally:
-        reporter.close()
+        if progress.tasks:
+            progress.stop()
 
 
 def render_rows(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

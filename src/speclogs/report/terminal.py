@@ -24,19 +24,14 @@ _DROP_FIRST = ("runs", "client per launch (min–max)", "server per launch (min�
                "n (launches)", "A tok/s", "kind", "levels", "profiled cycles", "change")
 
 
-def _min_width(values: list[str]) -> int:
-    """The narrowest a column can be with no value split: its longest unbreakable word."""
-    return max((len(word) for value in values for word in value.split()), default=1)
-
-
 def fitted_widths(header: list[str], rows: list[list[str]], width: int) -> dict[int, int]:
     """{column index: width} of the columns to show within `width` (box borders and padding counted), each at least
     its longest word wide: low-priority columns go first, then the rightmost; the first column always stays. The
     room left is shared in proportion to what each column would need to print its values on one line."""
     columns = [[h, *(row[i] for row in rows)] for i, h in enumerate(header)]
-    least = [_min_width(values) for values in columns]
-    most = [max(least[i], *(len(v) for v in values[1:]), max(len(w) for w in values[0].split()) if values[0].split() else 1)
-            for i, values in enumerate(columns)]
+    # the narrowest a column can be with no value split: its longest word; the widest it needs: its values on one line
+    least = [max((len(word) for value in values for word in value.split()), default=1) for values in columns]
+    most = [max(least[i], *(len(v) for v in values[1:])) for i, values in enumerate(columns)]
     keep = list(range(len(header)))
     order = [header.index(name) for name in _DROP_FIRST if name in header] + list(range(len(header) - 1, 0, -1))
     for index in order:
@@ -61,15 +56,8 @@ def _fitted_table(title: str, header: list[str], rows: list[list[str]], width: i
     return table
 
 
-def _aligned(rows: list[list[str]]) -> list[str]:
-    """Rows as lines with columns padded to a common width (a table without borders: one line per row)."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))] if rows else []
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-
-
 def render_sections(sections: list[text.Section], console: Console) -> None:
-    """Print a report's sections: bold headings, bullet items, tables fitted to the console's width (charts are the
-    HTML's); a note's further lines are counted, not printed."""
+    """Print a report's sections, tables fitted to the console's width; a note's further lines are counted, not printed."""
     for index, s in enumerate(sections):
         if s.kind == "chart":
             continue
@@ -89,24 +77,22 @@ def render_sections(sections: list[text.Section], console: Console) -> None:
             console.print(_text(f"  • {head}"))
             for line in details:
                 console.print(_text(f"      {line}", "dim" if line.startswith("per launch") else ""))
-        if s.kind == "ranking":
-            header, *rows = _aligned([s.header, *s.rows])
-            console.print(_text(f"  {header}", "dim"))
-            for row in rows:
-                console.print(_text(f"  {row}"))
+        if s.kind == "ranking":   # a table without borders: one line per row, the header dim
+            widths = [max(len(row[i]) for row in [s.header, *s.rows]) for i in range(len(s.header))]
+            for row in [s.header, *s.rows]:
+                line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+                console.print(_text(f"  {line}", "dim" if row is s.header else ""))
         for line in s.after:
             console.print(_text(f"  • {line}"))
 
 
 def render_terminal(comparison: Comparison, console: Console, brief: bool = False) -> None:
-    """The report on `console`; `brief`: the ranking, then one line per comparison when there is no ranking, then the
-    warnings' codes."""
+    """The report on `console`; `brief`: the ranking (else one line per comparison), then the warnings' codes."""
     c = comparison
     sections = text.sections(c)
+    render_sections([s for s in sections if not brief or s.kind in ("title", "ranking")], console)
     if not brief:
-        render_sections(sections, console)
         return
-    render_sections([s for s in sections if s.kind in ("title", "ranking")], console)
     if not c.ranking:
         for r in text.preferred(c):
             console.print(_text(f"  {text.headline(r, c)}"))

@@ -35,17 +35,11 @@ def fmt_interval(low: float, high: float, digits: int = 3) -> str:
 
 
 def fmt_estimate(e: Estimate | None) -> str:
-    if e is None:
-        return "–"
-    if not (math.isfinite(e.ci_low_tok_s) and math.isfinite(e.ci_high_tok_s)):
-        return f"{e.value_tok_s:.1f} (1 launch: no interval)"
-    return f"{e.value_tok_s:.1f} {fmt_interval(e.ci_low_tok_s, e.ci_high_tok_s, 1)}"
+    return "–" if e is None else f"{e.value_tok_s:.1f} {fmt_interval(e.ci_low_tok_s, e.ci_high_tok_s, 1)}"
 
 
 def fmt_p(p: float | None) -> str:
-    if p is None:
-        return "–"
-    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+    return "–" if p is None else f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
 
 def fmt_term(t: Term) -> str:
@@ -53,34 +47,23 @@ def fmt_term(t: Term) -> str:
 
 
 def verdict_text(verdict: str, ratio: float, min_effect: float = 0.0) -> str:
-    if verdict == "faster":
-        return f"faster by {ratio - 1:.1%}"
-    if verdict == "slower":
-        return f"slower by {1 - ratio:.1%}"
-    if verdict == "equivalent":
-        return f"equivalent (within ±{min_effect if min_effect > 0 else DEFAULT_EFFECT:.1%})"
-    return verdict
+    return {"faster": f"faster by {ratio - 1:.1%}", "slower": f"slower by {1 - ratio:.1%}",
+            "equivalent": f"equivalent (within ±{min_effect or DEFAULT_EFFECT:.1%})"}.get(verdict, verdict)
 
 
 def _launches_needed(r: RatioComparison, per_arm: str = "launches per arm") -> str:
     if r.n_a < 2 or r.n_b < 2:
         return "need ≥ 2 launches per arm"
-    if r.launches_needed is None:
-        return f"±{r.target_effect:.0%} needs more than {MAX_LAUNCHES} {per_arm}"
-    return f"±{r.target_effect:.0%} needs {r.launches_needed} {per_arm}"
+    return f"±{r.target_effect:.0%} needs {r.launches_needed or f'more than {MAX_LAUNCHES}'} {per_arm}"
 
 
 def needed_text(r: RatioComparison) -> str:
     """What an inconclusive comparison would need: the smallest effect its launches detect, the launches for ±target."""
-    if math.isfinite(r.min_detectable_ratio) and r.n_a >= 2 and r.n_b >= 2:
-        return f"these launches detect only ≥ ×{r.min_detectable_ratio:.3f}; {_launches_needed(r)}"
-    return _launches_needed(r)
+    detects = math.isfinite(r.min_detectable_ratio) and r.n_a >= 2 and r.n_b >= 2
+    return (f"these launches detect only ≥ ×{r.min_detectable_ratio:.3f}; " if detects else "") + _launches_needed(r)
 
 
-RANKING_HEADER = ["#", "arm", "tok/s", "× fastest [CI]", "verdict", "launches"]
-
-
-def ranking_rows(c: Comparison) -> list[list[str]]:
+def ranking_table(c: Comparison) -> Section:
     rows = []
     for place, rank in enumerate(c.ranking, 1):
         r = rank.vs_best
@@ -90,12 +73,12 @@ def ranking_rows(c: Comparison) -> list[list[str]]:
         elif verdict == "inconclusive":
             verdict += f" — {_launches_needed(r, 'launches/arm')}"
         rows.append([str(place), rank.arm, f"{rank.value_tok_s:.1f}", against, verdict, str(rank.n_launches)])
-    return rows
+    return Section(f"Ranking ({c.ranking[0].source} tok/s, fastest first; ratio to the fastest, {c.confidence:.0%} CI)",
+                   header=["#", "arm", "tok/s", "× fastest [CI]", "verdict", "launches"], rows=rows, kind="ranking")
 
 
 def headline(r: RatioComparison, c: Comparison) -> str:
-    """The one line that answers a comparison: verdict, ratio, interval (none with one launch per arm), p, launches, and
-    for an inconclusive one what would decide it."""
+    """The one line that answers a comparison; for an inconclusive one, what would decide it."""
     what = f"{r.arm_b} vs {r.arm_a}: {verdict_text(r.verdict, r.ratio, c.min_effect)}"
     if r.n_a < 2 or r.n_b < 2:
         spread = f"; within-launch spread ±{r.within_cv:.1%}" if math.isfinite(r.within_cv) else ""
@@ -108,8 +91,7 @@ def headline(r: RatioComparison, c: Comparison) -> str:
 
 
 def why_text(a: Attribution, single: bool) -> str:
-    """Acceptance and step time behind the server ratio, with intervals; says when the server difference itself is not
-    significant (one launch per arm: no intervals)."""
+    """Acceptance and step time behind the server ratio; says when the server difference itself is not significant."""
     terms = {t.name: t for t in a.terms}
 
     def ratio(term: Term, sign: float = 1.0) -> str:
@@ -123,11 +105,10 @@ def why_text(a: Attribution, single: bool) -> str:
     settled = single or (math.isfinite(total.ci_low) and (total.ci_low > 0 or total.ci_high < 0))
     tail = ("" if settled else " — not significant: the server difference itself may be 0") + (
         " (one launch per arm: no intervals)" if single else "")
-    step = f"step time {a.cycle_ms_b:.2f} vs {a.cycle_ms_a:.2f} ms ({ratio(terms['step time'], -1.0)})"
-    if a.accept_len_a == 1.0 and a.accept_len_b == 1.0:
-        return f"why (server): no speculation; {step} → throughput {ratio(total)}{tail}"
-    return (f"why (server): accept len {a.accept_len_b:.2f} vs {a.accept_len_a:.2f} ({ratio(terms['acceptance'])}), "
-            f"{step} → throughput {ratio(total)}{tail}")
+    accept = ("no speculation;" if a.accept_len_a == 1.0 and a.accept_len_b == 1.0 else
+              f"accept len {a.accept_len_b:.2f} vs {a.accept_len_a:.2f} ({ratio(terms['acceptance'])}),")
+    return (f"why (server): {accept} step time {a.cycle_ms_b:.2f} vs {a.cycle_ms_a:.2f} ms ({ratio(terms['step time'], -1.0)}) "
+            f"→ throughput {ratio(total)}{tail}")
 
 
 def fmt_range(e: Estimate | None, count: bool = True) -> str:
@@ -135,16 +116,10 @@ def fmt_range(e: Estimate | None, count: bool = True) -> str:
     if e is None or not e.per_launch_tok_s:
         return "–"
     low, high, n = min(e.per_launch_tok_s), max(e.per_launch_tok_s), len(e.per_launch_tok_s)
-    if n == 1:
-        return f"{low:.1f}" + (" (1 launch)" if count else "")
-    return f"{low:.1f}–{high:.1f}" + (f" ({n} launches)" if count else "")
+    return (f"{low:.1f}" if n == 1 else f"{low:.1f}–{high:.1f}") + (f" ({n} launch{'es' if n > 1 else ''})" if count else "")
 
 
-ARM_HEADER = ["arm", "runs", "speculation", "client tok/s [CI]", "client per launch (min–max)", "server tok/s [CI]",
-              "server per launch (min–max)", "accept len", "step ms", "launches"]
-
-
-def arm_rows(c: Comparison) -> list[list[str]]:
+def arm_table(c: Comparison) -> Section:
     rows = []
     for a in c.arms:
         launches = max((e.n_launches for e in (a.client, a.server) if e), default=0)
@@ -155,7 +130,9 @@ def arm_rows(c: Comparison) -> list[list[str]]:
             f"{a.accept_len:.2f}" if a.accept_len is not None else "–",
             f"{a.cycle_ms:.2f}" if a.cycle_ms is not None else "–", str(launches),
         ])
-    return rows
+    return _table("Throughput per arm (geometric mean over launches)", ["arm", "runs", "speculation", "client tok/s [CI]",
+                  "client per launch (min–max)", "server tok/s [CI]", "server per launch (min–max)", "accept len", "step ms",
+                  "launches"], rows)
 
 
 # Warnings that can change the answer itself (the ratio measures something else than the arms' difference) come
@@ -168,14 +145,15 @@ ANSWER_CODES = frozenset({
 WARNING_TIERS = ("can change the answer", "change how sure it is")
 
 
+def _changes_answer(code: str) -> bool:
+    return code in ANSWER_CODES or code.startswith("doctor_")   # a broken setup changes the answer
+
+
 def ranked_warnings(c: Comparison) -> list[tuple[str, list]]:
     """[(tier, findings)] for the warning tiers that have findings, most consequential first."""
-    tiers: dict[str, list] = {tier: [] for tier in WARNING_TIERS}
-    for w in c.warnings:
-        if w.severity == "warning":
-            answer = w.code in ANSWER_CODES or w.code.startswith("doctor_")   # a broken setup changes the answer
-            tiers[WARNING_TIERS[0] if answer else WARNING_TIERS[1]].append(w)
-    return [(tier, found) for tier, found in tiers.items() if found]
+    found = [w for w in c.warnings if w.severity == "warning"]
+    tiers = [(tier, [w for w in found if _changes_answer(w.code) == answer]) for tier, answer in zip(WARNING_TIERS, (True, False))]
+    return [(tier, warnings) for tier, warnings in tiers if warnings]
 
 
 def _concerns(arms: tuple[str, ...], arm_a: str, arm_b: str, reference: str) -> bool:
@@ -189,8 +167,7 @@ def _concerns(arms: tuple[str, ...], arm_a: str, arm_b: str, reference: str) -> 
 
 
 def answer_blocks(c: Comparison) -> list[tuple[str, list[str]]]:
-    """(headline, detail lines) per comparison against the reference: the verdict with ratio, interval, p-value and
-    launches; why (acceptance × batch ÷ step time); the per-launch range of both arms. Then factorial effects."""
+    """(headline, detail lines) per comparison against the reference, then the factorial effects and the profiles."""
     arms = {a.name: a for a in c.arms}
     attributions = {(a.arm_a, a.arm_b): a for a in c.attributions}
     blocks: list[tuple[str, list[str]]] = []
@@ -207,40 +184,33 @@ def answer_blocks(c: Comparison) -> list[tuple[str, list[str]]]:
     return blocks + [(line, []) for line in _effect_lines(c) + profile_lines(c) + signals.answer_lines(c)]
 
 
-COMPARISON_HEADER = ["B vs A", "source", "A tok/s", "B tok/s", "B/A [CI]", "p", "n (launches)", "detects ≥ (80 %)",
-                     "verdict"]
-
-
-def comparison_rows(c: Comparison) -> list[list[str]]:
-    return [[
+def comparison_table(c: Comparison) -> Section:
+    rows = [[
         f"{r.arm_b} vs {r.arm_a}", r.source, f"{r.a:.1f}", f"{r.b:.1f}",
         f"{r.ratio:.3f} {fmt_interval(r.ci_low, r.ci_high)}", fmt_p(r.p_value), f"{r.n_a} vs {r.n_b}",
         f"×{r.min_detectable_ratio:.3f}" if math.isfinite(r.min_detectable_ratio) else "–",
         verdict_text(r.verdict, r.ratio, c.min_effect),
     ] for r in c.comparisons]
+    return _table(f"Comparisons against {c.reference}", ["B vs A", "source", "A tok/s", "B tok/s", "B/A [CI]", "p",
+                  "n (launches)", "detects ≥ (80 %)", "verdict"], rows, sorted({f"test — {r.source}: {r.test}" for r in c.comparisons}))
 
 
-ATTRIBUTION_HEADER = ["B vs A", "throughput", "acceptance", "batch size", "step time", "accept len A→B", "step ms A→B"]
-
-
-def attribution_rows(c: Comparison) -> list[list[str]]:
-    rows = []
-    for a in c.attributions:
-        terms = {t.name: t for t in a.terms}
-        rows.append([f"{a.arm_b} vs {a.arm_a}", fmt_term(a.total), *(fmt_term(terms[name]) for name in ATTRIBUTION_HEADER[2:5]),
-                     f"{a.accept_len_a:.2f} → {a.accept_len_b:.2f}", f"{a.cycle_ms_a:.2f} → {a.cycle_ms_b:.2f}"])
-    return rows
-
-
-def counterfactual_lines(c: Comparison) -> list[str]:
-    lines = []
-    for cf in (cf for a in c.attributions for cf in a.counterfactuals):
-        unit = "" if "accept len" in cf.text and "need" in cf.text else " tok/s"
-        lines.append(f"{cf.text} {cf.value_tok_s:.2f} [{cf.ci_low_tok_s:.2f}, {cf.ci_high_tok_s:.2f}]{unit}")
-    return lines
-
-
-PHASE_HEADER = ["arm", "phase", "mean ms [CI]", "share of the GPU cycle", "profiled cycles"]
+def attribution_tables(c: Comparison) -> list[Section]:
+    """The attribution, then its step-time term split by phase where profiled; the counterfactuals under the last."""
+    names = ["acceptance", "batch size", "step time"]
+    rows = [[f"{a.arm_b} vs {a.arm_a}", fmt_term(a.total), *(fmt_term(t) for n in names for t in a.terms if t.name == n),
+             f"{a.accept_len_a:.2f} → {a.accept_len_b:.2f}", f"{a.cycle_ms_a:.2f} → {a.cycle_ms_b:.2f}"] for a in c.attributions]
+    phase_terms = [[f"{a.arm_b} vs {a.arm_a}", t.name, fmt_term(t)] for a in c.attributions for t in a.phase_terms]
+    counterfactuals = [f"{cf.text} {cf.value_tok_s:.2f} [{cf.ci_low_tok_s:.2f}, {cf.ci_high_tok_s:.2f}]"
+                       + ("" if "accept len" in cf.text and "need" in cf.text else " tok/s")   # an accept length has no unit
+                       for a in c.attributions for cf in a.counterfactuals]
+    tables = [_table("Attribution of the server throughput ratio (acceptance × batch size ÷ step time; contributions, "
+                     "log-additive)", ["B vs A", "throughput", *names, "accept len A→B", "step ms A→B"], rows,
+                     [] if phase_terms else counterfactuals)]
+    if phase_terms:
+        tables.append(_table("Step-time term split by phase (from spec_cycles profiling)", ["B vs A", "phase",
+                             "contribution [CI]"], phase_terms, counterfactuals))
+    return tables
 
 
 def _phase_share(phase: str, share: float) -> str:
@@ -250,17 +220,17 @@ def _phase_share(phase: str, share: float) -> str:
     return "cycle + gap" if phase == "wall" else f"{share:.1%}"
 
 
-def phase_rows(c: Comparison) -> list[list[str]]:
-    return [[p.arm, p.phase, f"{p.mean_ms:.3f} {fmt_interval(p.ci_low_ms, p.ci_high_ms)}", _phase_share(p.phase, p.share),
+def phase_table(c: Comparison) -> Section:
+    rows = [[p.arm, p.phase, f"{p.mean_ms:.3f} {fmt_interval(p.ci_low_ms, p.ci_high_ms)}", _phase_share(p.phase, p.share),
              str(p.n_rows)] for p in c.phases]
+    return _table("Speculative cycle phases (spec_cycles)", ["arm", "phase", "mean ms [CI]", "share of the GPU cycle",
+                  "profiled cycles"], rows)
 
 
-EFFECT_HEADER = ["effect", "kind", "source", "levels", "ratio [CI]", "change", "verdict"]
-
-
-def effect_rows(c: Comparison) -> list[list[str]]:
-    return [[e.name, e.kind, e.source, f"{e.low} → {e.high}" if e.low or e.high else "difference of simple effects",
+def effect_table(c: Comparison) -> Section:
+    rows = [[e.name, e.kind, e.source, f"{e.low} → {e.high}" if e.low or e.high else "difference of simple effects",
              f"{e.ratio:.3f} {fmt_interval(e.ci_low, e.ci_high)}", pct(e.ratio), e.verdict] for e in c.effects]
+    return _table("Factorial effects on throughput", ["effect", "kind", "source", "levels", "ratio [CI]", "change", "verdict"], rows)
 
 
 def first_sentence(sentence: str, limit: int = 160) -> str:
@@ -303,17 +273,13 @@ def preferred(c: Comparison) -> list[RatioComparison]:
 
 def profile_lines(c: Comparison) -> list[str]:
     """One sentence per profiled arm: verify's and draft's share of the GPU cycle, and the idle gap after it."""
-    lines = []
-    by_arm: dict[str, dict[str, object]] = {}
+    by_arm: dict[str, dict] = {}
     for p in c.phases:
         by_arm.setdefault(p.arm, {})[p.phase] = p
-    for arm, phases in by_arm.items():
-        verify, draft, cycle, gap = phases.get("verify"), phases.get("draft"), phases.get("cycle"), phases.get("gap")
-        if verify and draft and cycle:
-            idle = f"; the GPU then idles {gap.mean_ms:.2f} ms before the next cycle" if gap else ""
-            lines.append(f"{arm} (profiled cycles): verify {verify.mean_ms:.2f} ms = {verify.share:.0%} of the "
-                         f"{cycle.mean_ms:.2f} ms GPU cycle, draft {draft.share:.1%}{idle}")
-    return lines
+    return [f"{arm} (profiled cycles): verify {p['verify'].mean_ms:.2f} ms = {p['verify'].share:.0%} of the "
+            f"{p['cycle'].mean_ms:.2f} ms GPU cycle, draft {p['draft'].share:.1%}"
+            + (f"; the GPU then idles {p['gap'].mean_ms:.2f} ms before the next cycle" if "gap" in p else "")
+            for arm, p in by_arm.items() if {"verify", "draft", "cycle"} <= p.keys()]
 
 
 def _effect_lines(c: Comparison) -> list[str]:
@@ -338,9 +304,7 @@ def sections(c: Comparison, brief: bool = True) -> list[Section]:
     out = [Section(f"speclogs report — {len(c.arms)} arm(s), reference {c.reference}, {c.confidence:.0%} intervals "
                    f"(Student t over launches{f', min effect {c.min_effect:.1%}' if c.min_effect > 0 else ''})", kind="title")]
     if c.ranking:
-        source = c.ranking[0].source
-        out.append(Section(f"Ranking ({source} tok/s, fastest first; ratio to the fastest, {c.confidence:.0%} CI)",
-                           header=RANKING_HEADER, rows=ranking_rows(c), kind="ranking"))
+        out.append(ranking_table(c))
     if blocks := answer_blocks(c):
         out.append(Section("Answer", items=blocks))
     tiers = ranked_warnings(c)
@@ -349,23 +313,9 @@ def sections(c: Comparison, brief: bool = True) -> list[Section]:
             for index, (tier, found) in enumerate(tiers)]
     if not tiers:
         out.append(Section("Warnings: none"))
-    out += [_table("Throughput per arm (geometric mean over launches)", ARM_HEADER, arm_rows(c)),
-            _chart("throughput", empty="no arm has a throughput estimate")]
-    if c.comparisons:
-        out.append(_table(f"Comparisons against {c.reference}", COMPARISON_HEADER, comparison_rows(c),
-                          sorted({f"test — {r.source}: {r.test}" for r in c.comparisons})))
-    if c.attributions:
-        phase_terms = [[f"{a.arm_b} vs {a.arm_a}", t.name, fmt_term(t)] for a in c.attributions for t in a.phase_terms]
-        out.append(_table("Attribution of the server throughput ratio (acceptance × batch size ÷ step time; contributions, "
-                          "log-additive)", ATTRIBUTION_HEADER, attribution_rows(c),
-                          [] if phase_terms else counterfactual_lines(c)))
-        if phase_terms:
-            out.append(_table("Step-time term split by phase (from spec_cycles profiling)",
-                              ["B vs A", "phase", "contribution [CI]"], phase_terms, counterfactual_lines(c)))
-    if c.phases:
-        out.append(_table("Speculative cycle phases (spec_cycles)", PHASE_HEADER, phase_rows(c)))
-    if c.effects:
-        out.append(_table("Factorial effects on throughput", EFFECT_HEADER, effect_rows(c)))
+    out += [arm_table(c), _chart("throughput", empty="no arm has a throughput estimate")]
+    out += ([comparison_table(c)] if c.comparisons else []) + (attribution_tables(c) if c.attributions else [])
+    out += ([phase_table(c)] if c.phases else []) + ([effect_table(c)] if c.effects else [])
     missing = [] if c.draft_positions is None or c.draft_positions.is_empty() else [
         a.name for a in c.arms if a.name not in set(c.draft_positions["arm"])]
     out += [_chart("effects", "Effects and ratios"),

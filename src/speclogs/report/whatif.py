@@ -1,5 +1,4 @@
-"""Wording of `speclogs whatif` (speclogs.analysis.whatif.WhatIf) and of the start-up breakdown
-(speclogs.analysis.startup.StartupBreakdown) as (title, header, rows) tables and lines. Formatting only."""
+"""`speclogs whatif` and the start-up breakdown as (title, header, rows) tables and lines."""
 
 from __future__ import annotations
 
@@ -26,10 +25,9 @@ def whatif_sections(result) -> list[tuple[str, list[str], list[list[str]]]]:  # 
         "What if: the cycle model (ms; P(A ≥ k) = acceptance of draft position k, measured)",
         ["draft", "from runs", "timing", "steps", "cycles", "draft ms/step", "verify 1 token", "verify ms/token",
          "extend", "other", "idle", "wall", "no-spec step", "client overhead ms/token", "P(A ≥ k)", "tail ratio"],
-        [[m.draft, ", ".join(m.source_runs), m.timing_source, str(m.steps), str(m.cycles), f"{m.draft_step_ms:.3f}",
-          f"{m.verify_1_ms:.3f}", f"{m.verify_slope_ms_per_token:.3f}", f"{m.extend_ms:.3f}", f"{m.other_ms:.3f}",
-          f"{m.idle_ms:.3f}", f"{m.wall_ms:.3f}",
-          f"{m.no_spec_step_ms:.3f}", f"{m.client_overhead_ms_per_token:.3f}",
+        [[m.draft, ", ".join(m.source_runs), m.timing_source, str(m.steps), str(m.cycles),
+          *(f"{v:.3f}" for v in (m.draft_step_ms, m.verify_1_ms, m.verify_slope_ms_per_token, m.extend_ms, m.other_ms,
+                                 m.idle_ms, m.wall_ms, m.no_spec_step_ms, m.client_overhead_ms_per_token)),
           " ".join(f"{v:.3f}" for v in m.accept_at_least), f"{m.tail_ratio:.3f}"]
          for m in result.models]))
     return sections

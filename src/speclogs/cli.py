@@ -6,16 +6,18 @@ the commands: launch runs on GPU boxes that have typer and rich but neither duck
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
 import speclogs
-from speclogs.errors import SpeclogsError
+from speclogs.errors import AnalysisError, GrammarError, SpeclogsError
+from speclogs.report import FORMATS
 
 app = typer.Typer(
     name="speclogs",
@@ -37,20 +39,6 @@ class TextFormat(str, Enum):
     json = "json"
 
 
-class ReportFormat(str, Enum):
-    terminal = "terminal"
-    json = "json"
-    md = "md"
-
-
-class SqlFormat(str, Enum):
-    table = "table"
-    csv = "csv"
-    json = "json"
-    ndjson = "ndjson"
-    parquet = "parquet"
-
-
 def _check_confidence(value: float) -> float:
     if not 0.5 <= value < 1.0:
         raise typer.BadParameter(f"{value} is not in [0.5, 1): write the coverage as a fraction, e.g. 0.95")
@@ -67,14 +55,14 @@ GrammarOption = Annotated[Optional[list[Path]], typer.Option(
     "--grammar", "-g", help="An extra grammar file, or a directory of *.toml (repeatable; checked like `speclogs grammars check`).")]
 LakeOption = Annotated[Optional[Path], typer.Option(
     "--lake", help="A lake folder (Delta tables) instead of the DuckDB file (docs/fleet.md, 'The lake'); any engine reads it.")]
-ReportFormatOption = Annotated[ReportFormat, typer.Option("--format", "-f", help="terminal, json or md (stdout).")]
+ReportFormatOption = Annotated[Literal["terminal", "json", "md"], typer.Option("--format", "-f", help="terminal, json or md (stdout).")]
 ConfidenceOption = Annotated[float, typer.Option("--confidence", callback=_check_confidence,
                                                  help="Interval coverage, e.g. 0.95 (0.5 ≤ value < 1).")]
 TrainedLayersOption = Annotated[Optional[str], typer.Option(
     "--trained-layers", help="The aux hidden-state layer ids the EAGLE-3 draft was trained on, e.g. 2,30,58 (config ids: "
     "k = layer k's output): an offset is named as the cause.")]
 # … and those of the commands that print a query result (sql, tables, runs).
-SqlFormatOption = Annotated[SqlFormat, typer.Option(
+SqlFormatOption = Annotated[Literal["table", "csv", "json", "ndjson", "parquet"], typer.Option(
     "--format", "-f", help="table (the first --limit rows; floats to 15 significant digits), csv, json (an array of "
     "objects; NaN is null), ndjson (one object a line) or parquet (needs --output).")]
 OutputOption = Annotated[Optional[Path], typer.Option(
@@ -114,8 +102,6 @@ def _stderr_console():
 
 
 def _echo_json(document: object) -> None:
-    import json
-
     typer.echo(json.dumps(document, indent=1, default=str))
 
 
@@ -153,16 +139,16 @@ def ingest(
         raise typer.BadParameter("a lake is append-only: nothing in it is replaced (ingest a changed file under a new "
                                  "name, or into a new lake)", param_hint="--replace")
     from speclogs.report.summaries import progress_bar, render_check, render_ingest_summary
+    from speclogs.store import ingest_paths
+    from speclogs.store.check import check_database
 
     with progress_bar(progress) as on_progress:
         if lake is not None:
-            from speclogs.store.lake import ingest_lake
+            from speclogs.store.lake import ingest_lake  # the fleet extra (deltalake)
 
             summary = ingest_lake(paths, lake, run_name=run_name, on_progress=on_progress, grammar_paths=grammar or (),
                                   ray=ray, num_cpus=ray_cpus)
         else:
-            from speclogs.store import ingest_paths
-
             summary = ingest_paths(paths, db, replace=replace, run_name=run_name, on_progress=on_progress,
                                    grammar_paths=grammar or (), verify=verify)
     if _wants_json(output_format, json_alias):
@@ -171,8 +157,6 @@ def ingest(
     if summary.failed:
         _print_error(f"{len(summary.failed):,} file(s) failed: " + "; ".join(summary.failed), None)
     if check_after and summary.source_files:
-        from speclogs.store.check import check_database
-
         result = check_database(db, lake=lake, sources=summary.source_files, grammar_paths=grammar or ())
         render_check(result, _stderr_console(), shown=10)
         if not result.ok:
@@ -211,7 +195,7 @@ def sql(
                                 'JOIN runs USING (run_id) GROUP BY 1"; several statements print one result each; '
                                 "'-' reads the SQL from stdin."),
     db: DbOption = DEFAULT_DB,
-    output_format: SqlFormatOption = SqlFormat.table,
+    output_format: SqlFormatOption = "table",
     output: OutputOption = None,
     force: ForceOption = False,
     limit: LimitOption = 40,
@@ -227,7 +211,7 @@ def sql(
 
 
 @app.command(epilog=_examples('speclogs tables --db 2x2.duckdb'))
-def tables(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = SqlFormat.table, output: OutputOption = None,
+def tables(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = "table", output: OutputOption = None,
            force: ForceOption = False, limit: LimitOption = 0) -> None:
     """List the database's tables and views (the contract in docs/sql.md): kind, columns, rows."""
     from speclogs.store.query import tables_sql
@@ -236,7 +220,7 @@ def tables(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = SqlFormat
 
 
 @app.command(epilog=_examples('speclogs runs --db 2x2.duckdb --format csv'))
-def runs(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = SqlFormat.table, output: OutputOption = None,
+def runs(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = "table", output: OutputOption = None,
          force: ForceOption = False, limit: LimitOption = 0) -> None:
     """List the runs: name, folder, cell and launch, SGLang / torch / NCCL versions, launcher outcome, files, lines, id."""
     from speclogs.store.query import RUNS_SQL
@@ -244,59 +228,50 @@ def runs(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = SqlFormat.t
     _print_query(db, RUNS_SQL, output_format, output, force, limit)
 
 
-def _print_query(db: Path, text: str, output_format: SqlFormat, output: Path | None, force: bool, limit: int, *,
+def _print_query(db: Path, text: str, output_format: str, output: Path | None, force: bool, limit: int, *,
                  lake: Path | None = None, show_types: bool = False) -> None:
-    """Every statement's result of `text` in the chosen format, on stdout or in --output (streamed)."""
+    """Every statement's result of `text` in the chosen format, on stdout or in --output, streamed."""
+    import io
+    from contextlib import nullcontext
+
     from speclogs.report.summaries import render_query_table
+    from speclogs.store.export import write_csv, write_json
     from speclogs.store.query import statements
 
-    if output_format is SqlFormat.parquet and output is None:
+    if output_format == "parquet" and output is None:
         raise typer.BadParameter("--format parquet writes a file: add --output FILE", param_hint="'--output'")
-    if output is not None and output_format is SqlFormat.table:
+    if output is not None and output_format == "table":
         raise typer.BadParameter("--output writes csv, json or parquet: add --format csv|json|parquet", param_hint="'--format'")
     if output is not None and output.exists() and not force:
         raise typer.BadParameter(f"{output} exists: pass --force to overwrite it", param_hint="'--output'")
     with statements(db, text, lake=lake) as results:
-        if output_format is SqlFormat.parquet and len(results) > 1:
+        if output_format == "parquet" and len(results) > 1:
             raise typer.BadParameter("a Parquet file holds one result: give one statement", param_hint="'--format'")
-        if output_format is SqlFormat.table:
+        if output_format in ("table", "parquet"):
             for index, result in enumerate(results):
-                render_query_table(result, limit, first=index == 0, show_types=show_types)
-        elif output_format is SqlFormat.parquet:
-            for result in results:
-                result.write_parquet(output)
-        else:
-            _write_results(results, output_format.value, output)
-
-
-def _write_results(results, fmt: str, output: Path | None) -> None:  # noqa: ANN001 - store.query's statement results
-    """Every result as CSV, JSON or NDJSON (one after the other) on stdout or in `output`, streamed."""
-    import io
-
-    from speclogs.store.export import write_csv, write_json
-
-    sink = open(output, "wb") if output is not None else sys.stdout.buffer
-    try:
-        for index, result in enumerate(results):
-            if index and fmt != "ndjson":
-                sink.write(b"\n")
-            if fmt == "csv":
-                sys.stdout.flush()
-                write_csv(result, sink)
-            else:
-                text_sink = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=True)
-                try:
-                    write_json(result, text_sink, ndjson=fmt == "ndjson")
-                finally:
-                    text_sink.detach()
-            sink.flush()
-    except BrokenPipeError:   # `speclogs sql … | head`: the reader has what it wanted
-        devnull = os.open(os.devnull, os.O_WRONLY)   # no second error when Python flushes stdout at exit
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    finally:
-        if output is not None:
-            sink.close()
+                if output_format == "table":
+                    render_query_table(result, limit, first=index == 0, show_types=show_types)
+                else:
+                    result.write_parquet(output)
+            return
+        sys.stdout.flush()
+        with open(output, "wb") if output is not None else nullcontext(sys.stdout.buffer) as sink:
+            stream = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=True)
+            try:
+                for index, result in enumerate(results):
+                    if index and output_format != "ndjson":
+                        stream.write("\n")
+                    if output_format == "csv":
+                        write_csv(result, sink)
+                    else:
+                        write_json(result, stream, ndjson=output_format == "ndjson")
+                    sink.flush()
+            except BrokenPipeError:   # `speclogs sql … | head`: the reader has what it wanted
+                devnull = os.open(os.devnull, os.O_WRONLY)   # no second error when Python flushes stdout at exit
+                os.dup2(devnull, sys.stdout.fileno())
+                os.close(devnull)
+            finally:
+                stream.detach()   # the sink stays open: it may be stdout
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,9 +282,6 @@ def main(argv: list[str] | None = None) -> int:
     except SpeclogsError as error:
         _print_error(str(error), error.hint)
         return 1
-    except KeyboardInterrupt as interrupt:
-        _print_error(str(interrupt) or "interrupted", None)
-        return 130
     except SystemExit as exit_:
         if exit_.code == 130:  # typer turns Ctrl-C into a silent exit 130: say what it left
             cause: BaseException | None = exit_
@@ -327,11 +299,6 @@ def _print_error(message: str, hint: str | None) -> None:
     console.print(Text.assemble(("Error:", "bold red"), " ", message), soft_wrap=True)
     if hint:
         console.print(Text(f"  hint: {hint}"), soft_wrap=True)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Commands added by other parts of speclogs go below this line (small additive edits, lazy imports).
-# ---------------------------------------------------------------------------------------------------
 
 
 # --- speclogs launch ---
@@ -357,8 +324,6 @@ def launch(
     json_alias: JsonAliasOption = False,
 ) -> None:
     """Start the SGLang server per plan launch, wait for /health 200, benchmark, stop, record run.json."""
-    import json
-
     from speclogs.errors import LaunchError
     from speclogs.launcher import Interrupted, LaunchOptions, launch_plan, load_plan
     from speclogs.report.summaries import render_launch_summary
@@ -381,7 +346,7 @@ def launch(
                      f"marked interrupted in its run.json", "run again with --resume to continue")
         raise typer.Exit(130) from None
     if _wants_json(output_format, json_alias):
-        typer.echo(json.dumps(summary.to_dict(), indent=1))
+        _echo_json(summary.to_dict())
     render_launch_summary(summary, console)
     if not no_ingest:
         try:
@@ -402,7 +367,6 @@ def launch(
 # --- speclogs report / doctor / whatif ---
 def _check_min_effect(value: str) -> str:
     from speclogs.analysis import parse_percent
-    from speclogs.errors import AnalysisError
 
     try:
         parse_percent(value, "--min-effect")
@@ -412,8 +376,6 @@ def _check_min_effect(value: str) -> str:
 
 
 def _check_outputs(paths: list[Path]) -> list[Path]:
-    from speclogs.report import FORMATS
-
     for path in paths:
         if path.suffix.lower() not in FORMATS:
             raise typer.BadParameter(f"{path}: the suffix names no report format; use one of {', '.join(sorted(FORMATS))}")
@@ -421,10 +383,8 @@ def _check_outputs(paths: list[Path]) -> list[Path]:
 
 
 def _trained_layers(text: str | None) -> list[int] | None:
-    from speclogs.doctor import parse_layers
-
     try:
-        return parse_layers(text) if text else None
+        return [int(item) for item in text.split(",") if item.strip()] if text else None
     except ValueError:
         raise typer.BadParameter(f"--trained-layers {text!r} is not a comma-separated list of integers") from None
 
@@ -440,7 +400,7 @@ def report(
     ),
     arms: list[str] = typer.Argument(None, help="More arms (so `--compare A B C` works)."),
     db: DbOption = DEFAULT_DB,
-    output_format: ReportFormatOption = ReportFormat.terminal,
+    output_format: ReportFormatOption = "terminal",
     output: list[Path] = typer.Option(
         [], "--output", "-o", callback=_check_outputs, help="Also write the report to FILE, its format from the suffix "
         "(.json, .md, .html, .txt); repeatable: every file comes from the one computation."),
@@ -469,7 +429,8 @@ def report(
     """Compare runs: which is faster, by how much, how sure, and why — ratios with intervals, attribution, factorial
     effects, warnings ranked by whether they change the answer."""
     from speclogs.analysis import compare_runs, parse_factor_options, parse_percent, parse_reference
-    from speclogs.report import render, write_report
+    from speclogs.console import report_console
+    from speclogs.report import render, render_terminal, write_report
     from speclogs.store import connect
 
     if lake is not None:
@@ -480,13 +441,10 @@ def report(
                                   ignore_env=tuple(ignore_env), allow_mixed=mixed_arms,
                                   reference_acceptance=parse_reference(reference_acceptance) if reference_acceptance else None,
                                   trained_layers=_trained_layers(trained_layers))
-    if output_format is ReportFormat.terminal:
-        from speclogs.console import report_console
-        from speclogs.report import render_terminal
-
+    if output_format == "terminal":
         render_terminal(comparison, report_console(), brief=brief)
     else:
-        sys.stdout.write(render(comparison, output_format.value))
+        sys.stdout.write(render(comparison, output_format))
     for path in [*output, *([html] if html is not None else [])]:
         write_report(comparison, path)
         _stderr_console().print(f"wrote {path}")
@@ -505,6 +463,11 @@ def doctor(
 ) -> None:
     """Check a speculative-decoding setup before the launch: algorithm flag vs the draft's architecture, aux layer
     ids vs the target's layers, hidden/vocab sizes, draft-token settings. Exit 1 when a finding is an error."""
+    from speclogs.console import make_console
+    from speclogs.doctor import check_command
+    from speclogs.launcher import doctor_plan, load_plan
+    from speclogs.report.doctor import doctor_json, render_doctor
+
     layers = _trained_layers(trained_layers)
     if not targets:
         raise typer.BadParameter("give a plan file, -- and a server command line, or --db DB and run names")
@@ -515,16 +478,9 @@ def doctor(
         with connect(db, read_only=True) as connection:
             checked = doctor_runs(connection, targets, layers)
     elif len(targets) == 1 and targets[0].endswith(".toml"):
-        from speclogs.launcher import doctor_plan, load_plan
-
         checked = [(f"cell {cell}", found) for cell, found in doctor_plan(load_plan(targets[0]), trained_layers=layers).items()]
     else:
-        from speclogs.doctor import check_command
-
         checked = [("command line", check_command(list(targets), layers))]
-    from speclogs.console import make_console
-    from speclogs.report.doctor import doctor_json, render_doctor
-
     if output_format is TextFormat.json:
         typer.echo(doctor_json(checked))
     else:
@@ -539,29 +495,26 @@ def whatif(
     runs: list[str] = typer.Argument(..., help="Run names or globs: the profiled run(s) to model from, plus any runs of "
                                      "other settings (checked against the model) and baselines (calibrate the target's step)."),
     db: DbOption = DEFAULT_DB,
-    output_format: ReportFormatOption = ReportFormat.terminal,
+    output_format: ReportFormatOption = "terminal",
     confidence: ConfidenceOption = 0.95,
 ) -> None:
     """Predict other --speculative-num-steps / --speculative-num-draft-tokens settings (topk 1) and no speculation from
     one profiled run: throughput with intervals, ranked, and the next setting worth launching (docs/whatif.md)."""
     from speclogs.analysis.whatif import whatif_for
+    from speclogs.console import report_console
+    from speclogs.report.jsonout import to_json
+    from speclogs.report.markdown import md_sections
+    from speclogs.report.terminal import render_sections
     from speclogs.report.whatif import whatif_document
     from speclogs.store import connect
 
     with connect(db, read_only=True) as connection:
         result = whatif_for(connection, runs, confidence)
-    if output_format is ReportFormat.json:
-        from speclogs.report.jsonout import to_json
-
+    if output_format == "json":
         sys.stdout.write(to_json(result) + "\n")
-    elif output_format is ReportFormat.md:
-        from speclogs.report.markdown import md_sections
-
+    elif output_format == "md":
         sys.stdout.write(md_sections(whatif_document(result)))
     else:
-        from speclogs.console import report_console
-        from speclogs.report.terminal import render_sections
-
         render_sections(whatif_document(result), report_console())
 
 
@@ -576,7 +529,6 @@ def grammars_check(
     paths: list[Path] = typer.Argument(None, help="Grammar files (.toml) or directories of them; default: the bundled grammars."),
 ) -> None:
     """Validate grammar files: every sample must match its pattern, give its expected values and not be claimed earlier."""
-    from speclogs.errors import GrammarError
     from speclogs.grammar import check_grammar_files
 
     problems = check_grammar_files(paths or [])
@@ -596,6 +548,7 @@ def grammars_list(
 ) -> None:
     """List families and patterns in priority order (first match wins), with table, scope and SGLang versions."""
     from speclogs.grammar import load_grammars
+    from speclogs.report.summaries import render_rows
 
     grammars = load_grammars(extra or [])
     keys = ("family", "pattern", "table", "scope", "versions", "gate")
@@ -604,6 +557,4 @@ def grammars_list(
     if _wants_json(output_format, json_alias):
         _echo_json(rows)
     else:
-        from speclogs.report.summaries import render_rows
-
         render_rows(keys[:5], [[row[key] for key in keys[:5]] for row in rows])

@@ -25,7 +25,8 @@ def escaped(text: str) -> str:
 
 
 class _Console(Console):
-    """A Console whose strings and Text objects print their control characters as visible characters."""
+    """A Console whose strings (render_str: also table cells) and Text objects print their control characters as
+    visible characters."""
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         super().print(*(_visible(item) for item in objects), **kwargs)
@@ -35,8 +36,6 @@ class _Console(Console):
 
 
 def _visible(item: Any) -> Any:
-    if isinstance(item, str):
-        return escaped(item)
     if isinstance(item, Text) and (shown := escaped(item.plain)) != item.plain:
         if len(shown) == len(item.plain):  # control characters only: the styles stay where they were
             item = item.copy()

@@ -36,6 +36,15 @@ MTP_AS_DRAFT = SELF_DRAFTING + ("Ernie4_5_MoeForCausalLM", "ExaoneMoEForCausalLM
                                 "Step3p5ForCausalLM", "Step3p7ForConditionalGeneration")
 NEEDS_DRAFT = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "DFLASH")
 SEVERITIES = ("error", "warning", "info")
+# the first mark an architecture name contains says its kind
+_MARKS = {"eagle3": "eagle3", "eagle": "eagle", "dflash": "dflash", "assistantforcausallm": "gemma_assistant",
+          "nextn": "mtp", "mtp": "mtp"}
+# algorithm flag → the draft kinds it runs correctly; draft kind → the flag to use, and its name
+_ACCEPTS = {"EAGLE": {"eagle", "mtp", "gemma_assistant"}, "NEXTN": {"eagle", "mtp", "gemma_assistant"},
+            "EAGLE3": {"eagle3"}, "DFLASH": {"dflash"}, "STANDALONE": {"plain"}}
+_KINDS = {"eagle3": ("EAGLE3", "an EAGLE-3 draft"), "eagle": ("EAGLE", "an EAGLE(-2) draft"),
+          "mtp": ("NEXTN", "an MTP/NextN draft"), "dflash": ("DFLASH", "a DFlash draft"),
+          "gemma_assistant": ("NEXTN", "a Gemma 4 assistant draft"), "plain": ("STANDALONE", "a plain model as draft")}
 
 
 @dataclass(frozen=True)
@@ -52,8 +61,7 @@ class DoctorFinding:
 
 @dataclass(frozen=True)
 class Model:
-    """One model's CONFIG_KEYS plus `d2t_rows` (the d2t map's length in the weights) and what `scripts/synth_pair.py`
-    built it for (`synth_*`); or `note` saying why nothing was read."""
+    """One model's facts (config_facts), or `note` saying why none were read."""
 
     role: str          # target | draft
     path: str
@@ -81,7 +89,7 @@ def arg_value(argv: list[str], flag: str) -> str | None:
 
 
 def server_settings(argv: list[str]) -> dict[str, str]:
-    """The settings the checks read from a server argv, by SGLang's field name (speculative_algorithm …)."""
+    """FLAGS' values in a server argv, by SGLang's field name."""
     out: dict[str, str] = {}
     for flag, name in FLAGS.items():
         if (value := arg_value(argv, flag)) is not None:
@@ -90,7 +98,8 @@ def server_settings(argv: list[str]) -> dict[str, str]:
 
 
 def config_facts(directory: Path, config: dict) -> dict:
-    """The CONFIG_KEYS of a config.json, the d2t length from the safetensors headers, and speclogs_synth.json's facts."""
+    """The CONFIG_KEYS of a config.json, the d2t map's length from the safetensors headers, and what
+    scripts/synth_pair.py built the model for (speclogs_synth.json)."""
     facts = {key: config[key] for key in CONFIG_KEYS if key in config}
     for weights in sorted(directory.glob("*.safetensors")):
         try:
@@ -151,20 +160,6 @@ def draft_kind(architecture: str) -> str:
     return next((kind for mark, kind in _MARKS.items() if mark in architecture.lower()), "plain")
 
 
-# the first mark an architecture name contains says its kind
-_MARKS = {"eagle3": "eagle3", "eagle": "eagle", "dflash": "dflash", "assistantforcausallm": "gemma_assistant",
-          "nextn": "mtp", "mtp": "mtp"}
-
-
-# algorithm flag → the draft kinds it runs correctly, and what to use for each other kind
-_ALGORITHM_FOR = {"eagle3": "EAGLE3", "eagle": "EAGLE", "mtp": "NEXTN", "dflash": "DFLASH", "gemma_assistant": "NEXTN",
-                  "plain": "STANDALONE"}
-_ACCEPTS = {"EAGLE": {"eagle", "mtp", "gemma_assistant"}, "NEXTN": {"eagle", "mtp", "gemma_assistant"},
-            "EAGLE3": {"eagle3"}, "DFLASH": {"dflash"}, "STANDALONE": {"plain"}}
-_KIND_NAME = {"eagle3": "an EAGLE-3 draft", "eagle": "an EAGLE(-2) draft", "mtp": "an MTP/NextN draft",
-              "dflash": "a DFlash draft", "gemma_assistant": "a Gemma 4 assistant draft", "plain": "a plain model as draft"}
-
-
 def int_or_none(value) -> int | None:
     try:
         return int(str(value).strip().strip("'\""))
@@ -199,9 +194,9 @@ def _setup_findings(settings: dict[str, str], target: Model | None, draft: Model
     if draft is not None and draft.facts is not None:
         kind = draft_kind(draft.architecture)
         if algorithm in _ACCEPTS and kind != "unknown" and kind not in _ACCEPTS[algorithm]:
-            use = _ALGORITHM_FOR[kind]
+            use, name = _KINDS[kind]
             yield DoctorFinding("algorithm_draft_mismatch", "error", f"`--speculative-algorithm {algorithm}` with "
-                                f"{_KIND_NAME[kind]} ({draft.architecture}): use {use}" + (
+                                f"{name} ({draft.architecture}): use {use}" + (
                                     "; under EAGLE the target passes one hidden state, not the three auxiliary ones, and "
                                     "the server runs healthy at accept len ≈ 1.00" if kind == "eagle3" else ""),
                                 f"launch with --speculative-algorithm {use}", flag_source)
@@ -334,11 +329,6 @@ def parse_runtime(message: str) -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
 
 
-def parse_layers(text: str) -> list[int]:
-    """`--trained-layers 2,30,58` → [2, 30, 58]; ValueError naming the bad item."""
-    return [int(item) for item in text.replace(" ", "").split(",") if item]
-
-
 def check_command(argv: list[str], trained_layers: list[int] | None = None) -> list[DoctorFinding]:
     """The checks of a server command line (`python -m sglang.launch_server …`), configs read from its local paths."""
     def source_of(name: str) -> str:
@@ -350,9 +340,8 @@ def check_command(argv: list[str], trained_layers: list[int] | None = None) -> l
 def check_settings(settings: dict[str, str], source_of: Callable[[str], str], trained_layers: list[int] | None = None,
                    models: dict | None = None, where: str = "", runtime: dict[str, str] | None = None
                    ) -> list[DoctorFinding]:
-    """Every finding for one server start, errors first. `settings`: SGLang field name → value; `source_of(field)`:
-    where a flag was set; `trained_layers`: the draft's trained aux layer ids; `models`, `where`: run.json's `models`
-    and its name for a recorded launch; `runtime`: parse_runtime's facts of what the server ran, with its `source`."""
+    """Every finding for one server start, errors first. `models`, `where`: a recorded launch's run.json `models` and
+    its name; `runtime`: parse_runtime's facts of what the server ran, with its `source`."""
     target, draft = (_model(role, (settings.get(name) or "").strip("'\""), models, where)
                      for role, name in (("target", "model_path"), ("draft", "speculative_draft_model_path")))
     loaded = (runtime or {}).get("draft", "-")

@@ -74,25 +74,18 @@ def _flag_name(flag: str) -> str:
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """A command line (as written down) with the value of every secret flag (`--api-key X`, `--hf-token=X`) and
-    every secret in a value redacted."""
+    """A command line with the value of every secret flag (`--api-key X`, `--hf-token=X`) and every secret in a value
+    redacted."""
     out: list[str] = []
-    redact_next = False
-    for part in argv:
-        part = str(part)
-        if redact_next and not part.startswith("--"):
+    for part in map(str, argv):
+        flag, equals, _ = part.partition("=")
+        if part.startswith("--") and equals and secret_name(_flag_name(flag)):
+            out.append(flag + "=" + REDACTED)
+        elif out and out[-1].startswith("--") and "=" not in out[-1] and secret_name(_flag_name(out[-1])) \
+                and not part.startswith("--"):
             out.append(REDACTED)
-            redact_next = False
-            continue
-        redact_next = False
-        if part.startswith("--") and secret_name(_flag_name(part)):
-            if "=" in part:
-                out.append(part.partition("=")[0] + "=" + REDACTED)
-            else:
-                out.append(part)
-                redact_next = True
-            continue
-        out.append(redact_text(part))
+        else:
+            out.append(redact_text(part))
     return out
 
 
@@ -114,18 +107,14 @@ def redact_json(value: Any, key: str = "") -> Any:
 
 def redact(value: Any) -> Any:
     """The one scan: text (a JSON document in text by its keys and values), a document or list; numbers as they are."""
-    if isinstance(value, str):
-        if value[:1] in ("{", "[") and SUSPECT.search(value):
-            try:
-                document = json.loads(value)
-            except ValueError:
-                return redact_text(value)
-            clean = redact_json(document)
-            return value if clean == document else json.dumps(clean)
-        return redact_text(value)
-    if isinstance(value, (Mapping, list, tuple)):
-        return redact_json(value)
-    return value
+    if isinstance(value, str) and value[:1] in ("{", "[") and SUSPECT.search(value):
+        try:
+            document = json.loads(value)
+        except ValueError:
+            return redact_text(value)
+        clean = redact_json(document)
+        return value if clean == document else json.dumps(clean)
+    return redact_json(value)
 
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*"

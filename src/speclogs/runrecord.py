@@ -1,9 +1,8 @@
-"""run.json: the launcher's record of one launch — the one module that writes it and reads it.
+"""run.json: the launcher's record of one launch — the one module that writes it and reads it. Standard library
+only (the launcher writes it on a GPU box). Fields: docs/launcher.md ("What each launch leaves").
 
-Standard library only (the launcher writes it on a GPU box). Fields: docs/launcher.md ("What each launch leaves").
-The accessors never raise: a missing or mistyped field reads as None (or an empty dict/list), so an older or
-hand-edited run.json is read for what it holds. A newer schema (`speclogs.run/2`) is read for what this reader
-recognises, and `RunRecord.schema_note` says so; a change that breaks readers gets the next number.
+A missing or mistyped field reads as None (or empty), so an older, hand-edited or newer run.json is read for what it
+holds; a change that breaks readers gets the next schema number.
 """
 
 from __future__ import annotations
@@ -15,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speclogs import __version__
+from speclogs.redact import redact_json
+
 SCHEMA = "speclogs.run/1"
 FILE_NAME = "run.json"
 
@@ -25,7 +27,7 @@ FAILED_OUTCOMES = frozenset({"failed_start", "health_timeout", "bench_failed"})
 
 
 class RunRecordError(ValueError):
-    """The text is not a run.json (not JSON, or not a JSON object); the message says which."""
+    """The text is not a run.json (not JSON, or not a JSON object)."""
 
 
 # The fields read as their type (a non-empty str, an int that is not a bool, a dict, a list) or else None …
@@ -47,7 +49,6 @@ class RunRecord:
 
     @classmethod
     def from_document(cls, document: object) -> RunRecord:
-        """A record over an already decoded JSON value (anything but an object reads as an empty record)."""
         return cls(document if isinstance(document, dict) else {})
 
     def __getattr__(self, name: str) -> Any:
@@ -82,7 +83,6 @@ class RunRecord:
 
     @property
     def gpu_names(self) -> tuple[str, ...]:
-        """Distinct GPU names from `gpus`, sorted."""
         gpus = self.document.get("gpus")
         return tuple(sorted({str(g["name"]) for g in gpus if isinstance(g, dict) and g.get("name")})) if isinstance(gpus, list) else ()
 
@@ -93,7 +93,7 @@ class RunRecord:
 
     @property
     def models(self) -> dict:
-        """`models`: role ('target', 'draft') → what run.json recorded about that model directory."""
+        """role ('target', 'draft') → what the launcher recorded about that model directory."""
         models = self.document.get("models")
         return {role: model for role, model in models.items() if isinstance(model, dict)} if isinstance(models, dict) else {}
 
@@ -119,11 +119,8 @@ IDENTITY = ("run_uid", "run_name", "plan_name", "plan_file", "cell", "launch", "
 
 def launch_record(*, run_name: str, plan_name: str | None, plan_file: str, cell: str, launch: int, factors: dict,
                   order_index: int, previous: RunRecord | None, stamps: tuple[str, ...], **fields: Any) -> dict[str, Any]:
-    """A new launch's document: its identity (a new run_uid), the attempts before it (from `previous`, the record
-    the launch left last time), its timestamps (`stamps`, unset), outcome `running` until finish_record; `fields`
-    are what the writer records besides (docs/launcher.md)."""
-    from speclogs import __version__
-
+    """A new launch's document, outcome `running` until finish_record; `previous`: the record this launch left last
+    time (its attempt is kept); `fields`: what the writer records besides (docs/launcher.md)."""
     attempts = list(previous.previous_attempts) if previous is not None else []
     if previous is not None:
         attempts.append({key: previous.document.get(key) for key in ("run_uid", "outcome", "outcome_detail", "timestamps")})
@@ -136,9 +133,7 @@ def launch_record(*, run_name: str, plan_name: str | None, plan_file: str, cell:
 
 
 def node_record(launch: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    """The document of one node of a multi-node launch: the launch's identity, outcome `running`, and `fields`."""
-    from speclogs import __version__
-
+    """The document of one node of a multi-node launch."""
     return {"speclogs_version": __version__, **{key: launch[key] for key in IDENTITY}, "outcome": "running",
             "outcome_detail": "", "complete": False, **fields}
 
@@ -149,7 +144,6 @@ def finish_record(record: dict[str, Any], outcome: str, detail: str) -> None:
 
 
 def parse_run_record(text: str) -> RunRecord:
-    """The record in a run.json's text. Raises RunRecordError when it is not JSON or not a JSON object."""
     try:
         document = json.loads(text)
     except ValueError as error:
@@ -160,7 +154,7 @@ def parse_run_record(text: str) -> RunRecord:
 
 
 def read_run_json(run_dir: str | Path) -> RunRecord | None:
-    """The record in run_dir/run.json; None when there is none or it cannot be read as one."""
+    """None when there is none or it cannot be read as one."""
     try:
         return parse_run_record((Path(run_dir) / FILE_NAME).read_text(encoding="utf-8", errors="replace"))
     except (OSError, RunRecordError):
@@ -168,11 +162,8 @@ def read_run_json(run_dir: str | Path) -> RunRecord | None:
 
 
 def write_run_json(run_dir: str | Path, record: dict[str, Any]) -> Path:
-    """Write run_dir/run.json: the schema first, then `record`, secrets redacted (names, values, flags —
-    speclogs.redact); through a temporary file renamed over the old one, so that no reader sees half a file.
-    OSError (ENOSPC …) propagates."""
-    from speclogs.redact import redact_json
-
+    """Write run_dir/run.json, secrets redacted, through a temporary file renamed over the old one (no reader sees
+    half a file). OSError (ENOSPC …) propagates."""
     path = Path(run_dir) / FILE_NAME
     document = {"schema": SCHEMA, **{key: value for key, value in record.items() if key != "schema"}}
     tmp = path.with_name(path.name + ".tmp")

@@ -19,11 +19,6 @@ _ADD = re.compile(r"ALTER TABLE (\w+) ADD COLUMN (?:IF NOT EXISTS )?(\w+) ([A-Z]
 _COLUMN = re.compile(r"^\s*(\w+) ([A-Z]+)")
 
 
-def base_version() -> int:
-    """The schema version schema.sql itself is at (its first line says it)."""
-    return int(_BASE_VERSION.search(SCHEMA_SQL.read_text(encoding="utf-8").splitlines()[0]).group(1))
-
-
 def migrations() -> list[tuple[int, str, str]]:
     """(version, name, SQL) of the migrations after schema.sql, in order."""
     found = []
@@ -34,7 +29,8 @@ def migrations() -> list[tuple[int, str, str]]:
 
 
 def schema_version() -> int:
-    return max([base_version(), *(version for version, _, _ in migrations())])
+    base = int(_BASE_VERSION.search(SCHEMA_SQL.read_text(encoding="utf-8").splitlines()[0]).group(1))   # its first line
+    return max([base, *(version for version, _, _ in migrations())])
 
 
 @lru_cache(maxsize=1)

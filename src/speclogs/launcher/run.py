@@ -212,8 +212,7 @@ def server_argv(plan: Plan, spec: LaunchSpec, run_dir: Path | None = None) -> li
     """The exact argv of the server process for this launch (profile wrapper included); `run_dir` is where
     `[metrics] request_export` has SGLang write its per-request file."""
     argv = [sys.executable if part == PYTHON_PLACEHOLDER else part for part in plan.command]
-    model_path = spec.cell.model_path or plan.model_path
-    if model_path:
+    if model_path := spec.cell.model_path or plan.model_path:
         argv += ["--model-path", model_path]
     argv += [*plan.args, *spec.cell.args]
     if "--port" not in argv:
@@ -384,9 +383,8 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
     run_dir.mkdir(parents=True, exist_ok=True)
     argv = server_argv(plan, spec, run_dir)
     host, probe_host, port = probe_address(plan, argv)
-    fields: dict = {"files": {"server_log": "server.log", "bench": "bench.jsonl"}, "doctor": [f.to_dict() for f in findings]}
-    if machine.design is not None:
-        fields["adaptive"] = machine.design
+    fields: dict = {"files": {"server_log": "server.log", "bench": "bench.jsonl"}, "doctor": [f.to_dict() for f in findings],
+                    "adaptive": machine.design}
     if plan.nodes is not None:
         from speclogs.launcher import multinode
 
@@ -531,8 +529,7 @@ def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, record: dict, d
     base_url = f"http://{probe_host}:{port}"
     if deadline is not None and time.monotonic() > deadline:
         raise _DeadlineReached()
-    stamps = record["timestamps"]
-    stamps["bench_start"] = runinfo.now_iso()
+    record["timestamps"]["bench_start"] = runinfo.now_iso()
     windows = Windows(base_url, run_dir, scrape=record["metrics"]["scrape"], every_s=plan.metrics.scrape_every_s,
                       timeout_s=plan.metrics.scrape_timeout_s, say=lambda m: say(f"{spec.run_name}: {m}"))
 
@@ -567,7 +564,7 @@ def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, record: dict, d
             if code != 0:
                 raise LaunchFailed("bench_failed", detail, hint=f"see {run_dir / 'bench_serving.log'}")
     finally:
-        stamps["bench_end"] = runinfo.now_iso()
+        record["timestamps"]["bench_end"] = runinfo.now_iso()
         windows.close()
         record["windows"] = windows.records
         record["files"]["metrics"] = windows.files()

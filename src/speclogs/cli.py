@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 import typer
 
 import speclogs
-from speclogs.errors import AnalysisError, GrammarError, SpeclogsError
+from speclogs.errors import AnalysisError, GrammarError, LaunchError, SpeclogsError
 from speclogs.report import FORMATS
 
 app = typer.Typer(
@@ -34,11 +33,6 @@ app = typer.Typer(
 DEFAULT_DB = Path("speclogs.duckdb")
 
 
-class TextFormat(str, Enum):
-    text = "text"
-    json = "json"
-
-
 def _check_confidence(value: float) -> float:
     if not 0.5 <= value < 1.0:
         raise typer.BadParameter(f"{value} is not in [0.5, 1): write the coverage as a fraction, e.g. 0.95")
@@ -47,9 +41,9 @@ def _check_confidence(value: float) -> float:
 
 # Options shared by several commands, defined once.
 DbOption = Annotated[Path, typer.Option("--db", help="The speclogs DuckDB file.")]
-TextFormatOption = Annotated[
-    TextFormat, typer.Option("--format", "-f", help="text (a summary on stderr) or json (the summary as JSON on stdout).")
-]
+TextFormat = Literal["text", "json"]
+TextFormatOption = Annotated[TextFormat, typer.Option(
+    "--format", "-f", help="text (a summary on stderr) or json (the summary as JSON on stdout).")]
 JsonAliasOption = Annotated[bool, typer.Option("--json", hidden=True, help="Same as --format json.")]
 GrammarOption = Annotated[Optional[list[Path]], typer.Option(
     "--grammar", "-g", help="An extra grammar file, or a directory of *.toml (repeatable; checked like `speclogs grammars check`).")]
@@ -78,7 +72,7 @@ def _examples(*commands: str) -> str:
 
 
 def _wants_json(output_format: TextFormat, json_alias: bool) -> bool:
-    return json_alias or output_format is TextFormat.json
+    return json_alias or output_format == "json"
 
 
 def _print_version(value: bool) -> None:
@@ -116,7 +110,7 @@ def ingest(
     replace: bool = typer.Option(False, "--replace", help="Re-ingest files already in the database (their rows are deleted first)."),
     verify: bool = typer.Option(False, "--verify", help="Read and hash every file, also those whose size, mtime and inode "
                                 "are as stored (skipped unread otherwise)."),
-    output_format: TextFormatOption = TextFormat.text,
+    output_format: TextFormatOption = "text",
     json_alias: JsonAliasOption = False,
     run_name: Optional[str] = typer.Option(None, "--run-name", help="Make every input of this call ONE run with this name "
                                            "(default: the log stem, or run.json in a launch directory)."),
@@ -168,7 +162,7 @@ def ingest(
 @app.command(epilog=_examples('speclogs check --db 2x2.duckdb'))
 def check(
     db: DbOption = DEFAULT_DB,
-    output_format: TextFormatOption = TextFormat.text,
+    output_format: TextFormatOption = "text",
     json_alias: JsonAliasOption = False,
     show: int = typer.Option(10, "--show", min=0, help="How many of the lines that lost something to print."),
     grammar: GrammarOption = None,
@@ -320,27 +314,21 @@ def launch(
     force: bool = typer.Option(False, "--force", help="Launch although `speclogs doctor` finds an error in a cell's setup."),
     no_ingest: bool = typer.Option(False, "--no-ingest", help="Do not ingest the outputs at the end (GPU box without duckdb)."),
     db: DbOption = DEFAULT_DB,
-    output_format: TextFormatOption = TextFormat.text,
+    output_format: TextFormatOption = "text",
     json_alias: JsonAliasOption = False,
 ) -> None:
     """Start the SGLang server per plan launch, wait for /health 200, benchmark, stop, record run.json."""
-    from speclogs.errors import LaunchError
     from speclogs.launcher import Interrupted, LaunchOptions, launch_plan, load_plan
+    from speclogs.launcher.adaptive import parse_until
     from speclogs.report.summaries import render_launch_summary
 
     console = _stderr_console()
-
-    def say(message: str) -> None:
-        console.print(message, soft_wrap=True)
-
-    from speclogs.launcher.adaptive import parse_until
-
     loaded = load_plan(plan)
     options = LaunchOptions(out_dir=out or Path("runs") / loaded.name, resume=resume, retry_failed=retry_failed,
                             only=tuple(only), max_launches=max_launches, max_minutes=max_minutes,
                             until=parse_until(until) if until is not None else None, force=force)
     try:
-        summary = launch_plan(loaded, options, progress=say)
+        summary = launch_plan(loaded, options, progress=lambda message: console.print(message, soft_wrap=True))
     except Interrupted as stop:
         _print_error(f"interrupted ({stop.args[0] if stop.args else 'Ctrl-C'}): the server was stopped, the launch is "
                      f"marked interrupted in its run.json", "run again with --resume to continue")
@@ -459,7 +447,7 @@ def doctor(
     db: Optional[Path] = typer.Option(None, "--db", help="Check ingested runs of this speclogs DuckDB file (run.json "
                                       "models + the logged server args)."),
     trained_layers: TrainedLayersOption = None,
-    output_format: TextFormat = typer.Option(TextFormat.text, "--format", "-f", help="text, or json (the findings)."),
+    output_format: TextFormat = typer.Option("text", "--format", "-f", help="text, or json (the findings)."),
 ) -> None:
     """Check a speculative-decoding setup before the launch: algorithm flag vs the draft's architecture, aux layer
     ids vs the target's layers, hidden/vocab sizes, draft-token settings. Exit 1 when a finding is an error."""
@@ -481,7 +469,7 @@ def doctor(
         checked = [(f"cell {cell}", found) for cell, found in doctor_plan(load_plan(targets[0]), trained_layers=layers).items()]
     else:
         checked = [("command line", check_command(list(targets), layers))]
-    if output_format is TextFormat.json:
+    if output_format == "json":
         typer.echo(doctor_json(checked))
     else:
         render_doctor(checked, make_console())
@@ -543,7 +531,7 @@ def grammars_check(
 @grammars_app.command("list", epilog=_examples('speclogs grammars list --format json'))
 def grammars_list(
     extra: GrammarOption = None,
-    output_format: Annotated[TextFormat, typer.Option("--format", "-f", help="text (a table) or json.")] = TextFormat.text,
+    output_format: Annotated[TextFormat, typer.Option("--format", "-f", help="text (a table) or json.")] = "text",
     json_alias: JsonAliasOption = False,
 ) -> None:
     """List families and patterns in priority order (first match wins), with table, scope and SGLang versions."""

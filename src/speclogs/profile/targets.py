@@ -152,18 +152,16 @@ class SourceIndex:
             module_name, class_name = module.imports[class_name]
         return None
 
-    def lineage(self, cls: ClassDef) -> Iterator[ClassDef]:
+    def lineage(self, cls: ClassDef, seen: set[tuple[str, str]] | None = None) -> Iterator[ClassDef]:
         """`cls` and its bases found in the sources, depth first; a base's module is parsed only when reached."""
-        seen = set()
-        pending = [cls]
-        while pending:
-            current = pending.pop(0)
-            if (current.module, current.node.name) in seen:
-                continue
-            seen.add((current.module, current.node.name))
-            yield current
-            bases = [self.find_class(current.module, base.id) for base in current.node.bases if isinstance(base, ast.Name)]
-            pending[0:0] = [base for base in bases if base is not None]
+        seen = set() if seen is None else seen
+        if (cls.module, cls.node.name) in seen:
+            return
+        seen.add((cls.module, cls.node.name))
+        yield cls
+        for base in cls.node.bases:
+            if isinstance(base, ast.Name) and (found := self.find_class(cls.module, base.id)) is not None:
+                yield from self.lineage(found, seen)
 
 
 def _parse_module(name: str, source: str | None) -> _Module | None:
@@ -234,12 +232,11 @@ def _positional_params(function: Function) -> tuple[str, ...]:
 @dataclasses.dataclass(frozen=True)
 class MethodFacts:
     """A method as found: the class defining it, its positional parameters after `self` (`*args` as `*name`), the
-    annotations of the first and of the return, and (cycle only) which phase calls it makes."""
+    first one's annotation, and (cycle only) which phase calls it makes."""
 
     defined_in: str
     params: tuple[str, ...]
     first_annotation: str | None = None
-    return_annotation: str | None = None
     self_calls: tuple[str, ...] = ()
 
 
@@ -271,7 +268,6 @@ def _method_facts(function: Function, owner: ClassDef, phase_calls: set[str]) ->
         defined_in=owner.node.name,
         params=_positional_params(function) + ((f"*{args.vararg.arg}",) if args.vararg is not None else ()),
         first_annotation=ast.unparse(first[0].annotation) if first and first[0].annotation is not None else None,
-        return_annotation=ast.unparse(function.returns) if function.returns is not None else None,
         self_calls=tuple(sorted({ast.unparse(node.func) for node in ast.walk(function) if isinstance(node, ast.Call)} & phase_calls)),
     )
 
@@ -303,9 +299,8 @@ def observe_worker(target: WorkerTarget, sources: SourceIndex) -> WorkerFacts:
 
 def _observe_members(check: MemberCheck, sources: SourceIndex, module: str, cycle: MethodFacts | None) -> MemberFacts | None:
     refs = list(check.classes)
-    if cycle is not None:  # the class the cycle's annotations name first
-        annotated = {"batch": cycle.first_annotation, "result": cycle.return_annotation}.get(check.role)
-        refs.sort(key=lambda ref: ref.name != annotated)
+    if cycle is not None:  # the batch class the cycle's annotation names first
+        refs.sort(key=lambda ref: ref.name != cycle.first_annotation)
     parsed = sources.module(module)
     imported = [ref for ref in refs if parsed is not None and (ref.name in parsed.imports or ref.name in parsed.classes)]
     for ref, where in [(ref, module) for ref in imported] + [(ref, ref.module) for ref in refs]:

@@ -119,10 +119,8 @@ def render_query_table(result, limit: int, *, first: bool = True, show_types: bo
     if not first:
         console.print()
     rows = result.head(limit + 1) if limit else [row for batch in result.batches() for row in batch]
-    more = 0
-    if limit and len(rows) > limit:
-        rows = rows[:limit]
-        more = result.count() - limit
+    more = result.count() - limit if limit and len(rows) > limit else 0
+    rows = rows[:limit] if more else rows
     table = Table(show_edge=False, pad_edge=False)
     cells = [[cell(value, type_name) for value, type_name in zip(row, result.types)] for row in rows]
 

@@ -681,8 +681,7 @@ def test_runtime_facts_name_the_worker_the_algorithm_and_the_captured_layers():
     from speclogs.profile.hook import runtime_facts
 
     class EAGLEWorkerV2:
-        draft_model = type("LlamaForCausalLMEagle3", (), {})()
-        draft_worker = SimpleNamespace(draft_runner=SimpleNamespace(model=draft_model))
+        draft_model_runner = SimpleNamespace(model=type("LlamaForCausalLMEagle3", (), {})())
 
     target = SimpleNamespace(capture_aux_hidden_states=True, model=SimpleNamespace(layers_to_capture=[3, 9, 15]))
     scheduler = SimpleNamespace(draft_worker=EAGLEWorkerV2(), spec_algorithm=SimpleNamespace(name="EAGLE3"),

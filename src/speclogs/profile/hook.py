@@ -255,7 +255,8 @@ def runtime_facts(scheduler: Any) -> dict[str, str]:
     algorithm = getattr(scheduler, "spec_algorithm", None) or _attribute_path(scheduler, ("server_args", "speculative_algorithm"))
     model = _attribute_path(scheduler, ("tp_worker", "model_runner", "model"))
     captured = _attribute_path(model, ("model", "layers_to_capture")) if getattr(model, "capture_aux_hidden_states", False) else None
-    paths = (("draft_worker", "draft_runner", "model"), ("draft_runner", "model"))
+    # the V1 EAGLEWorker (run, not profiled) keeps its draft runner itself; EAGLEWorkerV2 behind its own draft worker
+    paths = (("draft_model_runner", "model"), ("draft_worker", "draft_runner", "model"), ("draft_runner", "model"))
     draft_model = next((m for m in (_attribute_path(worker, p) for p in paths) if m is not None), None)
     return {
         "worker": "-" if worker is None else f"{type(worker).__module__}.{type(worker).__name__}",

@@ -70,9 +70,7 @@ def warning_lines(warnings: list[str], most: int = 10) -> list[str]:
     by kind (their text with file, quoted names and numbers taken out), most frequent first: one example and a count."""
     renames = [w for w in warnings if w.startswith("run name '")]
     groups: dict[str, list[tuple[str, str]]] = {}
-    for warning in warnings:
-        if warning in renames:
-            continue
+    for warning in (w for w in warnings if w not in renames):
         path, _, message = warning.partition(": ")
         if not message or not ("/" in path or "." in path):
             path, message = "", warning

@@ -123,7 +123,6 @@ def current() -> Instrumentation | None:
     return _state
 
 
-# -- wrappers ---------------------------------------------------------------------------------
 def _wraps(original: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """functools.wraps, plus the mark `is_wrapped` reads (SGLang's own decorators set `__wrapped__` too)."""
     def decorate(wrapper: Callable[..., Any]) -> Callable[..., Any]:
@@ -303,7 +302,6 @@ def patch_scheduler(state: Instrumentation, module: types.ModuleType) -> None:
                                     lambda self, rank: _on_scheduler_init(state, self, rank))
 
 
-# -- the import hook ---------------------------------------------------------------------------
 class _PatchingLoader(importlib.abc.Loader):
     """Runs the real loader, then the patcher; everything else is the real loader's."""
 

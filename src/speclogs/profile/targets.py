@@ -120,7 +120,6 @@ WORKER_TARGETS = (
 SCHEDULER_TARGET = SchedulerTarget("sglang.srt.managers.scheduler", "Scheduler", "draft_worker", (RANK_ARGUMENT, RANK_CONTEXT))
 
 
-# -- reading sources ---------------------------------------------------------------------------
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
@@ -228,7 +227,6 @@ def _positional_params(function: Function) -> tuple[str, ...]:
     return tuple(a.arg for a in [*function.args.posonlyargs, *function.args.args][1:])
 
 
-# -- facts -------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class MethodFacts:
     """A method as found: the class defining it, its positional parameters after `self` (`*args` as `*name`), the
@@ -328,7 +326,6 @@ def _rank_sources(
     return tuple(source.label for source in declared if available(source))
 
 
-# -- the check ---------------------------------------------------------------------------------
 def check_worker(target: WorkerTarget, facts: WorkerFacts) -> list[str]:
     """Why the hook cannot wrap `target` given `facts`: one phrase per problem; [] when it can."""
     if not facts.module_found:
@@ -379,7 +376,6 @@ def plan_worker(target: WorkerTarget, facts: WorkerFacts) -> WorkerPlan:
     )
 
 
-# -- the scheduler -----------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class SchedulerFacts:
     module_found: bool

@@ -35,10 +35,8 @@ TABLE_END = "<!-- profile-compat:end -->"
 DIST_NAME = re.compile(r"^sglang-(?P<version>\d+(?:\.\d+)*(?:\.post\d+)?)(?:-|\.tar\.gz$)")
 VERSION = re.compile(r"^(?P<release>\d+(?:\.\d+)*)(?:\.post(?P<post>\d+))?$")
 TARGET_COLUMNS = {
-    "eagle_v2": "`EAGLEWorkerV2` (overlap on)",
-    "multi_layer_eagle_v2": "`MultiLayerEagleWorkerV2` (overlap on)",
-    "eagle_v1": "`EAGLEWorker` (overlap off)",
-    "multi_layer_eagle_v1": "`MultiLayerEagleWorker` (overlap off)",
+    "eagle_v2": "`EAGLEWorkerV2`",
+    "multi_layer_eagle_v2": "`MultiLayerEagleWorkerV2`",
 }
 
 
@@ -48,7 +46,7 @@ class CompatError(Exception):
 
 def targets_digest() -> str:
     """A short fingerprint of the hook's declarations: a results file made with other targets is stale."""
-    text = repr((targets.WORKER_TARGETS, targets.SCHEDULER_TARGET, targets._BATCH, targets._FORWARD_MODE, targets._VERIFY_INPUT))
+    text = repr((targets.WORKER_TARGETS, targets.SCHEDULER_TARGET, targets.MEMBER_CHECKS))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -16,7 +16,7 @@ import pytest
 from speclogs.profile import hook, targets
 from speclogs.profile.targets import SourceIndex
 
-EAGLE_V2, _, EAGLE_V1, _ = targets.WORKER_TARGETS
+EAGLE_V2, _ = targets.WORKER_TARGETS
 
 
 class Stream:
@@ -93,50 +93,10 @@ MEMBERS = {
     """,
     "sglang.srt.managers.utils": """
         class GenerationBatchResult:
-            def __init__(self, accept_lens=None, num_accepted_tokens=0):
+            def __init__(self, accept_lens=None):
                 self.accept_lens = accept_lens
-                self.num_accepted_tokens = num_accepted_tokens
-    """,
-    "sglang.srt.managers.tp_worker": """
-        class TpModelWorker:
-            def __init__(self, server_args, gpu_id, tp_rank):
-                self.tp_rank = tp_rank
     """,
 }
-
-# 0.5.9 with --disable-overlap-schedule: the worker is its own draft runner, verify(batch, spec_info)
-# gets the verify input, and the result carries a host count of accepted drafts (bonus excluded).
-V1_WORKER = """
-    from sglang.srt.managers.schedule_batch import ScheduleBatch
-    from sglang.srt.managers.tp_worker import TpModelWorker
-    from sglang.srt.managers.utils import GenerationBatchResult
-    from sglang.srt.speculative.eagle_info import EagleVerifyInput
-
-    class EAGLEWorker(TpModelWorker):
-        def __init__(self, server_args, gpu_id, tp_rank, nccl_port=None, target_worker=None):
-            super().__init__(server_args, gpu_id, tp_rank)
-
-        def forward_batch_generation(self, batch: ScheduleBatch):
-            if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
-                gpu.launch(5.0)
-                return GenerationBatchResult(num_accepted_tokens=0)
-            gpu.launch(0.1)
-            spec_info = self.draft(batch)
-            accepted = self.verify(batch, spec_info)
-            self.forward_draft_extend_after_decode(batch)
-            return GenerationBatchResult(num_accepted_tokens=accepted)
-
-        def draft(self, batch):
-            gpu.launch(0.4)
-            return EagleVerifyInput(draft_token_num=4)
-
-        def verify(self, batch, spec_info):
-            gpu.launch(1.2)
-            return 5
-
-        def forward_draft_extend_after_decode(self, batch):
-            gpu.launch(0.3)
-"""
 
 # 0.5.4's overlap worker: the batch is `model_worker_batch`, tp_rank is only an __init__ argument.
 V2_0_5_4 = """
@@ -254,30 +214,6 @@ def run_cycles(worker, batch_class, cycles, *, by_keyword=None):
             worker.forward_batch_generation(batch)
 
 
-def test_the_overlap_off_worker_is_timed_with_sglangs_host_count_and_the_verify_arguments_width(
-    fake_sglang, caplog
-):
-    caplog.set_level(logging.INFO)
-    state = fake_sglang(sglang__srt__speculative__eagle_worker=V1_WORKER)
-    module = sys.modules[EAGLE_V1.module]
-    hook.patch_worker_module(state, EAGLE_V1, module)
-    worker = module.EAGLEWorker(None, 0, 0)
-    batch_class = sys.modules["sglang.srt.managers.schedule_batch"].ScheduleBatch
-    worker.forward_batch_generation(batch_class("extend", 2))
-    run_cycles(worker, batch_class, 3)
-
-    assert profiler_lines(caplog) == [
-        "speclogs profiler: active (EAGLEWorker, every=1, sglang 0.5.9)",
-        "speclogs profiler: sglang 0.5.9 is not a verified version (verified: 0.5.14); its EAGLE "
-        "worker has the expected methods, check the phase times before trusting them",
-        *(
-            f"speclogs spec_cycle cycle={n} bs=2 draft_ms=0.400 verify_ms=1.200 extend_ms=0.300 "
-            "other_ms=0.100 gap_ms=0.000 cycle_ms=2.000 accepted=5 proposed=6"
-            for n in (1, 2)  # cycle 3 resolves at the start of cycle 4
-        ),
-    ]
-
-
 def test_a_batch_passed_by_keyword_and_a_rank_given_only_to_init_are_understood(fake_sglang, caplog):
     caplog.set_level(logging.INFO)
     state = fake_sglang(sglang__srt__speculative__eagle_worker_v2=V2_0_5_4)
@@ -351,8 +287,7 @@ def test_a_subclass_with_its_own_cycle_is_not_timed_and_the_scheduler_says_why(f
         "speclogs profiler: disabled: speculative worker "
         "sglang.srt.speculative.frozen_kv_mtp_worker_v2.FrozenKVMTPWorkerV2 (speculative_algorithm="
         "sglang.srt.speculative.frozen_kv_mtp_worker_v2) is not supported; supported: EAGLEWorkerV2, "
-        "MultiLayerEagleWorkerV2, EAGLEWorker, MultiLayerEagleWorker and their subclasses that keep "
-        "the wrapped cycle and verify (docs/profiling.md lists the SGLang releases)"
+        "MultiLayerEagleWorkerV2 and their subclasses that keep the wrapped cycle and verify (docs/profiling.md lists the SGLang releases)"
     ]
     assert state.profiler is None
 

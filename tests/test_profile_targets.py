@@ -17,7 +17,7 @@ from speclogs.profile.targets import SourceIndex, WorkerFacts
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import profile_compat as compat  # noqa: E402  (the script that writes the compatibility table)
 
-EAGLE_V2, MULTI_LAYER_V2, EAGLE_V1, _ = targets.WORKER_TARGETS
+EAGLE_V2, MULTI_LAYER_V2 = targets.WORKER_TARGETS
 
 # Where the classes the wrappers read members of live (sglang/srt/…), as in 0.5.9 … 0.5.23.
 MEMBER_SOURCES = {
@@ -50,7 +50,6 @@ MEMBER_SOURCES = {
     "sglang.srt.managers.utils": """
         class GenerationBatchResult:
             accept_lens: object = None
-            num_accepted_tokens: int = 0
     """,
     "sglang.srt.managers.scheduler": """
         from sglang.srt.managers.utils import GenerationBatchResult
@@ -91,36 +90,6 @@ BASE_SPEC_WORKER = """
         def draft_worker(self): ...
 """
 
-V1_0_5_9 = """
-    from sglang.srt.managers.schedule_batch import ScheduleBatch
-    from sglang.srt.managers.tp_worker import TpModelWorker
-    from sglang.srt.managers.scheduler import GenerationBatchResult
-
-    class EAGLEWorker(TpModelWorker):
-        def __init__(self, server_args, gpu_id, tp_rank, dp_rank, moe_ep_rank, nccl_port, target_worker):
-            super().__init__(server_args, gpu_id, tp_rank)
-
-        def forward_batch_generation(self, batch: ScheduleBatch) -> GenerationBatchResult:
-            if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
-                return self.forward_target_extend(batch)
-            spec_info = self.draft(batch)
-            logits_output, verify_output, _ = self.verify(batch, spec_info)
-            self.forward_draft_extend_after_decode(batch)
-            return GenerationBatchResult(num_accepted_tokens=sum(verify_output.accept_length_per_req_cpu))
-
-        def draft(self, batch: ScheduleBatch): ...
-        def verify(self, batch: ScheduleBatch, spec_info): ...
-        def forward_draft_extend_after_decode(self, batch: ScheduleBatch): ...
-"""
-TP_WORKER = """
-    class TpModelWorker:
-        def __init__(self, server_args, gpu_id, tp_rank):
-            self.tp_rank = tp_rank
-
-        def forward_batch_generation(self, model_worker_batch, skip_sample=False): ...
-"""
-
-
 def sources(**modules: str) -> SourceIndex:
     """A SourceIndex over MEMBER_SOURCES plus `modules` (keyword names use `__` for dots)."""
     texts = {name: textwrap.dedent(text) for name, text in MEMBER_SOURCES.items()}
@@ -147,8 +116,7 @@ def test_the_0_5_14_layout_passes_and_the_plan_reads_the_batch_accept_lens_and_s
     assert targets.check_worker(EAGLE_V2, facts) == []
     assert compat.verdict(EAGLE_V2, facts) == "supported"
     plan = targets.plan_worker(EAGLE_V2, facts)
-    assert (plan.cycle_batch_param, plan.verify_input_position) == ("batch", None)
-    assert (plan.rank_source.label, plan.accepted_field) == ("self.tp_rank", "accept_lens")
+    assert (plan.cycle_batch_param, plan.verify_batch_param, plan.rank_source.label) == ("batch", "batch", "self.tp_rank")
     assert facts.members["result"].module == "sglang.srt.managers.utils"  # followed the re-export
 
 
@@ -198,26 +166,18 @@ def test_without_any_rank_source_the_worker_is_refused():
     ]
 
 
-def test_the_overlap_off_worker_finds_its_rank_in_a_base_class_and_its_width_in_the_spec_info_argument():
-    tree = sources(
-        sglang__srt__speculative__eagle_worker=V1_0_5_9, sglang__srt__managers__tp_worker=TP_WORKER
+def test_a_rank_set_in_a_base_class_counts_and_an_inherited_cycle_is_not_a_speculative_cycle():
+    source = V2_0_5_14.replace("            self.tp_rank = tp_rank\n", "").replace(
+        "def forward_batch_generation(", "def forward_batch_speculative_generation("
     )
-    facts = targets.observe_worker(EAGLE_V1, tree)
+    base = BASE_SPEC_WORKER + "\n        def __init__(self, tp_rank):\n            self.tp_rank = tp_rank\n\n" \
+        "        def forward_batch_generation(self, batch): ...\n"
+    tree = sources(sglang__srt__speculative__eagle_worker_v2=source, sglang__srt__speculative__base_spec_worker=base)
+    facts = targets.observe_worker(EAGLE_V2, tree)
 
-    assert targets.check_worker(EAGLE_V1, facts) == []
-    plan = targets.plan_worker(EAGLE_V1, facts)
-    assert plan.verify_input_position == 1  # verify(batch, spec_info)
-    assert plan.rank_source.label == "self.tp_rank"  # set by TpModelWorker.__init__
-    assert (plan.accepted_field, plan.target.accepted_per_request) == ("num_accepted_tokens", False)
-
-
-def test_a_cycle_inherited_from_tp_model_worker_is_not_a_speculative_cycle():
-    # 0.5.1 / 0.5.2: the cycle was EAGLEWorker.forward_batch_speculative_generation
-    source = V1_0_5_9.replace("def forward_batch_generation(", "def forward_batch_speculative_generation(")
-    tree = sources(sglang__srt__speculative__eagle_worker=source, sglang__srt__managers__tp_worker=TP_WORKER)
-
-    assert check(EAGLE_V1, tree) == [
-        "EAGLEWorker.forward_batch_generation is inherited from TpModelWorker, not a speculative cycle"
+    assert facts.rank_sources[0] == "self.tp_rank"
+    assert targets.check_worker(EAGLE_V2, facts) == [
+        "EAGLEWorkerV2.forward_batch_generation is inherited from BaseSpecWorker, not a speculative cycle"
     ]
 
 
@@ -243,7 +203,7 @@ def test_a_field_the_wrappers_read_is_required_of_the_class_that_holds_it():
     result = "class GenerationBatchResult:\n    next_token_ids: object = None\n"
     tree = v2_tree(sglang__srt__managers__utils=result)
 
-    assert check(EAGLE_V2, tree) == ["GenerationBatchResult has none of accept_lens"]
+    assert check(EAGLE_V2, tree) == ["GenerationBatchResult has no accept_lens"]
 
 
 def test_a_source_that_does_not_parse_counts_as_unreadable():

@@ -158,18 +158,14 @@ def test_missing_phases_count_as_zero_and_other_is_never_negative(clock):
     assert (sample.accepted_tokens, sample.proposed_tokens) == (0, 0)
 
 
-def test_a_host_count_of_accepted_drafts_stands_in_for_accept_lens(clock):
-    # SGLang's non-overlap EAGLEWorker returns the batch's accepted draft tokens as a host int.
+def test_a_cycle_without_accept_lens_cannot_make_a_line_and_is_dropped(clock):
     profiler, emitted = make_profiler(clock)
     profiler.begin_cycle(3)
-    profiler.set_verify_width(4)
-    profiler.end_cycle(None, accepted_drafts=5)
-    profiler.begin_cycle(3)
-    profiler.end_cycle(None)  # neither: the sample cannot make a line and is dropped
+    profiler.end_cycle(None)
     clock.done_ms = clock.enqueued_ms
     profiler.resolve_ready()
 
-    assert [(s.cycle, s.batch_size, s.accepted_tokens, s.proposed_tokens) for s in emitted] == [(1, 3, 5, 9)]
+    assert emitted == []
     assert profiler.samples_dropped == 1
 
 

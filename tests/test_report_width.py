@@ -45,7 +45,9 @@ def _headline_numbers(report: dict) -> list[str]:
         for source in ("client", "server"):
             numbers += [f"{arm[source][key]:.1f}" for key in ("value_tok_s", "ci_low_tok_s", "ci_high_tok_s")]
         numbers += [f"{arm['accept_len']:.2f}", f"{arm['step_ms']:.2f}"]
-    for comparison in report["comparisons"]:
+    # the answer's comparison per pair: the client source where there is one
+    answered = {(c["arm_a"], c["arm_b"]): c for c in sorted(report["comparisons"], key=lambda c: c["source"] == "client")}
+    for comparison in answered.values():
         numbers += [f"{comparison[key]:.3f}" for key in ("ratio", "ci_low", "ci_high", "p_value")]
     return numbers
 

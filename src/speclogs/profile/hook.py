@@ -123,7 +123,6 @@ def current() -> Instrumentation | None:
     return _state
 
 
-# -- wrappers ---------------------------------------------------------------------------------
 def _wraps(original: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """functools.wraps, plus the mark `is_wrapped` reads (SGLang's own decorators set `__wrapped__` too)."""
     def decorate(wrapper: Callable[..., Any]) -> Callable[..., Any]:
@@ -136,9 +135,9 @@ def is_wrapped(method: Any) -> bool:
     return bool(getattr(method, _WRAPPED_MARK, False))
 
 
-def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], position: int, name: str) -> Any:
-    """The argument SGLang passed at `position` (after self) or by keyword `name`."""
-    return args[position] if len(args) > position else kwargs.get(name)
+def _batch(args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> Any:
+    """The batch SGLang passed first (after self) or by keyword `name`."""
+    return args[0] if args else kwargs.get(name)
 
 
 def _wrap_init(state: Instrumentation, where: str, source: RankSource, original: Callable[..., Any],
@@ -181,21 +180,13 @@ def _is_decode_batch(batch: Any) -> bool:
     return not (mode.is_extend() or getattr(batch, "is_extend_in_batch", False) or mode.is_idle())
 
 
-def _end_cycle(profiler: CycleProfiler, plan: WorkerPlan, result: Any) -> None:
-    value = getattr(result, plan.accepted_field, None)
-    if plan.target.accepted_per_request:
-        profiler.end_cycle(value)
-    else:
-        profiler.end_cycle(None, accepted_drafts=value if isinstance(value, int) else None)
-
-
 def _wrap_cycle(state: Instrumentation, plan: WorkerPlan, original: Callable[..., Any]) -> Callable[..., Any]:
     @_wraps(original)
     def forward_batch_generation(self: Any, *args: Any, **kwargs: Any) -> Any:
         profiler = state.profiler if self is state.profiled_worker else None
         if profiler is None:
             return original(self, *args, **kwargs)
-        batch = _argument(args, kwargs, 0, plan.cycle_batch_param)
+        batch = _batch(args, kwargs, plan.cycle_batch_param)
         if not state.guard("batch mode", _is_decode_batch, batch):
             result = original(self, *args, **kwargs)  # prefill / idle: not a cycle
             if state.profiler is profiler:
@@ -208,19 +199,15 @@ def _wrap_cycle(state: Instrumentation, plan: WorkerPlan, original: Callable[...
             state.guard("cycle abandon", profiler.abandon_cycle)
             raise
         if state.profiler is profiler:  # not disabled during the cycle
-            state.guard("cycle end", _end_cycle, profiler, plan, result)
+            state.guard("cycle end", profiler.end_cycle, getattr(result, "accept_lens", None))
         return result
 
     return forward_batch_generation
 
 
 def _record_verify_width(profiler: CycleProfiler, plan: WorkerPlan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """`draft_token_num` of the verify input, passed to verify (`verify(batch, spec_info)`) or set on the batch."""
-    if plan.verify_input_position is not None:
-        verify_input = _argument(args, kwargs, plan.verify_input_position, plan.target.verify_input_param)
-    else:
-        verify_input = getattr(_argument(args, kwargs, 0, plan.verify_batch_param), "spec_info", None)
-    width = getattr(verify_input, "draft_token_num", None)
+    """`draft_token_num` of the verify input the cycle set on the batch."""
+    width = getattr(getattr(_batch(args, kwargs, plan.verify_batch_param), "spec_info", None), "draft_token_num", None)
     if isinstance(width, int):
         profiler.set_verify_width(width)
 
@@ -267,7 +254,7 @@ def runtime_facts(scheduler: Any) -> dict[str, str]:
     algorithm = getattr(scheduler, "spec_algorithm", None) or _attribute_path(scheduler, ("server_args", "speculative_algorithm"))
     model = _attribute_path(scheduler, ("tp_worker", "model_runner", "model"))
     captured = _attribute_path(model, ("model", "layers_to_capture")) if getattr(model, "capture_aux_hidden_states", False) else None
-    # EAGLEWorker keeps its draft runner itself; EAGLEWorkerV2 behind its own draft worker
+    # the V1 EAGLEWorker (run, not profiled) keeps its draft runner itself; EAGLEWorkerV2 behind its own draft worker
     paths = (("draft_model_runner", "model"), ("draft_worker", "draft_runner", "model"), ("draft_runner", "model"))
     draft_model = next((m for m in (_attribute_path(worker, p) for p in paths) if m is not None), None)
     return {
@@ -315,7 +302,6 @@ def patch_scheduler(state: Instrumentation, module: types.ModuleType) -> None:
                                     lambda self, rank: _on_scheduler_init(state, self, rank))
 
 
-# -- the import hook ---------------------------------------------------------------------------
 class _PatchingLoader(importlib.abc.Loader):
     """Runs the real loader, then the patcher; everything else is the real loader's."""
 

@@ -24,12 +24,11 @@ class ClassRef(NamedTuple):
 
 
 class MemberCheck(NamedTuple):
-    """The first of `classes` that resolves must have `members` (at least one when `any_of`)."""
+    """The first of `classes` that resolves must have `members`."""
 
     role: str
     classes: tuple[ClassRef, ...]
     members: tuple[str, ...]
-    any_of: bool = False
 
 
 class RankSource(NamedTuple):
@@ -60,20 +59,14 @@ class Phase(NamedTuple):
 
 
 class WorkerTarget(NamedTuple):
-    """One EAGLE worker family. `accepted_per_request`: `accept_lens` per request (bonus included), else a host count of
-    accepted drafts (bonus excluded). The verify width comes from verify's `verify_input_param` argument when it takes
-    one, else from `batch.spec_info`."""
+    """One overlap-scheduler (v2) EAGLE worker family: the worker verifies, its separate draft worker drafts and extends."""
 
     key: str
     module: str
     worker_class: str
     draft_class: str
     phases: tuple[Phase, ...]
-    accepted_fields: tuple[str, ...]
-    accepted_per_request: bool
-    result_classes: tuple[ClassRef, ...]
     cycle_method: str = "forward_batch_generation"
-    verify_input_param: str = "spec_info"
     rank_sources: tuple[RankSource, ...] = (RANK_ATTRIBUTE, RANK_ARGUMENT, RANK_PARALLEL_STATE, RANK_CONTEXT)
 
     @property
@@ -84,7 +77,7 @@ class WorkerTarget(NamedTuple):
 
     @property
     def classes(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((self.worker_class, self.draft_class)))
+        return self.worker_class, self.draft_class
 
     @property
     def verify(self) -> Phase:
@@ -109,45 +102,24 @@ _FORWARD_MODE = MemberCheck(
     "forward_mode", (ClassRef("ForwardMode", "sglang.srt.model_executor.forward_batch_info"),), ("is_extend", "is_idle")
 )
 _VERIFY_INPUT = MemberCheck("verify_input", (ClassRef("EagleVerifyInput", "sglang.srt.speculative.eagle_info"),), ("draft_token_num",))
-_RESULT = ClassRef("GenerationBatchResult", "sglang.srt.managers.utils")
-_V1_ACCEPTED = ("num_accepted_tokens", "num_accepted_drafts", "num_correct_drafts")
+# SGLang's per-request accept lengths (bonus token included), a device tensor
+_RESULT = MemberCheck("result", (ClassRef("GenerationBatchResult", "sglang.srt.managers.utils"),), ("accept_lens",))
+MEMBER_CHECKS = (_BATCH, _FORWARD_MODE, _VERIFY_INPUT, _RESULT)
 
 
-def _target(key: str, module: str, worker: str, draft: str | None, *extra_results: ClassRef) -> WorkerTarget:
-    """A v2 target (a separate `draft` worker, per-request accept_lens) or a v1 one (the worker drafts itself; a host
-    count of accepted drafts)."""
-    if draft:
-        phases = (("draft", draft, "draft", "self.draft_worker.draft"),
-                  ("extend", draft, "_draft_extend_for_decode", "self.draft_worker._draft_extend_for_decode"))
-    else:
-        phases = (("draft", worker, "draft", "self.draft"),
-                  ("extend", worker, "forward_draft_extend_after_decode", "self.forward_draft_extend_after_decode"))
-    return WorkerTarget(
-        key=key,
-        module=f"sglang.srt.speculative.{module}",
-        worker_class=worker,
-        draft_class=draft or worker,
-        phases=(Phase(*phases[0]), Phase("verify", worker, "verify", "self.verify"), Phase(*phases[1])),
-        accepted_fields=("accept_lens",) if draft else _V1_ACCEPTED,
-        accepted_per_request=draft is not None,
-        result_classes=(_RESULT, *extra_results),
-    )
+def _target(key: str, module: str, worker: str, draft: str) -> WorkerTarget:
+    phases = (Phase("draft", draft, "draft", "self.draft_worker.draft"), Phase("verify", worker, "verify", "self.verify"),
+              Phase("extend", draft, "_draft_extend_for_decode", "self.draft_worker._draft_extend_for_decode"))
+    return WorkerTarget(key, f"sglang.srt.speculative.{module}", worker, draft, phases)
 
 
-# The overlap scheduler's workers, then the plain scheduler's (`--disable-overlap-schedule`).
 WORKER_TARGETS = (
     _target("eagle_v2", "eagle_worker_v2", "EAGLEWorkerV2", "EagleDraftWorker"),
     _target("multi_layer_eagle_v2", "multi_layer_eagle_worker_v2", "MultiLayerEagleWorkerV2", "MultiLayerEagleDraftWorker"),
-    _target(
-        "eagle_v1", "eagle_worker", "EAGLEWorker", None, ClassRef("ForwardBatchOutput", "sglang.srt.model_executor.forward_batch_info")
-    ),
-    _target("multi_layer_eagle_v1", "multi_layer_eagle_worker", "MultiLayerEagleWorker", None),
 )
-
 SCHEDULER_TARGET = SchedulerTarget("sglang.srt.managers.scheduler", "Scheduler", "draft_worker", (RANK_ARGUMENT, RANK_CONTEXT))
 
 
-# -- reading sources ---------------------------------------------------------------------------
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
@@ -179,18 +151,16 @@ class SourceIndex:
             module_name, class_name = module.imports[class_name]
         return None
 
-    def lineage(self, cls: ClassDef) -> Iterator[ClassDef]:
+    def lineage(self, cls: ClassDef, seen: set[tuple[str, str]] | None = None) -> Iterator[ClassDef]:
         """`cls` and its bases found in the sources, depth first; a base's module is parsed only when reached."""
-        seen = set()
-        pending = [cls]
-        while pending:
-            current = pending.pop(0)
-            if (current.module, current.node.name) in seen:
-                continue
-            seen.add((current.module, current.node.name))
-            yield current
-            bases = [self.find_class(current.module, base.id) for base in current.node.bases if isinstance(base, ast.Name)]
-            pending[0:0] = [base for base in bases if base is not None]
+        seen = set() if seen is None else seen
+        if (cls.module, cls.node.name) in seen:
+            return
+        seen.add((cls.module, cls.node.name))
+        yield cls
+        for base in cls.node.bases:
+            if isinstance(base, ast.Name) and (found := self.find_class(cls.module, base.id)) is not None:
+                yield from self.lineage(found, seen)
 
 
 def _parse_module(name: str, source: str | None) -> _Module | None:
@@ -257,16 +227,14 @@ def _positional_params(function: Function) -> tuple[str, ...]:
     return tuple(a.arg for a in [*function.args.posonlyargs, *function.args.args][1:])
 
 
-# -- facts -------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class MethodFacts:
     """A method as found: the class defining it, its positional parameters after `self` (`*args` as `*name`), the
-    annotations of the first and of the return, and (cycle only) which phase calls it makes."""
+    first one's annotation, and (cycle only) which phase calls it makes."""
 
     defined_in: str
     params: tuple[str, ...]
     first_annotation: str | None = None
-    return_annotation: str | None = None
     self_calls: tuple[str, ...] = ()
 
 
@@ -291,10 +259,6 @@ class WorkerFacts:
     members: dict[str, MemberFacts] = dataclasses.field(default_factory=dict)
 
 
-def _member_checks(target: WorkerTarget) -> tuple[MemberCheck, ...]:
-    return (_BATCH, _FORWARD_MODE, _VERIFY_INPUT, MemberCheck("result", target.result_classes, target.accepted_fields, any_of=True))
-
-
 def _method_facts(function: Function, owner: ClassDef, phase_calls: set[str]) -> MethodFacts:
     args = function.args
     first = [*args.posonlyargs, *args.args][1:2]
@@ -302,7 +266,6 @@ def _method_facts(function: Function, owner: ClassDef, phase_calls: set[str]) ->
         defined_in=owner.node.name,
         params=_positional_params(function) + ((f"*{args.vararg.arg}",) if args.vararg is not None else ()),
         first_annotation=ast.unparse(first[0].annotation) if first and first[0].annotation is not None else None,
-        return_annotation=ast.unparse(function.returns) if function.returns is not None else None,
         self_calls=tuple(sorted({ast.unparse(node.func) for node in ast.walk(function) if isinstance(node, ast.Call)} & phase_calls)),
     )
 
@@ -321,7 +284,7 @@ def observe_worker(target: WorkerTarget, sources: SourceIndex) -> WorkerFacts:
             methods[f"{class_name}.{method_name}"] = _method_facts(found[1], found[0], phase_calls)
     cycle = methods.get(f"{target.worker_class}.{target.cycle_method}")
     init = methods.get(f"{target.worker_class}.__init__")
-    members = {check.role: _observe_members(check, sources, target.module, cycle) for check in _member_checks(target)}
+    members = {check.role: _observe_members(check, sources, target.module, cycle) for check in MEMBER_CHECKS}
     return WorkerFacts(
         target=target.key,
         module_found=True,
@@ -334,9 +297,8 @@ def observe_worker(target: WorkerTarget, sources: SourceIndex) -> WorkerFacts:
 
 def _observe_members(check: MemberCheck, sources: SourceIndex, module: str, cycle: MethodFacts | None) -> MemberFacts | None:
     refs = list(check.classes)
-    if cycle is not None:  # the class the cycle's annotations name first
-        annotated = {"batch": cycle.first_annotation, "result": cycle.return_annotation}.get(check.role)
-        refs.sort(key=lambda ref: ref.name != annotated)
+    if cycle is not None:  # the batch class the cycle's annotation names first
+        refs.sort(key=lambda ref: ref.name != cycle.first_annotation)
     parsed = sources.module(module)
     imported = [ref for ref in refs if parsed is not None and (ref.name in parsed.imports or ref.name in parsed.classes)]
     for ref, where in [(ref, module) for ref in imported] + [(ref, ref.module) for ref in refs]:
@@ -364,7 +326,6 @@ def _rank_sources(
     return tuple(source.label for source in declared if available(source))
 
 
-# -- the check ---------------------------------------------------------------------------------
 def check_worker(target: WorkerTarget, facts: WorkerFacts) -> list[str]:
     """Why the hook cannot wrap `target` given `facts`: one phrase per problem; [] when it can."""
     if not facts.module_found:
@@ -386,14 +347,13 @@ def check_worker(target: WorkerTarget, facts: WorkerFacts) -> list[str]:
         problems += [f"{cycle_name} does not call {phase.call}" for phase in target.phases if phase.call not in cycle.self_calls]
     if not facts.rank_sources:
         problems.append(f"no TP rank: {target.worker_class} has none of " + ", ".join(source.label for source in target.rank_sources))
-    for check in _member_checks(target):
+    for check in MEMBER_CHECKS:
         found = facts.members.get(check.role)
+        missing = [m for m in check.members if found is not None and m not in found.members]
         if found is None:
             problems.append(f"class {' / '.join(ref.name for ref in check.classes)} ({check.role}) not found")
-            continue
-        missing = [m for m in check.members if m not in found.members]
-        if (check.any_of and len(missing) == len(check.members)) or (not check.any_of and missing):
-            problems.append(f"{found.class_name} has {'none' if check.any_of else 'no'} of {', '.join(missing)}")
+        elif missing:
+            problems.append(f"{found.class_name} has no {', '.join(missing)}")
     return problems
 
 
@@ -403,25 +363,19 @@ class WorkerPlan(NamedTuple):
     target: WorkerTarget
     cycle_batch_param: str
     verify_batch_param: str
-    verify_input_position: int | None  # index in the verify call's positional args (after self)
     rank_source: RankSource
-    accepted_field: str
 
 
 def plan_worker(target: WorkerTarget, facts: WorkerFacts) -> WorkerPlan:
     """The wrapping plan for a target whose `check_worker(target, facts)` is []."""
-    verify_params = facts.methods[f"{target.verify.owner}.{target.verify.method}"].params
     return WorkerPlan(
         target=target,
         cycle_batch_param=facts.methods[f"{target.worker_class}.{target.cycle_method}"].params[0],
-        verify_batch_param=verify_params[0],
-        verify_input_position=(verify_params.index(target.verify_input_param) if target.verify_input_param in verify_params else None),
+        verify_batch_param=facts.methods[f"{target.verify.owner}.{target.verify.method}"].params[0],
         rank_source=next(s for s in target.rank_sources if s.label in facts.rank_sources),
-        accepted_field=next(f for f in target.accepted_fields if f in facts.members["result"].members),
     )
 
 
-# -- the scheduler -----------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class SchedulerFacts:
     module_found: bool

@@ -92,7 +92,6 @@ class _PendingCycle:
     end: Any = None
     verify_width: int | None = None
     accept_lens_host: Any = None
-    accepted_drafts: int | None = None  # a host count given instead of accept_lens
     host_copy_done: Any = None
 
     def all_events(self) -> list[Any]:
@@ -102,14 +101,12 @@ class _PendingCycle:
 
     def resolve(self) -> SpecCycleSample | None:
         """None when the sample lacks what a line needs."""
-        if self.end is None or (self.accept_lens_host is None and self.accepted_drafts is None):
+        if self.end is None or self.accept_lens_host is None:
             return None
         phase_us = {phase: _elapsed_us(start, end) for phase, (start, end) in self.phases.items()}
-        batch_size, accepted = self.batch_size, max(0, self.accepted_drafts or 0)
-        if self.accept_lens_host is not None:
-            accept_lens = [int(n) for n in self.accept_lens_host.tolist()]
-            batch_size = len(accept_lens) or self.batch_size
-            accepted = max(0, sum(accept_lens) - len(accept_lens))
+        accept_lens = [int(n) for n in self.accept_lens_host.tolist()]
+        batch_size = len(accept_lens) or self.batch_size
+        accepted = max(0, sum(accept_lens) - len(accept_lens))
         return SpecCycleSample(
             cycle=self.cycle, batch_size=batch_size, draft_us=phase_us.get("draft", 0), verify_us=phase_us.get("verify", 0),
             extend_us=phase_us.get("extend", 0), cycle_us=_elapsed_us(self.start, self.end),
@@ -184,13 +181,11 @@ class CycleProfiler:
         if self._current is not None:
             self._current.verify_width = draft_token_num
 
-    def end_cycle(self, accept_lens: Any, *, accepted_drafts: int | None = None) -> None:
-        """Close the cycle; `accept_lens` is SGLang's per-request device tensor (bonus included), or None with
-        `accepted_drafts`, a host count of accepted draft tokens over the batch."""
+    def end_cycle(self, accept_lens: Any) -> None:
+        """Close the cycle; `accept_lens` is SGLang's per-request device tensor (bonus included)."""
         sample, self._current = self._current, None
         if sample is not None:
             sample.end = self._record()
-            sample.accepted_drafts = accepted_drafts
             if accept_lens is not None:
                 sample.accept_lens_host = self._events.copy_to_host(accept_lens)
                 sample.host_copy_done = self._record()

@@ -125,16 +125,13 @@ def effects_chart(c: Comparison) -> alt.Chart | None:
 
 def cycle_chart(c: Comparison) -> alt.Chart | None:
     # the stacked parts add up to the time per cycle: draft + verify + extend + other (+ the GPU idle gap when measured)
-    order = PHASES
-    rows = [{"arm": p.arm, "phase": p.phase, "ms": p.mean_ms, "share": p.share} for p in c.phases
-            if p.phase not in ("cycle", "wall")]
+    rows = [{"arm": p.arm, "phase": p.phase, "ms": p.mean_ms, "share": p.share, "position": PHASES.index(p.phase)}
+            for p in c.phases if p.phase not in ("cycle", "wall")]
     profiled = {p.arm for p in c.phases}
-    rows += [{"arm": a.name, "phase": "decode step (not profiled)", "ms": a.cycle_ms, "share": 1.0}
+    rows += [{"arm": a.name, "phase": PHASES[-1], "ms": a.cycle_ms, "share": 1.0, "position": len(PHASES) - 1}
              for a in c.arms if a.name not in profiled and a.cycle_ms is not None]
     if not rows:
         return None
-    for row in rows:
-        row["position"] = order.index(row["phase"])
     present = [phase for phase in PHASES if any(row["phase"] == phase and row["ms"] for row in rows)]
     return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
         y=alt.Y("arm:N", title=None, sort=[a.name for a in c.arms], axis=alt.Axis(labelLimit=300)),

@@ -70,9 +70,7 @@ def warning_lines(warnings: list[str], most: int = 10) -> list[str]:
     by kind (their text with file, quoted names and numbers taken out), most frequent first: one example and a count."""
     renames = [w for w in warnings if w.startswith("run name '")]
     groups: dict[str, list[tuple[str, str]]] = {}
-    for warning in warnings:
-        if warning in renames:
-            continue
+    for warning in (w for w in warnings if w not in renames):
         path, _, message = warning.partition(": ")
         if not message or not ("/" in path or "." in path):
             path, message = "", warning
@@ -119,10 +117,8 @@ def render_query_table(result, limit: int, *, first: bool = True, show_types: bo
     if not first:
         console.print()
     rows = result.head(limit + 1) if limit else [row for batch in result.batches() for row in batch]
-    more = 0
-    if limit and len(rows) > limit:
-        rows = rows[:limit]
-        more = result.count() - limit
+    more = result.count() - limit if limit and len(rows) > limit else 0
+    rows = rows[:limit] if more else rows
     table = Table(show_edge=False, pad_edge=False)
     cells = [[cell(value, type_name) for value, type_name in zip(row, result.types)] for row in rows]
 

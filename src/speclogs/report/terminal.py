@@ -20,8 +20,8 @@ def _text(value: object, style: str = "") -> Text:
 
 # Columns a narrow terminal drops first (the rest of the table still answers; -o report.json keeps everything), then
 # the rightmost ones: a value is never cut or folded to fit.
-_DROP_FIRST = ("runs", "client per launch (min–max)", "server per launch (min–max)", "speculation", "detects ≥ (80 %)",
-               "n (launches)", "A tok/s", "kind", "levels", "profiled cycles", "change")
+_DROP_FIRST = ("runs", "client per launch (min–max)", "server per launch (min–max)", "speculation", "kind", "levels",
+               "profiled cycles", "change")
 
 
 def fitted_widths(header: list[str], rows: list[list[str]], width: int) -> dict[int, int]:

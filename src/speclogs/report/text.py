@@ -167,7 +167,7 @@ def _concerns(arms: tuple[str, ...], arm_a: str, arm_b: str, reference: str) -> 
 
 
 def answer_blocks(c: Comparison) -> list[tuple[str, list[str]]]:
-    """(headline, detail lines) per comparison against the reference, then the factorial effects and the profiles."""
+    """(headline, detail lines) per comparison against the reference, then the signals' answer lines."""
     arms = {a.name: a for a in c.arms}
     attributions = {(a.arm_a, a.arm_b): a for a in c.attributions}
     blocks: list[tuple[str, list[str]]] = []
@@ -181,18 +181,7 @@ def answer_blocks(c: Comparison) -> list[tuple[str, list[str]]]:
         if concerning:
             details.append("read first: " + ", ".join(concerning))
         blocks.append((headline(r, c), details))
-    return blocks + [(line, []) for line in _effect_lines(c) + profile_lines(c) + signals.answer_lines(c)]
-
-
-def comparison_table(c: Comparison) -> Section:
-    rows = [[
-        f"{r.arm_b} vs {r.arm_a}", r.source, f"{r.a:.1f}", f"{r.b:.1f}",
-        f"{r.ratio:.3f} {fmt_interval(r.ci_low, r.ci_high)}", fmt_p(r.p_value), f"{r.n_a} vs {r.n_b}",
-        f"×{r.min_detectable_ratio:.3f}" if math.isfinite(r.min_detectable_ratio) else "–",
-        verdict_text(r.verdict, r.ratio, c.min_effect),
-    ] for r in c.comparisons]
-    return _table(f"Comparisons against {c.reference}", ["B vs A", "source", "A tok/s", "B tok/s", "B/A [CI]", "p",
-                  "n (launches)", "detects ≥ (80 %)", "verdict"], rows, sorted({f"test — {r.source}: {r.test}" for r in c.comparisons}))
+    return blocks + [(line, []) for line in signals.answer_lines(c)]
 
 
 def attribution_tables(c: Comparison) -> list[Section]:
@@ -271,25 +260,6 @@ def preferred(c: Comparison) -> list[RatioComparison]:
     return list(chosen.values())
 
 
-def profile_lines(c: Comparison) -> list[str]:
-    """One sentence per profiled arm: verify's and draft's share of the GPU cycle, and the idle gap after it."""
-    by_arm: dict[str, dict] = {}
-    for p in c.phases:
-        by_arm.setdefault(p.arm, {})[p.phase] = p
-    return [f"{arm} (profiled cycles): verify {p['verify'].mean_ms:.2f} ms = {p['verify'].share:.0%} of the "
-            f"{p['cycle'].mean_ms:.2f} ms GPU cycle, draft {p['draft'].share:.1%}"
-            + (f"; the GPU then idles {p['gap'].mean_ms:.2f} ms before the next cycle" if "gap" in p else "")
-            for arm, p in by_arm.items() if {"verify", "draft", "cycle"} <= p.keys()]
-
-
-def _effect_lines(c: Comparison) -> list[str]:
-    """The main effects and interactions, of the client source when the report has one."""
-    source = "client" if any(e.source == "client" for e in c.effects) else "server"
-    return [f"effect of {e.name} ({f'{e.low} → {e.high}' if e.kind == 'main' else 'difference of simple effects'}, "
-            f"{e.source}): ×{e.ratio:.3f} {fmt_interval(e.ci_low, e.ci_high)} — {e.verdict}"
-            for e in c.effects if e.kind in ("main", "interaction") and e.source == source]
-
-
 def _table(title: str, header: list[str], rows: list[list[str]], after: list[str] | None = None) -> Section:
     return Section(title, header=header, rows=rows, after=after or [])
 
@@ -314,7 +284,7 @@ def sections(c: Comparison, brief: bool = True) -> list[Section]:
     if not tiers:
         out.append(Section("Warnings: none"))
     out += [arm_table(c), _chart("throughput", empty="no arm has a throughput estimate")]
-    out += ([comparison_table(c)] if c.comparisons else []) + (attribution_tables(c) if c.attributions else [])
+    out += attribution_tables(c) if c.attributions else []
     out += ([phase_table(c)] if c.phases else []) + ([effect_table(c)] if c.effects else [])
     missing = [] if c.draft_positions is None or c.draft_positions.is_empty() else [
         a.name for a in c.arms if a.name not in set(c.draft_positions["arm"])]

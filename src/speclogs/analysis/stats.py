@@ -299,15 +299,3 @@ def warmup_length(series: np.ndarray, *, min_change: float = 0.03, alpha: float 
         return cut
     statistic = (head.mean() - rest.mean()) / (spread * math.sqrt(1.0 / cut + 1.0 / len(rest)))
     return cut if float(stdtr(len(batches) - 1, statistic)) < alpha / len(k) else 0
-
-
-# Iglewicz & Hoaglin (1993): |modified z| = 0.6745 |x − median| / MAD above 3.5 is an outlier. With 3–10 launches the
-# MAD is itself noisy, so speclogs cuts at 4.0: drift-free 5 vs 5 comparisons flag a launch in ≤ 5 % of cases
-# (tests/test_analysis_grid.py), one launch 20 % slow at 3 % launch noise is flagged in ~80 %.
-MAD_Z = 4.0
-
-
-def modified_z(values: np.ndarray, centre: float, mad: float) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = 0.6745 * (np.asarray(values, dtype=float) - centre) / mad
-    return np.where(np.asarray(values) == centre, 0.0, z)

@@ -433,10 +433,6 @@ def _ignored_env_findings(tables: RunTables, ignore: Sequence[str]) -> list[Find
                     "the runs; --ignore-env NAME adds names, globs allowed", "info")]
 
 
-def _runs_text(runs: list[tuple[str, int]]) -> str:
-    return _listed([f"{name} ({n})" for name, n in runs], 6, more="more runs")
-
-
 # per run, the decode rows a steady-state rule set apart (excluded_reason, or steady but eager by configuration)
 _SET_APART = {
     "no_cuda_graph": ("warmup_in_window", "decode batches without CUDA graph after the server was ready, with CUDA "
@@ -463,7 +459,7 @@ def _warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.Dat
     for reason, (code, text, severity) in _SET_APART.items():
         rows = apart.filter(pl.col("reason") == reason)
         if rows.height:
-            runs = _runs_text([(names[run_id], n) for run_id, _, n in rows.iter_rows()])
+            runs = _listed([f"{names[run_id]} ({n})" for run_id, _, n in rows.iter_rows()], 6, more="more runs")
             findings.append(Finding(code, text.format(runs=runs), severity, tuple(sorted({arm_of[r] for r in rows["run_id"]}))))
     detail = ", ".join(f"{r or 'steady'} {n}" for r, n in decode.group_by("excluded_reason").len()
                        .sort("excluded_reason", nulls_last=True).iter_rows())

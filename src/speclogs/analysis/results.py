@@ -36,7 +36,6 @@ class Estimate:
     n_rows: int
     per_launch_tok_s: tuple[float, ...]
     within_cv: float = 0.0
-    launch_run_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

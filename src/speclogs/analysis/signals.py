@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from speclogs.analysis.load import IN_RUNS, parse_json_text, select
-from speclogs.analysis.results import Comparison, Finding
+from speclogs.analysis.results import Finding
 from speclogs.runrecord import RunRecord
 
 GENERATION_TOKENS = "sglang:generation_tokens_total"
@@ -98,10 +98,6 @@ class SignalEvidence:
     request_acceptance: tuple[RequestAcceptance, ...]
     findings: tuple[Finding, ...]
 
-    @property
-    def empty(self) -> bool:
-        return not (self.windows or self.device_phases or self.request_acceptance)
-
 
 def signal_evidence_for(con: Any, arm_runs: Mapping[str, list[str]]) -> SignalEvidence:
     run_ids = [run_id for ids in arm_runs.values() for run_id in ids]
@@ -120,14 +116,6 @@ def signal_evidence_for(con: Any, arm_runs: Mapping[str, list[str]]) -> SignalEv
         requests=select(con, f"""SELECT run_id, source_kind, rid, health_check, completion_tokens, spec_accept_length,
             spec_verify_ct, finished_unix_s, ts FROM requests WHERE {IN_RUNS}""", [run_ids]),
     ), arm_runs)
-
-
-def with_signals(comparison: Comparison, evidence: SignalEvidence) -> Comparison:
-    """`comparison` carrying the signals, their findings among its warnings (warnings before notes, as compare sorts)."""
-    if evidence.empty:
-        return comparison
-    warnings = sorted(comparison.warnings + evidence.findings, key=lambda f: 0 if f.severity == "warning" else 1)
-    return replace(comparison, signals=evidence, warnings=tuple(warnings))
 
 
 def signal_evidence(tables: SignalTables, arm_runs: Mapping[str, list[str]]) -> SignalEvidence:

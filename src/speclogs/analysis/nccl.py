@@ -4,7 +4,6 @@ finding codes). `nccl_evidence(con, run_ids)` reads the rows; `compute_nccl_evid
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import polars as pl
@@ -139,13 +138,11 @@ def compute_nccl_evidence(frames: NcclFrames, *, hidden_size: int | None = None)
     return NcclEvidence(runs=tuple(runs), settings_diff=tuple(settings_diff), findings=tuple(findings))
 
 
-def _say(findings: list[Finding], run_name: str, code: str, text: str, severity: str = "warning") -> None:
-    findings.append(Finding(code, f"{run_name}: {text}", severity, runs=(run_name,)))
-
-
 def _examine_run(run_id: str, run_name: str, tp_size: int | None, env: dict[str, str] | None, events: pl.DataFrame,
                  markers: pl.DataFrame, args: dict[str, str], hidden_size: int | None, findings: list[Finding]) -> RunNccl:
-    say = partial(_say, findings, run_name)
+    def say(code: str, text: str, severity: str = "warning") -> None:
+        findings.append(Finding(code, f"{run_name}: {text}", severity, runs=(run_name,)))
+
     # NCCL's own lines ('host:pid:tid [rank] NCCL INFO …'), not SGLang's "sglang is using nccl==…" nor the headless
     # rows of NCCL's algorithm table: a log with only those proves nothing about the NCCL settings
     info_lines = events.filter(pl.col("nccl_rank").is_not_null()).height

@@ -7,6 +7,7 @@ equal-probability grid: power(δ) = E[Φ((δ − log(1 + min_effect) − t·ŝ) 
 
 from __future__ import annotations
 
+import bisect
 import math
 from functools import lru_cache
 
@@ -56,14 +57,8 @@ def launches_needed(sd: float, effect: float = 0.05, confidence: float = 0.95, m
     delta = math.log1p(effect)
     if power(delta, sd, MAX_LAUNCHES, MAX_LAUNCHES, confidence, min_effect) < target:
         return None
-    low, high = 2, MAX_LAUNCHES  # power is increasing in L: bisect
-    while low < high:
-        mid = (low + high) // 2
-        if power(delta, sd, mid, mid, confidence, min_effect) >= target:
-            high = mid
-        else:
-            low = mid + 1
-    return low
+    launches = range(2, MAX_LAUNCHES + 1)  # power is increasing in L: bisect
+    return launches[bisect.bisect_left(launches, True, key=lambda n: power(delta, sd, n, n, confidence, min_effect) >= target)]
 
 
 def min_detectable_ratio(sd: float, la: int, lb: int, confidence: float = 0.95, min_effect: float = 0.0,

@@ -122,7 +122,8 @@ def signal_evidence(tables: SignalTables, arm_runs: Mapping[str, list[str]]) -> 
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
     # run.json's benchmark windows, per run
     recorded = {r: RunRecord.from_document(parse_json_text(t)).windows for r, t in tables.runs.select("run_id", "run_json").iter_rows()}
-    decode = _lowest_rank(tables.decode)
+    rank = pl.col("tp_rank").fill_null(-1)
+    decode = tables.decode.filter(rank == rank.min().over("run_id"))  # the lowest TP rank, as the steady-state rule
     windows: list[WindowAccept] = []
     phases: list[DevicePhase] = []
     findings: list[Finding] = []
@@ -134,7 +135,7 @@ def signal_evidence(tables: SignalTables, arm_runs: Mapping[str, list[str]]) -> 
                 accept = _window_accept(arm, names.get(run_id, run_id), window, rows,
                                         _requests_in(tables.requests.filter(mine), window))
                 windows.append(accept)
-                phases += _device_phases(arm, accept, window, _mean_batch(rows))
+                phases += _device_phases(arm, accept, window, rows["running_req"].mean())
     findings += _accept_findings(windows) + _graph_label_findings(phases)
     arms = tuple(_arm_accept(arm, [w for w in windows if w.arm == arm]) for arm in arm_runs if any(w.arm == arm for w in windows))
     acceptance = [found for arm, run_ids in arm_runs.items() if (found := _request_acceptance(
@@ -240,15 +241,6 @@ def _one_source(requests: pl.DataFrame) -> pl.DataFrame:
     named = rows.filter(pl.col("rid").is_not_null()).filter(preferred == preferred.min().over("run_id", "rid")).unique(
         ["run_id", "rid"], keep="first", maintain_order=True)
     return pl.concat([named, rows.filter(pl.col("rid").is_null())])   # a record without an id is its own request
-
-
-def _lowest_rank(rows: pl.DataFrame) -> pl.DataFrame:
-    return rows.filter(pl.col("tp_rank").fill_null(-1) == pl.col("tp_rank").fill_null(-1).min().over("run_id"))
-
-
-def _mean_batch(rows: pl.DataFrame) -> float | None:
-    mean = rows["running_req"].mean()
-    return float(mean) if mean is not None and mean > 0 else None
 
 
 def _window_accept(arm: str, run_name: str, window: _Window, rows: pl.DataFrame, requests: pl.DataFrame) -> WindowAccept:

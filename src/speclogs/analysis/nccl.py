@@ -28,10 +28,6 @@ class NcclSetting:
     env_value: str | None
     agrees: bool | None           # False: the log and the recorded env disagree; None: one side is missing
 
-    @property
-    def value(self) -> str | None:
-        return self.log_value if self.log_value is not None else self.env_value
-
 
 @dataclass(frozen=True)
 class TransportUse:
@@ -120,8 +116,9 @@ def compute_nccl_evidence(frames: NcclFrames, *, hidden_size: int | None = None)
     for run_id, name, value in frames.server_args.select("run_id", "name", "value").iter_rows() if frames.server_args.height else ():
         args.setdefault(run_id, {})[name] = str(value)
     for run_id, run_name, tp_size, env in frames.runs.select("run_id", "run_name", "tp_size", "env").iter_rows():
+        nccl_env = None if env is None else {k: str(v) for k, v in parse_json_text(env).items() if k.startswith("NCCL_")}
         runs.append(_examine_run(run_id, run_name, tp_size or int_or_none(args[run_id].get("tp_size")),
-                                 _recorded_nccl_env(env), frames.nccl_events.filter(pl.col("run_id") == run_id),
+                                 nccl_env, frames.nccl_events.filter(pl.col("run_id") == run_id),
                                  frames.markers.filter(pl.col("run_id") == run_id), args[run_id], hidden_size, findings))
     names = tuple(run.run_name for run in runs)
     if len({run.nccl_version for run in runs if run.nccl_version}) > 1:
@@ -322,7 +319,8 @@ def _settings_diff(runs: list[RunNccl]) -> list[SettingDiff]:
     """The settings (log value, else recorded env value) and what NCCL chose ('effective …') that differ between runs."""
     per_run: list[dict[str, str]] = []
     for run in runs:
-        values = {setting.name: setting.value for setting in run.settings if setting.value is not None}
+        values = {s.name: s.env_value if s.log_value is None else s.log_value for s in run.settings  # the log's first
+                  if (s.log_value, s.env_value) != (None, None)}
         if run.coll_channels is not None:
             values["effective coll channels"] = str(run.coll_channels)
         for collective in sorted({use.collective for use in run.collectives}):
@@ -336,8 +334,3 @@ def _settings_diff(runs: list[RunNccl]) -> list[SettingDiff]:
     names = sorted({name for values in per_run for name in values}, key=lambda name: (name.startswith("effective"), name))
     return [SettingDiff(name=name, values=tuple((run.run_name, values.get(name)) for run, values in zip(runs, per_run)))
             for name in names if len({values.get(name) for values in per_run}) > 1]
-
-
-def _recorded_nccl_env(env: str | None) -> dict[str, str] | None:
-    """The NCCL_* variables of a recorded env (JSON text); None when no env was recorded."""
-    return None if env is None else {key: str(value) for key, value in parse_json_text(env).items() if key.startswith("NCCL_")}

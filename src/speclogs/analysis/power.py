@@ -1,9 +1,5 @@
-"""Power of the report's comparison (Welch t over per-launch log throughput): launches needed, minimum detectable effect.
-
-With per-launch SD σ the log ratio has se = σ √(1/L_A + 1/L_B); the Welch interval's width is random (two sample
-variances, which matters at 2–4 launches), so the power is averaged over their σ² χ²_{L−1}/(L−1) distributions on an
-equal-probability grid: power(δ) = E[Φ((δ − log(1 + min_effect) − t·ŝ) / se) + Φ((−δ − log(1 + min_effect) − t·ŝ) / se)].
-"""
+"""Power of the report's comparison (Welch t over per-launch log throughput), averaged over the sample variances'
+χ² distributions (docs/report.md, "Power"): the Welch interval's width is itself random at 2–4 launches."""
 
 from __future__ import annotations
 

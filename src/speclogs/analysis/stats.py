@@ -1,11 +1,5 @@
-"""Per-launch values, variance components and Student t intervals over launches (docs/report.md, "Statistics").
-
-The launch is the unit of replication: requests inside one launch share its warm-up, memory layout and NCCL
-communicator. A group statistic (an arm, a factorial cell) is the mean over launches of a per-launch log statistic,
-Var = max(s², v̂_w) / L with v̂_w the within-launch noise from the launch's units (delete-one jackknife; two-way
-launch × position residuals when every launch replays the same prompts). Differences get Welch–Satterthwaite t and the
-p-value of the same statistic, so p < 1 − confidence exactly when the interval excludes 0.
-"""
+"""Per-launch values, variance components and Student t intervals over launches (docs/report.md, "Statistics"): the
+launch is the unit of replication, since requests inside one launch share its warm-up, memory layout and NCCL setup."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Which measurements count: the steady-state rule for decode rows, profiled cycles and client requests.
-
-One reason per exclusion (REASONS, in this order; docs/report.md, "Steady-state rule"). Rows between two idle points
-form a segment (≈ one request of a single-stream benchmark): the unit of within-launch noise. Client requests and
-profiled cycles in the server's warm-up segments are excluded with the same reasons: both sources see one warm-up.
-"""
+"""Which measurements count: the steady-state rule for decode rows, profiled cycles and client requests, one reason
+per exclusion (REASONS, in this order; docs/report.md, "Steady-state rule")."""
 
 from __future__ import annotations
 

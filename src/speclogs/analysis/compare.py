@@ -132,13 +132,10 @@ def parse_factor_options(options: Sequence[str]) -> dict[str, str]:
 
 def parse_percent(text: str, option: str) -> float:
     """'2%' or '2 %' → 0.02, a bare number as a fraction ('0.02' → 0.02)."""
-    raw = text.strip()
-    percent = raw.endswith("%")
     try:
-        value = float(raw.rstrip("%").strip())
+        value = float(text.strip().rstrip("%")) / (100.0 if text.strip().endswith("%") else 1.0)
     except ValueError:
         raise AnalysisError(f"{option} {text!r} is not a percentage", hint=f"e.g. {option} 2%") from None
-    value = value / 100.0 if percent else value
     if not 0.0 <= value < 1.0:
         raise AnalysisError(f"{option} {text!r} is outside [0 %, 100 %)", hint=f"e.g. {option} 2%")
     return value

@@ -390,9 +390,8 @@ def _acceptance_findings(arm: Arm, causes: list[DoctorFinding], reference: tuple
 
 def _launches_needed(arms: Sequence[Arm], comparisons: Sequence[RatioComparison], confidence: float,
                      min_effect: float) -> list[Finding]:
-    """From the pooled spread of per-launch log throughput within arms (client source first), its within-launch
-    part, and the Welch t power calculation (speclogs.analysis.power): how many launches per arm detect a 5 %
-    difference with 80 % power, and what the comparisons at hand can detect."""
+    """How many launches per arm detect a 5 % difference at the pooled per-launch spread (client source first), and
+    whether more launches or more requests would narrow the interval."""
     deviations, dof, within = 0.0, 0, 0.0
     for estimate in (a.client or a.server for a in arms):
         if estimate and len(estimate.per_launch_tok_s) >= 2:

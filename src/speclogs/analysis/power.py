@@ -48,8 +48,7 @@ def power(delta: float, sd: float, la: int, lb: int, confidence: float = 0.95, m
 
 def launches_needed(sd: float, effect: float = 0.05, confidence: float = 0.95, min_effect: float = 0.0,
                     target: float = POWER) -> int | None:
-    """Smallest L (launches per arm, equal arms) detecting a true ratio 1 + effect with the target power; None above
-    MAX_LAUNCHES."""
+    """Smallest L (launches per arm) detecting a true ratio 1 + effect with the target power; None above MAX_LAUNCHES."""
     delta = math.log1p(effect)
     if power(delta, sd, MAX_LAUNCHES, MAX_LAUNCHES, confidence, min_effect) < target:
         return None

@@ -107,8 +107,7 @@ def whatif_for(con: Any, selectors: Sequence[str], confidence: float = 0.95, *, 
 
 
 def _single_stream(decode: pl.DataFrame) -> dict[str, dict[str, float | None]]:
-    """Per run, from its decode lines at one running request: median tok/s, wall ms per cycle (accept len / gen
-    throughput, median) and mean accept len."""
+    """Per run, from its decode lines at one running request: tok/s, wall ms per cycle and accept len."""
     usable = (pl.col("gen_throughput_tok_s") > 0) & pl.col("accept_len").is_not_null()
     rows = decode.filter(pl.col("running_req") == 1).group_by("run_id").agg(
         pl.col("gen_throughput_tok_s").median().alias("tok_s"), pl.col("accept_len").mean(),

@@ -21,11 +21,9 @@ def graph_settings(server_args: pl.DataFrame) -> dict[str, tuple[bool, int | Non
     """Per run: (CUDA graphs disabled by configuration, largest captured decode batch size or None when unknown)."""
     import ast
 
-    settings: dict[str, dict[str, str]] = {}
-    for run_id, name, value in server_args.select("run_id", "name", "value").iter_rows():
-        settings.setdefault(run_id, {})[name] = value
     out: dict[str, tuple[bool, int | None]] = {}
-    for run_id, args in settings.items():
+    for (run_id,), rows in server_args.partition_by("run_id", as_dict=True).items():
+        args = dict(zip(rows["name"], rows["value"]))
         sizes: list[int] = []
         for name in ("cuda_graph_max_bs_decode", "cuda_graph_max_bs", "cuda_graph_bs_decode", "cuda_graph_bs"):
             try:

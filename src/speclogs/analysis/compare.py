@@ -310,10 +310,8 @@ def _ranking(arms: Sequence[Arm], arm_runs: Mapping[str, list[str]], summary_for
              min_effect: float, designs: Mapping[str, dict]) -> tuple[Rank, ...]:
     """Every arm, fastest first, each against the fastest with the comparison's own interval and verdict; on the
     client source when every arm has one (what users measure), else the server's."""
-    if len(arms) < 2:
-        return ()
     source = "client" if all(a.client for a in arms) else "server" if all(a.server for a in arms) else None
-    if source is None:
+    if len(arms) < 2 or source is None:
         return ()
     ordered = sorted(arms, key=lambda a: -getattr(a, source).value_tok_s)
     best = ordered[0]

@@ -146,8 +146,8 @@ def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPL
     baselines = sorted(r for r, s in settings.items() if s is None and tok_s.get(r))
     base_step_ms = [1000.0 / v for r in baselines if (v := single.get(r, {}).get("tok_s"))]
     rng = np.random.default_rng(SEED)
-    models, predictions, recommendations, notes = [], [], [], []
-    notes.append("topk > 1 is not predicted: a tree's acceptance per branch is not in the cycle records")
+    models, predictions, recommendations = [], [], []
+    notes = ["topk > 1 is not predicted: a tree's acceptance per branch is not in the cycle records"]
     for draft in drafts:
         groups: dict[tuple[int, int, int], list[str]] = {}
         for run_id, s in settings.items():

@@ -113,7 +113,7 @@ def compute_nccl_evidence(frames: NcclFrames, *, hidden_size: int | None = None)
     findings: list[Finding] = []
     runs: list[RunNccl] = []
     args = {run_id: {} for run_id in frames.runs["run_id"]}
-    for run_id, name, value in frames.server_args.select("run_id", "name", "value").iter_rows() if frames.server_args.height else ():
+    for run_id, name, value in frames.server_args.select("run_id", "name", "value").iter_rows():
         args.setdefault(run_id, {})[name] = str(value)
     for run_id, run_name, tp_size, env in frames.runs.select("run_id", "run_name", "tp_size", "env").iter_rows():
         nccl_env = None if env is None else {k: str(v) for k, v in parse_json_text(env).items() if k.startswith("NCCL_")}

@@ -198,8 +198,6 @@ def reason_labels(code: np.ndarray) -> pl.Series:
 
 def warmup_requests(clients: pl.DataFrame) -> dict[str, int]:
     """Per run of a single-stream benchmark: how many requests were warm-up (client_rows' 'warmup' rows)."""
-    if clients.is_empty():
-        return {}
     rows = clients.filter(pl.col("source_kind").is_in(SINGLE_STREAM_SOURCES))
     counts = rows.group_by("run_id").agg((pl.col("excluded_reason") == "warmup").sum().alias("n"))
     return {run_id: int(n) for run_id, n in counts.iter_rows()}

@@ -71,12 +71,10 @@ def run_settings(tables: RunTables, ignore_env: Sequence[str] = DEFAULT_IGNORED_
             settings.setdefault(run_id, {})["version nccl"] = str(value)
     for row in tables.runs.iter_rows(named=True):
         s = settings[row["run_id"]]
-        env, known = parse_json_text(row["env"]), RUN_JSON
-        if not env:
-            env, known = nccl_env.get(row["run_id"], {}), "NCCL INFO lines"
+        env = parse_json_text(row["env"]) or nccl_env.get(row["run_id"], {})
         if env:
             s.update({f"env {k}": str(redact_value(k, v)) for k, v in env.items() if not ignored_env(k, ignore_env)})
-            s["_env_known"] = known
+            s["_env_known"] = "yes"
         record = RunRecord.from_document(parse_json_text(row["run_json"]))
         for name, value in record.versions.items():
             if name != "speclogs":

@@ -61,7 +61,6 @@ class RunNccl:
     p2p_channels: int | None
     transports: tuple[TransportUse, ...]
     collectives: tuple[CollectiveUse, ...]
-    tuning_lines: int
     allreduce_verdict: str
 
 
@@ -168,8 +167,7 @@ def _examine_run(run_id: str, run_name: str, tp_size: int | None, env: dict[str,
         ranks=tuple(sorted({int(rank) for rank in events["nccl_rank"].drop_nulls()})) if info_lines else (),
         settings=tuple(settings), coll_channels=coll_channels, p2p_channels=p2p_channels,
         transports=tuple(TransportUse(str(t), n, tuple(pairs)) for t, n, pairs in transports.iter_rows()),
-        collectives=tuple(collectives), tuning_lines=sum(use.lines for use in collectives),
-        allreduce_verdict=_allreduce_verdict(tp_size, info_lines, collectives, args, hidden_size, say))
+        collectives=tuple(collectives), allreduce_verdict=_allreduce_verdict(tp_size, info_lines, collectives, args, hidden_size, say))
 
 
 def _nccl_version(events: pl.DataFrame) -> str | None:

@@ -55,25 +55,23 @@ METHODS = {
 Units = dict[str, dict[str, tuple[np.ndarray, int]]]  # source → run_id → (units, rows used), runs that have them
 
 
+# the statistics of column sums (stats.summarize_group); a zero sum gives inf/NaN, which stays
 def _client_stat(s: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log(s[:, [0]] / s[:, [1]])
+    return np.log(s[:, [0]] / s[:, [1]])
 
 
 def _server_stat(s: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.column_stack(
-            [np.log(s[:, 0] / s[:, 1]), np.log(s[:, 0] / s[:, 2]), np.log(s[:, 2] / s[:, 3]), np.log(s[:, 1] / s[:, 3])]
-        )
+    return np.column_stack(
+        [np.log(s[:, 0] / s[:, 1]), np.log(s[:, 0] / s[:, 2]), np.log(s[:, 2] / s[:, 3]), np.log(s[:, 1] / s[:, 3])]
+    )
 
 
 def _cycle_stat(s: np.ndarray) -> np.ndarray:
     """draft, verify, extend, other, cycle (mean ms), accept len, gap (NaN where the profiler did not measure it)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        means = s[:, :5] / s[:, [7]]
-        accept = (s[:, 5] + s[:, 6]) / s[:, 6]
-        gap = np.where(s[:, 9] > 0, s[:, 8] / s[:, 9], np.nan)
-        return np.column_stack([means, accept, gap])
+    means = s[:, :5] / s[:, [7]]
+    accept = (s[:, 5] + s[:, 6]) / s[:, 6]
+    gap = np.where(s[:, 9] > 0, s[:, 8] / s[:, 9], np.nan)
+    return np.column_stack([means, accept, gap])
 
 
 STATS = {"client": _client_stat, "server": _server_stat, "cycles": _cycle_stat}

@@ -47,18 +47,11 @@ def block_sums(values: np.ndarray, segment_ids: np.ndarray | None = None, max_un
 
 def summarize_group(launches: Sequence[np.ndarray], stat: StatFn) -> GroupSummary:
     """Per-launch values and within-launch noise of stat(sum of units), from each launch's (u, k) units."""
-    per_launch = np.stack([stat(u.sum(axis=0, keepdims=True))[0] for u in launches])
-    pseudo = []
-    for units, theta in zip(launches, per_launch):
-        n = len(units)
-        if n < 2:
-            pseudo.append(None)
-            continue
-        with np.errstate(divide="ignore", invalid="ignore"):
-            leave_one_out = stat(units.sum(axis=0, keepdims=True) - units)
-        pseudo.append(n * theta[None, :] - (n - 1) * leave_one_out)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a stat of a zero sum is inf/NaN, not an error
+        per_launch = np.stack([stat(u.sum(axis=0, keepdims=True))[0] for u in launches])
+        usable = [len(u) * theta[None, :] - (len(u) - 1) * stat(u.sum(axis=0, keepdims=True) - u)  # jackknife pseudo-values
+                  for u, theta in zip(launches, per_launch) if len(u) >= 2]
     m = per_launch.shape[1]
-    usable = [p for p in pseudo if p is not None]
     counts = {len(p) for p in usable}
     aligned = len(usable) == len(launches) >= 2 and len(counts) == 1
     with np.errstate(invalid="ignore"):

@@ -389,18 +389,15 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
 
 def _timeline(decode: pl.DataFrame, tables: RunTables, arm_of: Mapping[str, str], names) -> pl.DataFrame:
     keep = timeline_rows(_codes(decode["run_id"]), decode["steady"].to_numpy(), TIMELINE_POINTS_PER_RUN)
-    rows = decode.filter(pl.Series(keep))
-    rows = rows.with_columns(pl.col("run_id").cast(pl.Utf8), pl.col("excluded_reason").cast(pl.Utf8))
     start = tables.launches.group_by("run_id").agg(pl.col("start_ts").min().alias("_start"))
-    rows = rows.join(start, on="run_id", how="left").with_columns(
-        pl.coalesce("_start", pl.col("ts").min().over("run_id")).alias("_start")
-    )
-    rows = rows.with_columns(
-        ((pl.col("ts") - pl.col("_start")).dt.total_milliseconds() / 1000.0).alias("t_s"),
+    rows = (decode.filter(pl.Series(keep)).with_columns(pl.col("run_id").cast(pl.Utf8), pl.col("excluded_reason").cast(pl.Utf8))
+            .join(start, on="run_id", how="left"))
+    start_ts = pl.coalesce("_start", pl.col("ts").min().over("run_id"))  # no launch record: the run's first row
+    return rows.with_columns(
+        ((pl.col("ts") - start_ts).dt.total_milliseconds() / 1000.0).alias("t_s"),
         pl.col("run_id").replace_strict(names, default=None, return_dtype=pl.Utf8).alias("run_name"),
         pl.col("run_id").replace_strict(arm_of, default=None, return_dtype=pl.Utf8).alias("arm"),
-    )
-    return rows.select("run_name", "arm", "t_s", "gen_throughput_tok_s", "accept_len", "accept_rate", "steady", "excluded_reason")
+    ).select("run_name", "arm", "t_s", "gen_throughput_tok_s", "accept_len", "accept_rate", "steady", "excluded_reason")
 
 
 def timeline_rows(run: np.ndarray, steady: np.ndarray, points: int) -> np.ndarray:

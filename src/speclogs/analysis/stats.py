@@ -52,8 +52,7 @@ def summarize_group(launches: Sequence[np.ndarray], stat: StatFn) -> GroupSummar
         usable = [len(u) * theta[None, :] - (len(u) - 1) * stat(u.sum(axis=0, keepdims=True) - u)  # jackknife pseudo-values
                   for u, theta in zip(launches, per_launch) if len(u) >= 2]
     m = per_launch.shape[1]
-    counts = {len(p) for p in usable}
-    aligned = len(usable) == len(launches) >= 2 and len(counts) == 1
+    aligned = len(usable) == len(launches) >= 2 and len({len(p) for p in usable}) == 1
     with np.errstate(invalid="ignore"):
         if aligned:
             stacked = np.stack(usable)  # (L, n, m)

@@ -157,8 +157,6 @@ class _Window:
 def _windows(metrics: pl.DataFrame, recorded: list[dict], findings: list[Finding], run_name: str, arm: str) -> list[_Window]:
     """The run's windows with a first and a last scrape: run.json's windows, else one window over the run's scrapes
     (the `before` and `after` files, else the earliest and the latest)."""
-    if metrics.is_empty():
-        return []
     by_name = {w["name"]: w for w in recorded if w.get("name")}
     out = []
     for (window_name,), rows in sorted(metrics.partition_by("window_name", as_dict=True).items(), key=lambda kv: str(kv[0][0])):

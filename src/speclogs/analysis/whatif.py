@@ -124,8 +124,7 @@ def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPL
             for (run_id,), rows in tables.server_args.partition_by("run_id", as_dict=True).items()}
     names = dict(zip(tables.runs["run_id"], tables.runs["run_name"]))
     settings = {run_id: _setting(args.get(run_id, {})) for run_id in names}
-    clients = client_rows(tables.bench.with_columns(pl.col("run_id").cast(pl.Utf8)))
-    clients = clients.filter(pl.col("excluded_reason").is_null())
+    clients = client_rows(tables.bench.with_columns(pl.col("run_id").cast(pl.Utf8))).filter(pl.col("excluded_reason").is_null())
     single = _single_stream(tables.decode.with_columns(pl.col("run_id").cast(pl.Utf8)))
     profiled_cycles = tables.spec_cycles.with_columns(pl.col("run_id").cast(pl.Utf8)).filter(
         (pl.col("batch_size") == 1) & pl.col("accepted_tokens").is_not_null())

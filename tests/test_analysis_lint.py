@@ -112,21 +112,3 @@ def test_factors_name_settings_by_whole_words_never_by_substrings():
     assert not any(factor_names("a", key) for key in ("env NCCL_ALGO", "env CUDA_VISIBLE_DEVICES", "server_arg tp_size",
                                                        "server_arg attention_backend"))
     assert not factor_names("mode", "server_arg model_path") and not factor_names("nccl", "version nccl")
-
-
-def test_a_setting_changed_in_one_cell_of_a_2x2_is_reported_against_every_effect_it_biases():
-    from speclogs.analysis.lint import _factorial_confounders
-
-    runs = [f"r{i}" for i in range(8)]
-    levels = {"nccl": {r: ("default", "tuned")[i // 4] for i, r in enumerate(runs)},
-              "spec": {r: ("none", "eagle3")[(i // 2) % 2] for i, r in enumerate(runs)}}
-    settings = {r: {"server_arg chunked_prefill_size": "8192" if i < 6 else "4096", "env NCCL_ALGO": ("unset", "Ring")[i // 4]}
-                for i, r in enumerate(runs)}
-    found = _factorial_confounders(settings, levels, runs, sorted(settings["r0"]))
-    assert [f.code for f in found] == ["factorial_confounder"]
-    message = found[0].message
-    assert message.startswith("chunked_prefill_size is 8192 except in cell(s) nccl=tuned, spec=eagle3 (2 of 2 launches)")
-    assert "biases the factorial effect(s) nccl, spec, nccl × spec" in message
-    # a setting that follows one factor is that factor's business (confounder checks), not a cell's
-    settings = {r: {"env NCCL_ALGO": ("unset", "Ring")[i // 4]} for i, r in enumerate(runs)}
-    assert _factorial_confounders(settings, levels, runs, ["env NCCL_ALGO"]) == []

@@ -16,7 +16,7 @@ from speclogs.analysis.load import RunTables, load_run_tables, parse_json_text, 
 from speclogs.analysis.nccl import nccl_evidence
 from speclogs.analysis.positions import draft_positions_for
 from speclogs.analysis.results import Arm, Comparison, Estimate, Rank, RatioComparison
-from speclogs.analysis.signals import signal_evidence_for, with_signals
+from speclogs.analysis.signals import signal_evidence_for
 from speclogs.analysis.startup import startup_for
 from speclogs.analysis.steady import client_rows, mark_steady, server_columns, steady_launches
 from speclogs.analysis.whatif import whatif_for
@@ -55,25 +55,23 @@ METHODS = {
 Units = dict[str, dict[str, tuple[np.ndarray, int]]]  # source → run_id → (units, rows used), runs that have them
 
 
+# the statistics of column sums (stats.summarize_group); a zero sum gives inf/NaN, which stays
 def _client_stat(s: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log(s[:, [0]] / s[:, [1]])
+    return np.log(s[:, [0]] / s[:, [1]])
 
 
 def _server_stat(s: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.column_stack(
-            [np.log(s[:, 0] / s[:, 1]), np.log(s[:, 0] / s[:, 2]), np.log(s[:, 2] / s[:, 3]), np.log(s[:, 1] / s[:, 3])]
-        )
+    return np.column_stack(
+        [np.log(s[:, 0] / s[:, 1]), np.log(s[:, 0] / s[:, 2]), np.log(s[:, 2] / s[:, 3]), np.log(s[:, 1] / s[:, 3])]
+    )
 
 
 def _cycle_stat(s: np.ndarray) -> np.ndarray:
     """draft, verify, extend, other, cycle (mean ms), accept len, gap (NaN where the profiler did not measure it)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        means = s[:, :5] / s[:, [7]]
-        accept = (s[:, 5] + s[:, 6]) / s[:, 6]
-        gap = np.where(s[:, 9] > 0, s[:, 8] / s[:, 9], np.nan)
-        return np.column_stack([means, accept, gap])
+    means = s[:, :5] / s[:, [7]]
+    accept = (s[:, 5] + s[:, 6]) / s[:, 6]
+    gap = np.where(s[:, 9] > 0, s[:, 8] / s[:, 9], np.nan)
+    return np.column_stack([means, accept, gap])
 
 
 STATS = {"client": _client_stat, "server": _server_stat, "cycles": _cycle_stat}
@@ -105,8 +103,7 @@ def _prepare_runs(tables: RunTables) -> tuple[Units, pl.DataFrame, pl.DataFrame,
     return units, decode, clients, cycles_marked
 
 
-def _estimate(source: str, group: stats.GroupSummary, confidence: float, n_rows: int,
-              run_names: tuple[str, ...]) -> Estimate:
+def _estimate(source: str, group: stats.GroupSummary, confidence: float, n_rows: int) -> Estimate:
     # one launch: its requests say nothing about the next launch, so no interval is claimed
     result = stats.t_interval([stats.part(group, 0)], confidence)
     low, high = (result.low, result.high) if group.n_launches >= 2 else (math.nan, math.nan)
@@ -114,7 +111,7 @@ def _estimate(source: str, group: stats.GroupSummary, confidence: float, n_rows:
         source=source, value_tok_s=float(math.exp(group.point[0])), ci_low_tok_s=float(math.exp(low)),
         ci_high_tok_s=float(math.exp(high)), n_launches=group.n_launches, n_units=group.n_units, n_rows=n_rows,
         per_launch_tok_s=tuple(float(math.exp(v)) for v in group.per_launch[:, 0]),
-        within_cv=float(math.sqrt(group.within_cov[0, 0])), launch_run_names=run_names,
+        within_cv=float(math.sqrt(group.within_cov[0, 0])),
     )
 
 
@@ -133,13 +130,10 @@ def parse_factor_options(options: Sequence[str]) -> dict[str, str]:
 
 def parse_percent(text: str, option: str) -> float:
     """'2%' or '2 %' → 0.02, a bare number as a fraction ('0.02' → 0.02)."""
-    raw = text.strip()
-    percent = raw.endswith("%")
     try:
-        value = float(raw.rstrip("%").strip())
+        value = float(text.strip().rstrip("%")) / (100.0 if text.strip().endswith("%") else 1.0)
     except ValueError:
         raise AnalysisError(f"{option} {text!r} is not a percentage", hint=f"e.g. {option} 2%") from None
-    value = value / 100.0 if percent else value
     if not 0.0 <= value < 1.0:
         raise AnalysisError(f"{option} {text!r} is outside [0 %, 100 %)", hint=f"e.g. {option} 2%")
     return value
@@ -182,9 +176,10 @@ def compare_runs(
     all_ids = [run_id for ids in arm_runs.values() for run_id in ids]
     tables = load_run_tables(con, all_ids)
     nccl = nccl_evidence(con, all_ids, hidden_size=hidden_size)
+    signals = signal_evidence_for(con, arm_runs)
     comparison = compare_tables(tables, arm_runs, factors, confidence, min_effect=min_effect, nccl=nccl, ignore_env=ignore_env,
-                                reference_acceptance=reference_acceptance, trained_layers=trained_layers)
-    comparison = with_signals(comparison, signal_evidence_for(con, arm_runs))
+                                reference_acceptance=reference_acceptance, trained_layers=trained_layers,
+                                signals=signals if signals.windows or signals.device_phases or signals.request_acceptance else None)
     startup = startup_for(con, arm_runs)
     try:  # the what-if needs profiled cycles
         predicted = whatif_for(con, all_ids, confidence, tables=tables, evidence=comparison.signals)
@@ -203,11 +198,13 @@ def compare_tables(
     *,
     min_effect: float = 0.0,
     nccl: Any = None,
+    signals: Any = None,
     ignore_env: Sequence[str] = (),
     reference_acceptance: tuple[float, float] | None = None,
     trained_layers: list[int] | None = None,
 ) -> Comparison:
-    """`compare_runs`' computation, pure: RunTables and {arm: run_ids} (reference first) in; `nccl`: NCCL evidence."""
+    """`compare_runs`' computation, pure: RunTables and {arm: run_ids} (reference first) in; `nccl`, `signals`: their
+    evidence (speclogs.analysis.nccl, .signals), whose findings join the warnings."""
     from speclogs.analysis import lint
 
     arm_runs = dict(arm_runs)
@@ -239,9 +236,6 @@ def compare_tables(
             summaries[key] = (stats.summarize_group([u for u, _ in got], STATS[source]), sum(n for _, n in got)) if got else None
         return summaries[key]
 
-    def _measured(ids: Sequence[str], source: str) -> tuple[str, ...]:  # in the order of the summary's launches
-        return tuple(names[r] for r in ids if r in units[source])
-
     arm_objects = []
     for arm, ids in arm_runs.items():
         client, server = summary_for(ids, "client"), summary_for(ids, "server")
@@ -251,8 +245,8 @@ def compare_tables(
             speculative_algorithm=",".join(sorted({a for a in run_rows["speculative_algorithm"].to_list() if a})) or None,
             sglang_versions=tuple(sorted({v for v in run_rows["sglang_version"].to_list() if v})),
             factor_levels=factorial.arm_levels(levels, ids),
-            client=_estimate("client", client[0], confidence, client[1], _measured(ids, "client")) if client else None,
-            server=_estimate("server", server[0], confidence, server[1], _measured(ids, "server")) if server else None,
+            client=_estimate("client", client[0], confidence, client[1]) if client else None,
+            server=_estimate("server", server[0], confidence, server[1]) if server else None,
             accept_len=float(math.exp(server[0].point[1])) if server else None,
             cycle_ms=float(1000 * math.exp(server[0].point[3])) if server else None,
             batch_size=float(math.exp(server[0].point[2])) if server else None,
@@ -281,7 +275,9 @@ def compare_tables(
 
     arm_of = {r: arm for arm, ids in arm_runs.items() for r in ids}
     timeline = _timeline(decode, tables, arm_of, names)
-    warmup_spans = _warmup_spans(timeline)
+    warmup_spans = (timeline.group_by("run_name", "arm")  # from the launch's start to its first steady decode row
+                    .agg(pl.lit(0.0).alias("t_start_s"), pl.col("t_s").filter(pl.col("steady")).min().alias("t_end_s"))
+                    .filter(pl.col("t_end_s").is_not_null()).sort("run_name"))
     accept_hist = _accept_hist(decode, clients, cycles, arm_of)
     findings = lint.lint_comparison(
         tables=tables, decode=decode, clients=clients, cycles=cycles, arm_runs=arm_runs, arms=arm_objects,
@@ -297,13 +293,14 @@ def compare_tables(
             arms_of.setdefault(names[run_id], []).append(arm)
         nccl = replace(nccl, findings=tuple(
             replace(f, arms=tuple(dict.fromkeys(a for run in f.runs for a in arms_of.get(run, ())))) for f in nccl.findings))
-    warnings = factor_findings + effect_findings + findings + cycle_findings + list(nccl.findings if nccl else ())
+    warnings = [*factor_findings, *effect_findings, *findings, *cycle_findings, *(nccl.findings if nccl else ()),
+                *(signals.findings if signals else ())]
     return Comparison(
         arms=tuple(arm_objects), reference=reference, confidence=confidence, min_effect=min_effect,
         warnings=tuple(sorted(warnings, key=lambda f: f.severity != "warning")), comparisons=tuple(comparisons),
         attributions=tuple(attributions), effects=tuple(effects), factors=factor_span, timeline=timeline,
         accept_hist=accept_hist, phases=tuple(phases), warmup_spans=warmup_spans, methods=dict(METHODS), nccl=nccl,
-        ranking=ranking,
+        ranking=ranking, signals=signals,
     )
 
 
@@ -311,10 +308,8 @@ def _ranking(arms: Sequence[Arm], arm_runs: Mapping[str, list[str]], summary_for
              min_effect: float, designs: Mapping[str, dict]) -> tuple[Rank, ...]:
     """Every arm, fastest first, each against the fastest with the comparison's own interval and verdict; on the
     client source when every arm has one (what users measure), else the server's."""
-    if len(arms) < 2:
-        return ()
     source = "client" if all(a.client for a in arms) else "server" if all(a.server for a in arms) else None
-    if source is None:
+    if len(arms) < 2 or source is None:
         return ()
     ordered = sorted(arms, key=lambda a: -getattr(a, source).value_tok_s)
     best = ordered[0]
@@ -394,18 +389,15 @@ def _ratio(arm_a: str, arm_b: str, source: str, a: stats.GroupSummary, b: stats.
 
 def _timeline(decode: pl.DataFrame, tables: RunTables, arm_of: Mapping[str, str], names) -> pl.DataFrame:
     keep = timeline_rows(_codes(decode["run_id"]), decode["steady"].to_numpy(), TIMELINE_POINTS_PER_RUN)
-    rows = decode.filter(pl.Series(keep))
-    rows = rows.with_columns(pl.col("run_id").cast(pl.Utf8), pl.col("excluded_reason").cast(pl.Utf8))
     start = tables.launches.group_by("run_id").agg(pl.col("start_ts").min().alias("_start"))
-    rows = rows.join(start, on="run_id", how="left").with_columns(
-        pl.coalesce("_start", pl.col("ts").min().over("run_id")).alias("_start")
-    )
-    rows = rows.with_columns(
-        ((pl.col("ts") - pl.col("_start")).dt.total_milliseconds() / 1000.0).alias("t_s"),
+    rows = (decode.filter(pl.Series(keep)).with_columns(pl.col("run_id").cast(pl.Utf8), pl.col("excluded_reason").cast(pl.Utf8))
+            .join(start, on="run_id", how="left"))
+    start_ts = pl.coalesce("_start", pl.col("ts").min().over("run_id"))  # no launch record: the run's first row
+    return rows.with_columns(
+        ((pl.col("ts") - start_ts).dt.total_milliseconds() / 1000.0).alias("t_s"),
         pl.col("run_id").replace_strict(names, default=None, return_dtype=pl.Utf8).alias("run_name"),
         pl.col("run_id").replace_strict(arm_of, default=None, return_dtype=pl.Utf8).alias("arm"),
-    )
-    return rows.select("run_name", "arm", "t_s", "gen_throughput_tok_s", "accept_len", "accept_rate", "steady", "excluded_reason")
+    ).select("run_name", "arm", "t_s", "gen_throughput_tok_s", "accept_len", "accept_rate", "steady", "excluded_reason")
 
 
 def timeline_rows(run: np.ndarray, steady: np.ndarray, points: int) -> np.ndarray:
@@ -443,15 +435,6 @@ def _codes(run_id: pl.Series) -> np.ndarray:
     if isinstance(run_id.dtype, pl.Enum):
         return run_id.to_physical().to_numpy()
     return run_id.cast(pl.Categorical).to_physical().to_numpy()
-
-
-def _warmup_spans(timeline: pl.DataFrame) -> pl.DataFrame:
-    return (
-        timeline.group_by("run_name", "arm")
-        .agg(pl.lit(0.0).alias("t_start_s"), pl.col("t_s").filter(pl.col("steady")).min().alias("t_end_s"))
-        .filter(pl.col("t_end_s").is_not_null())
-        .sort("run_name")
-    )
 
 
 def _accept_hist(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.DataFrame, arm_of: Mapping[str, str]

@@ -71,8 +71,7 @@ def effects(levels, arm_runs, reference, summary_for, confidence, explicit, min_
     for r in all_ids:
         cells.setdefault(tuple(int(levels[f][r] == span[f][1]) for f in names), []).append(r)
     k = len(names)
-    missing = [c for c in np.ndindex(*(2,) * k) if tuple(c) not in cells]
-    if missing or not names:
+    if len(cells) < 2 ** k or not names:  # a cell without runs
         full = sorted(span)
         findings.append(Finding(
             "incomplete_design", f"the runs do not form a full 2^k design over factors {', '.join(full)} (nor over a "

@@ -9,7 +9,6 @@ import math
 import os
 import re
 from collections.abc import Sequence
-from itertools import combinations
 
 import numpy as np
 import polars as pl
@@ -72,12 +71,10 @@ def run_settings(tables: RunTables, ignore_env: Sequence[str] = DEFAULT_IGNORED_
             settings.setdefault(run_id, {})["version nccl"] = str(value)
     for row in tables.runs.iter_rows(named=True):
         s = settings[row["run_id"]]
-        env, known = parse_json_text(row["env"]), RUN_JSON
-        if not env:
-            env, known = nccl_env.get(row["run_id"], {}), "NCCL INFO lines"
+        env = parse_json_text(row["env"]) or nccl_env.get(row["run_id"], {})
         if env:
             s.update({f"env {k}": str(redact_value(k, v)) for k, v in env.items() if not ignored_env(k, ignore_env)})
-            s["_env_known"] = known
+            s["_env_known"] = "yes"
         record = RunRecord.from_document(parse_json_text(row["run_json"]))
         for name, value in record.versions.items():
             if name != "speclogs":
@@ -218,50 +215,11 @@ def confounder_findings(
         for why, group in explained.items():
             findings.append(Finding("factor_settings", f"{arm} vs {reference}: {why} accounts for "
                                     f"{_listed([describe(k) for k in group], 12, '; ')}", "info", pair))
-    findings += _factorial_confounders(settings, levels, all_ids, keys)
     versions = sorted({settings[r].get("version sglang") for r in all_ids} - {None})
     if len(versions) > 1:
         findings.append(Finding(
             "mixed_versions", f"the compared runs use different SGLang versions ({', '.join(versions)}): log formats and "
             "scheduling differ between versions, so differences may come from the version", "warning"))
-    return findings
-
-
-def _factorial_confounders(settings, levels: dict[str, dict[str, str]], ids: Sequence[str], keys: Sequence[str]) -> list[Finding]:
-    """Settings that differ across a factorial's runs without following one factor (they change inside a cell, or in
-    one cell only): each factorial effect is a contrast of cell means, so such a setting biases every effect whose
-    contrast does not cancel its pattern. One warning per setting, naming the cells and the effects it biases."""
-    if len(levels) < 2:
-        return []
-    factors = sorted(levels)
-    high = {f: sorted(set(levels[f].values()))[-1] for f in factors}
-    cells: dict[tuple[int, ...], list[str]] = {}
-    for r in ids:
-        cells.setdefault(tuple(int(levels[f][r] == high[f]) for f in factors), []).append(r)
-    if len(cells) < 2 ** len(factors):
-        return []
-    findings = []
-    for key in keys:
-        if key == "hardware hostname" or _is_spec_key(key) or key == "env PYTHONPATH":
-            continue
-        values = [settings[r].get(key, UNSET) for r in ids]
-        if len(set(values)) < 2 or any(_function_of(settings, levels[f], ids, key) for f in factors):
-            continue
-        common = max(set(values), key=values.count)
-        share = {cell: sum(settings[r].get(key, UNSET) != common for r in rs) / len(rs) for cell, rs in cells.items()}
-        biased = []
-        for size in range(1, len(factors) + 1):
-            for subset in combinations(range(len(factors)), size):
-                contrast = sum(share[cell] * math.prod(1 if cell[i] else -1 for i in subset) for cell in cells)
-                if abs(contrast) > 1e-9:
-                    biased.append(" × ".join(factors[i] for i in subset))
-        where = "; ".join(
-            ", ".join(f"{f}={levels[f][rs[0]]}" for f in factors) + f" ({sum(settings[r].get(key, UNSET) != common for r in rs)}"
-            f" of {len(rs)} launches)" for cell, rs in sorted(cells.items()) if share[cell] > 0)
-        findings.append(Finding(
-            "factorial_confounder", f"{key.partition(' ')[2] or key} is {common} except in cell(s) {where}, where it is "
-            f"{_fmt(set(values) - {common})}: it follows no factor, so it biases the factorial effect(s) "
-            f"{', '.join(biased) or 'none'}. Rerun the cell with equal settings, or declare it as a factor.", "warning"))
     return findings
 
 
@@ -300,7 +258,7 @@ def lint_comparison(
             "estimated from so few values that the t intervals are wide (t at 97.5 %: 12.7 with 1 degree of freedom, "
             "4.3 with 2, 2.8 with 4); each extra launch narrows them a lot — aim for ≥ 5 per arm", "info",
             tuple(name for name, _ in few)))
-    findings += _launches_needed(arms, comparisons, confidence, min_effect) + _launch_outliers(arms, comparisons)
+    findings += _launches_needed(arms, comparisons, confidence, min_effect)
     for a in arms:
         for estimate, least, what in ((a.client, MIN_REQUESTS, "client request(s) after warm-up; ≥ {} per launch"),
                                       (a.server, MIN_DECODE_ROWS, "steady-state decode row(s); ≥ {}")):
@@ -316,7 +274,7 @@ def lint_comparison(
                 f"{a.server.value_tok_s:.1f} tok/s ({math.exp(gap) - 1:+.0%}): the client includes prefill, queueing and "
                 "HTTP; a large gap means the two do not measure the same thing (concurrency, long prompts, or client "
                 "overhead)", "info", (a.name,)))
-    findings += _source_disagreement(comparisons) + _launch_round_findings(tables, clients, arm_runs)
+    findings += _source_disagreement(comparisons)
     findings += _warmup_findings(decode, clients, cycles, arm_of, names) + _trend_findings(decode, clients, arm_of, names)
     findings += _run_findings(tables, decode, clients, run_data_rows, arm_of, names)
     adaptive = [row["run_name"] for row in tables.runs.iter_rows(named=True)
@@ -352,14 +310,6 @@ def _source_disagreement(comparisons: Sequence[RatioComparison]) -> list[Finding
                 f"and server ratio {s.ratio:.3f} [{s_low:.3f}, {s_high:.3f}] disagree: one source is measuring "
                 "something else (prefill share, client overhead, a warm-up inside the window)", "warning", (arm_a, arm_b)))
     return findings
-
-
-def _launch_values(arm: Arm) -> tuple[str, np.ndarray, tuple[str, ...], float] | None:
-    """(source, per-launch log throughput, their run names, within-launch CV) of an arm: the client source first."""
-    estimate = arm.client or arm.server
-    if estimate is None:
-        return None
-    return estimate.source, np.log(np.array(estimate.per_launch_tok_s)), estimate.launch_run_names, estimate.within_cv
 
 
 def doctor_findings(runs: pl.DataFrame, server_args: pl.DataFrame, runtime: pl.DataFrame,
@@ -438,16 +388,14 @@ def _acceptance_findings(arm: Arm, causes: list[DoctorFinding], reference: tuple
 
 def _launches_needed(arms: Sequence[Arm], comparisons: Sequence[RatioComparison], confidence: float,
                      min_effect: float) -> list[Finding]:
-    """From the pooled spread of per-launch log throughput within arms (client source first), its within-launch
-    part, and the Welch t power calculation (speclogs.analysis.power): how many launches per arm detect a 5 %
-    difference with 80 % power, and what the comparisons at hand can detect."""
+    """How many launches per arm detect a 5 % difference at the pooled per-launch spread (client source first), and
+    whether more launches or more requests would narrow the interval."""
     deviations, dof, within = 0.0, 0, 0.0
-    for a in arms:
-        values = _launch_values(a)
-        if values and len(values[1]) >= 2:
-            logs = values[1]
+    for estimate in (a.client or a.server for a in arms):
+        if estimate and len(estimate.per_launch_tok_s) >= 2:
+            logs = np.log(np.array(estimate.per_launch_tok_s))
             deviations += float(np.sum((logs - logs.mean()) ** 2))
-            within += (len(logs) - 1) * values[3] ** 2
+            within += (len(logs) - 1) * estimate.within_cv ** 2
             dof += len(logs) - 1
     if dof == 0:
         return []
@@ -471,37 +419,6 @@ def _launches_needed(arms: Sequence[Arm], comparisons: Sequence[RatioComparison]
         f"{threshold}) {plan}{detect_text}", "info")]
 
 
-def _launch_outliers(arms: Sequence[Arm], comparisons: Sequence[RatioComparison]) -> list[Finding]:
-    """Launches far from their arm's median (MAD rule: |modified z| > stats.MAD_Z, Iglewicz & Hoaglin 1993), with the
-    MAD pooled over the arms with ≥ 3 launches (deviations from each arm's median, the median launches themselves left
-    out) and never below their within-launch noise. Flagged, not dropped: the finding says how the ratio would move
-    without the launch."""
-    values = {a.name: v for a in arms if (v := _launch_values(a)) and len(v[1]) >= 3}
-    if not values:
-        return []
-    deviations = np.concatenate([logs - np.median(logs) for _, logs, _, _ in values.values()])
-    deviations = deviations[deviations != 0]
-    if not len(deviations):
-        return []
-    mad = float(np.median(np.abs(deviations)))
-    by_pair = {(c.arm_a, c.arm_b): c for c in comparisons if c.source == next(iter(values.values()))[0]}
-    findings = []
-    for arm, (source, logs, runs, within_cv) in values.items():
-        centre = float(np.median(logs))
-        z = stats.modified_z(logs, centre, max(mad, 0.6745 * within_cv))
-        for index in np.flatnonzero(np.abs(z) > stats.MAD_Z):
-            without = float(np.exp(np.delete(logs, index).mean() - logs.mean()))
-            moves = [f"{c.arm_b} vs {c.arm_a} ×{c.ratio:.3f} → ×{c.ratio * (without if arm == c.arm_b else 1 / without):.3f}"
-                     for c in by_pair.values() if arm in (c.arm_a, c.arm_b)]
-            findings.append(Finding(
-                "launch_outlier", f"run {runs[index]} ({arm}) ran {math.exp(logs[index] - centre) - 1:+.1%} against its "
-                f"arm's median {source} throughput (modified z {z[index]:+.1f}, MAD rule |z| > {stats.MAD_Z}); without it: "
-                + ("; ".join(moves) if moves else f"the arm's level ×{without:.3f}")
-                + ". Look at its server.log (warm-up, a co-tenant, a throttled GPU) and rerun it rather than dropping it "
-                "silently", "warning", (arm,)))
-    return findings
-
-
 def _ignored_env_findings(tables: RunTables, ignore: Sequence[str]) -> list[Finding]:
     """Say which ignored env variables differ between the compared runs (so ignoring them is a visible choice)."""
     envs = [env for text in tables.runs["env"].to_list() if (env := parse_json_text(text))]
@@ -511,39 +428,6 @@ def _ignored_env_findings(tables: RunTables, ignore: Sequence[str]) -> list[Find
         return []
     return [Finding("env_ignored", f"not compared (the default ignore list and --ignore-env): {_listed(differing, 12)} differ between "
                     "the runs; --ignore-env NAME adds names, globs allowed", "info")]
-
-
-def _launch_round_findings(tables: RunTables, clients: pl.DataFrame, arm_runs: dict[str, list[str]]) -> list[Finding]:
-    """Does the launch round (launch_index: 1st, 2nd … launch of every cell, run in interleaved rounds) move
-    throughput the same way in every arm? A sign test across arms on first-round vs last-round client throughput."""
-    used = clients.filter(pl.col("excluded_reason").is_null())
-    if used.is_empty():
-        return []
-    per_run = dict(used.group_by("run_id").agg((pl.col("tokens").sum() / pl.col("seconds").sum()).alias("t")).iter_rows())
-    index = dict(zip(tables.runs["run_id"].to_list(), tables.runs["launch_index"].to_list()))
-    changes = []
-    for arm, ids in arm_runs.items():
-        rounds = sorted((index[r], per_run[r]) for r in ids if index.get(r) is not None and r in per_run)
-        if len(rounds) >= 2 and rounds[0][0] != rounds[-1][0]:
-            changes.append((arm, rounds[-1][1] / rounds[0][1]))
-    if len(changes) < 3:
-        return []
-    slower = sum(1 for _, ratio in changes if ratio < 1)
-    if slower not in (0, len(changes)):
-        return []
-    p_value = 2 * 0.5 ** len(changes)
-    median = float(np.median([ratio for _, ratio in changes]))
-    direction = "slower" if slower else "faster"
-    return [Finding(
-        "launch_round_effect", f"in all {len(changes)} arms the last launch round ran {direction} than the first "
-        f"(median ×{median:.3f}; sign test p={p_value:.3g}): something that changes between rounds (machine state, "
-        "session, thermal, order) moves throughput — interleaving keeps the comparisons fair, but this round-to-round "
-        "variation is why the intervals are wide; add rounds rather than requests", "warning" if p_value < 0.1 else "info",
-        tuple(arm for arm, _ in changes))]
-
-
-def _runs_text(runs: list[tuple[str, int]]) -> str:
-    return _listed([f"{name} ({n})" for name, n in runs], 6, more="more runs")
 
 
 # per run, the decode rows a steady-state rule set apart (excluded_reason, or steady but eager by configuration)
@@ -572,7 +456,7 @@ def _warmup_findings(decode: pl.DataFrame, clients: pl.DataFrame, cycles: pl.Dat
     for reason, (code, text, severity) in _SET_APART.items():
         rows = apart.filter(pl.col("reason") == reason)
         if rows.height:
-            runs = _runs_text([(names[run_id], n) for run_id, _, n in rows.iter_rows()])
+            runs = _listed([f"{names[run_id]} ({n})" for run_id, _, n in rows.iter_rows()], 6, more="more runs")
             findings.append(Finding(code, text.format(runs=runs), severity, tuple(sorted({arm_of[r] for r in rows["run_id"]}))))
     detail = ", ".join(f"{r or 'steady'} {n}" for r, n in decode.group_by("excluded_reason").len()
                        .sort("excluded_reason", nulls_last=True).iter_rows())

@@ -157,29 +157,20 @@ def load_run_tables(con: Any, run_ids: list[str]) -> RunTables:
                              UNION ALL
                              SELECT run_id, 'retracted_req' AS kind, sum(retracted_req) AS n FROM decode_batches
                              WHERE {IN_RUNS} AND retracted_req > 0 GROUP BY 1""", [run_ids, run_ids])
-    return RunTables(runs, launches, decode, prefill, bench, spec_cycles, load_server_args(con, run_ids), nccl_settings,
-                     events, load_runtime(con, run_ids))
+    _, server_args, runtime = load_setup(con, run_ids)
+    return RunTables(runs, launches, decode, prefill, bench, spec_cycles, server_args, nccl_settings, events, runtime)
 
 
 def load_setup(con: Any, run_ids: list[str]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """What the doctor reads: runs (run_id, run_name, run_json), logged server args, the profiler's runtime line."""
+    """What the doctor reads: runs, the ServerArgs of each run's first server start, its profiler runtime line."""
     runs = select(con, f"SELECT run_id, run_name, CAST(run_json AS VARCHAR) AS run_json FROM runs WHERE {IN_RUNS} "
                        "ORDER BY run_name", [run_ids])
-    return runs, load_server_args(con, run_ids), load_runtime(con, run_ids)
-
-
-def load_runtime(con: Any, run_ids: list[str]) -> pl.DataFrame:
-    """The first `speclogs profiler: runtime: …` line of each run."""
-    return select(con, f"""SELECT run_id, arg_min(message, line_no) AS message, arg_min(source_file, line_no) AS source_file,
-                                  min(line_no) AS line_no FROM server_events
-                           WHERE {IN_RUNS} AND kind = 'spec_runtime' GROUP BY run_id""", [run_ids])
-
-
-def load_server_args(con: Any, run_ids: list[str]) -> pl.DataFrame:
-    """The ServerArgs fields (value: repr) of each run's first server start."""
-    return select(con, f"""SELECT run_id, name, value, source_file, line_no FROM server_args WHERE {IN_RUNS}
-                           AND launch_no = (SELECT min(launch_no) FROM server_args s2 WHERE s2.run_id = server_args.run_id)""",
-                  [run_ids])
+    server_args = select(con, f"""SELECT run_id, name, value, source_file, line_no FROM server_args WHERE {IN_RUNS}
+        AND launch_no = (SELECT min(launch_no) FROM server_args s2 WHERE s2.run_id = server_args.run_id)""", [run_ids])
+    runtime = select(con, f"""SELECT run_id, arg_min(message, line_no) AS message, arg_min(source_file, line_no) AS source_file,
+                                     min(line_no) AS line_no FROM server_events
+                              WHERE {IN_RUNS} AND kind = 'spec_runtime' GROUP BY run_id""", [run_ids])
+    return runs, server_args, runtime
 
 
 def _launch_keys(con: Any, run_ids: list[str]) -> pl.DataFrame:

@@ -4,7 +4,6 @@ finding codes). `nccl_evidence(con, run_ids)` reads the rows; `compute_nccl_evid
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import polars as pl
@@ -28,10 +27,6 @@ class NcclSetting:
     log_value: str | None
     env_value: str | None
     agrees: bool | None           # False: the log and the recorded env disagree; None: one side is missing
-
-    @property
-    def value(self) -> str | None:
-        return self.log_value if self.log_value is not None else self.env_value
 
 
 @dataclass(frozen=True)
@@ -66,7 +61,6 @@ class RunNccl:
     p2p_channels: int | None
     transports: tuple[TransportUse, ...]
     collectives: tuple[CollectiveUse, ...]
-    tuning_lines: int
     allreduce_verdict: str
 
 
@@ -118,11 +112,12 @@ def compute_nccl_evidence(frames: NcclFrames, *, hidden_size: int | None = None)
     findings: list[Finding] = []
     runs: list[RunNccl] = []
     args = {run_id: {} for run_id in frames.runs["run_id"]}
-    for run_id, name, value in frames.server_args.select("run_id", "name", "value").iter_rows() if frames.server_args.height else ():
+    for run_id, name, value in frames.server_args.select("run_id", "name", "value").iter_rows():
         args.setdefault(run_id, {})[name] = str(value)
     for run_id, run_name, tp_size, env in frames.runs.select("run_id", "run_name", "tp_size", "env").iter_rows():
+        nccl_env = None if env is None else {k: str(v) for k, v in parse_json_text(env).items() if k.startswith("NCCL_")}
         runs.append(_examine_run(run_id, run_name, tp_size or int_or_none(args[run_id].get("tp_size")),
-                                 _recorded_nccl_env(env), frames.nccl_events.filter(pl.col("run_id") == run_id),
+                                 nccl_env, frames.nccl_events.filter(pl.col("run_id") == run_id),
                                  frames.markers.filter(pl.col("run_id") == run_id), args[run_id], hidden_size, findings))
     names = tuple(run.run_name for run in runs)
     if len({run.nccl_version for run in runs if run.nccl_version}) > 1:
@@ -139,13 +134,11 @@ def compute_nccl_evidence(frames: NcclFrames, *, hidden_size: int | None = None)
     return NcclEvidence(runs=tuple(runs), settings_diff=tuple(settings_diff), findings=tuple(findings))
 
 
-def _say(findings: list[Finding], run_name: str, code: str, text: str, severity: str = "warning") -> None:
-    findings.append(Finding(code, f"{run_name}: {text}", severity, runs=(run_name,)))
-
-
 def _examine_run(run_id: str, run_name: str, tp_size: int | None, env: dict[str, str] | None, events: pl.DataFrame,
                  markers: pl.DataFrame, args: dict[str, str], hidden_size: int | None, findings: list[Finding]) -> RunNccl:
-    say = partial(_say, findings, run_name)
+    def say(code: str, text: str, severity: str = "warning") -> None:
+        findings.append(Finding(code, f"{run_name}: {text}", severity, runs=(run_name,)))
+
     # NCCL's own lines ('host:pid:tid [rank] NCCL INFO …'), not SGLang's "sglang is using nccl==…" nor the headless
     # rows of NCCL's algorithm table: a log with only those proves nothing about the NCCL settings
     info_lines = events.filter(pl.col("nccl_rank").is_not_null()).height
@@ -174,8 +167,7 @@ def _examine_run(run_id: str, run_name: str, tp_size: int | None, env: dict[str,
         ranks=tuple(sorted({int(rank) for rank in events["nccl_rank"].drop_nulls()})) if info_lines else (),
         settings=tuple(settings), coll_channels=coll_channels, p2p_channels=p2p_channels,
         transports=tuple(TransportUse(str(t), n, tuple(pairs)) for t, n, pairs in transports.iter_rows()),
-        collectives=tuple(collectives), tuning_lines=sum(use.lines for use in collectives),
-        allreduce_verdict=_allreduce_verdict(tp_size, info_lines, collectives, args, hidden_size, say))
+        collectives=tuple(collectives), allreduce_verdict=_allreduce_verdict(tp_size, info_lines, collectives, args, hidden_size, say))
 
 
 def _nccl_version(events: pl.DataFrame) -> str | None:
@@ -325,7 +317,8 @@ def _settings_diff(runs: list[RunNccl]) -> list[SettingDiff]:
     """The settings (log value, else recorded env value) and what NCCL chose ('effective …') that differ between runs."""
     per_run: list[dict[str, str]] = []
     for run in runs:
-        values = {setting.name: setting.value for setting in run.settings if setting.value is not None}
+        values = {s.name: s.env_value if s.log_value is None else s.log_value for s in run.settings  # the log's first
+                  if (s.log_value, s.env_value) != (None, None)}
         if run.coll_channels is not None:
             values["effective coll channels"] = str(run.coll_channels)
         for collective in sorted({use.collective for use in run.collectives}):
@@ -339,8 +332,3 @@ def _settings_diff(runs: list[RunNccl]) -> list[SettingDiff]:
     names = sorted({name for values in per_run for name in values}, key=lambda name: (name.startswith("effective"), name))
     return [SettingDiff(name=name, values=tuple((run.run_name, values.get(name)) for run, values in zip(runs, per_run)))
             for name in names if len({values.get(name) for values in per_run}) > 1]
-
-
-def _recorded_nccl_env(env: str | None) -> dict[str, str] | None:
-    """The NCCL_* variables of a recorded env (JSON text); None when no env was recorded."""
-    return None if env is None else {key: str(value) for key, value in parse_json_text(env).items() if key.startswith("NCCL_")}

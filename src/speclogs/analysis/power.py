@@ -1,12 +1,9 @@
-"""Power of the report's comparison (Welch t over per-launch log throughput): launches needed, minimum detectable effect.
-
-With per-launch SD σ the log ratio has se = σ √(1/L_A + 1/L_B); the Welch interval's width is random (two sample
-variances, which matters at 2–4 launches), so the power is averaged over their σ² χ²_{L−1}/(L−1) distributions on an
-equal-probability grid: power(δ) = E[Φ((δ − log(1 + min_effect) − t·ŝ) / se) + Φ((−δ − log(1 + min_effect) − t·ŝ) / se)].
-"""
+"""Power of the report's comparison (Welch t over per-launch log throughput), averaged over the sample variances'
+χ² distributions (docs/report.md, "Power"): the Welch interval's width is itself random at 2–4 launches."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from functools import lru_cache
 
@@ -51,19 +48,12 @@ def power(delta: float, sd: float, la: int, lb: int, confidence: float = 0.95, m
 
 def launches_needed(sd: float, effect: float = 0.05, confidence: float = 0.95, min_effect: float = 0.0,
                     target: float = POWER) -> int | None:
-    """Smallest L (launches per arm, equal arms) detecting a true ratio 1 + effect with the target power; None above
-    MAX_LAUNCHES."""
+    """Smallest L (launches per arm) detecting a true ratio 1 + effect with the target power; None above MAX_LAUNCHES."""
     delta = math.log1p(effect)
     if power(delta, sd, MAX_LAUNCHES, MAX_LAUNCHES, confidence, min_effect) < target:
         return None
-    low, high = 2, MAX_LAUNCHES  # power is increasing in L: bisect
-    while low < high:
-        mid = (low + high) // 2
-        if power(delta, sd, mid, mid, confidence, min_effect) >= target:
-            high = mid
-        else:
-            low = mid + 1
-    return low
+    launches = range(2, MAX_LAUNCHES + 1)  # power is increasing in L: bisect
+    return launches[bisect.bisect_left(launches, True, key=lambda n: power(delta, sd, n, n, confidence, min_effect) >= target)]
 
 
 def min_detectable_ratio(sd: float, la: int, lb: int, confidence: float = 0.95, min_effect: float = 0.0,

@@ -3,7 +3,6 @@ Ratios are B/A with A the reference arm."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +35,6 @@ class Estimate:
     n_rows: int
     per_launch_tok_s: tuple[float, ...]
     within_cv: float = 0.0
-    launch_run_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,10 +105,6 @@ class Term:
     log_ratio: float
     ci_low: float
     ci_high: float
-
-    @property
-    def ratio(self) -> float:
-        return math.exp(self.log_ratio)
 
 
 @dataclass(frozen=True)

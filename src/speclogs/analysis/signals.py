@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from speclogs.analysis.load import IN_RUNS, parse_json_text, select
-from speclogs.analysis.results import Comparison, Finding
+from speclogs.analysis.results import Finding
 from speclogs.runrecord import RunRecord
 
 GENERATION_TOKENS = "sglang:generation_tokens_total"
@@ -98,10 +98,6 @@ class SignalEvidence:
     request_acceptance: tuple[RequestAcceptance, ...]
     findings: tuple[Finding, ...]
 
-    @property
-    def empty(self) -> bool:
-        return not (self.windows or self.device_phases or self.request_acceptance)
-
 
 def signal_evidence_for(con: Any, arm_runs: Mapping[str, list[str]]) -> SignalEvidence:
     run_ids = [run_id for ids in arm_runs.values() for run_id in ids]
@@ -122,19 +118,12 @@ def signal_evidence_for(con: Any, arm_runs: Mapping[str, list[str]]) -> SignalEv
     ), arm_runs)
 
 
-def with_signals(comparison: Comparison, evidence: SignalEvidence) -> Comparison:
-    """`comparison` carrying the signals, their findings among its warnings (warnings before notes, as compare sorts)."""
-    if evidence.empty:
-        return comparison
-    warnings = sorted(comparison.warnings + evidence.findings, key=lambda f: 0 if f.severity == "warning" else 1)
-    return replace(comparison, signals=evidence, warnings=tuple(warnings))
-
-
 def signal_evidence(tables: SignalTables, arm_runs: Mapping[str, list[str]]) -> SignalEvidence:
     names = dict(zip(tables.runs["run_id"].to_list(), tables.runs["run_name"].to_list()))
     # run.json's benchmark windows, per run
     recorded = {r: RunRecord.from_document(parse_json_text(t)).windows for r, t in tables.runs.select("run_id", "run_json").iter_rows()}
-    decode = _lowest_rank(tables.decode)
+    rank = pl.col("tp_rank").fill_null(-1)
+    decode = tables.decode.filter(rank == rank.min().over("run_id"))  # the lowest TP rank, as the steady-state rule
     windows: list[WindowAccept] = []
     phases: list[DevicePhase] = []
     findings: list[Finding] = []
@@ -146,7 +135,7 @@ def signal_evidence(tables: SignalTables, arm_runs: Mapping[str, list[str]]) -> 
                 accept = _window_accept(arm, names.get(run_id, run_id), window, rows,
                                         _requests_in(tables.requests.filter(mine), window))
                 windows.append(accept)
-                phases += _device_phases(arm, accept, window, _mean_batch(rows))
+                phases += _device_phases(arm, accept, window, rows["running_req"].mean())
     findings += _accept_findings(windows) + _graph_label_findings(phases)
     arms = tuple(_arm_accept(arm, [w for w in windows if w.arm == arm]) for arm in arm_runs if any(w.arm == arm for w in windows))
     acceptance = [found for arm, run_ids in arm_runs.items() if (found := _request_acceptance(
@@ -168,8 +157,6 @@ class _Window:
 def _windows(metrics: pl.DataFrame, recorded: list[dict], findings: list[Finding], run_name: str, arm: str) -> list[_Window]:
     """The run's windows with a first and a last scrape: run.json's windows, else one window over the run's scrapes
     (the `before` and `after` files, else the earliest and the latest)."""
-    if metrics.is_empty():
-        return []
     by_name = {w["name"]: w for w in recorded if w.get("name")}
     out = []
     for (window_name,), rows in sorted(metrics.partition_by("window_name", as_dict=True).items(), key=lambda kv: str(kv[0][0])):
@@ -252,15 +239,6 @@ def _one_source(requests: pl.DataFrame) -> pl.DataFrame:
     named = rows.filter(pl.col("rid").is_not_null()).filter(preferred == preferred.min().over("run_id", "rid")).unique(
         ["run_id", "rid"], keep="first", maintain_order=True)
     return pl.concat([named, rows.filter(pl.col("rid").is_null())])   # a record without an id is its own request
-
-
-def _lowest_rank(rows: pl.DataFrame) -> pl.DataFrame:
-    return rows.filter(pl.col("tp_rank").fill_null(-1) == pl.col("tp_rank").fill_null(-1).min().over("run_id"))
-
-
-def _mean_batch(rows: pl.DataFrame) -> float | None:
-    mean = rows["running_req"].mean()
-    return float(mean) if mean is not None and mean > 0 else None
 
 
 def _window_accept(arm: str, run_name: str, window: _Window, rows: pl.DataFrame, requests: pl.DataFrame) -> WindowAccept:

@@ -1,11 +1,5 @@
-"""Per-launch values, variance components and Student t intervals over launches (docs/report.md, "Statistics").
-
-The launch is the unit of replication: requests inside one launch share its warm-up, memory layout and NCCL
-communicator. A group statistic (an arm, a factorial cell) is the mean over launches of a per-launch log statistic,
-Var = max(s², v̂_w) / L with v̂_w the within-launch noise from the launch's units (delete-one jackknife; two-way
-launch × position residuals when every launch replays the same prompts). Differences get Welch–Satterthwaite t and the
-p-value of the same statistic, so p < 1 − confidence exactly when the interval excludes 0.
-"""
+"""Per-launch values, variance components and Student t intervals over launches (docs/report.md, "Statistics"): the
+launch is the unit of replication, since requests inside one launch share its warm-up, memory layout and NCCL setup."""
 
 from __future__ import annotations
 
@@ -53,20 +47,12 @@ def block_sums(values: np.ndarray, segment_ids: np.ndarray | None = None, max_un
 
 def summarize_group(launches: Sequence[np.ndarray], stat: StatFn) -> GroupSummary:
     """Per-launch values and within-launch noise of stat(sum of units), from each launch's (u, k) units."""
-    per_launch = np.stack([stat(u.sum(axis=0, keepdims=True))[0] for u in launches])
-    pseudo = []
-    for units, theta in zip(launches, per_launch):
-        n = len(units)
-        if n < 2:
-            pseudo.append(None)
-            continue
-        with np.errstate(divide="ignore", invalid="ignore"):
-            leave_one_out = stat(units.sum(axis=0, keepdims=True) - units)
-        pseudo.append(n * theta[None, :] - (n - 1) * leave_one_out)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a stat of a zero sum is inf/NaN, not an error
+        per_launch = np.stack([stat(u.sum(axis=0, keepdims=True))[0] for u in launches])
+        usable = [len(u) * theta[None, :] - (len(u) - 1) * stat(u.sum(axis=0, keepdims=True) - u)  # jackknife pseudo-values
+                  for u, theta in zip(launches, per_launch) if len(u) >= 2]
     m = per_launch.shape[1]
-    usable = [p for p in pseudo if p is not None]
-    counts = {len(p) for p in usable}
-    aligned = len(usable) == len(launches) >= 2 and len(counts) == 1
+    aligned = len(usable) == len(launches) >= 2 and len({len(p) for p in usable}) == 1
     with np.errstate(invalid="ignore"):
         if aligned:
             stacked = np.stack(usable)  # (L, n, m)
@@ -299,15 +285,3 @@ def warmup_length(series: np.ndarray, *, min_change: float = 0.03, alpha: float 
         return cut
     statistic = (head.mean() - rest.mean()) / (spread * math.sqrt(1.0 / cut + 1.0 / len(rest)))
     return cut if float(stdtr(len(batches) - 1, statistic)) < alpha / len(k) else 0
-
-
-# Iglewicz & Hoaglin (1993): |modified z| = 0.6745 |x − median| / MAD above 3.5 is an outlier. With 3–10 launches the
-# MAD is itself noisy, so speclogs cuts at 4.0: drift-free 5 vs 5 comparisons flag a launch in ≤ 5 % of cases
-# (tests/test_analysis_grid.py), one launch 20 % slow at 3 % launch noise is flagged in ~80 %.
-MAD_Z = 4.0
-
-
-def modified_z(values: np.ndarray, centre: float, mad: float) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = 0.6745 * (np.asarray(values, dtype=float) - centre) / mad
-    return np.where(np.asarray(values) == centre, 0.0, z)

@@ -1,9 +1,5 @@
-"""Which measurements count: the steady-state rule for decode rows, profiled cycles and client requests.
-
-One reason per exclusion (REASONS, in this order; docs/report.md, "Steady-state rule"). Rows between two idle points
-form a segment (≈ one request of a single-stream benchmark): the unit of within-launch noise. Client requests and
-profiled cycles in the server's warm-up segments are excluded with the same reasons: both sources see one warm-up.
-"""
+"""Which measurements count: the steady-state rule for decode rows, profiled cycles and client requests, one reason
+per exclusion (REASONS, in this order; docs/report.md, "Steady-state rule")."""
 
 from __future__ import annotations
 
@@ -25,11 +21,9 @@ def graph_settings(server_args: pl.DataFrame) -> dict[str, tuple[bool, int | Non
     """Per run: (CUDA graphs disabled by configuration, largest captured decode batch size or None when unknown)."""
     import ast
 
-    settings: dict[str, dict[str, str]] = {}
-    for run_id, name, value in server_args.select("run_id", "name", "value").iter_rows():
-        settings.setdefault(run_id, {})[name] = value
     out: dict[str, tuple[bool, int | None]] = {}
-    for run_id, args in settings.items():
+    for (run_id,), rows in server_args.partition_by("run_id", as_dict=True).items():
+        args = dict(zip(rows["name"], rows["value"]))
         sizes: list[int] = []
         for name in ("cuda_graph_max_bs_decode", "cuda_graph_max_bs", "cuda_graph_bs_decode", "cuda_graph_bs"):
             try:
@@ -204,8 +198,6 @@ def reason_labels(code: np.ndarray) -> pl.Series:
 
 def warmup_requests(clients: pl.DataFrame) -> dict[str, int]:
     """Per run of a single-stream benchmark: how many requests were warm-up (client_rows' 'warmup' rows)."""
-    if clients.is_empty():
-        return {}
     rows = clients.filter(pl.col("source_kind").is_in(SINGLE_STREAM_SOURCES))
     counts = rows.group_by("run_id").agg((pl.col("excluded_reason") == "warmup").sum().alias("n"))
     return {run_id: int(n) for run_id, n in counts.iter_rows()}

@@ -107,8 +107,7 @@ def whatif_for(con: Any, selectors: Sequence[str], confidence: float = 0.95, *, 
 
 
 def _single_stream(decode: pl.DataFrame) -> dict[str, dict[str, float | None]]:
-    """Per run, from its decode lines at one running request: median tok/s, wall ms per cycle (accept len / gen
-    throughput, median) and mean accept len."""
+    """Per run, from its decode lines at one running request: tok/s, wall ms per cycle and accept len."""
     usable = (pl.col("gen_throughput_tok_s") > 0) & pl.col("accept_len").is_not_null()
     rows = decode.filter(pl.col("running_req") == 1).group_by("run_id").agg(
         pl.col("gen_throughput_tok_s").median().alias("tok_s"), pl.col("accept_len").mean(),
@@ -125,8 +124,7 @@ def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPL
             for (run_id,), rows in tables.server_args.partition_by("run_id", as_dict=True).items()}
     names = dict(zip(tables.runs["run_id"], tables.runs["run_name"]))
     settings = {run_id: _setting(args.get(run_id, {})) for run_id in names}
-    clients = client_rows(tables.bench.with_columns(pl.col("run_id").cast(pl.Utf8)))
-    clients = clients.filter(pl.col("excluded_reason").is_null())
+    clients = client_rows(tables.bench.with_columns(pl.col("run_id").cast(pl.Utf8))).filter(pl.col("excluded_reason").is_null())
     single = _single_stream(tables.decode.with_columns(pl.col("run_id").cast(pl.Utf8)))
     profiled_cycles = tables.spec_cycles.with_columns(pl.col("run_id").cast(pl.Utf8)).filter(
         (pl.col("batch_size") == 1) & pl.col("accepted_tokens").is_not_null())
@@ -147,8 +145,8 @@ def whatif(tables: RunTables, confidence: float = 0.95, resamples: int = RESAMPL
     baselines = sorted(r for r, s in settings.items() if s is None and tok_s.get(r))
     base_step_ms = [1000.0 / v for r in baselines if (v := single.get(r, {}).get("tok_s"))]
     rng = np.random.default_rng(SEED)
-    models, predictions, recommendations, notes = [], [], [], []
-    notes.append("topk > 1 is not predicted: a tree's acceptance per branch is not in the cycle records")
+    models, predictions, recommendations = [], [], []
+    notes = ["topk > 1 is not predicted: a tree's acceptance per branch is not in the cycle records"]
     for draft in drafts:
         groups: dict[tuple[int, int, int], list[str]] = {}
         for run_id, s in settings.items():

@@ -138,7 +138,7 @@ def arm_table(c: Comparison) -> Section:
 # Warnings that can change the answer itself (the ratio measures something else than the arms' difference) come
 # first; then those about how sure it is (the interval may be too narrow); codes not listed here count as the latter.
 ANSWER_CODES = frozenset({
-    "confounded_factors", "factorial_confounder", "confounder", "confounder_env", "confounder_server_args", "confounder_version",
+    "confounded_factors", "confounder", "confounder_env", "confounder_server_args", "confounder_version",
     "confounder_hardware", "confounder_model", "arm_inconsistent", "source_disagreement", "served_before_ready",
     "warmup_in_window", "accept_len_one", "mixed_versions", "env_unknown", "acceptance_below_reference",
 })

@@ -1,22 +1,22 @@
 """Opening the speclogs database: schema.sql (the only source of columns), its migrations, views.sql.
 
-A file an older speclogs wrote gets the migrations it lacks, in order, in the opening's transaction, each recorded in
-`_migrations`; a file of a newer schema is only read. Files are written in DuckDB 1.4's storage format (the LTS), so
-the `duckdb` CLI and the 1.4 library read them too.
+A file of schema.sql's version or later gets the migrations it lacks, in order, in the opening's transaction, each
+recorded in `_migrations`; a file of an older or newer schema is only read. Files are written in DuckDB 1.4's storage
+format (the LTS), so the `duckdb` CLI and the 1.4 library read them too.
 """
 
 from __future__ import annotations
 
 import errno
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
 
 from speclogs.errors import StoreError
 from speclogs.ingest.summary import DriftNote
-from speclogs.schema import SCHEMA_SQL, columns, migrations, schema_version
+from speclogs.schema import SCHEMA_SQL, base_version, migrations, schema_version
 
 SCHEMA_VERSION = schema_version()
 STORAGE_VERSION = "v1.4.0"  # the oldest DuckDB that must read speclogs files: the 1.4 LTS
@@ -52,39 +52,6 @@ def drift_notes(connection, source_files: Sequence[str]) -> tuple[DriftNote, ...
         [list(source_files)],
     ).fetchall()
     return tuple(DriftNote(*row) for row in rows)
-
-
-def _add_declared_columns(connection: duckdb.DuckDBPyConnection) -> None:
-    """Every declared column the file's tables lack (the contract only ever adds columns)."""
-    tables = {name for (name,) in connection.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()}
-    for table, known in columns().items():
-        for column, data_type in known.items() if table in tables else ():
-            connection.execute(f'ALTER TABLE "{table}" ADD COLUMN IF NOT EXISTS "{column}" {data_type}')
-
-
-def _widen(connection: duckdb.DuckDBPyConnection) -> None:
-    """The batch tables of schema 4 (views over narrow per-shape tables, file keys, label codes) as plain tables
-    with the same rows."""
-    for table in ("prefill_batches", "decode_batches", "http_requests"):
-        connection.execute(f'CREATE TABLE "_wide_{table}" AS SELECT * FROM "{table}"')
-        connection.execute(f'DROP VIEW "{table}"')
-        narrow = connection.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' AND (table_name = ? OR starts_with(table_name, ?))",
-            [f"_{table}", f"_{table}_"]).fetchall()
-        for (name,) in narrow:
-            connection.execute(f'DROP TABLE "{name}"')
-        connection.execute(f'ALTER TABLE "_wide_{table}" RENAME TO "{table}"')
-    connection.execute("DROP TABLE IF EXISTS _file_keys")
-    connection.execute("DROP TABLE IF EXISTS _labels")
-    _add_declared_columns(connection)
-
-
-# Steps for files of schema 3 and 4, older than schema.sql; the migrations after it are SQL (speclogs.schema).
-_OLD_STEPS: tuple[tuple[int, str, Callable[[duckdb.DuckDBPyConnection], None]], ...] = (
-    (4, "lossless ingest: ts_text; extra_fields, truncated (batch lines); NCCL counts; kept line text; "
-        "tables outer_prefixes, nccl_probe_files, drift_notes", _add_declared_columns),
-    (5, "prefill_batches, decode_batches, http_requests: plain tables (were views over narrow tables)", _widen),
-)
 
 
 # Every connection speclogs opens: DuckDB never fetches or loads an extension by itself (a `.sqlite` file, an
@@ -165,15 +132,12 @@ def _migrate(connection, path: Path) -> None:
     version = int(found[0])
     if version == current:
         return
-    if version > current or version < _OLD_STEPS[0][0] - 1:
+    if not base_version() <= version <= current:  # older than schema.sql, or written by a newer speclogs
         raise StoreError(
-            f"{path} was written by another speclogs version (schema {version}, this one writes schema {current})",
-            hint="ingest into a new --db file; `speclogs sql` still reads this one",
+            f"{path} is of schema {version}; this speclogs writes schema {base_version()} to {current} only",
+            hint="ingest its logs into a new --db file (ingest is idempotent: the same logs give the same rows); "
+                 "`speclogs sql` still reads this one",
         )
-    for number, description, step in _OLD_STEPS:
-        if number > version:
-            step(connection)
-            connection.execute("INSERT INTO _migrations VALUES (?, ?, now())", [number, description])
     connection.execute(SCHEMA_TEXT)  # the tables a migration may add columns to exist first
     for number, description, sql in migrations():
         if number > version:

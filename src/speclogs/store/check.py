@@ -126,10 +126,6 @@ def check_content(connection, *, sources: Iterable[str] | None = None, grammar_p
     return ContentCheck(files=tuple(checks), losses=tuple(losses))
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# what the grammars themselves print
-
-
 _MAX_SPELLINGS = 4096
 
 
@@ -170,10 +166,6 @@ def _spellings(nodes) -> list[str]:
             return [node.text for node in leaves(nodes) if isinstance(node, Lit)]
         spelled = [head + option for head in spelled for option in options]
     return spelled
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# reading the sources and the rows
 
 
 def _reread(source_file: str):

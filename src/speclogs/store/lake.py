@@ -53,10 +53,6 @@ def fleet_module(name: str, option: str):
 _deltalake = functools.partial(fleet_module, "deltalake", "--lake")
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# writing
-
-
 def scratch_ingest(lake_dir: Path, discovery: Discovery, engine_for: Callable, stored: list[tuple[str, str, int]], *,
                    on_progress: Callable[[ProgressEvent], None] | None = None,
                    chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[tuple[Tally, dict[str, duckdb.DuckDBPyRelation]]]:
@@ -109,10 +105,6 @@ def commit(lake_dir: Path, runs, files) -> None:
     versions = {name: dl.DeltaTable(lake_dir / name).version() for name in table_names(lake_dir)}
     versions["files"] = versions.get("files", -1) + 1
     append(lake_dir, "files", files, {VERSIONS_KEY: json.dumps(versions, sort_keys=True)})
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# versions, recovery
 
 
 def table_names(lake_dir: Path) -> list[str]:
@@ -170,10 +162,6 @@ def stored_run_names(lake_dir: Path) -> dict[str, str]:
     return {} if runs is None else dict(runs.select("run_id", "run_name").collect().iter_rows())
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# reading
-
-
 def read_table(lake_dir: str | Path, table: str) -> pl.LazyFrame | None:
     """A table as the last completed ingest committed it (polars), None when the lake has none."""
     version = committed_versions(lake_dir).get(table)
@@ -217,10 +205,6 @@ def connect_lake(lake_dir: str | Path) -> duckdb.DuckDBPyConnection:
         connection.close()
         raise StoreError(f"cannot read the lake {lake_dir}: {error}", hint="is every table a speclogs Delta table?") from error
     return connection
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# `speclogs ingest … --lake DIR`
 
 
 def ingest_lake(paths: Sequence[str | Path], lake_dir: str | Path, *, run_name: str | None = None,

@@ -15,9 +15,8 @@ import polars as pl
 
 from speclogs.errors import SpeclogsError, StoreError
 from speclogs.ingest.pipeline import Batch, ParsedFile, Tally, first_line
-from speclogs.ingest.records import redacted
 from speclogs.store.database import NO_SPACE_HINT, no_space_left
-from speclogs.store.layout import Layout, file_keys, polars_schema, with_keys
+from speclogs.store.layout import Layout, file_keys, polars_schema, redacted, with_keys
 
 # DuckDB's row group, a quarter of its default (database.connect attaches the file with it): a streamed file's last
 # partial row group per table is written at COMMIT, on one core once parsing has ended

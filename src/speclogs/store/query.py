@@ -53,7 +53,7 @@ def tables_sql(db_path: str | Path) -> str:
         return "SELECT NULL::VARCHAR AS name, NULL::VARCHAR AS kind, NULL::BIGINT AS columns, NULL::BIGINT AS rows WHERE false"
     return "\nUNION ALL\n".join(
         f"SELECT '{_literal(name)}' AS name, '{kind}' AS kind, {columns}::BIGINT AS columns, "
-        f'(SELECT count(*) FROM "{_quoted(name)}") AS rows' for name, kind, columns in listed) + "\nORDER BY name"
+        f'(SELECT count(*) FROM {quoted(name)}) AS rows' for name, kind, columns in listed) + "\nORDER BY name"
 
 
 def _literal(text: str) -> str:
@@ -114,8 +114,9 @@ class StatementResult:
             raise StoreError(f"SQL error: {error}", hint=_HINT) from error
 
 
-def _quoted(name: str) -> str:
-    return name.replace('"', '""')
+def quoted(name: str) -> str:
+    """`name` as an SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def connect_reading(db_path: str | Path, lake: str | Path | None = None) -> duckdb.DuckDBPyConnection:

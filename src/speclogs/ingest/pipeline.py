@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import itertools
+import mmap
 import signal
 import threading
 import time
@@ -173,6 +174,10 @@ def run_pipeline(discovery: Discovery, sink, engine_for: Callable[[], Engine], *
             _write_parsed(parsing.result(), sink, tally)
         parsing, batch, batch_bytes = submitted, [], 0
 
+    # the cyclic GC off: it walks every live object each time, and an ingest holds many frames (freed by reference
+    # counting; collect_cycles collects the few cycles once a chunk)
+    gc_enabled = gc.isenabled()
+    gc.disable()
     # a batch is parsed on a thread while the one before is written: polars and DuckDB release the GIL
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speclogs-batch") as pool:
@@ -200,6 +205,9 @@ def run_pipeline(discovery: Discovery, sink, engine_for: Callable[[], Engine], *
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise tally.interrupted() from None
+    finally:
+        if gc_enabled:
+            gc.enable()
     if on_progress is not None:
         on_progress(ProgressEvent("done", tally.bytes_total, tally.bytes_total, tally.files_total, tally.files_total, show))
     return tally
@@ -277,16 +285,11 @@ def _appended(item: InputFile, stored_size: int, digests: set[str]) -> bool:
     """Whether a plain file's first `stored_size` bytes are what was stored (lines were appended since)."""
     if item.path is None or item.path.suffix == ".gz" or not 0 < stored_size < item.size_bytes:
         return False
-    digest = hashlib.sha256()
-    try:
-        with open(item.path, "rb") as handle:
-            left = stored_size
-            while left > 0 and (block := handle.read(min(left, 1 << 20))):
-                digest.update(block)
-                left -= len(block)
-    except OSError:
+    try:  # (mapped, not read: the pages stay the OS's cache, however big the log)
+        with open(item.path, "rb") as handle, mmap.mmap(handle.fileno(), stored_size, access=mmap.ACCESS_READ) as head:
+            return hashlib.sha256(head).hexdigest() in digests
+    except (OSError, ValueError):  # (ValueError: the file shrank below stored_size since it was found)
         return False
-    return digest.hexdigest() in digests
 
 
 def _parse_files(files: list[ParsedFile], engine: Engine | None) -> list[Batch | tuple[ParsedFile, BaseException]]:
@@ -321,7 +324,7 @@ def _write_parsed(parsed_files: list[Batch | tuple[ParsedFile, BaseException]], 
 
 
 def collect_cycles() -> None:
-    # ingest_paths turns the cyclic GC off, and ast.literal_eval (server_args, --log-requests values) leaves a cycle a value
+    # run_pipeline turns the cyclic GC off, and ast.literal_eval (server_args, --log-requests values) leaves a cycle a value
     gc.collect(0)
 
 

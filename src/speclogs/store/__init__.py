@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import gc
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -24,23 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["IngestSummary", "QueryResult", "SCHEMA_VERSION", "connect", "ingest_paths", "run_query"]
 
 
-def _cyclic_gc_paused(function):
-    """The cyclic GC off while `function` runs: it walks every live object each time, and an ingest holds many frames
-    (freed by reference counting; speclogs.ingest.pipeline.collect_cycles collects the few cycles once a chunk)."""
-
-    @functools.wraps(function)
-    def paused(*args, **kwargs):
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            if was_enabled:
-                gc.enable()
-
-    return paused
-
-
 def compile_grammars(grammar_paths: tuple[Path, ...] = ()):
     """The bundled and the user's grammars, loaded and compiled for the ingest (speclogs.ingest.classify)."""
     from speclogs.grammar import load_grammars
@@ -49,7 +31,6 @@ def compile_grammars(grammar_paths: tuple[Path, ...] = ()):
     return compile_engine(load_grammars(grammar_paths))
 
 
-@_cyclic_gc_paused
 def ingest_paths(paths: Sequence[str | Path], db_path: str | Path, *, replace: bool = False, run_name: str | None = None,
                  on_progress: Callable[[ProgressEvent], None] | None = None, grammar_paths: Sequence[Path] = (),
                  chunk_bytes: int | None = None, verify: bool = False) -> IngestSummary:

@@ -83,17 +83,14 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
         raise StoreError(f"cannot open {path}: {error}", hint="is it a DuckDB file written by speclogs?") from error
     if not read_only:
         try:
-            new = not connection.execute(
-                f"SELECT count(*) FROM duckdb_tables() WHERE database_name = '{_CATALOG}' AND table_name = 'meta'").fetchone()[0]
-            if new:
-                start = ("BEGIN TRANSACTION", *META_SQL, f"INSERT INTO meta VALUES ('schema_version', '{schema_version()}')",
-                         SCHEMA_TEXT, *(sql for _, _, sql in migrations()))
-            else:
-                connection.execute("BEGIN TRANSACTION")  # one commit (and one WAL sync) for the whole schema
-                _migrate(connection, path)
-                start = (SCHEMA_TEXT,)
-            # the rest in one script: each call is a wait for the GIL while the grammars load on their thread
-            connection.execute(";\n".join(statement.strip().rstrip(";") for statement in (*start, VIEWS_SQL, "COMMIT")))
+            version = _version_of(connection, path)  # None: a new file
+            script = ["BEGIN TRANSACTION", *META_SQL, SCHEMA_TEXT]  # (the tables a migration adds columns to exist first)
+            for number, name, sql in migrations():
+                if version is None or number > version:  # (an older file records each in _migrations)
+                    script += [sql] if version is None else [sql, f"INSERT INTO _migrations VALUES ({number}, '{name}', now())"]
+            script += [f"INSERT OR REPLACE INTO meta VALUES ('schema_version', '{schema_version()}')", VIEWS_SQL, "COMMIT"]
+            # one transaction (one WAL sync) in one script: each call is a wait for the GIL while the grammars load
+            connection.execute(";\n".join(statement.strip().rstrip(";") for statement in script))
         except duckdb.Error as error:
             connection.close()
             hint = NO_SPACE_HINT if no_space_left(error) else "use a new --db file"
@@ -120,30 +117,20 @@ META_SQL = ("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VAR
             "CREATE TABLE IF NOT EXISTS _migrations (version INTEGER, description VARCHAR, applied_at TIMESTAMP)")
 
 
-def _migrate(connection, path: Path) -> None:
-    """Bring a file of an older schema (it has a meta table) up to SCHEMA_VERSION."""
+def _version_of(connection, path: Path) -> int | None:
+    """The schema version of the file attached (None when it is new); StoreError for one this speclogs cannot write."""
+    if not connection.execute(
+            f"SELECT count(*) FROM duckdb_tables() WHERE database_name = '{_CATALOG}' AND table_name = 'meta'").fetchone()[0]:
+        return None
     found = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    current = schema_version()
-    for statement in META_SQL:
-        connection.execute(statement)
-    if found is None:
-        connection.execute("INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [str(current)])
-        return
-    version = int(found[0])
-    if version == current:
-        return
+    version, current = int(found[0]) if found else 0, schema_version()
     if not base_version() <= version <= current:  # older than schema.sql, or written by a newer speclogs
         raise StoreError(
             f"{path} is of schema {version}; this speclogs writes schema {base_version()} to {current} only",
             hint="ingest its logs into a new --db file (ingest is idempotent: the same logs give the same rows); "
                  "`speclogs sql` still reads this one",
         )
-    connection.execute(SCHEMA_TEXT)  # the tables a migration may add columns to exist first
-    for number, description, sql in migrations():
-        if number > version:
-            connection.execute(sql)
-            connection.execute("INSERT INTO _migrations VALUES (?, ?, now())", [number, description])
-    connection.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(current)])
+    return version
 
 
 def _store_error(path: Path, error: duckdb.Error) -> StoreError:

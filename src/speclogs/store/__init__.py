@@ -78,8 +78,7 @@ def ingest_paths(paths: Sequence[str | Path], db_path: str | Path, *, replace: b
     # the grammars compile on a thread while the database opens (DuckDB makes the schema without holding the GIL)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speclogs-grammars") as pool:
         compiling = pool.submit(engine) if any(item.kind == "log" for item in discovery.files) else None
-        connection = connect(db_path)
-        try:
+        with connect(db_path) as connection:
             # RLE's analysis pass is a large share of the insert CPU; bit-packing and dictionaries store these columns as small
             connection.execute("SET disabled_compression_methods = 'rle'")
             writer = Writer(connection, str(db_path))
@@ -90,8 +89,6 @@ def ingest_paths(paths: Sequence[str | Path], db_path: str | Path, *, replace: b
                 connection.executemany("UPDATE files SET size_bytes = ?, mtime_ns = ?, inode = ? WHERE source_file = ?",
                                        [(size, mtime_ns, inode, source) for source, size, mtime_ns, inode in tally.restat])
             notes = drift_notes(connection, tally.source_files)
-        finally:
-            connection.close()
     if unchanged:
         tally.files_total += unchanged
         tally.unchanged += unchanged
@@ -102,15 +99,12 @@ def _stored(db_path: str | Path) -> tuple[dict[str, tuple[str, list[str]]], dict
     """run_id → (run_name, its files), and source_file → (size, mtime_ns, inode) of what a database holds."""
     if not Path(db_path).exists():
         return {}, {}
-    connection = connect(db_path, read_only=True)
-    try:
+    with connect(db_path, read_only=True) as connection:
         runs = {run_id: (name, []) for run_id, name in connection.execute("SELECT run_id, run_name FROM runs").fetchall()}
         has_stat = connection.execute(
             "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'files' AND column_name = 'inode'").fetchone()[0]
         rows = connection.execute(f"SELECT source_file, run_id, size_bytes, {'mtime_ns, inode' if has_stat else 'NULL, NULL'} "
                                   "FROM files WHERE skipped_reason IS NULL").fetchall()
-    finally:
-        connection.close()
     for source_file, run_id, *_ in rows:
         if run_id in runs:
             runs[run_id][1].append(source_file)

@@ -321,10 +321,8 @@ def check_database(db_path: str | Path, *, lake: str | Path | None = None, **kwa
     """check_content on the database file at db_path (opened read-only), or on the lake `lake` when given."""
     from speclogs.store.query import connect_reading
 
-    connection = connect_reading(db_path, lake)
-    try:
-        return check_content(connection, **kwargs)
-    except OSError as error:
-        raise StoreError(f"cannot re-read a source file: {error}", hint="the check reads the ingested files where they were") from error
-    finally:
-        connection.close()
+    with connect_reading(db_path, lake) as connection:
+        try:
+            return check_content(connection, **kwargs)
+        except OSError as error:
+            raise StoreError(f"cannot re-read a source file: {error}", hint="the check reads the ingested files where they were") from error

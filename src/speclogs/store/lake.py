@@ -60,8 +60,7 @@ def scratch_ingest(lake_dir: Path, discovery: Discovery, engine_for: Callable, s
     yields once: the tally and written_tables) that holds the lake's runs rows, for the writer to complete them;
     `stored` content is skipped."""
     with tempfile.TemporaryDirectory(prefix="speclogs-lake-") as folder:
-        connection = connect(Path(folder) / "scratch.duckdb")
-        try:
+        with connect(Path(folder) / "scratch.duckdb") as connection:
             connection.execute("SET disabled_compression_methods = 'rle'")  # as ingest_paths: its analysis costs insert CPU
             runs = read_table(lake_dir, "runs")
             if runs is not None:
@@ -71,8 +70,6 @@ def scratch_ingest(lake_dir: Path, discovery: Discovery, engine_for: Callable, s
             tally = run_pipeline(discovery, writer, engine_for, on_progress=on_progress, chunk_bytes=chunk_bytes)
             tally.warnings.extend(note for note in writer.layout.notes if note not in tally.warnings)
             yield tally, written_tables(connection)
-        finally:
-            connection.close()
 
 
 def written_tables(connection) -> dict[str, duckdb.DuckDBPyRelation]:

@@ -145,15 +145,15 @@ class IngestInterrupted(KeyboardInterrupt):
     """Ctrl-C during an ingest; the message says what was kept and what was rolled back (the CLI: exit 130)."""
 
 
-def run_pipeline(discovery: Discovery, sink, engine_for: Callable[[], Engine], *, replace: bool = False,
+def run_pipeline(discovery: Discovery, sink, engine_for: Callable[[], Engine], stored: list[tuple], *, replace: bool = False,
                  on_progress: Callable[[ProgressEvent], None] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Tally:
-    """Read, parse and hand to `sink` the inputs of `discovery` that it does not hold yet. `engine_for()` compiles the
-    grammars, called only when there is a log to read. Raises InputError when nothing names an input."""
+    """Read, parse and hand to `sink` the inputs of `discovery` whose content is not `stored` ((source_file, sha256,
+    size_bytes[, run_id]) each). `engine_for()` compiles the grammars, when there is a log. InputError: no input named."""
     if not discovery.files and not discovery.skipped_files:
         raise InputError("nothing to ingest", hint="pass log files, directories, .gz files or '-' for stdin")
     tally = Tally.of(discovery)
     engine = engine_for() if any(f.kind == "log" for f in discovery.files) else None
-    contents = Contents(sink.stored())
+    contents = Contents(stored)
     show = tally.bytes_total >= PROGRESS_MIN_BYTES or tally.files_total > 50
 
     def progress(item: InputFile, index: int, fraction: float = 0.0) -> None:

@@ -82,7 +82,8 @@ def ingest_paths(paths: Sequence[str | Path], db_path: str | Path, *, replace: b
             # RLE's analysis pass is a large share of the insert CPU; bit-packing and dictionaries store these columns as small
             connection.execute("SET disabled_compression_methods = 'rle'")
             writer = Writer(connection, str(db_path))
-            tally = run_pipeline(discovery, writer, compiling.result if compiling is not None else engine, replace=replace,
+            stored = connection.execute("SELECT source_file, sha256, size_bytes, run_id FROM files").fetchall()
+            tally = run_pipeline(discovery, writer, compiling.result if compiling is not None else engine, stored, replace=replace,
                                  on_progress=on_progress, chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES)
             tally.warnings.extend(writer.layout.notes)
             if tally.restat:

@@ -66,8 +66,8 @@ def scratch_ingest(lake_dir: Path, discovery: Discovery, engine_for: Callable, s
             if runs is not None:
                 connection.register("_lake_runs", runs.collect().to_arrow())
                 connection.execute("INSERT INTO runs BY NAME SELECT * FROM _lake_runs")
-            writer = Writer(connection, str(lake_dir), stored=stored)
-            tally = run_pipeline(discovery, writer, engine_for, on_progress=on_progress, chunk_bytes=chunk_bytes)
+            writer = Writer(connection, str(lake_dir))
+            tally = run_pipeline(discovery, writer, engine_for, stored, on_progress=on_progress, chunk_bytes=chunk_bytes)
             tally.warnings.extend(note for note in writer.layout.notes if note not in tally.warnings)
             yield tally, written_tables(connection)
 

@@ -29,10 +29,9 @@ FAILURES = (duckdb.Error, pl.exceptions.PolarsError, SpeclogsError, ValueError, 
 class Writer:
     """Writes parsed files into the database `db_path` open on `connection`, counting them in a Tally."""
 
-    def __init__(self, connection, db_path: str, *, stored: list[tuple] | None = None) -> None:
+    def __init__(self, connection, db_path: str) -> None:
         self.connection = connection
         self.db_path = db_path
-        self._stored = stored  # what content is stored elsewhere (a lake's), when not this database's
         self.layout = Layout(connection)
         self._in_transaction = False
         try:
@@ -72,12 +71,6 @@ class Writer:
         if say:
             for (source_file,) in left:
                 self.layout.notes.append(f"{source_file}: its ingest was interrupted; the rows it had written are removed, ingest it again")
-
-    def stored(self) -> list[tuple]:
-        """(source_file, sha256, size_bytes[, run_id]) of the content stored."""
-        if self._stored is not None:
-            return self._stored
-        return self.connection.execute("SELECT source_file, sha256, size_bytes, run_id FROM files").fetchall()
 
     def write_batch(self, batch: Batch, tally: Tally) -> None:
         """Small files in one transaction; when it fails, each in its own, so that only the one that fails is left out."""

@@ -170,8 +170,13 @@ def run_pipeline(discovery: Discovery, sink, engine_for: Callable[[], Engine], s
         """Hand the batch to the parser thread and write the one parsed before (called twice: write this one too)."""
         nonlocal batch, batch_bytes, parsing
         submitted = pool.submit(_parse_files, batch, engine) if batch else None
-        if parsing is not None:
-            _write_parsed(parsing.result(), sink, tally)
+        for done in parsing.result() if parsing is not None else ():  # a Batch, or a file that failed and its error
+            if isinstance(done, Batch):
+                tally.writing = tuple(parsed.source_file for parsed in done.files)
+                sink.write_batch(done, tally)
+                tally.writing = ()
+            else:
+                tally.fail(f"failed ({type(done[1]).__name__}: {first_line(done[1])})", done[0].source_file)
         parsing, batch, batch_bytes = submitted, [], 0
 
     # the cyclic GC off: it walks every live object each time, and an ingest holds many frames (freed by reference
@@ -241,8 +246,7 @@ class Contents:
 
 def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
           named: frozenset[str] = frozenset()) -> ParsedFile | None:
-    """Read one input, or say why it is left out. A stored file that grew by appending, or one of a launch directory
-    (its run.json says what ran), is read again: its rows are replaced."""
+    """Read one input, or say why it is left out (a stored file that grew, or one of a launch directory, replaces its rows)."""
     raw = read_input(item)
     source_file = item.source_file
     if item.path is None and raw.sha256:
@@ -310,17 +314,6 @@ def _parse_files(files: list[ParsedFile], engine: Engine | None) -> list[Batch |
     for parsed in files:
         parsed.seconds = share
     return [batch]
-
-
-def _write_parsed(parsed_files: list[Batch | tuple[ParsedFile, BaseException]], sink, tally: Tally) -> None:
-    for item in parsed_files:
-        if isinstance(item, Batch):
-            tally.writing = tuple(parsed.source_file for parsed in item.files)
-            sink.write_batch(item, tally)
-            tally.writing = ()
-        else:
-            parsed, error = item
-            tally.fail(f"failed ({type(error).__name__}: {first_line(error)})", parsed.source_file)
 
 
 def collect_cycles() -> None:
@@ -470,7 +463,7 @@ def parse_log_chunks(source: bytes | LogStream, engine: Engine, *, chunk_bytes: 
 
 def _parse_chunk(chunk: bytes | memoryview, engine: Engine, first_line_no: int) -> ChunkResult:
     lines = build_lines(chunk, engine.wrappers, first_line_no)
-    result = _assemble_chunk(engine, lines, classify(engine, lines.frame), ChunkFiles((1,), (lines.total_lines,), numbered=False))
+    result = _assemble_chunk(engine, lines, classify(engine, lines.frame), ChunkFiles((1,), (lines.raw.height,), numbered=False))
     result.request_lines = read_request_lines(result.tables.get("server_events"))
     return result
 

@@ -30,7 +30,6 @@ _LOG_TABLE_EXCLUDES = frozenset({"files", "runs", "launches", "meta", "line_acco
 EXAMPLES_SHOWN = 20
 _TEXT_KINDS = ("log", "prometheus")  # checked token by token; every other kind is JSON lines (bench, request_export, jsonl)
 WINDOW_LINES = 50_000  # a log is checked this many lines at a time: their rows are all the check holds
-STDIN_SOURCE = "<stdin>"  # <stdin> or <stdin:digest>
 
 
 @dataclass(frozen=True)
@@ -170,10 +169,10 @@ def _spellings(nodes) -> list[str]:
 
 def _reread(source_file: str):
     """An ingested file opened again as the ingest read it (gunzipped, made valid UTF-8), or why it cannot be."""
-    from speclogs.ingest.sources import InputFile, RunRef, read_input
+    from speclogs.ingest.sources import STDIN_NAME, InputFile, RunRef, read_input
 
     path = Path(source_file)
-    if source_file.startswith(STDIN_SOURCE[:-1]):
+    if source_file.startswith(STDIN_NAME[:-1]):  # <stdin> or <stdin:digest>
         return "cannot verify: stdin (its text was not kept)"
     if not path.is_file():
         return "cannot verify: source missing (moved or deleted since it was ingested)"
@@ -306,8 +305,7 @@ _DOCUMENT_ROWS = {  # a whole-document input: the rows that hold it
 
 
 def _check_document(connection, source_file: str, kind: str, text: str, counts: Counter) -> list[Loss]:
-    """A JSON document (NCCL probe, run.json): every scalar value it holds must be in its rows (accounted value by
-    value: `lines` are its values here)."""
+    """A JSON document (NCCL probe, run.json): every scalar value it holds must be in its rows (`lines`: its values)."""
     table, sql = _DOCUMENT_ROWS[kind]
     cells = [cell for (row,) in connection.execute(sql, [source_file]).fetchall() for cell in row.split("\x01")]
     flat = " ".join(text.split())

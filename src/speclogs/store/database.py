@@ -60,8 +60,7 @@ NO_EXTENSIONS = {"autoinstall_known_extensions": False, "autoload_known_extensio
 
 
 def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open the speclogs database (creating the schema, or migrating an older one, when writable). Raises StoreError
-    with a clear reason."""
+    """Open the speclogs database (creating or migrating its schema when writable); StoreError says why it cannot."""
     path = Path(db_path)
     if read_only and not path.exists():
         raise StoreError(f"no database at {path}", hint="run `speclogs ingest PATH… --db FILE` first, or pass --db")

@@ -135,8 +135,7 @@ def restore(lake_dir: Path) -> None:
 
 
 def open_for_writing(lake_dir: Path) -> None:
-    """The lake (created when new) with what an interrupted ingest left taken back. Raises StoreError for a folder
-    that is neither empty nor a lake."""
+    """The lake created, or what an interrupted ingest left in it taken back; StoreError for a folder of other files."""
     if lake_dir.exists() and any(lake_dir.iterdir()) and not table_names(lake_dir):
         raise StoreError(f"{lake_dir} is not a speclogs lake (no Delta tables) and not empty",
                          hint="give --lake a new or empty folder")

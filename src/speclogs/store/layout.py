@@ -70,8 +70,7 @@ def polars_schema(table: str) -> dict[str, pl.DataType]:
 
 
 class Layout:
-    """The tables of one open database and their columns; creates what a user's grammar fills that the schema lacks.
-    `reload()` after a rollback (it may have undone tables it created)."""
+    """The tables of one open database and their columns (`reload()` them after a rollback: it may undo a table made)."""
 
     def __init__(self, connection) -> None:
         self._connection = connection

@@ -145,8 +145,7 @@ class Writer:
         tally.add(parsed)
 
     def _failed(self, parsed: ParsedFile, error: BaseException, tally: Tally, *, rows_left: bool = False) -> None:
-        """A file rolled back: said in the summary, or, when the disk is full, the end of the ingest (StoreError).
-        `rows_left`: rows of it committed earlier are still there."""
+        """A file rolled back (`rows_left`: some committed earlier): said, or, when the disk is full, a StoreError."""
         if no_space_left(error):
             done = "its rows written so far are removed by the next ingest" if rows_left else "it is rolled back"
             stored = f"; the {tally.ingested:,} file(s) ingested before it are stored" if tally.ingested else ""

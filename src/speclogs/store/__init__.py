@@ -62,7 +62,8 @@ def ingest_paths(paths: Sequence[str | Path], db_path: str | Path, *, replace: b
                          hint="pass log files, directories, .gz files or '-' for stdin")
     unchanged = 0 if replace or verify else len(discovery.files)
     if unchanged:
-        changed = {f.source_file: f for f in discovery.files if not _as_stored(f, stats)}
+        changed = {f.source_file: f for f in discovery.files  # (f.stat: taken when discovery found it)
+                   if f.stat is None or stats.get(f.source_file) != (f.stat.st_size, f.stat.st_mtime_ns, f.stat.st_ino)}
         launches = {f.run.run_id for f in changed.values() if f.run.cell is not None}  # a changed launch is read whole
         discovery = dataclasses.replace(discovery, files=tuple(
             f for f in discovery.files if f.source_file in changed or f.run.run_id in launches))
@@ -110,8 +111,3 @@ def _stored(db_path: str | Path) -> tuple[dict[str, tuple[str, list[str]]], dict
         if run_id in runs:
             runs[run_id][1].append(source_file)
     return runs, {source_file: tuple(stat) for source_file, _, *stat in rows if stat[-1] is not None}
-
-
-def _as_stored(item, stats: dict[str, tuple]) -> bool:
-    found = item.stat  # (taken when discovery found it)
-    return found is not None and stats.get(item.source_file) == (found.st_size, found.st_mtime_ns, found.st_ino)

@@ -44,8 +44,6 @@ def no_space_left(error: BaseException | None) -> bool:
 
 def drift_notes(connection, source_files: Sequence[str]) -> tuple[DriftNote, ...]:
     """The drift view's rows for `source_files` (the files an ingest just wrote), biggest first."""
-    if not source_files:
-        return ()
     rows = connection.execute(
         "SELECT source_file, kind, subject, lines, example_line_no, detail FROM drift_of(?::VARCHAR[]) "
         "ORDER BY kind, lines DESC, source_file, subject",

@@ -24,6 +24,9 @@ ROW_GROUP_ROWS = 30_720
 INSERT_ROWS = 4 * ROW_GROUP_ROWS  # a streamed table's rows are inserted once this many have gathered, in whole row groups
 SEGMENT_ROWS = 1_000_000  # a big log's rows are committed this many at a time
 FAILURES = (duckdb.Error, pl.exceptions.PolarsError, SpeclogsError, ValueError, OSError)
+FILE_TYPES = polars_schema("files")
+RUN_TYPES = polars_schema("runs")
+LAUNCH_TYPES = polars_schema("launches")
 
 
 class Writer:
@@ -203,9 +206,6 @@ class _Pending:
                 self.frames[name] = [frame.slice(cut)]
 
 
-FILE_TYPES = polars_schema("files")
-
-
 def file_row(parsed: ParsedFile) -> dict:
     raw, account = parsed.raw, parsed.account
     warnings = list(raw.warnings + account.warnings)
@@ -221,10 +221,6 @@ def file_row(parsed: ParsedFile) -> dict:
         "mtime_ns": parsed.item.stat.st_mtime_ns if parsed.item.stat else None,
         "inode": parsed.item.stat.st_ino if parsed.item.stat else None,
     }
-
-
-RUN_TYPES = polars_schema("runs")
-LAUNCH_TYPES = polars_schema("launches")
 
 
 def _upsert_runs(connection, files: list[ParsedFile]) -> None:

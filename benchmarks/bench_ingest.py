@@ -271,7 +271,7 @@ def staged(log: Path) -> dict[str, float]:
             claims = classify(engine, lines.frame)
             stages["classify"] += time.perf_counter() - t
             t = time.perf_counter()
-            result = number_launches(_assemble_chunk(engine, lines, claims, ChunkFiles((1,), (lines.total_lines,), numbered=False)),
+            result = number_launches(_assemble_chunk(engine, lines, claims, ChunkFiles((1,), (lines.raw.height,), numbered=False)),
                                      launches)
             stages["assemble"] += time.perf_counter() - t
             t = time.perf_counter()
@@ -287,7 +287,7 @@ def staged(log: Path) -> dict[str, float]:
                     con.execute("BEGIN TRANSACTION")
                     pending.received = 0
             stages["insert"] += time.perf_counter() - t
-            first_line_no += lines.total_lines
+            first_line_no += lines.raw.height
             launches += len(result.files[0].launch_starts)
             del chunk, lines, claims, result
         t = time.perf_counter()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MATRIX, database_held_by_another_process, query, scalar
+from conftest import MATRIX, database_held_by_another_process, query, run_cli, scalar
 from speclogs.errors import StoreError
 from speclogs.schema import schema_version
 from speclogs.store import connect, ingest_paths, run_query
@@ -261,46 +261,19 @@ def test_a_rolled_back_file_leaves_no_rows(db_path, tmp_path, monkeypatch):
     assert _decode_labels(db_path, EAGLE)[0][:2] == (" TP0", "cuda graph")
 
 
-BATCH_TABLES = ("prefill_batches", "decode_batches", "http_requests")
+def test_a_database_older_than_schema_sql_asks_for_a_new_file(tmp_path):
+    """Files of a schema before schema.sql's are not migrated: ingest says so and how to go on (exit 1), sql reads it."""
+    from speclogs.schema import base_version
 
-
-def test_a_schema_4_database_is_migrated_to_plain_tables_with_the_same_rows(tmp_path):
-    import gzip
-    import shutil
-
-    old = tmp_path / "schema4.duckdb"
-    with gzip.open(Path(__file__).parent / "data" / "schema4.duckdb.gz") as packed, old.open("wb") as out:
-        shutil.copyfileobj(packed, out)
-
-    def batch_rows(connection) -> dict[str, list[dict]]:
-        rows = {}
-        for table in BATCH_TABLES:
-            cursor = connection.execute(f"SELECT * FROM {table} ORDER BY source_file, line_no")
-            names = [column[0] for column in cursor.description]
-            rows[table] = [dict(zip(names, row)) for row in cursor.fetchall()]
-        return rows
-
-    before = connect(old, read_only=True)
-    try:
-        assert before.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
-        expected = batch_rows(before)
-    finally:
-        before.close()
-    assert sum(map(len, expected.values())) > 300 and {row["rank_tags"] for row in expected["decode_batches"]} > {None}
-
-    migrated = connect(old)
-    try:
-        got = batch_rows(migrated)
-        kinds = dict(migrated.execute("SELECT table_name, table_type FROM information_schema.tables").fetchall())
-        leftovers = [name for name in kinds if name.startswith(("_file_keys", "_labels", "_decode", "_prefill", "_http"))]
-    finally:
-        migrated.close()
-    for table in BATCH_TABLES:
-        assert kinds[table] == "BASE TABLE"
-        wanted = {name: row.get(name) for row in expected[table] for name in row}  # (columns the migration added: NULL)
-        assert [{name: row.get(name) for name in wanted} for row in got[table]] == expected[table]
-    assert leftovers == []
-    assert scalar(old, "SELECT value FROM meta WHERE key = 'schema_version'") == str(schema_version())
-    summary = ingest_paths([EAGLE], old)  # and it takes new files
-    assert summary.files_ingested == 1 and scalar(old, "SELECT count(*) FROM decode_batches WHERE source_file = ?",
-                                                   [str(EAGLE.resolve())]) > 0
+    old = tmp_path / "old.duckdb"
+    connect(old).close()
+    with connect(old) as connection:
+        connection.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(base_version() - 1)])
+    with pytest.raises(StoreError) as caught:
+        connect(old)
+    assert f"is of schema {base_version() - 1}" in str(caught.value)
+    assert "new --db file" in caught.value.hint and "idempotent" in caught.value.hint
+    done = run_cli("ingest", str(EAGLE), "--db", str(old))
+    assert done.returncode == 1 and done.stderr.startswith("Error: ") and "Traceback" not in done.stderr
+    assert "new --db file" in done.stderr
+    assert scalar(old, "SELECT count(*) FROM decode_batches") == 0

@@ -50,10 +50,6 @@ class Lines:
     too_long: tuple[tuple[int, int], ...]  # (line_no, byte length)
     outer_prefixes: tuple[tuple[int, str], ...] = ()  # (line_no, the prefixes a capture tool put before its text)
 
-    @property
-    def total_lines(self) -> int:
-        return self.raw.height
-
 
 def count_lines(data: bytes | memoryview) -> int:  # as build_lines splits them
     data = bytes(data)

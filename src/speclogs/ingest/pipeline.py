@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import itertools
+import mmap
 import signal
 import threading
 import time
@@ -144,15 +145,15 @@ class IngestInterrupted(KeyboardInterrupt):
     """Ctrl-C during an ingest; the message says what was kept and what was rolled back (the CLI: exit 130)."""
 
 
-def run_pipeline(discovery: Discovery, sink, engine_for: Callable[[], Engine], *, replace: bool = False,
+def run_pipeline(discovery: Discovery, sink, engine_for: Callable[[], Engine], stored: list[tuple], *, replace: bool = False,
                  on_progress: Callable[[ProgressEvent], None] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Tally:
-    """Read, parse and hand to `sink` the inputs of `discovery` that it does not hold yet. `engine_for()` compiles the
-    grammars, called only when there is a log to read. Raises InputError when nothing names an input."""
+    """Read, parse and hand to `sink` the inputs of `discovery` whose content is not `stored` ((source_file, sha256,
+    size_bytes[, run_id]) each). `engine_for()` compiles the grammars, when there is a log. InputError: no input named."""
     if not discovery.files and not discovery.skipped_files:
         raise InputError("nothing to ingest", hint="pass log files, directories, .gz files or '-' for stdin")
     tally = Tally.of(discovery)
     engine = engine_for() if any(f.kind == "log" for f in discovery.files) else None
-    contents = Contents(sink.stored())
+    contents = Contents(stored)
     show = tally.bytes_total >= PROGRESS_MIN_BYTES or tally.files_total > 50
 
     def progress(item: InputFile, index: int, fraction: float = 0.0) -> None:
@@ -169,10 +170,19 @@ def run_pipeline(discovery: Discovery, sink, engine_for: Callable[[], Engine], *
         """Hand the batch to the parser thread and write the one parsed before (called twice: write this one too)."""
         nonlocal batch, batch_bytes, parsing
         submitted = pool.submit(_parse_files, batch, engine) if batch else None
-        if parsing is not None:
-            _write_parsed(parsing.result(), sink, tally)
+        for done in parsing.result() if parsing is not None else ():  # a Batch, or a file that failed and its error
+            if isinstance(done, Batch):
+                tally.writing = tuple(parsed.source_file for parsed in done.files)
+                sink.write_batch(done, tally)
+                tally.writing = ()
+            else:
+                tally.fail(f"failed ({type(done[1]).__name__}: {first_line(done[1])})", done[0].source_file)
         parsing, batch, batch_bytes = submitted, [], 0
 
+    # the cyclic GC off: it walks every live object each time, and an ingest holds many frames (freed by reference
+    # counting; collect_cycles collects the few cycles once a chunk)
+    gc_enabled = gc.isenabled()
+    gc.disable()
     # a batch is parsed on a thread while the one before is written: polars and DuckDB release the GIL
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speclogs-batch") as pool:
@@ -200,6 +210,9 @@ def run_pipeline(discovery: Discovery, sink, engine_for: Callable[[], Engine], *
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise tally.interrupted() from None
+    finally:
+        if gc_enabled:
+            gc.enable()
     if on_progress is not None:
         on_progress(ProgressEvent("done", tally.bytes_total, tally.bytes_total, tally.files_total, tally.files_total, show))
     return tally
@@ -233,8 +246,7 @@ class Contents:
 
 def _read(item: InputFile, contents: Contents, tally: Tally, *, replace: bool,
           named: frozenset[str] = frozenset()) -> ParsedFile | None:
-    """Read one input, or say why it is left out. A stored file that grew by appending, or one of a launch directory
-    (its run.json says what ran), is read again: its rows are replaced."""
+    """Read one input, or say why it is left out (a stored file that grew, or one of a launch directory, replaces its rows)."""
     raw = read_input(item)
     source_file = item.source_file
     if item.path is None and raw.sha256:
@@ -277,16 +289,11 @@ def _appended(item: InputFile, stored_size: int, digests: set[str]) -> bool:
     """Whether a plain file's first `stored_size` bytes are what was stored (lines were appended since)."""
     if item.path is None or item.path.suffix == ".gz" or not 0 < stored_size < item.size_bytes:
         return False
-    digest = hashlib.sha256()
-    try:
-        with open(item.path, "rb") as handle:
-            left = stored_size
-            while left > 0 and (block := handle.read(min(left, 1 << 20))):
-                digest.update(block)
-                left -= len(block)
-    except OSError:
+    try:  # (mapped, not read: the pages stay the OS's cache, however big the log)
+        with open(item.path, "rb") as handle, mmap.mmap(handle.fileno(), stored_size, access=mmap.ACCESS_READ) as head:
+            return hashlib.sha256(head).hexdigest() in digests
+    except (OSError, ValueError):  # (ValueError: the file shrank below stored_size since it was found)
         return False
-    return digest.hexdigest() in digests
 
 
 def _parse_files(files: list[ParsedFile], engine: Engine | None) -> list[Batch | tuple[ParsedFile, BaseException]]:
@@ -309,19 +316,8 @@ def _parse_files(files: list[ParsedFile], engine: Engine | None) -> list[Batch |
     return [batch]
 
 
-def _write_parsed(parsed_files: list[Batch | tuple[ParsedFile, BaseException]], sink, tally: Tally) -> None:
-    for item in parsed_files:
-        if isinstance(item, Batch):
-            tally.writing = tuple(parsed.source_file for parsed in item.files)
-            sink.write_batch(item, tally)
-            tally.writing = ()
-        else:
-            parsed, error = item
-            tally.fail(f"failed ({type(error).__name__}: {first_line(error)})", parsed.source_file)
-
-
 def collect_cycles() -> None:
-    # ingest_paths turns the cyclic GC off, and ast.literal_eval (server_args, --log-requests values) leaves a cycle a value
+    # run_pipeline turns the cyclic GC off, and ast.literal_eval (server_args, --log-requests values) leaves a cycle a value
     gc.collect(0)
 
 
@@ -467,7 +463,7 @@ def parse_log_chunks(source: bytes | LogStream, engine: Engine, *, chunk_bytes: 
 
 def _parse_chunk(chunk: bytes | memoryview, engine: Engine, first_line_no: int) -> ChunkResult:
     lines = build_lines(chunk, engine.wrappers, first_line_no)
-    result = _assemble_chunk(engine, lines, classify(engine, lines.frame), ChunkFiles((1,), (lines.total_lines,), numbered=False))
+    result = _assemble_chunk(engine, lines, classify(engine, lines.frame), ChunkFiles((1,), (lines.raw.height,), numbered=False))
     result.request_lines = read_request_lines(result.tables.get("server_events"))
     return result
 

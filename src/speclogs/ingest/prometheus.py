@@ -61,7 +61,11 @@ def parse_prometheus_file(text: str, path: Path | None) -> tuple[dict[str, pl.Da
             unparsed.append((line_no, "not a Prometheus sample line (name{labels} value [timestamp])", raw))
         else:
             name, value_text, timestamp = sample.group("name", "value", "timestamp")
-            labels, value = _labels(sample.group("labels")), _value(value_text)  # (float reads +Inf, -Inf, NaN as written)
+            labels = _labels(sample.group("labels"))
+            try:
+                value = float(value_text)  # (it reads +Inf, -Inf, NaN as written)
+            except ValueError:
+                value = None
             if labels is None or value is None:
                 what = "labels" if labels is None else f"value {value_text!r}"
                 unparsed.append((line_no, f"Prometheus sample line with unreadable {what}", raw))
@@ -86,13 +90,6 @@ def _labels(text: str | None) -> dict[str, str] | None:
         return None
     return {found["key"]: re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], found["value"])
             for found in _LABEL.finditer(text)}
-
-
-def _value(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
 
 
 def scrape_for(path: Path) -> tuple[datetime | None, str | None, str | None]:

@@ -26,7 +26,6 @@ from speclogs.ingest.classify import NEW_PREFIX, Claims, Engine, explain_miss, i
 from speclogs.ingest.jsonfiles import json_text
 from speclogs.ingest.reprs import parse_server_args
 from speclogs.ingest.summary import FileAccount
-from speclogs.redact import REDACTED, SUSPECT, redact, secret_name
 
 ERRORS_TABLE = "errors"
 # grammar table names that cannot be SQL table names as they are (FOREIGN is an SQL keyword)
@@ -205,37 +204,6 @@ def _drift_examples(engine: Engine, drift: pl.DataFrame, files: ChunkFiles) -> p
               for name, text in picked.select("pattern", "text").iter_rows()]
     return (picked.drop("file").with_columns(pl.Series("error", errors, dtype=pl.Utf8))
             .select("line_no", "piece", "pattern", "error", "text"))
-
-
-# Text columns of the prefix whose shapes (a timestamp, rank tags) cannot hold a secret.
-PREFIX_TEXT_COLUMNS = frozenset({"ts_text", "rank_tags"})
-
-
-def redacted(table: str, frame: pl.DataFrame) -> pl.DataFrame:
-    """`frame` as it may be written anywhere (the DuckDB file, the lake): every text column through speclogs.redact's
-    one scan (only the few rows its cheap test picks are looked at in Python), and a server argument with a secret
-    name by its name."""
-    if frame.height == 0:
-        return frame
-    if table == "server_args" and "name" in frame.columns:
-        secret = pl.Series([name is not None and secret_name(name) for name in frame.get_column("name").to_list()],
-                           dtype=pl.Boolean)
-        if secret.any():
-            frame = frame.with_columns(
-                pl.when(secret & pl.col(column).is_not_null() & ~pl.col(column).is_in(["None", "''", '""', "null"]))
-                .then(pl.lit(redacted_text)).otherwise(pl.col(column)).alias(column)
-                for column, redacted_text in (("value", REDACTED), ("value_json", f'"{REDACTED}"')) if column in frame.columns
-            )
-    columns = [name for name, dtype in frame.schema.items() if dtype == pl.Utf8 and name not in PREFIX_TEXT_COLUMNS]
-    if not columns:
-        return frame
-    # the usual answer: none; asked of each column's distinct texts (few: levels, methods, paths …), half the time
-    hits = frame.select(pl.col(column).unique().str.contains(SUSPECT.pattern).fill_null(False).any() for column in columns).row(0)
-    for column in (column for column, hit in zip(columns, hits) if hit):
-        texts = frame.get_column(column)
-        at = texts.str.contains(SUSPECT.pattern).fill_null(False).arg_true()
-        frame = frame.with_columns(texts.scatter(at, pl.Series([redact(text) for text in texts.gather(at).to_list()], dtype=pl.Utf8)))
-    return frame
 
 
 def _launch_facts(tables: dict[str, pl.DataFrame]) -> dict[int, list[tuple[int, str, object]]]:

@@ -176,7 +176,7 @@ def _read_request_line(message: str, finished: bool) -> tuple[tuple, str | None]
         out = extra.pop("out", None)
         out = out if isinstance(out, dict) else {}
         rid = request.get("rid") if isinstance(request.get("rid"), str) else _meta(out).get("id")
-    meta, extra = (_meta(out), extra | _other(out)) if finished else ({}, {})
+    meta, extra = (_meta(out), extra | {f"out.{k}": v for k, v in out.items() if k != "meta_info"}) if finished else ({}, {})
     row = request_row(meta, source_kind=source_kind, request=request, rid=rid, extra=extra)
     # a rid that is not a str (a batch's list in a JSON line) pairs by its JSON; no str rid holds a NUL (the text is made
     # valid before it is read)
@@ -186,10 +186,6 @@ def _read_request_line(message: str, finished: bool) -> tuple[tuple, str | None]
 def _meta(out: dict) -> dict:
     meta = out.get("meta_info")
     return meta if isinstance(meta, dict) else {}
-
-
-def _other(out: dict) -> dict:
-    return {f"out.{key}": value for key, value in out.items() if key != "meta_info"}
 
 
 def add_bench_serving_requests(tables: dict[str, pl.DataFrame]) -> None:

@@ -526,7 +526,8 @@ def read_input(item: InputFile) -> RawInput:
                 text = GzipText(handle)
                 head, skipped = text.read(BINARY_PROBE_BYTES), text.skip_reason()
     except OSError as error:
-        return _unreadable(error)
+        reason = _UNREADABLE.get(type(error)) or f"read error ({error.strerror or error})"
+        return RawInput(data=b"", digest="", size_bytes=0, skipped_reason=reason)
     skipped = skipped or binary_reason(head)
     if skipped is not None:
         return RawInput(data=b"", digest="", size_bytes=item.size_bytes, skipped_reason=skipped)
@@ -557,13 +558,6 @@ def _read_whole(raw: bytes, found_bytes: int) -> RawInput:
 
 _UNREADABLE = {FileNotFoundError: "disappeared before it could be read", IsADirectoryError: "is a directory",
                PermissionError: "permission denied"}
-
-
-def _unreadable(error: OSError) -> RawInput:
-    reason = _UNREADABLE.get(type(error)) or f"read error ({error.strerror or error})"
-    return RawInput(data=b"", digest="", size_bytes=0, skipped_reason=reason)
-
-
 BINARY_NON_TEXT_SHARE = 0.3  # a file whose first block is this much NUL, control bytes or invalid UTF-8 is binary
 _TEXT_BYTES = bytes([9, 10, 12, 13, 27, 8]) + bytes(range(32, 127)) + bytes(range(128, 256))  # 0x80-0xFF: judged as UTF-8
 # Byte order marks of the encodings a Windows tool writes a log in (PowerShell's `>` writes UTF-16 LE): the longer first.

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import gc
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -24,23 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["IngestSummary", "QueryResult", "SCHEMA_VERSION", "connect", "ingest_paths", "run_query"]
 
 
-def _cyclic_gc_paused(function):
-    """The cyclic GC off while `function` runs: it walks every live object each time, and an ingest holds many frames
-    (freed by reference counting; speclogs.ingest.pipeline.collect_cycles collects the few cycles once a chunk)."""
-
-    @functools.wraps(function)
-    def paused(*args, **kwargs):
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            if was_enabled:
-                gc.enable()
-
-    return paused
-
-
 def compile_grammars(grammar_paths: tuple[Path, ...] = ()):
     """The bundled and the user's grammars, loaded and compiled for the ingest (speclogs.ingest.classify)."""
     from speclogs.grammar import load_grammars
@@ -49,7 +31,6 @@ def compile_grammars(grammar_paths: tuple[Path, ...] = ()):
     return compile_engine(load_grammars(grammar_paths))
 
 
-@_cyclic_gc_paused
 def ingest_paths(paths: Sequence[str | Path], db_path: str | Path, *, replace: bool = False, run_name: str | None = None,
                  on_progress: Callable[[ProgressEvent], None] | None = None, grammar_paths: Sequence[Path] = (),
                  chunk_bytes: int | None = None, verify: bool = False) -> IngestSummary:
@@ -81,7 +62,8 @@ def ingest_paths(paths: Sequence[str | Path], db_path: str | Path, *, replace: b
                          hint="pass log files, directories, .gz files or '-' for stdin")
     unchanged = 0 if replace or verify else len(discovery.files)
     if unchanged:
-        changed = {f.source_file: f for f in discovery.files if not _as_stored(f, stats)}
+        changed = {f.source_file: f for f in discovery.files  # (f.stat: taken when discovery found it)
+                   if f.stat is None or stats.get(f.source_file) != (f.stat.st_size, f.stat.st_mtime_ns, f.stat.st_ino)}
         launches = {f.run.run_id for f in changed.values() if f.run.cell is not None}  # a changed launch is read whole
         discovery = dataclasses.replace(discovery, files=tuple(
             f for f in discovery.files if f.source_file in changed or f.run.run_id in launches))
@@ -97,20 +79,18 @@ def ingest_paths(paths: Sequence[str | Path], db_path: str | Path, *, replace: b
     # the grammars compile on a thread while the database opens (DuckDB makes the schema without holding the GIL)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="speclogs-grammars") as pool:
         compiling = pool.submit(engine) if any(item.kind == "log" for item in discovery.files) else None
-        connection = connect(db_path)
-        try:
+        with connect(db_path) as connection:
             # RLE's analysis pass is a large share of the insert CPU; bit-packing and dictionaries store these columns as small
             connection.execute("SET disabled_compression_methods = 'rle'")
             writer = Writer(connection, str(db_path))
-            tally = run_pipeline(discovery, writer, compiling.result if compiling is not None else engine, replace=replace,
+            stored = connection.execute("SELECT source_file, sha256, size_bytes, run_id FROM files").fetchall()
+            tally = run_pipeline(discovery, writer, compiling.result if compiling is not None else engine, stored, replace=replace,
                                  on_progress=on_progress, chunk_bytes=chunk_bytes or DEFAULT_CHUNK_BYTES)
             tally.warnings.extend(writer.layout.notes)
             if tally.restat:
                 connection.executemany("UPDATE files SET size_bytes = ?, mtime_ns = ?, inode = ? WHERE source_file = ?",
                                        [(size, mtime_ns, inode, source) for source, size, mtime_ns, inode in tally.restat])
             notes = drift_notes(connection, tally.source_files)
-        finally:
-            connection.close()
     if unchanged:
         tally.files_total += unchanged
         tally.unchanged += unchanged
@@ -121,21 +101,13 @@ def _stored(db_path: str | Path) -> tuple[dict[str, tuple[str, list[str]]], dict
     """run_id → (run_name, its files), and source_file → (size, mtime_ns, inode) of what a database holds."""
     if not Path(db_path).exists():
         return {}, {}
-    connection = connect(db_path, read_only=True)
-    try:
+    with connect(db_path, read_only=True) as connection:
         runs = {run_id: (name, []) for run_id, name in connection.execute("SELECT run_id, run_name FROM runs").fetchall()}
         has_stat = connection.execute(
             "SELECT count(*) FROM duckdb_columns() WHERE table_name = 'files' AND column_name = 'inode'").fetchone()[0]
         rows = connection.execute(f"SELECT source_file, run_id, size_bytes, {'mtime_ns, inode' if has_stat else 'NULL, NULL'} "
                                   "FROM files WHERE skipped_reason IS NULL").fetchall()
-    finally:
-        connection.close()
     for source_file, run_id, *_ in rows:
         if run_id in runs:
             runs[run_id][1].append(source_file)
     return runs, {source_file: tuple(stat) for source_file, _, *stat in rows if stat[-1] is not None}
-
-
-def _as_stored(item, stats: dict[str, tuple]) -> bool:
-    found = item.stat  # (taken when discovery found it)
-    return found is not None and stats.get(item.source_file) == (found.st_size, found.st_mtime_ns, found.st_ino)

@@ -30,7 +30,6 @@ _LOG_TABLE_EXCLUDES = frozenset({"files", "runs", "launches", "meta", "line_acco
 EXAMPLES_SHOWN = 20
 _TEXT_KINDS = ("log", "prometheus")  # checked token by token; every other kind is JSON lines (bench, request_export, jsonl)
 WINDOW_LINES = 50_000  # a log is checked this many lines at a time: their rows are all the check holds
-STDIN_SOURCE = "<stdin>"  # <stdin> or <stdin:digest>
 
 
 @dataclass(frozen=True)
@@ -126,10 +125,6 @@ def check_content(connection, *, sources: Iterable[str] | None = None, grammar_p
     return ContentCheck(files=tuple(checks), losses=tuple(losses))
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# what the grammars themselves print
-
-
 _MAX_SPELLINGS = 4096
 
 
@@ -172,16 +167,12 @@ def _spellings(nodes) -> list[str]:
     return spelled
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# reading the sources and the rows
-
-
 def _reread(source_file: str):
     """An ingested file opened again as the ingest read it (gunzipped, made valid UTF-8), or why it cannot be."""
-    from speclogs.ingest.sources import InputFile, RunRef, read_input
+    from speclogs.ingest.sources import STDIN_NAME, InputFile, RunRef, read_input
 
     path = Path(source_file)
-    if source_file.startswith(STDIN_SOURCE[:-1]):
+    if source_file.startswith(STDIN_NAME[:-1]):  # <stdin> or <stdin:digest>
         return "cannot verify: stdin (its text was not kept)"
     if not path.is_file():
         return "cannot verify: source missing (moved or deleted since it was ingested)"
@@ -314,8 +305,7 @@ _DOCUMENT_ROWS = {  # a whole-document input: the rows that hold it
 
 
 def _check_document(connection, source_file: str, kind: str, text: str, counts: Counter) -> list[Loss]:
-    """A JSON document (NCCL probe, run.json): every scalar value it holds must be in its rows (accounted value by
-    value: `lines` are its values here)."""
+    """A JSON document (NCCL probe, run.json): every scalar value it holds must be in its rows (`lines`: its values)."""
     table, sql = _DOCUMENT_ROWS[kind]
     cells = [cell for (row,) in connection.execute(sql, [source_file]).fetchall() for cell in row.split("\x01")]
     flat = " ".join(text.split())
@@ -329,10 +319,8 @@ def check_database(db_path: str | Path, *, lake: str | Path | None = None, **kwa
     """check_content on the database file at db_path (opened read-only), or on the lake `lake` when given."""
     from speclogs.store.query import connect_reading
 
-    connection = connect_reading(db_path, lake)
-    try:
-        return check_content(connection, **kwargs)
-    except OSError as error:
-        raise StoreError(f"cannot re-read a source file: {error}", hint="the check reads the ingested files where they were") from error
-    finally:
-        connection.close()
+    with connect_reading(db_path, lake) as connection:
+        try:
+            return check_content(connection, **kwargs)
+        except OSError as error:
+            raise StoreError(f"cannot re-read a source file: {error}", hint="the check reads the ingested files where they were") from error

@@ -1,22 +1,22 @@
 """Opening the speclogs database: schema.sql (the only source of columns), its migrations, views.sql.
 
-A file an older speclogs wrote gets the migrations it lacks, in order, in the opening's transaction, each recorded in
-`_migrations`; a file of a newer schema is only read. Files are written in DuckDB 1.4's storage format (the LTS), so
-the `duckdb` CLI and the 1.4 library read them too.
+A file of schema.sql's version or later gets the migrations it lacks, in order, in the opening's transaction, each
+recorded in `_migrations`; a file of an older or newer schema is only read. Files are written in DuckDB 1.4's storage
+format (the LTS), so the `duckdb` CLI and the 1.4 library read them too.
 """
 
 from __future__ import annotations
 
 import errno
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import duckdb
 
 from speclogs.errors import StoreError
 from speclogs.ingest.summary import DriftNote
-from speclogs.schema import SCHEMA_SQL, columns, migrations, schema_version
+from speclogs.schema import SCHEMA_SQL, base_version, migrations, schema_version
 
 SCHEMA_VERSION = schema_version()
 STORAGE_VERSION = "v1.4.0"  # the oldest DuckDB that must read speclogs files: the 1.4 LTS
@@ -44,8 +44,6 @@ def no_space_left(error: BaseException | None) -> bool:
 
 def drift_notes(connection, source_files: Sequence[str]) -> tuple[DriftNote, ...]:
     """The drift view's rows for `source_files` (the files an ingest just wrote), biggest first."""
-    if not source_files:
-        return ()
     rows = connection.execute(
         "SELECT source_file, kind, subject, lines, example_line_no, detail FROM drift_of(?::VARCHAR[]) "
         "ORDER BY kind, lines DESC, source_file, subject",
@@ -54,47 +52,13 @@ def drift_notes(connection, source_files: Sequence[str]) -> tuple[DriftNote, ...
     return tuple(DriftNote(*row) for row in rows)
 
 
-def _add_declared_columns(connection: duckdb.DuckDBPyConnection) -> None:
-    """Every declared column the file's tables lack (the contract only ever adds columns)."""
-    tables = {name for (name,) in connection.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()}
-    for table, known in columns().items():
-        for column, data_type in known.items() if table in tables else ():
-            connection.execute(f'ALTER TABLE "{table}" ADD COLUMN IF NOT EXISTS "{column}" {data_type}')
-
-
-def _widen(connection: duckdb.DuckDBPyConnection) -> None:
-    """The batch tables of schema 4 (views over narrow per-shape tables, file keys, label codes) as plain tables
-    with the same rows."""
-    for table in ("prefill_batches", "decode_batches", "http_requests"):
-        connection.execute(f'CREATE TABLE "_wide_{table}" AS SELECT * FROM "{table}"')
-        connection.execute(f'DROP VIEW "{table}"')
-        narrow = connection.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' AND (table_name = ? OR starts_with(table_name, ?))",
-            [f"_{table}", f"_{table}_"]).fetchall()
-        for (name,) in narrow:
-            connection.execute(f'DROP TABLE "{name}"')
-        connection.execute(f'ALTER TABLE "_wide_{table}" RENAME TO "{table}"')
-    connection.execute("DROP TABLE IF EXISTS _file_keys")
-    connection.execute("DROP TABLE IF EXISTS _labels")
-    _add_declared_columns(connection)
-
-
-# Steps for files of schema 3 and 4, older than schema.sql; the migrations after it are SQL (speclogs.schema).
-_OLD_STEPS: tuple[tuple[int, str, Callable[[duckdb.DuckDBPyConnection], None]], ...] = (
-    (4, "lossless ingest: ts_text; extra_fields, truncated (batch lines); NCCL counts; kept line text; "
-        "tables outer_prefixes, nccl_probe_files, drift_notes", _add_declared_columns),
-    (5, "prefill_batches, decode_batches, http_requests: plain tables (were views over narrow tables)", _widen),
-)
-
-
 # Every connection speclogs opens: DuckDB never fetches or loads an extension by itself (a `.sqlite` file, an
 # `https://` path or a `read_json` would otherwise download one from the network).
 NO_EXTENSIONS = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 
 def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open the speclogs database (creating the schema, or migrating an older one, when writable). Raises StoreError
-    with a clear reason."""
+    """Open the speclogs database (creating or migrating its schema when writable); StoreError says why it cannot."""
     path = Path(db_path)
     if read_only and not path.exists():
         raise StoreError(f"no database at {path}", hint="run `speclogs ingest PATH… --db FILE` first, or pass --db")
@@ -116,17 +80,14 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
         raise StoreError(f"cannot open {path}: {error}", hint="is it a DuckDB file written by speclogs?") from error
     if not read_only:
         try:
-            new = not connection.execute(
-                f"SELECT count(*) FROM duckdb_tables() WHERE database_name = '{_CATALOG}' AND table_name = 'meta'").fetchone()[0]
-            if new:
-                start = ("BEGIN TRANSACTION", *META_SQL, f"INSERT INTO meta VALUES ('schema_version', '{schema_version()}')",
-                         SCHEMA_TEXT, *(sql for _, _, sql in migrations()))
-            else:
-                connection.execute("BEGIN TRANSACTION")  # one commit (and one WAL sync) for the whole schema
-                _migrate(connection, path)
-                start = (SCHEMA_TEXT,)
-            # the rest in one script: each call is a wait for the GIL while the grammars load on their thread
-            connection.execute(";\n".join(statement.strip().rstrip(";") for statement in (*start, VIEWS_SQL, "COMMIT")))
+            version = _version_of(connection, path)  # None: a new file
+            script = ["BEGIN TRANSACTION", *META_SQL, SCHEMA_TEXT]  # (the tables a migration adds columns to exist first)
+            for number, name, sql in migrations():
+                if version is None or number > version:  # (an older file records each in _migrations)
+                    script += [sql] if version is None else [sql, f"INSERT INTO _migrations VALUES ({number}, '{name}', now())"]
+            script += [f"INSERT OR REPLACE INTO meta VALUES ('schema_version', '{schema_version()}')", VIEWS_SQL, "COMMIT"]
+            # one transaction (one WAL sync) in one script: each call is a wait for the GIL while the grammars load
+            connection.execute(";\n".join(statement.strip().rstrip(";") for statement in script))
         except duckdb.Error as error:
             connection.close()
             hint = NO_SPACE_HINT if no_space_left(error) else "use a new --db file"
@@ -153,33 +114,20 @@ META_SQL = ("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VAR
             "CREATE TABLE IF NOT EXISTS _migrations (version INTEGER, description VARCHAR, applied_at TIMESTAMP)")
 
 
-def _migrate(connection, path: Path) -> None:
-    """Bring a file of an older schema (it has a meta table) up to SCHEMA_VERSION."""
+def _version_of(connection, path: Path) -> int | None:
+    """The schema version of the file attached (None when it is new); StoreError for one this speclogs cannot write."""
+    if not connection.execute(
+            f"SELECT count(*) FROM duckdb_tables() WHERE database_name = '{_CATALOG}' AND table_name = 'meta'").fetchone()[0]:
+        return None
     found = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    current = schema_version()
-    for statement in META_SQL:
-        connection.execute(statement)
-    if found is None:
-        connection.execute("INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [str(current)])
-        return
-    version = int(found[0])
-    if version == current:
-        return
-    if version > current or version < _OLD_STEPS[0][0] - 1:
+    version, current = int(found[0]) if found else 0, schema_version()
+    if not base_version() <= version <= current:  # older than schema.sql, or written by a newer speclogs
         raise StoreError(
-            f"{path} was written by another speclogs version (schema {version}, this one writes schema {current})",
-            hint="ingest into a new --db file; `speclogs sql` still reads this one",
+            f"{path} is of schema {version}; this speclogs writes schema {base_version()} to {current} only",
+            hint="ingest its logs into a new --db file (ingest is idempotent: the same logs give the same rows); "
+                 "`speclogs sql` still reads this one",
         )
-    for number, description, step in _OLD_STEPS:
-        if number > version:
-            step(connection)
-            connection.execute("INSERT INTO _migrations VALUES (?, ?, now())", [number, description])
-    connection.execute(SCHEMA_TEXT)  # the tables a migration may add columns to exist first
-    for number, description, sql in migrations():
-        if number > version:
-            connection.execute(sql)
-            connection.execute("INSERT INTO _migrations VALUES (?, ?, now())", [number, description])
-    connection.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(current)])
+    return version
 
 
 def _store_error(path: Path, error: duckdb.Error) -> StoreError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import IO
 
-from speclogs.store.query import StatementResult
+from speclogs.store.query import StatementResult, quoted
 
 # One CSV field in SQL: a value's text, quoted where it holds a comma, a quote or a line break; NULL is empty.
 _CSV_FIELD = ("CASE WHEN {v} IS NULL THEN '' WHEN contains({v}, ',') OR contains({v}, '\"') OR contains({v}, chr(10)) "
@@ -71,12 +71,8 @@ def _json_rows(result: StatementResult):
             column = f"list_transform({column}, lambda x: CASE WHEN isfinite(x) THEN x END)"
         key = name if name not in seen else f"{name}_{seen[name]}"
         seen[name] = seen.get(name, 0) + 1
-        fields.append(f"{_quoted_name(key)} := {column}")
+        fields.append(f"{quoted(key)} := {column}")
     return result.projected(f"to_json(struct_pack({', '.join(fields)}))").batches()
-
-
-def _quoted_name(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _finite(text: str) -> str:

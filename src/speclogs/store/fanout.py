@@ -75,10 +75,6 @@ def plan_tasks(files: Sequence[InputFile], cpus: int) -> list[list[InputFile]]:
     return groups
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# the driver's side
-
-
 @contextlib.contextmanager
 def _cluster(ray, address: str, num_cpus: int | None) -> Iterator[int]:
     """Connected to the cluster for the block (a 'local' one started and stopped); yields its CPU count."""
@@ -137,10 +133,6 @@ def _get(ray, refs):
         text = str(error).strip().splitlines()
         raise StoreError(f"a Ray task failed: {text[-1] if text else type(error).__name__}",
                          hint="nothing was committed; see the task's error above, fix it and ingest again") from error
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# the tasks (run in Ray worker processes)
 
 
 def _versions() -> tuple[str, int]:

@@ -53,10 +53,6 @@ def fleet_module(name: str, option: str):
 _deltalake = functools.partial(fleet_module, "deltalake", "--lake")
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# writing
-
-
 def scratch_ingest(lake_dir: Path, discovery: Discovery, engine_for: Callable, stored: list[tuple[str, str, int]], *,
                    on_progress: Callable[[ProgressEvent], None] | None = None,
                    chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[tuple[Tally, dict[str, duckdb.DuckDBPyRelation]]]:
@@ -64,19 +60,16 @@ def scratch_ingest(lake_dir: Path, discovery: Discovery, engine_for: Callable, s
     yields once: the tally and written_tables) that holds the lake's runs rows, for the writer to complete them;
     `stored` content is skipped."""
     with tempfile.TemporaryDirectory(prefix="speclogs-lake-") as folder:
-        connection = connect(Path(folder) / "scratch.duckdb")
-        try:
+        with connect(Path(folder) / "scratch.duckdb") as connection:
             connection.execute("SET disabled_compression_methods = 'rle'")  # as ingest_paths: its analysis costs insert CPU
             runs = read_table(lake_dir, "runs")
             if runs is not None:
                 connection.register("_lake_runs", runs.collect().to_arrow())
                 connection.execute("INSERT INTO runs BY NAME SELECT * FROM _lake_runs")
-            writer = Writer(connection, str(lake_dir), stored=stored)
-            tally = run_pipeline(discovery, writer, engine_for, on_progress=on_progress, chunk_bytes=chunk_bytes)
+            writer = Writer(connection, str(lake_dir))
+            tally = run_pipeline(discovery, writer, engine_for, stored, on_progress=on_progress, chunk_bytes=chunk_bytes)
             tally.warnings.extend(note for note in writer.layout.notes if note not in tally.warnings)
             yield tally, written_tables(connection)
-        finally:
-            connection.close()
 
 
 def written_tables(connection) -> dict[str, duckdb.DuckDBPyRelation]:
@@ -111,10 +104,6 @@ def commit(lake_dir: Path, runs, files) -> None:
     append(lake_dir, "files", files, {VERSIONS_KEY: json.dumps(versions, sort_keys=True)})
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# versions, recovery
-
-
 def table_names(lake_dir: Path) -> list[str]:
     """The Delta tables in the lake folder."""
     if not lake_dir.is_dir():
@@ -146,8 +135,7 @@ def restore(lake_dir: Path) -> None:
 
 
 def open_for_writing(lake_dir: Path) -> None:
-    """The lake (created when new) with what an interrupted ingest left taken back. Raises StoreError for a folder
-    that is neither empty nor a lake."""
+    """The lake created, or what an interrupted ingest left in it taken back; StoreError for a folder of other files."""
     if lake_dir.exists() and any(lake_dir.iterdir()) and not table_names(lake_dir):
         raise StoreError(f"{lake_dir} is not a speclogs lake (no Delta tables) and not empty",
                          hint="give --lake a new or empty folder")
@@ -168,10 +156,6 @@ def stored_run_names(lake_dir: Path) -> dict[str, str]:
     """run_id → run_name of the runs a lake holds (none when there is no lake yet)."""
     runs = read_table(lake_dir, "runs")
     return {} if runs is None else dict(runs.select("run_id", "run_name").collect().iter_rows())
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# reading
 
 
 def read_table(lake_dir: str | Path, table: str) -> pl.LazyFrame | None:
@@ -217,10 +201,6 @@ def connect_lake(lake_dir: str | Path) -> duckdb.DuckDBPyConnection:
         connection.close()
         raise StoreError(f"cannot read the lake {lake_dir}: {error}", hint="is every table a speclogs Delta table?") from error
     return connection
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# `speclogs ingest … --lake DIR`
 
 
 def ingest_lake(paths: Sequence[str | Path], lake_dir: str | Path, *, run_name: str | None = None,

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from speclogs.ingest.records import redacted
+from speclogs.redact import REDACTED, SUSPECT, redact, secret_name
 from speclogs.schema import columns
 
 # Tables a file's rows go to without a run_id (a probe file is not a run's).
@@ -21,6 +21,35 @@ POLARS_TYPES = {
 }
 _SQL_TYPES = {pl.Int8: "INTEGER", pl.Int16: "INTEGER", pl.Int32: "INTEGER", pl.Int64: "BIGINT", pl.UInt32: "BIGINT",
               pl.Float32: "DOUBLE", pl.Float64: "DOUBLE", pl.Boolean: "BOOLEAN"}
+# Text columns of the prefix whose shapes (a timestamp, rank tags) cannot hold a secret.
+PREFIX_TEXT_COLUMNS = frozenset({"ts_text", "rank_tags"})
+
+
+def redacted(table: str, frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` as it may be written anywhere (the DuckDB file, the lake): every text column through speclogs.redact's
+    one scan (only the few rows its cheap test picks are looked at in Python), and a server argument with a secret
+    name by its name."""
+    if frame.height == 0:
+        return frame
+    if table == "server_args" and "name" in frame.columns:
+        secret = pl.Series([name is not None and secret_name(name) for name in frame.get_column("name").to_list()],
+                           dtype=pl.Boolean)
+        if secret.any():
+            frame = frame.with_columns(
+                pl.when(secret & pl.col(column).is_not_null() & ~pl.col(column).is_in(["None", "''", '""', "null"]))
+                .then(pl.lit(redacted_text)).otherwise(pl.col(column)).alias(column)
+                for column, redacted_text in (("value", REDACTED), ("value_json", f'"{REDACTED}"')) if column in frame.columns
+            )
+    text_columns = [name for name, dtype in frame.schema.items() if dtype == pl.Utf8 and name not in PREFIX_TEXT_COLUMNS]
+    if not text_columns:
+        return frame
+    # the usual answer: none; asked of each column's distinct texts (few: levels, methods, paths …), half the time
+    hits = frame.select(pl.col(column).unique().str.contains(SUSPECT.pattern).fill_null(False).any() for column in text_columns).row(0)
+    for column in (column for column, hit in zip(text_columns, hits) if hit):
+        texts = frame.get_column(column)
+        at = texts.str.contains(SUSPECT.pattern).fill_null(False).arg_true()
+        frame = frame.with_columns(texts.scatter(at, pl.Series([redact(text) for text in texts.gather(at).to_list()], dtype=pl.Utf8)))
+    return frame
 
 
 def file_keys(table: str, run_id: str, source_file: str) -> dict[str, object]:
@@ -41,8 +70,7 @@ def polars_schema(table: str) -> dict[str, pl.DataType]:
 
 
 class Layout:
-    """The tables of one open database and their columns; creates what a user's grammar fills that the schema lacks.
-    `reload()` after a rollback (it may have undone tables it created)."""
+    """The tables of one open database and their columns (`reload()` them after a rollback: it may undo a table made)."""
 
     def __init__(self, connection) -> None:
         self._connection = connection
@@ -104,7 +132,6 @@ class Layout:
     def _note(self, text: str) -> None:
         if text not in self.notes:  # (a rollback may undo a table made, to be made and said again)
             self.notes.append(text)
-
 
 
 def _sql_type(dtype: pl.DataType) -> str:

@@ -44,16 +44,13 @@ CONTRACT_TABLES_SQL = f"SELECT name FROM ({_LISTED_SQL}) ORDER BY name"
 
 def tables_sql(db_path: str | Path) -> str:
     """The query behind `speclogs tables`: each contract table or view with its kind, columns and rows."""
-    connection = connect(db_path, read_only=True)
-    try:
+    with connect(db_path, read_only=True) as connection:
         listed = connection.execute(_LISTED_SQL).fetchall()
-    finally:
-        connection.close()
     if not listed:
         return "SELECT NULL::VARCHAR AS name, NULL::VARCHAR AS kind, NULL::BIGINT AS columns, NULL::BIGINT AS rows WHERE false"
     return "\nUNION ALL\n".join(
         f"SELECT '{_literal(name)}' AS name, '{kind}' AS kind, {columns}::BIGINT AS columns, "
-        f'(SELECT count(*) FROM "{_quoted(name)}") AS rows' for name, kind, columns in listed) + "\nORDER BY name"
+        f'(SELECT count(*) FROM {quoted(name)}) AS rows' for name, kind, columns in listed) + "\nORDER BY name"
 
 
 def _literal(text: str) -> str:
@@ -114,8 +111,9 @@ class StatementResult:
             raise StoreError(f"SQL error: {error}", hint=_HINT) from error
 
 
-def _quoted(name: str) -> str:
-    return name.replace('"', '""')
+def quoted(name: str) -> str:
+    """`name` as an SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def connect_reading(db_path: str | Path, lake: str | Path | None = None) -> duckdb.DuckDBPyConnection:
@@ -132,8 +130,7 @@ def statements(db_path: str | Path, sql: str, *, lake: str | Path | None = None)
     """Open the database read-only (or the lake `lake`) and run `sql`'s statements in order, each when the previous
     one's result has been read (`len()` of what it gives: how many). `SHOW TABLES` lists the contract's tables and
     views (docs/sql.md), not the internal `_…` ones. StoreError for SQL that does not parse, run or only read."""
-    connection = connect_reading(db_path, lake)
-    try:
+    with connect_reading(db_path, lake) as connection:
         try:  # (the connection's parser: duckdb's module-level one would start a database of its own)
             parsed = [(statement.type.name, statement.query) for statement in connection.extract_statements(sql)]
         except duckdb.Error as error:
@@ -148,8 +145,6 @@ def statements(db_path: str | Path, sql: str, *, lake: str | Path | None = None)
                                   "`speclogs sql … --output FILE`")
         connection.execute("SET enable_progress_bar = false")  # DuckDB's bar would land in the output
         yield Statements(connection, parsed)
-    finally:
-        connection.close()
 
 
 def _reads(kind: str, text: str) -> bool:
@@ -200,14 +195,12 @@ class QueryResult:
 
 def run_query(db_path: str | Path, sql: str) -> QueryResult:
     """The last statement's result of SQL run read-only against the database. StoreError on a SQL error."""
-    connection = connect(db_path, read_only=True)
-    try:
-        cursor = connection.execute(sql)
-        if cursor.description is None:
-            return QueryResult(columns=(), types=(), rows=())
-        return QueryResult(columns=tuple(d[0] for d in cursor.description), types=tuple(str(d[1]) for d in cursor.description),
-                           rows=tuple(tuple(row) for row in cursor.fetchall()))
-    except duckdb.Error as error:
-        raise StoreError(f"SQL error: {error}", hint=_HINT) from error
-    finally:
-        connection.close()
+    with connect(db_path, read_only=True) as connection:
+        try:
+            cursor = connection.execute(sql)
+            if cursor.description is None:
+                return QueryResult(columns=(), types=(), rows=())
+            return QueryResult(columns=tuple(d[0] for d in cursor.description), types=tuple(str(d[1]) for d in cursor.description),
+                               rows=tuple(tuple(row) for row in cursor.fetchall()))
+        except duckdb.Error as error:
+            raise StoreError(f"SQL error: {error}", hint=_HINT) from error

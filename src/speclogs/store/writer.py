@@ -15,9 +15,8 @@ import polars as pl
 
 from speclogs.errors import SpeclogsError, StoreError
 from speclogs.ingest.pipeline import Batch, ParsedFile, Tally, first_line
-from speclogs.ingest.records import redacted
 from speclogs.store.database import NO_SPACE_HINT, no_space_left
-from speclogs.store.layout import Layout, file_keys, polars_schema, with_keys
+from speclogs.store.layout import Layout, file_keys, polars_schema, redacted, with_keys
 
 # DuckDB's row group, a quarter of its default (database.connect attaches the file with it): a streamed file's last
 # partial row group per table is written at COMMIT, on one core once parsing has ended
@@ -25,15 +24,17 @@ ROW_GROUP_ROWS = 30_720
 INSERT_ROWS = 4 * ROW_GROUP_ROWS  # a streamed table's rows are inserted once this many have gathered, in whole row groups
 SEGMENT_ROWS = 1_000_000  # a big log's rows are committed this many at a time
 FAILURES = (duckdb.Error, pl.exceptions.PolarsError, SpeclogsError, ValueError, OSError)
+FILE_TYPES = polars_schema("files")
+RUN_TYPES = polars_schema("runs")
+LAUNCH_TYPES = polars_schema("launches")
 
 
 class Writer:
     """Writes parsed files into the database `db_path` open on `connection`, counting them in a Tally."""
 
-    def __init__(self, connection, db_path: str, *, stored: list[tuple] | None = None) -> None:
+    def __init__(self, connection, db_path: str) -> None:
         self.connection = connection
         self.db_path = db_path
-        self._stored = stored  # what content is stored elsewhere (a lake's), when not this database's
         self.layout = Layout(connection)
         self._in_transaction = False
         try:
@@ -73,12 +74,6 @@ class Writer:
         if say:
             for (source_file,) in left:
                 self.layout.notes.append(f"{source_file}: its ingest was interrupted; the rows it had written are removed, ingest it again")
-
-    def stored(self) -> list[tuple]:
-        """(source_file, sha256, size_bytes[, run_id]) of the content stored."""
-        if self._stored is not None:
-            return self._stored
-        return self.connection.execute("SELECT source_file, sha256, size_bytes, run_id FROM files").fetchall()
 
     def write_batch(self, batch: Batch, tally: Tally) -> None:
         """Small files in one transaction; when it fails, each in its own, so that only the one that fails is left out."""
@@ -153,8 +148,7 @@ class Writer:
         tally.add(parsed)
 
     def _failed(self, parsed: ParsedFile, error: BaseException, tally: Tally, *, rows_left: bool = False) -> None:
-        """A file rolled back: said in the summary, or, when the disk is full, the end of the ingest (StoreError).
-        `rows_left`: rows of it committed earlier are still there."""
+        """A file rolled back (`rows_left`: some committed earlier): said, or, when the disk is full, a StoreError."""
         if no_space_left(error):
             done = "its rows written so far are removed by the next ingest" if rows_left else "it is rolled back"
             stored = f"; the {tally.ingested:,} file(s) ingested before it are stored" if tally.ingested else ""
@@ -212,9 +206,6 @@ class _Pending:
                 self.frames[name] = [frame.slice(cut)]
 
 
-FILE_TYPES = polars_schema("files")
-
-
 def file_row(parsed: ParsedFile) -> dict:
     raw, account = parsed.raw, parsed.account
     warnings = list(raw.warnings + account.warnings)
@@ -230,10 +221,6 @@ def file_row(parsed: ParsedFile) -> dict:
         "mtime_ns": parsed.item.stat.st_mtime_ns if parsed.item.stat else None,
         "inode": parsed.item.stat.st_ino if parsed.item.stat else None,
     }
-
-
-RUN_TYPES = polars_schema("runs")
-LAUNCH_TYPES = polars_schema("launches")
 
 
 def _upsert_runs(connection, files: list[ParsedFile]) -> None:

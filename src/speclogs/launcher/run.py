@@ -543,7 +543,7 @@ def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, record: dict, d
             raise _DeadlineReached()
 
     try:
-        if plan.bench.kind == "single_stream" and plan.bench.requests:
+        if plan.bench.requests:
             if plan.bench.warmup_requests == 0:
                 windows.open("single_stream")
             try:
@@ -574,7 +574,7 @@ def new_record(plan: Plan, spec: LaunchSpec, previous: RunRecord | None, argv: l
                **fields) -> dict:
     """A launch's run.json document: its identity, the plan's benchmark and [metrics], and `fields`."""
     b = plan.bench
-    bench = {"kind": b.kind, "requests": b.requests, "warmup_requests": b.warmup_requests, "max_new_tokens": b.max_new_tokens,
+    bench = {"requests": b.requests, "warmup_requests": b.warmup_requests, "max_new_tokens": b.max_new_tokens,
              "prompt_tokens": None if b.prompts else b.prompt_tokens, "prompt_kind": "text" if b.prompts else "input_ids",
              "vocab_size": b.vocab_size, "seed": b.seed, "temperature": b.temperature}
     if plan.bench_serving is not None:

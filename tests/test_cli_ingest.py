@@ -16,7 +16,7 @@ EAGLE = MATRIX / "eagle3_nccl.log"
 def ingested(tmp_path_factory):
     """The fixtures ingested once through the CLI: (db path, completed process)."""
     db = tmp_path_factory.mktemp("cli") / "speclogs.duckdb"
-    return db, run_cli("ingest", str(FIXTURES), "--db", str(db), "--json")
+    return db, run_cli("ingest", str(FIXTURES), "--db", str(db), "--format", "json")
 
 
 def test_ingest_json_summary_on_stdout(ingested):
@@ -34,7 +34,7 @@ def test_ingest_json_summary_on_stdout(ingested):
 
 def test_second_ingest_reports_unchanged(ingested):
     db_path, _ = ingested
-    again = run_cli("ingest", str(EAGLE), "--db", str(db_path), "--json")
+    again = run_cli("ingest", str(EAGLE), "--db", str(db_path), "--format", "json")
     assert again.returncode == 0
     assert json.loads(again.stdout)["files_unchanged"] == 1
     assert "unchanged" in again.stderr
@@ -43,9 +43,9 @@ def test_second_ingest_reports_unchanged(ingested):
 def test_stdin_and_gzip(db_path, tmp_path):
     packed = tmp_path / "eagle.log.gz"
     packed.write_bytes(gzip.compress(EAGLE.read_bytes()))
-    from_gz = run_cli("ingest", str(packed), "--db", str(db_path), "--json")
+    from_gz = run_cli("ingest", str(packed), "--db", str(db_path), "--format", "json")
     assert from_gz.returncode == 0, from_gz.stderr
-    from_stdin = run_cli("ingest", "-", "--db", str(db_path), "--run-name", "piped", "--json", stdin=EAGLE.read_bytes())
+    from_stdin = run_cli("ingest", "-", "--db", str(db_path), "--run-name", "piped", "--format", "json", stdin=EAGLE.read_bytes())
     assert from_stdin.returncode == 0, from_stdin.stderr
     rows = scalar(db_path, "SELECT list(run_name ORDER BY run_name) FROM runs")
     assert rows == ["eagle", "piped"]

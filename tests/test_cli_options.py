@@ -1,4 +1,4 @@
-"""Options every command shares: --version, --format json (with the old --json kept as a hidden alias)."""
+"""Options every command shares: --version, --format json."""
 
 from __future__ import annotations
 
@@ -13,13 +13,10 @@ def test_version():
     assert result.returncode == 0 and result.stdout.strip() == f"speclogs {speclogs.__version__}"
 
 
-def test_ingest_format_json_and_the_hidden_json_alias(tmp_path):
-    log = str(MATRIX / "eagle3_default.log")
-    first = run_cli("ingest", log, "--db", str(tmp_path / "a.duckdb"), "--format", "json")
-    second = run_cli("ingest", log, "--db", str(tmp_path / "b.duckdb"), "--json")
-    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
-    assert json.loads(first.stdout)["files_ingested"] == json.loads(second.stdout)["files_ingested"] == 1
-    assert "--json" not in run_cli("ingest", "--help").stdout
+def test_ingest_format_json(tmp_path):
+    result = run_cli("ingest", str(MATRIX / "eagle3_default.log"), "--db", str(tmp_path / "a.duckdb"), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["files_ingested"] == 1
 
 
 def test_grammars_list_format_json():

@@ -234,7 +234,7 @@ def test_cli_grammars_check_reports_file_line_and_exits_1(tmp_path):
 
 
 def test_cli_grammars_list_shows_patterns_in_priority_order(tmp_path):
-    result = _speclogs("grammars", "list", "--json", cwd=tmp_path)
+    result = _speclogs("grammars", "list", "--format", "json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     import json
 

@@ -165,7 +165,7 @@ def test_equal_arms_stop_when_the_interval_is_narrow_or_the_budget_is_spent(tmp_
 def test_the_plan_key_and_the_cli(tmp_path, db_path):
     plan = write_plan(tmp_path, {"slow": 300, "fast": 450},
                       adaptive_table='[adaptive]\nuntil = "ci_width<=5%"\nmax_launches = 8\nreference = "slow"\n')
-    result = run_cli("launch", str(plan), "--out", str(tmp_path / "out"), "--db", str(db_path), "--json")
+    result = run_cli("launch", str(plan), "--out", str(tmp_path / "out"), "--db", str(db_path), "--format", "json")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["stopped"] == "decided" and summary["adaptive"]["design"]["max_launches"] == 8

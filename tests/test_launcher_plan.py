@@ -48,7 +48,7 @@ def test_unknown_only_cell_is_refused(tmp_path):
 
 
 def test_interleaved_and_seeded_shuffle_orders(tmp_path):
-    text = 'launches = 3\n[cells.a]\n[cells.b]\n[cells.c]\nlaunches = 2\n'
+    text = 'launches = 3\n[[cells]]\nname = "a"\n[[cells]]\nname = "b"\n[[cells]]\nname = "c"\nlaunches = 2\n'
     plan = parse_plan(text, tmp_path / "p.toml")
     assert [s.run_name for s in plan.launch_order()] == ["a_1", "b_1", "c_1", "a_2", "b_2", "c_2", "a_3", "b_3"]
     shuffled = parse_plan('order = "shuffle"\nseed = 7\n' + text, tmp_path / "p.toml")

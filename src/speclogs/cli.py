@@ -44,7 +44,6 @@ DbOption = Annotated[Path, typer.Option("--db", help="The speclogs DuckDB file."
 TextFormat = Literal["text", "json"]
 TextFormatOption = Annotated[TextFormat, typer.Option(
     "--format", "-f", help="text (a summary on stderr) or json (the summary as JSON on stdout).")]
-JsonAliasOption = Annotated[bool, typer.Option("--json", hidden=True, help="Same as --format json.")]
 GrammarOption = Annotated[Optional[list[Path]], typer.Option(
     "--grammar", "-g", help="An extra grammar file, or a directory of *.toml (repeatable; checked like `speclogs grammars check`).")]
 LakeOption = Annotated[Optional[Path], typer.Option(
@@ -69,10 +68,6 @@ LimitOption = Annotated[int, typer.Option(
 def _examples(*commands: str) -> str:
     """A command's help epilog: real invocations, kept unwrapped (click's \\b)."""
     return "\b\nExamples:\n" + "\n".join(f"  {command}" for command in commands)
-
-
-def _wants_json(output_format: TextFormat, json_alias: bool) -> bool:
-    return json_alias or output_format == "json"
 
 
 def _print_version(value: bool) -> None:
@@ -111,7 +106,6 @@ def ingest(
     verify: bool = typer.Option(False, "--verify", help="Read and hash every file, also those whose size, mtime and inode "
                                 "are as stored (skipped unread otherwise)."),
     output_format: TextFormatOption = "text",
-    json_alias: JsonAliasOption = False,
     run_name: Optional[str] = typer.Option(None, "--run-name", help="Make every input of this call ONE run with this name "
                                            "(default: the log stem, or run.json in a launch directory)."),
     progress: Optional[bool] = typer.Option(
@@ -145,7 +139,7 @@ def ingest(
         else:
             summary = ingest_paths(paths, db, replace=replace, run_name=run_name, on_progress=on_progress,
                                    grammar_paths=grammar or (), verify=verify)
-    if _wants_json(output_format, json_alias):
+    if output_format == "json":
         typer.echo(summary.to_json())
     render_ingest_summary(summary, _stderr_console())
     if summary.failed:
@@ -163,7 +157,6 @@ def ingest(
 def check(
     db: DbOption = DEFAULT_DB,
     output_format: TextFormatOption = "text",
-    json_alias: JsonAliasOption = False,
     show: int = typer.Option(10, "--show", min=0, help="How many of the lines that lost something to print."),
     grammar: GrammarOption = None,
     lake: LakeOption = None,
@@ -174,7 +167,7 @@ def check(
     from speclogs.store.check import check_database
 
     result = check_database(db, lake=lake, grammar_paths=grammar or ())
-    if _wants_json(output_format, json_alias):
+    if output_format == "json":
         _echo_json(result.to_dict())
     render_check(result, _stderr_console(), shown=show)
     if not result.ok:
@@ -315,7 +308,6 @@ def launch(
     no_ingest: bool = typer.Option(False, "--no-ingest", help="Do not ingest the outputs at the end (GPU box without duckdb)."),
     db: DbOption = DEFAULT_DB,
     output_format: TextFormatOption = "text",
-    json_alias: JsonAliasOption = False,
 ) -> None:
     """Start the SGLang server per plan launch, wait for /health 200, benchmark, stop, record run.json."""
     from speclogs.launcher import Interrupted, LaunchOptions, launch_plan, load_plan
@@ -333,7 +325,7 @@ def launch(
         _print_error(f"interrupted ({stop.args[0] if stop.args else 'Ctrl-C'}): the server was stopped, the launch is "
                      f"marked interrupted in its run.json", "run again with --resume to continue")
         raise typer.Exit(130) from None
-    if _wants_json(output_format, json_alias):
+    if output_format == "json":
         _echo_json(summary.to_dict())
     render_launch_summary(summary, console)
     if not no_ingest:
@@ -532,7 +524,6 @@ def grammars_check(
 def grammars_list(
     extra: GrammarOption = None,
     output_format: Annotated[TextFormat, typer.Option("--format", "-f", help="text (a table) or json.")] = "text",
-    json_alias: JsonAliasOption = False,
 ) -> None:
     """List families and patterns in priority order (first match wins), with table, scope and SGLang versions."""
     from speclogs.grammar import load_grammars
@@ -542,7 +533,7 @@ def grammars_list(
     keys = ("family", "pattern", "table", "scope", "versions", "gate")
     rows = [dict(zip(keys, (p.family, p.name, p.table, p.scope, p.versions, p.gate)))
             for p in [*grammars.wrappers, *grammars.prefixes, *grammars.patterns]]
-    if _wants_json(output_format, json_alias):
+    if output_format == "json":
         _echo_json(rows)
     else:
         render_rows(keys[:5], [[row[key] for key in keys[:5]] for row in rows])

@@ -21,7 +21,7 @@ from typing import Callable
 from speclogs.errors import LaunchError
 from speclogs.launcher import runinfo
 from speclogs.launcher.plan import BenchServingSpec, BenchSpec
-from speclogs.launcher.process import open_direct
+from speclogs.launcher.process import DIRECT
 
 METRICS_FLAG = "--enable-metrics"
 
@@ -62,7 +62,7 @@ def _generate(base_url: str, payload: dict, timeout_s: float, index: int) -> dic
                                      headers={"Content-Type": "application/json"})
     started = time.perf_counter()
     try:
-        with open_direct(request, timeout_s) as response:
+        with DIRECT.open(request, timeout=timeout_s) as response:
             raw = response.read()
     except urllib.error.HTTPError as exc:
         detail = exc.read()[:300].decode("utf-8", errors="replace")
@@ -154,7 +154,7 @@ class Windows:
         entry = {"phase": phase, "ts": runinfo.now_iso(), "unix": time.time(), "file": None, "status": None,
                  "bytes": None, "error": None}
         try:
-            with open_direct(f"{self.base_url}/metrics", self.timeout_s) as response:
+            with DIRECT.open(f"{self.base_url}/metrics", timeout=self.timeout_s) as response:
                 body = response.read()
                 entry["status"] = response.status
             (self.run_dir / name).write_bytes(body)

@@ -37,14 +37,13 @@ _RANGES = {
     "prompt_tokens": (1,), "vocab_size": (2,), "request_timeout_s": (0.1,), "temperature": (0,), "timeout_s": (1,),
     "scrape_every_s": (0,), "scrape_timeout_s": (0.1,), "max_launches": (2,), "confidence": (0.5,),
 }
-_CHOICES = {"order": ("interleaved", "shuffle"), "kind": ("single_stream", "none")}
+_CHOICES = {"order": ("interleaved", "shuffle")}
 # What a value of each kind must be, and an example of one (plan errors).
 _KINDS = {bool: ("true or false", "true"), int: ("an integer", "2"), float: ("a number", "30"), str: ("a string", '"…"')}
 
 
 @dataclass(frozen=True)
 class BenchSpec:   # [bench]: the seeds' single-stream method, `requests` sequential /generate calls, warm-up first
-    kind: str = "single_stream"
     requests: int = 11
     warmup_requests: int = 1
     max_new_tokens: int = 500
@@ -190,7 +189,7 @@ def parse_plan(text: str, path: Path) -> Plan:
     if not plan.command:
         check.fail("command", 0, "command is empty",
                    "give the server command, e.g. command = [\"{python}\", \"-m\", \"sglang.launch_server\"]")
-    cells = _parse_cells(data.get("cells"), check, plan)
+    cells = _parse_cells(data.get("cells", []), check, plan)
     return replace(plan, name=plan.name or path.stem, cells=cells,
                    nodes=_parse_nodes(node_keys, check, plan.adaptive is not None, cells))
 
@@ -243,20 +242,12 @@ def _parse_adaptive(raw: object, check: _Checker) -> AdaptiveSpec:
 
 
 def _parse_cells(raw: object, check: _Checker, plan: Plan) -> tuple[Cell, ...]:
-    """[[cells]] tables (each with a name) or [cells.NAME] tables; they inherit the plan's launches and profile_every."""
-    if isinstance(raw, list):
-        headers = [i + 1 for i, line in enumerate(check.text.splitlines()) if re.match(r"\s*\[\[\s*cells\s*\]\]", line)]
-        entries = [(check.table(item, "cells", line), line) for item, line in zip(raw, headers + [1] * len(raw))]
-    elif isinstance(raw, dict):
-        entries = []
-        for name, item in raw.items():
-            line = _header_line(check.text, f"cells.{name}") or _key_line(check.text, name, 0) or 1
-            entries.append(({**check.table(item, f"cells.{name}", line), "name": name}, line))
-    elif raw is None:
-        entries = []
-    else:
-        check.fail("cells", 0, "cells must be [[cells]] tables or [cells.NAME] tables",
+    """[[cells]] tables, each with a name; they inherit the plan's launches and profile_every."""
+    if not isinstance(raw, list):
+        check.fail("cells", 0, "cells must be [[cells]] tables",
                    "write each cell as [[cells]] with name = \"baseline\" and args = [\"…\"] (speclogs launch --help)")
+    headers = [i + 1 for i, line in enumerate(check.text.splitlines()) if re.match(r"\s*\[\[\s*cells\s*\]\]", line)]
+    entries = [(check.table(item, "cells", line), line) for item, line in zip(raw, headers + [1] * len(raw))]
     cells: list[Cell] = []
     for table, line in entries:
         if "name" not in table:
@@ -270,7 +261,7 @@ def _parse_cells(raw: object, check: _Checker, plan: Plan) -> tuple[Cell, ...]:
         cells.append(cell)
     if not cells:
         raise PlanError(f"{check.path}:1: the plan has no cells",
-                        hint="add at least one [[cells]] table with name = \"…\" (or a [cells.NAME] table)")
+                        hint="add at least one [[cells]] table with name = \"…\"")
     return tuple(cells)
 
 
@@ -279,8 +270,8 @@ def _key_line(text: str, key: str, start_line: int) -> int:
     return next((n for n, line in enumerate(text.splitlines(), 1) if n >= start_line and pattern.match(line)), 0)
 
 
-def _header_line(text: str, dotted: str) -> int:
-    pattern = re.compile(r"^\s*\[\s*" + r"\s*\.\s*".join(re.escape(part) for part in dotted.split(".")) + r"\s*\]")
+def _header_line(text: str, table: str) -> int:
+    pattern = re.compile(rf"^\s*\[\s*{table}\s*\]")
     return next((n for n, line in enumerate(text.splitlines(), 1) if pattern.match(line)), 0)
 
 

@@ -38,7 +38,7 @@ _GONE = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 # fork, a new session) still carries it, so stop_server finds it.
 LAUNCH_TAG_ENV = "SPECLOGS_LAUNCH_TAG"
 # The launcher talks only to the server it started: never through the calling shell's http_proxy / HTTPS_PROXY.
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def boot_id() -> str | None:
@@ -100,14 +100,10 @@ def port_is_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
         return False
 
 
-def open_direct(request, timeout_s: float):
-    return _DIRECT.open(request, timeout=timeout_s)
-
-
 def probe_health(url: str, timeout_s: float = 5.0) -> int | None:
     """HTTP status of GET url, or None when no HTTP answer came (refused, reset, timeout)."""
     try:
-        with open_direct(url, timeout_s) as response:
+        with DIRECT.open(url, timeout=timeout_s) as response:
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code
@@ -187,7 +183,7 @@ def stop_server(proc: subprocess.Popen, grace_s: float, known: dict[int, psutil.
     stop_s = time.monotonic() - started
     known.update({p.pid: p for p in _tagged(tag) if p.pid not in known})
     alive = [p for pid, p in known.items() if pid != pgid and _running(p)]
-    strangers = [pid for pid in group_pids(pgid) if pid not in known]   # never signalled: not seen as ours
+    strangers = [p.pid for p in _group(pgid) if p.pid not in known]   # never signalled: not seen as ours
     for process in alive:
         _send(process, signal.SIGKILL)
     listed = gpu_compute_pids()

@@ -36,8 +36,8 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C, SIGTERM or SIGHUP reached the launcher (its reason: args[0]); a KeyboardInterrupt to generic handlers."""
 
 
-class _DeadlineReached(Exception):
-    pass
+class _DeadlineReached(Interrupted):
+    """--max-minutes ran out: the launch under way is interrupted like one Ctrl-C stops, and the plan stops there."""
 
 
 class LaunchFailed(LaunchError):
@@ -88,7 +88,7 @@ class PlanRunSummary:
         return tuple(r for r in self.results if not r.skipped and r.outcome != "ok")
 
     def to_dict(self) -> dict:
-        return redact_json({**asdict(self), "results": [asdict(r) for r in self.results], "pending": list(self.pending)})
+        return redact_json(asdict(self))
 
 
 def launch_plan(plan: Plan, options: LaunchOptions, progress: Progress | None = None) -> PlanRunSummary:
@@ -459,7 +459,7 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
                                        f"(last answer: {status or 'no connection'})",
                                        hint="raise health_timeout_s, or see server.log for where it stalled")
                 if deadline is not None and now > deadline:
-                    raise _DeadlineReached()
+                    raise _DeadlineReached("max-minutes reached")
                 if now >= next_report:
                     for node in nodes:
                         node.watch()
@@ -484,12 +484,11 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
             if exc.errno != errno.ENOSPC:
                 raise
             return finish("disk_full", f"disk full while writing under {run_dir}: {exc.strerror}")
-    except _DeadlineReached:
-        finish("interrupted", "max-minutes reached during this launch; --resume runs it again")
-        raise
-    except (Interrupted, KeyboardInterrupt) as exc:
+    except KeyboardInterrupt as exc:
         reason = exc.args[0] if isinstance(exc, Interrupted) else "Ctrl-C"
         finish("interrupted", f"{reason} during this launch; --resume runs it again")
+        if isinstance(exc, Interrupted):
+            raise
         raise Interrupted(reason) from None
 
 
@@ -528,7 +527,7 @@ def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, record: dict, d
     """The plan's benchmarks against a ready server, each inside its window (with /metrics scrapes when enabled)."""
     base_url = f"http://{probe_host}:{port}"
     if deadline is not None and time.monotonic() > deadline:
-        raise _DeadlineReached()
+        raise _DeadlineReached("max-minutes reached")
     record["timestamps"]["bench_start"] = runinfo.now_iso()
     windows = Windows(base_url, run_dir, scrape=record["metrics"]["scrape"], every_s=plan.metrics.scrape_every_s,
                       timeout_s=plan.metrics.scrape_timeout_s, say=lambda m: say(f"{spec.run_name}: {m}"))
@@ -540,10 +539,10 @@ def _run_benchmarks(plan: Plan, spec: LaunchSpec, run_dir: Path, record: dict, d
         if row["i"] + 1 == plan.bench.warmup_requests and plan.bench.requests > plan.bench.warmup_requests:
             windows.open("single_stream")   # the measured requests start now
         if deadline is not None and time.monotonic() > deadline:
-            raise _DeadlineReached()
+            raise _DeadlineReached("max-minutes reached")
 
     try:
-        if plan.bench.kind == "single_stream" and plan.bench.requests:
+        if plan.bench.requests:
             if plan.bench.warmup_requests == 0:
                 windows.open("single_stream")
             try:
@@ -574,7 +573,7 @@ def new_record(plan: Plan, spec: LaunchSpec, previous: RunRecord | None, argv: l
                **fields) -> dict:
     """A launch's run.json document: its identity, the plan's benchmark and [metrics], and `fields`."""
     b = plan.bench
-    bench = {"kind": b.kind, "requests": b.requests, "warmup_requests": b.warmup_requests, "max_new_tokens": b.max_new_tokens,
+    bench = {"requests": b.requests, "warmup_requests": b.warmup_requests, "max_new_tokens": b.max_new_tokens,
              "prompt_tokens": None if b.prompts else b.prompt_tokens, "prompt_kind": "text" if b.prompts else "input_ids",
              "vocab_size": b.vocab_size, "seed": b.seed, "temperature": b.temperature}
     if plan.bench_serving is not None:

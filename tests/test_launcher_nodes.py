@@ -69,13 +69,11 @@ def test_two_nodes_start_serve_stop_and_come_back_as_one_run(sshd, tmp_path):  #
         assert node["node"]["ssh"] == host and node["hostname"]
         assert node["argv"][-6:] == ["--nnodes", "2", "--node-rank", str(rank), "--dist-init-addr", dist_init]
         assert node["env_nccl"] == {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "lo"}
-        assert abs(node["node"]["clock_offset_to_node0_s"]) < 0.5 and node["node"]["clock_offset_error_s"] >= 0
         assert node["stop"]["leftover_pids"] == [] and node["stop"]["signal"] == "SIGTERM"
         assert not _alive(node["server_pid"])  # stopped, on its node
         log = (launch / f"node{rank}" / "server.log").read_text()
         assert "SIGTERM received" in log and "Gracefully exiting" in log
     assert "node rank 1 joined (2/2 nodes)" in (launch / "node0" / "server.log").read_text()
-    assert json.loads((launch / "node0" / "run.json").read_text())["node"]["clock_offset_to_node0_s"] == 0
     assert len((launch / "bench.jsonl").read_text().splitlines()) == 3
 
     db = tmp_path / "speclogs.duckdb"

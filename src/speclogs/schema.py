@@ -28,9 +28,13 @@ def migrations() -> list[tuple[int, str, str]]:
     return found
 
 
+def base_version() -> int:
+    """The version schema.sql itself creates (its first line says it); migrations number on from there."""
+    return int(_BASE_VERSION.search(SCHEMA_SQL.read_text(encoding="utf-8").splitlines()[0]).group(1))
+
+
 def schema_version() -> int:
-    base = int(_BASE_VERSION.search(SCHEMA_SQL.read_text(encoding="utf-8").splitlines()[0]).group(1))   # its first line
-    return max([base, *(version for version, _, _ in migrations())])
+    return max([base_version(), *(version for version, _, _ in migrations())])
 
 
 @lru_cache(maxsize=1)

@@ -2,8 +2,8 @@
 
 Each node is a `RemoteNode`: over ssh, the node agent (`python -m speclogs.launcher.multinode`, `agent` below) reads the
 uploaded plan and drives a run.Node there with SGLang's multi-node flags; the launch itself is run._launch_one, as on
-one machine. This side measures each node's clock against node 0's and writes a run.json per node next to the
-launch's (docs/launcher.md, "Remote nodes"); all carry the launch's run_uid, so the ingest makes one run of them.
+one machine. This side writes a run.json per node next to the launch's (docs/launcher.md, "Remote nodes"); all carry
+the launch's run_uid, so the ingest makes one run of them.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from speclogs.runrecord import finish_record, node_record, write_run_json
 
 SPAWN_TIMEOUT_S = 300.0   # ssh + the node's version probe + spawn
 POLL_S = 0.5              # how often the agent looks at its server's processes (to know its children when stopping)
-PINGS = 5                 # clock samples per node
 STOP_EXTRA_S = 60.0       # beyond stop_grace_s: SIGKILL, reaping, the leftover check
 
 
@@ -98,8 +97,7 @@ class RemoteNode:
         self.log = f"runs/{plan.name}/{spec.cell.name}/{spec.launch}/node{rank}/server.log"   # under remote_dir
         self.log_path = f"{host}:{nodes.remote_dir}/{self.log}"
         self.facts: dict = {   # the agent's `spawned` event adds the rest of run.Node's facts
-            "node": {"rank": rank, "nnodes": len(nodes.nodes), "ssh": host, "dist_init_addr": dist_init_addr(plan),
-                     "clock_offset_to_node0_s": None, "clock_offset_error_s": None},
+            "node": {"rank": rank, "nnodes": len(nodes.nodes), "ssh": host, "dist_init_addr": dist_init_addr(plan)},
             "argv": node_argv(plan, spec, rank), "hostname": None, "timestamps": {"spawn": None, "stop": None},
             "server_pid": None, "exit_code": None, "stop": None, "files": {"server_log": "server.log"}}
         self.ssh = ssh_command(plan, host)
@@ -164,18 +162,6 @@ class RemoteNode:
     def watch(self) -> None:   # the agent watches its server itself
         pass
 
-    def clock(self) -> tuple[float, float] | None:
-        """(this node's clock − ours, half the round trip) from the ping with the shortest round trip."""
-        samples = []
-        for _ in range(PINGS):
-            sent = time.time()
-            self._send("ping")
-            if (pong := self._wait_for("pong", 10.0)) is None or pong.get("event") != "pong":
-                return None
-            back = time.time()
-            samples.append((pong["time"] - (sent + back) / 2, (back - sent) / 2))
-        return min(samples, key=lambda sample: sample[1])
-
     def stop(self) -> None:
         """Stop the server (the agent checks its node) and close the session."""
         self._send("stop")
@@ -203,16 +189,6 @@ class RemoteNode:
             self.say(f"{self.spec.run_name}: WARNING node {self.rank}'s log stays on {self.host}: {_tail(done.stderr)}")
 
 
-def measure_clocks(nodes: list[RemoteNode]) -> None:
-    offsets = [node.clock() for node in nodes]
-    if offsets[0] is None:
-        return
-    for offset, node in zip(offsets, nodes):
-        if offset is not None:
-            node.facts["node"]["clock_offset_to_node0_s"] = round(offset[0] - offsets[0][0], 6)
-            node.facts["node"]["clock_offset_error_s"] = round(offset[1] + offsets[0][1], 6)
-
-
 def write_node_records(launch: dict, nodes: list[RemoteNode], run_dir: Path, outcome: str, detail: str) -> None:
     """Each node's log and its run.json (the launch's identity and outcome, the node's facts) under run_dir/node<I>."""
     for node in nodes:
@@ -225,7 +201,7 @@ def write_node_records(launch: dict, nodes: list[RemoteNode], run_dir: Path, out
 def agent() -> int:
     """One node's part, over ssh: reads one JSON line on stdin (the uploaded plan, cell, launch, rank, log), drives a
     run.Node with this node's own environment and answers one JSON line per event: `spawned` (the node's facts),
-    `pong` (after `ping`: this node's clock), `exited` (how the server ended by itself), `stopped` (after `stop`, or the end
+    `exited` (how the server ended by itself), `stopped` (after `stop`, or the end
     of stdin: the launcher or its ssh session went away), `failed` (nothing started: outcome and message)."""
     commands: queue.SimpleQueue = queue.SimpleQueue()   # its put() is safe in a signal handler
 
@@ -262,9 +238,7 @@ def agent() -> int:
             line = commands.get(timeout=POLL_S)
         except queue.Empty:
             line = ""
-        if line == "ping":
-            send(event="pong", time=time.time())
-        elif line in ("stop", "eof"):
+        if line in ("stop", "eof"):
             node.stop()
             send(event="stopped", reason=line, **{key: node.facts[key] for key in ("exit_code", "stop", "timestamps")})
             return 0

@@ -439,8 +439,6 @@ def _launch_one(plan: Plan, spec: LaunchSpec, run_dir: Path, previous: RunRecord
                 say(f"{spec.run_name}: {node.name}pid {node.facts['server_pid']}, log {node.log_path}")
             spawn_clock = time.monotonic()
             stamps["spawn"] = runinfo.now_iso()
-            if plan.nodes is not None:
-                multinode.measure_clocks(nodes)
             record.update(_launch_facts(nodes))
             write_run_json(run_dir, record)   # with the server's pid + start time: a killed launcher's is stopped on --resume
             next_report = spawn_clock + plan.progress_every_s
@@ -500,7 +498,6 @@ def _launch_facts(nodes: list) -> dict:
     if "node" not in nodes[0].facts:   # a server on this machine
         return head
     return {**head, "nodes": [{"rank": rank, "ssh": node.host, "hostname": node.facts["hostname"],
-                               "clock_offset_to_node0_s": node.facts["node"]["clock_offset_to_node0_s"],
                                "exit_code": node.facts["exit_code"], "stop": node.facts["stop"]} for rank, node in enumerate(nodes)],
             "leftover_pids": sorted({pid for node in nodes for pid in (node.facts["stop"] or {}).get("leftover_pids") or []})}
 

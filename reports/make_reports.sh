@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # Regenerate every example report in reports/ from the repository's fixtures, with the speclogs CLI only.
 #   bash reports/make_reports.sh            (from anywhere; uses python3 unless PYTHON is set)
-# Writes reports/<name>.{html,md,json}. Deterministic: the statistics draw no random numbers.
+# Writes reports/<name>.{html,md,json} (or into $REPORTS_DIR: tests/test_reports_current.py compares the two).
+# Deterministic: the statistics draw no random numbers.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 py="${PYTHON:-python3}"
+out="${REPORTS_DIR:-reports}"
 export PYTHONPATH="$root/src${PYTHONPATH:+:$PYTHONPATH}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work" /tmp/speclogs-report-seeds' EXIT
 
 report() {  # name db arms… [-- extra options]: one computation, three files
   local name="$1" db="$2"; shift 2
-  "$py" -m speclogs report --db "$db" --format json -o "reports/$name.md" -o "reports/$name.html" "$@" \
-    > "reports/$name.json" 2>/dev/null
-  echo "reports/$name.{html,md,json}"
+  "$py" -m speclogs report --db "$db" --format json -o "$out/$name.md" -o "$out/$name.html" "$@" \
+    > "$out/$name.json" 2>/dev/null
+  echo "$out/$name.{html,md,json}"
 }
 
 # 1. The real H200 2×2 matrix (SGLang 0.5.14, one launch per cell) as a declared 2×2 design.
@@ -30,8 +32,8 @@ if [ -d fixtures/h200x2 ]; then
   cells=$("$py" -m speclogs sql "SELECT DISTINCT cell FROM runs WHERE cell IS NOT NULL ORDER BY 1" --db "$work/launches.duckdb" --format csv | tail -n +2)
   args=()
   for cell in $cells; do args+=(-c "${cell}_[0-9]*"); done
-  # the synthetic pair's target: hidden 2048, 16 layers (speclogs synth-pair) — for the NCCL share estimate
-  [ ${#args[@]} -gt 0 ] && report h200x2-launches "$work/launches.duckdb" "${args[@]}" --hidden-size 2048 --num-layers 16
+  # the synthetic pair's target: hidden 2048 (scripts/synth_pair.py), for the all-reduce size verdict
+  [ ${#args[@]} -gt 0 ] && report h200x2-launches "$work/launches.duckdb" "${args[@]}" --hidden-size 2048
   # what the profiler costs: the same cell with and without `python -m speclogs.profile`
   report h200x2-profiler-overhead "$work/launches.duckdb" -c "eagle3_nccl_[0-9]*" -c "eagle3_nccl_prof_[0-9]*"
 fi

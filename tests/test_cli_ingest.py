@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 
 import pytest
 
-from conftest import FIXTURES, MATRIX, database_held_by_another_process, run_cli, scalar
+from conftest import FIXTURES, MATRIX, cli_env, database_held_by_another_process, run_cli, scalar
 
 EAGLE = MATRIX / "eagle3_nccl.log"
 
@@ -38,6 +40,16 @@ def test_second_ingest_reports_unchanged(ingested):
     assert again.returncode == 0
     assert json.loads(again.stdout)["files_unchanged"] == 1
     assert "unchanged" in again.stderr
+
+
+def test_an_ingest_that_finds_nothing_new_imports_neither_polars_nor_pyparsing(ingested):
+    """What keeps re-ingesting an unchanged tree a stat check: the parsing stack is never loaded for it."""
+    db_path, _ = ingested
+    code = ("import sys; from speclogs.cli import main; code = main(['ingest', sys.argv[1], '--db', sys.argv[2]]); "
+            "print(code, sorted({'polars', 'pyparsing', 'altair', 'scipy'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code, str(FIXTURES), str(db_path)], capture_output=True, text=True,
+                          env=cli_env(), timeout=120)
+    assert done.stdout.split("\n")[-2] == "0 []", done.stdout + done.stderr
 
 
 def test_stdin_and_gzip(db_path, tmp_path):

@@ -144,7 +144,7 @@ def ingest(
     if summary.failed:
         _print_error(f"{len(summary.failed):,} file(s) failed: " + "; ".join(summary.failed), None)
     if check_after and summary.source_files:
-        from speclogs.store.check import check_database   # polars: not paid by an ingest that finds nothing new
+        from speclogs.store.check import check_database  # polars: not paid by an ingest that finds nothing new
 
         result = check_database(db, lake=lake, sources=summary.source_files, grammar_paths=grammar or ())
         render_check(result, _stderr_console(), shown=10)

@@ -473,7 +473,9 @@ def _walk(top: str, add, skip) -> None:
                 skip("hidden file" if name.startswith(".") else f"not a log or bench file name ({suffix})", path)
                 continue
             try:
-                found = os.stat(path)
+                found = os.lstat(path)   # one call for a plain file; a symlink is followed with a second
+                link = stat.S_ISLNK(found.st_mode)
+                found = os.stat(path) if link else found
             except OSError as error:
                 broken = isinstance(error, FileNotFoundError)
                 skip("broken symlink" if broken else "symlink loop" if error.errno == errno.ELOOP else f"unreadable ({error.strerror})",
@@ -482,7 +484,7 @@ def _walk(top: str, add, skip) -> None:
             if not stat.S_ISREG(found.st_mode):
                 skip(f"not a regular file ({_file_type(found.st_mode)})", path)
             else:
-                add(Path(path), kind, found, os.path.realpath(path) if os.path.islink(path) else os.path.join(real_dir, name))
+                add(Path(path), kind, found, os.path.realpath(path) if link else os.path.join(real_dir, name))
 
 
 def _run_for(path: Path, directory: str, run_name: str | None, launch_dirs: dict[str, RunRef | None]) -> RunRef:

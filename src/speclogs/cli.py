@@ -7,7 +7,6 @@ the commands: launch runs on GPU boxes that have typer and rich but neither duck
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Literal, Optional
@@ -219,11 +218,8 @@ def runs(db: DbOption = DEFAULT_DB, output_format: SqlFormatOption = "table", ou
 def _print_query(db: Path, text: str, output_format: str, output: Path | None, force: bool, limit: int, *,
                  lake: Path | None = None, show_types: bool = False) -> None:
     """Every statement's result of `text` in the chosen format, on stdout or in --output, streamed."""
-    import io
-    from contextlib import nullcontext
-
     from speclogs.report.summaries import render_query_table
-    from speclogs.store.export import write_csv, write_json
+    from speclogs.store.export import write_results
     from speclogs.store.query import statements
 
     if output_format == "parquet" and output is None:
@@ -235,31 +231,11 @@ def _print_query(db: Path, text: str, output_format: str, output: Path | None, f
     with statements(db, text, lake=lake) as results:
         if output_format == "parquet" and len(results) > 1:
             raise typer.BadParameter("a Parquet file holds one result: give one statement", param_hint="'--format'")
-        if output_format in ("table", "parquet"):
-            for index, result in enumerate(results):
-                if output_format == "table":
-                    render_query_table(result, limit, first=index == 0, show_types=show_types)
-                else:
-                    result.write_parquet(output)
+        if output_format != "table":
+            write_results(results, output_format, output)
             return
-        sys.stdout.flush()
-        with open(output, "wb") if output is not None else nullcontext(sys.stdout.buffer) as sink:
-            stream = io.TextIOWrapper(sink, encoding="utf-8", newline="\n", write_through=True)
-            try:
-                for index, result in enumerate(results):
-                    if index and output_format != "ndjson":
-                        stream.write("\n")
-                    if output_format == "csv":
-                        write_csv(result, sink)
-                    else:
-                        write_json(result, stream, ndjson=output_format == "ndjson")
-                    sink.flush()
-            except BrokenPipeError:   # `speclogs sql … | head`: the reader has what it wanted
-                devnull = os.open(os.devnull, os.O_WRONLY)   # no second error when Python flushes stdout at exit
-                os.dup2(devnull, sys.stdout.fileno())
-                os.close(devnull)
-            finally:
-                stream.detach()   # the sink stays open: it may be stdout
+        for index, result in enumerate(results):
+            render_query_table(result, limit, first=index == 0, show_types=show_types)
 
 
 def main(argv: list[str] | None = None) -> int:

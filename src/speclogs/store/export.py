@@ -1,4 +1,4 @@
-"""A query result written out as CSV or JSON, batch by batch (constant memory, whatever the row count).
+"""A query result written out as CSV, JSON, NDJSON or Parquet, batch by batch (constant memory, whatever the row count).
 
 - CSV: a header, then the rows, each value as DuckDB prints it (`true`, `nan`, `[1, 2]`, `{'x': 1}`); quoting only
   where needed; NULL is an empty field.
@@ -9,6 +9,11 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
+from collections.abc import Iterable
+from contextlib import nullcontext
+from pathlib import Path
 from typing import IO
 
 from speclogs.store.query import StatementResult, quoted
@@ -35,28 +40,48 @@ def write_csv(result: StatementResult, out: IO[bytes]) -> int:
     return rows
 
 
-def write_json(result: StatementResult, out: IO[str], *, ndjson: bool = False) -> int:
-    """The result as JSON (or NDJSON) on the text stream `out`, one object per line; returns the rows. DuckDB writes
+def write_json(result: StatementResult, out: IO[bytes], *, ndjson: bool = False) -> int:
+    """The result as JSON (or NDJSON) on the binary stream `out`, one object per line; returns the rows. DuckDB writes
     each row's JSON, with NaN and ±Infinity made null in SQL (float columns and lists); a row that still has one (in
     a struct) is fixed here."""
     batches = _json_rows(result)   # (an error binding the statement comes before anything is written)
     rows = 0
     separator = "\n" if ndjson else ",\n"
     if not ndjson:
-        out.write("[")
+        out.write(b"[")
     for batch in batches:
         texts = [row[0] for row in batch]
         joined = separator.join(texts)
         if "NaN" in joined or "Infinity" in joined:   # maybe inside a struct: re-read those rows (strings may say NaN)
             joined = separator.join(_finite(text) if ("NaN" in text or "Infinity" in text) else text for text in texts)
         if texts:
-            out.write((separator if rows else ("" if ndjson else "\n")) + joined)
+            out.write(((separator if rows else ("" if ndjson else "\n")) + joined).encode())
         rows += len(texts)
-    if ndjson:
-        out.write("\n" if rows else "")
-    else:
-        out.write("\n]\n" if rows else "]\n")
+    out.write((b"\n" if rows else b"") if ndjson else (b"\n]\n" if rows else b"]\n"))
     return rows
+
+
+def write_results(results: Iterable[StatementResult], output_format: str, output: Path | None) -> None:
+    """Each statement's result as csv, json, ndjson (one after another) or parquet (one), into `output` or on stdout."""
+    if output_format == "parquet":
+        for result in results:
+            result.write_parquet(output)
+        return
+    sys.stdout.flush()
+    with open(output, "wb") if output is not None else nullcontext(sys.stdout.buffer) as sink:
+        try:
+            for index, result in enumerate(results):
+                if index and output_format != "ndjson":
+                    sink.write(b"\n")
+                if output_format == "csv":
+                    write_csv(result, sink)
+                else:
+                    write_json(result, sink, ndjson=output_format == "ndjson")
+                sink.flush()
+        except BrokenPipeError:   # `speclogs sql … | head`: the reader has what it wanted
+            devnull = os.open(os.devnull, os.O_WRONLY)   # no second error when Python flushes stdout at exit
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
 
 
 def _json_rows(result: StatementResult):
